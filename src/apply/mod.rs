@@ -1,0 +1,258 @@
+//! Command -> effects on documents: what to scan and how to rewrite. The
+//! rewrite rules are pure functions; [`apply`] drives any [`Shard`].
+//!
+//! Every effect is guarded by the document's log position: a document is
+//! only written by a command later in the log than the one that last wrote
+//! it. So re-applying any suffix of the log (crash redelivery, or a command
+//! cut short after a backend's intermediate commit) changes nothing.
+
+use crate::command::{path, Command};
+use crate::index::{Author, Doc, FileDoc, IndexError, Kind, PostDoc, Scan, Shard, UserDoc};
+
+/// Default number of documents read per page of a fan-out scan.
+pub const DEFAULT_PAGE_SIZE: usize = 1000;
+
+/// Applies `cmd`, found at log position `pos`, to `shard`. Returns the number
+/// of documents written. Does not commit.
+pub fn apply<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, page_size: usize) -> Result<u64, IndexError> {
+    match cmd {
+        Command::UpsertFile { id, path, contents } => put_guarded(shard, Doc::File(FileDoc::at(id, path, contents, pos))),
+        Command::DeleteFile { id, .. } => delete_guarded(shard, Kind::File, id, pos),
+        Command::RenamePath { from, to } => {
+            shard.rewrite(&Scan::FilesWithin { path: from.clone() }, page_size, &mut |d| move_file(d, from, to, pos))
+        }
+        Command::UpsertUser { id, name, email, dob } => {
+            // Posts first, the profile last: if this is cut short, the
+            // profile still looks unapplied and a retry finishes the posts.
+            let scan = Scan::PostsOfUserNotNamed { user_id: id.clone(), name: name.clone() };
+            let posts = shard.rewrite(&scan, page_size, &mut |d| set_author_name(d, name, pos))?;
+            let user = UserDoc { id: id.clone(), name: name.clone(), email: email.clone(), dob: dob.clone(), pos };
+            Ok(posts + put_guarded(shard, Doc::User(user))?)
+        }
+        Command::UpsertPost { id, user_id, title, body } => {
+            let name = match shard.get(Kind::User, user_id)? {
+                Some(Doc::User(u)) => u.name,
+                _ => String::new(),
+            };
+            let author = Author { id: user_id.clone(), name };
+            put_guarded(shard, Doc::Post(PostDoc { id: id.clone(), title: title.clone(), body: body.clone(), user: author, pos }))
+        }
+        Command::DeletePost { id, .. } => delete_guarded(shard, Kind::Post, id, pos),
+    }
+}
+
+/// True when a document last written at `doc_pos` may be written by the
+/// command at `pos`.
+fn newer(pos: u64, doc_pos: u64) -> bool {
+    pos > doc_pos
+}
+
+fn put_guarded<S: Shard + ?Sized>(shard: &mut S, doc: Doc) -> Result<u64, IndexError> {
+    match shard.get(doc.kind(), doc.id())? {
+        Some(existing) if !newer(doc.pos(), existing.pos()) => Ok(0),
+        _ => shard.put(doc).map(|_| 1),
+    }
+}
+
+fn delete_guarded<S: Shard + ?Sized>(shard: &mut S, kind: Kind, id: &str, pos: u64) -> Result<u64, IndexError> {
+    match shard.get(kind, id)? {
+        Some(existing) if newer(pos, existing.pos()) => shard.delete(kind, id).map(|_| 1),
+        _ => Ok(0),
+    }
+}
+
+/// The rename rule: the file moves when its full path is `from` or lies
+/// beneath it, and the rename is newer than the file's last write.
+pub fn move_file(doc: &Doc, from: &str, to: &str, pos: u64) -> Option<Doc> {
+    let Doc::File(f) = doc else { return None };
+    if !newer(pos, f.pos) {
+        return None;
+    }
+    let target = path::renamed(&f.full_path(), from, to)?;
+    Some(Doc::File(FileDoc::at(&f.id, &target, &f.contents, pos)))
+}
+
+/// The profile rule: a post of the user gets the user's new name.
+pub fn set_author_name(doc: &Doc, name: &str, pos: u64) -> Option<Doc> {
+    let Doc::Post(p) = doc else { return None };
+    if !newer(pos, p.pos) || p.user.name == name {
+        return None;
+    }
+    let mut p = p.clone();
+    p.user.name = name.to_string();
+    p.pos = pos;
+    Some(Doc::Post(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::memory::MemoryShard;
+    use crate::model::Model;
+    use proptest::prelude::*;
+
+    fn s(x: &str) -> String {
+        x.to_string()
+    }
+    fn upsert(id: &str, p: &str) -> Command {
+        Command::UpsertFile { id: s(id), path: s(p), contents: format!("contents of {id}") }
+    }
+    fn rename(from: &str, to: &str) -> Command {
+        Command::RenamePath { from: s(from), to: s(to) }
+    }
+    fn user(id: &str, name: &str) -> Command {
+        Command::UpsertUser { id: s(id), name: s(name), email: s("e@x"), dob: s("1970-01-01") }
+    }
+    fn post(id: &str, user: &str) -> Command {
+        Command::UpsertPost { id: s(id), user_id: s(user), title: s("t"), body: s("b") }
+    }
+
+    fn run(log: &[Command]) -> MemoryShard {
+        let mut shard = MemoryShard::new();
+        for (pos, c) in log.iter().enumerate() {
+            apply(&mut shard, c, pos as u64, 7).unwrap();
+        }
+        shard
+    }
+
+    fn files(shard: &MemoryShard) -> Vec<(String, String)> {
+        shard
+            .docs
+            .values()
+            .filter_map(|d| match d {
+                Doc::File(f) => Some((f.id.clone(), f.full_path())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn directory_rename_moves_every_file_beneath_and_nothing_else() {
+        let shard = run(&[
+            upsert("a", "/c/projects/es/README.txt"),
+            upsert("b", "/c/projects/x.txt"),
+            upsert("c", "/c/projectsX/y.txt"),
+            upsert("d", "/c/other.txt"),
+            rename("/c/projects", "/c/work"),
+        ]);
+        assert_eq!(
+            files(&shard),
+            vec![
+                (s("a"), s("/c/work/es/README.txt")),
+                (s("b"), s("/c/work/x.txt")),
+                (s("c"), s("/c/projectsX/y.txt")),
+                (s("d"), s("/c/other.txt")),
+            ]
+        );
+        let Some(Doc::File(a)) = shard.docs.get(&(Kind::File, s("a"))) else { panic!() };
+        assert_eq!(a.tree(), vec!["/c", "/c/work", "/c/work/es"]);
+        assert_eq!(a.name, "README.txt");
+    }
+
+    #[test]
+    fn file_rename_moves_only_that_file() {
+        let shard = run(&[upsert("a", "/c/p/README.txt"), upsert("b", "/c/p/README.txt2"), rename("/c/p/README.txt", "/c/p/README.md")]);
+        assert_eq!(files(&shard), vec![(s("a"), s("/c/p/README.md")), (s("b"), s("/c/p/README.txt2"))]);
+    }
+
+    #[test]
+    fn concurrent_renames_apply_in_log_order() {
+        let base = [upsert("r", "/clinton/projects/elasticsearch/README.txt")];
+        let dir = rename("/clinton/projects", "/clinton/work");
+        let file = rename("/clinton/projects/elasticsearch/README.txt", "/clinton/projects/elasticsearch/README.md");
+        let dir_first = run(&[base[0].clone(), dir.clone(), file.clone()]);
+        assert_eq!(files(&dir_first), vec![(s("r"), s("/clinton/work/elasticsearch/README.txt"))]);
+        let file_first = run(&[base[0].clone(), file, dir]);
+        assert_eq!(files(&file_first), vec![(s("r"), s("/clinton/work/elasticsearch/README.md"))]);
+    }
+
+    #[test]
+    fn user_rename_rewrites_every_post_and_new_posts_copy_the_name() {
+        let shard = run(&[user("1", "John"), post("p1", "1"), post("p2", "1"), post("p3", "2"), user("1", "Johnny"), post("p4", "1")]);
+        let names: Vec<_> = shard
+            .docs
+            .values()
+            .filter_map(|d| match d {
+                Doc::Post(p) => Some((p.id.clone(), p.user.name.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(names, vec![(s("p1"), s("Johnny")), (s("p2"), s("Johnny")), (s("p3"), s("")), (s("p4"), s("Johnny"))]);
+    }
+
+    #[test]
+    fn post_before_its_author_gets_the_name_when_the_author_appears() {
+        let shard = run(&[post("p1", "9"), user("9", "Late")]);
+        let Some(Doc::Post(p)) = shard.docs.get(&(Kind::Post, s("p1"))) else { panic!() };
+        assert_eq!(p.user.name, "Late");
+    }
+
+    #[test]
+    fn deletes_remove_documents() {
+        let shard = run(&[
+            upsert("a", "/c/a.txt"),
+            post("p", "1"),
+            Command::DeleteFile { id: s("a"), path: s("/c/a.txt") },
+            Command::DeletePost { id: s("p"), user_id: s("1") },
+        ]);
+        assert!(shard.docs.is_empty());
+    }
+
+    #[test]
+    fn reapplying_a_half_done_rename_finishes_it() {
+        let log = [upsert("a", "/c/d/1"), upsert("b", "/c/d/2"), upsert("e", "/c/d/3"), rename("/c/d", "/c/e")];
+        let mut shard = run(&log[..3]);
+        // Simulate a crash after the rename wrote only one document.
+        let mut budget = 1;
+        shard
+            .rewrite(&Scan::FilesWithin { path: s("/c/d") }, 7, &mut |d| {
+                if budget == 0 {
+                    return None;
+                }
+                budget -= 1;
+                move_file(d, "/c/d", "/c/e", 3)
+            })
+            .unwrap();
+        apply(&mut shard, &log[3], 3, 7).unwrap();
+        assert_eq!(files(&shard), files(&run(&log)));
+    }
+
+    fn arb_command() -> impl Strategy<Value = Command> {
+        let dir = prop::sample::select(vec!["/c/a", "/c/a/b", "/c/b", "/c/a/b/c", "/c/d"]);
+        let id = prop::sample::select(vec!["1", "2", "3", "4"]);
+        let name = prop::sample::select(vec!["Ann", "Bob", "Cy"]);
+        prop_oneof![
+            4 => (id.clone(), dir.clone(), id.clone()).prop_map(|(i, d, n)| upsert(i, &format!("{d}/f{n}"))),
+            1 => (id.clone(), dir.clone()).prop_map(|(i, d)| Command::DeleteFile { id: s(i), path: format!("{d}/x") }),
+            3 => (dir.clone(), dir.clone()).prop_filter("valid", |(f, t)| !path::is_within(t, f)).prop_map(|(f, t)| rename(f, t)),
+            2 => (id.clone(), name).prop_map(|(i, n)| user(i, n)),
+            3 => (id.clone(), id.clone()).prop_map(|(p, u)| post(p, u)),
+            1 => (id.clone(), id).prop_map(|(p, u)| Command::DeletePost { id: s(p), user_id: s(u) }),
+        ]
+    }
+
+    fn docs(shard: &MemoryShard) -> Vec<Doc> {
+        shard.docs.values().cloned().map(Doc::without_pos).collect()
+    }
+
+    proptest! {
+        #[test]
+        fn redelivered_suffix_changes_nothing(log in prop::collection::vec(arb_command(), 1..40), cut in 0usize..40) {
+            let once = run(&log);
+            let mut twice = once.clone();
+            let start = cut.min(log.len());
+            for (pos, c) in log.iter().enumerate().skip(start) {
+                apply(&mut twice, c, pos as u64, 3).unwrap();
+            }
+            prop_assert_eq!(docs(&once), docs(&twice));
+        }
+
+        #[test]
+        fn agrees_with_the_reference_model(log in prop::collection::vec(arb_command(), 1..40)) {
+            let shard = run(&log);
+            let mut model = Model::default();
+            for c in &log { model.apply(c); }
+            prop_assert_eq!(docs(&shard), model.docs());
+        }
+    }
+}

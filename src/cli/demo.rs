@@ -1,0 +1,219 @@
+//! `denorm demo`: the main job on embedded defaults. An in-process
+//! Kafka-protocol broker (librdkafka's mock cluster), two workers in one
+//! consumer group sharing one embedded index, a realistic data set, the
+//! seed's rename race, example searches, and a check of the whole index
+//! against the reference model.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use rdkafka::mocking::MockCluster;
+
+use super::Cli;
+use crate::command::Command;
+use crate::http::Health;
+use crate::index::embedded::EmbeddedIndex;
+use crate::index::{FileQuery, PostQuery, SearchIndex};
+use crate::kafka::{self, KafkaConfig};
+use crate::model::{self, Model};
+use crate::produce::{Delivery, Producer};
+use crate::worker::{self, Stats, WorkerConfig};
+use crate::demo;
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Index directory (default: a temporary directory, removed afterwards)
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Files in the data set
+    #[arg(long, default_value_t = 50_000)]
+    files: usize,
+    /// Users in the data set
+    #[arg(long, default_value_t = 1_000)]
+    users: usize,
+    /// Posts in the data set
+    #[arg(long, default_value_t = 10_000)]
+    posts: usize,
+    /// Users renamed during the race
+    #[arg(long, default_value_t = 20)]
+    renamed_users: usize,
+    /// Partitions of the in-process topic
+    #[arg(long = "demo-partitions", default_value_t = 6)]
+    partitions: i32,
+    /// Seed of the data generator
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Give up waiting for the workers after this many seconds
+    #[arg(long, default_value_t = 600)]
+    timeout_secs: u64,
+}
+
+fn step(n: u32, text: &str) {
+    eprintln!("[{n}/6] {text}");
+}
+
+pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let tmp;
+    let dir = match &a.dir {
+        Some(d) => d.clone(),
+        None => {
+            tmp = tempfile::tempdir().context("creating a temporary directory")?;
+            tmp.path().join("index")
+        }
+    };
+    if dir.join("shards").exists() {
+        bail!(super::UsageError(format!("{} already holds an index; give an empty --dir", dir.display())));
+    }
+    let cluster = MockCluster::new(3).context("starting the in-process Kafka cluster")?;
+    let topic = "denorm.demo";
+    cluster.create_topic(topic, a.partitions, 1).context("creating the demo topic")?;
+    let mut kafka = KafkaConfig::new(cluster.bootstrap_servers(), topic);
+    kafka.partitions = a.partitions;
+    let group = cli.group.clone();
+    eprintln!(
+        "denorm demo: in-process Kafka ({} brokers), topic {topic} with {} partitions, index at {}",
+        3,
+        a.partitions,
+        dir.display()
+    );
+
+    step(1, &format!("generating data: {} files in {} top-level trees, {} users, {} posts", a.files, demo::TOP_DIRS.len(), a.users, a.posts));
+    let seed = demo::seed(a.files, a.users, a.posts, a.seed);
+
+    step(2, "starting two workers in one consumer group, sharing the index");
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    let mut stats = Vec::new();
+    for _ in 0..2 {
+        let mut cfg = WorkerConfig::new(kafka.clone(), group.clone(), dir.clone());
+        cfg.commit_interval = Duration::from_millis(200);
+        let s = Arc::new(Stats::default());
+        stats.push(s.clone());
+        let stop = shutdown.clone();
+        workers.push(std::thread::spawn(move || worker::run(cfg, stop, Arc::new(Health::default()), s)));
+    }
+
+    step(3, &format!("producing {} commands", seed.len()));
+    let producer = Producer::new(&kafka)?;
+    let bar = super::progress(seed.len() as u64, "produced");
+    let t = Instant::now();
+    let deliveries = producer.send_all(seed.clone(), 10_000, |n| bar.set_position(n as u64)).await?;
+    bar.finish_and_clear();
+    eprintln!("      produced {} commands in {:.1}s", seed.len(), t.elapsed().as_secs_f64());
+    let mut log: Vec<(Delivery, Command)> = deliveries.into_iter().zip(seed).collect();
+    let load = wait(&kafka, &group, log.len(), a.timeout_secs, "applying").await?;
+    eprintln!("      load applied; lag drained to 0 in {load:.1}s after producing");
+
+    step(4, "race: rename /clinton/projects -> /clinton/work while README.txt is renamed; user renames with many posts");
+    let (dir_rename, file_rename) = demo::race();
+    let docs_before: u64 = stats.iter().map(|s| s.documents.load(Ordering::Relaxed)).sum();
+    let t = Instant::now();
+    let (p1, p2) = (&producer, &producer);
+    let (d1, d2) = tokio::join!(p1.send(dir_rename.clone()), p2.send(file_rename.clone()));
+    let (d1, d2) = (d1?, d2?);
+    let first = if d1.offset < d2.offset { "directory rename" } else { "README rename" };
+    eprintln!("      both renames keyed /clinton (partition {}); the log ordered the {first} first", d1.partition);
+    log.push((d1, dir_rename));
+    log.push((d2, file_rename));
+    let renames = demo::user_renames(a.renamed_users.min(a.users), a.seed);
+    let deliveries = producer.send_all(renames.clone(), 1000, |_| {}).await?;
+    log.extend(deliveries.into_iter().zip(renames));
+    let race_secs = wait(&kafka, &group, log.len(), a.timeout_secs, "rewriting").await? + 0.0;
+    let race_total = t.elapsed().as_secs_f64().max(race_secs);
+    let docs_after: u64 = stats.iter().map(|s| s.documents.load(Ordering::Relaxed)).sum();
+    let (big_docs, big_us) = stats
+        .iter()
+        .map(|s| (s.largest_fan_out_documents.load(Ordering::Relaxed), s.largest_fan_out_micros.load(Ordering::Relaxed)))
+        .max()
+        .unwrap_or((0, 0));
+    eprintln!(
+        "      {} documents rewritten in {race_total:.1}s; largest rename: {big_docs} files in {:.2}s ({:.0} documents/s); lag drained to 0",
+        docs_after - docs_before,
+        big_us as f64 / 1e6,
+        big_docs as f64 / (big_us as f64 / 1e6).max(1e-9)
+    );
+
+    shutdown.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.join().map_err(|_| anyhow::anyhow!("a worker panicked"))?.context("worker failed")?;
+    }
+    drop(producer);
+    drop(cluster);
+
+    step(5, "example searches");
+    let index = EmbeddedIndex::open_existing(&dir)?;
+    let search = index.search()?;
+    let mut n = 0;
+    search.files(&FileQuery { under: Some("/clinton/work".into()), ..Default::default() }, 0, &mut |_| n += 1)?;
+    println!("  files anywhere under /clinton/work: {n}");
+    let mut hits = Vec::new();
+    search.files(&FileQuery { text: Some("elasticsearch project".into()), dir: Some("/clinton/work/elasticsearch".into()), ..Default::default() }, 3, &mut |f| hits.push(f.full_path()))?;
+    println!("  'elasticsearch project' in /clinton/work/elasticsearch: {hits:?}");
+    let mut posts = Vec::new();
+    search.posts(&PostQuery { text: Some("relationships".into()), author: Some("John".into()) }, 3, &mut |p| posts.push(format!("{} by {}", p.title, p.user.name)))?;
+    println!("  posts about relationships by someone called John: {posts:?}");
+    let groups = search.posts_by_author(&PostQuery { text: Some("relationships".into()), author: None }, 3, 2)?;
+    for g in groups {
+        println!("  author {:?} (best score {:.2}): {:?}", g.author, g.best_score, g.posts.iter().map(|p| &p.title).collect::<Vec<_>>());
+    }
+
+    step(6, "comparing the whole index with the reference model of the log");
+    log.sort_by_key(|(d, _)| (d.partition, d.offset));
+    let mut m = Model::default();
+    for (_, c) in &log {
+        m.apply(c);
+    }
+    let expected = m.docs();
+    let mut actual = Vec::new();
+    search.dump(&mut |d| actual.push(d))?;
+    let (n_expected, n_actual) = (expected.len(), actual.len());
+    let diffs = model::diff(expected, actual, 20);
+    let applied: u64 = stats.iter().map(|s| s.applied.load(Ordering::Relaxed)).sum();
+    println!(
+        "  commands: {} produced, {applied} applied by 2 workers; documents: {n_actual} in the index, {n_expected} in the model",
+        log.len()
+    );
+    println!("  peak memory (VmHWM): {}", peak_memory());
+    println!("  total time: {:.1}s", started.elapsed().as_secs_f64());
+    if !diffs.is_empty() {
+        for d in &diffs {
+            println!("  DIFFERENCE: {d}");
+        }
+        bail!("model check FAILED: the index differs from the reference model");
+    }
+    println!("model check passed: all {n_actual} documents match the reference model");
+    if a.dir.is_some() {
+        println!("index kept at {}; try: denorm search files --index {} --under /clinton/work --limit 5", dir.display(), dir.display());
+    }
+    Ok(())
+}
+
+/// Waits until the group has applied `produced` messages; returns seconds waited.
+async fn wait(kafka: &KafkaConfig, group: &str, produced: usize, timeout: u64, what: &'static str) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let (k, g) = (kafka.clone(), group.to_string());
+    let bar = super::progress(produced as u64, what);
+    let b = bar.clone();
+    tokio::task::spawn_blocking(move || {
+        kafka::wait_until_applied(&k, &g, produced as i64, Duration::from_secs(timeout), |r| {
+            let end: i64 = r.partitions.iter().map(|p| p.end).sum();
+            b.set_position((end - r.total).max(0) as u64)
+        })
+    })
+    .await?
+    .context("waiting for the workers")?;
+    bar.finish_and_clear();
+    Ok(t.elapsed().as_secs_f64())
+}
+
+fn peak_memory() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l["VmHWM:".len()..].trim().to_string()))
+        .unwrap_or_else(|| "unknown".into())
+}

@@ -1,0 +1,132 @@
+//! Command-line interface: one module per subcommand. Builds library types;
+//! no business logic here. Every flag has a `DENORM_*` environment variable.
+
+mod demo;
+mod lag;
+mod produce;
+mod run;
+mod search;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::kafka::KafkaConfig;
+
+/// denorm: keeps denormalized search documents right, driven by a Kafka log
+/// of commands.
+///
+/// Producers send commands (upsert/delete files, users and posts, rename a
+/// path) to a partitioned topic keyed by top-level directory or user id;
+/// `denorm run` workers apply them in per-key order to the index, fanning
+/// renames out to every affected document. Start with `denorm demo`.
+#[derive(Debug, Parser)]
+#[command(name = "denorm", version, propagate_version = true)]
+pub struct Cli {
+    /// Kafka bootstrap servers (host:port,...)
+    #[arg(long, global = true, env = "DENORM_BROKERS", default_value = "localhost:9092")]
+    pub brokers: String,
+    /// Topic holding the commands
+    #[arg(long, global = true, env = "DENORM_TOPIC", default_value = "denorm.commands")]
+    pub topic: String,
+    /// Consumer group of the workers
+    #[arg(long, global = true, env = "DENORM_GROUP", default_value = "denorm")]
+    pub group: String,
+    /// Embedded index directory
+    #[arg(long, global = true, env = "DENORM_INDEX", default_value = "./data/index")]
+    pub index: PathBuf,
+    /// Partitions of the topic when denorm creates it (by `produce` and `run`)
+    #[arg(long, global = true, env = "DENORM_PARTITIONS", default_value_t = 12, value_parser = clap::value_parser!(i32).range(1..=10000))]
+    pub partitions: i32,
+    /// Replication factor of the topic when denorm creates it
+    #[arg(long, global = true, env = "DENORM_REPLICATION_FACTOR", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=32))]
+    pub replication_factor: i32,
+    /// Extra librdkafka option KEY=VALUE for every Kafka client (repeatable; TLS and SASL settings go here)
+    #[arg(long = "kafka-option", short = 'X', global = true, env = "DENORM_KAFKA_OPTIONS", value_delimiter = ',', value_parser = parse_kv)]
+    pub kafka_options: Vec<(String, String)>,
+    /// Log filter (tracing syntax, e.g. `info` or `denorm=debug`)
+    #[arg(long, global = true, env = "DENORM_LOG")]
+    pub log: Option<String>,
+    #[command(subcommand)]
+    pub command: Commands,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Commands {
+    /// Run the main job on embedded defaults: in-process broker, embedded index, sample data, model check
+    Demo(demo::DemoArgs),
+    /// Send commands to the topic (one from flags, or many from JSONL)
+    Produce(produce::ProduceArgs),
+    /// Run a worker: apply commands from the topic to the index
+    Run(run::RunArgs),
+    /// Search the embedded index
+    Search(search::SearchArgs),
+    /// Show the consumer group's lag per partition
+    Lag(lag::LagArgs),
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
+impl Cli {
+    pub fn kafka(&self) -> KafkaConfig {
+        KafkaConfig {
+            brokers: self.brokers.clone(),
+            topic: self.topic.clone(),
+            partitions: self.partitions,
+            replication: self.replication_factor,
+            options: self.kafka_options.clone(),
+        }
+    }
+}
+
+/// Invalid input: exits with status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    if e.downcast_ref::<UsageError>().is_some() {
+        2
+    } else {
+        1
+    }
+}
+
+pub fn init_tracing(cli: &Cli) {
+    let default = match cli.command {
+        Commands::Run(_) => "info",
+        _ => "warn",
+    };
+    let filter = cli.log.clone().or_else(|| std::env::var("RUST_LOG").ok()).unwrap_or_else(|| default.to_string());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match &cli.command {
+        Commands::Demo(a) => demo::run(&cli, a).await,
+        Commands::Produce(a) => produce::run(&cli, a).await,
+        Commands::Run(a) => run::run(&cli, a).await,
+        Commands::Search(a) => search::run(&cli, a),
+        Commands::Lag(a) => lag::run(&cli, a).await,
+    }
+}
+
+/// A progress bar on stderr, hidden when stderr is not a terminal.
+pub(crate) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg:>12} [{bar:30}] {pos}/{len} ({per_sec}, eta {eta})")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}

@@ -1,0 +1,140 @@
+//! `denorm produce`: one command from flags, or many from JSONL.
+
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use super::{Cli, UsageError};
+use crate::command::{jsonl, Command};
+use crate::produce::Producer;
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ProduceArgs {
+    /// JSONL file of commands, one per line (`-` for stdin). The whole input
+    /// is validated before anything is sent.
+    #[arg(long, value_name = "FILE")]
+    jsonl: Option<PathBuf>,
+    /// Most commands awaiting acknowledgement at once
+    #[arg(long, env = "DENORM_IN_FLIGHT", default_value_t = 10_000)]
+    in_flight: usize,
+    #[command(subcommand)]
+    command: Option<One>,
+}
+
+/// One command from flags.
+#[derive(Debug, Clone, Subcommand)]
+enum One {
+    /// Create or replace a file document
+    UpsertFile {
+        #[arg(long)]
+        id: String,
+        /// Full path including the file name, e.g. /clinton/projects/README.txt
+        #[arg(long)]
+        path: String,
+        #[arg(long, default_value = "")]
+        contents: String,
+    },
+    /// Delete a file document
+    DeleteFile {
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        path: String,
+    },
+    /// Rename a file or a directory (every file beneath it)
+    Rename {
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+    },
+    /// Create or change a user; a new name is copied into all their posts
+    UpsertUser {
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value = "")]
+        email: String,
+        /// Date of birth, YYYY-MM-DD
+        #[arg(long)]
+        dob: String,
+    },
+    /// Create or replace a post (the author's current name is copied in)
+    UpsertPost {
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        user_id: String,
+        #[arg(long, default_value = "")]
+        title: String,
+        #[arg(long, default_value = "")]
+        body: String,
+    },
+    /// Delete a post
+    DeletePost {
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        user_id: String,
+    },
+}
+
+impl From<One> for Command {
+    fn from(o: One) -> Command {
+        match o {
+            One::UpsertFile { id, path, contents } => Command::UpsertFile { id, path, contents },
+            One::DeleteFile { id, path } => Command::DeleteFile { id, path },
+            One::Rename { from, to } => Command::RenamePath { from, to },
+            One::UpsertUser { id, name, email, dob } => Command::UpsertUser { id, name, email, dob },
+            One::UpsertPost { id, user_id, title, body } => Command::UpsertPost { id, user_id, title, body },
+            One::DeletePost { id, user_id } => Command::DeletePost { id, user_id },
+        }
+    }
+}
+
+/// Reads and validates a JSONL input: every line, before anything is sent.
+fn read_jsonl(path: &PathBuf) -> anyhow::Result<Vec<Command>> {
+    let input: Box<dyn BufRead> = if path.as_os_str() == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        let f = std::fs::File::open(path).map_err(|e| UsageError(format!("cannot open {}: {e}", path.display())))?;
+        Box::new(std::io::BufReader::new(f))
+    };
+    jsonl::parse_all(input).map_err(|e| UsageError(format!("{}: {e} (nothing was sent)", path.display())).into())
+}
+
+pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
+    let commands = match (&a.jsonl, &a.command) {
+        (Some(path), _) => read_jsonl(path)?,
+        (None, Some(one)) => {
+            let c = Command::from(one.clone());
+            c.validate().map_err(|e| UsageError(format!("invalid command: {e}")))?;
+            vec![c]
+        }
+        (None, None) => return Err(UsageError("give a command (see `denorm produce --help`) or --jsonl FILE".into()).into()),
+    };
+    let kafka = cli.kafka();
+    kafka.ensure_topic().await.context("cannot reach or create the topic")?;
+    let producer = Producer::new(&kafka)?;
+    if a.jsonl.is_none() {
+        let c = commands.into_iter().next().expect("one command");
+        let key = c.key().to_string();
+        let d = producer.send(c).await.context("sending the command")?;
+        println!("{}", serde_json::json!({"key": key, "partition": d.partition, "offset": d.offset}));
+        return Ok(());
+    }
+    let n = commands.len();
+    let bar = super::progress(n as u64, "produced");
+    let start = Instant::now();
+    producer.send_all(commands, a.in_flight, |done| bar.set_position(done as u64)).await.context("sending commands")?;
+    bar.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!("produced {n} commands in {secs:.1}s ({:.0}/s)", n as f64 / secs.max(1e-9));
+    println!("{}", serde_json::json!({"produced": n}));
+    Ok(())
+}

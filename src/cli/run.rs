@@ -1,0 +1,66 @@
+//! `denorm run`: a worker of the consumer group.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use tracing::info;
+
+use super::Cli;
+use crate::http::{self, Health};
+use crate::worker::{self, Stats, WorkerConfig};
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Address of the /metrics, /healthz and /readyz endpoint (loopback by default)
+    #[arg(long, env = "DENORM_METRICS_ADDR", default_value = "127.0.0.1:9464")]
+    metrics_addr: SocketAddr,
+    /// Most commands applied between two index commits
+    #[arg(long, env = "DENORM_MAX_BATCH", default_value_t = 500)]
+    max_batch: usize,
+    /// Documents read per page of a fan-out scan
+    #[arg(long, env = "DENORM_PAGE_SIZE", default_value_t = crate::apply::DEFAULT_PAGE_SIZE)]
+    page_size: usize,
+    /// Indexing memory budget per partition shard, in MiB (at least 15)
+    #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
+    index_memory_mb: u64,
+    /// How often durable progress is committed to Kafka, in milliseconds
+    #[arg(long, env = "DENORM_COMMIT_INTERVAL_MS", default_value_t = 1000)]
+    commit_interval_ms: u64,
+}
+
+pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
+    let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
+    let health = Arc::new(Health::default());
+    health.beat();
+    let bound = http::serve(a.metrics_addr, handle, health.clone())
+        .await
+        .with_context(|| format!("binding the metrics endpoint {}", a.metrics_addr))?;
+    info!(addr = %bound, "serving /metrics, /healthz, /readyz");
+
+    let kafka = cli.kafka();
+    let partitions = kafka.ensure_topic().await.context("cannot reach or create the topic")?;
+    info!(topic = %kafka.topic, partitions, "topic ready");
+    let mut cfg = WorkerConfig::new(kafka, cli.group.clone(), cli.index.clone());
+    cfg.max_batch = a.max_batch.max(1);
+    cfg.page_size = a.page_size.max(1);
+    cfg.index_memory = (a.index_memory_mb as usize) << 20;
+    cfg.commit_interval = Duration::from_millis(a.commit_interval_ms.max(10));
+
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let flag = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => info!("SIGINT received"),
+            _ = term.recv() => info!("SIGTERM received"),
+        }
+        flag.store(true, Ordering::SeqCst);
+    });
+    let stats = Arc::new(Stats::default());
+    tokio::task::spawn_blocking(move || worker::run(cfg, shutdown, health, stats)).await?.context("worker failed")?;
+    Ok(())
+}

@@ -1,0 +1,105 @@
+//! `denorm search files|posts`.
+
+use clap::{Args, Subcommand};
+
+use super::{Cli, UsageError};
+use crate::index::embedded::EmbeddedIndex;
+use crate::index::{FileQuery, PostQuery, SearchIndex};
+
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Debug, Subcommand)]
+enum What {
+    /// Files: exact directory, whole subtree, full text (combinable)
+    Files {
+        /// Files directly in this directory
+        #[arg(long)]
+        dir: Option<String>,
+        /// Files anywhere beneath this directory
+        #[arg(long)]
+        under: Option<String>,
+        /// Full-text query on the contents
+        #[arg(long)]
+        text: Option<String>,
+        /// Most results (0: every match, streamed)
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// One JSON object per line: {"id","name","path","contents"}
+        #[arg(long)]
+        json: bool,
+    },
+    /// Blog posts: full text, author name, grouped by author
+    Posts {
+        /// Full-text query on title and body
+        #[arg(long)]
+        text: Option<String>,
+        /// Query on the author's name
+        #[arg(long)]
+        author: Option<String>,
+        /// Per author the best posts, authors ordered by their best score
+        #[arg(long)]
+        group_by_author: bool,
+        /// Posts shown per author with --group-by-author
+        #[arg(long, default_value_t = 3)]
+        per_author: usize,
+        /// Most results, or authors with --group-by-author (0: all)
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// One JSON object per line: {"id","title","body","user":{"id","name"}}
+        /// (with --group-by-author: {"author","best_score","posts":[...]})
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(cli: &Cli, a: &SearchArgs) -> anyhow::Result<()> {
+    let index = EmbeddedIndex::open_existing(&cli.index).map_err(|e| UsageError(e.to_string()))?;
+    let search = index.search()?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    use std::io::Write;
+    let mut write_err: Option<std::io::Error> = None;
+    let mut emit = |line: String| {
+        if write_err.is_none() {
+            if let Err(e) = writeln!(out, "{line}") {
+                write_err = Some(e);
+            }
+        }
+    };
+    match &a.what {
+        What::Files { dir, under, text, limit, json } => {
+            let q = FileQuery { dir: dir.clone(), under: under.clone(), text: text.clone() };
+            search.files(&q, *limit, &mut |f| {
+                emit(if *json { serde_json::to_string(&f).expect("json") } else { format!("{}\t{}", f.full_path(), f.id) })
+            })?;
+        }
+        What::Posts { text, author, group_by_author, per_author, limit, json } => {
+            let q = PostQuery { text: text.clone(), author: author.clone() };
+            if *group_by_author {
+                for g in search.posts_by_author(&q, *limit, *per_author)? {
+                    if *json {
+                        emit(serde_json::to_string(&g).expect("json"));
+                    } else {
+                        emit(format!("{} (best score {:.2})", g.author, g.best_score));
+                        for p in g.posts {
+                            emit(format!("    {}\t{}", p.title, p.id));
+                        }
+                    }
+                }
+            } else {
+                search.posts(&q, *limit, &mut |p| {
+                    emit(if *json { serde_json::to_string(&p).expect("json") } else { format!("{}\t{}\t{}", p.title, p.user.name, p.id) })
+                })?;
+            }
+        }
+    }
+    drop(emit);
+    match write_err {
+        Some(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Some(e) => Err(e.into()),
+        None => Ok(out.flush().or_else(|e| if e.kind() == std::io::ErrorKind::BrokenPipe { Ok(()) } else { Err(e) })?),
+    }
+}

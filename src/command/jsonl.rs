@@ -1,0 +1,78 @@
+//! The JSONL bulk format: one command per line, `{"op": ..., fields...}`.
+//! This format is a public contract (see the README).
+
+use super::Command;
+
+/// A line that could not be accepted, with its 1-based number.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: {reason}")]
+pub struct LineError {
+    pub line: usize,
+    pub reason: String,
+}
+
+/// Parses and validates one line. Blank lines yield `None`.
+pub fn parse_line(line_no: usize, line: &str) -> Result<Option<Command>, LineError> {
+    if line.trim().is_empty() {
+        return Ok(None);
+    }
+    let err = |reason: String| LineError { line: line_no, reason };
+    let command: Command = serde_json::from_str(line).map_err(|e| err(e.to_string()))?;
+    command.validate().map_err(|e| err(e.to_string()))?;
+    Ok(Some(command))
+}
+
+/// Parses a whole input; on the first bad line returns its error, so that
+/// nothing from a rejected input is produced.
+pub fn parse_all(input: impl std::io::BufRead) -> Result<Vec<Command>, LineError> {
+    let mut out = Vec::new();
+    for (i, line) in input.lines().enumerate() {
+        let line = line.map_err(|e| LineError { line: i + 1, reason: format!("cannot read: {e}") })?;
+        if let Some(c) = parse_line(i + 1, &line)? {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONTRACT: &str = r#"{"op":"upsert_file","id":"f1","path":"/clinton/projects/elasticsearch/README.txt","contents":"Starting a new Elasticsearch project is easy..."}
+{"op":"delete_file","id":"f1","path":"/clinton/projects/elasticsearch/README.txt"}
+{"op":"rename","from":"/clinton/projects","to":"/clinton/work"}
+{"op":"upsert_user","id":"1","name":"John Smith","email":"john@smith.com","dob":"1970-10-24"}
+{"op":"upsert_post","id":"2","user_id":"1","title":"Relationships","body":"It's complicated..."}
+{"op":"delete_post","id":"2","user_id":"1"}
+"#;
+
+    #[test]
+    fn parses_the_documented_contract() {
+        let cmds = parse_all(CONTRACT.as_bytes()).unwrap();
+        let kinds: Vec<_> = cmds.iter().map(Command::kind).collect();
+        assert_eq!(kinds, ["upsert_file", "delete_file", "rename", "upsert_user", "upsert_post", "delete_post"]);
+        assert_eq!(cmds[2], Command::RenamePath { from: "/clinton/projects".into(), to: "/clinton/work".into() });
+    }
+
+    #[test]
+    fn reports_line_numbers_and_reasons() {
+        let cases = [
+            ("{not json", "key must be a string"),
+            (r#"{"op":"explode","id":"1"}"#, "unknown variant"),
+            (r#"{"op":"delete_post","id":"2"}"#, "missing field `user_id`"),
+            (r#"{"op":"delete_post","id":"2","user_id":"1","extra":1}"#, "unknown field"),
+            (r#"{"op":"delete_file","id":"f","path":"a/b"}"#, "absolute"),
+            (r#"{"op":"delete_file","id":"f","path":"/a//b"}"#, "empty segment"),
+            (r#"{"op":"delete_file","id":"f","path":"/a/../b"}"#, "'..'"),
+            (r#"{"op":"rename","from":"/a/b","to":"/a/b/c"}"#, "into itself"),
+            (r#"{"op":"rename","from":"/a/b","to":"/c/b"}"#, "not supported yet"),
+        ];
+        for (line, want) in cases {
+            let input = format!("{}\n\n{line}\n", CONTRACT.lines().next().unwrap());
+            let e = parse_all(input.as_bytes()).unwrap_err();
+            assert_eq!(e.line, 3, "{line}");
+            assert!(e.reason.contains(want), "{line}: {} does not mention {want}", e.reason);
+        }
+    }
+}

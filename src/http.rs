@@ -1,0 +1,101 @@
+//! The worker's HTTP endpoint: `/metrics` (Prometheus text format),
+//! `/healthz` (the consumer loop is alive) and `/readyz` (joined the group).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// Liveness and readiness, written by the worker, read by the endpoint.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Set once the worker has joined its group and received an assignment.
+    pub ready: AtomicBool,
+    /// Unix seconds of the consumer loop's last iteration.
+    pub last_poll: AtomicU64,
+}
+
+/// The consumer loop is considered stuck after this long without an iteration.
+pub const STALL_AFTER: Duration = Duration::from_secs(60);
+
+impl Health {
+    pub fn beat(&self) {
+        self.last_poll.store(now_secs(), Ordering::Relaxed);
+    }
+    pub fn alive(&self) -> bool {
+        now_secs().saturating_sub(self.last_poll.load(Ordering::Relaxed)) < STALL_AFTER.as_secs()
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Binds `addr` and serves until the process exits. Returns the bound address.
+pub async fn serve(addr: SocketAddr, metrics: PrometheusHandle, health: Arc<Health>) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let upkeep = metrics.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            upkeep.run_upkeep();
+        }
+    });
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else { continue };
+            let metrics = metrics.clone();
+            let health = health.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut n = 0;
+                // Read the request head (bounded in size and time).
+                let read = tokio::time::timeout(Duration::from_secs(5), async {
+                    while n < buf.len() {
+                        match stream.read(&mut buf[n..]).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(k) => n += k,
+                        }
+                        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                            break;
+                        }
+                    }
+                })
+                .await;
+                if read.is_err() {
+                    return;
+                }
+                let head = String::from_utf8_lossy(&buf[..n]);
+                let path = head.split_whitespace().nth(1).unwrap_or("/");
+                let (status, ctype, body) = route(path, &metrics, &health);
+                let resp = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(resp.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    Ok(bound)
+}
+
+fn route(path: &str, metrics: &PrometheusHandle, health: &Health) -> (&'static str, &'static str, String) {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    match path {
+        "/metrics" => {
+            metrics.run_upkeep();
+            ("200 OK", "text/plain; version=0.0.4; charset=utf-8", metrics.render())
+        }
+        "/healthz" if health.alive() => ("200 OK", TEXT, "ok\n".into()),
+        "/healthz" => ("503 Service Unavailable", TEXT, "consumer loop stalled\n".into()),
+        "/readyz" if health.ready.load(Ordering::Relaxed) && health.alive() => ("200 OK", TEXT, "ready\n".into()),
+        "/readyz" => ("503 Service Unavailable", TEXT, "not ready\n".into()),
+        _ => ("404 Not Found", TEXT, "not found\n".into()),
+    }
+}

@@ -1,0 +1,609 @@
+//! Embedded index on tantivy: `<root>/shards/p<partition>/` is one tantivy
+//! index per topic partition, written only by that partition's current
+//! owner (tantivy's writer lock is an OS file lock, released when the owner
+//! exits or dies), while searches read every shard. Each commit stores the
+//! last applied log position in the commit payload, atomically with the
+//! documents.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use tantivy::collector::{Count, TopDocs};
+use tantivy::query::{AllQuery, BooleanQuery, EnableScoring, Occur, Query, QueryParser, TermQuery};
+use tantivy::schema::{Field, IndexRecordOption, Schema, Value, FAST, INDEXED, STORED, STRING, TEXT};
+use tantivy::store::StoreReader;
+use tantivy::{DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term, TERMINATED};
+
+use super::{Author, AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, Scan, SearchIndex, Shard, UserDoc};
+
+const MARKER: &str = "denorm-index.json";
+
+impl From<tantivy::TantivyError> for IndexError {
+    fn from(e: tantivy::TantivyError) -> Self {
+        match e {
+            tantivy::TantivyError::LockFailure(_, msg) => IndexError::Locked(msg.unwrap_or_default()),
+            tantivy::TantivyError::IoError(io) => IndexError::Io(std::io::Error::new(io.kind(), io.to_string())),
+            other => IndexError::Backend(other.to_string()),
+        }
+    }
+}
+
+/// The tantivy fields. Dotted names of DESIGN.md map to underscores.
+#[derive(Clone, Copy)]
+struct Fields {
+    doc_key: Field,
+    kind: Field,
+    id: Field,
+    name: Field,
+    path: Field,
+    path_tree: Field,
+    full_path: Field,
+    contents: Field,
+    user_name: Field,
+    user_name_raw: Field,
+    email: Field,
+    dob: Field,
+    user_id: Field,
+    title: Field,
+    body: Field,
+    pos: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let f = Fields {
+        doc_key: b.add_text_field("doc_key", STRING),
+        kind: b.add_text_field("kind", STRING | STORED),
+        id: b.add_text_field("id", STRING | STORED),
+        name: b.add_text_field("name", STRING | STORED),
+        path: b.add_text_field("path", STRING | STORED),
+        path_tree: b.add_text_field("path_tree", STRING),
+        full_path: b.add_text_field("full_path", STRING),
+        contents: b.add_text_field("contents", TEXT | STORED),
+        user_name: b.add_text_field("user_name", TEXT | STORED),
+        user_name_raw: b.add_text_field("user_name_raw", STRING),
+        email: b.add_text_field("email", STORED),
+        dob: b.add_text_field("dob", STORED),
+        user_id: b.add_text_field("user_id", STRING | STORED),
+        title: b.add_text_field("title", TEXT | STORED),
+        body: b.add_text_field("body", TEXT | STORED),
+        pos: b.add_u64_field("pos", INDEXED | STORED | FAST),
+    };
+    (b.build(), f)
+}
+
+fn doc_key(kind: Kind, id: &str) -> String {
+    format!("{}:{id}", kind.as_str())
+}
+
+impl Fields {
+    fn key_term(&self, kind: Kind, id: &str) -> Term {
+        Term::from_field_text(self.doc_key, &doc_key(kind, id))
+    }
+
+    fn term(&self, field: Field, value: &str) -> Box<dyn Query> {
+        Box::new(TermQuery::new(Term::from_field_text(field, value), IndexRecordOption::Basic))
+    }
+
+    fn to_tantivy(&self, doc: &Doc) -> TantivyDocument {
+        let mut t = TantivyDocument::new();
+        t.add_text(self.doc_key, doc_key(doc.kind(), doc.id()));
+        t.add_text(self.kind, doc.kind().as_str());
+        t.add_text(self.id, doc.id());
+        t.add_u64(self.pos, doc.pos());
+        match doc {
+            Doc::File(d) => {
+                t.add_text(self.name, &d.name);
+                t.add_text(self.path, &d.path);
+                for a in d.tree() {
+                    t.add_text(self.path_tree, a);
+                }
+                t.add_text(self.full_path, d.full_path());
+                t.add_text(self.contents, &d.contents);
+            }
+            Doc::User(d) => {
+                t.add_text(self.user_name, &d.name);
+                t.add_text(self.user_name_raw, &d.name);
+                t.add_text(self.email, &d.email);
+                t.add_text(self.dob, &d.dob);
+            }
+            Doc::Post(d) => {
+                t.add_text(self.user_id, &d.user.id);
+                t.add_text(self.user_name, &d.user.name);
+                t.add_text(self.user_name_raw, &d.user.name);
+                t.add_text(self.title, &d.title);
+                t.add_text(self.body, &d.body);
+            }
+        }
+        t
+    }
+
+    fn from_tantivy(&self, t: &TantivyDocument) -> Result<Doc, IndexError> {
+        let s = |f: Field| t.get_first(f).and_then(|v| v.as_str()).unwrap_or("").to_string();
+        let pos = t.get_first(self.pos).and_then(|v| v.as_u64()).unwrap_or(0);
+        Ok(match s(self.kind).as_str() {
+            "file" => Doc::File(FileDoc { id: s(self.id), name: s(self.name), path: s(self.path), contents: s(self.contents), pos }),
+            "user" => Doc::User(UserDoc { id: s(self.id), name: s(self.user_name), email: s(self.email), dob: s(self.dob), pos }),
+            "post" => Doc::Post(PostDoc {
+                id: s(self.id),
+                title: s(self.title),
+                body: s(self.body),
+                user: Author { id: s(self.user_id), name: s(self.user_name) },
+                pos,
+            }),
+            other => return Err(IndexError::Corrupt(format!("unknown kind {other:?}"))),
+        })
+    }
+
+    fn scan_query(&self, scan: &Scan) -> Box<dyn Query> {
+        match scan {
+            Scan::FilesWithin { path } => Box::new(BooleanQuery::new(vec![
+                (Occur::Should, self.term(self.path_tree, path)),
+                (Occur::Should, self.term(self.full_path, path)),
+            ])),
+            Scan::PostsOfUserNotNamed { user_id, name } => Box::new(BooleanQuery::new(vec![
+                (Occur::Must, self.term(self.kind, "post")),
+                (Occur::Must, self.term(self.user_id, user_id)),
+                (Occur::MustNot, self.term(self.user_name_raw, name)),
+            ])),
+        }
+    }
+}
+
+/// Streams the live documents matching `query` in `searcher`, one segment at
+/// a time (memory does not grow with the number of matches).
+fn stream(
+    searcher: &Searcher,
+    query: &dyn Query,
+    visit: &mut dyn FnMut(&StoreReader, DocId) -> Result<(), IndexError>,
+) -> Result<(), IndexError> {
+    let weight = query.weight(EnableScoring::disabled_from_searcher(searcher))?;
+    for segment in searcher.segment_readers() {
+        let store = segment.get_store_reader(16)?;
+        let mut scorer = weight.scorer(segment, 1.0)?;
+        let mut doc = scorer.doc();
+        while doc != TERMINATED {
+            if !segment.is_deleted(doc) {
+                visit(&store, doc)?;
+            }
+            doc = scorer.advance();
+        }
+    }
+    Ok(())
+}
+
+/// First live document with `term` in `searcher`.
+fn find(searcher: &Searcher, term: &Term) -> Result<Option<TantivyDocument>, IndexError> {
+    for segment in searcher.segment_readers() {
+        let inverted = segment.inverted_index(term.field())?;
+        if let Some(mut postings) = inverted.read_postings(term, IndexRecordOption::Basic)? {
+            let mut doc = postings.doc();
+            while doc != TERMINATED {
+                if !segment.is_deleted(doc) {
+                    return Ok(Some(segment.get_store_reader(1)?.get(doc)?));
+                }
+                doc = postings.advance();
+            }
+        }
+    }
+    Ok(None)
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Marker {
+    format: u32,
+    topic: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CommitPayload {
+    applied: u64,
+}
+
+/// An embedded index directory.
+#[derive(Debug, Clone)]
+pub struct EmbeddedIndex {
+    root: PathBuf,
+}
+
+impl EmbeddedIndex {
+    /// Opens (creating when missing) the index directory for `topic`, and
+    /// refuses one that belongs to another topic.
+    pub fn open(root: &Path, topic: &str) -> Result<Self, IndexError> {
+        std::fs::create_dir_all(root.join("shards"))?;
+        let marker = root.join(MARKER);
+        match std::fs::read_to_string(&marker) {
+            Ok(text) => {
+                let m: Marker = serde_json::from_str(&text).map_err(|e| IndexError::Corrupt(format!("{}: {e}", marker.display())))?;
+                if m.topic != topic {
+                    return Err(IndexError::WrongTopic { path: root.display().to_string(), found: m.topic, expected: topic.into() });
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let tmp = root.join(format!("{MARKER}.{}", std::process::id()));
+                std::fs::write(&tmp, serde_json::to_vec(&Marker { format: 1, topic: topic.into() }).expect("json"))?;
+                std::fs::rename(tmp, marker)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(EmbeddedIndex { root: root.to_path_buf() })
+    }
+
+    /// Opens an index directory that must already exist (for searches).
+    pub fn open_existing(root: &Path) -> Result<Self, IndexError> {
+        if !root.join(MARKER).exists() {
+            return Err(IndexError::Io(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("no denorm index at {} (run `denorm run` or `denorm demo` first, or pass --index)", root.display()),
+            )));
+        }
+        Ok(EmbeddedIndex { root: root.to_path_buf() })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn shard_dir(&self, partition: i32) -> PathBuf {
+        self.root.join("shards").join(format!("p{partition:04}"))
+    }
+
+    /// Opens the writer of `partition`'s shard. Fails with
+    /// [`IndexError::Locked`] while another process or thread owns it.
+    pub fn open_shard(&self, partition: i32, memory_budget: usize) -> Result<EmbeddedShard, IndexError> {
+        let dir = self.shard_dir(partition);
+        std::fs::create_dir_all(&dir)?;
+        let (schema, fields) = schema();
+        let directory = tantivy::directory::MmapDirectory::open(&dir).map_err(|e| IndexError::Backend(e.to_string()))?;
+        let index = Index::open_or_create(directory, schema)?;
+        let writer = index.writer_with_num_threads(1, memory_budget.max(15_000_000))?;
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
+        let applied = index
+            .load_metas()?
+            .payload
+            .and_then(|p| serde_json::from_str::<CommitPayload>(&p).ok())
+            .map(|p| p.applied);
+        Ok(EmbeddedShard {
+            name: format!("p{partition}"),
+            writer,
+            reader,
+            f: fields,
+            overlay: HashMap::new(),
+            dirty: false,
+            fan_out_pending: false,
+            marked: applied,
+            applied,
+        })
+    }
+
+    /// A read-only view of every shard committed so far.
+    pub fn search(&self) -> Result<EmbeddedSearch, IndexError> {
+        let mut shards = Vec::new();
+        let mut dirs: Vec<_> = std::fs::read_dir(self.root.join("shards"))?.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        dirs.sort();
+        for dir in dirs {
+            if !dir.join("meta.json").exists() {
+                continue; // being created by its first owner
+            }
+            let index = Index::open_in_dir(&dir)?;
+            let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
+            shards.push((index, reader));
+        }
+        Ok(EmbeddedSearch { shards, f: schema().1 })
+    }
+}
+
+/// Writer of one shard.
+pub struct EmbeddedShard {
+    name: String,
+    writer: IndexWriter,
+    reader: IndexReader,
+    f: Fields,
+    /// Uncommitted single-document writes (`None`: deleted), so reads see them.
+    overlay: HashMap<(Kind, String), Option<Doc>>,
+    dirty: bool,
+    /// Uncommitted fan-out rewrites, which the overlay does not hold.
+    fan_out_pending: bool,
+    marked: Option<u64>,
+    applied: Option<u64>,
+}
+
+impl EmbeddedShard {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Shard for EmbeddedShard {
+    fn get(&mut self, kind: Kind, id: &str) -> Result<Option<Doc>, IndexError> {
+        if let Some(d) = self.overlay.get(&(kind, id.to_string())) {
+            return Ok(d.clone());
+        }
+        if self.fan_out_pending {
+            self.commit()?;
+        }
+        let searcher = self.reader.searcher();
+        find(&searcher, &self.f.key_term(kind, id))?.map(|t| self.f.from_tantivy(&t)).transpose()
+    }
+
+    fn put(&mut self, doc: Doc) -> Result<(), IndexError> {
+        self.writer.delete_term(self.f.key_term(doc.kind(), doc.id()));
+        self.writer.add_document(self.f.to_tantivy(&doc))?;
+        self.overlay.insert((doc.kind(), doc.id().to_string()), Some(doc));
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn delete(&mut self, kind: Kind, id: &str) -> Result<(), IndexError> {
+        self.writer.delete_term(self.f.key_term(kind, id));
+        self.overlay.insert((kind, id.to_string()), None);
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn rewrite(
+        &mut self,
+        scan: &Scan,
+        page_size: usize,
+        rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>,
+    ) -> Result<u64, IndexError> {
+        // The scan reads committed state: make earlier writes part of it.
+        if self.dirty {
+            self.commit()?;
+        }
+        let searcher = self.reader.searcher();
+        let query = self.f.scan_query(scan);
+        let f = self.f;
+        let writer = &self.writer;
+        let mut page: Vec<Doc> = Vec::with_capacity(page_size);
+        let mut written = 0u64;
+        let mut flush = |page: &mut Vec<Doc>| -> Result<(), IndexError> {
+            for doc in page.drain(..) {
+                if let Some(new) = rewrite(&doc) {
+                    writer.delete_term(f.key_term(new.kind(), new.id()));
+                    writer.add_document(f.to_tantivy(&new))?;
+                    written += 1;
+                }
+            }
+            Ok(())
+        };
+        stream(&searcher, query.as_ref(), &mut |store, doc| {
+            page.push(f.from_tantivy(&store.get(doc)?)?);
+            if page.len() >= page_size {
+                flush(&mut page)?;
+            }
+            Ok(())
+        })?;
+        flush(&mut page)?;
+        if written > 0 {
+            self.dirty = true;
+            self.fan_out_pending = true;
+        }
+        Ok(written)
+    }
+
+    fn mark_applied(&mut self, pos: u64) {
+        self.marked = Some(pos);
+    }
+
+    fn applied(&self) -> Option<u64> {
+        self.applied
+    }
+
+    fn commit(&mut self) -> Result<(), IndexError> {
+        if !self.dirty && self.marked == self.applied {
+            return Ok(());
+        }
+        let mut prepared = self.writer.prepare_commit()?;
+        if let Some(applied) = self.marked {
+            prepared.set_payload(&serde_json::to_string(&CommitPayload { applied }).expect("json"));
+        }
+        prepared.commit()?;
+        self.reader.reload()?;
+        self.overlay.clear();
+        self.dirty = false;
+        self.fan_out_pending = false;
+        self.applied = self.marked;
+        Ok(())
+    }
+}
+
+/// Read-only view over every shard.
+pub struct EmbeddedSearch {
+    shards: Vec<(Index, IndexReader)>,
+    f: Fields,
+}
+
+impl EmbeddedSearch {
+    fn parse(&self, index: &Index, fields: Vec<Field>, text: &str) -> Result<Box<dyn Query>, IndexError> {
+        QueryParser::for_index(index, fields)
+            .parse_query(text)
+            .map_err(|e| IndexError::Backend(format!("invalid query {text:?}: {e}")))
+    }
+
+    fn file_query(&self, index: &Index, q: &FileQuery) -> Result<Box<dyn Query>, IndexError> {
+        let f = &self.f;
+        let mut must = vec![(Occur::Must, f.term(f.kind, "file"))];
+        if let Some(d) = &q.dir {
+            must.push((Occur::Must, f.term(f.path, d)));
+        }
+        if let Some(d) = &q.under {
+            must.push((Occur::Must, f.term(f.path_tree, d)));
+        }
+        if let Some(t) = &q.text {
+            must.push((Occur::Must, self.parse(index, vec![f.contents], t)?));
+        }
+        Ok(Box::new(BooleanQuery::new(must)))
+    }
+
+    fn post_query(&self, index: &Index, q: &PostQuery) -> Result<Box<dyn Query>, IndexError> {
+        let f = &self.f;
+        let mut must = vec![(Occur::Must, f.term(f.kind, "post"))];
+        if let Some(t) = &q.text {
+            must.push((Occur::Must, self.parse(index, vec![f.title, f.body], t)?));
+        }
+        if let Some(a) = &q.author {
+            must.push((Occur::Must, self.parse(index, vec![f.user_name], a)?));
+        }
+        Ok(Box::new(BooleanQuery::new(must)))
+    }
+
+    /// Best `limit` (0: all, unordered) matches over every shard.
+    fn matches(
+        &self,
+        build: &dyn Fn(&Index) -> Result<Box<dyn Query>, IndexError>,
+        limit: usize,
+        out: &mut dyn FnMut(f32, Doc),
+    ) -> Result<(), IndexError> {
+        if limit == 0 {
+            for (index, reader) in &self.shards {
+                let q = build(index)?;
+                stream(&reader.searcher(), q.as_ref(), &mut |store, doc| {
+                    out(0.0, self.f.from_tantivy(&store.get(doc)?)?);
+                    Ok(())
+                })?;
+            }
+            return Ok(());
+        }
+        let mut hits: Vec<(f32, Doc)> = Vec::new();
+        for (index, reader) in &self.shards {
+            let searcher = reader.searcher();
+            let q = build(index)?;
+            for (score, addr) in searcher.search(q.as_ref(), &TopDocs::with_limit(limit))? {
+                hits.push((score, self.f.from_tantivy(&searcher.doc(addr)?)?));
+            }
+        }
+        hits.sort_by(|a, b| b.0.total_cmp(&a.0));
+        for (score, doc) in hits.into_iter().take(limit) {
+            out(score, doc);
+        }
+        Ok(())
+    }
+
+    fn count(&self, build: &dyn Fn(&Index) -> Result<Box<dyn Query>, IndexError>) -> Result<usize, IndexError> {
+        let mut n = 0;
+        for (index, reader) in &self.shards {
+            n += reader.searcher().search(build(index)?.as_ref(), &Count)?;
+        }
+        Ok(n)
+    }
+}
+
+impl SearchIndex for EmbeddedSearch {
+    fn files(&self, q: &FileQuery, limit: usize, out: &mut dyn FnMut(FileDoc)) -> Result<(), IndexError> {
+        self.matches(&|i| self.file_query(i, q), limit, &mut |_, d| {
+            if let Doc::File(f) = d {
+                out(f)
+            }
+        })
+    }
+
+    fn posts(&self, q: &PostQuery, limit: usize, out: &mut dyn FnMut(PostDoc)) -> Result<(), IndexError> {
+        self.matches(&|i| self.post_query(i, q), limit, &mut |_, d| {
+            if let Doc::Post(p) = d {
+                out(p)
+            }
+        })
+    }
+
+    fn posts_by_author(&self, q: &PostQuery, limit: usize, per_author: usize) -> Result<Vec<AuthorGroup>, IndexError> {
+        let build = |i: &Index| self.post_query(i, q);
+        let all = self.count(&build)?;
+        let mut groups: HashMap<String, AuthorGroup> = HashMap::new();
+        // Every match, best first: an author's first hit is its best.
+        self.matches(&build, all.max(1), &mut |score, d| {
+            let Doc::Post(p) = d else { return };
+            let g = groups.entry(p.user.name.clone()).or_insert_with(|| AuthorGroup { author: p.user.name.clone(), best_score: score, posts: Vec::new() });
+            if g.posts.len() < per_author {
+                g.posts.push(p);
+            }
+        })?;
+        let mut out: Vec<AuthorGroup> = groups.into_values().collect();
+        out.sort_by(|a, b| b.best_score.total_cmp(&a.best_score).then_with(|| a.author.cmp(&b.author)));
+        if limit > 0 {
+            out.truncate(limit);
+        }
+        Ok(out)
+    }
+
+    fn dump(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
+        for (_, reader) in &self.shards {
+            stream(&reader.searcher(), &AllQuery, &mut |store, doc| {
+                out(self.f.from_tantivy(&store.get(doc)?)?);
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::apply;
+    use crate::command::Command;
+
+    fn upsert(id: &str, p: &str) -> Command {
+        Command::UpsertFile { id: id.into(), path: p.into(), contents: format!("hello {id}") }
+    }
+
+    #[test]
+    fn shard_applies_commits_and_searches() {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
+        let mut shard = idx.open_shard(0, 20_000_000).unwrap();
+        let log = [
+            upsert("a", "/c/p/es/README.txt"),
+            upsert("b", "/c/p/x.txt"),
+            Command::RenamePath { from: "/c/p".into(), to: "/c/w".into() },
+            upsert("c", "/c/w/new.txt"),
+        ];
+        for (pos, c) in log.iter().enumerate() {
+            apply(&mut shard, c, pos as u64, 1).unwrap();
+            shard.mark_applied(pos as u64);
+        }
+        shard.commit().unwrap();
+        assert_eq!(shard.applied(), Some(3));
+        let s = idx.search().unwrap();
+        let mut under = Vec::new();
+        s.files(&FileQuery { under: Some("/c/w".into()), ..Default::default() }, 0, &mut |f| under.push(f.full_path())).unwrap();
+        under.sort();
+        assert_eq!(under, vec!["/c/w/es/README.txt", "/c/w/new.txt", "/c/w/x.txt"]);
+        let mut text = Vec::new();
+        s.files(&FileQuery { text: Some("hello".into()), dir: Some("/c/w/es".into()), ..Default::default() }, 5, &mut |f| text.push(f.id)).unwrap();
+        assert_eq!(text, vec!["a"]);
+        drop(shard);
+        assert_eq!(idx.open_shard(0, 20_000_000).unwrap().applied(), Some(3));
+    }
+
+    #[test]
+    fn second_writer_of_a_shard_is_locked_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
+        let _owner = idx.open_shard(3, 20_000_000).unwrap();
+        assert!(matches!(idx.open_shard(3, 20_000_000), Err(IndexError::Locked(_))));
+    }
+
+    #[test]
+    fn refuses_an_index_of_another_topic() {
+        let dir = tempfile::tempdir().unwrap();
+        EmbeddedIndex::open(dir.path(), "a").unwrap();
+        assert!(matches!(EmbeddedIndex::open(dir.path(), "b"), Err(IndexError::WrongTopic { .. })));
+    }
+
+    #[test]
+    fn uncommitted_work_is_invisible_and_lost_on_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
+        let mut shard = idx.open_shard(0, 20_000_000).unwrap();
+        apply(&mut shard, &upsert("a", "/c/a.txt"), 0, 10).unwrap();
+        shard.mark_applied(0);
+        shard.commit().unwrap();
+        apply(&mut shard, &Command::RenamePath { from: "/c/a.txt".into(), to: "/c/b.txt".into() }, 1, 10).unwrap();
+        drop(shard); // no commit: as if the process died
+        let mut paths = Vec::new();
+        idx.search().unwrap().files(&FileQuery::default(), 0, &mut |f| paths.push(f.full_path())).unwrap();
+        assert_eq!(paths, vec!["/c/a.txt"]);
+        assert_eq!(idx.open_shard(0, 20_000_000).unwrap().applied(), Some(0));
+    }
+}

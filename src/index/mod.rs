@@ -1,0 +1,247 @@
+//! Index backends. A backend stores the three document kinds of DESIGN.md
+//! section 2 per *shard* (one shard per topic partition: every document a
+//! command can touch lives in the shard of that command's partition).
+//!
+//! The [`Shard`] trait is what the command logic in `apply/` drives; the
+//! [`SearchIndex`] trait is what `denorm search` and the model checks read.
+
+pub mod embedded;
+pub mod memory;
+
+use serde::Serialize;
+
+use crate::command::path;
+
+/// The document kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    File,
+    User,
+    Post,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::File => "file",
+            Kind::User => "user",
+            Kind::Post => "post",
+        }
+    }
+}
+
+/// A file document. `path` is the directory (exact); the tree of ancestors
+/// is derived from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileDoc {
+    pub id: String,
+    pub name: String,
+    pub path: String,
+    pub contents: String,
+    #[serde(skip)]
+    pub pos: u64,
+}
+
+impl FileDoc {
+    /// Builds the document of the file at full path `full`.
+    pub fn at(id: &str, full: &str, contents: &str, pos: u64) -> Self {
+        let (dir, name) = path::split(full);
+        FileDoc { id: id.into(), name: name.into(), path: dir.into(), contents: contents.into(), pos }
+    }
+
+    pub fn full_path(&self) -> String {
+        if self.path == "/" {
+            format!("/{}", self.name)
+        } else {
+            format!("{}/{}", self.path, self.name)
+        }
+    }
+
+    /// `path.tree`: every ancestor of `path` and `path` itself.
+    pub fn tree(&self) -> Vec<String> {
+        path::tree(&self.path)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UserDoc {
+    pub id: String,
+    pub name: String,
+    pub email: String,
+    pub dob: String,
+    #[serde(skip)]
+    pub pos: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Author {
+    pub id: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PostDoc {
+    pub id: String,
+    pub title: String,
+    pub body: String,
+    pub user: Author,
+    #[serde(skip)]
+    pub pos: u64,
+}
+
+/// Any document. `pos` is the log position (offset within the shard's
+/// partition) of the command that last wrote it: the idempotence guard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Doc {
+    File(FileDoc),
+    User(UserDoc),
+    Post(PostDoc),
+}
+
+impl Doc {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Doc::File(_) => Kind::File,
+            Doc::User(_) => Kind::User,
+            Doc::Post(_) => Kind::Post,
+        }
+    }
+    pub fn id(&self) -> &str {
+        match self {
+            Doc::File(d) => &d.id,
+            Doc::User(d) => &d.id,
+            Doc::Post(d) => &d.id,
+        }
+    }
+    pub fn pos(&self) -> u64 {
+        match self {
+            Doc::File(d) => d.pos,
+            Doc::User(d) => d.pos,
+            Doc::Post(d) => d.pos,
+        }
+    }
+    /// The same document without its bookkeeping, for comparisons.
+    pub fn without_pos(mut self) -> Doc {
+        match &mut self {
+            Doc::File(d) => d.pos = 0,
+            Doc::User(d) => d.pos = 0,
+            Doc::Post(d) => d.pos = 0,
+        }
+        self
+    }
+}
+
+/// The documents a fan-out command reads, streamed in pages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scan {
+    /// Files whose full path is `path` or lies beneath the directory `path`.
+    FilesWithin { path: String },
+    /// Posts of `user_id` whose copied author name differs from `name`.
+    PostsOfUserNotNamed { user_id: String, name: String },
+}
+
+impl Scan {
+    /// The scan's definition, used by the in-memory backend; the other
+    /// backends translate it into their query language.
+    pub fn matches(&self, doc: &Doc) -> bool {
+        match (self, doc) {
+            (Scan::FilesWithin { path: p }, Doc::File(f)) => path::is_within(&f.full_path(), p),
+            (Scan::PostsOfUserNotNamed { user_id, name }, Doc::Post(d)) => {
+                &d.user.id == user_id && &d.user.name != name
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Failures of an index backend.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("shard {0} is locked by another writer")]
+    Locked(String),
+    #[error("index i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("index error: {0}")]
+    Backend(String),
+    #[error("index at {path} belongs to topic {found:?}, not {expected:?}")]
+    WrongTopic { path: String, found: String, expected: String },
+    #[error("stored document is malformed: {0}")]
+    Corrupt(String),
+}
+
+impl IndexError {
+    /// Whether retrying the same operation later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, IndexError::Locked(_) | IndexError::Io(_) | IndexError::Backend(_))
+    }
+}
+
+/// One shard's writer: the operations the command logic needs.
+///
+/// Writes become durable and visible at [`Shard::commit`]. A backend may
+/// commit earlier on its own (before a read that must see pending writes);
+/// such a commit records the last position given to [`Shard::mark_applied`],
+/// so a command interrupted after it is re-applied, which the position
+/// guards in `apply/` make harmless.
+pub trait Shard {
+    /// The document `kind`/`id` including uncommitted writes of this shard.
+    fn get(&mut self, kind: Kind, id: &str) -> Result<Option<Doc>, IndexError>;
+    /// Creates or replaces the document with the same kind and id.
+    fn put(&mut self, doc: Doc) -> Result<(), IndexError>;
+    fn delete(&mut self, kind: Kind, id: &str) -> Result<(), IndexError>;
+    /// Streams the documents matching `scan` in pages of `page_size` and
+    /// replaces each one for which `rewrite` returns a new version. Returns
+    /// the number of documents rewritten.
+    fn rewrite(
+        &mut self,
+        scan: &Scan,
+        page_size: usize,
+        rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>,
+    ) -> Result<u64, IndexError>;
+    /// Records that every command up to and including `pos` is applied.
+    fn mark_applied(&mut self, pos: u64);
+    /// The last position durably applied (survives restarts).
+    fn applied(&self) -> Option<u64>;
+    /// Makes every write so far durable and searchable, with the position
+    /// last marked applied.
+    fn commit(&mut self) -> Result<(), IndexError>;
+}
+
+/// Filters of `denorm search files`.
+#[derive(Debug, Clone, Default)]
+pub struct FileQuery {
+    /// Exact directory.
+    pub dir: Option<String>,
+    /// Whole subtree.
+    pub under: Option<String>,
+    /// Full text on contents.
+    pub text: Option<String>,
+}
+
+/// Filters of `denorm search posts`.
+#[derive(Debug, Clone, Default)]
+pub struct PostQuery {
+    pub text: Option<String>,
+    pub author: Option<String>,
+}
+
+/// Posts of one author, for group-by-author.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuthorGroup {
+    pub author: String,
+    pub best_score: f32,
+    pub posts: Vec<PostDoc>,
+}
+
+/// Read side of an index: what `denorm search` and the model checks use.
+pub trait SearchIndex {
+    /// Files matching `q`, best first; `limit` 0 streams every match.
+    fn files(&self, q: &FileQuery, limit: usize, out: &mut dyn FnMut(FileDoc)) -> Result<(), IndexError>;
+    /// Posts matching `q`, best first; `limit` 0 streams every match.
+    fn posts(&self, q: &PostQuery, limit: usize, out: &mut dyn FnMut(PostDoc)) -> Result<(), IndexError>;
+    /// Authors ordered by their best-scoring matching post, each with its
+    /// `per_author` best posts; `limit` authors (0: all).
+    fn posts_by_author(&self, q: &PostQuery, limit: usize, per_author: usize) -> Result<Vec<AuthorGroup>, IndexError>;
+    /// Every document of every shard, without bookkeeping.
+    fn dump(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError>;
+}

@@ -1,0 +1,174 @@
+//! Kafka plumbing shared by the producer, the worker and the operator
+//! commands: client configuration, topic creation, consumer-group lag.
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::{Offset, TopicPartitionList};
+use serde::Serialize;
+
+/// Default timeout of metadata, offset and admin requests.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the commands live.
+#[derive(Debug, Clone)]
+pub struct KafkaConfig {
+    /// Bootstrap servers, `host:port[,host:port]`.
+    pub brokers: String,
+    pub topic: String,
+    /// Partitions of the topic when denorm creates it.
+    pub partitions: i32,
+    /// Replication factor of the topic when denorm creates it.
+    pub replication: i32,
+    /// Raw librdkafka options passed through (`key=value`).
+    pub options: Vec<(String, String)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaSetupError {
+    #[error("kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("creating topic {topic}: {code}")]
+    CreateTopic { topic: String, code: RDKafkaErrorCode },
+    #[error("topic {0} does not exist")]
+    MissingTopic(String),
+}
+
+impl KafkaConfig {
+    pub fn new(brokers: impl Into<String>, topic: impl Into<String>) -> Self {
+        KafkaConfig { brokers: brokers.into(), topic: topic.into(), partitions: 12, replication: 1, options: Vec::new() }
+    }
+
+    /// Base client configuration: bootstrap servers plus the pass-through options.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.brokers);
+        for (k, v) in &self.options {
+            c.set(k, v);
+        }
+        c
+    }
+
+    /// Number of partitions of the topic, `None` when it does not exist.
+    pub fn topic_partitions(&self) -> Result<Option<i32>, KafkaSetupError> {
+        let consumer: BaseConsumer = self.client_config().create()?;
+        let md = consumer.fetch_metadata(Some(&self.topic), REQUEST_TIMEOUT)?;
+        Ok(md
+            .topics()
+            .iter()
+            .find(|t| t.name() == self.topic && t.error().is_none() && !t.partitions().is_empty())
+            .map(|t| t.partitions().len() as i32))
+    }
+
+    /// Creates the topic with `partitions` when it is missing. Returns its
+    /// partition count.
+    pub async fn ensure_topic(&self) -> Result<i32, KafkaSetupError> {
+        let this = self.clone();
+        if let Some(n) = tokio::task::spawn_blocking(move || this.topic_partitions()).await.expect("join")? {
+            return Ok(n);
+        }
+        let admin: AdminClient<DefaultClientContext> = self.client_config().create()?;
+        let topic = NewTopic::new(&self.topic, self.partitions, TopicReplication::Fixed(self.replication));
+        let opts = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT));
+        for result in admin.create_topics([&topic], &opts).await? {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((topic, code)) => return Err(KafkaSetupError::CreateTopic { topic, code }),
+            }
+        }
+        // Wait until the metadata shows it.
+        for _ in 0..100 {
+            let this = self.clone();
+            if let Some(n) = tokio::task::spawn_blocking(move || this.topic_partitions()).await.expect("join")? {
+                return Ok(n);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(KafkaSetupError::MissingTopic(self.topic.clone()))
+    }
+}
+
+/// Lag of one partition for a consumer group.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PartitionLag {
+    pub partition: i32,
+    /// Committed offset (next message to apply); 0 when nothing is committed.
+    pub committed: i64,
+    /// End offset (high watermark).
+    pub end: i64,
+    pub lag: i64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LagReport {
+    pub total: i64,
+    pub partitions: Vec<PartitionLag>,
+}
+
+/// Committed offset, end offset and lag of every partition of the topic for
+/// `group`. Blocking.
+pub fn group_lag(cfg: &KafkaConfig, group: &str) -> Result<LagReport, KafkaSetupError> {
+    let mut c = cfg.client_config();
+    c.set("group.id", group).set("enable.auto.commit", "false");
+    let consumer: BaseConsumer = c.create()?;
+    let partitions = cfg.topic_partitions()?.ok_or_else(|| KafkaSetupError::MissingTopic(cfg.topic.clone()))?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(&cfg.topic, p);
+    }
+    let committed = consumer.committed_offsets(tpl, REQUEST_TIMEOUT)?;
+    let mut out = Vec::new();
+    for p in 0..partitions {
+        let (low, end) = consumer.fetch_watermarks(&cfg.topic, p, REQUEST_TIMEOUT)?;
+        let committed = match committed.find_partition(&cfg.topic, p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => o,
+            _ => low.max(0),
+        };
+        out.push(PartitionLag { partition: p, committed, end, lag: (end - committed).max(0) });
+    }
+    Ok(LagReport { total: out.iter().map(|p| p.lag).sum(), partitions: out })
+}
+
+/// Polls the group's lag until every partition's committed offset reaches
+/// its end offset and at least `min_end` messages exist in the topic, or
+/// `timeout` passes. `progress` sees each report. Blocking.
+pub fn wait_until_applied(
+    cfg: &KafkaConfig,
+    group: &str,
+    min_end: i64,
+    timeout: Duration,
+    mut progress: impl FnMut(&LagReport),
+) -> Result<LagReport, WaitError> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut last = None;
+    loop {
+        match group_lag(cfg, group) {
+            Ok(r) => {
+                progress(&r);
+                let end: i64 = r.partitions.iter().map(|p| p.end).sum();
+                if r.total == 0 && end >= min_end {
+                    return Ok(r);
+                }
+                last = Some(r);
+            }
+            Err(e) if std::time::Instant::now() >= deadline => return Err(WaitError::Kafka(e)),
+            Err(_) => {}
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(WaitError::Timeout(last));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WaitError {
+    #[error("timed out waiting for the group to apply everything (last lag report: {0:?})")]
+    Timeout(Option<LagReport>),
+    #[error(transparent)]
+    Kafka(KafkaSetupError),
+}

@@ -1,0 +1,15 @@
+//! denorm: a Kafka-driven, event-sourced indexing pipeline for denormalized
+//! search documents. See README.md for the architecture.
+
+pub mod apply;
+pub mod codec;
+pub mod command;
+pub mod index;
+pub mod model;
+pub mod http;
+pub mod kafka;
+pub mod metrics;
+pub mod produce;
+pub mod worker;
+pub mod cli;
+pub mod demo;

@@ -1,0 +1,58 @@
+//! Every metric denorm exports: name, unit and description in one place.
+//! Names follow `denorm_<subsystem>_<thing>_<unit>`; counters end in
+//! `_total`; labels are low-cardinality (partition, command type, outcome).
+
+use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub const CONSUMER_LAG_MESSAGES: &str = "denorm_consumer_lag_messages";
+pub const CONSUMER_LAG_SECONDS: &str = "denorm_consumer_lag_seconds";
+pub const COMMANDS_TOTAL: &str = "denorm_commands_total";
+pub const COMMAND_DOCUMENTS: &str = "denorm_command_documents";
+pub const COMMAND_SECONDS: &str = "denorm_command_apply_seconds";
+pub const INDEX_COMMIT_SECONDS: &str = "denorm_index_commit_seconds";
+pub const INDEX_RETRIES_TOTAL: &str = "denorm_index_retries_total";
+pub const REBALANCES_TOTAL: &str = "denorm_consumer_rebalances_total";
+pub const ASSIGNED_PARTITIONS: &str = "denorm_consumer_assigned_partitions";
+pub const OFFSET_COMMITS_TOTAL: &str = "denorm_consumer_offset_commits_total";
+
+/// Outcomes of a command (label `outcome` of [`COMMANDS_TOTAL`]).
+pub mod outcome {
+    /// Applied to the index.
+    pub const APPLIED: &str = "applied";
+    /// Already applied before (redelivery); skipped.
+    pub const DUPLICATE: &str = "duplicate";
+    /// Could not be decoded; skipped.
+    pub const UNDECODABLE: &str = "undecodable";
+    /// Decoded but invalid; skipped.
+    pub const INVALID: &str = "invalid";
+    /// Rejected for good by the index; skipped.
+    pub const FAILED: &str = "failed";
+}
+
+fn describe() {
+    describe_gauge!(CONSUMER_LAG_MESSAGES, Unit::Count, "Messages in the partition not yet applied (end offset minus next offset to apply).");
+    describe_gauge!(CONSUMER_LAG_SECONDS, Unit::Seconds, "Age of the oldest fetched message of the partition not yet applied; 0 when caught up.");
+    describe_counter!(COMMANDS_TOTAL, Unit::Count, "Commands handled, by type and outcome.");
+    describe_histogram!(COMMAND_DOCUMENTS, Unit::Count, "Documents written per command, by type.");
+    describe_histogram!(COMMAND_SECONDS, Unit::Seconds, "Time to apply one command (before the index commit), by type.");
+    describe_histogram!(INDEX_COMMIT_SECONDS, Unit::Seconds, "Latency of durable index commits.");
+    describe_counter!(INDEX_RETRIES_TOTAL, Unit::Count, "Index operations retried after a transient failure.");
+    describe_counter!(REBALANCES_TOTAL, Unit::Count, "Consumer-group rebalances seen, by kind (assign, revoke).");
+    describe_gauge!(ASSIGNED_PARTITIONS, Unit::Count, "Partitions currently assigned to this worker.");
+    describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");
+}
+
+/// Installs the global Prometheus recorder and returns its handle.
+pub fn install() -> Result<PrometheusHandle, String> {
+    let seconds = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+    let documents = [0.0, 1.0, 10.0, 100.0, 1_000.0, 10_000.0, 100_000.0, 1_000_000.0];
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &seconds)
+        .and_then(|b| b.set_buckets_for_metric(Matcher::Full(COMMAND_DOCUMENTS.into()), &documents))
+        .map_err(|e| e.to_string())?
+        .install_recorder()
+        .map_err(|e| e.to_string())?;
+    describe();
+    Ok(handle)
+}

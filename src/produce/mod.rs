@@ -1,0 +1,155 @@
+//! The producer library: typed commands in, (partition, offset) out. The key
+//! is derived from the command, so a caller cannot get the ordering domain
+//! wrong; settings are idempotent with `acks=all`.
+
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+use rdkafka::util::Timeout;
+
+use crate::codec::Codec;
+use crate::command::{Command, CommandError, Envelope};
+use crate::kafka::KafkaConfig;
+
+/// Where a command landed in the log. Wait until the worker group's
+/// committed offset of `partition` passes `offset` to read your own write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Delivery {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProduceError {
+    #[error("invalid command: {0}")]
+    Invalid(#[from] CommandError),
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+}
+
+impl ProduceError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ProduceError::Kafka(_))
+    }
+}
+
+pub struct Producer {
+    inner: FutureProducer,
+    topic: String,
+    codec: Codec,
+}
+
+/// Header naming the command type, for tools that do not decode Avro.
+pub const TYPE_HEADER: &str = "denorm.type";
+/// Header carrying the command id.
+pub const ID_HEADER: &str = "denorm.command_id";
+
+impl Producer {
+    pub fn new(cfg: &KafkaConfig) -> Result<Self, ProduceError> {
+        let mut c = cfg.client_config();
+        // Java's default partitioner, so producers in any language agree on
+        // the partition of a key.
+        c.set("partitioner", "murmur2_random")
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .set("message.timeout.ms", "120000");
+        for (k, v) in &cfg.options {
+            c.set(k, v);
+        }
+        Ok(Producer { inner: c.create()?, topic: cfg.topic.clone(), codec: Codec::new() })
+    }
+
+    /// Validates and sends one command.
+    pub async fn send(&self, command: Command) -> Result<Delivery, ProduceError> {
+        command.validate()?;
+        self.send_envelope(&Envelope::new(command)).await
+    }
+
+    /// Sends a command with a caller-made envelope. The command is validated.
+    pub async fn send_envelope(&self, e: &Envelope) -> Result<Delivery, ProduceError> {
+        e.command.validate()?;
+        let ack = self.enqueue(e).await?;
+        ack.await
+    }
+
+    /// Hands the command to the client (in call order, which is log order per
+    /// key) and returns the future of its acknowledgement.
+    async fn enqueue(
+        &self,
+        e: &Envelope,
+    ) -> Result<impl std::future::Future<Output = Result<Delivery, ProduceError>>, ProduceError> {
+        let payload = self.codec.encode(e);
+        let key = e.command.key();
+        loop {
+            let headers = OwnedHeaders::new()
+                .insert(Header { key: TYPE_HEADER, value: Some(e.command.kind()) })
+                .insert(Header { key: ID_HEADER, value: Some(&e.command_id) });
+            let record = FutureRecord::to(&self.topic).key(key).payload(&payload).headers(headers);
+            match self.inner.send_result(record) {
+                Ok(ack) => {
+                    return Ok(async move {
+                        match ack.await {
+                            Ok(Ok(d)) => Ok(Delivery { partition: d.partition, offset: d.offset }),
+                            Ok(Err((e, _))) => Err(e.into()),
+                            Err(_) => Err(rdkafka::error::KafkaError::Canceled.into()),
+                        }
+                    })
+                }
+                Err((rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), _)) => {
+                    // The client's queue is full: let deliveries drain.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err((e, _)) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Sends every command (all validated first: nothing is sent when one is
+    /// invalid), keeping at most `in_flight` unacknowledged, and calls
+    /// `progress` with the number acknowledged so far. Deliveries are
+    /// returned in input order, and the log order of the commands of one key
+    /// is their input order.
+    pub async fn send_all(
+        &self,
+        commands: Vec<Command>,
+        in_flight: usize,
+        mut progress: impl FnMut(usize),
+    ) -> Result<Vec<Delivery>, ProduceError> {
+        for c in &commands {
+            c.validate()?;
+        }
+        let n = commands.len();
+        let mut out = vec![Delivery { partition: -1, offset: -1 }; n];
+        let mut pending = FuturesUnordered::new();
+        let mut done = 0;
+        let mut record = |i: usize, r: Result<Delivery, ProduceError>, done: &mut usize| -> Result<(), ProduceError> {
+            out[i] = r?;
+            *done += 1;
+            if *done % 1000 == 0 || *done == n {
+                progress(*done);
+            }
+            Ok(())
+        };
+        for (i, c) in commands.into_iter().enumerate() {
+            while pending.len() >= in_flight.max(1) {
+                let (j, r) = pending.next().await.expect("pending is not empty");
+                record(j, r, &mut done)?;
+            }
+            let ack = self.enqueue(&Envelope::new(c)).await?;
+            pending.push(async move { (i, ack.await) });
+        }
+        while let Some((j, r)) = pending.next().await {
+            record(j, r, &mut done)?;
+        }
+        Ok(out)
+    }
+
+    /// Waits until everything sent has been acknowledged.
+    pub fn flush(&self) -> Result<(), ProduceError> {
+        self.inner.flush(Timeout::After(Duration::from_secs(120)))?;
+        Ok(())
+    }
+}

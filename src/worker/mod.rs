@@ -1,0 +1,366 @@
+//! The worker (`denorm run`): a consumer-group member that applies commands
+//! in per-partition log order (hence per-key order), commits Kafka offsets
+//! only past commands whose effects are durable in the index, and drains and
+//! commits revoked partitions before a rebalance releases them.
+//!
+//! Threads: one consumer thread polls Kafka, dispatches each message to its
+//! partition's applier over a bounded queue (pausing the partition when the
+//! queue is full) and commits offsets; one applier thread per partition owns
+//! that partition's shard writer (see [`partition`]).
+
+mod partition;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use metrics::{counter, gauge};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaResult;
+use rdkafka::message::Message;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tracing::{error, info, warn};
+
+use crate::codec::Codec;
+use crate::http::Health;
+use crate::index::embedded::EmbeddedIndex;
+use crate::index::IndexError;
+use crate::kafka::KafkaConfig;
+use crate::metrics as m;
+use partition::Partition;
+
+/// Worker settings. Defaults in [`WorkerConfig::new`].
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub kafka: KafkaConfig,
+    /// Consumer group id.
+    pub group: String,
+    /// Embedded index directory.
+    pub index: PathBuf,
+    /// Most commands applied between two index commits (default 500).
+    pub max_batch: usize,
+    /// Documents read per page of a fan-out scan (default 1000).
+    pub page_size: usize,
+    /// Indexing memory budget of one shard writer in bytes (default 64 MiB).
+    pub index_memory: usize,
+    /// Messages queued per partition before it is paused (default 1000).
+    pub queue_capacity: usize,
+    /// How often durable progress is committed to Kafka (default 1 s).
+    pub commit_interval: Duration,
+    /// Longest wait between retries of a transient failure (default 30 s).
+    pub retry_backoff_max: Duration,
+    /// How often lag gauges are refreshed (default 5 s).
+    pub lag_interval: Duration,
+}
+
+impl WorkerConfig {
+    pub fn new(kafka: KafkaConfig, group: impl Into<String>, index: impl Into<PathBuf>) -> Self {
+        WorkerConfig {
+            kafka,
+            group: group.into(),
+            index: index.into(),
+            max_batch: 500,
+            page_size: crate::apply::DEFAULT_PAGE_SIZE,
+            index_memory: 64 << 20,
+            queue_capacity: 1000,
+            commit_interval: Duration::from_secs(1),
+            retry_backoff_max: Duration::from_secs(30),
+            lag_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error(transparent)]
+    Index(IndexError),
+    #[error("a partition applier panicked")]
+    Panicked,
+}
+
+/// Running totals, for the demo's report and tests.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Commands applied.
+    pub applied: AtomicU64,
+    /// Documents written.
+    pub documents: AtomicU64,
+    /// Messages skipped (undecodable, invalid, rejected).
+    pub skipped: AtomicU64,
+    /// Documents of the largest fan-out, and its duration in microseconds.
+    pub largest_fan_out_documents: AtomicU64,
+    pub largest_fan_out_micros: AtomicU64,
+}
+
+impl Stats {
+    fn record(&self, docs: u64, fan_out: bool, elapsed: Duration) {
+        self.applied.fetch_add(1, Ordering::Relaxed);
+        self.documents.fetch_add(docs, Ordering::Relaxed);
+        if fan_out && docs > self.largest_fan_out_documents.load(Ordering::Relaxed) {
+            self.largest_fan_out_documents.store(docs, Ordering::Relaxed);
+            self.largest_fan_out_micros.store(elapsed.as_micros() as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What every applier shares.
+pub(crate) struct Shared {
+    cfg: WorkerConfig,
+    index: EmbeddedIndex,
+    codec: Codec,
+    stats: Arc<Stats>,
+}
+
+struct WorkerContext {
+    shared: Arc<Shared>,
+    parts: Mutex<HashMap<i32, Partition>>,
+    health: Arc<Health>,
+    /// First fatal error of an applier.
+    fatal: Mutex<Option<WorkerError>>,
+}
+
+impl ClientContext for WorkerContext {}
+
+impl ConsumerContext for WorkerContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(tpl) => {
+                counter!(m::REBALANCES_TOTAL, "kind" => "revoke").increment(1);
+                let revoked: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+                info!(partitions = ?revoked, "partitions revoked, draining");
+                let mut parts = self.parts.lock().expect("parts lock");
+                let drained = drain(&mut parts, &revoked, self);
+                drop(parts);
+                commit(consumer, &self.shared.cfg.kafka.topic, &drained, CommitMode::Sync);
+                self.health.ready.store(false, Ordering::SeqCst);
+            }
+            Rebalance::Assign(tpl) => {
+                counter!(m::REBALANCES_TOTAL, "kind" => "assign").increment(1);
+                gauge!(m::ASSIGNED_PARTITIONS).set(tpl.count() as f64);
+                let assigned: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+                info!(partitions = ?assigned, "partitions assigned");
+            }
+            Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(_) = rebalance {
+            self.health.ready.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        if let Err(e) = result {
+            warn!(error = %e, "offset commit failed (retried at the next interval)");
+        }
+    }
+}
+
+/// Stops the appliers of `partitions`, waits for them, and returns the
+/// offsets to commit for them.
+fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx: &WorkerContext) -> Vec<(i32, i64)> {
+    for p in partitions {
+        if let Some(part) = parts.get(p) {
+            part.stop.store(true, Ordering::SeqCst);
+        }
+    }
+    let mut out = Vec::new();
+    for p in partitions {
+        if let Some(mut part) = parts.remove(p) {
+            let (result, next) = part.join();
+            if let Err(e) = result {
+                error!(partition = p, error = %e, "partition applier failed");
+                ctx.fatal.lock().expect("fatal lock").get_or_insert(e);
+            }
+            if next > part.committed {
+                out.push((*p, next));
+            }
+            gauge!(m::CONSUMER_LAG_SECONDS, "partition" => p.to_string()).set(0.0);
+        }
+    }
+    out
+}
+
+fn commit(consumer: &BaseConsumer<WorkerContext>, topic: &str, offsets: &[(i32, i64)], mode: CommitMode) -> bool {
+    if offsets.is_empty() {
+        return true;
+    }
+    let mut tpl = TopicPartitionList::new();
+    for &(p, o) in offsets {
+        let _ = tpl.add_partition_offset(topic, p, Offset::Offset(o));
+    }
+    let label = if matches!(mode, CommitMode::Sync) { "sync" } else { "async" };
+    counter!(m::OFFSET_COMMITS_TOTAL, "mode" => label).increment(1);
+    match consumer.commit(&tpl, mode) {
+        Ok(()) => true,
+        Err(e) => {
+            warn!(error = %e, "offset commit failed");
+            false
+        }
+    }
+}
+
+/// Runs a worker until `shutdown` is set, then drains, commits and leaves
+/// the group. Blocking.
+pub fn run(cfg: WorkerConfig, shutdown: Arc<AtomicBool>, health: Arc<Health>, stats: Arc<Stats>) -> Result<(), WorkerError> {
+    let index = EmbeddedIndex::open(&cfg.index, &cfg.kafka.topic).map_err(WorkerError::Index)?;
+    let topic = cfg.kafka.topic.clone();
+    let mut cc = cfg.kafka.client_config();
+    cc.set("group.id", &cfg.group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false");
+    for (k, v) in &cfg.kafka.options {
+        cc.set(k, v);
+    }
+    let commit_interval = cfg.commit_interval;
+    let lag_interval = cfg.lag_interval;
+    let shared = Arc::new(Shared { cfg, index, codec: Codec::new(), stats });
+    let ctx = WorkerContext { shared: shared.clone(), parts: Mutex::new(HashMap::new()), health: health.clone(), fatal: Mutex::new(None) };
+    let consumer: BaseConsumer<WorkerContext> = cc.create_with_context(ctx)?;
+    consumer.subscribe(&[&topic])?;
+    info!(topic = %topic, group = %shared.cfg.group, index = %shared.cfg.index.display(), "worker started");
+
+    let mut last_commit = Instant::now();
+    let mut last_lag = Instant::now();
+    while !shutdown.load(Ordering::SeqCst) {
+        health.beat();
+        let polled = consumer.poll(Duration::from_millis(50));
+        let ctx = consumer.context();
+        match polled {
+            Some(Ok(msg)) => dispatch(&consumer, msg.detach()),
+            Some(Err(e)) => warn!(error = %e, "kafka consumer error"),
+            None => {}
+        }
+        pump(&consumer);
+        if ctx.parts.lock().expect("parts lock").values().any(|p| p.finished()) {
+            // An applier only ends by itself on a fatal error.
+            let mut parts = ctx.parts.lock().expect("parts lock");
+            let dead: Vec<i32> = parts.iter().filter(|(_, p)| p.finished()).map(|(k, _)| *k).collect();
+            let offsets = drain(&mut parts, &dead, ctx);
+            drop(parts);
+            commit(&consumer, &topic, &offsets, CommitMode::Sync);
+        }
+        if ctx.fatal.lock().expect("fatal lock").is_some() {
+            break;
+        }
+        if last_commit.elapsed() >= commit_interval {
+            last_commit = Instant::now();
+            let mut parts = ctx.parts.lock().expect("parts lock");
+            let offsets: Vec<(i32, i64)> = parts
+                .iter()
+                .filter_map(|(p, part)| {
+                    let next = part.next.load(Ordering::SeqCst);
+                    (next > part.committed).then_some((*p, next))
+                })
+                .collect();
+            if commit(&consumer, &topic, &offsets, CommitMode::Async) {
+                for (p, o) in &offsets {
+                    if let Some(part) = parts.get_mut(p) {
+                        part.committed = *o;
+                    }
+                }
+            }
+        }
+        if last_lag.elapsed() >= lag_interval {
+            last_lag = Instant::now();
+            update_lag(&consumer, &topic);
+        }
+    }
+
+    info!("shutting down: draining partitions");
+    let ctx = consumer.context();
+    let mut parts = ctx.parts.lock().expect("parts lock");
+    let all: Vec<i32> = parts.keys().copied().collect();
+    let offsets = drain(&mut parts, &all, ctx);
+    drop(parts);
+    commit(&consumer, &topic, &offsets, CommitMode::Sync);
+    consumer.unsubscribe();
+    let fatal = ctx.fatal.lock().expect("fatal lock").take();
+    drop(consumer);
+    info!("worker stopped");
+    match fatal {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn dispatch(consumer: &BaseConsumer<WorkerContext>, msg: rdkafka::message::OwnedMessage) {
+    let ctx = consumer.context();
+    let mut parts = ctx.parts.lock().expect("parts lock");
+    let p = msg.partition();
+    let part = parts.entry(p).or_insert_with(|| Partition::spawn(p, ctx.shared.clone()));
+    if !part.pending.is_empty() {
+        part.pending.push_back(msg);
+        return;
+    }
+    match part.tx.try_send(msg) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::TrySendError::Full(msg)) | Err(std::sync::mpsc::TrySendError::Disconnected(msg)) => {
+            part.pending.push_back(msg);
+            if !part.paused {
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition(msg_topic(ctx), p);
+                if consumer.pause(&tpl).is_ok() {
+                    part.paused = true;
+                }
+            }
+        }
+    }
+}
+
+fn msg_topic(ctx: &WorkerContext) -> &str {
+    &ctx.shared.cfg.kafka.topic
+}
+
+/// Moves pending messages into appliers' queues; resumes drained partitions.
+fn pump(consumer: &BaseConsumer<WorkerContext>) {
+    let ctx = consumer.context();
+    let mut parts = ctx.parts.lock().expect("parts lock");
+    for (p, part) in parts.iter_mut() {
+        while let Some(msg) = part.pending.pop_front() {
+            if let Err(e) = part.tx.try_send(msg) {
+                let msg = match e {
+                    std::sync::mpsc::TrySendError::Full(m) | std::sync::mpsc::TrySendError::Disconnected(m) => m,
+                };
+                part.pending.push_front(msg);
+                break;
+            }
+        }
+        if part.pending.is_empty() && part.paused {
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(msg_topic(ctx), *p);
+            if consumer.resume(&tpl).is_ok() {
+                part.paused = false;
+            }
+        }
+    }
+}
+
+/// Refreshes `denorm_consumer_lag_messages` for every assigned partition.
+fn update_lag(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
+    let Ok(assignment) = consumer.assignment() else { return };
+    let committed = consumer.committed_offsets(assignment.clone(), Duration::from_secs(2)).ok();
+    let ctx = consumer.context();
+    for e in assignment.elements() {
+        let p = e.partition();
+        let Ok((low, high)) = consumer.fetch_watermarks(topic, p, Duration::from_secs(2)) else { continue };
+        let applied_next = ctx.parts.lock().expect("parts lock").get(&p).map(|x| x.next.load(Ordering::SeqCst)).unwrap_or(-1);
+        let committed_next = committed
+            .as_ref()
+            .and_then(|c| c.find_partition(topic, p))
+            .and_then(|e| match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            })
+            .unwrap_or(low);
+        let next = applied_next.max(committed_next).max(low);
+        gauge!(m::CONSUMER_LAG_MESSAGES, "partition" => p.to_string()).set((high - next).max(0) as f64);
+    }
+}

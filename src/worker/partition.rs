@@ -1,0 +1,267 @@
+//! One partition's applier: owns the partition's shard writer, applies its
+//! messages in log order, commits the index, then publishes the next offset
+//! that may be committed to Kafka.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use metrics::{counter, gauge, histogram};
+use rdkafka::message::{Message, OwnedMessage};
+use tracing::{debug, error, info, warn};
+
+use super::{Shared, WorkerError};
+use crate::apply::apply;
+use crate::index::embedded::EmbeddedShard;
+use crate::index::{IndexError, Shard};
+use crate::metrics::{self as m, outcome};
+
+/// The consumer thread's handle on one partition's applier.
+pub(crate) struct Partition {
+    pub tx: SyncSender<OwnedMessage>,
+    pub stop: Arc<AtomicBool>,
+    /// Next offset whose predecessors are durably applied (-1: none yet).
+    pub next: Arc<AtomicI64>,
+    /// Last offset committed to Kafka by the consumer thread.
+    pub committed: i64,
+    /// Messages fetched while the applier's queue was full.
+    pub pending: std::collections::VecDeque<OwnedMessage>,
+    pub paused: bool,
+    join: Option<JoinHandle<Result<(), WorkerError>>>,
+}
+
+impl Partition {
+    pub fn spawn(partition: i32, shared: Arc<Shared>) -> Self {
+        let (tx, rx) = std::sync::mpsc::sync_channel(shared.cfg.queue_capacity.max(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let next = Arc::new(AtomicI64::new(-1));
+        let (s, n) = (stop.clone(), next.clone());
+        let join = std::thread::Builder::new()
+            .name(format!("denorm-p{partition}"))
+            .spawn(move || Applier { partition, shared, stop: s, next: n, label: partition.to_string() }.run(rx))
+            .expect("spawn partition thread");
+        Partition { tx, stop, next, committed: -1, pending: Default::default(), paused: false, join: Some(join) }
+    }
+
+    pub fn finished(&self) -> bool {
+        self.join.as_ref().is_none_or(|j| j.is_finished())
+    }
+
+    /// Waits for the applier to finish (after [`Partition::stop`] was set or
+    /// on its own). Returns its result and the next committable offset.
+    pub fn join(&mut self) -> (Result<(), WorkerError>, i64) {
+        let r = match self.join.take() {
+            Some(j) => j.join().unwrap_or_else(|_| Err(WorkerError::Panicked)),
+            None => Ok(()),
+        };
+        (r, self.next.load(Ordering::SeqCst))
+    }
+}
+
+struct Applier {
+    partition: i32,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    next: Arc<AtomicI64>,
+    label: String,
+}
+
+/// What became of one message.
+enum Handled {
+    /// Applied or skipped for good: the offset may be committed.
+    Done { fan_out: bool },
+    /// Already applied before (redelivery).
+    Duplicate,
+    /// Stop was requested while retrying: leave it to the next owner.
+    Interrupted,
+}
+
+impl Applier {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    fn run(self, rx: Receiver<OwnedMessage>) -> Result<(), WorkerError> {
+        let Some(mut shard) = self.open_shard()? else { return Ok(()) };
+        if let Some(a) = shard.applied() {
+            self.next.store(a as i64 + 1, Ordering::SeqCst);
+        }
+        info!(partition = self.partition, applied = ?shard.applied(), "partition assigned, shard open");
+        let max_batch = self.shared.cfg.max_batch.max(1);
+        while !self.stopping() {
+            let first = match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            let mut batch = vec![first];
+            while batch.len() < max_batch {
+                match rx.try_recv() {
+                    Ok(m) => batch.push(m),
+                    Err(_) => break,
+                }
+            }
+            let drained = batch.len() < max_batch;
+            let mut last = None;
+            for msg in &batch {
+                if self.stopping() {
+                    break;
+                }
+                gauge!(m::CONSUMER_LAG_SECONDS, "partition" => self.label.clone()).set(age_seconds(msg));
+                match self.handle(&mut shard, msg) {
+                    Handled::Done { fan_out } => {
+                        shard.mark_applied(msg.offset() as u64);
+                        last = Some(msg.offset());
+                        if fan_out && !self.commit(&mut shard, msg.offset())? {
+                            return Ok(());
+                        }
+                    }
+                    Handled::Duplicate => {}
+                    Handled::Interrupted => break,
+                }
+            }
+            if let Some(offset) = last {
+                if !self.commit(&mut shard, offset)? {
+                    return Ok(());
+                }
+            }
+            if drained {
+                gauge!(m::CONSUMER_LAG_SECONDS, "partition" => self.label.clone()).set(0.0);
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens the shard, waiting while a previous owner still holds it.
+    /// `None` when stopped before that.
+    fn open_shard(&self) -> Result<Option<EmbeddedShard>, WorkerError> {
+        let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
+        loop {
+            match self.shared.index.open_shard(self.partition, self.shared.cfg.index_memory) {
+                Ok(s) => return Ok(Some(s)),
+                Err(e) if e.is_retryable() => {
+                    if self.stopping() {
+                        return Ok(None);
+                    }
+                    debug!(partition = self.partition, error = %e, "waiting for shard");
+                    backoff.wait();
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Commits the shard (retrying transient failures) and publishes
+    /// `offset + 1`. `false` when stopped while retrying.
+    fn commit(&self, shard: &mut EmbeddedShard, offset: i64) -> Result<bool, WorkerError> {
+        let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
+        loop {
+            let t = Instant::now();
+            match shard.commit() {
+                Ok(()) => {
+                    histogram!(m::INDEX_COMMIT_SECONDS).record(t.elapsed().as_secs_f64());
+                    self.next.store(offset + 1, Ordering::SeqCst);
+                    return Ok(true);
+                }
+                Err(e) if e.is_retryable() && !self.stopping() => {
+                    counter!(m::INDEX_RETRIES_TOTAL, "operation" => "commit").increment(1);
+                    warn!(partition = self.partition, error = %e, "index commit failed, retrying");
+                    backoff.wait();
+                }
+                Err(e) if e.is_retryable() => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn handle(&self, shard: &mut EmbeddedShard, msg: &OwnedMessage) -> Handled {
+        let (partition, offset) = (self.partition, msg.offset());
+        let count = |kind: &'static str, outcome: &'static str| {
+            counter!(m::COMMANDS_TOTAL, "type" => kind, "outcome" => outcome).increment(1);
+        };
+        if shard.applied().is_some_and(|a| offset as u64 <= a) {
+            count("unknown", outcome::DUPLICATE);
+            return Handled::Duplicate;
+        }
+        let envelope = match self.shared.codec.decode(msg.payload().unwrap_or_default()) {
+            Ok(e) => e,
+            Err(error) => {
+                warn!(partition, offset, %error, "skipping undecodable message");
+                count("unknown", outcome::UNDECODABLE);
+                self.shared.stats.skipped.fetch_add(1, Ordering::Relaxed);
+                return Handled::Done { fan_out: false };
+            }
+        };
+        let cmd = &envelope.command;
+        if let Err(error) = cmd.validate() {
+            warn!(partition, offset, command_id = %envelope.command_id, %error, "skipping invalid command");
+            count(cmd.kind(), outcome::INVALID);
+            self.shared.stats.skipped.fetch_add(1, Ordering::Relaxed);
+            return Handled::Done { fan_out: false };
+        }
+        if cmd.is_fan_out() {
+            info!(partition, offset, command = cmd.kind(), key = cmd.key(), "fan-out started");
+        }
+        let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
+        loop {
+            let t = Instant::now();
+            match apply(shard, cmd, offset as u64, self.shared.cfg.page_size) {
+                Ok(docs) => {
+                    let elapsed = t.elapsed();
+                    histogram!(m::COMMAND_DOCUMENTS, "type" => cmd.kind()).record(docs as f64);
+                    histogram!(m::COMMAND_SECONDS, "type" => cmd.kind()).record(elapsed.as_secs_f64());
+                    count(cmd.kind(), outcome::APPLIED);
+                    self.shared.stats.record(docs, cmd.is_fan_out(), elapsed);
+                    if cmd.is_fan_out() {
+                        info!(partition, offset, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, "fan-out applied");
+                    }
+                    return Handled::Done { fan_out: cmd.is_fan_out() };
+                }
+                Err(e) if e.is_retryable() => {
+                    if self.stopping() {
+                        return Handled::Interrupted;
+                    }
+                    counter!(m::INDEX_RETRIES_TOTAL, "operation" => "apply").increment(1);
+                    warn!(partition, offset, error = %e, "applying command failed, retrying");
+                    backoff.wait();
+                }
+                Err(error) => {
+                    error!(partition, offset, command_id = %envelope.command_id, %error, "command rejected by the index, skipped");
+                    count(cmd.kind(), outcome::FAILED);
+                    self.shared.stats.skipped.fetch_add(1, Ordering::Relaxed);
+                    return Handled::Done { fan_out: false };
+                }
+            }
+        }
+    }
+}
+
+fn age_seconds(msg: &OwnedMessage) -> f64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+    msg.timestamp().to_millis().map(|t| ((now - t).max(0)) as f64 / 1000.0).unwrap_or(0.0)
+}
+
+/// Jittered exponential backoff from 50 ms up to `max`.
+pub(crate) struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    pub fn new(max: Duration) -> Self {
+        Backoff { next: Duration::from_millis(50), max }
+    }
+    pub fn wait(&mut self) {
+        let jitter = rand::random_range(0.5..1.0);
+        std::thread::sleep(self.next.mul_f64(jitter));
+        self.next = (self.next * 2).min(self.max);
+    }
+}
+
+impl From<IndexError> for WorkerError {
+    fn from(e: IndexError) -> Self {
+        WorkerError::Index(e)
+    }
+}
