@@ -74,6 +74,9 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     cluster.create_topic(topic, a.partitions, 1).context("creating the demo topic")?;
     let mut kafka = KafkaConfig::new(cluster.bootstrap_servers(), topic);
     kafka.partitions = a.partitions;
+    // The in-process broker keeps at most 5 MiB per partition (a fixed limit
+    // of librdkafka's mock cluster); the producer's lz4 batches keep the data
+    // set well inside it, and `check_retained` fails loudly if it is not.
     let group = cli.group.clone();
     eprintln!(
         "denorm demo: in-process Kafka ({} brokers), topic {topic} with {} partitions, index at {}",
@@ -106,6 +109,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     bar.finish_and_clear();
     eprintln!("      produced {} commands in {:.1}s", seed.len(), t.elapsed().as_secs_f64());
     let mut log: Vec<(Delivery, Command)> = deliveries.into_iter().zip(seed).collect();
+    check_retained(&kafka)?;
     let load = wait(&kafka, &group, log.len(), a.timeout_secs, "applying").await?;
     eprintln!("      load applied; lag drained to 0 in {load:.1}s after producing");
 
@@ -123,7 +127,8 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     let renames = demo::user_renames(a.renamed_users.min(a.users), a.seed);
     let deliveries = producer.send_all(renames.clone(), 1000, |_| {}).await?;
     log.extend(deliveries.into_iter().zip(renames));
-    let race_secs = wait(&kafka, &group, log.len(), a.timeout_secs, "rewriting").await? + 0.0;
+    check_retained(&kafka)?;
+    let race_secs = wait(&kafka, &group, log.len(), a.timeout_secs, "rewriting").await?;
     let race_total = t.elapsed().as_secs_f64().max(race_secs);
     let docs_after: u64 = stats.iter().map(|s| s.documents.load(Ordering::Relaxed)).sum();
     let (big_docs, big_us) = stats
@@ -209,6 +214,21 @@ async fn wait(kafka: &KafkaConfig, group: &str, produced: usize, timeout: u64, w
     .context("waiting for the workers")?;
     bar.finish_and_clear();
     Ok(t.elapsed().as_secs_f64())
+}
+
+/// Fails when the in-process broker has dropped the start of a partition.
+fn check_retained(kafka: &KafkaConfig) -> anyhow::Result<()> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let c: BaseConsumer = kafka.client_config().create()?;
+    for p in 0..kafka.partitions {
+        let (low, _) = c.fetch_watermarks(&kafka.topic, p, kafka::REQUEST_TIMEOUT)?;
+        if low > 0 {
+            bail!(
+                "the in-process broker dropped the first {low} messages of partition {p} (it keeps at most 5 MiB per partition); use a smaller data set (--files)"
+            );
+        }
+    }
+    Ok(())
 }
 
 fn peak_memory() -> String {

@@ -99,7 +99,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
 
 pub fn init_tracing(cli: &Cli) {
     let default = match cli.command {
-        Commands::Run(_) => "info",
+        Commands::Run(_) => "info,tantivy=warn",
         _ => "warn",
     };
     let filter = cli.log.clone().or_else(|| std::env::var("RUST_LOG").ok()).unwrap_or_else(|| default.to_string());

@@ -19,14 +19,21 @@ pub struct RunArgs {
     #[arg(long, env = "DENORM_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     metrics_addr: SocketAddr,
     /// Most commands applied between two index commits
-    #[arg(long, env = "DENORM_MAX_BATCH", default_value_t = 500)]
+    #[arg(long, env = "DENORM_MAX_BATCH", default_value_t = 2000)]
     max_batch: usize,
+    /// Longest wait of an applied command for its index commit, in milliseconds
+    /// (commits are batched: each one creates an index segment)
+    #[arg(long, env = "DENORM_COMMIT_LINGER_MS", default_value_t = 100)]
+    commit_linger_ms: u64,
     /// Documents read per page of a fan-out scan
     #[arg(long, env = "DENORM_PAGE_SIZE", default_value_t = crate::apply::DEFAULT_PAGE_SIZE)]
     page_size: usize,
     /// Indexing memory budget per partition shard, in MiB (at least 15)
     #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
     index_memory_mb: u64,
+    /// Messages queued per partition before the partition is paused
+    #[arg(long, env = "DENORM_QUEUE_CAPACITY", default_value_t = 10_000)]
+    queue_capacity: usize,
     /// How often durable progress is committed to Kafka, in milliseconds
     #[arg(long, env = "DENORM_COMMIT_INTERVAL_MS", default_value_t = 1000)]
     commit_interval_ms: u64,
@@ -46,6 +53,8 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     info!(topic = %kafka.topic, partitions, "topic ready");
     let mut cfg = WorkerConfig::new(kafka, cli.group.clone(), cli.index.clone());
     cfg.max_batch = a.max_batch.max(1);
+    cfg.commit_linger = Duration::from_millis(a.commit_linger_ms);
+    cfg.queue_capacity = a.queue_capacity.max(1);
     cfg.page_size = a.page_size.max(1);
     cfg.index_memory = (a.index_memory_mb as usize) << 20;
     cfg.commit_interval = Duration::from_millis(a.commit_interval_ms.max(10));

@@ -220,7 +220,9 @@ impl EmbeddedIndex {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let tmp = root.join(format!("{MARKER}.{}", std::process::id()));
+                // Several workers may create the index at once: each writes
+                // its own temporary file and renames it into place.
+                let tmp = root.join(format!("{MARKER}.{}", uuid::Uuid::new_v4().simple()));
                 std::fs::write(&tmp, serde_json::to_vec(&Marker { format: 1, topic: topic.into() }).expect("json"))?;
                 std::fs::rename(tmp, marker)?;
             }
@@ -582,6 +584,20 @@ mod tests {
         let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
         let _owner = idx.open_shard(3, 20_000_000).unwrap();
         assert!(matches!(idx.open_shard(3, 20_000_000), Err(IndexError::Locked(_))));
+    }
+
+    #[test]
+    fn concurrent_opens_of_a_new_index_all_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let p = dir.path().to_path_buf();
+                std::thread::spawn(move || EmbeddedIndex::open(&p, "t").map(|_| ()))
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap().unwrap();
+        }
     }
 
     #[test]

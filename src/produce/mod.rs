@@ -55,6 +55,7 @@ impl Producer {
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "5")
+            .set("compression.type", "lz4")
             .set("message.timeout.ms", "120000");
         for (k, v) in &cfg.options {
             c.set(k, v);

@@ -39,13 +39,18 @@ pub struct WorkerConfig {
     pub group: String,
     /// Embedded index directory.
     pub index: PathBuf,
-    /// Most commands applied between two index commits (default 500).
+    /// Most commands applied between two index commits (default 2000).
     pub max_batch: usize,
+    /// Longest time an applied command waits for its index commit (default
+    /// 100 ms): commits are batched, because each one creates a segment.
+    pub commit_linger: Duration,
     /// Documents read per page of a fan-out scan (default 1000).
     pub page_size: usize,
     /// Indexing memory budget of one shard writer in bytes (default 64 MiB).
     pub index_memory: usize,
-    /// Messages queued per partition before it is paused (default 1000).
+    /// Messages queued per partition before it is paused (default 10000).
+    /// Pausing makes the client drop and later refetch what it prefetched,
+    /// so this should hold a few seconds of traffic.
     pub queue_capacity: usize,
     /// How often durable progress is committed to Kafka (default 1 s).
     pub commit_interval: Duration,
@@ -61,10 +66,11 @@ impl WorkerConfig {
             kafka,
             group: group.into(),
             index: index.into(),
-            max_batch: 500,
+            max_batch: 2000,
+            commit_linger: Duration::from_millis(100),
             page_size: crate::apply::DEFAULT_PAGE_SIZE,
             index_memory: 64 << 20,
-            queue_capacity: 1000,
+            queue_capacity: 10_000,
             commit_interval: Duration::from_secs(1),
             retry_backoff_max: Duration::from_secs(30),
             lag_interval: Duration::from_secs(5),

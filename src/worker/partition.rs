@@ -90,46 +90,52 @@ impl Applier {
         }
         info!(partition = self.partition, applied = ?shard.applied(), "partition assigned, shard open");
         let max_batch = self.shared.cfg.max_batch.max(1);
+        let linger = self.shared.cfg.commit_linger;
+        // Applied but not yet committed: (count, last offset, commit deadline).
+        let mut uncommitted: Option<(usize, i64, Instant)> = None;
         while !self.stopping() {
-            let first = match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(m) => m,
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => break,
+            let wait = match uncommitted {
+                Some((_, _, deadline)) => deadline.saturating_duration_since(Instant::now()),
+                None => Duration::from_millis(100),
             };
-            let mut batch = vec![first];
-            while batch.len() < max_batch {
-                match rx.try_recv() {
-                    Ok(m) => batch.push(m),
-                    Err(_) => break,
-                }
-            }
-            let drained = batch.len() < max_batch;
-            let mut last = None;
-            for msg in &batch {
-                if self.stopping() {
-                    break;
-                }
-                gauge!(m::CONSUMER_LAG_SECONDS, "partition" => self.label.clone()).set(age_seconds(msg));
-                match self.handle(&mut shard, msg) {
-                    Handled::Done { fan_out } => {
-                        shard.mark_applied(msg.offset() as u64);
-                        last = Some(msg.offset());
-                        if fan_out && !self.commit(&mut shard, msg.offset())? {
-                            return Ok(());
+            match rx.recv_timeout(wait) {
+                Ok(msg) => {
+                    gauge!(m::CONSUMER_LAG_SECONDS, "partition" => self.label.clone()).set(age_seconds(&msg));
+                    match self.handle(&mut shard, &msg) {
+                        Handled::Done { fan_out } => {
+                            shard.mark_applied(msg.offset() as u64);
+                            let (n, _, deadline) = uncommitted.unwrap_or((0, 0, Instant::now() + linger));
+                            uncommitted = Some((n + 1, msg.offset(), deadline));
+                            if fan_out || n + 1 >= max_batch {
+                                // Fan-outs are committed on their own so that
+                                // their effects are visible and bounded.
+                                if !self.commit(&mut shard, msg.offset())? {
+                                    return Ok(());
+                                }
+                                uncommitted = None;
+                            }
                         }
+                        Handled::Duplicate => {}
+                        Handled::Interrupted => break,
                     }
-                    Handled::Duplicate => {}
-                    Handled::Interrupted => break,
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if let Some((_, offset, deadline)) = uncommitted {
+                if Instant::now() >= deadline {
+                    if !self.commit(&mut shard, offset)? {
+                        return Ok(());
+                    }
+                    uncommitted = None;
+                    gauge!(m::CONSUMER_LAG_SECONDS, "partition" => self.label.clone()).set(0.0);
                 }
             }
-            if let Some(offset) = last {
-                if !self.commit(&mut shard, offset)? {
-                    return Ok(());
-                }
-            }
-            if drained {
-                gauge!(m::CONSUMER_LAG_SECONDS, "partition" => self.label.clone()).set(0.0);
-            }
+        }
+        // Stopping: make what is applied durable, so the next owner resumes
+        // after it.
+        if let Some((_, offset, _)) = uncommitted {
+            self.commit(&mut shard, offset)?;
         }
         Ok(())
     }

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what it needs (the tansu broker, once per
+# machine, cached under $HOME/.cache/denorm), starts one broker for the run,
+# and runs every test with cargo-nextest. Extra arguments go to nextest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+if ! command -v cargo-nextest >/dev/null 2>&1; then
+  echo "installing cargo-nextest" >&2
+  cargo install cargo-nextest --locked
+fi
+if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing promtool (Debian package prometheus) for the metrics format check" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
+    || echo "promtool unavailable: the metrics test falls back to its own format checks" >&2
+fi
+scripts/install-tansu.sh >/dev/null
+state="$(mktemp -d)"
+trap 'scripts/broker.sh stop "$state"; rm -rf "$state"' EXIT
+DENORM_TEST_BROKERS="$(scripts/broker.sh start "$state")"
+export DENORM_TEST_BROKERS
+echo "broker: tansu at $DENORM_TEST_BROKERS (sqlite storage in $state)" >&2
+cargo nextest run --release --no-fail-fast "$@"
+echo "test suite finished in $(( $(date +%s) - start ))s" >&2

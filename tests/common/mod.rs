@@ -1,0 +1,262 @@
+//! Shared helpers of the integration tests: a real Kafka-protocol broker
+//! (tansu), worker processes, produce/wait/dump helpers.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as Proc, ExitStatus, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use denorm::command::Command;
+use denorm::index::embedded::EmbeddedIndex;
+use denorm::index::{Doc, SearchIndex};
+use denorm::kafka::{self, KafkaConfig};
+use denorm::model::{self, Model};
+use denorm::produce::{Delivery, Producer};
+
+/// The broker of this test: `DENORM_TEST_BROKERS` (set by scripts/test.sh),
+/// or a private tansu started from the cached install.
+pub struct Broker {
+    pub brokers: String,
+    child: Option<Child>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn broker() -> Broker {
+    if let Ok(b) = std::env::var("DENORM_TEST_BROKERS") {
+        return Broker { brokers: b, child: None, _dir: None };
+    }
+    let bin = std::env::var("DENORM_TANSU").map(PathBuf::from).unwrap_or_else(|_| {
+        PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/denorm/tansu-0.6.0/bin/tansu")
+    });
+    assert!(bin.exists(), "no broker: set DENORM_TEST_BROKERS or install tansu with scripts/install-tansu.sh (looked for {})", bin.display());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let url = format!("tcp://127.0.0.1:{port}");
+    let child = Proc::new(&bin)
+        .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+        .args(["--storage-engine", "sqlite://broker.db"])
+        .current_dir(dir.path())
+        .env_remove("LISTENER_URL")
+        .env_remove("ADVERTISED_LISTENER_URL")
+        .env_remove("STORAGE_ENGINE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start tansu");
+    let brokers = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(&brokers).is_err() {
+        assert!(Instant::now() < deadline, "tansu did not listen on {brokers}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Broker { brokers, child: Some(child), _dir: Some(dir) }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A name no other test uses.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap()
+}
+
+/// A fresh topic with `partitions` partitions on `broker`.
+pub fn topic(broker: &Broker, partitions: i32) -> KafkaConfig {
+    let mut cfg = KafkaConfig::new(broker.brokers.clone(), unique("denorm-test"));
+    cfg.partitions = partitions;
+    rt().block_on(cfg.ensure_topic()).expect("create topic");
+    cfg
+}
+
+/// Produces `commands` in order; returns (delivery, command) pairs.
+pub fn produce(cfg: &KafkaConfig, commands: Vec<Command>) -> Vec<(Delivery, Command)> {
+    rt().block_on(async {
+        let p = Producer::new(cfg).unwrap();
+        let d = p.send_all(commands.clone(), 5000, |_| {}).await.unwrap();
+        d.into_iter().zip(commands).collect()
+    })
+}
+
+/// Waits until `group` has applied every message (at least `min_end`).
+pub fn wait_applied(cfg: &KafkaConfig, group: &str, min_end: usize) {
+    kafka::wait_until_applied(cfg, group, min_end as i64, Duration::from_secs(180), |_| {}).expect("workers applied everything");
+}
+
+/// Every document of the index.
+pub fn dump(index: &Path) -> Vec<Doc> {
+    let mut out = Vec::new();
+    EmbeddedIndex::open_existing(index).unwrap().search().unwrap().dump(&mut |d| out.push(d)).unwrap();
+    out
+}
+
+/// The reference model of a produced log, applied in partition order.
+pub fn model_of(log: &[(Delivery, Command)]) -> Model {
+    let mut sorted: Vec<_> = log.iter().collect();
+    sorted.sort_by_key(|(d, _)| (d.partition, d.offset));
+    let mut m = Model::default();
+    for (_, c) in sorted {
+        m.apply(c);
+    }
+    m
+}
+
+/// Asserts that the index equals the model of `log` exactly.
+pub fn assert_matches_model(index: &Path, log: &[(Delivery, Command)]) {
+    let diffs = model::diff(model_of(log).docs(), dump(index), 20);
+    assert!(diffs.is_empty(), "index differs from the model:\n{}", diffs.join("\n"));
+}
+
+/// A `denorm run` process with its stderr captured line by line.
+pub struct Worker {
+    child: Child,
+    lines: Arc<(Mutex<Vec<String>>, Condvar)>,
+    pub metrics_port: u16,
+}
+
+pub fn denorm() -> Proc {
+    Proc::new(env!("CARGO_BIN_EXE_denorm"))
+}
+
+impl Worker {
+    pub fn start(cfg: &KafkaConfig, group: &str, index: &Path, extra: &[&str]) -> Worker {
+        let metrics_port = free_port();
+        let mut child = denorm()
+            .args(["--brokers", &cfg.brokers, "--topic", &cfg.topic, "--group", group])
+            .arg("--index")
+            .arg(index)
+            .args(["--partitions", &cfg.partitions.to_string(), "run", "--commit-interval-ms", "100"])
+            .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")])
+            .args(extra)
+            .env("DENORM_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start denorm run");
+        let stderr = child.stderr.take().unwrap();
+        let lines: Arc<(Mutex<Vec<String>>, Condvar)> = Arc::default();
+        let l = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if std::env::var("DENORM_TEST_ECHO").is_ok() {
+                    eprintln!("worker: {line}");
+                }
+                l.0.lock().unwrap().push(line);
+                l.1.notify_all();
+            }
+        });
+        Worker { child, lines, metrics_port }
+    }
+
+    /// Waits until a log line contains `needle`; true if it did in time.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let (lock, cv) = &*self.lines;
+        let mut lines = lock.lock().unwrap();
+        loop {
+            if lines.iter().any(|l| l.contains(needle)) {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            lines = cv.wait_timeout(lines, deadline - now).unwrap().0;
+        }
+    }
+
+    pub fn log_contains(&self, needle: &str) -> bool {
+        self.lines.0.lock().unwrap().iter().any(|l| l.contains(needle))
+    }
+
+    pub fn log(&self) -> String {
+        self.lines.0.lock().unwrap().join("\n")
+    }
+
+    /// SIGKILL: no chance to drain or commit.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM, then waits for the exit.
+    pub fn terminate(mut self) -> ExitStatus {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "worker did not exit after SIGTERM:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// GET `path` on the worker's metrics endpoint: (status line, body).
+    pub fn http_get(&self, path: &str) -> (String, String) {
+        http_get(self.metrics_port, path)
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn http_get(port: u16, path: &str) -> (String, String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut s = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "cannot connect to port {port}: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    (head.lines().next().unwrap_or("").to_string(), body.to_string())
+}
+
+/// Sum of a Prometheus sample family matching all `labels` in `text`.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+pub fn s(x: &str) -> String {
+    x.to_string()
+}
+
+/// `n` files under `dir` (ids `{prefix}{i}`).
+pub fn files_under(prefix: &str, dir: &str, n: usize) -> Vec<Command> {
+    (0..n)
+        .map(|i| Command::UpsertFile { id: format!("{prefix}{i}"), path: format!("{dir}/d{}/file{i}.txt", i % 50), contents: format!("contents {i} lorem ipsum") })
+        .collect()
+}
