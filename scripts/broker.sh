@@ -31,8 +31,14 @@ case "$cmd" in
     ;;
   stop)
     dir="$(cd "$dir" 2>/dev/null && pwd || echo "$dir")"
-    [ -f "$dir/pid" ] && kill "$(cat "$dir/pid")" 2>/dev/null || true
-    rm -f "$dir/pid"
+    if [ -f "$dir/pid" ]; then
+      pid="$(cat "$dir/pid")"
+      kill "$pid" 2>/dev/null || true
+      # tansu may not act on SIGTERM while busy: insist after 5 s.
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null || true
+      rm -f "$dir/pid"
+    fi
     ;;
   *) echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
 esac

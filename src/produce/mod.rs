@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 use rdkafka::util::Timeout;
 
@@ -40,11 +39,6 @@ pub struct Producer {
     topic: String,
     codec: Codec,
 }
-
-/// Header naming the command type, for tools that do not decode Avro.
-pub const TYPE_HEADER: &str = "denorm.type";
-/// Header carrying the command id.
-pub const ID_HEADER: &str = "denorm.command_id";
 
 impl Producer {
     pub fn new(cfg: &KafkaConfig) -> Result<Self, ProduceError> {
@@ -85,10 +79,10 @@ impl Producer {
         let payload = self.codec.encode(e);
         let key = e.command.key();
         loop {
-            let headers = OwnedHeaders::new()
-                .insert(Header { key: TYPE_HEADER, value: Some(e.command.kind()) })
-                .insert(Header { key: ID_HEADER, value: Some(&e.command_id) });
-            let record = FutureRecord::to(&self.topic).key(key).payload(&payload).headers(headers);
+            // No Kafka headers: the envelope carries the id and the type, and
+            // headers make fetches quadratic on tansu 0.6 (its header table
+            // has no index).
+            let record = FutureRecord::to(&self.topic).key(key).payload(&payload);
             match self.inner.send_result(record) {
                 Ok(ack) => {
                     return Ok(async move {

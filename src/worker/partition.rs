@@ -119,6 +119,10 @@ impl Applier {
                         Handled::Interrupted => break,
                     }
                 }
+                Err(RecvTimeoutError::Timeout) if uncommitted.is_none() => {
+                    // Idle with everything committed: nothing is waiting.
+                    gauge!(m::CONSUMER_LAG_SECONDS, "partition" => self.label.clone()).set(0.0);
+                }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
@@ -128,7 +132,6 @@ impl Applier {
                         return Ok(());
                     }
                     uncommitted = None;
-                    gauge!(m::CONSUMER_LAG_SECONDS, "partition" => self.label.clone()).set(0.0);
                 }
             }
         }

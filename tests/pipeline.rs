@@ -1,0 +1,376 @@
+//! End-to-end behaviour of the pipeline on a real Kafka-protocol broker
+//! (tansu): produce -> `denorm run` worker processes -> embedded index.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+use denorm::command::Command;
+use denorm::index::{Doc, Kind};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+
+fn output(cmd: &mut std::process::Command) -> (i32, String, String) {
+    let o = cmd.output().expect("run denorm");
+    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
+}
+
+fn cli(cfg: &denorm::kafka::KafkaConfig, group: &str, index: &std::path::Path) -> std::process::Command {
+    let mut c = denorm();
+    c.args(["--brokers", &cfg.brokers, "--topic", &cfg.topic, "--group", group, "--partitions", &cfg.partitions.to_string()]);
+    c.arg("--index").arg(index);
+    c
+}
+
+fn json_lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"))).collect()
+}
+
+#[test]
+fn every_command_end_to_end_through_produce_worker_and_search() {
+    let b = broker();
+    let cfg = topic(&b, 3);
+    let group = unique("g");
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let jsonl = dir.path().join("commands.jsonl");
+    std::fs::write(
+        &jsonl,
+        r#"{"op":"upsert_file","id":"f1","path":"/clinton/projects/elasticsearch/README.txt","contents":"Starting a new Elasticsearch project is easy..."}
+{"op":"upsert_file","id":"f2","path":"/clinton/projects/kibana/notes.txt","contents":"dashboards and visualizations"}
+{"op":"upsert_file","id":"f3","path":"/bill/a.txt","contents":"to be deleted"}
+{"op":"delete_file","id":"f3","path":"/bill/a.txt"}
+{"op":"rename","from":"/clinton/projects","to":"/clinton/work"}
+{"op":"upsert_user","id":"1","name":"John Smith","email":"john@smith.com","dob":"1970-10-24"}
+{"op":"upsert_post","id":"2","user_id":"1","title":"Relationships","body":"It's complicated..."}
+{"op":"upsert_post","id":"3","user_id":"1","title":"Gone","body":"deleted soon"}
+{"op":"delete_post","id":"3","user_id":"1"}
+{"op":"upsert_user","id":"1","name":"Johnny Smith","email":"john@smith.com","dob":"1970-10-24"}
+"#,
+    )
+    .unwrap();
+    let (code, out, err) = output(cli(&cfg, &group, &index).args(["produce", "--jsonl"]).arg(&jsonl));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json_lines(&out)[0]["produced"], 10);
+    let (code, out, err) = output(cli(&cfg, &group, &index).args(["produce", "upsert-file", "--id", "f4", "--path", "/bill/b.txt", "--contents", "hello bill"]));
+    assert_eq!(code, 0, "{err}");
+    let delivery = &json_lines(&out)[0];
+    assert_eq!(delivery["key"], "/bill");
+    assert!(delivery["offset"].as_i64().unwrap() >= 0 && delivery["partition"].as_i64().unwrap() >= 0);
+
+    let worker = Worker::start(&cfg, &group, &index, &[]);
+    wait_applied(&cfg, &group, 11);
+
+    let (code, out, err) = output(cli(&cfg, &group, &index).args(["search", "files", "--under", "/clinton/work", "--limit", "0", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let got: BTreeSet<(String, String, String)> = json_lines(&out)
+        .iter()
+        .map(|v| (v["id"].as_str().unwrap().into(), v["path"].as_str().unwrap().into(), v["name"].as_str().unwrap().into()))
+        .collect();
+    let want: BTreeSet<(String, String, String)> = [
+        (s("f1"), s("/clinton/work/elasticsearch"), s("README.txt")),
+        (s("f2"), s("/clinton/work/kibana"), s("notes.txt")),
+    ]
+    .into();
+    assert_eq!(got, want);
+
+    let (_, out, _) = output(cli(&cfg, &group, &index).args(["search", "files", "--dir", "/clinton/work/elasticsearch", "--text", "elasticsearch", "--json"]));
+    let hits = json_lines(&out);
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0]["contents"], "Starting a new Elasticsearch project is easy...");
+
+    let (_, out, _) = output(cli(&cfg, &group, &index).args(["search", "files", "--dir", "/bill", "--json"]));
+    let bill: Vec<_> = json_lines(&out).iter().map(|v| v["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(bill, vec!["f4"], "deleted file f3 must be gone");
+
+    let (_, out, _) = output(cli(&cfg, &group, &index).args(["search", "posts", "--author", "johnny", "--json"]));
+    let posts = json_lines(&out);
+    assert_eq!(posts.len(), 1, "deleted post 3 must be gone: {out}");
+    assert_eq!(posts[0]["id"], "2");
+    assert_eq!(posts[0]["user"]["name"], "Johnny Smith");
+
+    let (_, out, _) = output(cli(&cfg, &group, &index).args(["search", "posts", "--text", "relationships", "--group-by-author", "--json"]));
+    let groups = json_lines(&out);
+    assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0]["author"], "Johnny Smith");
+    assert_eq!(groups[0]["posts"][0]["title"], "Relationships");
+
+    // SIGTERM: drains, commits, leaves, exits 0.
+    let status = worker.terminate();
+    assert!(status.success(), "worker exit status {status:?}");
+    let (code, out, _) = output(cli(&cfg, &group, &index).args(["lag", "--json"]));
+    assert_eq!(code, 0);
+    let lag = &json_lines(&out)[0];
+    assert_eq!(lag["total"], 0);
+    let ends: i64 = lag["partitions"].as_array().unwrap().iter().map(|p| p["end"].as_i64().unwrap()).sum();
+    assert_eq!(ends, 11);
+    for p in lag["partitions"].as_array().unwrap() {
+        assert_eq!(p["committed"], p["end"], "{lag}");
+    }
+}
+
+#[test]
+fn rejects_invalid_input_before_sending_anything() {
+    let b = broker();
+    let cfg = topic(&b, 2);
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let cases = [
+        ("{\"op\":\"rename\",\"from\":\"/a/b\",\"to\":\"/a/b/c\"}", "line 2: rename of \"/a/b\" into itself"),
+        ("{\"op\":\"rename\",\"from\":\"/a/b\",\"to\":\"/c/b\"}", "not supported yet"),
+        ("{\"op\":\"upsert_file\",\"id\":\"x\",\"path\":\"relative/x\",\"contents\":\"\"}", "absolute"),
+        ("{\"op\":\"nope\"}", "line 2: unknown variant"),
+    ];
+    for (bad, want) in cases {
+        let f = dir.path().join("bad.jsonl");
+        std::fs::write(&f, format!("{{\"op\":\"upsert_file\",\"id\":\"ok\",\"path\":\"/a/ok.txt\",\"contents\":\"\"}}\n{bad}\n")).unwrap();
+        let (code, _, err) = output(cli(&cfg, "g", &index).args(["produce", "--jsonl"]).arg(&f));
+        assert_eq!(code, 2, "{bad}: {err}");
+        assert!(err.contains(want), "{bad}: stderr {err:?} lacks {want:?}");
+    }
+    let (code, _, err) = output(cli(&cfg, "g", &index).args(["produce", "rename", "--from", "/clinton", "--to", "/bill"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("top-level directory"), "{err}");
+    let (code, _, _) = output(cli(&cfg, "g", &index).args(["produce", "--no-such-flag"]));
+    assert_eq!(code, 2);
+    let report = denorm::kafka::group_lag(&cfg, "g").unwrap();
+    assert_eq!(report.partitions.iter().map(|p| p.end).sum::<i64>(), 0, "nothing may be produced");
+    let (code, _, err) = output(cli(&cfg, "g", &dir.path().join("missing")).args(["search", "files"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no denorm index"), "{err}");
+}
+
+#[test]
+fn concurrent_renames_of_a_tree_and_a_file_in_it_match_the_model() {
+    let b = broker();
+    let cfg = topic(&b, 3);
+    let group = unique("g");
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let _worker = Worker::start(&cfg, &group, &index, &[]);
+    let mut seed = denorm::demo::seed(4000, 50, 500, 11);
+    seed.extend(files_under("b", "/bill/projects", 300));
+    let mut log = produce(&cfg, seed);
+    // The race: both renames, plus new files under the old name, concurrently.
+    let (dir_rename, file_rename) = denorm::demo::race();
+    let late = files_under("late", "/clinton/projects/elasticsearch", 200);
+    let raced = rt().block_on(async {
+        let p = denorm::produce::Producer::new(&cfg).unwrap();
+        let (a, b, c) = tokio::join!(
+            p.send(dir_rename.clone()),
+            p.send(file_rename.clone()),
+            p.send_all(late.clone(), 50, |_| {})
+        );
+        let mut out = vec![(a.unwrap(), dir_rename), (b.unwrap(), file_rename)];
+        out.extend(c.unwrap().into_iter().zip(late));
+        out
+    });
+    log.extend(raced);
+    log.extend(produce(&cfg, denorm::demo::user_renames(10, 11)));
+    wait_applied(&cfg, &group, log.len());
+    assert_matches_model(&index, &log);
+    let readme = model_of(&log).file_path("f0").unwrap().to_string();
+    assert!(readme.starts_with("/clinton/work/elasticsearch/README."), "{readme}");
+}
+
+#[test]
+fn resumes_after_worker_killed_mid_rename() {
+    let b = broker();
+    let cfg = topic(&b, 2);
+    let group = unique("g");
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let files = files_under("f", "/big/tree", 20_000);
+    let mut log = produce(&cfg, files);
+    // A short session timeout: the group notices the killed member sooner.
+    let fast = ["-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500"];
+    let worker = Worker::start(&cfg, &group, &index, &[&fast[..], &["--page-size", "100"]].concat());
+    wait_applied(&cfg, &group, log.len());
+    let before = dump(&index);
+
+    log.extend(produce(
+        &cfg,
+        vec![
+            Command::RenamePath { from: s("/big/tree"), to: s("/big/moved") },
+            // After the rename: a new file at the old name must stay there.
+            Command::UpsertFile { id: s("new"), path: s("/big/tree/new.txt"), contents: s("after") },
+        ],
+    ));
+    assert!(worker.wait_for_log("fan-out started", Duration::from_secs(60)), "rename never started:\n{}", worker.log());
+    let finished_before_kill = worker.log_contains("fan-out applied");
+    worker.kill();
+    assert!(!finished_before_kill, "the rename finished before the kill; the test did not exercise a crash");
+    // Nothing of the half-done rename is visible: the index is as before it.
+    let after_kill = dump(&index);
+    assert_eq!(denorm::model::diff(before, after_kill, 5), Vec::<String>::new());
+
+    let _second = Worker::start(&cfg, &group, &index, &fast);
+    wait_applied(&cfg, &group, log.len());
+    assert_matches_model(&index, &log);
+    let docs = dump(&index);
+    let moved = docs.iter().filter(|d| matches!(d, Doc::File(f) if f.path.starts_with("/big/moved/"))).count();
+    assert_eq!(moved, 20_000);
+}
+
+/// Sets the group's committed offsets of every partition back to 0.
+fn rewind(cfg: &denorm::kafka::KafkaConfig, group: &str) {
+    let mut c = cfg.client_config();
+    c.set("group.id", group).set("enable.auto.commit", "false");
+    let consumer: BaseConsumer = c.create().unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..cfg.partitions {
+        tpl.add_partition_offset(&cfg.topic, p, Offset::Offset(0)).unwrap();
+    }
+    consumer.commit(&tpl, CommitMode::Sync).unwrap();
+}
+
+#[test]
+fn redelivery_of_an_applied_range_changes_nothing() {
+    let b = broker();
+    let cfg = topic(&b, 3);
+    let group = unique("g");
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let mut cmds = denorm::demo::seed(1500, 30, 300, 5);
+    let (a, r) = denorm::demo::race();
+    cmds.extend([a, r]);
+    cmds.extend(denorm::demo::user_renames(5, 5));
+    let log = produce(&cfg, cmds);
+    let worker = Worker::start(&cfg, &group, &index, &[]);
+    wait_applied(&cfg, &group, log.len());
+    assert!(worker.terminate().success());
+    let first = dump(&index);
+
+    rewind(&cfg, &group);
+    assert_eq!(denorm::kafka::group_lag(&cfg, &group).unwrap().total, log.len() as i64);
+    let worker = Worker::start(&cfg, &group, &index, &[]);
+    wait_applied(&cfg, &group, log.len());
+    let second = dump(&index);
+    // Byte for byte the same documents, bookkeeping included.
+    let key = |d: &Doc| (d.kind(), d.id().to_string());
+    let mut a = first.clone();
+    let mut b = second;
+    a.sort_by_key(key);
+    b.sort_by_key(key);
+    assert_eq!(a, b);
+    let (_, metrics) = worker.http_get("/metrics");
+    assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "duplicate")]), log.len() as f64, "{metrics}");
+    assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "applied")]), 0.0);
+    assert_matches_model(&index, &log);
+}
+
+#[test]
+fn two_workers_share_partitions_and_the_result_is_exact() {
+    let b = broker();
+    let cfg = topic(&b, 6);
+    let group = unique("g");
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let seed = denorm::demo::seed(6000, 100, 1000, 3);
+    let (first_half, second_half) = seed.split_at(seed.len() / 2);
+    let a = Worker::start(&cfg, &group, &index, &[]);
+    let mut log = produce(&cfg, first_half.to_vec());
+    // A second worker joins mid-stream: the group rebalances.
+    let b2 = Worker::start(&cfg, &group, &index, &[]);
+    log.extend(produce(&cfg, second_half.to_vec()));
+    let (x, y) = denorm::demo::race();
+    log.extend(produce(&cfg, vec![x, y]));
+    log.extend(produce(&cfg, denorm::demo::user_renames(20, 3)));
+    wait_applied(&cfg, &group, log.len());
+    assert!(b2.wait_for_log("partitions assigned", Duration::from_secs(30)));
+    assert!(a.log_contains("partitions revoked"), "the first worker never gave partitions up:\n{}", a.log());
+    assert_matches_model(&index, &log);
+
+    // The first worker leaves: the second takes every partition over.
+    assert!(a.terminate().success());
+    log.extend(produce(&cfg, files_under("x", "/hillary/extra", 500)));
+    log.extend(produce(&cfg, vec![Command::RenamePath { from: s("/hillary/extra"), to: s("/hillary/more") }]));
+    wait_applied(&cfg, &group, log.len());
+    assert_matches_model(&index, &log);
+}
+
+#[test]
+fn malformed_messages_are_skipped_without_stopping_the_partition() {
+    let b = broker();
+    let cfg = topic(&b, 1);
+    let group = unique("g");
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let codec = denorm::codec::Codec::new();
+    let valid = |id: &str| {
+        codec.encode(&denorm::command::Envelope::new(Command::UpsertFile { id: s(id), path: format!("/a/{id}.txt"), contents: s("x") }))
+    };
+    let truncated = valid("t")[..14].to_vec();
+    let invalid = codec.encode(&denorm::command::Envelope::new(Command::UpsertFile { id: s("bad"), path: s("/a/../etc"), contents: s("x") }));
+    let messages: Vec<Vec<u8>> = vec![valid("v1"), b"random garbage bytes".to_vec(), valid("v2"), truncated, Vec::new(), invalid, valid("v3")];
+    rt().block_on(async {
+        let p: FutureProducer = cfg.client_config().create().unwrap();
+        for m in &messages {
+            p.send(FutureRecord::to(&cfg.topic).key("/a").payload(m), Duration::from_secs(30)).await.unwrap();
+        }
+    });
+    let worker = Worker::start(&cfg, &group, &index, &[]);
+    wait_applied(&cfg, &group, messages.len());
+    let ids: BTreeSet<String> = dump(&index).iter().filter(|d| d.kind() == Kind::File).map(|d| d.id().to_string()).collect();
+    assert_eq!(ids, BTreeSet::from([s("v1"), s("v2"), s("v3")]));
+    let (_, metrics) = worker.http_get("/metrics");
+    assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "undecodable")]), 3.0, "{metrics}");
+    assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "invalid")]), 1.0);
+    assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "applied")]), 3.0);
+    assert!(worker.log_contains("skipping undecodable message partition=0 offset=1"), "{}", worker.log());
+}
+
+#[test]
+fn metrics_health_and_readiness_endpoints() {
+    let b = broker();
+    let cfg = topic(&b, 2);
+    let group = unique("g");
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let worker = Worker::start(&cfg, &group, &index, &[]);
+    let log = produce(&cfg, denorm::demo::seed(200, 5, 20, 1));
+    wait_applied(&cfg, &group, log.len());
+    assert!(worker.http_get("/healthz").0.contains("200"));
+    assert!(worker.http_get("/readyz").0.contains("200"));
+    assert!(worker.http_get("/nope").0.contains("404"));
+    // Lag gauges are refreshed every few seconds: wait for both partitions at 0.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let metrics = loop {
+        let (_, m) = worker.http_get("/metrics");
+        let lagging: Vec<_> = (0..2).filter(|p| !m.contains(&format!("denorm_consumer_lag_messages{{partition=\"{p}\"}} 0\n"))).collect();
+        if lagging.is_empty() {
+            break m;
+        }
+        assert!(std::time::Instant::now() < deadline, "lag gauges never reached 0:\n{m}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for name in [
+        "denorm_consumer_lag_seconds",
+        "denorm_commands_total",
+        "denorm_command_documents_bucket",
+        "denorm_index_commit_seconds_bucket",
+        "denorm_consumer_rebalances_total",
+    ] {
+        assert!(metrics.contains(name), "{name} missing:\n{metrics}");
+    }
+    assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "applied")]), log.len() as f64);
+    match std::process::Command::new("promtool").args(["check", "metrics"]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn() {
+        Ok(mut child) => {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(metrics.as_bytes()).unwrap();
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "promtool check metrics failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        }
+        Err(_) => {
+            eprintln!("promtool not installed: checking the text format by hand");
+            for line in metrics.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+                let value = line.rsplit(' ').next().unwrap();
+                assert!(value.parse::<f64>().is_ok() || value == "+Inf", "bad sample line {line:?}");
+                assert!(line.starts_with("denorm_"), "unexpected metric {line:?}");
+            }
+        }
+    }
+}
