@@ -187,7 +187,10 @@ fn resumes_after_worker_killed_mid_rename() {
     let mut log = produce(&cfg, files);
     // A short session timeout: the group notices the killed member sooner.
     let fast = ["-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500"];
-    let worker = Worker::start(&cfg, &group, &index, &[&fast[..], &["--page-size", "100"]].concat());
+    // Throttled fan-out (200 pages, 10 ms apart): the kill lands mid-rename
+    // however loaded the machine is.
+    let throttled = ["--page-size", "100", "--fan-out-page-pause-ms", "10"];
+    let worker = Worker::start(&cfg, &group, &index, &[&fast[..], &throttled[..]].concat());
     wait_applied(&cfg, &group, log.len());
     let before = dump(&index);
 

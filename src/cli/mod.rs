@@ -24,28 +24,28 @@ use crate::kafka::KafkaConfig;
 #[command(name = "denorm", version, propagate_version = true)]
 pub struct Cli {
     /// Kafka bootstrap servers (host:port,...)
-    #[arg(long, global = true, env = "DENORM_BROKERS", default_value = "localhost:9092")]
+    #[arg(long, global = true, help_heading = "Global options", env = "DENORM_BROKERS", default_value = "localhost:9092")]
     pub brokers: String,
     /// Topic holding the commands
-    #[arg(long, global = true, env = "DENORM_TOPIC", default_value = "denorm.commands")]
+    #[arg(long, global = true, help_heading = "Global options", env = "DENORM_TOPIC", default_value = "denorm.commands")]
     pub topic: String,
     /// Consumer group of the workers
-    #[arg(long, global = true, env = "DENORM_GROUP", default_value = "denorm")]
+    #[arg(long, global = true, help_heading = "Global options", env = "DENORM_GROUP", default_value = "denorm")]
     pub group: String,
     /// Embedded index directory
-    #[arg(long, global = true, env = "DENORM_INDEX", default_value = "./data/index")]
+    #[arg(long, global = true, help_heading = "Global options", env = "DENORM_INDEX", default_value = "./data/index")]
     pub index: PathBuf,
     /// Partitions of the topic when denorm creates it (by `produce` and `run`)
-    #[arg(long, global = true, env = "DENORM_PARTITIONS", default_value_t = 12, value_parser = clap::value_parser!(i32).range(1..=10000))]
+    #[arg(long, global = true, help_heading = "Global options", env = "DENORM_PARTITIONS", default_value_t = 12, value_parser = clap::value_parser!(i32).range(1..=10000))]
     pub partitions: i32,
     /// Replication factor of the topic when denorm creates it
-    #[arg(long, global = true, env = "DENORM_REPLICATION_FACTOR", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=32))]
+    #[arg(long, global = true, help_heading = "Global options", env = "DENORM_REPLICATION_FACTOR", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=32))]
     pub replication_factor: i32,
     /// Extra librdkafka option KEY=VALUE for every Kafka client (repeatable; TLS and SASL settings go here)
-    #[arg(long = "kafka-option", short = 'X', global = true, env = "DENORM_KAFKA_OPTIONS", value_delimiter = ',', value_parser = parse_kv)]
+    #[arg(long = "kafka-option", short = 'X', global = true, help_heading = "Global options", env = "DENORM_KAFKA_OPTIONS", value_delimiter = ',', value_parser = parse_kv)]
     pub kafka_options: Vec<(String, String)>,
     /// Log filter (tracing syntax, e.g. `info` or `denorm=debug`)
-    #[arg(long, global = true, env = "DENORM_LOG")]
+    #[arg(long, global = true, help_heading = "Global options", env = "DENORM_LOG")]
     pub log: Option<String>,
     #[command(subcommand)]
     pub command: Commands,

@@ -28,6 +28,9 @@ pub struct RunArgs {
     /// Documents read per page of a fan-out scan
     #[arg(long, env = "DENORM_PAGE_SIZE", default_value_t = crate::apply::DEFAULT_PAGE_SIZE)]
     page_size: usize,
+    /// Pause after each page of a fan-out, in milliseconds, to throttle rewrites
+    #[arg(long, env = "DENORM_FAN_OUT_PAGE_PAUSE_MS", default_value_t = 0)]
+    fan_out_page_pause_ms: u64,
     /// Indexing memory budget per partition shard, in MiB (at least 15)
     #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
     index_memory_mb: u64,
@@ -56,6 +59,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.commit_linger = Duration::from_millis(a.commit_linger_ms);
     cfg.queue_capacity = a.queue_capacity.max(1);
     cfg.page_size = a.page_size.max(1);
+    cfg.fan_out_page_pause = Duration::from_millis(a.fan_out_page_pause_ms);
     cfg.index_memory = (a.index_memory_mb as usize) << 20;
     cfg.commit_interval = Duration::from_millis(a.commit_interval_ms.max(10));
 

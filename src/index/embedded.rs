@@ -275,6 +275,7 @@ impl EmbeddedIndex {
             fan_out_pending: false,
             marked: applied,
             applied,
+            page_pause: std::time::Duration::ZERO,
         })
     }
 
@@ -308,11 +309,18 @@ pub struct EmbeddedShard {
     fan_out_pending: bool,
     marked: Option<u64>,
     applied: Option<u64>,
+    /// Pause after each page of a fan-out (throttling).
+    page_pause: std::time::Duration,
 }
 
 impl EmbeddedShard {
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Throttles fan-outs: sleep this long after each page of rewrites.
+    pub fn set_page_pause(&mut self, pause: std::time::Duration) {
+        self.page_pause = pause;
     }
 }
 
@@ -359,13 +367,20 @@ impl Shard for EmbeddedShard {
         let writer = &self.writer;
         let mut page: Vec<Doc> = Vec::with_capacity(page_size);
         let mut written = 0u64;
+        let pause = self.page_pause;
         let mut flush = |page: &mut Vec<Doc>| -> Result<(), IndexError> {
+            if page.is_empty() {
+                return Ok(());
+            }
             for doc in page.drain(..) {
                 if let Some(new) = rewrite(&doc) {
                     writer.delete_term(f.key_term(new.kind(), new.id()));
                     writer.add_document(f.to_tantivy(&new))?;
                     written += 1;
                 }
+            }
+            if !pause.is_zero() {
+                std::thread::sleep(pause);
             }
             Ok(())
         };

@@ -46,6 +46,8 @@ pub struct WorkerConfig {
     pub commit_linger: Duration,
     /// Documents read per page of a fan-out scan (default 1000).
     pub page_size: usize,
+    /// Pause after each page of a fan-out, to throttle rewrites (default 0).
+    pub fan_out_page_pause: Duration,
     /// Indexing memory budget of one shard writer in bytes (default 64 MiB).
     pub index_memory: usize,
     /// Messages queued per partition before it is paused (default 10000).
@@ -69,6 +71,7 @@ impl WorkerConfig {
             max_batch: 2000,
             commit_linger: Duration::from_millis(100),
             page_size: crate::apply::DEFAULT_PAGE_SIZE,
+            fan_out_page_pause: Duration::ZERO,
             index_memory: 64 << 20,
             queue_capacity: 10_000,
             commit_interval: Duration::from_secs(1),

@@ -85,6 +85,7 @@ impl Applier {
 
     fn run(self, rx: Receiver<OwnedMessage>) -> Result<(), WorkerError> {
         let Some(mut shard) = self.open_shard()? else { return Ok(()) };
+        shard.set_page_pause(self.shared.cfg.fan_out_page_pause);
         if let Some(a) = shard.applied() {
             self.next.store(a as i64 + 1, Ordering::SeqCst);
         }
