@@ -12,20 +12,47 @@ use crate::index::{Author, Doc, FileDoc, IndexError, Kind, PostDoc, Scan, Shard,
 /// Default number of documents read per page of a fan-out scan.
 pub const DEFAULT_PAGE_SIZE: usize = 1000;
 
+/// How fan-outs are paged and throttled.
+#[derive(Debug, Clone, Copy)]
+pub struct FanOut {
+    /// Documents read per page of a scan.
+    pub page_size: usize,
+    /// Pause after every `page_size` scanned documents (0: none).
+    pub page_pause: std::time::Duration,
+}
+
+impl FanOut {
+    pub fn pages_of(page_size: usize) -> Self {
+        FanOut { page_size: page_size.max(1), page_pause: std::time::Duration::ZERO }
+    }
+
+    /// Runs a rewrite scan, throttled.
+    fn rewrite<S: Shard + ?Sized>(&self, shard: &mut S, scan: &Scan, rule: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
+        let mut seen = 0usize;
+        shard.rewrite(scan, self.page_size, &mut |d| {
+            seen += 1;
+            if !self.page_pause.is_zero() && seen % self.page_size == 0 {
+                std::thread::sleep(self.page_pause);
+            }
+            rule(d)
+        })
+    }
+}
+
 /// Applies `cmd`, found at log position `pos`, to `shard`. Returns the number
 /// of documents written. Does not commit.
-pub fn apply<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, page_size: usize) -> Result<u64, IndexError> {
+pub fn apply<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, fan_out: FanOut) -> Result<u64, IndexError> {
     match cmd {
         Command::UpsertFile { id, path, contents } => put_guarded(shard, Doc::File(FileDoc::at(id, path, contents, pos))),
         Command::DeleteFile { id, .. } => delete_guarded(shard, Kind::File, id, pos),
         Command::RenamePath { from, to } => {
-            shard.rewrite(&Scan::FilesWithin { path: from.clone() }, page_size, &mut |d| move_file(d, from, to, pos))
+            fan_out.rewrite(shard, &Scan::FilesWithin { path: from.clone() }, &mut |d| move_file(d, from, to, pos))
         }
         Command::UpsertUser { id, name, email, dob } => {
             // Posts first, the profile last: if this is cut short, the
             // profile still looks unapplied and a retry finishes the posts.
             let scan = Scan::PostsOfUserNotNamed { user_id: id.clone(), name: name.clone() };
-            let posts = shard.rewrite(&scan, page_size, &mut |d| set_author_name(d, name, pos))?;
+            let posts = fan_out.rewrite(shard, &scan, &mut |d| set_author_name(d, name, pos))?;
             let user = UserDoc { id: id.clone(), name: name.clone(), email: email.clone(), dob: dob.clone(), pos };
             Ok(posts + put_guarded(shard, Doc::User(user))?)
         }
@@ -110,7 +137,7 @@ mod tests {
     fn run(log: &[Command]) -> MemoryShard {
         let mut shard = MemoryShard::new();
         for (pos, c) in log.iter().enumerate() {
-            apply(&mut shard, c, pos as u64, 7).unwrap();
+            apply(&mut shard, c, pos as u64, FanOut::pages_of(7)).unwrap();
         }
         shard
     }
@@ -213,7 +240,7 @@ mod tests {
                 move_file(d, "/c/d", "/c/e", 3)
             })
             .unwrap();
-        apply(&mut shard, &log[3], 3, 7).unwrap();
+        apply(&mut shard, &log[3], 3, FanOut::pages_of(7)).unwrap();
         assert_eq!(files(&shard), files(&run(&log)));
     }
 
@@ -242,7 +269,7 @@ mod tests {
             let mut twice = once.clone();
             let start = cut.min(log.len());
             for (pos, c) in log.iter().enumerate().skip(start) {
-                apply(&mut twice, c, pos as u64, 3).unwrap();
+                apply(&mut twice, c, pos as u64, FanOut::pages_of(3)).unwrap();
             }
             prop_assert_eq!(docs(&once), docs(&twice));
         }

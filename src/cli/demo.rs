@@ -16,7 +16,7 @@ use rdkafka::mocking::MockCluster;
 use super::Cli;
 use crate::command::Command;
 use crate::http::Health;
-use crate::index::embedded::EmbeddedIndex;
+use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 use crate::index::{FileQuery, PostQuery, SearchIndex};
 use crate::kafka::{self, KafkaConfig};
 use crate::model::{self, Model};
@@ -90,15 +90,17 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
 
     step(2, "starting two workers in one consumer group, sharing the index");
     let shutdown = Arc::new(AtomicBool::new(false));
+    let backend = Arc::new(EmbeddedBackend { index: EmbeddedIndex::open(&dir, topic)?, memory_budget: 64 << 20 });
     let mut workers = Vec::new();
     let mut stats = Vec::new();
     for _ in 0..2 {
-        let mut cfg = WorkerConfig::new(kafka.clone(), group.clone(), dir.clone());
+        let mut cfg = WorkerConfig::new(kafka.clone(), group.clone());
         cfg.commit_interval = Duration::from_millis(200);
         let s = Arc::new(Stats::default());
         stats.push(s.clone());
         let stop = shutdown.clone();
-        workers.push(std::thread::spawn(move || worker::run(cfg, stop, Arc::new(Health::default()), s)));
+        let b = backend.clone();
+        workers.push(std::thread::spawn(move || worker::run(cfg, b, stop, Arc::new(Health::default()), s)));
     }
 
     step(3, &format!("producing {} commands", seed.len()));

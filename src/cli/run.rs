@@ -10,7 +10,9 @@ use clap::Args;
 use tracing::info;
 
 use super::Cli;
+use crate::apply::FanOut;
 use crate::http::{self, Health};
+use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 use crate::worker::{self, Stats, WorkerConfig};
 
 #[derive(Debug, Args)]
@@ -54,13 +56,13 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let kafka = cli.kafka();
     let partitions = kafka.ensure_topic().await.context("cannot reach or create the topic")?;
     info!(topic = %kafka.topic, partitions, "topic ready");
-    let mut cfg = WorkerConfig::new(kafka, cli.group.clone(), cli.index.clone());
+    let index = EmbeddedIndex::open(&cli.index, &kafka.topic).with_context(|| format!("opening the index {}", cli.index.display()))?;
+    let backend = Arc::new(EmbeddedBackend { index, memory_budget: (a.index_memory_mb as usize) << 20 });
+    let mut cfg = WorkerConfig::new(kafka, cli.group.clone());
     cfg.max_batch = a.max_batch.max(1);
     cfg.commit_linger = Duration::from_millis(a.commit_linger_ms);
     cfg.queue_capacity = a.queue_capacity.max(1);
-    cfg.page_size = a.page_size.max(1);
-    cfg.fan_out_page_pause = Duration::from_millis(a.fan_out_page_pause_ms);
-    cfg.index_memory = (a.index_memory_mb as usize) << 20;
+    cfg.fan_out = FanOut { page_size: a.page_size.max(1), page_pause: Duration::from_millis(a.fan_out_page_pause_ms) };
     cfg.commit_interval = Duration::from_millis(a.commit_interval_ms.max(10));
 
     let shutdown = Arc::new(AtomicBool::new(false));
@@ -74,6 +76,6 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         flag.store(true, Ordering::SeqCst);
     });
     let stats = Arc::new(Stats::default());
-    tokio::task::spawn_blocking(move || worker::run(cfg, shutdown, health, stats)).await?.context("worker failed")?;
+    tokio::task::spawn_blocking(move || worker::run(cfg, backend, shutdown, health, stats)).await?.context("worker failed")?;
     Ok(())
 }

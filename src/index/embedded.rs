@@ -14,7 +14,7 @@ use tantivy::schema::{Field, IndexRecordOption, Schema, Value, FAST, INDEXED, ST
 use tantivy::store::StoreReader;
 use tantivy::{DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term, TERMINATED};
 
-use super::{Author, AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, Scan, SearchIndex, Shard, UserDoc};
+use super::{Author, AuthorGroup, Backend, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, Scan, SearchIndex, Shard, UserDoc};
 
 const MARKER: &str = "denorm-index.json";
 
@@ -275,7 +275,6 @@ impl EmbeddedIndex {
             fan_out_pending: false,
             marked: applied,
             applied,
-            page_pause: std::time::Duration::ZERO,
         })
     }
 
@@ -296,6 +295,22 @@ impl EmbeddedIndex {
     }
 }
 
+/// [`EmbeddedIndex`] as a [`Backend`] with a fixed writer memory budget.
+#[derive(Debug, Clone)]
+pub struct EmbeddedBackend {
+    pub index: EmbeddedIndex,
+    pub memory_budget: usize,
+}
+
+impl Backend for EmbeddedBackend {
+    fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError> {
+        Ok(Box::new(self.index.open_shard(partition, self.memory_budget)?))
+    }
+    fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {
+        Ok(Box::new(self.index.search()?))
+    }
+}
+
 /// Writer of one shard.
 pub struct EmbeddedShard {
     name: String,
@@ -309,18 +324,11 @@ pub struct EmbeddedShard {
     fan_out_pending: bool,
     marked: Option<u64>,
     applied: Option<u64>,
-    /// Pause after each page of a fan-out (throttling).
-    page_pause: std::time::Duration,
 }
 
 impl EmbeddedShard {
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    /// Throttles fan-outs: sleep this long after each page of rewrites.
-    pub fn set_page_pause(&mut self, pause: std::time::Duration) {
-        self.page_pause = pause;
     }
 }
 
@@ -367,20 +375,13 @@ impl Shard for EmbeddedShard {
         let writer = &self.writer;
         let mut page: Vec<Doc> = Vec::with_capacity(page_size);
         let mut written = 0u64;
-        let pause = self.page_pause;
         let mut flush = |page: &mut Vec<Doc>| -> Result<(), IndexError> {
-            if page.is_empty() {
-                return Ok(());
-            }
             for doc in page.drain(..) {
                 if let Some(new) = rewrite(&doc) {
                     writer.delete_term(f.key_term(new.kind(), new.id()));
                     writer.add_document(f.to_tantivy(&new))?;
                     written += 1;
                 }
-            }
-            if !pause.is_zero() {
-                std::thread::sleep(pause);
             }
             Ok(())
         };
@@ -557,7 +558,7 @@ impl SearchIndex for EmbeddedSearch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apply::apply;
+    use crate::apply::{apply, FanOut};
     use crate::command::Command;
 
     fn upsert(id: &str, p: &str) -> Command {
@@ -576,7 +577,7 @@ mod tests {
             upsert("c", "/c/w/new.txt"),
         ];
         for (pos, c) in log.iter().enumerate() {
-            apply(&mut shard, c, pos as u64, 1).unwrap();
+            apply(&mut shard, c, pos as u64, FanOut::pages_of(1)).unwrap();
             shard.mark_applied(pos as u64);
         }
         shard.commit().unwrap();
@@ -627,10 +628,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
         let mut shard = idx.open_shard(0, 20_000_000).unwrap();
-        apply(&mut shard, &upsert("a", "/c/a.txt"), 0, 10).unwrap();
+        apply(&mut shard, &upsert("a", "/c/a.txt"), 0, FanOut::pages_of(10)).unwrap();
         shard.mark_applied(0);
         shard.commit().unwrap();
-        apply(&mut shard, &Command::RenamePath { from: "/c/a.txt".into(), to: "/c/b.txt".into() }, 1, 10).unwrap();
+        apply(&mut shard, &Command::RenamePath { from: "/c/a.txt".into(), to: "/c/b.txt".into() }, 1, FanOut::pages_of(10)).unwrap();
         drop(shard); // no commit: as if the process died
         let mut paths = Vec::new();
         idx.search().unwrap().files(&FileQuery::default(), 0, &mut |f| paths.push(f.full_path())).unwrap();

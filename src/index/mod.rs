@@ -207,6 +207,15 @@ pub trait Shard {
     fn commit(&mut self) -> Result<(), IndexError>;
 }
 
+/// An index backend: hands out shard writers and a read view.
+pub trait Backend: Send + Sync {
+    /// The writer of `partition`'s shard. Fails with a retryable error while
+    /// another owner still holds it.
+    fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError>;
+    /// A read view of everything committed so far.
+    fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError>;
+}
+
 /// Filters of `denorm search files`.
 #[derive(Debug, Clone, Default)]
 pub struct FileQuery {

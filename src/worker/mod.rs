@@ -11,7 +11,6 @@
 mod partition;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,8 +24,8 @@ use tracing::{error, info, warn};
 
 use crate::codec::Codec;
 use crate::http::Health;
-use crate::index::embedded::EmbeddedIndex;
-use crate::index::IndexError;
+use crate::apply::FanOut;
+use crate::index::{Backend, IndexError};
 use crate::kafka::KafkaConfig;
 use crate::metrics as m;
 use partition::Partition;
@@ -37,19 +36,13 @@ pub struct WorkerConfig {
     pub kafka: KafkaConfig,
     /// Consumer group id.
     pub group: String,
-    /// Embedded index directory.
-    pub index: PathBuf,
     /// Most commands applied between two index commits (default 2000).
     pub max_batch: usize,
     /// Longest time an applied command waits for its index commit (default
     /// 100 ms): commits are batched, because each one creates a segment.
     pub commit_linger: Duration,
-    /// Documents read per page of a fan-out scan (default 1000).
-    pub page_size: usize,
-    /// Pause after each page of a fan-out, to throttle rewrites (default 0).
-    pub fan_out_page_pause: Duration,
-    /// Indexing memory budget of one shard writer in bytes (default 64 MiB).
-    pub index_memory: usize,
+    /// Paging and throttling of fan-outs (default: pages of 1000, no pause).
+    pub fan_out: FanOut,
     /// Messages queued per partition before it is paused (default 10000).
     /// Pausing makes the client drop and later refetch what it prefetched,
     /// so this should hold a few seconds of traffic.
@@ -63,16 +56,13 @@ pub struct WorkerConfig {
 }
 
 impl WorkerConfig {
-    pub fn new(kafka: KafkaConfig, group: impl Into<String>, index: impl Into<PathBuf>) -> Self {
+    pub fn new(kafka: KafkaConfig, group: impl Into<String>) -> Self {
         WorkerConfig {
             kafka,
             group: group.into(),
-            index: index.into(),
             max_batch: 2000,
             commit_linger: Duration::from_millis(100),
-            page_size: crate::apply::DEFAULT_PAGE_SIZE,
-            fan_out_page_pause: Duration::ZERO,
-            index_memory: 64 << 20,
+            fan_out: FanOut::pages_of(crate::apply::DEFAULT_PAGE_SIZE),
             queue_capacity: 10_000,
             commit_interval: Duration::from_secs(1),
             retry_backoff_max: Duration::from_secs(30),
@@ -119,7 +109,7 @@ impl Stats {
 /// What every applier shares.
 pub(crate) struct Shared {
     cfg: WorkerConfig,
-    index: EmbeddedIndex,
+    backend: Arc<dyn Backend>,
     codec: Codec,
     stats: Arc<Stats>,
 }
@@ -216,8 +206,13 @@ fn commit(consumer: &BaseConsumer<WorkerContext>, topic: &str, offsets: &[(i32, 
 
 /// Runs a worker until `shutdown` is set, then drains, commits and leaves
 /// the group. Blocking.
-pub fn run(cfg: WorkerConfig, shutdown: Arc<AtomicBool>, health: Arc<Health>, stats: Arc<Stats>) -> Result<(), WorkerError> {
-    let index = EmbeddedIndex::open(&cfg.index, &cfg.kafka.topic).map_err(WorkerError::Index)?;
+pub fn run(
+    cfg: WorkerConfig,
+    backend: Arc<dyn Backend>,
+    shutdown: Arc<AtomicBool>,
+    health: Arc<Health>,
+    stats: Arc<Stats>,
+) -> Result<(), WorkerError> {
     let topic = cfg.kafka.topic.clone();
     let mut cc = cfg.kafka.client_config();
     cc.set("group.id", &cfg.group)
@@ -230,11 +225,11 @@ pub fn run(cfg: WorkerConfig, shutdown: Arc<AtomicBool>, health: Arc<Health>, st
     }
     let commit_interval = cfg.commit_interval;
     let lag_interval = cfg.lag_interval;
-    let shared = Arc::new(Shared { cfg, index, codec: Codec::new(), stats });
+    let shared = Arc::new(Shared { cfg, backend, codec: Codec::new(), stats });
     let ctx = WorkerContext { shared: shared.clone(), parts: Mutex::new(HashMap::new()), health: health.clone(), fatal: Mutex::new(None) };
     let consumer: BaseConsumer<WorkerContext> = cc.create_with_context(ctx)?;
     consumer.subscribe(&[&topic])?;
-    info!(topic = %topic, group = %shared.cfg.group, index = %shared.cfg.index.display(), "worker started");
+    info!(topic = %topic, group = %shared.cfg.group, "worker started");
 
     let mut last_commit = Instant::now();
     let mut last_lag = Instant::now();

@@ -14,7 +14,6 @@ use tracing::{debug, error, info, warn};
 
 use super::{Shared, WorkerError};
 use crate::apply::apply;
-use crate::index::embedded::EmbeddedShard;
 use crate::index::{IndexError, Shard};
 use crate::metrics::{self as m, outcome};
 
@@ -85,7 +84,6 @@ impl Applier {
 
     fn run(self, rx: Receiver<OwnedMessage>) -> Result<(), WorkerError> {
         let Some(mut shard) = self.open_shard()? else { return Ok(()) };
-        shard.set_page_pause(self.shared.cfg.fan_out_page_pause);
         if let Some(a) = shard.applied() {
             self.next.store(a as i64 + 1, Ordering::SeqCst);
         }
@@ -102,7 +100,7 @@ impl Applier {
             match rx.recv_timeout(wait) {
                 Ok(msg) => {
                     gauge!(m::CONSUMER_LAG_SECONDS, "partition" => self.label.clone()).set(age_seconds(&msg));
-                    match self.handle(&mut shard, &msg) {
+                    match self.handle(shard.as_mut(), &msg) {
                         Handled::Done { fan_out } => {
                             shard.mark_applied(msg.offset() as u64);
                             let (n, _, deadline) = uncommitted.unwrap_or((0, 0, Instant::now() + linger));
@@ -110,7 +108,7 @@ impl Applier {
                             if fan_out || n + 1 >= max_batch {
                                 // Fan-outs are committed on their own so that
                                 // their effects are visible and bounded.
-                                if !self.commit(&mut shard, msg.offset())? {
+                                if !self.commit(shard.as_mut(), msg.offset())? {
                                     return Ok(());
                                 }
                                 uncommitted = None;
@@ -129,7 +127,7 @@ impl Applier {
             }
             if let Some((_, offset, deadline)) = uncommitted {
                 if Instant::now() >= deadline {
-                    if !self.commit(&mut shard, offset)? {
+                    if !self.commit(shard.as_mut(), offset)? {
                         return Ok(());
                     }
                     uncommitted = None;
@@ -139,17 +137,17 @@ impl Applier {
         // Stopping: make what is applied durable, so the next owner resumes
         // after it.
         if let Some((_, offset, _)) = uncommitted {
-            self.commit(&mut shard, offset)?;
+            self.commit(shard.as_mut(), offset)?;
         }
         Ok(())
     }
 
     /// Opens the shard, waiting while a previous owner still holds it.
     /// `None` when stopped before that.
-    fn open_shard(&self) -> Result<Option<EmbeddedShard>, WorkerError> {
+    fn open_shard(&self) -> Result<Option<Box<dyn Shard + Send>>, WorkerError> {
         let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
         loop {
-            match self.shared.index.open_shard(self.partition, self.shared.cfg.index_memory) {
+            match self.shared.backend.open_shard(self.partition) {
                 Ok(s) => return Ok(Some(s)),
                 Err(e) if e.is_retryable() => {
                     if self.stopping() {
@@ -165,7 +163,7 @@ impl Applier {
 
     /// Commits the shard (retrying transient failures) and publishes
     /// `offset + 1`. `false` when stopped while retrying.
-    fn commit(&self, shard: &mut EmbeddedShard, offset: i64) -> Result<bool, WorkerError> {
+    fn commit(&self, shard: &mut dyn Shard, offset: i64) -> Result<bool, WorkerError> {
         let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
         loop {
             let t = Instant::now();
@@ -186,7 +184,7 @@ impl Applier {
         }
     }
 
-    fn handle(&self, shard: &mut EmbeddedShard, msg: &OwnedMessage) -> Handled {
+    fn handle(&self, shard: &mut dyn Shard, msg: &OwnedMessage) -> Handled {
         let (partition, offset) = (self.partition, msg.offset());
         let count = |kind: &'static str, outcome: &'static str| {
             counter!(m::COMMANDS_TOTAL, "type" => kind, "outcome" => outcome).increment(1);
@@ -217,7 +215,7 @@ impl Applier {
         let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
         loop {
             let t = Instant::now();
-            match apply(shard, cmd, offset as u64, self.shared.cfg.page_size) {
+            match apply(shard, cmd, offset as u64, self.shared.cfg.fan_out) {
                 Ok(docs) => {
                     let elapsed = t.elapsed();
                     histogram!(m::COMMAND_DOCUMENTS, "type" => cmd.kind()).record(docs as f64);
