@@ -165,6 +165,39 @@ pub fn wait_until_applied(
     }
 }
 
+/// Read-your-writes: waits until `group` has applied every one of
+/// `deliveries` (its committed offset of each partition passes the
+/// delivered offset). Blocking.
+pub fn wait_for_deliveries(
+    cfg: &KafkaConfig,
+    group: &str,
+    deliveries: &[crate::produce::Delivery],
+    timeout: Duration,
+) -> Result<(), WaitError> {
+    let mut need: std::collections::BTreeMap<i32, i64> = std::collections::BTreeMap::new();
+    for d in deliveries {
+        let e = need.entry(d.partition).or_insert(d.offset);
+        *e = (*e).max(d.offset);
+    }
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let report = group_lag(cfg, group);
+        if let Ok(r) = &report {
+            let done = need.iter().all(|(p, o)| r.partitions.iter().any(|x| x.partition == *p && x.committed > *o));
+            if done {
+                return Ok(());
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            return match report {
+                Ok(r) => Err(WaitError::Timeout(Some(r))),
+                Err(e) => Err(WaitError::Kafka(e)),
+            };
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum WaitError {
     #[error("timed out waiting for the group to apply everything (last lag report: {0:?})")]

@@ -98,6 +98,12 @@ fn every_command_end_to_end_through_produce_worker_and_search() {
     assert_eq!(groups[0]["author"], "Johnny Smith");
     assert_eq!(groups[0]["posts"][0]["title"], "Relationships");
 
+    // Read-your-writes: --wait returns once the group has applied the command.
+    let (code, _, err) = output(cli(&cfg, &group, &index).args(["produce", "--wait", "60", "upsert-file", "--id", "f5", "--path", "/bill/c.txt", "--contents", "waited"]));
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = output(cli(&cfg, &group, &index).args(["search", "files", "--text", "waited", "--json"]));
+    assert_eq!(json_lines(&out).len(), 1, "the waited-for write must be searchable at once: {out}");
+
     // SIGTERM: drains, commits, leaves, exits 0.
     let status = worker.terminate();
     assert!(status.success(), "worker exit status {status:?}");
@@ -106,7 +112,7 @@ fn every_command_end_to_end_through_produce_worker_and_search() {
     let lag = &json_lines(&out)[0];
     assert_eq!(lag["total"], 0);
     let ends: i64 = lag["partitions"].as_array().unwrap().iter().map(|p| p["end"].as_i64().unwrap()).sum();
-    assert_eq!(ends, 11);
+    assert_eq!(ends, 12);
     for p in lag["partitions"].as_array().unwrap() {
         assert_eq!(p["committed"], p["end"], "{lag}");
     }

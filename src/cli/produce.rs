@@ -12,12 +12,15 @@ use crate::command::{jsonl, Command};
 use crate::produce::Producer;
 
 #[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true)]
 pub struct ProduceArgs {
     /// JSONL file of commands, one per line (`-` for stdin). The whole input
     /// is validated before anything is sent.
     #[arg(long, value_name = "FILE")]
     jsonl: Option<PathBuf>,
+    /// After sending, wait until the consumer group (--group) has applied the
+    /// commands: read-your-writes. Gives up after this many seconds
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "60")]
+    wait: Option<u64>,
     /// Most commands awaiting acknowledgement at once
     #[arg(long, env = "DENORM_IN_FLIGHT", default_value_t = 10_000)]
     in_flight: usize,
@@ -110,7 +113,8 @@ fn read_jsonl(path: &PathBuf) -> anyhow::Result<Vec<Command>> {
 
 pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
     let commands = match (&a.jsonl, &a.command) {
-        (Some(path), _) => read_jsonl(path)?,
+        (Some(_), Some(_)) => return Err(UsageError("give either --jsonl FILE or one command, not both".into()).into()),
+        (Some(path), None) => read_jsonl(path)?,
         (None, Some(one)) => {
             let c = Command::from(one.clone());
             c.validate().map_err(|e| UsageError(format!("invalid command: {e}")))?;
@@ -121,20 +125,31 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
     let kafka = cli.kafka();
     kafka.ensure_topic().await.context("cannot reach or create the topic")?;
     let producer = Producer::new(&kafka)?;
-    if a.jsonl.is_none() {
+    let deliveries = if a.jsonl.is_none() {
         let c = commands.into_iter().next().expect("one command");
         let key = c.key().to_string();
         let d = producer.send(c).await.context("sending the command")?;
         println!("{}", serde_json::json!({"key": key, "partition": d.partition, "offset": d.offset}));
-        return Ok(());
+        vec![d]
+    } else {
+        let n = commands.len();
+        let bar = super::progress(n as u64, "produced");
+        let start = Instant::now();
+        let d = producer.send_all(commands, a.in_flight, |done| bar.set_position(done as u64)).await.context("sending commands")?;
+        bar.finish_and_clear();
+        let secs = start.elapsed().as_secs_f64();
+        eprintln!("produced {n} commands in {secs:.1}s ({:.0}/s)", n as f64 / secs.max(1e-9));
+        println!("{}", serde_json::json!({"produced": n}));
+        d
+    };
+    if let Some(secs) = a.wait {
+        let group = cli.group.clone();
+        tokio::task::spawn_blocking(move || {
+            crate::kafka::wait_for_deliveries(&kafka, &group, &deliveries, std::time::Duration::from_secs(secs))
+        })
+        .await?
+        .with_context(|| format!("waiting for group {} to apply the commands", cli.group))?;
+        eprintln!("applied by group {}", cli.group);
     }
-    let n = commands.len();
-    let bar = super::progress(n as u64, "produced");
-    let start = Instant::now();
-    producer.send_all(commands, a.in_flight, |done| bar.set_position(done as u64)).await.context("sending commands")?;
-    bar.finish_and_clear();
-    let secs = start.elapsed().as_secs_f64();
-    eprintln!("produced {n} commands in {secs:.1}s ({:.0}/s)", n as f64 / secs.max(1e-9));
-    println!("{}", serde_json::json!({"produced": n}));
     Ok(())
 }
