@@ -15,6 +15,9 @@ pub const INDEX_RETRIES_TOTAL: &str = "denorm_index_retries_total";
 pub const REBALANCES_TOTAL: &str = "denorm_consumer_rebalances_total";
 pub const ASSIGNED_PARTITIONS: &str = "denorm_consumer_assigned_partitions";
 pub const OFFSET_COMMITS_TOTAL: &str = "denorm_consumer_offset_commits_total";
+pub const ES_BULK_SECONDS: &str = "denorm_es_bulk_request_seconds";
+pub const ES_BULK_ITEMS_TOTAL: &str = "denorm_es_bulk_items_total";
+pub const ES_RETRIES_TOTAL: &str = "denorm_es_retries_total";
 
 /// Outcomes of a command (label `outcome` of [`COMMANDS_TOTAL`]).
 pub mod outcome {
@@ -40,6 +43,9 @@ fn describe() {
     describe_counter!(INDEX_RETRIES_TOTAL, Unit::Count, "Index operations retried after a transient failure.");
     describe_counter!(REBALANCES_TOTAL, Unit::Count, "Consumer-group rebalances seen, by kind (assign, revoke).");
     describe_gauge!(ASSIGNED_PARTITIONS, Unit::Count, "Partitions currently assigned to this worker.");
+    describe_histogram!(ES_BULK_SECONDS, Unit::Seconds, "Latency of Elasticsearch bulk requests.");
+    describe_counter!(ES_BULK_ITEMS_TOTAL, Unit::Count, "Elasticsearch bulk items by outcome (done, conflict, retry, failed).");
+    describe_counter!(ES_RETRIES_TOTAL, Unit::Count, "Elasticsearch retries by reason (request, items).");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");
 }
 

@@ -111,6 +111,14 @@ pub fn init_tracing(cli: &Cli) {
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let needs_index = matches!(cli.command, Commands::Run(_) | Commands::Search(_));
+    let index = cli.index.to_string_lossy();
+    if needs_index && (index.starts_with("http://") || index.starts_with("https://")) {
+        return Err(UsageError(format!(
+            "--index {index}: the Elasticsearch backend is not available yet; give an embedded index directory"
+        ))
+        .into());
+    }
     match &cli.command {
         Commands::Demo(a) => demo::run(&cli, a).await,
         Commands::Produce(a) => produce::run(&cli, a).await,

@@ -5,6 +5,7 @@
 //! The [`Shard`] trait is what the command logic in `apply/` drives; the
 //! [`SearchIndex`] trait is what `denorm search` and the model checks read.
 
+pub mod elastic;
 pub mod embedded;
 pub mod memory;
 

@@ -1,0 +1,269 @@
+//! The bulk engine: bounded requests (documents and bytes), per-item
+//! outcomes, and retries of only the items that failed with 429 or 5xx,
+//! with jittered exponential backoff. A whole-request 429 or 5xx backs off
+//! and resends the request; other statuses are answers.
+
+use std::time::{Duration, Instant};
+
+use elasticsearch::http::request::JsonBody;
+use elasticsearch::{BulkParts, Elasticsearch};
+use metrics::{counter, histogram};
+use serde_json::{json, Value};
+
+use super::{is_retryable_status, ElasticError};
+use crate::metrics as m;
+
+/// One bulk action.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BulkOp {
+    /// Create or replace; with `if_seq_no` only if the document is unchanged
+    /// since it was read.
+    Index { index: String, id: String, source: Value, if_seq_no: Option<(i64, i64)> },
+    /// Create; fails with 409 when the document exists.
+    Create { index: String, id: String, source: Value },
+    Delete { index: String, id: String, if_seq_no: Option<(i64, i64)> },
+}
+
+impl BulkOp {
+    pub fn id(&self) -> &str {
+        match self {
+            BulkOp::Index { id, .. } | BulkOp::Create { id, .. } | BulkOp::Delete { id, .. } => id,
+        }
+    }
+
+    fn lines(&self) -> Vec<Value> {
+        let meta = |index: &str, id: &str, cond: &Option<(i64, i64)>| {
+            let mut m = json!({ "_index": index, "_id": id });
+            if let Some((seq, term)) = cond {
+                m["if_seq_no"] = json!(seq);
+                m["if_primary_term"] = json!(term);
+            }
+            m
+        };
+        match self {
+            BulkOp::Index { index, id, source, if_seq_no } => vec![json!({ "index": meta(index, id, if_seq_no) }), source.clone()],
+            BulkOp::Create { index, id, source } => vec![json!({ "create": meta(index, id, &None) }), source.clone()],
+            BulkOp::Delete { index, id, if_seq_no } => vec![json!({ "delete": meta(index, id, if_seq_no) })],
+        }
+    }
+
+    /// Approximate request bytes of this action.
+    fn size(&self) -> usize {
+        self.lines().iter().map(|l| l.to_string().len() + 1).sum()
+    }
+}
+
+/// Bounds of one bulk request.
+#[derive(Debug, Clone, Copy)]
+pub struct BulkLimits {
+    pub max_docs: usize,
+    pub max_bytes: usize,
+}
+
+impl Default for BulkLimits {
+    /// 1000 actions or 5 MiB, the usual starting point for bulk sizing.
+    fn default() -> Self {
+        BulkLimits { max_docs: 1000, max_bytes: 5 << 20 }
+    }
+}
+
+/// Backoff of retries.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub initial: Duration,
+    pub max: Duration,
+    /// Give up after this many attempts of one request (0: never); the
+    /// worker then retries the whole command.
+    pub max_attempts: u32,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy { initial: Duration::from_millis(100), max: Duration::from_secs(10), max_attempts: 10 }
+    }
+}
+
+impl RetryPolicy {
+    fn delay(&self, attempt: u32) -> Duration {
+        let base = self.initial.saturating_mul(1u32 << attempt.min(16)).min(self.max);
+        base.mul_f64(rand::random_range(0.5..1.0))
+    }
+}
+
+/// Outcome of one item of a bulk response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// 409: the document changed since it was read, or exists already.
+    Conflict,
+    /// 429 or 5xx: send again.
+    Retry(u16),
+    /// Rejected for good (mapping or parse error, ...).
+    Failed { status: u16, reason: String },
+}
+
+/// Per-item outcomes of a bulk response, in request order. A delete of a
+/// missing document is done.
+pub fn classify(response: &Value) -> Result<Vec<Outcome>, ElasticError> {
+    let items = response
+        .get("items")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ElasticError::Transport("bulk response has no items".into()))?;
+    Ok(items
+        .iter()
+        .map(|item| {
+            let (action, r) = item.as_object().and_then(|o| o.iter().next()).map(|(k, v)| (k.as_str(), v)).unwrap_or(("", &Value::Null));
+            let status = r.get("status").and_then(Value::as_u64).unwrap_or(0) as u16;
+            match status {
+                200..=299 => Outcome::Done,
+                404 if action == "delete" => Outcome::Done,
+                409 => Outcome::Conflict,
+                s if is_retryable_status(s) => Outcome::Retry(s),
+                s => {
+                    let e = &r["error"];
+                    let reason = format!(
+                        "{}: {}",
+                        e.get("type").and_then(Value::as_str).unwrap_or("error"),
+                        e.get("reason").and_then(Value::as_str).unwrap_or("")
+                    );
+                    Outcome::Failed { status: s, reason }
+                }
+            }
+        })
+        .collect())
+}
+
+/// What a bulk execution did.
+#[derive(Debug, Default)]
+pub struct BulkReport {
+    pub done: usize,
+    pub conflicts: Vec<BulkOp>,
+    pub failed: Vec<(BulkOp, String)>,
+    /// Bulk requests sent, retries included.
+    pub requests: u32,
+}
+
+/// Sends `ops` in bounded requests, retrying what failed transiently.
+pub async fn execute(client: &Elasticsearch, ops: Vec<BulkOp>, limits: BulkLimits, policy: RetryPolicy) -> Result<BulkReport, ElasticError> {
+    let mut report = BulkReport::default();
+    let mut chunk = Vec::new();
+    let mut bytes = 0;
+    for op in ops {
+        let size = op.size();
+        if !chunk.is_empty() && (chunk.len() >= limits.max_docs || bytes + size > limits.max_bytes) {
+            send(client, std::mem::take(&mut chunk), policy, &mut report).await?;
+            bytes = 0;
+        }
+        bytes += size;
+        chunk.push(op);
+    }
+    if !chunk.is_empty() {
+        send(client, chunk, policy, &mut report).await?;
+    }
+    Ok(report)
+}
+
+async fn send(client: &Elasticsearch, mut ops: Vec<BulkOp>, policy: RetryPolicy, report: &mut BulkReport) -> Result<(), ElasticError> {
+    let mut attempt = 0u32;
+    loop {
+        let body: Vec<JsonBody<Value>> = ops.iter().flat_map(|o| o.lines()).map(JsonBody::new).collect();
+        let started = Instant::now();
+        report.requests += 1;
+        let sent = client.bulk(BulkParts::None).body(body).send().await;
+        histogram!(m::ES_BULK_SECONDS).record(started.elapsed().as_secs_f64());
+        let retry_reason = match sent {
+            Err(e) => format!("transport: {e}"),
+            Ok(r) => {
+                let status = r.status_code().as_u16();
+                if is_retryable_status(status) {
+                    format!("status {status}")
+                } else if !(200..300).contains(&status) {
+                    let body = r.text().await.unwrap_or_default();
+                    return Err(ElasticError::Status { what: "bulk request".into(), status, body: body.chars().take(2000).collect() });
+                } else {
+                    let json: Value = r.json().await?;
+                    let outcomes = classify(&json)?;
+                    if outcomes.len() != ops.len() {
+                        return Err(ElasticError::Transport(format!("bulk response has {} items for {} actions", outcomes.len(), ops.len())));
+                    }
+                    let mut again = Vec::new();
+                    for (op, outcome) in ops.into_iter().zip(outcomes) {
+                        let label = match &outcome {
+                            Outcome::Done => "done",
+                            Outcome::Conflict => "conflict",
+                            Outcome::Retry(_) => "retry",
+                            Outcome::Failed { .. } => "failed",
+                        };
+                        counter!(m::ES_BULK_ITEMS_TOTAL, "outcome" => label).increment(1);
+                        match outcome {
+                            Outcome::Done => report.done += 1,
+                            Outcome::Conflict => report.conflicts.push(op),
+                            Outcome::Retry(_) => again.push(op),
+                            Outcome::Failed { status, reason } => {
+                                tracing::error!(id = op.id(), status, %reason, "document rejected by elasticsearch");
+                                report.failed.push((op, reason));
+                            }
+                        }
+                    }
+                    if again.is_empty() {
+                        return Ok(());
+                    }
+                    ops = again;
+                    "items 429/5xx".to_string()
+                }
+            }
+        };
+        attempt += 1;
+        counter!(m::ES_RETRIES_TOTAL, "reason" => if retry_reason.starts_with("items") { "items" } else { "request" }).increment(1);
+        if policy.max_attempts > 0 && attempt >= policy.max_attempts {
+            return Err(ElasticError::RetriesExhausted { attempts: attempt, reason: retry_reason });
+        }
+        tracing::warn!(attempt, reason = %retry_reason, actions = ops.len(), "bulk request retried");
+        tokio::time::sleep(policy.delay(attempt)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_mixed_item_results() {
+        let r = json!({"errors": true, "items": [
+            {"index": {"_id": "a", "status": 201}},
+            {"index": {"_id": "b", "status": 200}},
+            {"index": {"_id": "c", "status": 409, "error": {"type": "version_conflict_engine_exception"}}},
+            {"index": {"_id": "d", "status": 429, "error": {"type": "es_rejected_execution_exception"}}},
+            {"index": {"_id": "e", "status": 500}},
+            {"index": {"_id": "f", "status": 400, "error": {"type": "mapper_parsing_exception", "reason": "failed to parse"}}},
+            {"delete": {"_id": "g", "status": 404}},
+        ]});
+        assert_eq!(
+            classify(&r).unwrap(),
+            vec![
+                Outcome::Done,
+                Outcome::Done,
+                Outcome::Conflict,
+                Outcome::Retry(429),
+                Outcome::Retry(500),
+                Outcome::Failed { status: 400, reason: "mapper_parsing_exception: failed to parse".into() },
+                Outcome::Done,
+            ]
+        );
+    }
+
+    #[test]
+    fn renders_conditional_writes() {
+        let op = BulkOp::Index { index: "i".into(), id: "1".into(), source: json!({"a": 1}), if_seq_no: Some((7, 2)) };
+        assert_eq!(op.lines()[0], json!({"index": {"_index": "i", "_id": "1", "if_seq_no": 7, "if_primary_term": 2}}));
+        let del = BulkOp::Delete { index: "i".into(), id: "1".into(), if_seq_no: None };
+        assert_eq!(del.lines(), vec![json!({"delete": {"_index": "i", "_id": "1"}})]);
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let p = RetryPolicy { initial: Duration::from_millis(100), max: Duration::from_secs(1), max_attempts: 0 };
+        assert!(p.delay(1) <= Duration::from_millis(200));
+        assert!(p.delay(10) <= Duration::from_secs(1) && p.delay(10) >= Duration::from_millis(500));
+    }
+}

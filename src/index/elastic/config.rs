@@ -1,0 +1,180 @@
+//! Connection settings and client construction. Credentials come from
+//! environment variables or files and are never printed: [`Secret`] hides
+//! them from `Debug` and `Display`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use elasticsearch::auth::Credentials;
+use elasticsearch::cert::{Certificate, CertificateValidation};
+use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
+use elasticsearch::http::Url;
+use elasticsearch::Elasticsearch;
+
+use super::ElasticError;
+
+/// A credential. Its value never appears in logs or debug output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    None,
+    Basic { username: String, password: Secret },
+    ApiKey { id: String, key: Secret },
+}
+
+/// Where and how to reach Elasticsearch.
+#[derive(Debug, Clone)]
+pub struct ElasticConfig {
+    /// `http://host:9200` or `https://host:9200`.
+    pub url: Url,
+    pub auth: Auth,
+    /// PEM file of a CA certificate to trust (self-signed clusters).
+    pub ca_cert: Option<PathBuf>,
+    /// Prefix of the aliases and indexes (`<prefix>-files`, ...).
+    pub prefix: String,
+    /// Request timeout (default 30 s).
+    pub timeout: Duration,
+}
+
+/// Environment variables read by [`ElasticConfig::from_env`].
+pub mod env {
+    pub const USERNAME: &str = "DENORM_ES_USERNAME";
+    pub const PASSWORD: &str = "DENORM_ES_PASSWORD";
+    pub const PASSWORD_FILE: &str = "DENORM_ES_PASSWORD_FILE";
+    pub const API_KEY_ID: &str = "DENORM_ES_API_KEY_ID";
+    pub const API_KEY: &str = "DENORM_ES_API_KEY";
+    pub const API_KEY_FILE: &str = "DENORM_ES_API_KEY_FILE";
+    pub const CA_CERT: &str = "DENORM_ES_CA_CERT";
+    pub const PREFIX: &str = "DENORM_ES_PREFIX";
+}
+
+impl ElasticConfig {
+    /// Settings for `url`, credentials from `lookup` (the environment in
+    /// production; a map in tests).
+    pub fn from_lookup(url: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ElasticError> {
+        let url = Url::parse(url).map_err(|e| ElasticError::Config(format!("{url:?} is not a URL: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(ElasticError::Config(format!("{url} must be http:// or https://")));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(ElasticError::Config(format!(
+                "put credentials in {} / {} (or the _FILE variants), not in the URL",
+                env::USERNAME,
+                env::PASSWORD
+            )));
+        }
+        let secret = |value: &str, file: &str| -> Result<Option<Secret>, ElasticError> {
+            if let Some(v) = lookup(value) {
+                return Ok(Some(Secret::new(v)));
+            }
+            match lookup(file) {
+                Some(path) => std::fs::read_to_string(&path)
+                    .map(|s| Some(Secret::new(s.trim_end_matches(['\n', '\r']))))
+                    .map_err(|e| ElasticError::Config(format!("cannot read {file} ({path}): {e}"))),
+                None => Ok(None),
+            }
+        };
+        let basic = match (lookup(env::USERNAME), secret(env::PASSWORD, env::PASSWORD_FILE)?) {
+            (Some(username), Some(password)) => Some(Auth::Basic { username, password }),
+            (Some(_), None) => return Err(ElasticError::Config(format!("{} is set but no password", env::USERNAME))),
+            (None, Some(_)) => return Err(ElasticError::Config(format!("a password is set but no {}", env::USERNAME))),
+            (None, None) => None,
+        };
+        let api_key = match (lookup(env::API_KEY_ID), secret(env::API_KEY, env::API_KEY_FILE)?) {
+            (Some(id), Some(key)) => Some(Auth::ApiKey { id, key }),
+            (None, None) => None,
+            _ => return Err(ElasticError::Config(format!("set both {} and {} (or its _FILE)", env::API_KEY_ID, env::API_KEY))),
+        };
+        let auth = match (basic, api_key) {
+            (Some(_), Some(_)) => return Err(ElasticError::Config("choose basic authentication or an API key, not both".into())),
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => Auth::None,
+        };
+        Ok(ElasticConfig {
+            url,
+            auth,
+            ca_cert: lookup(env::CA_CERT).map(PathBuf::from),
+            prefix: lookup(env::PREFIX).unwrap_or_else(|| "denorm".into()),
+            timeout: Duration::from_secs(30),
+        })
+    }
+
+    pub fn from_env(url: &str) -> Result<Self, ElasticError> {
+        Self::from_lookup(url, |k| std::env::var(k).ok())
+    }
+
+    /// Builds the client.
+    pub fn client(&self) -> Result<Elasticsearch, ElasticError> {
+        let mut b = TransportBuilder::new(SingleNodeConnectionPool::new(self.url.clone())).timeout(self.timeout);
+        match &self.auth {
+            Auth::None => {}
+            Auth::Basic { username, password } => b = b.auth(Credentials::Basic(username.clone(), password.expose().to_string())),
+            Auth::ApiKey { id, key } => b = b.auth(Credentials::ApiKey(id.clone(), key.expose().to_string())),
+        }
+        if let Some(path) = &self.ca_cert {
+            let pem = std::fs::read(path).map_err(|e| ElasticError::Config(format!("cannot read CA certificate {}: {e}", path.display())))?;
+            let cert = Certificate::from_pem(&pem).map_err(|e| ElasticError::Config(format!("CA certificate {}: {e}", path.display())))?;
+            b = b.cert_validation(CertificateValidation::Full(cert));
+        }
+        let transport = b.build().map_err(|e| ElasticError::Config(e.to_string()))?;
+        Ok(Elasticsearch::new(transport))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(vars: &[(&str, &str)]) -> Result<ElasticConfig, ElasticError> {
+        let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        ElasticConfig::from_lookup("http://localhost:9200", move |k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn reads_credentials_and_hides_them() {
+        let c = cfg(&[(env::USERNAME, "elastic"), (env::PASSWORD, "hunter2")]).unwrap();
+        assert_eq!(c.auth, Auth::Basic { username: "elastic".into(), password: Secret::new("hunter2") });
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("key");
+        std::fs::write(&f, "s3cret\n").unwrap();
+        let c = cfg(&[(env::API_KEY_ID, "id1"), (env::API_KEY_FILE, f.to_str().unwrap())]).unwrap();
+        assert_eq!(c.auth, Auth::ApiKey { id: "id1".into(), key: Secret::new("s3cret") });
+        assert!(!format!("{c:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn rejects_incomplete_or_ambiguous_credentials() {
+        assert!(cfg(&[(env::USERNAME, "u")]).is_err());
+        assert!(cfg(&[(env::API_KEY_ID, "i")]).is_err());
+        assert!(cfg(&[(env::USERNAME, "u"), (env::PASSWORD, "p"), (env::API_KEY_ID, "i"), (env::API_KEY, "k")]).is_err());
+        assert!(ElasticConfig::from_lookup("http://u:p@localhost:9200", |_| None).is_err());
+        assert!(ElasticConfig::from_lookup("ftp://localhost", |_| None).is_err());
+        assert_eq!(cfg(&[]).unwrap().auth, Auth::None);
+    }
+}

@@ -1,0 +1,177 @@
+//! Index setup: one concrete index per document kind behind an alias
+//! (`denorm-files` -> `denorm-files-000001`), so that a rebuild can switch
+//! the alias atomically. Startup creates what is missing and refuses a
+//! mapping that conflicts with the one denorm needs.
+
+use elasticsearch::indices::{IndicesCreateParts, IndicesGetMappingParts};
+use elasticsearch::Elasticsearch;
+use serde_json::{json, Value};
+
+use super::{json_or_status, ElasticError};
+use crate::index::Kind;
+
+/// Field holding the log position of the last write (idempotence guard).
+pub const POS_FIELD: &str = "denorm_pos";
+
+pub fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::File => "files",
+        Kind::User => "users",
+        Kind::Post => "posts",
+    }
+}
+
+/// The alias documents of `kind` are read and written through.
+pub fn alias(prefix: &str, kind: Kind) -> String {
+    format!("{prefix}-{}", kind_name(kind))
+}
+
+/// The first concrete index behind [`alias`].
+pub fn first_index(prefix: &str, kind: Kind) -> String {
+    format!("{}-000001", alias(prefix, kind))
+}
+
+/// Index settings: the `path_hierarchy` analyzer behind `path.tree`.
+pub fn settings() -> Value {
+    json!({
+        "analysis": {
+            "tokenizer": { "denorm_path_tree": { "type": "path_hierarchy", "delimiter": "/" } },
+            "analyzer": { "denorm_path_tree": { "type": "custom", "tokenizer": "denorm_path_tree" } }
+        }
+    })
+}
+
+fn name_with_raw() -> Value {
+    json!({ "type": "text", "fields": { "raw": { "type": "keyword" } } })
+}
+
+/// The mapping of `kind` (DESIGN.md section 2), strict so that stray fields
+/// are refused.
+pub fn mapping(kind: Kind) -> Value {
+    let props = match kind {
+        Kind::File => json!({
+            "id": { "type": "keyword" },
+            "name": { "type": "keyword" },
+            "path": {
+                "type": "keyword",
+                "fields": { "tree": { "type": "text", "analyzer": "denorm_path_tree", "search_analyzer": "keyword" } }
+            },
+            "contents": { "type": "text" },
+        }),
+        Kind::User => json!({
+            "id": { "type": "keyword" },
+            "name": name_with_raw(),
+            "email": { "type": "keyword" },
+            "dob": { "type": "date", "format": "yyyy-MM-dd" },
+        }),
+        Kind::Post => json!({
+            "id": { "type": "keyword" },
+            "title": { "type": "text" },
+            "body": { "type": "text" },
+            "user": { "properties": { "id": { "type": "keyword" }, "name": name_with_raw() } },
+        }),
+    };
+    let mut props = props;
+    props[POS_FIELD] = json!({ "type": "long" });
+    json!({ "dynamic": "strict", "properties": props })
+}
+
+/// Differences between the mapping denorm needs and one found: (field,
+/// expected, found). Fields the found mapping lacks count as conflicts too.
+pub fn conflicts(expected: &Value, found: &Value) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    walk("", expected, found, &mut out);
+    out
+}
+
+fn describe(field: &Value) -> String {
+    let ty = field.get("type").and_then(Value::as_str).unwrap_or(if field.get("properties").is_some() { "object" } else { "absent" });
+    match field.get("analyzer").and_then(Value::as_str) {
+        Some(a) => format!("{ty} (analyzer {a})"),
+        None => ty.to_string(),
+    }
+}
+
+fn walk(prefix: &str, expected: &Value, found: &Value, out: &mut Vec<(String, String, String)>) {
+    let (Some(exp), found_props) = (expected.get("properties").and_then(Value::as_object), found.get("properties")) else { return };
+    for (name, e) in exp {
+        let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+        let f = found_props.and_then(|p| p.get(name)).cloned().unwrap_or(Value::Null);
+        if describe(e) != describe(&f) {
+            out.push((path.clone(), describe(e), describe(&f)));
+            continue;
+        }
+        if let Some(subs) = e.get("fields").and_then(Value::as_object) {
+            for (sub, se) in subs {
+                let sf = f.get("fields").and_then(|x| x.get(sub)).cloned().unwrap_or(Value::Null);
+                if describe(se) != describe(&sf) {
+                    out.push((format!("{path}.{sub}"), describe(se), describe(&sf)));
+                }
+            }
+        }
+        walk(&path, e, &f, out);
+    }
+}
+
+/// Creates the missing indexes and aliases, and checks existing mappings.
+pub async fn ensure(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticError> {
+    for kind in [Kind::File, Kind::User, Kind::Post] {
+        let alias = alias(prefix, kind);
+        let r = client.indices().get_mapping(IndicesGetMappingParts::Index(&[&alias])).send().await?;
+        if r.status_code().as_u16() == 404 {
+            let index = first_index(prefix, kind);
+            let body = json!({
+                "settings": settings(),
+                "mappings": mapping(kind),
+                "aliases": { alias.clone(): { "is_write_index": true } }
+            });
+            let r = client.indices().create(IndicesCreateParts::Index(&index)).body(body).send().await?;
+            let status = r.status_code().as_u16();
+            if status == 400 {
+                let text = r.text().await.unwrap_or_default();
+                if text.contains("resource_already_exists_exception") {
+                    continue; // another worker created it first
+                }
+                return Err(ElasticError::Status { what: format!("creating index {index}"), status, body: text });
+            }
+            json_or_status(&format!("creating index {index}"), r).await?;
+            tracing::info!(index = %index, alias = %alias, "created index behind alias");
+            continue;
+        }
+        let found = json_or_status(&format!("reading the mapping of {alias}"), r).await?;
+        let expected = mapping(kind);
+        for (index, m) in found.as_object().into_iter().flatten() {
+            let mappings = m.get("mappings").unwrap_or(&Value::Null);
+            if let Some((field, expected, found)) = conflicts(&expected, mappings).into_iter().next() {
+                return Err(ElasticError::MappingConflict { index: index.clone(), field, expected, found });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mapping_has_no_conflict_with_itself() {
+        for k in [Kind::File, Kind::User, Kind::Post] {
+            assert_eq!(conflicts(&mapping(k), &mapping(k)), vec![]);
+        }
+    }
+
+    #[test]
+    fn finds_wrong_types_analyzers_and_missing_fields() {
+        let mut found = mapping(Kind::File);
+        found["properties"]["path"]["type"] = json!("text");
+        found["properties"]["path"]["fields"]["tree"]["analyzer"] = json!("standard");
+        found["properties"].as_object_mut().unwrap().remove("denorm_pos");
+        let c = conflicts(&mapping(Kind::File), &found);
+        let fields: Vec<_> = c.iter().map(|x| x.0.as_str()).collect();
+        assert_eq!(fields, vec!["denorm_pos", "path"], "{c:?}");
+        let mut found = mapping(Kind::Post);
+        found["properties"]["user"]["properties"]["name"]["fields"]["raw"]["type"] = json!("text");
+        assert_eq!(conflicts(&mapping(Kind::Post), &found)[0].0, "user.name.raw");
+    }
+}

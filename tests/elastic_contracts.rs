@@ -1,0 +1,260 @@
+//! The Elasticsearch backend against recorded request/response contracts of
+//! Elasticsearch 8.x, served by an HTTP test double (wiremock). No live
+//! cluster is involved.
+
+use std::time::Duration;
+
+use denorm::index::elastic::bulk::{self, BulkLimits, BulkOp, RetryPolicy};
+use denorm::index::elastic::config::{env, ElasticConfig};
+use denorm::index::elastic::{setup, ElasticError};
+use denorm::index::Kind;
+use serde_json::{json, Value};
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+
+fn config(server: &MockServer, vars: &[(&'static str, &'static str)]) -> ElasticConfig {
+    let vars = vars.to_vec();
+    ElasticConfig::from_lookup(&server.uri(), move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).unwrap()
+}
+
+fn fast() -> RetryPolicy {
+    RetryPolicy { initial: Duration::from_millis(5), max: Duration::from_millis(20), max_attempts: 5 }
+}
+
+fn ndjson(req: &Request) -> Vec<Value> {
+    String::from_utf8_lossy(&req.body).lines().filter(|l| !l.is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Ids of the actions of a bulk request body.
+fn action_ids(req: &Request) -> Vec<String> {
+    ndjson(req)
+        .iter()
+        .filter_map(|l| l.as_object()?.values().next()?.get("_id")?.as_str().map(String::from))
+        .collect()
+}
+
+fn index_op(id: &str) -> BulkOp {
+    BulkOp::Index { index: "denorm-files".into(), id: id.into(), source: json!({"id": id}), if_seq_no: None }
+}
+
+fn items(statuses: &[(&str, u16)]) -> Value {
+    json!({
+        "took": 3,
+        "errors": statuses.iter().any(|(_, s)| *s >= 300),
+        "items": statuses.iter().map(|(id, s)| {
+            let mut r = json!({"_index": "denorm-files-000001", "_id": id, "status": s});
+            match s {
+                409 => r["error"] = json!({"type": "version_conflict_engine_exception", "reason": format!("[{id}]: version conflict")}),
+                429 => r["error"] = json!({"type": "es_rejected_execution_exception", "reason": "rejected execution"}),
+                500 => r["error"] = json!({"type": "internal_server_error", "reason": "boom"}),
+                400 => r["error"] = json!({"type": "mapper_parsing_exception", "reason": "failed to parse field [dob]"}),
+                _ => {}
+            }
+            json!({"index": r})
+        }).collect::<Vec<_>>()
+    })
+}
+
+#[tokio::test]
+async fn retries_only_failed_bulk_items() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/_bulk"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(items(&[("a", 201), ("b", 200), ("c", 409), ("d", 429), ("e", 500)])))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/_bulk"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(items(&[("d", 201), ("e", 200)])))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    let client = config(&server, &[]).client().unwrap();
+    let ops = ["a", "b", "c", "d", "e"].map(index_op).to_vec();
+    let report = bulk::execute(&client, ops, BulkLimits::default(), fast()).await.unwrap();
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(action_ids(&requests[0]), ["a", "b", "c", "d", "e"]);
+    assert_eq!(action_ids(&requests[1]), ["d", "e"], "the retry must resend only the items that failed with 429/5xx");
+    assert_eq!(report.done, 4);
+    assert_eq!(report.conflicts.iter().map(|o| o.id()).collect::<Vec<_>>(), ["c"]);
+    assert!(report.failed.is_empty());
+}
+
+#[tokio::test]
+async fn whole_request_429_backs_off_and_retries() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/_bulk"))
+        .respond_with(ResponseTemplate::new(429).set_body_json(json!({"error": {"type": "es_rejected_execution_exception"}, "status": 429})))
+        .up_to_n_times(2)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/_bulk"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(items(&[("a", 201), ("b", 201)])))
+        .mount(&server)
+        .await;
+    let client = config(&server, &[]).client().unwrap();
+    let report = bulk::execute(&client, vec![index_op("a"), index_op("b")], BulkLimits::default(), fast()).await.unwrap();
+    assert_eq!(report.requests, 3);
+    assert_eq!(report.done, 2);
+    for r in server.received_requests().await.unwrap() {
+        assert_eq!(action_ids(&r), ["a", "b"]);
+    }
+}
+
+#[tokio::test]
+async fn permanent_item_failures_are_reported_not_retried() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/_bulk"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(items(&[("a", 201), ("bad", 400)])))
+        .mount(&server)
+        .await;
+    let client = config(&server, &[]).client().unwrap();
+    let report = bulk::execute(&client, vec![index_op("a"), index_op("bad")], BulkLimits::default(), fast()).await.unwrap();
+    assert_eq!(report.requests, 1);
+    assert_eq!(report.failed.len(), 1);
+    assert!(report.failed[0].1.contains("mapper_parsing_exception"), "{:?}", report.failed);
+}
+
+#[tokio::test]
+async fn gives_up_after_the_attempt_limit_with_a_retryable_error() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).mount(&server).await;
+    let client = config(&server, &[]).client().unwrap();
+    let err = bulk::execute(&client, vec![index_op("a")], BulkLimits::default(), fast()).await.unwrap_err();
+    assert!(matches!(err, ElasticError::RetriesExhausted { attempts: 5, .. }), "{err}");
+    assert!(err.is_retryable());
+    assert_eq!(server.received_requests().await.unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn splits_requests_by_documents_and_bytes() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/_bulk"))
+        .respond_with(|req: &Request| {
+            let ids = action_ids(req);
+            let statuses: Vec<(&str, u16)> = ids.iter().map(|i| (i.as_str(), 201)).collect();
+            ResponseTemplate::new(200).set_body_json(items(&statuses))
+        })
+        .mount(&server)
+        .await;
+    let client = config(&server, &[]).client().unwrap();
+    let ops: Vec<BulkOp> = (0..25).map(|i| index_op(&format!("d{i}"))).collect();
+    let report = bulk::execute(&client, ops, BulkLimits { max_docs: 10, max_bytes: 1 << 20 }, fast()).await.unwrap();
+    assert_eq!(report.done, 25);
+    let sizes: Vec<usize> = server.received_requests().await.unwrap().iter().map(|r| action_ids(r).len()).collect();
+    assert_eq!(sizes, [10, 10, 5]);
+    let big: Vec<BulkOp> = (0..4)
+        .map(|i| BulkOp::Index { index: "i".into(), id: format!("b{i}"), source: json!({"contents": "x".repeat(400)}), if_seq_no: None })
+        .collect();
+    server.reset().await;
+    Mock::given(method("POST"))
+        .and(path("/_bulk"))
+        .respond_with(|req: &Request| {
+            let ids = action_ids(req);
+            let statuses: Vec<(&str, u16)> = ids.iter().map(|i| (i.as_str(), 201)).collect();
+            ResponseTemplate::new(200).set_body_json(items(&statuses))
+        })
+        .mount(&server)
+        .await;
+    bulk::execute(&client, big, BulkLimits { max_docs: 100, max_bytes: 1000 }, fast()).await.unwrap();
+    let sizes: Vec<usize> = server.received_requests().await.unwrap().iter().map(|r| action_ids(r).len()).collect();
+    assert_eq!(sizes, [2, 2]);
+}
+
+#[tokio::test]
+async fn creates_indexes_behind_aliases_with_the_mapping() {
+    let server = MockServer::start().await;
+    for kind in ["files", "users", "posts"] {
+        Mock::given(method("GET"))
+            .and(path(format!("/denorm-{kind}/_mapping")))
+            .respond_with(ResponseTemplate::new(404).set_body_json(json!({"error": {"type": "index_not_found_exception"}, "status": 404})))
+            .mount(&server)
+            .await;
+        Mock::given(method("PUT"))
+            .and(path(format!("/denorm-{kind}-000001")))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"acknowledged": true, "shards_acknowledged": true, "index": format!("denorm-{kind}-000001")})))
+            .expect(1)
+            .mount(&server)
+            .await;
+    }
+    let client = config(&server, &[]).client().unwrap();
+    setup::ensure(&client, "denorm").await.unwrap();
+    let creates: Vec<Request> = server.received_requests().await.unwrap().into_iter().filter(|r| r.method.as_str() == "PUT").collect();
+    let files: Value = serde_json::from_slice(&creates.iter().find(|r| r.url.path() == "/denorm-files-000001").unwrap().body).unwrap();
+    assert_eq!(files["aliases"]["denorm-files"]["is_write_index"], true);
+    assert_eq!(files["settings"]["analysis"]["tokenizer"]["denorm_path_tree"]["type"], "path_hierarchy");
+    assert_eq!(files["mappings"]["properties"]["path"]["fields"]["tree"]["analyzer"], "denorm_path_tree");
+    assert_eq!(files["mappings"]["properties"]["path"]["type"], "keyword");
+    let posts: Value = serde_json::from_slice(&creates.iter().find(|r| r.url.path() == "/denorm-posts-000001").unwrap().body).unwrap();
+    assert_eq!(posts["mappings"]["properties"]["user"]["properties"]["name"]["fields"]["raw"]["type"], "keyword");
+}
+
+#[tokio::test]
+async fn accepts_a_matching_mapping_and_refuses_a_conflicting_one() {
+    let server = MockServer::start().await;
+    for kind in [Kind::User, Kind::Post] {
+        Mock::given(method("GET"))
+            .and(path(format!("/{}/_mapping", setup::alias("denorm", kind))))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({ setup::first_index("denorm", kind): {"mappings": setup::mapping(kind)} })))
+            .mount(&server)
+            .await;
+    }
+    let mut wrong = setup::mapping(Kind::File);
+    wrong["properties"]["path"] = json!({"type": "text"});
+    Mock::given(method("GET"))
+        .and(path("/denorm-files/_mapping"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"denorm-files-000001": {"mappings": wrong}})))
+        .mount(&server)
+        .await;
+    let client = config(&server, &[]).client().unwrap();
+    let err = setup::ensure(&client, "denorm").await.unwrap_err();
+    match &err {
+        ElasticError::MappingConflict { index, field, expected, found } => {
+            assert_eq!((index.as_str(), field.as_str(), expected.as_str(), found.as_str()), ("denorm-files-000001", "path", "keyword", "text"));
+        }
+        other => panic!("expected a mapping conflict, got {other}"),
+    }
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("field path is text, denorm needs keyword"), "{err}");
+}
+
+#[tokio::test]
+async fn sends_basic_and_api_key_credentials_without_leaking_them() {
+    let server = MockServer::start().await;
+    // base64("elastic:hunter2") and base64("kid:s3cret")
+    Mock::given(method("POST"))
+        .and(path("/_bulk"))
+        .and(header("authorization", "Basic ZWxhc3RpYzpodW50ZXIy"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(items(&[("a", 201)])))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/_bulk"))
+        .and(header("authorization", "ApiKey a2lkOnMzY3JldA=="))
+        .respond_with(ResponseTemplate::new(200).set_body_json(items(&[("a", 201)])))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let basic = config(&server, &[(env::USERNAME, "elastic"), (env::PASSWORD, "hunter2")]);
+    let key = config(&server, &[(env::API_KEY_ID, "kid"), (env::API_KEY, "s3cret")]);
+    for c in [&basic, &key] {
+        let report = bulk::execute(&c.client().unwrap(), vec![index_op("a")], BulkLimits::default(), fast()).await.unwrap();
+        assert_eq!(report.done, 1);
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter2") && !shown.contains("s3cret"), "{shown}");
+    }
+    // A rejected request's error shows the body, not the credentials.
+    server.reset().await;
+    Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(401).set_body_string("unable to authenticate user")).mount(&server).await;
+    let err = bulk::execute(&basic.client().unwrap(), vec![index_op("a")], BulkLimits::default(), fast()).await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("401") && !text.contains("hunter2"), "{text}");
+    assert!(!err.is_retryable());
+}
