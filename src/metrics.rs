@@ -18,6 +18,7 @@ pub const OFFSET_COMMITS_TOTAL: &str = "denorm_consumer_offset_commits_total";
 pub const ES_BULK_SECONDS: &str = "denorm_es_bulk_request_seconds";
 pub const ES_BULK_ITEMS_TOTAL: &str = "denorm_es_bulk_items_total";
 pub const ES_RETRIES_TOTAL: &str = "denorm_es_retries_total";
+pub const ES_PIT_PAGES_TOTAL: &str = "denorm_es_pit_pages_total";
 
 /// Outcomes of a command (label `outcome` of [`COMMANDS_TOTAL`]).
 pub mod outcome {
@@ -45,6 +46,7 @@ fn describe() {
     describe_gauge!(ASSIGNED_PARTITIONS, Unit::Count, "Partitions currently assigned to this worker.");
     describe_histogram!(ES_BULK_SECONDS, Unit::Seconds, "Latency of Elasticsearch bulk requests.");
     describe_counter!(ES_BULK_ITEMS_TOTAL, Unit::Count, "Elasticsearch bulk items by outcome (done, conflict, retry, failed).");
+    describe_counter!(ES_PIT_PAGES_TOTAL, Unit::Count, "Point-in-time pages read from Elasticsearch.");
     describe_counter!(ES_RETRIES_TOTAL, Unit::Count, "Elasticsearch retries by reason (request, items).");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");
 }

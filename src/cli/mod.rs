@@ -111,21 +111,31 @@ pub fn init_tracing(cli: &Cli) {
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    let needs_index = matches!(cli.command, Commands::Run(_) | Commands::Search(_));
-    let index = cli.index.to_string_lossy();
-    if needs_index && (index.starts_with("http://") || index.starts_with("https://")) {
-        return Err(UsageError(format!(
-            "--index {index}: the Elasticsearch backend is not available yet; give an embedded index directory"
-        ))
-        .into());
-    }
     match &cli.command {
         Commands::Demo(a) => demo::run(&cli, a).await,
         Commands::Produce(a) => produce::run(&cli, a).await,
         Commands::Run(a) => run::run(&cli, a).await,
-        Commands::Search(a) => search::run(&cli, a),
+        Commands::Search(_) => {
+            let handle = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || {
+                let Commands::Search(a) = &cli.command else { unreachable!() };
+                search::run(&cli, a, handle)
+            })
+            .await?
+        }
         Commands::Lag(a) => lag::run(&cli, a).await,
     }
+}
+
+/// The Elasticsearch URL when `--index` is one.
+pub(crate) fn elastic_url(cli: &Cli) -> Option<String> {
+    let index = cli.index.to_string_lossy();
+    (index.starts_with("http://") || index.starts_with("https://")).then(|| index.into_owned())
+}
+
+/// Connects to Elasticsearch at `url` (credentials from `DENORM_ES_*`).
+pub(crate) fn elastic_config(url: &str) -> anyhow::Result<crate::index::elastic::config::ElasticConfig> {
+    crate::index::elastic::config::ElasticConfig::from_env(url).map_err(|e| UsageError(e.to_string()).into())
 }
 
 /// A progress bar on stderr, hidden when stderr is not a terminal.

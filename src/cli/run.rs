@@ -12,7 +12,11 @@ use tracing::info;
 use super::Cli;
 use crate::apply::FanOut;
 use crate::http::{self, Health};
+use crate::index::elastic::bulk::{BulkLimits, RetryPolicy};
+use crate::index::elastic::setup;
+use crate::index::elastic::shard::ElasticBackend;
 use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
+use crate::index::Backend;
 use crate::worker::{self, Stats, WorkerConfig};
 
 #[derive(Debug, Args)]
@@ -56,8 +60,26 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let kafka = cli.kafka();
     let partitions = kafka.ensure_topic().await.context("cannot reach or create the topic")?;
     info!(topic = %kafka.topic, partitions, "topic ready");
-    let index = EmbeddedIndex::open(&cli.index, &kafka.topic).with_context(|| format!("opening the index {}", cli.index.display()))?;
-    let backend = Arc::new(EmbeddedBackend { index, memory_budget: (a.index_memory_mb as usize) << 20 });
+    let backend: Arc<dyn Backend> = match super::elastic_url(cli) {
+        Some(url) => {
+            let es = super::elastic_config(&url)?;
+            let client = es.client()?;
+            setup::ensure(&client, &es.prefix).await.context("setting up the Elasticsearch indexes")?;
+            info!(url = %es.url, prefix = %es.prefix, "elasticsearch indexes ready");
+            Arc::new(ElasticBackend {
+                client,
+                prefix: es.prefix.clone(),
+                topic: kafka.topic.clone(),
+                limits: BulkLimits::default(),
+                policy: RetryPolicy::default(),
+                runtime: tokio::runtime::Handle::current(),
+            })
+        }
+        None => {
+            let index = EmbeddedIndex::open(&cli.index, &kafka.topic).with_context(|| format!("opening the index {}", cli.index.display()))?;
+            Arc::new(EmbeddedBackend { index, memory_budget: (a.index_memory_mb as usize) << 20 })
+        }
+    };
     let mut cfg = WorkerConfig::new(kafka, cli.group.clone());
     cfg.max_batch = a.max_batch.max(1);
     cfg.commit_linger = Duration::from_millis(a.commit_linger_ms);

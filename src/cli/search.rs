@@ -3,6 +3,7 @@
 use clap::{Args, Subcommand};
 
 use super::{Cli, UsageError};
+use crate::index::elastic::search::ElasticSearch;
 use crate::index::embedded::EmbeddedIndex;
 use crate::index::{FileQuery, PostQuery, SearchIndex};
 
@@ -56,9 +57,14 @@ enum What {
     },
 }
 
-pub fn run(cli: &Cli, a: &SearchArgs) -> anyhow::Result<()> {
-    let index = EmbeddedIndex::open_existing(&cli.index).map_err(|e| UsageError(e.to_string()))?;
-    let search = index.search()?;
+pub fn run(cli: &Cli, a: &SearchArgs, runtime: tokio::runtime::Handle) -> anyhow::Result<()> {
+    let search: Box<dyn SearchIndex> = match super::elastic_url(cli) {
+        Some(url) => {
+            let cfg = super::elastic_config(&url)?;
+            Box::new(ElasticSearch { client: cfg.client()?, prefix: cfg.prefix.clone(), runtime })
+        }
+        None => Box::new(EmbeddedIndex::open_existing(&cli.index).map_err(|e| UsageError(e.to_string()))?.search()?),
+    };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
     let mut write_err: Option<std::io::Error> = None;

@@ -168,6 +168,8 @@ pub enum IndexError {
     WrongTopic { path: String, found: String, expected: String },
     #[error("stored document is malformed: {0}")]
     Corrupt(String),
+    #[error("rejected by the index: {0}")]
+    Rejected(String),
 }
 
 impl IndexError {

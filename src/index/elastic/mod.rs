@@ -9,7 +9,10 @@
 
 pub mod bulk;
 pub mod config;
+pub mod docs;
+pub mod search;
 pub mod setup;
+pub mod shard;
 
 /// Failures talking to Elasticsearch.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,136 @@
+//! Documents <-> Elasticsearch `_source`, and the point-in-time scanner.
+
+use elasticsearch::{Elasticsearch, OpenPointInTimeParts, SearchParts};
+use serde_json::{json, Value};
+
+use super::setup::POS_FIELD;
+use super::{json_or_status, ElasticError};
+use crate::index::{Author, Doc, FileDoc, Kind, PostDoc, Scan, UserDoc};
+
+pub fn to_source(doc: &Doc) -> Value {
+    let mut v = match doc {
+        Doc::File(f) => json!({"id": f.id, "name": f.name, "path": f.path, "contents": f.contents}),
+        Doc::User(u) => json!({"id": u.id, "name": u.name, "email": u.email, "dob": u.dob}),
+        Doc::Post(p) => json!({"id": p.id, "title": p.title, "body": p.body, "user": {"id": p.user.id, "name": p.user.name}}),
+    };
+    v[POS_FIELD] = json!(doc.pos());
+    v
+}
+
+pub fn from_source(kind: Kind, v: &Value) -> Doc {
+    let s = |x: &Value| x.as_str().unwrap_or_default().to_string();
+    let pos = v[POS_FIELD].as_u64().unwrap_or(0);
+    match kind {
+        Kind::File => Doc::File(FileDoc { id: s(&v["id"]), name: s(&v["name"]), path: s(&v["path"]), contents: s(&v["contents"]), pos }),
+        Kind::User => Doc::User(UserDoc { id: s(&v["id"]), name: s(&v["name"]), email: s(&v["email"]), dob: s(&v["dob"]), pos }),
+        Kind::Post => Doc::Post(PostDoc {
+            id: s(&v["id"]),
+            title: s(&v["title"]),
+            body: s(&v["body"]),
+            user: Author { id: s(&v["user"]["id"]), name: s(&v["user"]["name"]) },
+            pos,
+        }),
+    }
+}
+
+/// The kind a scan reads and its query.
+pub fn scan_query(scan: &Scan) -> (Kind, Value) {
+    match scan {
+        Scan::FilesWithin { path } => {
+            // The file at `path` itself, or any file beneath the directory `path`.
+            let (dir, name) = crate::command::path::split(path);
+            let file_itself = json!({"bool": {"filter": [{"term": {"path": dir}}, {"term": {"name": name}}]}});
+            (Kind::File, json!({"bool": {"should": [{"term": {"path.tree": path}}, file_itself], "minimum_should_match": 1}}))
+        }
+        Scan::PostsOfUserNotNamed { user_id, name } => (
+            Kind::Post,
+            json!({"bool": {"filter": [{"term": {"user.id": user_id}}], "must_not": [{"term": {"user.name.raw": name}}]}}),
+        ),
+    }
+}
+
+/// One hit with what a conditional write needs.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub id: String,
+    pub seq: Option<(i64, i64)>,
+    pub source: Value,
+    pub score: f32,
+}
+
+pub fn hits(response: &Value) -> Vec<Hit> {
+    response["hits"]["hits"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|h| Hit {
+            id: h["_id"].as_str().unwrap_or_default().to_string(),
+            seq: match (h["_seq_no"].as_i64(), h["_primary_term"].as_i64()) {
+                (Some(s), Some(t)) => Some((s, t)),
+                _ => None,
+            },
+            source: h["_source"].clone(),
+            score: h["_score"].as_f64().unwrap_or(0.0) as f32,
+        })
+        .collect()
+}
+
+/// Streams every match of a query in pages through a point in time with
+/// `search_after`. [`PitScan::close`] must be called on every path.
+pub struct PitScan<'a> {
+    client: &'a Elasticsearch,
+    pit: String,
+    query: Value,
+    page: usize,
+    after: Option<Value>,
+    done: bool,
+}
+
+pub const KEEP_ALIVE: &str = "1m";
+
+impl<'a> PitScan<'a> {
+    pub async fn open(client: &'a Elasticsearch, index: &str, query: Value, page: usize) -> Result<PitScan<'a>, ElasticError> {
+        let r = client.open_point_in_time(OpenPointInTimeParts::Index(&[index])).keep_alive(KEEP_ALIVE).send().await?;
+        let v = json_or_status(&format!("opening a point in time on {index}"), r).await?;
+        let pit = v["id"].as_str().ok_or_else(|| ElasticError::Transport("point in time response has no id".into()))?.to_string();
+        Ok(PitScan { client, pit, query, page: page.max(1), after: None, done: false })
+    }
+
+    /// The next page; empty when the scan is complete.
+    pub async fn next_page(&mut self) -> Result<Vec<Hit>, ElasticError> {
+        if self.done {
+            return Ok(Vec::new());
+        }
+        let mut body = json!({
+            "size": self.page,
+            "query": self.query,
+            "pit": {"id": self.pit, "keep_alive": KEEP_ALIVE},
+            "sort": [{"_shard_doc": "asc"}],
+            "seq_no_primary_term": true,
+            "track_total_hits": false
+        });
+        if let Some(a) = &self.after {
+            body["search_after"] = a.clone();
+        }
+        let r = self.client.search(SearchParts::None).body(body).send().await?;
+        let v = json_or_status("reading a point-in-time page", r).await?;
+        if let Some(id) = v["pit_id"].as_str() {
+            self.pit = id.to_string(); // the id may change between pages
+        }
+        let page = hits(&v);
+        metrics::counter!(crate::metrics::ES_PIT_PAGES_TOTAL).increment(1);
+        match v["hits"]["hits"].as_array().and_then(|h| h.last()) {
+            Some(last) if page.len() >= self.page => self.after = Some(last["sort"].clone()),
+            _ => self.done = true,
+        }
+        Ok(page)
+    }
+
+    /// Closes the point in time (best effort: it expires after its keep-alive).
+    pub async fn close(self) {
+        let r = self.client.close_point_in_time().body(json!({"id": self.pit})).send().await;
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "closing a point in time failed; it expires after {KEEP_ALIVE}");
+        }
+    }
+}

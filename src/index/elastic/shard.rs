@@ -1,0 +1,261 @@
+//! [`Shard`] on Elasticsearch.
+//!
+//! Idempotence and concurrency control: every document stores the log
+//! position of its last write (`denorm_pos`), and `apply/` writes only when
+//! newer. Every write is conditional on the `_seq_no`/`_primary_term` the
+//! document was read with (`create` when it was absent), so a stale writer
+//! (a previous partition owner still running) can never overwrite a newer
+//! write: its write fails with 409, the document is read again and the
+//! position guard decides. Kafka offsets are never used as external
+//! versions: they restart when a topic is recreated.
+//!
+//! Reads are realtime GETs; a fan-out scan refreshes the index first so it
+//! sees every write before it (read-your-writes), one refresh per fan-out.
+
+use std::collections::HashMap;
+
+use elasticsearch::indices::IndicesRefreshParts;
+use elasticsearch::{Elasticsearch, GetParts, IndexParts};
+use serde_json::{json, Value};
+use tokio::runtime::Handle;
+
+use super::bulk::{self, BulkLimits, BulkOp, BulkReport, RetryPolicy};
+use super::docs::{from_source, scan_query, to_source, PitScan};
+use super::setup::{alias, POS_FIELD};
+use super::{json_or_status, ElasticError};
+use crate::index::{Backend, Doc, IndexError, Kind, Scan, SearchIndex, Shard};
+
+impl From<ElasticError> for IndexError {
+    fn from(e: ElasticError) -> Self {
+        if e.is_retryable() {
+            IndexError::Backend(e.to_string())
+        } else {
+            IndexError::Rejected(e.to_string())
+        }
+    }
+}
+
+/// Elasticsearch as a [`Backend`].
+#[derive(Clone)]
+pub struct ElasticBackend {
+    pub client: Elasticsearch,
+    pub prefix: String,
+    pub topic: String,
+    pub limits: BulkLimits,
+    pub policy: RetryPolicy,
+    /// Runtime the blocking shard methods run their requests on.
+    pub runtime: Handle,
+}
+
+impl ElasticBackend {
+    fn meta_index(&self) -> String {
+        format!("{}-meta", self.prefix)
+    }
+}
+
+impl Backend for ElasticBackend {
+    fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError> {
+        let meta_id = format!("p{partition}");
+        let meta = self.runtime.block_on(get_source(&self.client, &self.meta_index(), &meta_id))?;
+        let applied = match meta {
+            Some((v, _)) => {
+                let topic = v["topic"].as_str().unwrap_or_default();
+                if topic != self.topic {
+                    return Err(IndexError::WrongTopic { path: self.prefix.clone(), found: topic.into(), expected: self.topic.clone() });
+                }
+                v["applied"].as_u64()
+            }
+            None => None,
+        };
+        Ok(Box::new(ElasticShard {
+            b: self.clone(),
+            meta_id,
+            pending: Vec::new(),
+            overlay: HashMap::new(),
+            seen: HashMap::new(),
+            marked: applied,
+            applied,
+        }))
+    }
+
+    fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {
+        Ok(Box::new(super::search::ElasticSearch { client: self.client.clone(), prefix: self.prefix.clone(), runtime: self.runtime.clone() }))
+    }
+}
+
+/// GET a document by id (realtime): its source and (seq_no, primary_term).
+async fn get_source(client: &Elasticsearch, index: &str, id: &str) -> Result<Option<(Value, (i64, i64))>, ElasticError> {
+    let r = client.get(GetParts::IndexId(index, id)).send().await?;
+    if r.status_code().as_u16() == 404 {
+        return Ok(None);
+    }
+    let v = json_or_status(&format!("reading {index}/{id}"), r).await?;
+    if v["found"] == json!(false) {
+        return Ok(None);
+    }
+    let seq = (v["_seq_no"].as_i64().unwrap_or(0), v["_primary_term"].as_i64().unwrap_or(1));
+    Ok(Some((v["_source"].clone(), seq)))
+}
+
+pub struct ElasticShard {
+    b: ElasticBackend,
+    meta_id: String,
+    pending: Vec<(Kind, BulkOp)>,
+    /// Uncommitted writes, so reads see them (`None`: deleted).
+    overlay: HashMap<(Kind, String), Option<Doc>>,
+    /// What each document was last read as: `Some(seq)`, or `None` when absent.
+    seen: HashMap<(Kind, String), Option<(i64, i64)>>,
+    marked: Option<u64>,
+    applied: Option<u64>,
+}
+
+impl ElasticShard {
+    fn write_op(&self, doc: &Doc) -> BulkOp {
+        let index = alias(&self.b.prefix, doc.kind());
+        let id = doc.id().to_string();
+        match self.seen.get(&(doc.kind(), id.clone())) {
+            Some(None) => BulkOp::Create { index, id, source: to_source(doc) },
+            Some(Some(seq)) => BulkOp::Index { index, id, source: to_source(doc), if_seq_no: Some(*seq) },
+            None => BulkOp::Index { index, id, source: to_source(doc), if_seq_no: None },
+        }
+    }
+
+    /// Sends the buffered writes; resolves their conflicts by reading again.
+    fn flush(&mut self) -> Result<(), IndexError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let kinds: HashMap<String, Kind> = self.pending.iter().map(|(k, op)| (format!("{}/{}", alias(&self.b.prefix, *k), op.id()), *k)).collect();
+        let ops: Vec<BulkOp> = self.pending.drain(..).map(|(_, op)| op).collect();
+        let report = self.b.runtime.block_on(bulk::execute(&self.b.client, ops, self.b.limits, self.b.policy))?;
+        self.resolve(report, &kinds, &mut |d| Some(d.clone()))?;
+        self.overlay.clear();
+        self.seen.clear();
+        Ok(())
+    }
+
+    /// 409s: another write got there first. Read the document again and let
+    /// the position guard decide (via `rule`), up to a few rounds.
+    fn resolve(&mut self, mut report: BulkReport, kinds: &HashMap<String, Kind>, rule: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
+        let mut written = report.done as u64;
+        for _ in 0..5 {
+            if report.conflicts.is_empty() {
+                return Ok(written);
+            }
+            let mut again = Vec::new();
+            for op in report.conflicts.drain(..) {
+                let (index, source) = match &op {
+                    BulkOp::Index { index, source, .. } | BulkOp::Create { index, source, .. } => (index.clone(), Some(source.clone())),
+                    BulkOp::Delete { index, .. } => (index.clone(), None),
+                };
+                let kind = kinds.get(&format!("{index}/{}", op.id())).copied().unwrap_or(Kind::File);
+                let current = self.b.runtime.block_on(get_source(&self.b.client, &index, op.id()))?;
+                let our_pos = source.as_ref().map(|s| s[POS_FIELD].as_u64().unwrap_or(0));
+                match (current, source) {
+                    (Some((cur, seq)), Some(src)) => {
+                        let cur_doc = from_source(kind, &cur);
+                        if cur_doc.pos() < our_pos.unwrap_or(0) {
+                            // Ours is newer: apply the rule to what is there now.
+                            if let Some(new) = rule(&from_source(kind, &src)) {
+                                again.push(BulkOp::Index { index, id: op.id().into(), source: to_source(&new), if_seq_no: Some(seq) });
+                            }
+                        }
+                    }
+                    (None, Some(src)) => again.push(BulkOp::Create { index, id: op.id().into(), source: src }),
+                    (Some((_, seq)), None) => again.push(BulkOp::Delete { index, id: op.id().into(), if_seq_no: Some(seq) }),
+                    (None, None) => {}
+                }
+            }
+            report = self.b.runtime.block_on(bulk::execute(&self.b.client, again, self.b.limits, self.b.policy))?;
+            written += report.done as u64;
+        }
+        Err(IndexError::Backend("write conflicts kept recurring; another writer owns these documents".into()))
+    }
+}
+
+impl Shard for ElasticShard {
+    fn get(&mut self, kind: Kind, id: &str) -> Result<Option<Doc>, IndexError> {
+        let key = (kind, id.to_string());
+        if let Some(d) = self.overlay.get(&key) {
+            return Ok(d.clone());
+        }
+        let got = self.b.runtime.block_on(get_source(&self.b.client, &alias(&self.b.prefix, kind), id))?;
+        self.seen.insert(key, got.as_ref().map(|(_, seq)| *seq));
+        Ok(got.map(|(v, _)| from_source(kind, &v)))
+    }
+
+    fn put(&mut self, doc: Doc) -> Result<(), IndexError> {
+        let op = self.write_op(&doc);
+        self.pending.push((doc.kind(), op));
+        self.overlay.insert((doc.kind(), doc.id().to_string()), Some(doc));
+        if self.pending.len() >= self.b.limits.max_docs {
+            // Keep the buffer bounded; the overlay stays valid because GETs
+            // are realtime.
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn delete(&mut self, kind: Kind, id: &str) -> Result<(), IndexError> {
+        let key = (kind, id.to_string());
+        let if_seq_no = self.seen.get(&key).copied().flatten();
+        self.pending.push((kind, BulkOp::Delete { index: alias(&self.b.prefix, kind), id: id.into(), if_seq_no }));
+        self.overlay.insert(key, None);
+        Ok(())
+    }
+
+    fn rewrite(&mut self, scan: &Scan, page_size: usize, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
+        self.flush()?;
+        let (kind, query) = scan_query(scan);
+        let index = alias(&self.b.prefix, kind);
+        let b = self.b.clone();
+        // Read-your-writes: the scan must see every earlier write.
+        let r = b.runtime.block_on(b.client.indices().refresh(IndicesRefreshParts::Index(&[&index])).send()).map_err(ElasticError::from)?;
+        b.runtime.block_on(json_or_status("refreshing before a fan-out", r))?;
+        let kinds: HashMap<String, Kind> = HashMap::new();
+        let mut written = 0u64;
+        let mut pit = b.runtime.block_on(PitScan::open(&b.client, &index, query, page_size))?;
+        let result = (|| -> Result<(), IndexError> {
+            loop {
+                let page = b.runtime.block_on(pit.next_page())?;
+                if page.is_empty() {
+                    return Ok(());
+                }
+                let mut ops = Vec::new();
+                let mut kinds = kinds.clone();
+                for hit in page {
+                    if let Some(new) = rewrite(&from_source(kind, &hit.source)) {
+                        kinds.insert(format!("{index}/{}", hit.id), kind);
+                        ops.push(BulkOp::Index { index: index.clone(), id: hit.id, source: to_source(&new), if_seq_no: hit.seq });
+                    }
+                }
+                let report = b.runtime.block_on(bulk::execute(&b.client, ops, b.limits, b.policy))?;
+                written += self.resolve(report, &kinds, rewrite)?;
+            }
+        })();
+        // The point in time is closed on every path, errors included.
+        b.runtime.block_on(pit.close());
+        result.map(|_| written)
+    }
+
+    fn mark_applied(&mut self, pos: u64) {
+        self.marked = Some(pos);
+    }
+
+    fn applied(&self) -> Option<u64> {
+        self.applied
+    }
+
+    fn commit(&mut self) -> Result<(), IndexError> {
+        self.flush()?;
+        if self.marked != self.applied {
+            if let Some(applied) = self.marked {
+                let body = json!({"topic": self.b.topic, "applied": applied});
+                let r = self.b.runtime.block_on(self.b.client.index(IndexParts::IndexId(&self.b.meta_index(), &self.meta_id)).body(body).send()).map_err(ElasticError::from)?;
+                self.b.runtime.block_on(json_or_status("recording the applied position", r))?;
+            }
+            self.applied = self.marked;
+        }
+        Ok(())
+    }
+}
