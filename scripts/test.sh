@@ -14,6 +14,11 @@ if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
     || echo "promtool unavailable: the metrics test falls back to its own format checks" >&2
 fi
+python3 scripts/check-compose.py
+if command -v promtool >/dev/null 2>&1; then
+  promtool check config deploy/prometheus.yml >/dev/null
+  echo "deploy/prometheus.yml: promtool check config OK"
+fi
 scripts/install-tansu.sh >/dev/null
 state="$(mktemp -d)"
 trap 'scripts/broker.sh stop "$state"; rm -rf "$state"' EXIT

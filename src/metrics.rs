@@ -20,6 +20,27 @@ pub const ES_BULK_ITEMS_TOTAL: &str = "denorm_es_bulk_items_total";
 pub const ES_RETRIES_TOTAL: &str = "denorm_es_retries_total";
 pub const ES_PIT_PAGES_TOTAL: &str = "denorm_es_pit_pages_total";
 
+/// Every metric name above (the dashboard check reads this).
+pub const ALL: &[&str] = &[
+    CONSUMER_LAG_MESSAGES,
+    CONSUMER_LAG_SECONDS,
+    COMMANDS_TOTAL,
+    COMMAND_DOCUMENTS,
+    COMMAND_SECONDS,
+    INDEX_COMMIT_SECONDS,
+    INDEX_RETRIES_TOTAL,
+    REBALANCES_TOTAL,
+    ASSIGNED_PARTITIONS,
+    OFFSET_COMMITS_TOTAL,
+    ES_BULK_SECONDS,
+    ES_BULK_ITEMS_TOTAL,
+    ES_RETRIES_TOTAL,
+    ES_PIT_PAGES_TOTAL,
+];
+
+/// Names that are histograms (exported as `_bucket`, `_sum`, `_count`).
+pub const HISTOGRAMS: &[&str] = &[COMMAND_DOCUMENTS, COMMAND_SECONDS, INDEX_COMMIT_SECONDS, ES_BULK_SECONDS];
+
 /// Outcomes of a command (label `outcome` of [`COMMANDS_TOTAL`]).
 pub mod outcome {
     /// Applied to the index.

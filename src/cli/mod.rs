@@ -2,6 +2,7 @@
 //! no business logic here. Every flag has a `DENORM_*` environment variable.
 
 mod demo;
+mod generate;
 mod lag;
 mod produce;
 mod run;
@@ -63,6 +64,8 @@ pub enum Commands {
     Search(search::SearchArgs),
     /// Show the consumer group's lag per partition
     Lag(lag::LagArgs),
+    /// Print the demo's data set as JSONL (pipe it into `denorm produce --jsonl -`)
+    Generate(generate::GenerateArgs),
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
@@ -124,6 +127,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             .await?
         }
         Commands::Lag(a) => lag::run(&cli, a).await,
+        Commands::Generate(a) => generate::run(a),
     }
 }
 

@@ -56,6 +56,14 @@ mod tests {
     }
 
     #[test]
+    fn serialized_commands_parse_back() {
+        for c in crate::demo::seed(50, 5, 20, 1) {
+            let line = serde_json::to_string(&c).unwrap();
+            assert_eq!(parse_line(1, &line).unwrap(), Some(c), "{line}");
+        }
+    }
+
+    #[test]
     fn reports_line_numbers_and_reasons() {
         let cases = [
             ("{not json", "key must be a string"),
