@@ -419,3 +419,70 @@ mod shard {
         assert_eq!(groups[0].posts[0].user.name, "John Smith");
     }
 }
+
+#[test]
+fn falls_back_to_scroll_without_point_in_time_and_clears_it() {
+    use denorm::apply::{apply, FanOut};
+    use denorm::command::Command;
+    use denorm::index::elastic::shard::ElasticBackend;
+    use denorm::index::Backend;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(MockServer::start());
+    let hit = |id: &str, seq: i64| {
+        json!({"_index": "denorm-posts-000001", "_id": id, "_seq_no": seq, "_primary_term": 1,
+               "_source": {"id": id, "title": "t", "body": "b", "user": {"id": "1", "name": "Old"}, "denorm_pos": 1}})
+    };
+    rt.block_on(async {
+        Mock::given(path("/denorm-meta/_doc/p0")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
+        Mock::given(path("/denorm-posts/_refresh")).respond_with(ResponseTemplate::new(200).set_body_json(json!({}))).mount(&server).await;
+        // Elasticsearch 7.9: no point-in-time API.
+        Mock::given(path("/denorm-posts/_pit"))
+            .respond_with(ResponseTemplate::new(400).set_body_json(json!({"error": "no handler found for uri [/denorm-posts/_pit?keep_alive=1m] and method [POST]", "status": 400})))
+            .mount(&server)
+            .await;
+        Mock::given(path("/denorm-posts/_search"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_scroll_id": "s1", "hits": {"hits": [hit("p1", 3), hit("p2", 4)]}})))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(path("/_search/scroll"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_scroll_id": "s2", "hits": {"hits": [hit("p3", 5)]}})))
+            .mount(&server)
+            .await;
+        Mock::given(method("DELETE")).and(path("/_search/scroll")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true}))).expect(1).mount(&server).await;
+        Mock::given(method("POST"))
+            .and(path("/_bulk"))
+            .respond_with(|req: &Request| {
+                let ids = action_ids(req);
+                let statuses: Vec<(&str, u16)> = ids.iter().map(|i| (i.as_str(), 200)).collect();
+                ResponseTemplate::new(200).set_body_json(items(&statuses))
+            })
+            .mount(&server)
+            .await;
+        Mock::given(method("GET")).and(path("/denorm-users/_doc/1")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
+    });
+    let b = ElasticBackend {
+        client: config(&server, &[]).client().unwrap(),
+        prefix: "denorm".into(),
+        topic: "t".into(),
+        limits: BulkLimits::default(),
+        policy: fast(),
+        runtime: rt.handle().clone(),
+    };
+    let mut shard = b.open_shard(0).unwrap();
+    let cmd = Command::UpsertUser { id: "1".into(), name: "New".into(), email: "e".into(), dob: "1970-01-01".into() };
+    let written = apply(shard.as_mut(), &cmd, 9, FanOut::pages_of(2)).unwrap();
+    assert_eq!(written, 4, "three posts rewritten plus the user document");
+    let reqs = rt.block_on(server.received_requests()).unwrap();
+    let first: Value = serde_json::from_slice(&reqs.iter().find(|r| r.url.path() == "/denorm-posts/_search").unwrap().body).unwrap();
+    assert_eq!(first["query"]["bool"]["must_not"][0]["term"]["user.name.raw"], "New");
+    assert!(reqs.iter().any(|r| r.url.path() == "/denorm-posts/_search" && r.url.query().unwrap_or("").contains("scroll=1m")));
+    let scroll: Value = serde_json::from_slice(&reqs.iter().find(|r| r.url.path() == "/_search/scroll" && r.method.as_str() == "POST").unwrap().body).unwrap();
+    assert_eq!(scroll["scroll_id"], "s1");
+    let clear: Value = serde_json::from_slice(&reqs.iter().find(|r| r.method.as_str() == "DELETE").unwrap().body).unwrap();
+    assert_eq!(clear["scroll_id"], json!(["s2"]));
+    let rewritten: Vec<Value> = reqs.iter().filter(|r| r.url.path() == "/_bulk").flat_map(ndjson).filter(|l| l.get("user").is_some()).collect();
+    assert!(rewritten.iter().all(|d| d["user"]["name"] == "New" && d["denorm_pos"] == 9), "{rewritten:?}");
+    drop(shard);
+    rt.block_on(server.verify());
+}
