@@ -138,6 +138,13 @@ impl SearchIndex for ElasticSearch {
     }
 
     fn dump(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
+        // A dump is for exact comparisons: make every write searchable first.
+        let aliases: Vec<String> = [Kind::File, Kind::User, Kind::Post].iter().map(|k| alias(&self.prefix, *k)).collect();
+        let names: Vec<&str> = aliases.iter().map(String::as_str).collect();
+        self.runtime.block_on(async {
+            let r = self.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&names)).send().await?;
+            json_or_status("refreshing before a dump", r).await
+        })?;
         for kind in [Kind::File, Kind::User, Kind::Post] {
             self.run(kind, json!({"match_all": {}}), 0, out)?;
         }
