@@ -486,3 +486,28 @@ fn falls_back_to_scroll_without_point_in_time_and_clears_it() {
     drop(shard);
     rt.block_on(server.verify());
 }
+
+#[tokio::test]
+async fn search_cli_queries_elasticsearch_and_prints_the_json_contract() {
+    let server = MockServer::start().await;
+    Mock::given(path("/denorm-files/_search"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"hits": {"hits": [
+            {"_id": "f1", "_score": 1.0, "_source": {"id": "f1", "name": "README.txt", "path": "/clinton/work/elasticsearch", "contents": "Starting...", "denorm_pos": 4}}
+        ]}})))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_denorm"))
+        .args(["--index", &server.uri(), "search", "files", "--under", "/clinton/work", "--limit", "5", "--json"])
+        .env_remove("DENORM_ES_USERNAME")
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line, json!({"id": "f1", "name": "README.txt", "path": "/clinton/work/elasticsearch", "contents": "Starting..."}));
+    let req = &server.received_requests().await.unwrap()[0];
+    let body: Value = serde_json::from_slice(&req.body).unwrap();
+    assert_eq!(body["size"], 5);
+    assert_eq!(body["query"]["bool"]["filter"][0]["term"]["path.tree"], "/clinton/work");
+}

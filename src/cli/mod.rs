@@ -33,7 +33,7 @@ pub struct Cli {
     /// Consumer group of the workers
     #[arg(long, global = true, help_heading = "Global options", env = "DENORM_GROUP", default_value = "denorm")]
     pub group: String,
-    /// Embedded index directory
+    /// Embedded index directory, or an Elasticsearch URL (http[s]://host:9200; credentials from DENORM_ES_*)
     #[arg(long, global = true, help_heading = "Global options", env = "DENORM_INDEX", default_value = "./data/index")]
     pub index: PathBuf,
     /// Partitions of the topic when denorm creates it (by `produce` and `run`)
@@ -60,7 +60,7 @@ pub enum Commands {
     Produce(produce::ProduceArgs),
     /// Run a worker: apply commands from the topic to the index
     Run(run::RunArgs),
-    /// Search the embedded index
+    /// Search the index (embedded or Elasticsearch)
     Search(search::SearchArgs),
     /// Show the consumer group's lag per partition
     Lag(lag::LagArgs),
