@@ -511,3 +511,42 @@ async fn search_cli_queries_elasticsearch_and_prints_the_json_contract() {
     assert_eq!(body["size"], 5);
     assert_eq!(body["query"]["bool"]["filter"][0]["term"]["path.tree"], "/clinton/work");
 }
+
+#[test]
+fn a_failed_commit_keeps_its_writes_and_sends_them_again() {
+    use denorm::apply::{apply, FanOut};
+    use denorm::command::Command;
+    use denorm::index::elastic::shard::ElasticBackend;
+    use denorm::index::Backend;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(MockServer::start());
+    rt.block_on(async {
+        Mock::given(path("/denorm-meta/_doc/p0")).and(method("GET")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
+        Mock::given(method("GET")).and(path("/denorm-files/_doc/f1")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
+        // The cluster is unavailable for the whole first commit (5 attempts).
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(5).mount(&server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(200).set_body_json(items(&[("f1", 201)]))).mount(&server).await;
+        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(ResponseTemplate::new(201).set_body_json(json!({"result": "created"}))).mount(&server).await;
+    });
+    let b = ElasticBackend {
+        client: config(&server, &[]).client().unwrap(),
+        prefix: "denorm".into(),
+        topic: "t".into(),
+        limits: BulkLimits::default(),
+        policy: fast(),
+        runtime: rt.handle().clone(),
+    };
+    let mut shard = b.open_shard(0).unwrap();
+    let cmd = Command::UpsertFile { id: "f1".into(), path: "/c/a.txt".into(), contents: "x".into() };
+    apply(shard.as_mut(), &cmd, 3, FanOut::pages_of(10)).unwrap();
+    shard.mark_applied(3);
+    let err = shard.commit().unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert_eq!(shard.applied(), None, "nothing may be recorded as applied after a failed commit");
+    shard.commit().unwrap();
+    assert_eq!(shard.applied(), Some(3));
+    let reqs = rt.block_on(server.received_requests()).unwrap();
+    let bulks: Vec<Vec<String>> = reqs.iter().filter(|r| r.url.path() == "/_bulk").map(action_ids).collect();
+    assert_eq!(bulks.len(), 6);
+    assert_eq!(bulks.last().unwrap(), &vec!["f1".to_string()], "the write is sent again by the second commit");
+}

@@ -126,9 +126,13 @@ impl ElasticShard {
             return Ok(());
         }
         let kinds: HashMap<String, Kind> = self.pending.iter().map(|(k, op)| (format!("{}/{}", alias(&self.b.prefix, *k), op.id()), *k)).collect();
-        let ops: Vec<BulkOp> = self.pending.drain(..).map(|(_, op)| op).collect();
+        // The buffer is dropped only once Elasticsearch has it: after a
+        // failure the next commit sends it again (writes are conditional and
+        // guarded, so a partial first attempt is harmless).
+        let ops: Vec<BulkOp> = self.pending.iter().map(|(_, op)| op.clone()).collect();
         let report = self.b.runtime.block_on(bulk::execute(&self.b.client, ops, self.b.limits, self.b.policy))?;
         self.resolve(report, &kinds, &mut |d| Some(d.clone()))?;
+        self.pending.clear();
         self.overlay.clear();
         self.seen.clear();
         Ok(())
