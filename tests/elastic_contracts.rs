@@ -33,6 +33,25 @@ fn action_ids(req: &Request) -> Vec<String> {
         .collect()
 }
 
+/// Answers every action of a bulk request with 200.
+fn bulk_ok(req: &Request) -> ResponseTemplate {
+    let ids = action_ids(req);
+    let statuses: Vec<(&str, u16)> = ids.iter().map(|i| (i.as_str(), 200)).collect();
+    ResponseTemplate::new(200).set_body_json(items(&statuses))
+}
+
+/// A backend on the test double, its blocking calls run on `rt`.
+fn backend(server: &MockServer, rt: &tokio::runtime::Runtime) -> denorm::index::elastic::shard::ElasticBackend {
+    denorm::index::elastic::shard::ElasticBackend {
+        client: config(server, &[]).client().unwrap(),
+        prefix: "denorm".into(),
+        topic: "t".into(),
+        limits: BulkLimits::default(),
+        policy: fast(),
+        runtime: rt.handle().clone(),
+    }
+}
+
 fn index_op(id: &str) -> BulkOp {
     BulkOp::Index { index: "denorm-files".into(), id: id.into(), source: json!({"id": id}), if_seq_no: None }
 }
@@ -136,11 +155,7 @@ async fn splits_requests_by_documents_and_bytes() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/_bulk"))
-        .respond_with(|req: &Request| {
-            let ids = action_ids(req);
-            let statuses: Vec<(&str, u16)> = ids.iter().map(|i| (i.as_str(), 201)).collect();
-            ResponseTemplate::new(200).set_body_json(items(&statuses))
-        })
+        .respond_with(bulk_ok)
         .mount(&server)
         .await;
     let client = config(&server, &[]).client().unwrap();
@@ -155,11 +170,7 @@ async fn splits_requests_by_documents_and_bytes() {
     server.reset().await;
     Mock::given(method("POST"))
         .and(path("/_bulk"))
-        .respond_with(|req: &Request| {
-            let ids = action_ids(req);
-            let statuses: Vec<(&str, u16)> = ids.iter().map(|i| (i.as_str(), 201)).collect();
-            ResponseTemplate::new(200).set_body_json(items(&statuses))
-        })
+        .respond_with(bulk_ok)
         .mount(&server)
         .await;
     bulk::execute(&client, big, BulkLimits { max_docs: 100, max_bytes: 1000 }, fast()).await.unwrap();
@@ -264,31 +275,12 @@ mod shard {
     use denorm::apply::{apply, FanOut};
     use denorm::command::Command;
     use denorm::index::elastic::search::{group_by_author_body, parse_groups};
-    use denorm::index::elastic::shard::ElasticBackend;
     use denorm::index::{Backend, PostQuery};
-
-    fn backend(server: &MockServer, rt: &tokio::runtime::Runtime) -> ElasticBackend {
-        ElasticBackend {
-            client: config(server, &[]).client().unwrap(),
-            prefix: "denorm".into(),
-            topic: "t".into(),
-            limits: BulkLimits::default(),
-            policy: fast(),
-            runtime: rt.handle().clone(),
-        }
-    }
 
     fn file_hit(id: &str, path: &str, seq: i64, sort: i64) -> Value {
         let (dir, name) = path.rsplit_once('/').unwrap();
         json!({"_index": "denorm-files-000001", "_id": id, "_seq_no": seq, "_primary_term": 1, "_score": null,
                "_source": {"id": id, "name": name, "path": dir, "contents": "c", "denorm_pos": 1}, "sort": [sort]})
-    }
-
-    /// Answers every bulk action with 200.
-    fn bulk_ok(req: &Request) -> ResponseTemplate {
-        let ids = action_ids(req);
-        let statuses: Vec<(&str, u16)> = ids.iter().map(|i| (i.as_str(), 200)).collect();
-        ResponseTemplate::new(200).set_body_json(items(&statuses))
     }
 
     async fn mount_common(server: &MockServer, pit_closes: u64) {
@@ -424,7 +416,6 @@ mod shard {
 fn falls_back_to_scroll_without_point_in_time_and_clears_it() {
     use denorm::apply::{apply, FanOut};
     use denorm::command::Command;
-    use denorm::index::elastic::shard::ElasticBackend;
     use denorm::index::Backend;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let server = rt.block_on(MockServer::start());
@@ -450,25 +441,10 @@ fn falls_back_to_scroll_without_point_in_time_and_clears_it() {
             .mount(&server)
             .await;
         Mock::given(method("DELETE")).and(path("/_search/scroll")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true}))).expect(1).mount(&server).await;
-        Mock::given(method("POST"))
-            .and(path("/_bulk"))
-            .respond_with(|req: &Request| {
-                let ids = action_ids(req);
-                let statuses: Vec<(&str, u16)> = ids.iter().map(|i| (i.as_str(), 200)).collect();
-                ResponseTemplate::new(200).set_body_json(items(&statuses))
-            })
-            .mount(&server)
-            .await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&server).await;
         Mock::given(method("GET")).and(path("/denorm-users/_doc/1")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
     });
-    let b = ElasticBackend {
-        client: config(&server, &[]).client().unwrap(),
-        prefix: "denorm".into(),
-        topic: "t".into(),
-        limits: BulkLimits::default(),
-        policy: fast(),
-        runtime: rt.handle().clone(),
-    };
+    let b = backend(&server, &rt);
     let mut shard = b.open_shard(0).unwrap();
     let cmd = Command::UpsertUser { id: "1".into(), name: "New".into(), email: "e".into(), dob: "1970-01-01".into() };
     let written = apply(shard.as_mut(), &cmd, 9, FanOut::pages_of(2)).unwrap();
@@ -516,7 +492,6 @@ async fn search_cli_queries_elasticsearch_and_prints_the_json_contract() {
 fn a_failed_commit_keeps_its_writes_and_sends_them_again() {
     use denorm::apply::{apply, FanOut};
     use denorm::command::Command;
-    use denorm::index::elastic::shard::ElasticBackend;
     use denorm::index::Backend;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let server = rt.block_on(MockServer::start());
@@ -528,14 +503,7 @@ fn a_failed_commit_keeps_its_writes_and_sends_them_again() {
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(200).set_body_json(items(&[("f1", 201)]))).mount(&server).await;
         Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(ResponseTemplate::new(201).set_body_json(json!({"result": "created"}))).mount(&server).await;
     });
-    let b = ElasticBackend {
-        client: config(&server, &[]).client().unwrap(),
-        prefix: "denorm".into(),
-        topic: "t".into(),
-        limits: BulkLimits::default(),
-        policy: fast(),
-        runtime: rt.handle().clone(),
-    };
+    let b = backend(&server, &rt);
     let mut shard = b.open_shard(0).unwrap();
     let cmd = Command::UpsertFile { id: "f1".into(), path: "/c/a.txt".into(), contents: "x".into() };
     apply(shard.as_mut(), &cmd, 3, FanOut::pages_of(10)).unwrap();

@@ -29,24 +29,11 @@ pub struct DemoArgs {
     /// Index directory (default: a temporary directory, removed afterwards)
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Files in the data set
-    #[arg(long, default_value_t = 50_000)]
-    files: usize,
-    /// Users in the data set
-    #[arg(long, default_value_t = 1_000)]
-    users: usize,
-    /// Posts in the data set
-    #[arg(long, default_value_t = 10_000)]
-    posts: usize,
-    /// Users renamed during the race
-    #[arg(long, default_value_t = 20)]
-    renamed_users: usize,
+    #[command(flatten)]
+    data: super::DataSetArgs,
     /// Partitions of the in-process topic
     #[arg(long = "demo-partitions", default_value_t = 6)]
     partitions: i32,
-    /// Seed of the data generator
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
     /// Give up waiting for the workers after this many seconds
     #[arg(long, default_value_t = 600)]
     timeout_secs: u64,
@@ -85,8 +72,8 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
         dir.display()
     );
 
-    step(1, &format!("generating data: {} files in {} top-level trees, {} users, {} posts", a.files, demo::TOP_DIRS.len(), a.users, a.posts));
-    let seed = demo::seed(a.files, a.users, a.posts, a.seed);
+    step(1, &format!("generating data: {} files in {} top-level trees, {} users, {} posts", a.data.files, demo::TOP_DIRS.len(), a.data.users, a.data.posts));
+    let seed = a.data.load();
 
     step(2, "starting two workers in one consumer group, sharing the index");
     let shutdown = Arc::new(AtomicBool::new(false));
@@ -126,7 +113,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     eprintln!("      both renames keyed /clinton (partition {}); the log ordered the {first} first", d1.partition);
     log.push((d1, dir_rename));
     log.push((d2, file_rename));
-    let renames = demo::user_renames(a.renamed_users.min(a.users), a.seed);
+    let renames = a.data.user_renames();
     let deliveries = producer.send_all(renames.clone(), 1000, |_| {}).await?;
     log.extend(deliveries.into_iter().zip(renames));
     check_retained(&kafka)?;

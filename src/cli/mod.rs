@@ -142,6 +142,37 @@ pub(crate) fn elastic_config(url: &str) -> anyhow::Result<crate::index::elastic:
     crate::index::elastic::config::ElasticConfig::from_env(url).map_err(|e| UsageError(e.to_string()).into())
 }
 
+/// The sample data set's size and seed (`denorm demo`, `denorm generate`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct DataSetArgs {
+    /// Files in the data set
+    #[arg(long, default_value_t = 50_000)]
+    pub files: usize,
+    /// Users in the data set
+    #[arg(long, default_value_t = 1_000)]
+    pub users: usize,
+    /// Posts in the data set
+    #[arg(long, default_value_t = 10_000)]
+    pub posts: usize,
+    /// Users renamed in the race that follows the load
+    #[arg(long, default_value_t = 20)]
+    pub renamed_users: usize,
+    /// Seed of the data generator
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+impl DataSetArgs {
+    /// The load: files, users, posts.
+    pub fn load(&self) -> Vec<crate::command::Command> {
+        crate::demo::seed(self.files, self.users, self.posts, self.seed)
+    }
+    /// The user renames of the race.
+    pub fn user_renames(&self) -> Vec<crate::command::Command> {
+        crate::demo::user_renames(self.renamed_users.min(self.users), self.seed)
+    }
+}
+
 /// A progress bar on stderr, hidden when stderr is not a terminal.
 pub(crate) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len);
