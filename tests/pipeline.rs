@@ -383,3 +383,32 @@ fn metrics_health_and_readiness_endpoints() {
         }
     }
 }
+
+#[test]
+fn sigterm_during_a_long_fan_out_stops_within_the_bound_and_the_next_worker_finishes() {
+    let b = broker();
+    let cfg = topic(&b, 1);
+    let group = unique("g");
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let mut log = produce(&cfg, files_under("f", "/big/tree", 10_000));
+    // 100 pages, 100 ms apart: a rename of about 10 s, against a 1 s bound.
+    let slow = ["--page-size", "100", "--fan-out-page-pause-ms", "100", "--shutdown-timeout-secs", "1"];
+    let worker = Worker::start(&cfg, &group, &index, &slow);
+    wait_applied(&cfg, &group, log.len());
+    let before = dump(&index);
+    log.extend(produce(&cfg, vec![Command::RenamePath { from: s("/big/tree"), to: s("/big/moved") }]));
+    assert!(worker.wait_for_log("fan-out started", Duration::from_secs(60)), "{}", worker.log());
+    let started = std::time::Instant::now();
+    let (status, log_text) = worker.terminate_with_log();
+    let took = started.elapsed();
+    assert!(status.success(), "exit status {status:?}");
+    assert!(took < Duration::from_secs(8), "stopping took {took:?}, past the 1 s bound and the rename's own 10 s");
+    assert!(log_text.contains("shutdown bound reached"), "no bound message:\n{log_text}");
+    // Nothing of the interrupted rename is visible, and its offset was not committed.
+    assert_eq!(denorm::model::diff(before, dump(&index), 5), Vec::<String>::new());
+    assert_eq!(denorm::kafka::group_lag(&cfg, &group).unwrap().total, 1);
+    let _next = Worker::start(&cfg, &group, &index, &[]);
+    wait_applied(&cfg, &group, log.len());
+    assert_matches_model(&index, &log);
+}

@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// Messages queued per partition before the partition is paused
     #[arg(long, env = "DENORM_QUEUE_CAPACITY", default_value_t = 10_000)]
     queue_capacity: usize,
+    /// Longest wait, in seconds, for the command in progress when stopping or
+    /// giving partitions up; past it the command is left to the next owner
+    #[arg(long, env = "DENORM_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]
+    shutdown_timeout_secs: u64,
     /// How often durable progress is committed to Kafka, in milliseconds
     #[arg(long, env = "DENORM_COMMIT_INTERVAL_MS", default_value_t = 1000)]
     commit_interval_ms: u64,
@@ -84,6 +88,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.max_batch = a.max_batch.max(1);
     cfg.commit_linger = Duration::from_millis(a.commit_linger_ms);
     cfg.queue_capacity = a.queue_capacity.max(1);
+    cfg.shutdown_timeout = Duration::from_secs(a.shutdown_timeout_secs);
     cfg.fan_out = FanOut { page_size: a.page_size.max(1), page_pause: Duration::from_millis(a.fan_out_page_pause_ms) };
     cfg.commit_interval = Duration::from_millis(a.commit_interval_ms.max(10));
 

@@ -53,6 +53,9 @@ pub struct WorkerConfig {
     pub retry_backoff_max: Duration,
     /// How often lag gauges are refreshed (default 5 s).
     pub lag_interval: Duration,
+    /// Longest wait for appliers to finish their command when partitions
+    /// are revoked or the worker stops (default 30 s).
+    pub shutdown_timeout: Duration,
 }
 
 impl WorkerConfig {
@@ -67,6 +70,7 @@ impl WorkerConfig {
             commit_interval: Duration::from_secs(1),
             retry_backoff_max: Duration::from_secs(30),
             lag_interval: Duration::from_secs(5),
+            shutdown_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -160,22 +164,41 @@ impl ConsumerContext for WorkerContext {
     }
 }
 
-/// Stops the appliers of `partitions`, waits for them, and returns the
-/// offsets to commit for them.
+/// Stops the appliers of `partitions`, waits for them (at most the
+/// shutdown timeout), and returns the offsets to commit for them: only what
+/// is durable. An applier still busy at the deadline (a long fan-out) is left
+/// behind: its uncommitted work is discarded with the process, or fenced by
+/// the shard's writer lock, and the next owner redoes that command.
 fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx: &WorkerContext) -> Vec<(i32, i64)> {
     for p in partitions {
         if let Some(part) = parts.get(p) {
             part.stop.store(true, Ordering::SeqCst);
         }
     }
+    let deadline = Instant::now() + ctx.shared.cfg.shutdown_timeout;
     let mut out = Vec::new();
     for p in partitions {
         if let Some(mut part) = parts.remove(p) {
-            let (result, next) = part.join();
-            if let Err(e) = result {
-                error!(partition = p, error = %e, "partition applier failed");
-                ctx.fatal.lock().expect("fatal lock").get_or_insert(e);
+            while !part.finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
             }
+            let next = if part.finished() {
+                let (result, next) = part.join();
+                if let Err(e) = result {
+                    error!(partition = p, error = %e, "partition applier failed");
+                    ctx.fatal.lock().expect("fatal lock").get_or_insert(e);
+                }
+                next
+            } else {
+                let next = part.next.load(Ordering::SeqCst);
+                warn!(
+                    partition = p,
+                    durable_next = next,
+                    timeout_secs = ctx.shared.cfg.shutdown_timeout.as_secs_f64(),
+                    "shutdown bound reached: leaving the command in progress to the next owner"
+                );
+                next
+            };
             if next > part.committed {
                 out.push((*p, next));
             }

@@ -127,6 +127,7 @@ pub fn assert_matches_model(index: &Path, log: &[(Delivery, Command)]) {
 pub struct Worker {
     child: Child,
     lines: Arc<(Mutex<Vec<String>>, Condvar)>,
+    reader: Option<std::thread::JoinHandle<()>>,
     pub metrics_port: u16,
 }
 
@@ -153,7 +154,7 @@ impl Worker {
         let stderr = child.stderr.take().unwrap();
         let lines: Arc<(Mutex<Vec<String>>, Condvar)> = Arc::default();
         let l = lines.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if std::env::var("DENORM_TEST_ECHO").is_ok() {
                     eprintln!("worker: {line}");
@@ -162,7 +163,7 @@ impl Worker {
                 l.1.notify_all();
             }
         });
-        Worker { child, lines, metrics_port }
+        Worker { child, lines, reader: Some(reader), metrics_port }
     }
 
     /// Waits until a log line contains `needle`; true if it did in time.
@@ -197,12 +198,20 @@ impl Worker {
     }
 
     /// SIGTERM, then waits for the exit.
-    pub fn terminate(mut self) -> ExitStatus {
+    pub fn terminate(self) -> ExitStatus {
+        self.terminate_with_log().0
+    }
+
+    /// SIGTERM, waits for the exit, and returns the whole log.
+    pub fn terminate_with_log(mut self) -> (ExitStatus, String) {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
+                if let Some(r) = self.reader.take() {
+                    let _ = r.join(); // stderr reaches EOF once the process is gone
+                }
+                return (s, self.log());
             }
             assert!(Instant::now() < deadline, "worker did not exit after SIGTERM:\n{}", self.log());
             std::thread::sleep(Duration::from_millis(20));
