@@ -15,6 +15,7 @@ pub const INDEX_RETRIES_TOTAL: &str = "denorm_index_retries_total";
 pub const REBALANCES_TOTAL: &str = "denorm_consumer_rebalances_total";
 pub const ASSIGNED_PARTITIONS: &str = "denorm_consumer_assigned_partitions";
 pub const OFFSET_COMMITS_TOTAL: &str = "denorm_consumer_offset_commits_total";
+pub const MESSAGES_REJECTED_TOTAL: &str = "denorm_messages_rejected_total";
 pub const ES_BULK_SECONDS: &str = "denorm_es_bulk_request_seconds";
 pub const ES_BULK_ITEMS_TOTAL: &str = "denorm_es_bulk_items_total";
 pub const ES_RETRIES_TOTAL: &str = "denorm_es_retries_total";
@@ -32,6 +33,7 @@ pub const ALL: &[&str] = &[
     REBALANCES_TOTAL,
     ASSIGNED_PARTITIONS,
     OFFSET_COMMITS_TOTAL,
+    MESSAGES_REJECTED_TOTAL,
     ES_BULK_SECONDS,
     ES_BULK_ITEMS_TOTAL,
     ES_RETRIES_TOTAL,
@@ -65,6 +67,7 @@ fn describe() {
     describe_counter!(INDEX_RETRIES_TOTAL, Unit::Count, "Index operations retried after a transient failure.");
     describe_counter!(REBALANCES_TOTAL, Unit::Count, "Consumer-group rebalances seen, by kind (assign, revoke).");
     describe_gauge!(ASSIGNED_PARTITIONS, Unit::Count, "Partitions currently assigned to this worker.");
+    describe_counter!(MESSAGES_REJECTED_TOTAL, Unit::Count, "Messages not applied, by reason (empty_payload, oversized, not_single_object, unknown_schema, undecodable, invalid_command, missing_key, key_mismatch).");
     describe_histogram!(ES_BULK_SECONDS, Unit::Seconds, "Latency of Elasticsearch bulk requests.");
     describe_counter!(ES_BULK_ITEMS_TOTAL, Unit::Count, "Elasticsearch bulk items by outcome (done, conflict, retry, failed).");
     describe_counter!(ES_PIT_PAGES_TOTAL, Unit::Count, "Point-in-time pages read from Elasticsearch.");

@@ -314,22 +314,54 @@ fn malformed_messages_are_skipped_without_stopping_the_partition() {
     };
     let truncated = valid("t")[..14].to_vec();
     let invalid = codec.encode(&denorm::command::Envelope::new(Command::UpsertFile { id: s("bad"), path: s("/a/../etc"), contents: s("x") }));
-    let messages: Vec<Vec<u8>> = vec![valid("v1"), b"random garbage bytes".to_vec(), valid("v2"), truncated, Vec::new(), invalid, valid("v3")];
+    let unknown_schema = {
+        let mut b = valid("u");
+        b[4] ^= 0xff;
+        b
+    };
+    // (key, payload): every kind of hostile input, between valid commands.
+    let messages: Vec<(Option<&str>, Vec<u8>)> = vec![
+        (Some("/a"), valid("v1")),
+        (Some("/a"), b"random garbage bytes".to_vec()),
+        (Some("/a"), valid("v2")),
+        (Some("/a"), truncated),
+        (Some("/a"), Vec::new()),
+        (Some("/a"), invalid),
+        (Some("/a"), unknown_schema),
+        (None, valid("nokey")),
+        (Some("/elsewhere"), valid("wrongkey")),
+        (Some("/a"), vec![0xC3; 3000]),
+        (Some("/a"), valid("v3")),
+    ];
     rt().block_on(async {
         let p: FutureProducer = cfg.client_config().create().unwrap();
-        for m in &messages {
-            p.send(FutureRecord::to(&cfg.topic).key("/a").payload(m), Duration::from_secs(30)).await.unwrap();
+        for (key, m) in &messages {
+            let mut r = FutureRecord::<str, Vec<u8>>::to(&cfg.topic).payload(m);
+            if let Some(k) = key {
+                r = r.key(*k);
+            }
+            p.send(r, Duration::from_secs(30)).await.unwrap();
         }
     });
-    let worker = Worker::start(&cfg, &group, &index, &[]);
+    let worker = Worker::start(&cfg, &group, &index, &["--max-message-bytes", "2048"]);
     wait_applied(&cfg, &group, messages.len());
     let ids: BTreeSet<String> = dump(&index).iter().filter(|d| d.kind() == Kind::File).map(|d| d.id().to_string()).collect();
     assert_eq!(ids, BTreeSet::from([s("v1"), s("v2"), s("v3")]));
     let (_, metrics) = worker.http_get("/metrics");
-    assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "undecodable")]), 3.0, "{metrics}");
-    assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "invalid")]), 1.0);
+    for (reason, n) in [
+        ("not_single_object", 1.0),
+        ("undecodable", 1.0),
+        ("empty_payload", 1.0),
+        ("invalid_command", 1.0),
+        ("unknown_schema", 1.0),
+        ("missing_key", 1.0),
+        ("key_mismatch", 1.0),
+        ("oversized", 1.0),
+    ] {
+        assert_eq!(metric(&metrics, "denorm_messages_rejected_total", &[("reason", reason)]), n, "{reason}:\n{metrics}");
+    }
     assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "applied")]), 3.0);
-    assert!(worker.log_contains("skipping undecodable message partition=0 offset=1"), "{}", worker.log());
+    assert!(worker.log_contains("skipping rejected message partition=0 offset=1 reason=\"not_single_object\""), "{}", worker.log());
 }
 
 #[test]

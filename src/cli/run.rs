@@ -47,6 +47,9 @@ pub struct RunArgs {
     /// giving partitions up; past it the command is left to the next owner
     #[arg(long, env = "DENORM_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]
     shutdown_timeout_secs: u64,
+    /// Largest message payload accepted, in bytes; larger ones are rejected
+    #[arg(long, env = "DENORM_MAX_MESSAGE_BYTES", default_value_t = 1 << 20)]
+    max_message_bytes: usize,
     /// How often durable progress is committed to Kafka, in milliseconds
     #[arg(long, env = "DENORM_COMMIT_INTERVAL_MS", default_value_t = 1000)]
     commit_interval_ms: u64,
@@ -89,6 +92,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.commit_linger = Duration::from_millis(a.commit_linger_ms);
     cfg.queue_capacity = a.queue_capacity.max(1);
     cfg.shutdown_timeout = Duration::from_secs(a.shutdown_timeout_secs);
+    cfg.max_message_bytes = a.max_message_bytes;
     cfg.fan_out = FanOut { page_size: a.page_size.max(1), page_pause: Duration::from_millis(a.fan_out_page_pause_ms) };
     cfg.commit_interval = Duration::from_millis(a.commit_interval_ms.max(10));
 

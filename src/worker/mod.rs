@@ -8,6 +8,7 @@
 //! queue is full) and commits offsets; one applier thread per partition owns
 //! that partition's shard writer (see [`partition`]).
 
+pub mod admit;
 mod partition;
 
 use std::collections::HashMap;
@@ -53,6 +54,9 @@ pub struct WorkerConfig {
     pub retry_backoff_max: Duration,
     /// How often lag gauges are refreshed (default 5 s).
     pub lag_interval: Duration,
+    /// Largest payload accepted; larger messages are rejected (default 1 MiB,
+    /// Kafka's default `message.max.bytes`).
+    pub max_message_bytes: usize,
     /// Longest wait for appliers to finish their command when partitions
     /// are revoked or the worker stops (default 30 s).
     pub shutdown_timeout: Duration,
@@ -71,6 +75,7 @@ impl WorkerConfig {
             retry_backoff_max: Duration::from_secs(30),
             lag_interval: Duration::from_secs(5),
             shutdown_timeout: Duration::from_secs(30),
+            max_message_bytes: 1 << 20,
         }
     }
 }

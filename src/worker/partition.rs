@@ -12,6 +12,7 @@ use metrics::{counter, gauge, histogram};
 use rdkafka::message::{Message, OwnedMessage};
 use tracing::{debug, error, info, warn};
 
+use super::admit::{admit, reason};
 use super::{Shared, WorkerError};
 use crate::apply::apply;
 use crate::index::{IndexError, Shard};
@@ -193,22 +194,18 @@ impl Applier {
             count("unknown", outcome::DUPLICATE);
             return Handled::Duplicate;
         }
-        let envelope = match self.shared.codec.decode(msg.payload().unwrap_or_default()) {
+        let envelope = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
             Ok(e) => e,
-            Err(error) => {
-                warn!(partition, offset, %error, "skipping undecodable message");
-                count("unknown", outcome::UNDECODABLE);
+            Err(r) => {
+                warn!(partition, offset, reason = r.reason, detail = %r.detail, "skipping rejected message");
+                counter!(m::MESSAGES_REJECTED_TOTAL, "reason" => r.reason).increment(1);
+                let outcome = if r.reason == reason::INVALID_COMMAND { outcome::INVALID } else { outcome::UNDECODABLE };
+                count("unknown", outcome);
                 self.shared.stats.skipped.fetch_add(1, Ordering::Relaxed);
                 return Handled::Done { fan_out: false };
             }
         };
         let cmd = &envelope.command;
-        if let Err(error) = cmd.validate() {
-            warn!(partition, offset, command_id = %envelope.command_id, %error, "skipping invalid command");
-            count(cmd.kind(), outcome::INVALID);
-            self.shared.stats.skipped.fetch_add(1, Ordering::Relaxed);
-            return Handled::Done { fan_out: false };
-        }
         if cmd.is_fan_out() {
             info!(partition, offset, command = cmd.kind(), key = cmd.key(), "fan-out started");
         }
