@@ -30,3 +30,24 @@ fn usage_errors_exit_with_status_2() {
     assert_eq!(denorm().args(["nope"]).output().unwrap().status.code(), Some(2));
     assert_eq!(denorm().args(["-X", "no-equals-sign", "lag"]).output().unwrap().status.code(), Some(2));
 }
+
+/// Seeds for the fuzzer (`fuzz/README.md`): valid messages of every command,
+/// prefixed by their key length and key as the fuzz target expects.
+#[test]
+#[ignore = "writes the fuzz seed corpus: DENORM_FUZZ_CORPUS=fuzz/corpus/admit cargo test --test cli -- --ignored"]
+fn write_fuzz_corpus() {
+    let dir = std::path::PathBuf::from(std::env::var("DENORM_FUZZ_CORPUS").expect("set DENORM_FUZZ_CORPUS"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let codec = denorm::codec::Codec::new();
+    let mut commands = denorm::demo::seed(3, 2, 2, 1);
+    commands.push(denorm::demo::race().0);
+    commands.push(denorm::command::Command::DeletePost { id: "p".into(), user_id: "1".into() });
+    commands.push(denorm::command::Command::DeleteFile { id: "f".into(), path: "/a/b".into() });
+    for (i, c) in commands.into_iter().enumerate() {
+        let key = c.key().as_bytes().to_vec();
+        let mut bytes = vec![key.len() as u8];
+        bytes.extend(&key);
+        bytes.extend(codec.encode(&denorm::command::Envelope::new(c)));
+        std::fs::write(dir.join(format!("seed{i}")), bytes).unwrap();
+    }
+}
