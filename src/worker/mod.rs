@@ -265,13 +265,15 @@ pub fn run(
         health.beat();
         let polled = consumer.poll(Duration::from_millis(50));
         let ctx = consumer.context();
-        match polled {
-            Some(Ok(msg)) => dispatch(&consumer, msg.detach()),
-            Some(Err(e)) => warn!(error = %e, "kafka consumer error"),
-            None => {}
-        }
-        pump(&consumer);
-        if ctx.parts.lock().expect("parts lock").values().any(|p| p.finished()) {
+        let msg = match polled {
+            Some(Ok(msg)) => Some(msg.detach()),
+            Some(Err(e)) => {
+                warn!(error = %e, "kafka consumer error");
+                None
+            }
+            None => None,
+        };
+        if route(&consumer, msg) {
             // An applier only ends by itself on a fatal error.
             let mut parts = ctx.parts.lock().expect("parts lock");
             let dead: Vec<i32> = parts.iter().filter(|(_, p)| p.finished()).map(|(k, _)| *k).collect();
@@ -323,56 +325,37 @@ pub fn run(
     }
 }
 
-fn dispatch(consumer: &BaseConsumer<WorkerContext>, msg: rdkafka::message::OwnedMessage) {
+/// One pass under one lock: queues the polled message behind its
+/// partition's pending messages, moves pending messages into the appliers'
+/// bounded queues, pauses partitions whose queue is full and resumes drained
+/// ones. Returns whether an applier has ended (only a fatal error ends one).
+fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<rdkafka::message::OwnedMessage>) -> bool {
     let ctx = consumer.context();
     let mut parts = ctx.parts.lock().expect("parts lock");
-    let p = msg.partition();
-    let part = parts.entry(p).or_insert_with(|| Partition::spawn(p, ctx.shared.clone()));
-    if !part.pending.is_empty() {
-        part.pending.push_back(msg);
-        return;
+    if let Some(msg) = msg {
+        let p = msg.partition();
+        parts.entry(p).or_insert_with(|| Partition::spawn(p, ctx.shared.clone())).pending.push_back(msg);
     }
-    match part.tx.try_send(msg) {
-        Ok(()) => {}
-        Err(std::sync::mpsc::TrySendError::Full(msg)) | Err(std::sync::mpsc::TrySendError::Disconnected(msg)) => {
-            part.pending.push_back(msg);
-            if !part.paused {
-                let mut tpl = TopicPartitionList::new();
-                tpl.add_partition(msg_topic(ctx), p);
-                if consumer.pause(&tpl).is_ok() {
-                    part.paused = true;
-                }
-            }
-        }
-    }
-}
-
-fn msg_topic(ctx: &WorkerContext) -> &str {
-    &ctx.shared.cfg.kafka.topic
-}
-
-/// Moves pending messages into appliers' queues; resumes drained partitions.
-fn pump(consumer: &BaseConsumer<WorkerContext>) {
-    let ctx = consumer.context();
-    let mut parts = ctx.parts.lock().expect("parts lock");
+    let mut ended = false;
     for (p, part) in parts.iter_mut() {
         while let Some(msg) = part.pending.pop_front() {
-            if let Err(e) = part.tx.try_send(msg) {
-                let msg = match e {
-                    std::sync::mpsc::TrySendError::Full(m) | std::sync::mpsc::TrySendError::Disconnected(m) => m,
-                };
-                part.pending.push_front(msg);
+            if let Err(std::sync::mpsc::TrySendError::Full(m) | std::sync::mpsc::TrySendError::Disconnected(m)) = part.tx.try_send(msg) {
+                part.pending.push_front(m);
                 break;
             }
         }
-        if part.pending.is_empty() && part.paused {
+        let want_paused = !part.pending.is_empty();
+        if want_paused != part.paused {
             let mut tpl = TopicPartitionList::new();
-            tpl.add_partition(msg_topic(ctx), *p);
-            if consumer.resume(&tpl).is_ok() {
-                part.paused = false;
+            tpl.add_partition(&ctx.shared.cfg.kafka.topic, *p);
+            let done = if want_paused { consumer.pause(&tpl) } else { consumer.resume(&tpl) };
+            if done.is_ok() {
+                part.paused = want_paused;
             }
         }
+        ended |= part.finished();
     }
+    ended
 }
 
 /// Refreshes `denorm_consumer_lag_messages` for every assigned partition.

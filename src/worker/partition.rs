@@ -40,7 +40,10 @@ impl Partition {
         let (s, n) = (stop.clone(), next.clone());
         let join = std::thread::Builder::new()
             .name(format!("denorm-p{partition}"))
-            .spawn(move || Applier { partition, shared, stop: s, next: n, label: partition.to_string() }.run(rx))
+            .spawn(move || {
+                let lag_seconds = gauge!(m::CONSUMER_LAG_SECONDS, "partition" => partition.to_string());
+                Applier { partition, shared, stop: s, next: n, lag_seconds }.run(rx)
+            })
             .expect("spawn partition thread");
         Partition { tx, stop, next, committed: -1, pending: Default::default(), paused: false, join: Some(join) }
     }
@@ -65,7 +68,8 @@ struct Applier {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     next: Arc<AtomicI64>,
-    label: String,
+    /// `denorm_consumer_lag_seconds` of this partition, resolved once.
+    lag_seconds: metrics::Gauge,
 }
 
 /// What became of one message.
@@ -100,7 +104,7 @@ impl Applier {
             };
             match rx.recv_timeout(wait) {
                 Ok(msg) => {
-                    gauge!(m::CONSUMER_LAG_SECONDS, "partition" => self.label.clone()).set(age_seconds(&msg));
+                    self.lag_seconds.set(age_seconds(&msg));
                     match self.handle(shard.as_mut(), &msg) {
                         Handled::Done { fan_out } => {
                             shard.mark_applied(msg.offset() as u64);
@@ -121,7 +125,7 @@ impl Applier {
                 }
                 Err(RecvTimeoutError::Timeout) if uncommitted.is_none() => {
                     // Idle with everything committed: nothing is waiting.
-                    gauge!(m::CONSUMER_LAG_SECONDS, "partition" => self.label.clone()).set(0.0);
+                    self.lag_seconds.set(0.0);
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
