@@ -216,7 +216,6 @@ impl Shard for ElasticShard {
         // Read-your-writes: the scan must see every earlier write.
         let r = b.runtime.block_on(b.client.indices().refresh(IndicesRefreshParts::Index(&[&index])).send()).map_err(ElasticError::from)?;
         b.runtime.block_on(json_or_status("refreshing before a fan-out", r))?;
-        let kinds: HashMap<String, Kind> = HashMap::new();
         let mut written = 0u64;
         let mut pit = b.runtime.block_on(PitScan::open(&b.client, &index, query, page_size))?;
         let result = (|| -> Result<(), IndexError> {
@@ -226,7 +225,7 @@ impl Shard for ElasticShard {
                     return Ok(());
                 }
                 let mut ops = Vec::new();
-                let mut kinds = kinds.clone();
+                let mut kinds = HashMap::new();
                 for hit in page {
                     if let Some(new) = rewrite(&from_source(kind, &hit.source)) {
                         kinds.insert(format!("{index}/{}", hit.id), kind);
