@@ -25,5 +25,5 @@ trap 'scripts/broker.sh stop "$state"; rm -rf "$state"' EXIT
 DENORM_TEST_BROKERS="$(scripts/broker.sh start "$state")"
 export DENORM_TEST_BROKERS
 echo "broker: tansu at $DENORM_TEST_BROKERS (sqlite storage in $state)" >&2
-cargo nextest run --release --no-fail-fast "$@"
+cargo nextest run --release --features failpoints --no-fail-fast "$@"
 echo "test suite finished in $(( $(date +%s) - start ))s" >&2

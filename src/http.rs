@@ -1,5 +1,6 @@
 //! The worker's HTTP endpoint: `/metrics` (Prometheus text format),
-//! `/healthz` (the consumer loop is alive) and `/readyz` (joined the group).
+//! `/healthz` (the consumer loop is alive) and `/readyz` (joined the group,
+//! and no partition is retrying a transient failure).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,6 +18,19 @@ pub struct Health {
     pub ready: AtomicBool,
     /// Unix seconds of the consumer loop's last iteration.
     pub last_poll: AtomicU64,
+    /// Partitions retrying a transient failure right now.
+    pub degraded: std::sync::atomic::AtomicUsize,
+}
+
+/// Held while a partition retries a transient failure: readiness reports
+/// degraded until every guard is dropped.
+pub struct Degraded<'a>(&'a Health);
+
+impl Drop for Degraded<'_> {
+    fn drop(&mut self) {
+        self.0.degraded.fetch_sub(1, Ordering::SeqCst);
+        metrics::gauge!(crate::metrics::DEGRADED_PARTITIONS).decrement(1.0);
+    }
 }
 
 /// The consumer loop is considered stuck after this long without an iteration.
@@ -25,6 +39,12 @@ pub const STALL_AFTER: Duration = Duration::from_secs(60);
 impl Health {
     pub fn beat(&self) {
         self.last_poll.store(now_secs(), Ordering::Relaxed);
+    }
+    /// Marks one partition degraded until the guard is dropped.
+    pub fn degrade(&self) -> Degraded<'_> {
+        self.degraded.fetch_add(1, Ordering::SeqCst);
+        metrics::gauge!(crate::metrics::DEGRADED_PARTITIONS).increment(1.0);
+        Degraded(self)
     }
     pub fn alive(&self) -> bool {
         now_secs().saturating_sub(self.last_poll.load(Ordering::Relaxed)) < STALL_AFTER.as_secs()
@@ -94,6 +114,11 @@ fn route(path: &str, metrics: &PrometheusHandle, health: &Health) -> (&'static s
         }
         "/healthz" if health.alive() => ("200 OK", TEXT, "ok\n".into()),
         "/healthz" => ("503 Service Unavailable", TEXT, "consumer loop stalled\n".into()),
+        "/readyz" if health.degraded.load(Ordering::Relaxed) > 0 => (
+            "503 Service Unavailable",
+            TEXT,
+            format!("degraded: {} partition(s) retrying a transient failure (see the log)\n", health.degraded.load(Ordering::Relaxed)),
+        ),
         "/readyz" if health.ready.load(Ordering::Relaxed) && health.alive() => ("200 OK", TEXT, "ready\n".into()),
         "/readyz" => ("503 Service Unavailable", TEXT, "not ready\n".into()),
         _ => ("404 Not Found", TEXT, "not found\n".into()),

@@ -13,3 +13,5 @@ pub mod produce;
 pub mod worker;
 pub mod cli;
 pub mod demo;
+pub mod dlq;
+pub mod faults;

@@ -16,6 +16,10 @@ pub const REBALANCES_TOTAL: &str = "denorm_consumer_rebalances_total";
 pub const ASSIGNED_PARTITIONS: &str = "denorm_consumer_assigned_partitions";
 pub const OFFSET_COMMITS_TOTAL: &str = "denorm_consumer_offset_commits_total";
 pub const MESSAGES_REJECTED_TOTAL: &str = "denorm_messages_rejected_total";
+pub const DEAD_LETTERS_TOTAL: &str = "denorm_dead_letters_total";
+pub const DEAD_LETTER_RETRIES_TOTAL: &str = "denorm_dead_letter_retries_total";
+pub const PARKED_KEYS: &str = "denorm_parked_keys";
+pub const DEGRADED_PARTITIONS: &str = "denorm_degraded_partitions";
 pub const ES_BULK_SECONDS: &str = "denorm_es_bulk_request_seconds";
 pub const ES_BULK_ITEMS_TOTAL: &str = "denorm_es_bulk_items_total";
 pub const ES_RETRIES_TOTAL: &str = "denorm_es_retries_total";
@@ -34,6 +38,10 @@ pub const ALL: &[&str] = &[
     ASSIGNED_PARTITIONS,
     OFFSET_COMMITS_TOTAL,
     MESSAGES_REJECTED_TOTAL,
+    DEAD_LETTERS_TOTAL,
+    DEAD_LETTER_RETRIES_TOTAL,
+    PARKED_KEYS,
+    DEGRADED_PARTITIONS,
     ES_BULK_SECONDS,
     ES_BULK_ITEMS_TOTAL,
     ES_RETRIES_TOTAL,
@@ -49,12 +57,16 @@ pub mod outcome {
     pub const APPLIED: &str = "applied";
     /// Already applied before (redelivery); skipped.
     pub const DUPLICATE: &str = "duplicate";
-    /// Could not be decoded; skipped.
+    /// Could not be decoded; dead-lettered.
     pub const UNDECODABLE: &str = "undecodable";
-    /// Decoded but invalid; skipped.
+    /// Decoded but invalid; dead-lettered.
     pub const INVALID: &str = "invalid";
-    /// Rejected for good by the index; skipped.
+    /// Rejected by the index `--max-attempts` times; dead-lettered.
     pub const FAILED: &str = "failed";
+    /// Its key is parked behind an aborted command; dead-lettered.
+    pub const PARKED: &str = "parked";
+    /// An operator's control message (`denorm dlq`), carried out.
+    pub const CONTROL: &str = "control";
 }
 
 fn describe() {
@@ -68,6 +80,10 @@ fn describe() {
     describe_counter!(REBALANCES_TOTAL, Unit::Count, "Consumer-group rebalances seen, by kind (assign, revoke).");
     describe_gauge!(ASSIGNED_PARTITIONS, Unit::Count, "Partitions currently assigned to this worker.");
     describe_counter!(MESSAGES_REJECTED_TOTAL, Unit::Count, "Messages not applied, by reason (empty_payload, oversized, not_single_object, unknown_schema, undecodable, invalid_command, missing_key, key_mismatch).");
+    describe_counter!(DEAD_LETTERS_TOTAL, Unit::Count, "Messages written to the dead-letter topic, by reason (the rejection reasons, index_rejected, parked).");
+    describe_counter!(DEAD_LETTER_RETRIES_TOTAL, Unit::Count, "Failed writes to the dead-letter topic, retried (nothing is committed past them meanwhile).");
+    describe_gauge!(PARKED_KEYS, Unit::Count, "Keys of the partition parked behind an aborted command, waiting for `denorm dlq reprocess` or `clear`.");
+    describe_gauge!(DEGRADED_PARTITIONS, Unit::Count, "Partitions retrying a transient failure (index or dead-letter topic unavailable); /readyz fails while it is above 0.");
     describe_histogram!(ES_BULK_SECONDS, Unit::Seconds, "Latency of Elasticsearch bulk requests.");
     describe_counter!(ES_BULK_ITEMS_TOTAL, Unit::Count, "Elasticsearch bulk items by outcome (done, conflict, retry, failed).");
     describe_counter!(ES_PIT_PAGES_TOTAL, Unit::Count, "Point-in-time pages read from Elasticsearch.");

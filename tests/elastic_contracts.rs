@@ -389,7 +389,7 @@ mod shard {
         assert!(bulks[0][0].get("create").is_some(), "an absent document is created, not blindly indexed: {:?}", bulks[0][0]);
         let meta = reqs.iter().find(|r| r.url.path() == "/denorm-meta/_doc/p0" && r.method.as_str() == "POST").expect("applied position recorded");
         let meta: Value = serde_json::from_slice(&meta.body).unwrap();
-        assert_eq!(meta, json!({"topic": "t", "applied": 20}));
+        assert_eq!(meta, json!({"topic": "t", "applied": 20, "parked": []}));
     }
 
     #[test]

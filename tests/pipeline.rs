@@ -13,21 +13,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
-fn output(cmd: &mut std::process::Command) -> (i32, String, String) {
-    let o = cmd.output().expect("run denorm");
-    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
-}
 
-fn cli(cfg: &denorm::kafka::KafkaConfig, group: &str, index: &std::path::Path) -> std::process::Command {
-    let mut c = denorm();
-    c.args(["--brokers", &cfg.brokers, "--topic", &cfg.topic, "--group", group, "--partitions", &cfg.partitions.to_string()]);
-    c.arg("--index").arg(index);
-    c
-}
-
-fn json_lines(out: &str) -> Vec<serde_json::Value> {
-    out.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"))).collect()
-}
 
 #[test]
 fn every_command_end_to_end_through_produce_worker_and_search() {
@@ -302,7 +288,7 @@ fn two_workers_share_partitions_and_the_result_is_exact() {
 }
 
 #[test]
-fn malformed_messages_are_skipped_without_stopping_the_partition() {
+fn hostile_messages_are_dead_lettered_with_distinct_reasons_without_stopping_the_partition() {
     let b = broker();
     let cfg = topic(&b, 1);
     let group = unique("g");
@@ -343,7 +329,9 @@ fn malformed_messages_are_skipped_without_stopping_the_partition() {
             p.send(r, Duration::from_secs(30)).await.unwrap();
         }
     });
-    let worker = Worker::start(&cfg, &group, &index, &["--max-message-bytes", "2048"]);
+    // `skip`: the valid commands of key /a after the hostile ones are
+    // applied anyway (parking is tested in tests/faults.rs).
+    let worker = Worker::start(&cfg, &group, &index, &["--max-message-bytes", "2048", "--on-abort", "skip"]);
     wait_applied(&cfg, &group, messages.len());
     let ids: BTreeSet<String> = dump(&index).iter().filter(|d| d.kind() == Kind::File).map(|d| d.id().to_string()).collect();
     assert_eq!(ids, BTreeSet::from([s("v1"), s("v2"), s("v3")]));
@@ -361,7 +349,40 @@ fn malformed_messages_are_skipped_without_stopping_the_partition() {
         assert_eq!(metric(&metrics, "denorm_messages_rejected_total", &[("reason", reason)]), n, "{reason}:\n{metrics}");
     }
     assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "applied")]), 3.0);
-    assert!(worker.log_contains("skipping rejected message partition=0 offset=1 reason=\"not_single_object\""), "{}", worker.log());
+    assert_eq!(metric(&metrics, "denorm_dead_letters_total", &[]), 8.0, "{metrics}");
+    assert!(worker.log_contains("command aborted and dead-lettered partition=0 offset=1 reason=\"not_single_object\""), "{}", worker.log());
+
+    // The dead-letter topic holds each one with its reason, origin and
+    // original bytes, committed only after the letter was written.
+    let (code, out, err) = output(cli(&cfg, &group, &index).args(["dlq", "list", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let listed = json_lines(&out);
+    let got: Vec<(i64, String)> = listed.iter().map(|e| (e["origin_offset"].as_i64().unwrap(), e["reason"].as_str().unwrap().to_string())).collect();
+    let want: Vec<(i64, String)> = [
+        (1, "not_single_object"),
+        (3, "undecodable"),
+        (4, "empty_payload"),
+        (5, "invalid_command"),
+        (6, "unknown_schema"),
+        (7, "missing_key"),
+        (8, "key_mismatch"),
+        (9, "oversized"),
+    ]
+    .iter()
+    .map(|(o, r)| (*o, s(r)))
+    .collect();
+    assert_eq!(got, want, "{out}");
+    assert!(listed.iter().all(|e| e["attempts"] == 1 && e["origin_partition"] == 0), "{out}");
+    let (letters, _) = denorm::dlq::admin::read(&cfg, &denorm::dlq::default_topic(&cfg.topic)).unwrap();
+    for l in &letters {
+        assert_eq!(l.payload, messages[l.origin_offset as usize].1, "letter of offset {} keeps the original bytes", l.origin_offset);
+        assert_eq!(l.key, messages[l.origin_offset as usize].0.unwrap_or(""));
+    }
+    let (code, out, _) = output(cli(&cfg, &group, &index).args(["dlq", "count", "--json"]));
+    assert_eq!(code, 0);
+    let count: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(count["total"], 8, "{out}");
+    assert_eq!(count["by_reason"]["oversized"], 1, "{out}");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 #![no_main]
 
 use denorm::codec::Codec;
-use denorm::worker::admit::admit;
+use denorm::worker::admit::{admit, Admitted};
 use libfuzzer_sys::fuzz_target;
 
 thread_local! {
@@ -18,9 +18,13 @@ fuzz_target!(|data: &[u8]| {
         None => (&[][..], data),
     };
     CODEC.with(|c| {
-        if let Ok(e) = admit(c, Some(key), Some(payload), 1 << 20) {
-            // Whatever is admitted re-encodes and decodes to itself.
-            assert_eq!(c.decode(&c.encode(&e)).unwrap(), e);
+        // Whatever is admitted re-encodes and decodes to itself.
+        match admit(c, Some(key), Some(payload), 1 << 20) {
+            Ok(Admitted::Command(e)) => assert_eq!(c.decode(&c.encode(&e)).unwrap(), e),
+            Ok(Admitted::Control(x)) => {
+                assert_eq!(c.decode_message(&c.encode_control(&x)).unwrap(), denorm::codec::Decoded::Control(x))
+            }
+            Err(_) => {}
         }
         if let Ok(line) = std::str::from_utf8(payload) {
             let _ = denorm::command::jsonl::parse_line(1, line);

@@ -59,6 +59,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     let cluster = MockCluster::new(3).context("starting the in-process Kafka cluster")?;
     let topic = "denorm.demo";
     cluster.create_topic(topic, a.partitions, 1).context("creating the demo topic")?;
+    cluster.create_topic(&crate::dlq::default_topic(topic), a.partitions, 1).context("creating the demo's dead-letter topic")?;
     let mut kafka = KafkaConfig::new(cluster.bootstrap_servers(), topic);
     kafka.partitions = a.partitions;
     // The in-process broker keeps at most 5 MiB per partition (a fixed limit

@@ -2,6 +2,7 @@
 //! no business logic here. Every flag has a `DENORM_*` environment variable.
 
 mod demo;
+mod dlq;
 mod generate;
 mod lag;
 mod produce;
@@ -66,6 +67,8 @@ pub enum Commands {
     Lag(lag::LagArgs),
     /// Print the demo's data set as JSONL (pipe it into `denorm produce --jsonl -`)
     Generate(generate::GenerateArgs),
+    /// Dead letters: count, list, reprocess or clear aborted and parked commands
+    Dlq(dlq::DlqArgs),
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
@@ -128,6 +131,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Commands::Lag(a) => lag::run(&cli, a).await,
         Commands::Generate(a) => generate::run(a),
+        Commands::Dlq(a) => dlq::run(&cli, a).await,
     }
 }
 

@@ -17,7 +17,8 @@ use crate::index::elastic::setup;
 use crate::index::elastic::shard::ElasticBackend;
 use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 use crate::index::Backend;
-use crate::worker::{self, Stats, WorkerConfig};
+use crate::kafka::KafkaConfig;
+use crate::worker::{self, OnAbort, Stats, WorkerConfig};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -53,6 +54,21 @@ pub struct RunArgs {
     /// How often durable progress is committed to Kafka, in milliseconds
     #[arg(long, env = "DENORM_COMMIT_INTERVAL_MS", default_value_t = 1000)]
     commit_interval_ms: u64,
+    /// Dead-letter topic for aborted and parked commands [default: <topic>.dlq]
+    #[arg(long, env = "DENORM_DLQ_TOPIC")]
+    pub dlq_topic: Option<String>,
+    /// After a command is aborted, `park` dead-letters its key's later
+    /// commands until `denorm dlq reprocess` or `clear` (order kept); `skip`
+    /// applies them anyway (availability over order)
+    #[arg(long, env = "DENORM_ON_ABORT", value_enum, default_value = "park")]
+    on_abort: OnAbort,
+    /// Attempts at a command the index rejects before it is aborted
+    /// (transient failures such as an unreachable index are retried without limit)
+    #[arg(long, env = "DENORM_MAX_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    max_attempts: u32,
+    /// Longest wait between retries of a transient failure, in milliseconds
+    #[arg(long, env = "DENORM_RETRY_BACKOFF_MAX_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(50..))]
+    retry_backoff_max_ms: u64,
 }
 
 pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
@@ -67,6 +83,10 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let kafka = cli.kafka();
     let partitions = kafka.ensure_topic().await.context("cannot reach or create the topic")?;
     info!(topic = %kafka.topic, partitions, "topic ready");
+    let dlq_topic = a.dlq_topic.clone().unwrap_or_else(|| crate::dlq::default_topic(&kafka.topic));
+    let dlq = KafkaConfig { topic: dlq_topic.clone(), partitions, ..kafka.clone() };
+    dlq.ensure_topic().await.with_context(|| format!("cannot reach or create the dead-letter topic {dlq_topic}"))?;
+    info!(topic = %dlq_topic, "dead-letter topic ready");
     let backend: Arc<dyn Backend> = match super::elastic_url(cli) {
         Some(url) => {
             let es = super::elastic_config(&url)?;
@@ -95,6 +115,10 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.max_message_bytes = a.max_message_bytes;
     cfg.fan_out = FanOut { page_size: a.page_size.max(1), page_pause: Duration::from_millis(a.fan_out_page_pause_ms) };
     cfg.commit_interval = Duration::from_millis(a.commit_interval_ms.max(10));
+    cfg.dlq_topic = dlq_topic;
+    cfg.on_abort = a.on_abort;
+    cfg.max_attempts = a.max_attempts;
+    cfg.retry_backoff_max = Duration::from_millis(a.retry_backoff_max_ms);
 
     let shutdown = Arc::new(AtomicBool::new(false));
     let flag = shutdown.clone();

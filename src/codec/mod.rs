@@ -15,9 +15,12 @@ use apache_avro::schema::Schema;
 use apache_avro::types::Value;
 
 use crate::command::{Command, Envelope};
+use crate::dlq::Control;
 
 /// The current schema (writer schema of this version).
 pub const CURRENT_SCHEMA: &str = include_str!("../../schemas/command.avsc");
+/// Schema of operator control messages (`denorm dlq reprocess|clear`).
+pub const CONTROL_SCHEMA: &str = include_str!("../../schemas/control.avsc");
 /// Older schema versions this decoder still reads.
 pub const HISTORY: &[&str] = &[include_str!("../../schemas/history/command-v1.avsc")];
 
@@ -47,6 +50,16 @@ pub struct Codec {
     current: Schema,
     current_fingerprint: [u8; 8],
     known: HashMap<[u8; 8], Schema>,
+    control: Schema,
+    control_fingerprint: [u8; 8],
+}
+
+/// A message of the command topic: a command, or an operator's control
+/// message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decoded {
+    Command(Envelope),
+    Control(Control),
 }
 
 impl Default for Codec {
@@ -68,7 +81,9 @@ impl Codec {
             known.insert(fingerprint(&s), s);
         }
         known.insert(current_fingerprint, current.clone());
-        Codec { current, current_fingerprint, known }
+        let control = Schema::parse_str(CONTROL_SCHEMA).expect("schemas/control.avsc is valid");
+        let control_fingerprint = fingerprint(&control);
+        Codec { current, current_fingerprint, known, control, control_fingerprint }
     }
 
     /// Fingerprint of the current writer schema (hex, as in error messages).
@@ -81,8 +96,17 @@ impl Codec {
         encode_value(&self.current, to_value(&self.current, envelope))
     }
 
-    /// Decodes a message written with any known schema version.
+    /// Decodes a command written with any known schema version.
     pub fn decode(&self, bytes: &[u8]) -> Result<Envelope, DecodeError> {
+        match self.decode_message(bytes)? {
+            Decoded::Command(e) => Ok(e),
+            Decoded::Control(_) => Err(DecodeError::Shape("a control message, not a command".into())),
+        }
+    }
+
+    /// Decodes a message of the command topic: a command written with any
+    /// known schema version, or a control message.
+    pub fn decode_message(&self, bytes: &[u8]) -> Result<Decoded, DecodeError> {
         if bytes.len() < 10 {
             return Err(DecodeError::TooShort(bytes.len()));
         }
@@ -90,14 +114,37 @@ impl Codec {
             return Err(DecodeError::BadMarker(bytes[0], bytes[1]));
         }
         let fp: [u8; 8] = bytes[2..10].try_into().expect("8 bytes");
-        let writer = self.known.get(&fp).ok_or_else(|| DecodeError::UnknownFingerprint(hex(&fp)))?;
+        let (writer, control) = if fp == self.control_fingerprint {
+            (&self.control, true)
+        } else {
+            (self.known.get(&fp).ok_or_else(|| DecodeError::UnknownFingerprint(hex(&fp)))?, false)
+        };
         let mut datum = &bytes[10..];
         let value = apache_avro::from_avro_datum(writer, &mut datum, None)
             .map_err(|e| DecodeError::Datum(e.to_string()))?;
         if !datum.is_empty() {
             return Err(DecodeError::TrailingBytes(datum.len()));
         }
-        from_value(writer, value)
+        if control {
+            control_from_value(value).map(Decoded::Control)
+        } else {
+            from_value(writer, value).map(Decoded::Command)
+        }
+    }
+
+    /// Encodes an operator control message.
+    pub fn encode_control(&self, c: &Control) -> Vec<u8> {
+        let value = Value::Record(vec![
+            ("action".into(), Value::String(c.action.as_str().into())),
+            ("key".into(), Value::String(c.key.clone())),
+            ("dlq_partition".into(), Value::Int(c.dlq_partition)),
+            ("dlq_offset".into(), Value::Long(c.dlq_offset)),
+            ("through".into(), Value::Long(c.through)),
+            ("origin_offset".into(), Value::Long(c.origin_offset)),
+            ("payload".into(), Value::Bytes(c.payload.clone())),
+            ("requested_at".into(), Value::TimestampMillis(c.requested_at)),
+        ]);
+        encode_value(&self.control, value)
     }
 }
 
@@ -209,6 +256,32 @@ fn from_value(writer: &Schema, value: Value) -> Result<Envelope, DecodeError> {
         other => return Err(DecodeError::Shape(format!("unknown payload type {other:?}"))),
     };
     Ok(Envelope { command_id, issued_at, tenant, command })
+}
+
+fn control_from_value(value: Value) -> Result<Control, DecodeError> {
+    let shape = |m: &str| DecodeError::Shape(m.to_string());
+    let Value::Record(fields) = value else { return Err(shape("control message is not a record")) };
+    let mut f: HashMap<String, Value> = fields.into_iter().collect();
+    let long = |v: Option<Value>, name: &str| match v {
+        Some(Value::Long(x)) | Some(Value::TimestampMillis(x)) => Ok(x),
+        Some(Value::Int(x)) => Ok(x as i64),
+        _ => Err(DecodeError::Shape(format!("control field {name} is missing or not a number"))),
+    };
+    let action = string(f.remove("action"), "action")?;
+    let action = crate::dlq::Action::parse(&action).ok_or_else(|| DecodeError::Shape(format!("unknown control action {action:?}")))?;
+    Ok(Control {
+        action,
+        key: string(f.remove("key"), "key")?,
+        dlq_partition: long(f.remove("dlq_partition"), "dlq_partition")? as i32,
+        dlq_offset: long(f.remove("dlq_offset"), "dlq_offset")?,
+        through: long(f.remove("through"), "through")?,
+        origin_offset: long(f.remove("origin_offset"), "origin_offset")?,
+        payload: match f.remove("payload") {
+            Some(Value::Bytes(b)) => b,
+            _ => return Err(shape("control field payload is missing or not bytes")),
+        },
+        requested_at: long(f.remove("requested_at"), "requested_at")?,
+    })
 }
 
 fn string(v: Option<Value>, field: &str) -> Result<String, DecodeError> {

@@ -14,6 +14,8 @@ use tantivy::schema::{Field, IndexRecordOption, Schema, Value, FAST, INDEXED, ST
 use tantivy::store::StoreReader;
 use tantivy::{DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term, TERMINATED};
 
+use crate::dlq::Parking;
+
 use super::{Author, AuthorGroup, Backend, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, Scan, SearchIndex, Shard, UserDoc};
 
 const MARKER: &str = "denorm-index.json";
@@ -198,6 +200,47 @@ struct Marker {
 #[derive(serde::Serialize, serde::Deserialize)]
 struct CommitPayload {
     applied: u64,
+    /// Keys parked behind an aborted command (see `dlq`).
+    #[serde(default, skip_serializing_if = "Parking::is_empty")]
+    parked: Parking,
+}
+
+/// The shard directory, with the `index.io` fault point on every write
+/// (inactive unless built with the `failpoints` feature).
+#[derive(Debug, Clone)]
+struct ShardDirectory(tantivy::directory::MmapDirectory);
+
+impl tantivy::Directory for ShardDirectory {
+    fn get_file_handle(&self, path: &Path) -> Result<std::sync::Arc<dyn tantivy::directory::FileHandle>, tantivy::directory::error::OpenReadError> {
+        self.0.get_file_handle(path)
+    }
+    fn delete(&self, path: &Path) -> Result<(), tantivy::directory::error::DeleteError> {
+        self.0.delete(path)
+    }
+    fn exists(&self, path: &Path) -> Result<bool, tantivy::directory::error::OpenReadError> {
+        self.0.exists(path)
+    }
+    fn open_write(&self, path: &Path) -> Result<tantivy::directory::WritePtr, tantivy::directory::error::OpenWriteError> {
+        crate::faults::io("index.io").map_err(|e| tantivy::directory::error::OpenWriteError::wrap_io_error(e, path.to_path_buf()))?;
+        self.0.open_write(path)
+    }
+    fn atomic_read(&self, path: &Path) -> Result<Vec<u8>, tantivy::directory::error::OpenReadError> {
+        self.0.atomic_read(path)
+    }
+    fn atomic_write(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+        crate::faults::io("index.io")?;
+        self.0.atomic_write(path, data)
+    }
+    fn sync_directory(&self) -> std::io::Result<()> {
+        crate::faults::io("index.io")?;
+        self.0.sync_directory()
+    }
+    fn acquire_lock(&self, lock: &tantivy::directory::Lock) -> Result<tantivy::directory::DirectoryLock, tantivy::directory::error::LockError> {
+        self.0.acquire_lock(lock)
+    }
+    fn watch(&self, cb: tantivy::directory::WatchCallback) -> tantivy::Result<tantivy::directory::WatchHandle> {
+        self.0.watch(cb)
+    }
 }
 
 /// An embedded index directory.
@@ -257,14 +300,12 @@ impl EmbeddedIndex {
         std::fs::create_dir_all(&dir)?;
         let (schema, fields) = schema();
         let directory = tantivy::directory::MmapDirectory::open(&dir).map_err(|e| IndexError::Backend(e.to_string()))?;
-        let index = Index::open_or_create(directory, schema)?;
+        let index = Index::open_or_create(ShardDirectory(directory), schema)?;
         let writer = index.writer_with_num_threads(1, memory_budget.max(15_000_000))?;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
-        let applied = index
-            .load_metas()?
-            .payload
-            .and_then(|p| serde_json::from_str::<CommitPayload>(&p).ok())
-            .map(|p| p.applied);
+        let payload = index.load_metas()?.payload.and_then(|p| serde_json::from_str::<CommitPayload>(&p).ok());
+        let applied = payload.as_ref().map(|p| p.applied);
+        let parked = payload.map(|p| p.parked).unwrap_or_default();
         Ok(EmbeddedShard {
             name: format!("p{partition}"),
             writer,
@@ -275,6 +316,8 @@ impl EmbeddedIndex {
             fan_out_pending: false,
             marked: applied,
             applied,
+            parked_marked: parked.clone(),
+            parked,
         })
     }
 
@@ -324,6 +367,8 @@ pub struct EmbeddedShard {
     fan_out_pending: bool,
     marked: Option<u64>,
     applied: Option<u64>,
+    parked_marked: Parking,
+    parked: Parking,
 }
 
 impl EmbeddedShard {
@@ -408,13 +453,18 @@ impl Shard for EmbeddedShard {
         self.applied
     }
 
+    fn parking(&mut self) -> &mut Parking {
+        &mut self.parked_marked
+    }
+
     fn commit(&mut self) -> Result<(), IndexError> {
-        if !self.dirty && self.marked == self.applied {
+        if !self.dirty && self.marked == self.applied && self.parked_marked == self.parked {
             return Ok(());
         }
         let mut prepared = self.writer.prepare_commit()?;
         if let Some(applied) = self.marked {
-            prepared.set_payload(&serde_json::to_string(&CommitPayload { applied }).expect("json"));
+            let payload = CommitPayload { applied, parked: self.parked_marked.clone() };
+            prepared.set_payload(&serde_json::to_string(&payload).expect("json"));
         }
         prepared.commit()?;
         self.reader.reload()?;
@@ -422,6 +472,7 @@ impl Shard for EmbeddedShard {
         self.dirty = false;
         self.fan_out_pending = false;
         self.applied = self.marked;
+        self.parked = self.parked_marked.clone();
         Ok(())
     }
 }

@@ -10,6 +10,7 @@ pub struct MemoryShard {
     pub docs: BTreeMap<(Kind, String), Doc>,
     marked: Option<u64>,
     applied: Option<u64>,
+    pub parked: crate::dlq::Parking,
 }
 
 impl MemoryShard {
@@ -48,6 +49,9 @@ impl Shard for MemoryShard {
     }
     fn applied(&self) -> Option<u64> {
         self.applied
+    }
+    fn parking(&mut self) -> &mut crate::dlq::Parking {
+        &mut self.parked
     }
     fn commit(&mut self) -> Result<(), IndexError> {
         self.applied = self.marked;

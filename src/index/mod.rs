@@ -205,6 +205,9 @@ pub trait Shard {
     fn mark_applied(&mut self, pos: u64);
     /// The last position durably applied (survives restarts).
     fn applied(&self) -> Option<u64>;
+    /// The keys parked behind an aborted command, as of the last
+    /// [`Shard::mark_applied`]; changes are committed with the position.
+    fn parking(&mut self) -> &mut crate::dlq::Parking;
     /// Makes every write so far durable and searchable, with the position
     /// last marked applied.
     fn commit(&mut self) -> Result<(), IndexError>;

@@ -2,8 +2,17 @@
 //! each failure with its own reason (the label of
 //! `denorm_messages_rejected_total`, and later the dead-letter reason).
 
-use crate::codec::{Codec, DecodeError};
+use crate::codec::{Codec, DecodeError, Decoded};
 use crate::command::Envelope;
+use crate::dlq::Control;
+
+/// An admitted message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Admitted {
+    Command(Envelope),
+    /// An operator's control message (`denorm dlq`).
+    Control(Control),
+}
 
 /// Why a message is not applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,8 +36,8 @@ pub mod reason {
 
 /// Decodes and validates a message, and checks that it is keyed by its
 /// command's ordering domain (a wrong key would put it in the wrong
-/// partition's order).
-pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_bytes: usize) -> Result<Envelope, Rejection> {
+/// partition's order). Control messages must carry their key too.
+pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_bytes: usize) -> Result<Admitted, Rejection> {
     let reject = |reason, detail: String| Err(Rejection { reason, detail });
     let payload = match payload {
         None | Some([]) => return reject(reason::EMPTY_PAYLOAD, "the message has no payload".into()),
@@ -37,8 +46,16 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
         }
         Some(p) => p,
     };
-    let envelope = match codec.decode(payload) {
-        Ok(e) => e,
+    let envelope = match codec.decode_message(payload) {
+        Ok(Decoded::Command(e)) => e,
+        Ok(Decoded::Control(c)) => {
+            let got = key.unwrap_or_default();
+            return if got == c.key.as_bytes() {
+                Ok(Admitted::Control(c))
+            } else {
+                reject(reason::KEY_MISMATCH, format!("a control message for key {:?} is keyed {:?}", c.key, String::from_utf8_lossy(got)))
+            };
+        }
         Err(e) => {
             let reason = match e {
                 DecodeError::TooShort(_) | DecodeError::BadMarker(..) => reason::NOT_SINGLE_OBJECT,
@@ -58,7 +75,7 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
             reason::KEY_MISMATCH,
             format!("the message is keyed {:?} but its command's key is {expected:?}", String::from_utf8_lossy(k)),
         ),
-        Some(_) => Ok(envelope),
+        Some(_) => Ok(Admitted::Command(envelope)),
     }
 }
 

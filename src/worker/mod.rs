@@ -24,6 +24,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tracing::{error, info, warn};
 
 use crate::codec::Codec;
+use crate::dlq::writer::DeadLetterWriter;
 use crate::http::Health;
 use crate::apply::FanOut;
 use crate::index::{Backend, IndexError};
@@ -60,12 +61,28 @@ pub struct WorkerConfig {
     /// Longest wait for appliers to finish their command when partitions
     /// are revoked or the worker stops (default 30 s).
     pub shutdown_timeout: Duration,
+    /// Where aborted and parked commands go (default `<topic>.dlq`).
+    pub dlq_topic: String,
+    /// What happens to a key's later commands after one is aborted.
+    pub on_abort: OnAbort,
+    /// Attempts at a command the index rejects before it is aborted
+    /// (default 3). Transient failures are retried without limit.
+    pub max_attempts: u32,
+}
+
+/// What happens to a key's later commands once one is aborted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnAbort {
+    /// Dead-letter them too (reason `parked`) until an operator acts: the
+    /// key's order is never broken.
+    Park,
+    /// Apply them anyway: availability over order.
+    Skip,
 }
 
 impl WorkerConfig {
     pub fn new(kafka: KafkaConfig, group: impl Into<String>) -> Self {
         WorkerConfig {
-            kafka,
             group: group.into(),
             max_batch: 2000,
             commit_linger: Duration::from_millis(100),
@@ -76,6 +93,10 @@ impl WorkerConfig {
             lag_interval: Duration::from_secs(5),
             shutdown_timeout: Duration::from_secs(30),
             max_message_bytes: 1 << 20,
+            dlq_topic: crate::dlq::default_topic(&kafka.topic),
+            on_abort: OnAbort::Park,
+            max_attempts: 3,
+            kafka,
         }
     }
 }
@@ -88,6 +109,10 @@ pub enum WorkerError {
     Index(IndexError),
     #[error("a partition applier panicked")]
     Panicked,
+    #[error("dead-letter topic {0} does not exist (`denorm run` creates it)")]
+    MissingDlq(String),
+    #[error(transparent)]
+    Setup(#[from] crate::kafka::KafkaSetupError),
 }
 
 /// Running totals, for the demo's report and tests.
@@ -97,8 +122,8 @@ pub struct Stats {
     pub applied: AtomicU64,
     /// Documents written.
     pub documents: AtomicU64,
-    /// Messages skipped (undecodable, invalid, rejected).
-    pub skipped: AtomicU64,
+    /// Messages dead-lettered (aborted or parked).
+    pub dead_lettered: AtomicU64,
     /// Documents of the largest fan-out, and its duration in microseconds.
     pub largest_fan_out_documents: AtomicU64,
     pub largest_fan_out_micros: AtomicU64,
@@ -121,6 +146,8 @@ pub(crate) struct Shared {
     backend: Arc<dyn Backend>,
     codec: Codec,
     stats: Arc<Stats>,
+    dlq: DeadLetterWriter,
+    health: Arc<Health>,
 }
 
 struct WorkerContext {
@@ -253,7 +280,10 @@ pub fn run(
     }
     let commit_interval = cfg.commit_interval;
     let lag_interval = cfg.lag_interval;
-    let shared = Arc::new(Shared { cfg, backend, codec: Codec::new(), stats });
+    let dlq_cfg = KafkaConfig { topic: cfg.dlq_topic.clone(), ..cfg.kafka.clone() };
+    let dlq_partitions = dlq_cfg.topic_partitions()?.ok_or_else(|| WorkerError::MissingDlq(cfg.dlq_topic.clone()))?;
+    let dlq = DeadLetterWriter::new(&cfg.kafka, &cfg.dlq_topic, dlq_partitions)?;
+    let shared = Arc::new(Shared { cfg, backend, codec: Codec::new(), stats, dlq, health: health.clone() });
     let ctx = WorkerContext { shared: shared.clone(), parts: Mutex::new(HashMap::new()), health: health.clone(), fatal: Mutex::new(None) };
     let consumer: BaseConsumer<WorkerContext> = cc.create_with_context(ctx)?;
     consumer.subscribe(&[&topic])?;

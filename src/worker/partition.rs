@@ -12,9 +12,11 @@ use metrics::{counter, gauge, histogram};
 use rdkafka::message::{Message, OwnedMessage};
 use tracing::{debug, error, info, warn};
 
-use super::admit::{admit, reason};
-use super::{Shared, WorkerError};
+use super::admit::{admit, reason, Admitted, Rejection};
+use super::{OnAbort, Shared, WorkerError};
 use crate::apply::apply;
+use crate::command::Envelope;
+use crate::dlq::{self, Action, Control, Letter, Parked};
 use crate::index::{IndexError, Shard};
 use crate::metrics::{self as m, outcome};
 
@@ -74,13 +76,29 @@ struct Applier {
 
 /// What became of one message.
 enum Handled {
-    /// Applied or skipped for good: the offset may be committed.
+    /// Applied, dead-lettered or carried out: the offset may be committed.
     Done { fan_out: bool },
     /// Already applied before (redelivery).
     Duplicate,
     /// Stop was requested while retrying: leave it to the next owner.
     Interrupted,
 }
+
+/// Where a message came from, for its dead letter. A replayed command keeps
+/// the offset it was first written at.
+struct Origin<'a> {
+    key: Option<&'a [u8]>,
+    payload: Option<&'a [u8]>,
+    offset: i64,
+}
+
+impl Origin<'_> {
+    fn key(&self) -> Option<String> {
+        self.key.filter(|k| !k.is_empty()).map(|k| String::from_utf8_lossy(k).into_owned())
+    }
+}
+
+type ShardBox = Box<dyn Shard + Send>;
 
 impl Applier {
     fn stopping(&self) -> bool {
@@ -92,65 +110,63 @@ impl Applier {
         if let Some(a) = shard.applied() {
             self.next.store(a as i64 + 1, Ordering::SeqCst);
         }
-        info!(partition = self.partition, applied = ?shard.applied(), "partition assigned, shard open");
+        self.parked_gauge(shard.as_mut());
+        info!(partition = self.partition, applied = ?shard.applied(), parked = shard.parking().len(), "partition assigned, shard open");
         let max_batch = self.shared.cfg.max_batch.max(1);
         let linger = self.shared.cfg.commit_linger;
-        // Applied but not yet committed: (count, last offset, commit deadline).
-        let mut uncommitted: Option<(usize, i64, Instant)> = None;
+        // Messages handled since the last commit, kept until it succeeds: if
+        // the index fails meanwhile, the shard is reopened (dropping whatever
+        // state the failure left in the writer) and they are handled again.
+        let mut batch: Vec<OwnedMessage> = Vec::new();
+        let mut deadline: Option<Instant> = None;
         while !self.stopping() {
-            let wait = match uncommitted {
-                Some((_, _, deadline)) => deadline.saturating_duration_since(Instant::now()),
+            let wait = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()),
                 None => Duration::from_millis(100),
             };
             match rx.recv_timeout(wait) {
                 Ok(msg) => {
                     self.lag_seconds.set(age_seconds(&msg));
-                    match self.handle(shard.as_mut(), &msg) {
-                        Handled::Done { fan_out } => {
-                            shard.mark_applied(msg.offset() as u64);
-                            let (n, _, deadline) = uncommitted.unwrap_or((0, 0, Instant::now() + linger));
-                            uncommitted = Some((n + 1, msg.offset(), deadline));
-                            if fan_out || n + 1 >= max_batch {
-                                // Fan-outs are committed on their own so that
-                                // their effects are visible and bounded.
-                                if !self.commit(shard.as_mut(), msg.offset())? {
+                    batch.push(msg);
+                    match self.handle_last(&mut shard, &mut batch)? {
+                        None => break,
+                        Some(fan_out) => {
+                            let d = *deadline.get_or_insert_with(|| Instant::now() + linger);
+                            // Fan-outs are committed on their own so that
+                            // their effects are visible and bounded.
+                            if fan_out || batch.len() >= max_batch || Instant::now() >= d {
+                                if !self.commit(&mut shard, &mut batch)? {
                                     return Ok(());
                                 }
-                                uncommitted = None;
+                                deadline = None;
                             }
                         }
-                        Handled::Duplicate => {}
-                        Handled::Interrupted => break,
                     }
                 }
-                Err(RecvTimeoutError::Timeout) if uncommitted.is_none() => {
+                Err(RecvTimeoutError::Timeout) if deadline.is_none() => {
                     // Idle with everything committed: nothing is waiting.
                     self.lag_seconds.set(0.0);
                 }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
-            if let Some((_, offset, deadline)) = uncommitted {
-                if Instant::now() >= deadline {
-                    if !self.commit(shard.as_mut(), offset)? {
+                Err(RecvTimeoutError::Timeout) => {
+                    if !self.commit(&mut shard, &mut batch)? {
                         return Ok(());
                     }
-                    uncommitted = None;
+                    deadline = None;
                 }
+                Err(RecvTimeoutError::Disconnected) => break,
             }
         }
         // Stopping: make what is applied durable, so the next owner resumes
         // after it.
-        if let Some((_, offset, _)) = uncommitted {
-            self.commit(shard.as_mut(), offset)?;
-        }
+        self.commit(&mut shard, &mut batch)?;
         Ok(())
     }
 
     /// Opens the shard, waiting while a previous owner still holds it.
     /// `None` when stopped before that.
-    fn open_shard(&self) -> Result<Option<Box<dyn Shard + Send>>, WorkerError> {
+    fn open_shard(&self) -> Result<Option<ShardBox>, WorkerError> {
         let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
+        let mut degraded = None;
         loop {
             match self.shared.backend.open_shard(self.partition) {
                 Ok(s) => return Ok(Some(s)),
@@ -158,7 +174,12 @@ impl Applier {
                     if self.stopping() {
                         return Ok(None);
                     }
-                    debug!(partition = self.partition, error = %e, "waiting for shard");
+                    if matches!(e, IndexError::Locked(_)) {
+                        debug!(partition = self.partition, error = %e, "waiting for shard");
+                    } else {
+                        degraded.get_or_insert_with(|| self.shared.health.degrade());
+                        warn!(partition = self.partition, error = %e, "opening the shard failed, retrying");
+                    }
                     backoff.wait();
                 }
                 Err(e) => return Err(e.into()),
@@ -166,57 +187,165 @@ impl Applier {
         }
     }
 
-    /// Commits the shard (retrying transient failures) and publishes
-    /// `offset + 1`. `false` when stopped while retrying.
-    fn commit(&self, shard: &mut dyn Shard, offset: i64) -> Result<bool, WorkerError> {
+    /// Handles the last message of `batch`, recovering from transient index
+    /// failures for as long as they last. `Some(fan_out)` once it is done (or
+    /// was a duplicate); `None` when stopped meanwhile.
+    fn handle_last(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Result<Option<bool>, WorkerError> {
         let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
+        let mut degraded = None;
+        loop {
+            let msg = batch.last().expect("batch holds the message");
+            match self.handle(shard.as_mut(), msg) {
+                Ok(Handled::Done { fan_out }) => return Ok(Some(fan_out)),
+                Ok(Handled::Duplicate) => {
+                    batch.pop();
+                    return Ok(Some(false));
+                }
+                Ok(Handled::Interrupted) => {
+                    batch.pop();
+                    return Ok(None);
+                }
+                Err(e) => {
+                    degraded.get_or_insert_with(|| self.shared.health.degrade());
+                    counter!(m::INDEX_RETRIES_TOTAL, "operation" => "apply").increment(1);
+                    warn!(partition = self.partition, offset = msg.offset(), error = %e, "applying the command failed, retrying");
+                    // The writer may hold half of this command: nothing of
+                    // the batch is committed on the way out, the next owner
+                    // redoes it.
+                    if self.stopping() {
+                        batch.clear();
+                        return Ok(None);
+                    }
+                    backoff.wait();
+                    let n = batch.len() - 1;
+                    if !self.reopen(shard, &batch[..n])? {
+                        batch.clear();
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Replaces the shard writer with a fresh one (back at the last commit)
+    /// and handles `replay` again. `false` when stopped meanwhile.
+    fn reopen(&self, shard: &mut ShardBox, replay: &[OwnedMessage]) -> Result<bool, WorkerError> {
+        let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
+        'open: loop {
+            // The old writer must go first: it holds the shard's lock.
+            *shard = Box::new(crate::index::memory::MemoryShard::new());
+            let Some(fresh) = self.open_shard()? else { return Ok(false) };
+            *shard = fresh;
+            for msg in replay {
+                match self.handle(shard.as_mut(), msg) {
+                    Ok(Handled::Interrupted) => return Ok(false),
+                    Ok(_) => {}
+                    Err(e) => {
+                        warn!(partition = self.partition, error = %e, "re-applying after an index failure failed, retrying");
+                        if self.stopping() {
+                            return Ok(false);
+                        }
+                        backoff.wait();
+                        continue 'open;
+                    }
+                }
+            }
+            info!(partition = self.partition, reapplied = replay.len(), "shard reopened after an index failure");
+            return Ok(true);
+        }
+    }
+
+    /// Commits the shard and publishes the offset after `batch`, retrying
+    /// (with a fresh writer) while the index fails. `false` when stopped
+    /// while retrying: nothing of `batch` is published then.
+    fn commit(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Result<bool, WorkerError> {
+        let Some(last) = batch.last().map(|m| m.offset()) else { return Ok(true) };
+        let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
+        let mut degraded = None;
         loop {
             let t = Instant::now();
             match shard.commit() {
                 Ok(()) => {
                     histogram!(m::INDEX_COMMIT_SECONDS).record(t.elapsed().as_secs_f64());
-                    self.next.store(offset + 1, Ordering::SeqCst);
+                    self.next.store(last + 1, Ordering::SeqCst);
+                    batch.clear();
+                    self.parked_gauge(shard.as_mut());
                     return Ok(true);
                 }
-                Err(e) if e.is_retryable() && !self.stopping() => {
+                Err(e) if e.is_retryable() => {
+                    degraded.get_or_insert_with(|| self.shared.health.degrade());
                     counter!(m::INDEX_RETRIES_TOTAL, "operation" => "commit").increment(1);
-                    warn!(partition = self.partition, error = %e, "index commit failed, retrying");
+                    warn!(partition = self.partition, error = %e, "index commit failed, reopening the shard and retrying");
+                    if self.stopping() {
+                        return Ok(false);
+                    }
                     backoff.wait();
+                    if !self.reopen(shard, batch)? {
+                        return Ok(false);
+                    }
                 }
-                Err(e) if e.is_retryable() => return Ok(false),
                 Err(e) => return Err(e.into()),
             }
         }
     }
 
-    fn handle(&self, shard: &mut dyn Shard, msg: &OwnedMessage) -> Handled {
-        let (partition, offset) = (self.partition, msg.offset());
-        let count = |kind: &'static str, outcome: &'static str| {
-            counter!(m::COMMANDS_TOTAL, "type" => kind, "outcome" => outcome).increment(1);
-        };
+    fn parked_gauge(&self, shard: &mut dyn Shard) {
+        gauge!(m::PARKED_KEYS, "partition" => self.partition.to_string()).set(shard.parking().len() as f64);
+    }
+
+    /// Handles one message. `Err` is a transient index failure (the caller
+    /// reopens the shard and tries again); permanent failures end in the
+    /// dead-letter topic.
+    fn handle(&self, shard: &mut dyn Shard, msg: &OwnedMessage) -> Result<Handled, IndexError> {
+        let offset = msg.offset();
         if shard.applied().is_some_and(|a| offset as u64 <= a) {
             count("unknown", outcome::DUPLICATE);
-            return Handled::Duplicate;
+            return Ok(Handled::Duplicate);
         }
-        let envelope = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
-            Ok(e) => e,
-            Err(r) => {
-                warn!(partition, offset, reason = r.reason, detail = %r.detail, "skipping rejected message");
-                counter!(m::MESSAGES_REJECTED_TOTAL, "reason" => r.reason).increment(1);
-                let outcome = if r.reason == reason::INVALID_COMMAND { outcome::INVALID } else { outcome::UNDECODABLE };
-                count("unknown", outcome);
-                self.shared.stats.skipped.fetch_add(1, Ordering::Relaxed);
-                return Handled::Done { fan_out: false };
+        let origin = Origin { key: msg.key(), payload: msg.payload(), offset };
+        let handled = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
+            Err(r) => self.reject(shard, &origin, r)?,
+            Ok(Admitted::Control(c)) => self.control(shard, msg, c)?,
+            Ok(Admitted::Command(e)) => {
+                let parked = origin.key().and_then(|k| shard.parking().get(&k).map(|p| p.behind.clone()));
+                match parked {
+                    Some(behind) => self.park(shard, &origin, Some(e.command_id.clone()), behind, e.command.kind())?,
+                    None => self.command(shard, &e, offset, &origin)?,
+                }
             }
         };
-        let cmd = &envelope.command;
+        if let Handled::Done { .. } = handled {
+            shard.mark_applied(offset as u64);
+        }
+        Ok(handled)
+    }
+
+    /// A message that cannot be admitted: aborted at once (decoding and
+    /// validation are deterministic: retrying changes nothing).
+    fn reject(&self, shard: &mut dyn Shard, origin: &Origin<'_>, r: Rejection) -> Result<Handled, IndexError> {
+        counter!(m::MESSAGES_REJECTED_TOTAL, "reason" => r.reason).increment(1);
+        count("unknown", if r.reason == reason::INVALID_COMMAND { outcome::INVALID } else { outcome::UNDECODABLE });
+        self.abort(shard, origin, r.reason, r.detail, 1, None)
+    }
+
+    /// Applies a command, retrying a permanent index failure up to
+    /// `max_attempts` times before aborting it.
+    fn command(&self, shard: &mut dyn Shard, e: &Envelope, pos: i64, origin: &Origin<'_>) -> Result<Handled, IndexError> {
+        let (partition, cmd) = (self.partition, &e.command);
         if cmd.is_fan_out() {
-            info!(partition, offset, command = cmd.kind(), key = cmd.key(), "fan-out started");
+            info!(partition, offset = pos, command = cmd.kind(), key = cmd.key(), "fan-out started");
         }
         let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
+        let mut attempts = 0;
         loop {
+            attempts += 1;
             let t = Instant::now();
-            match apply(shard, cmd, offset as u64, self.shared.cfg.fan_out) {
+            let result = if crate::faults::lists("index.reject", &cmd.key()) {
+                Err(IndexError::Rejected("injected fault index.reject".into()))
+            } else {
+                apply(shard, cmd, pos as u64, self.shared.cfg.fan_out)
+            };
+            match result {
                 Ok(docs) => {
                     let elapsed = t.elapsed();
                     histogram!(m::COMMAND_DOCUMENTS, "type" => cmd.kind()).record(docs as f64);
@@ -224,27 +353,159 @@ impl Applier {
                     count(cmd.kind(), outcome::APPLIED);
                     self.shared.stats.record(docs, cmd.is_fan_out(), elapsed);
                     if cmd.is_fan_out() {
-                        info!(partition, offset, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, "fan-out applied");
+                        info!(partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, "fan-out applied");
                     }
-                    return Handled::Done { fan_out: cmd.is_fan_out() };
+                    return Ok(Handled::Done { fan_out: cmd.is_fan_out() });
                 }
-                Err(e) if e.is_retryable() => {
+                Err(e) if e.is_retryable() => return Err(e),
+                Err(error) if attempts < self.shared.cfg.max_attempts.max(1) => {
+                    warn!(partition, offset = pos, attempts, %error, "command rejected by the index, retrying");
                     if self.stopping() {
-                        return Handled::Interrupted;
+                        return Ok(Handled::Interrupted);
                     }
-                    counter!(m::INDEX_RETRIES_TOTAL, "operation" => "apply").increment(1);
-                    warn!(partition, offset, error = %e, "applying command failed, retrying");
                     backoff.wait();
                 }
                 Err(error) => {
-                    error!(partition, offset, command_id = %envelope.command_id, %error, "command rejected by the index, skipped");
                     count(cmd.kind(), outcome::FAILED);
-                    self.shared.stats.skipped.fetch_add(1, Ordering::Relaxed);
-                    return Handled::Done { fan_out: false };
+                    return self.abort(shard, origin, dlq::reason::INDEX_REJECTED, error.to_string(), attempts, Some(e.command_id.clone()));
                 }
             }
         }
     }
+
+    /// Dead-letters a command given up on and, with `--on-abort=park`,
+    /// parks its key.
+    fn abort(&self, shard: &mut dyn Shard, origin: &Origin<'_>, reason: &'static str, detail: String, attempts: u32, command_id: Option<String>) -> Result<Handled, IndexError> {
+        let behind = command_id.clone().unwrap_or_else(|| format!("p{}@{}", self.partition, origin.offset));
+        let letter = Letter {
+            key: origin.key,
+            payload: origin.payload,
+            reason,
+            detail: detail.clone(),
+            origin_partition: self.partition,
+            origin_offset: origin.offset,
+            attempts,
+            command_id,
+            parked_behind: None,
+        };
+        let Some(at) = self.dead_letter(&letter) else { return Ok(Handled::Interrupted) };
+        let key = origin.key();
+        error!(partition = self.partition, offset = origin.offset, reason, %detail, key = ?key, dlq_offset = at, "command aborted and dead-lettered");
+        self.shared.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        if let (OnAbort::Park, Some(k)) = (self.shared.cfg.on_abort, key) {
+            let p = shard.parking().entry(k.clone()).or_insert(Parked { behind: behind.clone(), last_dlq: -1, replayed_through: -1 });
+            p.behind = behind;
+            p.last_dlq = at;
+            warn!(partition = self.partition, key = %k, "key parked: its later commands wait in the dead-letter topic for `denorm dlq reprocess` or `clear`");
+        }
+        Ok(Handled::Done { fan_out: false })
+    }
+
+    /// Dead-letters a command of a parked key.
+    fn park(&self, shard: &mut dyn Shard, origin: &Origin<'_>, command_id: Option<String>, behind: String, kind: &'static str) -> Result<Handled, IndexError> {
+        let letter = Letter {
+            key: origin.key,
+            payload: origin.payload,
+            reason: dlq::reason::PARKED,
+            detail: format!("its key is parked behind command {behind}"),
+            origin_partition: self.partition,
+            origin_offset: origin.offset,
+            attempts: 0,
+            command_id,
+            parked_behind: Some(behind),
+        };
+        let Some(at) = self.dead_letter(&letter) else { return Ok(Handled::Interrupted) };
+        count(kind, outcome::PARKED);
+        self.shared.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        if let Some(p) = origin.key().and_then(|k| shard.parking().get_mut(&k)) {
+            p.last_dlq = at;
+        }
+        Ok(Handled::Done { fan_out: false })
+    }
+
+    /// Carries out an operator's control message (see [`crate::dlq`]).
+    fn control(&self, shard: &mut dyn Shard, msg: &OwnedMessage, c: Control) -> Result<Handled, IndexError> {
+        count("control", outcome::CONTROL);
+        match c.action {
+            Action::Replay => {
+                let origin = Origin { key: msg.key(), payload: Some(&c.payload), offset: c.origin_offset };
+                if let Some(p) = shard.parking().get(&c.key).cloned() {
+                    if p.last_dlq > c.through {
+                        // Something of this key was dead-lettered after the
+                        // operator looked: replaying now would overtake it.
+                        return self.park(shard, &origin, None, p.behind, "control");
+                    }
+                    if c.dlq_offset <= p.replayed_through {
+                        return Ok(Handled::Done { fan_out: false });
+                    }
+                }
+                let handled = match admit(&self.shared.codec, msg.key(), Some(&c.payload), self.shared.cfg.max_message_bytes) {
+                    Err(r) => self.reject(shard, &origin, r)?,
+                    Ok(Admitted::Control(_)) => {
+                        let r = Rejection { reason: reason::INVALID_COMMAND, detail: "a control message cannot be replayed".into() };
+                        self.reject(shard, &origin, r)?
+                    }
+                    Ok(Admitted::Command(e)) => self.command(shard, &e, msg.offset(), &origin)?,
+                };
+                if let (Handled::Done { .. }, Some(p)) = (&handled, shard.parking().get_mut(&c.key)) {
+                    p.replayed_through = p.replayed_through.max(c.dlq_offset);
+                }
+                Ok(handled)
+            }
+            Action::Resolve | Action::Discard => {
+                let kind = crate::dlq::admin::marker_for(c.action);
+                let marked = self.retry_dead_letter(|| self.shared.dlq.mark(c.dlq_partition, &c.key, kind, c.through));
+                if marked.is_none() {
+                    return Ok(Handled::Interrupted);
+                }
+                let parked = shard.parking().get(&c.key).map(|p| p.last_dlq);
+                match parked {
+                    Some(last) if last <= c.through => {
+                        shard.parking().remove(&c.key);
+                        info!(partition = self.partition, key = %c.key, marker = kind.as_str(), "key resumed");
+                    }
+                    Some(_) => warn!(
+                        partition = self.partition,
+                        key = %c.key,
+                        "key stays parked: more of its commands were dead-lettered after the operator's request; run `denorm dlq reprocess` again"
+                    ),
+                    None => {}
+                }
+                Ok(Handled::Done { fan_out: false })
+            }
+        }
+    }
+
+    /// Writes a letter, retrying for as long as the dead-letter topic
+    /// fails. `None` when stopped meanwhile.
+    fn dead_letter(&self, letter: &Letter<'_>) -> Option<i64> {
+        let at = self.retry_dead_letter(|| self.shared.dlq.write(letter))?;
+        counter!(m::DEAD_LETTERS_TOTAL, "reason" => letter.reason).increment(1);
+        Some(at)
+    }
+
+    fn retry_dead_letter(&self, mut write: impl FnMut() -> Result<i64, rdkafka::error::KafkaError>) -> Option<i64> {
+        let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
+        let mut degraded = None;
+        loop {
+            match write() {
+                Ok(at) => return Some(at),
+                Err(e) => {
+                    degraded.get_or_insert_with(|| self.shared.health.degrade());
+                    counter!(m::DEAD_LETTER_RETRIES_TOTAL).increment(1);
+                    warn!(partition = self.partition, topic = %self.shared.dlq.topic, error = %e, "writing to the dead-letter topic failed, retrying (nothing is committed past this message meanwhile)");
+                    if self.stopping() {
+                        return None;
+                    }
+                    backoff.wait();
+                }
+            }
+        }
+    }
+}
+
+fn count(kind: &'static str, outcome: &'static str) {
+    counter!(m::COMMANDS_TOTAL, "type" => kind, "outcome" => outcome).increment(1);
 }
 
 fn age_seconds(msg: &OwnedMessage) -> f64 {

@@ -37,17 +37,44 @@ pub fn broker() -> Broker {
     if let Ok(b) = std::env::var("DENORM_TEST_BROKERS") {
         return Broker { brokers: b, child: None, _dir: None };
     }
+    Broker::private()
+}
+
+impl Broker {
+    /// A tansu of this test's own (one that may be stopped), from the cached
+    /// install (`DENORM_TANSU` overrides its path).
+    pub fn private() -> Broker {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let child = start_tansu(dir.path(), port);
+        Broker { brokers: format!("127.0.0.1:{port}"), child: Some(child), _dir: Some(dir) }
+    }
+
+    /// SIGKILLs a private broker.
+    pub fn kill(&mut self) {
+        let c = self.child.as_mut().expect("a private broker");
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+
+    /// Starts a killed private broker again, same port and storage.
+    pub fn restart(&mut self) {
+        let dir = self._dir.as_ref().expect("a private broker").path().to_path_buf();
+        let port: u16 = self.brokers.rsplit(':').next().unwrap().parse().unwrap();
+        self.child = Some(start_tansu(&dir, port));
+    }
+}
+
+fn start_tansu(dir: &Path, port: u16) -> Child {
     let bin = std::env::var("DENORM_TANSU").map(PathBuf::from).unwrap_or_else(|_| {
         PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/denorm/tansu-0.6.0/bin/tansu")
     });
     assert!(bin.exists(), "no broker: set DENORM_TEST_BROKERS or install tansu with scripts/install-tansu.sh (looked for {})", bin.display());
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
     let url = format!("tcp://127.0.0.1:{port}");
     let child = Proc::new(&bin)
         .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
         .args(["--storage-engine", "sqlite://broker.db"])
-        .current_dir(dir.path())
+        .current_dir(dir)
         .env_remove("LISTENER_URL")
         .env_remove("ADVERTISED_LISTENER_URL")
         .env_remove("STORAGE_ENGINE")
@@ -61,7 +88,7 @@ pub fn broker() -> Broker {
         assert!(Instant::now() < deadline, "tansu did not listen on {brokers}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    Broker { brokers, child: Some(child), _dir: Some(dir) }
+    child
 }
 
 pub fn free_port() -> u16 {
@@ -135,10 +162,34 @@ pub fn denorm() -> Proc {
     Proc::new(env!("CARGO_BIN_EXE_denorm"))
 }
 
+/// Runs a denorm command: (exit code, stdout, stderr).
+pub fn output(cmd: &mut Proc) -> (i32, String, String) {
+    let o = cmd.stdin(Stdio::null()).output().expect("run denorm");
+    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
+}
+
+/// `denorm` with the global options of `cfg`, `group` and `index`.
+pub fn cli(cfg: &KafkaConfig, group: &str, index: &Path) -> Proc {
+    let mut c = denorm();
+    c.args(["--brokers", &cfg.brokers, "--topic", &cfg.topic, "--group", group, "--partitions", &cfg.partitions.to_string()]);
+    c.arg("--index").arg(index);
+    c
+}
+
+pub fn json_lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"))).collect()
+}
+
 impl Worker {
     pub fn start(cfg: &KafkaConfig, group: &str, index: &Path, extra: &[&str]) -> Worker {
+        Worker::start_env(cfg, group, index, extra, &[])
+    }
+
+    /// [`Worker::start`] with extra environment variables.
+    pub fn start_env(cfg: &KafkaConfig, group: &str, index: &Path, extra: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Worker {
         let metrics_port = free_port();
         let mut child = denorm()
+            .envs(env.iter().copied())
             .args(["--brokers", &cfg.brokers, "--topic", &cfg.topic, "--group", group])
             .arg("--index")
             .arg(index)

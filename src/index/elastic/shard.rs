@@ -57,15 +57,15 @@ impl Backend for ElasticBackend {
     fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError> {
         let meta_id = format!("p{partition}");
         let meta = self.runtime.block_on(get_source(&self.client, &self.meta_index(), &meta_id))?;
-        let applied = match meta {
+        let (applied, parked) = match meta {
             Some((v, _)) => {
                 let topic = v["topic"].as_str().unwrap_or_default();
                 if topic != self.topic {
                     return Err(IndexError::WrongTopic { path: self.prefix.clone(), found: topic.into(), expected: self.topic.clone() });
                 }
-                v["applied"].as_u64()
+                (v["applied"].as_u64(), crate::dlq::parking_from_json(&v["parked"]))
             }
-            None => None,
+            None => (None, Default::default()),
         };
         Ok(Box::new(ElasticShard {
             b: self.clone(),
@@ -75,6 +75,8 @@ impl Backend for ElasticBackend {
             seen: HashMap::new(),
             marked: applied,
             applied,
+            parked_marked: parked.clone(),
+            parked,
         }))
     }
 
@@ -107,6 +109,8 @@ pub struct ElasticShard {
     seen: HashMap<(Kind, String), Option<(i64, i64)>>,
     marked: Option<u64>,
     applied: Option<u64>,
+    parked_marked: crate::dlq::Parking,
+    parked: crate::dlq::Parking,
 }
 
 impl ElasticShard {
@@ -249,15 +253,20 @@ impl Shard for ElasticShard {
         self.applied
     }
 
+    fn parking(&mut self) -> &mut crate::dlq::Parking {
+        &mut self.parked_marked
+    }
+
     fn commit(&mut self) -> Result<(), IndexError> {
         self.flush()?;
-        if self.marked != self.applied {
+        if self.marked != self.applied || self.parked_marked != self.parked {
             if let Some(applied) = self.marked {
-                let body = json!({"topic": self.b.topic, "applied": applied});
+                let body = json!({"topic": self.b.topic, "applied": applied, "parked": crate::dlq::parking_to_json(&self.parked_marked)});
                 let r = self.b.runtime.block_on(self.b.client.index(IndexParts::IndexId(&self.b.meta_index(), &self.meta_id)).body(body).send()).map_err(ElasticError::from)?;
                 self.b.runtime.block_on(json_or_status("recording the applied position", r))?;
             }
             self.applied = self.marked;
+            self.parked = self.parked_marked.clone();
         }
         Ok(())
     }

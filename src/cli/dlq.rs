@@ -1,0 +1,201 @@
+//! `denorm dlq`: count, list, reprocess or clear dead letters (see
+//! `crate::dlq`). Safe while workers run: reprocess and clear go through the
+//! command topic, in order with the commands of the keys concerned.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use super::{Cli, UsageError};
+use crate::dlq::admin::{self, Entry};
+
+#[derive(Debug, Args)]
+pub struct DlqArgs {
+    /// Dead-letter topic [default: <topic>.dlq]
+    #[arg(long, env = "DENORM_DLQ_TOPIC", global = true)]
+    dlq_topic: Option<String>,
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Debug, Subcommand)]
+enum Action {
+    /// Count open dead letters (aborted and parked commands) by reason
+    Count(Filter),
+    /// List open dead letters: reason, key, origin partition/offset, attempts, time, error
+    List(Filter),
+    /// Re-inject the open dead letters of a key (or of all keys) in their
+    /// original order, then resume the key. Letters that fail again are
+    /// dead-lettered again and the key stays parked
+    Reprocess(Operation),
+    /// Discard the open dead letters of a key (or of all keys) and resume the key
+    Clear(Operation),
+}
+
+#[derive(Debug, Args)]
+struct Filter {
+    /// Only this key (a top-level directory such as /docs, or a user id; "" for keyless messages)
+    #[arg(long)]
+    key: Option<String>,
+    /// JSON output (`list`: one object per line)
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct Operation {
+    #[command(flatten)]
+    filter: Filter,
+    /// Do not ask for confirmation (`clear`)
+    #[arg(long, short = 'y')]
+    yes: bool,
+    /// Seconds to wait for the workers (--group) to carry it out; 0: do not wait
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    wait: u64,
+}
+
+pub async fn run(cli: &Cli, a: &DlqArgs) -> anyhow::Result<()> {
+    let kafka = cli.kafka();
+    let topic = a.dlq_topic.clone().unwrap_or_else(|| crate::dlq::default_topic(&kafka.topic));
+    let filter = match &a.action {
+        Action::Count(f) | Action::List(f) => f,
+        Action::Reprocess(o) | Action::Clear(o) => &o.filter,
+    };
+    let letters = read_open(&kafka, &topic, filter.key.clone()).await?;
+    match &a.action {
+        Action::Count(f) => {
+            let distinct = admin::distinct(letters);
+            let by = admin::count_by_reason(&distinct);
+            let keys: BTreeSet<&str> = distinct.iter().map(|e| e.key.as_str()).collect();
+            if f.json {
+                println!("{}", serde_json::json!({"topic": topic, "total": distinct.len(), "keys": keys.len(), "by_reason": by}));
+            } else {
+                println!("{} open dead letters in {topic} ({} keys)", distinct.len(), keys.len());
+                for (reason, n) in by {
+                    println!("{n:>10}  {reason}");
+                }
+            }
+        }
+        Action::List(f) => {
+            let distinct = admin::distinct(letters);
+            if f.json {
+                for e in &distinct {
+                    println!("{}", serde_json::to_string(e)?);
+                }
+            } else {
+                print_table(&distinct);
+            }
+        }
+        Action::Reprocess(o) | Action::Clear(o) => {
+            let reprocess = matches!(a.action, Action::Reprocess(_));
+            operate(cli, &topic, letters, o, reprocess).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn read_open(kafka: &crate::kafka::KafkaConfig, topic: &str, key: Option<String>) -> anyhow::Result<Vec<Entry>> {
+    let (k, t) = (kafka.clone(), topic.to_string());
+    let (entries, markers) = tokio::task::spawn_blocking(move || admin::read(&k, &t)).await?.with_context(|| format!("reading the dead-letter topic {topic}"))?;
+    Ok(admin::open(entries, &markers, key.as_deref()))
+}
+
+fn print_table(letters: &[Entry]) {
+    println!("{:<14} {:<18} {:<24} {:<14} {:>8} {:<24} detail", "letter", "reason", "key", "origin", "attempts", "dead-lettered (UTC)");
+    for e in letters {
+        let at = format_millis(e.dead_lettered_at);
+        let detail = match &e.parked_behind {
+            Some(b) => format!("behind {b}"),
+            None => e.detail.clone(),
+        };
+        println!(
+            "{:<14} {:<18} {:<24} {:<14} {:>8} {:<24} {}",
+            format!("{}@{}", e.dlq_partition, e.dlq_offset),
+            e.reason,
+            if e.key.is_empty() { "(none)" } else { &e.key },
+            format!("{}@{}", e.origin_partition, e.origin_offset),
+            e.attempts,
+            at,
+            detail
+        );
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS` of Unix milliseconds (UTC).
+fn format_millis(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+async fn operate(cli: &Cli, topic: &str, letters: Vec<Entry>, o: &Operation, reprocess: bool) -> anyhow::Result<()> {
+    let groups = admin::groups(letters);
+    let n: usize = groups.iter().map(|g| g.entries.len()).sum();
+    let verb = if reprocess { "reprocess" } else { "discard" };
+    if groups.is_empty() {
+        eprintln!("no open dead letters{} in {topic}: nothing to {verb}", o.filter.key.as_ref().map(|k| format!(" for key {k:?}")).unwrap_or_default());
+        return Ok(());
+    }
+    if !reprocess && !o.yes {
+        if !std::io::stdin().is_terminal() {
+            return Err(UsageError(format!("refusing to discard {n} dead letters of {} keys without --yes", groups.len())).into());
+        }
+        eprint!("Discard {n} dead letters of {} keys for good? [y/N] ", groups.len());
+        std::io::stderr().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            eprintln!("nothing discarded");
+            return Ok(());
+        }
+    }
+    let kafka = cli.kafka();
+    let deliveries = admin::send(&kafka, &groups, reprocess).await.context("writing control messages to the command topic")?;
+    eprintln!("{verb}: {n} dead letters of {} keys handed to the workers (group {})", groups.len(), cli.group);
+    if o.wait == 0 {
+        return Ok(());
+    }
+    let (k, group, secs) = (kafka.clone(), cli.group.clone(), o.wait);
+    tokio::task::spawn_blocking(move || crate::kafka::wait_for_deliveries(&k, &group, &deliveries, Duration::from_secs(secs)))
+        .await?
+        .context("waiting for the workers (is `denorm run` running for this group?)")?;
+    // What is still open for these keys was dead-lettered again (a replay
+    // failed, or new commands came meanwhile): the key stays parked.
+    let keys: BTreeSet<String> = groups.iter().map(|g| g.key.clone()).collect();
+    let still: Vec<Entry> = read_open(&kafka, topic, o.filter.key.clone()).await?.into_iter().filter(|e| keys.contains(&e.key)).collect();
+    let still = admin::distinct(still);
+    if o.filter.json {
+        println!("{}", serde_json::json!({"action": verb, "letters": n, "keys": keys.len(), "still_open": still.len()}));
+    }
+    if still.is_empty() {
+        eprintln!("done: every key resumed");
+    } else {
+        let parked: BTreeSet<&str> = still.iter().map(|e| e.key.as_str()).collect();
+        eprintln!("done, but {} dead letters of {} keys are open again (failed again, or new commands arrived meanwhile):", still.len(), parked.len());
+        print_table(&still);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn formats_utc_times() {
+        assert_eq!(super::format_millis(0), "1970-01-01 00:00:00");
+        assert_eq!(super::format_millis(1_795_000_000_000), "2026-11-18 11:06:40");
+        assert_eq!(super::format_millis(951_782_400_000), "2000-02-29 00:00:00");
+    }
+}

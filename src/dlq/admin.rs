@@ -1,0 +1,319 @@
+//! The operator's side of the dead-letter topic (`denorm dlq`): read the
+//! letters still open, and reprocess or clear them through control messages
+//! on the command topic (see the module documentation of [`crate::dlq`]).
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+use serde::Serialize;
+
+use super::{header, now_millis, Action, Control, MarkerKind};
+use crate::codec::Codec;
+use crate::kafka::{KafkaConfig, KafkaSetupError, REQUEST_TIMEOUT};
+use crate::produce::Delivery;
+
+/// A dead letter as read back.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Entry {
+    pub dlq_partition: i32,
+    pub dlq_offset: i64,
+    /// Message key ("" when it had none).
+    pub key: String,
+    pub reason: String,
+    pub detail: String,
+    pub origin_partition: i32,
+    pub origin_offset: i64,
+    pub attempts: u32,
+    /// Unix milliseconds.
+    pub dead_lettered_at: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parked_behind: Option<String>,
+    pub bytes: usize,
+    #[serde(skip)]
+    pub payload: Vec<u8>,
+}
+
+/// A marker: `key`'s letters of its partition up to `through` are done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marker {
+    pub dlq_partition: i32,
+    pub dlq_offset: i64,
+    pub key: String,
+    pub kind: String,
+    pub through: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DlqError {
+    #[error(transparent)]
+    Setup(#[from] KafkaSetupError),
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("reading the dead-letter topic {topic}: stopped at offset {at} of partition {partition} before its end {end}")]
+    Incomplete { topic: String, partition: i32, at: i64, end: i64 },
+}
+
+/// Reads the whole dead-letter topic `dlq` (up to its current end): letters
+/// and markers. Blocking.
+pub fn read(cfg: &KafkaConfig, dlq: &str) -> Result<(Vec<Entry>, Vec<Marker>), DlqError> {
+    let dcfg = KafkaConfig { topic: dlq.to_string(), ..cfg.clone() };
+    let Some(partitions) = dcfg.topic_partitions()? else { return Ok((Vec::new(), Vec::new())) };
+    let mut c = cfg.client_config();
+    c.set("group.id", format!("denorm-dlq-reader-{}", uuid::Uuid::new_v4()))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false");
+    let consumer: BaseConsumer = c.create()?;
+    let mut tpl = TopicPartitionList::new();
+    let mut remaining: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
+    for p in 0..partitions {
+        let (low, high) = consumer.fetch_watermarks(dlq, p, REQUEST_TIMEOUT)?;
+        if high > low {
+            tpl.add_partition_offset(dlq, p, Offset::Offset(low))?;
+            remaining.insert(p, (low, high));
+        }
+    }
+    let (mut entries, mut markers) = (Vec::new(), Vec::new());
+    if remaining.is_empty() {
+        return Ok((entries, markers));
+    }
+    consumer.assign(&tpl)?;
+    let mut idle = std::time::Instant::now();
+    while !remaining.is_empty() {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                idle = std::time::Instant::now();
+                let (p, o) = (m.partition(), m.offset());
+                if let Some((_, high)) = remaining.get(&p).copied() {
+                    if o + 1 >= high {
+                        remaining.remove(&p);
+                    }
+                    if o < high {
+                        parse(&m, &mut entries, &mut markers);
+                    }
+                }
+            }
+            Some(Err(e)) => return Err(e.into()),
+            None if idle.elapsed() > REQUEST_TIMEOUT => {
+                let (p, (at, end)) = remaining.into_iter().next().expect("not empty");
+                return Err(DlqError::Incomplete { topic: dlq.into(), partition: p, at, end });
+            }
+            None => {}
+        }
+    }
+    Ok((entries, markers))
+}
+
+fn parse(m: &rdkafka::message::BorrowedMessage<'_>, entries: &mut Vec<Entry>, markers: &mut Vec<Marker>) {
+    let mut h: BTreeMap<&str, String> = BTreeMap::new();
+    if let Some(hs) = m.headers() {
+        for x in hs.iter() {
+            h.insert(x.key, x.value.map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_default());
+        }
+    }
+    let key = m.key().map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_default();
+    let num = |name: &str| h.get(name).and_then(|v| v.parse::<i64>().ok());
+    if let Some(kind) = h.get(header::MARKER) {
+        markers.push(Marker {
+            dlq_partition: m.partition(),
+            dlq_offset: m.offset(),
+            key,
+            kind: kind.clone(),
+            through: num(header::THROUGH).unwrap_or(-1),
+        });
+        return;
+    }
+    let payload = m.payload().unwrap_or_default().to_vec();
+    entries.push(Entry {
+        dlq_partition: m.partition(),
+        dlq_offset: m.offset(),
+        key,
+        reason: h.get(header::REASON).cloned().unwrap_or_else(|| "unknown".into()),
+        detail: h.get(header::DETAIL).cloned().unwrap_or_default(),
+        origin_partition: num(header::ORIGIN_PARTITION).unwrap_or(-1) as i32,
+        origin_offset: num(header::ORIGIN_OFFSET).unwrap_or(-1),
+        attempts: num(header::ATTEMPTS).unwrap_or(0) as u32,
+        dead_lettered_at: num(header::DEAD_LETTERED_AT).unwrap_or(0),
+        command_id: h.get(header::COMMAND_ID).cloned(),
+        parked_behind: h.get(header::PARKED_BEHIND).cloned(),
+        bytes: payload.len(),
+        payload,
+    });
+}
+
+/// The letters no marker has closed, in dead-letter order, optionally only
+/// those of `key`.
+pub fn open(entries: Vec<Entry>, markers: &[Marker], key: Option<&str>) -> Vec<Entry> {
+    let mut out: Vec<Entry> = entries
+        .into_iter()
+        .filter(|e| key.is_none_or(|k| e.key == k))
+        .filter(|e| {
+            !markers.iter().any(|m| {
+                m.dlq_partition == e.dlq_partition && m.key == e.key && m.dlq_offset > e.dlq_offset && m.through >= e.dlq_offset
+            })
+        })
+        .collect();
+    out.sort_by_key(|e| (e.dlq_partition, e.dlq_offset));
+    out
+}
+
+/// Each command once: a worker that crashed after writing a letter but
+/// before committing writes it again.
+pub fn distinct(mut letters: Vec<Entry>) -> Vec<Entry> {
+    let mut seen = HashSet::new();
+    letters.retain(|e| e.origin_partition < 0 || seen.insert((e.origin_partition, e.origin_offset, e.key.clone())));
+    letters
+}
+
+/// Open letters by reason.
+pub fn count_by_reason(open: &[Entry]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for e in open {
+        *out.entry(e.reason.clone()).or_insert(0) += 1;
+    }
+    out
+}
+
+/// One operation's unit: the open letters of one key from one partition,
+/// in their original order.
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub origin_partition: i32,
+    pub dlq_partition: i32,
+    pub key: String,
+    /// Distinct commands, in original order.
+    pub entries: Vec<Entry>,
+    /// The last dead-letter offset this group covers (duplicates included).
+    pub through: i64,
+}
+
+/// Groups open letters by key and partition, each in original (command
+/// topic) order.
+pub fn groups(open: Vec<Entry>) -> Vec<Group> {
+    let mut by: BTreeMap<(i32, i32, String), Vec<Entry>> = BTreeMap::new();
+    for e in open {
+        by.entry((e.origin_partition, e.dlq_partition, e.key.clone())).or_default().push(e);
+    }
+    by.into_iter()
+        .map(|((origin_partition, dlq_partition, key), entries)| {
+            let through = entries.iter().map(|e| e.dlq_offset).max().unwrap_or(-1);
+            let mut entries = distinct(entries);
+            entries.sort_by_key(|e| (e.origin_offset, e.dlq_offset));
+            Group { origin_partition, dlq_partition, key, entries, through }
+        })
+        .collect()
+}
+
+/// Writes the control messages of `groups` to the command topic: for
+/// `reprocess`, a `REPLAY` per letter then a `RESOLVE`; otherwise only a
+/// `DISCARD`. Returns the delivery of each group's last message (once the
+/// worker group has committed past them, the operation is done).
+pub async fn send(cfg: &KafkaConfig, groups: &[Group], reprocess: bool) -> Result<Vec<Delivery>, DlqError> {
+    let mut c = cfg.client_config();
+    c.set("enable.idempotence", "true").set("acks", "all").set("message.timeout.ms", "120000");
+    for (k, v) in &cfg.options {
+        c.set(k, v);
+    }
+    let producer: FutureProducer = c.create()?;
+    let codec = Codec::new();
+    let now = now_millis();
+    let mut acks = Vec::new();
+    for g in groups {
+        let control = |action, e: Option<&Entry>| Control {
+            action,
+            key: g.key.clone(),
+            dlq_partition: g.dlq_partition,
+            dlq_offset: e.map_or(-1, |e| e.dlq_offset),
+            through: g.through,
+            origin_offset: e.map_or(-1, |e| e.origin_offset),
+            payload: e.map(|e| e.payload.clone()).unwrap_or_default(),
+            requested_at: now,
+        };
+        let mut messages = Vec::new();
+        if reprocess {
+            messages.extend(g.entries.iter().map(|e| control(Action::Replay, Some(e))));
+        }
+        messages.push(control(if reprocess { Action::Resolve } else { Action::Discard }, None));
+        let last = messages.len() - 1;
+        for (i, m) in messages.iter().enumerate() {
+            let bytes = codec.encode_control(m);
+            let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&cfg.topic).partition(g.origin_partition).payload(&bytes);
+            if !g.key.is_empty() {
+                record = record.key(g.key.as_bytes());
+            }
+            // In order per partition: each is enqueued before the next.
+            let ack = producer.send_result(record).map_err(|(e, _)| e)?;
+            if i == last {
+                acks.push(ack);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for ack in acks {
+        match ack.await {
+            Ok(Ok(d)) => out.push(Delivery { partition: d.partition, offset: d.offset }),
+            Ok(Err((e, _))) => return Err(e.into()),
+            Err(_) => return Err(rdkafka::error::KafkaError::Canceled.into()),
+        }
+    }
+    Ok(out)
+}
+
+/// The marker kind a worker writes for `action`.
+pub fn marker_for(action: Action) -> MarkerKind {
+    if action == Action::Discard {
+        MarkerKind::Cleared
+    } else {
+        MarkerKind::Reprocessed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(p: i32, o: i64, key: &str, origin: i64) -> Entry {
+        Entry {
+            dlq_partition: p,
+            dlq_offset: o,
+            key: key.into(),
+            reason: "parked".into(),
+            detail: String::new(),
+            origin_partition: p,
+            origin_offset: origin,
+            attempts: 1,
+            dead_lettered_at: 0,
+            command_id: None,
+            parked_behind: None,
+            bytes: 0,
+            payload: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn markers_close_earlier_letters_of_their_key_and_partition_only() {
+        let entries = vec![entry(0, 0, "a", 10), entry(0, 1, "b", 11), entry(0, 2, "a", 12), entry(1, 0, "a", 5), entry(0, 4, "a", 20)];
+        let markers = vec![Marker { dlq_partition: 0, dlq_offset: 3, key: "a".into(), kind: "cleared".into(), through: 2 }];
+        let got: Vec<(i32, i64)> = open(entries, &markers, None).iter().map(|e| (e.dlq_partition, e.dlq_offset)).collect();
+        assert_eq!(got, vec![(0, 1), (0, 4), (1, 0)]);
+    }
+
+    #[test]
+    fn duplicates_of_one_command_are_listed_once_and_groups_keep_original_order() {
+        // A re-dead-lettered replay (origin 10) written after a newer command (origin 12).
+        let entries = vec![entry(0, 5, "a", 12), entry(0, 6, "a", 10), entry(0, 7, "a", 10), entry(0, 8, "b", 3)];
+        let open = open(entries, &[], None);
+        assert_eq!(distinct(open.clone()).len(), 3);
+        let g = groups(open);
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[0].key, "a");
+        assert_eq!(g[0].entries.iter().map(|e| e.origin_offset).collect::<Vec<_>>(), vec![10, 12]);
+        assert_eq!(g[0].through, 7, "the duplicate is covered too");
+        assert_eq!(count_by_reason(&g[0].entries)["parked"], 2);
+    }
+}

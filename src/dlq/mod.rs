@@ -1,0 +1,223 @@
+//! Dead letters: commands a worker gave up on, kept on the dead-letter topic
+//! (`<topic>.dlq` by default) with their original key and bytes, and the
+//! operator's way back.
+//!
+//! - A command is **aborted** after a permanent failure (it cannot be
+//!   admitted, or the index rejected it `--max-attempts` times). It is written
+//!   to the dead-letter topic, acknowledged, and only then is its offset
+//!   committed.
+//! - With `--on-abort=park` (the default) its key is then **parked**: later
+//!   commands of that key are dead-lettered too (reason `parked`, naming the
+//!   aborted command), so they are never applied out of order. Other keys
+//!   keep flowing. Which keys are parked is part of the partition's
+//!   checkpoint in the index, committed with the applied offset.
+//! - `denorm dlq reprocess` writes [`Control`] messages to the partition the
+//!   letters came from: a `REPLAY` per letter, in original order, then a
+//!   `RESOLVE`. The worker applies the replays, and at the `RESOLVE` writes a
+//!   marker to the dead-letter topic (those letters are done) and resumes the
+//!   key, unless something was dead-lettered for it since the operator
+//!   started (then it stays parked, and the new letters wait for the next
+//!   `reprocess`). `denorm dlq clear` does the same with `DISCARD` and no
+//!   replays.
+//!
+//! Entries are written to dead-letter partition `origin partition mod
+//! partitions`, so one applier writes all letters of a key, in order, and
+//! offsets of that dead-letter partition order them.
+
+pub mod admin;
+pub mod writer;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The dead-letter topic of `topic` by default.
+pub fn default_topic(topic: &str) -> String {
+    format!("{topic}.dlq")
+}
+
+/// Dead-letter partition for letters from command partition `origin`.
+pub fn partition_for(origin: i32, dlq_partitions: i32) -> i32 {
+    origin.rem_euclid(dlq_partitions.max(1))
+}
+
+/// Kafka headers of dead-letter records.
+pub mod header {
+    /// Why the command was dead-lettered (see [`super::reason`]).
+    pub const REASON: &str = "denorm.reason";
+    /// The error, for people.
+    pub const DETAIL: &str = "denorm.detail";
+    pub const ORIGIN_TOPIC: &str = "denorm.origin.topic";
+    pub const ORIGIN_PARTITION: &str = "denorm.origin.partition";
+    /// Offset of the command when it was first written to the command topic
+    /// (a replayed command keeps its first offset).
+    pub const ORIGIN_OFFSET: &str = "denorm.origin.offset";
+    /// Times the worker tried to apply it.
+    pub const ATTEMPTS: &str = "denorm.attempts";
+    /// Unix milliseconds.
+    pub const DEAD_LETTERED_AT: &str = "denorm.dead-lettered-at";
+    pub const COMMAND_ID: &str = "denorm.command-id";
+    /// For parked commands: the aborted command they wait behind.
+    pub const PARKED_BEHIND: &str = "denorm.parked-behind";
+    /// On markers only: `reprocessed` or `cleared`.
+    pub const MARKER: &str = "denorm.marker";
+    /// On markers: the key's letters up to this offset are done.
+    pub const THROUGH: &str = "denorm.through";
+}
+
+/// Dead-letter reasons besides the admission reasons of
+/// [`crate::worker::admit::reason`].
+pub mod reason {
+    /// Waited behind an aborted command of the same key.
+    pub const PARKED: &str = "parked";
+    /// The index rejected the command `--max-attempts` times.
+    pub const INDEX_REJECTED: &str = "index_rejected";
+}
+
+/// What an operator asks of the worker, through the command topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Action {
+    Replay,
+    Resolve,
+    Discard,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Replay => "REPLAY",
+            Action::Resolve => "RESOLVE",
+            Action::Discard => "DISCARD",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Action> {
+        [Action::Replay, Action::Resolve, Action::Discard].into_iter().find(|a| a.as_str() == s)
+    }
+}
+
+/// A control message (`schemas/control.avsc`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Control {
+    pub action: Action,
+    /// Key of the letters concerned ("" for keyless messages).
+    pub key: String,
+    pub dlq_partition: i32,
+    /// `REPLAY`: the replayed letter's offset; otherwise -1.
+    pub dlq_offset: i64,
+    /// Last letter of `key` this operation covers.
+    pub through: i64,
+    /// `REPLAY`: the command's first offset in the command topic.
+    pub origin_offset: i64,
+    /// `REPLAY`: the original message bytes.
+    pub payload: Vec<u8>,
+    pub requested_at: i64,
+}
+
+/// A parked key: what it waits behind, and the dead-letter bookkeeping that
+/// lets an operator's `RESOLVE` tell whether it covers everything.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Parked {
+    /// Id of the aborted command (or `p<partition>@<offset>` when it had none).
+    pub behind: String,
+    /// Dead-letter offset of the key's newest letter.
+    pub last_dlq: i64,
+    /// Highest dead-letter offset replayed so far (replays at or below it are
+    /// skipped: a `reprocess` cut short and run again applies nothing twice).
+    pub replayed_through: i64,
+}
+
+/// Parked keys of one partition.
+pub type Parking = BTreeMap<String, Parked>;
+
+/// `parking` as a JSON list (Elasticsearch's meta document: keys are not
+/// field names there).
+pub fn parking_to_json(parking: &Parking) -> serde_json::Value {
+    serde_json::Value::Array(
+        parking
+            .iter()
+            .map(|(k, p)| serde_json::json!({"key": k, "behind": p.behind, "last_dlq": p.last_dlq, "replayed_through": p.replayed_through}))
+            .collect(),
+    )
+}
+
+/// Inverse of [`parking_to_json`]; anything else is no parking.
+pub fn parking_from_json(v: &serde_json::Value) -> Parking {
+    let Some(list) = v.as_array() else { return Parking::new() };
+    list.iter()
+        .filter_map(|e| {
+            let key = e["key"].as_str()?.to_string();
+            Some((key, serde_json::from_value::<Parked>(e.clone()).ok()?))
+        })
+        .collect()
+}
+
+/// A command the worker gives up on (or parks), as written to the
+/// dead-letter topic.
+#[derive(Debug, Clone)]
+pub struct Letter<'a> {
+    pub key: Option<&'a [u8]>,
+    pub payload: Option<&'a [u8]>,
+    pub reason: &'static str,
+    pub detail: String,
+    pub origin_partition: i32,
+    pub origin_offset: i64,
+    pub attempts: u32,
+    pub command_id: Option<String>,
+    pub parked_behind: Option<String>,
+}
+
+/// Markers close letters of a key up to an offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MarkerKind {
+    Reprocessed,
+    Cleared,
+}
+
+impl MarkerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MarkerKind::Reprocessed => "reprocessed",
+            MarkerKind::Cleared => "cleared",
+        }
+    }
+}
+
+pub fn now_millis() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parking_round_trips_through_json() {
+        let mut p = Parking::new();
+        p.insert("/a.b".into(), Parked { behind: "id-1".into(), last_dlq: 7, replayed_through: -1 });
+        p.insert("u1".into(), Parked { behind: "p3@9".into(), last_dlq: 2, replayed_through: 1 });
+        assert_eq!(parking_from_json(&parking_to_json(&p)), p);
+        assert!(parking_from_json(&serde_json::Value::Null).is_empty());
+    }
+
+    #[test]
+    fn control_messages_round_trip_and_are_told_from_commands() {
+        let codec = crate::codec::Codec::new();
+        let c = Control {
+            action: Action::Replay,
+            key: "/docs".into(),
+            dlq_partition: 3,
+            dlq_offset: 17,
+            through: 20,
+            origin_offset: 1234,
+            payload: vec![1, 2, 3],
+            requested_at: 99,
+        };
+        let bytes = codec.encode_control(&c);
+        assert_eq!(codec.decode_message(&bytes).unwrap(), crate::codec::Decoded::Control(c));
+        assert!(codec.decode(&bytes).is_err(), "a control message is not a command");
+        assert_eq!(partition_for(13, 12), 1);
+        assert_eq!(Action::parse("DISCARD"), Some(Action::Discard));
+        assert_eq!(Action::parse("discard"), None);
+    }
+}

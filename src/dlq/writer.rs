@@ -1,0 +1,115 @@
+//! The worker's side of the dead-letter topic: writes a letter and waits for
+//! its acknowledgement, so nothing is committed past a command that is
+//! neither applied nor dead-lettered.
+
+use std::time::Duration;
+
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use super::{header, now_millis, partition_for, Letter, MarkerKind};
+use crate::kafka::KafkaConfig;
+
+/// Longest a dead-letter write waits before it counts as failed (and is
+/// retried by the caller).
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest detail kept in a header.
+const MAX_DETAIL: usize = 1000;
+
+pub struct DeadLetterWriter {
+    producer: FutureProducer,
+    /// The dead-letter topic.
+    pub topic: String,
+    origin_topic: String,
+    partitions: i32,
+}
+
+impl DeadLetterWriter {
+    /// A writer to `topic` (which has `partitions` partitions) for letters
+    /// from `cfg.topic`.
+    pub fn new(cfg: &KafkaConfig, topic: &str, partitions: i32) -> Result<Self, KafkaError> {
+        let mut c = cfg.client_config();
+        c.set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "0")
+            .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string());
+        for (k, v) in &cfg.options {
+            c.set(k, v);
+        }
+        Ok(DeadLetterWriter { producer: c.create()?, topic: topic.into(), origin_topic: cfg.topic.clone(), partitions })
+    }
+
+    /// The dead-letter partition of letters from `origin`.
+    pub fn partition(&self, origin: i32) -> i32 {
+        partition_for(origin, self.partitions)
+    }
+
+    /// Writes `letter` and waits for the acknowledgement. Returns its
+    /// offset in the dead-letter topic.
+    pub fn write(&self, l: &Letter<'_>) -> Result<i64, KafkaError> {
+        let (partition, offset, attempts, at) =
+            (l.origin_partition.to_string(), l.origin_offset.to_string(), l.attempts.to_string(), now_millis().to_string());
+        let detail = truncate(&l.detail, MAX_DETAIL);
+        let mut h = OwnedHeaders::new();
+        for (key, value) in [
+            (header::REASON, l.reason),
+            (header::DETAIL, detail),
+            (header::ORIGIN_TOPIC, self.origin_topic.as_str()),
+            (header::ORIGIN_PARTITION, partition.as_str()),
+            (header::ORIGIN_OFFSET, offset.as_str()),
+            (header::ATTEMPTS, attempts.as_str()),
+            (header::DEAD_LETTERED_AT, at.as_str()),
+        ] {
+            h = h.insert(Header { key, value: Some(value) });
+        }
+        if let Some(id) = &l.command_id {
+            h = h.insert(Header { key: header::COMMAND_ID, value: Some(id.as_str()) });
+        }
+        if let Some(b) = &l.parked_behind {
+            h = h.insert(Header { key: header::PARKED_BEHIND, value: Some(b.as_str()) });
+        }
+        self.send(self.partition(l.origin_partition), l.key, l.payload, h)
+    }
+
+    /// Writes a marker: `key`'s letters in `dlq_partition` up to `through`
+    /// are done.
+    pub fn mark(&self, dlq_partition: i32, key: &str, kind: MarkerKind, through: i64) -> Result<i64, KafkaError> {
+        let through = through.to_string();
+        let at = now_millis().to_string();
+        let h = OwnedHeaders::new()
+            .insert(Header { key: header::MARKER, value: Some(kind.as_str()) })
+            .insert(Header { key: header::THROUGH, value: Some(through.as_str()) })
+            .insert(Header { key: header::DEAD_LETTERED_AT, value: Some(at.as_str()) });
+        let key = (!key.is_empty()).then_some(key.as_bytes());
+        self.send(dlq_partition, key, None, h)
+    }
+
+    fn send(&self, partition: i32, key: Option<&[u8]>, payload: Option<&[u8]>, headers: OwnedHeaders) -> Result<i64, KafkaError> {
+        crate::faults::io("dlq.send").map_err(|_| KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::BrokerTransportFailure))?;
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).partition(partition).headers(headers);
+        if let Some(k) = key {
+            record = record.key(k);
+        }
+        if let Some(p) = payload {
+            record = record.payload(p);
+        }
+        let ack = self.producer.send_result(record).map_err(|(e, _)| e)?;
+        match futures::executor::block_on(ack) {
+            Ok(Ok(d)) => Ok(d.offset),
+            Ok(Err((e, _))) => Err(e),
+            Err(_) => Err(KafkaError::Canceled),
+        }
+    }
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}

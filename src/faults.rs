@@ -1,0 +1,40 @@
+//! Fault injection for the test suite, compiled in only with the cargo
+//! feature `failpoints` (which `scripts/test.sh` enables); release builds
+//! without it have no fault points at all.
+//!
+//! A fault point `name` is active while the file `$DENORM_FAULTS/name`
+//! exists, so a test can switch faults on and off in a running worker
+//! process. The file's contents are the fault's argument.
+//!
+//! Fault points:
+//! - `index.io`: every write of the embedded index's directory fails with an
+//!   I/O error (a full or failing disk).
+//! - `index.reject`: commands whose key is one of the file's lines are
+//!   rejected by the index (a permanent failure, like a mapping conflict).
+//! - `dlq.send`: writes to the dead-letter topic fail.
+
+/// The argument of fault point `name` when it is active.
+#[cfg(feature = "failpoints")]
+pub fn active(name: &str) -> Option<String> {
+    let dir = std::env::var_os("DENORM_FAULTS")?;
+    std::fs::read_to_string(std::path::Path::new(&dir).join(name)).ok()
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn active(_name: &str) -> Option<String> {
+    None
+}
+
+/// Whether fault point `name` is active and lists `item` on a line.
+pub fn lists(name: &str, item: &str) -> bool {
+    active(name).is_some_and(|a| a.lines().any(|l| l.trim() == item))
+}
+
+/// An I/O error for fault point `name`, if it is active.
+pub fn io(name: &str) -> std::io::Result<()> {
+    match active(name) {
+        Some(_) => Err(std::io::Error::other(format!("injected fault {name}"))),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,246 @@
+//! Failures on a real Kafka-protocol broker (tansu): aborted commands and
+//! parked keys, a dead-letter topic that cannot be written, index I/O errors
+//! and a broker restart. Faults are injected through the `failpoints`
+//! feature's fault points (`src/faults.rs`), which scripts/test.sh enables.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::*;
+use denorm::command::Command;
+use denorm::index::Kind;
+use denorm::kafka::KafkaConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+fn file(id: &str, path: &str) -> Command {
+    Command::UpsertFile { id: s(id), path: s(path), contents: format!("contents of {id}") }
+}
+
+fn file_ids(index: &Path) -> BTreeSet<String> {
+    dump(index).iter().filter(|d| d.kind() == Kind::File).map(|d| d.id().to_string()).collect()
+}
+
+/// A directory of fault switches for a worker (`DENORM_FAULTS`).
+struct Faults(PathBuf);
+
+impl Faults {
+    fn new(dir: &Path) -> Faults {
+        let d = dir.join("faults");
+        std::fs::create_dir_all(&d).unwrap();
+        Faults(d)
+    }
+    fn on(&self, name: &str, arg: &str) {
+        std::fs::write(self.0.join(name), arg).unwrap();
+    }
+    fn off(&self, name: &str) {
+        std::fs::remove_file(self.0.join(name)).unwrap();
+    }
+    fn env(&self) -> [(&'static str, &std::ffi::OsStr); 1] {
+        [("DENORM_FAULTS", self.0.as_os_str())]
+    }
+}
+
+fn dlq_count(cfg: &KafkaConfig, group: &str, index: &Path) -> serde_json::Value {
+    let (code, out, err) = output(cli(cfg, group, index).args(["dlq", "count", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+/// Polls `/readyz` until its status line contains `want`.
+fn wait_ready_status(worker: &Worker, want: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = worker.http_get("/readyz");
+        if status.contains(want) {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "/readyz never answered {want} (last: {status} {body})\n{}", worker.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
+fn an_aborted_command_parks_its_key_until_reprocess_and_clear_discards() {
+    let b = broker();
+    let cfg = topic(&b, 2);
+    let group = unique("g");
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let faults = Faults::new(dir.path());
+    // The index rejects every command of /p and /r (think: a mapping
+    // conflict), until the fault is lifted.
+    faults.on("index.reject", "/p\n/r\n");
+    let worker = Worker::start_env(&cfg, &group, &index, &["--max-attempts", "2", "--retry-backoff-max-ms", "100"], &faults.env());
+    let first = vec![
+        file("p1", "/p/x/1.txt"),
+        file("q1", "/q/1.txt"),
+        file("p2", "/p/x/2.txt"),
+        Command::RenamePath { from: s("/p/x"), to: s("/p/z") },
+        file("r1", "/r/1.txt"),
+        file("r2", "/r/2.txt"),
+        file("q2", "/q/2.txt"),
+    ];
+    let mut log = produce(&cfg, first);
+    wait_applied(&cfg, &group, log.len());
+    // Other keys flow; nothing of /p or /r is applied out of order.
+    assert_eq!(file_ids(&index), BTreeSet::from([s("q1"), s("q2")]));
+    let count = dlq_count(&cfg, &group, &index);
+    assert_eq!(count["total"], 5, "{count}");
+    assert_eq!(count["by_reason"]["index_rejected"], 2, "{count}");
+    assert_eq!(count["by_reason"]["parked"], 3, "{count}");
+    let (_, out, _) = output(cli(&cfg, &group, &index).args(["dlq", "list", "--key", "/p", "--json"]));
+    let listed = json_lines(&out);
+    assert_eq!(listed.len(), 3, "{out}");
+    assert_eq!(listed[0]["reason"], "index_rejected");
+    assert_eq!(listed[0]["attempts"], 2, "retried --max-attempts times: {out}");
+    assert_eq!(listed[1]["parked_behind"], listed[0]["command_id"], "{out}");
+    let (_, metrics) = worker.http_get("/metrics");
+    assert_eq!(metric(&metrics, "denorm_parked_keys", &[]), 2.0, "{metrics}");
+
+    // The fault is lifted, but /p stays parked: a new command waits too.
+    faults.off("index.reject");
+    log.extend(produce(&cfg, vec![file("p3", "/p/x/3.txt")]));
+    wait_applied(&cfg, &group, log.len());
+    assert!(!file_ids(&index).contains("p3"));
+    assert_eq!(dlq_count(&cfg, &group, &index)["total"], 6);
+
+    // clear asks for confirmation; without a terminal it needs --yes.
+    let (code, _, err) = output(cli(&cfg, &group, &index).args(["dlq", "clear", "--key", "/r"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--yes"), "{err}");
+
+    let (code, out, err) = output(cli(&cfg, &group, &index).args(["dlq", "reprocess", "--key", "/p", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let done: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(done["letters"], 4, "{out}");
+    assert_eq!(done["still_open"], 0, "{out}\n{err}");
+    let (code, _, err) = output(cli(&cfg, &group, &index).args(["dlq", "clear", "--key", "/r", "--yes"]));
+    assert_eq!(code, 0, "{err}");
+
+    // Both keys resumed: new commands apply directly.
+    log.extend(produce(&cfg, vec![file("r3", "/r/3.txt"), file("p4", "/p/z/4.txt")]));
+    wait_applied(&cfg, &group, log.len() + 4 + 1 + 1);
+    let kept: Vec<_> = log.iter().filter(|(_, c)| !matches!(c, Command::UpsertFile { id, .. } if id == "r1" || id == "r2")).cloned().collect();
+    assert_matches_model(&index, &kept);
+    assert_eq!(dlq_count(&cfg, &group, &index)["total"], 0);
+    let (_, metrics) = worker.http_get("/metrics");
+    assert_eq!(metric(&metrics, "denorm_parked_keys", &[]), 0.0, "{metrics}");
+    assert!(worker.log_contains("key resumed"), "{}", worker.log());
+}
+
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
+fn nothing_is_committed_past_a_message_until_its_dead_letter_is_written() {
+    let b = broker();
+    let cfg = topic(&b, 1);
+    let group = unique("g");
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let faults = Faults::new(dir.path());
+    faults.on("dlq.send", "");
+    rt().block_on(async {
+        let p: FutureProducer = cfg.client_config().create().unwrap();
+        p.send(FutureRecord::<str, [u8]>::to(&cfg.topic).key("/a").payload(b"not a command"), Duration::from_secs(30)).await.unwrap();
+    });
+    let log = produce(&cfg, vec![file("b1", "/b/1.txt")]);
+    let worker = Worker::start_env(&cfg, &group, &index, &["--retry-backoff-max-ms", "100"], &faults.env());
+    let failing = "writing to the dead-letter topic failed";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while worker.log().matches(failing).count() < 5 {
+        assert!(Instant::now() < deadline, "no retries of the dead-letter write:\n{}", worker.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let body = wait_ready_status(&worker, "503");
+    assert!(body.contains("degraded"), "{body}");
+    // Neither the bad message nor the good one behind it is committed.
+    let lag = denorm::kafka::group_lag(&cfg, &group).unwrap();
+    assert_eq!((lag.partitions[0].committed, lag.total), (0, 2), "{lag:?}");
+    assert!(!file_ids(&index).contains("b1"));
+
+    faults.off("dlq.send");
+    wait_applied(&cfg, &group, 2);
+    wait_ready_status(&worker, "200");
+    let (_, out, _) = output(cli(&cfg, &group, &index).args(["dlq", "list", "--json"]));
+    let listed = json_lines(&out);
+    assert_eq!(listed.len(), 1, "{out}");
+    assert_eq!((listed[0]["reason"].as_str(), listed[0]["origin_offset"].as_i64()), (Some("not_single_object"), Some(0)));
+    assert_matches_model(&index, &log);
+    let (_, metrics) = worker.http_get("/metrics");
+    assert!(metric(&metrics, "denorm_dead_letter_retries_total", &[]) >= 5.0, "{metrics}");
+}
+
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
+fn the_worker_survives_index_io_errors_and_the_result_is_exact() {
+    let b = broker();
+    let cfg = topic(&b, 2);
+    let group = unique("g");
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let faults = Faults::new(dir.path());
+    let worker = Worker::start_env(&cfg, &group, &index, &["--retry-backoff-max-ms", "200"], &faults.env());
+    let mut first = files_under("a", "/docs", 3000);
+    first.extend(files_under("b", "/src", 1000));
+    let mut log = produce(&cfg, first);
+    wait_applied(&cfg, &group, log.len());
+
+    // The disk fails: every write of the index directory errors.
+    faults.on("index.io", "");
+    let mut second = vec![Command::RenamePath { from: s("/docs/d1"), to: s("/docs/moved") }];
+    second.extend(files_under("c", "/docs", 500));
+    second.push(Command::RenamePath { from: s("/src/d3"), to: s("/src/old/d3") });
+    second.extend(files_under("d", "/src", 300));
+    log.extend(produce(&cfg, second));
+    assert!(
+        worker.wait_for_log("failed, re", Duration::from_secs(60)),
+        "the injected I/O errors were not seen:\n{}",
+        worker.log()
+    );
+    let body = wait_ready_status(&worker, "503");
+    assert!(body.contains("degraded"), "{body}");
+    assert!(denorm::kafka::group_lag(&cfg, &group).unwrap().total > 0);
+
+    faults.off("index.io");
+    let t = Instant::now();
+    wait_applied(&cfg, &group, log.len());
+    eprintln!("recovered from the index outage in {:.1}s", t.elapsed().as_secs_f64());
+    assert_matches_model(&index, &log);
+    wait_ready_status(&worker, "200");
+    assert!(worker.log_contains("shard reopened after an index failure"), "{}", worker.log());
+}
+
+#[test]
+fn the_worker_rides_out_a_broker_restart_mid_workload() {
+    let mut b = Broker::private();
+    let cfg = topic(&b, 2);
+    let group = unique("g");
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let mut first = files_under("a", "/docs", 6000);
+    first.push(Command::RenamePath { from: s("/docs/d7"), to: s("/docs/seven") });
+    first.extend(files_under("b", "/src", 6000));
+    let mut log = produce(&cfg, first);
+    let worker = Worker::start(&cfg, &group, &index, &["--retry-backoff-max-ms", "500"]);
+    // Stop the broker once the worker is part-way through.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let lag = denorm::kafka::group_lag(&cfg, &group).unwrap();
+        if lag.partitions.iter().map(|p| p.committed).sum::<i64>() > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no progress before the outage:\n{}", worker.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    b.kill();
+    let t = Instant::now();
+    assert!(worker.wait_for_log("kafka consumer error", Duration::from_secs(60)), "the outage was not noticed:\n{}", worker.log());
+    b.restart();
+    log.extend(produce(&cfg, vec![Command::RenamePath { from: s("/src/d2"), to: s("/src/lib") }, file("c1", "/src/lib/c1.txt")]));
+    wait_applied(&cfg, &group, log.len());
+    eprintln!("broker down and back, everything applied {:.1}s after the kill", t.elapsed().as_secs_f64());
+    assert_matches_model(&index, &log);
+}
