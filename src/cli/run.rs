@@ -72,6 +72,19 @@ pub struct RunArgs {
 }
 
 pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
+    // Signal handlers first: a SIGTERM during start-up stops the worker
+    // cleanly too, instead of killing the process.
+    use tokio::signal::unix::{signal, SignalKind};
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
+    let flag = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = int.recv() => info!("SIGINT received"),
+            _ = term.recv() => info!("SIGTERM received"),
+        }
+        flag.store(true, Ordering::SeqCst);
+    });
     let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
     let health = Arc::new(Health::default());
     health.beat();
@@ -120,16 +133,6 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.max_attempts = a.max_attempts;
     cfg.retry_backoff_max = Duration::from_millis(a.retry_backoff_max_ms);
 
-    let shutdown = Arc::new(AtomicBool::new(false));
-    let flag = shutdown.clone();
-    tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => info!("SIGINT received"),
-            _ = term.recv() => info!("SIGTERM received"),
-        }
-        flag.store(true, Ordering::SeqCst);
-    });
     let stats = Arc::new(Stats::default());
     tokio::task::spawn_blocking(move || worker::run(cfg, backend, shutdown, health, stats)).await?.context("worker failed")?;
     Ok(())

@@ -203,12 +203,13 @@ impl Worker {
             .spawn()
             .expect("start denorm run");
         let stderr = child.stderr.take().unwrap();
+        let pid = child.id();
         let lines: Arc<(Mutex<Vec<String>>, Condvar)> = Arc::default();
         let l = lines.clone();
         let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if std::env::var("DENORM_TEST_ECHO").is_ok() {
-                    eprintln!("worker: {line}");
+                    eprintln!("worker {pid}: {line}");
                 }
                 l.0.lock().unwrap().push(line);
                 l.1.notify_all();
