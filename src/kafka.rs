@@ -15,7 +15,7 @@ use serde::Serialize;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where the commands live.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KafkaConfig {
     /// Bootstrap servers, `host:port[,host:port]`.
     pub brokers: String,
@@ -26,6 +26,29 @@ pub struct KafkaConfig {
     pub replication: i32,
     /// Raw librdkafka options passed through (`key=value`).
     pub options: Vec<(String, String)>,
+}
+
+/// Whether a librdkafka option holds a secret (passwords, keys, tokens).
+pub fn is_secret_option(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    ["password", "secret", "key.pem", "private", "token", "sasl.jaas", "credentials"].iter().any(|s| k.contains(s))
+}
+
+/// Options with secret values redacted, for messages and logs.
+pub fn redacted(options: &[(String, String)]) -> Vec<(String, String)> {
+    options.iter().map(|(k, v)| (k.clone(), if is_secret_option(k) { "<redacted>".into() } else { v.clone() })).collect()
+}
+
+impl std::fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaConfig")
+            .field("brokers", &self.brokers)
+            .field("topic", &self.topic)
+            .field("partitions", &self.partitions)
+            .field("replication", &self.replication)
+            .field("options", &redacted(&self.options))
+            .finish()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -204,4 +227,23 @@ pub enum WaitError {
     Timeout(Option<LagReport>),
     #[error(transparent)]
     Kafka(KafkaSetupError),
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn debug_output_redacts_secret_options() {
+        let mut c = super::KafkaConfig::new("b:9092", "t");
+        c.options = vec![
+            ("sasl.password".into(), "hunter2".into()),
+            ("ssl.key.password".into(), "k3y".into()),
+            ("sasl.oauthbearer.client.secret".into(), "s3c".into()),
+            ("security.protocol".into(), "SASL_SSL".into()),
+        ];
+        let shown = format!("{c:?}");
+        for secret in ["hunter2", "k3y", "s3c"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(shown.contains("SASL_SSL"), "{shown}");
+    }
 }

@@ -518,3 +518,55 @@ fn a_failed_commit_keeps_its_writes_and_sends_them_again() {
     assert_eq!(bulks.len(), 6);
     assert_eq!(bulks.last().unwrap(), &vec!["f1".to_string()], "the write is sent again by the second commit");
 }
+
+#[test]
+fn a_run_of_503_and_429_responses_is_outlasted_and_nothing_is_lost() {
+    use denorm::apply::{apply, FanOut};
+    use denorm::command::Command;
+    use denorm::index::Backend;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(MockServer::start());
+    rt.block_on(async {
+        Mock::given(path("/denorm-meta/_doc/p0")).and(method("GET")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
+        for id in ["f1", "f2"] {
+            Mock::given(method("GET")).and(path(format!("/denorm-files/_doc/{id}"))).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
+        }
+        // An outage longer than one commit's attempts (5): 7 x 503, then
+        // 4 x 429 (overloaded while recovering), then the cluster is back.
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(7).mount(&server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(429)).up_to_n_times(4).mount(&server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(200).set_body_json(items(&[("f1", 201), ("f2", 201)]))).mount(&server).await;
+        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(ResponseTemplate::new(201).set_body_json(json!({"result": "created"}))).mount(&server).await;
+    });
+    let b = backend(&server, &rt);
+    let commands = [
+        Command::UpsertFile { id: "f1".into(), path: "/c/a.txt".into(), contents: "x".into() },
+        Command::UpsertFile { id: "f2".into(), path: "/c/b.txt".into(), contents: "y".into() },
+    ];
+    // What the worker does on a transient failure: a fresh shard writer,
+    // the uncommitted batch applied again, the commit retried.
+    let mut failures = 0;
+    let shard = loop {
+        let mut shard = b.open_shard(0).unwrap();
+        for (pos, c) in commands.iter().enumerate() {
+            apply(shard.as_mut(), c, pos as u64, FanOut::pages_of(10)).unwrap();
+            shard.mark_applied(pos as u64);
+        }
+        match shard.commit() {
+            Ok(()) => break shard,
+            Err(e) => {
+                assert!(e.is_retryable(), "{e}");
+                failures += 1;
+                assert!(failures < 10, "never recovered");
+            }
+        }
+    };
+    assert_eq!(failures, 2, "two commits fail during the outage");
+    assert_eq!(shard.applied(), Some(1));
+    let reqs = rt.block_on(server.received_requests()).unwrap();
+    let bulks: Vec<Vec<String>> = reqs.iter().filter(|r| r.url.path() == "/_bulk").map(action_ids).collect();
+    assert_eq!(bulks.len(), 12, "7 + 4 refused, 1 accepted");
+    assert_eq!(bulks.last().unwrap(), &vec!["f1".to_string(), "f2".to_string()], "every write reaches the cluster once it is back");
+    let metas = reqs.iter().filter(|r| r.url.path() == "/denorm-meta/_doc/p0" && r.method.as_str() == "POST").count();
+    assert_eq!(metas, 1, "the position is recorded only after the writes are in");
+}

@@ -465,3 +465,26 @@ fn sigterm_during_a_long_fan_out_stops_within_the_bound_and_the_next_worker_fini
     wait_applied(&cfg, &group, log.len());
     assert_matches_model(&index, &log);
 }
+
+#[test]
+fn kafka_secrets_never_reach_the_log() {
+    let b = broker();
+    let cfg = topic(&b, 1);
+    let group = unique("g");
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "s3cr3t-Pa55word-never-logged";
+    // SASL settings pass through to every client (the broker here speaks
+    // no SASL, so commands that work without them fail with them); with
+    // debug logging on, the password must still not appear.
+    let sasl = [
+        "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=PLAIN", "-X", "sasl.username=denorm",
+        "-X", &format!("sasl.password={secret}"), "-X", "debug=security,broker",
+    ];
+    let (code, _, err) = output(cli(&cfg, &group, dir.path()).args(["lag"]));
+    assert_eq!(code, 0, "{err}");
+    for sub in [&["run", "--metrics-addr", "127.0.0.1:0"][..], &["lag"][..]] {
+        let (code, out, err) = output(cli(&cfg, &group, &dir.path().join("index")).args(sasl).args(["--log", "debug"]).args(sub));
+        assert_ne!(code, 0, "{sub:?}: the SASL settings were not used: {err}");
+        assert!(!out.contains(secret) && !err.contains(secret), "{sub:?} logged the password:\n{err}");
+    }
+}

@@ -43,8 +43,9 @@ pub struct Cli {
     /// Replication factor of the topic when denorm creates it
     #[arg(long, global = true, help_heading = "Global options", env = "DENORM_REPLICATION_FACTOR", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=32))]
     pub replication_factor: i32,
-    /// Extra librdkafka option KEY=VALUE for every Kafka client (repeatable; TLS and SASL settings go here)
-    #[arg(long = "kafka-option", short = 'X', global = true, help_heading = "Global options", hide_env_values = true, env = "DENORM_KAFKA_OPTIONS", value_delimiter = ',', value_parser = parse_kv)]
+    /// Extra librdkafka option KEY=VALUE for every Kafka client (repeatable; TLS and SASL
+    /// settings go here; values may contain commas; in the environment, separate options with `;`)
+    #[arg(long = "kafka-option", short = 'X', global = true, help_heading = "Global options", hide_env_values = true, env = "DENORM_KAFKA_OPTIONS", value_delimiter = ';', value_parser = parse_kv)]
     pub kafka_options: Vec<(String, String)>,
     /// Log filter (tracing syntax, e.g. `info` or `denorm=debug`)
     #[arg(long, global = true, help_heading = "Global options", env = "DENORM_LOG")]
