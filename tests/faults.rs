@@ -23,30 +23,44 @@ fn file_ids(index: &Path) -> BTreeSet<String> {
     dump(index).iter().filter(|d| d.kind() == Kind::File).map(|d| d.id().to_string()).collect()
 }
 
-/// A directory of fault switches for a worker (`DENORM_FAULTS`).
-struct Faults(PathBuf);
-
-impl Faults {
-    fn new(dir: &Path) -> Faults {
-        let d = dir.join("faults");
-        std::fs::create_dir_all(&d).unwrap();
-        Faults(d)
-    }
-    fn on(&self, name: &str, arg: &str) {
-        std::fs::write(self.0.join(name), arg).unwrap();
-    }
-    fn off(&self, name: &str) {
-        std::fs::remove_file(self.0.join(name)).unwrap();
-    }
-    fn env(&self) -> [(&'static str, &std::ffi::OsStr); 1] {
-        [("DENORM_FAULTS", self.0.as_os_str())]
-    }
+/// One test's broker, topic, group, index, and fault switches for its
+/// workers (`DENORM_FAULTS`).
+struct Rig {
+    _broker: Broker,
+    cfg: KafkaConfig,
+    group: String,
+    _dir: tempfile::TempDir,
+    index: PathBuf,
+    faults: PathBuf,
 }
 
-fn dlq_count(cfg: &KafkaConfig, group: &str, index: &Path) -> serde_json::Value {
-    let (code, out, err) = output(cli(cfg, group, index).args(["dlq", "count", "--json"]));
-    assert_eq!(code, 0, "{err}");
-    serde_json::from_str(&out).unwrap()
+impl Rig {
+    fn new(partitions: i32) -> Rig {
+        let b = broker();
+        let cfg = topic(&b, partitions);
+        let dir = tempfile::tempdir().unwrap();
+        let faults = dir.path().join("faults");
+        std::fs::create_dir_all(&faults).unwrap();
+        Rig { _broker: b, cfg, group: unique("g"), index: dir.path().join("index"), _dir: dir, faults }
+    }
+    fn on(&self, name: &str, arg: &str) {
+        std::fs::write(self.faults.join(name), arg).unwrap();
+    }
+    fn off(&self, name: &str) {
+        std::fs::remove_file(self.faults.join(name)).unwrap();
+    }
+    fn worker(&self, extra: &[&str]) -> Worker {
+        Worker::start_env(&self.cfg, &self.group, &self.index, extra, &[("DENORM_FAULTS", self.faults.as_os_str())])
+    }
+    /// `denorm <args>` for this rig.
+    fn run(&self, args: &[&str]) -> (i32, String, String) {
+        output(cli(&self.cfg, &self.group, &self.index).args(args))
+    }
+    fn dlq_count(&self) -> serde_json::Value {
+        let (code, out, err) = self.run(&["dlq", "count", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str(&out).unwrap()
+    }
 }
 
 /// Polls `/readyz` until its status line contains `want`.
@@ -65,16 +79,11 @@ fn wait_ready_status(worker: &Worker, want: &str) -> String {
 #[test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
 fn an_aborted_command_parks_its_key_until_reprocess_and_clear_discards() {
-    let b = broker();
-    let cfg = topic(&b, 2);
-    let group = unique("g");
-    let dir = tempfile::tempdir().unwrap();
-    let index = dir.path().join("index");
-    let faults = Faults::new(dir.path());
+    let r = Rig::new(2);
     // The index rejects every command of /p and /r (think: a mapping
     // conflict), until the fault is lifted.
-    faults.on("index.reject", "/p\n/r\n");
-    let worker = Worker::start_env(&cfg, &group, &index, &["--max-attempts", "2", "--retry-backoff-max-ms", "100"], &faults.env());
+    r.on("index.reject", "/p\n/r\n");
+    let worker = r.worker(&["--max-attempts", "2", "--retry-backoff-max-ms", "100"]);
     let first = vec![
         file("p1", "/p/x/1.txt"),
         file("q1", "/q/1.txt"),
@@ -84,15 +93,15 @@ fn an_aborted_command_parks_its_key_until_reprocess_and_clear_discards() {
         file("r2", "/r/2.txt"),
         file("q2", "/q/2.txt"),
     ];
-    let mut log = produce(&cfg, first);
-    wait_applied(&cfg, &group, log.len());
+    let mut log = produce(&r.cfg, first);
+    wait_applied(&r.cfg, &r.group, log.len());
     // Other keys flow; nothing of /p or /r is applied out of order.
-    assert_eq!(file_ids(&index), BTreeSet::from([s("q1"), s("q2")]));
-    let count = dlq_count(&cfg, &group, &index);
+    assert_eq!(file_ids(&r.index), BTreeSet::from([s("q1"), s("q2")]));
+    let count = r.dlq_count();
     assert_eq!(count["total"], 5, "{count}");
     assert_eq!(count["by_reason"]["index_rejected"], 2, "{count}");
     assert_eq!(count["by_reason"]["parked"], 3, "{count}");
-    let (_, out, _) = output(cli(&cfg, &group, &index).args(["dlq", "list", "--key", "/p", "--json"]));
+    let (_, out, _) = r.run(&["dlq", "list", "--key", "/p", "--json"]);
     let listed = json_lines(&out);
     assert_eq!(listed.len(), 3, "{out}");
     assert_eq!(listed[0]["reason"], "index_rejected");
@@ -102,31 +111,31 @@ fn an_aborted_command_parks_its_key_until_reprocess_and_clear_discards() {
     assert_eq!(metric(&metrics, "denorm_parked_keys", &[]), 2.0, "{metrics}");
 
     // The fault is lifted, but /p stays parked: a new command waits too.
-    faults.off("index.reject");
-    log.extend(produce(&cfg, vec![file("p3", "/p/x/3.txt")]));
-    wait_applied(&cfg, &group, log.len());
-    assert!(!file_ids(&index).contains("p3"));
-    assert_eq!(dlq_count(&cfg, &group, &index)["total"], 6);
+    r.off("index.reject");
+    log.extend(produce(&r.cfg, vec![file("p3", "/p/x/3.txt")]));
+    wait_applied(&r.cfg, &r.group, log.len());
+    assert!(!file_ids(&r.index).contains("p3"));
+    assert_eq!(r.dlq_count()["total"], 6);
 
     // clear asks for confirmation; without a terminal it needs --yes.
-    let (code, _, err) = output(cli(&cfg, &group, &index).args(["dlq", "clear", "--key", "/r"]));
+    let (code, _, err) = r.run(&["dlq", "clear", "--key", "/r"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--yes"), "{err}");
 
-    let (code, out, err) = output(cli(&cfg, &group, &index).args(["dlq", "reprocess", "--key", "/p", "--json"]));
+    let (code, out, err) = r.run(&["dlq", "reprocess", "--key", "/p", "--json"]);
     assert_eq!(code, 0, "{err}");
     let done: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(done["letters"], 4, "{out}");
     assert_eq!(done["still_open"], 0, "{out}\n{err}");
-    let (code, _, err) = output(cli(&cfg, &group, &index).args(["dlq", "clear", "--key", "/r", "--yes"]));
+    let (code, _, err) = r.run(&["dlq", "clear", "--key", "/r", "--yes"]);
     assert_eq!(code, 0, "{err}");
 
     // Both keys resumed: new commands apply directly.
-    log.extend(produce(&cfg, vec![file("r3", "/r/3.txt"), file("p4", "/p/z/4.txt")]));
-    wait_applied(&cfg, &group, log.len() + 4 + 1 + 1);
+    log.extend(produce(&r.cfg, vec![file("r3", "/r/3.txt"), file("p4", "/p/z/4.txt")]));
+    wait_applied(&r.cfg, &r.group, log.len() + 4 + 1 + 1);
     let kept: Vec<_> = log.iter().filter(|(_, c)| !matches!(c, Command::UpsertFile { id, .. } if id == "r1" || id == "r2")).cloned().collect();
-    assert_matches_model(&index, &kept);
-    assert_eq!(dlq_count(&cfg, &group, &index)["total"], 0);
+    assert_matches_model(&r.index, &kept);
+    assert_eq!(r.dlq_count()["total"], 0);
     let (_, metrics) = worker.http_get("/metrics");
     assert_eq!(metric(&metrics, "denorm_parked_keys", &[]), 0.0, "{metrics}");
     assert!(worker.log_contains("key resumed"), "{}", worker.log());
@@ -135,19 +144,14 @@ fn an_aborted_command_parks_its_key_until_reprocess_and_clear_discards() {
 #[test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
 fn nothing_is_committed_past_a_message_until_its_dead_letter_is_written() {
-    let b = broker();
-    let cfg = topic(&b, 1);
-    let group = unique("g");
-    let dir = tempfile::tempdir().unwrap();
-    let index = dir.path().join("index");
-    let faults = Faults::new(dir.path());
-    faults.on("dlq.send", "");
+    let r = Rig::new(1);
+    r.on("dlq.send", "");
     rt().block_on(async {
-        let p: FutureProducer = cfg.client_config().create().unwrap();
-        p.send(FutureRecord::<str, [u8]>::to(&cfg.topic).key("/a").payload(b"not a command"), Duration::from_secs(30)).await.unwrap();
+        let p: FutureProducer = r.cfg.client_config().create().unwrap();
+        p.send(FutureRecord::<str, [u8]>::to(&r.cfg.topic).key("/a").payload(b"not a command"), Duration::from_secs(30)).await.unwrap();
     });
-    let log = produce(&cfg, vec![file("b1", "/b/1.txt")]);
-    let worker = Worker::start_env(&cfg, &group, &index, &["--retry-backoff-max-ms", "100"], &faults.env());
+    let log = produce(&r.cfg, vec![file("b1", "/b/1.txt")]);
+    let worker = r.worker(&["--retry-backoff-max-ms", "100"]);
     let failing = "writing to the dead-letter topic failed";
     let deadline = Instant::now() + Duration::from_secs(60);
     while worker.log().matches(failing).count() < 5 {
@@ -157,18 +161,18 @@ fn nothing_is_committed_past_a_message_until_its_dead_letter_is_written() {
     let body = wait_ready_status(&worker, "503");
     assert!(body.contains("degraded"), "{body}");
     // Neither the bad message nor the good one behind it is committed.
-    let lag = denorm::kafka::group_lag(&cfg, &group).unwrap();
+    let lag = denorm::kafka::group_lag(&r.cfg, &r.group).unwrap();
     assert_eq!((lag.partitions[0].committed, lag.total), (0, 2), "{lag:?}");
-    assert!(!file_ids(&index).contains("b1"));
+    assert!(!file_ids(&r.index).contains("b1"));
 
-    faults.off("dlq.send");
-    wait_applied(&cfg, &group, 2);
+    r.off("dlq.send");
+    wait_applied(&r.cfg, &r.group, 2);
     wait_ready_status(&worker, "200");
-    let (_, out, _) = output(cli(&cfg, &group, &index).args(["dlq", "list", "--json"]));
+    let (_, out, _) = r.run(&["dlq", "list", "--json"]);
     let listed = json_lines(&out);
     assert_eq!(listed.len(), 1, "{out}");
     assert_eq!((listed[0]["reason"].as_str(), listed[0]["origin_offset"].as_i64()), (Some("not_single_object"), Some(0)));
-    assert_matches_model(&index, &log);
+    assert_matches_model(&r.index, &log);
     let (_, metrics) = worker.http_get("/metrics");
     assert!(metric(&metrics, "denorm_dead_letter_retries_total", &[]) >= 5.0, "{metrics}");
 }
@@ -176,25 +180,20 @@ fn nothing_is_committed_past_a_message_until_its_dead_letter_is_written() {
 #[test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
 fn the_worker_survives_index_io_errors_and_the_result_is_exact() {
-    let b = broker();
-    let cfg = topic(&b, 2);
-    let group = unique("g");
-    let dir = tempfile::tempdir().unwrap();
-    let index = dir.path().join("index");
-    let faults = Faults::new(dir.path());
-    let worker = Worker::start_env(&cfg, &group, &index, &["--retry-backoff-max-ms", "200"], &faults.env());
+    let r = Rig::new(2);
+    let worker = r.worker(&["--retry-backoff-max-ms", "200"]);
     let mut first = files_under("a", "/docs", 3000);
     first.extend(files_under("b", "/src", 1000));
-    let mut log = produce(&cfg, first);
-    wait_applied(&cfg, &group, log.len());
+    let mut log = produce(&r.cfg, first);
+    wait_applied(&r.cfg, &r.group, log.len());
 
     // The disk fails: every write of the index directory errors.
-    faults.on("index.io", "");
+    r.on("index.io", "");
     let mut second = vec![Command::RenamePath { from: s("/docs/d1"), to: s("/docs/moved") }];
     second.extend(files_under("c", "/docs", 500));
     second.push(Command::RenamePath { from: s("/src/d3"), to: s("/src/old/d3") });
     second.extend(files_under("d", "/src", 300));
-    log.extend(produce(&cfg, second));
+    log.extend(produce(&r.cfg, second));
     assert!(
         worker.wait_for_log("failed, re", Duration::from_secs(60)),
         "the injected I/O errors were not seen:\n{}",
@@ -202,13 +201,13 @@ fn the_worker_survives_index_io_errors_and_the_result_is_exact() {
     );
     let body = wait_ready_status(&worker, "503");
     assert!(body.contains("degraded"), "{body}");
-    assert!(denorm::kafka::group_lag(&cfg, &group).unwrap().total > 0);
+    assert!(denorm::kafka::group_lag(&r.cfg, &r.group).unwrap().total > 0);
 
-    faults.off("index.io");
+    r.off("index.io");
     let t = Instant::now();
-    wait_applied(&cfg, &group, log.len());
+    wait_applied(&r.cfg, &r.group, log.len());
     eprintln!("recovered from the index outage in {:.1}s", t.elapsed().as_secs_f64());
-    assert_matches_model(&index, &log);
+    assert_matches_model(&r.index, &log);
     wait_ready_status(&worker, "200");
     assert!(worker.log_contains("shard reopened after an index failure"), "{}", worker.log());
 }
