@@ -50,4 +50,20 @@ fn write_fuzz_corpus() {
         bytes.extend(codec.encode(&denorm::command::Envelope::new(c)));
         std::fs::write(dir.join(format!("seed{i}")), bytes).unwrap();
     }
+    // Control messages of `denorm dlq`, keyed like their letters.
+    for (i, action) in [denorm::dlq::Action::Replay, denorm::dlq::Action::Resolve].into_iter().enumerate() {
+        let c = denorm::dlq::Control {
+            action,
+            key: "/a".into(),
+            dlq_partition: 0,
+            dlq_offset: 3,
+            through: 5,
+            origin_offset: 7,
+            payload: codec.encode(&denorm::command::Envelope::new(denorm::command::Command::DeleteFile { id: "f".into(), path: "/a/b".into() })),
+            requested_at: 0,
+        };
+        let mut bytes = vec![2u8, b'/', b'a'];
+        bytes.extend(codec.encode_control(&c));
+        std::fs::write(dir.join(format!("control{i}")), bytes).unwrap();
+    }
 }

@@ -234,7 +234,9 @@ fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx: &WorkerCo
             if next > part.committed {
                 out.push((*p, next));
             }
+            // The new owner reports this partition from now on.
             gauge!(m::CONSUMER_LAG_SECONDS, "partition" => p.to_string()).set(0.0);
+            gauge!(m::PARKED_KEYS, "partition" => p.to_string()).set(0.0);
         }
     }
     out
