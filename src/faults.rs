@@ -11,6 +11,9 @@
 //!   I/O error (a full or failing disk).
 //! - `index.reject`: commands whose key is one of the file's lines are
 //!   rejected by the index (a permanent failure, like a mapping conflict).
+//! - `index.reject-commit`: a commit holding a write of a document whose id
+//!   is one of the file's lines is rejected (like an Elasticsearch bulk item
+//!   refused at commit time, which cannot be traced to its command at once).
 //! - `dlq.send`: writes to the dead-letter topic fail.
 
 /// The argument of fault point `name` when it is active.

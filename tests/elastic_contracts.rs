@@ -570,3 +570,33 @@ fn a_run_of_503_and_429_responses_is_outlasted_and_nothing_is_lost() {
     let metas = reqs.iter().filter(|r| r.url.path() == "/denorm-meta/_doc/p0" && r.method.as_str() == "POST").count();
     assert_eq!(metas, 1, "the position is recorded only after the writes are in");
 }
+
+#[test]
+fn an_item_refused_for_good_fails_the_commit_permanently() {
+    use denorm::apply::{apply, FanOut};
+    use denorm::command::Command;
+    use denorm::index::Backend;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(MockServer::start());
+    rt.block_on(async {
+        Mock::given(path("/denorm-meta/_doc/p0")).and(method("GET")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
+        for id in ["f1", "f2"] {
+            Mock::given(method("GET")).and(path(format!("/denorm-files/_doc/{id}"))).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
+        }
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(200).set_body_json(items(&[("f1", 201), ("f2", 400)]))).mount(&server).await;
+    });
+    let b = backend(&server, &rt);
+    let mut shard = b.open_shard(0).unwrap();
+    for (pos, id) in ["f1", "f2"].into_iter().enumerate() {
+        apply(shard.as_mut(), &Command::UpsertFile { id: id.into(), path: format!("/c/{id}.txt"), contents: "x".into() }, pos as u64, FanOut::pages_of(10)).unwrap();
+        shard.mark_applied(pos as u64);
+    }
+    // Not retryable: the worker commits the batch command by command to
+    // find the refused one and dead-letters it (tests/faults.rs).
+    let err = shard.commit().unwrap_err();
+    assert!(!err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("f2") && err.to_string().contains("mapper_parsing_exception"), "{err}");
+    assert_eq!(shard.applied(), None, "nothing is recorded as applied");
+    let metas = rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path() == "/denorm-meta/_doc/p0" && r.method.as_str() == "POST").count();
+    assert_eq!(metas, 0);
+}

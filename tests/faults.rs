@@ -143,6 +143,33 @@ fn an_aborted_command_parks_its_key_until_reprocess_and_clear_discards() {
 
 #[test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
+fn a_write_refused_at_commit_time_is_traced_to_its_command_and_dead_lettered() {
+    let r = Rig::new(1);
+    // Like an Elasticsearch bulk item refused when a batch is committed.
+    r.on("index.reject-commit", "bad1\n");
+    let mut commands = files_under("a", "/docs", 200);
+    commands.insert(100, file("bad1", "/docs/bad.txt"));
+    commands.extend(files_under("s", "/src", 50));
+    commands.push(file("late", "/docs/late.txt"));
+    let log = produce(&r.cfg, commands);
+    let worker = r.worker(&["--max-attempts", "2", "--retry-backoff-max-ms", "100"]);
+    wait_applied(&r.cfg, &r.group, log.len());
+    let count = r.dlq_count();
+    assert_eq!(count["by_reason"]["index_rejected"], 1, "{count}");
+    assert_eq!(count["by_reason"]["parked"], 101, "the later commands of /docs wait (a100-a199, late): {count}");
+    let ids = file_ids(&r.index);
+    assert!(ids.contains("a99") && ids.contains("s49") && !ids.contains("bad1") && !ids.contains("a100"), "{ids:?}");
+    assert!(worker.log_contains("committing its commands one by one"), "{}", worker.log());
+
+    r.off("index.reject-commit");
+    let (code, _, err) = r.run(&["dlq", "reprocess", "--key", "/docs"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("every key resumed"), "{err}");
+    assert_matches_model(&r.index, &log);
+}
+
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
 fn nothing_is_committed_past_a_message_until_its_dead_letter_is_written() {
     let r = Rig::new(1);
     r.on("dlq.send", "");

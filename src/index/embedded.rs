@@ -461,6 +461,11 @@ impl Shard for EmbeddedShard {
         if !self.dirty && self.marked == self.applied && self.parked_marked == self.parked {
             return Ok(());
         }
+        if let Some(ids) = crate::faults::active("index.reject-commit") {
+            if let Some((_, id)) = self.overlay.keys().find(|(_, id)| ids.lines().any(|l| l.trim() == id)) {
+                return Err(IndexError::Rejected(format!("injected fault index.reject-commit: document {id}")));
+            }
+        }
         let mut prepared = self.writer.prepare_commit()?;
         if let Some(applied) = self.marked {
             let payload = CommitPayload { applied, parked: self.parked_marked.clone() };

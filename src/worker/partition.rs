@@ -284,9 +284,87 @@ impl Applier {
                         return Ok(false);
                     }
                 }
-                Err(e) => return Err(e.into()),
+                Err(error) => {
+                    warn!(partition = self.partition, %error, commands = batch.len(), "the index refused a write of this batch: committing its commands one by one to find it");
+                    return self.isolate(shard, batch);
+                }
             }
         }
+    }
+
+    /// After a commit the index refused for good: applies and commits the
+    /// batch one command at a time from a fresh writer; the command whose
+    /// commit is refused `max_attempts` times is aborted. Publishes progress
+    /// after each command. `false` when stopped meanwhile.
+    fn isolate(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Result<bool, WorkerError> {
+        let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
+        while let Some(msg) = batch.first() {
+            let mut attempts = 0u32;
+            let mut abort_with: Option<IndexError> = None;
+            loop {
+                if !self.reopen(shard, &[])? {
+                    return Ok(false);
+                }
+                let handled = match &abort_with {
+                    None => self.handle(shard.as_mut(), msg),
+                    Some(e) => self.abort_message(shard.as_mut(), msg, e, attempts),
+                };
+                match handled {
+                    Ok(Handled::Interrupted) => return Ok(false),
+                    Ok(_) => {}
+                    Err(e) => {
+                        warn!(partition = self.partition, offset = msg.offset(), error = %e, "applying the command failed, retrying");
+                        backoff.wait();
+                        continue;
+                    }
+                }
+                match shard.commit() {
+                    Ok(()) => break,
+                    Err(e) if e.is_retryable() || abort_with.is_some() => {
+                        warn!(partition = self.partition, offset = msg.offset(), error = %e, "index commit failed, retrying");
+                    }
+                    Err(e) => {
+                        attempts += 1;
+                        if attempts >= self.shared.cfg.max_attempts.max(1) {
+                            abort_with = Some(e);
+                        } else {
+                            warn!(partition = self.partition, offset = msg.offset(), attempts, error = %e, "the index refused this command's writes, retrying");
+                        }
+                    }
+                }
+                if self.stopping() {
+                    return Ok(false);
+                }
+                backoff.wait();
+            }
+            self.next.store(msg.offset() + 1, Ordering::SeqCst);
+            batch.remove(0);
+        }
+        self.parked_gauge(shard.as_mut());
+        Ok(true)
+    }
+
+    /// Aborts `msg` after the index refused its writes at commit time.
+    fn abort_message(&self, shard: &mut dyn Shard, msg: &OwnedMessage, error: &IndexError, attempts: u32) -> Result<Handled, IndexError> {
+        let (key, max) = (msg.key(), self.shared.cfg.max_message_bytes);
+        let (payload, offset, command_id) = match admit(&self.shared.codec, key, msg.payload(), max) {
+            Ok(Admitted::Command(e)) => (msg.payload().map(<[u8]>::to_vec), msg.offset(), Some(e.command_id)),
+            // A replay: the letter is the replayed command.
+            Ok(Admitted::Control(c)) => {
+                let id = match admit(&self.shared.codec, key, Some(&c.payload), max) {
+                    Ok(Admitted::Command(e)) => Some(e.command_id),
+                    _ => None,
+                };
+                (Some(c.payload), c.origin_offset, id)
+            }
+            Err(_) => (msg.payload().map(<[u8]>::to_vec), msg.offset(), None),
+        };
+        let origin = Origin { key, payload: payload.as_deref(), offset };
+        let handled = self.abort(shard, &origin, dlq::reason::INDEX_REJECTED, error.to_string(), attempts, command_id)?;
+        if let Handled::Done { .. } = handled {
+            shard.mark_applied(msg.offset() as u64);
+        }
+        Ok(handled)
     }
 
     fn parked_gauge(&self, shard: &mut dyn Shard) {

@@ -147,6 +147,7 @@ impl ElasticShard {
     fn resolve(&mut self, mut report: BulkReport, kinds: &HashMap<String, Kind>, rule: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
         let mut written = report.done as u64;
         for _ in 0..5 {
+            refused(&report)?;
             if report.conflicts.is_empty() {
                 return Ok(written);
             }
@@ -178,6 +179,16 @@ impl ElasticShard {
             written += report.done as u64;
         }
         Err(IndexError::Backend("write conflicts kept recurring; another writer owns these documents".into()))
+    }
+}
+
+/// Items Elasticsearch refused for good (mapping or parse errors) fail the
+/// operation permanently: the worker then finds the command they belong to
+/// and dead-letters it.
+fn refused(report: &BulkReport) -> Result<(), IndexError> {
+    match report.failed.first() {
+        None => Ok(()),
+        Some((op, reason)) => Err(IndexError::Rejected(format!("{} document(s) refused, first {}: {reason}", report.failed.len(), op.id()))),
     }
 }
 
