@@ -488,6 +488,19 @@ async fn search_cli_queries_elasticsearch_and_prints_the_json_contract() {
     assert_eq!(body["query"]["bool"]["filter"][0]["term"]["path.tree"], "/clinton/work");
 }
 
+/// A shard with no applied position yet, whose files `ids` do not exist.
+async fn mount_new_shard(server: &MockServer, ids: &[&str]) {
+    Mock::given(path("/denorm-meta/_doc/p0")).and(method("GET")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(server).await;
+    for id in ids {
+        Mock::given(method("GET")).and(path(format!("/denorm-files/_doc/{id}"))).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(server).await;
+    }
+}
+
+/// How many times partition 0's applied position was written.
+fn meta_writes(reqs: &[wiremock::Request]) -> usize {
+    reqs.iter().filter(|r| r.url.path() == "/denorm-meta/_doc/p0" && r.method.as_str() == "POST").count()
+}
+
 #[test]
 fn a_failed_commit_keeps_its_writes_and_sends_them_again() {
     use denorm::apply::{apply, FanOut};
@@ -496,8 +509,7 @@ fn a_failed_commit_keeps_its_writes_and_sends_them_again() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let server = rt.block_on(MockServer::start());
     rt.block_on(async {
-        Mock::given(path("/denorm-meta/_doc/p0")).and(method("GET")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
-        Mock::given(method("GET")).and(path("/denorm-files/_doc/f1")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
+        mount_new_shard(&server, &["f1"]).await;
         // The cluster is unavailable for the whole first commit (5 attempts).
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(5).mount(&server).await;
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(200).set_body_json(items(&[("f1", 201)]))).mount(&server).await;
@@ -527,10 +539,7 @@ fn a_run_of_503_and_429_responses_is_outlasted_and_nothing_is_lost() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let server = rt.block_on(MockServer::start());
     rt.block_on(async {
-        Mock::given(path("/denorm-meta/_doc/p0")).and(method("GET")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
-        for id in ["f1", "f2"] {
-            Mock::given(method("GET")).and(path(format!("/denorm-files/_doc/{id}"))).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
-        }
+        mount_new_shard(&server, &["f1", "f2"]).await;
         // An outage longer than one commit's attempts (5): 7 x 503, then
         // 4 x 429 (overloaded while recovering), then the cluster is back.
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(7).mount(&server).await;
@@ -567,7 +576,7 @@ fn a_run_of_503_and_429_responses_is_outlasted_and_nothing_is_lost() {
     let bulks: Vec<Vec<String>> = reqs.iter().filter(|r| r.url.path() == "/_bulk").map(action_ids).collect();
     assert_eq!(bulks.len(), 12, "7 + 4 refused, 1 accepted");
     assert_eq!(bulks.last().unwrap(), &vec!["f1".to_string(), "f2".to_string()], "every write reaches the cluster once it is back");
-    let metas = reqs.iter().filter(|r| r.url.path() == "/denorm-meta/_doc/p0" && r.method.as_str() == "POST").count();
+    let metas = meta_writes(&reqs);
     assert_eq!(metas, 1, "the position is recorded only after the writes are in");
 }
 
@@ -579,10 +588,7 @@ fn an_item_refused_for_good_fails_the_commit_permanently() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let server = rt.block_on(MockServer::start());
     rt.block_on(async {
-        Mock::given(path("/denorm-meta/_doc/p0")).and(method("GET")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
-        for id in ["f1", "f2"] {
-            Mock::given(method("GET")).and(path(format!("/denorm-files/_doc/{id}"))).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
-        }
+        mount_new_shard(&server, &["f1", "f2"]).await;
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(200).set_body_json(items(&[("f1", 201), ("f2", 400)]))).mount(&server).await;
     });
     let b = backend(&server, &rt);
@@ -597,6 +603,6 @@ fn an_item_refused_for_good_fails_the_commit_permanently() {
     assert!(!err.is_retryable(), "{err}");
     assert!(err.to_string().contains("f2") && err.to_string().contains("mapper_parsing_exception"), "{err}");
     assert_eq!(shard.applied(), None, "nothing is recorded as applied");
-    let metas = rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path() == "/denorm-meta/_doc/p0" && r.method.as_str() == "POST").count();
+    let metas = meta_writes(&rt.block_on(server.received_requests()).unwrap());
     assert_eq!(metas, 0);
 }
