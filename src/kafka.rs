@@ -76,6 +76,20 @@ impl KafkaConfig {
         c
     }
 
+    /// An idempotent producer's configuration (`acks=all`) with `extra`
+    /// settings; the pass-through options come last, so they win.
+    pub fn producer_config(&self, extra: &[(&str, &str)]) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.brokers).set("enable.idempotence", "true").set("acks", "all");
+        for (k, v) in extra {
+            c.set(*k, *v);
+        }
+        for (k, v) in &self.options {
+            c.set(k, v);
+        }
+        c
+    }
+
     /// Number of partitions of the topic, `None` when it does not exist.
     pub fn topic_partitions(&self) -> Result<Option<i32>, KafkaSetupError> {
         let consumer: BaseConsumer = self.client_config().create()?;

@@ -166,6 +166,9 @@ async fn operate(cli: &Cli, topic: &str, letters: Vec<Entry>, o: &Operation, rep
     let deliveries = admin::send(&kafka, &groups, reprocess).await.context("writing control messages to the command topic")?;
     eprintln!("{verb}: {n} dead letters of {} keys handed to the workers (group {})", groups.len(), cli.group);
     if o.wait == 0 {
+        if o.filter.json {
+            println!("{}", serde_json::json!({"action": verb, "letters": n, "keys": groups.len(), "still_open": null}));
+        }
         return Ok(());
     }
     let (k, group, secs) = (kafka.clone(), cli.group.clone(), o.wait);

@@ -11,7 +11,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
-use super::{header, now_millis, Action, Control, MarkerKind};
+use super::{header, now_millis, Action, Control};
 use crate::codec::Codec;
 use crate::kafka::{KafkaConfig, KafkaSetupError, REQUEST_TIMEOUT};
 use crate::produce::Delivery;
@@ -214,12 +214,7 @@ pub fn groups(open: Vec<Entry>) -> Vec<Group> {
 /// `DISCARD`. Returns the delivery of each group's last message (once the
 /// worker group has committed past them, the operation is done).
 pub async fn send(cfg: &KafkaConfig, groups: &[Group], reprocess: bool) -> Result<Vec<Delivery>, DlqError> {
-    let mut c = cfg.client_config();
-    c.set("enable.idempotence", "true").set("acks", "all").set("message.timeout.ms", "120000");
-    for (k, v) in &cfg.options {
-        c.set(k, v);
-    }
-    let producer: FutureProducer = c.create()?;
+    let producer: FutureProducer = cfg.producer_config(&[("message.timeout.ms", "120000")]).create()?;
     let codec = Codec::new();
     let now = now_millis();
     let mut acks = Vec::new();
@@ -262,15 +257,6 @@ pub async fn send(cfg: &KafkaConfig, groups: &[Group], reprocess: bool) -> Resul
         }
     }
     Ok(out)
-}
-
-/// The marker kind a worker writes for `action`.
-pub fn marker_for(action: Action) -> MarkerKind {
-    if action == Action::Discard {
-        MarkerKind::Cleared
-    } else {
-        MarkerKind::Reprocessed
-    }
 }
 
 #[cfg(test)]

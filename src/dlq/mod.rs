@@ -93,6 +93,15 @@ impl Action {
     pub fn parse(s: &str) -> Option<Action> {
         [Action::Replay, Action::Resolve, Action::Discard].into_iter().find(|a| a.as_str() == s)
     }
+    /// The marker a worker writes when it carries out a `RESOLVE` or
+    /// `DISCARD`.
+    pub fn marker(self) -> MarkerKind {
+        if self == Action::Discard {
+            MarkerKind::Cleared
+        } else {
+            MarkerKind::Reprocessed
+        }
+    }
 }
 
 /// A control message (`schemas/control.avsc`).

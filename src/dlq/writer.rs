@@ -29,14 +29,8 @@ impl DeadLetterWriter {
     /// A writer to `topic` (which has `partitions` partitions) for letters
     /// from `cfg.topic`.
     pub fn new(cfg: &KafkaConfig, topic: &str, partitions: i32) -> Result<Self, KafkaError> {
-        let mut c = cfg.client_config();
-        c.set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "0")
-            .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string());
-        for (k, v) in &cfg.options {
-            c.set(k, v);
-        }
+        let timeout = DELIVERY_TIMEOUT.as_millis().to_string();
+        let c = cfg.producer_config(&[("linger.ms", "0"), ("message.timeout.ms", &timeout)]);
         Ok(DeadLetterWriter { producer: c.create()?, topic: topic.into(), origin_topic: cfg.topic.clone(), partitions })
     }
 

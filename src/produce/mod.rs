@@ -42,18 +42,14 @@ pub struct Producer {
 
 impl Producer {
     pub fn new(cfg: &KafkaConfig) -> Result<Self, ProduceError> {
-        let mut c = cfg.client_config();
         // Java's default partitioner, so producers in any language agree on
         // the partition of a key.
-        c.set("partitioner", "murmur2_random")
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "5")
-            .set("compression.type", "lz4")
-            .set("message.timeout.ms", "120000");
-        for (k, v) in &cfg.options {
-            c.set(k, v);
-        }
+        let c = cfg.producer_config(&[
+            ("partitioner", "murmur2_random"),
+            ("linger.ms", "5"),
+            ("compression.type", "lz4"),
+            ("message.timeout.ms", "120000"),
+        ]);
         Ok(Producer { inner: c.create()?, topic: cfg.topic.clone(), codec: Codec::new() })
     }
 

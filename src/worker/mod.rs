@@ -122,8 +122,6 @@ pub struct Stats {
     pub applied: AtomicU64,
     /// Documents written.
     pub documents: AtomicU64,
-    /// Messages dead-lettered (aborted or parked).
-    pub dead_lettered: AtomicU64,
     /// Documents of the largest fan-out, and its duration in microseconds.
     pub largest_fan_out_documents: AtomicU64,
     pub largest_fan_out_micros: AtomicU64,

@@ -92,9 +92,19 @@ struct Origin<'a> {
     offset: i64,
 }
 
-impl Origin<'_> {
-    fn key(&self) -> Option<String> {
-        self.key.filter(|k| !k.is_empty()).map(|k| String::from_utf8_lossy(k).into_owned())
+impl<'a> Origin<'a> {
+    /// The message key as parking knows it (borrowed when it is UTF-8).
+    fn key(&self) -> Option<std::borrow::Cow<'a, str>> {
+        self.key.filter(|k| !k.is_empty()).map(String::from_utf8_lossy)
+    }
+
+    /// What the key is parked behind, if it is parked. Cheap when nothing is.
+    fn parked_behind(&self, shard: &mut dyn Shard) -> Option<String> {
+        let parking = shard.parking();
+        if parking.is_empty() {
+            return None;
+        }
+        parking.get(self.key()?.as_ref()).map(|p| p.behind.clone())
     }
 }
 
@@ -298,44 +308,45 @@ impl Applier {
     /// after each command. `false` when stopped meanwhile.
     fn isolate(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Result<bool, WorkerError> {
         let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
+        // A fresh writer back at the last commit; again after every failure.
+        if !self.reopen(shard, &[])? {
+            return Ok(false);
+        }
         while let Some(msg) = batch.first() {
             let mut attempts = 0u32;
             let mut abort_with: Option<IndexError> = None;
             loop {
-                if !self.reopen(shard, &[])? {
-                    return Ok(false);
-                }
                 let handled = match &abort_with {
                     None => self.handle(shard.as_mut(), msg),
                     Some(e) => self.abort_message(shard.as_mut(), msg, e, attempts),
                 };
-                match handled {
+                let failed = match handled {
                     Ok(Handled::Interrupted) => return Ok(false),
-                    Ok(_) => {}
-                    Err(e) => {
-                        warn!(partition = self.partition, offset = msg.offset(), error = %e, "applying the command failed, retrying");
-                        backoff.wait();
-                        continue;
-                    }
-                }
-                match shard.commit() {
-                    Ok(()) => break,
-                    Err(e) if e.is_retryable() || abort_with.is_some() => {
-                        warn!(partition = self.partition, offset = msg.offset(), error = %e, "index commit failed, retrying");
-                    }
-                    Err(e) => {
-                        attempts += 1;
-                        if attempts >= self.shared.cfg.max_attempts.max(1) {
-                            abort_with = Some(e);
-                        } else {
-                            warn!(partition = self.partition, offset = msg.offset(), attempts, error = %e, "the index refused this command's writes, retrying");
+                    Ok(_) => match shard.commit() {
+                        Ok(()) => break,
+                        Err(e) if !e.is_retryable() && abort_with.is_none() => {
+                            attempts += 1;
+                            if attempts >= self.shared.cfg.max_attempts.max(1) {
+                                abort_with = Some(e);
+                                None
+                            } else {
+                                Some(e)
+                            }
                         }
-                    }
+                        Err(e) => Some(e),
+                    },
+                    Err(e) => Some(e),
+                };
+                if let Some(e) = failed {
+                    warn!(partition = self.partition, offset = msg.offset(), attempts, error = %e, "committing the command failed, retrying");
                 }
                 if self.stopping() {
                     return Ok(false);
                 }
                 backoff.wait();
+                if !self.reopen(shard, &[])? {
+                    return Ok(false);
+                }
             }
             self.next.store(msg.offset() + 1, Ordering::SeqCst);
             batch.remove(0);
@@ -385,8 +396,7 @@ impl Applier {
             Err(r) => self.reject(shard, &origin, r)?,
             Ok(Admitted::Control(c)) => self.control(shard, msg, c)?,
             Ok(Admitted::Command(e)) => {
-                let parked = origin.key().and_then(|k| shard.parking().get(&k).map(|p| p.behind.clone()));
-                match parked {
+                match origin.parked_behind(shard) {
                     Some(behind) => self.park(shard, &origin, Some(e.command_id.clone()), behind, e.command.kind())?,
                     None => self.command(shard, &e, offset, &origin)?,
                 }
@@ -455,47 +465,23 @@ impl Applier {
     /// parks its key.
     fn abort(&self, shard: &mut dyn Shard, origin: &Origin<'_>, reason: &'static str, detail: String, attempts: u32, command_id: Option<String>) -> Result<Handled, IndexError> {
         let behind = command_id.clone().unwrap_or_else(|| format!("p{}@{}", self.partition, origin.offset));
-        let letter = Letter {
-            key: origin.key,
-            payload: origin.payload,
-            reason,
-            detail: detail.clone(),
-            origin_partition: self.partition,
-            origin_offset: origin.offset,
-            attempts,
-            command_id,
-            parked_behind: None,
-        };
-        let Some(at) = self.dead_letter(&letter) else { return Ok(Handled::Interrupted) };
-        let key = origin.key();
-        error!(partition = self.partition, offset = origin.offset, reason, %detail, key = ?key, dlq_offset = at, "command aborted and dead-lettered");
-        self.shared.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
-        if let (OnAbort::Park, Some(k)) = (self.shared.cfg.on_abort, key) {
-            let p = shard.parking().entry(k.clone()).or_insert(Parked { behind: behind.clone(), last_dlq: -1, replayed_through: -1 });
+        let Some(at) = self.dead_letter(origin, reason, detail.clone(), attempts, command_id, None) else { return Ok(Handled::Interrupted) };
+        error!(partition = self.partition, offset = origin.offset, reason, %detail, key = ?origin.key(), dlq_offset = at, "command aborted and dead-lettered");
+        if let (OnAbort::Park, Some(k)) = (self.shared.cfg.on_abort, origin.key()) {
+            warn!(partition = self.partition, key = %k, "key parked: its later commands wait in the dead-letter topic for `denorm dlq reprocess` or `clear`");
+            let p = shard.parking().entry(k.into_owned()).or_insert(Parked { behind: String::new(), last_dlq: -1, replayed_through: -1 });
             p.behind = behind;
             p.last_dlq = at;
-            warn!(partition = self.partition, key = %k, "key parked: its later commands wait in the dead-letter topic for `denorm dlq reprocess` or `clear`");
         }
         Ok(Handled::Done { fan_out: false })
     }
 
     /// Dead-letters a command of a parked key.
     fn park(&self, shard: &mut dyn Shard, origin: &Origin<'_>, command_id: Option<String>, behind: String, kind: &'static str) -> Result<Handled, IndexError> {
-        let letter = Letter {
-            key: origin.key,
-            payload: origin.payload,
-            reason: dlq::reason::PARKED,
-            detail: format!("its key is parked behind command {behind}"),
-            origin_partition: self.partition,
-            origin_offset: origin.offset,
-            attempts: 0,
-            command_id,
-            parked_behind: Some(behind),
-        };
-        let Some(at) = self.dead_letter(&letter) else { return Ok(Handled::Interrupted) };
+        let detail = format!("its key is parked behind command {behind}");
+        let Some(at) = self.dead_letter(origin, dlq::reason::PARKED, detail, 0, command_id, Some(behind)) else { return Ok(Handled::Interrupted) };
         count(kind, outcome::PARKED);
-        self.shared.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
-        if let Some(p) = origin.key().and_then(|k| shard.parking().get_mut(&k)) {
+        if let Some(p) = origin.key().and_then(|k| shard.parking().get_mut(k.as_ref())) {
             p.last_dlq = at;
         }
         Ok(Handled::Done { fan_out: false })
@@ -531,7 +517,7 @@ impl Applier {
                 Ok(handled)
             }
             Action::Resolve | Action::Discard => {
-                let kind = crate::dlq::admin::marker_for(c.action);
+                let kind = c.action.marker();
                 let marked = self.retry_dead_letter(|| self.shared.dlq.mark(c.dlq_partition, &c.key, kind, c.through));
                 if marked.is_none() {
                     return Ok(Handled::Interrupted);
@@ -554,11 +540,23 @@ impl Applier {
         }
     }
 
-    /// Writes a letter, retrying for as long as the dead-letter topic
-    /// fails. `None` when stopped meanwhile.
-    fn dead_letter(&self, letter: &Letter<'_>) -> Option<i64> {
-        let at = self.retry_dead_letter(|| self.shared.dlq.write(letter))?;
-        counter!(m::DEAD_LETTERS_TOTAL, "reason" => letter.reason).increment(1);
+    /// Writes the letter of `origin`, retrying for as long as the
+    /// dead-letter topic fails. Its offset there; `None` when stopped
+    /// meanwhile.
+    fn dead_letter(&self, origin: &Origin<'_>, reason: &'static str, detail: String, attempts: u32, command_id: Option<String>, parked_behind: Option<String>) -> Option<i64> {
+        let letter = Letter {
+            key: origin.key,
+            payload: origin.payload,
+            reason,
+            detail,
+            origin_partition: self.partition,
+            origin_offset: origin.offset,
+            attempts,
+            command_id,
+            parked_behind,
+        };
+        let at = self.retry_dead_letter(|| self.shared.dlq.write(&letter))?;
+        counter!(m::DEAD_LETTERS_TOTAL, "reason" => reason).increment(1);
         Some(at)
     }
 
