@@ -496,6 +496,15 @@ async fn mount_new_shard(server: &MockServer, ids: &[&str]) {
     }
 }
 
+/// Applies an upsert of each file `ids[i]` at position `i`, and marks it.
+fn upsert_files(shard: &mut dyn denorm::index::Shard, ids: &[&str]) {
+    for (pos, id) in ids.iter().enumerate() {
+        let c = denorm::command::Command::UpsertFile { id: id.to_string(), path: format!("/c/{id}.txt"), contents: "x".into() };
+        denorm::apply::apply(shard, &c, pos as u64, denorm::apply::FanOut::pages_of(10)).unwrap();
+        shard.mark_applied(pos as u64);
+    }
+}
+
 /// How many times partition 0's applied position was written.
 fn meta_writes(reqs: &[wiremock::Request]) -> usize {
     reqs.iter().filter(|r| r.url.path() == "/denorm-meta/_doc/p0" && r.method.as_str() == "POST").count()
@@ -533,8 +542,6 @@ fn a_failed_commit_keeps_its_writes_and_sends_them_again() {
 
 #[test]
 fn a_run_of_503_and_429_responses_is_outlasted_and_nothing_is_lost() {
-    use denorm::apply::{apply, FanOut};
-    use denorm::command::Command;
     use denorm::index::Backend;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let server = rt.block_on(MockServer::start());
@@ -548,19 +555,12 @@ fn a_run_of_503_and_429_responses_is_outlasted_and_nothing_is_lost() {
         Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(ResponseTemplate::new(201).set_body_json(json!({"result": "created"}))).mount(&server).await;
     });
     let b = backend(&server, &rt);
-    let commands = [
-        Command::UpsertFile { id: "f1".into(), path: "/c/a.txt".into(), contents: "x".into() },
-        Command::UpsertFile { id: "f2".into(), path: "/c/b.txt".into(), contents: "y".into() },
-    ];
     // What the worker does on a transient failure: a fresh shard writer,
     // the uncommitted batch applied again, the commit retried.
     let mut failures = 0;
     let shard = loop {
         let mut shard = b.open_shard(0).unwrap();
-        for (pos, c) in commands.iter().enumerate() {
-            apply(shard.as_mut(), c, pos as u64, FanOut::pages_of(10)).unwrap();
-            shard.mark_applied(pos as u64);
-        }
+        upsert_files(shard.as_mut(), &["f1", "f2"]);
         match shard.commit() {
             Ok(()) => break shard,
             Err(e) => {
@@ -582,8 +582,6 @@ fn a_run_of_503_and_429_responses_is_outlasted_and_nothing_is_lost() {
 
 #[test]
 fn an_item_refused_for_good_fails_the_commit_permanently() {
-    use denorm::apply::{apply, FanOut};
-    use denorm::command::Command;
     use denorm::index::Backend;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let server = rt.block_on(MockServer::start());
@@ -593,10 +591,7 @@ fn an_item_refused_for_good_fails_the_commit_permanently() {
     });
     let b = backend(&server, &rt);
     let mut shard = b.open_shard(0).unwrap();
-    for (pos, id) in ["f1", "f2"].into_iter().enumerate() {
-        apply(shard.as_mut(), &Command::UpsertFile { id: id.into(), path: format!("/c/{id}.txt"), contents: "x".into() }, pos as u64, FanOut::pages_of(10)).unwrap();
-        shard.mark_applied(pos as u64);
-    }
+    upsert_files(shard.as_mut(), &["f1", "f2"]);
     // Not retryable: the worker commits the batch command by command to
     // find the refused one and dead-letters it (tests/faults.rs).
     let err = shard.commit().unwrap_err();

@@ -6,13 +6,12 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
 use denorm::command::Command;
 use denorm::index::Kind;
-use denorm::kafka::KafkaConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 fn file(id: &str, path: &str) -> Command {
@@ -21,46 +20,6 @@ fn file(id: &str, path: &str) -> Command {
 
 fn file_ids(index: &Path) -> BTreeSet<String> {
     dump(index).iter().filter(|d| d.kind() == Kind::File).map(|d| d.id().to_string()).collect()
-}
-
-/// One test's broker, topic, group, index, and fault switches for its
-/// workers (`DENORM_FAULTS`).
-struct Rig {
-    _broker: Broker,
-    cfg: KafkaConfig,
-    group: String,
-    _dir: tempfile::TempDir,
-    index: PathBuf,
-    faults: PathBuf,
-}
-
-impl Rig {
-    fn new(partitions: i32) -> Rig {
-        let b = broker();
-        let cfg = topic(&b, partitions);
-        let dir = tempfile::tempdir().unwrap();
-        let faults = dir.path().join("faults");
-        std::fs::create_dir_all(&faults).unwrap();
-        Rig { _broker: b, cfg, group: unique("g"), index: dir.path().join("index"), _dir: dir, faults }
-    }
-    fn on(&self, name: &str, arg: &str) {
-        std::fs::write(self.faults.join(name), arg).unwrap();
-    }
-    fn off(&self, name: &str) {
-        std::fs::remove_file(self.faults.join(name)).unwrap();
-    }
-    fn worker(&self, extra: &[&str]) -> Worker {
-        Worker::start_env(&self.cfg, &self.group, &self.index, extra, &[("DENORM_FAULTS", self.faults.as_os_str())])
-    }
-    /// `denorm <args>` for this rig.
-    fn run(&self, args: &[&str]) -> (i32, String, String) {
-        output(cli(&self.cfg, &self.group, &self.index).args(args))
-    }
-    fn dlq_count(&self) -> serde_json::Value {
-        let (code, out, err) = self.run(&["dlq", "count", "--json"]);
-        assert_eq!(code, 0, "{err}");
-        serde_json::from_str(&out).unwrap()
-    }
 }
 
 /// Polls `/readyz` until its status line contains `want`.
@@ -82,7 +41,7 @@ fn an_aborted_command_parks_its_key_until_reprocess_and_clear_discards() {
     let r = Rig::new(2);
     // The index rejects every command of /p and /r (think: a mapping
     // conflict), until the fault is lifted.
-    r.on("index.reject", "/p\n/r\n");
+    r.on_fault("index.reject", "/p\n/r\n");
     let worker = r.worker(&["--max-attempts", "2", "--retry-backoff-max-ms", "100"]);
     let first = vec![
         file("p1", "/p/x/1.txt"),
@@ -111,7 +70,7 @@ fn an_aborted_command_parks_its_key_until_reprocess_and_clear_discards() {
     assert_eq!(metric(&metrics, "denorm_parked_keys", &[]), 2.0, "{metrics}");
 
     // The fault is lifted, but /p stays parked: a new command waits too.
-    r.off("index.reject");
+    r.off_fault("index.reject");
     log.extend(produce(&r.cfg, vec![file("p3", "/p/x/3.txt")]));
     wait_applied(&r.cfg, &r.group, log.len());
     assert!(!file_ids(&r.index).contains("p3"));
@@ -146,7 +105,7 @@ fn an_aborted_command_parks_its_key_until_reprocess_and_clear_discards() {
 fn a_write_refused_at_commit_time_is_traced_to_its_command_and_dead_lettered() {
     let r = Rig::new(1);
     // Like an Elasticsearch bulk item refused when a batch is committed.
-    r.on("index.reject-commit", "bad1\n");
+    r.on_fault("index.reject-commit", "bad1\n");
     let mut commands = files_under("a", "/docs", 200);
     commands.insert(100, file("bad1", "/docs/bad.txt"));
     commands.extend(files_under("s", "/src", 50));
@@ -161,7 +120,7 @@ fn a_write_refused_at_commit_time_is_traced_to_its_command_and_dead_lettered() {
     assert!(ids.contains("a99") && ids.contains("s49") && !ids.contains("bad1") && !ids.contains("a100"), "{ids:?}");
     assert!(worker.log_contains("committing its commands one by one"), "{}", worker.log());
 
-    r.off("index.reject-commit");
+    r.off_fault("index.reject-commit");
     let (code, _, err) = r.run(&["dlq", "reprocess", "--key", "/docs"]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("every key resumed"), "{err}");
@@ -172,7 +131,7 @@ fn a_write_refused_at_commit_time_is_traced_to_its_command_and_dead_lettered() {
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
 fn nothing_is_committed_past_a_message_until_its_dead_letter_is_written() {
     let r = Rig::new(1);
-    r.on("dlq.send", "");
+    r.on_fault("dlq.send", "");
     rt().block_on(async {
         let p: FutureProducer = r.cfg.client_config().create().unwrap();
         p.send(FutureRecord::<str, [u8]>::to(&r.cfg.topic).key("/a").payload(b"not a command"), Duration::from_secs(30)).await.unwrap();
@@ -192,7 +151,7 @@ fn nothing_is_committed_past_a_message_until_its_dead_letter_is_written() {
     assert_eq!((lag.partitions[0].committed, lag.total), (0, 2), "{lag:?}");
     assert!(!file_ids(&r.index).contains("b1"));
 
-    r.off("dlq.send");
+    r.off_fault("dlq.send");
     wait_applied(&r.cfg, &r.group, 2);
     wait_ready_status(&worker, "200");
     let (_, out, _) = r.run(&["dlq", "list", "--json"]);
@@ -215,7 +174,7 @@ fn the_worker_survives_index_io_errors_and_the_result_is_exact() {
     wait_applied(&r.cfg, &r.group, log.len());
 
     // The disk fails: every write of the index directory errors.
-    r.on("index.io", "");
+    r.on_fault("index.io", "");
     let mut second = vec![Command::RenamePath { from: s("/docs/d1"), to: s("/docs/moved") }];
     second.extend(files_under("c", "/docs", 500));
     second.push(Command::RenamePath { from: s("/src/d3"), to: s("/src/old/d3") });
@@ -230,7 +189,7 @@ fn the_worker_survives_index_io_errors_and_the_result_is_exact() {
     assert!(body.contains("degraded"), "{body}");
     assert!(denorm::kafka::group_lag(&r.cfg, &r.group).unwrap().total > 0);
 
-    r.off("index.io");
+    r.off_fault("index.io");
     let t = Instant::now();
     wait_applied(&r.cfg, &r.group, log.len());
     eprintln!("recovered from the index outage in {:.1}s", t.elapsed().as_secs_f64());
@@ -241,11 +200,8 @@ fn the_worker_survives_index_io_errors_and_the_result_is_exact() {
 
 #[test]
 fn the_worker_rides_out_a_broker_restart_mid_workload() {
-    let mut b = Broker::private();
-    let cfg = topic(&b, 2);
-    let group = unique("g");
-    let dir = tempfile::tempdir().unwrap();
-    let index = dir.path().join("index");
+    let mut r = Rig::on(Broker::private(), 2);
+    let (cfg, group, index) = (r.cfg.clone(), r.group.clone(), r.index.clone());
     let mut first = files_under("a", "/docs", 6000);
     first.push(Command::RenamePath { from: s("/docs/d7"), to: s("/docs/seven") });
     first.extend(files_under("b", "/src", 6000));
@@ -261,10 +217,10 @@ fn the_worker_rides_out_a_broker_restart_mid_workload() {
         assert!(Instant::now() < deadline, "no progress before the outage:\n{}", worker.log());
         std::thread::sleep(Duration::from_millis(20));
     }
-    b.kill();
+    r.broker.kill();
     let t = Instant::now();
     assert!(worker.wait_for_log("kafka consumer error", Duration::from_secs(60)), "the outage was not noticed:\n{}", worker.log());
-    b.restart();
+    r.broker.restart();
     log.extend(produce(&cfg, vec![Command::RenamePath { from: s("/src/d2"), to: s("/src/lib") }, file("c1", "/src/lib/c1.txt")]));
     wait_applied(&cfg, &group, log.len());
     eprintln!("broker down and back, everything applied {:.1}s after the kill", t.elapsed().as_secs_f64());

@@ -17,12 +17,9 @@ use rdkafka::{Offset, TopicPartitionList};
 
 #[test]
 fn every_command_end_to_end_through_produce_worker_and_search() {
-    let b = broker();
-    let cfg = topic(&b, 3);
-    let group = unique("g");
-    let dir = tempfile::tempdir().unwrap();
-    let index = dir.path().join("index");
-    let jsonl = dir.path().join("commands.jsonl");
+    let r = Rig::new(3);
+    let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
+    let jsonl = r.dir().join("commands.jsonl");
     std::fs::write(
         &jsonl,
         r#"{"op":"upsert_file","id":"f1","path":"/clinton/projects/elasticsearch/README.txt","contents":"Starting a new Elasticsearch project is easy..."}
@@ -106,10 +103,8 @@ fn every_command_end_to_end_through_produce_worker_and_search() {
 
 #[test]
 fn rejects_invalid_input_before_sending_anything() {
-    let b = broker();
-    let cfg = topic(&b, 2);
-    let dir = tempfile::tempdir().unwrap();
-    let index = dir.path().join("index");
+    let r = Rig::new(2);
+    let (cfg, index) = (&r.cfg, r.index.as_path());
     let cases = [
         ("{\"op\":\"rename\",\"from\":\"/a/b\",\"to\":\"/a/b/c\"}", "line 2: rename of \"/a/b\" into itself"),
         ("{\"op\":\"rename\",\"from\":\"/a/b\",\"to\":\"/c/b\"}", "not supported yet"),
@@ -117,7 +112,7 @@ fn rejects_invalid_input_before_sending_anything() {
         ("{\"op\":\"nope\"}", "line 2: unknown variant"),
     ];
     for (bad, want) in cases {
-        let f = dir.path().join("bad.jsonl");
+        let f = r.dir().join("bad.jsonl");
         std::fs::write(&f, format!("{{\"op\":\"upsert_file\",\"id\":\"ok\",\"path\":\"/a/ok.txt\",\"contents\":\"\"}}\n{bad}\n")).unwrap();
         let (code, _, err) = output(cli(&cfg, "g", &index).args(["produce", "--jsonl"]).arg(&f));
         assert_eq!(code, 2, "{bad}: {err}");
@@ -130,18 +125,15 @@ fn rejects_invalid_input_before_sending_anything() {
     assert_eq!(code, 2);
     let report = denorm::kafka::group_lag(&cfg, "g").unwrap();
     assert_eq!(report.partitions.iter().map(|p| p.end).sum::<i64>(), 0, "nothing may be produced");
-    let (code, _, err) = output(cli(&cfg, "g", &dir.path().join("missing")).args(["search", "files"]));
+    let (code, _, err) = output(cli(&cfg, "g", &r.dir().join("missing")).args(["search", "files"]));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("no denorm index"), "{err}");
 }
 
 #[test]
 fn concurrent_renames_of_a_tree_and_a_file_in_it_match_the_model() {
-    let b = broker();
-    let cfg = topic(&b, 3);
-    let group = unique("g");
-    let dir = tempfile::tempdir().unwrap();
-    let index = dir.path().join("index");
+    let r = Rig::new(3);
+    let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let _worker = Worker::start(&cfg, &group, &index, &[]);
     let mut seed = denorm::demo::seed(4000, 50, 500, 11);
     seed.extend(files_under("b", "/bill/projects", 300));
@@ -170,11 +162,8 @@ fn concurrent_renames_of_a_tree_and_a_file_in_it_match_the_model() {
 
 #[test]
 fn resumes_after_worker_killed_mid_rename() {
-    let b = broker();
-    let cfg = topic(&b, 2);
-    let group = unique("g");
-    let dir = tempfile::tempdir().unwrap();
-    let index = dir.path().join("index");
+    let r = Rig::new(2);
+    let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let files = files_under("f", "/big/tree", 20_000);
     let mut log = produce(&cfg, files);
     // A short session timeout: the group notices the killed member sooner.
@@ -224,11 +213,8 @@ fn rewind(cfg: &denorm::kafka::KafkaConfig, group: &str) {
 
 #[test]
 fn redelivery_of_an_applied_range_changes_nothing() {
-    let b = broker();
-    let cfg = topic(&b, 3);
-    let group = unique("g");
-    let dir = tempfile::tempdir().unwrap();
-    let index = dir.path().join("index");
+    let r = Rig::new(3);
+    let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let mut cmds = denorm::demo::seed(1500, 30, 300, 5);
     let (a, r) = denorm::demo::race();
     cmds.extend([a, r]);
@@ -259,11 +245,8 @@ fn redelivery_of_an_applied_range_changes_nothing() {
 
 #[test]
 fn two_workers_share_partitions_and_the_result_is_exact() {
-    let b = broker();
-    let cfg = topic(&b, 6);
-    let group = unique("g");
-    let dir = tempfile::tempdir().unwrap();
-    let index = dir.path().join("index");
+    let r = Rig::new(6);
+    let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let seed = denorm::demo::seed(6000, 100, 1000, 3);
     let (first_half, second_half) = seed.split_at(seed.len() / 2);
     let a = Worker::start(&cfg, &group, &index, &[]);
@@ -289,11 +272,8 @@ fn two_workers_share_partitions_and_the_result_is_exact() {
 
 #[test]
 fn hostile_messages_are_dead_lettered_with_distinct_reasons_without_stopping_the_partition() {
-    let b = broker();
-    let cfg = topic(&b, 1);
-    let group = unique("g");
-    let dir = tempfile::tempdir().unwrap();
-    let index = dir.path().join("index");
+    let r = Rig::new(1);
+    let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let codec = denorm::codec::Codec::new();
     let valid = |id: &str| {
         codec.encode(&denorm::command::Envelope::new(Command::UpsertFile { id: s(id), path: format!("/a/{id}.txt"), contents: s("x") }))
@@ -387,11 +367,8 @@ fn hostile_messages_are_dead_lettered_with_distinct_reasons_without_stopping_the
 
 #[test]
 fn metrics_health_and_readiness_endpoints() {
-    let b = broker();
-    let cfg = topic(&b, 2);
-    let group = unique("g");
-    let dir = tempfile::tempdir().unwrap();
-    let index = dir.path().join("index");
+    let r = Rig::new(2);
+    let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let worker = Worker::start(&cfg, &group, &index, &[]);
     let log = produce(&cfg, denorm::demo::seed(200, 5, 20, 1));
     wait_applied(&cfg, &group, log.len());
@@ -439,11 +416,8 @@ fn metrics_health_and_readiness_endpoints() {
 
 #[test]
 fn sigterm_during_a_long_fan_out_stops_within_the_bound_and_the_next_worker_finishes() {
-    let b = broker();
-    let cfg = topic(&b, 1);
-    let group = unique("g");
-    let dir = tempfile::tempdir().unwrap();
-    let index = dir.path().join("index");
+    let r = Rig::new(1);
+    let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let mut log = produce(&cfg, files_under("f", "/big/tree", 10_000));
     // 100 pages, 100 ms apart: a rename of about 10 s, against a 1 s bound.
     let slow = ["--page-size", "100", "--fan-out-page-pause-ms", "100", "--shutdown-timeout-secs", "1"];
@@ -468,10 +442,8 @@ fn sigterm_during_a_long_fan_out_stops_within_the_bound_and_the_next_worker_fini
 
 #[test]
 fn kafka_secrets_never_reach_the_log() {
-    let b = broker();
-    let cfg = topic(&b, 1);
-    let group = unique("g");
-    let dir = tempfile::tempdir().unwrap();
+    let r = Rig::new(1);
+    let (cfg, group) = (&r.cfg, r.group.as_str());
     let secret = "s3cr3t-Pa55word-never-logged";
     // SASL settings pass through to every client (the broker here speaks
     // no SASL, so commands that work without them fail with them); with
@@ -480,10 +452,10 @@ fn kafka_secrets_never_reach_the_log() {
         "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=PLAIN", "-X", "sasl.username=denorm",
         "-X", &format!("sasl.password={secret}"), "-X", "debug=security,broker",
     ];
-    let (code, _, err) = output(cli(&cfg, &group, dir.path()).args(["lag"]));
+    let (code, _, err) = output(cli(&cfg, &group, r.dir()).args(["lag"]));
     assert_eq!(code, 0, "{err}");
     for sub in [&["run", "--metrics-addr", "127.0.0.1:0"][..], &["lag"][..]] {
-        let (code, out, err) = output(cli(&cfg, &group, &dir.path().join("index")).args(sasl).args(["--log", "debug"]).args(sub));
+        let (code, out, err) = output(cli(&cfg, &group, &r.dir().join("index")).args(sasl).args(["--log", "debug"]).args(sub));
         assert_ne!(code, 0, "{sub:?}: the SASL settings were not used: {err}");
         assert!(!out.contains(secret) && !err.contains(secret), "{sub:?} logged the password:\n{err}");
     }

@@ -112,6 +112,62 @@ pub fn topic(broker: &Broker, partitions: i32) -> KafkaConfig {
     cfg
 }
 
+/// One test's broker, topic (of its own), consumer group, index directory,
+/// and fault switches for its workers (`DENORM_FAULTS`, see src/faults.rs).
+pub struct Rig {
+    pub broker: Broker,
+    pub cfg: KafkaConfig,
+    pub group: String,
+    pub index: PathBuf,
+    faults: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Rig {
+    /// On the shared broker.
+    pub fn new(partitions: i32) -> Rig {
+        Rig::on(broker(), partitions)
+    }
+
+    pub fn on(broker: Broker, partitions: i32) -> Rig {
+        let cfg = topic(&broker, partitions);
+        let dir = tempfile::tempdir().unwrap();
+        let faults = dir.path().join("faults");
+        std::fs::create_dir_all(&faults).unwrap();
+        Rig { broker, cfg, group: unique("g"), index: dir.path().join("index"), faults, dir }
+    }
+
+    /// A scratch directory of this test.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Switches fault point `name` on (with argument `arg`) for the workers.
+    pub fn on_fault(&self, name: &str, arg: &str) {
+        std::fs::write(self.faults.join(name), arg).unwrap();
+    }
+
+    pub fn off_fault(&self, name: &str) {
+        std::fs::remove_file(self.faults.join(name)).unwrap();
+    }
+
+    /// A `denorm run` of this rig's group on its index.
+    pub fn worker(&self, extra: &[&str]) -> Worker {
+        Worker::start_env(&self.cfg, &self.group, &self.index, extra, &[("DENORM_FAULTS", self.faults.as_os_str())])
+    }
+
+    /// `denorm <args>` with this rig's global options.
+    pub fn run(&self, args: &[&str]) -> (i32, String, String) {
+        output(cli(&self.cfg, &self.group, &self.index).args(args))
+    }
+
+    pub fn dlq_count(&self) -> serde_json::Value {
+        let (code, out, err) = self.run(&["dlq", "count", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str(&out).unwrap()
+    }
+}
+
 /// Produces `commands` in order; returns (delivery, command) pairs.
 pub fn produce(cfg: &KafkaConfig, commands: Vec<Command>) -> Vec<(Delivery, Command)> {
     rt().block_on(async {
