@@ -76,11 +76,8 @@ fn chaos_kills_and_rebalances_lose_nothing_and_break_no_order() {
     }
     assert!(moved >= 10_000, "renames move {moved} files");
 
-    let b = broker();
-    let cfg = topic(&b, 6);
-    let group = unique("g");
-    let dir = tempfile::tempdir().unwrap();
-    let index = dir.path().join("index");
+    let r = Rig::new(6);
+    let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let mut rng = StdRng::seed_from_u64(seed);
     let start = |extra: &[&str]| Worker::start(&cfg, &group, &index, extra);
     // A short session timeout: the group notices killed members sooner.
@@ -129,11 +126,31 @@ fn chaos_kills_and_rebalances_lose_nothing_and_break_no_order() {
     }
     let log = producer.join().unwrap();
     let chaos = t.elapsed();
-    wait_applied(&cfg, &group, n);
+    // tansu 0.6 drops a member whose session expires while the group is
+    // stable but leaves its partitions unassigned until the next join (real
+    // Kafka rebalances). When the group makes no progress for 15 s, a fresh
+    // worker joins, as a redeploy would; how often is printed.
+    let mut nudges = Vec::new();
+    let mut last_committed = -1;
+    loop {
+        match denorm::kafka::wait_until_applied(&cfg, &group, n as i64, Duration::from_secs(15), |_| {}) {
+            Ok(_) => break,
+            Err(denorm::kafka::WaitError::Timeout(Some(report))) => {
+                let committed: i64 = report.partitions.iter().map(|p| p.committed).sum();
+                if committed == last_committed {
+                    assert!(nudges.len() < 5, "no progress even after {} fresh joins: {report:?}", nudges.len());
+                    nudges.push(start(args));
+                }
+                last_committed = committed;
+            }
+            Err(e) => panic!("waiting for the group: {e}"),
+        }
+    }
     eprintln!(
-        "chaos: {n} commands, {kills} SIGKILLs, {joins} joins, {leaves} graceful leaves over {:.1}s; all applied after {:.1}s",
+        "chaos: {n} commands, {kills} SIGKILLs, {joins} joins, {leaves} graceful leaves over {:.1}s; all applied after {:.1}s ({} fresh joins to get past tansu's orphaned partitions)",
         chaos.as_secs_f64(),
-        t.elapsed().as_secs_f64()
+        t.elapsed().as_secs_f64(),
+        nudges.len()
     );
     assert!(kills >= KILLS);
     assert_matches_model(&index, &log);
