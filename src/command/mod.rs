@@ -5,8 +5,14 @@ pub mod path;
 
 use serde::{Deserialize, Serialize};
 
-/// Longest id accepted for a file, user or post.
+/// Longest id accepted for a file, user or post, in bytes (Elasticsearch's
+/// limit of `_id`).
 pub const MAX_ID_LEN: usize = 512;
+/// Longest path, user name or e-mail address accepted, in bytes. They are
+/// indexed as single terms (keyword fields, `path.tree` tokens), which
+/// Elasticsearch refuses past 32,766 bytes while tantivy would take them:
+/// one limit, well below both, keeps the backends in agreement.
+pub const MAX_TERM_LEN: usize = 4096;
 
 /// Why a command is not acceptable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -98,11 +104,13 @@ impl Command {
                 }
                 Ok(())
             }
-            Command::UpsertUser { id, name, dob, .. } => {
+            Command::UpsertUser { id, name, email, dob } => {
                 check_id("id", id)?;
                 if name.trim().is_empty() {
                     return Err(CommandError::InvalidField { field: "name", reason: "is empty".into() });
                 }
+                check_term("name", name)?;
+                check_term("email", email)?;
                 check_date("dob", dob)
             }
             Command::UpsertPost { id, user_id, .. } | Command::DeletePost { id, user_id } => {
@@ -149,23 +157,41 @@ fn check_file_path(p: &str) -> Result<(), CommandError> {
     Ok(())
 }
 
-/// `YYYY-MM-DD` with a plausible month and day.
+fn check_term(field: &'static str, s: &str) -> Result<(), CommandError> {
+    if s.len() > MAX_TERM_LEN {
+        return Err(CommandError::InvalidField { field, reason: format!("is {} bytes, longer than {MAX_TERM_LEN}", s.len()) });
+    }
+    Ok(())
+}
+
+/// A date of the proleptic Gregorian calendar as `YYYY-MM-DD`, years 0001
+/// to 9999 (Elasticsearch's `yyyy-MM-dd` counts years of the era: there is
+/// no year 0000).
 fn check_date(field: &'static str, s: &str) -> Result<(), CommandError> {
     let b = s.as_bytes();
     let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
-    let ok = b.len() == 10
-        && b[4] == b'-'
-        && b[7] == b'-'
-        && digits(0..4)
-        && digits(5..7)
-        && digits(8..10)
-        && (1..=12).contains(&s[5..7].parse::<u32>().unwrap_or(0))
-        && (1..=31).contains(&s[8..10].parse::<u32>().unwrap_or(0));
-    if ok {
-        Ok(())
-    } else {
-        Err(CommandError::InvalidField { field, reason: format!("{s:?} is not a YYYY-MM-DD date") })
+    let shaped = b.len() == 10 && b[4] == b'-' && b[7] == b'-' && digits(0..4) && digits(5..7) && digits(8..10);
+    let invalid = |why: &str| Err(CommandError::InvalidField { field, reason: format!("{s:?} {why}") });
+    if !shaped {
+        return invalid("is not a YYYY-MM-DD date");
     }
+    let num = |r: std::ops::Range<usize>| s[r].parse::<u32>().expect("digits");
+    let (y, m, d) = (num(0..4), num(5..7), num(8..10));
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let days = match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return invalid("has no such month"),
+    };
+    if y == 0 {
+        return invalid("is in year 0000, which the calendar does not have");
+    }
+    if d == 0 || d > days {
+        return invalid("is not a day of the calendar");
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -215,5 +241,27 @@ mod tests {
         assert!(u("1", "1970-13-24").validate().is_err());
         assert!(u("1", "24.10.1970").validate().is_err());
         assert!(u(&"x".repeat(513), "1970-10-24").validate().is_err());
+    }
+
+    #[test]
+    fn dates_must_exist_in_the_calendar() {
+        let u = |dob: &str| Command::UpsertUser { id: "1".into(), name: "n".into(), email: String::new(), dob: dob.into() }.validate();
+        for ok in ["2024-02-29", "2000-02-29", "2023-02-28", "0001-01-01", "9999-12-31", "1970-04-30"] {
+            assert!(u(ok).is_ok(), "{ok} refused");
+        }
+        for bad in ["2023-02-31", "2023-02-29", "1900-02-29", "2023-04-31", "2023-00-10", "2023-01-00", "0000-01-01", "2023-1-01", "2023-01-01T00"] {
+            assert!(u(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn terms_longer_than_the_limit_are_refused() {
+        let long = format!("/a/{}", "x".repeat(MAX_TERM_LEN));
+        assert!(Command::UpsertFile { id: "f".into(), path: long.clone(), contents: String::new() }.validate().is_err());
+        assert!(rename("/a/b", &long).validate().is_err());
+        let user = |name: String, email: String| Command::UpsertUser { id: "1".into(), name, email, dob: "1970-01-01".into() }.validate();
+        assert!(user("x".repeat(MAX_TERM_LEN + 1), String::new()).is_err());
+        assert!(user("n".into(), "e".repeat(MAX_TERM_LEN + 1)).is_err());
+        assert!(user("x".repeat(MAX_TERM_LEN), "e".repeat(MAX_TERM_LEN)).is_ok());
     }
 }

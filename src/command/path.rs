@@ -17,6 +17,9 @@ pub fn validate(what: &'static str, path: &str) -> Result<(), CommandError> {
     if path == "/" {
         return Err(invalid("must name something below '/'"));
     }
+    if path.len() > super::MAX_TERM_LEN {
+        return Err(invalid(&format!("is {} bytes, longer than {}", path.len(), super::MAX_TERM_LEN)));
+    }
     for segment in path[1..].split('/') {
         match segment {
             "" => return Err(invalid("has an empty segment")),
