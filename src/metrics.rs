@@ -24,6 +24,7 @@ pub const ES_BULK_SECONDS: &str = "denorm_es_bulk_request_seconds";
 pub const ES_BULK_ITEMS_TOTAL: &str = "denorm_es_bulk_items_total";
 pub const ES_RETRIES_TOTAL: &str = "denorm_es_retries_total";
 pub const ES_PIT_PAGES_TOTAL: &str = "denorm_es_pit_pages_total";
+pub const SCHEMA_REGISTRY_REQUESTS_TOTAL: &str = "denorm_schema_registry_requests_total";
 
 /// Every metric name above (the dashboard check reads this).
 pub const ALL: &[&str] = &[
@@ -46,6 +47,7 @@ pub const ALL: &[&str] = &[
     ES_BULK_ITEMS_TOTAL,
     ES_RETRIES_TOTAL,
     ES_PIT_PAGES_TOTAL,
+    SCHEMA_REGISTRY_REQUESTS_TOTAL,
 ];
 
 /// Names that are histograms (exported as `_bucket`, `_sum`, `_count`).
@@ -88,6 +90,7 @@ fn describe() {
     describe_counter!(ES_BULK_ITEMS_TOTAL, Unit::Count, "Elasticsearch bulk items by outcome (done, conflict, retry, failed).");
     describe_counter!(ES_PIT_PAGES_TOTAL, Unit::Count, "Point-in-time pages read from Elasticsearch.");
     describe_counter!(ES_RETRIES_TOTAL, Unit::Count, "Elasticsearch retries by reason (request, items).");
+    describe_counter!(SCHEMA_REGISTRY_REQUESTS_TOTAL, Unit::Count, "Schema-registry requests for schema ids not cached yet, by outcome (found, not_found, error).");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");
 }
 

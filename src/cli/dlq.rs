@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use super::{Cli, UsageError};
-use crate::dlq::admin::{self, Entry};
+use crate::dlq::admin::{self, Entry, Marker};
 
 #[derive(Debug, Args)]
 pub struct DlqArgs {
@@ -31,8 +31,26 @@ enum Action {
     /// original order, then resume the key. Letters that fail again are
     /// dead-lettered again and the key stays parked
     Reprocess(Operation),
-    /// Discard the open dead letters of a key (or of all keys) and resume the key
-    Clear(Operation),
+    /// Discard the open dead letters of a key (or of all keys) and resume the key;
+    /// with --letter, discard only those letters (a poison message) and keep the key parked
+    Clear(ClearArgs),
+}
+
+#[derive(Debug, Args)]
+struct ClearArgs {
+    #[command(flatten)]
+    op: Operation,
+    /// Discard only this letter, as `list` shows it (PARTITION@OFFSET; repeatable): for a
+    /// poison message. Its key stays parked; `reprocess --key K` then replays the key's other
+    /// letters in their original order and resumes it
+    #[arg(long = "letter", value_name = "PARTITION@OFFSET", value_parser = parse_letter)]
+    letters: Vec<(i32, i64)>,
+}
+
+fn parse_letter(s: &str) -> Result<(i32, i64), String> {
+    let bad = || format!("expected PARTITION@OFFSET as `denorm dlq list` shows it (like 0@17), got {s:?}");
+    let (p, o) = s.split_once('@').ok_or_else(bad)?;
+    Ok((p.trim().parse().map_err(|_| bad())?, o.trim().parse().map_err(|_| bad())?))
 }
 
 #[derive(Debug, Args)]
@@ -62,9 +80,9 @@ pub async fn run(cli: &Cli, a: &DlqArgs) -> anyhow::Result<()> {
     let topic = a.dlq_topic.clone().unwrap_or_else(|| crate::dlq::default_topic(&kafka.topic));
     let filter = match &a.action {
         Action::Count(f) | Action::List(f) => f,
-        Action::Reprocess(o) | Action::Clear(o) => &o.filter,
+        Action::Reprocess(o) | Action::Clear(ClearArgs { op: o, .. }) => &o.filter,
     };
-    let letters = read_open(&kafka, &topic, filter.key.clone()).await?;
+    let (letters, drops) = read_open(&kafka, &topic, filter.key.clone()).await?;
     match &a.action {
         Action::Count(f) => {
             let distinct = admin::distinct(letters);
@@ -89,18 +107,70 @@ pub async fn run(cli: &Cli, a: &DlqArgs) -> anyhow::Result<()> {
                 print_table(&distinct);
             }
         }
-        Action::Reprocess(o) | Action::Clear(o) => {
-            let reprocess = matches!(a.action, Action::Reprocess(_));
-            operate(cli, &topic, letters, o, reprocess).await?;
-        }
+        Action::Clear(c) if !c.letters.is_empty() => drop_letters(cli, &topic, letters, c).await?,
+        Action::Reprocess(o) => operate(cli, &topic, letters, &drops, o, true).await?,
+        Action::Clear(c) => operate(cli, &topic, letters, &drops, &c.op, false).await?,
     }
     Ok(())
 }
 
-async fn read_open(kafka: &crate::kafka::KafkaConfig, topic: &str, key: Option<String>) -> anyhow::Result<Vec<Entry>> {
+/// The open letters (of `key`), and the letters dropped one by one whose
+/// key was not resumed since.
+async fn read_open(kafka: &crate::kafka::KafkaConfig, topic: &str, key: Option<String>) -> anyhow::Result<(Vec<Entry>, Vec<Marker>)> {
     let (k, t) = (kafka.clone(), topic.to_string());
     let (entries, markers) = tokio::task::spawn_blocking(move || admin::read(&k, &t)).await?.with_context(|| format!("reading the dead-letter topic {topic}"))?;
-    Ok(admin::open(entries, &markers, key.as_deref()))
+    Ok((admin::open(entries, &markers, key.as_deref()), admin::pending_drops(&markers, key.as_deref())))
+}
+
+/// Asks before discarding `n` letters; without a terminal, --yes is needed.
+fn confirm(n: usize, keys: usize, yes: bool) -> anyhow::Result<bool> {
+    if yes {
+        return Ok(true);
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(UsageError(format!("refusing to discard {n} dead letters of {keys} keys without --yes")).into());
+    }
+    eprint!("Discard {n} dead letters of {keys} keys for good? [y/N] ");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    let yes = matches!(answer.trim(), "y" | "Y" | "yes");
+    if !yes {
+        eprintln!("nothing discarded");
+    }
+    Ok(yes)
+}
+
+/// `clear --letter`: discards the named letters alone; their keys stay
+/// parked for a `reprocess` of the rest.
+async fn drop_letters(cli: &Cli, topic: &str, open: Vec<Entry>, c: &ClearArgs) -> anyhow::Result<()> {
+    let mut chosen = Vec::new();
+    for &(p, o) in &c.letters {
+        match open.iter().find(|e| e.dlq_partition == p && e.dlq_offset == o) {
+            Some(e) => chosen.push(e.clone()),
+            None => {
+                let of_key = c.op.filter.key.as_ref().map(|k| format!(" of key {k:?}")).unwrap_or_default();
+                return Err(UsageError(format!("{p}@{o} is not an open dead letter{of_key} in {topic} (see `denorm dlq list`)")).into());
+            }
+        }
+    }
+    let keys: BTreeSet<String> = chosen.iter().map(|e| e.key.clone()).collect();
+    if !confirm(chosen.len(), keys.len(), c.op.yes)? {
+        return Ok(());
+    }
+    let (k, t) = (cli.kafka(), topic.to_string());
+    let dropped = tokio::task::spawn_blocking(move || admin::drop_letters(&k, &t, &chosen, &open)).await?.context("writing to the dead-letter topic")?;
+    let (left, _) = read_open(&cli.kafka(), topic, None).await?;
+    let left = admin::distinct(left.into_iter().filter(|e| keys.contains(&e.key)).collect());
+    if c.op.filter.json {
+        println!("{}", serde_json::json!({"action": "drop", "letters": dropped.len(), "keys": keys.len(), "still_open": left.len()}));
+    }
+    eprintln!("dropped {} dead letters; their keys stay parked", dropped.len());
+    for key in &keys {
+        let n = left.iter().filter(|e| &e.key == key).count();
+        eprintln!("  key {key:?}: {n} open letters left; `denorm dlq reprocess --key {key}` replays them in their original order and resumes the key");
+    }
+    Ok(())
 }
 
 fn print_table(letters: &[Entry]) {
@@ -141,26 +211,16 @@ fn format_millis(ms: i64) -> String {
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
-async fn operate(cli: &Cli, topic: &str, letters: Vec<Entry>, o: &Operation, reprocess: bool) -> anyhow::Result<()> {
-    let groups = admin::groups(letters);
+async fn operate(cli: &Cli, topic: &str, letters: Vec<Entry>, drops: &[Marker], o: &Operation, reprocess: bool) -> anyhow::Result<()> {
+    let groups = admin::groups(letters, drops);
     let n: usize = groups.iter().map(|g| g.entries.len()).sum();
     let verb = if reprocess { "reprocess" } else { "discard" };
     if groups.is_empty() {
         eprintln!("no open dead letters{} in {topic}: nothing to {verb}", o.filter.key.as_ref().map(|k| format!(" for key {k:?}")).unwrap_or_default());
         return Ok(());
     }
-    if !reprocess && !o.yes {
-        if !std::io::stdin().is_terminal() {
-            return Err(UsageError(format!("refusing to discard {n} dead letters of {} keys without --yes", groups.len())).into());
-        }
-        eprint!("Discard {n} dead letters of {} keys for good? [y/N] ", groups.len());
-        std::io::stderr().flush()?;
-        let mut answer = String::new();
-        std::io::stdin().lock().read_line(&mut answer)?;
-        if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            eprintln!("nothing discarded");
-            return Ok(());
-        }
+    if !reprocess && !confirm(n, groups.len(), o.yes)? {
+        return Ok(());
     }
     let kafka = cli.kafka();
     let deliveries = admin::send(&kafka, &groups, reprocess).await.context("writing control messages to the command topic")?;
@@ -178,7 +238,7 @@ async fn operate(cli: &Cli, topic: &str, letters: Vec<Entry>, o: &Operation, rep
     // What is still open for these keys was dead-lettered again (a replay
     // failed, or new commands came meanwhile): the key stays parked.
     let keys: BTreeSet<String> = groups.iter().map(|g| g.key.clone()).collect();
-    let still: Vec<Entry> = read_open(&kafka, topic, o.filter.key.clone()).await?.into_iter().filter(|e| keys.contains(&e.key)).collect();
+    let still: Vec<Entry> = read_open(&kafka, topic, o.filter.key.clone()).await?.0.into_iter().filter(|e| keys.contains(&e.key)).collect();
     let still = admin::distinct(still);
     if o.filter.json {
         println!("{}", serde_json::json!({"action": verb, "letters": n, "keys": keys.len(), "still_open": still.len()}));

@@ -147,6 +147,26 @@ pub(crate) fn elastic_config(url: &str) -> anyhow::Result<crate::index::elastic:
     crate::index::elastic::config::ElasticConfig::from_env(url).map_err(|e| UsageError(e.to_string()).into())
 }
 
+/// Schema-registry options shared by `run` and `produce`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RegistryArgs {
+    /// Confluent Schema Registry URL. `run` then also accepts messages in its framing (magic
+    /// byte 0 + schema id); `produce` writes that framing. Credentials from
+    /// DENORM_SCHEMA_REGISTRY_USERNAME and _PASSWORD (or _PASSWORD_FILE); a CA certificate
+    /// from DENORM_SCHEMA_REGISTRY_CA_CERT
+    #[arg(long = "schema-registry", value_name = "URL", env = "DENORM_SCHEMA_REGISTRY_URL")]
+    pub schema_registry: Option<String>,
+}
+
+impl RegistryArgs {
+    /// The registry client, when a URL is given.
+    pub fn registry(&self) -> anyhow::Result<Option<std::sync::Arc<crate::codec::registry::Registry>>> {
+        let Some(url) = &self.schema_registry else { return Ok(None) };
+        let cfg = crate::codec::registry::RegistryConfig::from_env(url).map_err(|e| UsageError(e.to_string()))?;
+        Ok(Some(std::sync::Arc::new(crate::codec::registry::Registry::new(cfg).map_err(|e| UsageError(e.to_string()))?)))
+    }
+}
+
 /// The sample data set's size and seed (`denorm demo`, `denorm generate`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct DataSetArgs {

@@ -24,6 +24,15 @@ pub struct ProduceArgs {
     /// Most commands awaiting acknowledgement at once
     #[arg(long, env = "DENORM_IN_FLIGHT", default_value_t = 10_000)]
     in_flight: usize,
+    #[command(flatten)]
+    registry: super::RegistryArgs,
+    /// Registry subject of the command schema [default: <topic>-value, TopicNameStrategy]
+    #[arg(long, value_name = "SUBJECT", env = "DENORM_SCHEMA_REGISTRY_SUBJECT", requires = "schema_registry")]
+    subject: Option<String>,
+    /// Only look the schema up in the registry; fail if it is not registered
+    /// (like Confluent's auto.register.schemas=false)
+    #[arg(long, requires = "schema_registry")]
+    no_register_schema: bool,
     #[command(subcommand)]
     command: Option<One>,
 }
@@ -124,7 +133,19 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
     };
     let kafka = cli.kafka();
     kafka.ensure_topic().await.context("cannot reach or create the topic")?;
-    let producer = Producer::new(&kafka)?;
+    let producer = match a.registry.registry()? {
+        None => Producer::new(&kafka)?,
+        Some(r) => {
+            let subject = a.subject.clone().unwrap_or_else(|| crate::codec::registry::value_subject(&kafka.topic));
+            let p = Producer::with_registry(&kafka, &r, &subject, !a.no_register_schema)
+                .await
+                .with_context(|| format!("getting the schema id of subject {subject:?} from {}", r.url()))?;
+            if let crate::produce::Framing::Registry(id) = p.framing() {
+                eprintln!("schema-registry framing: subject {subject}, schema id {id}");
+            }
+            p
+        }
+    };
     let deliveries = if a.jsonl.is_none() {
         let c = commands.into_iter().next().expect("one command");
         let key = c.key().to_string();

@@ -69,6 +69,8 @@ pub struct RunArgs {
     /// Longest wait between retries of a transient failure, in milliseconds
     #[arg(long, env = "DENORM_RETRY_BACKOFF_MAX_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(50..))]
     retry_backoff_max_ms: u64,
+    #[command(flatten)]
+    registry: super::RegistryArgs,
 }
 
 pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
@@ -93,6 +95,10 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         .with_context(|| format!("binding the metrics endpoint {}", a.metrics_addr))?;
     info!(addr = %bound, "serving /metrics, /healthz, /readyz");
 
+    let registry = a.registry.registry()?;
+    if let Some(r) = &registry {
+        info!(url = %r.url(), "schema-registry framing accepted");
+    }
     let kafka = cli.kafka();
     let partitions = kafka.ensure_topic().await.context("cannot reach or create the topic")?;
     info!(topic = %kafka.topic, partitions, "topic ready");
@@ -132,6 +138,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.on_abort = a.on_abort;
     cfg.max_attempts = a.max_attempts;
     cfg.retry_backoff_max = Duration::from_millis(a.retry_backoff_max_ms);
+    cfg.registry = registry;
 
     let stats = Arc::new(Stats::default());
     tokio::task::spawn_blocking(move || worker::run(cfg, backend, shutdown, health, stats)).await?.context("worker failed")?;

@@ -1,12 +1,21 @@
-//! Avro single-object encoding of [`Envelope`]s.
+//! Avro encoding of [`Envelope`]s.
 //!
-//! Wire format: `C3 01`, the 8-byte little-endian CRC-64-AVRO (Rabin)
-//! fingerprint of the writer schema's canonical form, then the binary datum.
-//! Every schema version in `schemas/` is known to the decoder, so messages
-//! written with an older compatible schema decode. Resolution follows Avro's
-//! rules: record fields match by name, writer fields the reader does not know
-//! are ignored, reader fields the writer lacks take their defaults, and the
+//! Wire format: Avro single-object encoding: `C3 01`, the 8-byte
+//! little-endian CRC-64-AVRO fingerprint of the writer schema's Parsing
+//! Canonical Form ([`canonical`]), then the binary datum. Every schema
+//! version in `schemas/` is known to the decoder, so messages written with
+//! an older compatible schema decode. Resolution follows Avro's rules:
+//! record fields match by name, writer fields the reader does not know are
+//! ignored, reader fields the writer lacks take their defaults, and the
 //! payload union branch is chosen by record name.
+//!
+//! Fingerprints of earlier denorm builds (apache-avro's non-conforming
+//! canonical form) are accepted as aliases of the same schema versions: the
+//! topics hold them and a replay must decode them. Only the
+//! specification's fingerprints are written.
+
+pub mod canonical;
+pub mod registry;
 
 use std::collections::HashMap;
 
@@ -23,6 +32,12 @@ pub const CURRENT_SCHEMA: &str = include_str!("../../schemas/command.avsc");
 pub const CONTROL_SCHEMA: &str = include_str!("../../schemas/control.avsc");
 /// Older schema versions this decoder still reads.
 pub const HISTORY: &[&str] = &[include_str!("../../schemas/history/command-v1.avsc")];
+/// Every schema file, by its path in the repository.
+pub const SCHEMA_FILES: &[(&str, &str)] = &[
+    ("schemas/command.avsc", CURRENT_SCHEMA),
+    ("schemas/history/command-v1.avsc", HISTORY[0]),
+    ("schemas/control.avsc", CONTROL_SCHEMA),
+];
 
 const MAGIC: [u8; 2] = [0xC3, 0x01];
 /// Largest single allocation the Avro decoder may make (a string or array).
@@ -31,7 +46,7 @@ const MAX_ALLOCATION: usize = 64 << 20;
 /// Why a message could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
-    #[error("message is {0} bytes, shorter than the 10-byte single-object header")]
+    #[error("message is {0} bytes, shorter than its framing's header (10 bytes single-object, 5 bytes schema-registry)")]
     TooShort(usize),
     #[error("message does not start with the Avro single-object marker C3 01 (found {0:02X} {1:02X})")]
     BadMarker(u8, u8),
@@ -43,15 +58,37 @@ pub enum DecodeError {
     TrailingBytes(usize),
     #[error("datum does not have the shape of a denorm command: {0}")]
     Shape(String),
+    /// Schema-registry framing whose id cannot be resolved for good.
+    #[error("unknown schema-registry schema id {id}: {detail}")]
+    UnknownSchemaId { id: u32, detail: String },
+    /// The schema registry cannot be asked now (transient: retry).
+    #[error("{0}")]
+    RegistryUnavailable(String),
+}
+
+impl DecodeError {
+    /// Whether decoding the same bytes later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, DecodeError::RegistryUnavailable(_))
+    }
+}
+
+/// One known writer schema.
+struct Known {
+    schema: Schema,
+    control: bool,
 }
 
 /// Encoder/decoder holding every known schema, keyed by fingerprint.
 pub struct Codec {
     current: Schema,
     current_fingerprint: [u8; 8],
-    known: HashMap<[u8; 8], Schema>,
     control: Schema,
     control_fingerprint: [u8; 8],
+    /// Spec fingerprints and legacy aliases of every schema file.
+    known: HashMap<[u8; 8], std::sync::Arc<Known>>,
+    /// Resolves schema-registry framing (`--schema-registry`).
+    registry: Option<(std::sync::Arc<registry::Registry>, tokio::runtime::Handle)>,
 }
 
 /// A message of the command topic: a command, or an operator's control
@@ -68,22 +105,67 @@ impl Default for Codec {
     }
 }
 
+/// The fingerprints of one schema file: what denorm writes, and what
+/// earlier builds wrote.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SchemaFingerprints {
+    pub file: &'static str,
+    /// CRC-64-AVRO of the Parsing Canonical Form, little-endian hex (the
+    /// bytes after `C3 01`).
+    pub fingerprint: String,
+    /// What earlier denorm builds wrote (accepted when decoding).
+    pub legacy: String,
+}
+
+/// Fingerprints of every schema file.
+pub fn schema_fingerprints() -> Vec<SchemaFingerprints> {
+    SCHEMA_FILES
+        .iter()
+        .map(|(file, text)| SchemaFingerprints {
+            file,
+            fingerprint: hex(&fingerprint_of(text)),
+            legacy: hex(&legacy_fingerprint(&parse(text))),
+        })
+        .collect()
+}
+
+fn parse(text: &str) -> Schema {
+    Schema::parse_str(text).expect("schemas/ are valid")
+}
+
+/// The specification's fingerprint of a schema file of this build.
+fn fingerprint_of(text: &str) -> [u8; 8] {
+    canonical::fingerprint(text).expect("schemas/ are valid")
+}
+
 impl Codec {
     pub fn new() -> Self {
         // A corrupt length prefix must not make the decoder allocate gigabytes:
         // no command is larger than a Kafka message (1 MiB by default).
         apache_avro::util::max_allocation_bytes(MAX_ALLOCATION);
-        let current = Schema::parse_str(CURRENT_SCHEMA).expect("schemas/command.avsc is valid");
-        let current_fingerprint = fingerprint(&current);
         let mut known = HashMap::new();
-        for text in HISTORY {
-            let s = Schema::parse_str(text).expect("schemas/history is valid");
-            known.insert(fingerprint(&s), s);
+        for (_, text) in SCHEMA_FILES {
+            let schema = parse(text);
+            let legacy = legacy_fingerprint(&schema);
+            let k = std::sync::Arc::new(Known { schema, control: *text == CONTROL_SCHEMA });
+            known.insert(fingerprint_of(text), k.clone());
+            known.insert(legacy, k);
         }
-        known.insert(current_fingerprint, current.clone());
-        let control = Schema::parse_str(CONTROL_SCHEMA).expect("schemas/control.avsc is valid");
-        let control_fingerprint = fingerprint(&control);
-        Codec { current, current_fingerprint, known, control, control_fingerprint }
+        Codec {
+            current: parse(CURRENT_SCHEMA),
+            current_fingerprint: fingerprint_of(CURRENT_SCHEMA),
+            control: parse(CONTROL_SCHEMA),
+            control_fingerprint: fingerprint_of(CONTROL_SCHEMA),
+            known,
+            registry: None,
+        }
+    }
+
+    /// Also decodes schema-registry framing, resolving ids with `registry`
+    /// (its requests run on `runtime`; decode from outside the runtime).
+    pub fn with_registry(mut self, registry: std::sync::Arc<registry::Registry>, runtime: tokio::runtime::Handle) -> Self {
+        self.registry = Some((registry, runtime));
+        self
     }
 
     /// Fingerprint of the current writer schema (hex, as in error messages).
@@ -93,7 +175,13 @@ impl Codec {
 
     /// Encodes with the current schema.
     pub fn encode(&self, envelope: &Envelope) -> Vec<u8> {
-        encode_value(&self.current, to_value(&self.current, envelope))
+        encode_value(&self.current, self.current_fingerprint, to_value(&self.current, envelope))
+    }
+
+    /// The binary Avro datum of `envelope` under the current schema, without
+    /// any framing.
+    pub fn datum(&self, envelope: &Envelope) -> Vec<u8> {
+        apache_avro::to_avro_datum(&self.current, to_value(&self.current, envelope)).expect("value matches its schema")
     }
 
     /// Decodes a command written with any known schema version.
@@ -107,6 +195,9 @@ impl Codec {
     /// Decodes a message of the command topic: a command written with any
     /// known schema version, or a control message.
     pub fn decode_message(&self, bytes: &[u8]) -> Result<Decoded, DecodeError> {
+        if bytes.first() == Some(&0) {
+            return self.decode_registry_framed(bytes);
+        }
         if bytes.len() < 10 {
             return Err(DecodeError::TooShort(bytes.len()));
         }
@@ -114,22 +205,26 @@ impl Codec {
             return Err(DecodeError::BadMarker(bytes[0], bytes[1]));
         }
         let fp: [u8; 8] = bytes[2..10].try_into().expect("8 bytes");
-        let (writer, control) = if fp == self.control_fingerprint {
-            (&self.control, true)
-        } else {
-            (self.known.get(&fp).ok_or_else(|| DecodeError::UnknownFingerprint(hex(&fp)))?, false)
+        let known = self.known.get(&fp).ok_or_else(|| DecodeError::UnknownFingerprint(hex(&fp)))?;
+        decode_datum(&known.schema, known.control, &bytes[10..])
+    }
+
+    /// Schema-registry framing: `0`, the schema id (4 bytes, big-endian),
+    /// the binary datum. Commands only.
+    fn decode_registry_framed(&self, bytes: &[u8]) -> Result<Decoded, DecodeError> {
+        if bytes.len() < 5 {
+            return Err(DecodeError::TooShort(bytes.len()));
+        }
+        let id = u32::from_be_bytes(bytes[1..5].try_into().expect("4 bytes"));
+        let Some((registry, runtime)) = &self.registry else {
+            let detail = "the message has schema-registry framing, but no --schema-registry is configured".to_string();
+            return Err(DecodeError::UnknownSchemaId { id, detail });
         };
-        let mut datum = &bytes[10..];
-        let value = apache_avro::from_avro_datum(writer, &mut datum, None)
-            .map_err(|e| DecodeError::Datum(e.to_string()))?;
-        if !datum.is_empty() {
-            return Err(DecodeError::TrailingBytes(datum.len()));
-        }
-        if control {
-            control_from_value(value).map(Decoded::Control)
-        } else {
-            from_value(writer, value).map(Decoded::Command)
-        }
+        let writer = registry.schema_blocking(runtime, id).map_err(|e| match e {
+            e if e.is_retryable() => DecodeError::RegistryUnavailable(e.to_string()),
+            e => DecodeError::UnknownSchemaId { id, detail: e.to_string() },
+        })?;
+        decode_datum(&writer, false, &bytes[5..])
     }
 
     /// Encodes an operator control message.
@@ -144,25 +239,40 @@ impl Codec {
             ("payload".into(), Value::Bytes(c.payload.clone())),
             ("requested_at".into(), Value::TimestampMillis(c.requested_at)),
         ]);
-        encode_value(&self.control, value)
+        encode_value(&self.control, self.control_fingerprint, value)
+    }
+}
+
+/// Decodes one binary datum written with `writer` (all of `datum`).
+fn decode_datum(writer: &Schema, control: bool, mut datum: &[u8]) -> Result<Decoded, DecodeError> {
+    let value = apache_avro::from_avro_datum(writer, &mut datum, None).map_err(|e| DecodeError::Datum(e.to_string()))?;
+    if !datum.is_empty() {
+        return Err(DecodeError::TrailingBytes(datum.len()));
+    }
+    if control {
+        control_from_value(value).map(Decoded::Control)
+    } else {
+        from_value(writer, value).map(Decoded::Command)
     }
 }
 
 /// Encodes `value` under `schema` in single-object encoding. Public so tests
 /// can write messages with older schema versions.
-pub fn encode_value(schema: &Schema, value: Value) -> Vec<u8> {
+pub fn encode_value(schema: &Schema, fingerprint: [u8; 8], value: Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&fingerprint(schema));
+    out.extend_from_slice(&fingerprint);
     out.extend(apache_avro::to_avro_datum(schema, value).expect("value matches its schema"));
     out
 }
 
-pub fn fingerprint(schema: &Schema) -> [u8; 8] {
+/// The fingerprint earlier denorm builds wrote: apache-avro's, of its
+/// own (non-conforming) canonical form.
+pub fn legacy_fingerprint(schema: &Schema) -> [u8; 8] {
     schema.fingerprint::<Rabin>().bytes.try_into().expect("Rabin fingerprints are 8 bytes")
 }
 
-fn hex(b: &[u8]) -> String {
+pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
@@ -324,20 +434,55 @@ mod tests {
     fn decodes_messages_written_with_schema_v1() {
         let codec = Codec::new();
         let v1 = Schema::parse_str(HISTORY[0]).unwrap();
-        assert_ne!(fingerprint(&v1), codec.current_fingerprint);
+        let fp = canonical::fingerprint(HISTORY[0]).unwrap();
+        assert_ne!(fp, codec.current_fingerprint);
         for c in all_commands() {
             let e = Envelope::new(c);
-            let bytes = encode_value(&v1, to_value(&v1, &e));
-            let decoded = codec.decode(&bytes).unwrap();
-            assert_eq!(decoded, Envelope { tenant: None, ..e });
+            for fp in [fp, legacy_fingerprint(&v1)] {
+                let decoded = codec.decode(&encode_value(&v1, fp, to_value(&v1, &e))).unwrap();
+                assert_eq!(decoded, Envelope { tenant: None, ..e.clone() });
+            }
         }
     }
 
+    /// The fingerprints every conforming implementation computes (fastavro's
+    /// and Java's, checked against them by tests/interop.rs), and the legacy
+    /// ones earlier builds wrote. A schema file change must update this
+    /// table, docs/producers.md, and (for a new version) schemas/history.
     #[test]
-    fn fingerprint_is_crc64_avro_of_canonical_form() {
-        // Known CRC-64-AVRO value from the Avro specification's test suite.
-        let s = Schema::parse_str(r#""int""#).unwrap();
-        assert_eq!(u64::from_le_bytes(fingerprint(&s)), 0x7275d51a3f395c8f);
+    fn fingerprints_are_pinned() {
+        let got: Vec<(&str, String, String)> = schema_fingerprints().into_iter().map(|f| (f.file, f.fingerprint, f.legacy)).collect();
+        let want = [
+            ("schemas/command.avsc", "9c7f9b599fb95260", "d5e0d0c37df914d2"),
+            ("schemas/history/command-v1.avsc", "7e1aaf9552f72321", "9f15df64f37ccd90"),
+            ("schemas/control.avsc", "2d6e0616c9179c82", "165f90003f878d05"),
+        ];
+        let want: Vec<(&str, String, String)> = want.iter().map(|(f, a, b)| (*f, a.to_string(), b.to_string())).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn legacy_fingerprints_decode_and_new_ones_are_written() {
+        let codec = Codec::new();
+        let e = Envelope::new(all_commands().remove(2));
+        let bytes = codec.encode(&e);
+        assert_eq!(hex(&bytes[2..10]), "9c7f9b599fb95260");
+        let current = Schema::parse_str(CURRENT_SCHEMA).unwrap();
+        let old = encode_value(&current, legacy_fingerprint(&current), to_value(&current, &e));
+        assert_eq!(codec.decode(&old).unwrap(), e);
+        let c = Control {
+            action: crate::dlq::Action::Discard,
+            key: "/a".into(),
+            dlq_partition: 0,
+            dlq_offset: -1,
+            through: 4,
+            origin_offset: -1,
+            payload: Vec::new(),
+            requested_at: 1,
+        };
+        let mut old = codec.encode_control(&c);
+        old[2..10].copy_from_slice(&legacy_fingerprint(&Schema::parse_str(CONTROL_SCHEMA).unwrap()));
+        assert_eq!(codec.decode_message(&old).unwrap(), Decoded::Control(c));
     }
 
     #[test]
@@ -345,7 +490,10 @@ mod tests {
         let codec = Codec::new();
         let good = codec.encode(&Envelope::new(all_commands().remove(0)));
         assert_eq!(codec.decode(&[1, 2]), Err(DecodeError::TooShort(2)));
-        assert!(matches!(codec.decode(&[0u8; 20]), Err(DecodeError::BadMarker(0, 0))));
+        assert!(matches!(codec.decode(&[1u8; 20]), Err(DecodeError::BadMarker(1, 1))));
+        // A leading 0 is schema-registry framing, unknown without a registry.
+        assert!(matches!(codec.decode(&[0u8; 20]), Err(DecodeError::UnknownSchemaId { id: 0, .. })));
+        assert_eq!(codec.decode(&[0u8; 4]), Err(DecodeError::TooShort(4)));
         let mut unknown = good.clone();
         unknown[2] ^= 0xFF;
         assert!(matches!(codec.decode(&unknown), Err(DecodeError::UnknownFingerprint(_))));

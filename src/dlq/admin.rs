@@ -11,7 +11,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
-use super::{header, now_millis, Action, Control};
+use super::{header, now_millis, Action, Control, MarkerKind};
 use crate::codec::Codec;
 use crate::kafka::{KafkaConfig, KafkaSetupError, REQUEST_TIMEOUT};
 use crate::produce::Delivery;
@@ -39,7 +39,8 @@ pub struct Entry {
     pub payload: Vec<u8>,
 }
 
-/// A marker: `key`'s letters of its partition up to `through` are done.
+/// A marker: `key`'s letters of its partition up to `through` are done
+/// (`dropped`: the one letter at `through`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Marker {
     pub dlq_partition: i32,
@@ -47,6 +48,22 @@ pub struct Marker {
     pub key: String,
     pub kind: String,
     pub through: i64,
+    /// Command partition the letters came from (-1 when not recorded).
+    pub origin_partition: i32,
+}
+
+impl Marker {
+    fn dropped(&self) -> bool {
+        self.kind == MarkerKind::Dropped.as_str()
+    }
+
+    /// Whether this marker closes letter `e`.
+    fn closes(&self, e: &Entry) -> bool {
+        self.dlq_partition == e.dlq_partition
+            && self.key == e.key
+            && self.dlq_offset > e.dlq_offset
+            && if self.dropped() { self.through == e.dlq_offset } else { self.through >= e.dlq_offset }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +142,7 @@ fn parse(m: &rdkafka::message::BorrowedMessage<'_>, entries: &mut Vec<Entry>, ma
             key,
             kind: kind.clone(),
             through: num(header::THROUGH).unwrap_or(-1),
+            origin_partition: num(header::ORIGIN_PARTITION).unwrap_or(-1) as i32,
         });
         return;
     }
@@ -152,14 +170,27 @@ pub fn open(entries: Vec<Entry>, markers: &[Marker], key: Option<&str>) -> Vec<E
     let mut out: Vec<Entry> = entries
         .into_iter()
         .filter(|e| key.is_none_or(|k| e.key == k))
-        .filter(|e| {
-            !markers.iter().any(|m| {
-                m.dlq_partition == e.dlq_partition && m.key == e.key && m.dlq_offset > e.dlq_offset && m.through >= e.dlq_offset
-            })
-        })
+        .filter(|e| !markers.iter().any(|m| m.closes(e)))
         .collect();
     out.sort_by_key(|e| (e.dlq_partition, e.dlq_offset));
     out
+}
+
+/// Letters dropped one by one (`clear --letter`) whose key no `reprocess`
+/// or `clear` has resumed since, optionally only those of `key`. The next
+/// operation on the key must cover them: a key parked behind a dropped
+/// poison message resumes only when the operator's `through` reaches it.
+pub fn pending_drops(markers: &[Marker], key: Option<&str>) -> Vec<Marker> {
+    markers
+        .iter()
+        .filter(|m| m.dropped() && key.is_none_or(|k| m.key == k))
+        .filter(|m| {
+            !markers.iter().any(|r| {
+                !r.dropped() && r.dlq_partition == m.dlq_partition && r.key == m.key && r.dlq_offset > m.dlq_offset && r.through >= m.through
+            })
+        })
+        .cloned()
+        .collect()
 }
 
 /// Each command once: a worker that crashed after writing a letter but
@@ -193,20 +224,41 @@ pub struct Group {
 }
 
 /// Groups open letters by key and partition, each in original (command
-/// topic) order.
-pub fn groups(open: Vec<Entry>) -> Vec<Group> {
+/// topic) order. A group's `through` covers its key's pending drops too,
+/// and a key with nothing open but pending drops gets a group of its own
+/// (no letters to replay; the operation only resumes the key).
+pub fn groups(open: Vec<Entry>, drops: &[Marker]) -> Vec<Group> {
     let mut by: BTreeMap<(i32, i32, String), Vec<Entry>> = BTreeMap::new();
     for e in open {
         by.entry((e.origin_partition, e.dlq_partition, e.key.clone())).or_default().push(e);
     }
+    for m in drops.iter().filter(|m| m.origin_partition >= 0) {
+        by.entry((m.origin_partition, m.dlq_partition, m.key.clone())).or_default();
+    }
     by.into_iter()
         .map(|((origin_partition, dlq_partition, key), entries)| {
-            let through = entries.iter().map(|e| e.dlq_offset).max().unwrap_or(-1);
+            let dropped = drops.iter().filter(|m| m.dlq_partition == dlq_partition && m.key == key).map(|m| m.through);
+            let through = entries.iter().map(|e| e.dlq_offset).chain(dropped).max().unwrap_or(-1);
             let mut entries = distinct(entries);
             entries.sort_by_key(|e| (e.origin_offset, e.dlq_offset));
             Group { origin_partition, dlq_partition, key, entries, through }
         })
         .collect()
+}
+
+/// Drops `letters` from the dead-letter topic `dlq` one by one (a marker
+/// each), with every crash-duplicate of the same command among `open`.
+/// Returns the letters dropped. Blocking.
+pub fn drop_letters(cfg: &KafkaConfig, dlq: &str, letters: &[Entry], open: &[Entry]) -> Result<Vec<Entry>, DlqError> {
+    let writer = super::writer::DeadLetterWriter::new(cfg, dlq, 1)?;
+    let mut dropped = Vec::new();
+    for l in letters {
+        for e in open.iter().filter(|e| e.key == l.key && e.origin_partition == l.origin_partition && e.origin_offset == l.origin_offset) {
+            writer.mark(e.dlq_partition, &e.key, MarkerKind::Dropped, e.dlq_offset, e.origin_partition)?;
+            dropped.push(e.clone());
+        }
+    }
+    Ok(dropped)
 }
 
 /// Writes the control messages of `groups` to the command topic: for
@@ -284,7 +336,7 @@ mod tests {
     #[test]
     fn markers_close_earlier_letters_of_their_key_and_partition_only() {
         let entries = vec![entry(0, 0, "a", 10), entry(0, 1, "b", 11), entry(0, 2, "a", 12), entry(1, 0, "a", 5), entry(0, 4, "a", 20)];
-        let markers = vec![Marker { dlq_partition: 0, dlq_offset: 3, key: "a".into(), kind: "cleared".into(), through: 2 }];
+        let markers = vec![Marker { dlq_partition: 0, dlq_offset: 3, key: "a".into(), kind: "cleared".into(), through: 2, origin_partition: 0 }];
         let got: Vec<(i32, i64)> = open(entries, &markers, None).iter().map(|e| (e.dlq_partition, e.dlq_offset)).collect();
         assert_eq!(got, vec![(0, 1), (0, 4), (1, 0)]);
     }
@@ -295,11 +347,44 @@ mod tests {
         let entries = vec![entry(0, 5, "a", 12), entry(0, 6, "a", 10), entry(0, 7, "a", 10), entry(0, 8, "b", 3)];
         let open = open(entries, &[], None);
         assert_eq!(distinct(open.clone()).len(), 3);
-        let g = groups(open);
+        let g = groups(open, &[]);
         assert_eq!(g.len(), 2);
         assert_eq!(g[0].key, "a");
         assert_eq!(g[0].entries.iter().map(|e| e.origin_offset).collect::<Vec<_>>(), vec![10, 12]);
         assert_eq!(g[0].through, 7, "the duplicate is covered too");
         assert_eq!(count_by_reason(&g[0].entries)["parked"], 2);
+    }
+
+    fn marker(kind: &str, at: i64, key: &str, through: i64) -> Marker {
+        Marker { dlq_partition: 0, dlq_offset: at, key: key.into(), kind: kind.into(), through, origin_partition: 0 }
+    }
+
+    #[test]
+    fn a_dropped_letter_alone_is_closed_and_the_next_operation_covers_it() {
+        // Poison at 0, valid commands at 1 and 2 (key a); another key at 3.
+        let entries = vec![entry(0, 0, "a", 10), entry(0, 1, "a", 11), entry(0, 2, "a", 12), entry(0, 3, "b", 13)];
+        let markers = vec![marker("dropped", 4, "a", 0)];
+        let left = open(entries.clone(), &markers, Some("a"));
+        assert_eq!(left.iter().map(|e| e.dlq_offset).collect::<Vec<_>>(), vec![1, 2]);
+        let drops = pending_drops(&markers, Some("a"));
+        assert_eq!(drops.len(), 1);
+        let g = groups(left, &drops);
+        assert_eq!((g.len(), g[0].entries.len(), g[0].through), (1, 2, 2));
+        // The poison was the newest letter: the operation still reaches it.
+        let markers = vec![marker("dropped", 4, "a", 2)];
+        let g = groups(open(entries.clone(), &markers, Some("a")), &pending_drops(&markers, Some("a")));
+        assert_eq!((g[0].entries.len(), g[0].through), (2, 2));
+        // Nothing left but the drop: a group with no letters resumes the key.
+        let only = vec![entry(0, 0, "c", 10)];
+        let markers = vec![marker("dropped", 1, "c", 0)];
+        assert!(open(only.clone(), &markers, None).is_empty());
+        let g = groups(Vec::new(), &pending_drops(&markers, None));
+        assert_eq!((g.len(), g[0].entries.len(), g[0].through, g[0].key.as_str()), (1, 0, 0, "c"));
+        // Once a reprocess resolved the key, the drop is no longer pending.
+        let markers = vec![marker("dropped", 1, "c", 0), marker("reprocessed", 2, "c", 0)];
+        assert!(pending_drops(&markers, None).is_empty());
+        // A drop never closes another letter or another key's letter.
+        let markers = vec![marker("dropped", 9, "b", 0)];
+        assert_eq!(open(entries, &markers, None).len(), 4);
     }
 }

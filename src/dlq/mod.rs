@@ -59,9 +59,10 @@ pub mod header {
     pub const COMMAND_ID: &str = "denorm.command-id";
     /// For parked commands: the aborted command they wait behind.
     pub const PARKED_BEHIND: &str = "denorm.parked-behind";
-    /// On markers only: `reprocessed` or `cleared`.
+    /// On markers only: `reprocessed`, `cleared` or `dropped`.
     pub const MARKER: &str = "denorm.marker";
-    /// On markers: the key's letters up to this offset are done.
+    /// On markers: the key's letters up to this offset are done (`dropped`:
+    /// the one letter at this offset).
     pub const THROUGH: &str = "denorm.through";
 }
 
@@ -175,12 +176,16 @@ pub struct Letter<'a> {
     pub parked_behind: Option<String>,
 }
 
-/// Markers close letters of a key up to an offset.
+/// Markers close letters of a key up to an offset, or (`Dropped`) one
+/// letter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MarkerKind {
     Reprocessed,
     Cleared,
+    /// `denorm dlq clear --letter`: this one letter is discarded; the key
+    /// stays parked until `reprocess` replays the rest (or `clear`).
+    Dropped,
 }
 
 impl MarkerKind {
@@ -188,6 +193,7 @@ impl MarkerKind {
         match self {
             MarkerKind::Reprocessed => "reprocessed",
             MarkerKind::Cleared => "cleared",
+            MarkerKind::Dropped => "dropped",
         }
     }
 }

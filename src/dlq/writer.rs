@@ -67,13 +67,15 @@ impl DeadLetterWriter {
     }
 
     /// Writes a marker: `key`'s letters in `dlq_partition` up to `through`
-    /// are done.
-    pub fn mark(&self, dlq_partition: i32, key: &str, kind: MarkerKind, through: i64) -> Result<i64, KafkaError> {
-        let through = through.to_string();
+    /// are done (a `Dropped` marker: the letter at `through`). Their
+    /// commands came from command partition `origin_partition`.
+    pub fn mark(&self, dlq_partition: i32, key: &str, kind: MarkerKind, through: i64, origin_partition: i32) -> Result<i64, KafkaError> {
+        let (through, origin) = (through.to_string(), origin_partition.to_string());
         let at = now_millis().to_string();
         let h = OwnedHeaders::new()
             .insert(Header { key: header::MARKER, value: Some(kind.as_str()) })
             .insert(Header { key: header::THROUGH, value: Some(through.as_str()) })
+            .insert(Header { key: header::ORIGIN_PARTITION, value: Some(origin.as_str()) })
             .insert(Header { key: header::DEAD_LETTERED_AT, value: Some(at.as_str()) });
         let key = (!key.is_empty()).then_some(key.as_bytes());
         self.send(dlq_partition, key, None, h)

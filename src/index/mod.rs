@@ -170,12 +170,16 @@ pub enum IndexError {
     Corrupt(String),
     #[error("rejected by the index: {0}")]
     Rejected(String),
+    /// A service a command needs besides the index (the schema registry) is
+    /// unavailable: retried like an unavailable index.
+    #[error("{0}")]
+    Dependency(String),
 }
 
 impl IndexError {
     /// Whether retrying the same operation later may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, IndexError::Locked(_) | IndexError::Io(_) | IndexError::Backend(_))
+        matches!(self, IndexError::Locked(_) | IndexError::Io(_) | IndexError::Backend(_) | IndexError::Dependency(_))
     }
 }
 

@@ -8,6 +8,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 use rdkafka::util::Timeout;
 
+use crate::codec::registry::{Registry, RegistryError};
 use crate::codec::Codec;
 use crate::command::{Command, CommandError, Envelope};
 use crate::kafka::KafkaConfig;
@@ -26,18 +27,34 @@ pub enum ProduceError {
     Invalid(#[from] CommandError),
     #[error("kafka: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
 }
 
 impl ProduceError {
     pub fn is_retryable(&self) -> bool {
-        matches!(self, ProduceError::Kafka(_))
+        match self {
+            ProduceError::Kafka(_) => true,
+            ProduceError::Registry(e) => e.is_retryable(),
+            ProduceError::Invalid(_) => false,
+        }
     }
+}
+
+/// How messages are framed on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Avro single-object encoding (`C3 01` + fingerprint): the default.
+    SingleObject,
+    /// Confluent Schema Registry framing with this schema id.
+    Registry(u32),
 }
 
 pub struct Producer {
     inner: FutureProducer,
     topic: String,
     codec: Codec,
+    framing: Framing,
 }
 
 impl Producer {
@@ -50,7 +67,29 @@ impl Producer {
             ("compression.type", "lz4"),
             ("message.timeout.ms", "120000"),
         ]);
-        Ok(Producer { inner: c.create()?, topic: cfg.topic.clone(), codec: Codec::new() })
+        Ok(Producer { inner: c.create()?, topic: cfg.topic.clone(), codec: Codec::new(), framing: Framing::SingleObject })
+    }
+
+    /// A producer writing schema-registry framing: the current schema's id
+    /// under `subject` is looked up, and registered first when `register`
+    /// is set and the registry does not have it.
+    pub async fn with_registry(cfg: &KafkaConfig, registry: &Registry, subject: &str, register: bool) -> Result<Self, ProduceError> {
+        let id = registry.id_for(subject, crate::codec::CURRENT_SCHEMA, register).await?;
+        let mut p = Producer::new(cfg)?;
+        p.framing = Framing::Registry(id);
+        Ok(p)
+    }
+
+    pub fn framing(&self) -> Framing {
+        self.framing
+    }
+
+    /// The message bytes of `e` in this producer's framing.
+    pub fn payload(&self, e: &Envelope) -> Vec<u8> {
+        match self.framing {
+            Framing::SingleObject => self.codec.encode(e),
+            Framing::Registry(id) => crate::codec::registry::frame(id, &self.codec.datum(e)),
+        }
     }
 
     /// Validates and sends one command.
@@ -72,7 +111,7 @@ impl Producer {
         &self,
         e: &Envelope,
     ) -> Result<impl std::future::Future<Output = Result<Delivery, ProduceError>>, ProduceError> {
-        let payload = self.codec.encode(e);
+        let payload = self.payload(e);
         let key = e.command.key();
         loop {
             // No Kafka headers: the envelope carries the id and the type, and

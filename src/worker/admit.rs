@@ -14,6 +14,15 @@ pub enum Admitted {
     Control(Control),
 }
 
+/// Why a message is not admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotAdmitted {
+    /// For good: the message is dead-lettered.
+    Rejected(Rejection),
+    /// Not now (the schema registry is unavailable): retry the message.
+    Unavailable(String),
+}
+
 /// Why a message is not applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
@@ -37,8 +46,8 @@ pub mod reason {
 /// Decodes and validates a message, and checks that it is keyed by its
 /// command's ordering domain (a wrong key would put it in the wrong
 /// partition's order). Control messages must carry their key too.
-pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_bytes: usize) -> Result<Admitted, Rejection> {
-    let reject = |reason, detail: String| Err(Rejection { reason, detail });
+pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_bytes: usize) -> Result<Admitted, NotAdmitted> {
+    let reject = |reason, detail: String| Err(NotAdmitted::Rejected(Rejection { reason, detail }));
     let payload = match payload {
         None | Some([]) => return reject(reason::EMPTY_PAYLOAD, "the message has no payload".into()),
         Some(p) if p.len() > max_bytes => {
@@ -56,10 +65,11 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
                 reject(reason::KEY_MISMATCH, format!("a control message for key {:?} is keyed {:?}", c.key, String::from_utf8_lossy(got)))
             };
         }
+        Err(e) if e.is_retryable() => return Err(NotAdmitted::Unavailable(e.to_string())),
         Err(e) => {
             let reason = match e {
                 DecodeError::TooShort(_) | DecodeError::BadMarker(..) => reason::NOT_SINGLE_OBJECT,
-                DecodeError::UnknownFingerprint(_) => reason::UNKNOWN_SCHEMA,
+                DecodeError::UnknownFingerprint(_) | DecodeError::UnknownSchemaId { .. } => reason::UNKNOWN_SCHEMA,
                 _ => reason::UNDECODABLE,
             };
             return reject(reason, e.to_string());
@@ -106,11 +116,16 @@ mod tests {
         ];
         let mut seen = std::collections::BTreeSet::new();
         for (key, payload, want) in cases {
-            let got = admit(&c, key, payload.as_deref(), 1000).unwrap_err();
+            let Err(NotAdmitted::Rejected(got)) = admit(&c, key, payload.as_deref(), 1000) else { panic!("{want} admitted") };
             assert_eq!(got.reason, want, "{}", got.detail);
             seen.insert(got.reason);
         }
         assert_eq!(seen.len(), reason::ALL.len(), "every reason is reachable");
         assert!(admit(&c, Some(b"/a"), Some(&good), 1000).is_ok());
+        // Schema-registry framing without a registry: the id is unknown here.
+        let framed = crate::codec::registry::frame(7, &c.datum(&Envelope::new(Command::DeleteFile { id: "f".into(), path: "/a/b".into() })));
+        let Err(NotAdmitted::Rejected(r)) = admit(&c, Some(b"/a"), Some(&framed), 1000) else { panic!("admitted") };
+        assert_eq!(r.reason, reason::UNKNOWN_SCHEMA);
+        assert!(r.detail.contains("schema id 7"), "{}", r.detail);
     }
 }

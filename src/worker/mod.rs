@@ -68,6 +68,9 @@ pub struct WorkerConfig {
     /// Attempts at a command the index rejects before it is aborted
     /// (default 3). Transient failures are retried without limit.
     pub max_attempts: u32,
+    /// Resolves schema-registry framed messages (none: only single-object
+    /// encoding is accepted).
+    pub registry: Option<Arc<crate::codec::registry::Registry>>,
 }
 
 /// What happens to a key's later commands once one is aborted.
@@ -96,6 +99,7 @@ impl WorkerConfig {
             dlq_topic: crate::dlq::default_topic(&kafka.topic),
             on_abort: OnAbort::Park,
             max_attempts: 3,
+            registry: None,
             kafka,
         }
     }
@@ -283,7 +287,12 @@ pub fn run(
     let dlq_cfg = KafkaConfig { topic: cfg.dlq_topic.clone(), ..cfg.kafka.clone() };
     let dlq_partitions = dlq_cfg.topic_partitions()?.ok_or_else(|| WorkerError::MissingDlq(cfg.dlq_topic.clone()))?;
     let dlq = DeadLetterWriter::new(&cfg.kafka, &cfg.dlq_topic, dlq_partitions)?;
-    let shared = Arc::new(Shared { cfg, backend, codec: Codec::new(), stats, dlq, health: health.clone() });
+    // Appliers resolve schema ids on this (blocking-pool) thread's runtime.
+    let codec = match &cfg.registry {
+        Some(r) => Codec::new().with_registry(r.clone(), tokio::runtime::Handle::current()),
+        None => Codec::new(),
+    };
+    let shared = Arc::new(Shared { cfg, backend, codec, stats, dlq, health: health.clone() });
     let ctx = WorkerContext { shared: shared.clone(), parts: Mutex::new(HashMap::new()), health: health.clone(), fatal: Mutex::new(None) };
     let consumer: BaseConsumer<WorkerContext> = cc.create_with_context(ctx)?;
     consumer.subscribe(&[&topic])?;

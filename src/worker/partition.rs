@@ -12,7 +12,7 @@ use metrics::{counter, gauge, histogram};
 use rdkafka::message::{Message, OwnedMessage};
 use tracing::{debug, error, info, warn};
 
-use super::admit::{admit, reason, Admitted, Rejection};
+use super::admit::{admit, reason, Admitted, NotAdmitted, Rejection};
 use super::{OnAbort, Shared, WorkerError};
 use crate::apply::apply;
 use crate::command::Envelope;
@@ -393,7 +393,8 @@ impl Applier {
         }
         let origin = Origin { key: msg.key(), payload: msg.payload(), offset };
         let handled = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
-            Err(r) => self.reject(shard, &origin, r)?,
+            Err(NotAdmitted::Unavailable(e)) => return Err(IndexError::Dependency(e)),
+            Err(NotAdmitted::Rejected(r)) => self.reject(shard, &origin, r)?,
             Ok(Admitted::Control(c)) => self.control(shard, msg, c)?,
             Ok(Admitted::Command(e)) => {
                 match origin.parked_behind(shard) {
@@ -504,7 +505,8 @@ impl Applier {
                     }
                 }
                 let handled = match admit(&self.shared.codec, msg.key(), Some(&c.payload), self.shared.cfg.max_message_bytes) {
-                    Err(r) => self.reject(shard, &origin, r)?,
+                    Err(NotAdmitted::Unavailable(e)) => return Err(IndexError::Dependency(e)),
+                    Err(NotAdmitted::Rejected(r)) => self.reject(shard, &origin, r)?,
                     Ok(Admitted::Control(_)) => {
                         let r = Rejection { reason: reason::INVALID_COMMAND, detail: "a control message cannot be replayed".into() };
                         self.reject(shard, &origin, r)?
@@ -518,7 +520,7 @@ impl Applier {
             }
             Action::Resolve | Action::Discard => {
                 let kind = c.action.marker();
-                let marked = self.retry_dead_letter(|| self.shared.dlq.mark(c.dlq_partition, &c.key, kind, c.through));
+                let marked = self.retry_dead_letter(|| self.shared.dlq.mark(c.dlq_partition, &c.key, kind, c.through, self.partition));
                 if marked.is_none() {
                     return Ok(Handled::Interrupted);
                 }

@@ -38,6 +38,20 @@ impl std::fmt::Display for Secret {
     }
 }
 
+/// A secret from environment variable `value`, or from the file named by
+/// `file` (its trailing newline dropped); `None` when neither is set.
+pub fn read_secret(lookup: &impl Fn(&str) -> Option<String>, value: &str, file: &str) -> Result<Option<Secret>, String> {
+    if let Some(v) = lookup(value) {
+        return Ok(Some(Secret::new(v)));
+    }
+    match lookup(file) {
+        Some(path) => std::fs::read_to_string(&path)
+            .map(|s| Some(Secret::new(s.trim_end_matches(['\n', '\r']))))
+            .map_err(|e| format!("cannot read {file} ({path}): {e}")),
+        None => Ok(None),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Auth {
     None,
@@ -86,17 +100,7 @@ impl ElasticConfig {
                 env::PASSWORD
             )));
         }
-        let secret = |value: &str, file: &str| -> Result<Option<Secret>, ElasticError> {
-            if let Some(v) = lookup(value) {
-                return Ok(Some(Secret::new(v)));
-            }
-            match lookup(file) {
-                Some(path) => std::fs::read_to_string(&path)
-                    .map(|s| Some(Secret::new(s.trim_end_matches(['\n', '\r']))))
-                    .map_err(|e| ElasticError::Config(format!("cannot read {file} ({path}): {e}"))),
-                None => Ok(None),
-            }
-        };
+        let secret = |value: &str, file: &str| read_secret(&lookup, value, file).map_err(ElasticError::Config);
         let basic = match (lookup(env::USERNAME), secret(env::PASSWORD, env::PASSWORD_FILE)?) {
             (Some(username), Some(password)) => Some(Auth::Basic { username, password }),
             (Some(_), None) => return Err(ElasticError::Config(format!("{} is set but no password", env::USERNAME))),
