@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what it needs (the tansu broker, once per
-# machine, cached under $HOME/.cache/denorm), starts one broker for the run,
-# and runs every test with cargo-nextest. Extra arguments go to nextest.
+# The whole test suite: installs what it needs once per machine, cached
+# under $HOME/.cache/denorm (the tansu broker; fastavro, aiokafka, avsc,
+# kafkajs and Java's Avro for the interop tests), starts one broker for the
+# run, and runs every test with cargo-nextest. Extra arguments go to nextest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -20,6 +21,8 @@ if command -v promtool >/dev/null 2>&1; then
   echo "deploy/prometheus.yml: promtool check config OK"
 fi
 scripts/install-tansu.sh >/dev/null
+DENORM_INTEROP="$(scripts/install-interop.sh)"
+export DENORM_INTEROP
 state="$(mktemp -d)"
 trap 'scripts/broker.sh stop "$state"; rm -rf "$state"' EXIT
 DENORM_TEST_BROKERS="$(scripts/broker.sh start "$state")"

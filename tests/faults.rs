@@ -22,19 +22,6 @@ fn file_ids(index: &Path) -> BTreeSet<String> {
     dump(index).iter().filter(|d| d.kind() == Kind::File).map(|d| d.id().to_string()).collect()
 }
 
-/// Polls `/readyz` until its status line contains `want`.
-fn wait_ready_status(worker: &Worker, want: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (status, body) = worker.http_get("/readyz");
-        if status.contains(want) {
-            return body;
-        }
-        assert!(Instant::now() < deadline, "/readyz never answered {want} (last: {status} {body})\n{}", worker.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
 fn an_aborted_command_parks_its_key_until_reprocess_and_clear_discards() {
@@ -225,4 +212,85 @@ fn the_worker_rides_out_a_broker_restart_mid_workload() {
     wait_applied(&cfg, &group, log.len());
     eprintln!("broker down and back, everything applied {:.1}s after the kill", t.elapsed().as_secs_f64());
     assert_matches_model(&index, &log);
+}
+
+/// A poison message parks its key with the commands behind it; the
+/// operator drops the poison alone, and `reprocess` replays the rest in
+/// their original order. A key whose only letter was the poison resumes too.
+#[test]
+fn a_poison_message_is_dropped_alone_and_the_commands_behind_it_are_replayed_in_order() {
+    let r = Rig::new(1);
+    let _w = r.worker(&[]);
+    let codec = denorm::codec::Codec::new();
+    let encode = |c: Command| codec.encode(&denorm::command::Envelope::new(c));
+    // The poison, 19 files behind it and a rename of their directory: a
+    // replay out of order would leave files at the old path.
+    let mut messages: Vec<(Option<&str>, Vec<u8>)> = vec![(Some("/poison"), b"not an avro message".to_vec())];
+    for i in 0..19 {
+        messages.push((Some("/poison"), encode(file(&format!("p{i}"), &format!("/poison/d/{i}.txt")))));
+    }
+    messages.push((Some("/poison"), encode(Command::RenamePath { from: s("/poison/d"), to: s("/poison/e") })));
+    messages.push((Some("/lonely"), vec![0xC3, 0x01, 1, 2, 3, 4, 5, 6, 7, 8, 9]));
+    messages.push((Some("/other"), encode(file("o1", "/other/x.txt"))));
+    send_raw(&r.cfg, &messages);
+    wait_applied(&r.cfg, &r.group, messages.len());
+    assert_eq!(file_ids(&r.index), BTreeSet::from([s("o1")]), "other keys flow");
+    assert_eq!(r.dlq_count()["total"], 22);
+
+    let (code, out, err) = r.run(&["dlq", "list", "--key", "/poison", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let poison = json_lines(&out).into_iter().find(|e| e["reason"] == "not_single_object").expect("the poison is listed");
+    let letter = format!("{}@{}", poison["dlq_partition"], poison["dlq_offset"]);
+    // Naming a letter that is not open is a usage error.
+    let (code, _, err) = r.run(&["dlq", "clear", "--letter", "0@999999", "--yes"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, out, err) = r.run(&["dlq", "clear", "--key", "/poison", "--letter", &letter, "--yes", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let answer: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((answer["letters"].as_i64(), answer["still_open"].as_i64()), (Some(1), Some(20)), "{out}");
+    // Still parked: a new command of the key waits in the dead-letter topic.
+    send_raw(&r.cfg, &[(Some("/poison"), encode(file("late", "/poison/e/late.txt")))]);
+    wait_applied(&r.cfg, &r.group, messages.len() + 1);
+    assert_eq!(r.dlq_count()["total"], 22, "20 parked + the late one + /lonely");
+
+    let (code, out, err) = r.run(&["dlq", "reprocess", "--key", "/poison", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["still_open"], 0, "{out}\n{err}");
+    let docs = dump(&r.index);
+    let mut poison_files: Vec<String> = docs.iter().filter(|d| d.kind() == Kind::File && d.id() != "o1").map(|d| match d {
+        denorm::index::Doc::File(f) => f.full_path(),
+        _ => unreachable!(),
+    }).collect();
+    poison_files.sort();
+    let mut want: Vec<String> = (0..19).map(|i| format!("/poison/e/{i}.txt")).collect();
+    want.push(s("/poison/e/late.txt"));
+    want.sort();
+    assert_eq!(poison_files, want);
+
+    // The key resumed: a new command is applied, not parked.
+    let log = produce(&r.cfg, vec![file("after", "/poison/e/after.txt")]);
+    kafka_wait(&r, &log);
+    assert!(file_ids(&r.index).contains("after"));
+
+    // A key whose only letter was the poison: drop it, then reprocess
+    // (nothing to replay) resumes the key.
+    let (code, out, err) = r.run(&["dlq", "list", "--key", "/lonely", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let lonely = &json_lines(&out)[0];
+    let letter = format!("{}@{}", lonely["dlq_partition"], lonely["dlq_offset"]);
+    let (code, _, err) = r.run(&["dlq", "clear", "--letter", &letter, "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r.dlq_count()["total"], 0);
+    let (code, _, err) = r.run(&["dlq", "reprocess", "--key", "/lonely"]);
+    assert_eq!(code, 0, "{err}");
+    let log = produce(&r.cfg, vec![file("l1", "/lonely/a.txt")]);
+    kafka_wait(&r, &log);
+    assert!(file_ids(&r.index).contains("l1"), "/lonely resumed");
+    assert_eq!(r.dlq_count()["total"], 0);
+}
+
+/// Read-your-writes on the rig's group.
+fn kafka_wait(r: &Rig, log: &[(denorm::produce::Delivery, Command)]) {
+    let deliveries: Vec<_> = log.iter().map(|(d, _)| *d).collect();
+    denorm::kafka::wait_for_deliveries(&r.cfg, &r.group, &deliveries, Duration::from_secs(60)).expect("applied");
 }

@@ -10,7 +10,6 @@ use common::*;
 use denorm::command::Command;
 use denorm::index::{Doc, Kind};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
 
@@ -299,16 +298,7 @@ fn hostile_messages_are_dead_lettered_with_distinct_reasons_without_stopping_the
         (Some("/a"), vec![0xC3; 3000]),
         (Some("/a"), valid("v3")),
     ];
-    rt().block_on(async {
-        let p: FutureProducer = cfg.client_config().create().unwrap();
-        for (key, m) in &messages {
-            let mut r = FutureRecord::<str, Vec<u8>>::to(&cfg.topic).payload(m);
-            if let Some(k) = key {
-                r = r.key(*k);
-            }
-            p.send(r, Duration::from_secs(30)).await.unwrap();
-        }
-    });
+    send_raw(cfg, &messages);
     // `skip`: the valid commands of key /a after the hostile ones are
     // applied anyway (parking is tested in tests/faults.rs).
     let worker = Worker::start(&cfg, &group, &index, &["--max-message-bytes", "2048", "--on-abort", "skip"]);

@@ -1,9 +1,16 @@
-//! The schema-registry client against recorded exchanges of Confluent's
-//! Schema Registry REST API (v1): requests, answers and error bodies as its
-//! API reference documents them. No registry server runs here (wiremock
-//! plays it); see the README for what that does and does not prove.
+//! Schema-registry framing against recorded exchanges of Confluent's Schema
+//! Registry REST API (v1): requests, answers and error bodies as its API
+//! reference documents them. The client alone, then `denorm produce` and
+//! `denorm run` on a real broker (tansu). No registry server runs here
+//! (wiremock plays it); see docs/producers.md for what that does and does
+//! not prove.
+
+mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
 
 use denorm::codec::registry::{frame, Registry, RegistryConfig, RegistryError, CONTENT_TYPE};
 use denorm::codec::{Codec, DecodeError, CURRENT_SCHEMA};
@@ -143,4 +150,85 @@ async fn an_unreachable_registry_is_transient() {
     assert!(matches!(e, RegistryError::Unavailable(_)), "{e}");
     let e = r.id_for("x-value", CURRENT_SCHEMA, true).await.unwrap_err();
     assert!(e.is_retryable(), "{e}");
+}
+
+/// The recorded registry of a topic: the command schema registered as id
+/// 41 (looked up, then registered by `denorm produce`), id 99 unknown.
+async fn recorded_registry(topic: &str) -> MockServer {
+    let server = MockServer::start().await;
+    let subject = format!("/subjects/{topic}-value");
+    Mock::given(method("POST")).and(path(subject.as_str())).respond_with(error(404, 40401, "Subject not found.")).mount(&server).await;
+    Mock::given(method("POST")).and(path(format!("{subject}/versions"))).respond_with(answer(200, serde_json::json!({"id": 41}))).mount(&server).await;
+    Mock::given(method("GET")).and(path("/schemas/ids/41")).respond_with(answer(200, serde_json::json!({ "schema": CURRENT_SCHEMA }))).mount(&server).await;
+    Mock::given(method("GET")).and(path("/schemas/ids/99")).respond_with(error(404, 40403, "Schema 99 not found")).mount(&server).await;
+    server
+}
+
+#[test]
+fn registry_framed_commands_are_applied_and_an_unknown_id_is_dead_lettered() {
+    let rt = rt();
+    let r = Rig::new(1);
+    let server = rt.block_on(recorded_registry(&r.cfg.topic));
+    let url = server.uri();
+    let jsonl = r.dir().join("commands.jsonl");
+    std::fs::write(
+        &jsonl,
+        [
+            r#"{"op":"upsert_file","id":"r1","path":"/reg/a/one.txt","contents":"one"}"#,
+            r#"{"op":"upsert_file","id":"r2","path":"/reg/a/two.txt","contents":"two"}"#,
+            r#"{"op":"rename","from":"/reg/a","to":"/reg/b"}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let (code, _, err) = r.run(&["produce", "--schema-registry", &url, "--jsonl", jsonl.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains(&format!("subject {}-value, schema id 41", r.cfg.topic)), "{err}");
+    // A message of a schema id the registry does not know.
+    let datum = Codec::new().datum(&Envelope::new(Command::DeleteFile { id: "r1".into(), path: "/bad/x".into() }));
+    send_raw(&r.cfg, &[(Some("/bad"), frame(99, &datum))]);
+
+    let w = r.worker(&["--schema-registry", &url]);
+    wait_applied(&r.cfg, &r.group, 4);
+    let (code, out, err) = r.run(&["search", "files", "--under", "/reg", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let mut paths: Vec<String> = json_lines(&out).iter().map(|f| format!("{}/{}", f["path"].as_str().unwrap(), f["name"].as_str().unwrap())).collect();
+    paths.sort();
+    assert_eq!(paths, vec!["/reg/b/one.txt", "/reg/b/two.txt"]);
+    let (code, out, err) = r.run(&["dlq", "list", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let letters = json_lines(&out);
+    assert_eq!(letters.len(), 1, "{out}");
+    assert_eq!(letters[0]["reason"], "unknown_schema");
+    assert!(letters[0]["detail"].as_str().unwrap().contains("schema id 99"), "{out}");
+    // Id 41 was asked for once: resolved ids are cached.
+    let asked = rt.block_on(server.received_requests()).unwrap().iter().filter(|q| q.url.path() == "/schemas/ids/41").count();
+    assert_eq!(asked, 1);
+    let (_, metrics) = w.http_get("/metrics");
+    assert_eq!(metric(&metrics, "denorm_schema_registry_requests_total", &[("outcome", "found")]), 1.0, "{metrics}");
+}
+
+#[test]
+fn an_unavailable_registry_degrades_the_worker_and_dead_letters_nothing() {
+    let rt = rt();
+    let r = Rig::new(1);
+    let server = rt.block_on(MockServer::start());
+    rt.block_on(Mock::given(method("GET")).and(path("/schemas/ids/41")).respond_with(error(503, 50003, "Error while forwarding the request to the primary")).mount(&server));
+    let datum = Codec::new().datum(&Envelope::new(Command::UpsertFile { id: "u1".into(), path: "/up/a.txt".into(), contents: "x".into() }));
+    send_raw(&r.cfg, &[(Some("/up"), frame(41, &datum))]);
+    let w = r.worker(&["--schema-registry", &server.uri(), "--retry-backoff-max-ms", "300"]);
+    assert!(w.wait_for_log("schema registry unavailable", Duration::from_secs(30)), "{}", w.log());
+    let body = wait_ready_status(&w, "503");
+    assert!(body.contains("degraded"), "{body}");
+    assert_eq!(r.dlq_count()["total"], 0, "nothing is dead-lettered while the registry is down");
+    // The registry is back: the message is applied, still nothing dead-lettered.
+    rt.block_on(async {
+        server.reset().await;
+        Mock::given(method("GET")).and(path("/schemas/ids/41")).respond_with(answer(200, serde_json::json!({ "schema": CURRENT_SCHEMA }))).mount(&server).await;
+    });
+    wait_applied(&r.cfg, &r.group, 1);
+    wait_ready_status(&w, "200");
+    assert_eq!(r.dlq_count()["total"], 0);
+    let (code, out, err) = r.run(&["search", "files", "--under", "/up", "--json"]);
+    assert_eq!((code, json_lines(&out).len()), (0, 1), "{err}");
 }

@@ -377,3 +377,31 @@ pub fn files_under(prefix: &str, dir: &str, n: usize) -> Vec<Command> {
         .map(|i| Command::UpsertFile { id: format!("{prefix}{i}"), path: format!("{dir}/d{}/file{i}.txt", i % 50), contents: format!("contents {i} lorem ipsum") })
         .collect()
 }
+
+/// Sends raw `(key, payload)` messages in order, as a foreign producer would.
+pub fn send_raw(cfg: &KafkaConfig, messages: &[(Option<&str>, Vec<u8>)]) {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    rt().block_on(async {
+        let p: FutureProducer = cfg.client_config().create().unwrap();
+        for (key, m) in messages {
+            let mut r = FutureRecord::<str, Vec<u8>>::to(&cfg.topic).payload(m);
+            if let Some(k) = key {
+                r = r.key(*k);
+            }
+            p.send(r, Duration::from_secs(30)).await.unwrap();
+        }
+    });
+}
+
+/// Polls the worker's `/readyz` until its status line contains `want`.
+pub fn wait_ready_status(worker: &Worker, want: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = worker.http_get("/readyz");
+        if status.contains(want) {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "/readyz never answered {want} (last: {status} {body})\n{}", worker.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

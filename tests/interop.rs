@@ -1,0 +1,210 @@
+//! The wire contract against implementations denorm did not write: Python
+//! (fastavro + aiokafka), JavaScript (avsc + kafkajs) and Apache Avro's
+//! reference implementation for Java (libavro-java, BinaryMessageEncoder).
+//! Each producer reads `schemas/` only. `scripts/install-interop.sh`
+//! installs them (scripts/test.sh runs it); these tests fail, rather than
+//! skip, when they are missing.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command as Proc;
+use std::sync::OnceLock;
+
+use common::*;
+use denorm::command::{Command, Envelope};
+use denorm::produce::Producer;
+
+/// Where scripts/install-interop.sh put the tools.
+fn interop() -> PathBuf {
+    let root = std::env::var("DENORM_INTEROP")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/denorm/interop"));
+    assert!(root.join("py/bin/python").exists(), "no interop tools in {}: run scripts/install-interop.sh", root.display());
+    root
+}
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn python() -> Proc {
+    let mut p = Proc::new(interop().join("py/bin/python"));
+    p.arg(repo().join("tests/interop/python/denorm_interop.py")).current_dir(repo());
+    p
+}
+
+fn node() -> Proc {
+    let mut p = Proc::new("node");
+    p.arg(repo().join("tests/interop/js/denorm_interop.js")).env("NODE_PATH", interop().join("node/node_modules")).current_dir(repo());
+    p
+}
+
+/// Apache Avro for Java (Debian's jars) and its dependencies.
+fn java_classpath() -> String {
+    let jars = ["avro", "jackson-core-asl", "jackson-mapper-asl", "slf4j-api", "commons-compress", "paranamer", "snappy-java", "xz"];
+    let found: Vec<String> = jars.iter().map(|j| format!("/usr/share/java/{j}.jar")).filter(|p| Path::new(p).exists()).collect();
+    assert!(found.iter().any(|j| j.ends_with("/avro.jar")), "no /usr/share/java/avro.jar: run scripts/install-interop.sh");
+    found.join(":")
+}
+
+/// The Java program, compiled once per test process.
+fn java() -> Proc {
+    static CLASSES: OnceLock<tempfile::TempDir> = OnceLock::new();
+    let classes = CLASSES.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Proc::new("javac")
+            .args(["-nowarn", "-cp", &java_classpath(), "-d"])
+            .arg(dir.path())
+            .arg(repo().join("tests/interop/java/DenormInterop.java"))
+            .output()
+            .expect("run javac");
+        assert!(out.status.success(), "javac failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        dir
+    });
+    let mut p = Proc::new("java");
+    p.args(["-cp", &format!("{}:{}", java_classpath(), classes.path().display()), "DenormInterop"]).current_dir(repo());
+    p
+}
+
+/// Runs `cmd` and returns its stdout; fails the test on a non-zero exit.
+fn stdout_of(cmd: &mut Proc) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?} failed ({}):\n{}\n{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn every_schema_fingerprint_equals_fastavro_avsc_and_java() {
+    let ours = denorm::codec::schema_fingerprints();
+    let files: Vec<&str> = ours.iter().map(|f| f.file).collect();
+    assert_eq!(files.len(), std::fs::read_dir(repo().join("schemas")).unwrap().count() - 1 + std::fs::read_dir(repo().join("schemas/history")).unwrap().count(), "a schema file is missing from codec::SCHEMA_FILES");
+    for (name, mut cmd) in [("fastavro", python()), ("avsc", node()), ("Apache Avro for Java", java())] {
+        let theirs: serde_json::Value = serde_json::from_str(&stdout_of(cmd.arg("fingerprints").args(&files))).unwrap();
+        for f in &ours {
+            assert_eq!(theirs[f.file].as_str(), Some(f.fingerprint.as_str()), "{name} disagrees on {}", f.file);
+            assert_ne!(f.legacy, f.fingerprint, "{}: the legacy alias is another fingerprint", f.file);
+        }
+    }
+}
+
+/// What the producers of tests/interop/* write for `prefix`, plus two
+/// commands from denorm's producer on the same keys, whose partitions must
+/// be the ones the foreign producer chose (the same murmur2 partitioner).
+fn assert_scenario_applied(r: &Rig, w: &Worker, prefix: &str, foreign: &str) {
+    let deliveries = json_lines(foreign);
+    assert_eq!(deliveries.len(), 9, "{foreign}");
+    let partition_of = |key: &str| {
+        let ps: Vec<i64> = deliveries.iter().filter(|d| d["key"] == key).map(|d| d["partition"].as_i64().unwrap()).collect();
+        assert!(!ps.is_empty() && ps.iter().all(|p| *p == ps[0]), "key {key} went to partitions {ps:?}");
+        ps[0]
+    };
+    let (dir, user) = (format!("/{prefix}"), format!("{prefix}-u1"));
+    let ours = produce(
+        &r.cfg,
+        vec![
+            Command::UpsertFile { id: format!("{prefix}-x"), path: format!("{dir}/x.txt"), contents: s("from denorm") },
+            Command::UpsertPost { id: format!("{prefix}-p3"), user_id: user.clone(), title: s("Later"), body: s("after the rename") },
+        ],
+    );
+    assert_eq!(ours[0].0.partition as i64, partition_of(&dir), "denorm and the foreign producer chose different partitions for {dir}");
+    assert_eq!(ours[1].0.partition as i64, partition_of(&user), "denorm and the foreign producer chose different partitions for {user}");
+    wait_applied(&r.cfg, &r.group, 11);
+
+    let (code, out, err) = r.run(&["search", "files", "--under", &dir, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let mut files: Vec<(String, String)> =
+        json_lines(&out).iter().map(|f| (f["id"].as_str().unwrap().to_string(), format!("{}/{}", f["path"].as_str().unwrap(), f["name"].as_str().unwrap()))).collect();
+    files.sort();
+    assert_eq!(files, vec![(format!("{prefix}-f1"), format!("{dir}/papers/a.txt")), (format!("{prefix}-x"), format!("{dir}/x.txt"))]);
+
+    let author = format!("Ada {prefix} After");
+    let (code, out, err) = r.run(&["search", "posts", "--author", &author, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let mut posts: Vec<(String, String)> =
+        json_lines(&out).iter().map(|p| (p["id"].as_str().unwrap().to_string(), p["user"]["name"].as_str().unwrap().to_string())).collect();
+    posts.sort();
+    assert_eq!(posts, vec![(format!("{prefix}-p1"), author.clone()), (format!("{prefix}-p3"), author)]);
+    let (_, metrics) = w.http_get("/metrics");
+    assert_eq!(metric(&metrics, "denorm_dead_letters_total", &[]), 0.0, "{metrics}");
+}
+
+#[test]
+fn a_python_producer_written_from_the_schemas_is_applied() {
+    let r = Rig::new(6);
+    let w = r.worker(&[]);
+    let out = stdout_of(python().args(["produce", &r.cfg.brokers, &r.cfg.topic, "schemas", "py"]));
+    assert_scenario_applied(&r, &w, "py", &out);
+}
+
+#[test]
+fn a_javascript_producer_written_from_the_schemas_is_applied() {
+    let r = Rig::new(6);
+    let w = r.worker(&[]);
+    let out = stdout_of(node().args(["produce", &r.cfg.brokers, &r.cfg.topic, "schemas", "js"]));
+    assert_scenario_applied(&r, &w, "js", &out);
+}
+
+#[test]
+fn messages_of_javas_reference_encoder_are_applied() {
+    let r = Rig::new(6);
+    let w = r.worker(&[]);
+    let lines = stdout_of(java().args(["encode", "schemas", "java"]));
+    let file = r.dir().join("java-messages.tsv");
+    std::fs::write(&file, &lines).unwrap();
+    // BinaryMessageEncoder's own framing: C3 01 and the spec fingerprint.
+    assert!(lines.lines().all(|l| l.split('\t').nth(1).unwrap().starts_with("c3019c7f9b599fb95260")), "{lines}");
+    let out = stdout_of(python().args(["send-lines", &r.cfg.brokers, &r.cfg.topic]).arg(&file));
+    assert_scenario_applied(&r, &w, "java", &out);
+}
+
+#[test]
+fn messages_of_denorms_producer_decode_in_python() {
+    let r = Rig::new(3);
+    let commands = vec![
+        Command::UpsertFile { id: s("f1"), path: s("/docs/ü/a b.txt"), contents: s("héllo") },
+        Command::DeleteFile { id: s("f1"), path: s("/docs/ü/a b.txt") },
+        Command::RenamePath { from: s("/docs/a"), to: s("/docs/b") },
+        Command::UpsertUser { id: s("u1"), name: s("Zoë"), email: s("z@example.com"), dob: s("2000-02-29") },
+        Command::UpsertPost { id: s("p1"), user_id: s("u1"), title: s("T"), body: s("B") },
+        Command::DeletePost { id: s("p1"), user_id: s("u1") },
+    ];
+    let sent: Vec<Envelope> = commands
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut e = Envelope::new(c);
+            e.tenant = (i % 2 == 0).then(|| s("acme"));
+            e
+        })
+        .collect();
+    rt().block_on(async {
+        let p = Producer::new(&r.cfg).unwrap();
+        for e in &sent {
+            p.send_envelope(e).await.unwrap();
+        }
+    });
+    let out = stdout_of(python().args(["decode", &r.cfg.brokers, &r.cfg.topic, "schemas", &sent.len().to_string()]));
+    let got = json_lines(&out);
+    assert_eq!(got.len(), sent.len());
+    for e in &sent {
+        let d = got.iter().find(|d| d["command_id"] == e.command_id.as_str()).unwrap_or_else(|| panic!("{} not decoded:\n{out}", e.command_id));
+        assert_eq!(d["key"], e.command.key());
+        assert_eq!(d["issued_at"].as_i64(), Some(e.issued_at));
+        assert_eq!(d["tenant"].as_str(), e.tenant.as_deref());
+        // The payload as fastavro read it, against the command as JSONL
+        // spells it (field names are the schema's).
+        let mut ours = serde_json::to_value(&e.command).unwrap();
+        ours.as_object_mut().unwrap().remove("op");
+        assert_eq!(d["payload"], ours, "{}", d);
+        let record = match &e.command {
+            Command::UpsertFile { .. } => "UpsertFile",
+            Command::DeleteFile { .. } => "DeleteFile",
+            Command::RenamePath { .. } => "RenamePath",
+            Command::UpsertUser { .. } => "UpsertUser",
+            Command::UpsertPost { .. } => "UpsertPost",
+            Command::DeletePost { .. } => "DeletePost",
+        };
+        assert_eq!(d["type"], format!("denorm.{record}"));
+    }
+}

@@ -1,0 +1,106 @@
+// A denorm producer written from schemas/ alone, with avsc and kafkajs: the
+// JavaScript example of docs/producers.md, run by tests/interop.rs.
+//
+//   node denorm_interop.js fingerprints SCHEMA_FILE...
+//   node denorm_interop.js produce BROKERS TOPIC SCHEMAS_DIR PREFIX
+//
+// kafkajs producers are not idempotent unless asked (tansu 0.6, the test
+// broker, dies on the InitProducerId request of older clients); against
+// Apache Kafka, pass idempotent: true.
+'use strict';
+const fs = require('fs');
+const crypto = require('crypto');
+const avro = require('avsc');
+const { Kafka, Partitioners, logLevel } = require('kafkajs');
+
+// CRC-64-AVRO, as the Avro specification defines it.
+const EMPTY = 0xc15d213aa4d7a795n;
+const TABLE = Array.from({ length: 256 }, (_, i) => {
+  let fp = BigInt(i);
+  for (let j = 0; j < 8; j++) fp = (fp >> 1n) ^ (EMPTY & -(fp & 1n));
+  return fp & 0xffffffffffffffffn;
+});
+function crc64avro(buf) {
+  let fp = EMPTY;
+  for (const b of buf) fp = (fp >> 8n) ^ TABLE[Number((fp ^ BigInt(b)) & 0xffn)];
+  return fp;
+}
+
+function load(path) {
+  // wrapUnions: a union value names its branch, {"denorm.UpsertFile": {...}}.
+  return avro.Type.forSchema(JSON.parse(fs.readFileSync(path, 'utf8')), { wrapUnions: true });
+}
+
+// The 8 bytes after C3 01: the fingerprint of avsc's Parsing Canonical
+// Form, little-endian.
+function wireFingerprint(type) {
+  const out = Buffer.alloc(8);
+  out.writeBigUInt64LE(crc64avro(Buffer.from(JSON.stringify(type.schema()), 'utf8')));
+  return out;
+}
+
+// The ordering key: top-level directory for files, user id for users and posts.
+function keyOf(op, f) {
+  if (op === 'UpsertFile' || op === 'DeleteFile') return '/' + f.path.split('/')[1];
+  if (op === 'RenamePath') return '/' + f.from.split('/')[1];
+  if (op === 'UpsertUser') return f.id;
+  return f.user_id;
+}
+
+function encode(type, fp, op, fields) {
+  const datum = type.toBuffer({
+    command_id: crypto.randomUUID(),
+    issued_at: Date.now(),
+    tenant: null,
+    payload: { ['denorm.' + op]: fields },
+  });
+  return Buffer.concat([Buffer.from([0xc3, 0x01]), fp, datum]);
+}
+
+function commands(p) {
+  const d = '/' + p, u = p + '-u1';
+  return [
+    ['UpsertFile', { id: p + '-f1', path: d + '/docs/a.txt', contents: 'alpha from ' + p }],
+    ['UpsertFile', { id: p + '-f2', path: d + '/docs/sub/b.txt', contents: 'beta' }],
+    ['RenamePath', { from: d + '/docs', to: d + '/papers' }],
+    ['DeleteFile', { id: p + '-f2', path: d + '/papers/sub/b.txt' }],
+    ['UpsertUser', { id: u, name: 'Ada Before', email: 'ada@example.com', dob: '1815-12-10' }],
+    ['UpsertPost', { id: p + '-p1', user_id: u, title: 'Notes', body: 'on the engine' }],
+    ['UpsertPost', { id: p + '-p2', user_id: u, title: 'Draft', body: 'to delete' }],
+    ['DeletePost', { id: p + '-p2', user_id: u }],
+    ['UpsertUser', { id: u, name: 'Ada ' + p + ' After', email: 'ada@example.com', dob: '1815-12-10' }],
+  ];
+}
+
+async function produce(brokers, topic, schemas, prefix) {
+  const type = load(schemas + '/command.avsc');
+  const fp = wireFingerprint(type);
+  const kafka = new Kafka({ clientId: 'denorm-interop-js', brokers: brokers.split(','), logLevel: logLevel.WARN });
+  // The Java client's partitioner (murmur2), as denorm's own producer uses.
+  const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, idempotent: false });
+  await producer.connect();
+  try {
+    for (const [op, fields] of commands(prefix)) {
+      const key = keyOf(op, fields);
+      // One at a time: the order of a key's commands is the log order.
+      const [md] = await producer.send({ topic, acks: -1, messages: [{ key, value: encode(type, fp, op, fields) }] });
+      console.log(JSON.stringify({ key, partition: md.partition, offset: Number(md.baseOffset) }));
+    }
+  } finally {
+    await producer.disconnect();
+  }
+}
+
+async function main(argv) {
+  if (argv[0] === 'fingerprints') {
+    const out = {};
+    for (const f of argv.slice(1)) out[f] = wireFingerprint(load(f)).toString('hex');
+    console.log(JSON.stringify(out));
+  } else if (argv[0] === 'produce') {
+    await produce(argv[1], argv[2], argv[3], argv[4]);
+  } else {
+    throw new Error('usage: see the header of ' + __filename);
+  }
+}
+
+main(process.argv.slice(2)).catch((e) => { console.error(e); process.exit(1); });

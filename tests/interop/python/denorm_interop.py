@@ -1,0 +1,148 @@
+"""A denorm producer and consumer written from schemas/ alone, with fastavro
+and aiokafka: the Python example of docs/producers.md, run by
+tests/interop.rs.
+
+    python denorm_interop.py fingerprints SCHEMA_FILE...
+    python denorm_interop.py produce BROKERS TOPIC SCHEMAS_DIR PREFIX
+    python denorm_interop.py decode BROKERS TOPIC SCHEMAS_DIR COUNT
+    python denorm_interop.py send-lines BROKERS TOPIC FILE
+
+tansu 0.6 (the test broker) dies on the InitProducerId request that
+aiokafka's idempotent producer sends, so idempotence is off here; against
+Apache Kafka, turn it on (enable_idempotence=True).
+"""
+
+import asyncio
+import io
+import json
+import sys
+import time
+import uuid
+
+import fastavro
+from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+
+def load(path):
+    with open(path) as f:
+        return parse_schema(json.load(f), _write_hint=False)
+
+
+def wire_fingerprint(schema):
+    """The 8 bytes after C3 01: CRC-64-AVRO of the Parsing Canonical Form,
+    little-endian (fastavro's hex string is already in that byte order)."""
+    return bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
+
+
+def key_of(op, fields):
+    """The ordering key: the top-level directory for file commands, the
+    user id for user and post commands."""
+    if op in ("UpsertFile", "DeleteFile"):
+        return "/" + fields["path"].split("/")[1]
+    if op == "RenamePath":
+        return "/" + fields["from"].split("/")[1]
+    if op == "UpsertUser":
+        return fields["id"]
+    return fields["user_id"]
+
+
+def encode(schema, fp, op, fields, tenant=None):
+    record = {
+        "command_id": str(uuid.uuid4()),
+        "issued_at": int(time.time() * 1000),
+        "tenant": tenant,
+        # fastavro's tuple notation picks the union branch by name.
+        "payload": ("denorm." + op, fields),
+    }
+    buf = io.BytesIO()
+    buf.write(b"\xc3\x01" + fp)
+    fastavro.schemaless_writer(buf, schema, record)
+    return buf.getvalue()
+
+
+def commands(p):
+    """Every command type: the same scenario in every language's test."""
+    d, u = f"/{p}", f"{p}-u1"
+    return [
+        ("UpsertFile", {"id": f"{p}-f1", "path": f"{d}/docs/a.txt", "contents": "alpha from " + p}),
+        ("UpsertFile", {"id": f"{p}-f2", "path": f"{d}/docs/sub/b.txt", "contents": "beta"}),
+        ("RenamePath", {"from": f"{d}/docs", "to": f"{d}/papers"}),
+        ("DeleteFile", {"id": f"{p}-f2", "path": f"{d}/papers/sub/b.txt"}),
+        ("UpsertUser", {"id": u, "name": "Ada Before", "email": "ada@example.com", "dob": "1815-12-10"}),
+        ("UpsertPost", {"id": f"{p}-p1", "user_id": u, "title": "Notes", "body": "on the engine"}),
+        ("UpsertPost", {"id": f"{p}-p2", "user_id": u, "title": "Draft", "body": "to delete"}),
+        ("DeletePost", {"id": f"{p}-p2", "user_id": u}),
+        ("UpsertUser", {"id": u, "name": f"Ada {p} After", "email": "ada@example.com", "dob": "1815-12-10"}),
+    ]
+
+
+async def produce(brokers, topic, schemas, prefix):
+    schema = load(f"{schemas}/command.avsc")
+    fp = wire_fingerprint(schema)
+    producer = AIOKafkaProducer(bootstrap_servers=brokers, acks="all", enable_idempotence=False)
+    await producer.start()
+    try:
+        for op, fields in commands(prefix):
+            key = key_of(op, fields)
+            # One at a time: the order of a key's commands is the log order.
+            md = await producer.send_and_wait(topic, encode(schema, fp, op, fields, tenant="acme"), key=key.encode())
+            print(json.dumps({"key": key, "partition": md.partition, "offset": md.offset}), flush=True)
+    finally:
+        await producer.stop()
+
+
+async def decode(brokers, topic, schemas, count):
+    writer = load(f"{schemas}/command.avsc")
+    fp = wire_fingerprint(writer)
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=brokers, auto_offset_reset="earliest", enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    try:
+        seen = 0
+        async for m in consumer:
+            v = m.value
+            if v[:2] != b"\xc3\x01" or v[2:10] != fp:
+                raise SystemExit(f"message at {m.partition}@{m.offset} is not single-object encoded with command.avsc: {v[:10].hex()}")
+            r = fastavro.schemaless_reader(io.BytesIO(v[10:]), writer, return_record_name=True)
+            name, payload = r["payload"]
+            # fastavro reads timestamp-millis as an aware datetime.
+            issued_at = round(r["issued_at"].timestamp() * 1000)
+            print(json.dumps({"key": m.key.decode(), "partition": m.partition, "command_id": r["command_id"],
+                              "issued_at": issued_at, "tenant": r["tenant"], "type": name, "payload": payload}),
+                  flush=True)
+            seen += 1
+            if seen >= count:
+                break
+    finally:
+        await consumer.stop()
+
+
+async def send_lines(brokers, topic, path):
+    """Sends `key<TAB>hex bytes` lines in order (the Java encoder's output)."""
+    producer = AIOKafkaProducer(bootstrap_servers=brokers, acks="all", enable_idempotence=False)
+    await producer.start()
+    try:
+        with open(path) as f:
+            for line in f:
+                key, value = line.rstrip("\n").split("\t")
+                md = await producer.send_and_wait(topic, bytes.fromhex(value), key=key.encode())
+                print(json.dumps({"key": key, "partition": md.partition, "offset": md.offset}), flush=True)
+    finally:
+        await producer.stop()
+
+
+def main(argv):
+    if argv[:1] == ["fingerprints"]:
+        print(json.dumps({f: wire_fingerprint(load(f)).hex() for f in argv[1:]}))
+    elif argv[:1] == ["produce"]:
+        asyncio.run(produce(argv[1], argv[2], argv[3], argv[4]))
+    elif argv[:1] == ["decode"]:
+        asyncio.run(decode(argv[1], argv[2], argv[3], int(argv[4])))
+    elif argv[:1] == ["send-lines"]:
+        asyncio.run(send_lines(argv[1], argv[2], argv[3]))
+    else:
+        raise SystemExit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
