@@ -276,6 +276,12 @@ pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// The Avro record of `c`'s payload branch, without namespace
+/// (`UpsertFile`, ...).
+pub fn record_name(c: &Command) -> &'static str {
+    payload_fields(c).0
+}
+
 fn payload_fields(c: &Command) -> (&'static str, Vec<(&'static str, &str)>) {
     match c {
         Command::UpsertFile { id, path, contents } => {
