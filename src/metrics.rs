@@ -15,6 +15,7 @@ pub const INDEX_RETRIES_TOTAL: &str = "denorm_index_retries_total";
 pub const REBALANCES_TOTAL: &str = "denorm_consumer_rebalances_total";
 pub const ASSIGNED_PARTITIONS: &str = "denorm_consumer_assigned_partitions";
 pub const OFFSET_COMMITS_TOTAL: &str = "denorm_consumer_offset_commits_total";
+pub const PARTITION_PAUSES_TOTAL: &str = "denorm_consumer_partition_pauses_total";
 pub const MESSAGES_REJECTED_TOTAL: &str = "denorm_messages_rejected_total";
 pub const DEAD_LETTERS_TOTAL: &str = "denorm_dead_letters_total";
 pub const DEAD_LETTER_RETRIES_TOTAL: &str = "denorm_dead_letter_retries_total";
@@ -38,6 +39,7 @@ pub const ALL: &[&str] = &[
     REBALANCES_TOTAL,
     ASSIGNED_PARTITIONS,
     OFFSET_COMMITS_TOTAL,
+    PARTITION_PAUSES_TOTAL,
     MESSAGES_REJECTED_TOTAL,
     DEAD_LETTERS_TOTAL,
     DEAD_LETTER_RETRIES_TOTAL,
@@ -91,6 +93,7 @@ fn describe() {
     describe_counter!(ES_PIT_PAGES_TOTAL, Unit::Count, "Point-in-time pages read from Elasticsearch.");
     describe_counter!(ES_RETRIES_TOTAL, Unit::Count, "Elasticsearch retries by reason (request, items).");
     describe_counter!(SCHEMA_REGISTRY_REQUESTS_TOTAL, Unit::Count, "Schema-registry requests for schema ids not cached yet, by outcome (found, not_found, error).");
+    describe_counter!(PARTITION_PAUSES_TOTAL, Unit::Count, "Partitions paused because their applier's queue was full (--queue-kb); resumed at half.");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");
 }
 

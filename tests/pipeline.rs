@@ -450,3 +450,30 @@ fn kafka_secrets_never_reach_the_log() {
         assert!(!out.contains(secret) && !err.contains(secret), "{sub:?} logged the password:\n{err}");
     }
 }
+
+/// A backlog on one partition of more than 20 times the queue bound drains
+/// on tansu: the partition is paused whenever its queue is full and resumed
+/// at half, and the result is exact.
+#[test]
+fn a_backlog_far_beyond_the_queue_bound_drains_without_stalling() {
+    // A broker of its own: on tansu a resume refetches from a table holding
+    // every message of the broker, so the shared one would only be slower.
+    let r = Rig::on(Broker::private(), 12);
+    let mut commands = files_under("b", "/backlog", 20_000);
+    commands.push(Command::RenamePath { from: s("/backlog/d7"), to: s("/backlog/moved") });
+    // Sizes as the worker counts them against --queue-kb: key, payload and
+    // 256 bytes of bookkeeping per message.
+    let codec = denorm::codec::Codec::new();
+    let backlog_bytes: usize =
+        commands.iter().map(|c| codec.encode(&denorm::command::Envelope::new(c.clone())).len() + c.key().len() + 256).sum();
+    let queue_kb = 256;
+    assert!(backlog_bytes > 20 * queue_kb * 1024, "the backlog ({backlog_bytes} bytes) is at least 20 times the queue bound");
+    let log = produce(&r.cfg, commands);
+    let w = r.worker(&["--queue-kb", &queue_kb.to_string(), "--fetch-buffer-kb", "256"]);
+    wait_applied(&r.cfg, &r.group, log.len());
+    assert_matches_model(&r.index, &log);
+    let (_, metrics) = w.http_get("/metrics");
+    let pauses = metric(&metrics, "denorm_consumer_partition_pauses_total", &[]);
+    assert!(pauses >= 10.0, "the queue bound was hit ({pauses} pauses):\n{metrics}");
+    println!("{} commands ({backlog_bytes} bytes) on one partition drained with a {queue_kb} KiB queue: {pauses} pauses", log.len());
+}

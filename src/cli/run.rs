@@ -41,9 +41,14 @@ pub struct RunArgs {
     /// Indexing memory budget per partition shard, in MiB (at least 15)
     #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
     index_memory_mb: u64,
-    /// Messages queued per partition before the partition is paused
-    #[arg(long, env = "DENORM_QUEUE_CAPACITY", default_value_t = 10_000)]
-    queue_capacity: usize,
+    /// KiB of messages queued per partition for its applier; a full queue pauses the
+    /// partition until it is down to half
+    #[arg(long, env = "DENORM_QUEUE_KB", default_value_t = 16 << 10, value_parser = clap::value_parser!(u64).range(1..=(1 << 30)))]
+    queue_kb: u64,
+    /// KiB the Kafka client may prefetch for the whole worker (librdkafka's
+    /// queued.max.messages.kbytes)
+    #[arg(long, env = "DENORM_FETCH_BUFFER_KB", default_value_t = 16 << 10, value_parser = clap::value_parser!(u64).range(1..=(1 << 21)))]
+    fetch_buffer_kb: u64,
     /// Longest wait, in seconds, for the command in progress when stopping or
     /// giving partitions up; past it the command is left to the next owner
     #[arg(long, env = "DENORM_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]
@@ -129,7 +134,8 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let mut cfg = WorkerConfig::new(kafka, cli.group.clone());
     cfg.max_batch = a.max_batch.max(1);
     cfg.commit_linger = Duration::from_millis(a.commit_linger_ms);
-    cfg.queue_capacity = a.queue_capacity.max(1);
+    cfg.queue_bytes = (a.queue_kb as usize) << 10;
+    cfg.fetch_buffer_kb = a.fetch_buffer_kb as usize;
     cfg.shutdown_timeout = Duration::from_secs(a.shutdown_timeout_secs);
     cfg.max_message_bytes = a.max_message_bytes;
     cfg.fan_out = FanOut { page_size: a.page_size.max(1), page_pause: Duration::from_millis(a.fan_out_page_pause_ms) };

@@ -21,7 +21,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Reb
 use rdkafka::error::KafkaResult;
 use rdkafka::message::Message;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, trace, warn};
 
 use crate::codec::Codec;
 use crate::dlq::writer::DeadLetterWriter;
@@ -45,10 +45,17 @@ pub struct WorkerConfig {
     pub commit_linger: Duration,
     /// Paging and throttling of fan-outs (default: pages of 1000, no pause).
     pub fan_out: FanOut,
-    /// Messages queued per partition before it is paused (default 10000).
-    /// Pausing makes the client drop and later refetch what it prefetched,
-    /// so this should hold a few seconds of traffic.
-    pub queue_capacity: usize,
+    /// Bytes of messages queued per partition for its applier (default
+    /// 16 MiB). A partition whose queue is full is paused, and resumed once
+    /// the queue is down to half: pausing makes the client drop what it
+    /// prefetched for the partition and fetch it again, so each pause must
+    /// buy half a queue of progress.
+    pub queue_bytes: usize,
+    /// librdkafka's prefetch for the whole consumer, in KiB
+    /// (`queued.max.messages.kbytes`; default 16 MiB, librdkafka's own
+    /// default is 64 MiB). With `queue_bytes` per assigned partition it
+    /// bounds the memory held for messages not yet applied.
+    pub fetch_buffer_kb: usize,
     /// How often durable progress is committed to Kafka (default 1 s).
     pub commit_interval: Duration,
     /// Longest wait between retries of a transient failure (default 30 s).
@@ -90,7 +97,8 @@ impl WorkerConfig {
             max_batch: 2000,
             commit_linger: Duration::from_millis(100),
             fan_out: FanOut::pages_of(crate::apply::DEFAULT_PAGE_SIZE),
-            queue_capacity: 10_000,
+            queue_bytes: 16 << 20,
+            fetch_buffer_kb: 16 << 10,
             commit_interval: Duration::from_secs(1),
             retry_backoff_max: Duration::from_secs(30),
             lag_interval: Duration::from_secs(5),
@@ -278,7 +286,8 @@ pub fn run(
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
-        .set("enable.partition.eof", "false");
+        .set("enable.partition.eof", "false")
+        .set("queued.max.messages.kbytes", cfg.fetch_buffer_kb.max(1).to_string());
     for (k, v) in &cfg.kafka.options {
         cc.set(k, v);
     }
@@ -366,30 +375,52 @@ pub fn run(
 
 /// One pass under one lock: queues the polled message behind its
 /// partition's pending messages, moves pending messages into the appliers'
-/// bounded queues, pauses partitions whose queue is full and resumes drained
-/// ones. Returns whether an applier has ended (only a fatal error ends one).
+/// queues while they hold less than `queue_bytes`, pauses partitions whose
+/// queue is full and resumes them once it is down to half. Returns whether
+/// an applier has ended (only a fatal error ends one).
 fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<rdkafka::message::OwnedMessage>) -> bool {
     let ctx = consumer.context();
+    let limit = ctx.shared.cfg.queue_bytes.max(1);
     let mut parts = ctx.parts.lock().expect("parts lock");
     if let Some(msg) = msg {
         let p = msg.partition();
-        parts.entry(p).or_insert_with(|| Partition::spawn(p, ctx.shared.clone())).pending.push_back(msg);
+        let part = parts.entry(p).or_insert_with(|| Partition::spawn(p, ctx.shared.clone()));
+        if part.paused && part.pending.is_empty() {
+            trace!(partition = p, offset = msg.offset(), "message of a paused partition");
+        }
+        part.pending.push_back(msg);
     }
     let mut ended = false;
     for (p, part) in parts.iter_mut() {
-        while let Some(msg) = part.pending.pop_front() {
-            if let Err(std::sync::mpsc::TrySendError::Full(m) | std::sync::mpsc::TrySendError::Disconnected(m)) = part.tx.try_send(msg) {
+        while part.queued.load(Ordering::SeqCst) < limit {
+            let Some(msg) = part.pending.pop_front() else { break };
+            let size = partition::queued_size(&msg);
+            part.queued.fetch_add(size, Ordering::SeqCst);
+            if let Err(std::sync::mpsc::SendError(m)) = part.tx.send(msg) {
+                // The applier has ended; the partition is drained below.
+                part.queued.fetch_sub(size, Ordering::SeqCst);
                 part.pending.push_front(m);
                 break;
             }
         }
-        let want_paused = !part.pending.is_empty();
+        let want_paused = if part.paused {
+            !part.pending.is_empty() || part.queued.load(Ordering::SeqCst) > limit / 2
+        } else {
+            !part.pending.is_empty()
+        };
         if want_paused != part.paused {
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(&ctx.shared.cfg.kafka.topic, *p);
             let done = if want_paused { consumer.pause(&tpl) } else { consumer.resume(&tpl) };
             if done.is_ok() {
                 part.paused = want_paused;
+                let queued = part.queued.load(Ordering::SeqCst);
+                if want_paused {
+                    counter!(m::PARTITION_PAUSES_TOTAL).increment(1);
+                    debug!(partition = p, queued, pending = part.pending.len(), "partition paused: its queue is full");
+                } else {
+                    debug!(partition = p, queued, "partition resumed");
+                }
             }
         }
         ended |= part.finished();
@@ -397,24 +428,46 @@ fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<rdkafka::message::O
     ended
 }
 
-/// Refreshes `denorm_consumer_lag_messages` for every assigned partition.
+/// Refreshes `denorm_consumer_lag_messages` for every assigned partition,
+/// from local state only: it runs on the consumer loop, and a request to a
+/// busy broker here (watermarks, committed offsets) would stop the loop
+/// from feeding every partition (seen on tansu: 12 watermark requests took
+/// longer than the refresh interval, and the worker routed one message per
+/// refresh).
 fn update_lag(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
     let Ok(assignment) = consumer.assignment() else { return };
-    let committed = consumer.committed_offsets(assignment.clone(), Duration::from_secs(2)).ok();
     let ctx = consumer.context();
+    let parts = ctx.parts.lock().expect("parts lock");
+    let position = consumer.position().ok();
     for e in assignment.elements() {
         let p = e.partition();
-        let Ok((low, high)) = consumer.fetch_watermarks(topic, p, Duration::from_secs(2)) else { continue };
-        let applied_next = ctx.parts.lock().expect("parts lock").get(&p).map(|x| x.next.load(Ordering::SeqCst)).unwrap_or(-1);
-        let committed_next = committed
-            .as_ref()
-            .and_then(|c| c.find_partition(topic, p))
-            .and_then(|e| match e.offset() {
-                Offset::Offset(o) => Some(o),
-                _ => None,
-            })
-            .unwrap_or(low);
-        let next = applied_next.max(committed_next).max(low);
+        let Some(high) = cached_high_watermark(consumer, topic, p) else { continue };
+        // The next offset to apply: what the applier made durable, what was
+        // committed, or (before the first message) the fetch position.
+        let next = match parts.get(&p) {
+            Some(part) => part.next.load(Ordering::SeqCst).max(part.committed),
+            None => match position.as_ref().and_then(|t| t.find_partition(topic, p)).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => o,
+                _ => continue,
+            },
+        };
+        if next < 0 {
+            continue;
+        }
         gauge!(m::CONSUMER_LAG_MESSAGES, "partition" => p.to_string()).set((high - next).max(0) as f64);
     }
+}
+
+/// The partition's high watermark as of the last fetch response (librdkafka
+/// caches it); `None` before the first one. Makes no request.
+fn cached_high_watermark(consumer: &BaseConsumer<WorkerContext>, topic: &str, partition: i32) -> Option<i64> {
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client handle lives as long as `consumer`; the topic is a
+    // valid C string for the duration of the call; low and high are valid
+    // out-pointers.
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(consumer.client().native_ptr(), topic.as_ptr(), partition, &mut low, &mut high)
+    };
+    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
 }

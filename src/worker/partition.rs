@@ -2,8 +2,8 @@
 //! messages in log order, commits the index, then publishes the next offset
 //! that may be committed to Kafka.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -22,7 +22,11 @@ use crate::metrics::{self as m, outcome};
 
 /// The consumer thread's handle on one partition's applier.
 pub(crate) struct Partition {
-    pub tx: SyncSender<OwnedMessage>,
+    /// The applier's queue; its size in bytes is `queued`.
+    pub tx: Sender<OwnedMessage>,
+    /// Bytes of the messages in `tx` not yet taken by the applier
+    /// ([`queued_size`] each).
+    pub queued: Arc<AtomicUsize>,
     pub stop: Arc<AtomicBool>,
     /// Next offset whose predecessors are durably applied (-1: none yet).
     pub next: Arc<AtomicI64>,
@@ -36,18 +40,19 @@ pub(crate) struct Partition {
 
 impl Partition {
     pub fn spawn(partition: i32, shared: Arc<Shared>) -> Self {
-        let (tx, rx) = std::sync::mpsc::sync_channel(shared.cfg.queue_capacity.max(1));
+        let (tx, rx) = std::sync::mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let next = Arc::new(AtomicI64::new(-1));
-        let (s, n) = (stop.clone(), next.clone());
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (s, n, q) = (stop.clone(), next.clone(), queued.clone());
         let join = std::thread::Builder::new()
             .name(format!("denorm-p{partition}"))
             .spawn(move || {
                 let lag_seconds = gauge!(m::CONSUMER_LAG_SECONDS, "partition" => partition.to_string());
-                Applier { partition, shared, stop: s, next: n, lag_seconds }.run(rx)
+                Applier { partition, shared, stop: s, next: n, queued: q, lag_seconds }.run(rx)
             })
             .expect("spawn partition thread");
-        Partition { tx, stop, next, committed: -1, pending: Default::default(), paused: false, join: Some(join) }
+        Partition { tx, queued, stop, next, committed: -1, pending: Default::default(), paused: false, join: Some(join) }
     }
 
     pub fn finished(&self) -> bool {
@@ -65,11 +70,18 @@ impl Partition {
     }
 }
 
+/// What a queued message counts against `--queue-kb`: its key and payload
+/// plus the bookkeeping of one message.
+pub(crate) fn queued_size(m: &OwnedMessage) -> usize {
+    m.payload().map_or(0, <[u8]>::len) + m.key().map_or(0, <[u8]>::len) + 256
+}
+
 struct Applier {
     partition: i32,
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     next: Arc<AtomicI64>,
+    queued: Arc<AtomicUsize>,
     /// `denorm_consumer_lag_seconds` of this partition, resolved once.
     lag_seconds: metrics::Gauge,
 }
@@ -136,6 +148,7 @@ impl Applier {
             };
             match rx.recv_timeout(wait) {
                 Ok(msg) => {
+                    self.queued.fetch_sub(queued_size(&msg), Ordering::SeqCst);
                     self.lag_seconds.set(age_seconds(&msg));
                     batch.push(msg);
                     match self.handle_last(&mut shard, &mut batch)? {
