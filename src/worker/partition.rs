@@ -92,8 +92,101 @@ enum Handled {
     Done { fan_out: bool },
     /// Already applied before (redelivery).
     Duplicate,
-    /// Stop was requested while retrying: leave it to the next owner.
-    Interrupted,
+}
+
+/// Why an applier step did not finish: every step returns [`Step`].
+pub(crate) enum Halt {
+    /// A transient failure (index, schema registry) while handling a
+    /// message: the caller reopens the shard and handles it again.
+    Retry(IndexError),
+    /// Stop was requested (revoke, shutdown) while retrying: what is not
+    /// committed is left to the next owner.
+    Stopped,
+    /// A failure that ends the worker.
+    Fatal(WorkerError),
+}
+
+type Step<T> = Result<T, Halt>;
+
+impl From<IndexError> for Halt {
+    /// An index failure: retried when it is transient, fatal otherwise.
+    fn from(e: IndexError) -> Self {
+        if e.is_retryable() {
+            Halt::Retry(e)
+        } else {
+            Halt::Fatal(WorkerError::Index(e))
+        }
+    }
+}
+
+/// What is being retried: its log text and its retry counter.
+#[derive(Clone, Copy)]
+enum Op {
+    Open,
+    Apply,
+    Reapply,
+    Commit,
+    Isolate,
+    /// A command the index refused, tried again up to `--max-attempts`.
+    Rejected,
+    DeadLetter,
+}
+
+impl Op {
+    fn describe(self) -> &'static str {
+        match self {
+            Op::Open => "opening the shard",
+            Op::Apply => "applying the command",
+            Op::Reapply => "re-applying after an index failure",
+            Op::Commit => "index commit",
+            Op::Isolate => "committing the command",
+            Op::Rejected => "applying the command (the index refused it)",
+            Op::DeadLetter => "writing to the dead-letter topic",
+        }
+    }
+
+    fn count(self) {
+        match self {
+            Op::Apply => counter!(m::INDEX_RETRIES_TOTAL, "operation" => "apply").increment(1),
+            Op::Commit => counter!(m::INDEX_RETRIES_TOTAL, "operation" => "commit").increment(1),
+            Op::DeadLetter => counter!(m::DEAD_LETTER_RETRIES_TOTAL).increment(1),
+            Op::Open | Op::Reapply | Op::Isolate | Op::Rejected => {}
+        }
+    }
+}
+
+/// The retry state of one operation: jittered backoff, and the partition
+/// reported degraded from its first failure until the operation is over.
+struct Retrying<'a> {
+    applier: &'a Applier,
+    op: Op,
+    backoff: Backoff,
+    degraded: Option<crate::http::Degraded<'a>>,
+}
+
+impl Retrying<'_> {
+    /// After a failure: reports the partition degraded (unless the index is
+    /// refusing one command, which is no outage), counts and logs the
+    /// failure, and waits. `Halt::Stopped` when stop was requested.
+    fn failed(&mut self, error: &dyn std::fmt::Display) -> Step<()> {
+        let a = self.applier;
+        if !matches!(self.op, Op::Isolate | Op::Rejected) {
+            self.degraded.get_or_insert_with(|| a.shared.health.degrade());
+        }
+        self.op.count();
+        warn!(partition = a.partition, error = %error, "{} failed, retrying", self.op.describe());
+        self.pause()
+    }
+
+    /// Waits for an expected condition (another owner releasing the shard):
+    /// not a failure. `Halt::Stopped` when stop was requested.
+    fn pause(&mut self) -> Step<()> {
+        if self.applier.stopping() {
+            return Err(Halt::Stopped);
+        }
+        self.backoff.wait();
+        Ok(())
+    }
 }
 
 /// Where a message came from, for its dead letter. A replayed command keeps
@@ -127,8 +220,20 @@ impl Applier {
         self.stop.load(Ordering::SeqCst)
     }
 
+    fn retrying(&self, op: Op) -> Retrying<'_> {
+        Retrying { applier: self, op, backoff: Backoff::new(self.shared.cfg.retry_backoff_max), degraded: None }
+    }
+
     fn run(self, rx: Receiver<OwnedMessage>) -> Result<(), WorkerError> {
-        let Some(mut shard) = self.open_shard()? else { return Ok(()) };
+        match self.apply_until_stopped(rx) {
+            Ok(()) | Err(Halt::Stopped) => Ok(()),
+            Err(Halt::Fatal(e)) => Err(e),
+            Err(Halt::Retry(e)) => Err(WorkerError::Index(e)),
+        }
+    }
+
+    fn apply_until_stopped(&self, rx: Receiver<OwnedMessage>) -> Step<()> {
+        let mut shard = self.open_shard()?;
         if let Some(a) = shard.applied() {
             self.next.store(a as i64 + 1, Ordering::SeqCst);
         }
@@ -151,19 +256,16 @@ impl Applier {
                     self.queued.fetch_sub(queued_size(&msg), Ordering::SeqCst);
                     self.lag_seconds.set(age_seconds(&msg));
                     batch.push(msg);
-                    match self.handle_last(&mut shard, &mut batch)? {
-                        None => break,
-                        Some(fan_out) => {
-                            let d = *deadline.get_or_insert_with(|| Instant::now() + linger);
-                            // Fan-outs are committed on their own so that
-                            // their effects are visible and bounded.
-                            if fan_out || batch.len() >= max_batch || Instant::now() >= d {
-                                if !self.commit(&mut shard, &mut batch)? {
-                                    return Ok(());
-                                }
-                                deadline = None;
-                            }
-                        }
+                    let fan_out = match self.handle_last(&mut shard, &mut batch) {
+                        Err(Halt::Stopped) => break,
+                        other => other?,
+                    };
+                    let d = *deadline.get_or_insert_with(|| Instant::now() + linger);
+                    // Fan-outs are committed on their own so that their
+                    // effects are visible and bounded.
+                    if fan_out || batch.len() >= max_batch || Instant::now() >= d {
+                        self.commit(&mut shard, &mut batch)?;
+                        deadline = None;
                     }
                 }
                 Err(RecvTimeoutError::Timeout) if deadline.is_none() => {
@@ -171,9 +273,7 @@ impl Applier {
                     self.lag_seconds.set(0.0);
                 }
                 Err(RecvTimeoutError::Timeout) => {
-                    if !self.commit(&mut shard, &mut batch)? {
-                        return Ok(());
-                    }
+                    self.commit(&mut shard, &mut batch)?;
                     deadline = None;
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -181,110 +281,88 @@ impl Applier {
         }
         // Stopping: make what is applied durable, so the next owner resumes
         // after it.
-        self.commit(&mut shard, &mut batch)?;
-        Ok(())
+        self.commit(&mut shard, &mut batch)
     }
 
     /// Opens the shard, waiting while a previous owner still holds it.
-    /// `None` when stopped before that.
-    fn open_shard(&self) -> Result<Option<ShardBox>, WorkerError> {
-        let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
-        let mut degraded = None;
+    fn open_shard(&self) -> Step<ShardBox> {
+        let mut retry = self.retrying(Op::Open);
         loop {
             match self.shared.backend.open_shard(self.partition) {
-                Ok(s) => return Ok(Some(s)),
-                Err(e) if e.is_retryable() => {
-                    if self.stopping() {
-                        return Ok(None);
-                    }
-                    if matches!(e, IndexError::Locked(_)) {
-                        debug!(partition = self.partition, error = %e, "waiting for shard");
-                    } else {
-                        degraded.get_or_insert_with(|| self.shared.health.degrade());
-                        warn!(partition = self.partition, error = %e, "opening the shard failed, retrying");
-                    }
-                    backoff.wait();
+                Ok(s) => return Ok(s),
+                Err(e @ IndexError::Locked(_)) => {
+                    debug!(partition = self.partition, error = %e, "waiting for shard");
+                    retry.pause()?;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) if e.is_retryable() => retry.failed(&e)?,
+                Err(e) => return Err(Halt::Fatal(e.into())),
             }
         }
     }
 
-    /// Handles the last message of `batch`, recovering from transient index
-    /// failures for as long as they last. `Some(fan_out)` once it is done (or
-    /// was a duplicate); `None` when stopped meanwhile.
-    fn handle_last(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Result<Option<bool>, WorkerError> {
-        let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
-        let mut degraded = None;
+    /// Handles the last message of `batch`, recovering from transient
+    /// failures for as long as they last. Whether it was a fan-out.
+    fn handle_last(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Step<bool> {
+        let mut retry = self.retrying(Op::Apply);
         loop {
             let msg = batch.last().expect("batch holds the message");
             match self.handle(shard.as_mut(), msg) {
-                Ok(Handled::Done { fan_out }) => return Ok(Some(fan_out)),
+                Ok(Handled::Done { fan_out }) => return Ok(fan_out),
                 Ok(Handled::Duplicate) => {
                     batch.pop();
-                    return Ok(Some(false));
+                    return Ok(false);
                 }
-                Ok(Handled::Interrupted) => {
-                    batch.pop();
-                    return Ok(None);
-                }
-                Err(e) => {
-                    degraded.get_or_insert_with(|| self.shared.health.degrade());
-                    counter!(m::INDEX_RETRIES_TOTAL, "operation" => "apply").increment(1);
-                    warn!(partition = self.partition, offset = msg.offset(), error = %e, "applying the command failed, retrying");
-                    // The writer may hold half of this command: nothing of
-                    // the batch is committed on the way out, the next owner
-                    // redoes it.
-                    if self.stopping() {
-                        batch.clear();
-                        return Ok(None);
-                    }
-                    backoff.wait();
+                Err(Halt::Retry(e)) => {
                     let n = batch.len() - 1;
-                    if !self.reopen(shard, &batch[..n])? {
+                    let recovered = retry.failed(&e).and_then(|()| self.reopen(shard, &batch[..n]));
+                    if let Err(halt) = recovered {
+                        // The writer may hold half of this command: nothing
+                        // of the batch is committed on the way out, the next
+                        // owner redoes it.
                         batch.clear();
-                        return Ok(None);
+                        return Err(halt);
                     }
+                }
+                Err(halt) => {
+                    // Stopped within the command (its permanent-failure
+                    // retries, or its dead letter): the earlier messages of
+                    // the batch are still committed on the way out.
+                    batch.pop();
+                    return Err(halt);
                 }
             }
         }
     }
 
     /// Replaces the shard writer with a fresh one (back at the last commit)
-    /// and handles `replay` again. `false` when stopped meanwhile.
-    fn reopen(&self, shard: &mut ShardBox, replay: &[OwnedMessage]) -> Result<bool, WorkerError> {
-        let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
+    /// and handles `replay` again.
+    fn reopen(&self, shard: &mut ShardBox, replay: &[OwnedMessage]) -> Step<()> {
+        let mut retry = self.retrying(Op::Reapply);
         'open: loop {
             // The old writer must go first: it holds the shard's lock.
             *shard = Box::new(crate::index::memory::MemoryShard::new());
-            let Some(fresh) = self.open_shard()? else { return Ok(false) };
-            *shard = fresh;
+            *shard = self.open_shard()?;
             for msg in replay {
                 match self.handle(shard.as_mut(), msg) {
-                    Ok(Handled::Interrupted) => return Ok(false),
                     Ok(_) => {}
-                    Err(e) => {
-                        warn!(partition = self.partition, error = %e, "re-applying after an index failure failed, retrying");
-                        if self.stopping() {
-                            return Ok(false);
-                        }
-                        backoff.wait();
+                    Err(Halt::Retry(e)) => {
+                        retry.failed(&e)?;
                         continue 'open;
                     }
+                    Err(halt) => return Err(halt),
                 }
             }
             info!(partition = self.partition, reapplied = replay.len(), "shard reopened after an index failure");
-            return Ok(true);
+            return Ok(());
         }
     }
 
     /// Commits the shard and publishes the offset after `batch`, retrying
-    /// (with a fresh writer) while the index fails. `false` when stopped
-    /// while retrying: nothing of `batch` is published then.
-    fn commit(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Result<bool, WorkerError> {
-        let Some(last) = batch.last().map(|m| m.offset()) else { return Ok(true) };
-        let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
-        let mut degraded = None;
+    /// (with a fresh writer) while the index fails. Nothing of `batch` is
+    /// published when stopped meanwhile.
+    fn commit(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Step<()> {
+        let Some(last) = batch.last().map(|m| m.offset()) else { return Ok(()) };
+        let mut retry = self.retrying(Op::Commit);
         loop {
             let t = Instant::now();
             match shard.commit() {
@@ -293,19 +371,11 @@ impl Applier {
                     self.next.store(last + 1, Ordering::SeqCst);
                     batch.clear();
                     self.parked_gauge(shard.as_mut());
-                    return Ok(true);
+                    return Ok(());
                 }
                 Err(e) if e.is_retryable() => {
-                    degraded.get_or_insert_with(|| self.shared.health.degrade());
-                    counter!(m::INDEX_RETRIES_TOTAL, "operation" => "commit").increment(1);
-                    warn!(partition = self.partition, error = %e, "index commit failed, reopening the shard and retrying");
-                    if self.stopping() {
-                        return Ok(false);
-                    }
-                    backoff.wait();
-                    if !self.reopen(shard, batch)? {
-                        return Ok(false);
-                    }
+                    retry.failed(&format_args!("{e}; reopening the shard"))?;
+                    self.reopen(shard, batch)?;
                 }
                 Err(error) => {
                     warn!(partition = self.partition, %error, commands = batch.len(), "the index refused a write of this batch: committing its commands one by one to find it");
@@ -318,14 +388,12 @@ impl Applier {
     /// After a commit the index refused for good: applies and commits the
     /// batch one command at a time from a fresh writer; the command whose
     /// commit is refused `max_attempts` times is aborted. Publishes progress
-    /// after each command. `false` when stopped meanwhile.
-    fn isolate(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Result<bool, WorkerError> {
-        let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
+    /// after each command.
+    fn isolate(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Step<()> {
         // A fresh writer back at the last commit; again after every failure.
-        if !self.reopen(shard, &[])? {
-            return Ok(false);
-        }
+        self.reopen(shard, &[])?;
         while let Some(msg) = batch.first() {
+            let mut retry = self.retrying(Op::Isolate);
             let mut attempts = 0u32;
             let mut abort_with: Option<IndexError> = None;
             loop {
@@ -333,43 +401,34 @@ impl Applier {
                     None => self.handle(shard.as_mut(), msg),
                     Some(e) => self.abort_message(shard.as_mut(), msg, e, attempts),
                 };
-                let failed = match handled {
-                    Ok(Handled::Interrupted) => return Ok(false),
+                let failure = match handled {
+                    Err(Halt::Retry(e)) => e.to_string(),
+                    Err(halt) => return Err(halt),
                     Ok(_) => match shard.commit() {
                         Ok(()) => break,
                         Err(e) if !e.is_retryable() && abort_with.is_none() => {
                             attempts += 1;
+                            let shown = e.to_string();
                             if attempts >= self.shared.cfg.max_attempts.max(1) {
                                 abort_with = Some(e);
-                                None
-                            } else {
-                                Some(e)
                             }
+                            shown
                         }
-                        Err(e) => Some(e),
+                        Err(e) => e.to_string(),
                     },
-                    Err(e) => Some(e),
                 };
-                if let Some(e) = failed {
-                    warn!(partition = self.partition, offset = msg.offset(), attempts, error = %e, "committing the command failed, retrying");
-                }
-                if self.stopping() {
-                    return Ok(false);
-                }
-                backoff.wait();
-                if !self.reopen(shard, &[])? {
-                    return Ok(false);
-                }
+                retry.failed(&format_args!("{failure} (offset {}, attempt {attempts})", msg.offset()))?;
+                self.reopen(shard, &[])?;
             }
             self.next.store(msg.offset() + 1, Ordering::SeqCst);
             batch.remove(0);
         }
         self.parked_gauge(shard.as_mut());
-        Ok(true)
+        Ok(())
     }
 
     /// Aborts `msg` after the index refused its writes at commit time.
-    fn abort_message(&self, shard: &mut dyn Shard, msg: &OwnedMessage, error: &IndexError, attempts: u32) -> Result<Handled, IndexError> {
+    fn abort_message(&self, shard: &mut dyn Shard, msg: &OwnedMessage, error: &IndexError, attempts: u32) -> Step<Handled> {
         let (key, max) = (msg.key(), self.shared.cfg.max_message_bytes);
         let (payload, offset, command_id) = match admit(&self.shared.codec, key, msg.payload(), max) {
             Ok(Admitted::Command(e)) => (msg.payload().map(<[u8]>::to_vec), msg.offset(), Some(e.command_id)),
@@ -385,9 +444,7 @@ impl Applier {
         };
         let origin = Origin { key, payload: payload.as_deref(), offset };
         let handled = self.abort(shard, &origin, dlq::reason::INDEX_REJECTED, error.to_string(), attempts, command_id)?;
-        if let Handled::Done { .. } = handled {
-            shard.mark_applied(msg.offset() as u64);
-        }
+        shard.mark_applied(msg.offset() as u64);
         Ok(handled)
     }
 
@@ -395,10 +452,10 @@ impl Applier {
         gauge!(m::PARKED_KEYS, "partition" => self.partition.to_string()).set(shard.parking().len() as f64);
     }
 
-    /// Handles one message. `Err` is a transient index failure (the caller
-    /// reopens the shard and tries again); permanent failures end in the
-    /// dead-letter topic.
-    fn handle(&self, shard: &mut dyn Shard, msg: &OwnedMessage) -> Result<Handled, IndexError> {
+    /// Handles one message. `Halt::Retry` is a transient failure (the
+    /// caller reopens the shard and tries again); permanent failures end in
+    /// the dead-letter topic.
+    fn handle(&self, shard: &mut dyn Shard, msg: &OwnedMessage) -> Step<Handled> {
         let offset = msg.offset();
         if shard.applied().is_some_and(|a| offset as u64 <= a) {
             count("unknown", outcome::DUPLICATE);
@@ -406,7 +463,7 @@ impl Applier {
         }
         let origin = Origin { key: msg.key(), payload: msg.payload(), offset };
         let handled = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
-            Err(NotAdmitted::Unavailable(e)) => return Err(IndexError::Dependency(e)),
+            Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(IndexError::Dependency(e))),
             Err(NotAdmitted::Rejected(r)) => self.reject(shard, &origin, r)?,
             Ok(Admitted::Control(c)) => self.control(shard, msg, c)?,
             Ok(Admitted::Command(e)) => {
@@ -424,7 +481,7 @@ impl Applier {
 
     /// A message that cannot be admitted: aborted at once (decoding and
     /// validation are deterministic: retrying changes nothing).
-    fn reject(&self, shard: &mut dyn Shard, origin: &Origin<'_>, r: Rejection) -> Result<Handled, IndexError> {
+    fn reject(&self, shard: &mut dyn Shard, origin: &Origin<'_>, r: Rejection) -> Step<Handled> {
         counter!(m::MESSAGES_REJECTED_TOTAL, "reason" => r.reason).increment(1);
         count("unknown", if r.reason == reason::INVALID_COMMAND { outcome::INVALID } else { outcome::UNDECODABLE });
         self.abort(shard, origin, r.reason, r.detail, 1, None)
@@ -432,12 +489,12 @@ impl Applier {
 
     /// Applies a command, retrying a permanent index failure up to
     /// `max_attempts` times before aborting it.
-    fn command(&self, shard: &mut dyn Shard, e: &Envelope, pos: i64, origin: &Origin<'_>) -> Result<Handled, IndexError> {
+    fn command(&self, shard: &mut dyn Shard, e: &Envelope, pos: i64, origin: &Origin<'_>) -> Step<Handled> {
         let (partition, cmd) = (self.partition, &e.command);
         if cmd.is_fan_out() {
             info!(partition, offset = pos, command = cmd.kind(), key = cmd.key(), "fan-out started");
         }
-        let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
+        let mut retry = self.retrying(Op::Rejected);
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -459,13 +516,9 @@ impl Applier {
                     }
                     return Ok(Handled::Done { fan_out: cmd.is_fan_out() });
                 }
-                Err(e) if e.is_retryable() => return Err(e),
+                Err(e) if e.is_retryable() => return Err(Halt::Retry(e)),
                 Err(error) if attempts < self.shared.cfg.max_attempts.max(1) => {
-                    warn!(partition, offset = pos, attempts, %error, "command rejected by the index, retrying");
-                    if self.stopping() {
-                        return Ok(Handled::Interrupted);
-                    }
-                    backoff.wait();
+                    retry.failed(&format_args!("{error} (offset {pos}, attempt {attempts})"))?;
                 }
                 Err(error) => {
                     count(cmd.kind(), outcome::FAILED);
@@ -477,9 +530,9 @@ impl Applier {
 
     /// Dead-letters a command given up on and, with `--on-abort=park`,
     /// parks its key.
-    fn abort(&self, shard: &mut dyn Shard, origin: &Origin<'_>, reason: &'static str, detail: String, attempts: u32, command_id: Option<String>) -> Result<Handled, IndexError> {
+    fn abort(&self, shard: &mut dyn Shard, origin: &Origin<'_>, reason: &'static str, detail: String, attempts: u32, command_id: Option<String>) -> Step<Handled> {
         let behind = command_id.clone().unwrap_or_else(|| format!("p{}@{}", self.partition, origin.offset));
-        let Some(at) = self.dead_letter(origin, reason, detail.clone(), attempts, command_id, None) else { return Ok(Handled::Interrupted) };
+        let at = self.dead_letter(origin, reason, detail.clone(), attempts, command_id, None)?;
         error!(partition = self.partition, offset = origin.offset, reason, %detail, key = ?origin.key(), dlq_offset = at, "command aborted and dead-lettered");
         if let (OnAbort::Park, Some(k)) = (self.shared.cfg.on_abort, origin.key()) {
             warn!(partition = self.partition, key = %k, "key parked: its later commands wait in the dead-letter topic for `denorm dlq reprocess` or `clear`");
@@ -491,9 +544,9 @@ impl Applier {
     }
 
     /// Dead-letters a command of a parked key.
-    fn park(&self, shard: &mut dyn Shard, origin: &Origin<'_>, command_id: Option<String>, behind: String, kind: &'static str) -> Result<Handled, IndexError> {
+    fn park(&self, shard: &mut dyn Shard, origin: &Origin<'_>, command_id: Option<String>, behind: String, kind: &'static str) -> Step<Handled> {
         let detail = format!("its key is parked behind command {behind}");
-        let Some(at) = self.dead_letter(origin, dlq::reason::PARKED, detail, 0, command_id, Some(behind)) else { return Ok(Handled::Interrupted) };
+        let at = self.dead_letter(origin, dlq::reason::PARKED, detail, 0, command_id, Some(behind))?;
         count(kind, outcome::PARKED);
         if let Some(p) = origin.key().and_then(|k| shard.parking().get_mut(k.as_ref())) {
             p.last_dlq = at;
@@ -502,7 +555,7 @@ impl Applier {
     }
 
     /// Carries out an operator's control message (see [`crate::dlq`]).
-    fn control(&self, shard: &mut dyn Shard, msg: &OwnedMessage, c: Control) -> Result<Handled, IndexError> {
+    fn control(&self, shard: &mut dyn Shard, msg: &OwnedMessage, c: Control) -> Step<Handled> {
         count("control", outcome::CONTROL);
         match c.action {
             Action::Replay => {
@@ -518,7 +571,7 @@ impl Applier {
                     }
                 }
                 let handled = match admit(&self.shared.codec, msg.key(), Some(&c.payload), self.shared.cfg.max_message_bytes) {
-                    Err(NotAdmitted::Unavailable(e)) => return Err(IndexError::Dependency(e)),
+                    Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(IndexError::Dependency(e))),
                     Err(NotAdmitted::Rejected(r)) => self.reject(shard, &origin, r)?,
                     Ok(Admitted::Control(_)) => {
                         let r = Rejection { reason: reason::INVALID_COMMAND, detail: "a control message cannot be replayed".into() };
@@ -533,10 +586,7 @@ impl Applier {
             }
             Action::Resolve | Action::Discard => {
                 let kind = c.action.marker();
-                let marked = self.retry_dead_letter(|| self.shared.dlq.mark(c.dlq_partition, &c.key, kind, c.through, self.partition));
-                if marked.is_none() {
-                    return Ok(Handled::Interrupted);
-                }
+                self.retry_dead_letter(|| self.shared.dlq.mark(c.dlq_partition, &c.key, kind, c.through, self.partition))?;
                 let parked = shard.parking().get(&c.key).map(|p| p.last_dlq);
                 match parked {
                     Some(last) if last <= c.through => {
@@ -556,9 +606,8 @@ impl Applier {
     }
 
     /// Writes the letter of `origin`, retrying for as long as the
-    /// dead-letter topic fails. Its offset there; `None` when stopped
-    /// meanwhile.
-    fn dead_letter(&self, origin: &Origin<'_>, reason: &'static str, detail: String, attempts: u32, command_id: Option<String>, parked_behind: Option<String>) -> Option<i64> {
+    /// dead-letter topic fails. Its offset there.
+    fn dead_letter(&self, origin: &Origin<'_>, reason: &'static str, detail: String, attempts: u32, command_id: Option<String>, parked_behind: Option<String>) -> Step<i64> {
         let letter = Letter {
             key: origin.key,
             payload: origin.payload,
@@ -572,24 +621,15 @@ impl Applier {
         };
         let at = self.retry_dead_letter(|| self.shared.dlq.write(&letter))?;
         counter!(m::DEAD_LETTERS_TOTAL, "reason" => reason).increment(1);
-        Some(at)
+        Ok(at)
     }
 
-    fn retry_dead_letter(&self, mut write: impl FnMut() -> Result<i64, rdkafka::error::KafkaError>) -> Option<i64> {
-        let mut backoff = Backoff::new(self.shared.cfg.retry_backoff_max);
-        let mut degraded = None;
+    fn retry_dead_letter(&self, mut write: impl FnMut() -> Result<i64, rdkafka::error::KafkaError>) -> Step<i64> {
+        let mut retry = self.retrying(Op::DeadLetter);
         loop {
             match write() {
-                Ok(at) => return Some(at),
-                Err(e) => {
-                    degraded.get_or_insert_with(|| self.shared.health.degrade());
-                    counter!(m::DEAD_LETTER_RETRIES_TOTAL).increment(1);
-                    warn!(partition = self.partition, topic = %self.shared.dlq.topic, error = %e, "writing to the dead-letter topic failed, retrying (nothing is committed past this message meanwhile)");
-                    if self.stopping() {
-                        return None;
-                    }
-                    backoff.wait();
-                }
+                Ok(at) => return Ok(at),
+                Err(e) => retry.failed(&format_args!("{e} (topic {}; nothing is committed past this message meanwhile)", self.shared.dlq.topic))?,
             }
         }
     }
