@@ -78,7 +78,7 @@ fn scenario(backend: &dyn Backend) {
 fn log_with_redelivered_suffix_matches_the_model_on_the_embedded_backend() {
     let dir = tempfile::tempdir().unwrap();
     let index = denorm::index::embedded::EmbeddedIndex::open(dir.path(), "scenario").unwrap();
-    scenario(&denorm::index::embedded::EmbeddedBackend { index, memory_budget: 20 << 20 });
+    scenario(&denorm::index::embedded::EmbeddedBackend::new(index, 20 << 20));
 }
 
 /// Opt-in: `DENORM_ES_URL=http://localhost:9200 bash scripts/test.sh --run-ignored all`.

@@ -78,7 +78,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
 
     step(2, "starting two workers in one consumer group, sharing the index");
     let shutdown = Arc::new(AtomicBool::new(false));
-    let backend = Arc::new(EmbeddedBackend { index: EmbeddedIndex::open(&dir, topic)?, memory_budget: 64 << 20 });
+    let backend = Arc::new(EmbeddedBackend::new(EmbeddedIndex::open(&dir, topic)?, 64 << 20));
     let mut workers = Vec::new();
     let mut stats = Vec::new();
     for _ in 0..2 {

@@ -38,6 +38,11 @@ pub struct RunArgs {
     /// Pause after each page of a fan-out, in milliseconds, to throttle rewrites
     #[arg(long, env = "DENORM_FAN_OUT_PAGE_PAUSE_MS", default_value_t = 0)]
     fan_out_page_pause_ms: u64,
+    /// Embedded index: a fan-out commits its progress after this many rewritten documents, so
+    /// its memory does not grow with its size (0: only at the end; searches then never see a
+    /// rename part-way)
+    #[arg(long, env = "DENORM_FAN_OUT_COMMIT_EVERY", default_value_t = crate::index::embedded::DEFAULT_FAN_OUT_COMMIT_EVERY)]
+    fan_out_commit_every: u64,
     /// Indexing memory budget per partition shard, in MiB (at least 15)
     #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
     index_memory_mb: u64,
@@ -128,7 +133,9 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         }
         None => {
             let index = EmbeddedIndex::open(&cli.index, &kafka.topic).with_context(|| format!("opening the index {}", cli.index.display()))?;
-            Arc::new(EmbeddedBackend { index, memory_budget: (a.index_memory_mb as usize) << 20 })
+            let mut backend = EmbeddedBackend::new(index, (a.index_memory_mb as usize) << 20);
+            backend.fan_out_commit_every = a.fan_out_commit_every;
+            Arc::new(backend)
         }
     };
     let mut cfg = WorkerConfig::new(kafka, cli.group.clone());
