@@ -4,6 +4,17 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// mimalloc instead of glibc's malloc. glibc gives each allocating thread
+/// its own arena and keeps freed memory there: a worker's threads
+/// (appliers, tantivy's indexer and merge threads, librdkafka's) held two to
+/// three times what they used. In `denorm bench` (300,000-file rename, 2
+/// cores) mimalloc cut the worker's heap before the rename from 294 to
+/// 231 MB and its CPU time for 120,000 single-document commands from about
+/// 2.2 to 1.3-1.7 s; limiting glibc to two arenas saved more memory but
+/// cost throughput.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = denorm::cli::Cli::parse();
     denorm::cli::init_tracing(&cli);

@@ -75,15 +75,16 @@ fn newer(pos: u64, doc_pos: u64) -> bool {
 }
 
 fn put_guarded<S: Shard + ?Sized>(shard: &mut S, doc: Doc) -> Result<u64, IndexError> {
-    match shard.get(doc.kind(), doc.id())? {
-        Some(existing) if !newer(doc.pos(), existing.pos()) => Ok(0),
-        _ => shard.put(doc).map(|_| 1),
+    match shard.position(doc.kind(), doc.id())? {
+        Some(existing) if !newer(doc.pos(), existing) => Ok(0),
+        Some(_) => shard.put(doc).map(|_| 1),
+        None => shard.create(doc).map(|_| 1),
     }
 }
 
 fn delete_guarded<S: Shard + ?Sized>(shard: &mut S, kind: Kind, id: &str, pos: u64) -> Result<u64, IndexError> {
-    match shard.get(kind, id)? {
-        Some(existing) if newer(pos, existing.pos()) => shard.delete(kind, id).map(|_| 1),
+    match shard.position(kind, id)? {
+        Some(existing) if newer(pos, existing) => shard.delete(kind, id).map(|_| 1),
         _ => Ok(0),
     }
 }

@@ -26,12 +26,16 @@ pub struct RunArgs {
     #[arg(long, env = "DENORM_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     metrics_addr: SocketAddr,
     /// Most commands applied between two index commits
-    #[arg(long, env = "DENORM_MAX_BATCH", default_value_t = 2000)]
+    #[arg(long, env = "DENORM_MAX_BATCH", default_value_t = 20_000)]
     max_batch: usize,
     /// Longest wait of an applied command for its index commit, in milliseconds
     /// (commits are batched: each one creates an index segment)
     #[arg(long, env = "DENORM_COMMIT_LINGER_MS", default_value_t = 100)]
     commit_linger_ms: u64,
+    /// Commit a batch as soon as no command has arrived for this many milliseconds (light
+    /// traffic is searchable at once; a backlog is still committed in batches)
+    #[arg(long, env = "DENORM_COMMIT_QUIET_MS", default_value_t = 5)]
+    commit_quiet_ms: u64,
     /// Documents read per page of a fan-out scan
     #[arg(long, env = "DENORM_PAGE_SIZE", default_value_t = crate::apply::DEFAULT_PAGE_SIZE)]
     page_size: usize,
@@ -141,6 +145,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let mut cfg = WorkerConfig::new(kafka, cli.group.clone());
     cfg.max_batch = a.max_batch.max(1);
     cfg.commit_linger = Duration::from_millis(a.commit_linger_ms);
+    cfg.commit_quiet = Duration::from_millis(a.commit_quiet_ms);
     cfg.queue_bytes = (a.queue_kb as usize) << 10;
     cfg.fetch_buffer_kb = a.fetch_buffer_kb as usize;
     cfg.shutdown_timeout = Duration::from_secs(a.shutdown_timeout_secs);

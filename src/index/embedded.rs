@@ -176,13 +176,22 @@ fn stream(
 
 /// First live document with `term` in `searcher`.
 fn find(searcher: &Searcher, term: &Term) -> Result<Option<TantivyDocument>, IndexError> {
+    find_with(searcher, term, &mut |segment, doc| Ok(segment.get_store_reader(1)?.get(doc)?))
+}
+
+/// `read` of the first live document with `term` in `searcher`.
+fn find_with<T>(
+    searcher: &Searcher,
+    term: &Term,
+    read: &mut dyn FnMut(&tantivy::SegmentReader, DocId) -> Result<T, IndexError>,
+) -> Result<Option<T>, IndexError> {
     for segment in searcher.segment_readers() {
         let inverted = segment.inverted_index(term.field())?;
         if let Some(mut postings) = inverted.read_postings(term, IndexRecordOption::Basic)? {
             let mut doc = postings.doc();
             while doc != TERMINATED {
                 if !segment.is_deleted(doc) {
-                    return Ok(Some(segment.get_store_reader(1)?.get(doc)?));
+                    return read(segment, doc).map(Some);
                 }
                 doc = postings.advance();
             }
@@ -312,6 +321,7 @@ impl EmbeddedIndex {
             reader,
             f: fields,
             overlay: HashMap::new(),
+            pos_columns: HashMap::new(),
             dirty: false,
             fan_out_pending: false,
             marked: applied,
@@ -336,6 +346,78 @@ impl EmbeddedIndex {
             shards.push((index, reader));
         }
         Ok(EmbeddedSearch { shards, f: schema().1 })
+    }
+}
+
+impl EmbeddedIndex {
+    /// The applied log offset of each partition's shard, as of its last
+    /// commit (shards never committed are left out).
+    pub fn applied_offsets(&self) -> Result<std::collections::BTreeMap<i32, u64>, IndexError> {
+        let mut out = std::collections::BTreeMap::new();
+        for entry in std::fs::read_dir(self.root.join("shards"))? {
+            let dir = entry?.path();
+            let Some(p) = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix('p')).and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            if !dir.join("meta.json").exists() {
+                continue;
+            }
+            let payload = Index::open_in_dir(&dir)?.load_metas()?.payload;
+            if let Some(c) = payload.and_then(|p| serde_json::from_str::<CommitPayload>(&p).ok()) {
+                out.insert(p, c.applied);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Bare tantivy with the shards' schema and no pipeline (no log, overlay,
+/// position guards or checkpoints): the baselines `denorm bench` compares
+/// the pipeline with.
+pub mod raw {
+    use super::*;
+
+    fn open(dir: &Path, memory_budget: usize) -> Result<(Index, IndexWriter, Fields), IndexError> {
+        std::fs::create_dir_all(dir)?;
+        let (schema, f) = schema();
+        let index = Index::open_or_create(tantivy::directory::MmapDirectory::open(dir).map_err(|e| IndexError::Backend(e.to_string()))?, schema)?;
+        let writer = index.writer_with_num_threads(1, memory_budget.max(15_000_000))?;
+        Ok((index, writer, f))
+    }
+
+    /// Adds `docs` to the tantivy index at `dir` with one writer thread and
+    /// commits once. Returns how many were added.
+    pub fn index(dir: &Path, memory_budget: usize, docs: impl IntoIterator<Item = Doc>) -> Result<u64, IndexError> {
+        let (_, mut writer, f) = open(dir, memory_budget)?;
+        let mut n = 0;
+        for d in docs {
+            writer.add_document(f.to_tantivy(&d))?;
+            n += 1;
+        }
+        writer.commit()?;
+        Ok(n)
+    }
+
+    /// Moves every file of directory `from` (and below) to `to` in the
+    /// index at `dir`: scans, rewrites each document (delete by key, add)
+    /// and commits once. Returns how many were rewritten.
+    pub fn rename_dir(dir: &Path, memory_budget: usize, from: &str, to: &str) -> Result<u64, IndexError> {
+        let (index, mut writer, f) = open(dir, memory_budget)?;
+        let searcher = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?.searcher();
+        let query = f.scan_query(&Scan::FilesWithin { path: from.to_string() });
+        let mut n = 0;
+        stream(&searcher, query.as_ref(), &mut |store, doc| {
+            if let Doc::File(mut d) = f.from_tantivy(&store.get(doc)?)? {
+                let Some(rest) = d.path.strip_prefix(from) else { return Ok(()) };
+                d.path = format!("{to}{rest}");
+                writer.delete_term(f.key_term(Kind::File, &d.id));
+                writer.add_document(f.to_tantivy(&Doc::File(d)))?;
+                n += 1;
+            }
+            Ok(())
+        })?;
+        writer.commit()?;
+        Ok(n)
     }
 }
 
@@ -377,6 +459,8 @@ pub struct EmbeddedShard {
     f: Fields,
     /// Uncommitted single-document writes (`None`: deleted), so reads see them.
     overlay: HashMap<(Kind, String), Option<Doc>>,
+    /// The `pos` fast field of each committed segment, opened once.
+    pos_columns: HashMap<tantivy::index::SegmentId, tantivy::columnar::Column<u64>>,
     dirty: bool,
     /// Uncommitted fan-out rewrites, which the overlay does not hold.
     fan_out_pending: bool,
@@ -417,8 +501,35 @@ impl Shard for EmbeddedShard {
         find(&searcher, &self.f.key_term(kind, id))?.map(|t| self.f.from_tantivy(&t)).transpose()
     }
 
+    fn position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
+        if let Some(d) = self.overlay.get(&(kind, id.to_string())) {
+            return Ok(d.as_ref().map(Doc::pos));
+        }
+        if self.fan_out_pending {
+            self.commit()?;
+        }
+        // The fast field: no stored document to decompress.
+        let searcher = self.reader.searcher();
+        let columns = &mut self.pos_columns;
+        let pos = find_with(&searcher, &self.f.key_term(kind, id), &mut |segment, doc| {
+            let column = match columns.entry(segment.segment_id()) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(segment.fast_fields().u64("pos")?),
+            };
+            Ok(column.first(doc).unwrap_or(0))
+        })?;
+        Ok(pos)
+    }
+
     fn put(&mut self, doc: Doc) -> Result<(), IndexError> {
         self.writer.delete_term(self.f.key_term(doc.kind(), doc.id()));
+        self.create(doc)
+    }
+
+    fn create(&mut self, doc: Doc) -> Result<(), IndexError> {
+        // No delete term: nothing committed or pending has this key (a
+        // pending delete in the overlay was queued before, and tantivy
+        // applies a delete only to documents added before it).
         self.writer.add_document(self.f.to_tantivy(&doc))?;
         self.overlay.insert((doc.kind(), doc.id().to_string()), Some(doc));
         self.dirty = true;
@@ -508,6 +619,8 @@ impl Shard for EmbeddedShard {
         }
         prepared.commit()?;
         self.reader.reload()?;
+        let live: std::collections::HashSet<_> = self.reader.searcher().segment_readers().iter().map(|s| s.segment_id()).collect();
+        self.pos_columns.retain(|id, _| live.contains(id));
         self.overlay.clear();
         self.dirty = false;
         self.fan_out_pending = false;
@@ -587,6 +700,26 @@ impl EmbeddedSearch {
             out(score, doc);
         }
         Ok(())
+    }
+
+    /// Sees what was committed since this view was opened (shards created
+    /// since are not added).
+    pub fn reload(&self) -> Result<(), IndexError> {
+        for (_, reader) in &self.shards {
+            reader.reload()?;
+        }
+        Ok(())
+    }
+
+    /// Whether the document is in the view.
+    pub fn contains(&self, kind: Kind, id: &str) -> Result<bool, IndexError> {
+        let term = self.f.key_term(kind, id);
+        for (_, reader) in &self.shards {
+            if find(&reader.searcher(), &term)?.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     fn count(&self, build: &dyn Fn(&Index) -> Result<Box<dyn Query>, IndexError>) -> Result<usize, IndexError> {
@@ -683,6 +816,36 @@ mod tests {
         assert_eq!(text, vec!["a"]);
         drop(shard);
         assert_eq!(idx.open_shard(0, 20_000_000).unwrap().applied(), Some(3));
+    }
+
+    #[test]
+    fn positions_come_from_the_overlay_then_the_index_and_every_id_stays_unique() {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
+        let mut shard = idx.open_shard(0, 20_000_000).unwrap();
+        let del = |id: &str| Command::DeleteFile { id: id.into(), path: "/c/x.txt".into() };
+        // Committed: a (pos 0), b (pos 1).
+        apply(&mut shard, &upsert("a", "/c/a.txt"), 0, FanOut::pages_of(10)).unwrap();
+        apply(&mut shard, &upsert("b", "/c/b.txt"), 1, FanOut::pages_of(10)).unwrap();
+        shard.commit().unwrap();
+        assert_eq!(shard.position(Kind::File, "a").unwrap(), Some(0));
+        assert_eq!(shard.position(Kind::File, "zz").unwrap(), None);
+        // One batch: a replaced twice, b deleted then created again, c
+        // created then replaced, and a stale write of a that must not land.
+        let batch = [(upsert("a", "/c/a2.txt"), 2), (upsert("a", "/c/a3.txt"), 3), (del("b"), 4), (upsert("b", "/c/b2.txt"), 5), (upsert("c", "/c/c.txt"), 6), (upsert("c", "/c/c2.txt"), 7)];
+        for (c, pos) in &batch {
+            assert_eq!(apply(&mut shard, c, *pos, FanOut::pages_of(10)).unwrap(), 1, "{c:?}");
+        }
+        assert_eq!(apply(&mut shard, &upsert("a", "/c/stale.txt"), 1, FanOut::pages_of(10)).unwrap(), 0);
+        assert_eq!(shard.position(Kind::File, "b").unwrap(), Some(5));
+        shard.commit().unwrap();
+        let mut docs = Vec::new();
+        idx.search().unwrap().dump(&mut |d| docs.push((d.id().to_string(), d.pos()))).unwrap();
+        docs.sort();
+        assert_eq!(docs, vec![("a".into(), 3), ("b".into(), 5), ("c".into(), 7)]);
+        for (id, pos) in [("a", 3), ("b", 5), ("c", 7)] {
+            assert_eq!(shard.position(Kind::File, id).unwrap(), Some(pos), "{id}");
+        }
     }
 
     #[test]

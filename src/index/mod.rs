@@ -193,8 +193,18 @@ impl IndexError {
 pub trait Shard {
     /// The document `kind`/`id` including uncommitted writes of this shard.
     fn get(&mut self, kind: Kind, id: &str) -> Result<Option<Doc>, IndexError>;
+    /// The log position of the document `kind`/`id` (what the position
+    /// guards read), including uncommitted writes of this shard.
+    fn position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
+        Ok(self.get(kind, id)?.map(|d| d.pos()))
+    }
     /// Creates or replaces the document with the same kind and id.
     fn put(&mut self, doc: Doc) -> Result<(), IndexError>;
+    /// Creates a document [`Shard::position`] has just found absent
+    /// (a backend may skip replacing what is not there).
+    fn create(&mut self, doc: Doc) -> Result<(), IndexError> {
+        self.put(doc)
+    }
     fn delete(&mut self, kind: Kind, id: &str) -> Result<(), IndexError>;
     /// Streams the documents matching `scan` in pages of `page_size` and
     /// replaces each one for which `rewrite` returns a new version. Returns

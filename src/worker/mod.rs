@@ -43,6 +43,9 @@ pub struct WorkerConfig {
     /// Longest time an applied command waits for its index commit (default
     /// 100 ms): commits are batched, because each one creates a segment.
     pub commit_linger: Duration,
+    /// A batch is committed as soon as no command arrives for this long
+    /// (default 5 ms), so that light traffic is searchable at once.
+    pub commit_quiet: Duration,
     /// Paging and throttling of fan-outs (default: pages of 1000, no pause).
     pub fan_out: FanOut,
     /// Bytes of messages queued per partition for its applier (default
@@ -94,8 +97,9 @@ impl WorkerConfig {
     pub fn new(kafka: KafkaConfig, group: impl Into<String>) -> Self {
         WorkerConfig {
             group: group.into(),
-            max_batch: 2000,
+            max_batch: 20_000,
             commit_linger: Duration::from_millis(100),
+            commit_quiet: Duration::from_millis(5),
             fan_out: FanOut::pages_of(crate::apply::DEFAULT_PAGE_SIZE),
             queue_bytes: 16 << 20,
             fetch_buffer_kb: 16 << 10,
@@ -271,6 +275,26 @@ fn commit(consumer: &BaseConsumer<WorkerContext>, topic: &str, offsets: &[(i32, 
     }
 }
 
+/// The worker's consumer settings (also the raw consumer's of `denorm
+/// bench`): offsets stored and committed by the worker only, from the
+/// earliest offset, prefetch bounded to `fetch_buffer_kb`.
+pub fn consumer_config(kafka: &KafkaConfig, group: &str, fetch_buffer_kb: usize) -> rdkafka::ClientConfig {
+    let mut cc = kafka.client_config();
+    cc.set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false")
+        // A broker answers a fetch when data arrives; tansu 0.6 waits the
+        // whole fetch.wait.max.ms (librdkafka's default 500 ms) instead.
+        .set("fetch.wait.max.ms", "50")
+        .set("queued.max.messages.kbytes", fetch_buffer_kb.max(1).to_string());
+    for (k, v) in &kafka.options {
+        cc.set(k, v);
+    }
+    cc
+}
+
 /// Runs a worker until `shutdown` is set, then drains, commits and leaves
 /// the group. Blocking.
 pub fn run(
@@ -281,16 +305,7 @@ pub fn run(
     stats: Arc<Stats>,
 ) -> Result<(), WorkerError> {
     let topic = cfg.kafka.topic.clone();
-    let mut cc = cfg.kafka.client_config();
-    cc.set("group.id", &cfg.group)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("enable.partition.eof", "false")
-        .set("queued.max.messages.kbytes", cfg.fetch_buffer_kb.max(1).to_string());
-    for (k, v) in &cfg.kafka.options {
-        cc.set(k, v);
-    }
+    let cc = consumer_config(&cfg.kafka, &cfg.group, cfg.fetch_buffer_kb);
     let commit_interval = cfg.commit_interval;
     let lag_interval = cfg.lag_interval;
     let dlq_cfg = KafkaConfig { topic: cfg.dlq_topic.clone(), ..cfg.kafka.clone() };

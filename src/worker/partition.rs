@@ -241,14 +241,17 @@ impl Applier {
         info!(partition = self.partition, applied = ?shard.applied(), parked = shard.parking().len(), "partition assigned, shard open");
         let max_batch = self.shared.cfg.max_batch.max(1);
         let linger = self.shared.cfg.commit_linger;
+        let quiet = self.shared.cfg.commit_quiet;
         // Messages handled since the last commit, kept until it succeeds: if
         // the index fails meanwhile, the shard is reopened (dropping whatever
         // state the failure left in the writer) and they are handled again.
         let mut batch: Vec<OwnedMessage> = Vec::new();
         let mut deadline: Option<Instant> = None;
         while !self.stopping() {
+            // A batch is committed once its queue stays empty for `quiet`
+            // (a burst has been applied), or when it is `linger` old.
             let wait = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()),
+                Some(d) => d.saturating_duration_since(Instant::now()).min(quiet),
                 None => Duration::from_millis(100),
             };
             match rx.recv_timeout(wait) {
