@@ -25,7 +25,8 @@ const TOPICS: &[&str] = &["Relationships", "Cooking", "Travel", "Search engines"
 /// The file every demo race renames.
 pub const README: &str = "/clinton/projects/elasticsearch/README.txt";
 
-fn words(rng: &mut StdRng, n: usize) -> String {
+/// `n` words of the sample vocabulary.
+pub(crate) fn words(rng: &mut StdRng, n: usize) -> String {
     (0..n).map(|_| WORDS[rng.random_range(0..WORDS.len())]).collect::<Vec<_>>().join(" ")
 }
 

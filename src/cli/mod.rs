@@ -1,6 +1,7 @@
 //! Command-line interface: one module per subcommand. Builds library types;
 //! no business logic here. Every flag has a `DENORM_*` environment variable.
 
+mod bench;
 mod demo;
 mod dlq;
 mod generate;
@@ -70,6 +71,9 @@ pub enum Commands {
     Generate(generate::GenerateArgs),
     /// Dead letters: count, list, reprocess or clear aborted and parked commands
     Dlq(dlq::DlqArgs),
+    /// Measure throughput, fan-out memory and latency against raw baselines (a plain
+    /// consumer, bare tantivy) on a running broker; `scripts/bench.sh` starts one
+    Bench(bench::BenchArgs),
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
@@ -133,6 +137,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Commands::Lag(a) => lag::run(&cli, a).await,
         Commands::Generate(a) => generate::run(a),
         Commands::Dlq(a) => dlq::run(&cli, a).await,
+        Commands::Bench(a) => bench::run(&cli, a).await,
     }
 }
 

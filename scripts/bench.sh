@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The benchmark (docs/benchmark.md): builds denorm, starts a private tansu
+# broker (installed once per machine, like the test suite's), runs
+# `denorm bench` against it, prints the table and writes bench.json.
+# Extra arguments go to `denorm bench`, e.g. `--docs 20000 --renames 10000`
+# for a quick run, or `--worker-arg=--commit-quiet-ms=0` to try a worker flag.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-tansu.sh >/dev/null
+cargo build --release --quiet
+state="$(mktemp -d)"
+trap 'scripts/broker.sh stop "$state"; rm -rf "$state"' EXIT
+brokers="$(scripts/broker.sh start "$state")"
+echo "broker: tansu at $brokers (sqlite storage in $state)" >&2
+target/release/denorm --brokers "$brokers" bench --broker-pid "$(cat "$state/pid")" "$@"

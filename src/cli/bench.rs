@@ -1,0 +1,824 @@
+//! `denorm bench`: the pipeline against raw baselines measured in the same
+//! run on the same broker (see docs/benchmark.md). Workers are real
+//! `denorm run` processes (this executable), so their memory is their own;
+//! the baselines are a plain rdkafka consumer and bare tantivy.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::json;
+
+use super::Cli;
+use crate::command::Command;
+use crate::index::embedded::{raw, EmbeddedIndex};
+use crate::index::{Doc, FileDoc, Kind};
+use crate::kafka::{KafkaConfig, REQUEST_TIMEOUT};
+use crate::produce::Producer;
+use crate::worker::{consumer_config, WorkerConfig};
+
+/// Writer memory of the baselines: `denorm run`'s default per shard.
+const MEMORY_BUDGET: usize = 64 << 20;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Single-document commands loaded into an empty index (the replay), then as many updates of
+    /// the same files
+    #[arg(long, default_value_t = 120_000, value_parser = clap::value_parser!(u64).range(1..))]
+    docs: u64,
+    /// Keys (top-level directories) the single-document commands are spread over
+    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u64).range(1..))]
+    keys: u64,
+    /// Sizes of the directory renames, in files (comma-separated); the largest is the one held
+    /// to the rename target, the first and last are compared for memory
+    #[arg(long, value_delimiter = ',', default_value = "100000,1000000")]
+    renames: Vec<u64>,
+    /// Steady rate of the latency phase, in commands per second
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    latency_rate: u64,
+    /// Length of the latency phase, in seconds (0 skips it)
+    #[arg(long, default_value_t = 20)]
+    latency_secs: u64,
+    /// Partitions of the benchmark's topic
+    #[arg(long = "bench-partitions", default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..=1000))]
+    partitions: i32,
+    /// Where the results are written as JSON
+    #[arg(long, default_value = "bench.json")]
+    out: PathBuf,
+    /// Directory for the indexes and worker logs (default: a temporary directory, removed
+    /// afterwards)
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Extra `denorm run` flag for the workers (repeatable), e.g. --worker-arg=--commit-linger-ms=50
+    #[arg(long = "worker-arg", allow_hyphen_values = true)]
+    worker_args: Vec<String>,
+    /// Process id of the broker, when on this machine: its CPU time is reported per phase
+    /// (scripts/bench.sh passes it)
+    #[arg(long)]
+    broker_pid: Option<u32>,
+    /// Give up on a phase after this many seconds
+    #[arg(long, default_value_t = 900)]
+    timeout_secs: u64,
+}
+
+/// One row of the results table.
+struct Row {
+    name: String,
+    denorm: String,
+    baseline: String,
+    ratio: Option<f64>,
+    target: &'static str,
+}
+
+impl Row {
+    fn new(name: impl Into<String>, denorm: String, baseline: String, ratio: Option<f64>, target: &'static str) -> Row {
+        Row {
+            name: name.into(),
+            denorm,
+            baseline,
+            ratio,
+            target,
+        }
+    }
+}
+
+pub async fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
+    if a.renames.is_empty() || a.renames.contains(&0) {
+        bail!(super::UsageError("--renames needs one or more sizes above 0".into()));
+    }
+    let tmp;
+    let work = match &a.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+            d.clone()
+        }
+        None => {
+            tmp = tempfile::tempdir().context("creating a temporary directory")?;
+            tmp.path().to_path_buf()
+        }
+    };
+    let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let mut kafka = cli.kafka();
+    kafka.topic = format!("denorm.bench.{run_id}");
+    kafka.partitions = a.partitions;
+    kafka
+        .ensure_topic()
+        .await
+        .with_context(|| format!("cannot reach the broker at {} or create the benchmark topic", kafka.brokers))?;
+    let b = Bench {
+        cli,
+        a,
+        kafka,
+        work: work.clone(),
+        timeout: Duration::from_secs(a.timeout_secs),
+        exe: std::env::current_exe()?,
+    };
+    eprintln!(
+        "denorm bench: broker {}, topic {} ({} partitions), work directory {}",
+        b.kafka.brokers,
+        b.kafka.topic,
+        a.partitions,
+        work.display()
+    );
+    let producer = Producer::new(&b.kafka)?;
+    let mut rows = Vec::new();
+    let mut results = serde_json::Map::new();
+
+    // 1. Replay: a topic of single-document commands into an empty index.
+    let index_dir = work.join("index");
+    let group = format!("denorm-bench-{run_id}");
+    let load = single_docs(a.docs, a.keys, 0);
+    phase("replay: producing single-document commands");
+    let t = Instant::now();
+    let start = b.ends()?;
+    producer.send_all(load.clone(), 10_000, |_| {}).await?;
+    let produce_rate = a.docs as f64 / t.elapsed().as_secs_f64();
+    phase("replay: raw baselines (plain consumer, bare tantivy indexing)");
+    let clock = CpuClock::start(b.pids(None));
+    let consume1 = b.raw_consume(&start, a.docs)?;
+    let cpu_consume = clock.stop("the plain consumer");
+    let index_rate = raw_index_rate(&work.join("raw-load"), &load)?;
+    phase("replay: denorm run into an empty index");
+    let (worker, replay, cpu_replay) = b.catch_up(&group, &index_dir, "the replay").await?;
+    let replay_rate = a.docs as f64 / replay.as_secs_f64();
+    let floor = consume1.min(index_rate);
+    rows.push(Row::new(
+        format!("replay of {} commands into an empty index", a.docs),
+        per_sec(replay_rate, "commands"),
+        format!("min(consume {}, index {})", per_sec(consume1, ""), per_sec(index_rate, "")),
+        Some(replay_rate / floor),
+        ">= 90%",
+    ));
+    results.insert(
+        "replay".into(),
+        json!({"commands": a.docs, "seconds": replay.as_secs_f64(), "rate": replay_rate, "raw_consume_rate": consume1, "raw_index_rate": index_rate, "ratio": replay_rate / floor, "produce_rate": produce_rate,
+               "cpu": cpu_replay, "raw_consume_cpu": cpu_consume}),
+    );
+
+    // 2. Single-document updates of existing documents, consumed as a backlog.
+    phase("single-document updates: stopping the worker, producing as many updates");
+    worker.stop().await?;
+    let start = b.ends()?;
+    producer.send_all(single_docs(a.docs, a.keys, 1), 10_000, |_| {}).await?;
+    let consume2 = b.raw_consume(&start, a.docs)?;
+    phase("single-document updates: denorm run catches up");
+    let (worker, updates, cpu_updates) = b.catch_up(&group, &index_dir, "the updates").await?;
+    let update_rate = a.docs as f64 / updates.as_secs_f64();
+    let consume = consume1.max(consume2);
+    rows.push(Row::new(
+        format!("{} single-document updates", a.docs),
+        per_sec(update_rate, "commands"),
+        format!("plain consumer {}", per_sec(consume, "messages")),
+        Some(update_rate / consume),
+        ">= 90%",
+    ));
+    results.insert(
+        "single_document".into(),
+        json!({"commands": a.docs, "seconds": updates.as_secs_f64(), "rate": update_rate, "raw_consume_rate": consume, "raw_consume_runs": [consume1, consume2], "ratio": update_rate / consume, "cpu": cpu_updates}),
+    );
+
+    // 3. Directory renames, with the worker's memory.
+    let mut renames = Vec::new();
+    for &size in &a.renames {
+        phase(&format!("rename of {size} files: loading the tree"));
+        let files = tree(size);
+        let t = Instant::now();
+        producer.send_all(files.clone(), 10_000, |_| {}).await?;
+        let loaded = b.wait_applied(&worker, &index_dir, None).await?;
+        let load_secs = t.elapsed().as_secs_f64().max(loaded.as_secs_f64());
+        phase(&format!("rename of {size} files: raw baseline (bare tantivy scan + rewrite + commit)"));
+        let raw_dir = work.join(format!("raw-tree-{size}"));
+        raw::index(&raw_dir, MEMORY_BUDGET, files.iter().enumerate().map(|(i, c)| file_doc(c, i as u64)))?;
+        let t = Instant::now();
+        let raw_n = raw::rename_dir(&raw_dir, MEMORY_BUDGET, &tree_dir(size), &moved_dir(size))?;
+        let raw_secs = t.elapsed().as_secs_f64();
+        if raw_n != size {
+            bail!("the raw rename rewrote {raw_n} documents, expected {size}");
+        }
+        std::fs::remove_dir_all(&raw_dir).ok();
+        drop(files);
+        phase(&format!("rename of {size} files: denorm run"));
+        worker.reset_peak()?;
+        let rss_before = worker.status_kb("VmRSS:");
+        let anon_before = worker.status_kb("RssAnon:");
+        let sampler = worker.sample_peaks();
+        let clock = CpuClock::start(b.pids(Some(&worker)));
+        let t = Instant::now();
+        producer
+            .send(Command::RenamePath {
+                from: tree_dir(size),
+                to: moved_dir(size),
+            })
+            .await?;
+        let took = b.wait_applied(&worker, &index_dir, Some(t)).await?;
+        let peak = worker.status_kb("VmHWM:");
+        let (peak_anon, peak_file) = sampler.stop();
+        let cpu = clock.stop("the rename");
+        let (rate, raw_rate) = (size as f64 / took.as_secs_f64(), size as f64 / raw_secs);
+        let rise = peak_anon.saturating_sub(anon_before.unwrap_or(0));
+        renames.push((size, peak_anon, rise));
+        rows.push(Row::new(
+            format!("rename of a directory of {size} files"),
+            format!(
+                "{} (peak RSS {}: heap {} (+{} in the rename), mapped index {})",
+                per_sec(rate, "docs"),
+                mb(peak),
+                mb(Some(peak_anon)),
+                mb(Some(rise)),
+                mb(Some(peak_file))
+            ),
+            format!("tantivy {}", per_sec(raw_rate, "docs")),
+            Some(rate / raw_rate),
+            if Some(&size) == a.renames.iter().max() { ">= 90%" } else { "" },
+        ));
+        results.insert(
+            format!("rename_{size}"),
+            json!({"files": size, "seconds": took.as_secs_f64(), "rate": rate, "raw_seconds": raw_secs, "raw_rate": raw_rate, "ratio": rate / raw_rate,
+                   "worker_rss_before_kb": rss_before, "worker_peak_rss_kb": peak, "worker_anon_before_kb": anon_before,
+                   "worker_peak_anon_kb": peak_anon, "worker_peak_file_kb": peak_file, "load_seconds": load_secs, "load_rate": size as f64 / load_secs, "cpu": cpu}),
+        );
+    }
+    if let (Some(&(small, p0, r0)), Some(&(large, p1, r1))) = (renames.first(), renames.last()) {
+        if large > small && p0 > 0 {
+            let rise_ratio = (r0 > 0).then(|| r1 as f64 / r0 as f64);
+            let growth = p1 as f64 / p0 as f64 - 1.0;
+            rows.push(Row::new(
+                format!("worker peak heap (RssAnon), rename of {large} vs {small} files"),
+                format!("{} vs {}", mb(Some(p1)), mb(Some(p0))),
+                String::new(),
+                Some(1.0 + growth),
+                "<= 110%",
+            ));
+            rows.push(Row::new(
+                format!("  heap added by the rename itself, {large} vs {small} files"),
+                format!("{} vs {}", mb(Some(r1)), mb(Some(r0))),
+                String::new(),
+                rise_ratio,
+                "",
+            ));
+            results.insert("rename_memory".into(), json!({"measure": "peak RssAnon sampled every 10 ms", "small": small, "large": large, "small_peak_kb": p0, "large_peak_kb": p1, "growth": growth, "small_rise_kb": r0, "large_rise_kb": r1, "rise_ratio": rise_ratio}));
+        }
+    }
+
+    // 4. Produce -> searchable latency at a steady rate.
+    if a.latency_secs > 0 {
+        phase(&format!(
+            "latency: {} commands/s for {} s, produce -> searchable",
+            a.latency_rate, a.latency_secs
+        ));
+        let l = b.latency(Producer::new(&b.kafka)?, &index_dir).await?;
+        rows.push(Row::new(
+            format!("produce -> searchable at {}/s: p50 / p99 / max", a.latency_rate),
+            format!("{:.1} / {:.1} / {:.1} ms", l.p50, l.p99, l.max),
+            format!(
+                "plain consumer p50 / p99 {:.1} / {:.1} ms (producer ack {:.1} / {:.1})",
+                l.plain_p50, l.plain_p99, l.ack_p50, l.ack_p99
+            ),
+            None,
+            "p99 <= 100 ms",
+        ));
+        rows.push(Row::new(
+            "  of which after the plain consumer got it: p50 / p99",
+            format!("{:.1} / {:.1} ms", l.own_p50, l.own_p99),
+            String::new(),
+            None,
+            "",
+        ));
+        results.insert("latency".into(), json!({"rate": a.latency_rate, "commands": l.n, "p50_ms": l.p50, "p90_ms": l.p90, "p99_ms": l.p99, "max_ms": l.max, "achieved_rate": l.achieved_rate, "produce_ack_p50_ms": l.ack_p50, "produce_ack_p99_ms": l.ack_p99, "plain_consumer_p50_ms": l.plain_p50, "plain_consumer_p99_ms": l.plain_p99, "added_p50_ms": l.own_p50, "added_p99_ms": l.own_p99}));
+    }
+    worker.stop().await?;
+
+    print_table(&rows);
+    let doc = json!({
+        "machine": machine(),
+        "broker": b.kafka.brokers,
+        "partitions": a.partitions,
+        "worker_args": a.worker_args,
+        "results": results,
+    });
+    std::fs::write(&a.out, serde_json::to_string_pretty(&doc)? + "\n").with_context(|| format!("writing {}", a.out.display()))?;
+    println!("results written to {}", a.out.display());
+    Ok(())
+}
+
+fn phase(text: &str) {
+    eprintln!("bench: {text}");
+}
+
+fn per_sec(rate: f64, what: &str) -> String {
+    let what = if what.is_empty() { String::new() } else { format!(" {what}") };
+    if rate >= 1000.0 {
+        format!("{:.1}k{what}/s", rate / 1000.0)
+    } else {
+        format!("{rate:.0}{what}/s")
+    }
+}
+
+fn mb(kb: Option<u64>) -> String {
+    kb.map(|k| format!("{:.0} MB", k as f64 / 1024.0)).unwrap_or_else(|| "unknown".into())
+}
+
+fn print_table(rows: &[Row]) {
+    let w0 = rows.iter().map(|r| r.name.len()).max().unwrap_or(0);
+    let w1 = rows.iter().map(|r| r.denorm.len()).max().unwrap_or(0).max(6);
+    let w2 = rows.iter().map(|r| r.baseline.len()).max().unwrap_or(0).max(8);
+    println!("{:w0$}  {:w1$}  {:w2$}  {:>6}  target", "measure", "denorm", "baseline", "ratio");
+    for r in rows {
+        let ratio = r.ratio.map(|x| format!("{:.0}%", x * 100.0)).unwrap_or_default();
+        println!("{:w0$}  {:w1$}  {:w2$}  {:>6}  {}", r.name, r.denorm, r.baseline, ratio, r.target);
+    }
+}
+
+/// `n` upserts of files `b0..b<n>` spread over `keys` top-level directories;
+/// `round` changes their contents (0: the load, 1: the updates).
+fn single_docs(n: u64, keys: u64, round: u64) -> Vec<Command> {
+    let mut rng = StdRng::seed_from_u64(n ^ (round << 32));
+    (0..n)
+        .map(|i| Command::UpsertFile {
+            id: format!("b{i}"),
+            path: format!("/k{}/docs/section{}/file{i}.txt", i % keys, i % 50),
+            contents: crate::demo::words(&mut rng, 8 + (i % 16) as usize),
+        })
+        .collect()
+}
+
+fn tree_dir(size: u64) -> String {
+    format!("/r{size}/tree")
+}
+
+fn moved_dir(size: u64) -> String {
+    format!("/r{size}/moved")
+}
+
+/// A directory of `size` files in 100 subdirectories, one key.
+fn tree(size: u64) -> Vec<Command> {
+    let mut rng = StdRng::seed_from_u64(size);
+    (0..size)
+        .map(|i| Command::UpsertFile {
+            id: format!("r{size}-{i}"),
+            path: format!("{}/d{}/file{i}.txt", tree_dir(size), i % 100),
+            contents: crate::demo::words(&mut rng, 8 + (i % 16) as usize),
+        })
+        .collect()
+}
+
+fn file_doc(c: &Command, pos: u64) -> Doc {
+    match c {
+        Command::UpsertFile { id, path, contents } => Doc::File(FileDoc::at(id, path, contents, pos)),
+        other => unreachable!("the benchmark's loads are file upserts, not {other:?}"),
+    }
+}
+
+/// Bare tantivy indexing rate of the documents of `commands`.
+fn raw_index_rate(dir: &Path, commands: &[Command]) -> anyhow::Result<f64> {
+    let docs: Vec<Doc> = commands.iter().enumerate().map(|(i, c)| file_doc(c, i as u64)).collect();
+    let t = Instant::now();
+    let n = raw::index(dir, MEMORY_BUDGET, docs)?;
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    std::fs::remove_dir_all(dir).ok();
+    Ok(rate)
+}
+
+struct Bench<'a> {
+    cli: &'a Cli,
+    a: &'a BenchArgs,
+    kafka: KafkaConfig,
+    work: PathBuf,
+    timeout: Duration,
+    exe: PathBuf,
+}
+
+impl Bench<'_> {
+    /// The processes whose CPU time a phase reports.
+    fn pids(&self, worker: Option<&Worker>) -> Vec<(&'static str, u32)> {
+        let mut v = vec![("bench", std::process::id())];
+        v.extend(worker.map(|w| ("worker", w.pid)));
+        v.extend(self.a.broker_pid.map(|p| ("broker", p)));
+        v
+    }
+
+    /// End offsets of every partition of the topic.
+    fn ends(&self) -> anyhow::Result<BTreeMap<i32, i64>> {
+        let c: BaseConsumer = self.kafka.client_config().create()?;
+        (0..self.kafka.partitions)
+            .map(|p| Ok((p, c.fetch_watermarks(&self.kafka.topic, p, REQUEST_TIMEOUT)?.1)))
+            .collect()
+    }
+
+    /// A plain consumer with the worker's settings reads `n` messages from
+    /// `from`; messages per second from its assignment to its last message.
+    fn raw_consume(&self, from: &BTreeMap<i32, i64>, n: u64) -> anyhow::Result<f64> {
+        let c = self.plain_consumer(from)?;
+        let start = Instant::now();
+        let deadline = start + self.timeout;
+        let (mut got, mut bytes) = (0u64, 0usize);
+        while got < n {
+            match c.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => {
+                    bytes += m.payload().map_or(0, |p| p.len());
+                    got += 1;
+                }
+                Some(Err(e)) => return Err(e).context("raw consumer"),
+                None if Instant::now() > deadline => bail!("the raw consumer read {got} of {n} messages before timing out"),
+                None => {}
+            }
+        }
+        let secs = start.elapsed().as_secs_f64();
+        eprintln!("       plain consumer: {n} messages ({:.1} MB) in {secs:.2}s", bytes as f64 / 1e6);
+        Ok(n as f64 / secs)
+    }
+
+    /// A consumer with the worker's settings, connected, reading from `from`.
+    fn plain_consumer(&self, from: &BTreeMap<i32, i64>) -> anyhow::Result<BaseConsumer> {
+        let fetch_kb = WorkerConfig::new(self.kafka.clone(), "").fetch_buffer_kb;
+        let c: BaseConsumer = consumer_config(&self.kafka, &format!("denorm-bench-raw-{}", uuid::Uuid::new_v4().simple()), fetch_kb).create()?;
+        let mut tpl = TopicPartitionList::new();
+        for (&p, &o) in from {
+            tpl.add_partition_offset(&self.kafka.topic, p, Offset::Offset(o))?;
+        }
+        c.fetch_watermarks(&self.kafka.topic, 0, REQUEST_TIMEOUT)?;
+        c.assign(&tpl)?;
+        Ok(c)
+    }
+
+    /// Starts a worker and waits until it has applied the whole topic: the
+    /// worker, the time from its readiness, and the CPU time meanwhile.
+    async fn catch_up(&self, group: &str, index: &Path, phase: &str) -> anyhow::Result<(Worker, Duration, serde_json::Value)> {
+        let worker = self.start_worker(group, index).await?;
+        let clock = CpuClock::start(self.pids(Some(&worker)));
+        let took = self.wait_applied(&worker, index, None).await?;
+        let cpu = clock.stop(phase);
+        Ok((worker, took, cpu))
+    }
+
+    async fn start_worker(&self, group: &str, index: &Path) -> anyhow::Result<Worker> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.work.join("worker.log"))?;
+        let mut cmd = tokio::process::Command::new(&self.exe);
+        cmd.args(["--brokers", &self.kafka.brokers, "--topic", &self.kafka.topic, "--group", group])
+            .arg("--index")
+            .arg(index)
+            .args(["--partitions", &self.kafka.partitions.to_string()]);
+        for (k, v) in &self.cli.kafka_options {
+            cmd.arg("-X").arg(format!("{k}={v}"));
+        }
+        cmd.args(["run", "--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args(&self.a.worker_args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true);
+        let child = cmd.spawn().with_context(|| format!("starting {}", self.exe.display()))?;
+        let w = Worker {
+            pid: child.id().context("worker exited at once")?,
+            child,
+            port,
+        };
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let ok = http
+                .get(format!("http://127.0.0.1:{}/readyz", w.port))
+                .send()
+                .await
+                .map(|r| r.status().is_success())
+                .unwrap_or(false);
+            if ok {
+                return Ok(w);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the worker was not ready after {:?}; see {}",
+                    self.timeout,
+                    self.work.join("worker.log").display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until the index has applied every message of the topic as of
+    /// now; the time since `since` (default: now).
+    async fn wait_applied(&self, w: &Worker, index: &Path, since: Option<Instant>) -> anyhow::Result<Duration> {
+        let t = since.unwrap_or_else(Instant::now);
+        let ends = self.ends()?;
+        let index = EmbeddedIndex::open_existing(index)?;
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let applied = index.applied_offsets()?;
+            if ends.iter().all(|(p, &end)| end == 0 || applied.get(p).is_some_and(|&a| a as i64 >= end - 1)) {
+                return Ok(t.elapsed());
+            }
+            if !w.alive() {
+                bail!("the worker exited; see {}", self.work.join("worker.log").display());
+            }
+            if Instant::now() > deadline {
+                bail!("the worker had applied {applied:?} of {ends:?} after {:?}", self.timeout);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Produces at a steady rate while a watcher thread polls the index for
+    /// each command's document.
+    async fn latency(&self, producer: Producer, index_dir: &Path) -> anyhow::Result<Latency> {
+        let (rate, n) = (self.a.latency_rate, self.a.latency_rate * self.a.latency_secs);
+        let (tx, rx) = mpsc::channel::<(String, Instant)>();
+        let index = EmbeddedIndex::open_existing(index_dir)?;
+        let timeout = self.timeout;
+        let watcher = std::thread::spawn(move || watch(index, rx, timeout));
+        // The baseline: a plain consumer of the same messages, alongside.
+        let plain = {
+            let c = self.plain_consumer(&self.ends()?)?;
+            std::thread::spawn(move || -> anyhow::Result<HashMap<(i32, i64), Instant>> {
+                let mut seen = HashMap::new();
+                let deadline = Instant::now() + timeout;
+                while (seen.len() as u64) < n {
+                    match c.poll(Duration::from_millis(100)) {
+                        Some(Ok(m)) => {
+                            seen.insert((m.partition(), m.offset()), Instant::now());
+                        }
+                        Some(Err(e)) => return Err(e).context("plain consumer"),
+                        None if Instant::now() > deadline => bail!("the plain consumer saw {} of {n} messages", seen.len()),
+                        None => {}
+                    }
+                }
+                Ok(seen)
+            })
+        };
+        let producer = Arc::new(producer);
+        let start = Instant::now();
+        let mut sends = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            tokio::time::sleep_until((start + Duration::from_secs_f64(i as f64 / rate as f64)).into()).await;
+            let id = format!("lat{i}");
+            let cmd = Command::UpsertFile {
+                id: id.clone(),
+                path: format!("/lat{}/file{i}.txt", i % self.a.keys),
+                contents: format!("latency probe {i}"),
+            };
+            let sent = Instant::now();
+            tx.send((id, sent)).ok();
+            let p = producer.clone();
+            sends.push(tokio::spawn(async move {
+                p.send(cmd).await.map(|d| (d, sent, sent.elapsed().as_secs_f64() * 1000.0))
+            }));
+        }
+        let achieved_rate = n as f64 / start.elapsed().as_secs_f64();
+        drop(tx);
+        let mut acks = Vec::with_capacity(sends.len());
+        let mut delivered = Vec::with_capacity(sends.len());
+        for s in sends {
+            let (d, sent, ack) = s.await??;
+            acks.push(ack);
+            delivered.push((d, sent));
+        }
+        let received = tokio::task::spawn_blocking(move || plain.join())
+            .await?
+            .map_err(|_| anyhow::anyhow!("plain consumer panicked"))??;
+        let searchable = tokio::task::spawn_blocking(move || watcher.join())
+            .await?
+            .map_err(|_| anyhow::anyhow!("latency watcher panicked"))??;
+        let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1000.0;
+        let (mut all, mut plain_ms, mut own) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, (d, sent)) in delivered.iter().enumerate() {
+            let seen = searchable[&format!("lat{i}")];
+            all.push(ms(*sent, seen));
+            if let Some(&r) = received.get(&(d.partition, d.offset)) {
+                plain_ms.push(ms(*sent, r));
+                own.push(ms(r, seen));
+            }
+        }
+        let ms = &mut all;
+        let q = |v: &mut Vec<f64>, p: f64| {
+            v.sort_by(f64::total_cmp);
+            v.get(((v.len().max(1) - 1) as f64 * p).round() as usize).copied().unwrap_or(f64::NAN)
+        };
+        Ok(Latency {
+            n: ms.len(),
+            p50: q(ms, 0.5),
+            p90: q(ms, 0.9),
+            p99: q(ms, 0.99),
+            max: q(ms, 1.0),
+            own_p50: q(&mut own, 0.5),
+            own_p99: q(&mut own, 0.99),
+            achieved_rate,
+            ack_p50: q(&mut acks, 0.5),
+            ack_p99: q(&mut acks, 0.99),
+            plain_p50: q(&mut plain_ms, 0.5),
+            plain_p99: q(&mut plain_ms, 0.99),
+        })
+    }
+}
+
+struct Latency {
+    n: usize,
+    p50: f64,
+    p90: f64,
+    p99: f64,
+    max: f64,
+    achieved_rate: f64,
+    /// Producer acknowledgement (acks=all), milliseconds.
+    ack_p50: f64,
+    ack_p99: f64,
+    /// Received by the plain consumer -> searchable, milliseconds: what the
+    /// pipeline adds to the broker's delivery.
+    own_p50: f64,
+    own_p99: f64,
+    /// Produce -> received by a plain consumer, milliseconds.
+    plain_p50: f64,
+    plain_p99: f64,
+}
+
+/// When each sent document was first seen in the index; polls every
+/// millisecond.
+fn watch(index: EmbeddedIndex, rx: mpsc::Receiver<(String, Instant)>, timeout: Duration) -> anyhow::Result<HashMap<String, Instant>> {
+    let search = index.search()?;
+    let mut waiting: HashMap<String, Instant> = HashMap::new();
+    let mut out = HashMap::new();
+    let mut open = true;
+    while open || !waiting.is_empty() {
+        loop {
+            match rx.try_recv() {
+                Ok((id, t)) => {
+                    waiting.insert(id, t);
+                }
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+        search.reload()?;
+        let now = Instant::now();
+        let mut seen = Vec::new();
+        for (id, sent) in &waiting {
+            if search.contains(Kind::File, id)? {
+                seen.push(id.clone());
+            } else if now.duration_since(*sent) > timeout {
+                bail!("document {id} not searchable {timeout:?} after it was produced");
+            }
+        }
+        for id in seen {
+            waiting.remove(&id);
+            out.insert(id, now);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if out.is_empty() {
+        bail!("no latency samples");
+    }
+    Ok(out)
+}
+
+/// A `denorm run` child process.
+struct Worker {
+    child: tokio::process::Child,
+    pid: u32,
+    port: u16,
+}
+
+impl Worker {
+    fn alive(&self) -> bool {
+        Path::new(&format!("/proc/{}/status", self.pid)).exists() && self.status_kb("VmRSS:").is_some()
+    }
+
+    /// A `/proc/<pid>/status` figure in kB (VmRSS, VmHWM).
+    fn status_kb(&self, key: &str) -> Option<u64> {
+        status_value(&std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?, key)
+    }
+
+    /// Samples the worker's anonymous and file-backed resident memory every
+    /// 10 ms until stopped.
+    fn sample_peaks(&self) -> Sampler {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (pid, flag) = (self.pid, stop.clone());
+        let join = std::thread::spawn(move || {
+            let (mut anon, mut file) = (0, 0);
+            loop {
+                let done = flag.load(std::sync::atomic::Ordering::SeqCst);
+                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+                anon = anon.max(status_value(&status, "RssAnon:").unwrap_or(0));
+                file = file.max(status_value(&status, "RssFile:").unwrap_or(0));
+                if done {
+                    return (anon, file);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        Sampler { stop, join }
+    }
+
+    /// Resets the peak resident set size (VmHWM) to the current one.
+    fn reset_peak(&self) -> anyhow::Result<()> {
+        std::fs::write(format!("/proc/{}/clear_refs", self.pid), "5").context("resetting the worker's peak memory (/proc/<pid>/clear_refs)")
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    async fn stop(mut self) -> anyhow::Result<()> {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.pid as i32, libc::SIGTERM) };
+        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .context("the worker did not stop within 60 s")??;
+        if !status.success() {
+            bail!("the worker exited with {status}");
+        }
+        Ok(())
+    }
+}
+
+/// CPU seconds (user + system) process `pid` has used, from /proc.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks / hz)
+}
+
+/// CPU time of the processes of a phase, against its wall time.
+struct CpuClock {
+    pids: Vec<(&'static str, u32)>,
+    start: Vec<Option<f64>>,
+    wall: Instant,
+}
+
+impl CpuClock {
+    fn start(pids: Vec<(&'static str, u32)>) -> CpuClock {
+        let start = pids.iter().map(|(_, p)| cpu_seconds(*p)).collect();
+        CpuClock {
+            pids,
+            start,
+            wall: Instant::now(),
+        }
+    }
+
+    /// {"wall_seconds", "<name>_cpu_seconds"...}; also printed.
+    fn stop(&self, phase: &str) -> serde_json::Value {
+        let wall = self.wall.elapsed().as_secs_f64();
+        let mut out = serde_json::Map::new();
+        out.insert("wall_seconds".into(), json!(wall));
+        let mut text = Vec::new();
+        for ((name, pid), start) in self.pids.iter().zip(&self.start) {
+            if let (Some(a), Some(b)) = (*start, cpu_seconds(*pid)) {
+                out.insert(format!("{name}_cpu_seconds"), json!(b - a));
+                text.push(format!("{name} {:.1} s", b - a));
+            }
+        }
+        eprintln!(
+            "       cpu during {phase}: {} in {wall:.1} s wall on {} cores",
+            text.join(", "),
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        );
+        serde_json::Value::Object(out)
+    }
+}
+
+fn status_value(status: &str, key: &str) -> Option<u64> {
+    status.lines().find(|l| l.starts_with(key))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Peak memory sampling of a worker (see [`Worker::sample_peaks`]).
+struct Sampler {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    join: std::thread::JoinHandle<(u64, u64)>,
+}
+
+impl Sampler {
+    /// Peak (RssAnon, RssFile) in kB.
+    fn stop(self) -> (u64, u64) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.join.join().unwrap_or((0, 0))
+    }
+}
+
+fn machine() -> serde_json::Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
+        s.lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split(':').nth(1))
+            .map(|m| m.trim().to_string())
+    });
+    let mem_kb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| s.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<u64>().ok()));
+    json!({
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "cpu": cpu,
+        "memory_gib": mem_kb.map(|k| (k as f64 / 1048576.0 * 10.0).round() / 10.0),
+    })
+}

@@ -1,0 +1,56 @@
+//! The benchmark at smoke size (the full sizes run from scripts/bench.sh):
+//! every phase runs against the test broker and reports consistent figures.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn bench_smoke_runs_every_phase_and_writes_its_results() {
+    let broker = broker();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench.json");
+    let (code, stdout, stderr) = output(
+        denorm()
+            .args(["--brokers", &broker.brokers, "bench", "--docs", "3000", "--renames", "2000,5000", "--latency-rate", "200", "--latency-secs", "2"])
+            .arg("--out")
+            .arg(&out)
+            .arg("--dir")
+            .arg(dir.path().join("work")),
+    );
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    println!("{stdout}");
+    for row in ["replay of 3000 commands", "3000 single-document updates", "rename of a directory of 5000 files", "produce -> searchable at 200/s"] {
+        assert!(stdout.contains(row), "no row {row:?} in\n{stdout}");
+    }
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let r = &v["results"];
+    let positive = |x: &serde_json::Value, what: &str| {
+        let f = x.as_f64().unwrap_or_else(|| panic!("{what} missing in {r:#}"));
+        assert!(f.is_finite() && f > 0.0, "{what} = {f}");
+        f
+    };
+    assert_eq!(r["replay"]["commands"], 3000);
+    for phase in ["replay", "single_document", "rename_2000", "rename_5000"] {
+        let rate = positive(&r[phase]["rate"], &format!("{phase}.rate"));
+        let ratio = positive(&r[phase]["ratio"], &format!("{phase}.ratio"));
+        // The ratio is the rate over the baseline measured in the same run.
+        let baseline = match phase {
+            "replay" => positive(&r[phase]["raw_consume_rate"], "consume").min(positive(&r[phase]["raw_index_rate"], "index")),
+            "single_document" => positive(&r[phase]["raw_consume_rate"], "consume"),
+            _ => positive(&r[phase]["raw_rate"], "raw rename"),
+        };
+        assert!((ratio - rate / baseline).abs() < 1e-9, "{phase}: {ratio} != {rate} / {baseline}");
+    }
+    positive(&r["rename_5000"]["worker_peak_rss_kb"], "peak memory");
+    assert_eq!(r["rename_memory"]["large"], 5000);
+    // Every probe of the latency phase became searchable and was measured.
+    assert_eq!(r["latency"]["commands"], 400);
+    let (p50, p99) = (positive(&r["latency"]["p50_ms"], "p50"), positive(&r["latency"]["p99_ms"], "p99"));
+    assert!(p50 <= p99, "p50 {p50} > p99 {p99}");
+    // The documents the benchmark wrote are in its index.
+    let (code, files, _) = output(denorm().args(["search", "files", "--under", "/r5000/moved", "--limit", "0"]).arg("--index").arg(dir.path().join("work/index")));
+    assert_eq!(code, 0);
+    assert_eq!(files.lines().count(), 5000);
+    assert!(files.lines().all(|l| l.starts_with("/r5000/moved/d")), "{files}");
+}
