@@ -15,6 +15,8 @@
 //!   is one of the file's lines is rejected (like an Elasticsearch bulk item
 //!   refused at commit time, which cannot be traced to its command at once).
 //! - `dlq.send`: writes to the dead-letter topic fail.
+//! - `kafka.commit`: offset commits are lost before they reach the broker
+//!   (like commits refused by a coordinator that has just restarted).
 
 /// The argument of fault point `name` when it is active.
 #[cfg(feature = "failpoints")]

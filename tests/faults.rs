@@ -150,6 +150,30 @@ fn nothing_is_committed_past_a_message_until_its_dead_letter_is_written() {
     assert!(metric(&metrics, "denorm_dead_letter_retries_total", &[]) >= 5.0, "{metrics}");
 }
 
+/// An offset commit lost on its way (after a broker restart, the
+/// coordinator refuses commits until the member rejoins) is sent again
+/// once commits go through, although nothing new arrives: the group's
+/// position must not stay behind what the index has applied.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
+fn a_lost_offset_commit_is_sent_again_while_the_partition_is_idle() {
+    let r = Rig::new(1);
+    r.on_fault("kafka.commit", "");
+    let worker = r.worker(&[]);
+    let log = produce(&r.cfg, files_under("a", "/idle", 50));
+    assert!(worker.wait_for_log("injected fault kafka.commit", Duration::from_secs(60)), "{}", worker.log());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while file_ids(&r.index).len() < log.len() {
+        assert!(Instant::now() < deadline, "the commands were not applied:\n{}", worker.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lag = denorm::kafka::group_lag(&r.cfg, &r.group).unwrap();
+    assert_eq!(lag.total, log.len() as i64, "no commit reached the broker: {lag:?}");
+    r.off_fault("kafka.commit");
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&worker]);
+    assert_matches_model(&r.index, &log);
+}
+
 #[test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
 fn the_worker_survives_index_io_errors_and_the_result_is_exact() {
@@ -209,7 +233,7 @@ fn the_worker_rides_out_a_broker_restart_mid_workload() {
     assert!(worker.wait_for_log("kafka consumer error", Duration::from_secs(60)), "the outage was not noticed:\n{}", worker.log());
     r.broker.restart();
     log.extend(produce(&cfg, vec![Command::RenamePath { from: s("/src/d2"), to: s("/src/lib") }, file("c1", "/src/lib/c1.txt")]));
-    wait_applied(&cfg, &group, log.len());
+    wait_applied_by(&cfg, &group, log.len(), &[&worker]);
     eprintln!("broker down and back, everything applied {:.1}s after the kill", t.elapsed().as_secs_f64());
     assert_matches_model(&index, &log);
 }

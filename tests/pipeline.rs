@@ -4,7 +4,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use denorm::command::Command;
@@ -453,7 +453,8 @@ fn kafka_secrets_never_reach_the_log() {
 
 /// A backlog on one partition of more than 20 times the queue bound drains
 /// on tansu: the partition is paused whenever its queue is full and resumed
-/// at half, and the result is exact.
+/// at half, also after a worker joins and leaves the group meanwhile, and the
+/// result is exact.
 #[test]
 fn a_backlog_far_beyond_the_queue_bound_drains_without_stalling() {
     // A broker of its own: on tansu a resume refetches from a table holding
@@ -469,11 +470,24 @@ fn a_backlog_far_beyond_the_queue_bound_drains_without_stalling() {
     let queue_kb = 256;
     assert!(backlog_bytes > 20 * queue_kb * 1024, "the backlog ({backlog_bytes} bytes) is at least 20 times the queue bound");
     let log = produce(&r.cfg, commands);
-    let w = r.worker(&["--queue-kb", &queue_kb.to_string(), "--fetch-buffer-kb", "256"]);
-    wait_applied(&r.cfg, &r.group, log.len());
+    let args = ["--queue-kb", &queue_kb.to_string(), "--fetch-buffer-kb", "256"];
+    let w = r.worker(&args);
+    // Rebalances while the partition is paused: librdkafka keeps a paused
+    // partition paused through a revoke and a new assignment.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&w.http_get("/metrics").1, "denorm_consumer_partition_pauses_total", &[]) < 1.0 {
+        assert!(Instant::now() < deadline, "the queue bound was never hit:\n{}", w.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let joiner = r.worker(&args);
+    assert!(joiner.wait_for_log("partitions assigned", Duration::from_secs(60)), "{}", joiner.log());
+    let status = joiner.terminate();
+    assert!(status.success(), "{status:?}");
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&w]);
     assert_matches_model(&r.index, &log);
     let (_, metrics) = w.http_get("/metrics");
     let pauses = metric(&metrics, "denorm_consumer_partition_pauses_total", &[]);
     assert!(pauses >= 10.0, "the queue bound was hit ({pauses} pauses):\n{metrics}");
+    assert!(metric(&metrics, "denorm_consumer_rebalances_total", &[("kind", "assign")]) >= 2.0, "the worker went through rebalances:\n{metrics}");
     println!("{} commands ({backlog_bytes} bytes) on one partition drained with a {queue_kb} KiB queue: {pauses} pauses", log.len());
 }

@@ -197,15 +197,45 @@ impl ConsumerContext for WorkerContext {
         }
     }
 
-    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(_) = rebalance {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            // librdkafka may keep a partition paused across a revoke and a
+            // new assignment (its maintainers document it so), while its
+            // queue state here was dropped with the revoke: nothing would
+            // resume it. A partition assigned afresh starts consuming.
+            let parts = self.parts.lock().expect("parts lock");
+            let mut fresh = TopicPartitionList::new();
+            for e in tpl.elements() {
+                if !parts.get(&e.partition()).is_some_and(|p| p.paused) {
+                    fresh.add_partition(e.topic(), e.partition());
+                }
+            }
+            drop(parts);
+            if fresh.count() > 0 {
+                if let Err(e) = consumer.resume(&fresh) {
+                    warn!(error = %e, "resuming newly assigned partitions failed");
+                }
+            }
             self.health.ready.store(true, Ordering::SeqCst);
         }
     }
 
-    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
-        if let Err(e) = result {
+    /// A commit counts only once the broker has confirmed it: an offset whose
+    /// commit failed (for example refused by a coordinator that restarted)
+    /// is sent again at the next interval, even if nothing new arrives.
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        if let Err(e) = &result {
             warn!(error = %e, "offset commit failed (retried at the next interval)");
+        }
+        let mut parts = self.parts.lock().expect("parts lock");
+        for e in offsets.elements() {
+            if let (Ok(()), Ok(()), Offset::Offset(o)) = (&result, e.error(), e.offset()) {
+                if let Some(part) = parts.get_mut(&e.partition()) {
+                    part.committed = part.committed.max(o);
+                }
+            } else if let (Ok(()), Err(err)) = (&result, e.error()) {
+                warn!(partition = e.partition(), error = %err, "offset commit of a partition failed (retried at the next interval)");
+            }
         }
     }
 }
@@ -256,9 +286,11 @@ fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx: &WorkerCo
     out
 }
 
-fn commit(consumer: &BaseConsumer<WorkerContext>, topic: &str, offsets: &[(i32, i64)], mode: CommitMode) -> bool {
+/// Sends a commit of `offsets`; an asynchronous one is confirmed (or not)
+/// in [`WorkerContext::commit_callback`].
+fn commit(consumer: &BaseConsumer<WorkerContext>, topic: &str, offsets: &[(i32, i64)], mode: CommitMode) {
     if offsets.is_empty() {
-        return true;
+        return;
     }
     let mut tpl = TopicPartitionList::new();
     for &(p, o) in offsets {
@@ -266,12 +298,12 @@ fn commit(consumer: &BaseConsumer<WorkerContext>, topic: &str, offsets: &[(i32, 
     }
     let label = if matches!(mode, CommitMode::Sync) { "sync" } else { "async" };
     counter!(m::OFFSET_COMMITS_TOTAL, "mode" => label).increment(1);
-    match consumer.commit(&tpl, mode) {
-        Ok(()) => true,
-        Err(e) => {
-            warn!(error = %e, "offset commit failed");
-            false
-        }
+    if crate::faults::active("kafka.commit").is_some() {
+        warn!("offset commit lost: injected fault kafka.commit");
+        return;
+    }
+    if let Err(e) = consumer.commit(&tpl, mode) {
+        warn!(error = %e, "offset commit failed");
     }
 }
 
@@ -349,21 +381,18 @@ pub fn run(
         }
         if last_commit.elapsed() >= commit_interval {
             last_commit = Instant::now();
-            let mut parts = ctx.parts.lock().expect("parts lock");
-            let offsets: Vec<(i32, i64)> = parts
+            // `committed` moves when the broker confirms (commit_callback).
+            let offsets: Vec<(i32, i64)> = ctx
+                .parts
+                .lock()
+                .expect("parts lock")
                 .iter()
                 .filter_map(|(p, part)| {
                     let next = part.next.load(Ordering::SeqCst);
                     (next > part.committed).then_some((*p, next))
                 })
                 .collect();
-            if commit(&consumer, &topic, &offsets, CommitMode::Async) {
-                for (p, o) in &offsets {
-                    if let Some(part) = parts.get_mut(p) {
-                        part.committed = *o;
-                    }
-                }
-            }
+            commit(&consumer, &topic, &offsets, CommitMode::Async);
         }
         if last_lag.elapsed() >= lag_interval {
             last_lag = Instant::now();

@@ -182,6 +182,14 @@ pub fn wait_applied(cfg: &KafkaConfig, group: &str, min_end: usize) {
     kafka::wait_until_applied(cfg, group, min_end as i64, Duration::from_secs(180), |_| {}).expect("workers applied everything");
 }
 
+/// [`wait_applied`] with `workers`' logs in the failure message.
+pub fn wait_applied_by(cfg: &KafkaConfig, group: &str, min_end: usize, workers: &[&Worker]) {
+    if let Err(e) = kafka::wait_until_applied(cfg, group, min_end as i64, Duration::from_secs(180), |_| {}) {
+        let logs: Vec<String> = workers.iter().map(|w| w.log()).collect();
+        panic!("workers applied everything: {e:?}\n{}", logs.join("\n----- next worker -----\n"));
+    }
+}
+
 /// Every document of the index.
 pub fn dump(index: &Path) -> Vec<Doc> {
     let mut out = Vec::new();
