@@ -200,6 +200,23 @@ fn find_with<T>(
     Ok(None)
 }
 
+/// Replaces the documents of one page: a single delete of all their keys,
+/// then the new versions (added after the delete, so they stay). One
+/// delete per page rather than per document: tantivy holds every delete
+/// (about 1 KB for a term's) until all segments, including those being
+/// merged, have seen it, so on a large index per-document deletes made a
+/// fan-out's memory grow with its size.
+fn replace_page(writer: &IndexWriter, f: &Fields, page: &[Doc]) -> Result<(), IndexError> {
+    if page.is_empty() {
+        return Ok(());
+    }
+    writer.delete_query(Box::new(tantivy::query::TermSetQuery::new(page.iter().map(|d| f.key_term(d.kind(), d.id())))))?;
+    for doc in page {
+        writer.add_document(f.to_tantivy(doc))?;
+    }
+    Ok(())
+}
+
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Marker {
     format: u32,
@@ -377,6 +394,8 @@ impl EmbeddedIndex {
 pub mod raw {
     use super::*;
 
+    const PAGE: usize = 1000;
+
     fn open(dir: &Path, memory_budget: usize) -> Result<(Index, IndexWriter, Fields), IndexError> {
         std::fs::create_dir_all(dir)?;
         let (schema, f) = schema();
@@ -399,23 +418,28 @@ pub mod raw {
     }
 
     /// Moves every file of directory `from` (and below) to `to` in the
-    /// index at `dir`: scans, rewrites each document (delete by key, add)
-    /// and commits once. Returns how many were rewritten.
+    /// index at `dir`: scans, rewrites the documents in pages of 1000 (one
+    /// delete of the page's keys, then the adds) and commits once. Returns
+    /// how many were rewritten.
     pub fn rename_dir(dir: &Path, memory_budget: usize, from: &str, to: &str) -> Result<u64, IndexError> {
         let (index, mut writer, f) = open(dir, memory_budget)?;
         let searcher = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?.searcher();
         let query = f.scan_query(&Scan::FilesWithin { path: from.to_string() });
-        let mut n = 0;
+        let (mut n, mut page) = (0, Vec::with_capacity(PAGE));
         stream(&searcher, query.as_ref(), &mut |store, doc| {
             if let Doc::File(mut d) = f.from_tantivy(&store.get(doc)?)? {
                 let Some(rest) = d.path.strip_prefix(from) else { return Ok(()) };
                 d.path = format!("{to}{rest}");
-                writer.delete_term(f.key_term(Kind::File, &d.id));
-                writer.add_document(f.to_tantivy(&Doc::File(d)))?;
+                page.push(Doc::File(d));
                 n += 1;
+                if page.len() == PAGE {
+                    replace_page(&writer, &f, &page)?;
+                    page.clear();
+                }
             }
             Ok(())
         })?;
+        replace_page(&writer, &f, &page)?;
         writer.commit()?;
         Ok(n)
     }
@@ -457,8 +481,9 @@ pub struct EmbeddedShard {
     writer: IndexWriter,
     reader: IndexReader,
     f: Fields,
-    /// Uncommitted single-document writes (`None`: deleted), so reads see them.
-    overlay: HashMap<(Kind, String), Option<Doc>>,
+    /// Uncommitted single-document writes, so reads see them; handed to
+    /// the writer at the commit.
+    overlay: HashMap<(Kind, String), Pending>,
     /// The `pos` fast field of each committed segment, opened once.
     pos_columns: HashMap<tantivy::index::SegmentId, tantivy::columnar::Column<u64>>,
     dirty: bool,
@@ -470,6 +495,18 @@ pub struct EmbeddedShard {
     parked: Parking,
     /// Rewritten documents between two commits of a fan-out's progress.
     fan_out_commit_every: u64,
+}
+
+/// An uncommitted single-document write of an [`EmbeddedShard`].
+#[derive(Debug)]
+struct Pending {
+    /// The new version (`None`: deleted).
+    doc: Option<Doc>,
+    /// A version committed before, or already handed to the writer, must
+    /// be deleted first.
+    replaces: bool,
+    /// Handed to the writer (by a commit that then failed).
+    written: bool,
 }
 
 impl EmbeddedShard {
@@ -487,12 +524,45 @@ impl EmbeddedShard {
     pub fn set_fan_out_commit_every(&mut self, n: u64) {
         self.fan_out_commit_every = n;
     }
+
+    /// Records a single-document write in the overlay. `replaces`: a
+    /// committed version may exist (put, delete) or not (create); an
+    /// earlier write of the batch knows better.
+    fn stage(&mut self, kind: Kind, id: String, doc: Option<Doc>, replaces: bool) {
+        let replaces = match self.overlay.get(&(kind, id.clone())) {
+            Some(p) => p.replaces || p.written,
+            None => replaces,
+        };
+        self.overlay.insert((kind, id), Pending { doc, replaces, written: false });
+        self.dirty = true;
+    }
+
+    /// Hands the overlay to the writer: one delete of every key that
+    /// replaces something, then the new versions. Per-document delete
+    /// terms (about 1 KB each in tantivy, held until every segment,
+    /// including those being merged, has seen them) made memory grow with
+    /// the batch and with merge times.
+    fn flush_overlay(&mut self) -> Result<(), IndexError> {
+        let f = self.f;
+        let replaced: Vec<Term> =
+            self.overlay.iter().filter(|(_, p)| p.replaces && !p.written).map(|((kind, id), _)| f.key_term(*kind, id)).collect();
+        if !replaced.is_empty() {
+            self.writer.delete_query(Box::new(tantivy::query::TermSetQuery::new(replaced)))?;
+        }
+        for p in self.overlay.values_mut().filter(|p| !p.written) {
+            if let Some(doc) = &p.doc {
+                self.writer.add_document(f.to_tantivy(doc))?;
+            }
+            p.written = true;
+        }
+        Ok(())
+    }
 }
 
 impl Shard for EmbeddedShard {
     fn get(&mut self, kind: Kind, id: &str) -> Result<Option<Doc>, IndexError> {
-        if let Some(d) = self.overlay.get(&(kind, id.to_string())) {
-            return Ok(d.clone());
+        if let Some(p) = self.overlay.get(&(kind, id.to_string())) {
+            return Ok(p.doc.clone());
         }
         if self.fan_out_pending {
             self.commit()?;
@@ -502,8 +572,8 @@ impl Shard for EmbeddedShard {
     }
 
     fn position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
-        if let Some(d) = self.overlay.get(&(kind, id.to_string())) {
-            return Ok(d.as_ref().map(Doc::pos));
+        if let Some(p) = self.overlay.get(&(kind, id.to_string())) {
+            return Ok(p.doc.as_ref().map(Doc::pos));
         }
         if self.fan_out_pending {
             self.commit()?;
@@ -522,24 +592,19 @@ impl Shard for EmbeddedShard {
     }
 
     fn put(&mut self, doc: Doc) -> Result<(), IndexError> {
-        self.writer.delete_term(self.f.key_term(doc.kind(), doc.id()));
-        self.create(doc)
+        self.stage(doc.kind(), doc.id().to_string(), Some(doc), true);
+        Ok(())
     }
 
     fn create(&mut self, doc: Doc) -> Result<(), IndexError> {
-        // No delete term: nothing committed or pending has this key (a
-        // pending delete in the overlay was queued before, and tantivy
-        // applies a delete only to documents added before it).
-        self.writer.add_document(self.f.to_tantivy(&doc))?;
-        self.overlay.insert((doc.kind(), doc.id().to_string()), Some(doc));
-        self.dirty = true;
+        // Nothing committed has this key: no delete unless an earlier
+        // write of this batch says otherwise.
+        self.stage(doc.kind(), doc.id().to_string(), Some(doc), false);
         Ok(())
     }
 
     fn delete(&mut self, kind: Kind, id: &str) -> Result<(), IndexError> {
-        self.writer.delete_term(self.f.key_term(kind, id));
-        self.overlay.insert((kind, id.to_string()), None);
-        self.dirty = true;
+        self.stage(kind, id.to_string(), None, true);
         Ok(())
     }
 
@@ -562,14 +627,10 @@ impl Shard for EmbeddedShard {
         // `between_pages`: more pages follow, so progress may be committed
         // (the last page is committed with the command by the caller).
         let mut flush = |this: &mut Self, page: &mut Vec<Doc>, between_pages: bool| -> Result<(), IndexError> {
-            for doc in page.drain(..) {
-                if let Some(new) = rewrite(&doc) {
-                    this.writer.delete_term(f.key_term(new.kind(), new.id()));
-                    this.writer.add_document(f.to_tantivy(&new))?;
-                    written += 1;
-                    uncommitted += 1;
-                }
-            }
+            let new: Vec<Doc> = page.drain(..).filter_map(|doc| rewrite(&doc)).collect();
+            replace_page(&this.writer, &f, &new)?;
+            written += new.len() as u64;
+            uncommitted += new.len() as u64;
             if uncommitted > 0 {
                 this.dirty = true;
                 this.fan_out_pending = true;
@@ -612,6 +673,7 @@ impl Shard for EmbeddedShard {
                 return Err(IndexError::Rejected(format!("injected fault index.reject-commit: document {id}")));
             }
         }
+        self.flush_overlay()?;
         let mut prepared = self.writer.prepare_commit()?;
         if let Some(applied) = self.marked {
             let payload = CommitPayload { applied, parked: self.parked_marked.clone() };
