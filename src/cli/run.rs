@@ -43,7 +43,7 @@ pub struct RunArgs {
     #[arg(long, env = "DENORM_FAN_OUT_PAGE_PAUSE_MS", default_value_t = 0)]
     fan_out_page_pause_ms: u64,
     /// Embedded index: a fan-out commits its progress after this many rewritten documents, so
-    /// its memory does not grow with its size (0: only at the end; searches then never see a
+    /// what it leaves uncommitted stays bounded (0: only at the end; searches then never see a
     /// rename part-way)
     #[arg(long, env = "DENORM_FAN_OUT_COMMIT_EVERY", default_value_t = crate::index::embedded::DEFAULT_FAN_OUT_COMMIT_EVERY)]
     fan_out_commit_every: u64,
