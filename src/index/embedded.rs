@@ -516,8 +516,9 @@ impl EmbeddedShard {
 
     /// A fan-out commits its progress after every `n` rewritten documents
     /// (0: only at the end), so what a fan-out leaves uncommitted (one
-    /// delete per page, segments not yet published) stays bounded. The progress is committed at the position of the last
-    /// finished command: a crash redoes the fan-out, whose position guards
+    /// delete per page, segments not yet published) stays bounded. The
+    /// progress is committed at the position of the last finished
+    /// command: a crash redoes the fan-out, whose position guards
     /// skip what it had already rewritten. Searches meanwhile see the
     /// rename part-way (some files at the new path, the rest at the old).
     pub fn set_fan_out_commit_every(&mut self, n: u64) {
