@@ -502,11 +502,8 @@ pub struct EmbeddedShard {
 struct Pending {
     /// The new version (`None`: deleted).
     doc: Option<Doc>,
-    /// A version committed before, or already handed to the writer, must
-    /// be deleted first.
+    /// A version committed before must be deleted first.
     replaces: bool,
-    /// Handed to the writer (by a commit that then failed).
-    written: bool,
 }
 
 impl EmbeddedShard {
@@ -529,31 +526,30 @@ impl EmbeddedShard {
     /// committed version may exist (put, delete) or not (create); an
     /// earlier write of the batch knows better.
     fn stage(&mut self, kind: Kind, id: String, doc: Option<Doc>, replaces: bool) {
-        let replaces = match self.overlay.get(&(kind, id.clone())) {
-            Some(p) => p.replaces || p.written,
-            None => replaces,
-        };
-        self.overlay.insert((kind, id), Pending { doc, replaces, written: false });
+        match self.overlay.entry((kind, id)) {
+            std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().doc = doc,
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(Pending { doc, replaces });
+            }
+        }
         self.dirty = true;
     }
 
     /// Hands the overlay to the writer: one delete of every key that
-    /// replaces something, then the new versions. Per-document delete
+    /// replaces something, then the new versions. Called by the commit
+    /// only; a shard whose commit failed is dropped and reopened, so the
+    /// overlay is never handed over twice. Per-document delete
     /// terms (about 1 KB each in tantivy, held until every segment,
     /// including those being merged, has seen them) made memory grow with
     /// the batch and with merge times.
     fn flush_overlay(&mut self) -> Result<(), IndexError> {
         let f = self.f;
-        let replaced: Vec<Term> =
-            self.overlay.iter().filter(|(_, p)| p.replaces && !p.written).map(|((kind, id), _)| f.key_term(*kind, id)).collect();
+        let replaced: Vec<Term> = self.overlay.iter().filter(|(_, p)| p.replaces).map(|((kind, id), _)| f.key_term(*kind, id)).collect();
         if !replaced.is_empty() {
             self.writer.delete_query(Box::new(tantivy::query::TermSetQuery::new(replaced)))?;
         }
-        for p in self.overlay.values_mut().filter(|p| !p.written) {
-            if let Some(doc) = &p.doc {
-                self.writer.add_document(f.to_tantivy(doc))?;
-            }
-            p.written = true;
+        for doc in self.overlay.values().filter_map(|p| p.doc.as_ref()) {
+            self.writer.add_document(f.to_tantivy(doc))?;
         }
         Ok(())
     }

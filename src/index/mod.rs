@@ -223,7 +223,8 @@ pub trait Shard {
     /// [`Shard::mark_applied`]; changes are committed with the position.
     fn parking(&mut self) -> &mut crate::dlq::Parking;
     /// Makes every write so far durable and searchable, with the position
-    /// last marked applied.
+    /// last marked applied. After a failed commit the caller drops the shard
+    /// and opens it again (the worker re-applies the batch).
     fn commit(&mut self) -> Result<(), IndexError>;
 }
 

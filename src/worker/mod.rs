@@ -201,18 +201,11 @@ impl ConsumerContext for WorkerContext {
         if let Rebalance::Assign(tpl) = rebalance {
             // librdkafka may keep a partition paused across a revoke and a
             // new assignment (its maintainers document it so), while its
-            // queue state here was dropped with the revoke: nothing would
-            // resume it. A partition assigned afresh starts consuming.
-            let parts = self.parts.lock().expect("parts lock");
-            let mut fresh = TopicPartitionList::new();
-            for e in tpl.elements() {
-                if !parts.get(&e.partition()).is_some_and(|p| p.paused) {
-                    fresh.add_partition(e.topic(), e.partition());
-                }
-            }
-            drop(parts);
-            if fresh.count() > 0 {
-                if let Err(e) = consumer.resume(&fresh) {
+            // queue state here was dropped with the revoke (a partition's
+            // state is created by its first message): nothing would resume
+            // it. A partition assigned afresh starts consuming.
+            if tpl.count() > 0 {
+                if let Err(e) = consumer.resume(tpl) {
                     warn!(error = %e, "resuming newly assigned partitions failed");
                 }
             }
@@ -226,15 +219,18 @@ impl ConsumerContext for WorkerContext {
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
         if let Err(e) = &result {
             warn!(error = %e, "offset commit failed (retried at the next interval)");
+            return;
         }
         let mut parts = self.parts.lock().expect("parts lock");
         for e in offsets.elements() {
-            if let (Ok(()), Ok(()), Offset::Offset(o)) = (&result, e.error(), e.offset()) {
-                if let Some(part) = parts.get_mut(&e.partition()) {
-                    part.committed = part.committed.max(o);
+            match (e.error(), e.offset()) {
+                (Ok(()), Offset::Offset(o)) => {
+                    if let Some(part) = parts.get_mut(&e.partition()) {
+                        part.committed = part.committed.max(o);
+                    }
                 }
-            } else if let (Ok(()), Err(err)) = (&result, e.error()) {
-                warn!(partition = e.partition(), error = %err, "offset commit of a partition failed (retried at the next interval)");
+                (Err(err), _) => warn!(partition = e.partition(), error = %err, "offset commit of a partition failed (retried at the next interval)"),
+                _ => {}
             }
         }
     }
@@ -321,6 +317,7 @@ pub fn consumer_config(kafka: &KafkaConfig, group: &str, fetch_buffer_kb: usize)
         // whole fetch.wait.max.ms (librdkafka's default 500 ms) instead.
         .set("fetch.wait.max.ms", "50")
         .set("queued.max.messages.kbytes", fetch_buffer_kb.max(1).to_string());
+    // The pass-through options again, last, so that they win over these.
     for (k, v) in &kafka.options {
         cc.set(k, v);
     }
