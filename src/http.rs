@@ -28,8 +28,7 @@ pub struct Degraded<'a>(&'a Health);
 
 impl Drop for Degraded<'_> {
     fn drop(&mut self) {
-        self.0.degraded.fetch_sub(1, Ordering::SeqCst);
-        metrics::gauge!(crate::metrics::DEGRADED_PARTITIONS).decrement(1.0);
+        self.0.recovered();
     }
 }
 
@@ -42,9 +41,18 @@ impl Health {
     }
     /// Marks one partition degraded until the guard is dropped.
     pub fn degrade(&self) -> Degraded<'_> {
+        self.degraded_one();
+        Degraded(self)
+    }
+    /// Marks one partition degraded until [`Health::recovered`] (a stopped
+    /// partition, which outlives any one thread's scope).
+    pub fn degraded_one(&self) {
         self.degraded.fetch_add(1, Ordering::SeqCst);
         metrics::gauge!(crate::metrics::DEGRADED_PARTITIONS).increment(1.0);
-        Degraded(self)
+    }
+    pub fn recovered(&self) {
+        self.degraded.fetch_sub(1, Ordering::SeqCst);
+        metrics::gauge!(crate::metrics::DEGRADED_PARTITIONS).decrement(1.0);
     }
     pub fn alive(&self) -> bool {
         now_secs().saturating_sub(self.last_poll.load(Ordering::Relaxed)) < STALL_AFTER.as_secs()
@@ -117,7 +125,7 @@ fn route(path: &str, metrics: &PrometheusHandle, health: &Health) -> (&'static s
         "/readyz" if health.degraded.load(Ordering::Relaxed) > 0 => (
             "503 Service Unavailable",
             TEXT,
-            format!("degraded: {} partition(s) retrying a transient failure (see the log)\n", health.degraded.load(Ordering::Relaxed)),
+            format!("degraded: {} partition(s) retrying a transient failure or stopped (see the log)\n", health.degraded.load(Ordering::Relaxed)),
         ),
         "/readyz" if health.ready.load(Ordering::Relaxed) && health.alive() => ("200 OK", TEXT, "ready\n".into()),
         "/readyz" => ("503 Service Unavailable", TEXT, "not ready\n".into()),

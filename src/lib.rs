@@ -8,6 +8,7 @@ pub mod index;
 pub mod model;
 pub mod http;
 pub mod kafka;
+pub mod logid;
 pub mod metrics;
 pub mod produce;
 pub mod worker;

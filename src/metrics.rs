@@ -21,6 +21,7 @@ pub const DEAD_LETTERS_TOTAL: &str = "denorm_dead_letters_total";
 pub const DEAD_LETTER_RETRIES_TOTAL: &str = "denorm_dead_letter_retries_total";
 pub const PARKED_KEYS: &str = "denorm_parked_keys";
 pub const DEGRADED_PARTITIONS: &str = "denorm_degraded_partitions";
+pub const PARTITION_STOPPED: &str = "denorm_partition_stopped";
 pub const ES_BULK_SECONDS: &str = "denorm_es_bulk_request_seconds";
 pub const ES_BULK_ITEMS_TOTAL: &str = "denorm_es_bulk_items_total";
 pub const ES_RETRIES_TOTAL: &str = "denorm_es_retries_total";
@@ -45,6 +46,7 @@ pub const ALL: &[&str] = &[
     DEAD_LETTER_RETRIES_TOTAL,
     PARKED_KEYS,
     DEGRADED_PARTITIONS,
+    PARTITION_STOPPED,
     ES_BULK_SECONDS,
     ES_BULK_ITEMS_TOTAL,
     ES_RETRIES_TOTAL,
@@ -88,6 +90,7 @@ fn describe() {
     describe_counter!(DEAD_LETTER_RETRIES_TOTAL, Unit::Count, "Failed writes to the dead-letter topic, retried (nothing is committed past them meanwhile).");
     describe_gauge!(PARKED_KEYS, Unit::Count, "Keys of the partition parked behind an aborted command, waiting for `denorm dlq reprocess` or `clear`.");
     describe_gauge!(DEGRADED_PARTITIONS, Unit::Count, "Partitions retrying a transient failure (index or dead-letter topic unavailable); /readyz fails while it is above 0.");
+    describe_gauge!(PARTITION_STOPPED, Unit::Count, "1 while the partition is stopped because retention deleted commands its shard never applied (a gap that is never skipped); 0 once revoked.");
     describe_histogram!(ES_BULK_SECONDS, Unit::Seconds, "Latency of Elasticsearch bulk requests.");
     describe_counter!(ES_BULK_ITEMS_TOTAL, Unit::Count, "Elasticsearch bulk items by outcome (done, conflict, retry, failed).");
     describe_counter!(ES_PIT_PAGES_TOTAL, Unit::Count, "Point-in-time pages read from Elasticsearch.");

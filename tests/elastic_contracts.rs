@@ -7,7 +7,7 @@ use std::time::Duration;
 use denorm::index::elastic::bulk::{self, BulkLimits, BulkOp, RetryPolicy};
 use denorm::index::elastic::config::{env, ElasticConfig};
 use denorm::index::elastic::{setup, ElasticError};
-use denorm::index::Kind;
+use denorm::index::{Checkpoint, Kind};
 use serde_json::{json, Value};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
@@ -381,7 +381,7 @@ mod shard {
         let mut shard = b.open_shard(0).unwrap();
         let cmd = Command::UpsertFile { id: "f1".into(), path: "/c/n.txt".into(), contents: "older".into() };
         apply(shard.as_mut(), &cmd, 20, FanOut::pages_of(2)).unwrap();
-        shard.mark_applied(20);
+        shard.mark_applied(Checkpoint::new(20, 0));
         shard.commit().unwrap();
         let reqs = rt.block_on(server.received_requests()).unwrap();
         let bulks: Vec<Vec<Value>> = reqs.iter().filter(|r| r.url.path() == "/_bulk").map(ndjson).collect();
@@ -389,7 +389,7 @@ mod shard {
         assert!(bulks[0][0].get("create").is_some(), "an absent document is created, not blindly indexed: {:?}", bulks[0][0]);
         let meta = reqs.iter().find(|r| r.url.path() == "/denorm-meta/_doc/p0" && r.method.as_str() == "POST").expect("applied position recorded");
         let meta: Value = serde_json::from_slice(&meta.body).unwrap();
-        assert_eq!(meta, json!({"topic": "t", "applied": 20, "parked": []}));
+        assert_eq!(meta, json!({"topic": "t", "applied": 20, "fingerprint": "0000000000000000", "parked": []}));
     }
 
     #[test]
@@ -501,7 +501,7 @@ fn upsert_files(shard: &mut dyn denorm::index::Shard, ids: &[&str]) {
     for (pos, id) in ids.iter().enumerate() {
         let c = denorm::command::Command::UpsertFile { id: id.to_string(), path: format!("/c/{id}.txt"), contents: "x".into() };
         denorm::apply::apply(shard, &c, pos as u64, denorm::apply::FanOut::pages_of(10)).unwrap();
-        shard.mark_applied(pos as u64);
+        shard.mark_applied(Checkpoint::new(pos as u64, 0));
     }
 }
 
@@ -528,7 +528,7 @@ fn a_failed_commit_keeps_its_writes_and_sends_them_again() {
     let mut shard = b.open_shard(0).unwrap();
     let cmd = Command::UpsertFile { id: "f1".into(), path: "/c/a.txt".into(), contents: "x".into() };
     apply(shard.as_mut(), &cmd, 3, FanOut::pages_of(10)).unwrap();
-    shard.mark_applied(3);
+    shard.mark_applied(Checkpoint::new(3, 0));
     let err = shard.commit().unwrap_err();
     assert!(err.is_retryable(), "{err}");
     assert_eq!(shard.applied(), None, "nothing may be recorded as applied after a failed commit");

@@ -211,7 +211,7 @@ fn rewind(cfg: &denorm::kafka::KafkaConfig, group: &str) {
 }
 
 #[test]
-fn redelivery_of_an_applied_range_changes_nothing() {
+fn a_rewound_group_changes_nothing_because_the_index_decides_where_to_resume() {
     let r = Rig::new(3);
     let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let mut cmds = denorm::demo::seed(1500, 30, 300, 5);
@@ -237,7 +237,10 @@ fn redelivery_of_an_applied_range_changes_nothing() {
     b.sort_by_key(key);
     assert_eq!(a, b);
     let (_, metrics) = worker.http_get("/metrics");
-    assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "duplicate")]), log.len() as f64, "{metrics}");
+    // Each partition resumes at its shard's checkpoint, whose own message is
+    // read again (to check the log's identity) and skipped: nothing of the
+    // rewound range is fetched again.
+    assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "duplicate")]), 3.0, "{metrics}");
     assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "applied")]), 0.0);
     assert_matches_model(&index, &log);
 }

@@ -8,7 +8,7 @@ use std::hash::{Hash, Hasher};
 
 use denorm::apply::{apply, FanOut};
 use denorm::command::Command;
-use denorm::index::{Backend, Shard};
+use denorm::index::{Backend, Checkpoint, Shard};
 use denorm::model::{self, Model};
 
 const SHARDS: i32 = 3;
@@ -54,7 +54,7 @@ fn scenario(backend: &dyn Backend) {
     }
     for (i, (p, pos, c)) in positioned.iter().enumerate() {
         apply(shards[*p].as_mut(), c, *pos, FanOut::pages_of(64)).unwrap();
-        shards[*p].mark_applied(*pos);
+        shards[*p].mark_applied(Checkpoint::new(*pos, 0));
         if i % 97 == 0 {
             shards[*p].commit().unwrap();
         }

@@ -514,8 +514,8 @@ impl Bench<'_> {
         let index = EmbeddedIndex::open_existing(index)?;
         let deadline = Instant::now() + self.timeout;
         loop {
-            let applied = index.applied_offsets()?;
-            if ends.iter().all(|(p, &end)| end == 0 || applied.get(p).is_some_and(|&a| a as i64 >= end - 1)) {
+            let applied = index.checkpoints()?;
+            if ends.iter().all(|(p, &end)| end == 0 || applied.get(p).is_some_and(|a| a.offset as i64 >= end - 1)) {
                 return Ok(t.elapsed());
             }
             if !w.alive() {

@@ -16,7 +16,7 @@ use tantivy::{DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Sear
 
 use crate::dlq::Parking;
 
-use super::{Author, AuthorGroup, Backend, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, Scan, SearchIndex, Shard, UserDoc};
+use super::{Author, AuthorGroup, Backend, Checkpoint, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, Scan, SearchIndex, Shard, UserDoc};
 
 const MARKER: &str = "denorm-index.json";
 
@@ -221,14 +221,26 @@ fn replace_page(writer: &IndexWriter, f: &Fields, page: &[Doc]) -> Result<(), In
 struct Marker {
     format: u32,
     topic: String,
+    /// The topic's partition count when the index was first run against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    partitions: Option<i32>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct CommitPayload {
     applied: u64,
+    /// Fingerprint of the message at `applied` (see `crate::logid`).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "super::hex_fingerprint")]
+    fingerprint: Option<u64>,
     /// Keys parked behind an aborted command (see `dlq`).
     #[serde(default, skip_serializing_if = "Parking::is_empty")]
     parked: Parking,
+}
+
+impl CommitPayload {
+    fn checkpoint(&self) -> Checkpoint {
+        Checkpoint { offset: self.applied, fingerprint: self.fingerprint }
+    }
 }
 
 /// The shard directory, with the `index.io` fault point on every write
@@ -269,6 +281,17 @@ impl tantivy::Directory for ShardDirectory {
     }
 }
 
+/// Replaces `path` with `data` at once: each writer writes its own temporary
+/// file and renames it into place, so readers and concurrent writers only
+/// ever see a whole file.
+fn write_atomically(path: &Path, data: &[u8]) -> Result<(), IndexError> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = path.with_file_name(format!("{name}.{}", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&tmp, data)?;
+    std::fs::rename(tmp, path)?;
+    Ok(())
+}
+
 /// An embedded index directory.
 #[derive(Debug, Clone)]
 pub struct EmbeddedIndex {
@@ -289,15 +312,28 @@ impl EmbeddedIndex {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                // Several workers may create the index at once: each writes
-                // its own temporary file and renames it into place.
-                let tmp = root.join(format!("{MARKER}.{}", uuid::Uuid::new_v4().simple()));
-                std::fs::write(&tmp, serde_json::to_vec(&Marker { format: 1, topic: topic.into() }).expect("json"))?;
-                std::fs::rename(tmp, marker)?;
+                // Several workers may create the index at once.
+                write_atomically(&marker, &serde_json::to_vec(&Marker { format: 1, topic: topic.into(), partitions: None }).expect("json"))?;
             }
             Err(e) => return Err(e.into()),
         }
         Ok(EmbeddedIndex { root: root.to_path_buf() })
+    }
+
+    /// Records the topic's partition count in the marker the first time,
+    /// and refuses a different count afterwards (see [`Backend::bind_log`]).
+    pub fn bind_log(&self, partitions: i32) -> Result<(), IndexError> {
+        let marker = self.root.join(MARKER);
+        let text = std::fs::read_to_string(&marker)?;
+        let mut m: Marker = serde_json::from_str(&text).map_err(|e| IndexError::Corrupt(format!("{}: {e}", marker.display())))?;
+        match m.partitions {
+            Some(recorded) if recorded == partitions => Ok(()),
+            Some(recorded) => Err(IndexError::LogMismatch(crate::logid::partitions_changed(recorded, partitions))),
+            None => {
+                m.partitions = Some(partitions);
+                write_atomically(&marker, &serde_json::to_vec(&m).expect("json"))
+            }
+        }
     }
 
     /// Opens an index directory that must already exist (for searches).
@@ -330,7 +366,7 @@ impl EmbeddedIndex {
         let writer = index.writer_with_num_threads(1, memory_budget.max(15_000_000))?;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
         let payload = index.load_metas()?.payload.and_then(|p| serde_json::from_str::<CommitPayload>(&p).ok());
-        let applied = payload.as_ref().map(|p| p.applied);
+        let applied = payload.as_ref().map(CommitPayload::checkpoint);
         let parked = payload.map(|p| p.parked).unwrap_or_default();
         Ok(EmbeddedShard {
             name: format!("p{partition}"),
@@ -367,9 +403,9 @@ impl EmbeddedIndex {
 }
 
 impl EmbeddedIndex {
-    /// The applied log offset of each partition's shard, as of its last
-    /// commit (shards never committed are left out).
-    pub fn applied_offsets(&self) -> Result<std::collections::BTreeMap<i32, u64>, IndexError> {
+    /// The checkpoint of each partition's shard, as of its last commit
+    /// (shards never committed are left out).
+    pub fn checkpoints(&self) -> Result<std::collections::BTreeMap<i32, Checkpoint>, IndexError> {
         let mut out = std::collections::BTreeMap::new();
         for entry in std::fs::read_dir(self.root.join("shards"))? {
             let dir = entry?.path();
@@ -381,7 +417,7 @@ impl EmbeddedIndex {
             }
             let payload = Index::open_in_dir(&dir)?.load_metas()?.payload;
             if let Some(c) = payload.and_then(|p| serde_json::from_str::<CommitPayload>(&p).ok()) {
-                out.insert(p, c.applied);
+                out.insert(p, c.checkpoint());
             }
         }
         Ok(out)
@@ -465,6 +501,12 @@ impl EmbeddedBackend {
 pub const DEFAULT_FAN_OUT_COMMIT_EVERY: u64 = 50_000;
 
 impl Backend for EmbeddedBackend {
+    fn bind_log(&self, partitions: i32) -> Result<(), IndexError> {
+        self.index.bind_log(partitions)
+    }
+    fn checkpoints(&self, partitions: &[i32]) -> Result<HashMap<i32, Checkpoint>, IndexError> {
+        Ok(self.index.checkpoints()?.into_iter().filter(|(p, _)| partitions.contains(p)).collect())
+    }
     fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError> {
         let mut shard = self.index.open_shard(partition, self.memory_budget)?;
         shard.set_fan_out_commit_every(self.fan_out_commit_every);
@@ -489,8 +531,8 @@ pub struct EmbeddedShard {
     dirty: bool,
     /// Uncommitted fan-out rewrites, which the overlay does not hold.
     fan_out_pending: bool,
-    marked: Option<u64>,
-    applied: Option<u64>,
+    marked: Option<Checkpoint>,
+    applied: Option<Checkpoint>,
     parked_marked: Parking,
     parked: Parking,
     /// Rewritten documents between two commits of a fan-out's progress.
@@ -648,11 +690,11 @@ impl Shard for EmbeddedShard {
         Ok(written)
     }
 
-    fn mark_applied(&mut self, pos: u64) {
-        self.marked = Some(pos);
+    fn mark_applied(&mut self, at: Checkpoint) {
+        self.marked = Some(at);
     }
 
-    fn applied(&self) -> Option<u64> {
+    fn checkpoint(&self) -> Option<Checkpoint> {
         self.applied
     }
 
@@ -671,8 +713,8 @@ impl Shard for EmbeddedShard {
         }
         self.flush_overlay()?;
         let mut prepared = self.writer.prepare_commit()?;
-        if let Some(applied) = self.marked {
-            let payload = CommitPayload { applied, parked: self.parked_marked.clone() };
+        if let Some(at) = self.marked {
+            let payload = CommitPayload { applied: at.offset, fingerprint: at.fingerprint, parked: self.parked_marked.clone() };
             prepared.set_payload(&serde_json::to_string(&payload).expect("json"));
         }
         prepared.commit()?;
@@ -860,7 +902,7 @@ mod tests {
         ];
         for (pos, c) in log.iter().enumerate() {
             apply(&mut shard, c, pos as u64, FanOut::pages_of(1)).unwrap();
-            shard.mark_applied(pos as u64);
+            shard.mark_applied(Checkpoint::new(pos as u64, 0));
         }
         shard.commit().unwrap();
         assert_eq!(shard.applied(), Some(3));
@@ -941,7 +983,7 @@ mod tests {
         let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
         let mut shard = idx.open_shard(0, 20_000_000).unwrap();
         apply(&mut shard, &upsert("a", "/c/a.txt"), 0, FanOut::pages_of(10)).unwrap();
-        shard.mark_applied(0);
+        shard.mark_applied(Checkpoint::new(0, 0));
         shard.commit().unwrap();
         apply(&mut shard, &Command::RenamePath { from: "/c/a.txt".into(), to: "/c/b.txt".into() }, 1, FanOut::pages_of(10)).unwrap();
         drop(shard); // no commit: as if the process died
@@ -968,7 +1010,7 @@ mod tests {
         shard.set_fan_out_commit_every(10);
         for i in 0..95u64 {
             apply(&mut shard, &upsert(&format!("f{i}"), &format!("/c/old/f{i}.txt")), i, FanOut::pages_of(7)).unwrap();
-            shard.mark_applied(i);
+            shard.mark_applied(Checkpoint::new(i, 0));
         }
         shard.commit().unwrap();
         let rename = Command::RenamePath { from: "/c/old".into(), to: "/c/new".into() };
@@ -982,7 +1024,7 @@ mod tests {
         assert_eq!(shard.applied(), Some(94), "progress is committed at the previous command's position");
         // Redelivery of the rename.
         apply(&mut shard, &rename, 95, FanOut::pages_of(7)).unwrap();
-        shard.mark_applied(95);
+        shard.mark_applied(Checkpoint::new(95, 0));
         shard.commit().unwrap();
         let want: Vec<String> = {
             let mut w: Vec<String> = (0..95).map(|i| format!("/c/new/f{i}.txt")).collect();

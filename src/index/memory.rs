@@ -3,13 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use super::{Doc, IndexError, Kind, Scan, Shard};
+use super::{Checkpoint, Doc, IndexError, Kind, Scan, Shard};
 
 #[derive(Debug, Default, Clone)]
 pub struct MemoryShard {
     pub docs: BTreeMap<(Kind, String), Doc>,
-    marked: Option<u64>,
-    applied: Option<u64>,
+    marked: Option<Checkpoint>,
+    applied: Option<Checkpoint>,
     pub parked: crate::dlq::Parking,
 }
 
@@ -44,10 +44,10 @@ impl Shard for MemoryShard {
         }
         Ok(n)
     }
-    fn mark_applied(&mut self, pos: u64) {
-        self.marked = Some(pos);
+    fn mark_applied(&mut self, at: Checkpoint) {
+        self.marked = Some(at);
     }
-    fn applied(&self) -> Option<u64> {
+    fn checkpoint(&self) -> Option<Checkpoint> {
         self.applied
     }
     fn parking(&mut self) -> &mut crate::dlq::Parking {

@@ -166,6 +166,10 @@ pub enum IndexError {
     Backend(String),
     #[error("index at {path} belongs to topic {found:?}, not {expected:?}")]
     WrongTopic { path: String, found: String, expected: String },
+    /// The index was built from another log than the topic holds now
+    /// (recreated topic, added partitions): only a rebuild can fix it.
+    #[error("{0}")]
+    LogMismatch(String),
     #[error("stored document is malformed: {0}")]
     Corrupt(String),
     #[error("rejected by the index: {0}")]
@@ -215,10 +219,15 @@ pub trait Shard {
         page_size: usize,
         rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>,
     ) -> Result<u64, IndexError>;
-    /// Records that every command up to and including `pos` is applied.
-    fn mark_applied(&mut self, pos: u64);
-    /// The last position durably applied (survives restarts).
-    fn applied(&self) -> Option<u64>;
+    /// Records that every command up to and including `at.offset` is applied.
+    fn mark_applied(&mut self, at: Checkpoint);
+    /// The last position durably applied (survives restarts), with the
+    /// fingerprint of the message there.
+    fn checkpoint(&self) -> Option<Checkpoint>;
+    /// The last offset durably applied.
+    fn applied(&self) -> Option<u64> {
+        self.checkpoint().map(|c| c.offset)
+    }
     /// The keys parked behind an aborted command, as of the last
     /// [`Shard::mark_applied`]; changes are committed with the position.
     fn parking(&mut self) -> &mut crate::dlq::Parking;
@@ -228,8 +237,51 @@ pub trait Shard {
     fn commit(&mut self) -> Result<(), IndexError>;
 }
 
+/// A shard's durable position in its partition's log: the last offset
+/// applied, and a fingerprint of the message at that offset, by which a
+/// worker recognises the log the shard was built from (see `crate::logid`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub offset: u64,
+    /// `None` in checkpoints written before fingerprints were recorded.
+    pub fingerprint: Option<u64>,
+}
+
+impl Checkpoint {
+    pub fn new(offset: u64, fingerprint: u64) -> Self {
+        Checkpoint { offset, fingerprint: Some(fingerprint) }
+    }
+}
+
+/// (De)serializes an optional fingerprint as 16 hex digits: JSON numbers
+/// above 2^53 do not survive every reader (Elasticsearch maps them to long).
+pub(crate) mod hex_fingerprint {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => s.serialize_str(&format!("{v:016x}")),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        let s: Option<String> = Option::deserialize(d)?;
+        s.map(|s| u64::from_str_radix(&s, 16).map_err(serde::de::Error::custom)).transpose()
+    }
+}
+
 /// An index backend: hands out shard writers and a read view.
 pub trait Backend: Send + Sync {
+    /// Records the partition count of the topic the index is built from, or
+    /// checks it against the one recorded: a topic whose partitions were
+    /// added moves keys between partitions, and so between shards
+    /// ([`IndexError::LogMismatch`]).
+    fn bind_log(&self, partitions: i32) -> Result<(), IndexError>;
+    /// The durable checkpoint of each of `partitions`' shards that has one,
+    /// read without taking the writer (a worker positions its consumer there
+    /// when it is assigned a partition).
+    fn checkpoints(&self, partitions: &[i32]) -> Result<std::collections::HashMap<i32, Checkpoint>, IndexError>;
     /// The writer of `partition`'s shard. Fails with a retryable error while
     /// another owner still holds it.
     fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError>;

@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use metrics::{counter, gauge};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, RebalanceProtocol};
+use rdkafka::types::RDKafkaRespErr;
 use rdkafka::error::KafkaResult;
 use rdkafka::message::Message;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
@@ -30,7 +31,7 @@ use crate::apply::FanOut;
 use crate::index::{Backend, IndexError};
 use crate::kafka::KafkaConfig;
 use crate::metrics as m;
-use partition::Partition;
+use partition::{Feed, Partition};
 
 /// Worker settings. Defaults in [`WorkerConfig::new`].
 #[derive(Debug, Clone)]
@@ -129,6 +130,9 @@ pub enum WorkerError {
     MissingDlq(String),
     #[error(transparent)]
     Setup(#[from] crate::kafka::KafkaSetupError),
+    /// One partition cannot go on (the rest of the worker does).
+    #[error("partition {partition} stopped: {detail}")]
+    Gap { partition: i32, detail: String },
 }
 
 /// Running totals, for the demo's report and tests.
@@ -162,6 +166,10 @@ pub(crate) struct Shared {
     stats: Arc<Stats>,
     dlq: DeadLetterWriter,
     health: Arc<Health>,
+    /// Where appliers want their partition positioned (their shard's
+    /// checkpoint); the consumer thread seeks, then feeds
+    /// [`Feed::Positioned`].
+    seeks: Mutex<HashMap<i32, Offset>>,
 }
 
 struct WorkerContext {
@@ -170,11 +178,52 @@ struct WorkerContext {
     health: Arc<Health>,
     /// First fatal error of an applier.
     fatal: Mutex<Option<WorkerError>>,
+    /// The topic's partition count the index was built for.
+    log_partitions: i32,
+    /// Partitions that cannot go on (a retention gap), until revoked: their
+    /// messages are dropped and they stay paused.
+    stopped: Mutex<std::collections::HashSet<i32>>,
 }
 
 impl ClientContext for WorkerContext {}
 
 impl ConsumerContext for WorkerContext {
+    /// rust-rdkafka's rebalance, with the assigned partitions checked
+    /// against the partition count the index was built for first.
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        let outcome = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                if let Some(p) = tpl.elements().iter().map(|e| e.partition()).find(|&p| p >= self.log_partitions) {
+                    let now = self.shared.cfg.kafka.topic_partitions().ok().flatten().unwrap_or(p + 1);
+                    let e = IndexError::LogMismatch(crate::logid::partitions_changed(self.log_partitions, now));
+                    error!(error = %e, "refusing the assignment");
+                    self.fatal.lock().expect("fatal lock").get_or_insert(WorkerError::Index(e));
+                }
+                let rebalance = Rebalance::Assign(tpl);
+                self.pre_rebalance(consumer, &rebalance);
+                let r = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
+                self.post_rebalance(consumer, &rebalance);
+                r
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let rebalance = Rebalance::Revoke(tpl);
+                self.pre_rebalance(consumer, &rebalance);
+                let r = if cooperative { consumer.incremental_unassign(tpl) } else { consumer.unassign() };
+                self.post_rebalance(consumer, &rebalance);
+                r
+            }
+            other => {
+                let rebalance = Rebalance::Error(rdkafka::error::KafkaError::Rebalance(other.into()));
+                self.pre_rebalance(consumer, &rebalance);
+                Ok(())
+            }
+        };
+        if let Err(e) = outcome {
+            error!(error = %e, "applying the rebalance failed");
+        }
+    }
+
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Revoke(tpl) => {
@@ -184,6 +233,17 @@ impl ConsumerContext for WorkerContext {
                 let mut parts = self.parts.lock().expect("parts lock");
                 let drained = drain(&mut parts, &revoked, self);
                 drop(parts);
+                let mut seeks = self.shared.seeks.lock().expect("seeks lock");
+                seeks.retain(|p, _| !revoked.contains(p));
+                drop(seeks);
+                let mut stopped = self.stopped.lock().expect("stopped lock");
+                for p in &revoked {
+                    if stopped.remove(p) {
+                        gauge!(m::PARTITION_STOPPED, "partition" => p.to_string()).set(0.0);
+                        self.health.recovered();
+                    }
+                }
+                drop(stopped);
                 commit(consumer, &self.shared.cfg.kafka.topic, &drained, CommitMode::Sync);
                 self.health.ready.store(false, Ordering::SeqCst);
             }
@@ -199,6 +259,18 @@ impl ConsumerContext for WorkerContext {
 
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
+            // Every assigned partition gets its applier now, so that each
+            // positions its partition at its shard's checkpoint even when
+            // the group's offset is already at the end (an index restored
+            // from an older copy catches up with nothing new produced).
+            let committed = group_offsets(consumer, tpl);
+            let mut parts = self.parts.lock().expect("parts lock");
+            for e in tpl.elements() {
+                let p = e.partition();
+                let floor = committed.get(&p).copied().unwrap_or(-1);
+                parts.entry(p).or_insert_with(|| Partition::spawn(p, self.shared.clone(), floor));
+            }
+            drop(parts);
             // librdkafka may keep a partition paused across a revoke and a
             // new assignment (its maintainers document it so), while its
             // queue state here was dropped with the revoke (a partition's
@@ -236,6 +308,25 @@ impl ConsumerContext for WorkerContext {
     }
 }
 
+/// The group's committed offset of each partition of `tpl` (left out: none,
+/// or the request failed, which is logged: the floor is then -1).
+fn group_offsets(consumer: &BaseConsumer<WorkerContext>, tpl: &TopicPartitionList) -> HashMap<i32, i64> {
+    match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+        Ok(c) => c
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect(),
+        Err(e) => {
+            warn!(error = %e, "reading the group's committed offsets failed: a restored index may move them back");
+            HashMap::new()
+        }
+    }
+}
+
 /// Stops the appliers of `partitions`, waits for them (at most the
 /// shutdown timeout), and returns the offsets to commit for them: only what
 /// is durable. An applier still busy at the deadline (a long fan-out) is left
@@ -256,9 +347,19 @@ fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx: &WorkerCo
             }
             let next = if part.finished() {
                 let (result, next) = part.join();
-                if let Err(e) = result {
-                    error!(partition = p, error = %e, "partition applier failed");
-                    ctx.fatal.lock().expect("fatal lock").get_or_insert(e);
+                match result {
+                    Ok(()) => {}
+                    Err(e @ WorkerError::Gap { .. }) => {
+                        error!(partition = p, error = %e, "partition stopped; the worker goes on with its other partitions");
+                        gauge!(m::PARTITION_STOPPED, "partition" => p.to_string()).set(1.0);
+                        if ctx.stopped.lock().expect("stopped lock").insert(*p) {
+                            ctx.health.degraded_one();
+                        }
+                    }
+                    Err(e) => {
+                        error!(partition = p, error = %e, "partition applier failed");
+                        ctx.fatal.lock().expect("fatal lock").get_or_insert(e);
+                    }
                 }
                 next
             } else {
@@ -345,8 +446,18 @@ pub fn run(
         Some(r) => Codec::new().with_registry(r.clone(), tokio::runtime::Handle::current()),
         None => Codec::new(),
     };
-    let shared = Arc::new(Shared { cfg, backend, codec, stats, dlq, health: health.clone() });
-    let ctx = WorkerContext { shared: shared.clone(), parts: Mutex::new(HashMap::new()), health: health.clone(), fatal: Mutex::new(None) };
+    // The index must be built from this topic as it is now.
+    let log_partitions = cfg.kafka.topic_partitions()?.ok_or_else(|| crate::kafka::KafkaSetupError::MissingTopic(topic.clone()))?;
+    backend.bind_log(log_partitions).map_err(WorkerError::Index)?;
+    let shared = Arc::new(Shared { cfg, backend, codec, stats, dlq, health: health.clone(), seeks: Mutex::new(HashMap::new()) });
+    let ctx = WorkerContext {
+        shared: shared.clone(),
+        parts: Mutex::new(HashMap::new()),
+        health: health.clone(),
+        fatal: Mutex::new(None),
+        log_partitions,
+        stopped: Mutex::new(Default::default()),
+    };
     let consumer: BaseConsumer<WorkerContext> = cc.create_with_context(ctx)?;
     consumer.subscribe(&[&topic])?;
     info!(topic = %topic, group = %shared.cfg.group, "worker started");
@@ -372,7 +483,9 @@ pub fn run(
             let offsets = drain(&mut parts, &dead, ctx);
             drop(parts);
             commit(&consumer, &topic, &offsets, CommitMode::Sync);
+            pause_stopped(&consumer, &topic);
         }
+        seek_as_asked(&consumer, &topic);
         if ctx.fatal.lock().expect("fatal lock").is_some() {
             break;
         }
@@ -414,6 +527,57 @@ pub fn run(
     }
 }
 
+/// Keeps the stopped partitions paused (their messages are dropped).
+fn pause_stopped(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
+    let mut tpl = TopicPartitionList::new();
+    for p in consumer.context().stopped.lock().expect("stopped lock").iter() {
+        tpl.add_partition(topic, *p);
+    }
+    if tpl.count() > 0 {
+        if let Err(e) = consumer.pause(&tpl) {
+            warn!(error = %e, "pausing stopped partitions failed");
+        }
+    }
+}
+
+/// Positions the partitions whose appliers asked for it (at their shard's
+/// checkpoint), drops what was fetched for them from the old position, and
+/// tells each applier. A partition whose fetcher has not started yet
+/// (right after the assignment) refuses the seek: it is tried again at the
+/// next turn of the loop.
+fn seek_as_asked(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
+    let ctx = consumer.context();
+    let asked: Vec<(i32, Offset)> = ctx.shared.seeks.lock().expect("seeks lock").iter().map(|(p, o)| (*p, *o)).collect();
+    for (p, offset) in asked {
+        let mut parts = ctx.parts.lock().expect("parts lock");
+        let Some(part) = parts.get_mut(&p) else {
+            ctx.shared.seeks.lock().expect("seeks lock").remove(&p); // revoked meanwhile
+            continue;
+        };
+        match consumer.seek(topic, p, offset, Duration::from_secs(1)) {
+            Ok(()) => {
+                debug!(partition = p, ?offset, "partition positioned at its shard's checkpoint");
+                // Messages routed before the seek are stale: dropped here,
+                // or by the applier up to the marker.
+                part.pending.clear();
+                // Some brokers (tansu) answer a fetch past the end with
+                // nothing rather than an out-of-range error: the watermarks
+                // tell the applier whether its checkpoint is in the log.
+                let watermarks = match consumer.fetch_watermarks(topic, p, Duration::from_secs(5)) {
+                    Ok(w) => Some(w),
+                    Err(e) => {
+                        warn!(partition = p, error = %e, "reading the partition's watermarks failed: the log is checked at its first message only");
+                        None
+                    }
+                };
+                let _ = part.tx.send(Feed::Positioned { watermarks });
+                ctx.shared.seeks.lock().expect("seeks lock").remove(&p);
+            }
+            Err(e) => debug!(partition = p, error = %e, "seek not possible yet"),
+        }
+    }
+}
+
 /// One pass under one lock: queues the polled message behind its
 /// partition's pending messages, moves pending messages into the appliers'
 /// queues while they hold less than `queue_bytes`, pauses partitions whose
@@ -423,9 +587,9 @@ fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<rdkafka::message::O
     let ctx = consumer.context();
     let limit = ctx.shared.cfg.queue_bytes.max(1);
     let mut parts = ctx.parts.lock().expect("parts lock");
-    if let Some(msg) = msg {
+    if let Some(msg) = msg.filter(|m| !ctx.stopped.lock().expect("stopped lock").contains(&m.partition())) {
         let p = msg.partition();
-        let part = parts.entry(p).or_insert_with(|| Partition::spawn(p, ctx.shared.clone()));
+        let part = parts.entry(p).or_insert_with(|| Partition::spawn(p, ctx.shared.clone(), -1));
         if part.paused && part.pending.is_empty() {
             trace!(partition = p, offset = msg.offset(), "message of a paused partition");
         }
@@ -437,7 +601,7 @@ fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<rdkafka::message::O
             let Some(msg) = part.pending.pop_front() else { break };
             let size = partition::queued_size(&msg);
             part.queued.fetch_add(size, Ordering::SeqCst);
-            if let Err(std::sync::mpsc::SendError(m)) = part.tx.send(msg) {
+            if let Err(std::sync::mpsc::SendError(Feed::Message(m))) = part.tx.send(Feed::Message(msg)) {
                 // The applier has ended; the partition is drained below.
                 part.queued.fetch_sub(size, Ordering::SeqCst);
                 part.pending.push_front(m);

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use metrics::{counter, gauge, histogram};
 use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::Offset;
 use tracing::{debug, error, info, warn};
 
 use super::admit::{admit, reason, Admitted, NotAdmitted, Rejection};
@@ -17,20 +18,32 @@ use super::{OnAbort, Shared, WorkerError};
 use crate::apply::apply;
 use crate::command::Envelope;
 use crate::dlq::{self, Action, Control, Letter, Parked};
-use crate::index::{IndexError, Shard};
+use crate::index::{Checkpoint, IndexError, Shard};
 use crate::metrics::{self as m, outcome};
+
+/// What the consumer thread hands an applier.
+pub(crate) enum Feed {
+    Message(OwnedMessage),
+    /// The partition was positioned where the applier asked
+    /// ([`Shared::seeks`]): messages before this one were fetched from the
+    /// old position and are dropped; the next one comes from the new.
+    /// With the partition's low and high watermarks at that time.
+    Positioned { watermarks: Option<(i64, i64)> },
+}
 
 /// The consumer thread's handle on one partition's applier.
 pub(crate) struct Partition {
     /// The applier's queue; its size in bytes is `queued`.
-    pub tx: Sender<OwnedMessage>,
+    pub tx: Sender<Feed>,
     /// Bytes of the messages in `tx` not yet taken by the applier
     /// ([`queued_size`] each).
     pub queued: Arc<AtomicUsize>,
     pub stop: Arc<AtomicBool>,
     /// Next offset whose predecessors are durably applied (-1: none yet).
     pub next: Arc<AtomicI64>,
-    /// Last offset committed to Kafka by the consumer thread.
+    /// The group's committed offset for the partition: at assignment, then
+    /// as commits are confirmed. Never committed below (an index restored
+    /// from an older copy catches up without moving the group back).
     pub committed: i64,
     /// Messages fetched while the applier's queue was full.
     pub pending: std::collections::VecDeque<OwnedMessage>,
@@ -39,7 +52,9 @@ pub(crate) struct Partition {
 }
 
 impl Partition {
-    pub fn spawn(partition: i32, shared: Arc<Shared>) -> Self {
+    /// Starts the applier of `partition`, whose group offset is `committed`
+    /// (-1: none).
+    pub fn spawn(partition: i32, shared: Arc<Shared>, committed: i64) -> Self {
         let (tx, rx) = std::sync::mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let next = Arc::new(AtomicI64::new(-1));
@@ -52,7 +67,7 @@ impl Partition {
                 Applier { partition, shared, stop: s, next: n, queued: q, lag_seconds }.run(rx)
             })
             .expect("spawn partition thread");
-        Partition { tx, queued, stop, next, committed: -1, pending: Default::default(), paused: false, join: Some(join) }
+        Partition { tx, queued, stop, next, committed, pending: Default::default(), paused: false, join: Some(join) }
     }
 
     pub fn finished(&self) -> bool {
@@ -224,7 +239,7 @@ impl Applier {
         Retrying { applier: self, op, backoff: Backoff::new(self.shared.cfg.retry_backoff_max), degraded: None }
     }
 
-    fn run(self, rx: Receiver<OwnedMessage>) -> Result<(), WorkerError> {
+    fn run(self, rx: Receiver<Feed>) -> Result<(), WorkerError> {
         match self.apply_until_stopped(rx) {
             Ok(()) | Err(Halt::Stopped) => Ok(()),
             Err(Halt::Fatal(e)) => Err(e),
@@ -232,13 +247,21 @@ impl Applier {
         }
     }
 
-    fn apply_until_stopped(&self, rx: Receiver<OwnedMessage>) -> Step<()> {
+    fn apply_until_stopped(&self, rx: Receiver<Feed>) -> Step<()> {
         let mut shard = self.open_shard()?;
         if let Some(a) = shard.applied() {
             self.next.store(a as i64 + 1, Ordering::SeqCst);
         }
         self.parked_gauge(shard.as_mut());
         info!(partition = self.partition, applied = ?shard.applied(), parked = shard.parking().len(), "partition assigned, shard open");
+        // The index decides where to resume: fetching restarts at the
+        // checkpoint itself, whose message must still be the one the index
+        // applied (see `crate::logid`).
+        let checkpoint = shard.checkpoint();
+        let target = checkpoint.map_or(Offset::Beginning, |c| Offset::Offset(c.offset as i64));
+        self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target);
+        let mut positioned = false;
+        let mut first = true;
         let max_batch = self.shared.cfg.max_batch.max(1);
         let linger = self.shared.cfg.commit_linger;
         let quiet = self.shared.cfg.commit_quiet;
@@ -255,8 +278,20 @@ impl Applier {
                 None => Duration::from_millis(100),
             };
             match rx.recv_timeout(wait) {
-                Ok(msg) => {
+                Ok(Feed::Positioned { watermarks }) => {
+                    positioned = true;
+                    if let Some((low, high)) = watermarks {
+                        self.check_range(checkpoint, low, high)?;
+                    }
+                }
+                Ok(Feed::Message(msg)) => {
                     self.queued.fetch_sub(queued_size(&msg), Ordering::SeqCst);
+                    if !positioned {
+                        continue; // fetched from the group's offset, before the seek
+                    }
+                    if std::mem::take(&mut first) {
+                        self.check_first(checkpoint, &msg)?;
+                    }
                     self.lag_seconds.set(age_seconds(&msg));
                     batch.push(msg);
                     let fan_out = match self.handle_last(&mut shard, &mut batch) {
@@ -285,6 +320,58 @@ impl Applier {
         // Stopping: make what is applied durable, so the next owner resumes
         // after it.
         self.commit(&mut shard, &mut batch)
+    }
+
+    /// The first message fetched from the checkpoint: the one the checkpoint
+    /// names, or the log is not the one the index was built from; the
+    /// message right after it (retention deleted the checkpoint's own); or
+    /// a gap, and the partition stops.
+    fn check_first(&self, checkpoint: Option<Checkpoint>, msg: &OwnedMessage) -> Step<()> {
+        use crate::logid::{first_after, fingerprint, log_changed, First};
+        let (p, o) = (self.partition, msg.offset());
+        match first_after(checkpoint, o, fingerprint(msg.key(), msg.payload())) {
+            First::Same => Ok(()),
+            First::Unverifiable => {
+                warn!(partition = p, checkpoint = ?checkpoint.map(|c| c.offset), "the checkpoint's message was deleted by retention: the log's identity cannot be checked");
+                Ok(())
+            }
+            First::Changed(detail) => {
+                let at = checkpoint.map_or(0, |c| c.offset);
+                Err(Halt::Fatal(WorkerError::Index(IndexError::LogMismatch(log_changed(p, at, &detail)))))
+            }
+            First::Gap { from, to } => Err(self.gap(from, to)),
+        }
+    }
+
+    /// The partition's range of offsets against the checkpoint, before any
+    /// message: a log that ends before the checkpoint, or that starts after
+    /// the offset the index needs next.
+    fn check_range(&self, checkpoint: Option<Checkpoint>, low: i64, high: i64) -> Step<()> {
+        use crate::logid::{range_against, log_changed, First};
+        match range_against(checkpoint, low, high) {
+            First::Changed(detail) => {
+                let at = checkpoint.map_or(0, |c| c.offset);
+                Err(Halt::Fatal(WorkerError::Index(IndexError::LogMismatch(log_changed(self.partition, at, &detail)))))
+            }
+            First::Gap { from, to } => Err(self.gap(from, to)),
+            First::Same | First::Unverifiable => Ok(()),
+        }
+    }
+
+    /// Offsets `from..to` are gone (retention) before the index applied
+    /// them: the partition stops, since skipping them would leave the index
+    /// silently wrong.
+    fn gap(&self, from: i64, to: i64) -> Halt {
+        Halt::Fatal(WorkerError::Gap {
+            partition: self.partition,
+            detail: format!(
+                "offsets {from}..{} are no longer in the topic (retention deleted them) and the index never applied them; \
+                 a rebuild cannot be exact either: restore the index from a copy whose checkpoint is at or after offset {}, or accept the loss by \
+                 rebuilding from what is left",
+                to - 1,
+                to - 1
+            ),
+        })
     }
 
     /// Opens the shard, waiting while a previous owner still holds it.
@@ -447,7 +534,7 @@ impl Applier {
         };
         let origin = Origin { key, payload: payload.as_deref(), offset };
         let handled = self.abort(shard, &origin, dlq::reason::INDEX_REJECTED, error.to_string(), attempts, command_id)?;
-        shard.mark_applied(msg.offset() as u64);
+        shard.mark_applied(checkpoint_of(msg));
         Ok(handled)
     }
 
@@ -477,7 +564,7 @@ impl Applier {
             }
         };
         if let Handled::Done { .. } = handled {
-            shard.mark_applied(offset as u64);
+            shard.mark_applied(checkpoint_of(msg));
         }
         Ok(handled)
     }
@@ -636,6 +723,11 @@ impl Applier {
             }
         }
     }
+}
+
+/// The checkpoint that names `msg`: its offset and fingerprint.
+fn checkpoint_of(msg: &OwnedMessage) -> Checkpoint {
+    Checkpoint::new(msg.offset() as u64, crate::logid::fingerprint(msg.key(), msg.payload()))
 }
 
 fn count(kind: &'static str, outcome: &'static str) {

@@ -190,6 +190,43 @@ pub fn wait_applied_by(cfg: &KafkaConfig, group: &str, min_end: usize, workers: 
     }
 }
 
+/// Deletes the topic and creates it again with `partitions` (the commands
+/// in it are gone; offsets start over at 0). On tansu 0.6 this deletes every
+/// other topic too: only on a private broker.
+pub fn recreate_topic(cfg: &mut KafkaConfig, partitions: i32) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    rt().block_on(async {
+        let admin: AdminClient<DefaultClientContext> = cfg.client_config().create().unwrap();
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        for r in admin.delete_topics(&[&cfg.topic], &opts).await.unwrap() {
+            r.unwrap_or_else(|(t, e)| panic!("deleting {t}: {e}"));
+        }
+        // Until the metadata no longer shows it.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while cfg.topic_partitions().unwrap().is_some() {
+            assert!(Instant::now() < deadline, "topic {} still listed after its deletion", cfg.topic);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        cfg.partitions = partitions;
+        cfg.ensure_topic().await.expect("create the topic again");
+    });
+}
+
+/// Copies directory `from` to `to` (which must not exist), recursively.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
 /// Every document of the index.
 pub fn dump(index: &Path) -> Vec<Doc> {
     let mut out = Vec::new();
@@ -330,6 +367,22 @@ impl Worker {
                 return (s, self.log());
             }
             assert!(Instant::now() < deadline, "worker did not exit after SIGTERM:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits (at most `timeout`) for the worker to exit by itself: its exit
+    /// status and whole log.
+    pub fn wait_exit(mut self, timeout: Duration) -> (ExitStatus, String) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                if let Some(r) = self.reader.take() {
+                    let _ = r.join();
+                }
+                return (s, self.log());
+            }
+            assert!(Instant::now() < deadline, "worker still running after {timeout:?}:\n{}", self.log());
             std::thread::sleep(Duration::from_millis(20));
         }
     }

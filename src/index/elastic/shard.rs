@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 
 use elasticsearch::indices::IndicesRefreshParts;
-use elasticsearch::{Elasticsearch, GetParts, IndexParts};
+use elasticsearch::{CreateParts, Elasticsearch, GetParts, IndexParts, MgetParts};
 use serde_json::{json, Value};
 use tokio::runtime::Handle;
 
@@ -23,7 +23,7 @@ use super::bulk::{self, BulkLimits, BulkOp, BulkReport, RetryPolicy};
 use super::docs::{from_source, scan_query, to_source, PitScan};
 use super::setup::{alias, POS_FIELD};
 use super::{json_or_status, ElasticError};
-use crate::index::{Backend, Doc, IndexError, Kind, Scan, SearchIndex, Shard};
+use crate::index::{Backend, Checkpoint, Doc, IndexError, Kind, Scan, SearchIndex, Shard};
 
 impl From<ElasticError> for IndexError {
     fn from(e: ElasticError) -> Self {
@@ -53,7 +53,67 @@ impl ElasticBackend {
     }
 }
 
+/// The checkpoint a partition's meta document holds.
+fn checkpoint_from(meta: &Value) -> Option<Checkpoint> {
+    let offset = meta["applied"].as_u64()?;
+    let fingerprint = meta["fingerprint"].as_str().and_then(|h| u64::from_str_radix(h, 16).ok());
+    Some(Checkpoint { offset, fingerprint })
+}
+
 impl Backend for ElasticBackend {
+    /// The meta document `log` holds the topic and its partition count; it
+    /// is created once (`op_type=create`: of two workers starting together
+    /// one creates it, the other reads it) and compared afterwards.
+    fn bind_log(&self, partitions: i32) -> Result<(), IndexError> {
+        let index = self.meta_index();
+        loop {
+            if let Some((v, _)) = self.runtime.block_on(get_source(&self.client, &index, "log"))? {
+                let topic = v["topic"].as_str().unwrap_or_default();
+                if topic != self.topic {
+                    return Err(IndexError::WrongTopic { path: self.prefix.clone(), found: topic.into(), expected: self.topic.clone() });
+                }
+                return match v["partitions"].as_i64() {
+                    Some(n) if n == i64::from(partitions) => Ok(()),
+                    Some(n) => Err(IndexError::LogMismatch(crate::logid::partitions_changed(n as i32, partitions))),
+                    None => Err(IndexError::Corrupt(format!("{index}/log has no partition count: {v}"))),
+                };
+            }
+            let body = json!({"topic": self.topic, "partitions": partitions});
+            let r = self
+                .runtime
+                .block_on(self.client.create(CreateParts::IndexId(&index, "log")).body(body).send())
+                .map_err(ElasticError::from)?;
+            if r.status_code().as_u16() == 409 {
+                continue; // another worker created it first: read theirs
+            }
+            self.runtime.block_on(json_or_status("recording the topic's partition count", r))?;
+            return Ok(());
+        }
+    }
+
+    /// One multi-get of the partitions' meta documents.
+    fn checkpoints(&self, partitions: &[i32]) -> Result<HashMap<i32, Checkpoint>, IndexError> {
+        let ids: Vec<String> = partitions.iter().map(|p| format!("p{p}")).collect();
+        let index = self.meta_index();
+        let r = self
+            .runtime
+            .block_on(self.client.mget(MgetParts::Index(&index)).body(json!({ "ids": ids })).send())
+            .map_err(ElasticError::from)?;
+        if r.status_code().as_u16() == 404 {
+            return Ok(HashMap::new()); // no meta index yet: nothing applied
+        }
+        let v = self.runtime.block_on(json_or_status("reading the partitions' checkpoints", r))?;
+        let mut out = HashMap::new();
+        for (p, doc) in partitions.iter().zip(v["docs"].as_array().into_iter().flatten()) {
+            if doc["found"] == json!(true) {
+                if let Some(c) = checkpoint_from(&doc["_source"]) {
+                    out.insert(*p, c);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError> {
         let meta_id = format!("p{partition}");
         let meta = self.runtime.block_on(get_source(&self.client, &self.meta_index(), &meta_id))?;
@@ -63,7 +123,7 @@ impl Backend for ElasticBackend {
                 if topic != self.topic {
                     return Err(IndexError::WrongTopic { path: self.prefix.clone(), found: topic.into(), expected: self.topic.clone() });
                 }
-                (v["applied"].as_u64(), crate::dlq::parking_from_json(&v["parked"]))
+                (checkpoint_from(&v), crate::dlq::parking_from_json(&v["parked"]))
             }
             None => (None, Default::default()),
         };
@@ -107,8 +167,8 @@ pub struct ElasticShard {
     overlay: HashMap<(Kind, String), Option<Doc>>,
     /// What each document was last read as: `Some(seq)`, or `None` when absent.
     seen: HashMap<(Kind, String), Option<(i64, i64)>>,
-    marked: Option<u64>,
-    applied: Option<u64>,
+    marked: Option<Checkpoint>,
+    applied: Option<Checkpoint>,
     parked_marked: crate::dlq::Parking,
     parked: crate::dlq::Parking,
 }
@@ -256,11 +316,11 @@ impl Shard for ElasticShard {
         result.map(|_| written)
     }
 
-    fn mark_applied(&mut self, pos: u64) {
-        self.marked = Some(pos);
+    fn mark_applied(&mut self, at: Checkpoint) {
+        self.marked = Some(at);
     }
 
-    fn applied(&self) -> Option<u64> {
+    fn checkpoint(&self) -> Option<Checkpoint> {
         self.applied
     }
 
@@ -271,8 +331,11 @@ impl Shard for ElasticShard {
     fn commit(&mut self) -> Result<(), IndexError> {
         self.flush()?;
         if self.marked != self.applied || self.parked_marked != self.parked {
-            if let Some(applied) = self.marked {
-                let body = json!({"topic": self.b.topic, "applied": applied, "parked": crate::dlq::parking_to_json(&self.parked_marked)});
+            if let Some(at) = self.marked {
+                let mut body = json!({"topic": self.b.topic, "applied": at.offset, "parked": crate::dlq::parking_to_json(&self.parked_marked)});
+                if let Some(f) = at.fingerprint {
+                    body["fingerprint"] = json!(format!("{f:016x}"));
+                }
                 let r = self.b.runtime.block_on(self.b.client.index(IndexParts::IndexId(&self.b.meta_index(), &self.meta_id)).body(body).send()).map_err(ElasticError::from)?;
                 self.b.runtime.block_on(json_or_status("recording the applied position", r))?;
             }
