@@ -7,6 +7,7 @@ mod dlq;
 mod generate;
 mod lag;
 mod produce;
+mod rebuild;
 mod run;
 mod search;
 
@@ -74,6 +75,10 @@ pub enum Commands {
     /// Measure throughput, fan-out memory and latency against raw baselines (a plain
     /// consumer, bare tantivy) on a running broker; `scripts/bench.sh` starts one
     Bench(bench::BenchArgs),
+    /// Rebuild the embedded index from the whole topic into a new generation while the
+    /// live workers and searches keep using the current one, then cut over atomically
+    /// (resumable; --status shows the state)
+    Rebuild(rebuild::RebuildArgs),
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
@@ -110,7 +115,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
 
 pub fn init_tracing(cli: &Cli) {
     let default = match cli.command {
-        Commands::Run(_) => "info,tantivy=warn",
+        Commands::Run(_) | Commands::Rebuild(_) => "info,tantivy=warn",
         _ => "warn",
     };
     let filter = cli.log.clone().or_else(|| std::env::var("RUST_LOG").ok()).unwrap_or_else(|| default.to_string());
@@ -138,6 +143,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Commands::Generate(a) => generate::run(a),
         Commands::Dlq(a) => dlq::run(&cli, a).await,
         Commands::Bench(a) => bench::run(&cli, a).await,
+        Commands::Rebuild(a) => rebuild::run(&cli, a).await,
     }
 }
 

@@ -19,6 +19,7 @@ use crate::dlq::Parking;
 use super::{Author, AuthorGroup, Backend, Checkpoint, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, Scan, SearchIndex, Shard, UserDoc};
 
 const MARKER: &str = "denorm-index.json";
+const CURRENT: &str = "CURRENT";
 
 impl From<tantivy::TantivyError> for IndexError {
     fn from(e: tantivy::TantivyError) -> Self {
@@ -302,7 +303,7 @@ impl EmbeddedIndex {
     /// Opens (creating when missing) the index directory for `topic`, and
     /// refuses one that belongs to another topic.
     pub fn open(root: &Path, topic: &str) -> Result<Self, IndexError> {
-        std::fs::create_dir_all(root.join("shards"))?;
+        std::fs::create_dir_all(root)?;
         let marker = root.join(MARKER);
         match std::fs::read_to_string(&marker) {
             Ok(text) => {
@@ -336,6 +337,34 @@ impl EmbeddedIndex {
         }
     }
 
+    /// Records `partitions` as the topic's partition count, replacing the
+    /// one recorded (a rebuild's cutover: the new generation is built from
+    /// the topic as it is now).
+    pub fn rebind_log(&self, partitions: i32) -> Result<(), IndexError> {
+        let marker = self.root.join(MARKER);
+        let text = std::fs::read_to_string(&marker)?;
+        let mut m: Marker = serde_json::from_str(&text).map_err(|e| IndexError::Corrupt(format!("{}: {e}", marker.display())))?;
+        m.partitions = Some(partitions);
+        write_atomically(&marker, &serde_json::to_vec(&m).expect("json"))
+    }
+
+    /// How many of `generation`'s shards a writer holds right now (tried
+    /// through tantivy's writer lock, released at once).
+    pub fn writers_held(&self, generation: u64) -> Result<usize, IndexError> {
+        let mut held = 0;
+        let Ok(dirs) = std::fs::read_dir(self.generation_dir(generation)) else { return Ok(0) };
+        for e in dirs {
+            let dir = e?.path();
+            let directory = tantivy::directory::MmapDirectory::open(&dir).map_err(|e| IndexError::Backend(e.to_string()))?;
+            match tantivy::Directory::acquire_lock(&directory, &tantivy::directory::INDEX_WRITER_LOCK) {
+                Ok(_lock) => {}
+                Err(tantivy::directory::error::LockError::LockBusy) => held += 1,
+                Err(e) => return Err(IndexError::Backend(format!("{}: {e}", dir.display()))),
+            }
+        }
+        Ok(held)
+    }
+
     /// Opens an index directory that must already exist (for searches).
     pub fn open_existing(root: &Path) -> Result<Self, IndexError> {
         if !root.join(MARKER).exists() {
@@ -351,14 +380,63 @@ impl EmbeddedIndex {
         &self.root
     }
 
-    fn shard_dir(&self, partition: i32) -> PathBuf {
-        self.root.join("shards").join(format!("p{partition:04}"))
+    /// The generation searches and live workers use: the number in
+    /// `CURRENT`, 0 (the `shards` directory) when there is none. `denorm
+    /// rebuild` builds the next generation beside it and switches `CURRENT`
+    /// with one atomic rename.
+    pub fn current_generation(&self) -> Result<u64, IndexError> {
+        let path = self.root.join(CURRENT);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => text.trim().parse().map_err(|e| IndexError::Corrupt(format!("{}: {e}", path.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(e.into()),
+        }
     }
 
-    /// Opens the writer of `partition`'s shard. Fails with
-    /// [`IndexError::Locked`] while another process or thread owns it.
+    /// Makes `generation` the one searches and live workers use.
+    pub fn set_current_generation(&self, generation: u64) -> Result<(), IndexError> {
+        write_atomically(&self.root.join(CURRENT), generation.to_string().as_bytes())
+    }
+
+    /// The directory of `generation`'s shards.
+    pub fn generation_dir(&self, generation: u64) -> PathBuf {
+        match generation {
+            0 => self.root.join("shards"),
+            g => self.root.join("generations").join(g.to_string()),
+        }
+    }
+
+    /// Every generation with a directory, in order.
+    pub fn generations(&self) -> Result<Vec<u64>, IndexError> {
+        let mut out = vec![];
+        if self.root.join("shards").is_dir() {
+            out.push(0);
+        }
+        if let Ok(dirs) = std::fs::read_dir(self.root.join("generations")) {
+            for e in dirs {
+                if let Some(g) = e?.file_name().to_str().and_then(|n| n.parse().ok()) {
+                    out.push(g);
+                }
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    fn shard_dir(&self, generation: u64, partition: i32) -> PathBuf {
+        self.generation_dir(generation).join(format!("p{partition:04}"))
+    }
+
+    /// Opens the writer of `partition`'s shard in the current generation.
+    /// Fails with [`IndexError::Locked`] while another process or thread
+    /// owns it.
     pub fn open_shard(&self, partition: i32, memory_budget: usize) -> Result<EmbeddedShard, IndexError> {
-        let dir = self.shard_dir(partition);
+        self.open_shard_in(self.current_generation()?, partition, memory_budget)
+    }
+
+    /// [`EmbeddedIndex::open_shard`] in `generation`.
+    pub fn open_shard_in(&self, generation: u64, partition: i32, memory_budget: usize) -> Result<EmbeddedShard, IndexError> {
+        let dir = self.shard_dir(generation, partition);
         std::fs::create_dir_all(&dir)?;
         let (schema, fields) = schema();
         let directory = tantivy::directory::MmapDirectory::open(&dir).map_err(|e| IndexError::Backend(e.to_string()))?;
@@ -370,6 +448,7 @@ impl EmbeddedIndex {
         let parked = payload.map(|p| p.parked).unwrap_or_default();
         Ok(EmbeddedShard {
             name: format!("p{partition}"),
+            generation,
             writer,
             reader,
             f: fields,
@@ -385,10 +464,13 @@ impl EmbeddedIndex {
         })
     }
 
-    /// A read-only view of every shard committed so far.
+    /// A read-only view of every shard of the current generation, as
+    /// committed so far.
     pub fn search(&self) -> Result<EmbeddedSearch, IndexError> {
         let mut shards = Vec::new();
-        let mut dirs: Vec<_> = std::fs::read_dir(self.root.join("shards"))?.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        let dir = self.generation_dir(self.current_generation()?);
+        // No directory yet: no shard has been opened.
+        let mut dirs: Vec<_> = std::fs::read_dir(dir).into_iter().flatten().filter_map(|e| e.ok()).map(|e| e.path()).collect();
         dirs.sort();
         for dir in dirs {
             if !dir.join("meta.json").exists() {
@@ -406,8 +488,15 @@ impl EmbeddedIndex {
     /// The checkpoint of each partition's shard, as of its last commit
     /// (shards never committed are left out).
     pub fn checkpoints(&self) -> Result<std::collections::BTreeMap<i32, Checkpoint>, IndexError> {
+        self.checkpoints_in(self.current_generation()?)
+    }
+
+    /// [`EmbeddedIndex::checkpoints`] of `generation` (empty when it has no
+    /// shards yet).
+    pub fn checkpoints_in(&self, generation: u64) -> Result<std::collections::BTreeMap<i32, Checkpoint>, IndexError> {
         let mut out = std::collections::BTreeMap::new();
-        for entry in std::fs::read_dir(self.root.join("shards"))? {
+        let Ok(dirs) = std::fs::read_dir(self.generation_dir(generation)) else { return Ok(out) };
+        for entry in dirs {
             let dir = entry?.path();
             let Some(p) = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix('p')).and_then(|n| n.parse::<i32>().ok()) else {
                 continue;
@@ -489,11 +578,13 @@ pub struct EmbeddedBackend {
     /// A fan-out commits its progress after this many rewritten documents
     /// (see [`EmbeddedShard::set_fan_out_commit_every`]).
     pub fan_out_commit_every: u64,
+    /// Writes go to this generation (a rebuild's) instead of the current one.
+    pub pinned: Option<u64>,
 }
 
 impl EmbeddedBackend {
     pub fn new(index: EmbeddedIndex, memory_budget: usize) -> Self {
-        EmbeddedBackend { index, memory_budget, fan_out_commit_every: DEFAULT_FAN_OUT_COMMIT_EVERY }
+        EmbeddedBackend { index, memory_budget, fan_out_commit_every: DEFAULT_FAN_OUT_COMMIT_EVERY, pinned: None }
     }
 }
 
@@ -505,10 +596,16 @@ impl Backend for EmbeddedBackend {
         self.index.bind_log(partitions)
     }
     fn checkpoints(&self, partitions: &[i32]) -> Result<HashMap<i32, Checkpoint>, IndexError> {
-        Ok(self.index.checkpoints()?.into_iter().filter(|(p, _)| partitions.contains(p)).collect())
+        Ok(self.index.checkpoints_in(self.generation()?)?.into_iter().filter(|(p, _)| partitions.contains(p)).collect())
+    }
+    fn generation(&self) -> Result<u64, IndexError> {
+        match self.pinned {
+            Some(g) => Ok(g),
+            None => self.index.current_generation(),
+        }
     }
     fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError> {
-        let mut shard = self.index.open_shard(partition, self.memory_budget)?;
+        let mut shard = self.index.open_shard_in(self.generation()?, partition, self.memory_budget)?;
         shard.set_fan_out_commit_every(self.fan_out_commit_every);
         Ok(Box::new(shard))
     }
@@ -520,6 +617,7 @@ impl Backend for EmbeddedBackend {
 /// Writer of one shard.
 pub struct EmbeddedShard {
     name: String,
+    generation: u64,
     writer: IndexWriter,
     reader: IndexReader,
     f: Fields,
@@ -696,6 +794,10 @@ impl Shard for EmbeddedShard {
 
     fn checkpoint(&self) -> Option<Checkpoint> {
         self.applied
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation
     }
 
     fn parking(&mut self) -> &mut Parking {

@@ -224,6 +224,10 @@ pub trait Shard {
     /// The last position durably applied (survives restarts), with the
     /// fingerprint of the message there.
     fn checkpoint(&self) -> Option<Checkpoint>;
+    /// The index generation this shard belongs to (see `denorm rebuild`).
+    fn generation(&self) -> u64 {
+        0
+    }
     /// The last offset durably applied.
     fn applied(&self) -> Option<u64> {
         self.checkpoint().map(|c| c.offset)
@@ -282,6 +286,11 @@ pub trait Backend: Send + Sync {
     /// read without taking the writer (a worker positions its consumer there
     /// when it is assigned a partition).
     fn checkpoints(&self, partitions: &[i32]) -> Result<std::collections::HashMap<i32, Checkpoint>, IndexError>;
+    /// The generation new shard writers belong to: a worker whose shard is
+    /// of another generation moves to this one (see `denorm rebuild`).
+    fn generation(&self) -> Result<u64, IndexError> {
+        Ok(0)
+    }
     /// The writer of `partition`'s shard. Fails with a retryable error while
     /// another owner still holds it.
     fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError>;

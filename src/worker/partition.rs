@@ -253,13 +253,8 @@ impl Applier {
             self.next.store(a as i64 + 1, Ordering::SeqCst);
         }
         self.parked_gauge(shard.as_mut());
-        info!(partition = self.partition, applied = ?shard.applied(), parked = shard.parking().len(), "partition assigned, shard open");
-        // The index decides where to resume: fetching restarts at the
-        // checkpoint itself, whose message must still be the one the index
-        // applied (see `crate::logid`).
-        let checkpoint = shard.checkpoint();
-        let target = checkpoint.map_or(Offset::Beginning, |c| Offset::Offset(c.offset as i64));
-        self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target);
+        info!(partition = self.partition, applied = ?shard.applied(), parked = shard.parking().len(), generation = shard.generation(), "partition assigned, shard open");
+        let mut checkpoint = self.position_at_checkpoint(shard.as_ref());
         let mut positioned = false;
         let mut first = true;
         let max_batch = self.shared.cfg.max_batch.max(1);
@@ -316,10 +311,52 @@ impl Applier {
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             }
+            // Between batches (nothing uncommitted): a rebuild may have
+            // switched the index to a new generation.
+            if batch.is_empty() && self.follow_generation(&mut shard)? {
+                checkpoint = self.position_at_checkpoint(shard.as_ref());
+                (positioned, first) = (false, true);
+            }
         }
         // Stopping: make what is applied durable, so the next owner resumes
         // after it.
         self.commit(&mut shard, &mut batch)
+    }
+
+    /// The index decides where to resume: asks the consumer thread to fetch
+    /// from the shard's checkpoint itself, whose message must still be the
+    /// one the index applied (see `crate::logid`). Returns the checkpoint.
+    fn position_at_checkpoint(&self, shard: &dyn Shard) -> Option<Checkpoint> {
+        let checkpoint = shard.checkpoint();
+        if let Some(c) = checkpoint {
+            self.next.store(c.offset as i64 + 1, Ordering::SeqCst);
+        }
+        let target = checkpoint.map_or(Offset::Beginning, |c| Offset::Offset(c.offset as i64));
+        self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target);
+        checkpoint
+    }
+
+    /// Moves to the backend's current generation when the shard is of
+    /// another one (a rebuild's cutover): the old writer is released, the
+    /// new generation's shard opened (waiting while the rebuild still holds
+    /// it). Whether it moved; the caller positions the partition anew.
+    fn follow_generation(&self, shard: &mut ShardBox) -> Step<bool> {
+        let now = match self.shared.backend.generation() {
+            Ok(g) => g,
+            Err(e) => {
+                debug!(partition = self.partition, error = %e, "reading the index generation failed; checked again later");
+                return Ok(false);
+            }
+        };
+        let was = shard.generation();
+        if now == was {
+            return Ok(false);
+        }
+        *shard = Box::new(crate::index::memory::MemoryShard::new());
+        *shard = self.open_shard()?;
+        self.parked_gauge(shard.as_mut());
+        info!(partition = self.partition, from = was, to = now, applied = ?shard.applied(), "the index moved to a new generation: following it");
+        Ok(true)
     }
 
     /// The first message fetched from the checkpoint: the one the checkpoint

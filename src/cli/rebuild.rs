@@ -1,0 +1,300 @@
+//! `denorm rebuild`: builds the next generation of the embedded index from
+//! the start of the topic while the live workers keep applying commands to
+//! the current one and searches keep reading it, then cuts over atomically.
+//!
+//! How it goes (and how a crash at any point is resumed):
+//!
+//! 1. The topic must still hold every command (low watermark 0 on every
+//!    partition), or the rebuild is refused: a replay could not be exact.
+//! 2. `<index>/REBUILD` records the generation being built (N+1). A rerun
+//!    after a crash reads it and resumes that generation: its shards'
+//!    checkpoints say where each partition goes on.
+//! 3. An in-process worker of its own consumer group applies the topic to
+//!    generation N+1 (dead letters and parking work as in `denorm run`).
+//! 4. Once every partition of N+1 has reached both the end of the log (as
+//!    of that check) and the checkpoint of generation N, `CURRENT` is
+//!    switched to N+1 with one atomic rename: searches opened from then on
+//!    read N+1, never a half-built generation.
+//! 5. The rebuild's worker stops (commits and releases its shard writers).
+//!    Each live worker notices the switch between two batches, commits what
+//!    it applied to N, opens N+1's shard (waiting for the rebuild to release
+//!    it) and resumes at N+1's checkpoint: a command that arrived during the
+//!    cutover is applied to N+1 by the rebuild or by the live worker, once.
+//! 6. Generation N is deleted once no writer holds its shards (`--keep-old`
+//!    keeps it), then `REBUILD` is removed.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use super::{Cli, UsageError};
+use crate::http::{self, Health};
+use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
+use crate::index::Backend;
+use crate::kafka::KafkaConfig;
+use crate::worker::{self, Stats, WorkerConfig};
+
+#[derive(Debug, Args)]
+pub struct RebuildArgs {
+    /// Print the index's generations and the state of a rebuild in progress, and exit
+    #[arg(long)]
+    status: bool,
+    /// With --status: print JSON
+    #[arg(long, requires = "status")]
+    json: bool,
+    /// Keep the previous generation's files after the cutover (default: deleted once no
+    /// worker writes to them)
+    #[arg(long, env = "DENORM_REBUILD_KEEP_OLD")]
+    keep_old: bool,
+    /// Address of the rebuild's /metrics, /healthz and /readyz endpoint (loopback by default)
+    #[arg(long, env = "DENORM_REBUILD_METRICS_ADDR", default_value = "127.0.0.1:9465")]
+    metrics_addr: std::net::SocketAddr,
+    /// Indexing memory budget per partition shard, in MiB (at least 15)
+    #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
+    index_memory_mb: u64,
+}
+
+/// `<index>/REBUILD`: the rebuild in progress.
+#[derive(Debug, Serialize, Deserialize)]
+struct State {
+    /// The generation being built.
+    generation: u64,
+    /// The consumer group of the rebuild's worker.
+    group: String,
+}
+
+const STATE: &str = "REBUILD";
+
+fn read_state(root: &Path) -> anyhow::Result<Option<State>> {
+    match std::fs::read_to_string(root.join(STATE)) {
+        Ok(t) => Ok(Some(serde_json::from_str(&t).with_context(|| format!("reading {}", root.join(STATE).display()))?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Low and high watermarks of every partition.
+fn watermarks(consumer: &BaseConsumer, topic: &str, partitions: i32) -> anyhow::Result<Vec<(i64, i64)>> {
+    (0..partitions)
+        .map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).with_context(|| format!("reading the offsets of partition {p}")))
+        .collect()
+}
+
+pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
+    if super::elastic_url(cli).is_some() {
+        return Err(UsageError(
+            "denorm rebuild works on the embedded index only so far; an Elasticsearch index is rebuilt by pointing a new --group \
+             and DENORM_ES_PREFIX at the topic (see \"Rebuilding an index\" in the README)"
+                .into(),
+        )
+        .into());
+    }
+    let kafka = cli.kafka();
+    let index = EmbeddedIndex::open(&cli.index, &kafka.topic).with_context(|| format!("opening the index {}", cli.index.display()))?;
+    if a.status {
+        return status(&kafka, &index, a.json).await;
+    }
+    let (k, root) = (kafka.clone(), cli.index.clone());
+    let (group, keep_old, budget, addr) = (cli.group.clone(), a.keep_old, (a.index_memory_mb as usize) << 20, a.metrics_addr);
+    let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
+    let health = Arc::new(Health::default());
+    health.beat();
+    let bound = http::serve(addr, handle, health.clone()).await.with_context(|| format!("binding the metrics endpoint {addr}"))?;
+    info!(addr = %bound, "serving /metrics, /healthz, /readyz");
+    let dlq = KafkaConfig { topic: crate::dlq::default_topic(&kafka.topic), ..kafka.clone() };
+    let partitions = kafka.topic_partitions()?.ok_or_else(|| UsageError(format!("topic {} does not exist", kafka.topic)))?;
+    dlq.ensure_topic().await.context("cannot reach or create the dead-letter topic")?;
+    let rt = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || rebuild(k, index, &root, &group, partitions, keep_old, budget, health, rt)).await?
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rebuild(
+    kafka: KafkaConfig,
+    index: EmbeddedIndex,
+    root: &Path,
+    group: &str,
+    partitions: i32,
+    keep_old: bool,
+    budget: usize,
+    health: Arc<Health>,
+    rt: tokio::runtime::Handle,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let consumer: BaseConsumer = kafka.client_config().create()?;
+    let marks = watermarks(&consumer, &kafka.topic, partitions)?;
+    if let Some((p, (low, _))) = marks.iter().enumerate().find(|(_, (low, _))| *low > 0) {
+        bail!(
+            "partition {p} of {} starts at offset {low}: retention has deleted {low} command(s), so a replay cannot rebuild \
+             the index exactly. Keep the command topic's whole history (retention.ms=-1, retention.bytes=-1), or restore the \
+             index from a copy and let `denorm run` catch it up from its checkpoints",
+            kafka.topic
+        );
+    }
+    let current = index.current_generation()?;
+    let state = match read_state(root)? {
+        Some(s) => {
+            info!(generation = s.generation, "resuming the rebuild in progress");
+            s
+        }
+        None => {
+            let generation = index.generations()?.into_iter().max().unwrap_or(0).max(current) + 1;
+            let s = State { generation, group: format!("{group}.rebuild-{generation}-{}", uuid::Uuid::new_v4().simple()) };
+            std::fs::write(root.join(STATE), serde_json::to_vec(&s)?)?;
+            info!(generation, "rebuilding the index into a new generation");
+            s
+        }
+    };
+    let target = state.generation;
+    let total: i64 = marks.iter().map(|(_, high)| high).sum();
+
+    if current != target {
+        // The rebuild's worker, on generation `target`.
+        let mut backend = EmbeddedBackend::new(index.clone(), budget);
+        backend.pinned = Some(target);
+        let backend: Arc<dyn Backend> = Arc::new(backend);
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let cfg = WorkerConfig::new(kafka.clone(), state.group.clone());
+        let (flag, h) = (shutdown.clone(), health.clone());
+        let worker = std::thread::spawn(move || {
+            let _rt = rt.enter();
+            worker::run(cfg, backend, flag, h, Arc::new(Stats::default()))
+        });
+
+        let bar = super::progress(total.max(0) as u64, "rebuild");
+        let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        if !terminal {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        }
+        let mut last_report = Instant::now();
+        loop {
+            if worker.is_finished() {
+                let r = worker.join().map_err(|_| anyhow::anyhow!("the rebuild's worker panicked"))?;
+                r.context("the rebuild's worker failed")?;
+                bail!("the rebuild's worker stopped before the rebuild was done");
+            }
+            let ends = watermarks(&consumer, &kafka.topic, partitions)?;
+            let built = index.checkpoints_in(target)?;
+            let live = index.checkpoints_in(current)?;
+            let applied: i64 = ends.iter().enumerate().map(|(p, (_, high))| built.get(&(p as i32)).map_or(0, |c| (c.offset as i64 + 1).min(*high))).sum();
+            let all: i64 = ends.iter().map(|(_, high)| high).sum();
+            bar.set_length(all.max(0) as u64);
+            bar.set_position(applied.max(0) as u64);
+            metrics::gauge!("denorm_rebuild_remaining_messages").set((all - applied).max(0) as f64);
+            metrics::gauge!("denorm_rebuild_generation").set(target as f64);
+            if !terminal && last_report.elapsed() >= Duration::from_secs(5) {
+                last_report = Instant::now();
+                let rate = applied as f64 / started.elapsed().as_secs_f64().max(0.001);
+                info!(generation = target, applied, of = all, rate = rate as u64, "rebuild progress");
+            }
+            // Caught up: with the log as of this check, and with the live
+            // generation (so a search never sees the index go back).
+            let caught_up = (0..partitions).all(|p| {
+                let high = ends[p as usize].1;
+                let at = built.get(&p).map_or(-1, |c| c.offset as i64);
+                let live_at = live.get(&p).map_or(-1, |c| c.offset as i64);
+                at + 1 >= high && at >= live_at
+            });
+            if caught_up {
+                bar.finish_and_clear();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // The cutover.
+        index.set_current_generation(target)?;
+        index.rebind_log(partitions)?;
+        info!(from = current, to = target, "cut over: searches and live workers use the new generation");
+        if crate::faults::active("rebuild.after-cutover").is_some() {
+            warn!("injected fault rebuild.after-cutover: aborting");
+            std::process::abort();
+        }
+        shutdown.store(true, Ordering::SeqCst);
+        worker.join().map_err(|_| anyhow::anyhow!("the rebuild's worker panicked"))?.context("the rebuild's worker failed")?;
+    }
+
+    if !keep_old {
+        for g in index.generations()?.into_iter().filter(|&g| g != target) {
+            remove_generation(&index, g)?;
+        }
+    }
+    std::fs::remove_file(root.join(STATE))?;
+    let secs = started.elapsed().as_secs_f64();
+    let built = index.checkpoints_in(target)?;
+    let applied: u64 = built.values().map(|c| c.offset + 1).sum();
+    println!(
+        "rebuilt generation {target} from {} partitions: {applied} commands in {secs:.1}s ({:.0}/s); searches and workers now use it",
+        partitions,
+        applied as f64 / secs.max(0.001)
+    );
+    Ok(())
+}
+
+/// Deletes `generation` once no writer holds any of its shards (live
+/// workers release them as they follow the cutover), waiting at most 60 s.
+fn remove_generation(index: &EmbeddedIndex, generation: u64) -> anyhow::Result<()> {
+    let dir = index.generation_dir(generation);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match index.writers_held(generation) {
+            Ok(0) => break,
+            Ok(n) if Instant::now() < deadline => {
+                info!(generation, writers = n, "waiting for live workers to leave the old generation");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Ok(n) => {
+                warn!(generation, writers = n, dir = %dir.display(), "old generation still written to after 60 s: kept (delete it once every worker has moved)");
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    std::fs::remove_dir_all(&dir).with_context(|| format!("deleting {}", dir.display()))?;
+    info!(generation, "old generation deleted");
+    Ok(())
+}
+
+async fn status(kafka: &KafkaConfig, index: &EmbeddedIndex, json: bool) -> anyhow::Result<()> {
+    let current = index.current_generation()?;
+    let generations = index.generations()?;
+    let state = read_state(index.root())?;
+    let (k, target) = (kafka.clone(), state.as_ref().map(|s| s.generation));
+    let ends = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<(i64, i64)>> {
+        let partitions = k.topic_partitions()?.unwrap_or(0);
+        let consumer: BaseConsumer = k.client_config().create()?;
+        watermarks(&consumer, &k.topic, partitions)
+    })
+    .await??;
+    let progress = |g: u64| -> anyhow::Result<(i64, i64)> {
+        let c = index.checkpoints_in(g)?;
+        let applied = ends.iter().enumerate().map(|(p, (_, high))| c.get(&(p as i32)).map_or(0, |c| (c.offset as i64 + 1).min(*high))).sum();
+        Ok((applied, ends.iter().map(|(_, h)| h).sum()))
+    };
+    let (live_applied, end) = progress(current)?;
+    let building = target.map(progress).transpose()?;
+    if json {
+        let v = serde_json::json!({
+            "current": current,
+            "generations": generations,
+            "current_applied": live_applied,
+            "end": end,
+            "rebuild": target.map(|g| serde_json::json!({"generation": g, "applied": building.map(|b| b.0)})),
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!("current generation: {current} ({live_applied} of {end} commands applied)");
+    println!("generations on disk: {generations:?}");
+    match (target, building) {
+        (Some(g), Some((applied, end))) => println!("rebuild in progress: generation {g}, {applied} of {end} commands applied (run `denorm rebuild` to resume it)"),
+        _ => println!("no rebuild in progress"),
+    }
+    Ok(())
+}

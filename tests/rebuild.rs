@@ -1,0 +1,140 @@
+//! `denorm rebuild` on a real broker, with a live worker, commands produced
+//! throughout, searches running throughout, and crashes in the middle of the
+//! rebuild and of its cutover.
+
+mod common;
+
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use denorm::index::embedded::EmbeddedIndex;
+use denorm::index::{FileQuery, SearchIndex};
+
+/// Files in the current generation, as `denorm search` would see them.
+fn files_in(index: &std::path::Path) -> usize {
+    let mut n = 0;
+    EmbeddedIndex::open_existing(index).unwrap().search().unwrap().files(&FileQuery::default(), 0, &mut |_| n += 1).unwrap();
+    n
+}
+
+/// `denorm rebuild` of the rig's topic and index.
+fn rebuild(r: &Rig, faults: &[(&str, &str)]) -> std::process::Child {
+    let faults_dir = r.dir().join("rebuild-faults");
+    let _ = std::fs::remove_dir_all(&faults_dir);
+    std::fs::create_dir_all(&faults_dir).unwrap();
+    for (name, arg) in faults {
+        std::fs::write(faults_dir.join(name), arg).unwrap();
+    }
+    cli(&r.cfg, &r.group, &r.index)
+        .args(["rebuild", "--metrics-addr", &format!("127.0.0.1:{}", free_port())])
+        .env("DENORM_FAULTS", &faults_dir)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(child: std::process::Child) -> (std::process::ExitStatus, String) {
+    let o = child.wait_with_output().unwrap();
+    (o.status, format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
+#[test]
+fn a_rebuild_under_load_survives_kill_9_and_cuts_over_without_searches_seeing_a_partial_index() {
+    let r = Rig::new(3);
+    let live = r.worker(&[]);
+    let mut log = produce(&r.cfg, denorm::demo::seed(30_000, 100, 1000, 11));
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&live]);
+    let baseline = files_in(&r.index);
+    assert!(baseline > 25_000, "{baseline}");
+
+    // Searches throughout: never an empty or half-built generation. Only
+    // files are added from here on, so fewer files than before the rebuild
+    // would be a half-built generation.
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen: Arc<Mutex<(usize, usize)>> = Arc::new(Mutex::new((usize::MAX, 0)));
+    let searcher = {
+        let (index, stop, seen) = (r.index.clone(), stop.clone(), seen.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let n = files_in(&index);
+                let mut s = seen.lock().unwrap();
+                s.0 = s.0.min(n);
+                s.1 += 1;
+            }
+        })
+    };
+    // Commands produced throughout.
+    let producer = {
+        let (cfg, stop) = (r.cfg.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                out.extend(produce(&cfg, files_under(&format!("during{i}-"), &format!("/later{}", i % 5), 200)));
+                i += 1;
+            }
+            out
+        })
+    };
+
+    // 1. kill -9 in the middle of the rebuild.
+    let index = EmbeddedIndex::open_existing(&r.index).unwrap();
+    let mut child = rebuild(&r, &[]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while index.checkpoints_in(1).unwrap().is_empty() {
+        assert!(Instant::now() < deadline && child.try_wait().unwrap().is_none(), "the rebuild made no progress");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    let (status, text) = finish(child);
+    assert!(!status.success());
+    assert_eq!(index.current_generation().unwrap(), 0, "the rebuild finished before it was killed:\n{text}");
+
+    // 2. Resumed, and killed right after the cutover (abort, as kill -9).
+    let (status, text) = finish(rebuild(&r, &[("rebuild.after-cutover", "")]));
+    assert!(!status.success(), "{text}");
+    assert!(text.contains("resuming the rebuild in progress") && text.contains("cut over"), "{text}");
+    assert_eq!(index.current_generation().unwrap(), 1);
+
+    // 3. Resumed again: only the clean-up was left.
+    let (status, text) = finish(rebuild(&r, &[]));
+    assert!(status.success(), "{text}");
+    assert!(text.contains("rebuilt generation 1"), "{text}");
+
+    stop.store(true, Ordering::SeqCst);
+    log.extend(producer.join().unwrap());
+    searcher.join().unwrap();
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&live]);
+    assert!(live.wait_for_log("the index moved to a new generation", Duration::from_secs(30)), "{}", live.log());
+    // The live worker applies what arrived after the cutover to generation 1.
+    let lag = denorm::kafka::group_lag(&r.cfg, &r.group).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let at = index.checkpoints().unwrap();
+        if lag.partitions.iter().all(|p| p.end == 0 || at.get(&p.partition).is_some_and(|c| c.offset as i64 >= p.end - 1)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "generation 1 never caught up: {at:?}\n{}", live.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, text) = live.terminate_with_log();
+    assert!(status.success(), "{text}");
+    assert_matches_model(&r.index, &log);
+
+    let (min, searches) = *seen.lock().unwrap();
+    assert!(searches > 10, "only {searches} searches ran");
+    assert!(min >= baseline, "a search saw {min} files, fewer than the {baseline} before the rebuild");
+    assert_eq!(index.generations().unwrap(), vec![1], "the old generation is deleted");
+    let (code, out, err) = output(cli(&r.cfg, &r.group, &r.index).args(["rebuild", "--status", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["current"], 1);
+    assert_eq!(v["rebuild"], serde_json::Value::Null);
+    eprintln!("rebuild under load: {} commands in the log, {searches} searches, fewest files seen {min} (baseline {baseline})", log.len());
+}
