@@ -214,9 +214,12 @@ impl ConsumerContext for WorkerContext {
                 r
             }
             other => {
+                // As rust-rdkafka does: give the assignment up.
                 let rebalance = Rebalance::Error(rdkafka::error::KafkaError::Rebalance(other.into()));
                 self.pre_rebalance(consumer, &rebalance);
-                Ok(())
+                let r = if cooperative { consumer.incremental_unassign(tpl) } else { consumer.unassign() };
+                self.post_rebalance(consumer, &rebalance);
+                r
             }
         };
         if let Err(e) = outcome {
