@@ -138,3 +138,75 @@ fn a_rebuild_under_load_survives_kill_9_and_cuts_over_without_searches_seeing_a_
     assert_eq!(v["rebuild"], serde_json::Value::Null);
     eprintln!("rebuild under load: {} commands in the log, {searches} searches, fewest files seen {min} (baseline {baseline})", log.len());
 }
+
+/// Every message of the topic, per key in log order.
+fn per_key(cfg: &denorm::kafka::KafkaConfig) -> std::collections::BTreeMap<Vec<u8>, Vec<Vec<u8>>> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    let mut c = cfg.client_config();
+    c.set("group.id", unique("read")).set("enable.auto.commit", "false");
+    let consumer: BaseConsumer = c.create().unwrap();
+    let partitions = cfg.topic_partitions().unwrap().unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    let mut left = 0;
+    for p in 0..partitions {
+        tpl.add_partition_offset(&cfg.topic, p, rdkafka::Offset::Beginning).unwrap();
+        left += consumer.fetch_watermarks(&cfg.topic, p, Duration::from_secs(10)).unwrap().1;
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut out: std::collections::BTreeMap<Vec<u8>, Vec<Vec<u8>>> = Default::default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while left > 0 {
+        assert!(Instant::now() < deadline, "{left} messages of {} not read", cfg.topic);
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.unwrap();
+            out.entry(m.key().unwrap_or_default().to_vec()).or_default().push(m.payload().unwrap_or_default().to_vec());
+            left -= 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn more_partitions_through_migrate_and_a_rebuild_from_the_new_topic() {
+    let r = Rig::new(2);
+    let live = r.worker(&[]);
+    let mut cmds = denorm::demo::seed(3000, 40, 400, 21);
+    cmds.extend(denorm::demo::user_renames(10, 21));
+    let (a, b) = denorm::demo::race();
+    cmds.extend([a, b]);
+    let log = produce(&r.cfg, cmds);
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&live]);
+
+    // The producers are paused; the topic is copied into one of 5 partitions.
+    let new = denorm::kafka::KafkaConfig { topic: unique("denorm-test-grown"), partitions: 5, ..r.cfg.clone() };
+    let (code, out, err) = output(cli(&r.cfg, &r.group, &r.index).args(["migrate", "--to-topic", &new.topic, "--to-partitions", "5"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("copied {} commands", log.len())), "{out}");
+    assert_eq!(per_key(&new), per_key(&r.cfg), "every key's commands, in the same order");
+    let (code, _, err) = output(cli(&r.cfg, &r.group, &r.index).args(["migrate", "--to-topic", &new.topic, "--to-partitions", "5"]));
+    assert_ne!(code, 0);
+    assert!(err.contains("already holds messages"), "{err}");
+
+    // The index is rebuilt from the new topic while the old worker runs.
+    let (code, out, err) = output(cli(&new, &r.group, &r.index).args(["rebuild", "--metrics-addr", &format!("127.0.0.1:{}", free_port())]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("from 5 partitions"), "{out}");
+    // The old worker must not write to an index now built from another topic.
+    let (status, text) = live.wait_exit(Duration::from_secs(60));
+    assert!(!status.success());
+    assert!(text.contains(&format!("belongs to topic {:?}, not {:?}", new.topic, r.cfg.topic)), "{text}");
+
+    // Workers on the new topic carry on from the rebuilt index.
+    let w = Worker::start(&new, &r.group, &r.index, &[]);
+    let more = produce(&new, files_under("after", "/grown", 500));
+    let lag = |cfg: &denorm::kafka::KafkaConfig| denorm::kafka::group_lag(cfg, &r.group).unwrap();
+    wait_applied_by(&new, &r.group, log.len() + more.len(), &[&w]);
+    assert_eq!(lag(&new).total, 0);
+    assert!(w.terminate().success());
+    // The model of the old log (its per-key order is the new topic's) plus
+    // what came after.
+    let mut all = log;
+    all.extend(more);
+    assert_matches_model(&r.index, &all);
+}

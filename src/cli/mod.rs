@@ -6,6 +6,7 @@ mod demo;
 mod dlq;
 mod generate;
 mod lag;
+mod migrate;
 mod produce;
 mod rebuild;
 mod run;
@@ -79,6 +80,9 @@ pub enum Commands {
     /// live workers and searches keep using the current one, then cut over atomically
     /// (resumable; --status shows the state)
     Rebuild(rebuild::RebuildArgs),
+    /// Copy the topic into a new one with another partition count, keeping every key's
+    /// order (pause the producers first); then rebuild from it
+    Migrate(migrate::MigrateArgs),
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
@@ -144,6 +148,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Commands::Dlq(a) => dlq::run(&cli, a).await,
         Commands::Bench(a) => bench::run(&cli, a).await,
         Commands::Rebuild(a) => rebuild::run(&cli, a).await,
+        Commands::Migrate(a) => migrate::run(&cli, a).await,
     }
 }
 

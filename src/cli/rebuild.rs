@@ -97,7 +97,7 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
         .into());
     }
     let kafka = cli.kafka();
-    let index = EmbeddedIndex::open(&cli.index, &kafka.topic).with_context(|| format!("opening the index {}", cli.index.display()))?;
+    let index = EmbeddedIndex::open_for_rebuild(&cli.index, &kafka.topic).with_context(|| format!("opening the index {}", cli.index.display()))?;
     if a.status {
         return status(&kafka, &index, a.json).await;
     }
@@ -153,6 +153,10 @@ fn rebuild(
         }
     };
     let target = state.generation;
+    // Rebuilt from the topic the live generation was built from, the new one
+    // must also reach the live one's checkpoints; from another topic (after
+    // `denorm migrate`) their offsets are not comparable.
+    let same_log = index.recorded_topic()? == kafka.topic;
     let total: i64 = marks.iter().map(|(_, high)| high).sum();
 
     if current != target {
@@ -182,7 +186,7 @@ fn rebuild(
             }
             let ends = watermarks(&consumer, &kafka.topic, partitions)?;
             let built = index.checkpoints_in(target)?;
-            let live = index.checkpoints_in(current)?;
+            let live = if same_log { index.checkpoints_in(current)? } else { Default::default() };
             let applied: i64 = ends.iter().enumerate().map(|(p, (_, high))| built.get(&(p as i32)).map_or(0, |c| (c.offset as i64 + 1).min(*high))).sum();
             let all: i64 = ends.iter().map(|(_, high)| high).sum();
             bar.set_length(all.max(0) as u64);

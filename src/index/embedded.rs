@@ -297,6 +297,9 @@ fn write_atomically(path: &Path, data: &[u8]) -> Result<(), IndexError> {
 #[derive(Debug, Clone)]
 pub struct EmbeddedIndex {
     root: PathBuf,
+    /// The topic this handle works on, when it writes (checked against the
+    /// marker by [`EmbeddedIndex::bind_log`]).
+    topic: Option<String>,
 }
 
 impl EmbeddedIndex {
@@ -318,7 +321,17 @@ impl EmbeddedIndex {
             }
             Err(e) => return Err(e.into()),
         }
-        Ok(EmbeddedIndex { root: root.to_path_buf() })
+        Ok(EmbeddedIndex { root: root.to_path_buf(), topic: Some(topic.into()) })
+    }
+
+    /// Opens (creating when missing) the index directory to rebuild it from
+    /// `topic`, which may differ from the topic it was built from so far
+    /// (after `denorm migrate`): the cutover records the new one.
+    pub fn open_for_rebuild(root: &Path, topic: &str) -> Result<Self, IndexError> {
+        match Self::open(root, topic) {
+            Err(IndexError::WrongTopic { .. }) => Ok(EmbeddedIndex { root: root.to_path_buf(), topic: Some(topic.into()) }),
+            other => other,
+        }
     }
 
     /// Records the topic's partition count in the marker the first time,
@@ -327,6 +340,10 @@ impl EmbeddedIndex {
         let marker = self.root.join(MARKER);
         let text = std::fs::read_to_string(&marker)?;
         let mut m: Marker = serde_json::from_str(&text).map_err(|e| IndexError::Corrupt(format!("{}: {e}", marker.display())))?;
+        if let Some(topic) = self.topic.as_ref().filter(|t| **t != m.topic) {
+            // A rebuild from another topic (after `denorm migrate`) cut over.
+            return Err(IndexError::WrongTopic { path: self.root.display().to_string(), found: m.topic, expected: topic.clone() });
+        }
         match m.partitions {
             Some(recorded) if recorded == partitions => Ok(()),
             Some(recorded) => Err(IndexError::LogMismatch(crate::logid::partitions_changed(recorded, partitions))),
@@ -337,14 +354,25 @@ impl EmbeddedIndex {
         }
     }
 
-    /// Records `partitions` as the topic's partition count, replacing the
-    /// one recorded (a rebuild's cutover: the new generation is built from
-    /// the topic as it is now).
+    /// The topic the index is built from (its marker).
+    pub fn recorded_topic(&self) -> Result<String, IndexError> {
+        let marker = self.root.join(MARKER);
+        let text = std::fs::read_to_string(&marker)?;
+        let m: Marker = serde_json::from_str(&text).map_err(|e| IndexError::Corrupt(format!("{}: {e}", marker.display())))?;
+        Ok(m.topic)
+    }
+
+    /// Records this handle's topic and `partitions` as the log the index is
+    /// built from, replacing what was recorded (a rebuild's cutover: the new
+    /// generation is built from the topic as it is now).
     pub fn rebind_log(&self, partitions: i32) -> Result<(), IndexError> {
         let marker = self.root.join(MARKER);
         let text = std::fs::read_to_string(&marker)?;
         let mut m: Marker = serde_json::from_str(&text).map_err(|e| IndexError::Corrupt(format!("{}: {e}", marker.display())))?;
         m.partitions = Some(partitions);
+        if let Some(t) = &self.topic {
+            m.topic = t.clone();
+        }
         write_atomically(&marker, &serde_json::to_vec(&m).expect("json"))
     }
 
@@ -373,7 +401,7 @@ impl EmbeddedIndex {
                 format!("no denorm index at {} (run `denorm run` or `denorm demo` first, or pass --index)", root.display()),
             )));
         }
-        Ok(EmbeddedIndex { root: root.to_path_buf() })
+        Ok(EmbeddedIndex { root: root.to_path_buf(), topic: None })
     }
 
     pub fn root(&self) -> &Path {
@@ -593,7 +621,12 @@ pub const DEFAULT_FAN_OUT_COMMIT_EVERY: u64 = 50_000;
 
 impl Backend for EmbeddedBackend {
     fn bind_log(&self, partitions: i32) -> Result<(), IndexError> {
-        self.index.bind_log(partitions)
+        match self.pinned {
+            // A rebuild's generation: the log it is built from is recorded at
+            // its cutover.
+            Some(_) => Ok(()),
+            None => self.index.bind_log(partitions),
+        }
     }
     fn checkpoints(&self, partitions: &[i32]) -> Result<HashMap<i32, Checkpoint>, IndexError> {
         Ok(self.index.checkpoints_in(self.generation()?)?.into_iter().filter(|(p, _)| partitions.contains(p)).collect())

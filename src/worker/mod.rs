@@ -170,6 +170,8 @@ pub(crate) struct Shared {
     /// checkpoint); the consumer thread seeks, then feeds
     /// [`Feed::Positioned`].
     seeks: Mutex<HashMap<i32, Offset>>,
+    /// The topic's partition count the index was built for.
+    log_partitions: i32,
 }
 
 struct WorkerContext {
@@ -452,7 +454,7 @@ pub fn run(
     // The index must be built from this topic as it is now.
     let log_partitions = cfg.kafka.topic_partitions()?.ok_or_else(|| crate::kafka::KafkaSetupError::MissingTopic(topic.clone()))?;
     backend.bind_log(log_partitions).map_err(WorkerError::Index)?;
-    let shared = Arc::new(Shared { cfg, backend, codec, stats, dlq, health: health.clone(), seeks: Mutex::new(HashMap::new()) });
+    let shared = Arc::new(Shared { cfg, backend, codec, stats, dlq, health: health.clone(), seeks: Mutex::new(HashMap::new()), log_partitions });
     let ctx = WorkerContext {
         shared: shared.clone(),
         parts: Mutex::new(HashMap::new()),

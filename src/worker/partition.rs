@@ -353,6 +353,9 @@ impl Applier {
             return Ok(false);
         }
         *shard = Box::new(crate::index::memory::MemoryShard::new());
+        // The new generation may have been rebuilt from another topic
+        // (after `denorm migrate`): then this worker must not write to it.
+        self.shared.backend.bind_log(self.shared.log_partitions)?;
         *shard = self.open_shard()?;
         self.parked_gauge(shard.as_mut());
         info!(partition = self.partition, from = was, to = now, applied = ?shard.applied(), "the index moved to a new generation: following it");

@@ -1,0 +1,144 @@
+//! `denorm migrate`: copies the command topic into a new topic with another
+//! partition count, keeping every key's order, so that an index can be
+//! rebuilt from it (`denorm --topic NEW rebuild`).
+//!
+//! Per-key order holds because every command of a key is in one source
+//! partition, which is read in order, and goes to one target partition
+//! (Java's murmur2 partitioner, as `denorm produce` uses) through an
+//! idempotent producer, which keeps the order per partition.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+use tracing::info;
+
+use super::{Cli, UsageError};
+use crate::kafka::KafkaConfig;
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// Topic to copy the commands into (created; it must not hold messages yet)
+    #[arg(long, env = "DENORM_MIGRATE_TO_TOPIC")]
+    to_topic: String,
+    /// Partitions of the new topic
+    #[arg(long, env = "DENORM_MIGRATE_TO_PARTITIONS", value_parser = clap::value_parser!(i32).range(1..=10000))]
+    to_partitions: i32,
+}
+
+pub async fn run(cli: &Cli, a: &MigrateArgs) -> anyhow::Result<()> {
+    let from = cli.kafka();
+    if a.to_topic == from.topic {
+        return Err(UsageError("--to-topic must differ from --topic".into()).into());
+    }
+    let partitions = from.topic_partitions()?.ok_or_else(|| UsageError(format!("topic {} does not exist", from.topic)))?;
+    let to = KafkaConfig { topic: a.to_topic.clone(), partitions: a.to_partitions, ..from.clone() };
+    let have = to.ensure_topic().await.with_context(|| format!("creating the topic {}", to.topic))?;
+    if have != a.to_partitions {
+        bail!("topic {} exists with {have} partitions, not {}", to.topic, a.to_partitions);
+    }
+    tokio::task::spawn_blocking(move || copy(&from, partitions, &to)).await?
+}
+
+fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let timeout = Duration::from_secs(10);
+    let mut cc = from.client_config();
+    cc.set("group.id", format!("denorm-migrate-{}", uuid::Uuid::new_v4().simple()))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false");
+    let consumer: BaseConsumer = cc.create()?;
+    let ends = |c: &BaseConsumer, cfg: &KafkaConfig, n: i32| -> anyhow::Result<Vec<(i64, i64)>> {
+        (0..n).map(|p| c.fetch_watermarks(&cfg.topic, p, timeout).with_context(|| format!("reading the offsets of {} partition {p}", cfg.topic))).collect()
+    };
+    let target = ends(&consumer, to, to.partitions)?;
+    if target.iter().any(|(_, high)| *high > 0) {
+        bail!("topic {} already holds messages: migrate copies into an empty topic only", to.topic);
+    }
+    let mut marks = ends(&consumer, from, partitions)?;
+    if let Some((p, (low, _))) = marks.iter().enumerate().find(|(_, (low, _))| *low > 0) {
+        bail!(
+            "partition {p} of {} starts at offset {low}: retention has deleted commands, and a copy would hide that the \
+             history is incomplete (a rebuild from it could not be exact)",
+            from.topic
+        );
+    }
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(&from.topic, p, Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+    let producer: ThreadedProducer<DefaultProducerContext> = to
+        .producer_config(&[("partitioner", "murmur2_random"), ("linger.ms", "5"), ("compression.type", "lz4"), ("message.timeout.ms", "300000")])
+        .create()?;
+    let total: i64 = marks.iter().map(|(_, h)| h).sum();
+    let bar = super::progress(total.max(0) as u64, "migrate");
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let mut next: HashMap<i32, i64> = (0..partitions).map(|p| (p, 0)).collect();
+    let mut copied: u64 = 0;
+    loop {
+        // Done with the log as of the last look: look again, so that
+        // commands written meanwhile are copied too.
+        if next.iter().all(|(p, n)| *n >= marks[*p as usize].1) {
+            producer.flush(Duration::from_secs(300))?;
+            let now = ends(&consumer, from, partitions)?;
+            if now == marks {
+                break;
+            }
+            marks = now;
+            bar.set_length(marks.iter().map(|(_, h)| *h).sum::<i64>().max(0) as u64);
+        }
+        let Some(m) = consumer.poll(Duration::from_millis(100)) else { continue };
+        let m = m.context("reading the source topic")?;
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&to.topic);
+        if let Some(k) = m.key() {
+            record = record.key(k);
+        }
+        if let Some(v) = m.payload() {
+            record = record.payload(v);
+        }
+        if let Some(ts) = m.timestamp().to_millis() {
+            record = record.timestamp(ts);
+        }
+        let mut record = record;
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((e, r)) if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) => {
+                    producer.poll(Duration::from_millis(50));
+                    record = r;
+                }
+                Err((e, _)) => return Err(e).context("writing to the new topic"),
+            }
+        }
+        next.insert(m.partition(), m.offset() + 1);
+        copied += 1;
+        bar.inc(1);
+    }
+    producer.flush(Duration::from_secs(300))?;
+    let written: i64 = ends(&consumer, to, to.partitions)?.iter().map(|(_, h)| h).sum();
+    bar.finish_and_clear();
+    if written != copied as i64 {
+        bail!("copied {copied} commands but {} holds {written}", to.topic);
+    }
+    info!(copied, secs = started.elapsed().as_secs_f64(), "topic copied");
+    println!(
+        "copied {copied} commands from {} ({partitions} partitions) to {} ({} partitions) in {:.1}s, per-key order kept. \
+         Next: point the producers at {}, run `denorm --topic {} rebuild`, then restart the workers with --topic {}",
+        from.topic,
+        to.topic,
+        to.partitions,
+        started.elapsed().as_secs_f64(),
+        to.topic,
+        to.topic,
+        to.topic
+    );
+    Ok(())
+}
