@@ -203,7 +203,8 @@ fn more_partitions_through_migrate_and_a_rebuild_from_the_new_topic() {
     let lag = |cfg: &denorm::kafka::KafkaConfig| denorm::kafka::group_lag(cfg, &r.group).unwrap();
     wait_applied_by(&new, &r.group, log.len() + more.len(), &[&w]);
     assert_eq!(lag(&new).total, 0);
-    assert!(w.terminate().success());
+    let (status, text) = w.terminate_with_log();
+    assert!(status.success(), "{text}");
     // The model of the old log (its per-key order is the new topic's) plus
     // what came after.
     let mut all = log;

@@ -170,6 +170,10 @@ pub(crate) struct Shared {
     /// checkpoint); the consumer thread seeks, then feeds
     /// [`Feed::Positioned`].
     seeks: Mutex<HashMap<i32, Offset>>,
+    /// Where the assignment itself started each partition (its shard's
+    /// checkpoint as read then), with the partition's watermarks: an
+    /// applier whose shard still has that checkpoint needs no seek.
+    assigned_at: Mutex<HashMap<i32, (Offset, Option<(i64, i64)>)>>,
     /// The topic's partition count the index was built for.
     log_partitions: i32,
 }
@@ -180,8 +184,6 @@ struct WorkerContext {
     health: Arc<Health>,
     /// First fatal error of an applier.
     fatal: Mutex<Option<WorkerError>>,
-    /// The topic's partition count the index was built for.
-    log_partitions: i32,
     /// Partitions that cannot go on (a retention gap), until revoked: their
     /// messages are dropped and they stay paused.
     stopped: Mutex<std::collections::HashSet<i32>>,
@@ -196,12 +198,13 @@ impl ConsumerContext for WorkerContext {
         let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
         let outcome = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                if let Some(p) = tpl.elements().iter().map(|e| e.partition()).find(|&p| p >= self.log_partitions) {
+                if let Some(p) = tpl.elements().iter().map(|e| e.partition()).find(|&p| p >= self.shared.log_partitions) {
                     let now = self.shared.cfg.kafka.topic_partitions().ok().flatten().unwrap_or(p + 1);
-                    let e = IndexError::LogMismatch(crate::logid::partitions_changed(self.log_partitions, now));
+                    let e = IndexError::LogMismatch(crate::logid::partitions_changed(self.shared.log_partitions, now));
                     error!(error = %e, "refusing the assignment");
                     self.fatal.lock().expect("fatal lock").get_or_insert(WorkerError::Index(e));
                 }
+                self.start_at_checkpoints(consumer, tpl);
                 let rebalance = Rebalance::Assign(tpl);
                 self.pre_rebalance(consumer, &rebalance);
                 let r = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
@@ -238,9 +241,8 @@ impl ConsumerContext for WorkerContext {
                 let mut parts = self.parts.lock().expect("parts lock");
                 let drained = drain(&mut parts, &revoked, self);
                 drop(parts);
-                let mut seeks = self.shared.seeks.lock().expect("seeks lock");
-                seeks.retain(|p, _| !revoked.contains(p));
-                drop(seeks);
+                self.shared.seeks.lock().expect("seeks lock").retain(|p, _| !revoked.contains(p));
+                self.shared.assigned_at.lock().expect("assigned_at lock").retain(|p, _| !revoked.contains(p));
                 let mut stopped = self.stopped.lock().expect("stopped lock");
                 for p in &revoked {
                     if stopped.remove(p) {
@@ -308,6 +310,34 @@ impl ConsumerContext for WorkerContext {
                 }
                 (Err(err), _) => warn!(partition = e.partition(), error = %err, "offset commit of a partition failed (retried at the next interval)"),
                 _ => {}
+            }
+        }
+    }
+}
+
+impl WorkerContext {
+    /// Starts each assigned partition at its shard's checkpoint (the index
+    /// decides where to resume), or at the beginning when the shard has
+    /// none. Set in the assignment itself, so that the client never starts
+    /// from the group's offset first: a seek right after an assignment can
+    /// be overtaken by the client's own start. When the checkpoints cannot
+    /// be read, the group's offset stays and each applier seeks instead.
+    fn start_at_checkpoints(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
+        let assigned: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+        let checkpoints = match self.shared.backend.checkpoints(&assigned) {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "reading the shards' checkpoints failed: each applier positions its partition once its shard is open");
+                return;
+            }
+        };
+        let topic = &self.shared.cfg.kafka.topic;
+        let mut at = self.shared.assigned_at.lock().expect("assigned_at lock");
+        for p in assigned {
+            let offset = checkpoints.get(&p).map_or(Offset::Beginning, |c| Offset::Offset(c.offset as i64));
+            if tpl.set_partition_offset(topic, p, offset).is_ok() {
+                let marks = consumer.fetch_watermarks(topic, p, Duration::from_secs(5)).ok();
+                at.insert(p, (offset, marks));
             }
         }
     }
@@ -454,13 +484,12 @@ pub fn run(
     // The index must be built from this topic as it is now.
     let log_partitions = cfg.kafka.topic_partitions()?.ok_or_else(|| crate::kafka::KafkaSetupError::MissingTopic(topic.clone()))?;
     backend.bind_log(log_partitions).map_err(WorkerError::Index)?;
-    let shared = Arc::new(Shared { cfg, backend, codec, stats, dlq, health: health.clone(), seeks: Mutex::new(HashMap::new()), log_partitions });
+    let shared = Arc::new(Shared { cfg, backend, codec, stats, dlq, health: health.clone(), seeks: Mutex::new(HashMap::new()), assigned_at: Mutex::new(HashMap::new()), log_partitions });
     let ctx = WorkerContext {
         shared: shared.clone(),
         parts: Mutex::new(HashMap::new()),
         health: health.clone(),
         fatal: Mutex::new(None),
-        log_partitions,
         stopped: Mutex::new(Default::default()),
     };
     let consumer: BaseConsumer<WorkerContext> = cc.create_with_context(ctx)?;

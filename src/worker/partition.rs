@@ -254,9 +254,22 @@ impl Applier {
         }
         self.parked_gauge(shard.as_mut());
         info!(partition = self.partition, applied = ?shard.applied(), parked = shard.parking().len(), generation = shard.generation(), "partition assigned, shard open");
-        let mut checkpoint = self.position_at_checkpoint(shard.as_ref());
+        let mut checkpoint = shard.checkpoint();
         let mut positioned = false;
         let mut first = true;
+        // Started there by the assignment already, or positioned now.
+        match self.shared.assigned_at.lock().expect("assigned_at lock").remove(&self.partition) {
+            Some((at, marks)) if at == target_of(checkpoint) => {
+                if let Some(c) = checkpoint {
+                    self.next.store(c.offset as i64 + 1, Ordering::SeqCst);
+                }
+                positioned = true;
+                if let Some((low, high)) = marks {
+                    self.check_range(checkpoint, low, high)?;
+                }
+            }
+            _ => checkpoint = self.position_at_checkpoint(shard.as_ref()),
+        }
         let max_batch = self.shared.cfg.max_batch.max(1);
         let linger = self.shared.cfg.commit_linger;
         let quiet = self.shared.cfg.commit_quiet;
@@ -331,8 +344,7 @@ impl Applier {
         if let Some(c) = checkpoint {
             self.next.store(c.offset as i64 + 1, Ordering::SeqCst);
         }
-        let target = checkpoint.map_or(Offset::Beginning, |c| Offset::Offset(c.offset as i64));
-        self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target);
+        self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target_of(checkpoint));
         checkpoint
     }
 
@@ -763,6 +775,12 @@ impl Applier {
             }
         }
     }
+}
+
+/// Where fetching resumes for a shard at `checkpoint`: the checkpoint's own
+/// message (read again to check the log), or the beginning.
+fn target_of(checkpoint: Option<Checkpoint>) -> Offset {
+    checkpoint.map_or(Offset::Beginning, |c| Offset::Offset(c.offset as i64))
 }
 
 /// The checkpoint that names `msg`: its offset and fingerprint.
