@@ -364,10 +364,17 @@ impl Applier {
         if now == was {
             return Ok(false);
         }
-        *shard = Box::new(crate::index::memory::MemoryShard::new());
         // The new generation may have been rebuilt from another topic
         // (after `denorm migrate`): then this worker must not write to it.
-        self.shared.backend.bind_log(self.shared.log_partitions)?;
+        match self.shared.backend.bind_log(self.shared.log_partitions) {
+            Ok(()) => {}
+            Err(e) if e.is_retryable() => {
+                debug!(partition = self.partition, error = %e, "reading the index's log binding failed; checked again later");
+                return Ok(false);
+            }
+            Err(e) => return Err(Halt::Fatal(WorkerError::Index(e))),
+        }
+        *shard = Box::new(crate::index::memory::MemoryShard::new());
         *shard = self.open_shard()?;
         self.parked_gauge(shard.as_mut());
         info!(partition = self.partition, from = was, to = now, applied = ?shard.applied(), "the index moved to a new generation: following it");
