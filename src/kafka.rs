@@ -146,6 +146,16 @@ pub struct LagReport {
     pub partitions: Vec<PartitionLag>,
 }
 
+/// The low and high watermarks of partitions `0..partitions` of `topic`, in
+/// partition order. Blocking.
+pub fn watermarks<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partitions: i32,
+) -> Result<Vec<(i64, i64)>, KafkaSetupError> {
+    (0..partitions).map(|p| Ok(consumer.fetch_watermarks(topic, p, REQUEST_TIMEOUT)?)).collect()
+}
+
 /// Committed offset, end offset and lag of every partition of the topic for
 /// `group`. Blocking.
 pub fn group_lag(cfg: &KafkaConfig, group: &str) -> Result<LagReport, KafkaSetupError> {
@@ -159,8 +169,7 @@ pub fn group_lag(cfg: &KafkaConfig, group: &str) -> Result<LagReport, KafkaSetup
     }
     let committed = consumer.committed_offsets(tpl, REQUEST_TIMEOUT)?;
     let mut out = Vec::new();
-    for p in 0..partitions {
-        let (low, end) = consumer.fetch_watermarks(&cfg.topic, p, REQUEST_TIMEOUT)?;
+    for (p, (low, end)) in (0..partitions).zip(watermarks(&consumer, &cfg.topic, partitions)?) {
         let committed = match committed.find_partition(&cfg.topic, p).map(|e| e.offset()) {
             Some(Offset::Offset(o)) => o,
             _ => low.max(0),

@@ -613,19 +613,22 @@ mod log_identity {
         }
     }
 
+    /// The log document is absent at the first read; the create is answered
+    /// `created`; later reads find `found`.
+    fn mount_log_document(rt: &tokio::runtime::Runtime, server: &MockServer, created: ResponseTemplate, found: Value) {
+        rt.block_on(async {
+            Mock::given(method("GET")).and(path("/denorm-meta/_doc/log")).respond_with(get_log(None)).up_to_n_times(1).mount(server).await;
+            Mock::given(method("POST")).and(path("/denorm-meta/_create/log")).respond_with(created).mount(server).await;
+            Mock::given(method("GET")).and(path("/denorm-meta/_doc/log")).respond_with(get_log(Some(found))).mount(server).await;
+        });
+    }
+
     #[test]
     fn the_partition_count_is_recorded_once_then_compared() {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let server = rt.block_on(MockServer::start());
-        rt.block_on(async {
-            Mock::given(method("GET")).and(path("/denorm-meta/_doc/log")).respond_with(get_log(None)).up_to_n_times(1).mount(&server).await;
-            Mock::given(method("POST"))
-                .and(path("/denorm-meta/_create/log"))
-                .respond_with(ResponseTemplate::new(201).set_body_json(json!({"_index": "denorm-meta", "_id": "log", "result": "created", "_seq_no": 0, "_primary_term": 1})))
-                .mount(&server)
-                .await;
-            Mock::given(method("GET")).and(path("/denorm-meta/_doc/log")).respond_with(get_log(Some(json!({"topic": "t", "partitions": 6})))).mount(&server).await;
-        });
+        let created = ResponseTemplate::new(201).set_body_json(json!({"_index": "denorm-meta", "_id": "log", "result": "created", "_seq_no": 0, "_primary_term": 1}));
+        mount_log_document(&rt, &server, created, json!({"topic": "t", "partitions": 6}));
         let b = backend(&server, &rt);
         b.bind_log(6).unwrap();
         let reqs = rt.block_on(server.received_requests()).unwrap();
@@ -644,15 +647,8 @@ mod log_identity {
     fn of_two_workers_creating_the_log_document_the_second_reads_the_first_ones() {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let server = rt.block_on(MockServer::start());
-        rt.block_on(async {
-            Mock::given(method("GET")).and(path("/denorm-meta/_doc/log")).respond_with(get_log(None)).up_to_n_times(1).mount(&server).await;
-            Mock::given(method("POST"))
-                .and(path("/denorm-meta/_create/log"))
-                .respond_with(ResponseTemplate::new(409).set_body_json(json!({"error": {"type": "version_conflict_engine_exception", "reason": "[log]: version conflict, document already exists (current version [1])"}, "status": 409})))
-                .mount(&server)
-                .await;
-            Mock::given(method("GET")).and(path("/denorm-meta/_doc/log")).respond_with(get_log(Some(json!({"topic": "t", "partitions": 4})))).mount(&server).await;
-        });
+        let conflict = ResponseTemplate::new(409).set_body_json(json!({"error": {"type": "version_conflict_engine_exception", "reason": "[log]: version conflict, document already exists (current version [1])"}, "status": 409}));
+        mount_log_document(&rt, &server, conflict, json!({"topic": "t", "partitions": 4}));
         let b = backend(&server, &rt);
         assert!(matches!(b.bind_log(6), Err(IndexError::LogMismatch(_))), "the first worker's count wins");
         assert!(matches!(backend(&server, &rt).bind_log(4), Ok(())));

@@ -19,7 +19,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::info;
 
 use super::{Cli, UsageError};
-use crate::kafka::KafkaConfig;
+use crate::kafka::{watermarks, KafkaConfig};
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
@@ -47,15 +47,12 @@ pub async fn run(cli: &Cli, a: &MigrateArgs) -> anyhow::Result<()> {
 
 fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig) -> anyhow::Result<()> {
     let started = Instant::now();
-    let timeout = Duration::from_secs(10);
     let mut cc = from.client_config();
     cc.set("group.id", format!("denorm-migrate-{}", uuid::Uuid::new_v4().simple()))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false");
     let consumer: BaseConsumer = cc.create()?;
-    let ends = |c: &BaseConsumer, cfg: &KafkaConfig, n: i32| -> anyhow::Result<Vec<(i64, i64)>> {
-        (0..n).map(|p| c.fetch_watermarks(&cfg.topic, p, timeout).with_context(|| format!("reading the offsets of {} partition {p}", cfg.topic))).collect()
-    };
+    let ends = |c: &BaseConsumer, cfg: &KafkaConfig, n: i32| watermarks(c, &cfg.topic, n).with_context(|| format!("reading the offsets of {}", cfg.topic));
     let target = ends(&consumer, to, to.partitions)?;
     if target.iter().any(|(_, high)| *high > 0) {
         bail!("topic {} already holds messages: migrate copies into an empty topic only", to.topic);

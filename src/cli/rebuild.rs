@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Args;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
@@ -38,7 +38,7 @@ use super::{Cli, UsageError};
 use crate::http::{self, Health};
 use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 use crate::index::Backend;
-use crate::kafka::KafkaConfig;
+use crate::kafka::{watermarks, KafkaConfig};
 use crate::worker::{self, Stats, WorkerConfig};
 
 #[derive(Debug, Args)]
@@ -80,11 +80,10 @@ fn read_state(root: &Path) -> anyhow::Result<Option<State>> {
     }
 }
 
-/// Low and high watermarks of every partition.
-fn watermarks(consumer: &BaseConsumer, topic: &str, partitions: i32) -> anyhow::Result<Vec<(i64, i64)>> {
-    (0..partitions)
-        .map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).with_context(|| format!("reading the offsets of partition {p}")))
-        .collect()
+/// Commands of the log (`ends`: each partition's watermarks) that a
+/// generation with `checkpoints` has applied.
+fn applied_of(checkpoints: &std::collections::BTreeMap<i32, crate::index::Checkpoint>, ends: &[(i64, i64)]) -> i64 {
+    (0..).zip(ends).map(|(p, (_, high))| checkpoints.get(&p).map_or(0, |c| (c.offset as i64 + 1).min(*high))).sum()
 }
 
 pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
@@ -187,7 +186,7 @@ fn rebuild(
             let ends = watermarks(&consumer, &kafka.topic, partitions)?;
             let built = index.checkpoints_in(target)?;
             let live = if same_log { index.checkpoints_in(current)? } else { Default::default() };
-            let applied: i64 = ends.iter().enumerate().map(|(p, (_, high))| built.get(&(p as i32)).map_or(0, |c| (c.offset as i64 + 1).min(*high))).sum();
+            let applied = applied_of(&built, &ends);
             let all: i64 = ends.iter().map(|(_, high)| high).sum();
             bar.set_length(all.max(0) as u64);
             bar.set_position(applied.max(0) as u64);
@@ -273,12 +272,12 @@ async fn status(kafka: &KafkaConfig, index: &EmbeddedIndex, json: bool) -> anyho
     let ends = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<(i64, i64)>> {
         let partitions = k.topic_partitions()?.unwrap_or(0);
         let consumer: BaseConsumer = k.client_config().create()?;
-        watermarks(&consumer, &k.topic, partitions)
+        Ok(watermarks(&consumer, &k.topic, partitions)?)
     })
     .await??;
     let progress = |g: u64| -> anyhow::Result<(i64, i64)> {
         let c = index.checkpoints_in(g)?;
-        let applied = ends.iter().enumerate().map(|(p, (_, high))| c.get(&(p as i32)).map_or(0, |c| (c.offset as i64 + 1).min(*high))).sum();
+        let applied = applied_of(&c, &ends);
         Ok((applied, ends.iter().map(|(_, h)| h).sum()))
     };
     let (live_applied, end) = progress(current)?;

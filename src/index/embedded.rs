@@ -307,21 +307,27 @@ impl EmbeddedIndex {
     /// refuses one that belongs to another topic.
     pub fn open(root: &Path, topic: &str) -> Result<Self, IndexError> {
         std::fs::create_dir_all(root)?;
-        let marker = root.join(MARKER);
-        match std::fs::read_to_string(&marker) {
-            Ok(text) => {
-                let m: Marker = serde_json::from_str(&text).map_err(|e| IndexError::Corrupt(format!("{}: {e}", marker.display())))?;
-                if m.topic != topic {
-                    return Err(IndexError::WrongTopic { path: root.display().to_string(), found: m.topic, expected: topic.into() });
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        let index = EmbeddedIndex { root: root.to_path_buf(), topic: Some(topic.into()) };
+        match index.marker() {
+            Ok(m) if m.topic != topic => Err(IndexError::WrongTopic { path: root.display().to_string(), found: m.topic, expected: topic.into() }),
+            Ok(_) => Ok(index),
+            Err(IndexError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
                 // Several workers may create the index at once.
-                write_atomically(&marker, &serde_json::to_vec(&Marker { format: 1, topic: topic.into(), partitions: None }).expect("json"))?;
+                index.write_marker(&Marker { format: 1, topic: topic.into(), partitions: None })?;
+                Ok(index)
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => Err(e),
         }
-        Ok(EmbeddedIndex { root: root.to_path_buf(), topic: Some(topic.into()) })
+    }
+
+    fn marker(&self) -> Result<Marker, IndexError> {
+        let path = self.root.join(MARKER);
+        let text = std::fs::read_to_string(&path)?;
+        serde_json::from_str(&text).map_err(|e| IndexError::Corrupt(format!("{}: {e}", path.display())))
+    }
+
+    fn write_marker(&self, m: &Marker) -> Result<(), IndexError> {
+        write_atomically(&self.root.join(MARKER), &serde_json::to_vec(m).expect("json"))
     }
 
     /// Opens (creating when missing) the index directory to rebuild it from
@@ -337,9 +343,7 @@ impl EmbeddedIndex {
     /// Records the topic's partition count in the marker the first time,
     /// and refuses a different count afterwards (see [`Backend::bind_log`]).
     pub fn bind_log(&self, partitions: i32) -> Result<(), IndexError> {
-        let marker = self.root.join(MARKER);
-        let text = std::fs::read_to_string(&marker)?;
-        let mut m: Marker = serde_json::from_str(&text).map_err(|e| IndexError::Corrupt(format!("{}: {e}", marker.display())))?;
+        let mut m = self.marker()?;
         if let Some(topic) = self.topic.as_ref().filter(|t| **t != m.topic) {
             // A rebuild from another topic (after `denorm migrate`) cut over.
             return Err(IndexError::WrongTopic { path: self.root.display().to_string(), found: m.topic, expected: topic.clone() });
@@ -349,31 +353,26 @@ impl EmbeddedIndex {
             Some(recorded) => Err(IndexError::LogMismatch(crate::logid::partitions_changed(recorded, partitions))),
             None => {
                 m.partitions = Some(partitions);
-                write_atomically(&marker, &serde_json::to_vec(&m).expect("json"))
+                self.write_marker(&m)
             }
         }
     }
 
     /// The topic the index is built from (its marker).
     pub fn recorded_topic(&self) -> Result<String, IndexError> {
-        let marker = self.root.join(MARKER);
-        let text = std::fs::read_to_string(&marker)?;
-        let m: Marker = serde_json::from_str(&text).map_err(|e| IndexError::Corrupt(format!("{}: {e}", marker.display())))?;
-        Ok(m.topic)
+        Ok(self.marker()?.topic)
     }
 
     /// Records this handle's topic and `partitions` as the log the index is
     /// built from, replacing what was recorded (a rebuild's cutover: the new
     /// generation is built from the topic as it is now).
     pub fn rebind_log(&self, partitions: i32) -> Result<(), IndexError> {
-        let marker = self.root.join(MARKER);
-        let text = std::fs::read_to_string(&marker)?;
-        let mut m: Marker = serde_json::from_str(&text).map_err(|e| IndexError::Corrupt(format!("{}: {e}", marker.display())))?;
+        let mut m = self.marker()?;
         m.partitions = Some(partitions);
         if let Some(t) = &self.topic {
             m.topic = t.clone();
         }
-        write_atomically(&marker, &serde_json::to_vec(&m).expect("json"))
+        self.write_marker(&m)
     }
 
     /// How many of `generation`'s shards a writer holds right now (tried

@@ -249,27 +249,15 @@ impl Applier {
 
     fn apply_until_stopped(&self, rx: Receiver<Feed>) -> Step<()> {
         let mut shard = self.open_shard()?;
-        if let Some(a) = shard.applied() {
-            self.next.store(a as i64 + 1, Ordering::SeqCst);
-        }
-        self.parked_gauge(shard.as_mut());
-        info!(partition = self.partition, applied = ?shard.applied(), parked = shard.parking().len(), generation = shard.generation(), "partition assigned, shard open");
-        let mut checkpoint = shard.checkpoint();
-        let mut positioned = false;
+        let mut checkpoint = self.took(shard.as_mut());
+        // Started at the checkpoint by the assignment already, or sought now.
+        let assigned = self.shared.assigned_at.lock().expect("assigned_at lock").remove(&self.partition);
+        let mut positioned = match assigned {
+            Some((at, watermarks)) if at == target_of(checkpoint) => self.positioned(checkpoint, watermarks)?,
+            _ => self.seek_to(checkpoint),
+        };
         let mut first = true;
-        // Started there by the assignment already, or positioned now.
-        match self.shared.assigned_at.lock().expect("assigned_at lock").remove(&self.partition) {
-            Some((at, marks)) if at == target_of(checkpoint) => {
-                if let Some(c) = checkpoint {
-                    self.next.store(c.offset as i64 + 1, Ordering::SeqCst);
-                }
-                positioned = true;
-                if let Some((low, high)) = marks {
-                    self.check_range(checkpoint, low, high)?;
-                }
-            }
-            _ => checkpoint = self.position_at_checkpoint(shard.as_ref()),
-        }
+        let mut generation_checked = Instant::now();
         let max_batch = self.shared.cfg.max_batch.max(1);
         let linger = self.shared.cfg.commit_linger;
         let quiet = self.shared.cfg.commit_quiet;
@@ -286,19 +274,15 @@ impl Applier {
                 None => Duration::from_millis(100),
             };
             match rx.recv_timeout(wait) {
-                Ok(Feed::Positioned { watermarks }) => {
-                    positioned = true;
-                    if let Some((low, high)) = watermarks {
-                        self.check_range(checkpoint, low, high)?;
-                    }
-                }
+                Ok(Feed::Positioned { watermarks }) => positioned = self.positioned(checkpoint, watermarks)?,
                 Ok(Feed::Message(msg)) => {
                     self.queued.fetch_sub(queued_size(&msg), Ordering::SeqCst);
                     if !positioned {
                         continue; // fetched from the group's offset, before the seek
                     }
                     if std::mem::take(&mut first) {
-                        self.check_first(checkpoint, &msg)?;
+                        let fingerprint = crate::logid::fingerprint(msg.key(), msg.payload());
+                        self.judge(checkpoint, crate::logid::first_after(checkpoint, msg.offset(), fingerprint))?;
                     }
                     self.lag_seconds.set(age_seconds(&msg));
                     batch.push(msg);
@@ -324,11 +308,14 @@ impl Applier {
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             }
-            // Between batches (nothing uncommitted): a rebuild may have
-            // switched the index to a new generation.
-            if batch.is_empty() && self.follow_generation(&mut shard)? {
-                checkpoint = self.position_at_checkpoint(shard.as_ref());
-                (positioned, first) = (false, true);
+            // Between batches (nothing uncommitted), at most every 100 ms: a
+            // rebuild may have switched the index to a new generation.
+            if batch.is_empty() && generation_checked.elapsed() >= GENERATION_CHECK {
+                generation_checked = Instant::now();
+                if self.follow_generation(&mut shard)? {
+                    checkpoint = self.took(shard.as_mut());
+                    (positioned, first) = (self.seek_to(checkpoint), true);
+                }
             }
         }
         // Stopping: make what is applied durable, so the next owner resumes
@@ -336,16 +323,34 @@ impl Applier {
         self.commit(&mut shard, &mut batch)
     }
 
-    /// The index decides where to resume: asks the consumer thread to fetch
-    /// from the shard's checkpoint itself, whose message must still be the
-    /// one the index applied (see `crate::logid`). Returns the checkpoint.
-    fn position_at_checkpoint(&self, shard: &dyn Shard) -> Option<Checkpoint> {
+    /// A shard was opened: the offset after its checkpoint is what may be
+    /// committed, and where fetching goes on. Returns the checkpoint.
+    fn took(&self, shard: &mut dyn Shard) -> Option<Checkpoint> {
         let checkpoint = shard.checkpoint();
         if let Some(c) = checkpoint {
             self.next.store(c.offset as i64 + 1, Ordering::SeqCst);
         }
-        self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target_of(checkpoint));
+        self.parked_gauge(shard);
+        info!(partition = self.partition, applied = ?checkpoint.map(|c| c.offset), parked = shard.parking().len(), generation = shard.generation(), "partition assigned, shard open");
         checkpoint
+    }
+
+    /// The index decides where to resume: asks the consumer thread to fetch
+    /// from the shard's checkpoint itself, whose message must still be the
+    /// one the index applied (see `crate::logid`). Not positioned until the
+    /// consumer thread says so ([`Feed::Positioned`]).
+    fn seek_to(&self, checkpoint: Option<Checkpoint>) -> bool {
+        self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target_of(checkpoint));
+        false
+    }
+
+    /// The partition fetches from the checkpoint now; its watermarks, when
+    /// known, say at once whether the checkpoint is in the log.
+    fn positioned(&self, checkpoint: Option<Checkpoint>, watermarks: Option<(i64, i64)>) -> Step<bool> {
+        if let Some((low, high)) = watermarks {
+            self.judge(checkpoint, crate::logid::range_against(checkpoint, low, high))?;
+        }
+        Ok(true)
     }
 
     /// Moves to the backend's current generation when the shard is of
@@ -376,44 +381,27 @@ impl Applier {
         }
         *shard = Box::new(crate::index::memory::MemoryShard::new());
         *shard = self.open_shard()?;
-        self.parked_gauge(shard.as_mut());
-        info!(partition = self.partition, from = was, to = now, applied = ?shard.applied(), "the index moved to a new generation: following it");
+        info!(partition = self.partition, from = was, to = now, "the index moved to a new generation: following it");
         Ok(true)
     }
 
-    /// The first message fetched from the checkpoint: the one the checkpoint
-    /// names, or the log is not the one the index was built from; the
-    /// message right after it (retention deleted the checkpoint's own); or
-    /// a gap, and the partition stops.
-    fn check_first(&self, checkpoint: Option<Checkpoint>, msg: &OwnedMessage) -> Step<()> {
-        use crate::logid::{first_after, fingerprint, log_changed, First};
-        let (p, o) = (self.partition, msg.offset());
-        match first_after(checkpoint, o, fingerprint(msg.key(), msg.payload())) {
+    /// What the first message fetched from the checkpoint, or the
+    /// partition's watermarks before any, say about the log (see
+    /// [`crate::logid`]): a changed log ends the worker, a gap stops the
+    /// partition.
+    fn judge(&self, checkpoint: Option<Checkpoint>, verdict: crate::logid::First) -> Step<()> {
+        use crate::logid::First;
+        match verdict {
             First::Same => Ok(()),
             First::Unverifiable => {
-                warn!(partition = p, checkpoint = ?checkpoint.map(|c| c.offset), "the checkpoint's message was deleted by retention: the log's identity cannot be checked");
+                warn!(partition = self.partition, checkpoint = ?checkpoint.map(|c| c.offset), "the checkpoint's message was deleted by retention: the log's identity cannot be checked");
                 Ok(())
             }
             First::Changed(detail) => {
                 let at = checkpoint.map_or(0, |c| c.offset);
-                Err(Halt::Fatal(WorkerError::Index(IndexError::LogMismatch(log_changed(p, at, &detail)))))
+                Err(Halt::Fatal(WorkerError::Index(IndexError::LogMismatch(crate::logid::log_changed(self.partition, at, &detail)))))
             }
             First::Gap { from, to } => Err(self.gap(from, to)),
-        }
-    }
-
-    /// The partition's range of offsets against the checkpoint, before any
-    /// message: a log that ends before the checkpoint, or that starts after
-    /// the offset the index needs next.
-    fn check_range(&self, checkpoint: Option<Checkpoint>, low: i64, high: i64) -> Step<()> {
-        use crate::logid::{range_against, log_changed, First};
-        match range_against(checkpoint, low, high) {
-            First::Changed(detail) => {
-                let at = checkpoint.map_or(0, |c| c.offset);
-                Err(Halt::Fatal(WorkerError::Index(IndexError::LogMismatch(log_changed(self.partition, at, &detail)))))
-            }
-            First::Gap { from, to } => Err(self.gap(from, to)),
-            First::Same | First::Unverifiable => Ok(()),
         }
     }
 
@@ -783,6 +771,10 @@ impl Applier {
         }
     }
 }
+
+/// How often an idle or between-batches applier looks for a new index
+/// generation.
+const GENERATION_CHECK: Duration = Duration::from_millis(100);
 
 /// Where fetching resumes for a shard at `checkpoint`: the checkpoint's own
 /// message (read again to check the log), or the beginning.
