@@ -119,6 +119,11 @@ pub(crate) enum Halt {
     Stopped,
     /// A failure that ends the worker.
     Fatal(WorkerError),
+    /// The shard was reopened after a failure and the index had moved to a
+    /// new generation meanwhile (a rebuild's cutover): the uncommitted batch
+    /// is dropped and the partition positioned at the new generation's
+    /// checkpoint, never re-applied onto it from where the batch began.
+    Moved,
 }
 
 type Step<T> = Result<T, Halt>;
@@ -241,7 +246,7 @@ impl Applier {
 
     fn run(self, rx: Receiver<Feed>) -> Result<(), WorkerError> {
         match self.apply_until_stopped(rx) {
-            Ok(()) | Err(Halt::Stopped) => Ok(()),
+            Ok(()) | Err(Halt::Stopped | Halt::Moved) => Ok(()),
             Err(Halt::Fatal(e)) => Err(e),
             Err(Halt::Retry(e)) => Err(WorkerError::Index(e)),
         }
@@ -288,14 +293,20 @@ impl Applier {
                     batch.push(msg);
                     let fan_out = match self.handle_last(&mut shard, &mut batch) {
                         Err(Halt::Stopped) => break,
-                        other => other?,
+                        other => other,
                     };
                     let d = *deadline.get_or_insert_with(|| Instant::now() + linger);
                     // Fan-outs are committed on their own so that their
                     // effects are visible and bounded.
-                    if fan_out || batch.len() >= max_batch || Instant::now() >= d {
-                        self.commit(&mut shard, &mut batch)?;
-                        deadline = None;
+                    let step = fan_out.and_then(|fan_out| match fan_out || batch.len() >= max_batch || Instant::now() >= d {
+                        true => self.commit(&mut shard, &mut batch).map(|()| deadline = None),
+                        false => Ok(()),
+                    });
+                    if let Err(Halt::Moved) = step {
+                        checkpoint = self.moved(&mut shard, &mut batch);
+                        (positioned, first, deadline) = (false, true, None);
+                    } else {
+                        step?;
                     }
                 }
                 Err(RecvTimeoutError::Timeout) if deadline.is_none() => {
@@ -303,8 +314,14 @@ impl Applier {
                     self.lag_seconds.set(0.0);
                 }
                 Err(RecvTimeoutError::Timeout) => {
-                    self.commit(&mut shard, &mut batch)?;
                     deadline = None;
+                    match self.commit(&mut shard, &mut batch) {
+                        Err(Halt::Moved) => {
+                            checkpoint = self.moved(&mut shard, &mut batch);
+                            (positioned, first) = (false, true);
+                        }
+                        other => other?,
+                    }
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             }
@@ -321,6 +338,16 @@ impl Applier {
         // Stopping: make what is applied durable, so the next owner resumes
         // after it.
         self.commit(&mut shard, &mut batch)
+    }
+
+    /// After [`Halt::Moved`]: the batch is dropped (its commands reach the
+    /// new generation from its checkpoint) and the partition sought there.
+    fn moved(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Option<Checkpoint> {
+        info!(partition = self.partition, dropped = batch.len(), generation = shard.generation(), "the index moved to a new generation during a batch: resuming at its checkpoint");
+        batch.clear();
+        let checkpoint = self.took(shard.as_mut());
+        self.seek_to(checkpoint);
+        checkpoint
     }
 
     /// A shard was opened: the offset after its checkpoint is what may be
@@ -369,20 +396,28 @@ impl Applier {
         if now == was {
             return Ok(false);
         }
-        // The new generation may have been rebuilt from another topic
-        // (after `denorm migrate`): then this worker must not write to it.
-        match self.shared.backend.bind_log(self.shared.log_partitions) {
-            Ok(()) => {}
-            Err(e) if e.is_retryable() => {
-                debug!(partition = self.partition, error = %e, "reading the index's log binding failed; checked again later");
-                return Ok(false);
-            }
-            Err(e) => return Err(Halt::Fatal(WorkerError::Index(e))),
+        if !self.bound()? {
+            return Ok(false);
         }
         *shard = Box::new(crate::index::memory::MemoryShard::new());
         *shard = self.open_shard()?;
         info!(partition = self.partition, from = was, to = now, "the index moved to a new generation: following it");
         Ok(true)
+    }
+
+    /// Whether this worker's topic is the one the current generation was
+    /// built from: it may have been rebuilt from another topic (after
+    /// `denorm migrate`), and then this worker must not write to it (fatal).
+    /// `false` when the binding could not be read (checked again later).
+    fn bound(&self) -> Step<bool> {
+        match self.shared.backend.bind_log(self.shared.log_partitions) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_retryable() => {
+                debug!(partition = self.partition, error = %e, "reading the index's log binding failed; checked again later");
+                Ok(false)
+            }
+            Err(e) => Err(Halt::Fatal(WorkerError::Index(e))),
+        }
     }
 
     /// What the first message fetched from the checkpoint, or the
@@ -475,10 +510,20 @@ impl Applier {
     /// and handles `replay` again.
     fn reopen(&self, shard: &mut ShardBox, replay: &[OwnedMessage]) -> Step<()> {
         let mut retry = self.retrying(Op::Reapply);
+        let generation = shard.generation();
         'open: loop {
             // The old writer must go first: it holds the shard's lock.
             *shard = Box::new(crate::index::memory::MemoryShard::new());
             *shard = self.open_shard()?;
+            if shard.generation() != generation {
+                match self.bound()? {
+                    true => return Err(Halt::Moved),
+                    false => {
+                        retry.failed(&"reading the index's log binding failed")?;
+                        continue 'open;
+                    }
+                }
+            }
             for msg in replay {
                 match self.handle(shard.as_mut(), msg) {
                     Ok(_) => {}
