@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use denorm::index::elastic::bulk::{self, BulkLimits, BulkOp, RetryPolicy};
 use denorm::index::elastic::config::{env, ElasticConfig};
-use denorm::index::elastic::{setup, ElasticError};
+use denorm::index::elastic::{generations, setup, ElasticError};
 use denorm::index::{Checkpoint, Kind};
 use serde_json::{json, Value};
 use wiremock::matchers::{header, method, path};
@@ -42,14 +42,36 @@ fn bulk_ok(req: &Request) -> ResponseTemplate {
 
 /// A backend on the test double, its blocking calls run on `rt`.
 fn backend(server: &MockServer, rt: &tokio::runtime::Runtime) -> denorm::index::elastic::shard::ElasticBackend {
-    denorm::index::elastic::shard::ElasticBackend {
-        client: config(server, &[]).client().unwrap(),
-        prefix: "denorm".into(),
-        topic: "t".into(),
-        limits: BulkLimits::default(),
-        policy: fast(),
-        runtime: rt.handle().clone(),
-    }
+    backend_on(server, rt, 0)
+}
+
+/// [`backend`] with the read alias on generation `g`.
+fn backend_on(server: &MockServer, rt: &tokio::runtime::Runtime, g: u64) -> denorm::index::elastic::shard::ElasticBackend {
+    rt.block_on(mount_generation(server, g));
+    let mut b = denorm::index::elastic::shard::ElasticBackend::new(config(server, &[]).client().unwrap(), "denorm", "t", rt.handle().clone());
+    b.policy = fast();
+    b
+}
+
+/// `GET /denorm-files/_alias` as Elasticsearch 8 answers it when the read
+/// alias is on generation `g`: the concrete index with all its aliases.
+async fn mount_generation(server: &MockServer, g: u64) {
+    Mock::given(method("GET"))
+        .and(path("/denorm-files/_alias"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            format!("denorm-files-{:06}", g + 1): {"aliases": {"denorm-files": {"is_write_index": true}, format!("denorm-files-g{g}"): {}}}
+        })))
+        .mount(server)
+        .await;
+}
+
+/// Elasticsearch 8's answer to a request naming a missing index or alias.
+fn index_not_found(name: &str) -> ResponseTemplate {
+    let cause = json!({"type": "index_not_found_exception", "reason": format!("no such index [{name}]"), "resource.type": "index_or_alias",
+                       "resource.id": name, "index_uuid": "_na_", "index": name});
+    let mut error = cause.clone();
+    error["root_cause"] = json!([cause]);
+    ResponseTemplate::new(404).set_body_json(json!({"error": error, "status": 404}))
 }
 
 fn index_op(id: &str) -> BulkOp {
@@ -183,8 +205,8 @@ async fn creates_indexes_behind_aliases_with_the_mapping() {
     let server = MockServer::start().await;
     for kind in ["files", "users", "posts"] {
         Mock::given(method("GET"))
-            .and(path(format!("/denorm-{kind}/_mapping")))
-            .respond_with(ResponseTemplate::new(404).set_body_json(json!({"error": {"type": "index_not_found_exception"}, "status": 404})))
+            .and(path(format!("/denorm-{kind}/_alias")))
+            .respond_with(index_not_found(&format!("denorm-{kind}")))
             .mount(&server)
             .await;
         Mock::given(method("PUT"))
@@ -199,6 +221,7 @@ async fn creates_indexes_behind_aliases_with_the_mapping() {
     let creates: Vec<Request> = server.received_requests().await.unwrap().into_iter().filter(|r| r.method.as_str() == "PUT").collect();
     let files: Value = serde_json::from_slice(&creates.iter().find(|r| r.url.path() == "/denorm-files-000001").unwrap().body).unwrap();
     assert_eq!(files["aliases"]["denorm-files"]["is_write_index"], true);
+    assert_eq!(files["aliases"]["denorm-files-g0"], json!({}), "generation 0's write alias");
     assert_eq!(files["settings"]["analysis"]["tokenizer"]["denorm_path_tree"]["type"], "path_hierarchy");
     assert_eq!(files["mappings"]["properties"]["path"]["fields"]["tree"]["analyzer"], "denorm_path_tree");
     assert_eq!(files["mappings"]["properties"]["path"]["type"], "keyword");
@@ -209,10 +232,15 @@ async fn creates_indexes_behind_aliases_with_the_mapping() {
 #[tokio::test]
 async fn accepts_a_matching_mapping_and_refuses_a_conflicting_one() {
     let server = MockServer::start().await;
+    for kind in [Kind::File, Kind::User, Kind::Post] {
+        let (read, index) = (setup::alias("denorm", kind), generations::concrete("denorm", kind, 0));
+        let aliases = json!({ index.clone(): {"aliases": { read.clone(): {"is_write_index": true}, generations::write_alias("denorm", kind, 0): {}}} });
+        Mock::given(method("GET")).and(path(format!("/{read}/_alias"))).respond_with(ResponseTemplate::new(200).set_body_json(aliases)).mount(&server).await;
+    }
     for kind in [Kind::User, Kind::Post] {
         Mock::given(method("GET"))
             .and(path(format!("/{}/_mapping", setup::alias("denorm", kind))))
-            .respond_with(ResponseTemplate::new(200).set_body_json(json!({ setup::first_index("denorm", kind): {"mappings": setup::mapping(kind)} })))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({ generations::concrete("denorm", kind, 0): {"mappings": setup::mapping(kind)} })))
             .mount(&server)
             .await;
     }
@@ -289,8 +317,8 @@ mod shard {
             .respond_with(ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-meta", "_id": "p0", "found": false})))
             .mount(server)
             .await;
-        Mock::given(path("/denorm-files/_refresh")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 1, "successful": 1, "failed": 0}}))).mount(server).await;
-        Mock::given(method("POST")).and(path("/denorm-files/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1"}))).mount(server).await;
+        Mock::given(path("/denorm-files-g0/_refresh")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 1, "successful": 1, "failed": 0}}))).mount(server).await;
+        Mock::given(method("POST")).and(path("/denorm-files-g0/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1"}))).mount(server).await;
         Mock::given(method("DELETE")).and(path("/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true, "num_freed": 1}))).expect(pit_closes).mount(server).await;
     }
 
@@ -331,8 +359,8 @@ mod shard {
         assert_eq!(bulks[0][1]["path"], "/c/b");
         assert_eq!(bulks[0][1]["denorm_pos"], 10);
         assert_eq!(bulks[0][3]["path"], "/c/b/x");
-        let refresh = reqs.iter().position(|r| r.url.path() == "/denorm-files/_refresh").unwrap();
-        let pit = reqs.iter().position(|r| r.url.path() == "/denorm-files/_pit").unwrap();
+        let refresh = reqs.iter().position(|r| r.url.path() == "/denorm-files-g0/_refresh").unwrap();
+        let pit = reqs.iter().position(|r| r.url.path() == "/denorm-files-g0/_pit").unwrap();
         assert!(refresh < pit, "refresh before the scan: read-your-writes");
     }
 
@@ -363,13 +391,13 @@ mod shard {
             // The file is absent when read, then another writer creates it
             // at a later position before our create lands.
             Mock::given(method("GET"))
-                .and(path("/denorm-files/_doc/f1"))
+                .and(path("/denorm-files-g0/_doc/f1"))
                 .respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false})))
                 .up_to_n_times(1)
                 .mount(&server)
                 .await;
             Mock::given(method("GET"))
-                .and(path("/denorm-files/_doc/f1"))
+                .and(path("/denorm-files-g0/_doc/f1"))
                 .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_index": "denorm-files-000001", "_id": "f1", "found": true, "_seq_no": 9, "_primary_term": 1,
                     "_source": {"id": "f1", "name": "n.txt", "path": "/c", "contents": "newer", "denorm_pos": 50}})))
                 .mount(&server)
@@ -425,13 +453,13 @@ fn falls_back_to_scroll_without_point_in_time_and_clears_it() {
     };
     rt.block_on(async {
         Mock::given(path("/denorm-meta/_doc/p0")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
-        Mock::given(path("/denorm-posts/_refresh")).respond_with(ResponseTemplate::new(200).set_body_json(json!({}))).mount(&server).await;
+        Mock::given(path("/denorm-posts-g0/_refresh")).respond_with(ResponseTemplate::new(200).set_body_json(json!({}))).mount(&server).await;
         // Elasticsearch 7.9: no point-in-time API.
-        Mock::given(path("/denorm-posts/_pit"))
-            .respond_with(ResponseTemplate::new(400).set_body_json(json!({"error": "no handler found for uri [/denorm-posts/_pit?keep_alive=1m] and method [POST]", "status": 400})))
+        Mock::given(path("/denorm-posts-g0/_pit"))
+            .respond_with(ResponseTemplate::new(400).set_body_json(json!({"error": "no handler found for uri [/denorm-posts-g0/_pit?keep_alive=1m] and method [POST]", "status": 400})))
             .mount(&server)
             .await;
-        Mock::given(path("/denorm-posts/_search"))
+        Mock::given(path("/denorm-posts-g0/_search"))
             .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_scroll_id": "s1", "hits": {"hits": [hit("p1", 3), hit("p2", 4)]}})))
             .mount(&server)
             .await;
@@ -442,7 +470,7 @@ fn falls_back_to_scroll_without_point_in_time_and_clears_it() {
             .await;
         Mock::given(method("DELETE")).and(path("/_search/scroll")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true}))).expect(1).mount(&server).await;
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&server).await;
-        Mock::given(method("GET")).and(path("/denorm-users/_doc/1")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
+        Mock::given(method("GET")).and(path("/denorm-users-g0/_doc/1")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
     });
     let b = backend(&server, &rt);
     let mut shard = b.open_shard(0).unwrap();
@@ -450,9 +478,9 @@ fn falls_back_to_scroll_without_point_in_time_and_clears_it() {
     let written = apply(shard.as_mut(), &cmd, 9, FanOut::pages_of(2)).unwrap();
     assert_eq!(written, 4, "three posts rewritten plus the user document");
     let reqs = rt.block_on(server.received_requests()).unwrap();
-    let first: Value = serde_json::from_slice(&reqs.iter().find(|r| r.url.path() == "/denorm-posts/_search").unwrap().body).unwrap();
+    let first: Value = serde_json::from_slice(&reqs.iter().find(|r| r.url.path() == "/denorm-posts-g0/_search").unwrap().body).unwrap();
     assert_eq!(first["query"]["bool"]["must_not"][0]["term"]["user.name.raw"], "New");
-    assert!(reqs.iter().any(|r| r.url.path() == "/denorm-posts/_search" && r.url.query().unwrap_or("").contains("scroll=1m")));
+    assert!(reqs.iter().any(|r| r.url.path() == "/denorm-posts-g0/_search" && r.url.query().unwrap_or("").contains("scroll=1m")));
     let scroll: Value = serde_json::from_slice(&reqs.iter().find(|r| r.url.path() == "/_search/scroll" && r.method.as_str() == "POST").unwrap().body).unwrap();
     assert_eq!(scroll["scroll_id"], "s1");
     let clear: Value = serde_json::from_slice(&reqs.iter().find(|r| r.method.as_str() == "DELETE").unwrap().body).unwrap();
@@ -492,7 +520,7 @@ async fn search_cli_queries_elasticsearch_and_prints_the_json_contract() {
 async fn mount_new_shard(server: &MockServer, ids: &[&str]) {
     Mock::given(path("/denorm-meta/_doc/p0")).and(method("GET")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(server).await;
     for id in ids {
-        Mock::given(method("GET")).and(path(format!("/denorm-files/_doc/{id}"))).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(server).await;
+        Mock::given(method("GET")).and(path(format!("/denorm-files-g0/_doc/{id}"))).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(server).await;
     }
 }
 
@@ -676,6 +704,182 @@ mod log_identity {
         assert_eq!(c[&0], Checkpoint::new(41, 0x51c0_16c8_9e23_0cf1));
         assert_eq!(c[&2], Checkpoint { offset: 5, fingerprint: None }, "a checkpoint from before fingerprints");
         let reqs = rt.block_on(server.received_requests()).unwrap();
-        assert_eq!(serde_json::from_slice::<Value>(&reqs[0].body).unwrap(), json!({"ids": ["p0", "p1", "p2"]}));
+        let mget = reqs.iter().find(|r| r.url.path() == "/denorm-meta/_mget").expect("one multi-get");
+        assert_eq!(serde_json::from_slice::<Value>(&mget.body).unwrap(), json!({"ids": ["p0", "p1", "p2"]}));
+    }
+}
+
+/// Generations (`denorm rebuild` on Elasticsearch): concrete indexes per
+/// generation, write aliases, the atomic alias swap and the meta documents.
+mod generations_contracts {
+    use super::*;
+    use denorm::index::generations::{ElasticGenerations, Generations, State};
+    use denorm::index::{Backend, Doc, FileDoc};
+
+    fn ok(body: Value) -> ResponseTemplate {
+        ResponseTemplate::new(200).set_body_json(body)
+    }
+
+    fn meta_found(id: &str, source: Value) -> ResponseTemplate {
+        ok(json!({"_index": "denorm-meta", "_id": id, "_version": 1, "_seq_no": 0, "_primary_term": 1, "found": true, "_source": source}))
+    }
+
+    fn meta_missing(id: &str) -> ResponseTemplate {
+        ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-meta", "_id": id, "found": false}))
+    }
+
+    fn written(id: &str) -> ResponseTemplate {
+        ResponseTemplate::new(201).set_body_json(json!({"_index": "denorm-meta", "_id": id, "_version": 1, "result": "created",
+            "_shards": {"total": 2, "successful": 1, "failed": 0}, "_seq_no": 0, "_primary_term": 1}))
+    }
+
+    fn file(id: &str, pos: u64) -> Doc {
+        Doc::File(FileDoc::at(id, "/a/b.txt", "c", pos))
+    }
+
+    #[test]
+    fn a_shard_reads_and_writes_only_through_its_generations_write_alias() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let server = rt.block_on(MockServer::start());
+        let b = backend_on(&server, &rt, 2);
+        rt.block_on(async {
+            Mock::given(method("POST")).and(path("/denorm-meta/_mget")).respond_with(ok(json!({"docs": [
+                {"_index": "denorm-meta", "_id": "g2-p0", "_version": 1, "_seq_no": 0, "_primary_term": 1, "found": true, "_source": {"topic": "t", "applied": 7, "parked": []}}
+            ]}))).mount(&server).await;
+            Mock::given(method("GET")).and(path("/denorm-meta/_doc/g2-p0")).respond_with(meta_found("g2-p0", json!({"topic": "t", "applied": 7, "parked": []}))).mount(&server).await;
+            Mock::given(method("GET")).and(path("/denorm-files-g2/_doc/f1"))
+                .respond_with(ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-files-000003", "_id": "f1", "found": false})))
+                .mount(&server).await;
+            Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&server).await;
+            Mock::given(method("POST")).and(path("/denorm-meta/_doc/g2-p0")).respond_with(written("g2-p0")).mount(&server).await;
+        });
+        assert_eq!(b.generation().unwrap(), 2);
+        assert_eq!(b.checkpoints(&[0]).unwrap()[&0].offset, 7, "generation 2's checkpoint");
+        let mut shard = b.open_shard(0).unwrap();
+        assert_eq!((shard.generation(), shard.applied()), (2, Some(7)));
+        assert_eq!(shard.get(Kind::File, "f1").unwrap(), None);
+        shard.create(file("f1", 8)).unwrap();
+        shard.mark_applied(Checkpoint::new(8, 1));
+        shard.commit().unwrap();
+
+        let reqs = rt.block_on(server.received_requests()).unwrap();
+        let bulk = reqs.iter().find(|r| r.url.path() == "/_bulk").expect("a bulk request");
+        assert!(bulk.url.query().unwrap_or("").contains("require_alias=true"), "writes never let Elasticsearch create an index: {}", bulk.url);
+        assert_eq!(ndjson(bulk)[0]["create"]["_index"], "denorm-files-g2");
+        let meta = reqs.iter().find(|r| r.url.path() == "/denorm-meta/_doc/g2-p0" && r.method.as_str() == "POST").expect("checkpoint written");
+        assert_eq!(serde_json::from_slice::<Value>(&meta.body).unwrap()["applied"], 8);
+        let paths: Vec<&str> = reqs.iter().map(|r| r.url.path()).collect();
+        assert!(!paths.iter().any(|p| p.starts_with("/denorm-files/_doc") || *p == "/denorm-meta/_doc/p0"), "nothing of the read alias or generation 0: {paths:?}");
+        assert_eq!(paths.iter().filter(|p| **p == "/denorm-files/_alias").count(), 1, "the generation is read once per second, not per call: {paths:?}");
+    }
+
+    #[test]
+    fn a_generation_whose_alias_is_gone_fails_retryably_and_is_never_read_as_empty() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let server = rt.block_on(MockServer::start());
+        let b = backend(&server, &rt);
+        rt.block_on(async {
+            Mock::given(method("GET")).and(path("/denorm-meta/_doc/p0")).respond_with(meta_missing("p0")).mount(&server).await;
+            Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/f1")).respond_with(index_not_found("denorm-files-g0")).mount(&server).await;
+            Mock::given(method("POST")).and(path("/_bulk")).respond_with(ok(json!({"took": 1, "errors": true, "items": [
+                {"index": {"_index": "denorm-files-g0", "_id": "f2", "status": 404, "error": {"type": "index_not_found_exception",
+                  "reason": "no such index [[require_alias] request flag is [true] and [denorm-files-g0] is not an alias]", "index": "denorm-files-g0"}}}
+            ]}))).mount(&server).await;
+        });
+        let mut shard = b.open_shard(0).unwrap();
+        let err = shard.get(Kind::File, "f1").unwrap_err();
+        assert!(err.is_retryable() && err.to_string().contains("index gone"), "a missing alias is not a missing document: {err}");
+        shard.put(file("f2", 3)).unwrap();
+        shard.mark_applied(Checkpoint::new(3, 1));
+        let err = shard.commit().unwrap_err();
+        assert!(err.is_retryable() && err.to_string().contains("denorm-files-g0"), "{err}");
+        let reqs = rt.block_on(server.received_requests()).unwrap();
+        assert_eq!(reqs.iter().filter(|r| r.url.path() == "/_bulk").count(), 1, "a gone generation is not retried in place");
+        assert!(!reqs.iter().any(|r| r.url.path().starts_with("/denorm-meta/_doc/p0") && r.method.as_str() != "GET"), "no checkpoint written");
+    }
+
+    #[test]
+    fn a_rebuild_creates_its_generation_records_its_log_and_swaps_every_alias_in_one_request() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let server = rt.block_on(MockServer::start());
+        let gens = ElasticGenerations { backend: backend(&server, &rt) };
+        rt.block_on(async {
+            for kind in ["files", "users", "posts"] {
+                Mock::given(method("PUT")).and(path(format!("/denorm-{kind}-000002")))
+                    .respond_with(ok(json!({"acknowledged": true, "shards_acknowledged": true, "index": format!("denorm-{kind}-000002")})))
+                    .up_to_n_times(1).mount(&server).await;
+                // A resumed rebuild finds it there.
+                Mock::given(method("PUT")).and(path(format!("/denorm-{kind}-000002")))
+                    .respond_with(ResponseTemplate::new(400).set_body_json(json!({"error": {"type": "resource_already_exists_exception",
+                        "reason": format!("index [denorm-{kind}-000002/abc] already exists")}, "status": 400})))
+                    .mount(&server).await;
+            }
+            Mock::given(method("POST")).and(path("/denorm-meta/_doc/g1-log")).respond_with(written("g1-log")).mount(&server).await;
+            Mock::given(path("/denorm-files-g1,denorm-users-g1,denorm-posts-g1/_refresh"))
+                .respond_with(ok(json!({"_shards": {"total": 6, "successful": 3, "failed": 0}}))).mount(&server).await;
+            Mock::given(method("POST")).and(path("/_aliases")).respond_with(ok(json!({"acknowledged": true, "errors": false}))).mount(&server).await;
+        });
+        gens.prepare(1).unwrap();
+        gens.prepare(1).unwrap();
+        gens.cut_over(0, 1, 4).unwrap();
+
+        let reqs = rt.block_on(server.received_requests()).unwrap();
+        let created: Value = serde_json::from_slice(&reqs.iter().find(|r| r.url.path() == "/denorm-files-000002").unwrap().body).unwrap();
+        assert_eq!(created["aliases"], json!({"denorm-files-g1": {}}), "only its write alias: searches must not see it before the cutover");
+        assert_eq!(created["mappings"], setup::mapping(Kind::File));
+        assert_eq!(created["settings"], setup::settings());
+        let order: Vec<&str> = reqs.iter().map(|r| r.url.path()).filter(|p| !p.ends_with("_alias")).collect();
+        let at = |p: &str| order.iter().position(|x| x.contains(p)).unwrap_or_else(|| panic!("{p} in {order:?}"));
+        assert!(at("g1-log") < at("_refresh") && at("_refresh") < at("/_aliases"), "log recorded, then refreshed, then swapped: {order:?}");
+        let log: Value = serde_json::from_slice(&reqs[reqs.iter().position(|r| r.url.path().ends_with("g1-log")).unwrap()].body).unwrap();
+        assert_eq!(log, json!({"topic": "t", "partitions": 4}));
+        let swaps: Vec<&Request> = reqs.iter().filter(|r| r.url.path() == "/_aliases").collect();
+        assert_eq!(swaps.len(), 1, "one atomic request");
+        let actions: Value = serde_json::from_slice(&swaps[0].body).unwrap();
+        let actions = actions["actions"].as_array().unwrap();
+        assert_eq!(actions.len(), 9);
+        for kind in ["files", "users", "posts"] {
+            for expected in [
+                json!({"remove": {"index": format!("denorm-{kind}-000001"), "alias": format!("denorm-{kind}")}}),
+                json!({"add": {"index": format!("denorm-{kind}-000002"), "alias": format!("denorm-{kind}"), "is_write_index": true}}),
+                json!({"remove": {"index": format!("denorm-{kind}-000001"), "alias": format!("denorm-{kind}-g0")}}),
+            ] {
+                assert!(actions.contains(&expected), "{expected} in {actions:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_old_generation_and_its_meta_documents_are_deleted_and_the_state_survives_a_restart() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let server = rt.block_on(MockServer::start());
+        let gens = ElasticGenerations { backend: backend_on(&server, &rt, 1) };
+        rt.block_on(async {
+            Mock::given(method("GET")).and(path("/denorm-files-*/_alias")).respond_with(ok(json!({
+                "denorm-files-000001": {"aliases": {}},
+                "denorm-files-000002": {"aliases": {"denorm-files": {"is_write_index": true}, "denorm-files-g1": {}}}
+            }))).mount(&server).await;
+            Mock::given(method("GET")).and(path("/denorm-meta/_doc/log")).respond_with(meta_found("log", json!({"topic": "t", "partitions": 2}))).mount(&server).await;
+            Mock::given(method("DELETE")).and(path("/denorm-files-000001,denorm-users-000001,denorm-posts-000001")).respond_with(ok(json!({"acknowledged": true}))).mount(&server).await;
+            for id in ["p0", "p1", "log"] {
+                Mock::given(method("DELETE")).and(path(format!("/denorm-meta/_doc/{id}"))).respond_with(ok(json!({"_id": id, "result": "deleted"}))).expect(1).mount(&server).await;
+            }
+            Mock::given(method("POST")).and(path("/denorm-meta/_doc/rebuild")).respond_with(written("rebuild")).mount(&server).await;
+            Mock::given(method("GET")).and(path("/denorm-meta/_doc/rebuild")).respond_with(meta_found("rebuild", json!({"generation": 2, "group": "g.rebuild-2"}))).mount(&server).await;
+        });
+        assert_eq!(gens.current().unwrap(), 1);
+        assert_eq!(gens.list().unwrap(), vec![0, 1]);
+        gens.remove(0, 6).unwrap();
+        gens.save_state(&State { generation: 2, group: "g.rebuild-2".into() }).unwrap();
+        let state = gens.state().unwrap().expect("state read back");
+        assert_eq!((state.generation, state.group.as_str()), (2, "g.rebuild-2"));
+
+        let reqs = rt.block_on(server.received_requests()).unwrap();
+        let deleted = reqs.iter().find(|r| r.method.as_str() == "DELETE" && r.url.path().contains("-000001")).expect("indexes deleted");
+        assert!(deleted.url.query().unwrap_or("").contains("ignore_unavailable=true"), "{}", deleted.url);
+        // The generation's own partition count (2), not the topic's now (6).
+        assert!(!reqs.iter().any(|r| r.url.path() == "/denorm-meta/_doc/p2"), "only the old generation's partitions");
+        let saved: Value = serde_json::from_slice(&reqs.iter().find(|r| r.method.as_str() == "POST" && r.url.path().ends_with("/rebuild")).unwrap().body).unwrap();
+        assert_eq!(saved, json!({"generation": 2, "group": "g.rebuild-2"}));
     }
 }

@@ -91,13 +91,6 @@ fn log_with_redelivered_suffix_matches_the_model_on_elasticsearch() {
     cfg.prefix = format!("denorm-test-{}", uuid::Uuid::new_v4().simple());
     let client = cfg.client().unwrap();
     rt.block_on(denorm::index::elastic::setup::ensure(&client, &cfg.prefix)).unwrap();
-    let backend = denorm::index::elastic::shard::ElasticBackend {
-        client,
-        prefix: cfg.prefix.clone(),
-        topic: "scenario".into(),
-        limits: Default::default(),
-        policy: Default::default(),
-        runtime: rt.handle().clone(),
-    };
+    let backend = denorm::index::elastic::shard::ElasticBackend::new(client, &cfg.prefix, "scenario", rt.handle().clone());
     scenario(&backend);
 }

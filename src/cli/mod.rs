@@ -76,9 +76,9 @@ pub enum Commands {
     /// Measure throughput, fan-out memory and latency against raw baselines (a plain
     /// consumer, bare tantivy) on a running broker; `scripts/bench.sh` starts one
     Bench(bench::BenchArgs),
-    /// Rebuild the embedded index from the whole topic into a new generation while the
-    /// live workers and searches keep using the current one, then cut over atomically
-    /// (resumable; --status shows the state)
+    /// Rebuild the index (embedded or Elasticsearch) from the whole topic into a new
+    /// generation while the live workers and searches keep using the current one, then
+    /// cut over atomically (resumable; --status shows the state)
     Rebuild(rebuild::RebuildArgs),
     /// Copy the topic into a new one with another partition count, keeping every key's
     /// order (pause the producers first); then rebuild from it

@@ -1,29 +1,34 @@
-//! `denorm rebuild`: builds the next generation of the embedded index from
-//! the start of the topic while the live workers keep applying commands to
-//! the current one and searches keep reading it, then cuts over atomically.
+//! `denorm rebuild`: builds the next generation of the index (embedded or
+//! Elasticsearch) from the start of the topic while the live workers keep
+//! applying commands to the current one and searches keep reading it, then
+//! cuts over atomically.
 //!
 //! How it goes (and how a crash at any point is resumed):
 //!
 //! 1. The topic must still hold every command (low watermark 0 on every
 //!    partition), or the rebuild is refused: a replay could not be exact.
-//! 2. `<index>/REBUILD` records the generation being built (N+1). A rerun
-//!    after a crash reads it and resumes that generation: its shards'
-//!    checkpoints say where each partition goes on.
+//! 2. The rebuild's state (`<index>/REBUILD`, or the meta document
+//!    `rebuild` on Elasticsearch) records the generation being built (N+1).
+//!    A rerun after a crash reads it and resumes that generation: its
+//!    shards' checkpoints say where each partition goes on.
 //! 3. An in-process worker of its own consumer group applies the topic to
 //!    generation N+1 (dead letters and parking work as in `denorm run`).
 //! 4. Once every partition of N+1 has reached both the end of the log (as
-//!    of that check) and the checkpoint of generation N, `CURRENT` is
-//!    switched to N+1 with one atomic rename: searches opened from then on
-//!    read N+1, never a half-built generation.
-//! 5. The rebuild's worker stops (commits and releases its shard writers).
-//!    Each live worker notices the switch between two batches, commits what
-//!    it applied to N, opens N+1's shard (waiting for the rebuild to release
-//!    it) and resumes at N+1's checkpoint: a command that arrived during the
+//!    of that check) and the checkpoint of generation N, the rebuild's
+//!    worker stops (commits and releases its shard writers), N+1 is made
+//!    searchable, and the cutover switches searches to it at once: one
+//!    atomic rename of `CURRENT` (embedded), one `_aliases` request
+//!    (Elasticsearch). Searches never see a half-built generation.
+//! 5. Each live worker notices the switch between two batches (or, on
+//!    Elasticsearch, at its next write: the old generation's write aliases
+//!    are gone), commits or drops what it had for N, opens N+1's shard and
+//!    resumes at N+1's checkpoint: a command that arrived during the
 //!    cutover is applied to N+1 by the rebuild or by the live worker, once.
-//! 6. Generation N is deleted once no writer holds its shards (`--keep-old`
-//!    keeps it), then `REBUILD` is removed.
+//! 6. Generation N is deleted (`--keep-old` keeps it): on the embedded index
+//!    once no writer holds its shards, on Elasticsearch at once (nothing can
+//!    write to it any more), then the state is removed.
 
-use std::path::Path;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,13 +36,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Args;
 use rdkafka::consumer::BaseConsumer;
-use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use super::{Cli, UsageError};
 use crate::http::{self, Health};
-use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
-use crate::index::Backend;
+use crate::index::elastic::{setup, shard::ElasticBackend};
+use crate::index::embedded::EmbeddedIndex;
+use crate::index::generations::{ElasticGenerations, EmbeddedGenerations, Generations, State};
+use crate::index::Checkpoint;
 use crate::kafka::{watermarks, KafkaConfig};
 use crate::worker::{self, Stats, WorkerConfig};
 
@@ -49,8 +55,8 @@ pub struct RebuildArgs {
     /// With --status: print JSON
     #[arg(long, requires = "status")]
     json: bool,
-    /// Keep the previous generation's files after the cutover (default: deleted once no
-    /// worker writes to them)
+    /// Keep the previous generation after the cutover (default: deleted once no worker
+    /// writes to it: its directory, or its Elasticsearch indexes and meta documents)
     #[arg(long, env = "DENORM_REBUILD_KEEP_OLD")]
     keep_old: bool,
     /// Address of the rebuild's /metrics, /healthz and /readyz endpoint (loopback by default)
@@ -61,47 +67,34 @@ pub struct RebuildArgs {
     index_memory_mb: u64,
 }
 
-/// `<index>/REBUILD`: the rebuild in progress.
-#[derive(Debug, Serialize, Deserialize)]
-struct State {
-    /// The generation being built.
-    generation: u64,
-    /// The consumer group of the rebuild's worker.
-    group: String,
-}
-
-const STATE: &str = "REBUILD";
-
-fn read_state(root: &Path) -> anyhow::Result<Option<State>> {
-    match std::fs::read_to_string(root.join(STATE)) {
-        Ok(t) => Ok(Some(serde_json::from_str(&t).with_context(|| format!("reading {}", root.join(STATE).display()))?)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// Commands of the log (`ends`: each partition's watermarks) that a
 /// generation with `checkpoints` has applied.
-fn applied_of(checkpoints: &std::collections::BTreeMap<i32, crate::index::Checkpoint>, ends: &[(i64, i64)]) -> i64 {
+fn applied_of(checkpoints: &BTreeMap<i32, Checkpoint>, ends: &[(i64, i64)]) -> i64 {
     (0..).zip(ends).map(|(p, (_, high))| checkpoints.get(&p).map_or(0, |c| (c.offset as i64 + 1).min(*high))).sum()
 }
 
 pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
-    if super::elastic_url(cli).is_some() {
-        return Err(UsageError(
-            "denorm rebuild works on the embedded index only so far; an Elasticsearch index is rebuilt by pointing a new --group \
-             and DENORM_ES_PREFIX at the topic (see \"Rebuilding an index\" in the README)"
-                .into(),
-        )
-        .into());
-    }
     let kafka = cli.kafka();
-    let index = EmbeddedIndex::open_for_rebuild(&cli.index, &kafka.topic).with_context(|| format!("opening the index {}", cli.index.display()))?;
+    let rt = tokio::runtime::Handle::current();
+    let index: Arc<dyn Generations> = match super::elastic_url(cli) {
+        Some(url) => {
+            let es = super::elastic_config(&url)?;
+            let client = es.client()?;
+            if !a.status {
+                setup::ensure(&client, &es.prefix).await.context("setting up the Elasticsearch indexes")?;
+            }
+            Arc::new(ElasticGenerations { backend: ElasticBackend::new(client, &es.prefix, &kafka.topic, rt.clone()) })
+        }
+        None => {
+            let index = EmbeddedIndex::open_for_rebuild(&cli.index, &kafka.topic).with_context(|| format!("opening the index {}", cli.index.display()))?;
+            Arc::new(EmbeddedGenerations { index, budget: (a.index_memory_mb as usize) << 20 })
+        }
+    };
     if a.status {
-        return status(&kafka, &index, a.json).await;
+        let (k, json) = (kafka.clone(), a.json);
+        return tokio::task::spawn_blocking(move || status(&k, index.as_ref(), json)).await?;
     }
-    let (k, root) = (kafka.clone(), cli.index.clone());
-    let (group, keep_old, budget, addr) = (cli.group.clone(), a.keep_old, (a.index_memory_mb as usize) << 20, a.metrics_addr);
+    let (k, group, keep_old, addr) = (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr);
     let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
     let health = Arc::new(Health::default());
     health.beat();
@@ -110,19 +103,15 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     let dlq = KafkaConfig { topic: crate::dlq::default_topic(&kafka.topic), ..kafka.clone() };
     let partitions = kafka.topic_partitions()?.ok_or_else(|| UsageError(format!("topic {} does not exist", kafka.topic)))?;
     dlq.ensure_topic().await.context("cannot reach or create the dead-letter topic")?;
-    let rt = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || rebuild(k, index, &root, &group, partitions, keep_old, budget, health, rt)).await?
+    tokio::task::spawn_blocking(move || rebuild(k, index.as_ref(), &group, partitions, keep_old, health, rt)).await?
 }
 
-#[allow(clippy::too_many_arguments)]
 fn rebuild(
     kafka: KafkaConfig,
-    index: EmbeddedIndex,
-    root: &Path,
+    index: &dyn Generations,
     group: &str,
     partitions: i32,
     keep_old: bool,
-    budget: usize,
     health: Arc<Health>,
     rt: tokio::runtime::Handle,
 ) -> anyhow::Result<()> {
@@ -137,16 +126,16 @@ fn rebuild(
             kafka.topic
         );
     }
-    let current = index.current_generation()?;
-    let state = match read_state(root)? {
+    let current = index.current()?;
+    let state = match index.state()? {
         Some(s) => {
             info!(generation = s.generation, "resuming the rebuild in progress");
             s
         }
         None => {
-            let generation = index.generations()?.into_iter().max().unwrap_or(0).max(current) + 1;
+            let generation = index.list()?.into_iter().max().unwrap_or(0).max(current) + 1;
             let s = State { generation, group: format!("{group}.rebuild-{generation}-{}", uuid::Uuid::new_v4().simple()) };
-            std::fs::write(root.join(STATE), serde_json::to_vec(&s)?)?;
+            index.save_state(&s)?;
             info!(generation, "rebuilding the index into a new generation");
             s
         }
@@ -159,10 +148,9 @@ fn rebuild(
     let total: i64 = marks.iter().map(|(_, high)| high).sum();
 
     if current != target {
+        index.prepare(target)?;
         // The rebuild's worker, on generation `target`.
-        let mut backend = EmbeddedBackend::new(index.clone(), budget);
-        backend.pinned = Some(target);
-        let backend: Arc<dyn Backend> = Arc::new(backend);
+        let backend = index.writer(target);
         let shutdown = Arc::new(AtomicBool::new(false));
         let cfg = WorkerConfig::new(kafka.clone(), state.group.clone());
         let (flag, h) = (shutdown.clone(), health.clone());
@@ -184,8 +172,8 @@ fn rebuild(
                 bail!("the rebuild's worker stopped before the rebuild was done");
             }
             let ends = watermarks(&consumer, &kafka.topic, partitions)?;
-            let built = index.checkpoints_in(target)?;
-            let live = if same_log { index.checkpoints_in(current)? } else { Default::default() };
+            let built = index.checkpoints_in(target, partitions)?;
+            let live = if same_log { index.checkpoints_in(current, partitions)? } else { Default::default() };
             let applied = applied_of(&built, &ends);
             let all: i64 = ends.iter().map(|(_, high)| high).sum();
             bar.set_length(all.max(0) as u64);
@@ -211,26 +199,26 @@ fn rebuild(
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        // The cutover.
-        index.set_current_generation(target)?;
-        index.rebind_log(partitions)?;
+        // The rebuild's worker stops first (commits, releases its writers):
+        // from the cutover on, live workers are the only writers of `target`.
+        shutdown.store(true, Ordering::SeqCst);
+        worker.join().map_err(|_| anyhow::anyhow!("the rebuild's worker panicked"))?.context("the rebuild's worker failed")?;
+        index.cut_over(current, target, partitions)?;
         info!(from = current, to = target, "cut over: searches and live workers use the new generation");
         if crate::faults::active("rebuild.after-cutover").is_some() {
             warn!("injected fault rebuild.after-cutover: aborting");
             std::process::abort();
         }
-        shutdown.store(true, Ordering::SeqCst);
-        worker.join().map_err(|_| anyhow::anyhow!("the rebuild's worker panicked"))?.context("the rebuild's worker failed")?;
     }
 
     if !keep_old {
-        for g in index.generations()?.into_iter().filter(|&g| g != target) {
-            remove_generation(&index, g)?;
+        for g in index.list()?.into_iter().filter(|&g| g != target) {
+            index.remove(g, partitions)?;
         }
     }
-    std::fs::remove_file(root.join(STATE))?;
+    index.clear_state()?;
     let secs = started.elapsed().as_secs_f64();
-    let built = index.checkpoints_in(target)?;
+    let built = index.checkpoints_in(target, partitions)?;
     let applied: u64 = built.values().map(|c| c.offset + 1).sum();
     println!(
         "rebuilt generation {target} from {} partitions: {applied} commands in {secs:.1}s ({:.0}/s); searches and workers now use it",
@@ -240,45 +228,17 @@ fn rebuild(
     Ok(())
 }
 
-/// Deletes `generation` once no writer holds any of its shards (live
-/// workers release them as they follow the cutover), waiting at most 60 s.
-fn remove_generation(index: &EmbeddedIndex, generation: u64) -> anyhow::Result<()> {
-    let dir = index.generation_dir(generation);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match index.writers_held(generation) {
-            Ok(0) => break,
-            Ok(n) if Instant::now() < deadline => {
-                info!(generation, writers = n, "waiting for live workers to leave the old generation");
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Ok(n) => {
-                warn!(generation, writers = n, dir = %dir.display(), "old generation still written to after 60 s: kept (delete it once every worker has moved)");
-                return Ok(());
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    std::fs::remove_dir_all(&dir).with_context(|| format!("deleting {}", dir.display()))?;
-    info!(generation, "old generation deleted");
-    Ok(())
-}
-
-async fn status(kafka: &KafkaConfig, index: &EmbeddedIndex, json: bool) -> anyhow::Result<()> {
-    let current = index.current_generation()?;
-    let generations = index.generations()?;
-    let state = read_state(index.root())?;
-    let (k, target) = (kafka.clone(), state.as_ref().map(|s| s.generation));
-    let ends = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<(i64, i64)>> {
-        let partitions = k.topic_partitions()?.unwrap_or(0);
-        let consumer: BaseConsumer = k.client_config().create()?;
-        Ok(watermarks(&consumer, &k.topic, partitions)?)
-    })
-    .await??;
+fn status(kafka: &KafkaConfig, index: &dyn Generations, json: bool) -> anyhow::Result<()> {
+    let current = index.current()?;
+    let generations = index.list()?;
+    let state = index.state()?;
+    let target = state.as_ref().map(|s| s.generation);
+    let partitions = kafka.topic_partitions()?.unwrap_or(0);
+    let consumer: BaseConsumer = kafka.client_config().create()?;
+    let ends = watermarks(&consumer, &kafka.topic, partitions)?;
     let progress = |g: u64| -> anyhow::Result<(i64, i64)> {
-        let c = index.checkpoints_in(g)?;
-        let applied = applied_of(&c, &ends);
-        Ok((applied, ends.iter().map(|(_, h)| h).sum()))
+        let c = index.checkpoints_in(g, partitions)?;
+        Ok((applied_of(&c, &ends), ends.iter().map(|(_, h)| h).sum()))
     };
     let (live_applied, end) = progress(current)?;
     let building = target.map(progress).transpose()?;
@@ -294,7 +254,7 @@ async fn status(kafka: &KafkaConfig, index: &EmbeddedIndex, json: bool) -> anyho
         return Ok(());
     }
     println!("current generation: {current} ({live_applied} of {end} commands applied)");
-    println!("generations on disk: {generations:?}");
+    println!("generations: {generations:?}");
     match (target, building) {
         (Some(g), Some((applied, end))) => println!("rebuild in progress: generation {g}, {applied} of {end} commands applied (run `denorm rebuild` to resume it)"),
         _ => println!("no rebuild in progress"),

@@ -12,7 +12,6 @@ use tracing::info;
 use super::Cli;
 use crate::apply::FanOut;
 use crate::http::{self, Health};
-use crate::index::elastic::bulk::{BulkLimits, RetryPolicy};
 use crate::index::elastic::setup;
 use crate::index::elastic::shard::ElasticBackend;
 use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
@@ -126,14 +125,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
             let client = es.client()?;
             setup::ensure(&client, &es.prefix).await.context("setting up the Elasticsearch indexes")?;
             info!(url = %es.url, prefix = %es.prefix, "elasticsearch indexes ready");
-            Arc::new(ElasticBackend {
-                client,
-                prefix: es.prefix.clone(),
-                topic: kafka.topic.clone(),
-                limits: BulkLimits::default(),
-                policy: RetryPolicy::default(),
-                runtime: tokio::runtime::Handle::current(),
-            })
+            Arc::new(ElasticBackend::new(client, &es.prefix, &kafka.topic, tokio::runtime::Handle::current()))
         }
         None => {
             let index = EmbeddedIndex::open(&cli.index, &kafka.topic).with_context(|| format!("opening the index {}", cli.index.display()))?;

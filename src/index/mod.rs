@@ -7,6 +7,7 @@
 
 pub mod elastic;
 pub mod embedded;
+pub mod generations;
 pub mod memory;
 
 use serde::Serialize;

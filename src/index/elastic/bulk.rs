@@ -100,6 +100,9 @@ pub enum Outcome {
     Retry(u16),
     /// Rejected for good (mapping or parse error, ...).
     Failed { status: u16, reason: String },
+    /// The target index or alias is not there (every write requires an
+    /// alias): the writer's generation was replaced (see `denorm rebuild`).
+    Gone(String),
 }
 
 /// Per-item outcomes of a bulk response, in request order. A delete of a
@@ -114,8 +117,12 @@ pub fn classify(response: &Value) -> Result<Vec<Outcome>, ElasticError> {
         .map(|item| {
             let (action, r) = item.as_object().and_then(|o| o.iter().next()).map(|(k, v)| (k.as_str(), v)).unwrap_or(("", &Value::Null));
             let status = r.get("status").and_then(Value::as_u64).unwrap_or(0) as u16;
+            let error_type = r["error"].get("type").and_then(Value::as_str);
             match status {
                 200..=299 => Outcome::Done,
+                404 if error_type == Some(super::INDEX_NOT_FOUND) => {
+                    Outcome::Gone(r["error"].get("reason").and_then(Value::as_str).unwrap_or_default().to_string())
+                }
                 404 if action == "delete" => Outcome::Done,
                 409 => Outcome::Conflict,
                 s if is_retryable_status(s) => Outcome::Retry(s),
@@ -169,7 +176,9 @@ async fn send(client: &Elasticsearch, mut ops: Vec<BulkOp>, policy: RetryPolicy,
         let body: Vec<JsonBody<Value>> = ops.iter().flat_map(|o| o.lines()).map(JsonBody::new).collect();
         let started = Instant::now();
         report.requests += 1;
-        let sent = client.bulk(BulkParts::None).body(body).send().await;
+        // Every action names an alias: never let Elasticsearch create an
+        // index on its own (a removed generation's alias must stay gone).
+        let sent = client.bulk(BulkParts::None).require_alias(true).body(body).send().await;
         histogram!(m::ES_BULK_SECONDS).record(started.elapsed().as_secs_f64());
         let retry_reason = match sent {
             Err(e) => format!("transport: {e}"),
@@ -193,6 +202,7 @@ async fn send(client: &Elasticsearch, mut ops: Vec<BulkOp>, policy: RetryPolicy,
                             Outcome::Conflict => "conflict",
                             Outcome::Retry(_) => "retry",
                             Outcome::Failed { .. } => "failed",
+                            Outcome::Gone(_) => "gone",
                         };
                         counter!(m::ES_BULK_ITEMS_TOTAL, "outcome" => label).increment(1);
                         match outcome {
@@ -203,6 +213,9 @@ async fn send(client: &Elasticsearch, mut ops: Vec<BulkOp>, policy: RetryPolicy,
                                 tracing::error!(id = op.id(), status, %reason, "document rejected by elasticsearch");
                                 report.failed.push((op, reason));
                             }
+                            // Nothing of this request can be kept: the
+                            // writer starts over on the new generation.
+                            Outcome::Gone(reason) => return Err(ElasticError::Gone(reason)),
                         }
                     }
                     if again.is_empty() {
@@ -236,7 +249,8 @@ mod tests {
             {"index": {"_id": "d", "status": 429, "error": {"type": "es_rejected_execution_exception"}}},
             {"index": {"_id": "e", "status": 500}},
             {"index": {"_id": "f", "status": 400, "error": {"type": "mapper_parsing_exception", "reason": "failed to parse"}}},
-            {"delete": {"_id": "g", "status": 404}},
+            {"delete": {"_id": "g", "status": 404, "result": "not_found"}},
+            {"delete": {"_id": "h", "status": 404, "error": {"type": "index_not_found_exception", "reason": "no such index [denorm-files-g0]"}}},
         ]});
         assert_eq!(
             classify(&r).unwrap(),
@@ -248,6 +262,7 @@ mod tests {
                 Outcome::Retry(500),
                 Outcome::Failed { status: 400, reason: "mapper_parsing_exception: failed to parse".into() },
                 Outcome::Done,
+                Outcome::Gone("no such index [denorm-files-g0]".into()),
             ]
         );
     }

@@ -110,7 +110,7 @@ impl<'a> PitScan<'a> {
         } else {
             let body = r.text().await.unwrap_or_default();
             if !pit_unsupported(status, &body) {
-                return Err(ElasticError::Status { what: format!("opening a point in time on {index}"), status, body });
+                return Err(super::status_error(&format!("opening a point in time on {index}"), status, &body));
             }
             tracing::info!(index, "no point-in-time API on this cluster: scanning with scroll");
             Mode::Scroll(index.to_string(), None)

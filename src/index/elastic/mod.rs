@@ -1,15 +1,16 @@
 //! Elasticsearch backend, through the official `elasticsearch` crate.
 //!
-//! Built so far (issue 3, in progress): client construction with basic or
-//! API-key authentication and a custom CA ([`config`]), index setup with
-//! concrete indexes behind aliases and mapping-conflict detection
-//! ([`setup`]), and the bulk engine that retries only the failed items
-//! ([`bulk`]). The `Shard`/`SearchIndex` implementations come next; until
-//! then the CLI refuses `--index http://...`.
+//! Client construction with basic or API-key authentication and a custom CA
+//! ([`config`]), index setup with concrete indexes behind aliases and
+//! mapping-conflict detection ([`setup`]), index generations for
+//! `denorm rebuild` ([`generations`]), the bulk engine that retries only the
+//! failed items ([`bulk`]), and the `Shard`/`SearchIndex` implementations
+//! ([`shard`], [`search`]).
 
 pub mod bulk;
 pub mod config;
 pub mod docs;
+pub mod generations;
 pub mod search;
 pub mod setup;
 pub mod shard;
@@ -27,13 +28,19 @@ pub enum ElasticError {
     Config(String),
     #[error("bulk request gave up after {attempts} attempts: {reason}")]
     RetriesExhausted { attempts: u32, reason: String },
+    /// The index or alias is not there (`index_not_found_exception`): for a
+    /// shard writer, its generation was replaced by a rebuild's cutover.
+    #[error("index gone: {0}")]
+    Gone(String),
 }
 
 impl ElasticError {
     /// Whether retrying later may succeed: transport errors, 429 and 5xx.
     pub fn is_retryable(&self) -> bool {
         match self {
-            ElasticError::Transport(_) | ElasticError::RetriesExhausted { .. } => true,
+            // A writer whose generation is gone follows the new one when
+            // it retries (see `denorm rebuild`).
+            ElasticError::Transport(_) | ElasticError::RetriesExhausted { .. } | ElasticError::Gone(_) => true,
             ElasticError::Status { status, .. } => is_retryable_status(*status),
             ElasticError::MappingConflict { .. } | ElasticError::Config(_) => false,
         }
@@ -51,12 +58,24 @@ impl From<elasticsearch::Error> for ElasticError {
     }
 }
 
-/// Reads a response: JSON body on 2xx, [`ElasticError::Status`] otherwise.
+/// Reads a response: JSON body on 2xx, [`ElasticError::Gone`] on a missing
+/// index or alias, [`ElasticError::Status`] otherwise.
 pub(crate) async fn json_or_status(what: &str, r: elasticsearch::http::response::Response) -> Result<serde_json::Value, ElasticError> {
     let status = r.status_code().as_u16();
     if (200..300).contains(&status) {
         return r.json().await.map_err(ElasticError::from);
     }
     let body = r.text().await.unwrap_or_default();
-    Err(ElasticError::Status { what: what.to_string(), status, body: body.chars().take(2000).collect() })
+    Err(status_error(what, status, &body))
 }
+
+/// The error of a non-2xx answer to `what`.
+pub(crate) fn status_error(what: &str, status: u16, body: &str) -> ElasticError {
+    if status == 404 && body.contains(INDEX_NOT_FOUND) {
+        return ElasticError::Gone(format!("{what}: {}", body.chars().take(500).collect::<String>()));
+    }
+    ElasticError::Status { what: what.to_string(), status, body: body.chars().take(2000).collect() }
+}
+
+/// The error type of a request to a missing index or alias.
+pub(crate) const INDEX_NOT_FOUND: &str = "index_not_found_exception";

@@ -1,13 +1,13 @@
 //! Index setup: one concrete index per document kind behind an alias
 //! (`denorm-files` -> `denorm-files-000001`), so that a rebuild can switch
-//! the alias atomically. Startup creates what is missing and refuses a
+//! the alias atomically (see [`super::generations`]). Startup creates what is missing and refuses a
 //! mapping that conflicts with the one denorm needs.
 
-use elasticsearch::indices::{IndicesCreateParts, IndicesGetMappingParts};
+use elasticsearch::indices::IndicesGetMappingParts;
 use elasticsearch::Elasticsearch;
 use serde_json::{json, Value};
 
-use super::{json_or_status, ElasticError};
+use super::{generations, json_or_status, ElasticError};
 use crate::index::Kind;
 
 /// Field holding the log position of the last write (idempotence guard).
@@ -24,11 +24,6 @@ pub fn kind_name(kind: Kind) -> &'static str {
 /// The alias documents of `kind` are read and written through.
 pub fn alias(prefix: &str, kind: Kind) -> String {
     format!("{prefix}-{}", kind_name(kind))
-}
-
-/// The first concrete index behind [`alias`].
-pub fn first_index(prefix: &str, kind: Kind) -> String {
-    format!("{}-000001", alias(prefix, kind))
 }
 
 /// Index settings: the `path_hierarchy` analyzer behind `path.tree`.
@@ -113,31 +108,23 @@ fn walk(prefix: &str, expected: &Value, found: &Value, out: &mut Vec<(String, St
     }
 }
 
-/// Creates the missing indexes and aliases, and checks existing mappings.
+/// Creates the missing indexes and aliases, and checks existing mappings
+/// (of the current generation: the indexes the read aliases point at).
 pub async fn ensure(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticError> {
     for kind in [Kind::File, Kind::User, Kind::Post] {
         let alias = alias(prefix, kind);
-        let r = client.indices().get_mapping(IndicesGetMappingParts::Index(&[&alias])).send().await?;
-        if r.status_code().as_u16() == 404 {
-            let index = first_index(prefix, kind);
-            let body = json!({
-                "settings": settings(),
-                "mappings": mapping(kind),
-                "aliases": { alias.clone(): { "is_write_index": true } }
-            });
-            let r = client.indices().create(IndicesCreateParts::Index(&index)).body(body).send().await?;
-            let status = r.status_code().as_u16();
-            if status == 400 {
-                let text = r.text().await.unwrap_or_default();
-                if text.contains("resource_already_exists_exception") {
-                    continue; // another worker created it first
+        match generations::current_of(client, prefix, kind).await? {
+            None => {
+                // Of workers starting together, one creates it.
+                if generations::create(client, prefix, kind, 0, true).await? {
+                    tracing::info!(alias = %alias, "created the first generation behind its alias");
                 }
-                return Err(ElasticError::Status { what: format!("creating index {index}"), status, body: text });
+                continue;
             }
-            json_or_status(&format!("creating index {index}"), r).await?;
-            tracing::info!(index = %index, alias = %alias, "created index behind alias");
-            continue;
+            Some((g, false)) => generations::add_write_alias(client, prefix, kind, g).await?,
+            Some((_, true)) => {}
         }
+        let r = client.indices().get_mapping(IndicesGetMappingParts::Index(&[&alias])).send().await?;
         let found = json_or_status(&format!("reading the mapping of {alias}"), r).await?;
         let expected = mapping(kind);
         for (index, m) in found.as_object().into_iter().flatten() {

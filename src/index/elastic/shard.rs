@@ -13,6 +13,8 @@
 //! sees every write before it (read-your-writes), one refresh per fan-out.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use elasticsearch::indices::IndicesRefreshParts;
 use elasticsearch::{CreateParts, Elasticsearch, GetParts, IndexParts, MgetParts};
@@ -21,7 +23,8 @@ use tokio::runtime::Handle;
 
 use super::bulk::{self, BulkLimits, BulkOp, BulkReport, RetryPolicy};
 use super::docs::{from_source, scan_query, to_source, PitScan};
-use super::setup::{alias, POS_FIELD};
+use super::generations;
+use super::setup::POS_FIELD;
 use super::{json_or_status, ElasticError};
 use crate::index::{Backend, Checkpoint, Doc, IndexError, Kind, Scan, SearchIndex, Shard};
 
@@ -45,11 +48,33 @@ pub struct ElasticBackend {
     pub policy: RetryPolicy,
     /// Runtime the blocking shard methods run their requests on.
     pub runtime: Handle,
+    /// A rebuild's writer works on this generation, whatever is current.
+    pub pinned: Option<u64>,
+    /// The current generation as last read, and when: every partition asks
+    /// every 100 ms, the cluster is asked at most once per [`GENERATION_TTL`].
+    generation_cache: Arc<Mutex<Option<(Instant, u64)>>>,
 }
 
+/// How long the current generation read from the read alias is reused.
+pub const GENERATION_TTL: Duration = Duration::from_secs(1);
+
 impl ElasticBackend {
+    /// A backend with the default bulk limits and retry policy.
+    pub fn new(client: Elasticsearch, prefix: &str, topic: &str, runtime: Handle) -> Self {
+        ElasticBackend {
+            client,
+            prefix: prefix.into(),
+            topic: topic.into(),
+            limits: BulkLimits::default(),
+            policy: RetryPolicy::default(),
+            runtime,
+            pinned: None,
+            generation_cache: Default::default(),
+        }
+    }
+
     fn meta_index(&self) -> String {
-        format!("{}-meta", self.prefix)
+        generations::meta_index(&self.prefix)
     }
 }
 
@@ -65,9 +90,15 @@ impl Backend for ElasticBackend {
     /// is created once (`op_type=create`: of two workers starting together
     /// one creates it, the other reads it) and compared afterwards.
     fn bind_log(&self, partitions: i32) -> Result<(), IndexError> {
+        if self.pinned.is_some() {
+            // A rebuild's generation: the log it is built from is recorded
+            // at its cutover.
+            return Ok(());
+        }
         let index = self.meta_index();
+        let id = generations::meta_id(self.generation()?, "log");
         loop {
-            if let Some((v, _)) = self.runtime.block_on(get_source(&self.client, &index, "log"))? {
+            if let Some((v, _)) = self.runtime.block_on(get_source(&self.client, &index, &id))? {
                 let topic = v["topic"].as_str().unwrap_or_default();
                 if topic != self.topic {
                     return Err(IndexError::WrongTopic { path: self.prefix.clone(), found: topic.into(), expected: self.topic.clone() });
@@ -81,7 +112,7 @@ impl Backend for ElasticBackend {
             let body = json!({"topic": self.topic, "partitions": partitions});
             let r = self
                 .runtime
-                .block_on(self.client.create(CreateParts::IndexId(&index, "log")).body(body).send())
+                .block_on(self.client.create(CreateParts::IndexId(&index, &id)).body(body).send())
                 .map_err(ElasticError::from)?;
             if r.status_code().as_u16() == 409 {
                 continue; // another worker created it first: read theirs
@@ -93,7 +124,8 @@ impl Backend for ElasticBackend {
 
     /// One multi-get of the partitions' meta documents.
     fn checkpoints(&self, partitions: &[i32]) -> Result<HashMap<i32, Checkpoint>, IndexError> {
-        let ids: Vec<String> = partitions.iter().map(|p| format!("p{p}")).collect();
+        let g = self.generation()?;
+        let ids: Vec<String> = partitions.iter().map(|p| generations::meta_id(g, &format!("p{p}"))).collect();
         let index = self.meta_index();
         let r = self
             .runtime
@@ -114,8 +146,26 @@ impl Backend for ElasticBackend {
         Ok(out)
     }
 
+    /// The pinned generation, or the one the read alias points at (read
+    /// again at most once per [`GENERATION_TTL`]).
+    fn generation(&self) -> Result<u64, IndexError> {
+        if let Some(g) = self.pinned {
+            return Ok(g);
+        }
+        let mut cache = self.generation_cache.lock().expect("generation cache lock");
+        if let Some((at, g)) = *cache {
+            if at.elapsed() < GENERATION_TTL {
+                return Ok(g);
+            }
+        }
+        let g = self.runtime.block_on(generations::current(&self.client, &self.prefix))?;
+        *cache = Some((Instant::now(), g));
+        Ok(g)
+    }
+
     fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError> {
-        let meta_id = format!("p{partition}");
+        let generation = self.generation()?;
+        let meta_id = generations::meta_id(generation, &format!("p{partition}"));
         let meta = self.runtime.block_on(get_source(&self.client, &self.meta_index(), &meta_id))?;
         let (applied, parked) = match meta {
             Some((v, _)) => {
@@ -129,6 +179,7 @@ impl Backend for ElasticBackend {
         };
         Ok(Box::new(ElasticShard {
             b: self.clone(),
+            generation,
             meta_id,
             pending: Vec::new(),
             overlay: HashMap::new(),
@@ -146,12 +197,19 @@ impl Backend for ElasticBackend {
 }
 
 /// GET a document by id (realtime): its source and (seq_no, primary_term).
-async fn get_source(client: &Elasticsearch, index: &str, id: &str) -> Result<Option<(Value, (i64, i64))>, ElasticError> {
+/// A missing document is `None`; a missing index or alias is an error
+/// ([`ElasticError::Gone`]), never taken for an absent document.
+pub(crate) async fn get_source(client: &Elasticsearch, index: &str, id: &str) -> Result<Option<(Value, (i64, i64))>, ElasticError> {
     let r = client.get(GetParts::IndexId(index, id)).send().await?;
+    let what = format!("reading {index}/{id}");
     if r.status_code().as_u16() == 404 {
-        return Ok(None);
+        let body = r.text().await.unwrap_or_default();
+        return match serde_json::from_str::<Value>(&body) {
+            Ok(v) if v["found"] == json!(false) => Ok(None),
+            _ => Err(super::status_error(&what, 404, &body)),
+        };
     }
-    let v = json_or_status(&format!("reading {index}/{id}"), r).await?;
+    let v = json_or_status(&what, r).await?;
     if v["found"] == json!(false) {
         return Ok(None);
     }
@@ -161,6 +219,9 @@ async fn get_source(client: &Elasticsearch, index: &str, id: &str) -> Result<Opt
 
 pub struct ElasticShard {
     b: ElasticBackend,
+    /// The generation this writer belongs to: it reads and writes through
+    /// that generation's write aliases only.
+    generation: u64,
     meta_id: String,
     pending: Vec<(Kind, BulkOp)>,
     /// Uncommitted writes, so reads see them (`None`: deleted).
@@ -174,8 +235,13 @@ pub struct ElasticShard {
 }
 
 impl ElasticShard {
+    /// The alias documents of `kind` are read and written through.
+    fn target(&self, kind: Kind) -> String {
+        generations::write_alias(&self.b.prefix, kind, self.generation)
+    }
+
     fn write_op(&self, doc: &Doc) -> BulkOp {
-        let index = alias(&self.b.prefix, doc.kind());
+        let index = self.target(doc.kind());
         let id = doc.id().to_string();
         match self.seen.get(&(doc.kind(), id.clone())) {
             Some(None) => BulkOp::Create { index, id, source: to_source(doc) },
@@ -189,7 +255,7 @@ impl ElasticShard {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let kinds: HashMap<String, Kind> = self.pending.iter().map(|(k, op)| (format!("{}/{}", alias(&self.b.prefix, *k), op.id()), *k)).collect();
+        let kinds: HashMap<String, Kind> = self.pending.iter().map(|(k, op)| (format!("{}/{}", self.target(*k), op.id()), *k)).collect();
         // The buffer is dropped only once Elasticsearch has it: after a
         // failure the next commit sends it again (writes are conditional and
         // guarded, so a partial first attempt is harmless).
@@ -258,7 +324,7 @@ impl Shard for ElasticShard {
         if let Some(d) = self.overlay.get(&key) {
             return Ok(d.clone());
         }
-        let got = self.b.runtime.block_on(get_source(&self.b.client, &alias(&self.b.prefix, kind), id))?;
+        let got = self.b.runtime.block_on(get_source(&self.b.client, &self.target(kind), id))?;
         self.seen.insert(key, got.as_ref().map(|(_, seq)| *seq));
         Ok(got.map(|(v, _)| from_source(kind, &v)))
     }
@@ -278,7 +344,7 @@ impl Shard for ElasticShard {
     fn delete(&mut self, kind: Kind, id: &str) -> Result<(), IndexError> {
         let key = (kind, id.to_string());
         let if_seq_no = self.seen.get(&key).copied().flatten();
-        self.pending.push((kind, BulkOp::Delete { index: alias(&self.b.prefix, kind), id: id.into(), if_seq_no }));
+        self.pending.push((kind, BulkOp::Delete { index: self.target(kind), id: id.into(), if_seq_no }));
         self.overlay.insert(key, None);
         Ok(())
     }
@@ -286,7 +352,7 @@ impl Shard for ElasticShard {
     fn rewrite(&mut self, scan: &Scan, page_size: usize, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
         self.flush()?;
         let (kind, query) = scan_query(scan);
-        let index = alias(&self.b.prefix, kind);
+        let index = self.target(kind);
         let b = self.b.clone();
         // Read-your-writes: the scan must see every earlier write.
         let r = b.runtime.block_on(b.client.indices().refresh(IndicesRefreshParts::Index(&[&index])).send()).map_err(ElasticError::from)?;
@@ -322,6 +388,10 @@ impl Shard for ElasticShard {
 
     fn checkpoint(&self) -> Option<Checkpoint> {
         self.applied
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation
     }
 
     fn parking(&mut self) -> &mut crate::dlq::Parking {

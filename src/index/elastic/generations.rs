@@ -1,0 +1,236 @@
+//! Index generations on Elasticsearch (see `denorm rebuild`).
+//!
+//! Generation `g` of a document kind is the concrete index
+//! `<prefix>-<kind>-<g+1, six digits>` (generation 0 is `denorm-files-000001`,
+//! the index a first start creates). Two kinds of alias point at it:
+//!
+//! - the **read alias** `<prefix>-<kind>` (searches), on the current
+//!   generation only. Which index it points at *is* the current generation;
+//!   a cutover moves the three read aliases with one `_aliases` request;
+//! - the generation's **write alias** `<prefix>-<kind>-g<g>`, through which
+//!   every shard writer of that generation reads and writes with
+//!   `require_alias`. The cutover removes the old generation's write aliases
+//!   in the same request, so a live writer that has not noticed the cutover
+//!   yet fails at its next request (a retryable "generation gone") instead
+//!   of writing to an index nobody reads, and a deleted old generation can
+//!   never be recreated by Elasticsearch's automatic index creation.
+//!
+//! The meta documents of generation `g` (`<prefix>-meta`) are `log`, `p<N>`
+//! and `rebuild` for generation 0 and `g<g>-log`, `g<g>-p<N>` after it.
+
+use elasticsearch::indices::{IndicesCreateParts, IndicesDeleteParts, IndicesGetAliasParts, IndicesPutAliasParts, IndicesRefreshParts};
+use elasticsearch::{DeleteParts, Elasticsearch, IndexParts};
+use serde_json::{json, Value};
+
+use super::setup::{alias, mapping, settings};
+use super::{json_or_status, ElasticError};
+use crate::index::Kind;
+
+pub const KINDS: [Kind; 3] = [Kind::File, Kind::User, Kind::Post];
+
+/// The concrete index of `kind` in generation `g`.
+pub fn concrete(prefix: &str, kind: Kind, g: u64) -> String {
+    format!("{}-{:06}", alias(prefix, kind), g + 1)
+}
+
+/// The alias generation `g`'s shard writers read and write `kind` through.
+pub fn write_alias(prefix: &str, kind: Kind, g: u64) -> String {
+    format!("{}-g{g}", alias(prefix, kind))
+}
+
+/// The id of the meta document `name` (`log`, `p<N>`) of generation `g`.
+pub fn meta_id(g: u64, name: &str) -> String {
+    match g {
+        0 => name.to_string(),
+        g => format!("g{g}-{name}"),
+    }
+}
+
+/// The meta document of the rebuild in progress.
+pub const REBUILD: &str = "rebuild";
+
+/// The meta document `id` (`None` when it, or the meta index, is missing).
+pub async fn get_meta(client: &Elasticsearch, prefix: &str, id: &str) -> Result<Option<Value>, ElasticError> {
+    match super::shard::get_source(client, &meta_index(prefix), id).await {
+        Ok(found) => Ok(found.map(|(v, _)| v)),
+        Err(ElasticError::Gone(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates or replaces the meta document `id`.
+pub async fn put_meta(client: &Elasticsearch, prefix: &str, id: &str, body: Value) -> Result<(), ElasticError> {
+    let index = meta_index(prefix);
+    let r = client.index(IndexParts::IndexId(&index, id)).body(body).send().await?;
+    json_or_status(&format!("writing {index}/{id}"), r).await?;
+    Ok(())
+}
+
+/// Deletes the meta document `id` (done when it is missing).
+pub async fn delete_meta(client: &Elasticsearch, prefix: &str, id: &str) -> Result<(), ElasticError> {
+    let index = meta_index(prefix);
+    let r = client.delete(DeleteParts::IndexId(&index, id)).send().await?;
+    if r.status_code().as_u16() != 404 {
+        json_or_status(&format!("deleting {index}/{id}"), r).await?;
+    }
+    Ok(())
+}
+
+/// The meta index: one concrete index for every generation.
+pub fn meta_index(prefix: &str) -> String {
+    format!("{prefix}-meta")
+}
+
+/// The generation of the concrete index `index` of `kind`, if it is one.
+pub fn generation_of(prefix: &str, kind: Kind, index: &str) -> Option<u64> {
+    let digits = index.strip_prefix(&alias(prefix, kind))?.strip_prefix('-')?;
+    if digits.len() != 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_sub(1)
+}
+
+/// The concrete indexes `name` (an alias or a pattern) resolves to, each
+/// with its aliases; empty when there is none.
+async fn aliases_of(client: &Elasticsearch, name: &str) -> Result<Value, ElasticError> {
+    let r = client.indices().get_alias(IndicesGetAliasParts::Index(&[name])).send().await?;
+    match json_or_status(&format!("reading the aliases of {name}"), r).await {
+        Err(ElasticError::Gone(_)) => Ok(json!({})),
+        other => other,
+    }
+}
+
+/// What the read alias of `kind` points at: the current generation (`None`
+/// before the first start) and whether that generation's write alias exists.
+pub async fn current_of(client: &Elasticsearch, prefix: &str, kind: Kind) -> Result<Option<(u64, bool)>, ElasticError> {
+    let read = alias(prefix, kind);
+    let found = aliases_of(client, &read).await?;
+    let mut current = None;
+    for (index, v) in found.as_object().into_iter().flatten() {
+        let g = generation_of(prefix, kind, index)
+            .ok_or_else(|| ElasticError::Config(format!("alias {read} points at {index}, which is not an index denorm created ({read}-NNNNNN)")))?;
+        if current.is_some() {
+            return Err(ElasticError::Config(format!("alias {read} points at more than one index: {found}")));
+        }
+        current = Some((g, v["aliases"].get(write_alias(prefix, kind, g)).is_some()));
+    }
+    Ok(current)
+}
+
+/// The current generation: the one the read alias of files points at (0
+/// before the first start).
+pub async fn current(client: &Elasticsearch, prefix: &str) -> Result<u64, ElasticError> {
+    Ok(current_of(client, prefix, Kind::File).await?.map_or(0, |(g, _)| g))
+}
+
+/// Every generation with a concrete index of files, in order.
+pub async fn list(client: &Elasticsearch, prefix: &str) -> Result<Vec<u64>, ElasticError> {
+    let found = aliases_of(client, &format!("{}-*", alias(prefix, Kind::File))).await?;
+    let mut out: Vec<u64> = found.as_object().into_iter().flatten().filter_map(|(index, _)| generation_of(prefix, Kind::File, index)).collect();
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// The body that creates generation `g` of `kind`, with its write alias
+/// and, for the first generation of a new index, the read alias.
+pub fn create_body(prefix: &str, kind: Kind, g: u64, with_read_alias: bool) -> Value {
+    let mut aliases = json!({ write_alias(prefix, kind, g): {} });
+    if with_read_alias {
+        aliases[alias(prefix, kind)] = json!({ "is_write_index": true });
+    }
+    json!({ "settings": settings(), "mappings": mapping(kind), "aliases": aliases })
+}
+
+/// Creates the concrete index of `kind` in generation `g`; one that exists
+/// already (a resumed rebuild, another worker starting) is left as it is.
+/// Whether this call created it.
+pub async fn create(client: &Elasticsearch, prefix: &str, kind: Kind, g: u64, with_read_alias: bool) -> Result<bool, ElasticError> {
+    let index = concrete(prefix, kind, g);
+    let r = client.indices().create(IndicesCreateParts::Index(&index)).body(create_body(prefix, kind, g, with_read_alias)).send().await?;
+    let status = r.status_code().as_u16();
+    if status == 400 {
+        let text = r.text().await.unwrap_or_default();
+        if text.contains("resource_already_exists_exception") {
+            return Ok(false);
+        }
+        return Err(ElasticError::Status { what: format!("creating index {index}"), status, body: text });
+    }
+    json_or_status(&format!("creating index {index}"), r).await?;
+    tracing::info!(index = %index, generation = g, "created index");
+    Ok(true)
+}
+
+/// Adds generation `g`'s write alias of `kind` (indexes created before
+/// write aliases existed).
+pub async fn add_write_alias(client: &Elasticsearch, prefix: &str, kind: Kind, g: u64) -> Result<(), ElasticError> {
+    let (index, name) = (concrete(prefix, kind, g), write_alias(prefix, kind, g));
+    let r = client.indices().put_alias(IndicesPutAliasParts::IndexName(&[&index], &name)).send().await?;
+    json_or_status(&format!("adding alias {name} to {index}"), r).await?;
+    Ok(())
+}
+
+/// Makes every write to generation `g` searchable.
+pub async fn refresh(client: &Elasticsearch, prefix: &str, g: u64) -> Result<(), ElasticError> {
+    let names: Vec<String> = KINDS.iter().map(|k| write_alias(prefix, *k, g)).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let r = client.indices().refresh(IndicesRefreshParts::Index(&refs)).send().await?;
+    json_or_status(&format!("refreshing generation {g}"), r).await?;
+    Ok(())
+}
+
+/// The actions of the cutover from generation `from` to `to`: every read
+/// alias moves, and `from`'s write aliases go.
+pub fn cutover_actions(prefix: &str, from: u64, to: u64) -> Value {
+    let mut actions = Vec::new();
+    for kind in KINDS {
+        let read = alias(prefix, kind);
+        actions.push(json!({ "remove": { "index": concrete(prefix, kind, from), "alias": read } }));
+        actions.push(json!({ "add": { "index": concrete(prefix, kind, to), "alias": read, "is_write_index": true } }));
+        actions.push(json!({ "remove": { "index": concrete(prefix, kind, from), "alias": write_alias(prefix, kind, from) } }));
+    }
+    json!({ "actions": actions })
+}
+
+/// Switches searches and live workers from generation `from` to `to`: one
+/// `_aliases` request, which Elasticsearch applies atomically.
+pub async fn cut_over(client: &Elasticsearch, prefix: &str, from: u64, to: u64) -> Result<(), ElasticError> {
+    let r = client.indices().update_aliases().body(cutover_actions(prefix, from, to)).send().await?;
+    let v = json_or_status(&format!("moving the aliases from generation {from} to {to}"), r).await?;
+    if v["acknowledged"] != json!(true) {
+        return Err(ElasticError::Transport(format!("the alias swap was not acknowledged: {v}")));
+    }
+    Ok(())
+}
+
+/// Deletes generation `g`: its concrete indexes and its meta documents
+/// (`partitions` partition checkpoints and the log binding).
+pub async fn remove(client: &Elasticsearch, prefix: &str, g: u64, partitions: i32) -> Result<(), ElasticError> {
+    let names: Vec<String> = KINDS.iter().map(|k| concrete(prefix, *k, g)).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let r = client.indices().delete(IndicesDeleteParts::Index(&refs)).ignore_unavailable(true).send().await?;
+    json_or_status(&format!("deleting generation {g}"), r).await?;
+    for id in (0..partitions).map(|p| meta_id(g, &format!("p{p}"))).chain([meta_id(g, "log")]) {
+        delete_meta(client, prefix, &id).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_of_a_generation() {
+        assert_eq!(concrete("denorm", Kind::File, 0), "denorm-files-000001");
+        assert_eq!(concrete("denorm", Kind::Post, 11), "denorm-posts-000012");
+        assert_eq!(write_alias("denorm", Kind::User, 2), "denorm-users-g2");
+        assert_eq!(meta_id(0, "p3"), "p3");
+        assert_eq!(meta_id(4, "log"), "g4-log");
+        assert_eq!(generation_of("denorm", Kind::File, "denorm-files-000012"), Some(11));
+        assert_eq!(generation_of("denorm", Kind::File, "denorm-files-g1"), None);
+        assert_eq!(generation_of("denorm", Kind::File, "denorm-files-000000"), None);
+        assert_eq!(generation_of("denorm", Kind::File, "denorm-filesx-000001"), None);
+        assert_eq!(generation_of("denorm", Kind::File, "denorm-users-000001"), None);
+    }
+}

@@ -1,0 +1,203 @@
+//! Index generations, what `denorm rebuild` builds and switches between:
+//! one implementation per backend. A generation is a complete index built
+//! from the log; exactly one is current (read by searches, written by live
+//! workers), and a rebuild builds the next one beside it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use super::elastic::{generations, shard::ElasticBackend, ElasticError};
+use super::embedded::{EmbeddedBackend, EmbeddedIndex};
+use super::{Backend, Checkpoint};
+
+/// The rebuild in progress (`<index>/REBUILD`, or the meta document
+/// `rebuild` on Elasticsearch).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct State {
+    /// The generation being built.
+    pub generation: u64,
+    /// The consumer group of the rebuild's worker.
+    pub group: String,
+}
+
+/// What a rebuild needs of an index's generations; one implementation per
+/// backend.
+pub trait Generations: Send + Sync {
+    /// The generation searches and live workers use.
+    fn current(&self) -> anyhow::Result<u64>;
+    /// Every generation that exists, in order.
+    fn list(&self) -> anyhow::Result<Vec<u64>>;
+    fn state(&self) -> anyhow::Result<Option<State>>;
+    fn save_state(&self, s: &State) -> anyhow::Result<()>;
+    fn clear_state(&self) -> anyhow::Result<()>;
+    /// The topic the current generation was built from.
+    fn recorded_topic(&self) -> anyhow::Result<String>;
+    /// The checkpoints of generation `g`'s shards (of `partitions`).
+    fn checkpoints_in(&self, g: u64, partitions: i32) -> anyhow::Result<BTreeMap<i32, Checkpoint>>;
+    /// Makes generation `g` ready to be written (created when missing).
+    fn prepare(&self, g: u64) -> anyhow::Result<()>;
+    /// A backend whose shard writers work on generation `g`.
+    fn writer(&self, g: u64) -> Arc<dyn Backend>;
+    /// Records the log `to` was built from (this topic, `partitions`), makes
+    /// it searchable and switches searches and live workers to it.
+    fn cut_over(&self, from: u64, to: u64, partitions: i32) -> anyhow::Result<()>;
+    /// Deletes generation `g` once nothing writes to it.
+    fn remove(&self, g: u64, partitions: i32) -> anyhow::Result<()>;
+}
+
+const STATE: &str = "REBUILD";
+
+/// Generations of the embedded index (`<index>/CURRENT`, `generations/N/`).
+pub struct EmbeddedGenerations {
+    pub index: EmbeddedIndex,
+    /// Indexing memory budget of each shard writer.
+    pub budget: usize,
+}
+
+impl Generations for EmbeddedGenerations {
+    fn current(&self) -> anyhow::Result<u64> {
+        Ok(self.index.current_generation()?)
+    }
+    fn list(&self) -> anyhow::Result<Vec<u64>> {
+        Ok(self.index.generations()?)
+    }
+    fn state(&self) -> anyhow::Result<Option<State>> {
+        let path = self.index.root().join(STATE);
+        match std::fs::read_to_string(&path) {
+            Ok(t) => Ok(Some(serde_json::from_str(&t).with_context(|| format!("reading {}", path.display()))?)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+    fn save_state(&self, s: &State) -> anyhow::Result<()> {
+        Ok(std::fs::write(self.index.root().join(STATE), serde_json::to_vec(s)?)?)
+    }
+    fn clear_state(&self) -> anyhow::Result<()> {
+        Ok(std::fs::remove_file(self.index.root().join(STATE))?)
+    }
+    fn recorded_topic(&self) -> anyhow::Result<String> {
+        Ok(self.index.recorded_topic()?)
+    }
+    fn checkpoints_in(&self, g: u64, _partitions: i32) -> anyhow::Result<BTreeMap<i32, Checkpoint>> {
+        Ok(self.index.checkpoints_in(g)?)
+    }
+    fn prepare(&self, _g: u64) -> anyhow::Result<()> {
+        Ok(()) // shard directories are created as they are opened
+    }
+    fn writer(&self, g: u64) -> Arc<dyn Backend> {
+        let mut backend = EmbeddedBackend::new(self.index.clone(), self.budget);
+        backend.pinned = Some(g);
+        Arc::new(backend)
+    }
+    fn cut_over(&self, _from: u64, to: u64, partitions: i32) -> anyhow::Result<()> {
+        // The log first: a live worker that sees the new generation must
+        // find its binding (after `denorm migrate`, the new topic's).
+        self.index.rebind_log(partitions)?;
+        Ok(self.index.set_current_generation(to)?)
+    }
+    /// Waits (at most 60 s) until no writer holds any of `g`'s shards: live
+    /// workers release them as they follow the cutover.
+    fn remove(&self, g: u64, _partitions: i32) -> anyhow::Result<()> {
+        let dir = self.index.generation_dir(g);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match self.index.writers_held(g)? {
+                0 => break,
+                n if Instant::now() < deadline => {
+                    info!(generation = g, writers = n, "waiting for live workers to leave the old generation");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                n => {
+                    warn!(generation = g, writers = n, dir = %dir.display(), "old generation still written to after 60 s: kept (delete it once every worker has moved)");
+                    return Ok(());
+                }
+            }
+        }
+        std::fs::remove_dir_all(&dir).with_context(|| format!("deleting {}", dir.display()))?;
+        info!(generation = g, "old generation deleted");
+        Ok(())
+    }
+}
+
+/// Generations on Elasticsearch (see [`generations`]: concrete indexes
+/// behind aliases).
+pub struct ElasticGenerations {
+    pub backend: ElasticBackend,
+}
+
+impl ElasticGenerations {
+    fn block<T>(&self, f: impl std::future::Future<Output = Result<T, ElasticError>>) -> anyhow::Result<T> {
+        Ok(self.backend.runtime.block_on(f)?)
+    }
+
+    fn meta(&self, id: &str) -> anyhow::Result<Option<serde_json::Value>> {
+        let b = &self.backend;
+        self.block(generations::get_meta(&b.client, &b.prefix, id))
+    }
+
+    fn put_meta(&self, id: &str, body: serde_json::Value) -> anyhow::Result<()> {
+        let b = &self.backend;
+        self.block(generations::put_meta(&b.client, &b.prefix, id, body))
+    }
+}
+
+impl Generations for ElasticGenerations {
+    fn current(&self) -> anyhow::Result<u64> {
+        self.block(generations::current(&self.backend.client, &self.backend.prefix))
+    }
+    fn list(&self) -> anyhow::Result<Vec<u64>> {
+        self.block(generations::list(&self.backend.client, &self.backend.prefix))
+    }
+    fn state(&self) -> anyhow::Result<Option<State>> {
+        self.meta(generations::REBUILD)?.map(|v| serde_json::from_value(v).context("reading the rebuild's state")).transpose()
+    }
+    fn save_state(&self, s: &State) -> anyhow::Result<()> {
+        self.put_meta(generations::REBUILD, serde_json::to_value(s)?)
+    }
+    fn clear_state(&self) -> anyhow::Result<()> {
+        let b = &self.backend;
+        self.block(generations::delete_meta(&b.client, &b.prefix, generations::REBUILD))
+    }
+    fn recorded_topic(&self) -> anyhow::Result<String> {
+        let log = self.meta(&generations::meta_id(self.current()?, "log"))?;
+        Ok(log.and_then(|v| v["topic"].as_str().map(String::from)).unwrap_or_else(|| self.backend.topic.clone()))
+    }
+    fn checkpoints_in(&self, g: u64, partitions: i32) -> anyhow::Result<BTreeMap<i32, Checkpoint>> {
+        let all: Vec<i32> = (0..partitions).collect();
+        Ok(self.writer(g).checkpoints(&all)?.into_iter().collect())
+    }
+    fn prepare(&self, g: u64) -> anyhow::Result<()> {
+        let b = &self.backend;
+        for kind in generations::KINDS {
+            self.block(generations::create(&b.client, &b.prefix, kind, g, false))?;
+        }
+        Ok(())
+    }
+    fn writer(&self, g: u64) -> Arc<dyn Backend> {
+        let mut backend = self.backend.clone();
+        backend.pinned = Some(g);
+        Arc::new(backend)
+    }
+    fn cut_over(&self, from: u64, to: u64, partitions: i32) -> anyhow::Result<()> {
+        let b = &self.backend;
+        self.put_meta(&generations::meta_id(to, "log"), serde_json::json!({"topic": b.topic, "partitions": partitions}))?;
+        self.block(generations::refresh(&b.client, &b.prefix, to))?;
+        self.block(generations::cut_over(&b.client, &b.prefix, from, to))
+    }
+    /// At once: the cutover removed `g`'s write aliases, so no writer can
+    /// reach its indexes any more.
+    fn remove(&self, g: u64, partitions: i32) -> anyhow::Result<()> {
+        let recorded = self.meta(&generations::meta_id(g, "log"))?.and_then(|v| v["partitions"].as_i64());
+        let partitions = recorded.map_or(partitions, |n| n as i32);
+        let b = &self.backend;
+        self.block(generations::remove(&b.client, &b.prefix, g, partitions))?;
+        info!(generation = g, "old generation deleted");
+        Ok(())
+    }
+}
+
