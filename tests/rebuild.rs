@@ -211,3 +211,50 @@ fn more_partitions_through_migrate_and_a_rebuild_from_the_new_topic() {
     all.extend(more);
     assert_matches_model(&r.index, &all);
 }
+
+/// A live worker whose shard is reopened after an index failure, while a
+/// cutover moved the index to another generation, resumes at that
+/// generation's checkpoint. Re-applying its uncommitted batch onto the new
+/// generation from where the batch began would skip every command between
+/// the new generation's checkpoint and the batch.
+#[test]
+fn a_worker_reopening_its_shard_onto_a_new_generation_resumes_at_that_generations_checkpoint() {
+    let r = Rig::new(1);
+    let mut log = produce(&r.cfg, files_under("a-", "/a", 500));
+    let live = r.worker(&[]);
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&live]);
+    assert!(live.terminate().success());
+    // Generation 1: generation 0 as it is now (checkpoint at offset 499).
+    copy_dir(&r.index.join("shards"), &r.index.join("generations").join("1"));
+    let index = EmbeddedIndex::open_existing(&r.index).unwrap();
+    assert_eq!(index.checkpoints_in(1).unwrap()[&0].offset, 499);
+
+    let live = r.worker(&[]);
+    log.extend(produce(&r.cfg, files_under("b-", "/b", 500)));
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&live]);
+    // Generation 0 is at offset 999. The next batch cannot be committed.
+    r.on_fault("index.io", "");
+    log.extend(produce(&r.cfg, files_under("c-", "/c", 300)));
+    assert!(live.wait_for_log("index commit failed, retrying", Duration::from_secs(60)), "{}", live.log());
+    // The cutover happens meanwhile, and the shard is reopened (again and
+    // again, while commits fail) after it; then the index recovers.
+    let failures = || live.log().matches("failed, retrying").count();
+    let before = failures();
+    index.set_current_generation(1).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while failures() < before + 3 {
+        assert!(Instant::now() < deadline, "no retries after the cutover:\n{}", live.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    r.off_fault("index.io");
+    assert!(live.wait_for_log("the index moved to a new generation during a batch", Duration::from_secs(60)), "{}", live.log());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while index.checkpoints_in(1).unwrap().get(&0).is_none_or(|c| c.offset < 1299) {
+        assert!(Instant::now() < deadline, "generation 1 never caught up: {:?}\n{}", index.checkpoints_in(1), live.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, text) = live.terminate_with_log();
+    assert!(status.success(), "{text}");
+    // Generation 1 holds the commands between its checkpoint and the batch.
+    assert_matches_model(&r.index, &log);
+}
