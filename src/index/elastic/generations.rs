@@ -154,7 +154,7 @@ pub async fn create(client: &Elasticsearch, prefix: &str, kind: Kind, g: u64, wi
         if text.contains("resource_already_exists_exception") {
             return Ok(false);
         }
-        return Err(ElasticError::Status { what: format!("creating index {index}"), status, body: text });
+        return Err(super::status_error(&format!("creating index {index}"), status, &text));
     }
     json_or_status(&format!("creating index {index}"), r).await?;
     tracing::info!(index = %index, generation = g, "created index");

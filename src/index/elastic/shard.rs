@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use elasticsearch::indices::IndicesRefreshParts;
-use elasticsearch::{CreateParts, Elasticsearch, GetParts, IndexParts, MgetParts};
+use elasticsearch::{CreateParts, Elasticsearch, GetParts, MgetParts};
 use serde_json::{json, Value};
 use tokio::runtime::Handle;
 
@@ -106,7 +106,7 @@ impl Backend for ElasticBackend {
                 return match v["partitions"].as_i64() {
                     Some(n) if n == i64::from(partitions) => Ok(()),
                     Some(n) => Err(IndexError::LogMismatch(crate::logid::partitions_changed(n as i32, partitions))),
-                    None => Err(IndexError::Corrupt(format!("{index}/log has no partition count: {v}"))),
+                    None => Err(IndexError::Corrupt(format!("{index}/{id} has no partition count: {v}"))),
                 };
             }
             let body = json!({"topic": self.topic, "partitions": partitions});
@@ -406,8 +406,7 @@ impl Shard for ElasticShard {
                 if let Some(f) = at.fingerprint {
                     body["fingerprint"] = json!(format!("{f:016x}"));
                 }
-                let r = self.b.runtime.block_on(self.b.client.index(IndexParts::IndexId(&self.b.meta_index(), &self.meta_id)).body(body).send()).map_err(ElasticError::from)?;
-                self.b.runtime.block_on(json_or_status("recording the applied position", r))?;
+                self.b.runtime.block_on(generations::put_meta(&self.b.client, &self.b.prefix, &self.meta_id, body))?;
             }
             self.applied = self.marked;
             self.parked = self.parked_marked.clone();
