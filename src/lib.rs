@@ -1,6 +1,7 @@
 //! denorm: a Kafka-driven, event-sourced indexing pipeline for denormalized
 //! search documents. See README.md for the architecture.
 
+pub mod alloc;
 pub mod apply;
 pub mod codec;
 pub mod command;

@@ -11,11 +11,12 @@ use clap::Parser;
 /// cores) mimalloc cut the worker's heap before the rename from 294 to
 /// 231 MB and its CPU time for 120,000 single-document commands from about
 /// 2.2 to 1.3-1.7 s; limiting glibc to two arenas saved more memory but
-/// cost throughput.
+/// cost throughput. `alloc::tune` sets two of its options.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    denorm::alloc::tune();
     let cli = denorm::cli::Cli::parse();
     denorm::cli::init_tracing(&cli);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
