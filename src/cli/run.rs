@@ -46,6 +46,11 @@ pub struct RunArgs {
     /// rename part-way)
     #[arg(long, env = "DENORM_FAN_OUT_COMMIT_EVERY", default_value_t = crate::index::embedded::DEFAULT_FAN_OUT_COMMIT_EVERY)]
     fan_out_commit_every: u64,
+    /// Embedded index: largest segment merge, in documents. A merge holds memory per document
+    /// it merges, so this bounds a shard's merge memory whatever its size; a shard then keeps
+    /// at least documents / this many segments (0: tantivy's default, unbounded merges)
+    #[arg(long, env = "DENORM_MERGE_MAX_DOCS", default_value_t = crate::index::embedded::DEFAULT_MERGE_MAX_DOCS)]
+    merge_max_docs: u32,
     /// Indexing memory budget per partition shard, in MiB (at least 15)
     #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
     index_memory_mb: u64,
@@ -131,6 +136,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
             let index = EmbeddedIndex::open(&cli.index, &kafka.topic).with_context(|| format!("opening the index {}", cli.index.display()))?;
             let mut backend = EmbeddedBackend::new(index, (a.index_memory_mb as usize) << 20);
             backend.fan_out_commit_every = a.fan_out_commit_every;
+            backend.merge_max_docs = a.merge_max_docs;
             Arc::new(backend)
         }
     };

@@ -218,6 +218,64 @@ fn replace_page(writer: &IndexWriter, f: &Fields, page: &[Doc]) -> Result<(), In
     Ok(())
 }
 
+/// tantivy's `LogMergePolicy`, with no merge producing more than
+/// `max_docs` documents. A merge holds per-document state (document id
+/// mappings, field norms) for what it merges, so unbounded merges made a
+/// shard's memory grow with its size: renaming a directory of 1,000,000
+/// files raised a shard's peak heap by 50 % over one of 100,000, all of it
+/// in merges (none with merges off). Sizes count live documents, so a
+/// segment that deletes have thinned merges again.
+#[derive(Debug)]
+struct BoundedMergePolicy {
+    log: tantivy::indexer::LogMergePolicy,
+    max_docs: u32,
+}
+
+/// The shards' merge policy: merges of at most `max_docs` documents, or
+/// tantivy's default (unbounded) for 0.
+fn merge_policy(max_docs: u32) -> Box<dyn tantivy::indexer::MergePolicy> {
+    if max_docs == 0 {
+        Box::new(tantivy::indexer::LogMergePolicy::default())
+    } else {
+        Box::new(BoundedMergePolicy::new(max_docs))
+    }
+}
+
+impl BoundedMergePolicy {
+    fn new(max_docs: u32) -> Self {
+        let mut log = tantivy::indexer::LogMergePolicy::default();
+        // A segment over half the bound has little left to merge with.
+        log.set_max_docs_before_merge((max_docs / 2) as usize);
+        BoundedMergePolicy { log, max_docs }
+    }
+}
+
+impl tantivy::indexer::MergePolicy for BoundedMergePolicy {
+    fn compute_merge_candidates(&self, segments: &[tantivy::index::SegmentMeta]) -> Vec<tantivy::indexer::MergeCandidate> {
+        let size: HashMap<_, _> = segments.iter().map(|s| (s.id(), s.num_docs())).collect();
+        let mut bounded = Vec::new();
+        for candidate in self.log.compute_merge_candidates(segments) {
+            let (mut chunk, mut docs) = (Vec::new(), 0u32);
+            for id in candidate.0 {
+                let n = size.get(&id).copied().unwrap_or(0);
+                if !chunk.is_empty() && docs.saturating_add(n) > self.max_docs {
+                    if chunk.len() > 1 {
+                        bounded.push(tantivy::indexer::MergeCandidate(std::mem::take(&mut chunk)));
+                    }
+                    chunk.clear();
+                    docs = 0;
+                }
+                chunk.push(id);
+                docs = docs.saturating_add(n);
+            }
+            if chunk.len() > 1 {
+                bounded.push(tantivy::indexer::MergeCandidate(chunk));
+            }
+        }
+        bounded
+    }
+}
+
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Marker {
     format: u32,
@@ -468,7 +526,15 @@ impl EmbeddedIndex {
         let (schema, fields) = schema();
         let directory = tantivy::directory::MmapDirectory::open(&dir).map_err(|e| IndexError::Backend(e.to_string()))?;
         let index = Index::open_or_create(ShardDirectory(directory), schema)?;
-        let writer = index.writer_with_num_threads(1, memory_budget.max(15_000_000))?;
+        // One merge thread per shard: concurrent merges each hold per-document
+        // state, and the shards of a worker already merge side by side.
+        let options = tantivy::indexer::IndexWriterOptions::builder()
+            .num_worker_threads(1)
+            .num_merge_threads(1)
+            .memory_budget_per_thread(memory_budget.max(15_000_000))
+            .build();
+        let writer: IndexWriter = index.writer_with_options(options)?;
+        writer.set_merge_policy(merge_policy(DEFAULT_MERGE_MAX_DOCS));
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
         let payload = index.load_metas()?.payload.and_then(|p| serde_json::from_str::<CommitPayload>(&p).ok());
         let applied = payload.as_ref().map(CommitPayload::checkpoint);
@@ -605,18 +671,31 @@ pub struct EmbeddedBackend {
     /// A fan-out commits its progress after this many rewritten documents
     /// (see [`EmbeddedShard::set_fan_out_commit_every`]).
     pub fan_out_commit_every: u64,
+    /// Bound of a shard's segment merges (see
+    /// [`EmbeddedShard::set_merge_max_docs`]).
+    pub merge_max_docs: u32,
     /// Writes go to this generation (a rebuild's) instead of the current one.
     pub pinned: Option<u64>,
 }
 
 impl EmbeddedBackend {
     pub fn new(index: EmbeddedIndex, memory_budget: usize) -> Self {
-        EmbeddedBackend { index, memory_budget, fan_out_commit_every: DEFAULT_FAN_OUT_COMMIT_EVERY, pinned: None }
+        EmbeddedBackend {
+            index,
+            memory_budget,
+            fan_out_commit_every: DEFAULT_FAN_OUT_COMMIT_EVERY,
+            merge_max_docs: DEFAULT_MERGE_MAX_DOCS,
+            pinned: None,
+        }
     }
 }
 
 /// Documents a fan-out rewrites between two commits of its progress.
 pub const DEFAULT_FAN_OUT_COMMIT_EVERY: u64 = 50_000;
+
+/// Default bound of a shard's segment merges, in documents (see
+/// [`EmbeddedShard::set_merge_max_docs`]).
+pub const DEFAULT_MERGE_MAX_DOCS: u32 = 100_000;
 
 impl Backend for EmbeddedBackend {
     fn bind_log(&self, partitions: i32) -> Result<(), IndexError> {
@@ -639,6 +718,9 @@ impl Backend for EmbeddedBackend {
     fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError> {
         let mut shard = self.index.open_shard_in(self.generation()?, partition, self.memory_budget)?;
         shard.set_fan_out_commit_every(self.fan_out_commit_every);
+        if self.merge_max_docs != DEFAULT_MERGE_MAX_DOCS {
+            shard.set_merge_max_docs(self.merge_max_docs);
+        }
         Ok(Box::new(shard))
     }
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {
@@ -692,6 +774,15 @@ impl EmbeddedShard {
     /// rename part-way (some files at the new path, the rest at the old).
     pub fn set_fan_out_commit_every(&mut self, n: u64) {
         self.fan_out_commit_every = n;
+    }
+
+    /// Bounds the shard's segment merges to `max_docs` documents each (0:
+    /// tantivy's default, unbounded). A merge holds per-document state for
+    /// what it merges, so this bounds a shard's merge memory, whatever the
+    /// shard's size, at the price of more segments in a large shard
+    /// (at least documents / `max_docs`).
+    pub fn set_merge_max_docs(&mut self, max_docs: u32) {
+        self.writer.set_merge_policy(merge_policy(max_docs));
     }
 
     /// Records a single-document write in the overlay. `replaces`: a
@@ -1021,6 +1112,30 @@ mod tests {
 
     fn upsert(id: &str, p: &str) -> Command {
         Command::UpsertFile { id: id.into(), path: p.into(), contents: format!("hello {id}") }
+    }
+
+    #[test]
+    fn merges_never_produce_more_than_the_bound_and_take_at_least_two_segments() {
+        use tantivy::indexer::MergePolicy;
+        let index = Index::create_in_ram(schema().0);
+        // Many small segments (one level for tantivy's policy), a few
+        // large ones, and one over the bound.
+        let sizes = [9_000u32; 30].iter().chain(&[40_000, 45_000, 48_000, 150_000]).copied().collect::<Vec<_>>();
+        let metas: Vec<_> = sizes.iter().map(|&n| index.new_segment_meta(tantivy::index::SegmentId::generate_random(), n)).collect();
+        let docs: HashMap<_, _> = metas.iter().map(|m| (m.id(), m.num_docs())).collect();
+        let unbounded = tantivy::indexer::LogMergePolicy::default().compute_merge_candidates(&metas);
+        assert!(unbounded.iter().any(|c| c.0.iter().map(|id| docs[id]).sum::<u32>() > 100_000), "the case must exceed the bound without it");
+        let candidates = BoundedMergePolicy::new(100_000).compute_merge_candidates(&metas);
+        assert!(!candidates.is_empty());
+        let mut seen = std::collections::HashSet::new();
+        for c in &candidates {
+            assert!(c.0.len() >= 2, "{c:?}");
+            assert!(c.0.iter().map(|id| docs[id]).sum::<u32>() <= 100_000, "{c:?}");
+            assert!(c.0.iter().all(|id| seen.insert(*id)), "a segment in two merges");
+        }
+        // The small segments are all merged, in merges of 11 (99,000 documents).
+        assert_eq!(candidates.iter().map(|c| c.0.len()).sum::<usize>(), 30);
+        assert!(merge_policy(0).compute_merge_candidates(&metas).iter().any(|c| c.0.len() == 30));
     }
 
     #[test]
