@@ -28,5 +28,8 @@ trap 'scripts/broker.sh stop "$state"; rm -rf "$state"' EXIT
 DENORM_TEST_BROKERS="$(scripts/broker.sh start "$state")"
 export DENORM_TEST_BROKERS
 echo "broker: tansu at $DENORM_TEST_BROKERS (sqlite storage in $state)" >&2
+# The fan-out memory harness at a smoke size: both backends rename 20,000
+# files, and it fails unless every file was rewritten once.
+cargo run --release --features failpoints --quiet --example fanout_memory -- 2000 20000
 cargo nextest run --release --features failpoints --no-fail-fast "$@"
 echo "test suite finished in $(( $(date +%s) - start ))s" >&2
