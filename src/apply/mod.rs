@@ -84,7 +84,7 @@ fn put_guarded<S: Shard + ?Sized>(shard: &mut S, doc: Doc) -> Result<u64, IndexE
 
 fn delete_guarded<S: Shard + ?Sized>(shard: &mut S, kind: Kind, id: &str, pos: u64) -> Result<u64, IndexError> {
     match shard.position(kind, id)? {
-        Some(existing) if newer(pos, existing) => shard.delete(kind, id).map(|_| 1),
+        Some(existing) if newer(pos, existing) => shard.delete(kind, id, pos).map(|_| 1),
         _ => Ok(0),
     }
 }

@@ -862,7 +862,7 @@ impl Shard for EmbeddedShard {
         Ok(())
     }
 
-    fn delete(&mut self, kind: Kind, id: &str) -> Result<(), IndexError> {
+    fn delete(&mut self, kind: Kind, id: &str, _pos: u64) -> Result<(), IndexError> {
         self.stage(kind, id.to_string(), None, true);
         Ok(())
     }

@@ -27,7 +27,7 @@ impl Shard for MemoryShard {
         self.docs.insert((doc.kind(), doc.id().to_string()), doc);
         Ok(())
     }
-    fn delete(&mut self, kind: Kind, id: &str) -> Result<(), IndexError> {
+    fn delete(&mut self, kind: Kind, id: &str, _pos: u64) -> Result<(), IndexError> {
         self.docs.remove(&(kind, id.to_string()));
         Ok(())
     }

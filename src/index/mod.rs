@@ -210,7 +210,10 @@ pub trait Shard {
     fn create(&mut self, doc: Doc) -> Result<(), IndexError> {
         self.put(doc)
     }
-    fn delete(&mut self, kind: Kind, id: &str) -> Result<(), IndexError>;
+    /// Deletes the document, for the command at log position `pos` (a
+    /// backend that must resolve a conflicting write uses it to let the
+    /// newer of the two win).
+    fn delete(&mut self, kind: Kind, id: &str, pos: u64) -> Result<(), IndexError>;
     /// Streams the documents matching `scan` in pages of `page_size` and
     /// replaces each one for which `rewrite` returns a new version. Returns
     /// the number of documents rewritten.

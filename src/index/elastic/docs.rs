@@ -93,7 +93,10 @@ enum Mode {
     Scroll(String, Option<String>),
 }
 
-pub const KEEP_ALIVE: &str = "1m";
+/// How long a scan's point in time lives between two pages: longer than
+/// the bulk retries of a page can take (a context that expires anyway
+/// restarts the scan).
+pub const KEEP_ALIVE: &str = "5m";
 
 /// Whether an answer to opening a point in time means the API is missing.
 fn pit_unsupported(status: u16, body: &str) -> bool {
@@ -136,7 +139,7 @@ impl<'a> PitScan<'a> {
                 if let Some(a) = &self.after {
                     body["search_after"] = a.clone();
                 }
-                let r = self.client.search(SearchParts::None).body(body).send().await?;
+                let r = self.client.search(SearchParts::None).allow_partial_search_results(false).body(body).send().await?;
                 let v = json_or_status("reading a point-in-time page", r).await?;
                 if let Some(id) = v["pit_id"].as_str() {
                     *pit = id.to_string(); // the id may change between pages
@@ -147,7 +150,13 @@ impl<'a> PitScan<'a> {
                 let r = match id {
                     None => {
                         let body = json!({"size": self.page, "query": self.query, "sort": ["_doc"], "seq_no_primary_term": true});
-                        self.client.search(SearchParts::Index(&[index.as_str()])).scroll(KEEP_ALIVE).body(body).send().await?
+                        self.client
+                            .search(SearchParts::Index(&[index.as_str()]))
+                            .scroll(KEEP_ALIVE)
+                            .allow_partial_search_results(false)
+                            .body(body)
+                            .send()
+                            .await?
                     }
                     Some(id) => self.client.scroll(ScrollParts::None).body(json!({"scroll": KEEP_ALIVE, "scroll_id": id})).send().await?,
                 };
@@ -158,6 +167,11 @@ impl<'a> PitScan<'a> {
                 v
             }
         };
+        // Refused as well as not asked for: a page missing some shards'
+        // matches would end the scan with documents never rewritten.
+        if let Some(e) = super::incomplete("reading a scan page", &v) {
+            return Err(e);
+        }
         let page = hits(&v);
         metrics::counter!(crate::metrics::ES_PIT_PAGES_TOTAL).increment(1);
         match v["hits"]["hits"].as_array().and_then(|h| h.last()) {

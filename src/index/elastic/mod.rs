@@ -32,6 +32,14 @@ pub enum ElasticError {
     /// shard writer, its generation was replaced by a rebuild's cutover.
     #[error("index gone: {0}")]
     Gone(String),
+    /// A scan's point in time or scroll expired (404
+    /// `search_context_missing_exception`): the scan starts again.
+    #[error("scan context expired: {0}")]
+    ScanExpired(String),
+    /// A search page some shards did not answer, or that timed out: its
+    /// matches are incomplete, so it is not used.
+    #[error("incomplete search results: {0}")]
+    Incomplete(String),
 }
 
 impl ElasticError {
@@ -40,7 +48,11 @@ impl ElasticError {
         match self {
             // A writer whose generation is gone follows the new one when
             // it retries (see `denorm rebuild`).
-            ElasticError::Transport(_) | ElasticError::RetriesExhausted { .. } | ElasticError::Gone(_) => true,
+            ElasticError::Transport(_)
+            | ElasticError::RetriesExhausted { .. }
+            | ElasticError::Gone(_)
+            | ElasticError::ScanExpired(_)
+            | ElasticError::Incomplete(_) => true,
             ElasticError::Status { status, .. } => is_retryable_status(*status),
             ElasticError::MappingConflict { .. } | ElasticError::Config(_) => false,
         }
@@ -74,8 +86,28 @@ pub(crate) fn status_error(what: &str, status: u16, body: &str) -> ElasticError 
     if status == 404 && body.contains(INDEX_NOT_FOUND) {
         return ElasticError::Gone(format!("{what}: {}", body.chars().take(500).collect::<String>()));
     }
+    if status == 404 && body.contains(SEARCH_CONTEXT_MISSING) {
+        return ElasticError::ScanExpired(format!("{what}: {}", body.chars().take(500).collect::<String>()));
+    }
     ElasticError::Status { what: what.to_string(), status, body: body.chars().take(2000).collect() }
 }
 
 /// The error type of a request to a missing index or alias.
 pub(crate) const INDEX_NOT_FOUND: &str = "index_not_found_exception";
+
+/// The error type of a search through an expired point in time or scroll.
+pub(crate) const SEARCH_CONTEXT_MISSING: &str = "search_context_missing_exception";
+
+/// A search response some shards failed to answer, or that timed out.
+pub(crate) fn incomplete(what: &str, v: &serde_json::Value) -> Option<ElasticError> {
+    let failed = v["_shards"]["failed"].as_u64().unwrap_or(0);
+    if failed > 0 {
+        let total = v["_shards"]["total"].as_u64().unwrap_or(0);
+        let reason = v["_shards"]["failures"][0]["reason"]["reason"].as_str().unwrap_or("no reason given");
+        return Some(ElasticError::Incomplete(format!("{what}: {failed} of {total} shards failed (first: {reason})")));
+    }
+    if v["timed_out"].as_bool() == Some(true) {
+        return Some(ElasticError::Incomplete(format!("{what}: the search timed out")));
+    }
+    None
+}

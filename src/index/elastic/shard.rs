@@ -24,9 +24,12 @@ use tokio::runtime::Handle;
 use super::bulk::{self, BulkLimits, BulkOp, BulkReport, RetryPolicy};
 use super::docs::{from_source, scan_query, to_source, PitScan};
 use super::generations;
-use super::setup::POS_FIELD;
 use super::{json_or_status, ElasticError};
 use crate::index::{Backend, Checkpoint, Doc, IndexError, Kind, Scan, SearchIndex, Shard};
+
+/// Times a fan-out's scan starts again after its point in time expired,
+/// before the command fails (retryably).
+const MAX_SCAN_RESTARTS: u32 = 3;
 
 impl From<ElasticError> for IndexError {
     fn from(e: ElasticError) -> Self {
@@ -223,7 +226,9 @@ pub struct ElasticShard {
     /// that generation's write aliases only.
     generation: u64,
     meta_id: String,
-    pending: Vec<(Kind, BulkOp)>,
+    /// Buffered writes, with the log position of the command each one
+    /// belongs to (what decides a conflict).
+    pending: Vec<(Kind, BulkOp, u64)>,
     /// Uncommitted writes, so reads see them (`None`: deleted).
     overlay: HashMap<(Kind, String), Option<Doc>>,
     /// What each document was last read as: `Some(seq)`, or `None` when absent.
@@ -255,22 +260,37 @@ impl ElasticShard {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let kinds: HashMap<String, Kind> = self.pending.iter().map(|(k, op)| (format!("{}/{}", self.target(*k), op.id()), *k)).collect();
+        let kinds: HashMap<String, (Kind, u64)> =
+            self.pending.iter().map(|(k, op, pos)| (format!("{}/{}", self.target(*k), op.id()), (*k, *pos))).collect();
         // The buffer is dropped only once Elasticsearch has it: after a
         // failure the next commit sends it again (writes are conditional and
         // guarded, so a partial first attempt is harmless).
-        let ops: Vec<BulkOp> = self.pending.iter().map(|(_, op)| op.clone()).collect();
+        let ops: Vec<BulkOp> = self.pending.iter().map(|(_, op, _)| op.clone()).collect();
         let report = self.b.runtime.block_on(bulk::execute(&self.b.client, ops, self.b.limits, self.b.policy))?;
-        self.resolve(report, &kinds, &mut |d| Some(d.clone()))?;
+        self.resolve(report, &kinds, None)?;
         self.pending.clear();
         self.overlay.clear();
         self.seen.clear();
         Ok(())
     }
 
-    /// 409s: another write got there first. Read the document again and let
-    /// the position guard decide (via `rule`), up to a few rounds.
-    fn resolve(&mut self, mut report: BulkReport, kinds: &HashMap<String, Kind>, rule: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
+    /// 409s: another write got there first. Read the document again and
+    /// let the log positions decide, up to a few rounds:
+    /// - a buffered write or delete (`rule` None) is sent again, against
+    ///   the version just read, only when what is there now is older than
+    ///   its command;
+    /// - a fan-out's rewrite (`rule` Some) applies the rule to what is
+    ///   there now (the rule has its own position guard), never to the
+    ///   version it rewrote before, whose position is already the command's.
+    ///
+    /// `kinds` maps `index/id` to the document's kind and its command's
+    /// position.
+    fn resolve(
+        &mut self,
+        mut report: BulkReport,
+        kinds: &HashMap<String, (Kind, u64)>,
+        mut rule: Option<&mut dyn FnMut(&Doc) -> Option<Doc>>,
+    ) -> Result<u64, IndexError> {
         let mut written = report.done as u64;
         for _ in 0..5 {
             refused(&report)?;
@@ -283,22 +303,29 @@ impl ElasticShard {
                     BulkOp::Index { index, source, .. } | BulkOp::Create { index, source, .. } => (index.clone(), Some(source.clone())),
                     BulkOp::Delete { index, .. } => (index.clone(), None),
                 };
-                let kind = kinds.get(&format!("{index}/{}", op.id())).copied().unwrap_or(Kind::File);
+                let (kind, pos) = kinds.get(&format!("{index}/{}", op.id())).copied().unwrap_or((Kind::File, 0));
                 let current = self.b.runtime.block_on(get_source(&self.b.client, &index, op.id()))?;
-                let our_pos = source.as_ref().map(|s| s[POS_FIELD].as_u64().unwrap_or(0));
-                match (current, source) {
-                    (Some((cur, seq)), Some(src)) => {
-                        let cur_doc = from_source(kind, &cur);
-                        if cur_doc.pos() < our_pos.unwrap_or(0) {
-                            // Ours is newer: apply the rule to what is there now.
-                            if let Some(new) = rule(&from_source(kind, &src)) {
-                                again.push(BulkOp::Index { index, id: op.id().into(), source: to_source(&new), if_seq_no: Some(seq) });
-                            }
+                let id = op.id().to_string();
+                match (current, source, rule.as_mut()) {
+                    (Some((cur, seq)), Some(_), Some(rule)) => {
+                        if let Some(new) = rule(&from_source(kind, &cur)) {
+                            again.push(BulkOp::Index { index, id, source: to_source(&new), if_seq_no: Some(seq) });
                         }
                     }
-                    (None, Some(src)) => again.push(BulkOp::Create { index, id: op.id().into(), source: src }),
-                    (Some((_, seq)), None) => again.push(BulkOp::Delete { index, id: op.id().into(), if_seq_no: Some(seq) }),
-                    (None, None) => {}
+                    // The document a rewrite read is gone: nothing to move.
+                    (None, Some(_), Some(_)) => {}
+                    (Some((cur, seq)), Some(src), None) => {
+                        if from_source(kind, &cur).pos() < pos {
+                            again.push(BulkOp::Index { index, id, source: src, if_seq_no: Some(seq) });
+                        }
+                    }
+                    (None, Some(src), None) => again.push(BulkOp::Create { index, id, source: src }),
+                    (Some((cur, seq)), None, _) => {
+                        if from_source(kind, &cur).pos() < pos {
+                            again.push(BulkOp::Delete { index, id, if_seq_no: Some(seq) });
+                        }
+                    }
+                    (None, None, _) => {}
                 }
             }
             report = self.b.runtime.block_on(bulk::execute(&self.b.client, again, self.b.limits, self.b.policy))?;
@@ -331,7 +358,7 @@ impl Shard for ElasticShard {
 
     fn put(&mut self, doc: Doc) -> Result<(), IndexError> {
         let op = self.write_op(&doc);
-        self.pending.push((doc.kind(), op));
+        self.pending.push((doc.kind(), op, doc.pos()));
         self.overlay.insert((doc.kind(), doc.id().to_string()), Some(doc));
         if self.pending.len() >= self.b.limits.max_docs {
             // Keep the buffer bounded; the overlay stays valid because GETs
@@ -341,10 +368,10 @@ impl Shard for ElasticShard {
         Ok(())
     }
 
-    fn delete(&mut self, kind: Kind, id: &str) -> Result<(), IndexError> {
+    fn delete(&mut self, kind: Kind, id: &str, pos: u64) -> Result<(), IndexError> {
         let key = (kind, id.to_string());
         let if_seq_no = self.seen.get(&key).copied().flatten();
-        self.pending.push((kind, BulkOp::Delete { index: self.target(kind), id: id.into(), if_seq_no }));
+        self.pending.push((kind, BulkOp::Delete { index: self.target(kind), id: id.into(), if_seq_no }, pos));
         self.overlay.insert(key, None);
         Ok(())
     }
@@ -358,28 +385,45 @@ impl Shard for ElasticShard {
         let r = b.runtime.block_on(b.client.indices().refresh(IndicesRefreshParts::Index(&[&index])).send()).map_err(ElasticError::from)?;
         b.runtime.block_on(json_or_status("refreshing before a fan-out", r))?;
         let mut written = 0u64;
-        let mut pit = b.runtime.block_on(PitScan::open(&b.client, &index, query, page_size))?;
-        let result = (|| -> Result<(), IndexError> {
-            loop {
-                let page = b.runtime.block_on(pit.next_page())?;
-                if page.is_empty() {
-                    return Ok(());
-                }
-                let mut ops = Vec::new();
-                let mut kinds = HashMap::new();
-                for hit in page {
-                    if let Some(new) = rewrite(&from_source(kind, &hit.source)) {
-                        kinds.insert(format!("{index}/{}", hit.id), kind);
-                        ops.push(BulkOp::Index { index: index.clone(), id: hit.id, source: to_source(&new), if_seq_no: hit.seq });
+        let mut restarts = 0;
+        loop {
+            let mut pit = b.runtime.block_on(PitScan::open(&b.client, &index, query.clone(), page_size))?;
+            // Ok(Some(reason)): the point in time expired part-way.
+            let result = (|| -> Result<Option<String>, IndexError> {
+                loop {
+                    let page = match b.runtime.block_on(pit.next_page()) {
+                        Ok(page) => page,
+                        Err(ElasticError::ScanExpired(reason)) => return Ok(Some(reason)),
+                        Err(e) => return Err(e.into()),
+                    };
+                    if page.is_empty() {
+                        return Ok(None);
                     }
+                    let mut ops = Vec::new();
+                    let mut kinds = HashMap::new();
+                    for hit in page {
+                        if let Some(new) = rewrite(&from_source(kind, &hit.source)) {
+                            kinds.insert(format!("{index}/{}", hit.id), (kind, new.pos()));
+                            ops.push(BulkOp::Index { index: index.clone(), id: hit.id, source: to_source(&new), if_seq_no: hit.seq });
+                        }
+                    }
+                    let report = b.runtime.block_on(bulk::execute(&b.client, ops, b.limits, b.policy))?;
+                    written += self.resolve(report, &kinds, Some(&mut *rewrite))?;
                 }
-                let report = b.runtime.block_on(bulk::execute(&b.client, ops, b.limits, b.policy))?;
-                written += self.resolve(report, &kinds, rewrite)?;
+            })();
+            // The point in time is closed on every path, errors included.
+            b.runtime.block_on(pit.close());
+            match result? {
+                None => return Ok(written),
+                // From the beginning: the position guards skip what this
+                // scan already rewrote.
+                Some(reason) if restarts < MAX_SCAN_RESTARTS => {
+                    restarts += 1;
+                    tracing::warn!(%reason, restarts, "a fan-out's point in time expired: scanning again from the start");
+                }
+                Some(reason) => return Err(ElasticError::ScanExpired(reason).into()),
             }
-        })();
-        // The point in time is closed on every path, errors included.
-        b.runtime.block_on(pit.close());
-        result.map(|_| written)
+        }
     }
 
     fn mark_applied(&mut self, at: Checkpoint) {
