@@ -278,16 +278,18 @@ async fn sends_basic_and_api_key_credentials_without_leaking_them() {
         .and(path("/_bulk"))
         .and(header("authorization", "ApiKey a2lkOnMzY3JldA=="))
         .respond_with(ResponseTemplate::new(200).set_body_json(items(&[("a", 201)])))
-        .expect(1)
+        .expect(2)
         .mount(&server)
         .await;
     let basic = config(&server, &[(env::USERNAME, "elastic"), (env::PASSWORD, "hunter2")]);
     let key = config(&server, &[(env::API_KEY_ID, "kid"), (env::API_KEY, "s3cret")]);
-    for c in [&basic, &key] {
+    // Review finding 10: the `encoded` form Elastic hands out.
+    let encoded = config(&server, &[(env::API_KEY_ENCODED, "a2lkOnMzY3JldA==")]);
+    for c in [&basic, &key, &encoded] {
         let report = bulk::execute(&c.client().unwrap(), vec![index_op("a")], BulkLimits::default(), fast()).await.unwrap();
         assert_eq!(report.done, 1);
         let shown = format!("{c:?}");
-        assert!(!shown.contains("hunter2") && !shown.contains("s3cret"), "{shown}");
+        assert!(!shown.contains("hunter2") && !shown.contains("s3cret") && !shown.contains("a2lkOnMzY3JldA"), "{shown}");
     }
     // A rejected request's error shows the body, not the credentials.
     server.reset().await;

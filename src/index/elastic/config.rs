@@ -57,6 +57,8 @@ pub enum Auth {
     None,
     Basic { username: String, password: Secret },
     ApiKey { id: String, key: Secret },
+    /// The base64 `id:key` that Elastic's UI and API hand out as `encoded`.
+    EncodedApiKey(Secret),
 }
 
 /// Where and how to reach Elasticsearch.
@@ -81,6 +83,8 @@ pub mod env {
     pub const API_KEY_ID: &str = "DENORM_ES_API_KEY_ID";
     pub const API_KEY: &str = "DENORM_ES_API_KEY";
     pub const API_KEY_FILE: &str = "DENORM_ES_API_KEY_FILE";
+    pub const API_KEY_ENCODED: &str = "DENORM_ES_API_KEY_ENCODED";
+    pub const API_KEY_ENCODED_FILE: &str = "DENORM_ES_API_KEY_ENCODED_FILE";
     pub const CA_CERT: &str = "DENORM_ES_CA_CERT";
     pub const PREFIX: &str = "DENORM_ES_PREFIX";
 }
@@ -112,10 +116,25 @@ impl ElasticConfig {
             (None, None) => None,
             _ => return Err(ElasticError::Config(format!("set both {} and {} (or its _FILE)", env::API_KEY_ID, env::API_KEY))),
         };
-        let auth = match (basic, api_key) {
-            (Some(_), Some(_)) => return Err(ElasticError::Config("choose basic authentication or an API key, not both".into())),
-            (Some(a), None) | (None, Some(a)) => a,
-            (None, None) => Auth::None,
+        let encoded = match secret(env::API_KEY_ENCODED, env::API_KEY_ENCODED_FILE)? {
+            Some(key) => {
+                let k = key.expose();
+                if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'-' | b'_')) {
+                    return Err(ElasticError::Config(format!(
+                        "{} must be the base64 `encoded` value of an API key (for an id and a key, use {} and {})",
+                        env::API_KEY_ENCODED,
+                        env::API_KEY_ID,
+                        env::API_KEY
+                    )));
+                }
+                Some(Auth::EncodedApiKey(key))
+            }
+            None => None,
+        };
+        let auth = match [basic, api_key, encoded].into_iter().flatten().collect::<Vec<_>>().as_slice() {
+            [] => Auth::None,
+            [a] => a.clone(),
+            _ => return Err(ElasticError::Config("choose one of basic authentication, an API key id and key, or an encoded API key".into())),
         };
         Ok(ElasticConfig {
             url,
@@ -137,6 +156,7 @@ impl ElasticConfig {
             Auth::None => {}
             Auth::Basic { username, password } => b = b.auth(Credentials::Basic(username.clone(), password.expose().to_string())),
             Auth::ApiKey { id, key } => b = b.auth(Credentials::ApiKey(id.clone(), key.expose().to_string())),
+            Auth::EncodedApiKey(key) => b = b.auth(Credentials::EncodedApiKey(key.expose().to_string())),
         }
         if let Some(path) = &self.ca_cert {
             let pem = std::fs::read(path).map_err(|e| ElasticError::Config(format!("cannot read CA certificate {}: {e}", path.display())))?;
@@ -180,5 +200,7 @@ mod tests {
         assert!(ElasticConfig::from_lookup("http://u:p@localhost:9200", |_| None).is_err());
         assert!(ElasticConfig::from_lookup("ftp://localhost", |_| None).is_err());
         assert_eq!(cfg(&[]).unwrap().auth, Auth::None);
+        assert!(cfg(&[(env::API_KEY_ID, "i"), (env::API_KEY, "k"), (env::API_KEY_ENCODED, "a2lkOnMzY3JldA==")]).is_err());
+        assert!(cfg(&[(env::API_KEY_ENCODED, "not base64!")]).is_err());
     }
 }
