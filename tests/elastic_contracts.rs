@@ -216,9 +216,19 @@ async fn creates_indexes_behind_aliases_with_the_mapping() {
             .mount(&server)
             .await;
     }
+    Mock::given(method("PUT"))
+        .and(path("/denorm-meta"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"acknowledged": true, "shards_acknowledged": true, "index": "denorm-meta"})))
+        .expect(1)
+        .mount(&server)
+        .await;
     let client = config(&server, &[]).client().unwrap();
     setup::ensure(&client, "denorm").await.unwrap();
     let creates: Vec<Request> = server.received_requests().await.unwrap().into_iter().filter(|r| r.method.as_str() == "PUT").collect();
+    // Review finding 6: the meta index is created, with nothing in its
+    // documents dynamically mapped, rather than auto-created.
+    let meta: Value = serde_json::from_slice(&creates.iter().find(|r| r.url.path() == "/denorm-meta").unwrap().body).unwrap();
+    assert_eq!(meta["mappings"]["dynamic"], false);
     let files: Value = serde_json::from_slice(&creates.iter().find(|r| r.url.path() == "/denorm-files-000001").unwrap().body).unwrap();
     assert_eq!(files["aliases"]["denorm-files"]["is_write_index"], true);
     assert_eq!(files["aliases"]["denorm-files-g0"], json!({}), "generation 0's write alias");
@@ -227,6 +237,27 @@ async fn creates_indexes_behind_aliases_with_the_mapping() {
     assert_eq!(files["mappings"]["properties"]["path"]["type"], "keyword");
     let posts: Value = serde_json::from_slice(&creates.iter().find(|r| r.url.path() == "/denorm-posts-000001").unwrap().body).unwrap();
     assert_eq!(posts["mappings"]["properties"]["user"]["properties"]["name"]["fields"]["raw"]["type"], "keyword");
+}
+
+/// Review finding 7: an index that already exists when created is checked
+/// again for its aliases, so writes never go to an index without them.
+#[tokio::test]
+async fn an_existing_index_without_its_alias_is_refused_not_used() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET")).and(path("/denorm-files/_alias")).respond_with(index_not_found("denorm-files")).mount(&server).await;
+    let cause = json!({"type": "resource_already_exists_exception", "reason": "index [denorm-files-000001/x1bWz7ZkR7aO2nZ9Lq3bJg] already exists",
+                       "index_uuid": "x1bWz7ZkR7aO2nZ9Lq3bJg", "index": "denorm-files-000001"});
+    let mut error = cause.clone();
+    error["root_cause"] = json!([cause]);
+    Mock::given(method("PUT"))
+        .and(path("/denorm-files-000001"))
+        .respond_with(ResponseTemplate::new(400).set_body_json(json!({"error": error, "status": 400})))
+        .mount(&server)
+        .await;
+    let client = config(&server, &[]).client().unwrap();
+    let err = setup::ensure(&client, "denorm").await.unwrap_err();
+    assert!(err.to_string().contains("index denorm-files-000001 exists but the alias denorm-files is not on it"), "{err}");
+    assert!(!err.is_retryable());
 }
 
 #[tokio::test]

@@ -113,16 +113,27 @@ fn walk(prefix: &str, expected: &Value, found: &Value, out: &mut Vec<(String, St
 pub async fn ensure(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticError> {
     for kind in [Kind::File, Kind::User, Kind::Post] {
         let alias = alias(prefix, kind);
-        match generations::current_of(client, prefix, kind).await? {
-            None => {
-                // Of workers starting together, one creates it.
-                if generations::create(client, prefix, kind, 0, true).await? {
-                    tracing::info!(alias = %alias, "created the first generation behind its alias");
-                }
+        let mut current = generations::current_of(client, prefix, kind).await?;
+        if current.is_none() {
+            // Of workers starting together, one creates it (with its
+            // aliases, in the same request).
+            if generations::create(client, prefix, kind, 0, true).await? {
+                tracing::info!(alias = %alias, "created the first generation behind its alias");
                 continue;
             }
-            Some((g, false)) => generations::add_write_alias(client, prefix, kind, g).await?,
-            Some((_, true)) => {}
+            // It was there already: created by another worker just now, or
+            // an index that lost its aliases, which writes must not bypass.
+            current = generations::current_of(client, prefix, kind).await?;
+            if current.is_none() {
+                let index = generations::concrete(prefix, kind, 0);
+                return Err(ElasticError::Config(format!(
+                    "index {index} exists but the alias {alias} is not on it; add the aliases back ({alias} and {}) or delete the index",
+                    generations::write_alias(prefix, kind, 0)
+                )));
+            }
+        }
+        if let Some((g, false)) = current {
+            generations::add_write_alias(client, prefix, kind, g).await?;
         }
         let r = client.indices().get_mapping(IndicesGetMappingParts::Index(&[&alias])).send().await?;
         let found = json_or_status(&format!("reading the mapping of {alias}"), r).await?;
@@ -134,7 +145,34 @@ pub async fn ensure(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticE
             }
         }
     }
-    Ok(())
+    ensure_meta(client, prefix).await
+}
+
+/// The body that creates the meta index: its documents (checkpoints, log
+/// bindings, rebuild state) are only read by id, so nothing in them is
+/// indexed (`dynamic: false`): no dynamic mapping to guess, say, a parked
+/// key as a date, and no dependence on `action.auto_create_index`.
+pub fn meta_index_body() -> Value {
+    json!({
+        "settings": {"index": {"number_of_shards": 1}},
+        "mappings": {"dynamic": false, "properties": {"topic": {"type": "keyword"}}}
+    })
+}
+
+/// Creates the meta index with [`meta_index_body`] unless it exists.
+async fn ensure_meta(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticError> {
+    let index = generations::meta_index(prefix);
+    let r = client.indices().create(elasticsearch::indices::IndicesCreateParts::Index(&index)).body(meta_index_body()).send().await?;
+    let status = r.status_code().as_u16();
+    let text = r.text().await.unwrap_or_default();
+    if (200..300).contains(&status) {
+        tracing::info!(index = %index, "created the meta index");
+        return Ok(());
+    }
+    if status == 400 && text.contains("resource_already_exists_exception") {
+        return Ok(());
+    }
+    Err(super::status_error(&format!("creating the meta index {index}"), status, &text))
 }
 
 #[cfg(test)]
