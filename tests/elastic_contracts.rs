@@ -203,6 +203,7 @@ async fn splits_requests_by_documents_and_bytes() {
 #[tokio::test]
 async fn creates_indexes_behind_aliases_with_the_mapping() {
     let server = MockServer::start().await;
+    Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
     for kind in ["files", "users", "posts"] {
         Mock::given(method("GET"))
             .and(path(format!("/denorm-{kind}/_alias")))
@@ -244,6 +245,7 @@ async fn creates_indexes_behind_aliases_with_the_mapping() {
 #[tokio::test]
 async fn an_existing_index_without_its_alias_is_refused_not_used() {
     let server = MockServer::start().await;
+    Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
     Mock::given(method("GET")).and(path("/denorm-files/_alias")).respond_with(index_not_found("denorm-files")).mount(&server).await;
     let cause = json!({"type": "resource_already_exists_exception", "reason": "index [denorm-files-000001/x1bWz7ZkR7aO2nZ9Lq3bJg] already exists",
                        "index_uuid": "x1bWz7ZkR7aO2nZ9Lq3bJg", "index": "denorm-files-000001"});
@@ -263,6 +265,7 @@ async fn an_existing_index_without_its_alias_is_refused_not_used() {
 #[tokio::test]
 async fn accepts_a_matching_mapping_and_refuses_a_conflicting_one() {
     let server = MockServer::start().await;
+    Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
     for kind in [Kind::File, Kind::User, Kind::Post] {
         let (read, index) = (setup::alias("denorm", kind), generations::concrete("denorm", kind, 0));
         let aliases = json!({ index.clone(): {"aliases": { read.clone(): {"is_write_index": true}, generations::write_alias("denorm", kind, 0): {}}} });
@@ -473,55 +476,25 @@ mod shard {
     }
 }
 
-#[test]
-fn falls_back_to_scroll_without_point_in_time_and_clears_it() {
-    use denorm::apply::{apply, FanOut};
-    use denorm::command::Command;
-    use denorm::index::Backend;
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
-    let hit = |id: &str, seq: i64| {
-        json!({"_index": "denorm-posts-000001", "_id": id, "_seq_no": seq, "_primary_term": 1,
-               "_source": {"id": id, "title": "t", "body": "b", "user": {"id": "1", "name": "Old"}, "denorm_pos": 1}})
-    };
-    rt.block_on(async {
-        Mock::given(path("/denorm-meta/_doc/p0")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
-        Mock::given(path("/denorm-posts-g0/_refresh")).respond_with(ResponseTemplate::new(200).set_body_json(json!({}))).mount(&server).await;
-        // Elasticsearch 7.9: no point-in-time API.
-        Mock::given(path("/denorm-posts-g0/_pit"))
-            .respond_with(ResponseTemplate::new(400).set_body_json(json!({"error": "no handler found for uri [/denorm-posts-g0/_pit?keep_alive=1m] and method [POST]", "status": 400})))
-            .mount(&server)
-            .await;
-        Mock::given(path("/denorm-posts-g0/_search"))
-            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_scroll_id": "s1", "hits": {"hits": [hit("p1", 3), hit("p2", 4)]}})))
-            .mount(&server)
-            .await;
-        Mock::given(method("POST"))
-            .and(path("/_search/scroll"))
-            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_scroll_id": "s2", "hits": {"hits": [hit("p3", 5)]}})))
-            .mount(&server)
-            .await;
-        Mock::given(method("DELETE")).and(path("/_search/scroll")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true}))).expect(1).mount(&server).await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&server).await;
-        Mock::given(method("GET")).and(path("/denorm-users-g0/_doc/1")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&server).await;
-    });
-    let b = backend(&server, &rt);
-    let mut shard = b.open_shard(0).unwrap();
-    let cmd = Command::UpsertUser { id: "1".into(), name: "New".into(), email: "e".into(), dob: "1970-01-01".into() };
-    let written = apply(shard.as_mut(), &cmd, 9, FanOut::pages_of(2)).unwrap();
-    assert_eq!(written, 4, "three posts rewritten plus the user document");
-    let reqs = rt.block_on(server.received_requests()).unwrap();
-    let first: Value = serde_json::from_slice(&reqs.iter().find(|r| r.url.path() == "/denorm-posts-g0/_search").unwrap().body).unwrap();
-    assert_eq!(first["query"]["bool"]["must_not"][0]["term"]["user.name.raw"], "New");
-    assert!(reqs.iter().any(|r| r.url.path() == "/denorm-posts-g0/_search" && r.url.query().unwrap_or("").contains("scroll=5m")));
-    let scroll: Value = serde_json::from_slice(&reqs.iter().find(|r| r.url.path() == "/_search/scroll" && r.method.as_str() == "POST").unwrap().body).unwrap();
-    assert_eq!(scroll["scroll_id"], "s1");
-    let clear: Value = serde_json::from_slice(&reqs.iter().find(|r| r.method.as_str() == "DELETE").unwrap().body).unwrap();
-    assert_eq!(clear["scroll_id"], json!(["s2"]));
-    let rewritten: Vec<Value> = reqs.iter().filter(|r| r.url.path() == "/_bulk").flat_map(ndjson).filter(|l| l.get("user").is_some()).collect();
-    assert!(rewritten.iter().all(|d| d["user"]["name"] == "New" && d["denorm_pos"] == 9), "{rewritten:?}");
-    drop(shard);
-    rt.block_on(server.verify());
+/// Review finding 8: the scroll fallback for clusters without point in
+/// time could never trigger (7.x answers the request differently, 7.10
+/// lacks `_shard_doc`); clusters too old for the scans are refused at
+/// startup instead, by version.
+#[tokio::test]
+async fn refuses_clusters_too_old_for_point_in_time_scans_and_opensearch() {
+    for (number, distribution, accepted) in
+        [("7.9.3", None, false), ("7.16.3", None, false), ("7.17.24", None, true), ("8.15.0", None, true), ("2.11.0", Some("opensearch"), false)]
+    {
+        let server = MockServer::start().await;
+        Mock::given(method("GET")).and(path("/")).respond_with(recorded::root(number, distribution)).mount(&server).await;
+        let client = config(&server, &[]).client().unwrap();
+        let result = setup::check_version(&client).await;
+        assert_eq!(result.is_ok(), accepted, "{number}: {result:?}");
+        if let Err(e) = result {
+            assert!(!e.is_retryable());
+            assert!(e.to_string().contains("denorm supports Elasticsearch 7.17 and 8.x"), "{e}");
+        }
+    }
 }
 
 #[tokio::test]
@@ -924,6 +897,20 @@ mod generations_contracts {
 mod recorded {
     use serde_json::{json, Value};
     use wiremock::ResponseTemplate;
+
+    /// `GET /`: the cluster's name and version (`distribution` is set by
+    /// OpenSearch only).
+    pub fn root(number: &str, distribution: Option<&str>) -> ResponseTemplate {
+        let mut version = json!({"number": number, "build_flavor": "default", "build_type": "docker",
+            "build_hash": "2a8b2f7aa9a2bd4e16af0b3ef7d2f59e0fd2ecb2", "build_date": "2024-08-05T10:05:34.233336849Z", "build_snapshot": false,
+            "lucene_version": "9.11.1", "minimum_wire_compatibility_version": "7.17.0", "minimum_index_compatibility_version": "7.0.0"});
+        if let Some(d) = distribution {
+            version["distribution"] = json!(d);
+            version.as_object_mut().unwrap().remove("build_flavor");
+        }
+        ResponseTemplate::new(200).set_body_json(json!({"name": "es-1", "cluster_name": "denorm-test", "cluster_uuid": "hP2l3Fh6QPaKc4Zb2cFjTw",
+            "version": version, "tagline": "You Know, for Search"}))
+    }
 
     /// `_bulk` item refused with 409 because the document changed since it
     /// was read (`if_seq_no`/`if_primary_term`), keyed by its action.

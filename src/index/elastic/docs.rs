@@ -1,6 +1,6 @@
 //! Documents <-> Elasticsearch `_source`, and the point-in-time scanner.
 
-use elasticsearch::{ClearScrollParts, Elasticsearch, OpenPointInTimeParts, ScrollParts, SearchParts};
+use elasticsearch::{Elasticsearch, OpenPointInTimeParts, SearchParts};
 use serde_json::{json, Value};
 
 use super::setup::POS_FIELD;
@@ -75,22 +75,17 @@ pub fn hits(response: &Value) -> Vec<Hit> {
         .collect()
 }
 
-/// Streams every match of a query in pages: through a point in time with
-/// `search_after`, or, on clusters without point-in-time support (before
-/// 7.10), through a scroll. [`PitScan::close`] must be called on every path.
+/// Streams every match of a query in pages, through a point in time with
+/// `search_after` in `_shard_doc` order (Elasticsearch 7.12 and later;
+/// [`super::setup::check_version`] refuses older clusters).
+/// [`PitScan::close`] must be called on every path.
 pub struct PitScan<'a> {
     client: &'a Elasticsearch,
-    mode: Mode,
+    pit: String,
     query: Value,
     page: usize,
     after: Option<Value>,
     done: bool,
-}
-
-enum Mode {
-    Pit(String),
-    /// Index, and the scroll id once the first page was read.
-    Scroll(String, Option<String>),
 }
 
 /// How long a scan's point in time lives between two pages: longer than
@@ -98,27 +93,12 @@ enum Mode {
 /// restarts the scan).
 pub const KEEP_ALIVE: &str = "5m";
 
-/// Whether an answer to opening a point in time means the API is missing.
-fn pit_unsupported(status: u16, body: &str) -> bool {
-    matches!(status, 400 | 404 | 405) && (body.contains("no handler found") || body.contains("Incorrect HTTP method"))
-}
-
 impl<'a> PitScan<'a> {
     pub async fn open(client: &'a Elasticsearch, index: &str, query: Value, page: usize) -> Result<PitScan<'a>, ElasticError> {
         let r = client.open_point_in_time(OpenPointInTimeParts::Index(&[index])).keep_alive(KEEP_ALIVE).send().await?;
-        let status = r.status_code().as_u16();
-        let mode = if (200..300).contains(&status) {
-            let v: Value = r.json().await?;
-            Mode::Pit(v["id"].as_str().ok_or_else(|| ElasticError::Transport("point in time response has no id".into()))?.to_string())
-        } else {
-            let body = r.text().await.unwrap_or_default();
-            if !pit_unsupported(status, &body) {
-                return Err(super::status_error(&format!("opening a point in time on {index}"), status, &body));
-            }
-            tracing::info!(index, "no point-in-time API on this cluster: scanning with scroll");
-            Mode::Scroll(index.to_string(), None)
-        };
-        Ok(PitScan { client, mode, query, page: page.max(1), after: None, done: false })
+        let v = json_or_status(&format!("opening a point in time on {index}"), r).await?;
+        let pit = v["id"].as_str().ok_or_else(|| ElasticError::Transport("point in time response has no id".into()))?.to_string();
+        Ok(PitScan { client, pit, query, page: page.max(1), after: None, done: false })
     }
 
     /// The next page; empty when the scan is complete.
@@ -126,47 +106,22 @@ impl<'a> PitScan<'a> {
         if self.done {
             return Ok(Vec::new());
         }
-        let v = match &mut self.mode {
-            Mode::Pit(pit) => {
-                let mut body = json!({
-                    "size": self.page,
-                    "query": self.query,
-                    "pit": {"id": pit, "keep_alive": KEEP_ALIVE},
-                    "sort": [{"_shard_doc": "asc"}],
-                    "seq_no_primary_term": true,
-                    "track_total_hits": false
-                });
-                if let Some(a) = &self.after {
-                    body["search_after"] = a.clone();
-                }
-                let r = self.client.search(SearchParts::None).allow_partial_search_results(false).body(body).send().await?;
-                let v = json_or_status("reading a point-in-time page", r).await?;
-                if let Some(id) = v["pit_id"].as_str() {
-                    *pit = id.to_string(); // the id may change between pages
-                }
-                v
-            }
-            Mode::Scroll(index, id) => {
-                let r = match id {
-                    None => {
-                        let body = json!({"size": self.page, "query": self.query, "sort": ["_doc"], "seq_no_primary_term": true});
-                        self.client
-                            .search(SearchParts::Index(&[index.as_str()]))
-                            .scroll(KEEP_ALIVE)
-                            .allow_partial_search_results(false)
-                            .body(body)
-                            .send()
-                            .await?
-                    }
-                    Some(id) => self.client.scroll(ScrollParts::None).body(json!({"scroll": KEEP_ALIVE, "scroll_id": id})).send().await?,
-                };
-                let v = json_or_status("reading a scroll page", r).await?;
-                if let Some(next) = v["_scroll_id"].as_str() {
-                    *id = Some(next.to_string());
-                }
-                v
-            }
-        };
+        let mut body = json!({
+            "size": self.page,
+            "query": self.query,
+            "pit": {"id": self.pit, "keep_alive": KEEP_ALIVE},
+            "sort": [{"_shard_doc": "asc"}],
+            "seq_no_primary_term": true,
+            "track_total_hits": false
+        });
+        if let Some(a) = &self.after {
+            body["search_after"] = a.clone();
+        }
+        let r = self.client.search(SearchParts::None).allow_partial_search_results(false).body(body).send().await?;
+        let v = json_or_status("reading a point-in-time page", r).await?;
+        if let Some(id) = v["pit_id"].as_str() {
+            self.pit = id.to_string(); // the id may change between pages
+        }
         // Refused as well as not asked for: a page missing some shards'
         // matches would end the scan with documents never rewritten.
         if let Some(e) = super::incomplete("reading a scan page", &v) {
@@ -181,16 +136,11 @@ impl<'a> PitScan<'a> {
         Ok(page)
     }
 
-    /// Releases the point in time or scroll (best effort: both expire after
-    /// their keep-alive).
+    /// Releases the point in time (best effort: it expires after its
+    /// keep-alive).
     pub async fn close(self) {
-        let r = match &self.mode {
-            Mode::Pit(pit) => self.client.close_point_in_time().body(json!({"id": pit})).send().await,
-            Mode::Scroll(_, Some(id)) => self.client.clear_scroll(ClearScrollParts::None).body(json!({"scroll_id": [id]})).send().await,
-            Mode::Scroll(_, None) => return,
-        };
-        if let Err(e) = r {
-            tracing::warn!(error = %e, "releasing a scan context failed; it expires after {KEEP_ALIVE}");
+        if let Err(e) = self.client.close_point_in_time().body(json!({"id": self.pit})).send().await {
+            tracing::warn!(error = %e, "releasing a point in time failed; it expires after {KEEP_ALIVE}");
         }
     }
 }

@@ -32,7 +32,7 @@ pub enum ElasticError {
     /// shard writer, its generation was replaced by a rebuild's cutover.
     #[error("index gone: {0}")]
     Gone(String),
-    /// A scan's point in time or scroll expired (404
+    /// A scan's point in time expired (404
     /// `search_context_missing_exception`): the scan starts again.
     #[error("scan context expired: {0}")]
     ScanExpired(String),
@@ -95,7 +95,7 @@ pub(crate) fn status_error(what: &str, status: u16, body: &str) -> ElasticError 
 /// The error type of a request to a missing index or alias.
 pub(crate) const INDEX_NOT_FOUND: &str = "index_not_found_exception";
 
-/// The error type of a search through an expired point in time or scroll.
+/// The error type of a search through an expired point in time.
 pub(crate) const SEARCH_CONTEXT_MISSING: &str = "search_context_missing_exception";
 
 /// A search response some shards failed to answer, or that timed out.

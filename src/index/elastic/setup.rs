@@ -108,9 +108,44 @@ fn walk(prefix: &str, expected: &Value, found: &Value, out: &mut Vec<(String, St
     }
 }
 
-/// Creates the missing indexes and aliases, and checks existing mappings
-/// (of the current generation: the indexes the read aliases point at).
+/// The oldest Elasticsearch denorm runs against: the maintained 7.x
+/// release. (Its scans need point in time in `_shard_doc` order, 7.12 and
+/// later; bulk's `require_alias`, 7.10.)
+pub const MIN_VERSION: (u64, u64) = (7, 17);
+
+/// Reads the cluster's version (`GET /`) and refuses what denorm cannot
+/// run against: Elasticsearch older than [`MIN_VERSION`], and OpenSearch.
+/// A major version above 8 is accepted with a warning (not verified).
+pub async fn check_version(client: &Elasticsearch) -> Result<String, ElasticError> {
+    let r = client.info().send().await?;
+    let v = json_or_status("reading the cluster's version (GET /)", r).await?;
+    let number = v["version"]["number"].as_str().unwrap_or_default().to_string();
+    let supported = format!("denorm supports Elasticsearch {}.{} and 8.x", MIN_VERSION.0, MIN_VERSION.1);
+    if v["version"]["distribution"].as_str() == Some("opensearch") {
+        return Err(ElasticError::Config(format!("the cluster is OpenSearch {number}; {supported}")));
+    }
+    let mut parts = number.split('.').map(|p| p.parse::<u64>().ok());
+    let (major, minor) = match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor),
+        _ => return Err(ElasticError::Config(format!("the cluster reported no version (GET / answered {v}); {supported}"))),
+    };
+    if (major, minor) < MIN_VERSION {
+        return Err(ElasticError::Config(format!(
+            "Elasticsearch {number} is too old: {supported} (point-in-time scans in _shard_doc order, require_alias on bulk)"
+        )));
+    }
+    if major > 8 {
+        tracing::warn!(version = %number, "Elasticsearch {major}: denorm's requests are verified against the 8.x API only");
+    }
+    Ok(number)
+}
+
+/// Checks the cluster's version, creates the missing indexes and aliases,
+/// and checks existing mappings (of the current generation: the indexes
+/// the read aliases point at).
 pub async fn ensure(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticError> {
+    let version = check_version(client).await?;
+    tracing::info!(%version, "elasticsearch version");
     for kind in [Kind::File, Kind::User, Kind::Post] {
         let alias = alias(prefix, kind);
         let mut current = generations::current_of(client, prefix, kind).await?;
