@@ -240,6 +240,29 @@ async fn creates_indexes_behind_aliases_with_the_mapping() {
     assert_eq!(posts["mappings"]["properties"]["user"]["properties"]["name"]["fields"]["raw"]["type"], "keyword");
 }
 
+/// Review finding 5: a user without `maintenance` would have every rename
+/// refused (403 on the refresh before its scan) and dead-lettered; the
+/// worker refuses to start instead, naming what is missing.
+#[tokio::test]
+async fn a_user_without_the_privileges_a_worker_needs_is_refused_at_startup() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
+    Mock::given(method("POST"))
+        .and(path("/_security/user/_has_privileges"))
+        .respond_with(recorded::has_privileges("denorm", &[("monitor", true)], "denorm-*", &[("read", true), ("write", true), ("view_index_metadata", true), ("maintenance", false)]))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let client = config(&server, &[(env::API_KEY_ENCODED, "a2lkOnMzY3JldA==")]).client().unwrap();
+    let err = setup::ensure(&client, "denorm").await.unwrap_err();
+    assert!(err.to_string().contains("the Elasticsearch user denorm lacks maintenance on denorm-*"), "{err}");
+    assert!(!err.is_retryable());
+    let asked: Value = serde_json::from_slice(&server.received_requests().await.unwrap().iter().find(|r| r.url.path() == "/_security/user/_has_privileges").unwrap().body).unwrap();
+    assert_eq!(asked["index"][0]["names"], json!(["denorm-*"]));
+    assert_eq!(asked["index"][0]["privileges"], json!(["read", "write", "view_index_metadata", "maintenance"]));
+    assert_eq!(asked["cluster"], json!(["monitor"]));
+}
+
 /// Review finding 7: an index that already exists when created is checked
 /// again for its aliases, so writes never go to an index without them.
 #[tokio::test]
@@ -897,6 +920,16 @@ mod generations_contracts {
 mod recorded {
     use serde_json::{json, Value};
     use wiremock::ResponseTemplate;
+
+    /// `POST /_security/user/_has_privileges`: what the user has of what
+    /// was asked.
+    pub fn has_privileges(user: &str, cluster: &[(&str, bool)], names: &str, index: &[(&str, bool)]) -> ResponseTemplate {
+        let all = cluster.iter().chain(index).all(|(_, granted)| *granted);
+        let cluster: serde_json::Map<String, Value> = cluster.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+        let index: serde_json::Map<String, Value> = index.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+        ResponseTemplate::new(200).set_body_json(json!({"username": user, "has_all_requested": all, "cluster": cluster,
+            "index": {names: index}, "application": {}}))
+    }
 
     /// `GET /`: the cluster's name and version (`distribution` is set by
     /// OpenSearch only).

@@ -82,6 +82,8 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
             let client = es.client()?;
             if !a.status {
                 setup::ensure(&client, &es.prefix).await.context("setting up the Elasticsearch indexes")?;
+                // A rebuild creates indexes and moves aliases.
+                setup::check_privileges(&client, &es.prefix, setup::MANAGE_PRIVILEGES).await?;
             }
             Arc::new(ElasticGenerations { backend: ElasticBackend::new(client, &es.prefix, &kafka.topic, rt.clone()) })
         }

@@ -140,12 +140,66 @@ pub async fn check_version(client: &Elasticsearch) -> Result<String, ElasticErro
     Ok(number)
 }
 
-/// Checks the cluster's version, creates the missing indexes and aliases,
-/// and checks existing mappings (of the current generation: the indexes
-/// the read aliases point at).
+/// What a worker needs on `<prefix>-*`: documents read and written,
+/// aliases and mappings read, and `maintenance` for the refresh before a
+/// fan-out's scan (without it every rename would be refused with 403).
+pub const WORKER_PRIVILEGES: &[&str] = &["read", "write", "view_index_metadata", "maintenance"];
+
+/// What creating indexes and moving aliases needs on `<prefix>-*` (the
+/// first start against an empty cluster, and `denorm rebuild`).
+pub const MANAGE_PRIVILEGES: &[&str] = &["manage"];
+
+/// Cluster privilege for `GET /` (the version check).
+pub const CLUSTER_PRIVILEGES: &[&str] = &["monitor"];
+
+/// Asks the cluster whether the user has `needed` on `<prefix>-*` (and
+/// [`CLUSTER_PRIVILEGES`]) with `_security/user/_has_privileges`, and
+/// refuses, naming what is missing, if not. A cluster without security
+/// (the API answers an error other than 401) is not checked.
+pub async fn check_privileges(client: &Elasticsearch, prefix: &str, needed: &[&str]) -> Result<(), ElasticError> {
+    let pattern = format!("{prefix}-*");
+    let body = json!({"cluster": CLUSTER_PRIVILEGES, "index": [{"names": [pattern], "privileges": needed}]});
+    let r = client.security().has_privileges(elasticsearch::security::SecurityHasPrivilegesParts::None).body(body).send().await?;
+    let status = r.status_code().as_u16();
+    if !(200..300).contains(&status) {
+        let text = r.text().await.unwrap_or_default();
+        if status == 401 {
+            return Err(super::status_error("checking the user's privileges", status, &text));
+        }
+        tracing::info!(status, "privileges not checked (security is off, or the API is unavailable)");
+        return Ok(());
+    }
+    let v: Value = r.json().await?;
+    if v["has_all_requested"] == json!(true) {
+        return Ok(());
+    }
+    let mut missing = Vec::new();
+    for (name, granted) in v["cluster"].as_object().into_iter().flatten() {
+        if granted != &json!(true) {
+            missing.push(format!("cluster privilege {name}"));
+        }
+    }
+    for (names, privileges) in v["index"].as_object().into_iter().flatten() {
+        for (name, granted) in privileges.as_object().into_iter().flatten() {
+            if granted != &json!(true) {
+                missing.push(format!("{name} on {names}"));
+            }
+        }
+    }
+    Err(ElasticError::Config(format!(
+        "the Elasticsearch user {} lacks {} (the README's \"Running against Elasticsearch\" has the roles denorm needs)",
+        v["username"].as_str().unwrap_or("?"),
+        missing.join(", ")
+    )))
+}
+
+/// Checks the cluster's version and the user's privileges, creates the
+/// missing indexes and aliases, and checks existing mappings (of the
+/// current generation: the indexes the read aliases point at).
 pub async fn ensure(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticError> {
     let version = check_version(client).await?;
     tracing::info!(%version, "elasticsearch version");
+    check_privileges(client, prefix, WORKER_PRIVILEGES).await?;
     for kind in [Kind::File, Kind::User, Kind::Post] {
         let alias = alias(prefix, kind);
         let mut current = generations::current_of(client, prefix, kind).await?;
