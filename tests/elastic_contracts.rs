@@ -33,11 +33,58 @@ fn action_ids(req: &Request) -> Vec<String> {
         .collect()
 }
 
-/// Answers every action of a bulk request with 200.
+/// Answers every action of a bulk request as done.
 fn bulk_ok(req: &Request) -> ResponseTemplate {
-    let ids = action_ids(req);
-    let statuses: Vec<(&str, u16)> = ids.iter().map(|i| (i.as_str(), 200)).collect();
-    ResponseTemplate::new(200).set_body_json(items(&statuses))
+    bulk_reply(req, &[])
+}
+
+/// Answers a bulk request as Elasticsearch does: one item per action, keyed
+/// by that action, with the status `statuses` gives its id (else done: 201
+/// for a create, 200 otherwise).
+fn bulk_reply(req: &Request, statuses: &[(&str, u16)]) -> ResponseTemplate {
+    let actions: Vec<(String, String)> = ndjson(req)
+        .iter()
+        .filter_map(|l| {
+            let (action, meta) = l.as_object()?.iter().next()?;
+            Some((action.clone(), meta.get("_id")?.as_str()?.to_string()))
+        })
+        .collect();
+    let items: Vec<Value> = actions
+        .iter()
+        .map(|(action, id)| {
+            let status = statuses.iter().find(|(i, _)| i == id).map(|(_, s)| *s).unwrap_or(if action == "create" { 201 } else { 200 });
+            item(action, id, status)
+        })
+        .collect();
+    let errors = items.iter().any(|i| i.as_object().and_then(|o| o.values().next()).and_then(|v| v["status"].as_u64()).unwrap_or(0) >= 300);
+    ResponseTemplate::new(200).set_body_json(json!({"took": 3, "errors": errors, "items": items}))
+}
+
+/// One bulk response item, keyed by its action, with Elasticsearch 8's
+/// error for the status.
+fn item(action: &str, id: &str, status: u16) -> Value {
+    let mut r = json!({"_index": "denorm-files-000001", "_id": id, "status": status});
+    let error = |t: &str, reason: String| json!({"type": t, "reason": reason, "index_uuid": "aAsFqTI0Tc2W0LCWgPNrOA", "shard": "0", "index": "denorm-files-000001"});
+    match status {
+        409 => r["error"] = error("version_conflict_engine_exception", format!("[{id}]: version conflict, required seqNo [5], primary term [1]. current document has seqNo [7] and primary term [1]")),
+        429 => r["error"] = json!({"type": "es_rejected_execution_exception", "reason": "rejected execution of coordinating operation [coordinating_and_primary_bytes=0, replica_bytes=0, all_bytes=0, coordinating_operation_bytes=52428800, max_coordinating_and_primary_bytes=52428800]"}),
+        503 => r["error"] = error("unavailable_shards_exception", "[denorm-files-000001][0] primary shard is not active Timeout: [1m], request: [BulkShardRequest [[denorm-files-000001][0]] containing [1] requests]".into()),
+        // Since 8.7 (mapper_parsing_exception before).
+        400 => r["error"] = error("document_parsing_exception", format!("[1:21] failed to parse field [dob] of type [date] in document with id '{id}'. Preview of field's value: 'not a date'")),
+        _ => {
+            let result = match (action, status) {
+                ("create", _) | (_, 201) => "created",
+                ("delete", _) => "deleted",
+                _ => "updated",
+            };
+            r["result"] = json!(result);
+            r["_version"] = json!(1);
+            r["_seq_no"] = json!(0);
+            r["_primary_term"] = json!(1);
+            r["_shards"] = json!({"total": 2, "successful": 1, "failed": 0});
+        }
+    }
+    json!({ action: r })
 }
 
 /// A backend on the test double, its blocking calls run on `rt`.
@@ -78,21 +125,12 @@ fn index_op(id: &str) -> BulkOp {
     BulkOp::Index { index: "denorm-files".into(), id: id.into(), source: json!({"id": id}), if_seq_no: None }
 }
 
+/// A bulk response to index actions with these statuses.
 fn items(statuses: &[(&str, u16)]) -> Value {
     json!({
         "took": 3,
         "errors": statuses.iter().any(|(_, s)| *s >= 300),
-        "items": statuses.iter().map(|(id, s)| {
-            let mut r = json!({"_index": "denorm-files-000001", "_id": id, "status": s});
-            match s {
-                409 => r["error"] = json!({"type": "version_conflict_engine_exception", "reason": format!("[{id}]: version conflict")}),
-                429 => r["error"] = json!({"type": "es_rejected_execution_exception", "reason": "rejected execution"}),
-                500 => r["error"] = json!({"type": "internal_server_error", "reason": "boom"}),
-                400 => r["error"] = json!({"type": "mapper_parsing_exception", "reason": "failed to parse field [dob]"}),
-                _ => {}
-            }
-            json!({"index": r})
-        }).collect::<Vec<_>>()
+        "items": statuses.iter().map(|(id, s)| item("index", id, *s)).collect::<Vec<_>>()
     })
 }
 
@@ -101,7 +139,7 @@ async fn retries_only_failed_bulk_items() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/_bulk"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(items(&[("a", 201), ("b", 200), ("c", 409), ("d", 429), ("e", 500)])))
+        .respond_with(ResponseTemplate::new(200).set_body_json(items(&[("a", 201), ("b", 200), ("c", 409), ("d", 429), ("e", 503)])))
         .up_to_n_times(1)
         .mount(&server)
         .await;
@@ -158,7 +196,7 @@ async fn permanent_item_failures_are_reported_not_retried() {
     let report = bulk::execute(&client, vec![index_op("a"), index_op("bad")], BulkLimits::default(), fast()).await.unwrap();
     assert_eq!(report.requests, 1);
     assert_eq!(report.failed.len(), 1);
-    assert!(report.failed[0].1.contains("mapper_parsing_exception"), "{:?}", report.failed);
+    assert!(report.failed[0].1.contains("document_parsing_exception"), "{:?}", report.failed);
 }
 
 #[tokio::test]
@@ -350,7 +388,7 @@ async fn sends_basic_and_api_key_credentials_without_leaking_them() {
     }
     // A rejected request's error shows the body, not the credentials.
     server.reset().await;
-    Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(401).set_body_string("unable to authenticate user")).mount(&server).await;
+    Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::unauthenticated("elastic", "/_bulk")).mount(&server).await;
     let err = bulk::execute(&basic.client().unwrap(), vec![index_op("a")], BulkLimits::default(), fast()).await.unwrap_err();
     let text = err.to_string();
     assert!(text.contains("401") && !text.contains("hunter2"), "{text}");
@@ -388,12 +426,12 @@ mod shard {
         rt.block_on(async {
             mount_common(&server, 1).await;
             Mock::given(path("/_search"))
-                .respond_with(ResponseTemplate::new(200).set_body_json(json!({"pit_id": "pit-2", "hits": {"hits": [file_hit("a", "/c/a/1.txt", 5, 1), file_hit("b", "/c/a/x/2.txt", 6, 2)]}})))
+                .respond_with(ResponseTemplate::new(200).set_body_json(recorded::search_response(Some("pit-2"), vec![file_hit("a", "/c/a/1.txt", 5, 1), file_hit("b", "/c/a/x/2.txt", 6, 2)])))
                 .up_to_n_times(1)
                 .mount(&server)
                 .await;
             Mock::given(path("/_search"))
-                .respond_with(ResponseTemplate::new(200).set_body_json(json!({"pit_id": "pit-2", "hits": {"hits": [file_hit("c", "/c/a/3.txt", 7, 3)]}})))
+                .respond_with(ResponseTemplate::new(200).set_body_json(recorded::search_response(Some("pit-2"), vec![file_hit("c", "/c/a/3.txt", 7, 3)])))
                 .mount(&server)
                 .await;
             Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&server).await;
@@ -429,7 +467,7 @@ mod shard {
         let server = rt.block_on(MockServer::start());
         rt.block_on(async {
             mount_common(&server, 1).await;
-            Mock::given(path("/_search")).respond_with(ResponseTemplate::new(400).set_body_string("search_phase_execution_exception")).mount(&server).await;
+            Mock::given(path("/_search")).respond_with(recorded::search_bad_request()).mount(&server).await;
         });
         let b = backend(&server, &rt);
         let mut shard = b.open_shard(0).unwrap();
@@ -461,7 +499,7 @@ mod shard {
                     "_source": {"id": "f1", "name": "n.txt", "path": "/c", "contents": "newer", "denorm_pos": 50}})))
                 .mount(&server)
                 .await;
-            Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(200).set_body_json(items(&[("f1", 409)]))).mount(&server).await;
+            Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 409)])).mount(&server).await;
             Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(ResponseTemplate::new(201).set_body_json(json!({"result": "created"}))).mount(&server).await;
         });
         let b = backend(&server, &rt);
@@ -524,9 +562,9 @@ async fn refuses_clusters_too_old_for_point_in_time_scans_and_opensearch() {
 async fn search_cli_queries_elasticsearch_and_prints_the_json_contract() {
     let server = MockServer::start().await;
     Mock::given(path("/denorm-files/_search"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"hits": {"hits": [
-            {"_id": "f1", "_score": 1.0, "_source": {"id": "f1", "name": "README.txt", "path": "/clinton/work/elasticsearch", "contents": "Starting...", "denorm_pos": 4}}
-        ]}})))
+        .respond_with(ResponseTemplate::new(200).set_body_json(recorded::search_response(None, vec![
+            json!({"_index": "denorm-files-000001", "_id": "f1", "_score": 1.0, "_source": {"id": "f1", "name": "README.txt", "path": "/clinton/work/elasticsearch", "contents": "Starting...", "denorm_pos": 4}})
+        ])))
         .expect(1)
         .mount(&server)
         .await;
@@ -578,7 +616,7 @@ fn a_failed_commit_keeps_its_writes_and_sends_them_again() {
         mount_new_shard(&server, &["f1"]).await;
         // The cluster is unavailable for the whole first commit (5 attempts).
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(5).mount(&server).await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(200).set_body_json(items(&[("f1", 201)]))).mount(&server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201)])).mount(&server).await;
         Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(ResponseTemplate::new(201).set_body_json(json!({"result": "created"}))).mount(&server).await;
     });
     let b = backend(&server, &rt);
@@ -608,7 +646,7 @@ fn a_run_of_503_and_429_responses_is_outlasted_and_nothing_is_lost() {
         // 4 x 429 (overloaded while recovering), then the cluster is back.
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(7).mount(&server).await;
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(429)).up_to_n_times(4).mount(&server).await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(200).set_body_json(items(&[("f1", 201), ("f2", 201)]))).mount(&server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201), ("f2", 201)])).mount(&server).await;
         Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(ResponseTemplate::new(201).set_body_json(json!({"result": "created"}))).mount(&server).await;
     });
     let b = backend(&server, &rt);
@@ -644,7 +682,7 @@ fn an_item_refused_for_good_fails_the_commit_permanently() {
     let server = rt.block_on(MockServer::start());
     rt.block_on(async {
         mount_new_shard(&server, &["f1", "f2"]).await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(200).set_body_json(items(&[("f1", 201), ("f2", 400)]))).mount(&server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201), ("f2", 400)])).mount(&server).await;
     });
     let b = backend(&server, &rt);
     let mut shard = b.open_shard(0).unwrap();
@@ -653,7 +691,7 @@ fn an_item_refused_for_good_fails_the_commit_permanently() {
     // find the refused one and dead-letters it (tests/faults.rs).
     let err = shard.commit().unwrap_err();
     assert!(!err.is_retryable(), "{err}");
-    assert!(err.to_string().contains("f2") && err.to_string().contains("mapper_parsing_exception"), "{err}");
+    assert!(err.to_string().contains("f2") && err.to_string().contains("document_parsing_exception"), "{err}");
     assert_eq!(shard.applied(), None, "nothing is recorded as applied");
     let metas = meta_writes(&rt.block_on(server.received_requests()).unwrap());
     assert_eq!(metas, 0);
@@ -921,6 +959,20 @@ mod recorded {
     use serde_json::{json, Value};
     use wiremock::ResponseTemplate;
 
+    /// Any request with wrong credentials: 401 `security_exception`, with
+    /// the schemes the cluster accepts.
+    pub fn unauthenticated(user: &str, request: &str) -> ResponseTemplate {
+        let challenge = json!(["Basic realm=\"security\", charset=\"UTF-8\"", "ApiKey"]);
+        let cause = json!({"type": "security_exception", "reason": format!("unable to authenticate user [{user}] for REST request [{request}]"),
+                           "header": {"WWW-Authenticate": challenge}});
+        let mut error = cause.clone();
+        error["root_cause"] = json!([cause]);
+        ResponseTemplate::new(401)
+            .insert_header("WWW-Authenticate", "Basic realm=\"security\", charset=\"UTF-8\"")
+            .insert_header("WWW-Authenticate", "ApiKey")
+            .set_body_json(json!({"error": error, "status": 401}))
+    }
+
     /// `POST /_security/user/_has_privileges`: what the user has of what
     /// was asked.
     pub fn has_privileges(user: &str, cluster: &[(&str, bool)], names: &str, index: &[(&str, bool)]) -> ResponseTemplate {
@@ -998,9 +1050,28 @@ mod recorded {
 
     /// A page of a point-in-time search.
     pub fn search_page(hits: Vec<Value>) -> ResponseTemplate {
-        ResponseTemplate::new(200).set_body_json(json!({"pit_id": "pit-1", "took": 3, "timed_out": false,
+        ResponseTemplate::new(200).set_body_json(search_response(Some("pit-1"), hits))
+    }
+
+    /// A complete `_search` response (`pit` set for point-in-time searches).
+    pub fn search_response(pit: Option<&str>, hits: Vec<Value>) -> Value {
+        let mut v = json!({"took": 3, "timed_out": false,
             "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
-            "hits": {"total": {"value": hits.len(), "relation": "eq"}, "max_score": null, "hits": hits}}))
+            "hits": {"total": {"value": hits.len(), "relation": "eq"}, "max_score": null, "hits": hits}});
+        if let Some(pit) = pit {
+            v["pit_id"] = json!(pit);
+        }
+        v
+    }
+
+    /// `_search` refused: 400 `search_phase_execution_exception`, here for a
+    /// query on a field that cannot be searched.
+    pub fn search_bad_request() -> ResponseTemplate {
+        let cause = json!({"type": "query_shard_exception", "reason": "failed to create query: Cannot search on field [contents] since it is not indexed.",
+                           "index_uuid": "aAsFqTI0Tc2W0LCWgPNrOA", "index": "denorm-files-000001"});
+        ResponseTemplate::new(400).set_body_json(json!({"error": {"root_cause": [cause], "type": "search_phase_execution_exception",
+            "reason": "all shards failed", "phase": "query", "grouped": true,
+            "failed_shards": [{"shard": 0, "index": "denorm-files-000001", "node": "b2RGA5HWTWK6Eg1bXWb7zA", "reason": cause}]}, "status": 400}))
     }
 
     /// A page answered by only some shards (`allow_partial_search_results`
