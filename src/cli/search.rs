@@ -44,7 +44,8 @@ enum What {
         /// Per author the best posts, authors ordered by their best score
         #[arg(long)]
         group_by_author: bool,
-        /// Posts shown per author with --group-by-author
+        /// Posts shown per author with --group-by-author (Elasticsearch: at most 100, its
+        /// index.max_inner_result_window)
         #[arg(long, default_value_t = 3)]
         per_author: usize,
         /// Most results, or authors with --group-by-author (0: all)

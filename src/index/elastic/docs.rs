@@ -83,6 +83,7 @@ pub struct PitScan<'a> {
     client: &'a Elasticsearch,
     pit: String,
     query: Value,
+    sort: Value,
     page: usize,
     after: Option<Value>,
     done: bool,
@@ -98,7 +99,14 @@ impl<'a> PitScan<'a> {
         let r = client.open_point_in_time(OpenPointInTimeParts::Index(&[index])).keep_alive(KEEP_ALIVE).send().await?;
         let v = json_or_status(&format!("opening a point in time on {index}"), r).await?;
         let pit = v["id"].as_str().ok_or_else(|| ElasticError::Transport("point in time response has no id".into()))?.to_string();
-        Ok(PitScan { client, pit, query, page: page.max(1), after: None, done: false })
+        Ok(PitScan { client, pit, query, sort: json!([{"_shard_doc": "asc"}]), page: page.max(1), after: None, done: false })
+    }
+
+    /// The same scan with matches best first (`_score`, ties in
+    /// `_shard_doc` order): deep paging past `index.max_result_window`.
+    pub fn by_score(mut self) -> Self {
+        self.sort = json!([{"_score": "desc"}, {"_shard_doc": "asc"}]);
+        self
     }
 
     /// The next page; empty when the scan is complete.
@@ -110,7 +118,7 @@ impl<'a> PitScan<'a> {
             "size": self.page,
             "query": self.query,
             "pit": {"id": self.pit, "keep_alive": KEEP_ALIVE},
-            "sort": [{"_shard_doc": "asc"}],
+            "sort": self.sort,
             "seq_no_primary_term": true,
             "track_total_hits": false
         });

@@ -62,14 +62,38 @@ pub fn group_by_author_body(q: &PostQuery, authors: usize, per_author: usize) ->
     })
 }
 
-/// Parses the group-by-author response.
+/// One page of every author: a composite aggregation on `user.name.raw`
+/// (in name order, resumed `after` the previous page's last key), with the
+/// same best score and top posts as [`group_by_author_body`].
+pub fn all_authors_body(q: &PostQuery, authors: usize, per_author: usize, after: Option<&Value>) -> Value {
+    let mut composite = json!({"size": authors, "sources": [{"author": {"terms": {"field": "user.name.raw"}}}]});
+    if let Some(a) = after {
+        composite["after"] = a.clone();
+    }
+    json!({
+        "size": 0,
+        "query": post_query(q),
+        "aggs": {
+            "authors": {
+                "composite": composite,
+                "aggs": {
+                    "best_score": {"max": {"script": {"source": "_score"}}},
+                    "top": {"top_hits": {"size": per_author}}
+                }
+            }
+        }
+    })
+}
+
+/// Parses the group-by-author response (a `terms` or `composite`
+/// aggregation: a bucket's key is the name, or `{"author": name}`).
 pub fn parse_groups(v: &Value) -> Vec<AuthorGroup> {
     v["aggregations"]["authors"]["buckets"]
         .as_array()
         .into_iter()
         .flatten()
         .map(|b| AuthorGroup {
-            author: b["key"].as_str().unwrap_or_default().to_string(),
+            author: b["key"].as_str().or_else(|| b["key"]["author"].as_str()).unwrap_or_default().to_string(),
             best_score: b["best_score"]["value"].as_f64().unwrap_or(0.0) as f32,
             posts: hits(&b["top"])
                 .iter()
@@ -82,19 +106,41 @@ pub fn parse_groups(v: &Value) -> Vec<AuthorGroup> {
         .collect()
 }
 
+/// Elasticsearch's default `index.max_result_window`: `from + size` of one
+/// search may not exceed it.
+pub const MAX_RESULT_WINDOW: usize = 10_000;
+
+/// Elasticsearch's default `index.max_inner_result_window`: the most
+/// `top_hits` per bucket.
+pub const MAX_INNER_RESULT_WINDOW: usize = 100;
+
+/// Authors per page of the composite aggregation of "all authors".
+const AUTHOR_PAGE: usize = 1000;
+
 impl ElasticSearch {
     fn run(&self, kind: Kind, query: Value, limit: usize, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
         let index = alias(&self.prefix, kind);
-        if limit == 0 {
-            let mut pit = self.runtime.block_on(PitScan::open(&self.client, &index, query, 1000))?;
+        if limit == 0 || limit > MAX_RESULT_WINDOW {
+            // Every match (in index order), or more than one search may
+            // return (best first, through a point in time).
+            let page = if limit == 0 { 1000 } else { MAX_RESULT_WINDOW };
+            let mut pit = self.runtime.block_on(PitScan::open(&self.client, &index, query, page))?;
+            if limit > 0 {
+                pit = pit.by_score();
+            }
+            let mut left = if limit == 0 { usize::MAX } else { limit };
             let result = (|| -> Result<(), IndexError> {
-                loop {
+                while left > 0 {
                     let page = self.runtime.block_on(pit.next_page())?;
                     if page.is_empty() {
-                        return Ok(());
+                        break;
                     }
-                    page.iter().for_each(|h| out(from_source(kind, &h.source)));
+                    for h in page.iter().take(left) {
+                        out(from_source(kind, &h.source));
+                    }
+                    left = left.saturating_sub(page.len());
                 }
+                Ok(())
             })();
             self.runtime.block_on(pit.close());
             return result;
@@ -127,14 +173,41 @@ impl SearchIndex for ElasticSearch {
     }
 
     fn posts_by_author(&self, q: &PostQuery, limit: usize, per_author: usize) -> Result<Vec<AuthorGroup>, IndexError> {
+        if per_author > MAX_INNER_RESULT_WINDOW {
+            return Err(IndexError::Rejected(format!(
+                "--per-author {per_author} is above Elasticsearch's index.max_inner_result_window ({MAX_INNER_RESULT_WINDOW})"
+            )));
+        }
         let index = alias(&self.prefix, Kind::Post);
-        let authors = if limit == 0 { 10_000 } else { limit };
-        let body = group_by_author_body(q, authors, per_author);
-        let v = self.runtime.block_on(async {
-            let r = self.client.search(SearchParts::Index(&[&index])).body(body).send().await?;
-            json_or_status(&format!("grouping posts of {index}"), r).await
-        });
-        Ok(parse_groups(&v?))
+        let search = |body: Value| {
+            self.runtime.block_on(async {
+                let r = self.client.search(SearchParts::Index(&[&index])).body(body).send().await?;
+                json_or_status(&format!("grouping posts of {index}"), r).await
+            })
+        };
+        if limit > 0 && limit <= MAX_RESULT_WINDOW {
+            return Ok(parse_groups(&search(group_by_author_body(q, limit, per_author))?));
+        }
+        // Every author (or more than a terms aggregation may return): page
+        // through a composite aggregation, then order by best score here.
+        let mut groups = Vec::new();
+        let mut after: Option<Value> = None;
+        loop {
+            let v = search(all_authors_body(q, AUTHOR_PAGE, per_author, after.as_ref()))?;
+            let page = parse_groups(&v);
+            let n = page.len();
+            groups.extend(page);
+            match v["aggregations"]["authors"]["after_key"].clone() {
+                Value::Null => break,
+                _ if n < AUTHOR_PAGE => break,
+                key => after = Some(key),
+            }
+        }
+        groups.sort_by(|a, b| b.best_score.total_cmp(&a.best_score).then_with(|| a.author.cmp(&b.author)));
+        if limit > 0 {
+            groups.truncate(limit);
+        }
+        Ok(groups)
     }
 
     fn dump(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
