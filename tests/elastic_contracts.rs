@@ -323,6 +323,38 @@ async fn an_existing_index_without_its_alias_is_refused_not_used() {
     assert!(!err.is_retryable());
 }
 
+/// Review finding 11: an index whose mappings match but whose path analyzer
+/// is defined differently is refused (its `path.tree` searches would be
+/// wrong), with the setting named.
+#[tokio::test]
+async fn refuses_an_index_whose_path_analyzer_differs() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
+    let (read, index) = (setup::alias("denorm", Kind::File), generations::concrete("denorm", Kind::File, 0));
+    let aliases = json!({ index.clone(): {"aliases": { read.clone(): {"is_write_index": true}, generations::write_alias("denorm", Kind::File, 0): {}}} });
+    Mock::given(method("GET")).and(path(format!("/{read}/_alias"))).respond_with(ResponseTemplate::new(200).set_body_json(aliases)).mount(&server).await;
+    Mock::given(method("GET"))
+        .and(path(format!("/{read}/_mapping")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({ index.clone(): {"mappings": setup::mapping(Kind::File)} })))
+        .mount(&server)
+        .await;
+    // As GET /<index>/_settings answers: every value a string.
+    Mock::given(method("GET"))
+        .and(path(format!("/{read}/_settings")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({ index.clone(): {"settings": {"index": {
+            "number_of_shards": "1", "number_of_replicas": "1", "provided_name": index, "creation_date": "1731000000000",
+            "uuid": "aAsFqTI0Tc2W0LCWgPNrOA", "version": {"created": "8512000"},
+            "analysis": {"tokenizer": {"denorm_path_tree": {"type": "path_hierarchy", "delimiter": "\\"}},
+                         "analyzer": {"denorm_path_tree": {"type": "custom", "tokenizer": "denorm_path_tree"}}}}}} })))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let client = config(&server, &[]).client().unwrap();
+    let err = setup::ensure(&client, "denorm").await.unwrap_err();
+    assert!(err.to_string().contains("setting index.analysis.tokenizer.denorm_path_tree.delimiter is \\, denorm needs /"), "{err}");
+    assert!(!err.is_retryable());
+}
+
 #[tokio::test]
 async fn accepts_a_matching_mapping_and_refuses_a_conflicting_one() {
     let server = MockServer::start().await;

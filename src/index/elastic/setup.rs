@@ -72,18 +72,45 @@ pub fn mapping(kind: Kind) -> Value {
 }
 
 /// Differences between the mapping denorm needs and one found: (field,
-/// expected, found). Fields the found mapping lacks count as conflicts too.
+/// expected, found). Every parameter denorm sets must be there with the
+/// same value (type, analyzers, date format, ...), fields the found
+/// mapping lacks count as conflicts, and so do found parameters that
+/// change what is indexed (see [`CHANGES_INDEXING`]); `(dynamic)` names
+/// the mapping's own `dynamic` setting.
 pub fn conflicts(expected: &Value, found: &Value) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
+    let dynamic = |m: &Value| m.get("dynamic").map_or("true (the default)".to_string(), |d| d.as_str().map_or(d.to_string(), String::from));
+    if expected.get("dynamic").is_some() && dynamic(expected) != dynamic(found) {
+        out.push(("(dynamic)".to_string(), dynamic(expected), dynamic(found)));
+    }
     walk("", expected, found, &mut out);
     out
 }
 
-fn describe(field: &Value) -> String {
+/// Field parameters that, found on a field where denorm sets none, change
+/// what gets indexed or searched.
+pub const CHANGES_INDEXING: &[&str] = &["index", "enabled", "ignore_above", "ignore_malformed", "null_value", "normalizer", "copy_to", "doc_values"];
+
+/// A field's type and the parameters that matter: those `expected` sets
+/// and those of [`CHANGES_INDEXING`].
+fn describe(field: &Value, expected: &Value) -> String {
+    if field.is_null() {
+        return "absent".into();
+    }
     let ty = field.get("type").and_then(Value::as_str).unwrap_or(if field.get("properties").is_some() { "object" } else { "absent" });
-    match field.get("analyzer").and_then(Value::as_str) {
-        Some(a) => format!("{ty} (analyzer {a})"),
-        None => ty.to_string(),
+    let mut params: Vec<String> = field
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| !matches!(k.as_str(), "type" | "fields" | "properties"))
+        .filter(|(k, _)| expected.get(k.as_str()).is_some() || CHANGES_INDEXING.contains(&k.as_str()))
+        .map(|(k, v)| format!("{k} {}", v.as_str().map_or(v.to_string(), String::from)))
+        .collect();
+    params.sort();
+    if params.is_empty() {
+        ty.to_string()
+    } else {
+        format!("{ty} ({})", params.join(", "))
     }
 }
 
@@ -92,20 +119,43 @@ fn walk(prefix: &str, expected: &Value, found: &Value, out: &mut Vec<(String, St
     for (name, e) in exp {
         let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
         let f = found_props.and_then(|p| p.get(name)).cloned().unwrap_or(Value::Null);
-        if describe(e) != describe(&f) {
-            out.push((path.clone(), describe(e), describe(&f)));
+        if describe(e, e) != describe(&f, e) {
+            out.push((path.clone(), describe(e, e), describe(&f, e)));
             continue;
         }
         if let Some(subs) = e.get("fields").and_then(Value::as_object) {
             for (sub, se) in subs {
                 let sf = f.get("fields").and_then(|x| x.get(sub)).cloned().unwrap_or(Value::Null);
-                if describe(se) != describe(&sf) {
-                    out.push((format!("{path}.{sub}"), describe(se), describe(&sf)));
+                if describe(se, se) != describe(&sf, se) {
+                    out.push((format!("{path}.{sub}"), describe(se, se), describe(&sf, se)));
                 }
             }
         }
         walk(&path, e, &f, out);
     }
+}
+
+/// Differences between the analysis settings denorm needs (the
+/// `denorm_path_tree` tokenizer and analyzer) and an index's settings as
+/// `GET /<index>/_settings` returns them (values as strings): (setting,
+/// expected, found).
+pub fn settings_conflicts(found_index_settings: &Value) -> Vec<(String, String, String)> {
+    fn leaves(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
+        match v {
+            Value::Object(o) => o.iter().for_each(|(k, v)| leaves(&format!("{prefix}.{k}"), v, out)),
+            other => out.push((prefix.to_string(), other.as_str().map_or(other.to_string(), String::from))),
+        }
+    }
+    let mut expected = Vec::new();
+    leaves("analysis", &settings()["analysis"], &mut expected);
+    expected
+        .into_iter()
+        .filter_map(|(key, want)| {
+            let at = key.split('.').fold(found_index_settings, |v, k| &v[k]);
+            let got = at.as_str().map_or(if at.is_null() { "absent".to_string() } else { at.to_string() }, String::from);
+            (got != want).then(|| (format!("setting index.{key}"), want, got))
+        })
+        .collect()
 }
 
 /// The oldest Elasticsearch denorm runs against: the maintained 7.x
@@ -233,6 +283,16 @@ pub async fn ensure(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticE
                 return Err(ElasticError::MappingConflict { index: index.clone(), field, expected, found });
             }
         }
+        if kind == Kind::File {
+            // The path analyzer is defined in the index's settings.
+            let r = client.indices().get_settings(elasticsearch::indices::IndicesGetSettingsParts::Index(&[&alias])).send().await?;
+            let found = json_or_status(&format!("reading the settings of {alias}"), r).await?;
+            for (index, s) in found.as_object().into_iter().flatten() {
+                if let Some((field, expected, found)) = settings_conflicts(&s["settings"]["index"]).into_iter().next() {
+                    return Err(ElasticError::MappingConflict { index: index.clone(), field, expected, found });
+                }
+            }
+        }
     }
     ensure_meta(client, prefix).await
 }
@@ -287,5 +347,34 @@ mod tests {
         let mut found = mapping(Kind::Post);
         found["properties"]["user"]["properties"]["name"]["fields"]["raw"]["type"] = json!("text");
         assert_eq!(conflicts(&mapping(Kind::Post), &found)[0].0, "user.name.raw");
+    }
+
+    /// Review finding 11: every parameter denorm sets is compared, not only
+    /// type and analyzer, and so are `dynamic` and the analyzer's settings.
+    #[test]
+    fn finds_differences_beyond_type_and_analyzer() {
+        let cases: Vec<(Kind, fn(&mut Value), &str)> = vec![
+            (Kind::File, |m| m["properties"]["path"]["fields"]["tree"]["search_analyzer"] = json!("standard"), "path.tree"),
+            (Kind::User, |m| m["properties"]["dob"]["format"] = json!("strict_date_optional_time"), "dob"),
+            (Kind::File, |m| m["properties"]["id"]["ignore_above"] = json!(32), "id"),
+            (Kind::File, |m| m["properties"]["contents"]["index"] = json!(false), "contents"),
+            (Kind::Post, |m| m["dynamic"] = json!("true"), "(dynamic)"),
+            (Kind::Post, |m| { m.as_object_mut().unwrap().remove("dynamic"); }, "(dynamic)"),
+        ];
+        for (kind, change, field) in cases {
+            let mut found = mapping(kind);
+            change(&mut found);
+            let c = conflicts(&mapping(kind), &found);
+            assert_eq!(c.first().map(|x| x.0.as_str()), Some(field), "{c:?}");
+        }
+        // The index settings as Elasticsearch returns them: strings.
+        let ours = json!({"analysis": {"tokenizer": {"denorm_path_tree": {"type": "path_hierarchy", "delimiter": "/"}},
+                                       "analyzer": {"denorm_path_tree": {"type": "custom", "tokenizer": "denorm_path_tree"}}},
+                          "number_of_shards": "1", "provided_name": "denorm-files-000001"});
+        assert!(settings_conflicts(&ours).is_empty(), "{:?}", settings_conflicts(&ours));
+        let mut other = ours.clone();
+        other["analysis"]["tokenizer"]["denorm_path_tree"]["delimiter"] = json!("\\");
+        assert_eq!(settings_conflicts(&other)[0].0, "setting index.analysis.tokenizer.denorm_path_tree.delimiter");
+        assert_eq!(settings_conflicts(&json!({}))[0].2, "absent");
     }
 }
