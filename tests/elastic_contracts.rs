@@ -9,7 +9,7 @@ use denorm::index::elastic::config::{env, ElasticConfig};
 use denorm::index::elastic::{generations, setup, ElasticError};
 use denorm::index::{Checkpoint, Kind};
 use serde_json::{json, Value};
-use wiremock::matchers::{header, method, path};
+use wiremock::matchers::{header, method, path, path_regex};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
 fn config(server: &MockServer, vars: &[(&'static str, &'static str)]) -> ElasticConfig {
@@ -95,6 +95,7 @@ fn backend(server: &MockServer, rt: &tokio::runtime::Runtime) -> denorm::index::
 /// [`backend`] with the read alias on generation `g`.
 fn backend_on(server: &MockServer, rt: &tokio::runtime::Runtime, g: u64) -> denorm::index::elastic::shard::ElasticBackend {
     rt.block_on(mount_generation(server, g));
+    rt.block_on(mount_meta_writes(server));
     let mut b = denorm::index::elastic::shard::ElasticBackend::new(config(server, &[]).client().unwrap(), "denorm", "t", rt.handle().clone());
     b.policy = fast();
     b
@@ -110,6 +111,21 @@ async fn mount_generation(server: &MockServer, g: u64) {
         })))
         .mount(server)
         .await;
+}
+
+/// Meta document writes answered as Elasticsearch does (created, or the
+/// next version), at a lower priority than a test's own mocks: a shard's
+/// claim when it opens, and its checkpoint writes.
+async fn mount_meta_writes(server: &MockServer) {
+    Mock::given(method("POST")).and(path_regex(r"^/denorm-meta/_create/[^/]+$")).respond_with(meta_written(0)).with_priority(10).mount(server).await;
+    Mock::given(method("POST")).and(path_regex(r"^/denorm-meta/_doc/[^/]+$")).respond_with(meta_written(1)).with_priority(10).mount(server).await;
+}
+
+/// A meta document written: created (`seq` 0) or updated.
+fn meta_written(seq: i64) -> ResponseTemplate {
+    let (status, result) = if seq == 0 { (201, "created") } else { (200, "updated") };
+    ResponseTemplate::new(status).set_body_json(json!({"_index": "denorm-meta", "_id": "p0", "_version": seq + 1, "result": result,
+        "_shards": {"total": 2, "successful": 1, "failed": 0}, "_seq_no": seq, "_primary_term": 1}))
 }
 
 /// Elasticsearch 8's answer to a request naming a missing index or alias.
@@ -532,7 +548,7 @@ mod shard {
                 .mount(&server)
                 .await;
             Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 409)])).mount(&server).await;
-            Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(ResponseTemplate::new(201).set_body_json(json!({"result": "created"}))).mount(&server).await;
+            Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(meta_written(1)).mount(&server).await;
         });
         let b = backend(&server, &rt);
         let mut shard = b.open_shard(0).unwrap();
@@ -546,7 +562,7 @@ mod shard {
         assert!(bulks[0][0].get("create").is_some(), "an absent document is created, not blindly indexed: {:?}", bulks[0][0]);
         let meta = reqs.iter().find(|r| r.url.path() == "/denorm-meta/_doc/p0" && r.method.as_str() == "POST").expect("applied position recorded");
         let meta: Value = serde_json::from_slice(&meta.body).unwrap();
-        assert_eq!(meta, json!({"topic": "t", "applied": 20, "fingerprint": "0000000000000000", "parked": []}));
+        assert_eq!(meta, json!({"topic": "t", "applied": 20, "fingerprint": "0000000000000000", "parked": [], "owner": 1}));
     }
 
     #[test]
@@ -649,7 +665,7 @@ fn a_failed_commit_keeps_its_writes_and_sends_them_again() {
         // The cluster is unavailable for the whole first commit (5 attempts).
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(5).mount(&server).await;
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201)])).mount(&server).await;
-        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(ResponseTemplate::new(201).set_body_json(json!({"result": "created"}))).mount(&server).await;
+        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(meta_written(1)).mount(&server).await;
     });
     let b = backend(&server, &rt);
     let mut shard = b.open_shard(0).unwrap();
@@ -679,7 +695,7 @@ fn a_run_of_503_and_429_responses_is_outlasted_and_nothing_is_lost() {
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(7).mount(&server).await;
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(429)).up_to_n_times(4).mount(&server).await;
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201), ("f2", 201)])).mount(&server).await;
-        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(ResponseTemplate::new(201).set_body_json(json!({"result": "created"}))).mount(&server).await;
+        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(meta_written(1)).mount(&server).await;
     });
     let b = backend(&server, &rt);
     // What the worker does on a transient failure: a fresh shard writer,
@@ -865,8 +881,12 @@ mod generations_contracts {
         let bulk = reqs.iter().find(|r| r.url.path() == "/_bulk").expect("a bulk request");
         assert!(bulk.url.query().unwrap_or("").contains("require_alias=true"), "writes never let Elasticsearch create an index: {}", bulk.url);
         assert_eq!(ndjson(bulk)[0]["create"]["_index"], "denorm-files-g2");
-        let meta = reqs.iter().find(|r| r.url.path() == "/denorm-meta/_doc/g2-p0" && r.method.as_str() == "POST").expect("checkpoint written");
-        assert_eq!(serde_json::from_slice::<Value>(&meta.body).unwrap()["applied"], 8);
+        let writes: Vec<&Request> = reqs.iter().filter(|r| r.url.path() == "/denorm-meta/_doc/g2-p0" && r.method.as_str() == "POST").collect();
+        assert_eq!(writes.len(), 2, "the claim when the shard opened, then the checkpoint");
+        let claim: Value = serde_json::from_slice(&writes[0].body).unwrap();
+        assert_eq!((claim["owner"].as_u64(), claim["applied"].as_u64()), (Some(1), Some(7)), "the claim keeps the checkpoint");
+        assert!(writes[0].url.query().unwrap_or("").contains("if_seq_no=0"), "conditional on the version read: {}", writes[0].url);
+        assert_eq!(serde_json::from_slice::<Value>(&writes[1].body).unwrap()["applied"], 8);
         let paths: Vec<&str> = reqs.iter().map(|r| r.url.path()).collect();
         assert!(!paths.iter().any(|p| p.starts_with("/denorm-files/_doc") || *p == "/denorm-meta/_doc/p0"), "nothing of the read alias or generation 0: {paths:?}");
         assert_eq!(paths.iter().filter(|p| **p == "/denorm-files/_alias").count(), 1, "the generation is read once per second, not per call: {paths:?}");
@@ -1379,5 +1399,79 @@ mod review {
         let searches = searches(&server, &rt);
         assert_eq!(searches.len(), 2);
         assert_eq!(searches[1]["aggs"]["authors"]["composite"]["after"], json!({"author": "author 00999"}));
+    }
+
+    /// The partition's meta document as Elasticsearch keeps it: reads,
+    /// creates that fail when it exists, and writes conditional on
+    /// `if_seq_no`/`if_primary_term` that fail with 409 on any other version.
+    #[derive(Clone, Default)]
+    struct MetaDoc(std::sync::Arc<std::sync::Mutex<Option<(Value, i64)>>>);
+
+    impl wiremock::Respond for MetaDoc {
+        fn respond(&self, req: &Request) -> ResponseTemplate {
+            let mut doc = self.0.lock().unwrap();
+            let conflict = |current: i64| {
+                let cause = json!({"type": "version_conflict_engine_exception",
+                    "reason": format!("[p0]: version conflict, current document has seqNo [{current}] and primary term [1]"),
+                    "index_uuid": "mQ3PvW3cS9GlQe6Zy0f1nA", "shard": "0", "index": "denorm-meta"});
+                let mut error = cause.clone();
+                error["root_cause"] = json!([cause]);
+                ResponseTemplate::new(409).set_body_json(json!({"error": error, "status": 409}))
+            };
+            let query: std::collections::HashMap<String, String> = req.url.query_pairs().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            match (req.method.as_str(), req.url.path()) {
+                ("GET", _) => match &*doc {
+                    Some((source, seq)) => ResponseTemplate::new(200).set_body_json(json!({"_index": "denorm-meta", "_id": "p0", "_version": seq + 1,
+                        "_seq_no": seq, "_primary_term": 1, "found": true, "_source": source})),
+                    None => ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-meta", "_id": "p0", "found": false})),
+                },
+                ("POST", "/denorm-meta/_create/p0") if doc.is_some() => conflict(doc.as_ref().unwrap().1),
+                ("POST", _) => {
+                    let current = doc.as_ref().map(|(_, seq)| *seq);
+                    if let Some(required) = query.get("if_seq_no") {
+                        if Some(required.parse::<i64>().unwrap()) != current || query.get("if_primary_term").map(String::as_str) != Some("1") {
+                            return conflict(current.unwrap_or(-1));
+                        }
+                    }
+                    let seq = current.map_or(0, |s| s + 1);
+                    *doc = Some((serde_json::from_slice(&req.body).unwrap(), seq));
+                    meta_written(seq)
+                }
+                _ => ResponseTemplate::new(405),
+            }
+        }
+    }
+
+    /// Finding 2, the checkpoint: a previous owner that resumes after a new
+    /// owner took the partition over (abandoned by a shutdown bound or a
+    /// rebalance) can no longer move the checkpoint back or rewrite the
+    /// parked keys: the new owner's claim fenced it.
+    #[test]
+    fn a_previous_owner_that_resumes_cannot_move_the_checkpoint_or_the_parked_keys() {
+        use denorm::index::{Checkpoint, IndexError};
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let server = rt.block_on(MockServer::start());
+        let meta = MetaDoc::default();
+        rt.block_on(Mock::given(path_regex(r"^/denorm-meta/(_doc|_create)/p0$")).respond_with(meta.clone()).with_priority(1).mount(&server));
+        let b = backend(&server, &rt);
+        let mut old = b.open_shard(0).unwrap();
+        old.mark_applied(Checkpoint::new(5, 1));
+        old.commit().unwrap();
+        // The old owner stalls; the partition moves to a new owner.
+        let mut new = b.open_shard(0).unwrap();
+        assert_eq!(new.checkpoint().map(|c| c.offset), Some(5), "the new owner starts where the old one committed");
+        // The new owner parks a key behind an aborted command.
+        new.parking().insert("/d".into(), denorm::dlq::Parked { behind: "c-8".into(), last_dlq: 0, replayed_through: -1 });
+        new.mark_applied(Checkpoint::new(9, 2));
+        new.commit().unwrap();
+        // The old owner resumes with an older position and no parked key:
+        // written, it would move the checkpoint back and un-park "/d".
+        old.mark_applied(Checkpoint::new(7, 3));
+        let err = old.commit().unwrap_err();
+        assert!(matches!(err, IndexError::Fenced(_)) && err.is_retryable(), "fenced, retryable (never a rejected command): {err:?}");
+        assert!(err.to_string().contains("claimed by another owner"), "{err}");
+        let (stored, _) = meta.0.lock().unwrap().clone().unwrap();
+        assert_eq!((stored["applied"].as_u64(), stored["owner"].as_u64()), (Some(9), Some(2)), "{stored}");
+        assert_eq!(stored["parked"][0]["key"], "/d", "{stored}");
     }
 }

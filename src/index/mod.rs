@@ -175,6 +175,12 @@ pub enum IndexError {
     Corrupt(String),
     #[error("rejected by the index: {0}")]
     Rejected(String),
+    /// Another owner has claimed this shard's partition since this writer
+    /// opened it: this writer may no longer record progress. Retried like
+    /// an unavailable index: an abandoned writer stops, and a worker that
+    /// still owns the partition reopens the shard, claiming it again.
+    #[error("fenced: {0}")]
+    Fenced(String),
     /// A service a command needs besides the index (the schema registry) is
     /// unavailable: retried like an unavailable index.
     #[error("{0}")]
@@ -184,7 +190,7 @@ pub enum IndexError {
 impl IndexError {
     /// Whether retrying the same operation later may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, IndexError::Locked(_) | IndexError::Io(_) | IndexError::Backend(_) | IndexError::Dependency(_))
+        matches!(self, IndexError::Locked(_) | IndexError::Io(_) | IndexError::Backend(_) | IndexError::Dependency(_) | IndexError::Fenced(_))
     }
 }
 

@@ -66,6 +66,32 @@ pub async fn put_meta(client: &Elasticsearch, prefix: &str, id: &str, body: Valu
     Ok(())
 }
 
+/// Writes the meta document `id` only if it is still at `version` (its
+/// `_seq_no` and `_primary_term` as last read or written), or, for `None`,
+/// only if it does not exist yet. Returns its new version, or `None` when
+/// another writer changed it first (409).
+pub async fn put_meta_if(
+    client: &Elasticsearch,
+    prefix: &str,
+    id: &str,
+    body: Value,
+    version: Option<(i64, i64)>,
+) -> Result<Option<(i64, i64)>, ElasticError> {
+    let index = meta_index(prefix);
+    let r = match version {
+        Some((seq, term)) => client.index(IndexParts::IndexId(&index, id)).if_seq_no(seq).if_primary_term(term).body(body).send().await?,
+        None => client.create(elasticsearch::CreateParts::IndexId(&index, id)).body(body).send().await?,
+    };
+    if r.status_code().as_u16() == 409 {
+        return Ok(None);
+    }
+    let v = json_or_status(&format!("writing {index}/{id}"), r).await?;
+    match (v["_seq_no"].as_i64(), v["_primary_term"].as_i64()) {
+        (Some(seq), Some(term)) => Ok(Some((seq, term))),
+        _ => Err(ElasticError::Transport(format!("writing {index}/{id}: the answer has no _seq_no/_primary_term: {v}"))),
+    }
+}
+
 /// Deletes the meta document `id` (done when it is missing).
 pub async fn delete_meta(client: &Elasticsearch, prefix: &str, id: &str) -> Result<(), ElasticError> {
     let index = meta_index(prefix);

@@ -166,24 +166,47 @@ impl Backend for ElasticBackend {
         Ok(g)
     }
 
+    /// Opens partition `partition`'s shard and claims it: its meta document
+    /// is rewritten with the next owner epoch, conditionally on the version
+    /// just read, and every later checkpoint write is conditional on the
+    /// version this owner wrote. A previous owner still running (abandoned
+    /// by a shutdown bound or a rebalance) can then no longer move the
+    /// checkpoint or the parked keys: its next write finds another version
+    /// and fails as fenced.
     fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError> {
         let generation = self.generation()?;
         let meta_id = generations::meta_id(generation, &format!("p{partition}"));
-        let meta = self.runtime.block_on(get_source(&self.client, &self.meta_index(), &meta_id))?;
-        let (applied, parked) = match meta {
-            Some((v, _)) => {
-                let topic = v["topic"].as_str().unwrap_or_default();
-                if topic != self.topic {
-                    return Err(IndexError::WrongTopic { path: self.prefix.clone(), found: topic.into(), expected: self.topic.clone() });
+        let mut attempts = 0;
+        let (applied, parked, owner, meta_version) = loop {
+            let meta = self.runtime.block_on(get_source(&self.client, &self.meta_index(), &meta_id))?;
+            let (mut body, version) = match meta {
+                Some((v, version)) => {
+                    let topic = v["topic"].as_str().unwrap_or_default();
+                    if topic != self.topic {
+                        return Err(IndexError::WrongTopic { path: self.prefix.clone(), found: topic.into(), expected: self.topic.clone() });
+                    }
+                    (v, Some(version))
                 }
-                (checkpoint_from(&v), crate::dlq::parking_from_json(&v["parked"]))
+                None => (json!({"topic": self.topic}), None),
+            };
+            let owner = body[OWNER_FIELD].as_u64().unwrap_or(0) + 1;
+            body[OWNER_FIELD] = json!(owner);
+            if let Some(written) = self.runtime.block_on(generations::put_meta_if(&self.client, &self.prefix, &meta_id, body.clone(), version))? {
+                break (checkpoint_from(&body), crate::dlq::parking_from_json(&body["parked"]), owner, written);
             }
-            None => (None, Default::default()),
+            // Another opener claimed it between the read and the write.
+            attempts += 1;
+            if attempts >= 5 {
+                return Err(IndexError::Fenced(format!("{meta_id}: other owners kept claiming it")));
+            }
         };
+        tracing::debug!(meta = %meta_id, owner, "claimed the partition's shard");
         Ok(Box::new(ElasticShard {
             b: self.clone(),
             generation,
             meta_id,
+            owner,
+            meta_version,
             pending: Vec::new(),
             overlay: HashMap::new(),
             seen: HashMap::new(),
@@ -220,8 +243,18 @@ pub(crate) async fn get_source(client: &Elasticsearch, index: &str, id: &str) ->
     Ok(Some((v["_source"].clone(), seq)))
 }
 
+/// The meta field holding a partition's owner epoch (see
+/// [`ElasticBackend::open_shard`]).
+pub const OWNER_FIELD: &str = "owner";
+
 pub struct ElasticShard {
     b: ElasticBackend,
+    /// This writer's owner epoch of the partition.
+    owner: u64,
+    /// The version (`_seq_no`, `_primary_term`) of the partition's meta
+    /// document this writer last wrote: its checkpoint writes are
+    /// conditional on it.
+    meta_version: (i64, i64),
     /// The generation this writer belongs to: it reads and writes through
     /// that generation's write aliases only.
     generation: u64,
@@ -446,11 +479,22 @@ impl Shard for ElasticShard {
         self.flush()?;
         if self.marked != self.applied || self.parked_marked != self.parked {
             if let Some(at) = self.marked {
-                let mut body = json!({"topic": self.b.topic, "applied": at.offset, "parked": crate::dlq::parking_to_json(&self.parked_marked)});
+                let mut body = json!({"topic": self.b.topic, "applied": at.offset, "parked": crate::dlq::parking_to_json(&self.parked_marked), OWNER_FIELD: self.owner});
                 if let Some(f) = at.fingerprint {
                     body["fingerprint"] = json!(format!("{f:016x}"));
                 }
-                self.b.runtime.block_on(generations::put_meta(&self.b.client, &self.b.prefix, &self.meta_id, body))?;
+                let written = self.b.runtime.block_on(generations::put_meta_if(&self.b.client, &self.b.prefix, &self.meta_id, body, Some(self.meta_version)))?;
+                match written {
+                    Some(version) => self.meta_version = version,
+                    // Retryable: the worker drops this shard; a worker that
+                    // still owns the partition claims it again on reopening.
+                    None => {
+                        return Err(IndexError::Fenced(format!(
+                            "{}: the partition was claimed by another owner (this writer's epoch was {})",
+                            self.meta_id, self.owner
+                        )))
+                    }
+                }
             }
             self.applied = self.marked;
             self.parked = self.parked_marked.clone();
