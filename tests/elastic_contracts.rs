@@ -53,38 +53,11 @@ fn bulk_reply(req: &Request, statuses: &[(&str, u16)]) -> ResponseTemplate {
         .iter()
         .map(|(action, id)| {
             let status = statuses.iter().find(|(i, _)| i == id).map(|(_, s)| *s).unwrap_or(if action == "create" { 201 } else { 200 });
-            item(action, id, status)
+            recorded::bulk_item(action, id, status)
         })
         .collect();
     let errors = items.iter().any(|i| i.as_object().and_then(|o| o.values().next()).and_then(|v| v["status"].as_u64()).unwrap_or(0) >= 300);
     ResponseTemplate::new(200).set_body_json(json!({"took": 3, "errors": errors, "items": items}))
-}
-
-/// One bulk response item, keyed by its action, with Elasticsearch 8's
-/// error for the status.
-fn item(action: &str, id: &str, status: u16) -> Value {
-    let mut r = json!({"_index": "denorm-files-000001", "_id": id, "status": status});
-    let error = |t: &str, reason: String| json!({"type": t, "reason": reason, "index_uuid": "aAsFqTI0Tc2W0LCWgPNrOA", "shard": "0", "index": "denorm-files-000001"});
-    match status {
-        409 => r["error"] = error("version_conflict_engine_exception", format!("[{id}]: version conflict, required seqNo [5], primary term [1]. current document has seqNo [7] and primary term [1]")),
-        429 => r["error"] = json!({"type": "es_rejected_execution_exception", "reason": "rejected execution of coordinating operation [coordinating_and_primary_bytes=0, replica_bytes=0, all_bytes=0, coordinating_operation_bytes=52428800, max_coordinating_and_primary_bytes=52428800]"}),
-        503 => r["error"] = error("unavailable_shards_exception", "[denorm-files-000001][0] primary shard is not active Timeout: [1m], request: [BulkShardRequest [[denorm-files-000001][0]] containing [1] requests]".into()),
-        // Since 8.7 (mapper_parsing_exception before).
-        400 => r["error"] = error("document_parsing_exception", format!("[1:21] failed to parse field [dob] of type [date] in document with id '{id}'. Preview of field's value: 'not a date'")),
-        _ => {
-            let result = match (action, status) {
-                ("create", _) | (_, 201) => "created",
-                ("delete", _) => "deleted",
-                _ => "updated",
-            };
-            r["result"] = json!(result);
-            r["_version"] = json!(1);
-            r["_seq_no"] = json!(0);
-            r["_primary_term"] = json!(1);
-            r["_shards"] = json!({"total": 2, "successful": 1, "failed": 0});
-        }
-    }
-    json!({ action: r })
 }
 
 /// A backend on the test double, its blocking calls run on `rt`.
@@ -117,24 +90,8 @@ async fn mount_generation(server: &MockServer, g: u64) {
 /// next version), at a lower priority than a test's own mocks: a shard's
 /// claim when it opens, and its checkpoint writes.
 async fn mount_meta_writes(server: &MockServer) {
-    Mock::given(method("POST")).and(path_regex(r"^/denorm-meta/_create/[^/]+$")).respond_with(meta_written(0)).with_priority(10).mount(server).await;
-    Mock::given(method("POST")).and(path_regex(r"^/denorm-meta/_doc/[^/]+$")).respond_with(meta_written(1)).with_priority(10).mount(server).await;
-}
-
-/// A meta document written: created (`seq` 0) or updated.
-fn meta_written(seq: i64) -> ResponseTemplate {
-    let (status, result) = if seq == 0 { (201, "created") } else { (200, "updated") };
-    ResponseTemplate::new(status).set_body_json(json!({"_index": "denorm-meta", "_id": "p0", "_version": seq + 1, "result": result,
-        "_shards": {"total": 2, "successful": 1, "failed": 0}, "_seq_no": seq, "_primary_term": 1}))
-}
-
-/// Elasticsearch 8's answer to a request naming a missing index or alias.
-fn index_not_found(name: &str) -> ResponseTemplate {
-    let cause = json!({"type": "index_not_found_exception", "reason": format!("no such index [{name}]"), "resource.type": "index_or_alias",
-                       "resource.id": name, "index_uuid": "_na_", "index": name});
-    let mut error = cause.clone();
-    error["root_cause"] = json!([cause]);
-    ResponseTemplate::new(404).set_body_json(json!({"error": error, "status": 404}))
+    Mock::given(method("POST")).and(path_regex(r"^/denorm-meta/_create/[^/]+$")).respond_with(recorded::meta_written("p0", 0)).with_priority(10).mount(server).await;
+    Mock::given(method("POST")).and(path_regex(r"^/denorm-meta/_doc/[^/]+$")).respond_with(recorded::meta_written("p0", 1)).with_priority(10).mount(server).await;
 }
 
 fn index_op(id: &str) -> BulkOp {
@@ -146,7 +103,7 @@ fn items(statuses: &[(&str, u16)]) -> Value {
     json!({
         "took": 3,
         "errors": statuses.iter().any(|(_, s)| *s >= 300),
-        "items": statuses.iter().map(|(id, s)| item("index", id, *s)).collect::<Vec<_>>()
+        "items": statuses.iter().map(|(id, s)| recorded::bulk_item("index", id, *s)).collect::<Vec<_>>()
     })
 }
 
@@ -261,7 +218,7 @@ async fn creates_indexes_behind_aliases_with_the_mapping() {
     for kind in ["files", "users", "posts"] {
         Mock::given(method("GET"))
             .and(path(format!("/denorm-{kind}/_alias")))
-            .respond_with(index_not_found(&format!("denorm-{kind}")))
+            .respond_with(recorded::index_not_found(&format!("denorm-{kind}")))
             .mount(&server)
             .await;
         Mock::given(method("PUT"))
@@ -323,7 +280,7 @@ async fn a_user_without_the_privileges_a_worker_needs_is_refused_at_startup() {
 async fn an_existing_index_without_its_alias_is_refused_not_used() {
     let server = MockServer::start().await;
     Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
-    Mock::given(method("GET")).and(path("/denorm-files/_alias")).respond_with(index_not_found("denorm-files")).mount(&server).await;
+    Mock::given(method("GET")).and(path("/denorm-files/_alias")).respond_with(recorded::index_not_found("denorm-files")).mount(&server).await;
     let cause = json!({"type": "resource_already_exists_exception", "reason": "index [denorm-files-000001/x1bWz7ZkR7aO2nZ9Lq3bJg] already exists",
                        "index_uuid": "x1bWz7ZkR7aO2nZ9Lq3bJg", "index": "denorm-files-000001"});
     let mut error = cause.clone();
@@ -548,7 +505,7 @@ mod shard {
                 .mount(&server)
                 .await;
             Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 409)])).mount(&server).await;
-            Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(meta_written(1)).mount(&server).await;
+            Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(&server).await;
         });
         let b = backend(&server, &rt);
         let mut shard = b.open_shard(0).unwrap();
@@ -665,7 +622,7 @@ fn a_failed_commit_keeps_its_writes_and_sends_them_again() {
         // The cluster is unavailable for the whole first commit (5 attempts).
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(5).mount(&server).await;
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201)])).mount(&server).await;
-        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(meta_written(1)).mount(&server).await;
+        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(&server).await;
     });
     let b = backend(&server, &rt);
     let mut shard = b.open_shard(0).unwrap();
@@ -695,7 +652,7 @@ fn a_run_of_503_and_429_responses_is_outlasted_and_nothing_is_lost() {
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(7).mount(&server).await;
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(429)).up_to_n_times(4).mount(&server).await;
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201), ("f2", 201)])).mount(&server).await;
-        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(meta_written(1)).mount(&server).await;
+        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(&server).await;
     });
     let b = backend(&server, &rt);
     // What the worker does on a transient failure: a fresh shard writer,
@@ -835,19 +792,6 @@ mod generations_contracts {
         ResponseTemplate::new(200).set_body_json(body)
     }
 
-    fn meta_found(id: &str, source: Value) -> ResponseTemplate {
-        ok(json!({"_index": "denorm-meta", "_id": id, "_version": 1, "_seq_no": 0, "_primary_term": 1, "found": true, "_source": source}))
-    }
-
-    fn meta_missing(id: &str) -> ResponseTemplate {
-        ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-meta", "_id": id, "found": false}))
-    }
-
-    fn written(id: &str) -> ResponseTemplate {
-        ResponseTemplate::new(201).set_body_json(json!({"_index": "denorm-meta", "_id": id, "_version": 1, "result": "created",
-            "_shards": {"total": 2, "successful": 1, "failed": 0}, "_seq_no": 0, "_primary_term": 1}))
-    }
-
     fn file(id: &str, pos: u64) -> Doc {
         Doc::File(FileDoc::at(id, "/a/b.txt", "c", pos))
     }
@@ -861,12 +805,12 @@ mod generations_contracts {
             Mock::given(method("POST")).and(path("/denorm-meta/_mget")).respond_with(ok(json!({"docs": [
                 {"_index": "denorm-meta", "_id": "g2-p0", "_version": 1, "_seq_no": 0, "_primary_term": 1, "found": true, "_source": {"topic": "t", "applied": 7, "parked": []}}
             ]}))).mount(&server).await;
-            Mock::given(method("GET")).and(path("/denorm-meta/_doc/g2-p0")).respond_with(meta_found("g2-p0", json!({"topic": "t", "applied": 7, "parked": []}))).mount(&server).await;
+            Mock::given(method("GET")).and(path("/denorm-meta/_doc/g2-p0")).respond_with(recorded::get_doc_in("denorm-meta", "g2-p0", 0, json!({"topic": "t", "applied": 7, "parked": []}))).mount(&server).await;
             Mock::given(method("GET")).and(path("/denorm-files-g2/_doc/f1"))
                 .respond_with(ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-files-000003", "_id": "f1", "found": false})))
                 .mount(&server).await;
             Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&server).await;
-            Mock::given(method("POST")).and(path("/denorm-meta/_doc/g2-p0")).respond_with(written("g2-p0")).mount(&server).await;
+            Mock::given(method("POST")).and(path("/denorm-meta/_doc/g2-p0")).respond_with(recorded::meta_created("g2-p0")).mount(&server).await;
         });
         assert_eq!(b.generation().unwrap(), 2);
         assert_eq!(b.checkpoints(&[0]).unwrap()[&0].offset, 7, "generation 2's checkpoint");
@@ -898,8 +842,8 @@ mod generations_contracts {
         let server = rt.block_on(MockServer::start());
         let b = backend(&server, &rt);
         rt.block_on(async {
-            Mock::given(method("GET")).and(path("/denorm-meta/_doc/p0")).respond_with(meta_missing("p0")).mount(&server).await;
-            Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/f1")).respond_with(index_not_found("denorm-files-g0")).mount(&server).await;
+            Mock::given(method("GET")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::doc_missing("denorm-meta", "p0")).mount(&server).await;
+            Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/f1")).respond_with(recorded::index_not_found("denorm-files-g0")).mount(&server).await;
             Mock::given(method("POST")).and(path("/_bulk")).respond_with(ok(json!({"took": 1, "errors": true, "items": [
                 {"index": {"_index": "denorm-files-g0", "_id": "f2", "status": 404, "error": {"type": "index_not_found_exception",
                   "reason": "no such index [[require_alias] request flag is [true] and [denorm-files-g0] is not an alias]", "index": "denorm-files-g0"}}}
@@ -933,7 +877,7 @@ mod generations_contracts {
                         "reason": format!("index [denorm-{kind}-000002/abc] already exists")}, "status": 400})))
                     .mount(&server).await;
             }
-            Mock::given(method("POST")).and(path("/denorm-meta/_doc/g1-log")).respond_with(written("g1-log")).mount(&server).await;
+            Mock::given(method("POST")).and(path("/denorm-meta/_doc/g1-log")).respond_with(recorded::meta_created("g1-log")).mount(&server).await;
             Mock::given(path("/denorm-files-g1,denorm-users-g1,denorm-posts-g1/_refresh"))
                 .respond_with(ok(json!({"_shards": {"total": 6, "successful": 3, "failed": 0}}))).mount(&server).await;
             Mock::given(method("POST")).and(path("/_aliases")).respond_with(ok(json!({"acknowledged": true, "errors": false}))).mount(&server).await;
@@ -978,13 +922,13 @@ mod generations_contracts {
                 "denorm-files-000001": {"aliases": {}},
                 "denorm-files-000002": {"aliases": {"denorm-files": {"is_write_index": true}, "denorm-files-g1": {}}}
             }))).mount(&server).await;
-            Mock::given(method("GET")).and(path("/denorm-meta/_doc/log")).respond_with(meta_found("log", json!({"topic": "t", "partitions": 2}))).mount(&server).await;
+            Mock::given(method("GET")).and(path("/denorm-meta/_doc/log")).respond_with(recorded::get_doc_in("denorm-meta", "log", 0, json!({"topic": "t", "partitions": 2}))).mount(&server).await;
             Mock::given(method("DELETE")).and(path("/denorm-files-000001,denorm-users-000001,denorm-posts-000001")).respond_with(ok(json!({"acknowledged": true}))).mount(&server).await;
             for id in ["p0", "p1", "log"] {
                 Mock::given(method("DELETE")).and(path(format!("/denorm-meta/_doc/{id}"))).respond_with(ok(json!({"_id": id, "result": "deleted"}))).expect(1).mount(&server).await;
             }
-            Mock::given(method("POST")).and(path("/denorm-meta/_doc/rebuild")).respond_with(written("rebuild")).mount(&server).await;
-            Mock::given(method("GET")).and(path("/denorm-meta/_doc/rebuild")).respond_with(meta_found("rebuild", json!({"generation": 2, "group": "g.rebuild-2"}))).mount(&server).await;
+            Mock::given(method("POST")).and(path("/denorm-meta/_doc/rebuild")).respond_with(recorded::meta_created("rebuild")).mount(&server).await;
+            Mock::given(method("GET")).and(path("/denorm-meta/_doc/rebuild")).respond_with(recorded::get_doc_in("denorm-meta", "rebuild", 0, json!({"generation": 2, "group": "g.rebuild-2"}))).mount(&server).await;
         });
         assert_eq!(gens.current().unwrap(), 1);
         assert_eq!(gens.list().unwrap(), vec![0, 1]);
@@ -1005,8 +949,9 @@ mod generations_contracts {
 
 /// Elasticsearch 8 answers, named by API and situation, in the shapes the
 /// published API specification (elastic/elasticsearch-specification) and
-/// Elasticsearch's REST tests give them. (The older recordings above are
-/// being moved here.)
+/// Elasticsearch's REST tests give them. The tests above compose them
+/// (`bulk_reply` picks an item per action of a request); a later check
+/// against a live cluster can replay the same requests.
 mod recorded {
     use serde_json::{json, Value};
     use wiremock::ResponseTemplate;
@@ -1049,6 +994,52 @@ mod recorded {
             "version": version, "tagline": "You Know, for Search"}))
     }
 
+    /// A request naming a missing index or alias: 404
+    /// `index_not_found_exception`.
+    pub fn index_not_found(name: &str) -> ResponseTemplate {
+        let cause = json!({"type": "index_not_found_exception", "reason": format!("no such index [{name}]"), "resource.type": "index_or_alias",
+                           "resource.id": name, "index_uuid": "_na_", "index": name});
+        let mut error = cause.clone();
+        error["root_cause"] = json!([cause]);
+        ResponseTemplate::new(404).set_body_json(json!({"error": error, "status": 404}))
+    }
+
+    /// `POST /<prefix>-meta/_doc/<id>` or `_create/<id>` done: created
+    /// (`seq` 0) or updated to `seq`.
+    pub fn meta_written(id: &str, seq: i64) -> ResponseTemplate {
+        let (status, result) = if seq == 0 { (201, "created") } else { (200, "updated") };
+        ResponseTemplate::new(status).set_body_json(json!({"_index": "denorm-meta", "_id": id, "_version": seq + 1, "result": result,
+            "_shards": {"total": 2, "successful": 1, "failed": 0}, "_seq_no": seq, "_primary_term": 1}))
+    }
+
+    /// [`meta_written`] of a document created.
+    pub fn meta_created(id: &str) -> ResponseTemplate {
+        meta_written(id, 0)
+    }
+
+    /// One `_bulk` item, keyed by its action: done (2xx), or refused with
+    /// Elasticsearch 8's error for the status (409, 429, 503, 400).
+    pub fn bulk_item(action: &str, id: &str, status: u16) -> Value {
+        let error = |t: &str, reason: String| json!({"type": t, "reason": reason, "index_uuid": "aAsFqTI0Tc2W0LCWgPNrOA", "shard": "0", "index": "denorm-files-000001"});
+        let error = match status {
+            200..=299 => {
+                let mut v = bulk_item_ok(action, id, 0);
+                v[action]["status"] = json!(status);
+                if status == 201 {
+                    v[action]["result"] = json!("created");
+                }
+                return v;
+            }
+            409 => return bulk_item_version_conflict(action, id, 5, 7),
+            429 => json!({"type": "es_rejected_execution_exception", "reason": "rejected execution of coordinating operation [coordinating_and_primary_bytes=0, replica_bytes=0, all_bytes=0, coordinating_operation_bytes=52428800, max_coordinating_and_primary_bytes=52428800]"}),
+            503 => error("unavailable_shards_exception", "[denorm-files-000001][0] primary shard is not active Timeout: [1m], request: [BulkShardRequest [[denorm-files-000001][0]] containing [1] requests]".into()),
+            // Since 8.7 (mapper_parsing_exception before).
+            400 => error("document_parsing_exception", format!("[1:21] failed to parse field [dob] of type [date] in document with id '{id}'. Preview of field's value: 'not a date'")),
+            other => panic!("no recording of a bulk item with status {other}"),
+        };
+        json!({action: {"_index": "denorm-files-000001", "_id": id, "status": status, "error": error}})
+    }
+
     /// `_bulk` item refused with 409 because the document changed since it
     /// was read (`if_seq_no`/`if_primary_term`), keyed by its action.
     pub fn bulk_item_version_conflict(action: &str, id: &str, required_seq: i64, current_seq: i64) -> Value {
@@ -1079,10 +1070,20 @@ mod recorded {
         ResponseTemplate::new(200).set_body_json(json!({"took": 4, "errors": errors, "items": items}))
     }
 
-    /// `GET /<index>/_doc/<id>` of an existing document.
+    /// `GET /<index>/_doc/<id>` of an existing file document.
     pub fn get_doc(id: &str, seq: i64, source: Value) -> ResponseTemplate {
-        ResponseTemplate::new(200).set_body_json(json!({"_index": "denorm-files-000001", "_id": id, "_version": 3,
+        get_doc_in("denorm-files-000001", id, seq, source)
+    }
+
+    /// `GET /<index>/_doc/<id>` of an existing document of `index`.
+    pub fn get_doc_in(index: &str, id: &str, seq: i64, source: Value) -> ResponseTemplate {
+        ResponseTemplate::new(200).set_body_json(json!({"_index": index, "_id": id, "_version": seq + 1,
             "_seq_no": seq, "_primary_term": 1, "found": true, "_source": source}))
+    }
+
+    /// `GET /<index>/_doc/<id>` of a missing document.
+    pub fn doc_missing(index: &str, id: &str) -> ResponseTemplate {
+        ResponseTemplate::new(404).set_body_json(json!({"_index": index, "_id": id, "found": false}))
     }
 
     /// `POST /_search` with a point in time whose search context expired
@@ -1435,7 +1436,7 @@ mod review {
                     }
                     let seq = current.map_or(0, |s| s + 1);
                     *doc = Some((serde_json::from_slice(&req.body).unwrap(), seq));
-                    meta_written(seq)
+                    recorded::meta_written("p0", seq)
                 }
                 _ => ResponseTemplate::new(405),
             }
