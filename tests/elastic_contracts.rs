@@ -274,6 +274,43 @@ async fn a_user_without_the_privileges_a_worker_needs_is_refused_at_startup() {
     assert_eq!(asked["cluster"], json!(["monitor"]));
 }
 
+/// An index created before tombstones existed gets their two fields added
+/// to its mapping (the only mapping change made in place); anything else
+/// missing is still a conflict.
+#[tokio::test]
+async fn an_index_from_before_tombstones_gets_their_fields_added() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
+    for kind in [Kind::File, Kind::User, Kind::Post] {
+        let (read, index) = (setup::alias("denorm", kind), generations::concrete("denorm", kind, 0));
+        let aliases = json!({ index.clone(): {"aliases": { read.clone(): {"is_write_index": true}, generations::write_alias("denorm", kind, 0): {}}} });
+        Mock::given(method("GET")).and(path(format!("/{read}/_alias"))).respond_with(ResponseTemplate::new(200).set_body_json(aliases)).mount(&server).await;
+        let mut old = setup::mapping(kind);
+        for field in ["denorm_deleted", "denorm_deleted_at"] {
+            old["properties"].as_object_mut().unwrap().remove(field);
+        }
+        Mock::given(method("GET")).and(path(format!("/{read}/_mapping"))).respond_with(ResponseTemplate::new(200).set_body_json(json!({ index.clone(): {"mappings": old} }))).mount(&server).await;
+        Mock::given(method("PUT"))
+            .and(path(format!("/{index}/_mapping")))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"acknowledged": true})))
+            .expect(1)
+            .mount(&server)
+            .await;
+    }
+    Mock::given(method("GET"))
+        .and(path("/denorm-files/_settings"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"denorm-files-000001": {"settings": {"index": setup::settings()}}})))
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT")).and(path("/denorm-meta")).respond_with(recorded::meta_index_exists()).mount(&server).await;
+    let client = config(&server, &[]).client().unwrap();
+    setup::ensure(&client, "denorm").await.unwrap();
+    let puts: Vec<Value> = server.received_requests().await.unwrap().iter().filter(|r| r.url.path().ends_with("/_mapping") && r.method.as_str() == "PUT").map(|r| serde_json::from_slice(&r.body).unwrap()).collect();
+    assert_eq!(puts.len(), 3);
+    assert_eq!(puts[0], json!({"properties": {"denorm_deleted": {"type": "boolean"}, "denorm_deleted_at": {"type": "date", "format": "epoch_millis"}}}));
+    server.verify().await;
+}
+
 /// Review finding 7: an index that already exists when created is checked
 /// again for its aliases, so writes never go to an index without them.
 #[tokio::test]
@@ -970,6 +1007,15 @@ mod recorded {
             .set_body_json(json!({"error": error, "status": 401}))
     }
 
+    /// `PUT /<index>` of an index that exists: 400
+    /// `resource_already_exists_exception`.
+    pub fn meta_index_exists() -> ResponseTemplate {
+        let cause = json!({"type": "resource_already_exists_exception", "reason": "index [denorm-meta/Qm3vW0cSR1ahVN5uTq0xJg] already exists",
+                           "index_uuid": "Qm3vW0cSR1ahVN5uTq0xJg", "index": "denorm-meta"});
+        ResponseTemplate::new(400).set_body_json(json!({"error": {"root_cause": [cause.clone()], "type": cause["type"], "reason": cause["reason"],
+            "index_uuid": cause["index_uuid"], "index": "denorm-meta"}, "status": 400}))
+    }
+
     /// `POST /_security/user/_has_privileges`: what the user has of what
     /// was asked.
     pub fn has_privileges(user: &str, cluster: &[(&str, bool)], names: &str, index: &[(&str, bool)]) -> ResponseTemplate {
@@ -1237,7 +1283,7 @@ mod review {
                 .await;
             Mock::given(method("POST"))
                 .and(path("/_bulk"))
-                .respond_with(recorded::bulk(vec![recorded::bulk_item_version_conflict("delete", "f1", 3, 9)]))
+                .respond_with(recorded::bulk(vec![recorded::bulk_item_version_conflict("index", "f1", 3, 9)]))
                 .mount(&server)
                 .await;
         });
@@ -1247,7 +1293,8 @@ mod review {
         shard.commit().unwrap();
         let bulks = bulks(&server, &rt);
         assert_eq!(bulks.len(), 1, "the newer version (position 50) must not be deleted by position 20: {bulks:?}");
-        assert_eq!(bulks[0][0]["delete"]["if_seq_no"], 3);
+        assert_eq!(bulks[0][0]["index"]["if_seq_no"], 3, "the delete is a tombstone written over the version read");
+        assert_eq!((bulks[0][1]["denorm_deleted"].as_bool(), bulks[0][1]["denorm_pos"].as_u64()), (Some(true), Some(20)));
     }
 
     /// Finding 3: a point in time that expired between pages restarts the
@@ -1474,5 +1521,140 @@ mod review {
         let (stored, _) = meta.0.lock().unwrap().clone().unwrap();
         assert_eq!((stored["applied"].as_u64(), stored["owner"].as_u64()), (Some(9), Some(2)), "{stored}");
         assert_eq!(stored["parked"][0]["key"], "/d", "{stored}");
+    }
+
+    /// Test support, not Elasticsearch: a stateful store of documents that
+    /// answers `GET /<index>/_doc/<id>`, `POST /<index>/_doc|_create/<id>`
+    /// and `_bulk` (index, create, delete) and enforces `if_seq_no` /
+    /// `if_primary_term` and create-only-if-absent as Elasticsearch does
+    /// (409 `version_conflict_engine_exception`). Aliases are names here.
+    #[derive(Clone, Default)]
+    struct Store(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(String, String), (Value, i64)>>>);
+
+    impl Store {
+        fn get(&self, index: &str, id: &str) -> Option<Value> {
+            self.0.lock().unwrap().get(&(index.to_string(), id.to_string())).map(|(v, _)| v.clone())
+        }
+
+        /// Applies one write; `Err(current seq)` on a conflict.
+        fn write(&self, action: &str, index: &str, id: &str, source: Option<Value>, cond: Option<(i64, i64)>) -> Result<i64, i64> {
+            let mut docs = self.0.lock().unwrap();
+            let key = (index.to_string(), id.to_string());
+            let current = docs.get(&key).map(|(_, seq)| *seq);
+            let next = docs.values().map(|(_, seq)| *seq).max().map_or(0, |m| m + 1);
+            if action == "create" && current.is_some() {
+                return Err(current.unwrap());
+            }
+            if let Some((seq, term)) = cond {
+                if current != Some(seq) || term != 1 {
+                    return Err(current.unwrap_or(-1));
+                }
+            }
+            match source {
+                Some(v) => {
+                    docs.insert(key, (v, next));
+                }
+                None => {
+                    docs.remove(&key);
+                }
+            }
+            Ok(next)
+        }
+
+        async fn mount(&self, server: &MockServer) {
+            Mock::given(path_regex(r"^/(_bulk|[a-z0-9-]+/(_doc|_create)/[^/]+)$")).respond_with(self.clone()).with_priority(1).mount(server).await;
+        }
+    }
+
+    impl wiremock::Respond for Store {
+        fn respond(&self, req: &Request) -> ResponseTemplate {
+            let segments: Vec<&str> = req.url.path().trim_start_matches('/').split('/').collect();
+            let query: std::collections::HashMap<String, String> = req.url.query_pairs().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            let cond = |q: &dyn Fn(&str) -> Option<i64>| q("if_seq_no").zip(q("if_primary_term"));
+            match (req.method.as_str(), segments.as_slice()) {
+                ("GET", [index, "_doc", id]) => match self.0.lock().unwrap().get(&(index.to_string(), id.to_string())) {
+                    Some((source, seq)) => recorded::get_doc_in(index, id, *seq, source.clone()),
+                    None => recorded::doc_missing(index, id),
+                },
+                ("POST", [index, action @ ("_doc" | "_create"), id]) => {
+                    let action = if *action == "_create" { "create" } else { "index" };
+                    let c = cond(&|k| query.get(k).and_then(|v| v.parse().ok()));
+                    match self.write(action, index, id, Some(serde_json::from_slice(&req.body).unwrap()), c) {
+                        Ok(seq) => recorded::meta_written(id, seq),
+                        Err(current) => {
+                            let error = recorded::bulk_item_version_conflict(action, id, c.map_or(-1, |c| c.0), current)[action]["error"].clone();
+                            ResponseTemplate::new(409).set_body_json(json!({"error": {"root_cause": [error.clone()], "type": error["type"], "reason": error["reason"]}, "status": 409}))
+                        }
+                    }
+                }
+                ("POST", ["_bulk"]) => {
+                    let lines = ndjson(req);
+                    let mut items = Vec::new();
+                    let mut i = 0;
+                    while i < lines.len() {
+                        let (action, meta) = lines[i].as_object().unwrap().iter().next().map(|(a, m)| (a.clone(), m.clone())).unwrap();
+                        let source = (action != "delete").then(|| lines[i + 1].clone());
+                        i += if action == "delete" { 1 } else { 2 };
+                        let (index, id) = (meta["_index"].as_str().unwrap(), meta["_id"].as_str().unwrap());
+                        let c = meta["if_seq_no"].as_i64().zip(meta["if_primary_term"].as_i64());
+                        items.push(match self.write(&action, index, id, source, c) {
+                            Ok(seq) => recorded::bulk_item_ok(&action, id, seq),
+                            Err(current) => recorded::bulk_item_version_conflict(&action, id, c.map_or(-1, |c| c.0), current),
+                        });
+                    }
+                    recorded::bulk(items)
+                }
+                _ => ResponseTemplate::new(405),
+            }
+        }
+    }
+
+    /// Finding 2, the documents: a previous owner that resumes with a
+    /// create it staged before a newer command deleted the document cannot
+    /// bring it back, because the delete left a tombstone with its position.
+    #[test]
+    fn a_previous_owners_create_cannot_bring_back_a_document_a_newer_command_deleted() {
+        use denorm::index::{Checkpoint, IndexError};
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let server = rt.block_on(MockServer::start());
+        let store = Store::default();
+        rt.block_on(store.mount(&server));
+        let b = backend(&server, &rt);
+        let upsert = Command::UpsertFile { id: "f1".into(), path: "/d/1.txt".into(), contents: "c".into() };
+        // The old owner reads f1 as absent and stages its create (offset 5),
+        // then stalls before committing.
+        let mut old = b.open_shard(0).unwrap();
+        apply(old.as_mut(), &upsert, 5, FanOut::pages_of(10)).unwrap();
+        // The new owner applies the same command, then a delete (offset 7).
+        let mut new = b.open_shard(0).unwrap();
+        apply(new.as_mut(), &upsert, 5, FanOut::pages_of(10)).unwrap();
+        new.mark_applied(Checkpoint::new(5, 1));
+        new.commit().unwrap();
+        apply(new.as_mut(), &Command::DeleteFile { id: "f1".into(), path: "/d/1.txt".into() }, 7, FanOut::pages_of(10)).unwrap();
+        new.mark_applied(Checkpoint::new(7, 2));
+        new.commit().unwrap();
+        // The old owner resumes.
+        old.mark_applied(Checkpoint::new(5, 1));
+        let err = old.commit().unwrap_err();
+        assert!(matches!(err, IndexError::Fenced(_)), "{err:?}");
+        let f1 = store.get("denorm-files-g0", "f1").expect("the tombstone");
+        assert_eq!((f1["denorm_deleted"].as_bool(), f1["denorm_pos"].as_u64()), (Some(true), Some(7)), "f1 must stay deleted: {f1}");
+        assert_eq!(new.get(Kind::File, "f1").unwrap(), None, "a tombstone reads as absent");
+        // A newer command may bring it back.
+        apply(new.as_mut(), &upsert, 9, FanOut::pages_of(10)).unwrap();
+        new.commit().unwrap();
+        assert_eq!(store.get("denorm-files-g0", "f1").unwrap()["denorm_pos"], 9);
+        // Tombstones expire: a writer's first commit asks the cluster to
+        // remove those older than a day, in the background.
+        let sweeps: Vec<Request> = rt.block_on(server.received_requests()).unwrap().into_iter().filter(|r| r.url.path().ends_with("/_delete_by_query")).collect();
+        assert_eq!(sweeps.len(), 1, "the new writer's first commit; the fenced one does not sweep");
+        assert_eq!(sweeps[0].url.path(), "/denorm-files-g0,denorm-users-g0,denorm-posts-g0/_delete_by_query");
+        let q = sweeps[0].url.query().unwrap_or("");
+        assert!(q.contains("conflicts=proceed") && q.contains("wait_for_completion=false"), "{q}");
+        let body: Value = serde_json::from_slice(&sweeps[0].body).unwrap();
+        assert_eq!(body["query"]["bool"]["filter"][0], json!({"term": {"denorm_deleted": true}}));
+        let before = body["query"]["bool"]["filter"][1]["range"]["denorm_deleted_at"]["lt"].as_u64().unwrap();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+        assert!((now - before).abs_diff(24 * 3600 * 1000) < 60_000, "a day's margin: {}", now - before);
     }
 }

@@ -3,7 +3,7 @@
 use elasticsearch::{Elasticsearch, OpenPointInTimeParts, SearchParts};
 use serde_json::{json, Value};
 
-use super::setup::POS_FIELD;
+use super::setup::{DELETED_AT_FIELD, DELETED_FIELD, POS_FIELD};
 use super::{json_or_status, ElasticError};
 use crate::index::{Author, Doc, FileDoc, Kind, PostDoc, Scan, UserDoc};
 
@@ -33,6 +33,22 @@ pub fn from_source(kind: Kind, v: &Value) -> Doc {
     }
 }
 
+/// The `_source` of a tombstone: what deleting `id` at log position `pos`
+/// leaves (see [`super::setup::DELETED_FIELD`]).
+pub fn tombstone(id: &str, pos: u64, now_ms: u64) -> Value {
+    json!({"id": id, POS_FIELD: pos, DELETED_FIELD: true, DELETED_AT_FIELD: now_ms})
+}
+
+/// Whether a `_source` is a tombstone.
+pub fn is_tombstone(v: &Value) -> bool {
+    v[DELETED_FIELD] == json!(true)
+}
+
+/// The clause that keeps tombstones out of searches and scans.
+pub fn not_deleted() -> Value {
+    json!({"term": {DELETED_FIELD: true}})
+}
+
 /// The kind a scan reads and its query.
 pub fn scan_query(scan: &Scan) -> (Kind, Value) {
     match scan {
@@ -40,11 +56,11 @@ pub fn scan_query(scan: &Scan) -> (Kind, Value) {
             // The file at `path` itself, or any file beneath the directory `path`.
             let (dir, name) = crate::command::path::split(path);
             let file_itself = json!({"bool": {"filter": [{"term": {"path": dir}}, {"term": {"name": name}}]}});
-            (Kind::File, json!({"bool": {"should": [{"term": {"path.tree": path}}, file_itself], "minimum_should_match": 1}}))
+            (Kind::File, json!({"bool": {"should": [{"term": {"path.tree": path}}, file_itself], "minimum_should_match": 1, "must_not": [not_deleted()]}}))
         }
         Scan::PostsOfUserNotNamed { user_id, name } => (
             Kind::Post,
-            json!({"bool": {"filter": [{"term": {"user.id": user_id}}], "must_not": [{"term": {"user.name.raw": name}}]}}),
+            json!({"bool": {"filter": [{"term": {"user.id": user_id}}], "must_not": [{"term": {"user.name.raw": name}}, not_deleted()]}}),
         ),
     }
 }

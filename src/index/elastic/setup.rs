@@ -13,6 +13,15 @@ use crate::index::Kind;
 /// Field holding the log position of the last write (idempotence guard).
 pub const POS_FIELD: &str = "denorm_pos";
 
+/// Set on a tombstone: what a delete leaves, with the delete's position in
+/// [`POS_FIELD`], so that an older write arriving late (a previous owner
+/// still running) finds the document newer than itself instead of absent.
+pub const DELETED_FIELD: &str = "denorm_deleted";
+
+/// When a tombstone was written (epoch milliseconds): tombstones are
+/// removed once older than `shard::TOMBSTONE_TTL`.
+pub const DELETED_AT_FIELD: &str = "denorm_deleted_at";
+
 pub fn kind_name(kind: Kind) -> &'static str {
     match kind {
         Kind::File => "files",
@@ -68,7 +77,15 @@ pub fn mapping(kind: Kind) -> Value {
     };
     let mut props = props;
     props[POS_FIELD] = json!({ "type": "long" });
+    for (field, mapping) in tombstone_fields() {
+        props[field] = mapping;
+    }
     json!({ "dynamic": "strict", "properties": props })
+}
+
+/// The fields of a tombstone, with their mappings.
+pub fn tombstone_fields() -> [(&'static str, Value); 2] {
+    [(DELETED_FIELD, json!({ "type": "boolean" })), (DELETED_AT_FIELD, json!({ "type": "date", "format": "epoch_millis" }))]
 }
 
 /// Differences between the mapping denorm needs and one found: (field,
@@ -279,8 +296,23 @@ pub async fn ensure(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticE
         let expected = mapping(kind);
         for (index, m) in found.as_object().into_iter().flatten() {
             let mappings = m.get("mappings").unwrap_or(&Value::Null);
-            if let Some((field, expected, found)) = conflicts(&expected, mappings).into_iter().next() {
+            let (missing, other): (Vec<_>, Vec<_>) =
+                conflicts(&expected, mappings).into_iter().partition(|(field, _, found)| found == "absent" && tombstone_fields().iter().any(|(f, _)| f == field));
+            if let Some((field, expected, found)) = other.into_iter().next() {
                 return Err(ElasticError::MappingConflict { index: index.clone(), field, expected, found });
+            }
+            if !missing.is_empty() {
+                // An index created before tombstones: adding fields to a
+                // mapping is allowed, once, by a user who may manage it.
+                let properties: serde_json::Map<String, Value> = tombstone_fields().into_iter().map(|(f, m)| (f.to_string(), m)).collect();
+                let r = client
+                    .indices()
+                    .put_mapping(elasticsearch::indices::IndicesPutMappingParts::Index(&[index.as_str()]))
+                    .body(json!({ "properties": properties }))
+                    .send()
+                    .await?;
+                json_or_status(&format!("adding the tombstone fields to {index} (needs the manage privilege, once)"), r).await?;
+                tracing::info!(index = %index, "added the tombstone fields to the mapping");
             }
         }
         if kind == Kind::File {

@@ -22,10 +22,30 @@ use serde_json::{json, Value};
 use tokio::runtime::Handle;
 
 use super::bulk::{self, BulkLimits, BulkOp, BulkReport, RetryPolicy};
-use super::docs::{from_source, scan_query, to_source, PitScan};
+use super::docs::{from_source, is_tombstone, scan_query, to_source, tombstone, PitScan};
+use super::setup::{DELETED_AT_FIELD, DELETED_FIELD, POS_FIELD};
 use super::generations;
 use super::{json_or_status, ElasticError};
 use crate::index::{Backend, Checkpoint, Doc, IndexError, Kind, Scan, SearchIndex, Shard};
+
+/// How long a tombstone is kept: far longer than a previous owner can
+/// plausibly keep writing after losing its partition (bounded by
+/// `--shutdown-timeout-secs`, plus pauses).
+pub const TOMBSTONE_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// How often a writer removes expired tombstones.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The `_delete_by_query` body that removes the tombstones older than
+/// [`TOMBSTONE_TTL`] at `now_ms`.
+pub fn expired_tombstones(now_ms: u64) -> Value {
+    let before = now_ms.saturating_sub(TOMBSTONE_TTL.as_millis() as u64);
+    json!({"query": {"bool": {"filter": [{"term": {DELETED_FIELD: true}}, {"range": {DELETED_AT_FIELD: {"lt": before}}}]}}})
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
 
 /// Times a fan-out's scan starts again after its point in time expired,
 /// before the command fails (retryably).
@@ -206,6 +226,7 @@ impl Backend for ElasticBackend {
             generation,
             meta_id,
             owner,
+            last_sweep: None,
             meta_version,
             pending: Vec::new(),
             overlay: HashMap::new(),
@@ -251,6 +272,9 @@ pub struct ElasticShard {
     b: ElasticBackend,
     /// This writer's owner epoch of the partition.
     owner: u64,
+    /// When this writer last removed expired tombstones (`None`: not yet;
+    /// its first commit does).
+    last_sweep: Option<std::time::Instant>,
     /// The version (`_seq_no`, `_primary_term`) of the partition's meta
     /// document this writer last wrote: its checkpoint writes are
     /// conditional on it.
@@ -278,13 +302,44 @@ impl ElasticShard {
         generations::write_alias(&self.b.prefix, kind, self.generation)
     }
 
-    fn write_op(&self, doc: &Doc) -> BulkOp {
-        let index = self.target(doc.kind());
-        let id = doc.id().to_string();
-        match self.seen.get(&(doc.kind(), id.clone())) {
-            Some(None) => BulkOp::Create { index, id, source: to_source(doc) },
-            Some(Some(seq)) => BulkOp::Index { index, id, source: to_source(doc), if_seq_no: Some(*seq) },
-            None => BulkOp::Index { index, id, source: to_source(doc), if_seq_no: None },
+    /// The write of `source` as document `id`: a create when it was read
+    /// as absent, conditional on the version read when it was read.
+    fn write_op(&self, kind: Kind, id: &str, source: Value) -> BulkOp {
+        let index = self.target(kind);
+        let id = id.to_string();
+        match self.seen.get(&(kind, id.clone())) {
+            Some(None) => BulkOp::Create { index, id, source },
+            Some(Some(seq)) => BulkOp::Index { index, id, source, if_seq_no: Some(*seq) },
+            None => BulkOp::Index { index, id, source, if_seq_no: None },
+        }
+    }
+
+    /// Removes tombstones older than [`TOMBSTONE_TTL`] from this
+    /// generation: at the first commit, then at most once per
+    /// [`SWEEP_EVERY`] (best effort: every writer sweeps, in the
+    /// background of the cluster, and a failed sweep is tried again later).
+    fn sweep_tombstones(&mut self) {
+        if self.last_sweep.is_some_and(|at| at.elapsed() < SWEEP_EVERY) {
+            return;
+        }
+        self.last_sweep = Some(std::time::Instant::now());
+        let targets: Vec<String> = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.target(*k)).collect();
+        let refs: Vec<&str> = targets.iter().map(String::as_str).collect();
+        let query = expired_tombstones(now_ms());
+        let r = self.b.runtime.block_on(async {
+            let r = self
+                .b
+                .client
+                .delete_by_query(elasticsearch::DeleteByQueryParts::Index(&refs))
+                .conflicts(elasticsearch::params::Conflicts::Proceed)
+                .wait_for_completion(false)
+                .body(query)
+                .send()
+                .await?;
+            json_or_status("removing expired tombstones", r).await
+        });
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "removing expired tombstones failed; tried again later");
         }
     }
 
@@ -340,6 +395,8 @@ impl ElasticShard {
                 let current = self.b.runtime.block_on(get_source(&self.b.client, &index, op.id()))?;
                 let id = op.id().to_string();
                 match (current, source, rule.as_mut()) {
+                    // Deleted since the scan read it: nothing to move.
+                    (Some((cur, _)), Some(_), Some(_)) if is_tombstone(&cur) => {}
                     (Some((cur, seq)), Some(_), Some(rule)) => {
                         if let Some(new) = rule(&from_source(kind, &cur)) {
                             again.push(BulkOp::Index { index, id, source: to_source(&new), if_seq_no: Some(seq) });
@@ -386,11 +443,25 @@ impl Shard for ElasticShard {
         }
         let got = self.b.runtime.block_on(get_source(&self.b.client, &self.target(kind), id))?;
         self.seen.insert(key, got.as_ref().map(|(_, seq)| *seq));
-        Ok(got.map(|(v, _)| from_source(kind, &v)))
+        // A tombstone reads as absent; its version is still the one to
+        // write over.
+        Ok(got.filter(|(v, _)| !is_tombstone(v)).map(|(v, _)| from_source(kind, &v)))
+    }
+
+    /// The position of the document, or of the tombstone a delete left:
+    /// a write older than a delete is refused like one older than a write.
+    fn position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
+        let key = (kind, id.to_string());
+        if let Some(d) = self.overlay.get(&key) {
+            return Ok(d.as_ref().map(Doc::pos));
+        }
+        let got = self.b.runtime.block_on(get_source(&self.b.client, &self.target(kind), id))?;
+        self.seen.insert(key, got.as_ref().map(|(_, seq)| *seq));
+        Ok(got.map(|(v, _)| v[POS_FIELD].as_u64().unwrap_or(0)))
     }
 
     fn put(&mut self, doc: Doc) -> Result<(), IndexError> {
-        let op = self.write_op(&doc);
+        let op = self.write_op(doc.kind(), doc.id(), to_source(&doc));
         self.pending.push((doc.kind(), op, doc.pos()));
         self.overlay.insert((doc.kind(), doc.id().to_string()), Some(doc));
         if self.pending.len() >= self.b.limits.max_docs {
@@ -402,10 +473,10 @@ impl Shard for ElasticShard {
     }
 
     fn delete(&mut self, kind: Kind, id: &str, pos: u64) -> Result<(), IndexError> {
-        let key = (kind, id.to_string());
-        let if_seq_no = self.seen.get(&key).copied().flatten();
-        self.pending.push((kind, BulkOp::Delete { index: self.target(kind), id: id.into(), if_seq_no }, pos));
-        self.overlay.insert(key, None);
+        // A tombstone, not a removal (see `setup::DELETED_FIELD`).
+        let op = self.write_op(kind, id, tombstone(id, pos, now_ms()));
+        self.pending.push((kind, op, pos));
+        self.overlay.insert((kind, id.to_string()), None);
         Ok(())
     }
 
@@ -499,6 +570,8 @@ impl Shard for ElasticShard {
             self.applied = self.marked;
             self.parked = self.parked_marked.clone();
         }
+        // After the checkpoint: a fenced writer does not sweep.
+        self.sweep_tombstones();
         Ok(())
     }
 }
