@@ -1657,4 +1657,180 @@ mod review {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
         assert!((now - before).abs_diff(24 * 3600 * 1000) < 60_000, "a day's margin: {}", now - before);
     }
+
+    /// Point-in-time scans over a [`Store`]: a snapshot of the index at
+    /// opening, filtered by the scan queries' clauses (`bool`, `term`, with
+    /// `path.tree` as the `path_hierarchy` analyzer indexes it), in id
+    /// order. Test support for the chaos test, not Elasticsearch.
+    #[derive(Clone, Default)]
+    struct Scans {
+        store: Store,
+        pits: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<(String, Value, i64)>>>>,
+    }
+
+    fn field<'a>(v: &'a Value, dotted: &str) -> &'a Value {
+        dotted.split('.').fold(v, |v, k| &v[k])
+    }
+
+    /// Whether `source` matches the clauses denorm's scans use.
+    fn matches(q: &Value, source: &Value) -> bool {
+        if let Some(b) = q.get("bool") {
+            let all = |k: &str| b[k].as_array().into_iter().flatten().all(|c| matches(c, source));
+            let should: Vec<&Value> = b["should"].as_array().into_iter().flatten().collect();
+            let minimum = b["minimum_should_match"].as_u64().unwrap_or(if should.is_empty() { 0 } else { 1 }) as usize;
+            return all("filter")
+                && all("must")
+                && !b["must_not"].as_array().into_iter().flatten().any(|c| matches(c, source))
+                && should.iter().filter(|c| matches(c, source)).count() >= minimum;
+        }
+        if let Some((name, value)) = q.get("term").and_then(Value::as_object).and_then(|t| t.iter().next()) {
+            let value = value.as_str().map_or(value.to_string(), String::from);
+            if name == "path.tree" {
+                let dir = source["path"].as_str().unwrap_or_default();
+                return dir == value || dir.starts_with(&format!("{value}/"));
+            }
+            let found = field(source, name);
+            return found.as_str().map_or(found.to_string(), String::from) == value;
+        }
+        panic!("the scan test support does not know the clause {q}");
+    }
+
+    impl wiremock::Respond for Scans {
+        fn respond(&self, req: &Request) -> ResponseTemplate {
+            let segments: Vec<&str> = req.url.path().trim_start_matches('/').split('/').collect();
+            match (req.method.as_str(), segments.as_slice()) {
+                (_, [_, "_refresh"]) => ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 1, "successful": 1, "failed": 0}})),
+                (_, [_, "_delete_by_query"]) => ResponseTemplate::new(200).set_body_json(json!({"task": "n1:1"})),
+                ("POST", [index, "_pit"]) => {
+                    let mut snapshot: Vec<(String, Value, i64)> = self
+                        .store
+                        .0
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .filter(|((i, _), _)| i == index)
+                        .map(|((_, id), (v, seq))| (id.clone(), v.clone(), *seq))
+                        .collect();
+                    snapshot.sort_by(|a, b| a.0.cmp(&b.0));
+                    let mut pits = self.pits.lock().unwrap();
+                    let id = format!("pit-{}", pits.len());
+                    pits.insert(id.clone(), snapshot);
+                    ResponseTemplate::new(200).set_body_json(json!({"id": id}))
+                }
+                ("DELETE", ["_pit"]) => ResponseTemplate::new(200).set_body_json(json!({"succeeded": true, "num_freed": 1})),
+                ("POST", ["_search"]) => {
+                    let body: Value = serde_json::from_slice(&req.body).unwrap();
+                    let pits = self.pits.lock().unwrap();
+                    let snapshot = &pits[body["pit"]["id"].as_str().unwrap()];
+                    let from = body["search_after"][0].as_u64().map_or(0, |a| a as usize + 1);
+                    let hits: Vec<Value> = snapshot
+                        .iter()
+                        .enumerate()
+                        .skip(from)
+                        .filter(|(_, (_, v, _))| matches(&body["query"], v))
+                        .take(body["size"].as_u64().unwrap() as usize)
+                        .map(|(i, (id, v, seq))| json!({"_index": "denorm-files-000001", "_id": id, "_seq_no": seq, "_primary_term": 1, "_score": null, "_source": v, "sort": [i]}))
+                        .collect();
+                    ResponseTemplate::new(200).set_body_json(recorded::search_response(Some(body["pit"]["id"].as_str().unwrap()), hits))
+                }
+                _ => ResponseTemplate::new(405),
+            }
+        }
+    }
+
+    /// A log of one key (`/a`): upserts, deletes, and directory and file
+    /// renames among three directories, from `seed`.
+    fn chaos_log(seed: u64, n: usize) -> Vec<Command> {
+        let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut next = |m: u64| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        let dirs = ["/a/x", "/a/y", "/a/z"];
+        let mut model = denorm::model::Model::default();
+        let mut log = Vec::new();
+        for _ in 0..n {
+            let id = format!("f{}", next(12));
+            let c = match next(10) {
+                0..=4 => Command::UpsertFile { id: id.clone(), path: format!("{}/{id}.txt", dirs[next(3) as usize]), contents: format!("v{}", next(1000)) },
+                5 | 6 => Command::DeleteFile { path: model.file_path(&id).unwrap_or("/a/x/gone.txt").to_string(), id },
+                7 | 8 => {
+                    let (from, to) = (next(3) as usize, next(3) as usize);
+                    if from == to {
+                        continue;
+                    }
+                    Command::RenamePath { from: dirs[from].into(), to: dirs[to].into() }
+                }
+                _ => match model.file_path(&id) {
+                    Some(p) => Command::RenamePath { from: p.to_string(), to: format!("{}/{id}-moved.txt", dirs[next(3) as usize]) },
+                    None => continue,
+                },
+            };
+            model.apply(&c);
+            log.push(c);
+        }
+        log
+    }
+
+    /// Issue 11's chaos test: two owners of a partition overlap. The old one
+    /// applies and commits part of the log, stages more, stalls; the new
+    /// one takes over from the old one's checkpoint and applies the whole
+    /// rest; then the old one resumes, applies a few more commands and
+    /// commits (it is fenced, but its writes reach the store first). Against
+    /// the stateful test store, which enforces `if_seq_no`/`if_primary_term`
+    /// and create-if-absent as Elasticsearch does, the documents must equal
+    /// the reference model of the whole log, for every seed.
+    #[test]
+    fn chaos_two_overlapping_owners_leave_the_documents_equal_to_the_model() {
+        use denorm::index::elastic::docs::{from_source, is_tombstone};
+        use denorm::index::{Checkpoint, Doc};
+        for seed in 0..20 {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            let server = rt.block_on(MockServer::start());
+            let scans = Scans::default();
+            rt.block_on(async {
+                scans.store.mount(&server).await;
+                Mock::given(path_regex(r"^/([a-z0-9-]+/(_refresh|_pit|_delete_by_query)|_pit|_search)$")).respond_with(scans.clone()).with_priority(1).mount(&server).await;
+            });
+            let b = backend(&server, &rt);
+            let log = chaos_log(seed, 90);
+            let (committed, stalled, resumed) = (log.len() / 3, log.len() / 2, log.len() / 2 + 6);
+            let run = |shard: &mut Box<dyn denorm::index::Shard + Send>, range: std::ops::Range<usize>, commit: bool| -> Result<(), denorm::index::IndexError> {
+                for i in range {
+                    apply(shard.as_mut(), &log[i], i as u64, FanOut::pages_of(4))?;
+                    shard.mark_applied(Checkpoint::new(i as u64, i as u64));
+                    if commit && i % 7 == 6 {
+                        shard.commit()?;
+                    }
+                }
+                Ok(())
+            };
+            let mut old = b.open_shard(0).unwrap();
+            run(&mut old, 0..committed, true).unwrap();
+            old.commit().unwrap();
+            run(&mut old, committed..stalled, false).unwrap();
+            // The old owner stalls; the new one resumes from its checkpoint.
+            let mut new = b.open_shard(0).unwrap();
+            let from = new.checkpoint().map_or(0, |c| c.offset as usize + 1);
+            assert_eq!(from, committed, "seed {seed}");
+            run(&mut new, from..log.len(), true).unwrap();
+            new.commit().unwrap();
+            // The old owner resumes.
+            let resumed_result = run(&mut old, stalled..resumed, false).and_then(|_| old.commit());
+            assert!(matches!(resumed_result, Err(denorm::index::IndexError::Fenced(_))), "seed {seed}: {resumed_result:?}");
+            let mut model = denorm::model::Model::default();
+            log.iter().for_each(|c| model.apply(c));
+            let actual: Vec<Doc> = scans
+                .store
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|((index, _), (v, _))| index == "denorm-files-g0" && !is_tombstone(v))
+                .map(|(_, (v, _))| from_source(Kind::File, v))
+                .collect();
+            let diffs = denorm::model::diff(model.docs(), actual, 10);
+            assert!(diffs.is_empty(), "seed {seed}: the documents differ from the model:\n{}", diffs.join("\n"));
+        }
+    }
 }
