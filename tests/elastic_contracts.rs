@@ -434,7 +434,7 @@ async fn sends_basic_and_api_key_credentials_without_leaking_them() {
     let err = bulk::execute(&basic.client().unwrap(), vec![index_op("a")], BulkLimits::default(), fast()).await.unwrap_err();
     let text = err.to_string();
     assert!(text.contains("401") && !text.contains("hunter2"), "{text}");
-    assert!(!err.is_retryable());
+    assert!(err.is_retryable(), "credentials are the deployment's: the command waits for them, it is not dead-lettered");
 }
 
 mod shard {
@@ -1014,6 +1014,14 @@ mod recorded {
                            "index_uuid": "Qm3vW0cSR1ahVN5uTq0xJg", "index": "denorm-meta"});
         ResponseTemplate::new(400).set_body_json(json!({"error": {"root_cause": [cause.clone()], "type": cause["type"], "reason": cause["reason"],
             "index_uuid": cause["index_uuid"], "index": "denorm-meta"}, "status": 400}))
+    }
+
+    /// A request the user's roles do not allow: 403 `security_exception`,
+    /// naming the privileges that would.
+    pub fn unauthorized(action: &str, index: &str, privileges: &str) -> ResponseTemplate {
+        let cause = json!({"type": "security_exception",
+            "reason": format!("action [{action}] is unauthorized for user [denorm] with effective roles [denorm_worker] on indices [{index}], this action is granted by the index privileges [{privileges}]")});
+        ResponseTemplate::new(403).set_body_json(json!({"error": {"root_cause": [cause.clone()], "type": cause["type"], "reason": cause["reason"]}, "status": 403}))
     }
 
     /// `POST /_security/user/_has_privileges`: what the user has of what
@@ -1832,5 +1840,27 @@ mod review {
             let diffs = denorm::model::diff(model.docs(), actual, 10);
             assert!(diffs.is_empty(), "seed {seed}: the documents differ from the model:\n{}", diffs.join("\n"));
         }
+    }
+
+    /// Finding 5 at run time (privileges removed after startup): the 403 on
+    /// the refresh before a rename leaves the command to be retried, with
+    /// the reason, instead of dead-lettering every rename.
+    #[test]
+    fn a_refresh_refused_for_lack_of_privileges_is_retried_not_dead_lettered() {
+        use denorm::index::IndexError;
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let server = rt.block_on(MockServer::start());
+        rt.block_on(async {
+            Mock::given(method("GET")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::doc_missing("denorm-meta", "p0")).mount(&server).await;
+            Mock::given(path("/denorm-files-g0/_refresh"))
+                .respond_with(recorded::unauthorized("indices:admin/refresh", "denorm-files-000001", "maintenance,manage,all"))
+                .mount(&server)
+                .await;
+        });
+        let b = backend(&server, &rt);
+        let mut shard = b.open_shard(0).unwrap();
+        let err = apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap_err();
+        assert!(matches!(err, IndexError::Backend(_)), "retryable, not rejected: {err:?}");
+        assert!(err.to_string().contains("403") && err.to_string().contains("maintenance"), "{err}");
     }
 }

@@ -43,7 +43,10 @@ pub enum ElasticError {
 }
 
 impl ElasticError {
-    /// Whether retrying later may succeed: transport errors, 429 and 5xx.
+    /// Whether retrying later may succeed: transport errors, 429 and 5xx,
+    /// and 401/403: credentials and privileges are the deployment's, not
+    /// the command's, so the partition waits for an operator to fix them
+    /// instead of dead-lettering every command meanwhile.
     pub fn is_retryable(&self) -> bool {
         match self {
             // A writer whose generation is gone follows the new one when
@@ -53,7 +56,7 @@ impl ElasticError {
             | ElasticError::Gone(_)
             | ElasticError::ScanExpired(_)
             | ElasticError::Incomplete(_) => true,
-            ElasticError::Status { status, .. } => is_retryable_status(*status),
+            ElasticError::Status { status, .. } => is_retryable_status(*status) || matches!(status, 401 | 403),
             ElasticError::MappingConflict { .. } | ElasticError::Config(_) => false,
         }
     }
