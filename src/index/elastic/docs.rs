@@ -44,8 +44,9 @@ pub fn is_tombstone(v: &Value) -> bool {
     v[DELETED_FIELD] == json!(true)
 }
 
-/// The clause that keeps tombstones out of searches and scans.
-pub fn not_deleted() -> Value {
+/// The clause matching tombstones: searches and scans put it in
+/// `must_not`.
+pub fn is_deleted() -> Value {
     json!({"term": {DELETED_FIELD: true}})
 }
 
@@ -56,11 +57,11 @@ pub fn scan_query(scan: &Scan) -> (Kind, Value) {
             // The file at `path` itself, or any file beneath the directory `path`.
             let (dir, name) = crate::command::path::split(path);
             let file_itself = json!({"bool": {"filter": [{"term": {"path": dir}}, {"term": {"name": name}}]}});
-            (Kind::File, json!({"bool": {"should": [{"term": {"path.tree": path}}, file_itself], "minimum_should_match": 1, "must_not": [not_deleted()]}}))
+            (Kind::File, json!({"bool": {"should": [{"term": {"path.tree": path}}, file_itself], "minimum_should_match": 1, "must_not": [is_deleted()]}}))
         }
         Scan::PostsOfUserNotNamed { user_id, name } => (
             Kind::Post,
-            json!({"bool": {"filter": [{"term": {"user.id": user_id}}], "must_not": [{"term": {"user.name.raw": name}}, not_deleted()]}}),
+            json!({"bool": {"filter": [{"term": {"user.id": user_id}}], "must_not": [{"term": {"user.name.raw": name}}, is_deleted()]}}),
         ),
     }
 }

@@ -6,7 +6,7 @@ use elasticsearch::{Elasticsearch, SearchParts};
 use serde_json::{json, Value};
 use tokio::runtime::Handle;
 
-use super::docs::{from_source, hits, not_deleted, PitScan};
+use super::docs::{from_source, hits, is_deleted, PitScan};
 use super::setup::alias;
 use super::json_or_status;
 use crate::index::{AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, SearchIndex};
@@ -30,7 +30,7 @@ pub fn file_query(q: &FileQuery) -> Value {
     if let Some(t) = &q.text {
         must.push(json!({"match": {"contents": t}}));
     }
-    json!({"bool": {"filter": filter, "must": must, "must_not": [not_deleted()]}})
+    json!({"bool": {"filter": filter, "must": must, "must_not": [is_deleted()]}})
 }
 
 /// The query of `denorm search posts`.
@@ -42,7 +42,7 @@ pub fn post_query(q: &PostQuery) -> Value {
     if let Some(a) = &q.author {
         must.push(json!({"match": {"user.name": a}}));
     }
-    json!({"bool": {"must": must, "must_not": [not_deleted()]}})
+    json!({"bool": {"must": must, "must_not": [is_deleted()]}})
 }
 
 /// The aggregation request of group-by-author.
@@ -219,7 +219,7 @@ impl SearchIndex for ElasticSearch {
             json_or_status("refreshing before a dump", r).await
         })?;
         for kind in [Kind::File, Kind::User, Kind::Post] {
-            self.run(kind, json!({"bool": {"must_not": [not_deleted()]}}), 0, out)?;
+            self.run(kind, json!({"bool": {"must_not": [is_deleted()]}}), 0, out)?;
         }
         Ok(())
     }
