@@ -274,6 +274,20 @@ async fn a_user_without_the_privileges_a_worker_needs_is_refused_at_startup() {
     assert_eq!(asked["cluster"], json!(["monitor"]));
 }
 
+/// Generation 0 of `kind` as it exists on a cluster: its concrete index
+/// behind both aliases (`GET /<alias>/_alias`), with `mappings`
+/// (`GET /<alias>/_mapping`).
+async fn mount_existing(server: &MockServer, kind: Kind, mappings: Value) {
+    let (read, index) = (setup::alias("denorm", kind), generations::concrete("denorm", kind, 0));
+    let aliases = json!({ index.clone(): {"aliases": { read.clone(): {"is_write_index": true}, generations::write_alias("denorm", kind, 0): {}}} });
+    Mock::given(method("GET")).and(path(format!("/{read}/_alias"))).respond_with(ResponseTemplate::new(200).set_body_json(aliases)).mount(server).await;
+    Mock::given(method("GET"))
+        .and(path(format!("/{read}/_mapping")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({ index: {"mappings": mappings} })))
+        .mount(server)
+        .await;
+}
+
 /// An index created before tombstones existed gets their two fields added
 /// to its mapping (the only mapping change made in place); anything else
 /// missing is still a conflict.
@@ -282,16 +296,13 @@ async fn an_index_from_before_tombstones_gets_their_fields_added() {
     let server = MockServer::start().await;
     Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
     for kind in [Kind::File, Kind::User, Kind::Post] {
-        let (read, index) = (setup::alias("denorm", kind), generations::concrete("denorm", kind, 0));
-        let aliases = json!({ index.clone(): {"aliases": { read.clone(): {"is_write_index": true}, generations::write_alias("denorm", kind, 0): {}}} });
-        Mock::given(method("GET")).and(path(format!("/{read}/_alias"))).respond_with(ResponseTemplate::new(200).set_body_json(aliases)).mount(&server).await;
         let mut old = setup::mapping(kind);
         for field in ["denorm_deleted", "denorm_deleted_at"] {
             old["properties"].as_object_mut().unwrap().remove(field);
         }
-        Mock::given(method("GET")).and(path(format!("/{read}/_mapping"))).respond_with(ResponseTemplate::new(200).set_body_json(json!({ index.clone(): {"mappings": old} }))).mount(&server).await;
+        mount_existing(&server, kind, old).await;
         Mock::given(method("PUT"))
-            .and(path(format!("/{index}/_mapping")))
+            .and(path(format!("/{}/_mapping", generations::concrete("denorm", kind, 0))))
             .respond_with(ResponseTemplate::new(200).set_body_json(json!({"acknowledged": true})))
             .expect(1)
             .mount(&server)
@@ -302,7 +313,7 @@ async fn an_index_from_before_tombstones_gets_their_fields_added() {
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({"denorm-files-000001": {"settings": {"index": setup::settings()}}})))
         .mount(&server)
         .await;
-    Mock::given(method("PUT")).and(path("/denorm-meta")).respond_with(recorded::meta_index_exists()).mount(&server).await;
+    Mock::given(method("PUT")).and(path("/denorm-meta")).respond_with(recorded::resource_already_exists("denorm-meta")).mount(&server).await;
     let client = config(&server, &[]).client().unwrap();
     setup::ensure(&client, "denorm").await.unwrap();
     let puts: Vec<Value> = server.received_requests().await.unwrap().iter().filter(|r| r.url.path().ends_with("/_mapping") && r.method.as_str() == "PUT").map(|r| serde_json::from_slice(&r.body).unwrap()).collect();
@@ -318,15 +329,7 @@ async fn an_existing_index_without_its_alias_is_refused_not_used() {
     let server = MockServer::start().await;
     Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
     Mock::given(method("GET")).and(path("/denorm-files/_alias")).respond_with(recorded::index_not_found("denorm-files")).mount(&server).await;
-    let cause = json!({"type": "resource_already_exists_exception", "reason": "index [denorm-files-000001/x1bWz7ZkR7aO2nZ9Lq3bJg] already exists",
-                       "index_uuid": "x1bWz7ZkR7aO2nZ9Lq3bJg", "index": "denorm-files-000001"});
-    let mut error = cause.clone();
-    error["root_cause"] = json!([cause]);
-    Mock::given(method("PUT"))
-        .and(path("/denorm-files-000001"))
-        .respond_with(ResponseTemplate::new(400).set_body_json(json!({"error": error, "status": 400})))
-        .mount(&server)
-        .await;
+    Mock::given(method("PUT")).and(path("/denorm-files-000001")).respond_with(recorded::resource_already_exists("denorm-files-000001")).mount(&server).await;
     let client = config(&server, &[]).client().unwrap();
     let err = setup::ensure(&client, "denorm").await.unwrap_err();
     assert!(err.to_string().contains("index denorm-files-000001 exists but the alias denorm-files is not on it"), "{err}");
@@ -341,13 +344,7 @@ async fn refuses_an_index_whose_path_analyzer_differs() {
     let server = MockServer::start().await;
     Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
     let (read, index) = (setup::alias("denorm", Kind::File), generations::concrete("denorm", Kind::File, 0));
-    let aliases = json!({ index.clone(): {"aliases": { read.clone(): {"is_write_index": true}, generations::write_alias("denorm", Kind::File, 0): {}}} });
-    Mock::given(method("GET")).and(path(format!("/{read}/_alias"))).respond_with(ResponseTemplate::new(200).set_body_json(aliases)).mount(&server).await;
-    Mock::given(method("GET"))
-        .and(path(format!("/{read}/_mapping")))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({ index.clone(): {"mappings": setup::mapping(Kind::File)} })))
-        .mount(&server)
-        .await;
+    mount_existing(&server, Kind::File, setup::mapping(Kind::File)).await;
     // As GET /<index>/_settings answers: every value a string.
     Mock::given(method("GET"))
         .and(path(format!("/{read}/_settings")))
@@ -369,25 +366,12 @@ async fn refuses_an_index_whose_path_analyzer_differs() {
 async fn accepts_a_matching_mapping_and_refuses_a_conflicting_one() {
     let server = MockServer::start().await;
     Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
-    for kind in [Kind::File, Kind::User, Kind::Post] {
-        let (read, index) = (setup::alias("denorm", kind), generations::concrete("denorm", kind, 0));
-        let aliases = json!({ index.clone(): {"aliases": { read.clone(): {"is_write_index": true}, generations::write_alias("denorm", kind, 0): {}}} });
-        Mock::given(method("GET")).and(path(format!("/{read}/_alias"))).respond_with(ResponseTemplate::new(200).set_body_json(aliases)).mount(&server).await;
-    }
     for kind in [Kind::User, Kind::Post] {
-        Mock::given(method("GET"))
-            .and(path(format!("/{}/_mapping", setup::alias("denorm", kind))))
-            .respond_with(ResponseTemplate::new(200).set_body_json(json!({ generations::concrete("denorm", kind, 0): {"mappings": setup::mapping(kind)} })))
-            .mount(&server)
-            .await;
+        mount_existing(&server, kind, setup::mapping(kind)).await;
     }
     let mut wrong = setup::mapping(Kind::File);
     wrong["properties"]["path"] = json!({"type": "text"});
-    Mock::given(method("GET"))
-        .and(path("/denorm-files/_mapping"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"denorm-files-000001": {"mappings": wrong}})))
-        .mount(&server)
-        .await;
+    mount_existing(&server, Kind::File, wrong).await;
     let client = config(&server, &[]).client().unwrap();
     let err = setup::ensure(&client, "denorm").await.unwrap_err();
     match &err {
@@ -1009,11 +993,12 @@ mod recorded {
 
     /// `PUT /<index>` of an index that exists: 400
     /// `resource_already_exists_exception`.
-    pub fn meta_index_exists() -> ResponseTemplate {
-        let cause = json!({"type": "resource_already_exists_exception", "reason": "index [denorm-meta/Qm3vW0cSR1ahVN5uTq0xJg] already exists",
-                           "index_uuid": "Qm3vW0cSR1ahVN5uTq0xJg", "index": "denorm-meta"});
-        ResponseTemplate::new(400).set_body_json(json!({"error": {"root_cause": [cause.clone()], "type": cause["type"], "reason": cause["reason"],
-            "index_uuid": cause["index_uuid"], "index": "denorm-meta"}, "status": 400}))
+    pub fn resource_already_exists(index: &str) -> ResponseTemplate {
+        let cause = json!({"type": "resource_already_exists_exception", "reason": format!("index [{index}/Qm3vW0cSR1ahVN5uTq0xJg] already exists"),
+                           "index_uuid": "Qm3vW0cSR1ahVN5uTq0xJg", "index": index});
+        let mut error = cause.clone();
+        error["root_cause"] = json!([cause]);
+        ResponseTemplate::new(400).set_body_json(json!({"error": error, "status": 400}))
     }
 
     /// A request the user's roles do not allow: 403 `security_exception`,
