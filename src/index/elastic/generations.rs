@@ -173,7 +173,17 @@ pub fn create_body(prefix: &str, kind: Kind, g: u64, with_read_alias: bool) -> V
 /// Whether this call created it.
 pub async fn create(client: &Elasticsearch, prefix: &str, kind: Kind, g: u64, with_read_alias: bool) -> Result<bool, ElasticError> {
     let index = concrete(prefix, kind, g);
-    let r = client.indices().create(IndicesCreateParts::Index(&index)).body(create_body(prefix, kind, g, with_read_alias)).send().await?;
+    let created = create_index(client, &index, create_body(prefix, kind, g, with_read_alias)).await?;
+    if created {
+        tracing::info!(index = %index, generation = g, "created index");
+    }
+    Ok(created)
+}
+
+/// Creates `index` with `body`: `true` when created, `false` when it
+/// existed already (`resource_already_exists_exception`).
+pub async fn create_index(client: &Elasticsearch, index: &str, body: Value) -> Result<bool, ElasticError> {
+    let r = client.indices().create(IndicesCreateParts::Index(index)).body(body).send().await?;
     let status = r.status_code().as_u16();
     if status == 400 {
         let text = r.text().await.unwrap_or_default();
@@ -183,7 +193,6 @@ pub async fn create(client: &Elasticsearch, prefix: &str, kind: Kind, g: u64, wi
         return Err(super::status_error(&format!("creating index {index}"), status, &text));
     }
     json_or_status(&format!("creating index {index}"), r).await?;
-    tracing::info!(index = %index, generation = g, "created index");
     Ok(true)
 }
 

@@ -343,17 +343,10 @@ pub fn meta_index_body() -> Value {
 /// Creates the meta index with [`meta_index_body`] unless it exists.
 async fn ensure_meta(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticError> {
     let index = generations::meta_index(prefix);
-    let r = client.indices().create(elasticsearch::indices::IndicesCreateParts::Index(&index)).body(meta_index_body()).send().await?;
-    let status = r.status_code().as_u16();
-    let text = r.text().await.unwrap_or_default();
-    if (200..300).contains(&status) {
+    if generations::create_index(client, &index, meta_index_body()).await? {
         tracing::info!(index = %index, "created the meta index");
-        return Ok(());
     }
-    if status == 400 && text.contains("resource_already_exists_exception") {
-        return Ok(());
-    }
-    Err(super::status_error(&format!("creating the meta index {index}"), status, &text))
+    Ok(())
 }
 
 #[cfg(test)]

@@ -268,6 +268,14 @@ pub(crate) async fn get_source(client: &Elasticsearch, index: &str, id: &str) ->
 /// [`ElasticBackend::open_shard`]).
 pub const OWNER_FIELD: &str = "owner";
 
+/// What [`ElasticShard::read`] found.
+enum Read {
+    /// This writer's uncommitted write (`None`: a delete).
+    Overlay(Option<Doc>),
+    /// The stored `_source`, tombstones included (`None`: absent).
+    Stored(Option<Value>),
+}
+
 pub struct ElasticShard {
     b: ElasticBackend,
     /// This writer's owner epoch of the partition.
@@ -300,6 +308,19 @@ impl ElasticShard {
     /// The alias documents of `kind` are read and written through.
     fn target(&self, kind: Kind) -> String {
         generations::write_alias(&self.b.prefix, kind, self.generation)
+    }
+
+    /// The document as this writer sees it: its uncommitted write, or what
+    /// Elasticsearch holds (realtime GET), whose version is remembered for
+    /// the conditional write that may follow.
+    fn read(&mut self, kind: Kind, id: &str) -> Result<Read, IndexError> {
+        let key = (kind, id.to_string());
+        if let Some(d) = self.overlay.get(&key) {
+            return Ok(Read::Overlay(d.clone()));
+        }
+        let got = self.b.runtime.block_on(get_source(&self.b.client, &self.target(kind), id))?;
+        self.seen.insert(key, got.as_ref().map(|(_, seq)| *seq));
+        Ok(Read::Stored(got.map(|(v, _)| v)))
     }
 
     /// The write of `source` as document `id`: a create when it was read
@@ -437,27 +458,21 @@ fn refused(report: &BulkReport) -> Result<(), IndexError> {
 
 impl Shard for ElasticShard {
     fn get(&mut self, kind: Kind, id: &str) -> Result<Option<Doc>, IndexError> {
-        let key = (kind, id.to_string());
-        if let Some(d) = self.overlay.get(&key) {
-            return Ok(d.clone());
+        match self.read(kind, id)? {
+            Read::Overlay(d) => Ok(d),
+            // A tombstone reads as absent; its version is still the one to
+            // write over.
+            Read::Stored(v) => Ok(v.filter(|v| !is_tombstone(v)).map(|v| from_source(kind, &v))),
         }
-        let got = self.b.runtime.block_on(get_source(&self.b.client, &self.target(kind), id))?;
-        self.seen.insert(key, got.as_ref().map(|(_, seq)| *seq));
-        // A tombstone reads as absent; its version is still the one to
-        // write over.
-        Ok(got.filter(|(v, _)| !is_tombstone(v)).map(|(v, _)| from_source(kind, &v)))
     }
 
     /// The position of the document, or of the tombstone a delete left:
     /// a write older than a delete is refused like one older than a write.
     fn position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
-        let key = (kind, id.to_string());
-        if let Some(d) = self.overlay.get(&key) {
-            return Ok(d.as_ref().map(Doc::pos));
+        match self.read(kind, id)? {
+            Read::Overlay(d) => Ok(d.as_ref().map(Doc::pos)),
+            Read::Stored(v) => Ok(v.map(|v| v[POS_FIELD].as_u64().unwrap_or(0))),
         }
-        let got = self.b.runtime.block_on(get_source(&self.b.client, &self.target(kind), id))?;
-        self.seen.insert(key, got.as_ref().map(|(_, seq)| *seq));
-        Ok(got.map(|(v, _)| v[POS_FIELD].as_u64().unwrap_or(0)))
     }
 
     fn put(&mut self, doc: Doc) -> Result<(), IndexError> {
