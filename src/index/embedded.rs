@@ -718,9 +718,7 @@ impl Backend for EmbeddedBackend {
     fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError> {
         let mut shard = self.index.open_shard_in(self.generation()?, partition, self.memory_budget)?;
         shard.set_fan_out_commit_every(self.fan_out_commit_every);
-        if self.merge_max_docs != DEFAULT_MERGE_MAX_DOCS {
-            shard.set_merge_max_docs(self.merge_max_docs);
-        }
+        shard.set_merge_max_docs(self.merge_max_docs);
         Ok(Box::new(shard))
     }
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {
