@@ -468,6 +468,9 @@ impl Bench<'_> {
             .arg("--index")
             .arg(index)
             .args(["--partitions", &self.kafka.partitions.to_string()]);
+        if let Some(f) = &self.cli.kafka_options_file {
+            cmd.arg("--kafka-options-file").arg(&f.path);
+        }
         for (k, v) in &self.cli.kafka_options {
             cmd.arg("-X").arg(format!("{k}={v}"));
         }

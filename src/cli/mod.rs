@@ -50,6 +50,10 @@ pub struct Cli {
     /// settings go here; values may contain commas; in the environment, separate options with `;`)
     #[arg(long = "kafka-option", short = 'X', global = true, help_heading = "Global options", hide_env_values = true, env = "DENORM_KAFKA_OPTIONS", value_delimiter = ';', value_parser = parse_kv)]
     pub kafka_options: Vec<(String, String)>,
+    /// File of librdkafka options, one KEY=VALUE per line (`#` comments): for secrets such as
+    /// sasl.password, mounted from a Kubernetes Secret. Applied before the --kafka-option ones
+    #[arg(long, global = true, help_heading = "Global options", env = "DENORM_KAFKA_OPTIONS_FILE", value_name = "PATH", value_parser = parse_options_file)]
+    pub kafka_options_file: Option<OptionsFile>,
     /// Log filter (tracing syntax, e.g. `info` or `denorm=debug`)
     #[arg(long, global = true, help_heading = "Global options", env = "DENORM_LOG")]
     pub log: Option<String>,
@@ -92,14 +96,51 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// librdkafka options read from a file; its Debug form shows the keys only.
+#[derive(Clone)]
+pub struct OptionsFile {
+    pub path: PathBuf,
+    pub options: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for OptionsFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OptionsFile").field("path", &self.path).field("keys", &self.options.iter().map(|(k, _)| k).collect::<Vec<_>>()).finish()
+    }
+}
+
+fn parse_options_file(path: &str) -> Result<OptionsFile, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    options_from_text(&text).map(|options| OptionsFile { path: path.into(), options }).map_err(|e| format!("{path}: {e}"))
+}
+
+/// `KEY=VALUE` lines; blank lines and `#` comments are skipped. An error
+/// names the line, never its value (the file holds secrets).
+pub fn options_from_text(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            continue;
+        }
+        match line.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => out.push((k.trim().to_string(), v.to_string())),
+            _ => return Err(format!("line {}: expected KEY=VALUE", i + 1)),
+        }
+    }
+    Ok(out)
+}
+
 impl Cli {
     pub fn kafka(&self) -> KafkaConfig {
+        let mut options = self.kafka_options_file.as_ref().map(|f| f.options.clone()).unwrap_or_default();
+        options.extend(self.kafka_options.iter().cloned());
         KafkaConfig {
             brokers: self.brokers.clone(),
             topic: self.topic.clone(),
             partitions: self.partitions,
             replication: self.replication_factor,
-            options: self.kafka_options.clone(),
+            options,
         }
     }
 }

@@ -87,8 +87,27 @@ pub struct RunArgs {
     /// Longest wait between retries of a transient failure, in milliseconds
     #[arg(long, env = "DENORM_RETRY_BACKOFF_MAX_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(50..))]
     retry_backoff_max_ms: u64,
+    /// Static group membership: this worker's stable identity in the group (librdkafka's
+    /// group.instance.id), such as a StatefulSet pod's name. Restarted with the same id within
+    /// --session-timeout-ms, it takes its partitions back without a rebalance; stopped, it
+    /// keeps them, unconsumed, until the session timeout expires. Unique per worker
+    #[arg(long, env = "DENORM_INSTANCE_ID", value_parser = parse_instance_id)]
+    instance_id: Option<String>,
+    /// How long the group waits for a silent worker before giving its partitions to others, in
+    /// milliseconds (librdkafka's session.timeout.ms; brokers accept 6000-1800000 by default).
+    /// With --instance-id it is also how long a restart may take without a rebalance
+    #[arg(long, env = "DENORM_SESSION_TIMEOUT_MS", default_value_t = 45_000, value_parser = clap::value_parser!(u32).range(1000..=3_600_000))]
+    session_timeout_ms: u32,
     #[command(flatten)]
     registry: super::RegistryArgs,
+}
+
+/// Kafka's rule for a group.instance.id: 1-249 of `[a-zA-Z0-9._-]`.
+fn parse_instance_id(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 249 || !s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
+        return Err(format!("{s:?}: an instance id is 1 to 249 letters, digits, '.', '_' or '-'"));
+    }
+    Ok(s.to_string())
 }
 
 pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
@@ -155,6 +174,11 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.max_attempts = a.max_attempts;
     cfg.retry_backoff_max = Duration::from_millis(a.retry_backoff_max_ms);
     cfg.registry = registry;
+    cfg.instance_id = a.instance_id.clone();
+    cfg.session_timeout = Duration::from_millis(a.session_timeout_ms.into());
+    if let Some(id) = &cfg.instance_id {
+        info!(instance_id = %id, session_timeout_ms = a.session_timeout_ms, "static group membership");
+    }
 
     let stats = Arc::new(Stats::default());
     tokio::task::spawn_blocking(move || worker::run(cfg, backend, shutdown, health, stats)).await?.context("worker failed")?;

@@ -82,6 +82,13 @@ pub struct WorkerConfig {
     /// Resolves schema-registry framed messages (none: only single-object
     /// encoding is accepted).
     pub registry: Option<Arc<crate::codec::registry::Registry>>,
+    /// Static group membership (`group.instance.id`): a worker restarted
+    /// with the same id within the session timeout gets its partitions
+    /// back without a rebalance.
+    pub instance_id: Option<String>,
+    /// How long the group waits for a silent member (`session.timeout.ms`,
+    /// default 45 s).
+    pub session_timeout: Duration,
 }
 
 /// What happens to a key's later commands once one is aborted.
@@ -113,6 +120,8 @@ impl WorkerConfig {
             on_abort: OnAbort::Park,
             max_attempts: 3,
             registry: None,
+            instance_id: None,
+            session_timeout: Duration::from_secs(45),
             kafka,
         }
     }
@@ -470,7 +479,18 @@ pub fn run(
     stats: Arc<Stats>,
 ) -> Result<(), WorkerError> {
     let topic = cfg.kafka.topic.clone();
-    let cc = consumer_config(&cfg.kafka, &cfg.group, cfg.fetch_buffer_kb);
+    let mut cc = consumer_config(&cfg.kafka, &cfg.group, cfg.fetch_buffer_kb);
+    let session_ms = cfg.session_timeout.as_millis();
+    cc.set("session.timeout.ms", session_ms.to_string());
+    // librdkafka refuses a poll interval shorter than the session timeout.
+    cc.set("max.poll.interval.ms", session_ms.max(300_000).to_string());
+    if let Some(id) = &cfg.instance_id {
+        cc.set("group.instance.id", id);
+    }
+    // The pass-through options win here too.
+    for (k, v) in &cfg.kafka.options {
+        cc.set(k, v);
+    }
     let commit_interval = cfg.commit_interval;
     let lag_interval = cfg.lag_interval;
     let dlq_cfg = KafkaConfig { topic: cfg.dlq_topic.clone(), ..cfg.kafka.clone() };
