@@ -11,6 +11,7 @@ mod produce;
 mod rebuild;
 mod run;
 mod search;
+mod topics;
 
 use std::path::PathBuf;
 
@@ -87,6 +88,9 @@ pub enum Commands {
     /// Copy the topic into a new one with another partition count, keeping every key's
     /// order (pause the producers first); then rebuild from it
     Migrate(migrate::MigrateArgs),
+    /// Create the topic (with --partitions) and its dead-letter topic when missing, as
+    /// `run` does at start; for a deployment's pre-install step
+    Topics(topics::TopicsArgs),
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
@@ -190,6 +194,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Commands::Bench(a) => bench::run(&cli, a).await,
         Commands::Rebuild(a) => rebuild::run(&cli, a).await,
         Commands::Migrate(a) => migrate::run(&cli, a).await,
+        Commands::Topics(a) => topics::run(&cli, a).await,
     }
 }
 

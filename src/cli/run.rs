@@ -16,7 +16,6 @@ use crate::index::elastic::setup;
 use crate::index::elastic::shard::ElasticBackend;
 use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 use crate::index::Backend;
-use crate::kafka::KafkaConfig;
 use crate::worker::{self, OnAbort, Stats, WorkerConfig};
 
 #[derive(Debug, Args)]
@@ -137,12 +136,8 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         info!(url = %r.url(), "schema-registry framing accepted");
     }
     let kafka = cli.kafka();
-    let partitions = kafka.ensure_topic().await.context("cannot reach or create the topic")?;
-    info!(topic = %kafka.topic, partitions, "topic ready");
-    let dlq_topic = a.dlq_topic.clone().unwrap_or_else(|| crate::dlq::default_topic(&kafka.topic));
-    let dlq = KafkaConfig { topic: dlq_topic.clone(), partitions, ..kafka.clone() };
-    dlq.ensure_topic().await.with_context(|| format!("cannot reach or create the dead-letter topic {dlq_topic}"))?;
-    info!(topic = %dlq_topic, "dead-letter topic ready");
+    let (partitions, dlq) = super::topics::ensure(&kafka, a.dlq_topic.as_deref()).await?;
+    info!(topic = %kafka.topic, partitions, dead_letters = %dlq.topic, "topics ready");
     let backend: Arc<dyn Backend> = match super::elastic_url(cli) {
         Some(url) => {
             let es = super::elastic_config(&url)?;
@@ -169,7 +164,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.max_message_bytes = a.max_message_bytes;
     cfg.fan_out = FanOut { page_size: a.page_size.max(1), page_pause: Duration::from_millis(a.fan_out_page_pause_ms) };
     cfg.commit_interval = Duration::from_millis(a.commit_interval_ms.max(10));
-    cfg.dlq_topic = dlq_topic;
+    cfg.dlq_topic = dlq.topic;
     cfg.on_abort = a.on_abort;
     cfg.max_attempts = a.max_attempts;
     cfg.retry_backoff_max = Duration::from_millis(a.retry_backoff_max_ms);
