@@ -27,7 +27,7 @@ use crate::kafka::KafkaConfig;
 /// `denorm run` workers apply them in per-key order to the index, fanning
 /// renames out to every affected document. Start with `denorm demo`.
 #[derive(Debug, Parser)]
-#[command(name = "denorm", version, propagate_version = true)]
+#[command(name = "denorm", version, propagate_version = true, after_long_help = environment_help())]
 pub struct Cli {
     /// Kafka bootstrap servers (host:port,...)
     #[arg(long, global = true, help_heading = "Global options", env = "DENORM_BROKERS", default_value = "localhost:9092")]
@@ -91,6 +91,27 @@ pub enum Commands {
     /// Create the topic (with --partitions) and its dead-letter topic when missing, as
     /// `run` does at start; for a deployment's pre-install step
     Topics(topics::TopicsArgs),
+}
+
+/// The variables read besides the flags' own (`[env: ...]`): credentials
+/// and certificates, each secret also from a file (`_FILE`).
+fn environment_help() -> String {
+    use crate::codec::registry::env as sr;
+    use crate::index::elastic::config::env as es;
+    let rows: [(&[&str], &str); 7] = [
+        (&[es::USERNAME, es::USERNAME_FILE, es::PASSWORD, es::PASSWORD_FILE], "Elasticsearch basic authentication"),
+        (&[es::API_KEY_ID, es::API_KEY, es::API_KEY_FILE], "Elasticsearch API key, as an id and a key"),
+        (&[es::API_KEY_ENCODED, es::API_KEY_ENCODED_FILE], "Elasticsearch API key, as the base64 `encoded` value"),
+        (&[es::CA_CERT], "PEM file of a CA certificate Elasticsearch's TLS certificate is checked against"),
+        (&[es::PREFIX], "Prefix of the Elasticsearch aliases and indexes (default: denorm)"),
+        (&[sr::USERNAME, sr::PASSWORD, sr::PASSWORD_FILE], "Schema registry basic authentication"),
+        (&[sr::CA_CERT], "PEM file of a CA certificate for the schema registry"),
+    ];
+    let mut out = String::from("Environment (besides each flag's own variable):\n");
+    for (names, what) in rows {
+        out.push_str(&format!("  {}\n          {what}\n", names.join(", ")));
+    }
+    out
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {

@@ -78,6 +78,7 @@ pub struct ElasticConfig {
 /// Environment variables read by [`ElasticConfig::from_env`].
 pub mod env {
     pub const USERNAME: &str = "DENORM_ES_USERNAME";
+    pub const USERNAME_FILE: &str = "DENORM_ES_USERNAME_FILE";
     pub const PASSWORD: &str = "DENORM_ES_PASSWORD";
     pub const PASSWORD_FILE: &str = "DENORM_ES_PASSWORD_FILE";
     pub const API_KEY_ID: &str = "DENORM_ES_API_KEY_ID";
@@ -105,7 +106,8 @@ impl ElasticConfig {
             )));
         }
         let secret = |value: &str, file: &str| read_secret(&lookup, value, file).map_err(ElasticError::Config);
-        let basic = match (lookup(env::USERNAME), secret(env::PASSWORD, env::PASSWORD_FILE)?) {
+        let username = secret(env::USERNAME, env::USERNAME_FILE)?.map(|u| u.expose().to_string());
+        let basic = match (username, secret(env::PASSWORD, env::PASSWORD_FILE)?) {
             (Some(username), Some(password)) => Some(Auth::Basic { username, password }),
             (Some(_), None) => return Err(ElasticError::Config(format!("{} is set but no password", env::USERNAME))),
             (None, Some(_)) => return Err(ElasticError::Config(format!("a password is set but no {}", env::USERNAME))),
@@ -190,6 +192,18 @@ mod tests {
         let c = cfg(&[(env::API_KEY_ID, "id1"), (env::API_KEY_FILE, f.to_str().unwrap())]).unwrap();
         assert_eq!(c.auth, Auth::ApiKey { id: "id1".into(), key: Secret::new("s3cret") });
         assert!(!format!("{c:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn reads_basic_credentials_from_mounted_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (u, p) = (dir.path().join("username"), dir.path().join("password"));
+        std::fs::write(&u, "elastic\n").unwrap();
+        std::fs::write(&p, "hunter2").unwrap();
+        let c = cfg(&[(env::USERNAME_FILE, u.to_str().unwrap()), (env::PASSWORD_FILE, p.to_str().unwrap())]).unwrap();
+        assert_eq!(c.auth, Auth::Basic { username: "elastic".into(), password: Secret::new("hunter2") });
+        let missing = cfg(&[(env::USERNAME_FILE, "/nonexistent/username"), (env::PASSWORD, "p")]).unwrap_err().to_string();
+        assert!(missing.contains(env::USERNAME_FILE), "{missing}");
     }
 
     #[test]

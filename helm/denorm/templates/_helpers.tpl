@@ -1,0 +1,283 @@
+{{/* Names and labels, the usual way. */}}
+{{- define "denorm.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "denorm.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "denorm.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "denorm.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "denorm.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "denorm.labels" -}}
+helm.sh/chart: {{ include "denorm.chart" . }}
+{{ include "denorm.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: denorm
+{{- end }}
+
+{{/* The workers' selector: the jobs carry other component labels. */}}
+{{- define "denorm.workerSelectorLabels" -}}
+{{ include "denorm.selectorLabels" . }}
+app.kubernetes.io/component: worker
+{{- end }}
+
+{{- define "denorm.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "denorm.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "denorm.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* StatefulSet when membership is static or the index is on a volume. */}}
+{{- define "denorm.statefulset" -}}
+{{- if or .Values.staticMembership.enabled (eq .Values.backend "embedded") }}true{{ end }}
+{{- end }}
+
+{{/* Replicas, after the checks that keep the group sensible. */}}
+{{- define "denorm.replicas" -}}
+{{- if eq .Values.backend "embedded" }}1{{ else }}{{ min .Values.replicaCount .Values.kafka.partitions }}{{ end }}
+{{- end }}
+
+{{/* Refuses values that cannot work, before anything is applied. */}}
+{{- define "denorm.validate" -}}
+{{- if not .Values.kafka.brokers }}
+{{- fail "kafka.brokers is required (host:port[,host:port...])" }}
+{{- end }}
+{{- if and (eq .Values.backend "elasticsearch") (not .Values.elasticsearch.url) }}
+{{- fail "elasticsearch.url is required with backend elasticsearch" }}
+{{- end }}
+{{- if and (eq .Values.backend "embedded") .Values.autoscaling.enabled }}
+{{- fail "autoscaling needs backend elasticsearch: the embedded index is one volume owned by one worker" }}
+{{- end }}
+{{- if and (eq .Values.backend "embedded") .Values.jobs.rebuild.enabled }}
+{{- fail "the rebuild Job needs backend elasticsearch; with the embedded index run `kubectl exec` into the worker pod: denorm rebuild (docs/kubernetes.md)" }}
+{{- end }}
+{{- if and (ne .Values.elasticsearch.auth.type "none") (not .Values.elasticsearch.auth.existingSecret) }}
+{{- fail "elasticsearch.auth.existingSecret is required when elasticsearch.auth.type is not none" }}
+{{- end }}
+{{- range $k, $v := .Values.kafka.options }}
+{{- if or (contains "password" $k) (contains "secret" $k) (hasSuffix ".pem" $k) }}
+{{- fail (printf "kafka.options.%s looks like a secret: put it in the Secret named by kafka.existingSecret" $k) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* librdkafka options passed in the environment: the non-secret ones from
+     values, and the TLS file locations of the mounted Secret. */}}
+{{- define "denorm.kafkaOptions" -}}
+{{- $opts := list }}
+{{- range $k, $v := .Values.kafka.options }}
+{{- $opts = append $opts (printf "%s=%v" $k $v) }}
+{{- end }}
+{{- if .Values.kafka.tls.existingSecret }}
+{{- $opts = append $opts "ssl.ca.location=/var/run/secrets/denorm/kafka-tls/ca.crt" }}
+{{- if .Values.kafka.tls.clientCertificate }}
+{{- $opts = append $opts "ssl.certificate.location=/var/run/secrets/denorm/kafka-tls/tls.crt" }}
+{{- $opts = append $opts "ssl.key.location=/var/run/secrets/denorm/kafka-tls/tls.key" }}
+{{- end }}
+{{- end }}
+{{- join ";" $opts }}
+{{- end }}
+
+{{/* What every denorm container needs: where the topic, the group and the
+     index are, and the credentials as files. */}}
+{{- define "denorm.commonEnv" -}}
+- name: DENORM_BROKERS
+  value: {{ .Values.kafka.brokers | quote }}
+- name: DENORM_TOPIC
+  value: {{ .Values.kafka.topic | quote }}
+- name: DENORM_GROUP
+  value: {{ .Values.kafka.group | quote }}
+- name: DENORM_PARTITIONS
+  value: {{ .Values.kafka.partitions | quote }}
+- name: DENORM_REPLICATION_FACTOR
+  value: {{ .Values.kafka.replicationFactor | quote }}
+{{- with .Values.kafka.dlqTopic }}
+- name: DENORM_DLQ_TOPIC
+  value: {{ . | quote }}
+{{- end }}
+{{- with (include "denorm.kafkaOptions" .) }}
+- name: DENORM_KAFKA_OPTIONS
+  value: {{ . | quote }}
+{{- end }}
+{{- if .Values.kafka.existingSecret }}
+- name: DENORM_KAFKA_OPTIONS_FILE
+  value: /var/run/secrets/denorm/kafka/{{ .Values.kafka.existingSecretKey }}
+{{- end }}
+- name: DENORM_LOG
+  value: {{ .Values.worker.log | quote }}
+{{- if eq .Values.backend "embedded" }}
+- name: DENORM_INDEX
+  value: /data/index
+{{- else }}
+- name: DENORM_INDEX
+  value: {{ .Values.elasticsearch.url | quote }}
+- name: DENORM_ES_PREFIX
+  value: {{ .Values.elasticsearch.prefix | quote }}
+{{- if eq .Values.elasticsearch.auth.type "basic" }}
+- name: DENORM_ES_USERNAME_FILE
+  value: /var/run/secrets/denorm/elasticsearch/username
+- name: DENORM_ES_PASSWORD_FILE
+  value: /var/run/secrets/denorm/elasticsearch/password
+{{- else if eq .Values.elasticsearch.auth.type "apiKey" }}
+- name: DENORM_ES_API_KEY_ENCODED_FILE
+  value: /var/run/secrets/denorm/elasticsearch/api-key
+{{- end }}
+{{- if .Values.elasticsearch.caSecret }}
+- name: DENORM_ES_CA_CERT
+  value: /var/run/secrets/denorm/elasticsearch-ca/ca.crt
+{{- end }}
+{{- end }}
+{{- with .Values.worker.schemaRegistryUrl }}
+- name: DENORM_SCHEMA_REGISTRY_URL
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The Secrets, mounted read-only; /tmp is the only writable path besides
+     the index volume. */}}
+{{- define "denorm.secretVolumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+{{- if .Values.kafka.existingSecret }}
+- name: kafka-options
+  mountPath: /var/run/secrets/denorm/kafka
+  readOnly: true
+{{- end }}
+{{- if .Values.kafka.tls.existingSecret }}
+- name: kafka-tls
+  mountPath: /var/run/secrets/denorm/kafka-tls
+  readOnly: true
+{{- end }}
+{{- if and (eq .Values.backend "elasticsearch") (ne .Values.elasticsearch.auth.type "none") }}
+- name: elasticsearch-auth
+  mountPath: /var/run/secrets/denorm/elasticsearch
+  readOnly: true
+{{- end }}
+{{- if and (eq .Values.backend "elasticsearch") .Values.elasticsearch.caSecret }}
+- name: elasticsearch-ca
+  mountPath: /var/run/secrets/denorm/elasticsearch-ca
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "denorm.secretVolumes" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- if .Values.kafka.existingSecret }}
+- name: kafka-options
+  secret:
+    secretName: {{ .Values.kafka.existingSecret }}
+    defaultMode: 0400
+    items:
+      - key: {{ .Values.kafka.existingSecretKey }}
+        path: {{ .Values.kafka.existingSecretKey }}
+{{- end }}
+{{- if .Values.kafka.tls.existingSecret }}
+- name: kafka-tls
+  secret:
+    secretName: {{ .Values.kafka.tls.existingSecret }}
+    defaultMode: 0400
+{{- end }}
+{{- if and (eq .Values.backend "elasticsearch") (ne .Values.elasticsearch.auth.type "none") }}
+- name: elasticsearch-auth
+  secret:
+    secretName: {{ .Values.elasticsearch.auth.existingSecret }}
+    defaultMode: 0400
+    items:
+{{- if eq .Values.elasticsearch.auth.type "basic" }}
+      - key: username
+        path: username
+      - key: password
+        path: password
+{{- else }}
+      - key: api-key
+        path: api-key
+{{- end }}
+{{- end }}
+{{- if and (eq .Values.backend "elasticsearch") .Values.elasticsearch.caSecret }}
+- name: elasticsearch-ca
+  secret:
+    secretName: {{ .Values.elasticsearch.caSecret }}
+    defaultMode: 0444
+    items:
+      - key: ca.crt
+        path: ca.crt
+{{- end }}
+{{- end }}
+
+{{/* The pod-level settings shared by the workers and the jobs. */}}
+{{- define "denorm.podCommon" -}}
+automountServiceAccountToken: false
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* A one-shot denorm container (the jobs): $ is the root context, .args
+     the command line, .extraEnv more variables. */}}
+{{- define "denorm.jobPod" -}}
+{{- $root := .root -}}
+restartPolicy: Never
+{{ include "denorm.podCommon" $root }}
+containers:
+  - name: denorm
+    image: {{ include "denorm.image" $root }}
+    imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+    args: {{ toJson .args }}
+    env:
+      {{- include "denorm.commonEnv" $root | nindent 6 }}
+      {{- with .extraEnv }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
+    securityContext:
+      {{- toYaml $root.Values.securityContext | nindent 6 }}
+    resources:
+      {{- toYaml $root.Values.jobs.resources | nindent 6 }}
+    volumeMounts:
+      {{- include "denorm.secretVolumeMounts" $root | nindent 6 }}
+volumes:
+  {{- include "denorm.secretVolumes" $root | nindent 2 }}
+{{- end }}

@@ -1,0 +1,334 @@
+#!/usr/bin/env python3
+"""Validates the Helm chart in helm/denorm offline, with parts this project
+did not write:
+
+  - the real Helm v4 engine (helm-python-sdk): `lint --strict` and render for
+    every values file in helm/denorm/ci, plus values the chart must refuse;
+  - Kubernetes' OpenAPI schemas of the versions in KUBE_VERSIONS
+    (kubernetes-validate, strict: unknown fields fail);
+  - KEDA and Prometheus Operator objects against their CRD schemas, vendored
+    in tests/k8s/crd-schemas (strict as well);
+  - checkov's Kubernetes policies: no failed check but the SKIPS below;
+  - promtool: the PrometheusRule's rules are checked and unit-tested
+    (tests/k8s/alerts-test.yml);
+  - the denorm binary: every DENORM_* variable a container gets is one its
+    subcommand reads (`denorm <command> --help`).
+
+Usage: check-chart.py DENORM_BINARY
+Installs its Python packages once into $HOME/.cache/denorm/k8s."""
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CHART = ROOT / "helm" / "denorm"
+VENV = pathlib.Path(os.environ.get("DENORM_K8S_TOOLS", pathlib.Path.home() / ".cache" / "denorm" / "k8s"))
+PACKAGES = ["helm-python-sdk==0.2.2", "kubernetes-validate==1.37.0", "checkov==3.3.30", "pyyaml==6.0.3", "jsonschema==4.26.0"]
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion is >=1.25;
+# 1.30 is the oldest still maintained by the big providers) and the newest
+# kubernetes-validate knows.
+KUBE_VERSIONS = ["1.30.0", "1.37.0"]
+NAMESPACE = "search"
+# checkov policies skipped, each with its reason.
+SKIPS = {
+    "CKV_K8S_11": "no CPU limit by default: CFS throttling stalls a throughput-bound worker and its heartbeats; "
+    "requests are set, and resources.limits.cpu can be set in values",
+    "CKV_K8S_15": "imagePullPolicy IfNotPresent: tags are immutable releases, and image.digest pins an image",
+    "CKV_K8S_43": "images by tag by default (image.digest is supported and used in ci/elasticsearch-values.yaml)",
+}
+
+
+def venv_python():
+    py = VENV / "bin" / "python"
+    stamp = VENV / (".installed-" + "-".join(p.replace("==", "_") for p in PACKAGES))
+    if not stamp.exists():
+        print(f"installing {', '.join(PACKAGES)} into {VENV}", file=sys.stderr)
+        shutil.rmtree(VENV, ignore_errors=True)
+        subprocess.check_call([sys.executable, "-m", "venv", str(VENV)])
+        subprocess.check_call([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PACKAGES])
+        stamp.touch()
+    return py
+
+
+if __name__ == "__main__" and os.environ.get("DENORM_CHECK_CHART_IN_VENV") != "1":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    py = venv_python()
+    env = dict(os.environ, DENORM_CHECK_CHART_IN_VENV="1")
+    sys.exit(subprocess.call([str(py), __file__, *sys.argv[1:]], env=env))
+
+# From here on, inside the virtualenv.
+import helm_python as helm  # noqa: E402
+import jsonschema  # noqa: E402
+import kubernetes_validate  # noqa: E402
+import yaml  # noqa: E402
+
+BINARY = pathlib.Path(sys.argv[1]).resolve()
+failed = []
+
+
+def fail(msg):
+    failed.append(msg)
+    print(f"FAIL {msg}", file=sys.stderr)
+
+
+def render(chart, values):
+    out = chart.render(values, name="denorm", namespace=NAMESPACE, is_install=True)
+    docs = []
+    for path, text in sorted(out.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                docs.append((path, doc))
+    return docs
+
+
+# --- Kubernetes and CRD schemas ---------------------------------------------
+
+CRD_SCHEMAS = {}
+for f in (ROOT / "tests" / "k8s" / "crd-schemas").glob("*.json"):
+    group_version_kind = f.stem.split("_")  # keda.sh_v1alpha1_ScaledObject
+    CRD_SCHEMAS[("/".join(group_version_kind[:2]), group_version_kind[2])] = json.loads(f.read_text())
+
+
+def strict(schema):
+    """Unknown fields fail, as kubernetes-validate's strict mode does (the API
+    server would silently prune them)."""
+    if isinstance(schema, dict):
+        if schema.get("type") == "object" and "properties" in schema and "additionalProperties" not in schema:
+            schema = dict(schema, additionalProperties=False)
+        return {k: strict(v) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [strict(v) for v in schema]
+    return schema
+
+
+def validate_object(name, doc):
+    key = (doc.get("apiVersion"), doc.get("kind"))
+    if key in CRD_SCHEMAS:
+        schema = strict(CRD_SCHEMAS[key])
+        for e in jsonschema.Draft202012Validator(schema).iter_errors(doc):
+            fail(f"{name}: {key[1]} {'/'.join(map(str, e.absolute_path))}: {e.message}")
+        return f"{key[1]} (CRD schema)"
+    for v in KUBE_VERSIONS:
+        try:
+            kubernetes_validate.validate(doc, v, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            fail(f"{name}: {key[1]} on Kubernetes {v}: {'/'.join(map(str, e.path))}: {e.message}")
+        except Exception as e:  # an unknown kind or version
+            fail(f"{name}: {key[1]} on Kubernetes {v}: {e}")
+    return key[1]
+
+
+# --- Environment variables against the binary --------------------------------
+
+HELP_CACHE = {}
+
+
+def env_names_read_by(command):
+    if command not in HELP_CACHE:
+        text = subprocess.run([str(BINARY), "--help"], capture_output=True, text=True, check=True).stdout
+        text += subprocess.run([str(BINARY), command, "--help"], capture_output=True, text=True, check=True).stdout
+        HELP_CACHE[command] = set(re.findall(r"\bDENORM_[A-Z0-9_]+\b", text))
+    return HELP_CACHE[command]
+
+
+def pod_spec(doc):
+    spec = doc.get("spec", {})
+    if doc["kind"] in ("Deployment", "StatefulSet", "Job"):
+        return spec["template"]["spec"]
+    return None
+
+
+def check_env(name, doc):
+    pod = pod_spec(doc)
+    if pod is None:
+        return
+    for c in pod["containers"]:
+        command = c["args"][0]
+        known = env_names_read_by(command)
+        for e in c.get("env", []):
+            if e["name"] not in known:
+                fail(f"{name}: {doc['kind']} container {c['name']} sets {e['name']}, which `denorm {command}` does not read")
+            if re.search(r"PASSWORD|API_KEY|SECRET", e["name"]) and not e["name"].endswith("_FILE"):
+                fail(f"{name}: {e['name']} carries a secret in the environment; use its _FILE variable")
+        if not c["securityContext"].get("readOnlyRootFilesystem"):
+            fail(f"{name}: container {c['name']} has a writable root filesystem")
+
+
+# --- Invariants the schemas cannot express -----------------------------------
+
+def check_invariants(name, values, docs):
+    by_kind = {}
+    for _, d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+    partitions = values["kafka"]["partitions"]
+    workloads = by_kind.get("Deployment", []) + by_kind.get("StatefulSet", [])
+    if len(workloads) != 1:
+        return fail(f"{name}: expected one worker Deployment or StatefulSet, got {len(workloads)}")
+    w = workloads[0]
+    env = {e["name"]: e for e in w["spec"]["template"]["spec"]["containers"][0]["env"]}
+    embedded = values.get("backend") == "embedded"
+    static = embedded or values.get("staticMembership", {}).get("enabled")
+    if static:
+        if w["kind"] != "StatefulSet":
+            fail(f"{name}: static membership needs a StatefulSet")
+        if env.get("DENORM_INSTANCE_ID", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "metadata.name":
+            fail(f"{name}: DENORM_INSTANCE_ID is not the pod name")
+    elif "DENORM_INSTANCE_ID" in env:
+        fail(f"{name}: a Deployment's pods must not share static instance ids")
+    if embedded:
+        if w["spec"].get("replicas") != 1 or not w["spec"].get("volumeClaimTemplates"):
+            fail(f"{name}: the embedded backend needs one replica and a volume")
+    if "replicas" in w["spec"] and w["spec"]["replicas"] > partitions:
+        fail(f"{name}: {w['spec']['replicas']} replicas for {partitions} partitions")
+    grace = w["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    shutdown = int(env["DENORM_SHUTDOWN_TIMEOUT_SECS"]["value"])
+    if grace <= shutdown:
+        fail(f"{name}: terminationGracePeriodSeconds {grace} is not above the shutdown timeout {shutdown}")
+    probes = w["spec"]["template"]["spec"]["containers"][0]
+    if probes["livenessProbe"]["httpGet"]["path"] != "/healthz" or probes["readinessProbe"]["httpGet"]["path"] != "/readyz":
+        fail(f"{name}: probes are not /healthz and /readyz")
+    for so in by_kind.get("ScaledObject", []):
+        if so["spec"]["maxReplicaCount"] > partitions:
+            fail(f"{name}: ScaledObject maxReplicaCount {so['spec']['maxReplicaCount']} above {partitions} partitions")
+        if so["spec"]["scaleTargetRef"]["kind"] != w["kind"] or so["spec"]["scaleTargetRef"]["name"] != w["metadata"]["name"]:
+            fail(f"{name}: the ScaledObject does not target the workers")
+        if "replicas" in w["spec"]:
+            fail(f"{name}: with autoscaling the workload must not set replicas (KEDA owns them)")
+    if values.get("podDisruptionBudget", {}).get("enabled", True) and not by_kind.get("PodDisruptionBudget"):
+        fail(f"{name}: no PodDisruptionBudget")
+    for cm in by_kind.get("ConfigMap", []):
+        if "denorm.json" in cm.get("data", {}):
+            json.loads(cm["data"]["denorm.json"])
+
+
+# --- Alerts -------------------------------------------------------------------
+
+def check_alerts(name, docs, workdir):
+    rules = [d for _, d in docs if d["kind"] == "PrometheusRule"]
+    if not rules:
+        return
+    promtool = shutil.which("promtool")
+    if not promtool:
+        return fail("promtool is not installed (Debian package prometheus): the alerts cannot be checked")
+    path = workdir / f"{name}-rules.yml"
+    path.write_text(yaml.safe_dump({"groups": rules[0]["spec"]["groups"]}))
+    r = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    if r.returncode:
+        fail(f"{name}: promtool check rules: {r.stdout}{r.stderr}")
+    # The unit tests are written for the release and namespace rendered here
+    # and ci/elasticsearch-values.yaml's thresholds.
+    if name == "elasticsearch":
+        test = workdir / "alerts-test.yml"
+        text = (ROOT / "tests" / "k8s" / "alerts-test.yml").read_text().replace("RULES_FILE", str(path))
+        test.write_text(text)
+        r = subprocess.run([promtool, "test", "rules", str(test)], capture_output=True, text=True)
+        if r.returncode:
+            fail(f"{name}: promtool test rules: {r.stdout}{r.stderr}")
+        else:
+            print(f"  alerts: promtool unit tests pass ({text.count('alertname:')} alert expectations)")
+
+
+# --- checkov --------------------------------------------------------------------
+
+def run_checkov(manifest_dir):
+    checkov = VENV / "bin" / "checkov"
+    r = subprocess.run(
+        [str(checkov), "-d", str(manifest_dir), "--framework", "kubernetes", "--output", "json", "--quiet", "--compact",
+         "--skip-check", ",".join(SKIPS)],
+        capture_output=True, text=True, env=dict(os.environ, BC_SKIP_MAPPING="TRUE", CHECKOV_RUN_SCA_PACKAGE_SCAN_V2="false"),
+    )
+    try:
+        reports = json.loads(r.stdout)
+    except json.JSONDecodeError:
+        return fail(f"checkov did not report JSON (exit {r.returncode}): {r.stdout[-2000:]}{r.stderr[-2000:]}")
+    reports = reports if isinstance(reports, list) else [reports]
+    passed = failed_checks = 0
+    for rep in reports:
+        summary = rep.get("summary", {})
+        passed += summary.get("passed", 0)
+        failed_checks += summary.get("failed", 0)
+        if summary.get("parsing_errors"):
+            fail(f"checkov could not parse {summary['parsing_errors']} manifest(s)")
+        for c in rep.get("results", {}).get("failed_checks", []):
+            fail(f"checkov {c['check_id']} ({c['check_name']}) on {c['resource']} in {pathlib.Path(c['file_path']).name}")
+    if passed == 0:
+        fail("checkov passed no check at all: it did not scan the manifests")
+    print(f"checkov: {passed} checks passed, {failed_checks} failed; skipped: "
+          + "; ".join(f"{k} ({v})" for k, v in SKIPS.items()))
+
+
+# --- Values the chart must refuse ----------------------------------------------
+
+MUST_FAIL = [
+    ({"kafka": {"brokers": ""}, "elasticsearch": {"url": "http://es:9200"}}, "kafka.brokers is required"),
+    ({"kafka": {"brokers": "k:9092"}}, "elasticsearch.url is required"),
+    ({"backend": "embedded", "kafka": {"brokers": "k:9092"}, "autoscaling": {"enabled": True}}, "autoscaling needs backend elasticsearch"),
+    ({"backend": "embedded", "kafka": {"brokers": "k:9092"}, "jobs": {"rebuild": {"enabled": True}}}, "rebuild Job needs backend elasticsearch"),
+    ({"kafka": {"brokers": "k:9092", "options": {"sasl.password": "x"}}, "elasticsearch": {"url": "http://es:9200"}}, "looks like a secret"),
+    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200", "auth": {"type": "basic"}}}, "existingSecret is required"),
+    ({"backend": "opensearch", "kafka": {"brokers": "k:9092"}}, "backend"),
+    ({"replicaCount": "three", "kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}}, "replicaCount"),
+    ({"kafka": {"brokers": "k:9092", "partitions": 0}, "elasticsearch": {"url": "http://es:9200"}}, "partitions"),
+    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "worker": {"onAbort": "drop"}}, "onAbort"),
+    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "worker": {"sessionTimeoutMs": 500}}, "sessionTimeoutMs"),
+    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "elasticsearch_password": "x"}, "elasticsearch_password"),
+]
+
+
+def main():
+    chart = helm.Chart.load(str(CHART))
+    print(f"Helm {helm.helm_sdk_version()} (helm-python-sdk), chart {chart.name} {chart.version}")
+    values_files = sorted((CHART / "ci").glob("*-values.yaml"))
+    if len(values_files) < 4:
+        fail(f"only {len(values_files)} values files in {CHART / 'ci'}")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        for vf in values_files:
+            name = vf.name.removesuffix("-values.yaml")
+            values = yaml.safe_load(vf.read_text())
+            report = helm.lint(str(CHART), values, strict=True, namespace=NAMESPACE, kube_version="v" + KUBE_VERSIONS[0])
+            for m in report.get("messages", []):
+                if m["severity"] >= 2:
+                    fail(f"{name}: helm lint: {m['path']}: {m['error']}")
+            for e in report.get("errors", []):
+                fail(f"{name}: helm lint: {e}")
+            try:
+                docs = render(chart, values)
+            except helm.HelmError as e:
+                fail(f"{name}: render: {e}")
+                continue
+            kinds = [validate_object(name, d) for _, d in docs]
+            for _, d in docs:
+                check_env(name, d)
+            merged = chart.merge_values(values)
+            check_invariants(name, merged, docs)
+            check_alerts(name, docs, tmp)
+            out = tmp / "manifests" / name
+            out.mkdir(parents=True)
+            for i, (path, d) in enumerate(docs):
+                (out / f"{i:02}-{d['kind']}.yaml").write_text(yaml.safe_dump(d))
+            print(f"{name}: lint OK; {len(docs)} objects valid on Kubernetes {' and '.join(KUBE_VERSIONS)}: {', '.join(kinds)}")
+        for values, needle in MUST_FAIL:
+            try:
+                render(chart, values)
+                fail(f"values {values} rendered; expected a refusal mentioning {needle!r}")
+            except helm.HelmError as e:
+                if needle not in str(e):
+                    fail(f"values {values} were refused, but not for {needle!r}: {e}")
+        print(f"refused as expected: {len(MUST_FAIL)} invalid values sets")
+        run_checkov(tmp / "manifests")
+    if failed:
+        print(f"\n{len(failed)} chart check(s) failed", file=sys.stderr)
+        sys.exit(1)
+    print("chart checks passed")
+
+
+main()
