@@ -283,7 +283,33 @@ MUST_FAIL = [
 ]
 
 
+# Values documented as a whole rather than key by key.
+OPAQUE = {"resources", "podSecurityContext", "securityContext", "livenessProbe", "readinessProbe", "startupProbe",
+          "labels", "options", "nodeSelector", "affinity", "podAnnotations", "podLabels", "annotations"}
+
+
+def value_keys(d, prefix=""):
+    for k, v in d.items():
+        if isinstance(v, dict) and v and k not in OPAQUE:
+            yield from value_keys(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}"
+
+
+def check_readme():
+    """Every value has its row in the chart README's table, and every row a value."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    rows = set(re.findall(r"^\| `([^`]+)` \|", (CHART / "README.md").read_text(), re.M))
+    keys = set(value_keys(values))
+    for k in sorted(keys - rows):
+        fail(f"helm/denorm/README.md: no row for the value {k}")
+    for k in sorted(rows - keys):
+        fail(f"helm/denorm/README.md: a row for {k}, which values.yaml does not have")
+    print(f"chart README documents all {len(keys)} values")
+
+
 def main():
+    check_readme()
     chart = helm.Chart.load(str(CHART))
     print(f"Helm {helm.helm_sdk_version()} (helm-python-sdk), chart {chart.name} {chart.version}")
     values_files = sorted((CHART / "ci").glob("*-values.yaml"))

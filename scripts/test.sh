@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs once per machine, cached
 # under $HOME/.cache/denorm (the tansu broker; fastavro, aiokafka, avsc,
-# kafkajs and Java's Avro for the interop tests), starts one broker for the
+# kafkajs and Java's Avro for the interop tests; helm-python-sdk,
+# kubernetes-validate and checkov for the chart), starts one broker for the
 # run, and runs every test with cargo-nextest. Extra arguments go to nextest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,10 @@ fi
 scripts/install-tansu.sh >/dev/null
 DENORM_INTEROP="$(scripts/install-interop.sh)"
 export DENORM_INTEROP
+# The Helm chart, offline: Helm v4 lint and render, Kubernetes and CRD
+# schemas, checkov, promtool alert tests, env vars against the binary.
+cargo build --release --features failpoints --quiet --bin denorm
+python3 scripts/check-chart.py target/release/denorm
 state="$(mktemp -d)"
 trap 'scripts/broker.sh stop "$state"; rm -rf "$state"' EXIT
 DENORM_TEST_BROKERS="$(scripts/broker.sh start "$state")"

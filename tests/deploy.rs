@@ -73,3 +73,30 @@ fn prometheus_scrapes_both_workers_on_the_default_metrics_port() {
     }
     assert!(compose.contains("DENORM_METRICS_ADDR: 0.0.0.0:9464"));
 }
+
+#[test]
+fn the_chart_ships_the_same_dashboard() {
+    assert_eq!(
+        read("helm/denorm/dashboards/denorm.json"),
+        read("deploy/grafana/dashboards/denorm.json"),
+        "helm/denorm/dashboards/denorm.json is a copy of deploy/grafana/dashboards/denorm.json: copy it again"
+    );
+}
+
+#[test]
+fn chart_alerts_name_exported_metrics() {
+    let rules = read("helm/denorm/templates/prometheusrule.yaml");
+    let exprs: Vec<&str> = rules.lines().filter_map(|l| l.trim().strip_prefix("expr: ")).collect();
+    assert_eq!(exprs.len(), 6, "one expression per alert");
+    let mut used = BTreeSet::new();
+    for expr in exprs {
+        let names = metric_names(expr);
+        assert!(!names.is_empty(), "alert queries no denorm metric: {expr}");
+        for n in names {
+            used.insert(family(&n).unwrap_or_else(|| panic!("an alert queries {n}, which denorm does not export")));
+        }
+    }
+    for needed in ["denorm_consumer_lag_seconds", "denorm_parked_keys", "denorm_degraded_partitions", "denorm_dead_letters_total", "denorm_consumer_assigned_partitions"] {
+        assert!(used.contains(needed), "no alert on {needed}");
+    }
+}
