@@ -12,7 +12,8 @@ did not write:
   - promtool: the PrometheusRule's rules are checked and unit-tested
     (tests/k8s/alerts-test.yml);
   - the denorm binary: every DENORM_* variable a container gets is one its
-    subcommand reads (`denorm <command> --help`).
+    subcommand reads (`denorm <command> --help`), and with DENORM_TEST_BROKERS
+    the embedded values' topics hook and worker run as rendered until ready.
 
 Usage: check-chart.py DENORM_BINARY
 Installs its Python packages once into $HOME/.cache/denorm/k8s."""
@@ -236,6 +237,78 @@ def check_alerts(name, docs, workdir):
             print(f"  alerts: promtool unit tests pass ({text.count('alertname:')} alert expectations)")
 
 
+# --- The rendered environment boots the real worker ---------------------------
+
+def container_env(doc, command):
+    for c in pod_spec(doc)["containers"]:
+        if c["args"][0] == command:
+            return {e["name"]: e for e in c["env"]}
+    raise KeyError(command)
+
+
+def boot(name, docs, brokers, workdir):
+    """Runs the topic hook's and the worker's containers as rendered (their
+    args and env; only the broker address, the topic, the index path and the
+    metrics port are swapped for local ones) and waits for /readyz."""
+    import socket
+    import time
+    import urllib.request
+    import uuid
+
+    jobs = [d for _, d in docs if d["kind"] == "Job"]
+    workload = next(d for _, d in docs if d["kind"] in ("Deployment", "StatefulSet"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    topic = f"chart-{uuid.uuid4().hex[:12]}"
+
+    def env_of(doc, command):
+        out = {}
+        for n, e in container_env(doc, command).items():
+            if "value" in e:
+                out[n] = e["value"]
+            elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
+                out[n] = f"{workload['metadata']['name']}-0"
+            else:
+                fail(f"{name}: cannot resolve {n} locally: {e}")
+        out.update(DENORM_BROKERS=brokers, DENORM_TOPIC=topic, DENORM_INDEX=str(workdir / "index"))
+        if "DENORM_METRICS_ADDR" in out:
+            out["DENORM_METRICS_ADDR"] = f"127.0.0.1:{port}"
+        return {**{k: v for k, v in os.environ.items() if not k.startswith("DENORM_")}, **out}
+
+    topics_job = next(j for j in jobs if j["metadata"]["name"].endswith("-topics"))
+    r = subprocess.run([str(BINARY), "topics"], env=env_of(topics_job, "topics"), capture_output=True, text=True, timeout=120)
+    if r.returncode:
+        return fail(f"{name}: the topics hook's command failed: {r.stderr}")
+    log = open(workdir / "worker.log", "w+")
+    worker = subprocess.Popen([str(BINARY), "run"], env=env_of(workload, "run"), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if worker.poll() is not None or time.time() > deadline:
+                log.seek(0)
+                return fail(f"{name}: the rendered worker never became ready:\n{log.read()[-3000:]}")
+            time.sleep(0.2)
+        worker.terminate()
+        code = worker.wait(timeout=int(container_env(workload, "run")["DENORM_SHUTDOWN_TIMEOUT_SECS"]["value"]) + 30)
+        log.seek(0)
+        text = log.read()
+        if code != 0:
+            return fail(f"{name}: the worker exited {code} on SIGTERM:\n{text[-3000:]}")
+        if "static group membership" not in text:
+            fail(f"{name}: the worker did not use its pod name as instance id:\n{text[-3000:]}")
+        print(f"{name}: the rendered topics hook and worker ran against the test broker: ready, then a clean SIGTERM stop")
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+
+
 # --- checkov --------------------------------------------------------------------
 
 def run_checkov(manifest_dir):
@@ -341,6 +414,11 @@ def main():
             out.mkdir(parents=True)
             for i, (path, d) in enumerate(docs):
                 (out / f"{i:02}-{d['kind']}.yaml").write_text(yaml.safe_dump(d))
+            if name == "embedded":
+                if os.environ.get("DENORM_TEST_BROKERS"):
+                    boot(name, docs, os.environ["DENORM_TEST_BROKERS"], tmp)
+                else:
+                    print(f"{name}: not booted: DENORM_TEST_BROKERS is not set (scripts/test.sh sets it)")
             print(f"{name}: lint OK; {len(docs)} objects valid on Kubernetes {' and '.join(KUBE_VERSIONS)}: {', '.join(kinds)}")
         for values, needle in MUST_FAIL:
             try:

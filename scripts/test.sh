@@ -24,15 +24,16 @@ fi
 scripts/install-tansu.sh >/dev/null
 DENORM_INTEROP="$(scripts/install-interop.sh)"
 export DENORM_INTEROP
-# The Helm chart, offline: Helm v4 lint and render, Kubernetes and CRD
-# schemas, checkov, promtool alert tests, env vars against the binary.
-cargo build --release --features failpoints --quiet --bin denorm
-python3 scripts/check-chart.py target/release/denorm
 state="$(mktemp -d)"
 trap 'scripts/broker.sh stop "$state"; rm -rf "$state"' EXIT
 DENORM_TEST_BROKERS="$(scripts/broker.sh start "$state")"
 export DENORM_TEST_BROKERS
 echo "broker: tansu at $DENORM_TEST_BROKERS (sqlite storage in $state)" >&2
+# The Helm chart, offline: Helm v4 lint and render, Kubernetes and CRD
+# schemas, checkov, promtool alert tests, env vars against the binary, and
+# the embedded values' rendered hook and worker run against the broker.
+cargo build --release --features failpoints --quiet --bin denorm
+python3 scripts/check-chart.py target/release/denorm
 # The fan-out memory harness at a smoke size: both backends rename 20,000
 # files, and it fails unless every file was rewritten once.
 cargo run --release --features failpoints --quiet --example fanout_memory -- 2000 20000

@@ -94,6 +94,10 @@ app.kubernetes.io/component: worker
 {{- define "denorm.kafkaOptions" -}}
 {{- $opts := list }}
 {{- range $k, $v := .Values.kafka.options }}
+{{- /* YAML numbers arrive as floats: 10000000 would print as 1e+07. */}}
+{{- if and (kindIs "float64" $v) (eq (float64 (int64 $v)) $v) }}
+{{- $v = int64 $v }}
+{{- end }}
 {{- $opts = append $opts (printf "%s=%v" $k $v) }}
 {{- end }}
 {{- if .Values.kafka.tls.existingSecret }}
@@ -116,9 +120,9 @@ app.kubernetes.io/component: worker
 - name: DENORM_GROUP
   value: {{ .Values.kafka.group | quote }}
 - name: DENORM_PARTITIONS
-  value: {{ .Values.kafka.partitions | quote }}
+  value: {{ .Values.kafka.partitions | int64 | quote }}
 - name: DENORM_REPLICATION_FACTOR
-  value: {{ .Values.kafka.replicationFactor | quote }}
+  value: {{ .Values.kafka.replicationFactor | int64 | quote }}
 {{- with .Values.kafka.dlqTopic }}
 - name: DENORM_DLQ_TOPIC
   value: {{ . | quote }}
