@@ -33,9 +33,13 @@ echo "broker: tansu at $DENORM_TEST_BROKERS (sqlite storage in $state)" >&2
 # schemas, checkov, promtool alert tests, env vars against the binary, and
 # the embedded values' rendered hook and worker run against the broker.
 cargo build --release --features failpoints --quiet --bin denorm
-python3 scripts/check-chart.py target/release/denorm
+chart=0
+python3 scripts/check-chart.py target/release/denorm || chart=$?
 # The fan-out memory harness at a smoke size: both backends rename 20,000
 # files, and it fails unless every file was rewritten once.
 cargo run --release --features failpoints --quiet --example fanout_memory -- 2000 20000
-cargo nextest run --release --features failpoints --no-fail-fast "$@"
+tests=0
+cargo nextest run --release --features failpoints --no-fail-fast "$@" || tests=$?
 echo "test suite finished in $(( $(date +%s) - start ))s" >&2
+[ "$chart" = 0 ] || echo "the chart checks failed (scripts/check-chart.py, above)" >&2
+[ "$chart" = 0 ] && [ "$tests" = 0 ]
