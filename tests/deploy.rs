@@ -100,3 +100,55 @@ fn chart_alerts_name_exported_metrics() {
         assert!(used.contains(needed), "no alert on {needed}");
     }
 }
+
+/// GitHub's anchor of a heading: lower case, punctuation dropped, spaces to `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+#[test]
+fn documentation_links_resolve() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![root.join("README.md"), root.join("helm/denorm/README.md")];
+    for e in std::fs::read_dir(root.join("docs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "md") {
+            pages.push(p);
+        }
+    }
+    let mut checked = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("](") {
+            rest = &rest[i + 2..];
+            let target = &rest[..rest.find(')').unwrap()];
+            if target.starts_with("http") || target.contains(' ') {
+                continue;
+            }
+            let (file, frag) = target.split_once('#').unwrap_or((target, ""));
+            let path = if file.is_empty() { page.clone() } else { page.parent().unwrap().join(file) };
+            assert!(path.exists(), "{}: link to {target}: no such file", page.display());
+            if !frag.is_empty() {
+                let body = std::fs::read_to_string(&path).unwrap();
+                let anchors: Vec<String> = body.lines().filter(|l| l.starts_with('#')).map(|l| anchor(l.trim_start_matches('#'))).collect();
+                assert!(anchors.iter().any(|a| a == frag), "{}: link to {target}: no heading with that anchor", page.display());
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 30, "only {checked} links found");
+}
+
+#[test]
+fn anchors_follow_github() {
+    assert_eq!(anchor(" What is verified here"), "what-is-verified-here");
+    assert_eq!(anchor(" 4. Framing: two choices"), "4-framing-two-choices");
+    assert_eq!(anchor(" DenormLagHigh"), "denormlaghigh");
+}
