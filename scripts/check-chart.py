@@ -353,6 +353,8 @@ MUST_FAIL = [
     ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "worker": {"onAbort": "drop"}}, "onAbort"),
     ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "worker": {"sessionTimeoutMs": 500}}, "sessionTimeoutMs"),
     ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "elasticsearch_password": "x"}, "elasticsearch_password"),
+    ({"kafka": {"brokers": "k:9092", "options": {"client.id": "a;b"}}, "elasticsearch": {"url": "http://es:9200"}}, "options"),
+    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://user:pw@es:9200"}}, "url"),
 ]
 
 
