@@ -246,14 +246,35 @@ pub fn wait_for_deliveries(
 
 #[derive(Debug, thiserror::Error)]
 pub enum WaitError {
-    #[error("timed out waiting for the group to apply everything (last lag report: {0:?})")]
+    #[error("timed out waiting for the group to apply everything ({})", pending(.0))]
     Timeout(Option<LagReport>),
     #[error(transparent)]
     Kafka(KafkaSetupError),
 }
 
+/// The partitions still behind in a lag report, for a timeout's message.
+fn pending(report: &Option<LagReport>) -> String {
+    let Some(r) = report else { return "no lag report could be read".into() };
+    let behind: Vec<String> = r.partitions.iter().filter(|p| p.lag > 0).map(|p| format!("partition {}: {} unapplied", p.partition, p.lag)).collect();
+    if behind.is_empty() {
+        "no partition was behind at the last report".into()
+    } else {
+        format!("{}; is a worker of the group running? `denorm lag` shows more", behind.join(", "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_wait_timeout_names_the_partitions_behind() {
+        let p = |partition, lag| super::PartitionLag { partition, committed: 10, end: 10 + lag, lag };
+        let r = super::LagReport { total: 3, partitions: vec![p(0, 0), p(4, 3)] };
+        let msg = super::WaitError::Timeout(Some(r)).to_string();
+        assert!(msg.contains("partition 4: 3 unapplied"), "{msg}");
+        assert!(!msg.contains("partition 0"), "{msg}");
+        assert!(super::WaitError::Timeout(None).to_string().contains("no lag report"));
+    }
+
     #[test]
     fn debug_output_redacts_secret_options() {
         let mut c = super::KafkaConfig::new("b:9092", "t");
