@@ -471,8 +471,18 @@ impl Bench<'_> {
         if let Some(f) = &self.cli.kafka_options_file {
             cmd.arg("--kafka-options-file").arg(&f.path);
         }
-        for (k, v) in &self.cli.kafka_options {
-            cmd.arg("-X").arg(format!("{k}={v}"));
+        // In the environment, not on the command line, where `ps` would show
+        // secrets such as sasl.password. A value holding the environment's `;`
+        // separator can only go on the command line, and then all of them must
+        // (clap ignores the variable once the flag is given).
+        let opts = &self.cli.kafka_options;
+        cmd.env_remove("DENORM_KAFKA_OPTIONS");
+        if opts.iter().any(|(_, v)| v.contains(';')) {
+            for (k, v) in opts {
+                cmd.arg("-X").arg(format!("{k}={v}"));
+            }
+        } else if !opts.is_empty() {
+            cmd.env("DENORM_KAFKA_OPTIONS", opts.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(";"));
         }
         cmd.args(["run", "--metrics-addr", &format!("127.0.0.1:{port}")])
             .args(&self.a.worker_args)
