@@ -37,3 +37,30 @@ fn topics_takes_a_dead_letter_topic_name() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(dlq.topic_partitions().unwrap(), Some(2));
 }
+
+#[test]
+fn kafka_options_come_from_a_file_and_its_values_are_never_printed() {
+    let b = broker();
+    let cfg = KafkaConfig { partitions: 1, ..KafkaConfig::new(b.brokers.clone(), unique("denorm-topics")) };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kafka.properties");
+
+    // Applied: librdkafka refuses an unknown property read from the file.
+    std::fs::write(&file, "# from a Secret\nclient.id=denorm-from-file\n\nno.such.property=x\n").unwrap();
+    let (code, _, err) = output(cli(&cfg, "g", dir.path()).arg("--kafka-options-file").arg(&file).arg("topics"));
+    assert_ne!(code, 0, "an unknown property in the file was not applied");
+    assert!(err.contains("no.such.property"), "{err}");
+
+    // Secrets pass through, and neither output shows them.
+    std::fs::write(&file, "client.id=denorm-from-file\r\nsasl.password=hunter2-in-a-file\n").unwrap();
+    let (code, out, err) = output(cli(&cfg, "g", dir.path()).env("DENORM_LOG", "debug").arg("--kafka-options-file").arg(&file).arg("topics"));
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("hunter2") && !err.contains("hunter2"), "{out}\n{err}");
+
+    // A malformed line: a usage error naming the line, not its content.
+    std::fs::write(&file, "client.id=x\nsasl.password hunter2-in-a-file\n").unwrap();
+    let (code, _, err) = output(cli(&cfg, "g", dir.path()).arg("--kafka-options-file").arg(&file).arg("topics"));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("line 2: expected KEY=VALUE"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+}
