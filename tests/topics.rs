@@ -1,5 +1,6 @@
-//! `denorm topics` on the real broker: what a deployment's pre-install hook
-//! runs before any worker starts.
+//! `denorm topics` on the real broker (what a deployment's pre-install hook
+//! runs before any worker starts), the Kafka options file, and where
+//! `produce --wait` may stand.
 
 mod common;
 
@@ -63,4 +64,21 @@ fn kafka_options_come_from_a_file_and_its_values_are_never_printed() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("line 2: expected KEY=VALUE"), "{err}");
     assert!(!err.contains("hunter2"), "{err}");
+}
+
+#[test]
+fn produce_wait_stands_before_the_command_with_seconds_or_after_its_flags() {
+    let b = broker();
+    let cfg = KafkaConfig { partitions: 1, ..KafkaConfig::new(b.brokers.clone(), unique("denorm-wait")) };
+    let dir = tempfile::tempdir().unwrap();
+    // No worker runs: each form is parsed, sends its command, then waits and times out.
+    for args in [
+        vec!["produce", "--wait", "1", "rename", "--from", "/a/b", "--to", "/a/c"],
+        vec!["produce", "rename", "--from", "/a/b", "--to", "/a/c", "--wait", "1"],
+    ] {
+        let (code, out, err) = output(cli(&cfg, "g", dir.path()).args(&args));
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(out.contains("\"key\":\"/a\""), "{args:?}: {out}");
+        assert!(err.contains("partition 0: 1 unapplied") || err.contains("partition 0: 2 unapplied"), "{args:?}: {err}");
+    }
 }

@@ -18,8 +18,10 @@ pub struct ProduceArgs {
     #[arg(long, value_name = "FILE")]
     jsonl: Option<PathBuf>,
     /// After sending, wait until the consumer group (--group) has applied the
-    /// commands: read-your-writes. Gives up after this many seconds
-    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "60")]
+    /// commands: read-your-writes. Gives up after this many seconds (60 when
+    /// none is given). Before a command's name it needs its seconds
+    /// (`--wait 60 rename ...`); after the command's flags it may stand alone
+    #[arg(long, global = true, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "60")]
     wait: Option<u64>,
     /// Most commands awaiting acknowledgement at once
     #[arg(long, env = "DENORM_IN_FLIGHT", default_value_t = 10_000)]
