@@ -73,7 +73,20 @@ impl KafkaConfig {
         for (k, v) in &self.options {
             c.set(k, v);
         }
+        self.poll_interval_follows_session(&mut c);
         c
+    }
+
+    /// librdkafka refuses a `max.poll.interval.ms` (default 300000) shorter
+    /// than `session.timeout.ms`: raises it to the session timeout set in
+    /// `c`, unless the pass-through options set it explicitly.
+    pub fn poll_interval_follows_session(&self, c: &mut ClientConfig) {
+        if self.options.iter().any(|(k, _)| k == "max.poll.interval.ms") {
+            return;
+        }
+        if let Some(session) = c.get("session.timeout.ms").and_then(|v| v.parse::<u64>().ok()) {
+            c.set("max.poll.interval.ms", session.max(300_000).to_string());
+        }
     }
 
     /// An idempotent producer's configuration (`acks=all`) with `extra`
@@ -273,6 +286,19 @@ mod tests {
         assert!(msg.contains("partition 4: 3 unapplied"), "{msg}");
         assert!(!msg.contains("partition 0"), "{msg}");
         assert!(super::WaitError::Timeout(None).to_string().contains("no lag report"));
+    }
+
+    #[test]
+    fn the_poll_interval_follows_a_long_session_timeout_unless_set() {
+        let mut c = super::KafkaConfig::new("b:9092", "t");
+        c.options = vec![("session.timeout.ms".into(), "400000".into())];
+        assert_eq!(c.client_config().get("max.poll.interval.ms"), Some("400000"));
+        c.options = vec![("session.timeout.ms".into(), "10000".into())];
+        assert_eq!(c.client_config().get("max.poll.interval.ms"), Some("300000"));
+        c.options.push(("max.poll.interval.ms".into(), "500000".into()));
+        assert_eq!(c.client_config().get("max.poll.interval.ms"), Some("500000"));
+        c.options.clear();
+        assert_eq!(c.client_config().get("max.poll.interval.ms"), None);
     }
 
     #[test]

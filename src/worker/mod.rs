@@ -480,10 +480,7 @@ pub fn run(
 ) -> Result<(), WorkerError> {
     let topic = cfg.kafka.topic.clone();
     let mut cc = consumer_config(&cfg.kafka, &cfg.group, cfg.fetch_buffer_kb);
-    let session_ms = cfg.session_timeout.as_millis();
-    cc.set("session.timeout.ms", session_ms.to_string());
-    // librdkafka refuses a poll interval shorter than the session timeout.
-    cc.set("max.poll.interval.ms", session_ms.max(300_000).to_string());
+    cc.set("session.timeout.ms", cfg.session_timeout.as_millis().to_string());
     if let Some(id) = &cfg.instance_id {
         cc.set("group.instance.id", id);
     }
@@ -491,6 +488,7 @@ pub fn run(
     for (k, v) in &cfg.kafka.options {
         cc.set(k, v);
     }
+    cfg.kafka.poll_interval_follows_session(&mut cc);
     let commit_interval = cfg.commit_interval;
     let lag_interval = cfg.lag_interval;
     let dlq_cfg = KafkaConfig { topic: cfg.dlq_topic.clone(), ..cfg.kafka.clone() };
