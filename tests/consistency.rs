@@ -2,10 +2,10 @@
 //! once send random commands over six top-level trees and twelve users
 //! (nested renames, upserts that move files within their tree, deletes, user
 //! renames, posts and their deletes) while the worker is SIGKILLed and
-//! restarted throughout. At the end the index equals the reference model
-//! applied in the order the log serialized the commands, and a replay of the
-//! whole topic into a fresh index, by a new group, gives identical documents
-//! (positions included).
+//! restarted throughout, and a second worker joins and leaves. At the end the
+//! index equals the reference model applied in the order the log serialized
+//! the commands, and a replay of the whole topic into a fresh index, by a new
+//! group, gives identical documents (positions included).
 //!
 //! Every seed is printed. `DENORM_CONSISTENCY_SEED=<seed>` runs one more; a
 //! seed that ever fails goes into `REGRESSION` with a line on why.
@@ -123,6 +123,9 @@ fn run(seed: u64) {
         })
         .collect();
     let mut worker = r.worker(args);
+    // A second, dynamic member joins after the first kill and leaves
+    // gracefully before the last: a rebalance each way.
+    let mut second: Option<Worker> = None;
     let mut kills = 0;
     while kills < KILLS {
         // Each worker gets its partitions before it is killed at a random
@@ -132,13 +135,22 @@ fn run(seed: u64) {
         worker.kill();
         kills += 1;
         worker = r.worker(args);
+        if kills == 1 {
+            second = Some(r.worker(&["--shutdown-timeout-secs", "5"]));
+        }
+        if kills == KILLS - 1 {
+            let w = second.take().expect("the second worker");
+            assert!(w.wait_for_log("partitions assigned", Duration::from_secs(60)), "the second worker never joined:\n{}", w.log());
+            let (status, log) = w.terminate_with_log();
+            assert!(status.success(), "{status:?}\n{log}");
+        }
     }
     let log: Vec<_> = producers.into_iter().flat_map(|p| p.join().unwrap()).collect();
     assert!(log.iter().any(|(_, c)| matches!(c, Command::RenamePath { .. })), "the workload renames nothing");
     wait_applied_by(&r.cfg, &r.group, log.len(), &[&worker]);
     drop(worker);
     let renames = log.iter().filter(|(_, c)| matches!(c, Command::RenamePath { .. })).count();
-    eprintln!("seed {seed}: {} commands from {PRODUCERS} producers ({renames} renames), {kills} kills", log.len());
+    eprintln!("seed {seed}: {} commands from {PRODUCERS} producers ({renames} renames), {kills} kills, a second worker joined and left", log.len());
     assert_matches_model(&r.index, &log);
 
     // The topic again, from the start, into an empty index.
