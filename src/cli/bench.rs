@@ -440,7 +440,7 @@ impl Bench<'_> {
     /// A consumer with the worker's settings, connected, reading from `from`.
     fn plain_consumer(&self, from: &BTreeMap<i32, i64>) -> anyhow::Result<BaseConsumer> {
         let fetch_kb = WorkerConfig::new(self.kafka.clone(), "").fetch_buffer_kb;
-        let c: BaseConsumer = consumer_config(&self.kafka, &format!("denorm-bench-raw-{}", uuid::Uuid::new_v4().simple()), fetch_kb).create()?;
+        let c: BaseConsumer = consumer_config(&self.kafka, &format!("denorm-bench-raw-{}", uuid::Uuid::new_v4().simple()), fetch_kb, &[]).create()?;
         let mut tpl = TopicPartitionList::new();
         for (&p, &o) in from {
             tpl.add_partition_offset(&self.kafka.topic, p, Offset::Offset(o))?;

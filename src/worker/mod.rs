@@ -450,8 +450,9 @@ fn commit(consumer: &BaseConsumer<WorkerContext>, topic: &str, offsets: &[(i32, 
 
 /// The worker's consumer settings (also the raw consumer's of `denorm
 /// bench`): offsets stored and committed by the worker only, from the
-/// earliest offset, prefetch bounded to `fetch_buffer_kb`.
-pub fn consumer_config(kafka: &KafkaConfig, group: &str, fetch_buffer_kb: usize) -> rdkafka::ClientConfig {
+/// earliest offset, prefetch bounded to `fetch_buffer_kb`, then `extra`
+/// settings; the pass-through options come last, so they win.
+pub fn consumer_config(kafka: &KafkaConfig, group: &str, fetch_buffer_kb: usize, extra: &[(&str, &str)]) -> rdkafka::ClientConfig {
     let mut cc = kafka.client_config();
     cc.set("group.id", group)
         .set("enable.auto.commit", "false")
@@ -462,10 +463,14 @@ pub fn consumer_config(kafka: &KafkaConfig, group: &str, fetch_buffer_kb: usize)
         // whole fetch.wait.max.ms (librdkafka's default 500 ms) instead.
         .set("fetch.wait.max.ms", "50")
         .set("queued.max.messages.kbytes", fetch_buffer_kb.max(1).to_string());
+    for (k, v) in extra {
+        cc.set(*k, *v);
+    }
     // The pass-through options again, last, so that they win over these.
     for (k, v) in &kafka.options {
         cc.set(k, v);
     }
+    kafka.poll_interval_follows_session(&mut cc);
     cc
 }
 
@@ -479,16 +484,12 @@ pub fn run(
     stats: Arc<Stats>,
 ) -> Result<(), WorkerError> {
     let topic = cfg.kafka.topic.clone();
-    let mut cc = consumer_config(&cfg.kafka, &cfg.group, cfg.fetch_buffer_kb);
-    cc.set("session.timeout.ms", cfg.session_timeout.as_millis().to_string());
+    let session_ms = cfg.session_timeout.as_millis().to_string();
+    let mut membership = vec![("session.timeout.ms", session_ms.as_str())];
     if let Some(id) = &cfg.instance_id {
-        cc.set("group.instance.id", id);
+        membership.push(("group.instance.id", id.as_str()));
     }
-    // The pass-through options win here too.
-    for (k, v) in &cfg.kafka.options {
-        cc.set(k, v);
-    }
-    cfg.kafka.poll_interval_follows_session(&mut cc);
+    let cc = consumer_config(&cfg.kafka, &cfg.group, cfg.fetch_buffer_kb, &membership);
     let commit_interval = cfg.commit_interval;
     let lag_interval = cfg.lag_interval;
     let dlq_cfg = KafkaConfig { topic: cfg.dlq_topic.clone(), ..cfg.kafka.clone() };
