@@ -172,7 +172,9 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.instance_id = a.instance_id.clone();
     cfg.session_timeout = Duration::from_millis(a.session_timeout_ms.into());
     if let Some(id) = &cfg.instance_id {
-        info!(instance_id = %id, session_timeout_ms = a.session_timeout_ms, "static group membership");
+        // What the consumer will use: an -X session.timeout.ms wins over the flag.
+        let session = cfg.kafka.options.iter().rev().find(|(k, _)| k == "session.timeout.ms").map_or_else(|| a.session_timeout_ms.to_string(), |(_, v)| v.clone());
+        info!(instance_id = %id, session_timeout_ms = %session, "static group membership");
     }
 
     let stats = Arc::new(Stats::default());
