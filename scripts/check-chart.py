@@ -92,12 +92,6 @@ def render(chart, values):
 
 # --- Kubernetes and CRD schemas ---------------------------------------------
 
-CRD_SCHEMAS = {}
-for f in (ROOT / "tests" / "k8s" / "crd-schemas").glob("*.json"):
-    group_version_kind = f.stem.split("_")  # keda.sh_v1alpha1_ScaledObject
-    CRD_SCHEMAS[("/".join(group_version_kind[:2]), group_version_kind[2])] = json.loads(f.read_text())
-
-
 def strict(schema):
     """Unknown fields fail, as kubernetes-validate's strict mode does (the API
     server would silently prune them)."""
@@ -110,11 +104,18 @@ def strict(schema):
     return schema
 
 
+# (apiVersion, kind) -> strict validator, from files named like
+# keda.sh_v1alpha1_ScaledObject.json.
+CRD_VALIDATORS = {}
+for f in (ROOT / "tests" / "k8s" / "crd-schemas").glob("*.json"):
+    group, version, kind = f.stem.split("_")
+    CRD_VALIDATORS[(f"{group}/{version}", kind)] = jsonschema.Draft202012Validator(strict(json.loads(f.read_text())))
+
+
 def validate_object(name, doc):
     key = (doc.get("apiVersion"), doc.get("kind"))
-    if key in CRD_SCHEMAS:
-        schema = strict(CRD_SCHEMAS[key])
-        for e in jsonschema.Draft202012Validator(schema).iter_errors(doc):
+    if key in CRD_VALIDATORS:
+        for e in CRD_VALIDATORS[key].iter_errors(doc):
             fail(f"{name}: {key[1]} {'/'.join(map(str, e.absolute_path))}: {e.message}")
         return f"{key[1]} (CRD schema)"
     for v in KUBE_VERSIONS:
