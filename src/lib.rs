@@ -7,6 +7,7 @@ pub mod codec;
 pub mod command;
 pub mod index;
 pub mod model;
+pub mod moves;
 pub mod http;
 pub mod kafka;
 pub mod logid;

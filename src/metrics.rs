@@ -27,6 +27,10 @@ pub const ES_BULK_ITEMS_TOTAL: &str = "denorm_es_bulk_items_total";
 pub const ES_RETRIES_TOTAL: &str = "denorm_es_retries_total";
 pub const ES_PIT_PAGES_TOTAL: &str = "denorm_es_pit_pages_total";
 pub const SCHEMA_REGISTRY_REQUESTS_TOTAL: &str = "denorm_schema_registry_requests_total";
+pub const MOVES_TOTAL: &str = "denorm_moves_total";
+pub const MOVES_IN_FLIGHT: &str = "denorm_moves_in_flight";
+pub const MOVES_WAITING: &str = "denorm_moves_waiting_messages";
+pub const MOVE_SECONDS: &str = "denorm_move_seconds";
 
 /// Every metric name above (the dashboard check reads this).
 pub const ALL: &[&str] = &[
@@ -52,10 +56,14 @@ pub const ALL: &[&str] = &[
     ES_RETRIES_TOTAL,
     ES_PIT_PAGES_TOTAL,
     SCHEMA_REGISTRY_REQUESTS_TOTAL,
+    MOVES_TOTAL,
+    MOVES_IN_FLIGHT,
+    MOVES_WAITING,
+    MOVE_SECONDS,
 ];
 
 /// Names that are histograms (exported as `_bucket`, `_sum`, `_count`).
-pub const HISTOGRAMS: &[&str] = &[COMMAND_DOCUMENTS, COMMAND_SECONDS, INDEX_COMMIT_SECONDS, ES_BULK_SECONDS];
+pub const HISTOGRAMS: &[&str] = &[COMMAND_DOCUMENTS, COMMAND_SECONDS, INDEX_COMMIT_SECONDS, ES_BULK_SECONDS, MOVE_SECONDS];
 
 /// Outcomes of a command (label `outcome` of [`COMMANDS_TOTAL`]).
 pub mod outcome {
@@ -97,6 +105,14 @@ fn describe() {
     describe_counter!(ES_RETRIES_TOTAL, Unit::Count, "Elasticsearch retries by reason (request, items).");
     describe_counter!(SCHEMA_REGISTRY_REQUESTS_TOTAL, Unit::Count, "Schema-registry requests for schema ids not cached yet, by outcome (found, not_found, error).");
     describe_counter!(PARTITION_PAUSES_TOTAL, Unit::Count, "Partitions paused because their applier's queue was full (--queue-kb); resumed at half.");
+    describe_counter!(
+        MOVES_TOTAL,
+        Unit::Count,
+        "Cross-key renames, by side and outcome: source sent (documents written to the destination, then deleted here), destination completed, destination duplicate (a resend of a completed move, ignored)."
+    );
+    describe_gauge!(MOVES_IN_FLIGHT, Unit::Count, "1 while the partition is applying a cross-key move that spans several messages (its first chunk applied, its last not yet).");
+    describe_gauge!(MOVES_WAITING, Unit::Count, "Messages of the partition held back until the cross-key move in flight completes.");
+    describe_histogram!(MOVE_SECONDS, Unit::Seconds, "Time from a cross-key rename's issue to its documents being applied at the destination.");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");
 }
 

@@ -51,6 +51,28 @@ impl Model {
         }
     }
 
+    /// The source half of a rename across top-level directories, as the
+    /// move protocol splits it (see [`crate::moves`]): the files under
+    /// `from` leave, renamed, and are returned as `(id, new path, contents)`.
+    pub fn move_out(&mut self, from: &str, to: &str) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        self.files.retain(|id, (full, contents)| match path::renamed(full, from, to) {
+            Some(new) => {
+                out.push((id.clone(), new, contents.clone()));
+                false
+            }
+            None => true,
+        });
+        out
+    }
+
+    /// The destination half: the files [`Model::move_out`] returned arrive.
+    pub fn move_in(&mut self, files: Vec<(String, String, String)>) {
+        for (id, full, contents) in files {
+            self.files.insert(id, (full, contents));
+        }
+    }
+
     /// Every document, in the order `(kind, id)`.
     pub fn docs(&self) -> Vec<Doc> {
         let mut out: BTreeMap<(Kind, String), Doc> = BTreeMap::new();

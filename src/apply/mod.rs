@@ -68,6 +68,48 @@ pub fn apply<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, fan_out:
     }
 }
 
+/// The source side of a cross-key rename at log position `pos`: the files
+/// under `from` it moves, at their new paths. Writes nothing.
+pub fn move_out<S: Shard + ?Sized>(shard: &mut S, from: &str, to: &str, pos: u64, fan_out: FanOut) -> Result<Vec<crate::moves::MovedFile>, IndexError> {
+    let mut out = Vec::new();
+    fan_out.rewrite(shard, &Scan::FilesWithin { path: from.to_string() }, &mut |d| {
+        if let Some(Doc::File(f)) = move_file(d, from, to, pos) {
+            out.push(crate::moves::MovedFile { path: f.full_path(), id: f.id, contents: f.contents });
+        }
+        None
+    })?;
+    Ok(out)
+}
+
+/// After a cross-key rename's files reached the destination: deletes each
+/// one from the source, unless it is no longer under `from` (the
+/// destination has written it already, where the backends share documents)
+/// or was written after the rename. Returns the number deleted.
+pub fn remove_moved<S: Shard + ?Sized>(shard: &mut S, files: &[crate::moves::MovedFile], from: &str, pos: u64) -> Result<u64, IndexError> {
+    let mut n = 0;
+    for f in files {
+        match shard.get(Kind::File, &f.id)? {
+            Some(Doc::File(cur)) if newer(pos, cur.pos) && path::is_within(&cur.full_path(), from) => {
+                shard.delete(Kind::File, &f.id, pos)?;
+                n += 1;
+            }
+            _ => {}
+        }
+    }
+    Ok(n)
+}
+
+/// The destination side of a cross-key rename: a chunk's files, written at
+/// the move's position `pos` (its first chunk's offset here) unless a later
+/// command of this partition wrote them since.
+pub fn move_in<S: Shard + ?Sized>(shard: &mut S, m: &crate::moves::MoveIn, pos: u64) -> Result<u64, IndexError> {
+    let mut n = 0;
+    for d in m.docs(pos) {
+        n += put_guarded(shard, d)?;
+    }
+    Ok(n)
+}
+
 /// True when a document last written at `doc_pos` may be written by the
 /// command at `pos`.
 fn newer(pos: u64, doc_pos: u64) -> bool {

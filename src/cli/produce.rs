@@ -59,7 +59,11 @@ enum One {
         #[arg(long)]
         path: String,
     },
-    /// Rename a file or a directory (every file beneath it)
+    /// Rename a file or a directory (every file beneath it). Across
+    /// top-level directories (`/clinton` -> `/bill`, `/clinton/a` ->
+    /// `/bill/a`) the documents move between ordering keys; the command is
+    /// acknowledged once the worker group (--group) has applied it at its
+    /// source, so a worker must be running
     Rename {
         #[arg(long)]
         from: String,
@@ -148,23 +152,46 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
             p
         }
     };
+    let crossing = commands.iter().filter(|c| c.destination_key().is_some()).count();
+    let barrier_timeout = std::time::Duration::from_secs(a.wait.unwrap_or(60));
+    let mut destinations = Vec::new();
     let deliveries = if a.jsonl.is_none() {
         let c = commands.into_iter().next().expect("one command");
         let key = c.key().to_string();
-        let d = producer.send(c).await.context("sending the command")?;
+        let d = if crossing > 0 {
+            eprintln!("a rename across top-level directories: waiting for group {} to apply it at its source", cli.group);
+            let (d, dest) = producer.send_ordered(&kafka, &cli.group, vec![c], 1, barrier_timeout, |_| {}).await.context("sending the command")?;
+            destinations = dest;
+            d[0]
+        } else {
+            producer.send(c).await.context("sending the command")?
+        };
         println!("{}", serde_json::json!({"key": key, "partition": d.partition, "offset": d.offset}));
         vec![d]
     } else {
         let n = commands.len();
         let bar = super::progress(n as u64, "produced");
         let start = Instant::now();
-        let d = producer.send_all(commands, a.in_flight, |done| bar.set_position(done as u64)).await.context("sending commands")?;
+        let d = if crossing > 0 {
+            bar.println(format!("{crossing} rename(s) across top-level directories: the commands after each are sent once group {} has applied it", cli.group));
+            let (d, dest) = producer
+                .send_ordered(&kafka, &cli.group, commands, a.in_flight, barrier_timeout, |done| bar.set_position(done as u64))
+                .await
+                .context("sending commands")?;
+            destinations = dest;
+            d
+        } else {
+            producer.send_all(commands, a.in_flight, |done| bar.set_position(done as u64)).await.context("sending commands")?
+        };
         bar.finish_and_clear();
         let secs = start.elapsed().as_secs_f64();
         eprintln!("produced {n} commands in {secs:.1}s ({:.0}/s)", n as f64 / secs.max(1e-9));
         println!("{}", serde_json::json!({"produced": n}));
         d
     };
+    // Read-your-writes across keys: the destinations' partitions as of each
+    // move, too.
+    let deliveries: Vec<_> = deliveries.into_iter().chain(destinations).collect();
     if let Some(secs) = a.wait {
         let group = cli.group.clone();
         tokio::task::spawn_blocking(move || {

@@ -25,11 +25,14 @@ use apache_avro::types::Value;
 
 use crate::command::{Command, Envelope};
 use crate::dlq::Control;
+use crate::moves::{MoveIn, MovedFile};
 
 /// The current schema (writer schema of this version).
 pub const CURRENT_SCHEMA: &str = include_str!("../../schemas/command.avsc");
 /// Schema of operator control messages (`denorm dlq reprocess|clear`).
 pub const CONTROL_SCHEMA: &str = include_str!("../../schemas/control.avsc");
+/// Schema of the documents a cross-key rename carries (written by workers).
+pub const MOVE_SCHEMA: &str = include_str!("../../schemas/move.avsc");
 /// Older schema versions this decoder still reads.
 pub const HISTORY: &[&str] = &[include_str!("../../schemas/history/command-v1.avsc")];
 /// Every schema file, by its path in the repository.
@@ -37,6 +40,7 @@ pub const SCHEMA_FILES: &[(&str, &str)] = &[
     ("schemas/command.avsc", CURRENT_SCHEMA),
     ("schemas/history/command-v1.avsc", HISTORY[0]),
     ("schemas/control.avsc", CONTROL_SCHEMA),
+    ("schemas/move.avsc", MOVE_SCHEMA),
 ];
 
 const MAGIC: [u8; 2] = [0xC3, 0x01];
@@ -76,7 +80,15 @@ impl DecodeError {
 /// One known writer schema.
 struct Known {
     schema: Schema,
-    control: bool,
+    family: Family,
+}
+
+/// Which kind of message a schema file describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Command,
+    Control,
+    Move,
 }
 
 /// Encoder/decoder holding every known schema, keyed by fingerprint.
@@ -85,6 +97,8 @@ pub struct Codec {
     current_fingerprint: [u8; 8],
     control: Schema,
     control_fingerprint: [u8; 8],
+    moves: Schema,
+    move_fingerprint: [u8; 8],
     /// Spec fingerprints and legacy aliases of every schema file.
     known: HashMap<[u8; 8], std::sync::Arc<Known>>,
     /// Resolves schema-registry framing (`--schema-registry`).
@@ -97,6 +111,8 @@ pub struct Codec {
 pub enum Decoded {
     Command(Envelope),
     Control(Control),
+    /// A chunk of a cross-key move (see [`crate::moves`]).
+    Move(MoveIn),
 }
 
 impl Default for Codec {
@@ -147,7 +163,14 @@ impl Codec {
         for (_, text) in SCHEMA_FILES {
             let schema = parse(text);
             let legacy = legacy_fingerprint(&schema);
-            let k = std::sync::Arc::new(Known { schema, control: *text == CONTROL_SCHEMA });
+            let family = if *text == CONTROL_SCHEMA {
+                Family::Control
+            } else if *text == MOVE_SCHEMA {
+                Family::Move
+            } else {
+                Family::Command
+            };
+            let k = std::sync::Arc::new(Known { schema, family });
             known.insert(fingerprint_of(text), k.clone());
             known.insert(legacy, k);
         }
@@ -156,6 +179,8 @@ impl Codec {
             current_fingerprint: fingerprint_of(CURRENT_SCHEMA),
             control: parse(CONTROL_SCHEMA),
             control_fingerprint: fingerprint_of(CONTROL_SCHEMA),
+            moves: parse(MOVE_SCHEMA),
+            move_fingerprint: fingerprint_of(MOVE_SCHEMA),
             known,
             registry: None,
         }
@@ -189,6 +214,7 @@ impl Codec {
         match self.decode_message(bytes)? {
             Decoded::Command(e) => Ok(e),
             Decoded::Control(_) => Err(DecodeError::Shape("a control message, not a command".into())),
+            Decoded::Move(_) => Err(DecodeError::Shape("a move's documents, not a command".into())),
         }
     }
 
@@ -206,7 +232,7 @@ impl Codec {
         }
         let fp: [u8; 8] = bytes[2..10].try_into().expect("8 bytes");
         let known = self.known.get(&fp).ok_or_else(|| DecodeError::UnknownFingerprint(hex(&fp)))?;
-        decode_datum(&known.schema, known.control, &bytes[10..])
+        decode_datum(&known.schema, known.family, &bytes[10..])
     }
 
     /// Schema-registry framing: `0`, the schema id (4 bytes, big-endian),
@@ -224,7 +250,7 @@ impl Codec {
             e if e.is_retryable() => DecodeError::RegistryUnavailable(e.to_string()),
             e => DecodeError::UnknownSchemaId { id, detail: e.to_string() },
         })?;
-        decode_datum(&writer, false, &bytes[5..])
+        decode_datum(&writer, Family::Command, &bytes[5..])
     }
 
     /// Encodes an operator control message.
@@ -241,18 +267,45 @@ impl Codec {
         ]);
         encode_value(&self.control, self.control_fingerprint, value)
     }
+
+    /// Encodes a chunk of a cross-key move.
+    pub fn encode_move(&self, m: &MoveIn) -> Vec<u8> {
+        let files = m
+            .files
+            .iter()
+            .map(|f| {
+                Value::Record(vec![
+                    ("id".into(), Value::String(f.id.clone())),
+                    ("path".into(), Value::String(f.path.clone())),
+                    ("contents".into(), Value::String(f.contents.clone())),
+                ])
+            })
+            .collect();
+        let value = Value::Record(vec![
+            ("move_id".into(), Value::String(m.move_id.clone())),
+            ("source_partition".into(), Value::Int(m.source_partition)),
+            ("source_offset".into(), Value::Long(m.source_offset)),
+            ("from".into(), Value::String(m.from.clone())),
+            ("to".into(), Value::String(m.to.clone())),
+            ("chunk".into(), Value::Int(m.chunk)),
+            ("last".into(), Value::Boolean(m.last)),
+            ("issued_at".into(), Value::TimestampMillis(m.issued_at)),
+            ("files".into(), Value::Array(files)),
+        ]);
+        encode_value(&self.moves, self.move_fingerprint, value)
+    }
 }
 
 /// Decodes one binary datum written with `writer` (all of `datum`).
-fn decode_datum(writer: &Schema, control: bool, mut datum: &[u8]) -> Result<Decoded, DecodeError> {
+fn decode_datum(writer: &Schema, family: Family, mut datum: &[u8]) -> Result<Decoded, DecodeError> {
     let value = apache_avro::from_avro_datum(writer, &mut datum, None).map_err(|e| DecodeError::Datum(e.to_string()))?;
     if !datum.is_empty() {
         return Err(DecodeError::TrailingBytes(datum.len()));
     }
-    if control {
-        control_from_value(value).map(Decoded::Control)
-    } else {
-        from_value(writer, value).map(Decoded::Command)
+    match family {
+        Family::Control => control_from_value(value).map(Decoded::Control),
+        Family::Move => move_from_value(value).map(Decoded::Move),
+        Family::Command => from_value(writer, value).map(Decoded::Command),
     }
 }
 
@@ -397,6 +450,37 @@ fn control_from_value(value: Value) -> Result<Control, DecodeError> {
             _ => return Err(shape("control field payload is missing or not bytes")),
         },
         requested_at: long(f.remove("requested_at"), "requested_at")?,
+    })
+}
+
+fn move_from_value(value: Value) -> Result<MoveIn, DecodeError> {
+    let shape = |m: &str| DecodeError::Shape(m.to_string());
+    let Value::Record(fields) = value else { return Err(shape("move message is not a record")) };
+    let mut f: HashMap<String, Value> = fields.into_iter().collect();
+    let long = |v: Option<Value>, name: &str| match v {
+        Some(Value::Long(x)) | Some(Value::TimestampMillis(x)) => Ok(x),
+        Some(Value::Int(x)) => Ok(x as i64),
+        _ => Err(DecodeError::Shape(format!("move field {name} is missing or not a number"))),
+    };
+    let Some(Value::Array(items)) = f.remove("files") else { return Err(shape("move field files is missing or not an array")) };
+    let files = items
+        .into_iter()
+        .map(|item| {
+            let Value::Record(fields) = item else { return Err(shape("a moved file is not a record")) };
+            let mut g: HashMap<String, Value> = fields.into_iter().collect();
+            Ok(MovedFile { id: string(g.remove("id"), "id")?, path: string(g.remove("path"), "path")?, contents: string(g.remove("contents"), "contents")? })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(MoveIn {
+        move_id: string(f.remove("move_id"), "move_id")?,
+        source_partition: long(f.remove("source_partition"), "source_partition")? as i32,
+        source_offset: long(f.remove("source_offset"), "source_offset")?,
+        from: string(f.remove("from"), "from")?,
+        to: string(f.remove("to"), "to")?,
+        chunk: long(f.remove("chunk"), "chunk")? as i32,
+        last: matches!(f.remove("last"), Some(Value::Boolean(true))),
+        issued_at: long(f.remove("issued_at"), "issued_at")?,
+        files,
     })
 }
 

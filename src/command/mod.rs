@@ -23,10 +23,8 @@ pub enum CommandError {
     InvalidField { field: &'static str, reason: String },
     #[error("rename of {from:?} into itself ({to:?})")]
     RenameIntoItself { from: String, to: String },
-    #[error(
-        "rename {from:?} -> {to:?} spans ordering keys ({reason}); cross-key renames are not supported yet"
-    )]
-    CrossKey { from: String, to: String, reason: &'static str },
+    #[error("rename {from:?} -> {to:?}: {reason}")]
+    TopLevel { from: String, to: String, reason: &'static str },
 }
 
 /// One command of the log. The envelope travels with it in [`Envelope`].
@@ -77,6 +75,16 @@ impl Command {
         }
     }
 
+    /// For a rename whose `to` lies under another top-level directory than
+    /// its `from` (another ordering key): the destination key. Such a
+    /// rename is applied through the move protocol (see [`crate::moves`]).
+    pub fn destination_key(&self) -> Option<&str> {
+        match self {
+            Command::RenamePath { from, to } if path::top_level(from) != path::top_level(to) => Some(path::top_level(to)),
+            _ => None,
+        }
+    }
+
     /// True for commands that rewrite an unbounded number of documents.
     pub fn is_fan_out(&self) -> bool {
         matches!(self, Command::RenamePath { .. } | Command::UpsertUser { .. })
@@ -95,14 +103,15 @@ impl Command {
                 if path::is_within(to, from) {
                     return Err(CommandError::RenameIntoItself { from: from.clone(), to: to.clone() });
                 }
-                let cross = |reason| CommandError::CrossKey { from: from.clone(), to: to.clone(), reason };
-                if path::depth(from) == 1 || path::depth(to) == 1 {
-                    return Err(cross("renames a top-level directory"));
+                // A top-level directory is renamed to a top-level directory,
+                // and anything deeper stays deeper: a file never ends up
+                // directly below `/`, where no file may be.
+                let top = |reason| CommandError::TopLevel { from: from.clone(), to: to.clone(), reason };
+                match (path::depth(from) == 1, path::depth(to) == 1) {
+                    (true, false) => Err(top("a top-level directory can only be renamed to a top-level directory")),
+                    (false, true) => Err(top("only a top-level directory can become one; move it beneath one instead")),
+                    _ => Ok(()),
                 }
-                if path::top_level(from) != path::top_level(to) {
-                    return Err(cross("different top-level directories"));
-                }
-                Ok(())
             }
             Command::UpsertUser { id, name, email, dob } => {
                 check_id("id", id)?;
@@ -221,10 +230,16 @@ mod tests {
     }
 
     #[test]
-    fn rejects_cross_key_renames_for_now() {
-        assert!(matches!(rename("/clinton/a", "/bill/a").validate(), Err(CommandError::CrossKey { .. })));
-        assert!(matches!(rename("/clinton", "/bill").validate(), Err(CommandError::CrossKey { .. })));
-        assert!(matches!(rename("/clinton/a", "/clinton").validate(), Err(CommandError::CrossKey { .. })));
+    fn accepts_cross_key_renames_that_keep_files_below_a_top_level_directory() {
+        assert_eq!(rename("/clinton/a", "/bill/a").validate(), Ok(()));
+        assert_eq!(rename("/clinton", "/bill").validate(), Ok(()));
+        assert_eq!(rename("/clinton/a.txt", "/bill/b/a.txt").validate(), Ok(()));
+        assert_eq!(rename("/clinton/a", "/bill/a").destination_key(), Some("/bill"));
+        assert_eq!(rename("/clinton", "/bill").key(), "/clinton");
+        assert_eq!(rename("/clinton/a", "/clinton/b").destination_key(), None);
+        assert!(matches!(rename("/clinton/a", "/clinton").validate(), Err(CommandError::TopLevel { .. })));
+        assert!(matches!(rename("/clinton/a", "/bill").validate(), Err(CommandError::TopLevel { .. })));
+        assert!(matches!(rename("/clinton", "/bill/c").validate(), Err(CommandError::TopLevel { .. })));
     }
 
     #[test]

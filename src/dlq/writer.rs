@@ -81,9 +81,21 @@ impl DeadLetterWriter {
         self.send(dlq_partition, key, None, h)
     }
 
+    /// Writes a message of the worker's own to the command topic (a
+    /// cross-key move's documents) and waits for the acknowledgement. Its
+    /// offset there.
+    pub fn send_command(&self, partition: i32, key: &[u8], payload: &[u8]) -> Result<i64, KafkaError> {
+        crate::faults::io("move.send").map_err(|_| KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::BrokerTransportFailure))?;
+        self.send_to(&self.origin_topic, partition, Some(key), Some(payload), OwnedHeaders::new())
+    }
+
     fn send(&self, partition: i32, key: Option<&[u8]>, payload: Option<&[u8]>, headers: OwnedHeaders) -> Result<i64, KafkaError> {
         crate::faults::io("dlq.send").map_err(|_| KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::BrokerTransportFailure))?;
-        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).partition(partition).headers(headers);
+        self.send_to(&self.topic, partition, key, payload, headers)
+    }
+
+    fn send_to(&self, topic: &str, partition: i32, key: Option<&[u8]>, payload: Option<&[u8]>, headers: OwnedHeaders) -> Result<i64, KafkaError> {
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).partition(partition).headers(headers);
         if let Some(k) = key {
             record = record.key(k);
         }

@@ -15,6 +15,7 @@ use tantivy::store::StoreReader;
 use tantivy::{DocId, DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term, TERMINATED};
 
 use crate::dlq::Parking;
+use crate::moves::Received;
 
 use super::{Author, AuthorGroup, Backend, Checkpoint, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, Scan, SearchIndex, Shard, UserDoc};
 
@@ -294,6 +295,9 @@ struct CommitPayload {
     /// Keys parked behind an aborted command (see `dlq`).
     #[serde(default, skip_serializing_if = "Parking::is_empty")]
     parked: Parking,
+    /// Cross-key moves received completely (see `moves`).
+    #[serde(default, skip_serializing_if = "Received::is_empty")]
+    received: Received,
 }
 
 impl CommitPayload {
@@ -538,7 +542,7 @@ impl EmbeddedIndex {
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
         let payload = index.load_metas()?.payload.and_then(|p| serde_json::from_str::<CommitPayload>(&p).ok());
         let applied = payload.as_ref().map(CommitPayload::checkpoint);
-        let parked = payload.map(|p| p.parked).unwrap_or_default();
+        let (parked, received) = payload.map(|p| (p.parked, p.received)).unwrap_or_default();
         Ok(EmbeddedShard {
             name: format!("p{partition}"),
             generation,
@@ -553,6 +557,8 @@ impl EmbeddedIndex {
             applied,
             parked_marked: parked.clone(),
             parked,
+            received_marked: received.clone(),
+            received,
             fan_out_commit_every: DEFAULT_FAN_OUT_COMMIT_EVERY,
         })
     }
@@ -745,6 +751,8 @@ pub struct EmbeddedShard {
     applied: Option<Checkpoint>,
     parked_marked: Parking,
     parked: Parking,
+    received_marked: Received,
+    received: Received,
     /// Rewritten documents between two commits of a fan-out's progress.
     fan_out_commit_every: u64,
 }
@@ -925,8 +933,12 @@ impl Shard for EmbeddedShard {
         &mut self.parked_marked
     }
 
+    fn received(&mut self) -> &mut Received {
+        &mut self.received_marked
+    }
+
     fn commit(&mut self) -> Result<(), IndexError> {
-        if !self.dirty && self.marked == self.applied && self.parked_marked == self.parked {
+        if !self.dirty && self.marked == self.applied && self.parked_marked == self.parked && self.received_marked == self.received {
             return Ok(());
         }
         if let Some(ids) = crate::faults::active("index.reject-commit") {
@@ -937,7 +949,12 @@ impl Shard for EmbeddedShard {
         self.flush_overlay()?;
         let mut prepared = self.writer.prepare_commit()?;
         if let Some(at) = self.marked {
-            let payload = CommitPayload { applied: at.offset, fingerprint: at.fingerprint, parked: self.parked_marked.clone() };
+            let payload = CommitPayload {
+                applied: at.offset,
+                fingerprint: at.fingerprint,
+                parked: self.parked_marked.clone(),
+                received: self.received_marked.clone(),
+            };
             prepared.set_payload(&serde_json::to_string(&payload).expect("json"));
         }
         prepared.commit()?;
@@ -949,6 +966,7 @@ impl Shard for EmbeddedShard {
         self.fan_out_pending = false;
         self.applied = self.marked;
         self.parked = self.parked_marked.clone();
+        self.received = self.received_marked.clone();
         Ok(())
     }
 }

@@ -11,6 +11,7 @@ pub struct MemoryShard {
     marked: Option<Checkpoint>,
     applied: Option<Checkpoint>,
     pub parked: crate::dlq::Parking,
+    pub received: crate::moves::Received,
 }
 
 impl MemoryShard {
@@ -52,6 +53,9 @@ impl Shard for MemoryShard {
     }
     fn parking(&mut self) -> &mut crate::dlq::Parking {
         &mut self.parked
+    }
+    fn received(&mut self) -> &mut crate::moves::Received {
+        &mut self.received
     }
     fn commit(&mut self) -> Result<(), IndexError> {
         self.applied = self.marked;

@@ -245,6 +245,10 @@ pub trait Shard {
     /// The keys parked behind an aborted command, as of the last
     /// [`Shard::mark_applied`]; changes are committed with the position.
     fn parking(&mut self) -> &mut crate::dlq::Parking;
+    /// The cross-key moves this shard has received completely, as of the
+    /// last [`Shard::mark_applied`]; committed with the position like
+    /// [`Shard::parking`] (see [`crate::moves::Received`]).
+    fn received(&mut self) -> &mut crate::moves::Received;
     /// Makes every write so far durable and searchable, with the position
     /// last marked applied. After a failed commit the caller drops the shard
     /// and opens it again (the worker re-applies the batch).

@@ -29,6 +29,10 @@ pub enum ProduceError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error(transparent)]
     Registry(#[from] RegistryError),
+    /// A cross-key rename was sent but its source did not apply it in time:
+    /// the commands after it were not sent.
+    #[error("the cross-key rename {from:?} -> {to:?} (partition {partition}, offset {offset}) was sent, but group {group} did not apply it: {source}; the {unsent} command(s) after it were not sent")]
+    Barrier { from: String, to: String, partition: i32, offset: i64, group: String, unsent: usize, source: crate::kafka::WaitError },
 }
 
 impl ProduceError {
@@ -37,6 +41,7 @@ impl ProduceError {
             ProduceError::Kafka(_) => true,
             ProduceError::Registry(e) => e.is_retryable(),
             ProduceError::Invalid(_) => false,
+            ProduceError::Barrier { .. } => true,
         }
     }
 }
@@ -175,6 +180,62 @@ impl Producer {
             record(j, r, &mut done)?;
         }
         Ok(out)
+    }
+
+    /// Sends `commands` like [`Producer::send_all`], except that a rename
+    /// across ordering keys is a barrier: it is acknowledged only once
+    /// `group` has applied it at its source (which hands its documents to
+    /// the destination's partition), and only then are the commands after
+    /// it sent. So every command after it, of either key, is applied
+    /// against its result. Waits at most `timeout` per barrier.
+    ///
+    /// Returns the deliveries in input order and, for read-your-writes
+    /// across keys ([`crate::kafka::wait_for_deliveries`]), the end of each
+    /// destination partition as of its move: once the group has passed
+    /// those too, the moved documents are applied at the destination.
+    pub async fn send_ordered(
+        &self,
+        kafka: &KafkaConfig,
+        group: &str,
+        commands: Vec<Command>,
+        in_flight: usize,
+        timeout: Duration,
+        mut progress: impl FnMut(usize),
+    ) -> Result<(Vec<Delivery>, Vec<Delivery>), ProduceError> {
+        for c in &commands {
+            c.validate()?;
+        }
+        let n = commands.len();
+        let mut out = Vec::with_capacity(n);
+        let mut destinations = Vec::new();
+        let mut rest = commands;
+        while !rest.is_empty() {
+            let cut = rest.iter().position(|c| c.destination_key().is_some()).map_or(rest.len(), |i| i + 1);
+            let after = rest.split_off(cut);
+            let segment = std::mem::replace(&mut rest, after);
+            let barrier = segment.last().filter(|c| c.destination_key().is_some()).cloned();
+            let sent = out.len();
+            out.extend(self.send_all(segment, in_flight, |done| progress(sent + done)).await?);
+            let Some(Command::RenamePath { from, to }) = barrier else { continue };
+            let d = *out.last().expect("the barrier was sent");
+            let (cfg, g, dest_key) = (kafka.clone(), group.to_string(), crate::command::path::top_level(&to).to_string());
+            let waited = tokio::task::spawn_blocking(move || -> Result<Option<Delivery>, crate::kafka::WaitError> {
+                crate::kafka::wait_for_deliveries(&cfg, &g, &[d], timeout)?;
+                // The destination's chunks are in its partition now.
+                let dest = crate::moves::partition_of(&dest_key, cfg.topic_partitions().map_err(crate::kafka::WaitError::Kafka)?.unwrap_or(1));
+                let lag = crate::kafka::group_lag(&cfg, &g).map_err(crate::kafka::WaitError::Kafka)?;
+                Ok(lag.partitions.iter().find(|p| p.partition == dest && p.end > 0).map(|p| Delivery { partition: dest, offset: p.end - 1 }))
+            })
+            .await
+            .expect("wait task");
+            match waited {
+                Ok(dest) => destinations.extend(dest),
+                Err(source) => {
+                    return Err(ProduceError::Barrier { from, to, partition: d.partition, offset: d.offset, group: group.to_string(), unsent: rest.len(), source });
+                }
+            }
+        }
+        Ok((out, destinations))
     }
 
     /// Waits until everything sent has been acknowledged.

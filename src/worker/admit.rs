@@ -12,6 +12,8 @@ pub enum Admitted {
     Command(Envelope),
     /// An operator's control message (`denorm dlq`).
     Control(Control),
+    /// A chunk of a cross-key move, written by the source's worker.
+    Move(crate::moves::MoveIn),
 }
 
 /// Why a message is not admitted.
@@ -63,6 +65,17 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
                 Ok(Admitted::Control(c))
             } else {
                 reject(reason::KEY_MISMATCH, format!("a control message for key {:?} is keyed {:?}", c.key, String::from_utf8_lossy(got)))
+            };
+        }
+        Ok(Decoded::Move(m)) => {
+            if let Err(e) = m.validate() {
+                return reject(reason::INVALID_COMMAND, e.to_string());
+            }
+            let got = key.unwrap_or_default();
+            return if got == m.key().as_bytes() {
+                Ok(Admitted::Move(m))
+            } else {
+                reject(reason::KEY_MISMATCH, format!("a move into {:?} is keyed {:?}", m.to, String::from_utf8_lossy(got)))
             };
         }
         Err(e) if e.is_retryable() => return Err(NotAdmitted::Unavailable(e.to_string())),

@@ -16,7 +16,7 @@ use tracing::{debug, error, info, warn};
 use super::admit::{admit, reason, Admitted, NotAdmitted, Rejection};
 use super::{OnAbort, Shared, WorkerError};
 use crate::apply::apply;
-use crate::command::Envelope;
+use crate::command::{Command, Envelope};
 use crate::dlq::{self, Action, Control, Letter, Parked};
 use crate::index::{Checkpoint, IndexError, Shard};
 use crate::metrics::{self as m, outcome};
@@ -64,7 +64,7 @@ impl Partition {
             .name(format!("denorm-p{partition}"))
             .spawn(move || {
                 let lag_seconds = gauge!(m::CONSUMER_LAG_SECONDS, "partition" => partition.to_string());
-                Applier { partition, shared, stop: s, next: n, queued: q, lag_seconds }.run(rx)
+                Applier { partition, shared, stop: s, next: n, queued: q, lag_seconds, incoming: Default::default() }.run(rx)
             })
             .expect("spawn partition thread");
         Partition { tx, queued, stop, next, committed, pending: Default::default(), paused: false, join: Some(join) }
@@ -99,6 +99,33 @@ struct Applier {
     queued: Arc<AtomicUsize>,
     /// `denorm_consumer_lag_seconds` of this partition, resolved once.
     lag_seconds: metrics::Gauge,
+    /// A cross-key move being received, and what waits for it.
+    incoming: std::cell::RefCell<Incoming>,
+}
+
+/// The destination side of a cross-key move that spans several messages.
+/// From its first chunk to its last, the move's documents are applied and
+/// every other message of the partition waits (in memory, uncommitted), so
+/// that the move takes effect at one place in this partition's order: its
+/// first chunk. Nothing is marked applied meanwhile, so after a crash the
+/// whole exchange is redelivered and decided again the same way. Not
+/// persisted: rebuilt from the log.
+#[derive(Default)]
+struct Incoming {
+    /// The move in flight: its source, the position its documents take, and
+    /// when its rename was issued.
+    active: Option<((i32, i64), u64, i64)>,
+    /// Messages that arrived while it was in flight, in log order.
+    deferred: Vec<OwnedMessage>,
+    /// The newest message handled while it was in flight: marked applied
+    /// once nothing waits any more.
+    latest: Option<Checkpoint>,
+}
+
+impl Incoming {
+    fn quiet(&self) -> bool {
+        self.active.is_none() && self.deferred.is_empty()
+    }
 }
 
 /// What became of one message.
@@ -107,6 +134,9 @@ enum Handled {
     Done { fan_out: bool },
     /// Already applied before (redelivery).
     Duplicate,
+    /// Held back until the cross-key move in flight completes (see
+    /// [`Incoming`]); handled then.
+    Deferred,
 }
 
 /// Why an applier step did not finish: every step returns [`Step`].
@@ -150,6 +180,8 @@ enum Op {
     /// A command the index refused, tried again up to `--max-attempts`.
     Rejected,
     DeadLetter,
+    /// Writing a cross-key move's documents to the command topic.
+    Move,
 }
 
 impl Op {
@@ -162,6 +194,7 @@ impl Op {
             Op::Isolate => "committing the command",
             Op::Rejected => "applying the command (the index refused it)",
             Op::DeadLetter => "writing to the dead-letter topic",
+            Op::Move => "writing a cross-key move's documents to the command topic",
         }
     }
 
@@ -170,7 +203,7 @@ impl Op {
             Op::Apply => counter!(m::INDEX_RETRIES_TOTAL, "operation" => "apply").increment(1),
             Op::Commit => counter!(m::INDEX_RETRIES_TOTAL, "operation" => "commit").increment(1),
             Op::DeadLetter => counter!(m::DEAD_LETTER_RETRIES_TOTAL).increment(1),
-            Op::Open | Op::Reapply | Op::Isolate | Op::Rejected => {}
+            Op::Open | Op::Reapply | Op::Isolate | Op::Rejected | Op::Move => {}
         }
     }
 }
@@ -345,6 +378,7 @@ impl Applier {
     fn moved(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Option<Checkpoint> {
         info!(partition = self.partition, dropped = batch.len(), generation = shard.generation(), "the index moved to a new generation during a batch: resuming at its checkpoint");
         batch.clear();
+        self.reset_incoming();
         let checkpoint = self.took(shard.as_mut());
         self.seek_to(checkpoint);
         checkpoint
@@ -484,6 +518,7 @@ impl Applier {
                     batch.pop();
                     return Ok(false);
                 }
+                Ok(Handled::Deferred) => return Ok(false),
                 Err(Halt::Retry(e)) => {
                     let n = batch.len() - 1;
                     let recovered = retry.failed(&e).and_then(|()| self.reopen(shard, &batch[..n]));
@@ -515,6 +550,9 @@ impl Applier {
             // The old writer must go first: it holds the shard's lock.
             *shard = Box::new(crate::index::memory::MemoryShard::new());
             *shard = self.open_shard()?;
+            // Back at the last commit: a move in flight is decided again
+            // from the replayed messages.
+            self.reset_incoming();
             if shard.generation() != generation {
                 match self.bound()? {
                     true => return Err(Halt::Moved),
@@ -544,6 +582,11 @@ impl Applier {
     /// published when stopped meanwhile.
     fn commit(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Step<()> {
         let Some(last) = batch.last().map(|m| m.offset()) else { return Ok(()) };
+        if !self.incoming.borrow().quiet() {
+            // A cross-key move is in flight: nothing is committed until it
+            // completes (the batch is redelivered if this worker stops).
+            return Ok(());
+        }
         let mut retry = self.retrying(Op::Commit);
         loop {
             let t = Instant::now();
@@ -622,7 +665,7 @@ impl Applier {
                 };
                 (Some(c.payload), c.origin_offset, id)
             }
-            Err(_) => (msg.payload().map(<[u8]>::to_vec), msg.offset(), None),
+            Ok(Admitted::Move(_)) | Err(_) => (msg.payload().map(<[u8]>::to_vec), msg.offset(), None),
         };
         let origin = Origin { key, payload: payload.as_deref(), offset };
         let handled = self.abort(shard, &origin, dlq::reason::INDEX_REJECTED, error.to_string(), attempts, command_id)?;
@@ -644,10 +687,24 @@ impl Applier {
             return Ok(Handled::Duplicate);
         }
         let origin = Origin { key: msg.key(), payload: msg.payload(), offset };
-        let handled = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
-            Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(IndexError::Dependency(e))),
+        let admitted = admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes);
+        if let Err(NotAdmitted::Unavailable(e)) = admitted {
+            return Err(Halt::Retry(IndexError::Dependency(e)));
+        }
+        let in_flight = self.incoming.borrow().active.map(|(source, ..)| source);
+        if let Some(source) = in_flight {
+            if !matches!(&admitted, Ok(Admitted::Move(m)) if m.source() == source) {
+                let mut incoming = self.incoming.borrow_mut();
+                incoming.deferred.push(msg.clone());
+                gauge!(m::MOVES_WAITING, "partition" => self.partition.to_string()).set(incoming.deferred.len() as f64);
+                return Ok(Handled::Deferred);
+            }
+        }
+        let handled = match admitted {
+            Err(NotAdmitted::Unavailable(_)) => unreachable!("returned above"),
             Err(NotAdmitted::Rejected(r)) => self.reject(shard, &origin, r)?,
             Ok(Admitted::Control(c)) => self.control(shard, msg, c)?,
+            Ok(Admitted::Move(mv)) => return self.move_in(shard, msg, &mv),
             Ok(Admitted::Command(e)) => {
                 match origin.parked_behind(shard) {
                     Some(behind) => self.park(shard, &origin, Some(e.command_id.clone()), behind, e.command.kind())?,
@@ -656,9 +713,86 @@ impl Applier {
             }
         };
         if let Handled::Done { .. } = handled {
-            shard.mark_applied(checkpoint_of(msg));
+            self.mark(shard, msg);
         }
         Ok(handled)
+    }
+
+    /// Marks `msg` applied, or, while a cross-key move is in flight,
+    /// remembers it to be marked once nothing waits any more.
+    fn mark(&self, shard: &mut dyn Shard, msg: &OwnedMessage) {
+        let mut incoming = self.incoming.borrow_mut();
+        if incoming.quiet() {
+            shard.mark_applied(checkpoint_of(msg));
+        } else {
+            incoming.latest = Some(checkpoint_of(msg));
+        }
+    }
+
+    fn reset_incoming(&self) {
+        *self.incoming.borrow_mut() = Incoming::default();
+        self.move_gauges(0, 0);
+    }
+
+    fn move_gauges(&self, in_flight: usize, waiting: usize) {
+        gauge!(m::MOVES_IN_FLIGHT, "partition" => self.partition.to_string()).set(in_flight as f64);
+        gauge!(m::MOVES_WAITING, "partition" => self.partition.to_string()).set(waiting as f64);
+    }
+
+    /// The destination side of a cross-key move: applies a chunk of its
+    /// documents (see [`Incoming`] and [`crate::moves::arrival`]).
+    fn move_in(&self, shard: &mut dyn Shard, msg: &OwnedMessage, mv: &crate::moves::MoveIn) -> Step<Handled> {
+        use crate::moves::Arrival;
+        let in_flight = self.incoming.borrow().active.map(|(source, ..)| source);
+        let pos = match crate::moves::arrival(shard.received(), in_flight, mv) {
+            Arrival::Duplicate => {
+                counter!(m::MOVES_TOTAL, "side" => "destination", "outcome" => "duplicate").increment(1);
+                debug!(partition = self.partition, offset = msg.offset(), source = ?mv.source(), chunk = mv.chunk, "a resent chunk of a move completed before: ignored");
+                self.mark(shard, msg);
+                return Ok(Handled::Done { fan_out: false });
+            }
+            Arrival::Waits => unreachable!("deferred by handle"),
+            Arrival::Continues => self.incoming.borrow().active.map(|(_, pos, _)| pos).expect("in flight"),
+            Arrival::Starts => msg.offset() as u64,
+        };
+        let docs = crate::apply::move_in(shard, mv, pos)?;
+        histogram!(m::COMMAND_DOCUMENTS, "type" => "move_in").record(docs as f64);
+        if !mv.last {
+            let mut incoming = self.incoming.borrow_mut();
+            if incoming.active.is_none() {
+                info!(partition = self.partition, offset = msg.offset(), from = %mv.from, to = %mv.to, source = ?mv.source(), "a cross-key move spanning several messages started: the partition's other messages wait for its last chunk");
+                incoming.active = Some((mv.source(), pos, mv.issued_at));
+            }
+            incoming.latest = Some(checkpoint_of(msg));
+            drop(incoming);
+            self.move_gauges(1, self.incoming.borrow().deferred.len());
+            return Ok(Handled::Done { fan_out: false });
+        }
+        // The move is complete here.
+        shard.received().insert(mv.source_partition, mv.source_offset);
+        counter!(m::MOVES_TOTAL, "side" => "destination", "outcome" => "completed").increment(1);
+        let age = (crate::dlq::now_millis() - mv.issued_at).max(0) as f64 / 1000.0;
+        histogram!(m::MOVE_SECONDS).record(age);
+        info!(partition = self.partition, offset = msg.offset(), from = %mv.from, to = %mv.to, source = ?mv.source(), chunks = mv.chunk + 1, "cross-key move received");
+        let waiting = {
+            let mut incoming = self.incoming.borrow_mut();
+            incoming.active = None;
+            incoming.latest = Some(checkpoint_of(msg));
+            std::mem::take(&mut incoming.deferred)
+        };
+        // What waited is handled now, in its order (a chunk of another move
+        // among it opens that move, and the rest waits again).
+        for w in &waiting {
+            self.handle(shard, w)?;
+        }
+        let mut incoming = self.incoming.borrow_mut();
+        if incoming.quiet() {
+            if let Some(at) = incoming.latest.take() {
+                shard.mark_applied(at);
+            }
+        }
+        self.move_gauges(usize::from(incoming.active.is_some()), incoming.deferred.len());
+        Ok(Handled::Done { fan_out: true })
     }
 
     /// A message that cannot be admitted: aborted at once (decoding and
@@ -683,6 +817,8 @@ impl Applier {
             let t = Instant::now();
             let result = if crate::faults::lists("index.reject", &cmd.key()) {
                 Err(IndexError::Rejected("injected fault index.reject".into()))
+            } else if let (Command::RenamePath { from, to }, Some(_)) = (cmd, cmd.destination_key()) {
+                self.move_out(shard, e, from, to, pos)?
             } else {
                 apply(shard, cmd, pos as u64, self.shared.cfg.fan_out)
             };
@@ -708,6 +844,56 @@ impl Applier {
                 }
             }
         }
+    }
+
+    /// The source side of a cross-key rename (see [`crate::moves`]): the
+    /// files under `from`, renamed, are written to the command topic keyed
+    /// by the destination, in chunks, each acknowledged before the next;
+    /// only then are they deleted here. A crash before this command is
+    /// committed writes them again; the destination ignores a resend of a
+    /// move it completed. Writing fails only transiently (retried here, like
+    /// a dead letter); index failures are the caller's.
+    fn move_out(&self, shard: &mut dyn Shard, e: &Envelope, from: &str, to: &str, pos: i64) -> Step<Result<u64, IndexError>> {
+        let files = match crate::apply::move_out(shard, from, to, pos as u64, self.shared.cfg.fan_out) {
+            Ok(f) => f,
+            Err(err) => return Ok(Err(err)),
+        };
+        let count = files.len();
+        if files.is_empty() {
+            counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "empty").increment(1);
+            return Ok(Ok(0));
+        }
+        let key = crate::command::path::top_level(to);
+        let partition = crate::moves::partition_of(key, self.shared.log_partitions);
+        // Half the largest message a worker accepts: room for the framing.
+        let max = (self.shared.cfg.max_message_bytes / 2).max(1024);
+        let chunks = crate::moves::chunks(files.clone(), max);
+        let n = chunks.len();
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let mv = crate::moves::MoveIn {
+                move_id: e.command_id.clone(),
+                source_partition: self.partition,
+                source_offset: pos,
+                from: from.to_string(),
+                to: to.to_string(),
+                chunk: i as i32,
+                last: i + 1 == n,
+                issued_at: e.issued_at,
+                files: chunk,
+            };
+            let payload = self.shared.codec.encode_move(&mv);
+            let mut retry = self.retrying(Op::Move);
+            let at = loop {
+                match self.shared.dlq.send_command(partition, key.as_bytes(), &payload) {
+                    Ok(at) => break at,
+                    Err(err) => retry.failed(&format_args!("{err} (topic {}, partition {partition}; nothing is committed past this rename meanwhile)", self.shared.cfg.kafka.topic))?,
+                }
+            };
+            debug!(partition = self.partition, offset = pos, to_partition = partition, to_offset = at, chunk = i, "cross-key move chunk written");
+        }
+        counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "sent").increment(1);
+        info!(partition = self.partition, offset = pos, from, to, files = count, chunks = n, to_partition = partition, "cross-key rename: documents handed to the destination");
+        Ok(crate::apply::remove_moved(shard, &files, from, pos as u64).map(|_| count as u64))
     }
 
     /// Dead-letters a command given up on and, with `--on-abort=park`,
@@ -760,6 +946,13 @@ impl Applier {
                         self.reject(shard, &origin, r)?
                     }
                     Ok(Admitted::Command(e)) => self.command(shard, &e, msg.offset(), &origin)?,
+                    // A move's chunk that was dead-lettered (the index
+                    // refused one of its documents): its files are written
+                    // as of now, like upserts.
+                    Ok(Admitted::Move(mv)) => {
+                        crate::apply::move_in(shard, &mv, msg.offset() as u64)?;
+                        Handled::Done { fan_out: false }
+                    }
                 };
                 if let (Handled::Done { .. }, Some(p)) = (&handled, shard.parking().get_mut(&c.key)) {
                     p.replayed_through = p.replayed_through.max(c.dlq_offset);

@@ -197,7 +197,7 @@ impl Backend for ElasticBackend {
         let generation = self.generation()?;
         let meta_id = generations::meta_id(generation, &format!("p{partition}"));
         let mut attempts = 0;
-        let (applied, parked, owner, meta_version) = loop {
+        let (applied, parked, received, owner, meta_version) = loop {
             let meta = self.runtime.block_on(get_source(&self.client, &self.meta_index(), &meta_id))?;
             let (mut body, version) = match meta {
                 Some((v, version)) => {
@@ -212,7 +212,8 @@ impl Backend for ElasticBackend {
             let owner = body[OWNER_FIELD].as_u64().unwrap_or(0) + 1;
             body[OWNER_FIELD] = json!(owner);
             if let Some(written) = self.runtime.block_on(generations::put_meta_if(&self.client, &self.prefix, &meta_id, body.clone(), version))? {
-                break (checkpoint_from(&body), crate::dlq::parking_from_json(&body["parked"]), owner, written);
+                let received = crate::moves::received_from_json(&body["received"]);
+                break (checkpoint_from(&body), crate::dlq::parking_from_json(&body["parked"]), received, owner, written);
             }
             // Another opener claimed it between the read and the write.
             attempts += 1;
@@ -235,6 +236,8 @@ impl Backend for ElasticBackend {
             applied,
             parked_marked: parked.clone(),
             parked,
+            received_marked: received.clone(),
+            received,
         }))
     }
 
@@ -302,6 +305,8 @@ pub struct ElasticShard {
     applied: Option<Checkpoint>,
     parked_marked: crate::dlq::Parking,
     parked: crate::dlq::Parking,
+    received_marked: crate::moves::Received,
+    received: crate::moves::Received,
 }
 
 impl ElasticShard {
@@ -561,11 +566,18 @@ impl Shard for ElasticShard {
         &mut self.parked_marked
     }
 
+    fn received(&mut self) -> &mut crate::moves::Received {
+        &mut self.received_marked
+    }
+
     fn commit(&mut self) -> Result<(), IndexError> {
         self.flush()?;
-        if self.marked != self.applied || self.parked_marked != self.parked {
+        if self.marked != self.applied || self.parked_marked != self.parked || self.received_marked != self.received {
             if let Some(at) = self.marked {
                 let mut body = json!({"topic": self.b.topic, "applied": at.offset, "parked": crate::dlq::parking_to_json(&self.parked_marked), OWNER_FIELD: self.owner});
+                if !self.received_marked.is_empty() {
+                    body["received"] = crate::moves::received_to_json(&self.received_marked);
+                }
                 if let Some(f) = at.fingerprint {
                     body["fingerprint"] = json!(format!("{f:016x}"));
                 }
@@ -584,6 +596,7 @@ impl Shard for ElasticShard {
             }
             self.applied = self.marked;
             self.parked = self.parked_marked.clone();
+            self.received = self.received_marked.clone();
         }
         // After the checkpoint: a fenced writer does not sweep.
         self.sweep_tombstones();
