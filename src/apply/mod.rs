@@ -105,7 +105,13 @@ pub fn remove_moved<S: Shard + ?Sized>(shard: &mut S, files: &[crate::moves::Mov
 pub fn move_in<S: Shard + ?Sized>(shard: &mut S, m: &crate::moves::MoveIn, pos: u64) -> Result<u64, IndexError> {
     let mut n = 0;
     for d in m.docs(pos) {
-        n += put_guarded(shard, d)?;
+        // Where documents are shared (Elasticsearch), the source's copy may
+        // still be there: it is replaced, whatever its position.
+        let source_copy = matches!(shard.get(Kind::File, d.id())?, Some(Doc::File(cur)) if path::is_within(&cur.full_path(), &m.from));
+        n += match source_copy {
+            true => shard.put(d).map(|()| 1)?,
+            false => put_guarded(shard, d)?,
+        };
     }
     Ok(n)
 }

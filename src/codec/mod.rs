@@ -521,6 +521,25 @@ mod tests {
     }
 
     #[test]
+    fn move_messages_round_trip_and_are_told_from_commands() {
+        let codec = Codec::new();
+        let m = MoveIn {
+            move_id: "id-1".into(),
+            source_partition: 3,
+            source_offset: 77,
+            from: "/clinton/a".into(),
+            to: "/bill/a".into(),
+            chunk: 1,
+            last: true,
+            issued_at: 1_700_000_000_000,
+            files: vec![MovedFile { id: "f1".into(), path: "/bill/a/x.txt".into(), contents: "héllo".into() }],
+        };
+        let bytes = codec.encode_move(&m);
+        assert_eq!(codec.decode_message(&bytes).unwrap(), Decoded::Move(m));
+        assert!(codec.decode(&bytes).is_err(), "a move is not a command");
+    }
+
+    #[test]
     fn decodes_messages_written_with_schema_v1() {
         let codec = Codec::new();
         let v1 = Schema::parse_str(HISTORY[0]).unwrap();
@@ -546,6 +565,7 @@ mod tests {
             ("schemas/command.avsc", "9c7f9b599fb95260", "d5e0d0c37df914d2"),
             ("schemas/history/command-v1.avsc", "7e1aaf9552f72321", "9f15df64f37ccd90"),
             ("schemas/control.avsc", "2d6e0616c9179c82", "165f90003f878d05"),
+            ("schemas/move.avsc", "c693f4031d5257e4", "e40370268cf05890"),
         ];
         let want: Vec<(&str, String, String)> = want.iter().map(|(f, a, b)| (*f, a.to_string(), b.to_string())).collect();
         assert_eq!(got, want);

@@ -42,6 +42,8 @@ mod tests {
     const CONTRACT: &str = r#"{"op":"upsert_file","id":"f1","path":"/clinton/projects/elasticsearch/README.txt","contents":"Starting a new Elasticsearch project is easy..."}
 {"op":"delete_file","id":"f1","path":"/clinton/projects/elasticsearch/README.txt"}
 {"op":"rename","from":"/clinton/projects","to":"/clinton/work"}
+{"op":"rename","from":"/clinton/work","to":"/bill/work"}
+{"op":"rename","from":"/bill","to":"/william"}
 {"op":"upsert_user","id":"1","name":"John Smith","email":"john@smith.com","dob":"1970-10-24"}
 {"op":"upsert_post","id":"2","user_id":"1","title":"Relationships","body":"It's complicated..."}
 {"op":"delete_post","id":"2","user_id":"1"}
@@ -51,8 +53,11 @@ mod tests {
     fn parses_the_documented_contract() {
         let cmds = parse_all(CONTRACT.as_bytes()).unwrap();
         let kinds: Vec<_> = cmds.iter().map(Command::kind).collect();
-        assert_eq!(kinds, ["upsert_file", "delete_file", "rename", "upsert_user", "upsert_post", "delete_post"]);
+        assert_eq!(kinds, ["upsert_file", "delete_file", "rename", "rename", "rename", "upsert_user", "upsert_post", "delete_post"]);
         assert_eq!(cmds[2], Command::RenamePath { from: "/clinton/projects".into(), to: "/clinton/work".into() });
+        // Across top-level directories: the same format.
+        assert_eq!(cmds[3].destination_key(), Some("/bill"));
+        assert_eq!(cmds[4], Command::RenamePath { from: "/bill".into(), to: "/william".into() });
     }
 
     #[test]
@@ -74,7 +79,7 @@ mod tests {
             (r#"{"op":"delete_file","id":"f","path":"/a//b"}"#, "empty segment"),
             (r#"{"op":"delete_file","id":"f","path":"/a/../b"}"#, "'..'"),
             (r#"{"op":"rename","from":"/a/b","to":"/a/b/c"}"#, "into itself"),
-            (r#"{"op":"rename","from":"/a/b","to":"/c/b"}"#, "not supported yet"),
+            (r#"{"op":"rename","from":"/a/b","to":"/c"}"#, "only a top-level directory can become one"),
         ];
         for (line, want) in cases {
             let input = format!("{}\n\n{line}\n", CONTRACT.lines().next().unwrap());

@@ -18,6 +18,13 @@ pub const POS_FIELD: &str = "denorm_pos";
 /// still running) finds the document newer than itself instead of absent.
 pub const DELETED_FIELD: &str = "denorm_deleted";
 
+/// The partition whose shard wrote the document (or its tombstone) last.
+/// Positions ([`POS_FIELD`]) are offsets within that partition: a writer
+/// compares them only with its own, and takes a document another
+/// partition wrote as foreign (see `shard::ElasticShard::foreign`). A
+/// document moves between partitions through a cross-key rename.
+pub const PARTITION_FIELD: &str = "denorm_partition";
+
 /// When a tombstone was written (epoch milliseconds): tombstones are
 /// removed once older than `shard::TOMBSTONE_TTL`.
 pub const DELETED_AT_FIELD: &str = "denorm_deleted_at";
@@ -83,9 +90,15 @@ pub fn mapping(kind: Kind) -> Value {
     json!({ "dynamic": "strict", "properties": props })
 }
 
-/// The fields of a tombstone, with their mappings.
-pub fn tombstone_fields() -> [(&'static str, Value); 2] {
-    [(DELETED_FIELD, json!({ "type": "boolean" })), (DELETED_AT_FIELD, json!({ "type": "date", "format": "epoch_millis" }))]
+/// The bookkeeping fields added after the first release (tombstones, the
+/// writing partition), with their mappings: an index that lacks them gets
+/// them added.
+pub fn tombstone_fields() -> [(&'static str, Value); 3] {
+    [
+        (DELETED_FIELD, json!({ "type": "boolean" })),
+        (DELETED_AT_FIELD, json!({ "type": "date", "format": "epoch_millis" })),
+        (PARTITION_FIELD, json!({ "type": "integer" })),
+    ]
 }
 
 /// Differences between the mapping denorm needs and one found: (field,
@@ -311,8 +324,8 @@ pub async fn ensure(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticE
                     .body(json!({ "properties": properties }))
                     .send()
                     .await?;
-                json_or_status(&format!("adding the tombstone fields to {index} (needs the manage privilege, once)"), r).await?;
-                tracing::info!(index = %index, "added the tombstone fields to the mapping");
+                json_or_status(&format!("adding the bookkeeping fields to {index} (needs the manage privilege, once)"), r).await?;
+                tracing::info!(index = %index, "added the bookkeeping fields (tombstones, writing partition) to the mapping");
             }
         }
         if kind == Kind::File {

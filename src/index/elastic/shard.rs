@@ -23,7 +23,7 @@ use tokio::runtime::Handle;
 
 use super::bulk::{self, BulkLimits, BulkOp, BulkReport, RetryPolicy};
 use super::docs::{from_source, is_tombstone, scan_query, to_source, tombstone, PitScan};
-use super::setup::{DELETED_AT_FIELD, DELETED_FIELD, POS_FIELD};
+use super::setup::{DELETED_AT_FIELD, DELETED_FIELD, PARTITION_FIELD, POS_FIELD};
 use super::generations;
 use super::{json_or_status, ElasticError};
 use crate::index::{Backend, Checkpoint, Doc, IndexError, Kind, Scan, SearchIndex, Shard};
@@ -224,6 +224,7 @@ impl Backend for ElasticBackend {
         tracing::debug!(meta = %meta_id, owner, "claimed the partition's shard");
         Ok(Box::new(ElasticShard {
             b: self.clone(),
+            partition,
             generation,
             meta_id,
             owner,
@@ -281,6 +282,8 @@ enum Read {
 
 pub struct ElasticShard {
     b: ElasticBackend,
+    /// The partition this shard applies: stamped on every write.
+    partition: i32,
     /// This writer's owner epoch of the partition.
     owner: u64,
     /// When this writer last removed expired tombstones (`None`: not yet;
@@ -328,9 +331,34 @@ impl ElasticShard {
         Ok(Read::Stored(got.map(|(v, _)| v)))
     }
 
+    /// Whether a stored `_source` (document or tombstone) was written by
+    /// another partition's shard: its position is an offset of another log,
+    /// not comparable with this shard's. Documents written before the field
+    /// existed count as this partition's.
+    fn foreign(&self, v: &Value) -> bool {
+        v[PARTITION_FIELD].as_i64().is_some_and(|p| p != i64::from(self.partition))
+    }
+
+    /// Whether the write of a command at `pos` wins over what is stored:
+    /// over a foreign version a document write always does (the document
+    /// moved to this partition) and a delete never does (it is no longer
+    /// this partition's to delete).
+    fn wins_over(&self, cur: &Value, kind: Kind, pos: u64, is_delete: bool) -> bool {
+        if self.foreign(cur) {
+            return !is_delete;
+        }
+        from_source(kind, cur).pos() < pos
+    }
+
+    fn stamp(&self, mut source: Value) -> Value {
+        source[PARTITION_FIELD] = json!(self.partition);
+        source
+    }
+
     /// The write of `source` as document `id`: a create when it was read
     /// as absent, conditional on the version read when it was read.
     fn write_op(&self, kind: Kind, id: &str, source: Value) -> BulkOp {
+        let source = self.stamp(source);
         let index = self.target(kind);
         let id = id.to_string();
         match self.seen.get(&(kind, id.clone())) {
@@ -425,19 +453,19 @@ impl ElasticShard {
                     (Some((cur, _)), Some(_), Some(_)) if is_tombstone(&cur) => {}
                     (Some((cur, seq)), Some(_), Some(rule)) => {
                         if let Some(new) = rule(&from_source(kind, &cur)) {
-                            again.push(BulkOp::Index { index, id, source: to_source(&new), if_seq_no: Some(seq) });
+                            again.push(BulkOp::Index { index, id, source: self.stamp(to_source(&new)), if_seq_no: Some(seq) });
                         }
                     }
                     // The document a rewrite read is gone: nothing to move.
                     (None, Some(_), Some(_)) => {}
                     (Some((cur, seq)), Some(src), None) => {
-                        if from_source(kind, &cur).pos() < pos {
+                        if self.wins_over(&cur, kind, pos, false) {
                             again.push(BulkOp::Index { index, id, source: src, if_seq_no: Some(seq) });
                         }
                     }
                     (None, Some(src), None) => again.push(BulkOp::Create { index, id, source: src }),
                     (Some((cur, seq)), None, _) => {
-                        if from_source(kind, &cur).pos() < pos {
+                        if self.wins_over(&cur, kind, pos, true) {
                             again.push(BulkOp::Delete { index, id, if_seq_no: Some(seq) });
                         }
                     }
@@ -473,9 +501,13 @@ impl Shard for ElasticShard {
 
     /// The position of the document, or of the tombstone a delete left:
     /// a write older than a delete is refused like one older than a write.
+    /// A version another partition wrote has no position here (`None`).
     fn position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
         match self.read(kind, id)? {
             Read::Overlay(d) => Ok(d.as_ref().map(Doc::pos)),
+            // Another partition's version: as if absent, so that a write
+            // replaces it and a delete leaves it (see `wins_over`).
+            Read::Stored(Some(v)) if self.foreign(&v) => Ok(None),
             Read::Stored(v) => Ok(v.map(|v| v[POS_FIELD].as_u64().unwrap_or(0))),
         }
     }
@@ -528,7 +560,7 @@ impl Shard for ElasticShard {
                     for hit in page {
                         if let Some(new) = rewrite(&from_source(kind, &hit.source)) {
                             kinds.insert(format!("{index}/{}", hit.id), (kind, new.pos()));
-                            ops.push(BulkOp::Index { index: index.clone(), id: hit.id, source: to_source(&new), if_seq_no: hit.seq });
+                            ops.push(BulkOp::Index { index: index.clone(), id: hit.id, source: self.stamp(to_source(&new)), if_seq_no: hit.seq });
                         }
                     }
                     let report = b.runtime.block_on(bulk::execute(&b.client, ops, b.limits, b.policy))?;
