@@ -15,6 +15,14 @@
 //!   is one of the file's lines is rejected (like an Elasticsearch bulk item
 //!   refused at commit time, which cannot be traced to its command at once).
 //! - `dlq.send`: writes to the dead-letter topic fail.
+//! - `move.send`: a cross-key rename's writes of its documents to the
+//!   destination's partition fail.
+//! - `move.pause-between-chunks`: the source of a cross-key rename whose
+//!   documents take several messages waits after each but the last, for as
+//!   long as the fault is on.
+//! - `move.crash-after-send`: the process aborts once a cross-key rename's
+//!   documents are handed to the destination, before the source deletes
+//!   them or commits.
 //! - `kafka.commit`: offset commits are lost before they reach the broker
 //!   (like commits refused by a coordinator that has just restarted).
 

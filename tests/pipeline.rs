@@ -106,7 +106,7 @@ fn rejects_invalid_input_before_sending_anything() {
     let (cfg, index) = (&r.cfg, r.index.as_path());
     let cases = [
         ("{\"op\":\"rename\",\"from\":\"/a/b\",\"to\":\"/a/b/c\"}", "line 2: rename of \"/a/b\" into itself"),
-        ("{\"op\":\"rename\",\"from\":\"/a/b\",\"to\":\"/c/b\"}", "not supported yet"),
+        ("{\"op\":\"rename\",\"from\":\"/a/b\",\"to\":\"/c\"}", "only a top-level directory can become one"),
         ("{\"op\":\"upsert_file\",\"id\":\"x\",\"path\":\"relative/x\",\"contents\":\"\"}", "absolute"),
         ("{\"op\":\"nope\"}", "line 2: unknown variant"),
     ];
@@ -117,9 +117,9 @@ fn rejects_invalid_input_before_sending_anything() {
         assert_eq!(code, 2, "{bad}: {err}");
         assert!(err.contains(want), "{bad}: stderr {err:?} lacks {want:?}");
     }
-    let (code, _, err) = output(cli(&cfg, "g", &index).args(["produce", "rename", "--from", "/clinton", "--to", "/bill"]));
+    let (code, _, err) = output(cli(&cfg, "g", &index).args(["produce", "rename", "--from", "/clinton", "--to", "/bill/c"]));
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("top-level directory"), "{err}");
+    assert!(err.contains("can only be renamed to a top-level directory"), "{err}");
     let (code, _, _) = output(cli(&cfg, "g", &index).args(["produce", "--no-such-flag"]));
     assert_eq!(code, 2);
     let report = denorm::kafka::group_lag(&cfg, "g").unwrap();

@@ -173,7 +173,7 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
         let bar = super::progress(n as u64, "produced");
         let start = Instant::now();
         let d = if crossing > 0 {
-            bar.println(format!("{crossing} rename(s) across top-level directories: the commands after each are sent once group {} has applied it", cli.group));
+            eprintln!("{crossing} rename(s) across top-level directories: the commands after each are sent once group {} has applied it", cli.group);
             let (d, dest) = producer
                 .send_ordered(&kafka, &cli.group, commands, a.in_flight, barrier_timeout, |done| bar.set_position(done as u64))
                 .await

@@ -890,6 +890,16 @@ impl Applier {
                 }
             };
             debug!(partition = self.partition, offset = pos, to_partition = partition, to_offset = at, chunk = i, "cross-key move chunk written");
+            if i + 1 < n && crate::faults::active("move.pause-between-chunks").is_some() {
+                info!(partition = self.partition, offset = pos, chunk = i, "paused between a move's chunks (fault point move.pause-between-chunks)");
+                while crate::faults::active("move.pause-between-chunks").is_some() && !self.stopping() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        if crate::faults::active("move.crash-after-send").is_some() {
+            error!(partition = self.partition, offset = pos, "crashing after a move's documents were handed over (fault point move.crash-after-send)");
+            std::process::abort();
         }
         counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "sent").increment(1);
         info!(partition = self.partition, offset = pos, from, to, files = count, chunks = n, to_partition = partition, "cross-key rename: documents handed to the destination");

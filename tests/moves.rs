@@ -1,0 +1,256 @@
+//! Renames across top-level directories (the move protocol of
+//! docs/cross-key.md) against a real broker: read-your-writes with
+//! `produce --wait`, a move spanning several messages with commands of the
+//! destination arriving in the middle, a source crashing after handing its
+//! documents over, moves crossing in opposite directions, and parked keys.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use denorm::codec::Decoded;
+use denorm::command::Command;
+use denorm::index::Doc;
+use denorm::moves::partition_of;
+
+fn rename(from: &str, to: &str) -> Command {
+    Command::RenamePath { from: s(from), to: s(to) }
+}
+
+/// A top-level directory named `{prefix}{n}` whose partition (of
+/// `partitions`) is none of `avoid`'s.
+fn tree_outside(prefix: &str, partitions: i32, avoid: &[&str]) -> String {
+    (0..)
+        .map(|n| format!("/{prefix}{n}"))
+        .find(|t| avoid.iter().all(|a| partition_of(t, partitions) != partition_of(a, partitions)))
+        .expect("some name lands elsewhere")
+}
+
+fn paths(index: &std::path::Path, under: &str) -> Vec<String> {
+    let mut out: Vec<String> = dump(index)
+        .into_iter()
+        .filter_map(|d| match d {
+            Doc::File(f) if denorm::command::path::is_within(&f.full_path(), under) => Some(f.full_path()),
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn metric_of(w: &Worker, name: &str, labels: &[(&str, &str)]) -> f64 {
+    metric(&w.http_get("/metrics").1, name, labels)
+}
+
+/// Polls the worker's metrics until `name` reaches `at_least`.
+fn wait_metric(w: &Worker, name: &str, labels: &[(&str, &str)], at_least: f64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = metric_of(w, name, labels);
+        if v >= at_least {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name}{labels:?} stayed at {v}, below {at_least}:\n{}", w.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn top_level_renames_and_moves_between_trees_are_applied_on_both_sides_when_produce_wait_returns() {
+    let r = Rig::new(4);
+    let w = r.worker(&[]);
+    let mut seed = files_under("c", "/clinton", 300);
+    seed.extend(files_under("b", "/bill", 20));
+    produce(&r.cfg, seed);
+    let jsonl = r.dir().join("moves.jsonl");
+    std::fs::write(
+        &jsonl,
+        [
+            r#"{"op":"rename","from":"/clinton/d1","to":"/bill/d1"}"#,
+            r#"{"op":"rename","from":"/bill","to":"/william"}"#,
+            r#"{"op":"upsert_file","id":"late","path":"/william/d1/late.txt","contents":"after the moves"}"#,
+            r#"{"op":"rename","from":"/william/d1/file51.txt","to":"/hillary/file51.txt"}"#,
+            r#"{"op":"rename","from":"/clinton","to":"/hillary"}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let (code, _, err) = r.run(&["produce", "--wait", "120", "--jsonl", jsonl.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+    assert!(err.contains("4 rename(s) across top-level directories"), "{err}");
+    // No further wait: --wait covers the destinations too.
+    let (moves, _) = assert_matches_topic_model(&r.cfg, &r.index);
+    assert_eq!(moves, 4, "every cross-key rename moved files");
+    assert!(paths(&r.index, "/clinton").is_empty());
+    assert!(paths(&r.index, "/bill").is_empty());
+    let william = paths(&r.index, "/william");
+    // d1 of /clinton (6 files) and of /bill (file1) less file51, the 20 of
+    // /bill, and the late upsert at the moved directory.
+    assert_eq!(william.len(), 6 - 1 + 20 + 1, "{william:?}");
+    assert!(william.contains(&s("/william/d1/late.txt")));
+    assert!(william.contains(&s("/william/d1/file101.txt")), "a /clinton file moved twice: {william:?}");
+    assert_eq!(paths(&r.index, "/hillary").len(), 300 - 6 + 1);
+    // The documents went to the partition of their key, as the producer's
+    // partitioner would have put them.
+    for (p, log) in read_topic(&r.cfg).iter().enumerate() {
+        for (_, m) in log {
+            if let Decoded::Move(m) = m {
+                assert_eq!(partition_of(m.key(), 4), p as i32, "{} -> {} landed in partition {p}", m.from, m.to);
+            }
+        }
+    }
+    let text = w.http_get("/metrics").1;
+    assert_eq!(metric(&text, "denorm_moves_total", &[("side", "source"), ("outcome", "sent")]), 4.0);
+    assert_eq!(metric(&text, "denorm_moves_total", &[("side", "destination"), ("outcome", "completed")]), 4.0);
+    assert!(metric(&text, "denorm_move_seconds_count", &[]) >= 4.0, "{text}");
+}
+
+#[test]
+fn a_move_spanning_several_messages_holds_the_destinations_later_commands_until_it_completes() {
+    let r = Rig::new(3);
+    let dst = tree_outside("dst", 3, &["/src"]);
+    // Small messages: the move's 60 files take several.
+    let w = r.worker(&["--max-message-bytes", "2048"]);
+    produce(&r.cfg, files_under("m", "/src/a", 60));
+    wait_applied_by(&r.cfg, &r.group, 60, &[&w]);
+    r.on_fault("move.pause-between-chunks", "");
+    produce(&r.cfg, vec![rename("/src/a", &format!("{dst}/x"))]);
+    assert!(w.wait_for_log("paused between a move's chunks", Duration::from_secs(60)), "{}", w.log());
+    // Two commands of the destination land between its first chunk and the
+    // others: they wait for the whole move, so they see all of it.
+    produce(
+        &r.cfg,
+        vec![
+            rename(&format!("{dst}/x"), &format!("{dst}/y")),
+            Command::UpsertFile { id: s("late"), path: format!("{dst}/x/late.txt"), contents: s("late") },
+        ],
+    );
+    wait_metric(&w, "denorm_moves_waiting_messages", &[], 2.0);
+    assert_eq!(metric_of(&w, "denorm_moves_in_flight", &[]), 1.0);
+    r.off_fault("move.pause-between-chunks");
+    wait_applied_by(&r.cfg, &r.group, 64, &[&w]);
+    let (moves, chunked) = assert_matches_topic_model(&r.cfg, &r.index);
+    assert_eq!((moves, chunked), (1, 1));
+    assert_eq!(paths(&r.index, &format!("{dst}/y")).len(), 60, "the rename at the destination saw only part of the move");
+    assert_eq!(paths(&r.index, &format!("{dst}/x")), vec![format!("{dst}/x/late.txt")]);
+    assert!(paths(&r.index, "/src").is_empty());
+    assert_eq!(metric_of(&w, "denorm_moves_waiting_messages", &[]), 0.0);
+    assert_eq!(metric_of(&w, "denorm_moves_in_flight", &[]), 0.0);
+}
+
+#[test]
+fn a_source_that_crashes_after_handing_its_documents_over_sends_them_again_and_the_destination_ignores_the_resend() {
+    let r = Rig::new(3);
+    // Static membership: the restarted worker takes the partitions back at
+    // once.
+    let args: &[&str] = &["--instance-id", "crashing", "--session-timeout-ms", "60000"];
+    let w = r.worker(args);
+    produce(&r.cfg, files_under("a", "/a/x", 40));
+    wait_applied_by(&r.cfg, &r.group, 40, &[&w]);
+    r.on_fault("move.crash-after-send", "");
+    produce(&r.cfg, vec![rename("/a/x", "/b/x"), Command::UpsertFile { id: s("after"), path: s("/b/x/after.txt"), contents: s("") }]);
+    let (status, log) = w.wait_exit(Duration::from_secs(60));
+    assert!(!status.success() && log.contains("crashing after a move's documents were handed over"), "{status:?}\n{log}");
+    r.off_fault("move.crash-after-send");
+    let w = r.worker(args);
+    wait_applied_by(&r.cfg, &r.group, 42, &[&w]);
+    // The documents were written twice; the index has each once, where the
+    // model puts it.
+    let sent: usize = read_topic(&r.cfg).iter().flatten().filter(|(_, m)| matches!(m, Decoded::Move(_))).count();
+    assert_eq!(sent, 2, "one chunk per attempt");
+    assert_matches_topic_model(&r.cfg, &r.index);
+    assert_eq!(paths(&r.index, "/b/x").len(), 41);
+    assert_eq!(metric_of(&w, "denorm_moves_total", &[("side", "destination"), ("outcome", "duplicate")]), 1.0, "{}", w.log());
+}
+
+#[test]
+fn moves_crossing_in_opposite_directions_at_once_complete_without_deadlock() {
+    let r = Rig::new(4);
+    let right = tree_outside("right", 4, &["/left"]);
+    let w = r.worker(&[]);
+    let mut seed = files_under("l", "/left/p", 30);
+    seed.extend(files_under("r", &format!("{right}/q"), 30));
+    produce(&r.cfg, seed);
+    // Each round, two producers at once: a subtree each way.
+    let rounds = 5;
+    let (a, b) = (s("/left/p"), format!("{right}/q"));
+    for round in 0..rounds {
+        // Each onto the path the other moves away: a swap or a merge,
+        // whichever order the two sources' logs give.
+        let pair = [(a.clone(), b.clone()), (b.clone(), a.clone())];
+        let threads: Vec<_> = pair
+            .into_iter()
+            .map(|(from, to)| {
+                let (cfg, group) = (r.cfg.clone(), r.group.clone());
+                std::thread::spawn(move || {
+                    rt().block_on(async {
+                        let p = denorm::produce::Producer::new(&cfg).unwrap();
+                        p.send_ordered(&cfg, &group, vec![rename(&from, &to)], 1, Duration::from_secs(60), |_| {}).await.map(|_| ())
+                    })
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap().unwrap_or_else(|e| panic!("round {round}: {e}\n{}", w.log()));
+        }
+    }
+    wait_applied_by(&r.cfg, &r.group, 60 + 2 * rounds, &[&w]);
+    let (moves, _) = assert_matches_topic_model(&r.cfg, &r.index);
+    assert!(moves >= rounds, "{moves} moves");
+    assert_eq!(dump(&r.index).len(), 60, "no document lost or duplicated");
+}
+
+#[test]
+fn a_move_out_of_a_parked_tree_waits_with_it_and_one_into_a_parked_tree_is_applied_anyway() {
+    let r = Rig::new(3);
+    let w = r.worker(&[]);
+    produce(&r.cfg, files_under("s", "/src/a", 10));
+    wait_applied_by(&r.cfg, &r.group, 10, &[&w]);
+    // Park both trees: an upsert of each is refused by the index.
+    r.on_fault("index.reject", "/src\n/dst\n");
+    produce(
+        &r.cfg,
+        vec![
+            Command::UpsertFile { id: s("bad1"), path: s("/src/bad.txt"), contents: s("") },
+            Command::UpsertFile { id: s("bad2"), path: s("/dst/bad.txt"), contents: s("") },
+        ],
+    );
+    wait_applied_by(&r.cfg, &r.group, 12, &[&w]);
+    r.off_fault("index.reject");
+    produce(
+        &r.cfg,
+        vec![
+            // Out of the parked /src: waits in the dead-letter topic with
+            // /src's other commands.
+            rename("/src/a", "/other/a"),
+            Command::UpsertFile { id: s("o1"), path: s("/other/o1.txt"), contents: s("") },
+        ],
+    );
+    wait_applied_by(&r.cfg, &r.group, 14, &[&w]);
+    assert_eq!(paths(&r.index, "/src/a").len(), 10, "a parked source keeps its files");
+    assert_eq!(paths(&r.index, "/other").len(), 1);
+    // Into the parked /dst: the documents arrive anyway; /dst's own later
+    // commands stay parked.
+    produce(
+        &r.cfg,
+        vec![
+            Command::UpsertFile { id: s("o2"), path: s("/other/b/o2.txt"), contents: s("") },
+            rename("/other/b", "/dst/b"),
+            Command::UpsertFile { id: s("d1"), path: s("/dst/d1.txt"), contents: s("") },
+        ],
+    );
+    wait_applied_by(&r.cfg, &r.group, 18, &[&w]);
+    assert_eq!(paths(&r.index, "/dst"), vec![s("/dst/b/o2.txt")]);
+    // The operator reprocesses: /src's rename moves its files now, /dst's
+    // commands apply after the move.
+    let (code, _, err) = r.run(&["dlq", "reprocess"]);
+    assert_eq!(code, 0, "{err}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while paths(&r.index, "/other/a").len() < 10 || paths(&r.index, "/dst/d1.txt").is_empty() {
+        assert!(Instant::now() < deadline, "reprocessing did not finish:\n{}", w.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(paths(&r.index, "/src/a").is_empty());
+    assert_eq!(paths(&r.index, "/dst").len(), 3, "{:?}", paths(&r.index, "/dst"));
+}
