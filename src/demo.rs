@@ -87,6 +87,18 @@ pub fn race() -> (Command, Command) {
     )
 }
 
+/// The demo's renames across top-level directories: a subtree moved to
+/// another tree, a directory moved to another tree, and a whole tree
+/// renamed.
+pub fn moves() -> Vec<Command> {
+    let r = |from: &str, to: &str| Command::RenamePath { from: from.into(), to: to.into() };
+    vec![
+        r("/hillary/projects", "/bill/hillary-projects"),
+        r("/clinton/work/elasticsearch", "/chelsea/elasticsearch"),
+        r("/al", "/albert"),
+    ]
+}
+
 /// Renames of `n` users (user 1 and the next most prolific ones).
 pub fn user_renames(n: usize, seed: u64) -> Vec<Command> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0xD15EA5E);

@@ -257,6 +257,39 @@ pub fn wait_for_deliveries(
     }
 }
 
+/// Every message of the topic from its start to its end as of now,
+/// decoded, partition by partition in log order (the demo's and the tests'
+/// model checks). Blocking.
+pub fn read_topic(cfg: &KafkaConfig, codec: &crate::codec::Codec) -> Result<Vec<Vec<(i64, crate::codec::Decoded)>>, String> {
+    use rdkafka::message::Message;
+    let partitions = cfg.topic_partitions().map_err(|e| e.to_string())?.ok_or_else(|| format!("no topic {}", cfg.topic))?;
+    let mut c = cfg.client_config();
+    c.set("group.id", "denorm-reader").set("enable.auto.commit", "false");
+    let consumer: BaseConsumer = c.create().map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for p in 0..partitions {
+        let (low, high) = consumer.fetch_watermarks(&cfg.topic, p, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&cfg.topic, p, Offset::Offset(low)).map_err(|e| e.to_string())?;
+        consumer.assign(&tpl).map_err(|e| e.to_string())?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let (mut msgs, mut next) = (Vec::new(), low);
+        while next < high {
+            if std::time::Instant::now() >= deadline {
+                return Err(format!("reading partition {p} of {} timed out at offset {next} of {high}", cfg.topic));
+            }
+            if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+                let m = m.map_err(|e| e.to_string())?;
+                next = m.offset() + 1;
+                let decoded = codec.decode_message(m.payload().unwrap_or_default()).map_err(|e| format!("partition {p} offset {}: {e}", m.offset()))?;
+                msgs.push((m.offset(), decoded));
+            }
+        }
+        out.push(msgs);
+    }
+    Ok(out)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum WaitError {
     #[error("timed out waiting for the group to apply everything ({})", pending(.0))]

@@ -95,6 +95,72 @@ impl Model {
     }
 }
 
+/// What [`serialized`] found in the logs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Moves {
+    /// Cross-key renames whose files arrived at their destination.
+    pub arrived: usize,
+    /// Those whose files took more than one message.
+    pub chunked: usize,
+}
+
+/// The reference model of a topic's partitions (each a list of `(offset,
+/// message)` in log order) in the order the system serialized them: each
+/// partition's messages in log order, a rename across top-level
+/// directories split into its two halves: its files leave at the rename's
+/// place in the source's log and arrive at the place of the first message
+/// carrying them in the destination's log (resends are ignored). The files
+/// that arrive are the model's own, computed when they left, not the
+/// messages'. Control messages are not modelled (an error).
+pub fn serialized(logs: &[Vec<(i64, crate::codec::Decoded)>]) -> Result<(Model, Moves), String> {
+    use crate::codec::Decoded;
+    let mut m = Model::default();
+    let mut cursor = vec![0usize; logs.len()];
+    let mut left: BTreeMap<(i32, i64), Vec<(String, String, String)>> = BTreeMap::new();
+    let mut arrived = std::collections::BTreeSet::new();
+    let mut chunked = std::collections::BTreeSet::new();
+    loop {
+        let mut progress = false;
+        for (p, log) in logs.iter().enumerate() {
+            while let Some((offset, msg)) = log.get(cursor[p]) {
+                match msg {
+                    Decoded::Command(e) => match (&e.command, e.command.destination_key()) {
+                        (Command::RenamePath { from, to }, Some(_)) => {
+                            left.insert((p as i32, *offset), m.move_out(from, to));
+                        }
+                        (c, _) => m.apply(c),
+                    },
+                    Decoded::Move(mv) => {
+                        if mv.chunk > 0 {
+                            chunked.insert(mv.source());
+                        }
+                        if !arrived.contains(&mv.source()) {
+                            // Not left its source yet in this order: wait.
+                            let Some(files) = left.remove(&mv.source()) else { break };
+                            m.move_in(files);
+                            arrived.insert(mv.source());
+                        }
+                    }
+                    Decoded::Control(_) => return Err(format!("partition {p} offset {offset}: a control message, which the model does not cover")),
+                }
+                cursor[p] += 1;
+                progress = true;
+            }
+        }
+        if cursor.iter().zip(logs).all(|(c, l)| *c == l.len()) {
+            break;
+        }
+        if !progress {
+            return Err(format!("no order of the partitions' logs lets every move arrive after it left (stuck at {cursor:?})"));
+        }
+    }
+    // A move none of whose files arrived must have moved nothing.
+    if let Some((source, files)) = left.iter().find(|(_, f)| !f.is_empty()) {
+        return Err(format!("the move at {source:?} left with {} files that never arrived", files.len()));
+    }
+    Ok((m, Moves { arrived: arrived.len(), chunked: chunked.len() }))
+}
+
 /// Compares two document sets (any order, bookkeeping ignored) and describes
 /// up to `max` differences. Empty means equal.
 pub fn diff(expected: Vec<Doc>, actual: Vec<Doc>, max: usize) -> Vec<String> {

@@ -51,7 +51,7 @@ fn dashboard_queries_name_exported_metrics() {
         }
     }
     // The dashboard covers what the issue asks for.
-    for needed in ["denorm_consumer_lag_messages", "denorm_consumer_lag_seconds", "denorm_commands_total", "denorm_command_documents", "denorm_es_bulk_request_seconds", "denorm_es_retries_total"] {
+    for needed in ["denorm_consumer_lag_messages", "denorm_consumer_lag_seconds", "denorm_commands_total", "denorm_command_documents", "denorm_es_bulk_request_seconds", "denorm_es_retries_total", "denorm_moves_total", "denorm_moves_in_flight", "denorm_moves_waiting_messages", "denorm_move_seconds"] {
         assert!(used.contains(needed), "dashboard lacks {needed}");
     }
 }

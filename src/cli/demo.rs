@@ -19,7 +19,7 @@ use crate::http::Health;
 use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 use crate::index::{FileQuery, PostQuery, SearchIndex};
 use crate::kafka::{self, KafkaConfig};
-use crate::model::{self, Model};
+use crate::model;
 use crate::produce::{Delivery, Producer};
 use crate::worker::{self, Stats, WorkerConfig};
 use crate::demo;
@@ -40,7 +40,7 @@ pub struct DemoArgs {
 }
 
 fn step(n: u32, text: &str) {
-    eprintln!("[{n}/6] {text}");
+    eprintln!("[{n}/7] {text}");
 }
 
 pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
@@ -133,22 +133,39 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
         big_docs as f64 / (big_us as f64 / 1e6).max(1e-9)
     );
 
+    step(5, "moves between trees: /hillary/projects -> /bill/hillary-projects, the README's directory to /chelsea, /al renamed /albert");
+    let moves = demo::moves();
+    let t = Instant::now();
+    let (deliveries, _) = producer.send_ordered(&kafka, &group, moves.clone(), 1000, Duration::from_secs(a.timeout_secs), |_| {}).await?;
+    log.extend(deliveries.into_iter().zip(moves));
+    check_retained(&kafka)?;
+    wait(&kafka, &group, log.len(), a.timeout_secs, "moving").await?;
+    eprintln!("      {} renames across top-level directories, each acknowledged once its source had applied it; all applied in {:.1}s", demo::moves().len(), t.elapsed().as_secs_f64());
+
     shutdown.store(true, Ordering::SeqCst);
     for w in workers {
         w.join().map_err(|_| anyhow::anyhow!("a worker panicked"))?.context("worker failed")?;
     }
     drop(producer);
+    // The model is computed from the topic itself, in the order the
+    // partitions' logs serialized the commands and the moves.
+    let logs = tokio::task::spawn_blocking({
+        let k = kafka.clone();
+        move || kafka::read_topic(&k, &crate::codec::Codec::new())
+    })
+    .await?
+    .map_err(|e| anyhow::anyhow!("reading the topic back: {e}"))?;
     drop(cluster);
 
-    step(5, "example searches");
+    step(6, "example searches");
     let index = EmbeddedIndex::open_existing(&dir)?;
     let search = index.search()?;
     let mut n = 0;
     search.files(&FileQuery { under: Some("/clinton/work".into()), ..Default::default() }, 0, &mut |_| n += 1)?;
     println!("  files anywhere under /clinton/work: {n}");
     let mut hits = Vec::new();
-    search.files(&FileQuery { text: Some("elasticsearch project".into()), dir: Some("/clinton/work/elasticsearch".into()), ..Default::default() }, 3, &mut |f| hits.push(f.full_path()))?;
-    println!("  'elasticsearch project' in /clinton/work/elasticsearch: {hits:?}");
+    search.files(&FileQuery { text: Some("elasticsearch project".into()), dir: Some("/chelsea/elasticsearch".into()), ..Default::default() }, 3, &mut |f| hits.push(f.full_path()))?;
+    println!("  'elasticsearch project' in /chelsea/elasticsearch (moved from /clinton/work): {hits:?}");
     let mut posts = Vec::new();
     search.posts(&PostQuery { text: Some("relationships".into()), author: Some("John".into()) }, 3, &mut |p| posts.push(format!("{} by {}", p.title, p.user.name)))?;
     println!("  posts about relationships by someone called John: {posts:?}");
@@ -157,12 +174,13 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
         println!("  author {:?} (best score {:.2}): {:?}", g.author, g.best_score, g.posts.iter().map(|p| &p.title).collect::<Vec<_>>());
     }
 
-    step(6, "comparing the whole index with the reference model of the log");
-    log.sort_by_key(|(d, _)| (d.partition, d.offset));
-    let mut m = Model::default();
-    for (_, c) in &log {
-        m.apply(c);
-    }
+    let mut moved = 0;
+    search.files(&FileQuery { under: Some("/albert".into()), ..Default::default() }, 0, &mut |_| moved += 1)?;
+    println!("  files under /albert (renamed from /al): {moved}");
+
+    step(7, "comparing the whole index with the reference model of the log");
+    let (m, moves) = model::serialized(&logs).map_err(|e| anyhow::anyhow!("the reference model: {e}"))?;
+    println!("  cross-key renames that moved files: {}", moves.arrived);
     let expected = m.docs();
     let mut actual = Vec::new();
     search.dump(&mut |d| actual.push(d))?;

@@ -30,7 +30,8 @@ impl DeadLetterWriter {
     /// from `cfg.topic`.
     pub fn new(cfg: &KafkaConfig, topic: &str, partitions: i32) -> Result<Self, KafkaError> {
         let timeout = DELIVERY_TIMEOUT.as_millis().to_string();
-        let c = cfg.producer_config(&[("linger.ms", "0"), ("message.timeout.ms", &timeout)]);
+        // lz4: a cross-key move's documents are large, repetitive messages.
+        let c = cfg.producer_config(&[("linger.ms", "0"), ("message.timeout.ms", &timeout), ("compression.type", "lz4")]);
         Ok(DeadLetterWriter { producer: c.create()?, topic: topic.into(), origin_topic: cfg.topic.clone(), partitions })
     }
 

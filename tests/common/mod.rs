@@ -2,7 +2,6 @@
 //! (tansu), worker processes, produce/wait/dump helpers.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -468,101 +467,25 @@ pub fn wait_ready_status(worker: &Worker, want: &str) -> String {
     }
 }
 
-/// What a topic holds, partition by partition, from its start to its end
-/// as of now: each message decoded (commands, and the moves workers wrote).
-pub fn read_topic(cfg: &KafkaConfig) -> Vec<Vec<(i64, denorm::codec::Decoded)>> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::message::Message;
-    let partitions = cfg.topic_partitions().unwrap().expect("the topic exists");
-    let mut c = cfg.client_config();
-    c.set("group.id", unique("reader")).set("enable.auto.commit", "false").set("auto.offset.reset", "earliest");
-    let consumer: BaseConsumer = c.create().unwrap();
-    let codec = denorm::codec::Codec::new();
-    let mut out = Vec::new();
-    for p in 0..partitions {
-        let (low, high) = consumer.fetch_watermarks(&cfg.topic, p, Duration::from_secs(10)).unwrap();
-        let mut tpl = rdkafka::TopicPartitionList::new();
-        tpl.add_partition_offset(&cfg.topic, p, rdkafka::Offset::Offset(low)).unwrap();
-        consumer.assign(&tpl).unwrap();
-        let mut msgs = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut next = low;
-        while next < high {
-            assert!(Instant::now() < deadline, "reading partition {p} of {} timed out at {next} of {high}", cfg.topic);
-            if let Some(m) = consumer.poll(Duration::from_millis(200)) {
-                let m = m.unwrap();
-                next = m.offset() + 1;
-                let decoded = codec.decode_message(m.payload().unwrap()).unwrap_or_else(|e| panic!("partition {p} offset {}: {e}", m.offset()));
-                msgs.push((m.offset(), decoded));
-            }
-        }
-        out.push(msgs);
-    }
-    out
-}
-
-/// The reference model of everything in the topic, in the order the system
-/// serialized it: each partition's messages in log order, a rename across
-/// top-level directories split into its two halves (the files leave at the
-/// rename's place in the source's log, and arrive at the place of the first
-/// chunk of its documents in the destination's log; resends are ignored).
-/// The files that arrive are the model's own, not the message's. Also
-/// returns the number of cross-key renames that moved something, and of
-/// those whose documents took more than one message.
+/// The reference model of everything in the topic, in the order the
+/// system serialized it (see [`model::serialized`]): (model, cross-key
+/// renames that moved files, those in several messages).
 pub fn model_of_topic(cfg: &KafkaConfig) -> (Model, usize, usize) {
-    use denorm::codec::Decoded;
-    let logs = read_topic(cfg);
-    let mut m = Model::default();
-    let mut cursor = vec![0usize; logs.len()];
-    let mut left: BTreeMap<(i32, i64), Vec<(String, String, String)>> = BTreeMap::new();
-    let mut arrived = std::collections::BTreeSet::new();
-    let mut chunked = std::collections::BTreeSet::new();
-    loop {
-        let mut progress = false;
-        for (p, log) in logs.iter().enumerate() {
-            while let Some((offset, msg)) = log.get(cursor[p]) {
-                match msg {
-                    Decoded::Command(e) => match (&e.command, e.command.destination_key()) {
-                        (Command::RenamePath { from, to }, Some(_)) => {
-                            left.insert((p as i32, *offset), m.move_out(from, to));
-                        }
-                        (c, _) => m.apply(c),
-                    },
-                    Decoded::Move(mv) => {
-                        if mv.chunk > 0 {
-                            chunked.insert(mv.source());
-                        }
-                        if !arrived.contains(&mv.source()) {
-                            // Not left its source yet in this order: wait.
-                            let Some(files) = left.remove(&mv.source()) else { break };
-                            m.move_in(files);
-                            arrived.insert(mv.source());
-                        }
-                    }
-                    Decoded::Control(_) => panic!("a control message in partition {p}: not modelled"),
-                }
-                cursor[p] += 1;
-                progress = true;
-            }
-        }
-        if cursor.iter().zip(&logs).all(|(c, l)| *c == l.len()) {
-            break;
-        }
-        assert!(progress, "no order of the partitions' logs lets every move arrive after it left: {cursor:?}");
-    }
-    // A move whose files never arrived (none to move writes no chunk) must
-    // have moved nothing.
-    for (source, files) in &left {
-        assert!(files.is_empty(), "the move at {source:?} left with {} files that never arrived", files.len());
-    }
-    (m, arrived.len(), chunked.len())
+    let logs = kafka::read_topic(cfg, &denorm::codec::Codec::new()).unwrap();
+    let (m, moves) = model::serialized(&logs).unwrap();
+    (m, moves.arrived, moves.chunked)
 }
 
-/// Asserts that the index equals [`model_of_topic`].
-/// Returns the move counts of [`model_of_topic`].
+/// Asserts that the index equals [`model_of_topic`]; returns its move
+/// counts.
 pub fn assert_matches_topic_model(cfg: &KafkaConfig, index: &Path) -> (usize, usize) {
     let (m, moves, chunked) = model_of_topic(cfg);
     let diffs = model::diff(m.docs(), dump(index), 20);
     assert!(diffs.is_empty(), "index differs from the model:\n{}", diffs.join("\n"));
     (moves, chunked)
+}
+
+/// Every message of the topic, decoded, partition by partition.
+pub fn read_topic(cfg: &KafkaConfig) -> Vec<Vec<(i64, denorm::codec::Decoded)>> {
+    kafka::read_topic(cfg, &denorm::codec::Codec::new()).unwrap()
 }
