@@ -1,5 +1,5 @@
 //! Renames that cross ordering keys: the messages and rules of the move
-//! protocol (see docs/design/cross-key.md). No I/O.
+//! protocol (see docs/cross-key.md). No I/O.
 //!
 //! A rename whose `from` and `to` lie under different top-level directories
 //! is keyed by its source. The source's worker, applying it in the source's

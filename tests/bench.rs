@@ -43,14 +43,20 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
         assert!((ratio - rate / baseline).abs() < 1e-9, "{phase}: {ratio} != {rate} / {baseline}");
     }
     positive(&r["rename_5000"]["worker_peak_rss_kb"], "peak memory");
+    // The largest tree then moved to another top-level directory, against
+    // the rename within its tree.
+    let (rate, ratio) = (positive(&r["move_5000"]["rate"], "move rate"), positive(&r["move_5000"]["ratio"], "move ratio"));
+    assert!((ratio - rate / positive(&r["rename_5000"]["rate"], "rename rate")).abs() < 1e-9);
     assert_eq!(r["rename_memory"]["large"], 5000);
     // Every probe of the latency phase became searchable and was measured.
     assert_eq!(r["latency"]["commands"], 400);
     let (p50, p99) = (positive(&r["latency"]["p50_ms"], "p50"), positive(&r["latency"]["p99_ms"], "p99"));
     assert!(p50 <= p99, "p50 {p50} > p99 {p99}");
     // The documents the benchmark wrote are in its index.
-    let (code, files, _) = output(denorm().args(["search", "files", "--under", "/r5000/moved", "--limit", "0"]).arg("--index").arg(dir.path().join("work/index")));
+    let search = |under: &str| output(denorm().args(["search", "files", "--under", under, "--limit", "0"]).arg("--index").arg(dir.path().join("work/index")));
+    let (code, files, _) = search("/x5000/moved");
     assert_eq!(code, 0);
     assert_eq!(files.lines().count(), 5000);
-    assert!(files.lines().all(|l| l.starts_with("/r5000/moved/d")), "{files}");
+    assert!(files.lines().all(|l| l.starts_with("/x5000/moved/d")), "{files}");
+    assert_eq!(search("/r5000").1, "", "nothing left at the source");
 }

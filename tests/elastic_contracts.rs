@@ -297,8 +297,11 @@ async fn an_index_from_before_tombstones_gets_their_fields_added() {
     Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
     for kind in [Kind::File, Kind::User, Kind::Post] {
         let mut old = setup::mapping(kind);
-        for field in ["denorm_deleted", "denorm_deleted_at"] {
-            old["properties"].as_object_mut().unwrap().remove(field);
+        // Files from before tombstones and the writing partition; users and
+        // posts from between the two.
+        let gone: &[&str] = if kind == Kind::File { &["denorm_deleted", "denorm_deleted_at", "denorm_partition"] } else { &["denorm_partition"] };
+        for field in gone {
+            old["properties"].as_object_mut().unwrap().remove(*field);
         }
         mount_existing(&server, kind, old).await;
         Mock::given(method("PUT"))
@@ -318,7 +321,11 @@ async fn an_index_from_before_tombstones_gets_their_fields_added() {
     setup::ensure(&client, "denorm").await.unwrap();
     let puts: Vec<Value> = server.received_requests().await.unwrap().iter().filter(|r| r.url.path().ends_with("/_mapping") && r.method.as_str() == "PUT").map(|r| serde_json::from_slice(&r.body).unwrap()).collect();
     assert_eq!(puts.len(), 3);
-    assert_eq!(puts[0], json!({"properties": {"denorm_deleted": {"type": "boolean"}, "denorm_deleted_at": {"type": "date", "format": "epoch_millis"}}}));
+    assert_eq!(
+        puts[0],
+        json!({"properties": {"denorm_deleted": {"type": "boolean"}, "denorm_deleted_at": {"type": "date", "format": "epoch_millis"}, "denorm_partition": {"type": "integer"}}})
+    );
+    assert_eq!(puts[1], json!({"properties": {"denorm_partition": {"type": "integer"}}}), "only what is missing");
     server.verify().await;
 }
 
@@ -1824,6 +1831,92 @@ mod review {
                 .collect();
             let diffs = denorm::model::diff(model.docs(), actual, 10);
             assert!(diffs.is_empty(), "seed {seed}: the documents differ from the model:\n{}", diffs.join("\n"));
+        }
+    }
+
+    /// Issue 13 on Elasticsearch, where partitions share documents: a
+    /// file moved from partition 0's tree to partition 1's. Offsets of the
+    /// source are far above the destination's, so any comparison of
+    /// positions across partitions would show. In both orders of the
+    /// source's delete and the destination's write, with a resend of the
+    /// move's documents after a later command of the destination, and a
+    /// redelivered write of the source from before the move, the store ends
+    /// equal to the model; the source keeps what it did not move.
+    #[test]
+    fn a_move_between_two_partitions_survives_either_order_resends_and_a_stale_source_write() {
+        use denorm::apply::{move_in, move_out, remove_moved};
+        use denorm::index::elastic::docs::{from_source, is_tombstone};
+        use denorm::index::{Checkpoint, Doc};
+        use denorm::moves::MoveIn;
+        for delete_first in [false, true] {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            let server = rt.block_on(MockServer::start());
+            let scans = Scans::default();
+            rt.block_on(async {
+                scans.store.mount(&server).await;
+                Mock::given(path_regex(r"^/([a-z0-9-]+/(_refresh|_pit|_delete_by_query)|_pit|_search)$")).respond_with(scans.clone()).with_priority(1).mount(&server).await;
+            });
+            let b = backend(&server, &rt);
+            let (mut src, mut dst) = (b.open_shard(0).unwrap(), b.open_shard(1).unwrap());
+            let upsert = |id: &str, path: &str| Command::UpsertFile { id: id.into(), path: path.into(), contents: format!("{id} at {path}") };
+            let mut model = denorm::model::Model::default();
+            let run = |shard: &mut Box<dyn denorm::index::Shard + Send>, c: Command, pos: u64, model: &mut denorm::model::Model| {
+                apply(shard.as_mut(), &c, pos, FanOut::pages_of(2)).unwrap();
+                shard.mark_applied(Checkpoint::new(pos, pos));
+                model.apply(&c);
+            };
+            for i in 0..5 {
+                run(&mut src, upsert(&format!("f{i}"), &format!("/s/a/{i}.txt")), 100 + i, &mut model);
+            }
+            run(&mut src, upsert("k", "/s/keep/k.txt"), 105, &mut model);
+            src.commit().unwrap();
+            run(&mut dst, upsert("g", "/d/a/g.txt"), 1, &mut model);
+            dst.commit().unwrap();
+            // The move: /s/a -> /d/a, the rename at offset 106 of partition
+            // 0, its documents at offset 2 of partition 1.
+            let files = move_out(src.as_mut(), "/s/a", "/d/a", 106, FanOut::pages_of(2)).unwrap();
+            assert_eq!(files.len(), 5);
+            let mv = MoveIn { move_id: "m".into(), source_partition: 0, source_offset: 106, from: "/s/a".into(), to: "/d/a".into(), chunk: 0, last: true, issued_at: 0, files: files.clone() };
+            let left = model.move_out("/s/a", "/d/a");
+            let remove = |src: &mut Box<dyn denorm::index::Shard + Send>| {
+                assert_eq!(remove_moved(src.as_mut(), &files, "/s/a", 106).unwrap(), if delete_first { 5 } else { 0 }, "deleted only where not taken over yet");
+                src.mark_applied(Checkpoint::new(106, 106));
+                src.commit().unwrap();
+            };
+            if delete_first {
+                remove(&mut src);
+            }
+            assert_eq!(move_in(dst.as_mut(), &mv, 2).unwrap(), 5, "the source's copy or tombstone is replaced whatever its position");
+            dst.mark_applied(Checkpoint::new(2, 2));
+            dst.commit().unwrap();
+            model.move_in(left);
+            if !delete_first {
+                remove(&mut src);
+            }
+            // Later at the destination: a rename of the moved directory; then
+            // the move's documents sent again (a source that crashed before
+            // committing) change nothing.
+            run(&mut dst, Command::RenamePath { from: "/d/a".into(), to: "/d/b".into() }, 3, &mut model);
+            assert_eq!(move_in(dst.as_mut(), &mv, 2).unwrap(), 0, "a resend cannot bring back the old paths");
+            dst.commit().unwrap();
+            // The source redelivers an upsert from before the move (its
+            // checkpoint was older): the document is the destination's now.
+            apply(src.as_mut(), &upsert("f0", "/s/a/0.txt"), 100, FanOut::pages_of(2)).unwrap();
+            apply(src.as_mut(), &Command::DeleteFile { id: "f1".into(), path: "/s/a/1.txt".into() }, 101, FanOut::pages_of(2)).unwrap();
+            src.commit().unwrap();
+            let actual: Vec<Doc> = scans
+                .store
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|((index, _), (v, _))| index == "denorm-files-g0" && !is_tombstone(v))
+                .map(|(_, (v, _))| from_source(Kind::File, v))
+                .collect();
+            let diffs = denorm::model::diff(model.docs(), actual, 10);
+            assert!(diffs.is_empty(), "delete first: {delete_first}: the documents differ from the model:\n{}", diffs.join("\n"));
+            let f0 = scans.store.get("denorm-files-g0", "f0").unwrap();
+            assert_eq!((f0["denorm_partition"].as_i64(), f0["path"].as_str()), (Some(1), Some("/d/b")), "{f0}");
         }
     }
 

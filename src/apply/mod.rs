@@ -105,13 +105,7 @@ pub fn remove_moved<S: Shard + ?Sized>(shard: &mut S, files: &[crate::moves::Mov
 pub fn move_in<S: Shard + ?Sized>(shard: &mut S, m: &crate::moves::MoveIn, pos: u64) -> Result<u64, IndexError> {
     let mut n = 0;
     for d in m.docs(pos) {
-        // Where documents are shared (Elasticsearch), the source's copy may
-        // still be there: it is replaced, whatever its position.
-        let source_copy = matches!(shard.get(Kind::File, d.id())?, Some(Doc::File(cur)) if path::is_within(&cur.full_path(), &m.from));
-        n += match source_copy {
-            true => shard.put(d).map(|()| 1)?,
-            false => put_guarded(shard, d)?,
-        };
+        n += shard.take_over(d)?;
     }
     Ok(n)
 }
@@ -122,7 +116,9 @@ fn newer(pos: u64, doc_pos: u64) -> bool {
     pos > doc_pos
 }
 
-fn put_guarded<S: Shard + ?Sized>(shard: &mut S, doc: Doc) -> Result<u64, IndexError> {
+/// Writes `doc` unless the shard holds a version at least as new. Returns
+/// the number of documents written.
+pub fn put_guarded<S: Shard + ?Sized>(shard: &mut S, doc: Doc) -> Result<u64, IndexError> {
     match shard.position(doc.kind(), doc.id())? {
         Some(existing) if !newer(doc.pos(), existing) => Ok(0),
         Some(_) => shard.put(doc).map(|_| 1),

@@ -188,6 +188,7 @@ pub async fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
 
     // 3. Directory renames, with the worker's memory.
     let mut renames = Vec::new();
+    let mut rename_rates = Vec::new();
     for &size in &a.renames {
         phase(&format!("rename of {size} files: loading the tree"));
         let files = tree(size);
@@ -226,6 +227,7 @@ pub async fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         let (rate, raw_rate) = (size as f64 / took.as_secs_f64(), size as f64 / raw_secs);
         let rise = peak_anon.saturating_sub(anon_before.unwrap_or(0));
         renames.push((size, peak_anon, rise));
+        rename_rates.push((size, rate));
         rows.push(Row::new(
             format!("rename of a directory of {size} files"),
             format!(
@@ -246,6 +248,27 @@ pub async fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
                    "worker_rss_before_kb": rss_before, "worker_peak_rss_kb": peak, "worker_anon_before_kb": anon_before,
                    "worker_peak_anon_kb": peak_anon, "worker_peak_file_kb": peak_file, "load_seconds": load_secs, "load_rate": size as f64 / load_secs, "cpu": cpu}),
         );
+    }
+    // 4. The largest renamed directory moved to another top-level
+    // directory (another key): the move protocol against the rename within
+    // a tree just measured.
+    if let Some(&(size, within)) = rename_rates.iter().max_by_key(|(size, _)| *size) {
+        phase(&format!("move of {size} files to another top-level directory: denorm run"));
+        let t = Instant::now();
+        producer.send(Command::RenamePath { from: moved_dir(size), to: format!("/x{size}/moved") }).await?;
+        // The source first: once it has applied the rename, the files are in
+        // the destination's partition, whose end is read again.
+        b.wait_applied(&worker, &index_dir, Some(t)).await?;
+        let took = b.wait_applied(&worker, &index_dir, Some(t)).await?;
+        let rate = size as f64 / took.as_secs_f64();
+        rows.push(Row::new(
+            format!("move of a directory of {size} files to another top-level directory"),
+            per_sec(rate, "docs"),
+            format!("rename within the tree {}", per_sec(within, "docs")),
+            Some(rate / within),
+            "",
+        ));
+        results.insert(format!("move_{size}"), json!({"files": size, "seconds": took.as_secs_f64(), "rate": rate, "rename_within_rate": within, "ratio": rate / within}));
     }
     if let (Some(&(small, p0, r0)), Some(&(large, p1, r1))) = (renames.first(), renames.last()) {
         if large > small && p0 > 0 {

@@ -80,6 +80,8 @@ fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig) -> anyhow::Result
     }
     let mut next: HashMap<i32, i64> = (0..partitions).map(|p| (p, 0)).collect();
     let mut copied: u64 = 0;
+    let mut skipped: u64 = 0;
+    let codec = crate::codec::Codec::new();
     loop {
         // Done with the log as of the last look: look again, so that
         // commands written meanwhile are copied too.
@@ -94,6 +96,15 @@ fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig) -> anyhow::Result
         }
         let Some(m) = consumer.poll(Duration::from_millis(100)) else { continue };
         let m = m.context("reading the source topic")?;
+        if m.payload().is_some_and(|p| codec.is_move(p)) {
+            // A cross-key move's documents name a place in the old topic's
+            // logs; the new topic's workers write their own when they apply
+            // the rename.
+            next.insert(m.partition(), m.offset() + 1);
+            skipped += 1;
+            bar.inc(1);
+            continue;
+        }
         let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&to.topic);
         if let Some(k) = m.key() {
             record = record.key(k);
@@ -125,9 +136,10 @@ fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig) -> anyhow::Result
     if written != copied as i64 {
         bail!("copied {copied} commands but {} holds {written}", to.topic);
     }
-    info!(copied, secs = started.elapsed().as_secs_f64(), "topic copied");
+    info!(copied, skipped, secs = started.elapsed().as_secs_f64(), "topic copied");
     println!(
-        "copied {copied} commands from {} ({partitions} partitions) to {} ({} partitions) in {:.1}s, per-key order kept. \
+        "copied {copied} commands from {} ({partitions} partitions) to {} ({} partitions) in {:.1}s, per-key order kept \
+         ({skipped} messages of cross-key moves left out: the new topic's workers write their own). \
          Next: point the producers at {}, run `denorm --topic {} rebuild`, then restart the workers with --topic {}",
         from.topic,
         to.topic,

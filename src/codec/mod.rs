@@ -268,6 +268,13 @@ impl Codec {
         encode_value(&self.control, self.control_fingerprint, value)
     }
 
+    /// Whether `bytes` is a chunk of a cross-key move (by its framing and
+    /// fingerprint, without decoding it).
+    pub fn is_move(&self, bytes: &[u8]) -> bool {
+        let Some(fp) = bytes.get(2..10).and_then(|f| <[u8; 8]>::try_from(f).ok()) else { return false };
+        bytes[..2] == MAGIC && self.known.get(&fp).is_some_and(|k| k.family == Family::Move)
+    }
+
     /// Encodes a chunk of a cross-key move.
     pub fn encode_move(&self, m: &MoveIn) -> Vec<u8> {
         let files = m

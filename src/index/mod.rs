@@ -216,6 +216,14 @@ pub trait Shard {
     fn create(&mut self, doc: Doc) -> Result<(), IndexError> {
         self.put(doc)
     }
+    /// Writes a document a cross-key move brings to this shard's partition
+    /// (see `crate::moves`), unless this partition wrote a newer version.
+    /// Where shards share documents (Elasticsearch), it also replaces the
+    /// source partition's copy or tombstone, whatever its position. Returns
+    /// the number of documents written.
+    fn take_over(&mut self, doc: Doc) -> Result<u64, IndexError> {
+        crate::apply::put_guarded(self, doc)
+    }
     /// Deletes the document, for the command at log position `pos` (a
     /// backend that must resolve a conflicting write uses it to let the
     /// newer of the two win).

@@ -52,7 +52,10 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
     let reject = |reason, detail: String| Err(NotAdmitted::Rejected(Rejection { reason, detail }));
     let payload = match payload {
         None | Some([]) => return reject(reason::EMPTY_PAYLOAD, "the message has no payload".into()),
-        Some(p) if p.len() > max_bytes => {
+        // A cross-key move's documents are written by a worker, in chunks
+        // sized by its own limit: never refused for size here (they are
+        // files its source has given up).
+        Some(p) if p.len() > max_bytes && !codec.is_move(p) => {
             return reject(reason::OVERSIZED, format!("{} bytes, more than the {max_bytes} accepted", p.len()))
         }
         Some(p) => p,
@@ -135,6 +138,14 @@ mod tests {
         }
         assert_eq!(seen.len(), reason::ALL.len(), "every reason is reachable");
         assert!(admit(&c, Some(b"/a"), Some(&good), 1000).is_ok());
+        // A move's documents are never refused for size: a worker wrote them.
+        let files = (0..40).map(|i| crate::moves::MovedFile { id: format!("f{i}"), path: format!("/d/f{i}"), contents: "x".repeat(50) }).collect();
+        let mv = crate::moves::MoveIn { move_id: "m".into(), source_partition: 0, source_offset: 1, from: "/s".into(), to: "/d".into(), chunk: 0, last: true, issued_at: 0, files };
+        let bytes = c.encode_move(&mv);
+        assert!(bytes.len() > 1000);
+        assert!(matches!(admit(&c, Some(b"/d"), Some(&bytes), 1000), Ok(Admitted::Move(_))));
+        let Err(NotAdmitted::Rejected(r)) = admit(&c, Some(b"/s"), Some(&bytes), 1000) else { panic!("a move under the wrong key admitted") };
+        assert_eq!(r.reason, reason::KEY_MISMATCH);
         // Schema-registry framing without a registry: the id is unknown here.
         let framed = crate::codec::registry::frame(7, &c.datum(&Envelope::new(Command::DeleteFile { id: "f".into(), path: "/a/b".into() })));
         let Err(NotAdmitted::Rejected(r)) = admit(&c, Some(b"/a"), Some(&framed), 1000) else { panic!("admitted") };

@@ -112,9 +112,8 @@ struct Applier {
 /// persisted: rebuilt from the log.
 #[derive(Default)]
 struct Incoming {
-    /// The move in flight: its source, the position its documents take, and
-    /// when its rename was issued.
-    active: Option<((i32, i64), u64, i64)>,
+    /// The move in flight: its source, and the position its documents take.
+    active: Option<((i32, i64), u64)>,
     /// Messages that arrived while it was in flight, in log order.
     deferred: Vec<OwnedMessage>,
     /// The newest message handled while it was in flight: marked applied
@@ -691,7 +690,7 @@ impl Applier {
         if let Err(NotAdmitted::Unavailable(e)) = admitted {
             return Err(Halt::Retry(IndexError::Dependency(e)));
         }
-        let in_flight = self.incoming.borrow().active.map(|(source, ..)| source);
+        let in_flight = self.incoming.borrow().active.map(|(source, _)| source);
         if let Some(source) = in_flight {
             if !matches!(&admitted, Ok(Admitted::Move(m)) if m.source() == source) {
                 let mut incoming = self.incoming.borrow_mut();
@@ -743,7 +742,7 @@ impl Applier {
     /// documents (see [`Incoming`] and [`crate::moves::arrival`]).
     fn move_in(&self, shard: &mut dyn Shard, msg: &OwnedMessage, mv: &crate::moves::MoveIn) -> Step<Handled> {
         use crate::moves::Arrival;
-        let in_flight = self.incoming.borrow().active.map(|(source, ..)| source);
+        let in_flight = self.incoming.borrow().active.map(|(source, _)| source);
         let pos = match crate::moves::arrival(shard.received(), in_flight, mv) {
             Arrival::Duplicate => {
                 counter!(m::MOVES_TOTAL, "side" => "destination", "outcome" => "duplicate").increment(1);
@@ -752,7 +751,7 @@ impl Applier {
                 return Ok(Handled::Done { fan_out: false });
             }
             Arrival::Waits => unreachable!("deferred by handle"),
-            Arrival::Continues => self.incoming.borrow().active.map(|(_, pos, _)| pos).expect("in flight"),
+            Arrival::Continues => self.incoming.borrow().active.map(|(_, pos)| pos).expect("in flight"),
             Arrival::Starts => msg.offset() as u64,
         };
         let docs = crate::apply::move_in(shard, mv, pos)?;
@@ -761,7 +760,7 @@ impl Applier {
             let mut incoming = self.incoming.borrow_mut();
             if incoming.active.is_none() {
                 info!(partition = self.partition, offset = msg.offset(), from = %mv.from, to = %mv.to, source = ?mv.source(), "a cross-key move spanning several messages started: the partition's other messages wait for its last chunk");
-                incoming.active = Some((mv.source(), pos, mv.issued_at));
+                incoming.active = Some((mv.source(), pos));
             }
             incoming.latest = Some(checkpoint_of(msg));
             drop(incoming);

@@ -317,7 +317,8 @@ pub async fn ensure(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticE
             if !missing.is_empty() {
                 // An index created before tombstones: adding fields to a
                 // mapping is allowed, once, by a user who may manage it.
-                let properties: serde_json::Map<String, Value> = tombstone_fields().into_iter().map(|(f, m)| (f.to_string(), m)).collect();
+                let properties: serde_json::Map<String, Value> =
+                    tombstone_fields().into_iter().filter(|(f, _)| missing.iter().any(|(m, _, _)| m == f)).map(|(f, m)| (f.to_string(), m)).collect();
                 let r = client
                     .indices()
                     .put_mapping(elasticsearch::indices::IndicesPutMappingParts::Index(&[index.as_str()]))

@@ -272,6 +272,15 @@ pub(crate) async fn get_source(client: &Elasticsearch, index: &str, id: &str) ->
 /// [`ElasticBackend::open_shard`]).
 pub const OWNER_FIELD: &str = "owner";
 
+/// Which rule decides a write's conflicts (see [`ElasticShard::wins_over`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Write {
+    /// A command of this partition: newer positions win.
+    Own,
+    /// A cross-key move's document ([`Shard::take_over`]).
+    TakeOver,
+}
+
 /// What [`ElasticShard::read`] found.
 enum Read {
     /// This writer's uncommitted write (`None`: a delete).
@@ -299,7 +308,7 @@ pub struct ElasticShard {
     meta_id: String,
     /// Buffered writes, with the log position of the command each one
     /// belongs to (what decides a conflict).
-    pending: Vec<(Kind, BulkOp, u64)>,
+    pending: Vec<(Kind, BulkOp, u64, Write)>,
     /// Uncommitted writes, so reads see them (`None`: deleted).
     overlay: HashMap<(Kind, String), Option<Doc>>,
     /// What each document was last read as: `Some(seq)`, or `None` when absent.
@@ -339,13 +348,14 @@ impl ElasticShard {
         v[PARTITION_FIELD].as_i64().is_some_and(|p| p != i64::from(self.partition))
     }
 
-    /// Whether the write of a command at `pos` wins over what is stored:
-    /// over a foreign version a document write always does (the document
-    /// moved to this partition) and a delete never does (it is no longer
-    /// this partition's to delete).
-    fn wins_over(&self, cur: &Value, kind: Kind, pos: u64, is_delete: bool) -> bool {
+    /// Whether a write at `pos` wins over what is stored. Over a foreign
+    /// version only a take-over does (a cross-key move bringing the
+    /// document to this partition): an ordinary write or a delete of this
+    /// partition is older than the move that took the document away (a
+    /// redelivery), or an owner change, which is not handled.
+    fn wins_over(&self, cur: &Value, kind: Kind, pos: u64, write: Write) -> bool {
         if self.foreign(cur) {
-            return !is_delete;
+            return write == Write::TakeOver;
         }
         from_source(kind, cur).pos() < pos
     }
@@ -402,12 +412,12 @@ impl ElasticShard {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let kinds: HashMap<String, (Kind, u64)> =
-            self.pending.iter().map(|(k, op, pos)| (format!("{}/{}", self.target(*k), op.id()), (*k, *pos))).collect();
+        let kinds: HashMap<String, (Kind, u64, Write)> =
+            self.pending.iter().map(|(k, op, pos, w)| (format!("{}/{}", self.target(*k), op.id()), (*k, *pos, *w))).collect();
         // The buffer is dropped only once Elasticsearch has it: after a
         // failure the next commit sends it again (writes are conditional and
         // guarded, so a partial first attempt is harmless).
-        let ops: Vec<BulkOp> = self.pending.iter().map(|(_, op, _)| op.clone()).collect();
+        let ops: Vec<BulkOp> = self.pending.iter().map(|(_, op, _, _)| op.clone()).collect();
         let report = self.b.runtime.block_on(bulk::execute(&self.b.client, ops, self.b.limits, self.b.policy))?;
         self.resolve(report, &kinds, None)?;
         self.pending.clear();
@@ -430,7 +440,7 @@ impl ElasticShard {
     fn resolve(
         &mut self,
         mut report: BulkReport,
-        kinds: &HashMap<String, (Kind, u64)>,
+        kinds: &HashMap<String, (Kind, u64, Write)>,
         mut rule: Option<&mut dyn FnMut(&Doc) -> Option<Doc>>,
     ) -> Result<u64, IndexError> {
         let mut written = report.done as u64;
@@ -445,7 +455,7 @@ impl ElasticShard {
                     BulkOp::Index { index, source, .. } | BulkOp::Create { index, source, .. } => (index.clone(), Some(source.clone())),
                     BulkOp::Delete { index, .. } => (index.clone(), None),
                 };
-                let (kind, pos) = kinds.get(&format!("{index}/{}", op.id())).copied().unwrap_or((Kind::File, 0));
+                let (kind, pos, write) = kinds.get(&format!("{index}/{}", op.id())).copied().unwrap_or((Kind::File, 0, Write::Own));
                 let current = self.b.runtime.block_on(get_source(&self.b.client, &index, op.id()))?;
                 let id = op.id().to_string();
                 match (current, source, rule.as_mut()) {
@@ -459,13 +469,13 @@ impl ElasticShard {
                     // The document a rewrite read is gone: nothing to move.
                     (None, Some(_), Some(_)) => {}
                     (Some((cur, seq)), Some(src), None) => {
-                        if self.wins_over(&cur, kind, pos, false) {
+                        if self.wins_over(&cur, kind, pos, write) {
                             again.push(BulkOp::Index { index, id, source: src, if_seq_no: Some(seq) });
                         }
                     }
                     (None, Some(src), None) => again.push(BulkOp::Create { index, id, source: src }),
                     (Some((cur, seq)), None, _) => {
-                        if self.wins_over(&cur, kind, pos, true) {
+                        if self.wins_over(&cur, kind, pos, Write::Own) {
                             again.push(BulkOp::Delete { index, id, if_seq_no: Some(seq) });
                         }
                     }
@@ -501,20 +511,21 @@ impl Shard for ElasticShard {
 
     /// The position of the document, or of the tombstone a delete left:
     /// a write older than a delete is refused like one older than a write.
-    /// A version another partition wrote has no position here (`None`).
+    /// A version another partition wrote counts as newer than anything
+    /// here (`u64::MAX`).
     fn position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
         match self.read(kind, id)? {
             Read::Overlay(d) => Ok(d.as_ref().map(Doc::pos)),
-            // Another partition's version: as if absent, so that a write
-            // replaces it and a delete leaves it (see `wins_over`).
-            Read::Stored(Some(v)) if self.foreign(&v) => Ok(None),
+            // Another partition's version: newer than anything of this
+            // partition (see `wins_over`); only a take-over replaces it.
+            Read::Stored(Some(v)) if self.foreign(&v) => Ok(Some(u64::MAX)),
             Read::Stored(v) => Ok(v.map(|v| v[POS_FIELD].as_u64().unwrap_or(0))),
         }
     }
 
     fn put(&mut self, doc: Doc) -> Result<(), IndexError> {
         let op = self.write_op(doc.kind(), doc.id(), to_source(&doc));
-        self.pending.push((doc.kind(), op, doc.pos()));
+        self.pending.push((doc.kind(), op, doc.pos(), Write::Own));
         self.overlay.insert((doc.kind(), doc.id().to_string()), Some(doc));
         if self.pending.len() >= self.b.limits.max_docs {
             // Keep the buffer bounded; the overlay stays valid because GETs
@@ -524,10 +535,30 @@ impl Shard for ElasticShard {
         Ok(())
     }
 
+    /// Over another partition's version (the source's copy or its
+    /// tombstone) whatever its position; over this partition's own only
+    /// when older.
+    fn take_over(&mut self, doc: Doc) -> Result<u64, IndexError> {
+        let foreign = match self.read(doc.kind(), doc.id())? {
+            Read::Stored(Some(v)) => self.foreign(&v),
+            _ => false,
+        };
+        if !foreign {
+            return crate::apply::put_guarded(self, doc);
+        }
+        let op = self.write_op(doc.kind(), doc.id(), to_source(&doc));
+        self.pending.push((doc.kind(), op, doc.pos(), Write::TakeOver));
+        self.overlay.insert((doc.kind(), doc.id().to_string()), Some(doc));
+        if self.pending.len() >= self.b.limits.max_docs {
+            self.flush()?;
+        }
+        Ok(1)
+    }
+
     fn delete(&mut self, kind: Kind, id: &str, pos: u64) -> Result<(), IndexError> {
         // A tombstone, not a removal (see `setup::DELETED_FIELD`).
         let op = self.write_op(kind, id, tombstone(id, pos, now_ms()));
-        self.pending.push((kind, op, pos));
+        self.pending.push((kind, op, pos, Write::Own));
         self.overlay.insert((kind, id.to_string()), None);
         Ok(())
     }
@@ -559,7 +590,7 @@ impl Shard for ElasticShard {
                     let mut kinds = HashMap::new();
                     for hit in page {
                         if let Some(new) = rewrite(&from_source(kind, &hit.source)) {
-                            kinds.insert(format!("{index}/{}", hit.id), (kind, new.pos()));
+                            kinds.insert(format!("{index}/{}", hit.id), (kind, new.pos(), Write::Own));
                             ops.push(BulkOp::Index { index: index.clone(), id: hit.id, source: self.stamp(to_source(&new)), if_seq_no: hit.seq });
                         }
                     }
