@@ -1772,6 +1772,25 @@ mod review {
         log
     }
 
+    /// A test server whose documents live in a stateful [`Store`] that
+    /// [`Scans`] can search.
+    fn scans_server(rt: &tokio::runtime::Runtime) -> (MockServer, Scans) {
+        let server = rt.block_on(MockServer::start());
+        let scans = Scans::default();
+        rt.block_on(async {
+            scans.store.mount(&server).await;
+            Mock::given(path_regex(r"^/([a-z0-9-]+/(_refresh|_pit|_delete_by_query)|_pit|_search)$")).respond_with(scans.clone()).with_priority(1).mount(&server).await;
+        });
+        (server, scans)
+    }
+
+    /// The files of generation 0 in the store, tombstones left out.
+    fn live_files(scans: &Scans) -> Vec<denorm::index::Doc> {
+        use denorm::index::elastic::docs::{from_source, is_tombstone};
+        let store = scans.store.0.lock().unwrap();
+        store.iter().filter(|((index, _), (v, _))| index == "denorm-files-g0" && !is_tombstone(v)).map(|(_, (v, _))| from_source(Kind::File, v)).collect()
+    }
+
     /// Issue 11's chaos test: two owners of a partition overlap. The old one
     /// applies and commits part of the log, stages more, stalls; the new
     /// one takes over from the old one's checkpoint and applies the whole
@@ -1782,16 +1801,10 @@ mod review {
     /// the reference model of the whole log, for every seed.
     #[test]
     fn chaos_two_overlapping_owners_leave_the_documents_equal_to_the_model() {
-        use denorm::index::elastic::docs::{from_source, is_tombstone};
-        use denorm::index::{Checkpoint, Doc};
+        use denorm::index::Checkpoint;
         for seed in 0..20 {
             let rt = tokio::runtime::Runtime::new().unwrap();
-            let server = rt.block_on(MockServer::start());
-            let scans = Scans::default();
-            rt.block_on(async {
-                scans.store.mount(&server).await;
-                Mock::given(path_regex(r"^/([a-z0-9-]+/(_refresh|_pit|_delete_by_query)|_pit|_search)$")).respond_with(scans.clone()).with_priority(1).mount(&server).await;
-            });
+            let (server, scans) = scans_server(&rt);
             let b = backend(&server, &rt);
             let log = chaos_log(seed, 90);
             let (committed, stalled, resumed) = (log.len() / 3, log.len() / 2, log.len() / 2 + 6);
@@ -1820,15 +1833,7 @@ mod review {
             assert!(matches!(resumed_result, Err(denorm::index::IndexError::Fenced(_))), "seed {seed}: {resumed_result:?}");
             let mut model = denorm::model::Model::default();
             log.iter().for_each(|c| model.apply(c));
-            let actual: Vec<Doc> = scans
-                .store
-                .0
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|((index, _), (v, _))| index == "denorm-files-g0" && !is_tombstone(v))
-                .map(|(_, (v, _))| from_source(Kind::File, v))
-                .collect();
+            let actual = live_files(&scans);
             let diffs = denorm::model::diff(model.docs(), actual, 10);
             assert!(diffs.is_empty(), "seed {seed}: the documents differ from the model:\n{}", diffs.join("\n"));
         }
@@ -1845,17 +1850,11 @@ mod review {
     #[test]
     fn a_move_between_two_partitions_survives_either_order_resends_and_a_stale_source_write() {
         use denorm::apply::{move_in, move_out, remove_moved};
-        use denorm::index::elastic::docs::{from_source, is_tombstone};
-        use denorm::index::{Checkpoint, Doc};
+        use denorm::index::Checkpoint;
         use denorm::moves::MoveIn;
         for delete_first in [false, true] {
             let rt = tokio::runtime::Runtime::new().unwrap();
-            let server = rt.block_on(MockServer::start());
-            let scans = Scans::default();
-            rt.block_on(async {
-                scans.store.mount(&server).await;
-                Mock::given(path_regex(r"^/([a-z0-9-]+/(_refresh|_pit|_delete_by_query)|_pit|_search)$")).respond_with(scans.clone()).with_priority(1).mount(&server).await;
-            });
+            let (server, scans) = scans_server(&rt);
             let b = backend(&server, &rt);
             let (mut src, mut dst) = (b.open_shard(0).unwrap(), b.open_shard(1).unwrap());
             let upsert = |id: &str, path: &str| Command::UpsertFile { id: id.into(), path: path.into(), contents: format!("{id} at {path}") };
@@ -1904,15 +1903,7 @@ mod review {
             apply(src.as_mut(), &upsert("f0", "/s/a/0.txt"), 100, FanOut::pages_of(2)).unwrap();
             apply(src.as_mut(), &Command::DeleteFile { id: "f1".into(), path: "/s/a/1.txt".into() }, 101, FanOut::pages_of(2)).unwrap();
             src.commit().unwrap();
-            let actual: Vec<Doc> = scans
-                .store
-                .0
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|((index, _), (v, _))| index == "denorm-files-g0" && !is_tombstone(v))
-                .map(|(_, (v, _))| from_source(Kind::File, v))
-                .collect();
+            let actual = live_files(&scans);
             let diffs = denorm::model::diff(model.docs(), actual, 10);
             assert!(diffs.is_empty(), "delete first: {delete_first}: the documents differ from the model:\n{}", diffs.join("\n"));
             let f0 = scans.store.get("denorm-files-g0", "f0").unwrap();
