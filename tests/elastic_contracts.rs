@@ -1869,23 +1869,27 @@ mod review {
             }
             run(&mut src, upsert("k", "/s/keep/k.txt"), 105, &mut model);
             src.commit().unwrap();
+            // A file written before versions recorded their partition.
+            let old = json!({"id": "f9", "name": "9.txt", "path": "/s/a", "contents": "old", "denorm_pos": 99});
+            scans.store.0.lock().unwrap().insert(("denorm-files-g0".into(), "f9".into()), (old, 1));
+            model.apply(&Command::UpsertFile { id: "f9".into(), path: "/s/a/9.txt".into(), contents: "old".into() });
             run(&mut dst, upsert("g", "/d/a/g.txt"), 1, &mut model);
             dst.commit().unwrap();
             // The move: /s/a -> /d/a, the rename at offset 106 of partition
             // 0, its documents at offset 2 of partition 1.
             let files = move_out(src.as_mut(), "/s/a", "/d/a", 106, FanOut::pages_of(2)).unwrap();
-            assert_eq!(files.len(), 5);
+            assert_eq!(files.len(), 6);
             let mv = MoveIn { move_id: "m".into(), source_partition: 0, source_offset: 106, from: "/s/a".into(), to: "/d/a".into(), chunk: 0, last: true, issued_at: 0, files: files.clone() };
             let left = model.move_out("/s/a", "/d/a");
             let remove = |src: &mut Box<dyn denorm::index::Shard + Send>| {
-                assert_eq!(remove_moved(src.as_mut(), &files, "/s/a", 106).unwrap(), if delete_first { 5 } else { 0 }, "deleted only where not taken over yet");
+                assert_eq!(remove_moved(src.as_mut(), &files, "/s/a", 106).unwrap(), if delete_first { 6 } else { 0 }, "deleted only where not taken over yet");
                 src.mark_applied(Checkpoint::new(106, 106));
                 src.commit().unwrap();
             };
             if delete_first {
                 remove(&mut src);
             }
-            assert_eq!(move_in(dst.as_mut(), &mv, 2).unwrap(), 5, "the source's copy or tombstone is replaced whatever its position");
+            assert_eq!(move_in(dst.as_mut(), &mv, 2).unwrap(), 6, "the source's copy or tombstone is replaced whatever its position");
             dst.mark_applied(Checkpoint::new(2, 2));
             dst.commit().unwrap();
             model.move_in(left);

@@ -536,11 +536,12 @@ impl Shard for ElasticShard {
     }
 
     /// Over another partition's version (the source's copy or its
-    /// tombstone) whatever its position; over this partition's own only
-    /// when older.
+    /// tombstone) whatever its position, and over one written before
+    /// versions recorded their partition (whose position may be another
+    /// partition's offset); over this partition's own only when older.
     fn take_over(&mut self, doc: Doc) -> Result<u64, IndexError> {
         let foreign = match self.read(doc.kind(), doc.id())? {
-            Read::Stored(Some(v)) => self.foreign(&v),
+            Read::Stored(Some(v)) => self.foreign(&v) || v.get(PARTITION_FIELD).is_none(),
             _ => false,
         };
         if !foreign {
