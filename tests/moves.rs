@@ -254,3 +254,42 @@ fn a_move_out_of_a_parked_tree_waits_with_it_and_one_into_a_parked_tree_is_appli
     assert!(paths(&r.index, "/src/a").is_empty());
     assert_eq!(paths(&r.index, "/dst").len(), 3, "{:?}", paths(&r.index, "/dst"));
 }
+
+#[test]
+fn a_rebuild_into_a_new_generation_gives_the_same_documents_after_moves() {
+    let r = Rig::new(3);
+    let live = r.worker(&[]);
+    let mut commands = files_under("a", "/alpha", 200);
+    commands.extend(files_under("b", "/beta", 100));
+    commands.extend([
+        rename("/alpha/d1", "/beta/d1"),
+        rename("/beta", "/gamma"),
+        Command::UpsertFile { id: s("late"), path: s("/gamma/d1/late.txt"), contents: s("") },
+        rename("/gamma/d1", "/alpha/d1-back"),
+        rename("/alpha/d2/file2.txt", "/delta/file2.txt"),
+    ]);
+    let n = commands.len();
+    rt().block_on(async {
+        let p = denorm::produce::Producer::new(&r.cfg).unwrap();
+        p.send_ordered(&r.cfg, &r.group, commands, 1000, Duration::from_secs(60), |_| {}).await.unwrap();
+    });
+    wait_applied_by(&r.cfg, &r.group, n, &[&live]);
+    let (moves, _) = assert_matches_topic_model(&r.cfg, &r.index);
+    assert_eq!(moves, 4);
+    let before: Vec<Doc> = dump(&r.index).into_iter().map(Doc::without_pos).collect();
+    // The rebuild's sources write their moves again; its destinations use
+    // the ones already in the log, and the live worker ignores the resends.
+    let (code, out, err) = r.run(&["rebuild"]);
+    assert_eq!(code, 0, "{out}{err}");
+    wait_applied_by(&r.cfg, &r.group, n, &[&live]);
+    assert_matches_topic_model(&r.cfg, &r.index);
+    let mut after: Vec<Doc> = dump(&r.index).into_iter().map(Doc::without_pos).collect();
+    let mut before = before;
+    let key = |d: &Doc| (d.kind(), d.id().to_string());
+    before.sort_by_key(key);
+    after.sort_by_key(key);
+    assert_eq!(before, after, "the rebuilt generation differs");
+    let resent = read_topic(&r.cfg).iter().flatten().filter(|(_, m)| matches!(m, Decoded::Move(_))).count();
+    assert_eq!(resent, 8, "each move's documents twice: the live run's and the rebuild's");
+    assert!(metric_of(&live, "denorm_moves_total", &[("side", "destination"), ("outcome", "duplicate")]) >= 1.0, "{}", live.log());
+}
