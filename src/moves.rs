@@ -116,21 +116,42 @@ fn file_size(f: &MovedFile) -> usize {
     f.id.len() + f.path.len() + f.contents.len() + 16
 }
 
-/// Splits `files` into chunks of at most `max_bytes` each (a file larger
-/// than that travels alone: its own command fitted in a message). Always at
-/// least one chunk, so that an empty move still completes.
-pub fn chunks(files: Vec<MovedFile>, max_bytes: usize) -> Vec<Vec<MovedFile>> {
-    let mut out: Vec<Vec<MovedFile>> = vec![Vec::new()];
-    let mut size = 0;
-    for f in files {
-        let n = file_size(&f);
-        if size + n > max_bytes && !out.last().expect("one chunk").is_empty() {
-            out.push(Vec::new());
-            size = 0;
-        }
-        size += n;
-        out.last_mut().expect("one chunk").push(f);
+/// Cuts a stream of files into chunks of at most `max_bytes` each (a file
+/// larger than that travels alone: its own command fitted in a message).
+pub struct Chunker {
+    max_bytes: usize,
+    chunk: Vec<MovedFile>,
+    size: usize,
+}
+
+impl Chunker {
+    pub fn new(max_bytes: usize) -> Self {
+        Chunker { max_bytes, chunk: Vec::new(), size: 0 }
     }
+
+    /// Adds a file; returns the chunk it no longer fits in, if any.
+    pub fn push(&mut self, f: MovedFile) -> Option<Vec<MovedFile>> {
+        let n = file_size(&f);
+        let full = (self.size + n > self.max_bytes && !self.chunk.is_empty()).then(|| {
+            self.size = 0;
+            std::mem::take(&mut self.chunk)
+        });
+        self.size += n;
+        self.chunk.push(f);
+        full
+    }
+
+    /// The last chunk (empty when no file was pushed).
+    pub fn finish(self) -> Vec<MovedFile> {
+        self.chunk
+    }
+}
+
+/// Splits `files` into chunks with a [`Chunker`]: always at least one.
+pub fn chunks(files: Vec<MovedFile>, max_bytes: usize) -> Vec<Vec<MovedFile>> {
+    let mut c = Chunker::new(max_bytes);
+    let mut out: Vec<Vec<MovedFile>> = files.into_iter().filter_map(|f| c.push(f)).collect();
+    out.push(c.finish());
     out
 }
 

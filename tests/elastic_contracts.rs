@@ -1877,12 +1877,14 @@ mod review {
             dst.commit().unwrap();
             // The move: /s/a -> /d/a, the rename at offset 106 of partition
             // 0, its documents at offset 2 of partition 1.
-            let files = move_out(src.as_mut(), "/s/a", "/d/a", 106, FanOut::pages_of(2)).unwrap();
+            let mut files = Vec::new();
+            move_out(src.as_mut(), "/s/a", "/d/a", 106, FanOut::pages_of(2), &mut |f| files.push(f)).unwrap();
+            let ids: Vec<String> = files.iter().map(|f| f.id.clone()).collect();
             assert_eq!(files.len(), 6);
             let mv = MoveIn { move_id: "m".into(), source_partition: 0, source_offset: 106, from: "/s/a".into(), to: "/d/a".into(), chunk: 0, last: true, issued_at: 0, files: files.clone() };
             let left = model.move_out("/s/a", "/d/a");
             let remove = |src: &mut Box<dyn denorm::index::Shard + Send>| {
-                assert_eq!(remove_moved(src.as_mut(), &files, "/s/a", 106).unwrap(), if delete_first { 6 } else { 0 }, "deleted only where not taken over yet");
+                assert_eq!(remove_moved(src.as_mut(), &ids, "/s/a", 106).unwrap(), if delete_first { 6 } else { 0 }, "deleted only where not taken over yet");
                 src.mark_applied(Checkpoint::new(106, 106));
                 src.commit().unwrap();
             };

@@ -68,29 +68,29 @@ pub fn apply<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, fan_out:
     }
 }
 
-/// The source side of a cross-key rename at log position `pos`: the files
-/// under `from` it moves, at their new paths. Writes nothing.
-pub fn move_out<S: Shard + ?Sized>(shard: &mut S, from: &str, to: &str, pos: u64, fan_out: FanOut) -> Result<Vec<crate::moves::MovedFile>, IndexError> {
-    let mut out = Vec::new();
+/// The source side of a cross-key rename at log position `pos`: streams
+/// the files under `from` it moves, at their new paths, to `out`. Writes
+/// nothing. A scan that has to start again may hand a file over twice.
+pub fn move_out<S: Shard + ?Sized>(shard: &mut S, from: &str, to: &str, pos: u64, fan_out: FanOut, out: &mut dyn FnMut(crate::moves::MovedFile)) -> Result<(), IndexError> {
     fan_out.rewrite(shard, &Scan::FilesWithin { path: from.to_string() }, &mut |d| {
         if let Some(Doc::File(f)) = move_file(d, from, to, pos) {
-            out.push(crate::moves::MovedFile { path: f.full_path(), id: f.id, contents: f.contents });
+            out(crate::moves::MovedFile { path: f.full_path(), id: f.id, contents: f.contents });
         }
         None
     })?;
-    Ok(out)
+    Ok(())
 }
 
 /// After a cross-key rename's files reached the destination: deletes each
 /// one from the source, unless it is no longer under `from` (the
 /// destination has written it already, where the backends share documents)
 /// or was written after the rename. Returns the number deleted.
-pub fn remove_moved<S: Shard + ?Sized>(shard: &mut S, files: &[crate::moves::MovedFile], from: &str, pos: u64) -> Result<u64, IndexError> {
+pub fn remove_moved<S: Shard + ?Sized>(shard: &mut S, ids: &[String], from: &str, pos: u64) -> Result<u64, IndexError> {
     let mut n = 0;
-    for f in files {
-        match shard.get(Kind::File, &f.id)? {
+    for id in ids {
+        match shard.get(Kind::File, id)? {
             Some(Doc::File(cur)) if newer(pos, cur.pos) && path::is_within(&cur.full_path(), from) => {
-                shard.delete(Kind::File, &f.id, pos)?;
+                shard.delete(Kind::File, id, pos)?;
                 n += 1;
             }
             _ => {}

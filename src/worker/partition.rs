@@ -853,56 +853,75 @@ impl Applier {
     /// move it completed. Writing fails only transiently (retried here, like
     /// a dead letter); index failures are the caller's.
     fn move_out(&self, shard: &mut dyn Shard, e: &Envelope, from: &str, to: &str, pos: i64) -> Step<Result<u64, IndexError>> {
-        let files = match crate::apply::move_out(shard, from, to, pos as u64, self.shared.cfg.fan_out) {
-            Ok(f) => f,
-            Err(err) => return Ok(Err(err)),
-        };
-        let count = files.len();
-        if files.is_empty() {
-            counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "empty").increment(1);
-            return Ok(Ok(0));
-        }
         let key = crate::command::path::top_level(to);
         let partition = crate::moves::partition_of(key, self.shared.log_partitions);
         // Half the largest message a worker accepts: room for the framing.
-        let max = (self.shared.cfg.max_message_bytes / 2).max(1024);
-        let chunks = crate::moves::chunks(files.clone(), max);
-        let n = chunks.len();
-        for (i, chunk) in chunks.into_iter().enumerate() {
-            let mv = crate::moves::MoveIn {
-                move_id: e.command_id.clone(),
-                source_partition: self.partition,
-                source_offset: pos,
-                from: from.to_string(),
-                to: to.to_string(),
-                chunk: i as i32,
-                last: i + 1 == n,
-                issued_at: e.issued_at,
-                files: chunk,
-            };
-            let payload = self.shared.codec.encode_move(&mv);
-            let mut retry = self.retrying(Op::Move);
-            let at = loop {
-                match self.shared.dlq.send_command(partition, key.as_bytes(), &payload) {
-                    Ok(at) => break at,
-                    Err(err) => retry.failed(&format_args!("{err} (topic {}, partition {partition}; nothing is committed past this rename meanwhile)", self.shared.cfg.kafka.topic))?,
-                }
-            };
-            debug!(partition = self.partition, offset = pos, to_partition = partition, to_offset = at, chunk = i, "cross-key move chunk written");
-            if i + 1 < n && crate::faults::active("move.pause-between-chunks").is_some() {
-                info!(partition = self.partition, offset = pos, chunk = i, "paused between a move's chunks (fault point move.pause-between-chunks)");
-                while crate::faults::active("move.pause-between-chunks").is_some() && !self.stopping() {
-                    std::thread::sleep(Duration::from_millis(20));
+        let mut chunker = crate::moves::Chunker::new((self.shared.cfg.max_message_bytes / 2).max(1024));
+        let (mut ids, mut sent, mut halted) = (Vec::new(), 0usize, None);
+        let chunk = |files, last, i: usize| crate::moves::MoveIn {
+            move_id: e.command_id.clone(),
+            source_partition: self.partition,
+            source_offset: pos,
+            from: from.to_string(),
+            to: to.to_string(),
+            chunk: i as i32,
+            last,
+            issued_at: e.issued_at,
+            files,
+        };
+        // Chunks are written as the scan fills them: only the files' ids
+        // are kept, for the deletes.
+        let scanned = crate::apply::move_out(shard, from, to, pos as u64, self.shared.cfg.fan_out, &mut |f| {
+            if halted.is_some() {
+                return;
+            }
+            ids.push(f.id.clone());
+            if let Some(full) = chunker.push(f) {
+                match self.send_chunk(&chunk(full, false, sent), partition) {
+                    Ok(()) => sent += 1,
+                    Err(h) => halted = Some(h),
                 }
             }
+        });
+        if let Some(h) = halted {
+            return Err(h);
         }
+        if let Err(err) = scanned {
+            return Ok(Err(err));
+        }
+        if ids.is_empty() {
+            counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "empty").increment(1);
+            return Ok(Ok(0));
+        }
+        self.send_chunk(&chunk(chunker.finish(), true, sent), partition)?;
         if crate::faults::active("move.crash-after-send").is_some() {
             error!(partition = self.partition, offset = pos, "crashing after a move's documents were handed over (fault point move.crash-after-send)");
             std::process::abort();
         }
         counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "sent").increment(1);
-        info!(partition = self.partition, offset = pos, from, to, files = count, chunks = n, to_partition = partition, "cross-key rename: documents handed to the destination");
-        Ok(crate::apply::remove_moved(shard, &files, from, pos as u64).map(|_| count as u64))
+        info!(partition = self.partition, offset = pos, from, to, files = ids.len(), chunks = sent + 1, to_partition = partition, "cross-key rename: documents handed to the destination");
+        Ok(crate::apply::remove_moved(shard, &ids, from, pos as u64).map(|_| ids.len() as u64))
+    }
+
+    /// Writes one chunk of a move to the destination's partition and waits
+    /// for the acknowledgement, retrying for as long as the topic fails.
+    fn send_chunk(&self, mv: &crate::moves::MoveIn, partition: i32) -> Step<()> {
+        let payload = self.shared.codec.encode_move(mv);
+        let mut retry = self.retrying(Op::Move);
+        let at = loop {
+            match self.shared.dlq.send_command(partition, mv.key().as_bytes(), &payload) {
+                Ok(at) => break at,
+                Err(err) => retry.failed(&format_args!("{err} (topic {}, partition {partition}; nothing is committed past this rename meanwhile)", self.shared.cfg.kafka.topic))?,
+            }
+        };
+        debug!(partition = self.partition, offset = mv.source_offset, to_partition = partition, to_offset = at, chunk = mv.chunk, "cross-key move chunk written");
+        if !mv.last && crate::faults::active("move.pause-between-chunks").is_some() {
+            info!(partition = self.partition, offset = mv.source_offset, chunk = mv.chunk, "paused between a move's chunks (fault point move.pause-between-chunks)");
+            while crate::faults::active("move.pause-between-chunks").is_some() && !self.stopping() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(())
     }
 
     /// Dead-letters a command given up on and, with `--on-abort=park`,
