@@ -293,3 +293,15 @@ fn a_rebuild_into_a_new_generation_gives_the_same_documents_after_moves() {
     assert_eq!(resent, 8, "each move's documents twice: the live run's and the rebuild's");
     assert!(metric_of(&live, "denorm_moves_total", &[("side", "destination"), ("outcome", "duplicate")]) >= 1.0, "{}", live.log());
 }
+
+#[test]
+fn without_a_worker_a_cross_key_rename_is_sent_but_what_follows_is_not_and_the_error_says_so() {
+    let r = Rig::new(2);
+    let jsonl = r.dir().join("moves.jsonl");
+    std::fs::write(&jsonl, [r#"{"op":"rename","from":"/a/x","to":"/b/x"}"#, r#"{"op":"upsert_file","id":"f","path":"/b/x/f.txt","contents":""}"#].join("\n")).unwrap();
+    let (code, _, err) = r.run(&["produce", "--wait", "2", "--jsonl", jsonl.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.contains(r#"the cross-key rename "/a/x" -> "/b/x""#) && err.contains("the 1 command(s) after it were not sent"), "{err}");
+    let sent: usize = read_topic(&r.cfg).iter().map(Vec::len).sum();
+    assert_eq!(sent, 1, "only the rename is in the topic");
+}
