@@ -116,6 +116,10 @@ fn file_size(f: &MovedFile) -> usize {
     f.id.len() + f.path.len() + f.contents.len() + 16
 }
 
+/// The largest chunk a source writes (before compression), whatever its
+/// `--max-message-bytes`: well below the brokers' default message limit.
+pub const MAX_CHUNK_BYTES: usize = 256 << 10;
+
 /// Cuts a stream of files into chunks of at most `max_bytes` each (a file
 /// larger than that travels alone: its own command fitted in a message).
 pub struct Chunker {

@@ -855,8 +855,9 @@ impl Applier {
     fn move_out(&self, shard: &mut dyn Shard, e: &Envelope, from: &str, to: &str, pos: i64) -> Step<Result<u64, IndexError>> {
         let key = crate::command::path::top_level(to);
         let partition = crate::moves::partition_of(key, self.shared.log_partitions);
-        // Half the largest message a worker accepts: room for the framing.
-        let mut chunker = crate::moves::Chunker::new((self.shared.cfg.max_message_bytes / 2).max(1024));
+        // Half the largest message a worker accepts, and at most 256 KiB,
+        // well below the brokers' default limit of 1 MiB.
+        let mut chunker = crate::moves::Chunker::new((self.shared.cfg.max_message_bytes / 2).clamp(1024, crate::moves::MAX_CHUNK_BYTES));
         let (mut ids, mut sent, mut halted) = (Vec::new(), 0usize, None);
         let chunk = |files, last, i: usize| crate::moves::MoveIn {
             move_id: e.command_id.clone(),
