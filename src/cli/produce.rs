@@ -18,8 +18,10 @@ pub struct ProduceArgs {
     #[arg(long, value_name = "FILE")]
     jsonl: Option<PathBuf>,
     /// After sending, wait until the consumer group (--group) has applied the
-    /// commands: read-your-writes. Gives up after this many seconds (60 when
-    /// none is given). Before a command's name it needs its seconds
+    /// commands: read-your-writes (for a rename across top-level
+    /// directories, on both sides). Gives up after this many seconds (60 when
+    /// none is given); also how long each such rename may take to be
+    /// applied at its source before what follows it is sent. Before a command's name it needs its seconds
     /// (`--wait 60 rename ...`); after the command's flags it may stand alone
     #[arg(long, global = true, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "60")]
     wait: Option<u64>,
