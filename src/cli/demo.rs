@@ -133,14 +133,29 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
         big_docs as f64 / (big_us as f64 / 1e6).max(1e-9)
     );
 
-    step(5, "moves between trees: /hillary/projects -> /bill/hillary-projects, the README's directory to /chelsea, /al renamed /albert");
-    let moves = demo::moves();
+    step(5, "moves between trees: /hillary/projects -> /bill/hillary-projects, the README's directory to /chelsea, /al renamed /albert, a file of /bill handed to /tipper");
+    // A file changing owner (tree): moved by a rename, then updated at its
+    // new path; the update is applied against the move.
+    let handed = log.iter().find_map(|(_, c)| match c {
+        Command::UpsertFile { id, path, .. } if path.starts_with("/bill/projects/") => Some((id.clone(), path.clone())),
+        _ => None,
+    });
+    let mut moves = demo::moves();
+    if let Some((id, path)) = &handed {
+        let to = format!("/tipper/from-bill/{}", crate::command::path::split(path).1);
+        moves.push(Command::RenamePath { from: path.clone(), to: to.clone() });
+        moves.push(Command::UpsertFile { id: id.clone(), path: to, contents: "handed over from /bill, then edited".into() });
+    }
     let t = Instant::now();
     let (deliveries, _) = producer.send_ordered(&kafka, &group, moves.clone(), 1000, Duration::from_secs(a.timeout_secs), |_| {}).await?;
     log.extend(deliveries.into_iter().zip(moves));
     check_retained(&kafka)?;
     wait(&kafka, &group, log.len(), a.timeout_secs, "moving").await?;
-    eprintln!("      {} renames across top-level directories, each acknowledged once its source had applied it; all applied in {:.1}s", demo::moves().len(), t.elapsed().as_secs_f64());
+    eprintln!(
+        "      {} renames across top-level directories, each acknowledged once its source had applied it (so the edit of the handed-over file follows its move); all applied in {:.1}s",
+        demo::moves().len() + usize::from(handed.is_some()),
+        t.elapsed().as_secs_f64()
+    );
 
     shutdown.store(true, Ordering::SeqCst);
     for w in workers {
@@ -177,6 +192,9 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     let mut moved = 0;
     search.files(&FileQuery { under: Some("/albert".into()), ..Default::default() }, 0, &mut |_| moved += 1)?;
     println!("  files under /albert (renamed from /al): {moved}");
+    let mut handed_over = Vec::new();
+    search.files(&FileQuery { under: Some("/tipper/from-bill".into()), ..Default::default() }, 0, &mut |f| handed_over.push(format!("{} {:?}", f.full_path(), f.contents)))?;
+    println!("  the file handed from /bill to /tipper: {handed_over:?}");
 
     step(7, "comparing the whole index with the reference model of the log");
     let (m, moves) = model::serialized(&logs).map_err(|e| anyhow::anyhow!("the reference model: {e}"))?;
