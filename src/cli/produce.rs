@@ -156,40 +156,28 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
     };
     let crossing = commands.iter().filter(|c| c.destination_key().is_some()).count();
     let barrier_timeout = std::time::Duration::from_secs(a.wait.unwrap_or(60));
-    let mut destinations = Vec::new();
-    let deliveries = if a.jsonl.is_none() {
-        let c = commands.into_iter().next().expect("one command");
-        let key = c.key().to_string();
-        let d = if crossing > 0 {
-            eprintln!("a rename across top-level directories: waiting for group {} to apply it at its source", cli.group);
-            let (d, dest) = producer.send_ordered(&kafka, &cli.group, vec![c], 1, barrier_timeout, |_| {}).await.context("sending the command")?;
-            destinations = dest;
-            d[0]
-        } else {
-            producer.send(c).await.context("sending the command")?
-        };
-        println!("{}", serde_json::json!({"key": key, "partition": d.partition, "offset": d.offset}));
-        vec![d]
+    if crossing > 0 {
+        eprintln!("{crossing} rename(s) across top-level directories: what follows each is sent once group {} has applied it at its source", cli.group);
+    }
+    // Without such renames this is `send_all`.
+    let (deliveries, destinations) = if a.jsonl.is_none() {
+        let key = commands[0].key().to_string();
+        let (d, dest) = producer.send_ordered(&kafka, &cli.group, commands, 1, barrier_timeout, |_| {}).await.context("sending the command")?;
+        println!("{}", serde_json::json!({"key": key, "partition": d[0].partition, "offset": d[0].offset}));
+        (d, dest)
     } else {
         let n = commands.len();
         let bar = super::progress(n as u64, "produced");
         let start = Instant::now();
-        let d = if crossing > 0 {
-            eprintln!("{crossing} rename(s) across top-level directories: the commands after each are sent once group {} has applied it", cli.group);
-            let (d, dest) = producer
-                .send_ordered(&kafka, &cli.group, commands, a.in_flight, barrier_timeout, |done| bar.set_position(done as u64))
-                .await
-                .context("sending commands")?;
-            destinations = dest;
-            d
-        } else {
-            producer.send_all(commands, a.in_flight, |done| bar.set_position(done as u64)).await.context("sending commands")?
-        };
+        let (d, dest) = producer
+            .send_ordered(&kafka, &cli.group, commands, a.in_flight, barrier_timeout, |done| bar.set_position(done as u64))
+            .await
+            .context("sending commands")?;
         bar.finish_and_clear();
         let secs = start.elapsed().as_secs_f64();
         eprintln!("produced {n} commands in {secs:.1}s ({:.0}/s)", n as f64 / secs.max(1e-9));
         println!("{}", serde_json::json!({"produced": n}));
-        d
+        (d, dest)
     };
     // Read-your-writes across keys: the destinations' partitions as of each
     // move, too.

@@ -434,15 +434,27 @@ fn from_value(writer: &Schema, value: Value) -> Result<Envelope, DecodeError> {
     Ok(Envelope { command_id, issued_at, tenant, command })
 }
 
-fn control_from_value(value: Value) -> Result<Control, DecodeError> {
-    let shape = |m: &str| DecodeError::Shape(m.to_string());
-    let Value::Record(fields) = value else { return Err(shape("control message is not a record")) };
-    let mut f: HashMap<String, Value> = fields.into_iter().collect();
-    let long = |v: Option<Value>, name: &str| match v {
+/// The fields of a record `what` is, by name.
+fn record_fields(value: Value, what: &str) -> Result<HashMap<String, Value>, DecodeError> {
+    match value {
+        Value::Record(fields) => Ok(fields.into_iter().collect()),
+        _ => Err(DecodeError::Shape(format!("{what} is not a record"))),
+    }
+}
+
+/// An integer field (int, long or timestamp) of a `what`.
+fn number(v: Option<Value>, what: &str, name: &str) -> Result<i64, DecodeError> {
+    match v {
         Some(Value::Long(x)) | Some(Value::TimestampMillis(x)) => Ok(x),
         Some(Value::Int(x)) => Ok(x as i64),
-        _ => Err(DecodeError::Shape(format!("control field {name} is missing or not a number"))),
-    };
+        _ => Err(DecodeError::Shape(format!("{what} field {name} is missing or not a number"))),
+    }
+}
+
+fn control_from_value(value: Value) -> Result<Control, DecodeError> {
+    let shape = |m: &str| DecodeError::Shape(m.to_string());
+    let mut f = record_fields(value, "control message")?;
+    let long = |v: Option<Value>, name: &str| number(v, "control", name);
     let action = string(f.remove("action"), "action")?;
     let action = crate::dlq::Action::parse(&action).ok_or_else(|| DecodeError::Shape(format!("unknown control action {action:?}")))?;
     Ok(Control {
@@ -462,19 +474,13 @@ fn control_from_value(value: Value) -> Result<Control, DecodeError> {
 
 fn move_from_value(value: Value) -> Result<MoveIn, DecodeError> {
     let shape = |m: &str| DecodeError::Shape(m.to_string());
-    let Value::Record(fields) = value else { return Err(shape("move message is not a record")) };
-    let mut f: HashMap<String, Value> = fields.into_iter().collect();
-    let long = |v: Option<Value>, name: &str| match v {
-        Some(Value::Long(x)) | Some(Value::TimestampMillis(x)) => Ok(x),
-        Some(Value::Int(x)) => Ok(x as i64),
-        _ => Err(DecodeError::Shape(format!("move field {name} is missing or not a number"))),
-    };
+    let mut f = record_fields(value, "move message")?;
+    let long = |v: Option<Value>, name: &str| number(v, "move", name);
     let Some(Value::Array(items)) = f.remove("files") else { return Err(shape("move field files is missing or not an array")) };
     let files = items
         .into_iter()
         .map(|item| {
-            let Value::Record(fields) = item else { return Err(shape("a moved file is not a record")) };
-            let mut g: HashMap<String, Value> = fields.into_iter().collect();
+            let mut g = record_fields(item, "a moved file")?;
             Ok(MovedFile { id: string(g.remove("id"), "id")?, path: string(g.remove("path"), "path")?, contents: string(g.remove("contents"), "contents")? })
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -686,10 +686,11 @@ impl Applier {
             return Ok(Handled::Duplicate);
         }
         let origin = Origin { key: msg.key(), payload: msg.payload(), offset };
-        let admitted = admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes);
-        if let Err(NotAdmitted::Unavailable(e)) = admitted {
-            return Err(Halt::Retry(IndexError::Dependency(e)));
-        }
+        let admitted = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
+            Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(IndexError::Dependency(e))),
+            Err(NotAdmitted::Rejected(r)) => Err(r),
+            Ok(a) => Ok(a),
+        };
         let in_flight = self.incoming.borrow().active.map(|(source, _)| source);
         if let Some(source) = in_flight {
             if !matches!(&admitted, Ok(Admitted::Move(m)) if m.source() == source) {
@@ -700,8 +701,7 @@ impl Applier {
             }
         }
         let handled = match admitted {
-            Err(NotAdmitted::Unavailable(_)) => unreachable!("returned above"),
-            Err(NotAdmitted::Rejected(r)) => self.reject(shard, &origin, r)?,
+            Err(r) => self.reject(shard, &origin, r)?,
             Ok(Admitted::Control(c)) => self.control(shard, msg, c)?,
             Ok(Admitted::Move(mv)) => return self.move_in(shard, msg, &mv),
             Ok(Admitted::Command(e)) => {
