@@ -73,7 +73,7 @@ pub fn seed(files: usize, users: usize, posts: usize, seed: u64) -> Vec<Command>
         let title = format!("{} #{p}", TOPICS[rng.random_range(0..TOPICS.len())]);
         let n = rng.random_range(10..40);
         let body = words(&mut rng, n);
-        out.push(Command::UpsertPost { id: format!("p{p}"), user_id: user.to_string(), title, body });
+        out.push(Command::UpsertPost { id: format!("p{p}"), user_id: user.to_string(), title, body, previous_user_id: None });
     }
     out
 }

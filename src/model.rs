@@ -41,7 +41,9 @@ impl Model {
                     }
                 }
             }
-            Command::UpsertPost { id, user_id, title, body } => {
+            // An owner change is the same upsert here: the model has one
+            // copy of each document, whatever its key.
+            Command::UpsertPost { id, user_id, title, body, .. } => {
                 let author = self.users.get(user_id).map(|u| u.name.clone()).unwrap_or_default();
                 self.posts.insert(id.clone(), (user_id.clone(), author, title.clone(), body.clone()));
             }

@@ -111,7 +111,7 @@ fn commands(seed: u64, producer: u64) -> Vec<Command> {
             }
             75..=92 => {
                 let p = rng.random_range(0..15);
-                Command::UpsertPost { id: format!("u{u}-p{p}"), user_id: format!("u{u}"), title: format!("post {p}"), body: format!("by p{producer} #{}", out.len()) }
+                Command::UpsertPost { id: format!("u{u}-p{p}"), user_id: format!("u{u}"), title: format!("post {p}"), body: format!("by p{producer} #{}", out.len()), previous_user_id: None }
             }
             93..=99 => Command::DeletePost { id: format!("u{u}-p{}", rng.random_range(0..15)), user_id: format!("u{u}") },
             _ => continue,

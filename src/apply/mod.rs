@@ -56,13 +56,19 @@ pub fn apply<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, fan_out:
             let user = UserDoc { id: id.clone(), name: name.clone(), email: email.clone(), dob: dob.clone(), pos };
             Ok(posts + put_guarded(shard, Doc::User(user))?)
         }
-        Command::UpsertPost { id, user_id, title, body } => {
+        Command::UpsertPost { id, user_id, title, body, .. } => {
             let name = match shard.get(Kind::User, user_id)? {
                 Some(Doc::User(u)) => u.name,
                 _ => String::new(),
             };
             let author = Author { id: user_id.clone(), name };
-            put_guarded(shard, Doc::Post(PostDoc { id: id.clone(), title: title.clone(), body: body.clone(), user: author, pos }))
+            let doc = Doc::Post(PostDoc { id: id.clone(), title: title.clone(), body: body.clone(), user: author, pos });
+            // An owner change takes the post over from its previous user's
+            // partition (whose copy its delete half removes).
+            match cmd.previous_key() {
+                Some(_) => shard.take_over(doc),
+                None => put_guarded(shard, doc),
+            }
         }
         Command::DeletePost { id, .. } => delete_guarded(shard, Kind::Post, id, pos),
     }
@@ -176,7 +182,7 @@ mod tests {
         Command::UpsertUser { id: s(id), name: s(name), email: s("e@x"), dob: s("1970-01-01") }
     }
     fn post(id: &str, user: &str) -> Command {
-        Command::UpsertPost { id: s(id), user_id: s(user), title: s("t"), body: s("b") }
+        Command::UpsertPost { id: s(id), user_id: s(user), title: s("t"), body: s("b"), previous_user_id: None }
     }
 
     fn run(log: &[Command]) -> MemoryShard {

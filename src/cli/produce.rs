@@ -53,6 +53,11 @@ enum One {
         path: String,
         #[arg(long, default_value = "")]
         contents: String,
+        /// The file's current path, when it moves to another top-level
+        /// directory with this upsert (an owner change): sent as the
+        /// rename of that path to --path, then the upsert
+        #[arg(long, value_name = "PATH")]
+        previous_path: Option<String>,
     },
     /// Delete a file document
     DeleteFile {
@@ -94,6 +99,11 @@ enum One {
         title: String,
         #[arg(long, default_value = "")]
         body: String,
+        /// The user the post belongs to now, when this upsert gives it to
+        /// --user-id (an owner change): the post is deleted under that user
+        /// first, and the upsert is sent once the group applied the delete
+        #[arg(long, value_name = "USER_ID")]
+        previous_user_id: Option<String>,
     },
     /// Delete a post
     DeletePost {
@@ -104,16 +114,25 @@ enum One {
     },
 }
 
-impl From<One> for Command {
-    fn from(o: One) -> Command {
-        match o {
-            One::UpsertFile { id, path, contents } => Command::UpsertFile { id, path, contents },
+impl One {
+    /// The validated commands this stands for (two for a file that changes
+    /// top-level directory).
+    fn commands(self) -> Result<Vec<Command>, crate::command::CommandError> {
+        let one = match self {
+            One::UpsertFile { id, path, contents, previous_path: Some(prev) } => {
+                return crate::command::upsert_file_from(&prev, &id, &path, &contents)
+            }
+            One::UpsertFile { id, path, contents, previous_path: None } => Command::UpsertFile { id, path, contents },
             One::DeleteFile { id, path } => Command::DeleteFile { id, path },
             One::Rename { from, to } => Command::RenamePath { from, to },
             One::UpsertUser { id, name, email, dob } => Command::UpsertUser { id, name, email, dob },
-            One::UpsertPost { id, user_id, title, body } => Command::UpsertPost { id, user_id, title, body },
+            One::UpsertPost { id, user_id, title, body, previous_user_id } => {
+                Command::UpsertPost { id, user_id, title, body, previous_user_id }
+            }
             One::DeletePost { id, user_id } => Command::DeletePost { id, user_id },
-        }
+        };
+        one.validate()?;
+        Ok(vec![one])
     }
 }
 
@@ -132,11 +151,7 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
     let commands = match (&a.jsonl, &a.command) {
         (Some(_), Some(_)) => return Err(UsageError("give either --jsonl FILE or one command, not both".into()).into()),
         (Some(path), None) => read_jsonl(path)?,
-        (None, Some(one)) => {
-            let c = Command::from(one.clone());
-            c.validate().map_err(|e| UsageError(format!("invalid command: {e}")))?;
-            vec![c]
-        }
+        (None, Some(one)) => one.clone().commands().map_err(|e| UsageError(format!("invalid command: {e}")))?,
         (None, None) => return Err(UsageError("give a command (see `denorm produce --help`) or --jsonl FILE".into()).into()),
     };
     let kafka = cli.kafka();

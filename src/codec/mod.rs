@@ -34,11 +34,12 @@ pub const CONTROL_SCHEMA: &str = include_str!("../../schemas/control.avsc");
 /// Schema of the documents a cross-key rename carries (written by workers).
 pub const MOVE_SCHEMA: &str = include_str!("../../schemas/move.avsc");
 /// Older schema versions this decoder still reads.
-pub const HISTORY: &[&str] = &[include_str!("../../schemas/history/command-v1.avsc")];
+pub const HISTORY: &[&str] = &[include_str!("../../schemas/history/command-v1.avsc"), include_str!("../../schemas/history/command-v2.avsc")];
 /// Every schema file, by its path in the repository.
 pub const SCHEMA_FILES: &[(&str, &str)] = &[
     ("schemas/command.avsc", CURRENT_SCHEMA),
     ("schemas/history/command-v1.avsc", HISTORY[0]),
+    ("schemas/history/command-v2.avsc", HISTORY[1]),
     ("schemas/control.avsc", CONTROL_SCHEMA),
     ("schemas/move.avsc", MOVE_SCHEMA),
 ];
@@ -352,44 +353,57 @@ fn payload_fields(c: &Command) -> (&'static str, Vec<(&'static str, &str)>) {
         Command::UpsertUser { id, name, email, dob } => {
             ("UpsertUser", vec![("id", id), ("name", name), ("email", email), ("dob", dob)])
         }
-        Command::UpsertPost { id, user_id, title, body } => {
+        Command::UpsertPost { id, user_id, title, body, .. } => {
             ("UpsertPost", vec![("id", id), ("user_id", user_id), ("title", title), ("body", body)])
         }
         Command::DeletePost { id, user_id } => ("DeletePost", vec![("id", id), ("user_id", user_id)]),
     }
 }
 
-/// Names of the payload union's record branches, in schema order.
-fn payload_branches(schema: &Schema) -> Vec<String> {
+/// Names of the payload union's record branches, in schema order, with
+/// their field names.
+fn payload_branches(schema: &Schema) -> Vec<(String, Vec<String>)> {
     let Schema::Record(r) = schema else { return Vec::new() };
     let Some(f) = r.fields.iter().find(|f| f.name == "payload") else { return Vec::new() };
     let Schema::Union(u) = &f.schema else { return Vec::new() };
     u.variants()
         .iter()
         .map(|v| match v {
-            Schema::Record(r) => r.name.name.clone(),
-            _ => String::new(),
+            Schema::Record(r) => (r.name.name.clone(), r.fields.iter().map(|f| f.name.clone()).collect()),
+            _ => (String::new(), Vec::new()),
         })
         .collect()
+}
+
+/// An optional string as the union `["null", "string"]`.
+fn optional(v: Option<&String>) -> Value {
+    match v {
+        Some(s) => Value::Union(1, Box::new(Value::String(s.clone()))),
+        None => Value::Union(0, Box::new(Value::Null)),
+    }
 }
 
 /// Builds the Avro value of `e` for `schema` (which must have every field
 /// this version writes; `tenant` is written only when the schema has it).
 pub fn to_value(schema: &Schema, e: &Envelope) -> Value {
     let (name, fields) = payload_fields(&e.command);
-    let branch = payload_branches(schema).iter().position(|b| b == name).expect("known payload") as u32;
-    let payload = Value::Record(fields.into_iter().map(|(k, v)| (k.to_string(), Value::String(v.to_string()))).collect());
+    let branches = payload_branches(schema);
+    let branch = branches.iter().position(|(b, _)| b == name).expect("known payload");
+    let mut payload: Vec<(String, Value)> = fields.into_iter().map(|(k, v)| (k.to_string(), Value::String(v.to_string()))).collect();
+    // Written only by the schema versions that have it (3 on).
+    if let Command::UpsertPost { previous_user_id, .. } = &e.command {
+        if branches[branch].1.iter().any(|f| f == "previous_user_id") {
+            payload.push(("previous_user_id".to_string(), optional(previous_user_id.as_ref())));
+        }
+    }
+    let (branch, payload) = (branch as u32, Value::Record(payload));
     let Schema::Record(r) = schema else { panic!("command schema is a record") };
     let mut out = vec![
         ("command_id".to_string(), Value::String(e.command_id.clone())),
         ("issued_at".to_string(), Value::TimestampMillis(e.issued_at)),
     ];
     if r.fields.iter().any(|f| f.name == "tenant") {
-        let t = match &e.tenant {
-            Some(t) => Value::Union(1, Box::new(Value::String(t.clone()))),
-            None => Value::Union(0, Box::new(Value::Null)),
-        };
-        out.push(("tenant".to_string(), t));
+        out.push(("tenant".to_string(), optional(e.tenant.as_ref())));
     }
     out.push(("payload".to_string(), Value::Union(branch, Box::new(payload))));
     Value::Record(out)
@@ -404,21 +418,12 @@ fn from_value(writer: &Schema, value: Value) -> Result<Envelope, DecodeError> {
         Some(Value::TimestampMillis(t)) | Some(Value::Long(t)) => t,
         _ => return Err(shape("issued_at is missing or not a long")),
     };
-    let tenant = match fields.remove("tenant") {
-        None | Some(Value::Null) => None,
-        Some(Value::Union(_, v)) => match *v {
-            Value::Null => None,
-            Value::String(s) => Some(s),
-            _ => return Err(shape("tenant is not a string")),
-        },
-        Some(Value::String(s)) => Some(s),
-        Some(_) => return Err(shape("tenant is not a string")),
-    };
+    let tenant = optional_string(fields.remove("tenant"), "tenant")?;
     let Some(Value::Union(i, payload)) = fields.remove("payload") else {
         return Err(shape("payload is missing or not a union"));
     };
     let branches = payload_branches(writer);
-    let name = branches.get(i as usize).cloned().unwrap_or_default();
+    let name = branches.get(i as usize).map(|(n, _)| n.clone()).unwrap_or_default();
     let Value::Record(p) = *payload else { return Err(shape("payload is not a record")) };
     let mut p: HashMap<String, Value> = p.into_iter().collect();
     let mut f = |k: &'static str| string(p.remove(k), k);
@@ -427,7 +432,13 @@ fn from_value(writer: &Schema, value: Value) -> Result<Envelope, DecodeError> {
         "DeleteFile" => Command::DeleteFile { id: f("id")?, path: f("path")? },
         "RenamePath" => Command::RenamePath { from: f("from")?, to: f("to")? },
         "UpsertUser" => Command::UpsertUser { id: f("id")?, name: f("name")?, email: f("email")?, dob: f("dob")? },
-        "UpsertPost" => Command::UpsertPost { id: f("id")?, user_id: f("user_id")?, title: f("title")?, body: f("body")? },
+        "UpsertPost" => Command::UpsertPost {
+            id: f("id")?,
+            user_id: f("user_id")?,
+            title: f("title")?,
+            body: f("body")?,
+            previous_user_id: optional_string(p.remove("previous_user_id"), "previous_user_id")?,
+        },
         "DeletePost" => Command::DeletePost { id: f("id")?, user_id: f("user_id")? },
         other => return Err(DecodeError::Shape(format!("unknown payload type {other:?}"))),
     };
@@ -497,6 +508,17 @@ fn move_from_value(value: Value) -> Result<MoveIn, DecodeError> {
     })
 }
 
+/// An optional string field: absent from older writer schemas, or the
+/// union `["null", "string"]`.
+fn optional_string(v: Option<Value>, field: &str) -> Result<Option<String>, DecodeError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Union(_, v)) => optional_string(Some(*v), field),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(DecodeError::Shape(format!("{field} is not a string"))),
+    }
+}
+
 fn string(v: Option<Value>, field: &str) -> Result<String, DecodeError> {
     match v {
         Some(Value::String(s)) => Ok(s),
@@ -516,7 +538,8 @@ mod tests {
             Command::DeleteFile { id: s("f1"), path: s("/clinton/a.txt") },
             Command::RenamePath { from: s("/clinton/a"), to: s("/clinton/b") },
             Command::UpsertUser { id: s("1"), name: s("John Smith"), email: s("j@s.com"), dob: s("1970-10-24") },
-            Command::UpsertPost { id: s("2"), user_id: s("1"), title: s("T"), body: s("B") },
+            Command::UpsertPost { id: s("2"), user_id: s("1"), title: s("T"), body: s("B"), previous_user_id: None },
+            Command::UpsertPost { id: s("3"), user_id: s("1"), title: s("T"), body: s("B"), previous_user_id: Some(s("4")) },
             Command::DeletePost { id: s("2"), user_id: s("1") },
         ]
     }
@@ -553,16 +576,27 @@ mod tests {
     }
 
     #[test]
-    fn decodes_messages_written_with_schema_v1() {
+    fn decodes_messages_written_with_older_schema_versions() {
         let codec = Codec::new();
-        let v1 = Schema::parse_str(HISTORY[0]).unwrap();
-        let fp = canonical::fingerprint(HISTORY[0]).unwrap();
-        assert_ne!(fp, codec.current_fingerprint);
-        for c in all_commands() {
-            let e = Envelope::new(c);
-            for fp in [fp, legacy_fingerprint(&v1)] {
-                let decoded = codec.decode(&encode_value(&v1, fp, to_value(&v1, &e))).unwrap();
-                assert_eq!(decoded, Envelope { tenant: None, ..e.clone() });
+        for (version, text) in HISTORY.iter().enumerate() {
+            let old = Schema::parse_str(text).unwrap();
+            let fp = canonical::fingerprint(text).unwrap();
+            assert_ne!(fp, codec.current_fingerprint);
+            for c in all_commands() {
+                let mut e = Envelope::new(c);
+                e.tenant = Some("acme".into());
+                // What each version could not say reads as its default.
+                let mut want = e.clone();
+                if version == 0 {
+                    want.tenant = None;
+                }
+                if let Command::UpsertPost { previous_user_id, .. } = &mut want.command {
+                    *previous_user_id = None;
+                }
+                for fp in [fp, legacy_fingerprint(&old)] {
+                    let decoded = codec.decode(&encode_value(&old, fp, to_value(&old, &e))).unwrap();
+                    assert_eq!(decoded, want, "schema v{}", version + 1);
+                }
             }
         }
     }
@@ -575,8 +609,9 @@ mod tests {
     fn fingerprints_are_pinned() {
         let got: Vec<(&str, String, String)> = schema_fingerprints().into_iter().map(|f| (f.file, f.fingerprint, f.legacy)).collect();
         let want = [
-            ("schemas/command.avsc", "9c7f9b599fb95260", "d5e0d0c37df914d2"),
+            ("schemas/command.avsc", "d5ad9aa406d093fb", "30f01417e4ba3b06"),
             ("schemas/history/command-v1.avsc", "7e1aaf9552f72321", "9f15df64f37ccd90"),
+            ("schemas/history/command-v2.avsc", "9c7f9b599fb95260", "d5e0d0c37df914d2"),
             ("schemas/control.avsc", "2d6e0616c9179c82", "165f90003f878d05"),
             ("schemas/move.avsc", "c693f4031d5257e4", "e40370268cf05890"),
         ];
@@ -589,7 +624,7 @@ mod tests {
         let codec = Codec::new();
         let e = Envelope::new(all_commands().remove(2));
         let bytes = codec.encode(&e);
-        assert_eq!(hex(&bytes[2..10]), "9c7f9b599fb95260");
+        assert_eq!(hex(&bytes[2..10]), "d5ad9aa406d093fb");
         let current = Schema::parse_str(CURRENT_SCHEMA).unwrap();
         let old = encode_value(&current, legacy_fingerprint(&current), to_value(&current, &e));
         assert_eq!(codec.decode(&old).unwrap(), e);

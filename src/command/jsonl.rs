@@ -11,15 +11,29 @@ pub struct LineError {
     pub reason: String,
 }
 
-/// Parses and validates one line. Blank lines yield `None`.
-pub fn parse_line(line_no: usize, line: &str) -> Result<Option<Command>, LineError> {
+/// Parses and validates one line into the commands it stands for: none for
+/// a blank line, one usually, two for an `upsert_file` whose
+/// `previous_path` lies under another top-level directory (the file's
+/// rename there, then the upsert; see [`super::upsert_file_from`]).
+pub fn parse_line(line_no: usize, line: &str) -> Result<Vec<Command>, LineError> {
     if line.trim().is_empty() {
-        return Ok(None);
+        return Ok(Vec::new());
     }
     let err = |reason: String| LineError { line: line_no, reason };
-    let command: Command = serde_json::from_str(line).map_err(|e| err(e.to_string()))?;
+    let mut value: serde_json::Value = serde_json::from_str(line).map_err(|e| err(e.to_string()))?;
+    let previous_path = match value.as_object_mut() {
+        Some(o) if o.get("op").and_then(|v| v.as_str()) == Some("upsert_file") => o.remove("previous_path"),
+        _ => None,
+    };
+    let command: Command = serde_json::from_value(value).map_err(|e| err(e.to_string()))?;
     command.validate().map_err(|e| err(e.to_string()))?;
-    Ok(Some(command))
+    match (previous_path, &command) {
+        (None, _) => Ok(vec![command]),
+        (Some(serde_json::Value::String(prev)), Command::UpsertFile { id, path, contents }) => {
+            super::upsert_file_from(&prev, id, path, contents).map_err(|e| err(e.to_string()))
+        }
+        (Some(_), _) => Err(err("previous_path is not a string".into())),
+    }
 }
 
 /// Parses a whole input; on the first bad line returns its error, so that
@@ -28,9 +42,7 @@ pub fn parse_all(input: impl std::io::BufRead) -> Result<Vec<Command>, LineError
     let mut out = Vec::new();
     for (i, line) in input.lines().enumerate() {
         let line = line.map_err(|e| LineError { line: i + 1, reason: format!("cannot read: {e}") })?;
-        if let Some(c) = parse_line(i + 1, &line)? {
-            out.push(c);
-        }
+        out.extend(parse_line(i + 1, &line)?);
     }
     Ok(out)
 }
@@ -47,13 +59,18 @@ mod tests {
 {"op":"upsert_user","id":"1","name":"John Smith","email":"john@smith.com","dob":"1970-10-24"}
 {"op":"upsert_post","id":"2","user_id":"1","title":"Relationships","body":"It's complicated..."}
 {"op":"delete_post","id":"2","user_id":"1"}
+{"op":"upsert_file","id":"f2","path":"/bill/notes.txt","contents":"moved","previous_path":"/clinton/notes.txt"}
+{"op":"upsert_post","id":"3","user_id":"1","title":"Moved","body":"now by 1","previous_user_id":"4"}
 "#;
 
     #[test]
     fn parses_the_documented_contract() {
         let cmds = parse_all(CONTRACT.as_bytes()).unwrap();
         let kinds: Vec<_> = cmds.iter().map(Command::kind).collect();
-        assert_eq!(kinds, ["upsert_file", "delete_file", "rename", "rename", "rename", "upsert_user", "upsert_post", "delete_post"]);
+        assert_eq!(
+            kinds,
+            ["upsert_file", "delete_file", "rename", "rename", "rename", "upsert_user", "upsert_post", "delete_post", "rename", "upsert_file", "upsert_post"]
+        );
         assert_eq!(cmds[2], Command::RenamePath { from: "/clinton/projects".into(), to: "/clinton/work".into() });
         // Across top-level directories: the same format.
         assert_eq!(cmds[3].destination_key(), Some("/bill"));
@@ -64,7 +81,7 @@ mod tests {
     fn serialized_commands_parse_back() {
         for c in crate::demo::seed(50, 5, 20, 1) {
             let line = serde_json::to_string(&c).unwrap();
-            assert_eq!(parse_line(1, &line).unwrap(), Some(c), "{line}");
+            assert_eq!(parse_line(1, &line).unwrap(), vec![c], "{line}");
         }
     }
 
@@ -80,6 +97,10 @@ mod tests {
             (r#"{"op":"delete_file","id":"f","path":"/a/../b"}"#, "'..'"),
             (r#"{"op":"rename","from":"/a/b","to":"/a/b/c"}"#, "into itself"),
             (r#"{"op":"rename","from":"/a/b","to":"/c"}"#, "only a top-level directory can become one"),
+            (r#"{"op":"upsert_file","id":"f","path":"/a/b","contents":"","previous_path":"/c"}"#, "previous_path"),
+            (r#"{"op":"upsert_file","id":"f","path":"/a/b","contents":"","previous_path":7}"#, "previous_path is not a string"),
+            (r#"{"op":"upsert_post","id":"p","user_id":"1","title":"","body":"","previous_user_id":""}"#, "previous_user_id is empty"),
+            (r#"{"op":"delete_file","id":"f","path":"/a/b","previous_path":"/c/d"}"#, "unknown field"),
         ];
         for (line, want) in cases {
             let input = format!("{}\n\n{line}\n", CONTRACT.lines().next().unwrap());

@@ -36,7 +36,17 @@ pub enum Command {
     #[serde(rename = "rename")]
     RenamePath { from: String, to: String },
     UpsertUser { id: String, name: String, email: String, dob: String },
-    UpsertPost { id: String, user_id: String, title: String, body: String },
+    UpsertPost {
+        id: String,
+        user_id: String,
+        title: String,
+        body: String,
+        /// Set when the post changes owner: the user it belonged to. Such an
+        /// upsert takes the post over from that user's key (see
+        /// [`Command::previous_key`] and [`expand_owner_changes`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        previous_user_id: Option<String>,
+    },
     DeletePost { id: String, user_id: String },
 }
 
@@ -85,6 +95,17 @@ impl Command {
         }
     }
 
+    /// For an upsert that moves a post to another user (`previous_user_id`
+    /// set, and not its own `user_id`): the key the post leaves. The post's
+    /// copy there is deleted first ([`expand_owner_changes`]), and the
+    /// upsert takes the document over wherever backends share documents.
+    pub fn previous_key(&self) -> Option<&str> {
+        match self {
+            Command::UpsertPost { user_id, previous_user_id: Some(p), .. } if p != user_id => Some(p),
+            _ => None,
+        }
+    }
+
     /// True for commands that rewrite an unbounded number of documents.
     pub fn is_fan_out(&self) -> bool {
         matches!(self, Command::RenamePath { .. } | Command::UpsertUser { .. })
@@ -122,7 +143,12 @@ impl Command {
                 check_term("email", email)?;
                 check_date("dob", dob)
             }
-            Command::UpsertPost { id, user_id, .. } | Command::DeletePost { id, user_id } => {
+            Command::UpsertPost { id, user_id, previous_user_id, .. } => {
+                check_id("id", id)?;
+                check_id("user_id", user_id)?;
+                previous_user_id.as_deref().map_or(Ok(()), |p| check_id("previous_user_id", p))
+            }
+            Command::DeletePost { id, user_id } => {
                 check_id("id", id)?;
                 check_id("user_id", user_id)
             }
@@ -139,6 +165,51 @@ impl Command {
             Command::UpsertPost { user_id, .. } | Command::DeletePost { user_id, .. } => user_id,
         }
     }
+}
+
+/// Puts, before every upsert that moves a post to another user
+/// ([`Command::previous_key`]), the delete of the post under its previous
+/// user: the two halves of an owner change, each keyed by its own user. A
+/// producer sends the upsert once the delete is applied (see
+/// `Producer::send_ordered`).
+pub fn expand_owner_changes(commands: Vec<Command>) -> Vec<Command> {
+    let mut out = Vec::with_capacity(commands.len());
+    for c in commands {
+        if let (Command::UpsertPost { id, .. }, Some(previous)) = (&c, c.previous_key()) {
+            let delete = Command::DeletePost { id: id.clone(), user_id: previous.to_string() };
+            // Already expanded: once is enough.
+            if out.last() != Some(&delete) {
+                out.push(delete);
+            }
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// An `upsert_file` that names the file's current path (`previous_path`):
+/// when that lies under another top-level directory, the file changes
+/// owner, written as the cross-key rename of `previous_path` to `path`
+/// followed by the upsert at `path`. Under the same top-level directory the
+/// upsert alone replaces the file (same key, same document). Both commands
+/// are validated.
+pub fn upsert_file_from(previous_path: &str, id: &str, path: &str, contents: &str) -> Result<Vec<Command>, CommandError> {
+    let upsert = Command::UpsertFile { id: id.to_string(), path: path.to_string(), contents: contents.to_string() };
+    upsert.validate()?;
+    path::validate("previous_path", previous_path)?;
+    if path::depth(previous_path) < 2 {
+        return Err(CommandError::InvalidPath {
+            field: "previous_path",
+            path: previous_path.to_string(),
+            reason: "must be a file's path inside a top-level directory".into(),
+        });
+    }
+    if path::top_level(previous_path) == path::top_level(path) || previous_path == path {
+        return Ok(vec![upsert]);
+    }
+    let rename = Command::RenamePath { from: previous_path.to_string(), to: path.to_string() };
+    rename.validate()?;
+    Ok(vec![rename, upsert])
 }
 
 fn check_id(field: &'static str, id: &str) -> Result<(), CommandError> {
@@ -216,8 +287,9 @@ mod tests {
         let f = Command::UpsertFile { id: "f".into(), path: "/clinton/a/b.txt".into(), contents: String::new() };
         assert_eq!(f.key(), "/clinton");
         assert_eq!(rename("/clinton/projects", "/clinton/work").key(), "/clinton");
-        let p = Command::UpsertPost { id: "p".into(), user_id: "7".into(), title: String::new(), body: String::new() };
+        let p = Command::UpsertPost { id: "p".into(), user_id: "7".into(), title: String::new(), body: String::new(), previous_user_id: None };
         assert_eq!(p.key(), "7");
+        assert_eq!(p.previous_key(), None);
         let u = Command::UpsertUser { id: "7".into(), name: "J".into(), email: String::new(), dob: "1970-10-24".into() };
         assert_eq!(u.key(), "7");
     }
@@ -240,6 +312,35 @@ mod tests {
         assert!(matches!(rename("/clinton/a", "/clinton").validate(), Err(CommandError::TopLevel { .. })));
         assert!(matches!(rename("/clinton/a", "/bill").validate(), Err(CommandError::TopLevel { .. })));
         assert!(matches!(rename("/clinton", "/bill/c").validate(), Err(CommandError::TopLevel { .. })));
+    }
+
+    #[test]
+    fn an_owner_change_of_a_post_is_its_delete_under_the_old_user_then_the_upsert() {
+        let post = |prev: Option<&str>| Command::UpsertPost {
+            id: "p".into(),
+            user_id: "7".into(),
+            title: "t".into(),
+            body: "b".into(),
+            previous_user_id: prev.map(Into::into),
+        };
+        assert_eq!(post(Some("3")).key(), "7");
+        assert_eq!(post(Some("3")).previous_key(), Some("3"));
+        // Naming its own user is no owner change.
+        assert_eq!(post(Some("7")).previous_key(), None);
+        let out = expand_owner_changes(vec![post(Some("3")), post(Some("7")), post(None)]);
+        assert_eq!(out, vec![Command::DeletePost { id: "p".into(), user_id: "3".into() }, post(Some("3")), post(Some("7")), post(None)]);
+        assert_eq!(expand_owner_changes(out.clone()), out, "expanding twice changes nothing");
+        assert!(post(Some("")).validate().is_err());
+    }
+
+    #[test]
+    fn a_file_changing_top_level_directory_is_a_rename_then_the_upsert() {
+        let up = |p: &str| Command::UpsertFile { id: "f".into(), path: p.into(), contents: "c".into() };
+        assert_eq!(upsert_file_from("/clinton/a.txt", "f", "/bill/b.txt", "c"), Ok(vec![rename("/clinton/a.txt", "/bill/b.txt"), up("/bill/b.txt")]));
+        assert_eq!(upsert_file_from("/bill/a.txt", "f", "/bill/b.txt", "c"), Ok(vec![up("/bill/b.txt")]));
+        assert!(upsert_file_from("/a.txt", "f", "/bill/b.txt", "c").is_err());
+        assert!(upsert_file_from("/clinton/a.txt", "f", "/b.txt", "c").is_err());
+        assert!(upsert_file_from("relative/a.txt", "f", "/bill/b.txt", "c").is_err());
     }
 
     #[test]

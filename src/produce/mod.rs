@@ -10,7 +10,7 @@ use rdkafka::util::Timeout;
 
 use crate::codec::registry::{Registry, RegistryError};
 use crate::codec::Codec;
-use crate::command::{Command, CommandError, Envelope};
+use crate::command::{expand_owner_changes, Command, CommandError, Envelope};
 use crate::kafka::KafkaConfig;
 
 /// Where a command landed in the log. Wait until the worker group's
@@ -29,10 +29,11 @@ pub enum ProduceError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error(transparent)]
     Registry(#[from] RegistryError),
-    /// A cross-key rename was sent but its source did not apply it in time:
-    /// the commands after it were not sent.
-    #[error("the cross-key rename {from:?} -> {to:?} (partition {partition}, offset {offset}) was sent, but group {group} did not apply it: {source}; the {unsent} command(s) after it were not sent")]
-    Barrier { from: String, to: String, partition: i32, offset: i64, group: String, unsent: usize, source: crate::kafka::WaitError },
+    /// A cross-key command (a rename across top-level directories, or the
+    /// delete half of an owner change) was sent but its source did not
+    /// apply it in time: the commands after it were not sent.
+    #[error("{what} (partition {partition}, offset {offset}) was sent, but group {group} did not apply it: {source}; the {unsent} command(s) after it were not sent")]
+    Barrier { what: String, partition: i32, offset: i64, group: String, unsent: usize, source: crate::kafka::WaitError },
 }
 
 impl ProduceError {
@@ -144,15 +145,18 @@ impl Producer {
 
     /// Sends every command (all validated first: nothing is sent when one is
     /// invalid), keeping at most `in_flight` unacknowledged, and calls
-    /// `progress` with the number acknowledged so far. Deliveries are
-    /// returned in input order, and the log order of the commands of one key
-    /// is their input order.
+    /// `progress` with the number acknowledged so far. An owner change of a
+    /// post is sent as its two halves ([`expand_owner_changes`]), without
+    /// waiting between them ([`Producer::send_ordered`] waits). Deliveries
+    /// are returned in the order of the commands sent, and the log order of
+    /// the commands of one key is that order.
     pub async fn send_all(
         &self,
         commands: Vec<Command>,
         in_flight: usize,
         mut progress: impl FnMut(usize),
     ) -> Result<Vec<Delivery>, ProduceError> {
+        let commands = expand_owner_changes(commands);
         for c in &commands {
             c.validate()?;
         }
@@ -182,14 +186,16 @@ impl Producer {
         Ok(out)
     }
 
-    /// Sends `commands` like [`Producer::send_all`], except that a rename
-    /// across ordering keys is a barrier: it is acknowledged only once
-    /// `group` has applied it at its source (which hands its documents to
-    /// the destination's partition), and only then are the commands after
-    /// it sent. So every command after it, of either key, is applied
-    /// against its result. Waits at most `timeout` per barrier.
+    /// Sends `commands` like [`Producer::send_all`], except that a command
+    /// spanning two ordering keys is a barrier: a rename across them, and
+    /// the delete half of a post's owner change. It is acknowledged only
+    /// once `group` has applied it at its source (a rename hands its
+    /// documents to the destination's partition then), and only then are
+    /// the commands after it sent. So every command after it, of either
+    /// key, is applied against its result. Waits at most `timeout` per
+    /// barrier.
     ///
-    /// Returns the deliveries in input order and, for read-your-writes
+    /// Returns the deliveries in the order sent and, for read-your-writes
     /// across keys ([`crate::kafka::wait_for_deliveries`]), the end of each
     /// destination partition as of its move: once the group has passed
     /// those too, the moved documents are applied at the destination.
@@ -202,6 +208,7 @@ impl Producer {
         timeout: Duration,
         mut progress: impl FnMut(usize),
     ) -> Result<(Vec<Delivery>, Vec<Delivery>), ProduceError> {
+        let commands = expand_owner_changes(commands);
         for c in &commands {
             c.validate()?;
         }
@@ -210,17 +217,20 @@ impl Producer {
         let mut destinations = Vec::new();
         let mut rest = commands;
         while !rest.is_empty() {
-            let cut = rest.iter().position(|c| c.destination_key().is_some()).map_or(rest.len(), |i| i + 1);
+            let found = (0..rest.len()).find_map(|i| barrier(&rest, i).map(|b| (i, b)));
+            let cut = found.as_ref().map_or(rest.len(), |(i, _)| i + 1);
+            let what = found.map(|(_, b)| b);
             let after = rest.split_off(cut);
             let segment = std::mem::replace(&mut rest, after);
-            let barrier = segment.last().filter(|c| c.destination_key().is_some()).cloned();
             let sent = out.len();
             out.extend(self.send_all(segment, in_flight, |done| progress(sent + done)).await?);
-            let Some(Command::RenamePath { from, to }) = barrier else { continue };
+            let Some(what) = what else { continue };
             let d = *out.last().expect("the barrier was sent");
-            let (cfg, g, dest_key) = (kafka.clone(), group.to_string(), crate::command::path::top_level(&to).to_string());
+            let (cfg, g) = (kafka.clone(), group.to_string());
+            let dest_key = what.destination.clone();
             let waited = tokio::task::spawn_blocking(move || -> Result<Option<Delivery>, crate::kafka::WaitError> {
                 crate::kafka::wait_for_deliveries(&cfg, &g, &[d], timeout)?;
+                let Some(dest_key) = dest_key else { return Ok(None) };
                 // The destination's chunks are in its partition now.
                 let dest = crate::moves::partition_of(&dest_key, cfg.topic_partitions().map_err(crate::kafka::WaitError::Kafka)?.unwrap_or(1));
                 let lag = crate::kafka::group_lag(&cfg, &g).map_err(crate::kafka::WaitError::Kafka)?;
@@ -231,7 +241,14 @@ impl Producer {
             match waited {
                 Ok(dest) => destinations.extend(dest),
                 Err(source) => {
-                    return Err(ProduceError::Barrier { from, to, partition: d.partition, offset: d.offset, group: group.to_string(), unsent: rest.len(), source });
+                    return Err(ProduceError::Barrier {
+                        what: what.description,
+                        partition: d.partition,
+                        offset: d.offset,
+                        group: group.to_string(),
+                        unsent: rest.len(),
+                        source,
+                    });
                 }
             }
         }
@@ -242,5 +259,32 @@ impl Producer {
     pub fn flush(&self) -> Result<(), ProduceError> {
         self.inner.flush(Timeout::After(Duration::from_secs(120)))?;
         Ok(())
+    }
+}
+
+/// A command [`Producer::send_ordered`] waits for before sending more.
+struct Barrier {
+    /// For errors: what was sent.
+    description: String,
+    /// For a rename across keys: the destination key, whose partition the
+    /// moved documents are written to.
+    destination: Option<String>,
+}
+
+/// Whether `commands[i]` is a barrier: a rename across ordering keys, or
+/// the delete of a post right before the upsert that gives it to another
+/// user (as [`expand_owner_changes`] puts them).
+fn barrier(commands: &[Command], i: usize) -> Option<Barrier> {
+    match (&commands[i], commands.get(i + 1)) {
+        (c @ Command::RenamePath { from, to }, _) if c.destination_key().is_some() => Some(Barrier {
+            description: format!("the cross-key rename {from:?} -> {to:?}"),
+            destination: c.destination_key().map(str::to_string),
+        }),
+        (Command::DeletePost { id, user_id }, Some(next @ Command::UpsertPost { id: up, user_id: to, .. }))
+            if up == id && next.previous_key() == Some(user_id.as_str()) =>
+        {
+            Some(Barrier { description: format!("the delete of post {id:?} under user {user_id:?}, before it goes to user {to:?},"), destination: None })
+        }
+        _ => None,
     }
 }

@@ -60,7 +60,7 @@ public class DenormInterop {
       return;
     }
     Schema command = new Schema.Parser().parse(new File(args[1] + "/command.avsc"));
-    String p = args[2], d = "/" + p, u = p + "-u1";
+    String p = args[2], d = "/" + p, u = p + "-u1", u2 = p + "-u2";
     List<GenericRecord> payloads = List.of(
         payload(command, "UpsertFile", "id", p + "-f1", "path", d + "/docs/a.txt", "contents", "alpha from " + p),
         payload(command, "UpsertFile", "id", p + "-f2", "path", d + "/docs/sub/b.txt", "contents", "beta"),
@@ -70,7 +70,11 @@ public class DenormInterop {
         payload(command, "UpsertPost", "id", p + "-p1", "user_id", u, "title", "Notes", "body", "on the engine"),
         payload(command, "UpsertPost", "id", p + "-p2", "user_id", u, "title", "Draft", "body", "to delete"),
         payload(command, "DeletePost", "id", p + "-p2", "user_id", u),
-        payload(command, "UpsertUser", "id", u, "name", "Ada " + p + " After", "email", "ada@example.com", "dob", "1815-12-10"));
+        payload(command, "UpsertUser", "id", u, "name", "Ada " + p + " After", "email", "ada@example.com", "dob", "1815-12-10"),
+        // An owner change: p1 goes to another user, in its two halves.
+        payload(command, "UpsertUser", "id", u2, "name", "Grace " + p, "email", "grace@example.com", "dob", "1906-12-09"),
+        payload(command, "DeletePost", "id", p + "-p1", "user_id", u),
+        payload(command, "UpsertPost", "id", p + "-p1", "user_id", u2, "title", "Notes", "body", "on the engine", "previous_user_id", u));
     BinaryMessageEncoder<GenericRecord> encoder = new BinaryMessageEncoder<>(GenericData.get(), command);
     for (GenericRecord payload : payloads) {
       GenericRecord c = new GenericData.Record(command);

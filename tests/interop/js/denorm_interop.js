@@ -58,7 +58,7 @@ function encode(type, fp, op, fields) {
 }
 
 function commands(p) {
-  const d = '/' + p, u = p + '-u1';
+  const d = '/' + p, u = p + '-u1', u2 = p + '-u2';
   return [
     ['UpsertFile', { id: p + '-f1', path: d + '/docs/a.txt', contents: 'alpha from ' + p }],
     ['UpsertFile', { id: p + '-f2', path: d + '/docs/sub/b.txt', contents: 'beta' }],
@@ -69,6 +69,10 @@ function commands(p) {
     ['UpsertPost', { id: p + '-p2', user_id: u, title: 'Draft', body: 'to delete' }],
     ['DeletePost', { id: p + '-p2', user_id: u }],
     ['UpsertUser', { id: u, name: 'Ada ' + p + ' After', email: 'ada@example.com', dob: '1815-12-10' }],
+    // An owner change: p1 goes to another user, in its two halves.
+    ['UpsertUser', { id: u2, name: 'Grace ' + p, email: 'grace@example.com', dob: '1906-12-09' }],
+    ['DeletePost', { id: p + '-p1', user_id: u }],
+    ['UpsertPost', { id: p + '-p1', user_id: u2, title: 'Notes', body: 'on the engine', previous_user_id: { string: u } }],
   ];
 }
 

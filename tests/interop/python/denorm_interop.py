@@ -63,7 +63,7 @@ def encode(schema, fp, op, fields, tenant=None):
 
 def commands(p):
     """Every command type: the same scenario in every language's test."""
-    d, u = f"/{p}", f"{p}-u1"
+    d, u, u2 = f"/{p}", f"{p}-u1", f"{p}-u2"
     return [
         ("UpsertFile", {"id": f"{p}-f1", "path": f"{d}/docs/a.txt", "contents": "alpha from " + p}),
         ("UpsertFile", {"id": f"{p}-f2", "path": f"{d}/docs/sub/b.txt", "contents": "beta"}),
@@ -74,6 +74,10 @@ def commands(p):
         ("UpsertPost", {"id": f"{p}-p2", "user_id": u, "title": "Draft", "body": "to delete"}),
         ("DeletePost", {"id": f"{p}-p2", "user_id": u}),
         ("UpsertUser", {"id": u, "name": f"Ada {p} After", "email": "ada@example.com", "dob": "1815-12-10"}),
+        # An owner change: p1 goes to another user, in its two halves.
+        ("UpsertUser", {"id": u2, "name": f"Grace {p}", "email": "grace@example.com", "dob": "1906-12-09"}),
+        ("DeletePost", {"id": f"{p}-p1", "user_id": u}),
+        ("UpsertPost", {"id": f"{p}-p1", "user_id": u2, "title": "Notes", "body": "on the engine", "previous_user_id": u}),
     ]
 
 
