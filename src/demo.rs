@@ -52,7 +52,7 @@ pub fn seed(files: usize, users: usize, posts: usize, seed: u64) -> Vec<Command>
             let n = rng.random_range(8..24);
             words(&mut rng, n)
         };
-        out.push(Command::UpsertFile { id: format!("f{i}"), path, contents });
+        out.push(Command::UpsertFile { id: format!("f{i}"), path, contents, previous_path: None });
     }
     for u in 1..=users {
         let name = if u == 1 { "John Smith".to_string() } else { format!("{} {}", FIRST[rng.random_range(0..FIRST.len())], LAST[rng.random_range(0..LAST.len())]) };

@@ -19,7 +19,7 @@ pub struct Model {
 impl Model {
     pub fn apply(&mut self, c: &Command) {
         match c {
-            Command::UpsertFile { id, path, contents } => {
+            Command::UpsertFile { id, path, contents, .. } => {
                 self.files.insert(id.clone(), (path.clone(), contents.clone()));
             }
             Command::DeleteFile { id, .. } => {
@@ -126,6 +126,9 @@ pub fn serialized(logs: &[Vec<(i64, crate::codec::Decoded)>]) -> Result<(Model, 
         for (p, log) in logs.iter().enumerate() {
             while let Some((offset, msg)) = log.get(cursor[p]) {
                 match msg {
+                    // A post's owner change: after its delete under the
+                    // previous user.
+                    Decoded::Command(e) if owner_change_waits(logs, &cursor, e) => break,
                     Decoded::Command(e) => match (&e.command, e.command.destination_key()) {
                         (Command::RenamePath { from, to }, Some(_)) => {
                             left.insert((p as i32, *offset), m.move_out(from, to));
@@ -161,6 +164,18 @@ pub fn serialized(logs: &[Vec<(i64, crate::codec::Decoded)>]) -> Result<(Model, 
         return Err(format!("the move at {source:?} left with {} files that never arrived", files.len()));
     }
     Ok((m, Moves { arrived: arrived.len(), chunked: chunked.len() }))
+}
+
+/// Whether `e`, an upsert giving its document another owner, must wait in
+/// the serialized order: while the previous key's log still has, ahead of
+/// its cursor, the delete of that document issued no later than `e` (its
+/// delete half, which a producer sends first and waits for). The
+/// producers' clock pairs the halves: good for one machine's producers
+/// (tests, the demo).
+fn owner_change_waits(logs: &[Vec<(i64, crate::codec::Decoded)>], cursor: &[usize], e: &crate::command::Envelope) -> bool {
+    let (Some(previous), Some(delete)) = (e.command.previous_key(), e.command.owner_change_delete()) else { return false };
+    let p = crate::moves::partition_of(previous, logs.len() as i32) as usize;
+    logs[p][cursor[p]..].iter().any(|(_, m)| matches!(m, crate::codec::Decoded::Command(d) if d.issued_at <= e.issued_at && d.command == delete))
 }
 
 /// Compares two document sets (any order, bookkeeping ignored) and describes

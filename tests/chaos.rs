@@ -48,7 +48,7 @@ fn workload(seed: u64) -> Vec<Command> {
         let f = rng.random_range(0..files);
         let top = &top_of[f];
         out.push(if r < 0.6 {
-            Command::UpsertFile { id: format!("f{f}"), path: format!("{top}/projects/chaos/c{}/file{f}.txt", i % 7), contents: format!("chaos {i}") }
+            Command::UpsertFile { id: format!("f{f}"), path: format!("{top}/projects/chaos/c{}/file{f}.txt", i % 7), contents: format!("chaos {i}"), previous_path: None }
         } else if r < 0.85 {
             Command::DeleteFile { id: format!("f{f}"), path: format!("{top}/gone.txt") }
         } else {

@@ -15,7 +15,11 @@
 //! single files moved between trees, in every direction at once) go through
 //! the move protocol (docs/cross-key.md); the model splits each into the
 //! files leaving the source and arriving at the destination, where the
-//! topic's logs put them. Owner changes by upsert are not generated yet.
+//! topic's logs put them. Owner changes are generated in their explicit
+//! forms: a file upserted under another tree with its `previous_path`, a
+//! post given to another user with its `previous_user_id` (each sent as its
+//! delete under the old key, then a take-over upsert); the model applies
+//! such an upsert after that delete.
 
 mod common;
 
@@ -54,8 +58,10 @@ fn dir(rng: &mut StdRng, tree: usize, depth: usize) -> String {
 /// and moves out of them, so it knows where each file it created is. It
 /// moves subtrees, single files and whole trees to any tree (its own,
 /// another producer's, a spare one), concurrently with the others' moves;
-/// a file it moved out of its trees it never names again (that would be an
-/// owner change, which this test does not cover yet).
+/// a file it moved out of its trees it never names again. It gives files
+/// and posts to other owners in the explicit forms (`previous_path`,
+/// `previous_user_id`); a post given to another producer's user it never
+/// names again either.
 fn commands(seed: u64, producer: u64) -> Vec<Command> {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(producer));
     let own: Vec<usize> = (0..TREES).filter(|t| *t as u64 % PRODUCERS == producer).collect();
@@ -63,13 +69,22 @@ fn commands(seed: u64, producer: u64) -> Vec<Command> {
     // Files this producer created and still owns: id -> full path.
     let mut files: BTreeMap<String, String> = BTreeMap::new();
     let mut next_id = 0;
+    // Posts this producer named: id -> the user (index) it belongs to now.
+    // Moved to another producer's user: gone from here.
+    let mut posts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut gone_posts = std::collections::BTreeSet::new();
     let mut out = Vec::with_capacity(COMMANDS_PER_PRODUCER);
     while out.len() < COMMANDS_PER_PRODUCER {
         let t = own[rng.random_range(0..own.len())];
         let u = users[rng.random_range(0..users.len())];
         let other = rng.random_range(0..TREES + SPARE_TREES);
         let mine: Vec<(String, String)> = files.iter().filter(|(_, p)| path::top_level(p) == format!("/t{t}")).map(|(i, p)| (i.clone(), p.clone())).collect();
-        let c = match rng.random_range(0..100) {
+        let post_id = format!("u{u}-p{}", rng.random_range(0..15));
+        if gone_posts.contains(&post_id) {
+            continue;
+        }
+        let post_user = posts.get(&post_id).copied().unwrap_or(u);
+        let c = match rng.random_range(0..104) {
             0..=34 => {
                 let d = rng.random_range(1..=3);
                 let id = match mine.is_empty() || rng.random_bool(0.4) {
@@ -82,7 +97,7 @@ fn commands(seed: u64, producer: u64) -> Vec<Command> {
                 // Up to a few hundred bytes: with the workers' small message
                 // limit, a move of more than a few files takes several.
                 let contents = format!("p{producer} #{} {}", out.len(), "x".repeat(rng.random_range(0..400)));
-                Command::UpsertFile { path: format!("{}/{id}.txt", dir(&mut rng, t, d)), id, contents }
+                Command::UpsertFile { path: format!("{}/{id}.txt", dir(&mut rng, t, d)), id, contents, previous_path: None }
             }
             35..=41 if !mine.is_empty() => {
                 let (id, path) = mine[rng.random_range(0..mine.len())].clone();
@@ -109,11 +124,35 @@ fn commands(seed: u64, producer: u64) -> Vec<Command> {
                 let name = format!("User {u} v{}", rng.random_range(0..1000));
                 Command::UpsertUser { id: format!("u{u}"), name, email: format!("u{u}@example.org"), dob: "1980-01-01".into() }
             }
-            75..=92 => {
-                let p = rng.random_range(0..15);
-                Command::UpsertPost { id: format!("u{u}-p{p}"), user_id: format!("u{u}"), title: format!("post {p}"), body: format!("by p{producer} #{}", out.len()), previous_user_id: None }
+            75..=92 => Command::UpsertPost {
+                user_id: format!("u{post_user}"),
+                title: format!("post {post_id}"),
+                body: format!("by p{producer} #{}", out.len()),
+                id: post_id,
+                previous_user_id: None,
+            },
+            93..=99 => Command::DeletePost { id: post_id, user_id: format!("u{post_user}") },
+            // A post given to another user, any producer's.
+            100..=101 => {
+                let to = rng.random_range(0..USERS);
+                if to == post_user {
+                    continue;
+                }
+                Command::UpsertPost {
+                    user_id: format!("u{to}"),
+                    title: format!("post {post_id}"),
+                    body: format!("moved by p{producer} #{}", out.len()),
+                    id: post_id,
+                    previous_user_id: Some(format!("u{post_user}")),
+                }
             }
-            93..=99 => Command::DeletePost { id: format!("u{u}-p{}", rng.random_range(0..15)), user_id: format!("u{u}") },
+            // A file upserted under another tree: its owner changes.
+            102..=103 if !mine.is_empty() => {
+                let (id, from) = mine[rng.random_range(0..mine.len())].clone();
+                let depth = rng.random_range(1..=2);
+                let to = format!("{}/{}", dir(&mut rng, other, depth), path::split(&from).1);
+                Command::UpsertFile { id, path: to, contents: format!("p{producer} #{} moved", out.len()), previous_path: Some(from) }
+            }
             _ => continue,
         };
         // Renames into themselves (or of a directory to itself) are invalid.
@@ -121,11 +160,24 @@ fn commands(seed: u64, producer: u64) -> Vec<Command> {
             continue;
         }
         match &c {
+            // Given to another tree: never named again.
+            Command::UpsertFile { id, .. } if c.previous_key().is_some() => {
+                files.remove(id);
+            }
             Command::UpsertFile { id, path, .. } => {
                 files.insert(id.clone(), path.clone());
             }
             Command::DeleteFile { id, .. } => {
                 files.remove(id);
+            }
+            Command::UpsertPost { id, user_id, .. } | Command::DeletePost { id, user_id } => {
+                let to: usize = user_id[1..].parse().expect("u<n>");
+                if to as u64 % PRODUCERS == producer {
+                    posts.insert(id.clone(), to);
+                } else {
+                    posts.remove(id);
+                    gone_posts.insert(id.clone());
+                }
             }
             Command::RenamePath { from, to } => {
                 let cross = c.destination_key().is_some();
@@ -186,10 +238,13 @@ fn run(seed: u64) {
                     // In small batches, so that the producers interleave with
                     // each other and with the kills.
                     for batch in all.chunks(25) {
-                        // A cross-key rename is acknowledged once applied at
-                        // its source: what follows it is sent after that.
-                        let (d, _) = producer.send_ordered(&cfg, &group, batch.to_vec(), 1000, Duration::from_secs(180), |_| {}).await.unwrap();
-                        log.extend(d.into_iter().zip(batch.iter().cloned()));
+                        // A cross-key rename, or a post's delete before its
+                        // owner changes, is acknowledged once applied at its
+                        // source: what follows it is sent after that.
+                        let batch = denorm::command::expand_owner_changes(batch.to_vec());
+                        let (d, _) = producer.send_ordered(&cfg, &group, batch.clone(), 1000, Duration::from_secs(180), |_| {}).await.unwrap();
+                        assert_eq!(d.len(), batch.len());
+                        log.extend(d.into_iter().zip(batch));
                         tokio::time::sleep(Duration::from_millis(pace.random_range(0..60))).await;
                     }
                     log
@@ -226,12 +281,15 @@ fn run(seed: u64) {
     drop(worker);
     let renames = log.iter().filter(|(_, c)| matches!(c, Command::RenamePath { .. })).count();
     let cross = log.iter().filter(|(_, c)| c.destination_key().is_some()).count();
+    let owner_changes = |file: bool| log.iter().filter(|(_, c)| c.previous_key().is_some() && matches!(c, Command::UpsertFile { .. }) == file).count();
+    let (file_owners, post_owners) = (owner_changes(true), owner_changes(false));
     let (moves, chunked) = assert_matches_topic_model(&r.cfg, &r.index);
     eprintln!(
-        "seed {seed}: {} commands from {PRODUCERS} producers ({renames} renames, {cross} of them across trees, {moves} of which moved files, {chunked} in several messages), {kills} kills, a second worker joined and left",
+        "seed {seed}: {} commands from {PRODUCERS} producers ({renames} renames, {cross} of them across trees, {moves} of which moved files, {chunked} in several messages; {file_owners} files and {post_owners} posts changed owner), {kills} kills, a second worker joined and left",
         log.len()
     );
     assert!(moves > 0, "no cross-key rename moved anything");
+    assert!(file_owners > 0 && post_owners > 0, "no owner change of a file or of a post");
 
     // The topic again, from the start, into an empty index.
     let fresh = r.dir().join("replay");

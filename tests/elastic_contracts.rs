@@ -537,7 +537,7 @@ mod shard {
         });
         let b = backend(&server, &rt);
         let mut shard = b.open_shard(0).unwrap();
-        let cmd = Command::UpsertFile { id: "f1".into(), path: "/c/n.txt".into(), contents: "older".into() };
+        let cmd = Command::UpsertFile { id: "f1".into(), path: "/c/n.txt".into(), contents: "older".into(), previous_path: None };
         apply(shard.as_mut(), &cmd, 20, FanOut::pages_of(2)).unwrap();
         shard.mark_applied(Checkpoint::new(20, 0));
         shard.commit().unwrap();
@@ -627,7 +627,7 @@ async fn mount_new_shard(server: &MockServer, ids: &[&str]) {
 /// Applies an upsert of each file `ids[i]` at position `i`, and marks it.
 fn upsert_files(shard: &mut dyn denorm::index::Shard, ids: &[&str]) {
     for (pos, id) in ids.iter().enumerate() {
-        let c = denorm::command::Command::UpsertFile { id: id.to_string(), path: format!("/c/{id}.txt"), contents: "x".into() };
+        let c = denorm::command::Command::UpsertFile { id: id.to_string(), path: format!("/c/{id}.txt"), contents: "x".into(), previous_path: None };
         denorm::apply::apply(shard, &c, pos as u64, denorm::apply::FanOut::pages_of(10)).unwrap();
         shard.mark_applied(Checkpoint::new(pos as u64, 0));
     }
@@ -654,7 +654,7 @@ fn a_failed_commit_keeps_its_writes_and_sends_them_again() {
     });
     let b = backend(&server, &rt);
     let mut shard = b.open_shard(0).unwrap();
-    let cmd = Command::UpsertFile { id: "f1".into(), path: "/c/a.txt".into(), contents: "x".into() };
+    let cmd = Command::UpsertFile { id: "f1".into(), path: "/c/a.txt".into(), contents: "x".into(), previous_path: None };
     apply(shard.as_mut(), &cmd, 3, FanOut::pages_of(10)).unwrap();
     shard.mark_applied(Checkpoint::new(3, 0));
     let err = shard.commit().unwrap_err();
@@ -1620,7 +1620,7 @@ mod review {
         let store = Store::default();
         rt.block_on(store.mount(&server));
         let b = backend(&server, &rt);
-        let upsert = Command::UpsertFile { id: "f1".into(), path: "/d/1.txt".into(), contents: "c".into() };
+        let upsert = Command::UpsertFile { id: "f1".into(), path: "/d/1.txt".into(), contents: "c".into(), previous_path: None };
         // The old owner reads f1 as absent and stages its create (offset 5),
         // then stalls before committing.
         let mut old = b.open_shard(0).unwrap();
@@ -1752,7 +1752,7 @@ mod review {
         for _ in 0..n {
             let id = format!("f{}", next(12));
             let c = match next(10) {
-                0..=4 => Command::UpsertFile { id: id.clone(), path: format!("{}/{id}.txt", dirs[next(3) as usize]), contents: format!("v{}", next(1000)) },
+                0..=4 => Command::UpsertFile { id: id.clone(), path: format!("{}/{id}.txt", dirs[next(3) as usize]), contents: format!("v{}", next(1000)), previous_path: None },
                 5 | 6 => Command::DeleteFile { path: model.file_path(&id).unwrap_or("/a/x/gone.txt").to_string(), id },
                 7 | 8 => {
                     let (from, to) = (next(3) as usize, next(3) as usize);
@@ -1786,9 +1786,15 @@ mod review {
 
     /// The files of generation 0 in the store, tombstones left out.
     fn live_files(scans: &Scans) -> Vec<denorm::index::Doc> {
+        live_docs(scans, Kind::File)
+    }
+
+    /// The documents of `kind` of generation 0 in the store, tombstones left out.
+    fn live_docs(scans: &Scans, kind: Kind) -> Vec<denorm::index::Doc> {
         use denorm::index::elastic::docs::{from_source, is_tombstone};
+        let index = format!("denorm-{}s-g0", kind.as_str());
         let store = scans.store.0.lock().unwrap();
-        store.iter().filter(|((index, _), (v, _))| index == "denorm-files-g0" && !is_tombstone(v)).map(|(_, (v, _))| from_source(Kind::File, v)).collect()
+        store.iter().filter(|((i, _), (v, _))| *i == index && !is_tombstone(v)).map(|(_, (v, _))| from_source(kind, v)).collect()
     }
 
     /// Issue 11's chaos test: two owners of a partition overlap. The old one
@@ -1857,7 +1863,7 @@ mod review {
             let (server, scans) = scans_server(&rt);
             let b = backend(&server, &rt);
             let (mut src, mut dst) = (b.open_shard(0).unwrap(), b.open_shard(1).unwrap());
-            let upsert = |id: &str, path: &str| Command::UpsertFile { id: id.into(), path: path.into(), contents: format!("{id} at {path}") };
+            let upsert = |id: &str, path: &str| Command::UpsertFile { id: id.into(), path: path.into(), contents: format!("{id} at {path}"), previous_path: None };
             let mut model = denorm::model::Model::default();
             let run = |shard: &mut Box<dyn denorm::index::Shard + Send>, c: Command, pos: u64, model: &mut denorm::model::Model| {
                 apply(shard.as_mut(), &c, pos, FanOut::pages_of(2)).unwrap();
@@ -1872,7 +1878,7 @@ mod review {
             // A file written before versions recorded their partition.
             let old = json!({"id": "f9", "name": "9.txt", "path": "/s/a", "contents": "old", "denorm_pos": 99});
             scans.store.0.lock().unwrap().insert(("denorm-files-g0".into(), "f9".into()), (old, 1));
-            model.apply(&Command::UpsertFile { id: "f9".into(), path: "/s/a/9.txt".into(), contents: "old".into() });
+            model.apply(&Command::UpsertFile { id: "f9".into(), path: "/s/a/9.txt".into(), contents: "old".into(), previous_path: None });
             run(&mut dst, upsert("g", "/d/a/g.txt"), 1, &mut model);
             dst.commit().unwrap();
             // The move: /s/a -> /d/a, the rename at offset 106 of partition
@@ -1914,6 +1920,79 @@ mod review {
             assert!(diffs.is_empty(), "delete first: {delete_first}: the documents differ from the model:\n{}", diffs.join("\n"));
             let f0 = scans.store.get("denorm-files-g0", "f0").unwrap();
             assert_eq!((f0["denorm_partition"].as_i64(), f0["path"].as_str()), (Some(1), Some("/d/b")), "{f0}");
+        }
+    }
+
+    /// An owner change (issue 13) is an upsert naming where its document is
+    /// now, sent after the document's delete there: the two halves reach
+    /// two partitions' shards in either order. Whichever comes first, and
+    /// with a redelivered write of the old owner from before the change,
+    /// the document ends with its new owner, once; the old owner's later
+    /// fan-out passes it by, the new owner's reaches it.
+    #[test]
+    fn an_owner_change_takes_the_document_over_in_either_order_of_its_halves() {
+        use denorm::index::Checkpoint;
+        let s = |x: &str| x.to_string();
+        let user = |id: &str, name: &str| Command::UpsertUser { id: s(id), name: s(name), email: s(""), dob: s("1970-01-01") };
+        let post = |user_id: &str, previous: Option<&str>| Command::UpsertPost {
+            id: s("p"),
+            user_id: s(user_id),
+            title: s("t"),
+            body: s("b"),
+            previous_user_id: previous.map(s),
+        };
+        let file = |path: &str, previous: Option<&str>| Command::UpsertFile { id: s("f"), path: s(path), contents: s(path), previous_path: previous.map(s) };
+        for (kind, change, stale, src_after, dst_after) in [
+            (Kind::Post, post("u2", Some("u1")), post("u1", None), user("u1", "One later"), user("u2", "Two later")),
+            (
+                Kind::File,
+                file("/d/a.txt", Some("/s/a.txt")),
+                file("/s/a.txt", None),
+                Command::RenamePath { from: s("/s/b"), to: s("/s/c") },
+                Command::RenamePath { from: s("/d"), to: s("/e") },
+            ),
+        ] {
+            for delete_first in [false, true] {
+                let rt = tokio::runtime::Runtime::new().unwrap();
+                let (server, scans) = scans_server(&rt);
+                let b = backend(&server, &rt);
+                let (mut src, mut dst) = (b.open_shard(0).unwrap(), b.open_shard(1).unwrap());
+                let mut model = denorm::model::Model::default();
+                let run = |shard: &mut Box<dyn denorm::index::Shard + Send>, c: &Command, pos: u64, model: &mut denorm::model::Model| {
+                    apply(shard.as_mut(), c, pos, FanOut::pages_of(2)).unwrap();
+                    shard.mark_applied(Checkpoint::new(pos, pos));
+                    shard.commit().unwrap();
+                    model.apply(c);
+                };
+                run(&mut src, &user("u1", "One"), 1, &mut model);
+                run(&mut dst, &user("u2", "Two"), 1, &mut model);
+                run(&mut src, &stale, 2, &mut model);
+                let delete = change.owner_change_delete().expect("an owner change");
+                assert_eq!(change.previous_key(), Some(stale.key()));
+                if delete_first {
+                    run(&mut src, &delete, 3, &mut model);
+                    run(&mut dst, &change, 2, &mut model);
+                } else {
+                    // The take-over first: the model takes the halves in the
+                    // order they have in time (delete, then upsert).
+                    apply(dst.as_mut(), &change, 2, FanOut::pages_of(2)).unwrap();
+                    dst.commit().unwrap();
+                    run(&mut src, &delete, 3, &mut model);
+                    model.apply(&change);
+                }
+                // The old owner redelivers its write from before the change,
+                // then fans out (its user renamed, its directory renamed);
+                // the new owner fans out over the document.
+                apply(src.as_mut(), &stale, 2, FanOut::pages_of(2)).unwrap();
+                src.commit().unwrap();
+                run(&mut src, &src_after, 4, &mut model);
+                run(&mut dst, &dst_after, 3, &mut model);
+                let actual = live_docs(&scans, kind);
+                let expected: Vec<_> = model.docs().into_iter().filter(|d| d.kind() == kind).collect();
+                assert_eq!(expected.len(), 1);
+                let diffs = denorm::model::diff(expected, actual, 10);
+                assert!(diffs.is_empty(), "{kind:?}, delete first: {delete_first}: the documents differ from the model:\n{}", diffs.join("\n"));
+            }
         }
     }
 

@@ -15,7 +15,7 @@ use denorm::index::Kind;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 fn file(id: &str, path: &str) -> Command {
-    Command::UpsertFile { id: s(id), path: s(path), contents: format!("contents of {id}") }
+    Command::UpsertFile { id: s(id), path: s(path), contents: format!("contents of {id}"), previous_path: None }
 }
 
 fn file_ids(index: &Path) -> BTreeSet<String> {

@@ -93,7 +93,7 @@ fn every_schema_fingerprint_equals_fastavro_avsc_and_java() {
 /// be the ones the foreign producer chose (the same murmur2 partitioner).
 fn assert_scenario_applied(r: &Rig, w: &Worker, prefix: &str, foreign: &str) {
     let deliveries = json_lines(foreign);
-    assert_eq!(deliveries.len(), 12, "{foreign}");
+    assert_eq!(deliveries.len(), 14, "{foreign}");
     let partition_of = |key: &str| {
         let ps: Vec<i64> = deliveries.iter().filter(|d| d["key"] == key).map(|d| d["partition"].as_i64().unwrap()).collect();
         assert!(!ps.is_empty() && ps.iter().all(|p| *p == ps[0]), "key {key} went to partitions {ps:?}");
@@ -103,20 +103,29 @@ fn assert_scenario_applied(r: &Rig, w: &Worker, prefix: &str, foreign: &str) {
     let ours = produce(
         &r.cfg,
         vec![
-            Command::UpsertFile { id: format!("{prefix}-x"), path: format!("{dir}/x.txt"), contents: s("from denorm") },
+            Command::UpsertFile { id: format!("{prefix}-x"), path: format!("{dir}/x.txt"), contents: s("from denorm"), previous_path: None },
             Command::UpsertPost { id: format!("{prefix}-p3"), user_id: user.clone(), title: s("Later"), body: s("after the rename"), previous_user_id: None },
         ],
     );
     assert_eq!(ours[0].0.partition as i64, partition_of(&dir), "denorm and the foreign producer chose different partitions for {dir}");
     assert_eq!(ours[1].0.partition as i64, partition_of(&user), "denorm and the foreign producer chose different partitions for {user}");
-    wait_applied(&r.cfg, &r.group, 14);
+    wait_applied(&r.cfg, &r.group, 16);
 
     let (code, out, err) = r.run(&["search", "files", "--under", &dir, "--json"]);
     assert_eq!(code, 0, "{err}");
     let mut files: Vec<(String, String)> =
         json_lines(&out).iter().map(|f| (f["id"].as_str().unwrap().to_string(), format!("{}/{}", f["path"].as_str().unwrap(), f["name"].as_str().unwrap()))).collect();
     files.sort();
-    assert_eq!(files, vec![(format!("{prefix}-f1"), format!("{dir}/papers/a.txt")), (format!("{prefix}-x"), format!("{dir}/x.txt"))]);
+    // f1 went to another top-level directory (an owner change in the
+    // schema's previous_path form): there only.
+    assert_eq!(files, vec![(format!("{prefix}-x"), format!("{dir}/x.txt"))]);
+    let (code, out, err) = r.run(&["search", "files", "--under", &format!("{dir}-b"), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let moved: Vec<(String, String, String)> = json_lines(&out)
+        .iter()
+        .map(|f| (f["id"].as_str().unwrap().to_string(), format!("{}/{}", f["path"].as_str().unwrap(), f["name"].as_str().unwrap()), f["contents"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(moved, vec![(format!("{prefix}-f1"), format!("{dir}-b/a.txt"), s("moved"))]);
 
     // Every post of this scenario, with its author: the renamed user's name
     // is in p3 (sent after the rename), and p1 went to another user (an
@@ -165,7 +174,7 @@ fn messages_of_javas_reference_encoder_are_applied() {
     let file = r.dir().join("java-messages.tsv");
     std::fs::write(&file, &lines).unwrap();
     // BinaryMessageEncoder's own framing: C3 01 and the spec fingerprint.
-    assert!(lines.lines().all(|l| l.split('\t').nth(1).unwrap().starts_with("c301d5ad9aa406d093fb")), "{lines}");
+    assert!(lines.lines().all(|l| l.split('\t').nth(1).unwrap().starts_with("c3019848ea802671ddab")), "{lines}");
     let out = stdout_of(python().args(["send-lines", &r.cfg.brokers, &r.cfg.topic]).arg(&file));
     assert_scenario_applied(&r, &w, "java", &out);
 }
@@ -174,8 +183,9 @@ fn messages_of_javas_reference_encoder_are_applied() {
 fn messages_of_denorms_producer_decode_in_python() {
     let r = Rig::new(3);
     let commands = vec![
-        Command::UpsertFile { id: s("f1"), path: s("/docs/ü/a b.txt"), contents: s("héllo") },
+        Command::UpsertFile { id: s("f1"), path: s("/docs/ü/a b.txt"), contents: s("héllo"), previous_path: None },
         Command::DeleteFile { id: s("f1"), path: s("/docs/ü/a b.txt") },
+        Command::UpsertFile { id: s("f1"), path: s("/other/a.txt"), contents: s("x"), previous_path: Some(s("/docs/ü/a b.txt")) },
         Command::RenamePath { from: s("/docs/a"), to: s("/docs/b") },
         Command::UpsertUser { id: s("u1"), name: s("Zoë"), email: s("z@example.com"), dob: s("2000-02-29") },
         Command::UpsertPost { id: s("p1"), user_id: s("u1"), title: s("T"), body: s("B"), previous_user_id: None },
@@ -210,8 +220,10 @@ fn messages_of_denorms_producer_decode_in_python() {
         let mut ours = serde_json::to_value(&e.command).unwrap();
         ours.as_object_mut().unwrap().remove("op");
         // JSONL leaves an absent optional field out; Avro reads it as null.
-        if matches!(e.command, Command::UpsertPost { .. }) && ours.get("previous_user_id").is_none() {
-            ours["previous_user_id"] = serde_json::Value::Null;
+        for (field, op) in [("previous_user_id", "upsert_post"), ("previous_path", "upsert_file")] {
+            if e.command.kind() == op && ours.get(field).is_none() {
+                ours[field] = serde_json::Value::Null;
+            }
         }
         assert_eq!(d["payload"], ours, "{}", d);
         assert_eq!(d["type"], format!("denorm.{}", denorm::codec::record_name(&e.command)));

@@ -123,7 +123,7 @@ fn a_move_spanning_several_messages_holds_the_destinations_later_commands_until_
         &r.cfg,
         vec![
             rename(&format!("{dst}/x"), &format!("{dst}/y")),
-            Command::UpsertFile { id: s("late"), path: format!("{dst}/x/late.txt"), contents: s("late") },
+            Command::UpsertFile { id: s("late"), path: format!("{dst}/x/late.txt"), contents: s("late"), previous_path: None },
         ],
     );
     wait_metric(&w, "denorm_moves_waiting_messages", &[], 2.0);
@@ -149,7 +149,7 @@ fn a_source_that_crashes_after_handing_its_documents_over_sends_them_again_and_t
     produce(&r.cfg, files_under("a", "/a/x", 40));
     wait_applied_by(&r.cfg, &r.group, 40, &[&w]);
     r.on_fault("move.crash-after-send", "");
-    produce(&r.cfg, vec![rename("/a/x", "/b/x"), Command::UpsertFile { id: s("after"), path: s("/b/x/after.txt"), contents: s("") }]);
+    produce(&r.cfg, vec![rename("/a/x", "/b/x"), Command::UpsertFile { id: s("after"), path: s("/b/x/after.txt"), contents: s(""), previous_path: None }]);
     let (status, log) = w.wait_exit(Duration::from_secs(60));
     assert!(!status.success() && log.contains("crashing after a move's documents were handed over"), "{status:?}\n{log}");
     r.off_fault("move.crash-after-send");
@@ -212,8 +212,8 @@ fn a_move_out_of_a_parked_tree_waits_with_it_and_one_into_a_parked_tree_is_appli
     produce(
         &r.cfg,
         vec![
-            Command::UpsertFile { id: s("bad1"), path: s("/src/bad.txt"), contents: s("") },
-            Command::UpsertFile { id: s("bad2"), path: s("/dst/bad.txt"), contents: s("") },
+            Command::UpsertFile { id: s("bad1"), path: s("/src/bad.txt"), contents: s(""), previous_path: None },
+            Command::UpsertFile { id: s("bad2"), path: s("/dst/bad.txt"), contents: s(""), previous_path: None },
         ],
     );
     wait_applied_by(&r.cfg, &r.group, 12, &[&w]);
@@ -224,7 +224,7 @@ fn a_move_out_of_a_parked_tree_waits_with_it_and_one_into_a_parked_tree_is_appli
             // Out of the parked /src: waits in the dead-letter topic with
             // /src's other commands.
             rename("/src/a", "/other/a"),
-            Command::UpsertFile { id: s("o1"), path: s("/other/o1.txt"), contents: s("") },
+            Command::UpsertFile { id: s("o1"), path: s("/other/o1.txt"), contents: s(""), previous_path: None },
         ],
     );
     wait_applied_by(&r.cfg, &r.group, 14, &[&w]);
@@ -235,9 +235,9 @@ fn a_move_out_of_a_parked_tree_waits_with_it_and_one_into_a_parked_tree_is_appli
     produce(
         &r.cfg,
         vec![
-            Command::UpsertFile { id: s("o2"), path: s("/other/b/o2.txt"), contents: s("") },
+            Command::UpsertFile { id: s("o2"), path: s("/other/b/o2.txt"), contents: s(""), previous_path: None },
             rename("/other/b", "/dst/b"),
-            Command::UpsertFile { id: s("d1"), path: s("/dst/d1.txt"), contents: s("") },
+            Command::UpsertFile { id: s("d1"), path: s("/dst/d1.txt"), contents: s(""), previous_path: None },
         ],
     );
     wait_applied_by(&r.cfg, &r.group, 18, &[&w]);
@@ -264,7 +264,7 @@ fn a_rebuild_into_a_new_generation_gives_the_same_documents_after_moves() {
     commands.extend([
         rename("/alpha/d1", "/beta/d1"),
         rename("/beta", "/gamma"),
-        Command::UpsertFile { id: s("late"), path: s("/gamma/d1/late.txt"), contents: s("") },
+        Command::UpsertFile { id: s("late"), path: s("/gamma/d1/late.txt"), contents: s(""), previous_path: None },
         rename("/gamma/d1", "/alpha/d1-back"),
         rename("/alpha/d2/file2.txt", "/delta/file2.txt"),
     ]);
@@ -304,4 +304,81 @@ fn without_a_worker_a_cross_key_rename_is_sent_but_what_follows_is_not_and_the_e
     assert!(err.contains(r#"the cross-key rename "/a/x" -> "/b/x""#) && err.contains("the 1 command(s) after it were not sent"), "{err}");
     let sent: usize = read_topic(&r.cfg).iter().map(Vec::len).sum();
     assert_eq!(sent, 1, "only the rename is in the topic");
+}
+
+/// A user id whose partition (of `partitions`) is not `other`'s.
+fn user_outside(partitions: i32, other: &str) -> String {
+    (0..).map(|n| format!("u{n}")).find(|u| partition_of(u, partitions) != partition_of(other, partitions)).expect("some id lands elsewhere")
+}
+
+#[test]
+fn owner_changes_from_the_cli_and_jsonl_are_applied_on_both_sides_when_produce_wait_returns() {
+    let r = Rig::new(4);
+    let w = r.worker(&[]);
+    let (u1, dst) = (s("u1"), tree_outside("dst", 4, &["/src"]));
+    let u2 = user_outside(4, &u1);
+    let user = |id: &str, name: &str| Command::UpsertUser { id: s(id), name: s(name), email: s(""), dob: s("1970-01-01") };
+    produce(
+        &r.cfg,
+        vec![
+            user(&u1, "Ada"),
+            user(&u2, "Grace"),
+            Command::UpsertPost { id: s("p1"), user_id: u1.clone(), title: s("T"), body: s("B"), previous_user_id: None },
+            Command::UpsertFile { id: s("f1"), path: s("/src/a/f1.txt"), contents: s("first"), previous_path: None },
+        ],
+    );
+    wait_applied(&r.cfg, &r.group, 4);
+    let posts = |index: &std::path::Path| -> Vec<(String, String, String)> {
+        dump(index)
+            .into_iter()
+            .filter_map(|d| match d {
+                Doc::Post(p) => Some((p.id, p.user.id, p.user.name)),
+                _ => None,
+            })
+            .collect()
+    };
+
+    let files = |index: &std::path::Path| -> Vec<(String, String)> {
+        dump(index)
+            .into_iter()
+            .filter_map(|d| match d {
+                Doc::File(f) => Some((f.full_path(), f.contents)),
+                _ => None,
+            })
+            .collect()
+    };
+
+    // A post given to another user, from flags.
+    let (code, out, err) = r.run(&["produce", "--wait", "60", "upsert-post", "--id", "p1", "--user-id", &u2, "--title", "T", "--body", "B2", "--previous-user-id", &u1]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+    assert!(err.contains("1 owner change(s)"), "{err}");
+    // Its two halves, each under its own key.
+    let lines = json_lines(&out);
+    assert_eq!(lines.iter().map(|l| l["key"].as_str().unwrap().to_string()).collect::<Vec<_>>(), vec![u1.clone(), u2.clone()], "{out}");
+    // No further wait: --wait covered both sides.
+    assert_eq!(posts(&r.index), vec![(s("p1"), u2.clone(), s("Grace"))]);
+
+    // A file given to another top-level directory, from flags; then, from
+    // JSONL, back again and edited there in the same input: the edit is
+    // applied against the change.
+    let to = format!("{dst}/b/f1.txt");
+    let (code, _, err) = r.run(&["produce", "--wait", "60", "upsert-file", "--id", "f1", "--path", &to, "--contents", "second", "--previous-path", "/src/a/f1.txt"]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+    assert_eq!(files(&r.index), vec![(to.clone(), s("second"))]);
+    let jsonl = r.dir().join("owners.jsonl");
+    std::fs::write(
+        &jsonl,
+        [
+            format!(r#"{{"op":"upsert_file","id":"f1","path":"/src/c/f1.txt","contents":"third","previous_path":"{to}"}}"#),
+            s(r#"{"op":"upsert_file","id":"f1","path":"/src/c/f1.txt","contents":"fourth"}"#),
+            format!(r#"{{"op":"upsert_user","id":"{u2}","name":"Grace Hopper","email":"","dob":"1906-12-09"}}"#),
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let (code, _, err) = r.run(&["produce", "--wait", "60", "--jsonl", jsonl.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+    assert_eq!(files(&r.index), vec![(s("/src/c/f1.txt"), s("fourth"))]);
+    assert_eq!(posts(&r.index), vec![(s("p1"), u2, s("Grace Hopper"))], "the new owner's rename reaches the post");
+    assert_matches_topic_model(&r.cfg, &r.index);
 }

@@ -179,7 +179,7 @@ fn resumes_after_worker_killed_mid_rename() {
         vec![
             Command::RenamePath { from: s("/big/tree"), to: s("/big/moved") },
             // After the rename: a new file at the old name must stay there.
-            Command::UpsertFile { id: s("new"), path: s("/big/tree/new.txt"), contents: s("after") },
+            Command::UpsertFile { id: s("new"), path: s("/big/tree/new.txt"), contents: s("after"), previous_path: None },
         ],
     ));
     assert!(worker.wait_for_log("fan-out started", Duration::from_secs(60)), "rename never started:\n{}", worker.log());
@@ -278,10 +278,10 @@ fn hostile_messages_are_dead_lettered_with_distinct_reasons_without_stopping_the
     let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let codec = denorm::codec::Codec::new();
     let valid = |id: &str| {
-        codec.encode(&denorm::command::Envelope::new(Command::UpsertFile { id: s(id), path: format!("/a/{id}.txt"), contents: s("x") }))
+        codec.encode(&denorm::command::Envelope::new(Command::UpsertFile { id: s(id), path: format!("/a/{id}.txt"), contents: s("x"), previous_path: None }))
     };
     let truncated = valid("t")[..14].to_vec();
-    let invalid = codec.encode(&denorm::command::Envelope::new(Command::UpsertFile { id: s("bad"), path: s("/a/../etc"), contents: s("x") }));
+    let invalid = codec.encode(&denorm::command::Envelope::new(Command::UpsertFile { id: s("bad"), path: s("/a/../etc"), contents: s("x"), previous_path: None }));
     let unknown_schema = {
         let mut b = valid("u");
         b[4] ^= 0xff;

@@ -214,7 +214,7 @@ fn an_unavailable_registry_degrades_the_worker_and_dead_letters_nothing() {
     let r = Rig::new(1);
     let server = rt.block_on(MockServer::start());
     rt.block_on(Mock::given(method("GET")).and(path("/schemas/ids/41")).respond_with(error(503, 50003, "Error while forwarding the request to the primary")).mount(&server));
-    let datum = Codec::new().datum(&Envelope::new(Command::UpsertFile { id: "u1".into(), path: "/up/a.txt".into(), contents: "x".into() }));
+    let datum = Codec::new().datum(&Envelope::new(Command::UpsertFile { id: "u1".into(), path: "/up/a.txt".into(), contents: "x".into(), previous_path: None }));
     send_raw(&r.cfg, &[(Some("/up"), frame(41, &datum))]);
     let w = r.worker(&["--schema-registry", &server.uri(), "--retry-backoff-max-ms", "300"]);
     assert!(w.wait_for_log("schema registry unavailable", Duration::from_secs(30)), "{}", w.log());

@@ -43,7 +43,7 @@ impl FanOut {
 /// of documents written. Does not commit.
 pub fn apply<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, fan_out: FanOut) -> Result<u64, IndexError> {
     match cmd {
-        Command::UpsertFile { id, path, contents } => put_guarded(shard, Doc::File(FileDoc::at(id, path, contents, pos))),
+        Command::UpsertFile { id, path, contents, .. } => upsert(shard, cmd, Doc::File(FileDoc::at(id, path, contents, pos))),
         Command::DeleteFile { id, .. } => delete_guarded(shard, Kind::File, id, pos),
         Command::RenamePath { from, to } => {
             fan_out.rewrite(shard, &Scan::FilesWithin { path: from.clone() }, &mut |d| move_file(d, from, to, pos))
@@ -62,15 +62,19 @@ pub fn apply<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, fan_out:
                 _ => String::new(),
             };
             let author = Author { id: user_id.clone(), name };
-            let doc = Doc::Post(PostDoc { id: id.clone(), title: title.clone(), body: body.clone(), user: author, pos });
-            // An owner change takes the post over from its previous user's
-            // partition (whose copy its delete half removes).
-            match cmd.previous_key() {
-                Some(_) => shard.take_over(doc),
-                None => put_guarded(shard, doc),
-            }
+            upsert(shard, cmd, Doc::Post(PostDoc { id: id.clone(), title: title.clone(), body: body.clone(), user: author, pos }))
         }
         Command::DeletePost { id, .. } => delete_guarded(shard, Kind::Post, id, pos),
+    }
+}
+
+/// The document of an upsert: an owner change takes it over from the key
+/// it leaves (whose copy the change's delete half removes there); any other
+/// upsert writes it unless this shard holds a version at least as new.
+fn upsert<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, doc: Doc) -> Result<u64, IndexError> {
+    match cmd.previous_key() {
+        Some(_) => shard.take_over(doc),
+        None => put_guarded(shard, doc),
     }
 }
 
@@ -173,7 +177,7 @@ mod tests {
         x.to_string()
     }
     fn upsert(id: &str, p: &str) -> Command {
-        Command::UpsertFile { id: s(id), path: s(p), contents: format!("contents of {id}") }
+        Command::UpsertFile { id: s(id), path: s(p), contents: format!("contents of {id}"), previous_path: None }
     }
     fn rename(from: &str, to: &str) -> Command {
         Command::RenamePath { from: s(from), to: s(to) }

@@ -369,7 +369,7 @@ fn single_docs(n: u64, keys: u64, round: u64) -> Vec<Command> {
         .map(|i| Command::UpsertFile {
             id: format!("b{i}"),
             path: format!("/k{}/docs/section{}/file{i}.txt", i % keys, i % 50),
-            contents: crate::demo::words(&mut rng, 8 + (i % 16) as usize),
+            contents: crate::demo::words(&mut rng, 8 + (i % 16) as usize), previous_path: None,
         })
         .collect()
 }
@@ -389,14 +389,14 @@ fn tree(size: u64) -> Vec<Command> {
         .map(|i| Command::UpsertFile {
             id: format!("r{size}-{i}"),
             path: format!("{}/d{}/file{i}.txt", tree_dir(size), i % 100),
-            contents: crate::demo::words(&mut rng, 8 + (i % 16) as usize),
+            contents: crate::demo::words(&mut rng, 8 + (i % 16) as usize), previous_path: None,
         })
         .collect()
 }
 
 fn file_doc(c: &Command, pos: u64) -> Doc {
     match c {
-        Command::UpsertFile { id, path, contents } => Doc::File(FileDoc::at(id, path, contents, pos)),
+        Command::UpsertFile { id, path, contents, .. } => Doc::File(FileDoc::at(id, path, contents, pos)),
         other => unreachable!("the benchmark's loads are file upserts, not {other:?}"),
     }
 }
@@ -601,6 +601,7 @@ impl Bench<'_> {
                 id: id.clone(),
                 path: format!("/lat{}/file{i}.txt", i % self.a.keys),
                 contents: format!("latency probe {i}"),
+                previous_path: None,
             };
             let sent = Instant::now();
             tx.send((id, sent)).ok();

@@ -133,27 +133,40 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
         big_docs as f64 / (big_us as f64 / 1e6).max(1e-9)
     );
 
-    step(5, "moves between trees: /hillary/projects -> /bill/hillary-projects, the README's directory to /chelsea, /al renamed /albert, a file of /bill handed to /tipper");
-    // A file changing owner (tree): moved by a rename, then updated at its
-    // new path; the update is applied against the move.
+    step(5, "moves between trees: /hillary/projects -> /bill/hillary-projects, the README's directory to /chelsea, /al renamed /albert; owner changes: a file of /bill given to /tipper, a post given to another user");
+    // Owner changes in their explicit form: an upsert naming where the
+    // document is now (previous_path, previous_user_id). Each is sent as
+    // the delete there, acknowledged once applied, then the upsert.
     let handed = log.iter().find_map(|(_, c)| match c {
         Command::UpsertFile { id, path, .. } if path.starts_with("/bill/projects/") => Some((id.clone(), path.clone())),
+        _ => None,
+    });
+    let reattributed = log.iter().find_map(|(_, c)| match c {
+        Command::UpsertPost { id, user_id, title, body, .. } => Some((id.clone(), user_id.clone(), title.clone(), body.clone())),
+        _ => None,
+    });
+    let to_user = log.iter().rev().find_map(|(_, c)| match (c, &reattributed) {
+        (Command::UpsertUser { id, .. }, Some((_, from, _, _))) if id != from => Some(id.clone()),
         _ => None,
     });
     let mut moves = demo::moves();
     if let Some((id, path)) = &handed {
         let to = format!("/tipper/from-bill/{}", crate::command::path::split(path).1);
-        moves.push(Command::RenamePath { from: path.clone(), to: to.clone() });
-        moves.push(Command::UpsertFile { id: id.clone(), path: to, contents: "handed over from /bill, then edited".into() });
+        moves.push(Command::UpsertFile { id: id.clone(), path: to, contents: "handed over from /bill, then edited".into(), previous_path: Some(path.clone()) });
     }
+    if let (Some((id, from, title, body)), Some(to)) = (&reattributed, &to_user) {
+        moves.push(Command::UpsertPost { id: id.clone(), user_id: to.clone(), title: title.clone(), body: body.clone(), previous_user_id: Some(from.clone()) });
+    }
+    let owner_changes = moves.iter().filter(|c| c.previous_key().is_some()).count();
+    let moves = crate::command::expand_owner_changes(moves);
     let t = Instant::now();
     let (deliveries, _) = producer.send_ordered(&kafka, &group, moves.clone(), 1000, Duration::from_secs(a.timeout_secs), |_| {}).await?;
     log.extend(deliveries.into_iter().zip(moves));
     check_retained(&kafka)?;
     wait(&kafka, &group, log.len(), a.timeout_secs, "moving").await?;
     eprintln!(
-        "      {} renames across top-level directories, each acknowledged once its source had applied it (so the edit of the handed-over file follows its move); all applied in {:.1}s",
-        demo::moves().len() + usize::from(handed.is_some()),
+        "      {} renames across top-level directories and {owner_changes} owner changes, each acknowledged once applied at its source; all applied in {:.1}s",
+        demo::moves().len(),
         t.elapsed().as_secs_f64()
     );
 

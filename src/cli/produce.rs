@@ -54,8 +54,9 @@ enum One {
         #[arg(long, default_value = "")]
         contents: String,
         /// The file's current path, when it moves to another top-level
-        /// directory with this upsert (an owner change): sent as the
-        /// rename of that path to --path, then the upsert
+        /// directory with this upsert (an owner change): the file is deleted
+        /// there first, and the upsert is sent once the group applied the
+        /// delete
         #[arg(long, value_name = "PATH")]
         previous_path: Option<String>,
     },
@@ -115,14 +116,10 @@ enum One {
 }
 
 impl One {
-    /// The validated commands this stands for (two for a file that changes
-    /// top-level directory).
+    /// The validated command.
     fn commands(self) -> Result<Vec<Command>, crate::command::CommandError> {
         let one = match self {
-            One::UpsertFile { id, path, contents, previous_path: Some(prev) } => {
-                return crate::command::upsert_file_from(&prev, &id, &path, &contents)
-            }
-            One::UpsertFile { id, path, contents, previous_path: None } => Command::UpsertFile { id, path, contents },
+            One::UpsertFile { id, path, contents, previous_path } => Command::UpsertFile { id, path, contents, previous_path },
             One::DeleteFile { id, path } => Command::DeleteFile { id, path },
             One::Rename { from, to } => Command::RenamePath { from, to },
             One::UpsertUser { id, name, email, dob } => Command::UpsertUser { id, name, email, dob },
@@ -170,15 +167,24 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
         }
     };
     let crossing = commands.iter().filter(|c| c.destination_key().is_some()).count();
+    let owner_changes = commands.iter().filter(|c| c.previous_key().is_some()).count();
     let barrier_timeout = std::time::Duration::from_secs(a.wait.unwrap_or(60));
     if crossing > 0 {
         eprintln!("{crossing} rename(s) across top-level directories: what follows each is sent once group {} has applied it at its source", cli.group);
     }
+    if owner_changes > 0 {
+        eprintln!("{owner_changes} owner change(s): each is sent as the document's delete under its previous key and, once group {} has applied that, the upsert", cli.group);
+    }
+    // Read-your-writes and the printed deliveries cover both halves.
+    let commands = crate::command::expand_owner_changes(commands);
     // Without such renames this is `send_all`.
     let (deliveries, destinations) = if a.jsonl.is_none() {
-        let key = commands[0].key().to_string();
+        let keys: Vec<String> = commands.iter().map(|c| c.key().to_string()).collect();
         let (d, dest) = producer.send_ordered(&kafka, &cli.group, commands, 1, barrier_timeout, |_| {}).await.context("sending the command")?;
-        println!("{}", serde_json::json!({"key": key, "partition": d[0].partition, "offset": d[0].offset}));
+        // One line per command sent (two for an owner change).
+        for (key, d) in keys.iter().zip(&d) {
+            println!("{}", serde_json::json!({"key": key, "partition": d.partition, "offset": d.offset}));
+        }
         (d, dest)
     } else {
         let n = commands.len();

@@ -345,7 +345,7 @@ pub fn record_name(c: &Command) -> &'static str {
 
 fn payload_fields(c: &Command) -> (&'static str, Vec<(&'static str, &str)>) {
     match c {
-        Command::UpsertFile { id, path, contents } => {
+        Command::UpsertFile { id, path, contents, .. } => {
             ("UpsertFile", vec![("id", id), ("path", path), ("contents", contents)])
         }
         Command::DeleteFile { id, path } => ("DeleteFile", vec![("id", id), ("path", path)]),
@@ -391,10 +391,13 @@ pub fn to_value(schema: &Schema, e: &Envelope) -> Value {
     let branch = branches.iter().position(|(b, _)| b == name).expect("known payload");
     let mut payload: Vec<(String, Value)> = fields.into_iter().map(|(k, v)| (k.to_string(), Value::String(v.to_string()))).collect();
     // Written only by the schema versions that have it (3 on).
-    if let Command::UpsertPost { previous_user_id, .. } = &e.command {
-        if branches[branch].1.iter().any(|f| f == "previous_user_id") {
-            payload.push(("previous_user_id".to_string(), optional(previous_user_id.as_ref())));
-        }
+    let previous = match &e.command {
+        Command::UpsertFile { previous_path, .. } => Some(("previous_path", previous_path)),
+        Command::UpsertPost { previous_user_id, .. } => Some(("previous_user_id", previous_user_id)),
+        _ => None,
+    };
+    if let Some((field, value)) = previous.filter(|(f, _)| branches[branch].1.iter().any(|b| b == f)) {
+        payload.push((field.to_string(), optional(value.as_ref())));
     }
     let (branch, payload) = (branch as u32, Value::Record(payload));
     let Schema::Record(r) = schema else { panic!("command schema is a record") };
@@ -428,7 +431,12 @@ fn from_value(writer: &Schema, value: Value) -> Result<Envelope, DecodeError> {
     let mut p: HashMap<String, Value> = p.into_iter().collect();
     let mut f = |k: &'static str| string(p.remove(k), k);
     let command = match name.as_str() {
-        "UpsertFile" => Command::UpsertFile { id: f("id")?, path: f("path")?, contents: f("contents")? },
+        "UpsertFile" => Command::UpsertFile {
+            id: f("id")?,
+            path: f("path")?,
+            contents: f("contents")?,
+            previous_path: optional_string(p.remove("previous_path"), "previous_path")?,
+        },
         "DeleteFile" => Command::DeleteFile { id: f("id")?, path: f("path")? },
         "RenamePath" => Command::RenamePath { from: f("from")?, to: f("to")? },
         "UpsertUser" => Command::UpsertUser { id: f("id")?, name: f("name")?, email: f("email")?, dob: f("dob")? },
@@ -534,7 +542,8 @@ mod tests {
     fn all_commands() -> Vec<Command> {
         let s = |x: &str| x.to_string();
         vec![
-            Command::UpsertFile { id: s("f1"), path: s("/clinton/a.txt"), contents: s("hello") },
+            Command::UpsertFile { id: s("f1"), path: s("/clinton/a.txt"), contents: s("hello"), previous_path: None },
+            Command::UpsertFile { id: s("f2"), path: s("/bill/a.txt"), contents: s("moved"), previous_path: Some(s("/clinton/a.txt")) },
             Command::DeleteFile { id: s("f1"), path: s("/clinton/a.txt") },
             Command::RenamePath { from: s("/clinton/a"), to: s("/clinton/b") },
             Command::UpsertUser { id: s("1"), name: s("John Smith"), email: s("j@s.com"), dob: s("1970-10-24") },
@@ -590,8 +599,9 @@ mod tests {
                 if version == 0 {
                     want.tenant = None;
                 }
-                if let Command::UpsertPost { previous_user_id, .. } = &mut want.command {
-                    *previous_user_id = None;
+                match &mut want.command {
+                    Command::UpsertPost { previous_user_id: p, .. } | Command::UpsertFile { previous_path: p, .. } => *p = None,
+                    _ => {}
                 }
                 for fp in [fp, legacy_fingerprint(&old)] {
                     let decoded = codec.decode(&encode_value(&old, fp, to_value(&old, &e))).unwrap();
@@ -609,7 +619,7 @@ mod tests {
     fn fingerprints_are_pinned() {
         let got: Vec<(&str, String, String)> = schema_fingerprints().into_iter().map(|f| (f.file, f.fingerprint, f.legacy)).collect();
         let want = [
-            ("schemas/command.avsc", "d5ad9aa406d093fb", "30f01417e4ba3b06"),
+            ("schemas/command.avsc", "9848ea802671ddab", "56d74f3eaa44aceb"),
             ("schemas/history/command-v1.avsc", "7e1aaf9552f72321", "9f15df64f37ccd90"),
             ("schemas/history/command-v2.avsc", "9c7f9b599fb95260", "d5e0d0c37df914d2"),
             ("schemas/control.avsc", "2d6e0616c9179c82", "165f90003f878d05"),
@@ -624,7 +634,7 @@ mod tests {
         let codec = Codec::new();
         let e = Envelope::new(all_commands().remove(2));
         let bytes = codec.encode(&e);
-        assert_eq!(hex(&bytes[2..10]), "d5ad9aa406d093fb");
+        assert_eq!(hex(&bytes[2..10]), "9848ea802671ddab");
         let current = Schema::parse_str(CURRENT_SCHEMA).unwrap();
         let old = encode_value(&current, legacy_fingerprint(&current), to_value(&current, &e));
         assert_eq!(codec.decode(&old).unwrap(), e);

@@ -11,29 +11,15 @@ pub struct LineError {
     pub reason: String,
 }
 
-/// Parses and validates one line into the commands it stands for: none for
-/// a blank line, one usually, two for an `upsert_file` whose
-/// `previous_path` lies under another top-level directory (the file's
-/// rename there, then the upsert; see [`super::upsert_file_from`]).
-pub fn parse_line(line_no: usize, line: &str) -> Result<Vec<Command>, LineError> {
+/// Parses and validates one line. Blank lines yield `None`.
+pub fn parse_line(line_no: usize, line: &str) -> Result<Option<Command>, LineError> {
     if line.trim().is_empty() {
-        return Ok(Vec::new());
+        return Ok(None);
     }
     let err = |reason: String| LineError { line: line_no, reason };
-    let mut value: serde_json::Value = serde_json::from_str(line).map_err(|e| err(e.to_string()))?;
-    let previous_path = match value.as_object_mut() {
-        Some(o) if o.get("op").and_then(|v| v.as_str()) == Some("upsert_file") => o.remove("previous_path"),
-        _ => None,
-    };
-    let command: Command = serde_json::from_value(value).map_err(|e| err(e.to_string()))?;
+    let command: Command = serde_json::from_str(line).map_err(|e| err(e.to_string()))?;
     command.validate().map_err(|e| err(e.to_string()))?;
-    match (previous_path, &command) {
-        (None, _) => Ok(vec![command]),
-        (Some(serde_json::Value::String(prev)), Command::UpsertFile { id, path, contents }) => {
-            super::upsert_file_from(&prev, id, path, contents).map_err(|e| err(e.to_string()))
-        }
-        (Some(_), _) => Err(err("previous_path is not a string".into())),
-    }
+    Ok(Some(command))
 }
 
 /// Parses a whole input; on the first bad line returns its error, so that
@@ -42,7 +28,9 @@ pub fn parse_all(input: impl std::io::BufRead) -> Result<Vec<Command>, LineError
     let mut out = Vec::new();
     for (i, line) in input.lines().enumerate() {
         let line = line.map_err(|e| LineError { line: i + 1, reason: format!("cannot read: {e}") })?;
-        out.extend(parse_line(i + 1, &line)?);
+        if let Some(c) = parse_line(i + 1, &line)? {
+            out.push(c);
+        }
     }
     Ok(out)
 }
@@ -69,7 +57,7 @@ mod tests {
         let kinds: Vec<_> = cmds.iter().map(Command::kind).collect();
         assert_eq!(
             kinds,
-            ["upsert_file", "delete_file", "rename", "rename", "rename", "upsert_user", "upsert_post", "delete_post", "rename", "upsert_file", "upsert_post"]
+            ["upsert_file", "delete_file", "rename", "rename", "rename", "upsert_user", "upsert_post", "delete_post", "upsert_file", "upsert_post"]
         );
         assert_eq!(cmds[2], Command::RenamePath { from: "/clinton/projects".into(), to: "/clinton/work".into() });
         // Across top-level directories: the same format.
@@ -81,7 +69,7 @@ mod tests {
     fn serialized_commands_parse_back() {
         for c in crate::demo::seed(50, 5, 20, 1) {
             let line = serde_json::to_string(&c).unwrap();
-            assert_eq!(parse_line(1, &line).unwrap(), vec![c], "{line}");
+            assert_eq!(parse_line(1, &line).unwrap(), Some(c), "{line}");
         }
     }
 
@@ -97,8 +85,8 @@ mod tests {
             (r#"{"op":"delete_file","id":"f","path":"/a/../b"}"#, "'..'"),
             (r#"{"op":"rename","from":"/a/b","to":"/a/b/c"}"#, "into itself"),
             (r#"{"op":"rename","from":"/a/b","to":"/c"}"#, "only a top-level directory can become one"),
-            (r#"{"op":"upsert_file","id":"f","path":"/a/b","contents":"","previous_path":"/c"}"#, "previous_path"),
-            (r#"{"op":"upsert_file","id":"f","path":"/a/b","contents":"","previous_path":7}"#, "previous_path is not a string"),
+            (r#"{"op":"upsert_file","id":"f","path":"/a/b","contents":"","previous_path":"/c"}"#, "previous_path \"/c\" must lie inside"),
+            (r#"{"op":"upsert_file","id":"f","path":"/a/b","contents":"","previous_path":7}"#, "invalid type"),
             (r#"{"op":"upsert_post","id":"p","user_id":"1","title":"","body":"","previous_user_id":""}"#, "previous_user_id is empty"),
             (r#"{"op":"delete_file","id":"f","path":"/a/b","previous_path":"/c/d"}"#, "unknown field"),
         ];

@@ -31,7 +31,17 @@ pub enum CommandError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Command {
-    UpsertFile { id: String, path: String, contents: String },
+    UpsertFile {
+        id: String,
+        path: String,
+        contents: String,
+        /// Set when the file changes owner (moves to another top-level
+        /// directory with this upsert): its current path. Such an upsert
+        /// takes the file over from that directory's key (see
+        /// [`Command::previous_key`] and [`expand_owner_changes`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        previous_path: Option<String>,
+    },
     DeleteFile { id: String, path: String },
     #[serde(rename = "rename")]
     RenamePath { from: String, to: String },
@@ -95,13 +105,27 @@ impl Command {
         }
     }
 
-    /// For an upsert that moves a post to another user (`previous_user_id`
-    /// set, and not its own `user_id`): the key the post leaves. The post's
-    /// copy there is deleted first ([`expand_owner_changes`]), and the
-    /// upsert takes the document over wherever backends share documents.
+    /// For an upsert that gives its document another owner (a file's
+    /// `previous_path` under another top-level directory, a post's
+    /// `previous_user_id` other than its `user_id`): the key the document
+    /// leaves. Its copy there is deleted first ([`expand_owner_changes`]),
+    /// and the upsert takes the document over wherever backends share
+    /// documents. Valid commands only.
     pub fn previous_key(&self) -> Option<&str> {
         match self {
+            Command::UpsertFile { path, previous_path: Some(p), .. } if path::top_level(p) != path::top_level(path) => Some(path::top_level(p)),
             Command::UpsertPost { user_id, previous_user_id: Some(p), .. } if p != user_id => Some(p),
+            _ => None,
+        }
+    }
+
+    /// For an owner change ([`Command::previous_key`]): its first half, the
+    /// delete of the document under the key it leaves.
+    pub fn owner_change_delete(&self) -> Option<Command> {
+        self.previous_key()?;
+        match self {
+            Command::UpsertFile { id, previous_path: Some(p), .. } => Some(Command::DeleteFile { id: id.clone(), path: p.clone() }),
+            Command::UpsertPost { id, previous_user_id: Some(u), .. } => Some(Command::DeletePost { id: id.clone(), user_id: u.clone() }),
             _ => None,
         }
     }
@@ -114,9 +138,14 @@ impl Command {
     /// Checks every field. A command that passes can be keyed and applied.
     pub fn validate(&self) -> Result<(), CommandError> {
         match self {
-            Command::UpsertFile { id, path, .. } | Command::DeleteFile { id, path } => {
+            Command::UpsertFile { id, path, previous_path, .. } => {
                 check_id("id", id)?;
-                check_file_path(path)
+                check_file_path("path", path)?;
+                previous_path.as_deref().map_or(Ok(()), |p| check_file_path("previous_path", p))
+            }
+            Command::DeleteFile { id, path } => {
+                check_id("id", id)?;
+                check_file_path("path", path)
             }
             Command::RenamePath { from, to } => {
                 path::validate("from", from)?;
@@ -167,16 +196,15 @@ impl Command {
     }
 }
 
-/// Puts, before every upsert that moves a post to another user
-/// ([`Command::previous_key`]), the delete of the post under its previous
-/// user: the two halves of an owner change, each keyed by its own user. A
+/// Puts, before every upsert that gives its document another owner
+/// ([`Command::previous_key`]), the delete of the document under the key it
+/// leaves: the two halves of an owner change, each keyed by its own key. A
 /// producer sends the upsert once the delete is applied (see
 /// `Producer::send_ordered`).
 pub fn expand_owner_changes(commands: Vec<Command>) -> Vec<Command> {
     let mut out = Vec::with_capacity(commands.len());
     for c in commands {
-        if let (Command::UpsertPost { id, .. }, Some(previous)) = (&c, c.previous_key()) {
-            let delete = Command::DeletePost { id: id.clone(), user_id: previous.to_string() };
+        if let Some(delete) = c.owner_change_delete() {
             // Already expanded: once is enough.
             if out.last() != Some(&delete) {
                 out.push(delete);
@@ -185,31 +213,6 @@ pub fn expand_owner_changes(commands: Vec<Command>) -> Vec<Command> {
         out.push(c);
     }
     out
-}
-
-/// An `upsert_file` that names the file's current path (`previous_path`):
-/// when that lies under another top-level directory, the file changes
-/// owner, written as the cross-key rename of `previous_path` to `path`
-/// followed by the upsert at `path`. Under the same top-level directory the
-/// upsert alone replaces the file (same key, same document). Both commands
-/// are validated.
-pub fn upsert_file_from(previous_path: &str, id: &str, path: &str, contents: &str) -> Result<Vec<Command>, CommandError> {
-    let upsert = Command::UpsertFile { id: id.to_string(), path: path.to_string(), contents: contents.to_string() };
-    upsert.validate()?;
-    path::validate("previous_path", previous_path)?;
-    if path::depth(previous_path) < 2 {
-        return Err(CommandError::InvalidPath {
-            field: "previous_path",
-            path: previous_path.to_string(),
-            reason: "must be a file's path inside a top-level directory".into(),
-        });
-    }
-    if path::top_level(previous_path) == path::top_level(path) || previous_path == path {
-        return Ok(vec![upsert]);
-    }
-    let rename = Command::RenamePath { from: previous_path.to_string(), to: path.to_string() };
-    rename.validate()?;
-    Ok(vec![rename, upsert])
 }
 
 fn check_id(field: &'static str, id: &str) -> Result<(), CommandError> {
@@ -225,11 +228,11 @@ fn check_id(field: &'static str, id: &str) -> Result<(), CommandError> {
     Err(CommandError::InvalidField { field, reason: reason.into() })
 }
 
-fn check_file_path(p: &str) -> Result<(), CommandError> {
-    path::validate("path", p)?;
+fn check_file_path(field: &'static str, p: &str) -> Result<(), CommandError> {
+    path::validate(field, p)?;
     if path::depth(p) < 2 {
         return Err(CommandError::InvalidPath {
-            field: "path",
+            field,
             path: p.to_string(),
             reason: "must lie inside a top-level directory".into(),
         });
@@ -284,7 +287,7 @@ mod tests {
 
     #[test]
     fn keys_follow_the_ordering_domain() {
-        let f = Command::UpsertFile { id: "f".into(), path: "/clinton/a/b.txt".into(), contents: String::new() };
+        let f = Command::UpsertFile { id: "f".into(), path: "/clinton/a/b.txt".into(), contents: String::new(), previous_path: None };
         assert_eq!(f.key(), "/clinton");
         assert_eq!(rename("/clinton/projects", "/clinton/work").key(), "/clinton");
         let p = Command::UpsertPost { id: "p".into(), user_id: "7".into(), title: String::new(), body: String::new(), previous_user_id: None };
@@ -334,13 +337,20 @@ mod tests {
     }
 
     #[test]
-    fn a_file_changing_top_level_directory_is_a_rename_then_the_upsert() {
-        let up = |p: &str| Command::UpsertFile { id: "f".into(), path: p.into(), contents: "c".into() };
-        assert_eq!(upsert_file_from("/clinton/a.txt", "f", "/bill/b.txt", "c"), Ok(vec![rename("/clinton/a.txt", "/bill/b.txt"), up("/bill/b.txt")]));
-        assert_eq!(upsert_file_from("/bill/a.txt", "f", "/bill/b.txt", "c"), Ok(vec![up("/bill/b.txt")]));
-        assert!(upsert_file_from("/a.txt", "f", "/bill/b.txt", "c").is_err());
-        assert!(upsert_file_from("/clinton/a.txt", "f", "/b.txt", "c").is_err());
-        assert!(upsert_file_from("relative/a.txt", "f", "/bill/b.txt", "c").is_err());
+    fn an_owner_change_of_a_file_is_its_delete_under_the_old_directory_then_the_upsert() {
+        let up = |prev: Option<&str>| Command::UpsertFile { id: "f".into(), path: "/bill/b.txt".into(), contents: "c".into(), previous_path: prev.map(Into::into) };
+        assert_eq!(up(Some("/clinton/a.txt")).previous_key(), Some("/clinton"));
+        assert_eq!(up(Some("/clinton/a.txt")).key(), "/bill");
+        // Within the same top-level directory it is an ordinary upsert.
+        assert_eq!(up(Some("/bill/a.txt")).previous_key(), None);
+        assert_eq!(up(Some("/bill/a.txt")).owner_change_delete(), None);
+        assert_eq!(
+            expand_owner_changes(vec![up(Some("/clinton/a.txt"))]),
+            vec![Command::DeleteFile { id: "f".into(), path: "/clinton/a.txt".into() }, up(Some("/clinton/a.txt"))]
+        );
+        assert!(up(Some("/a.txt")).validate().is_err());
+        assert!(up(Some("relative/a.txt")).validate().is_err());
+        assert!(up(Some("/clinton/a.txt")).validate().is_ok());
     }
 
     #[test]
@@ -373,7 +383,7 @@ mod tests {
     #[test]
     fn terms_longer_than_the_limit_are_refused() {
         let long = format!("/a/{}", "x".repeat(MAX_TERM_LEN));
-        assert!(Command::UpsertFile { id: "f".into(), path: long.clone(), contents: String::new() }.validate().is_err());
+        assert!(Command::UpsertFile { id: "f".into(), path: long.clone(), contents: String::new(), previous_path: None }.validate().is_err());
         assert!(rename("/a/b", &long).validate().is_err());
         let user = |name: String, email: String| Command::UpsertUser { id: "1".into(), name, email, dob: "1970-01-01".into() }.validate();
         assert!(user("x".repeat(MAX_TERM_LEN + 1), String::new()).is_err());

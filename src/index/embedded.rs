@@ -1127,7 +1127,7 @@ mod tests {
     use crate::command::Command;
 
     fn upsert(id: &str, p: &str) -> Command {
-        Command::UpsertFile { id: id.into(), path: p.into(), contents: format!("hello {id}") }
+        Command::UpsertFile { id: id.into(), path: p.into(), contents: format!("hello {id}"), previous_path: None }
     }
 
     #[test]

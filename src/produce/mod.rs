@@ -154,9 +154,18 @@ impl Producer {
         &self,
         commands: Vec<Command>,
         in_flight: usize,
+        progress: impl FnMut(usize),
+    ) -> Result<Vec<Delivery>, ProduceError> {
+        self.send_expanded(expand_owner_changes(commands), in_flight, progress).await
+    }
+
+    /// [`Producer::send_all`] of commands whose owner changes are expanded.
+    async fn send_expanded(
+        &self,
+        commands: Vec<Command>,
+        in_flight: usize,
         mut progress: impl FnMut(usize),
     ) -> Result<Vec<Delivery>, ProduceError> {
-        let commands = expand_owner_changes(commands);
         for c in &commands {
             c.validate()?;
         }
@@ -223,7 +232,7 @@ impl Producer {
             let after = rest.split_off(cut);
             let segment = std::mem::replace(&mut rest, after);
             let sent = out.len();
-            out.extend(self.send_all(segment, in_flight, |done| progress(sent + done)).await?);
+            out.extend(self.send_expanded(segment, in_flight, |done| progress(sent + done)).await?);
             let Some(what) = what else { continue };
             let d = *out.last().expect("the barrier was sent");
             let (cfg, g) = (kafka.clone(), group.to_string());
@@ -271,20 +280,26 @@ struct Barrier {
     destination: Option<String>,
 }
 
+fn delete_id(c: &Command) -> &str {
+    match c {
+        Command::DeleteFile { id, .. } | Command::DeletePost { id, .. } => id,
+        _ => "",
+    }
+}
+
 /// Whether `commands[i]` is a barrier: a rename across ordering keys, or
-/// the delete of a post right before the upsert that gives it to another
-/// user (as [`expand_owner_changes`] puts them).
+/// the delete right before the upsert that gives its document another
+/// owner (as [`expand_owner_changes`] puts them).
 fn barrier(commands: &[Command], i: usize) -> Option<Barrier> {
     match (&commands[i], commands.get(i + 1)) {
         (c @ Command::RenamePath { from, to }, _) if c.destination_key().is_some() => Some(Barrier {
             description: format!("the cross-key rename {from:?} -> {to:?}"),
             destination: c.destination_key().map(str::to_string),
         }),
-        (Command::DeletePost { id, user_id }, Some(next @ Command::UpsertPost { id: up, user_id: to, .. }))
-            if up == id && next.previous_key() == Some(user_id.as_str()) =>
-        {
-            Some(Barrier { description: format!("the delete of post {id:?} under user {user_id:?}, before it goes to user {to:?},"), destination: None })
-        }
+        (delete, Some(next)) if next.owner_change_delete().as_ref() == Some(delete) => Some(Barrier {
+            description: format!("the {} of {:?} under {:?}, before it goes to {:?},", delete.kind(), delete_id(delete), delete.key(), next.key()),
+            destination: None,
+        }),
         _ => None,
     }
 }

@@ -111,7 +111,7 @@ mod tests {
     use crate::command::Command;
 
     fn file(path: &str) -> Vec<u8> {
-        Codec::new().encode(&Envelope::new(Command::UpsertFile { id: "f".into(), path: path.into(), contents: "x".into() }))
+        Codec::new().encode(&Envelope::new(Command::UpsertFile { id: "f".into(), path: path.into(), contents: "x".into(), previous_path: None }))
     }
 
     #[test]

@@ -435,7 +435,7 @@ pub fn s(x: &str) -> String {
 /// `n` files under `dir` (ids `{prefix}{i}`).
 pub fn files_under(prefix: &str, dir: &str, n: usize) -> Vec<Command> {
     (0..n)
-        .map(|i| Command::UpsertFile { id: format!("{prefix}{i}"), path: format!("{dir}/d{}/file{i}.txt", i % 50), contents: format!("contents {i} lorem ipsum") })
+        .map(|i| Command::UpsertFile { id: format!("{prefix}{i}"), path: format!("{dir}/d{}/file{i}.txt", i % 50), contents: format!("contents {i} lorem ipsum"), previous_path: None })
         .collect()
 }
 

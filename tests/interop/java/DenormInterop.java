@@ -74,7 +74,10 @@ public class DenormInterop {
         // An owner change: p1 goes to another user, in its two halves.
         payload(command, "UpsertUser", "id", u2, "name", "Grace " + p, "email", "grace@example.com", "dob", "1906-12-09"),
         payload(command, "DeletePost", "id", p + "-p1", "user_id", u),
-        payload(command, "UpsertPost", "id", p + "-p1", "user_id", u2, "title", "Notes", "body", "on the engine", "previous_user_id", u));
+        payload(command, "UpsertPost", "id", p + "-p1", "user_id", u2, "title", "Notes", "body", "on the engine", "previous_user_id", u),
+        // And f1 to another top-level directory.
+        payload(command, "DeleteFile", "id", p + "-f1", "path", d + "/papers/a.txt"),
+        payload(command, "UpsertFile", "id", p + "-f1", "path", d + "-b/a.txt", "contents", "moved", "previous_path", d + "/papers/a.txt"));
     BinaryMessageEncoder<GenericRecord> encoder = new BinaryMessageEncoder<>(GenericData.get(), command);
     for (GenericRecord payload : payloads) {
       GenericRecord c = new GenericData.Record(command);

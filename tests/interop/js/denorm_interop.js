@@ -73,6 +73,9 @@ function commands(p) {
     ['UpsertUser', { id: u2, name: 'Grace ' + p, email: 'grace@example.com', dob: '1906-12-09' }],
     ['DeletePost', { id: p + '-p1', user_id: u }],
     ['UpsertPost', { id: p + '-p1', user_id: u2, title: 'Notes', body: 'on the engine', previous_user_id: { string: u } }],
+    // And f1 to another top-level directory.
+    ['DeleteFile', { id: p + '-f1', path: d + '/papers/a.txt' }],
+    ['UpsertFile', { id: p + '-f1', path: d + '-b/a.txt', contents: 'moved', previous_path: { string: d + '/papers/a.txt' } }],
   ];
 }
 

@@ -78,6 +78,9 @@ def commands(p):
         ("UpsertUser", {"id": u2, "name": f"Grace {p}", "email": "grace@example.com", "dob": "1906-12-09"}),
         ("DeletePost", {"id": f"{p}-p1", "user_id": u}),
         ("UpsertPost", {"id": f"{p}-p1", "user_id": u2, "title": "Notes", "body": "on the engine", "previous_user_id": u}),
+        # And f1 to another top-level directory.
+        ("DeleteFile", {"id": f"{p}-f1", "path": f"{d}/papers/a.txt"}),
+        ("UpsertFile", {"id": f"{p}-f1", "path": f"{d}-b/a.txt", "contents": "moved", "previous_path": f"{d}/papers/a.txt"}),
     ]
 
 
