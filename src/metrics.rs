@@ -31,6 +31,8 @@ pub const MOVES_TOTAL: &str = "denorm_moves_total";
 pub const MOVES_IN_FLIGHT: &str = "denorm_moves_in_flight";
 pub const MOVES_WAITING: &str = "denorm_moves_waiting_messages";
 pub const MOVE_SECONDS: &str = "denorm_move_seconds";
+pub const OWNER_CONFLICTS: &str = "denorm_owner_conflicts";
+pub const OWNER_CONFLICTS_TOTAL: &str = "denorm_owner_conflicts_total";
 
 /// Every metric name above (the dashboard check reads this).
 pub const ALL: &[&str] = &[
@@ -60,6 +62,8 @@ pub const ALL: &[&str] = &[
     MOVES_IN_FLIGHT,
     MOVES_WAITING,
     MOVE_SECONDS,
+    OWNER_CONFLICTS,
+    OWNER_CONFLICTS_TOTAL,
 ];
 
 /// Names that are histograms (exported as `_bucket`, `_sum`, `_count`).
@@ -113,6 +117,8 @@ fn describe() {
     describe_gauge!(MOVES_IN_FLIGHT, Unit::Count, "1 while the partition is applying a cross-key move that spans several messages (its first chunk applied, its last not yet).");
     describe_gauge!(MOVES_WAITING, Unit::Count, "Messages of the partition held back until the cross-key move in flight completes.");
     describe_histogram!(MOVE_SECONDS, Unit::Seconds, "Time from a cross-key rename's issue to its documents being applied at the destination.");
+    describe_gauge!(OWNER_CONFLICTS, Unit::Count, "Embedded index: documents held under more than one key in two owner audits in a row (an owner change sent without its explicit form).");
+    describe_counter!(OWNER_CONFLICTS_TOTAL, Unit::Count, "Elasticsearch: writes refused because another key's partition holds the document (an owner change sent without its explicit form, or a redelivered write of a key the document left).");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");
 }
 

@@ -1996,6 +1996,36 @@ mod review {
         }
     }
 
+    /// Without the explicit form: an id another key deleted is free (its
+    /// tombstone is absence to this partition), so creating it under a new
+    /// key works; an id another key still holds is refused (counted and
+    /// logged as an owner conflict) and stays with that key, once.
+    #[test]
+    fn an_upsert_without_the_explicit_form_may_reuse_a_deleted_id_but_never_takes_a_live_one() {
+        use denorm::index::Checkpoint;
+        let file = |id: &str, path: &str| Command::UpsertFile { id: id.into(), path: path.into(), contents: path.into(), previous_path: None };
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (server, scans) = scans_server(&rt);
+        let b = backend(&server, &rt);
+        let (mut src, mut dst) = (b.open_shard(0).unwrap(), b.open_shard(1).unwrap());
+        let run = |shard: &mut Box<dyn denorm::index::Shard + Send>, c: &Command, pos: u64| {
+            apply(shard.as_mut(), c, pos, FanOut::pages_of(2)).unwrap();
+            shard.mark_applied(Checkpoint::new(pos, pos));
+            shard.commit().unwrap();
+        };
+        run(&mut src, &file("gone", "/s/gone.txt"), 1);
+        run(&mut src, &Command::DeleteFile { id: "gone".into(), path: "/s/gone.txt".into() }, 2);
+        run(&mut src, &file("held", "/s/held.txt"), 3);
+        run(&mut dst, &file("gone", "/d/gone.txt"), 1);
+        run(&mut dst, &file("held", "/d/held.txt"), 2);
+        let mut got: Vec<(String, String)> = live_files(&scans).into_iter().map(|d| match d {
+            denorm::index::Doc::File(f) => (f.id.clone(), f.full_path()),
+            _ => unreachable!("files only"),
+        }).collect();
+        got.sort();
+        assert_eq!(got, vec![("gone".to_string(), "/d/gone.txt".to_string()), ("held".to_string(), "/s/held.txt".to_string())]);
+    }
+
     /// Finding 5 at run time (privileges removed after startup): the 403 on
     /// the refresh before a rename leaves the command to be retried, with
     /// the reason, instead of dead-lettering every rename.

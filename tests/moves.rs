@@ -382,3 +382,21 @@ fn owner_changes_from_the_cli_and_jsonl_are_applied_on_both_sides_when_produce_w
     assert_eq!(posts(&r.index), vec![(s("p1"), u2, s("Grace Hopper"))], "the new owner's rename reaches the post");
     assert_matches_topic_model(&r.cfg, &r.index);
 }
+
+#[test]
+fn an_owner_change_without_its_explicit_form_is_reported_by_the_owner_audit() {
+    let r = Rig::new(4);
+    let w = r.worker(&["--owner-audit-secs", "1"]);
+    let b = tree_outside("b", 4, &["/a"]);
+    let file = |id: &str, path: &str, previous: Option<&str>| Command::UpsertFile { id: s(id), path: s(path), contents: s("x"), previous_path: previous.map(s) };
+    produce(&r.cfg, vec![file("f", "/a/f.txt", None), file("g", "/a/g.txt", None)]);
+    // f under another tree without previous_path: two keys hold it now; g
+    // in the explicit form: one.
+    let moved = format!("{b}/g.txt");
+    produce(&r.cfg, denorm::command::expand_owner_changes(vec![file("f", &format!("{b}/f.txt"), None), file("g", &moved, Some("/a/g.txt"))]));
+    wait_applied(&r.cfg, &r.group, 5);
+    wait_metric(&w, "denorm_owner_conflicts", &[], 1.0);
+    assert_eq!(metric_of(&w, "denorm_owner_conflicts", &[]), 1.0);
+    assert!(w.wait_for_log("document=file:f", Duration::from_secs(10)), "{}", w.log());
+    assert!(!w.log().contains("document=file:g"), "{}", w.log());
+}

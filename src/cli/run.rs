@@ -50,6 +50,11 @@ pub struct RunArgs {
     /// at least documents / this many segments (0: tantivy's default, unbounded merges)
     #[arg(long, env = "DENORM_MERGE_MAX_DOCS", default_value_t = crate::index::embedded::DEFAULT_MERGE_MAX_DOCS)]
     merge_max_docs: u32,
+    /// Embedded index: every this many seconds, look for documents that several partitions'
+    /// shards hold (an owner change sent without its explicit form); one found in two audits
+    /// in a row is logged and counted in denorm_owner_conflicts (0: never)
+    #[arg(long, env = "DENORM_OWNER_AUDIT_SECS", default_value_t = 300)]
+    owner_audit_secs: u64,
     /// Indexing memory budget per partition shard, in MiB (at least 15)
     #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
     index_memory_mb: u64,
@@ -101,6 +106,34 @@ pub struct RunArgs {
     registry: super::RegistryArgs,
 }
 
+/// Every `every` until shutdown: the documents several partitions' shards
+/// hold. One found twice in a row is not a move caught between its two
+/// sides (those complete in seconds): it is logged and counted.
+fn owner_audit(index: &EmbeddedIndex, every: Duration, shutdown: &AtomicBool) {
+    let mut previous = std::collections::HashSet::new();
+    let mut next = std::time::Instant::now() + every;
+    while !shutdown.load(Ordering::SeqCst) {
+        if std::time::Instant::now() < next {
+            std::thread::sleep(Duration::from_millis(100).min(every));
+            continue;
+        }
+        next = std::time::Instant::now() + every;
+        let found = match index.held_by_several_partitions() {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "owner audit failed; tried again at the next one");
+                continue;
+            }
+        };
+        let lasting: Vec<_> = found.iter().filter(|(key, _)| previous.contains(key)).collect();
+        metrics::gauge!(crate::metrics::OWNER_CONFLICTS).set(lasting.len() as f64);
+        for (key, partitions) in lasting.iter().take(20) {
+            tracing::warn!(document = %key, ?partitions, "a document is held under several keys: an owner change was sent without its explicit form (previous_path, previous_user_id); see docs/cross-key.md");
+        }
+        previous = found.into_iter().map(|(key, _)| key).collect();
+    }
+}
+
 /// Kafka's rule for a group.instance.id: 1-249 of `[a-zA-Z0-9._-]`.
 fn parse_instance_id(s: &str) -> Result<String, String> {
     if s.is_empty() || s.len() > 249 || !s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
@@ -148,6 +181,11 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         }
         None => {
             let index = EmbeddedIndex::open(&cli.index, &kafka.topic).with_context(|| format!("opening the index {}", cli.index.display()))?;
+            if a.owner_audit_secs > 0 {
+                let (audited, flag) = (EmbeddedIndex::open_existing(&cli.index)?, shutdown.clone());
+                let every = Duration::from_secs(a.owner_audit_secs);
+                std::thread::Builder::new().name("owner-audit".into()).spawn(move || owner_audit(&audited, every, &flag))?;
+            }
             let mut backend = EmbeddedBackend::new(index, (a.index_memory_mb as usize) << 20);
             backend.fan_out_commit_every = a.fan_out_commit_every;
             backend.merge_max_docs = a.merge_max_docs;

@@ -584,6 +584,76 @@ impl EmbeddedIndex {
 }
 
 impl EmbeddedIndex {
+    /// Documents that more than one partition's shard of the current
+    /// generation holds, as committed: `("kind:id", partitions)`. A
+    /// document has one owner key, so this is an owner change written
+    /// without its explicit form (docs/cross-key.md), or a move caught
+    /// between its two sides. Reads every shard's `doc_key` terms once,
+    /// merged in order, and checks the few found in several shards for a
+    /// live document (deleted documents keep their terms until a merge).
+    pub fn held_by_several_partitions(&self) -> Result<Vec<(String, Vec<i32>)>, IndexError> {
+        use std::cmp::Reverse;
+        let f = schema().1;
+        let mut shards: Vec<(i32, Searcher)> = Vec::new();
+        let Ok(dirs) = std::fs::read_dir(self.generation_dir(self.current_generation()?)) else { return Ok(Vec::new()) };
+        for entry in dirs {
+            let dir = entry?.path();
+            let partition = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix('p')).and_then(|n| n.parse::<i32>().ok());
+            let (Some(partition), true) = (partition, dir.join("meta.json").exists()) else { continue };
+            let reader: IndexReader = Index::open_in_dir(&dir)?.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
+            shards.push((partition, reader.searcher()));
+        }
+        let mut inverted = Vec::new();
+        for (i, (_, searcher)) in shards.iter().enumerate() {
+            for segment in searcher.segment_readers() {
+                inverted.push((i, segment.inverted_index(f.doc_key)?));
+            }
+        }
+        let mut streams = Vec::with_capacity(inverted.len());
+        for (i, ii) in &inverted {
+            streams.push((*i, ii.terms().stream()?));
+        }
+        let mut heap = std::collections::BinaryHeap::new();
+        for (k, (_, stream)) in streams.iter_mut().enumerate() {
+            if stream.advance() {
+                heap.push(Reverse((stream.key().to_vec(), k)));
+            }
+        }
+        let mut out = Vec::new();
+        while let Some(Reverse((key, k))) = heap.pop() {
+            let mut holders = vec![streams[k].0];
+            let mut next = vec![k];
+            while heap.peek().is_some_and(|Reverse((other, _))| *other == key) {
+                let Reverse((_, j)) = heap.pop().expect("peeked");
+                holders.push(streams[j].0);
+                next.push(j);
+            }
+            for j in next {
+                if streams[j].1.advance() {
+                    heap.push(Reverse((streams[j].1.key().to_vec(), j)));
+                }
+            }
+            holders.sort_unstable();
+            holders.dedup();
+            if holders.len() < 2 {
+                continue;
+            }
+            let key = String::from_utf8_lossy(&key).into_owned();
+            let query = TermQuery::new(Term::from_field_text(f.doc_key, &key), IndexRecordOption::Basic);
+            let mut live = Vec::new();
+            for i in holders {
+                if shards[i].1.search(&query, &Count)? > 0 {
+                    live.push(shards[i].0);
+                }
+            }
+            if live.len() > 1 {
+                live.sort_unstable();
+                out.push((key, live));
+            }
+        }
+        Ok(out)
+    }
+
     /// The checkpoint of each partition's shard, as of its last commit
     /// (shards never committed are left out).
     pub fn checkpoints(&self) -> Result<std::collections::BTreeMap<i32, Checkpoint>, IndexError> {

@@ -349,13 +349,16 @@ impl ElasticShard {
     }
 
     /// Whether a write at `pos` wins over what is stored. Over a foreign
-    /// version only a take-over does (a cross-key move bringing the
-    /// document to this partition): an ordinary write or a delete of this
+    /// document only a take-over does (a cross-key move or an owner change
+    /// bringing the document to this partition): an ordinary write of this
     /// partition is older than the move that took the document away (a
-    /// redelivery), or an owner change, which is not handled.
+    /// redelivery), or an owner change without its explicit form (refused,
+    /// and counted). Over a foreign tombstone anything does: the document
+    /// is not there (and this partition's own later commands, if the write
+    /// is a redelivery, remove it again).
     fn wins_over(&self, cur: &Value, kind: Kind, pos: u64, write: Write) -> bool {
         if self.foreign(cur) {
-            return write == Write::TakeOver;
+            return write == Write::TakeOver || is_tombstone(cur);
         }
         from_source(kind, cur).pos() < pos
     }
@@ -516,9 +519,15 @@ impl Shard for ElasticShard {
     fn position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
         match self.read(kind, id)? {
             Read::Overlay(d) => Ok(d.as_ref().map(Doc::pos)),
-            // Another partition's version: newer than anything of this
+            // Another partition's tombstone: absent for this partition.
+            Read::Stored(Some(v)) if self.foreign(&v) && is_tombstone(&v) => Ok(None),
+            // Another partition's document: newer than anything of this
             // partition (see `wins_over`); only a take-over replaces it.
-            Read::Stored(Some(v)) if self.foreign(&v) => Ok(Some(u64::MAX)),
+            Read::Stored(Some(v)) if self.foreign(&v) => {
+                metrics::counter!(crate::metrics::OWNER_CONFLICTS_TOTAL).increment(1);
+                tracing::warn!(kind = kind.as_str(), id, held_by_partition = %v[PARTITION_FIELD], partition = self.partition, "a command names a document another key's partition holds: an owner change sent without its explicit form (previous_path, previous_user_id), or a redelivery after the document moved; not applied");
+                Ok(Some(u64::MAX))
+            }
             Read::Stored(v) => Ok(v.map(|v| v[POS_FIELD].as_u64().unwrap_or(0))),
         }
     }
