@@ -384,7 +384,7 @@ fn owner_changes_from_the_cli_and_jsonl_are_applied_on_both_sides_when_produce_w
 }
 
 #[test]
-fn an_owner_change_without_its_explicit_form_is_reported_by_the_owner_audit() {
+fn an_owner_change_without_its_explicit_form_is_reported_by_the_owner_audit_and_a_wrong_key_delete_is_counted() {
     let r = Rig::new(4);
     let w = r.worker(&["--owner-audit-secs", "1"]);
     let b = tree_outside("b", 4, &["/a"]);
@@ -399,4 +399,11 @@ fn an_owner_change_without_its_explicit_form_is_reported_by_the_owner_audit() {
     assert_eq!(metric_of(&w, "denorm_owner_conflicts", &[]), 1.0);
     assert!(w.wait_for_log("document=file:f", Duration::from_secs(10)), "{}", w.log());
     assert!(!w.log().contains("document=file:g"), "{}", w.log());
+    // A delete naming g's old key misses it there: counted, and g stays.
+    assert_eq!(metric_of(&w, "denorm_owner_conflicts_total", &[]), 0.0);
+    produce(&r.cfg, vec![Command::DeleteFile { id: s("g"), path: s("/a/g.txt") }]);
+    wait_applied(&r.cfg, &r.group, 6);
+    assert_eq!(metric_of(&w, "denorm_owner_conflicts_total", &[]), 1.0);
+    assert!(w.log().contains("a delete names a document another key's partition holds"), "{}", w.log());
+    assert_eq!(paths(&r.index, &b), vec![format!("{b}/f.txt"), moved]);
 }

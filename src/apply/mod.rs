@@ -139,7 +139,17 @@ pub fn put_guarded<S: Shard + ?Sized>(shard: &mut S, doc: Doc) -> Result<u64, In
 fn delete_guarded<S: Shard + ?Sized>(shard: &mut S, kind: Kind, id: &str, pos: u64) -> Result<u64, IndexError> {
     match shard.position(kind, id)? {
         Some(existing) if newer(pos, existing) => shard.delete(kind, id, pos).map(|_| 1),
-        _ => Ok(0),
+        Some(_) => Ok(0),
+        None => {
+            // Not here: deleted already, never written, or held under
+            // another key (a delete naming the wrong key, which is not
+            // applied there: loud, not silent).
+            if let Some(holder) = shard.held_elsewhere(kind, id)? {
+                metrics::counter!(crate::metrics::OWNER_CONFLICTS_TOTAL).increment(1);
+                tracing::warn!(kind = kind.as_str(), id, held_by_partition = holder, "a delete names a document another key's partition holds; not applied there (delete it under its own key)");
+            }
+            Ok(0)
+        }
     }
 }
 

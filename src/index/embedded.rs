@@ -545,6 +545,7 @@ impl EmbeddedIndex {
         let (parked, received) = payload.map(|p| (p.parked, p.received)).unwrap_or_default();
         Ok(EmbeddedShard {
             name: format!("p{partition}"),
+            siblings: Siblings { generation_dir: self.generation_dir(generation), partition, readers: HashMap::new() },
             generation,
             writer,
             reader,
@@ -802,9 +803,45 @@ impl Backend for EmbeddedBackend {
     }
 }
 
+/// Readers of the other shards of a generation, opened when first needed.
+struct Siblings {
+    generation_dir: PathBuf,
+    partition: i32,
+    readers: HashMap<i32, IndexReader>,
+}
+
+impl Siblings {
+    /// The partition of another shard whose committed documents include
+    /// `key` (a `doc_key` term), if one does.
+    fn holder(&mut self, term: &Term) -> Result<Option<i32>, IndexError> {
+        let Ok(dirs) = std::fs::read_dir(&self.generation_dir) else { return Ok(None) };
+        for entry in dirs {
+            let dir = entry?.path();
+            let partition = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix('p')).and_then(|n| n.parse::<i32>().ok());
+            let Some(partition) = partition.filter(|p| *p != self.partition) else { continue };
+            if !self.readers.contains_key(&partition) {
+                if !dir.join("meta.json").exists() {
+                    continue;
+                }
+                let reader: IndexReader = Index::open_in_dir(&dir)?.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
+                self.readers.insert(partition, reader);
+            }
+            let reader = &self.readers[&partition];
+            reader.reload()?;
+            if reader.searcher().search(&TermQuery::new(term.clone(), IndexRecordOption::Basic), &Count)? > 0 {
+                return Ok(Some(partition));
+            }
+        }
+        Ok(None)
+    }
+}
+
 /// Writer of one shard.
 pub struct EmbeddedShard {
     name: String,
+    /// The other partitions' shards, to name the holder of a document a
+    /// command of this partition misses.
+    siblings: Siblings,
     generation: u64,
     writer: IndexWriter,
     reader: IndexReader,
@@ -936,6 +973,11 @@ impl Shard for EmbeddedShard {
         // write of this batch says otherwise.
         self.stage(doc.kind(), doc.id().to_string(), Some(doc), false);
         Ok(())
+    }
+
+    fn held_elsewhere(&mut self, kind: Kind, id: &str) -> Result<Option<i32>, IndexError> {
+        let term = self.f.key_term(kind, id);
+        self.siblings.holder(&term)
     }
 
     fn delete(&mut self, kind: Kind, id: &str, _pos: u64) -> Result<(), IndexError> {

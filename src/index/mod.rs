@@ -224,6 +224,13 @@ pub trait Shard {
     fn take_over(&mut self, doc: Doc) -> Result<u64, IndexError> {
         crate::apply::put_guarded(self, doc)
     }
+    /// Another partition's shard that holds the document this one does
+    /// not, where shards are separate (the embedded index): a delete naming
+    /// the wrong key then misses it. `None` where they share documents
+    /// ([`Shard::position`] reports those).
+    fn held_elsewhere(&mut self, _kind: Kind, _id: &str) -> Result<Option<i32>, IndexError> {
+        Ok(None)
+    }
     /// Deletes the document, for the command at log position `pos` (a
     /// backend that must resolve a conflicting write uses it to let the
     /// newer of the two win).
