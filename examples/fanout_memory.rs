@@ -74,7 +74,7 @@ fn embedded(n: u64) -> (u64, u64, u64) {
     let mut shard = index.open_shard(0, 64 << 20).unwrap();
     for i in 0..n {
         let (id, d, contents) = file(i);
-        apply(&mut shard, &Command::UpsertFile { id, path: format!("{d}/file{i}.txt"), contents }, i, FanOut::pages_of(DEFAULT_PAGE_SIZE)).unwrap();
+        apply(&mut shard, &Command::UpsertFile { id, path: format!("{d}/file{i}.txt"), contents, previous_path: None }, i, FanOut::pages_of(DEFAULT_PAGE_SIZE)).unwrap();
         if i % 20_000 == 19_999 {
             shard.commit().unwrap();
         }

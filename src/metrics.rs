@@ -118,7 +118,7 @@ fn describe() {
     describe_gauge!(MOVES_WAITING, Unit::Count, "Messages of the partition held back until the cross-key move in flight completes.");
     describe_histogram!(MOVE_SECONDS, Unit::Seconds, "Time from a cross-key rename's issue to its documents being applied at the destination.");
     describe_gauge!(OWNER_CONFLICTS, Unit::Count, "Embedded index: documents held under more than one key in two owner audits in a row (an owner change sent without its explicit form).");
-    describe_counter!(OWNER_CONFLICTS_TOTAL, Unit::Count, "Commands not applied because another key's partition holds their document (an owner change sent without its explicit form, a delete naming the wrong key, or a redelivered write of a key the document left): any write on Elasticsearch, a delete on the embedded index.");
+    describe_counter!(OWNER_CONFLICTS_TOTAL, Unit::Count, "Commands not applied because another key's partition holds their document (an owner change sent without its explicit form, a delete naming the wrong key, or a write of a key the document left, redelivered or replayed): any write on Elasticsearch, a delete on the embedded index.");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");
 }
 

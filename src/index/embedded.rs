@@ -819,14 +819,14 @@ impl Siblings {
             let dir = entry?.path();
             let partition = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix('p')).and_then(|n| n.parse::<i32>().ok());
             let Some(partition) = partition.filter(|p| *p != self.partition) else { continue };
-            if !self.readers.contains_key(&partition) {
-                if !dir.join("meta.json").exists() {
-                    continue;
+            let reader = match self.readers.entry(partition) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                // Being created by its first owner: nothing committed yet.
+                std::collections::hash_map::Entry::Vacant(_) if !dir.join("meta.json").exists() => continue,
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(Index::open_in_dir(&dir)?.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?)
                 }
-                let reader: IndexReader = Index::open_in_dir(&dir)?.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
-                self.readers.insert(partition, reader);
-            }
-            let reader = &self.readers[&partition];
+            };
             reader.reload()?;
             if reader.searcher().search(&TermQuery::new(term.clone(), IndexRecordOption::Basic), &Count)? > 0 {
                 return Ok(Some(partition));

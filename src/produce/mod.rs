@@ -145,8 +145,8 @@ impl Producer {
 
     /// Sends every command (all validated first: nothing is sent when one is
     /// invalid), keeping at most `in_flight` unacknowledged, and calls
-    /// `progress` with the number acknowledged so far. An owner change of a
-    /// post is sent as its two halves ([`expand_owner_changes`]), without
+    /// `progress` with the number acknowledged so far. An owner change is
+    /// sent as its two halves ([`expand_owner_changes`]), without
     /// waiting between them ([`Producer::send_ordered`] waits). Deliveries
     /// are returned in the order of the commands sent, and the log order of
     /// the commands of one key is that order.
@@ -197,7 +197,7 @@ impl Producer {
 
     /// Sends `commands` like [`Producer::send_all`], except that a command
     /// spanning two ordering keys is a barrier: a rename across them, and
-    /// the delete half of a post's owner change. It is acknowledged only
+    /// the delete half of an owner change. It is acknowledged only
     /// once `group` has applied it at its source (a rename hands its
     /// documents to the destination's partition then), and only then are
     /// the commands after it sent. So every command after it, of either
