@@ -354,25 +354,41 @@ fn regression_and_requested_seeds() {
 }
 
 #[test]
-fn the_generator_moves_between_trees_but_never_changes_an_owner() {
-    let mut cross = 0;
+fn the_generator_changes_owners_only_in_the_explicit_form() {
+    let (mut cross, mut owner_changes) = (0, 0);
     for p in 0..PRODUCERS {
-        // Played alone, a producer's commands: each file it names is under
-        // the key it names it with (or not there at all).
+        // Played alone, a producer's commands: each document it names is
+        // under the key it names it with (or not there at all), except in
+        // an owner change, which names where the document is now.
         let mut m = denorm::model::Model::default();
+        let mut post_users: BTreeMap<String, String> = BTreeMap::new();
         for c in commands(7, p) {
             match &c {
+                Command::UpsertFile { id, previous_path: Some(previous), .. } if c.previous_key().is_some() => {
+                    assert_eq!(m.file_path(id), Some(previous.as_str()), "{c:?} names another previous path");
+                    owner_changes += 1;
+                }
                 Command::UpsertFile { id, path, .. } | Command::DeleteFile { id, path } => {
                     if let Some(at) = m.file_path(id) {
                         assert_eq!(path::top_level(at), path::top_level(path), "{c:?} changes the owner of {id}");
                     }
                 }
-                Command::UpsertPost { id, user_id, .. } | Command::DeletePost { id, user_id } => assert!(id.starts_with(&format!("{user_id}-")), "{c:?}"),
+                Command::UpsertPost { id, previous_user_id: Some(previous), .. } if c.previous_key().is_some() => {
+                    assert_eq!(post_users.get(id).map_or_else(|| id.split('-').next().unwrap(), String::as_str), previous, "{c:?}");
+                    owner_changes += 1;
+                }
+                Command::UpsertPost { id, user_id, .. } | Command::DeletePost { id, user_id } => {
+                    assert_eq!(post_users.get(id).map_or_else(|| id.split('-').next().unwrap(), String::as_str), user_id, "{c:?} changes the owner of {id}");
+                }
                 Command::RenamePath { .. } => cross += usize::from(c.destination_key().is_some()),
                 Command::UpsertUser { .. } => {}
+            }
+            if let Command::UpsertPost { id, user_id, .. } = &c {
+                post_users.insert(id.clone(), user_id.clone());
             }
             m.apply(&c);
         }
     }
     assert!(cross >= 30, "only {cross} cross-key renames");
+    assert!(owner_changes >= 20, "only {owner_changes} owner changes");
 }
