@@ -126,8 +126,8 @@ pub fn serialized(logs: &[Vec<(i64, crate::codec::Decoded)>]) -> Result<(Model, 
         for (p, log) in logs.iter().enumerate() {
             while let Some((offset, msg)) = log.get(cursor[p]) {
                 match msg {
-                    // A post's owner change: after its delete under the
-                    // previous user.
+                    // An owner change's upsert: after its delete under the
+                    // previous key.
                     Decoded::Command(e) if owner_change_waits(logs, &cursor, e) => break,
                     Decoded::Command(e) => match (&e.command, e.command.destination_key()) {
                         (Command::RenamePath { from, to }, Some(_)) => {

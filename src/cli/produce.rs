@@ -117,7 +117,7 @@ enum One {
 
 impl One {
     /// The validated command.
-    fn commands(self) -> Result<Vec<Command>, crate::command::CommandError> {
+    fn command(self) -> Result<Command, crate::command::CommandError> {
         let one = match self {
             One::UpsertFile { id, path, contents, previous_path } => Command::UpsertFile { id, path, contents, previous_path },
             One::DeleteFile { id, path } => Command::DeleteFile { id, path },
@@ -129,7 +129,7 @@ impl One {
             One::DeletePost { id, user_id } => Command::DeletePost { id, user_id },
         };
         one.validate()?;
-        Ok(vec![one])
+        Ok(one)
     }
 }
 
@@ -148,7 +148,7 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
     let commands = match (&a.jsonl, &a.command) {
         (Some(_), Some(_)) => return Err(UsageError("give either --jsonl FILE or one command, not both".into()).into()),
         (Some(path), None) => read_jsonl(path)?,
-        (None, Some(one)) => one.clone().commands().map_err(|e| UsageError(format!("invalid command: {e}")))?,
+        (None, Some(one)) => vec![one.clone().command().map_err(|e| UsageError(format!("invalid command: {e}")))?],
         (None, None) => return Err(UsageError("give a command (see `denorm produce --help`) or --jsonl FILE".into()).into()),
     };
     let kafka = cli.kafka();
