@@ -360,19 +360,21 @@ fn payload_fields(c: &Command) -> (&'static str, Vec<(&'static str, &str)>) {
     }
 }
 
-/// Names of the payload union's record branches, in schema order, with
-/// their field names.
-fn payload_branches(schema: &Schema) -> Vec<(String, Vec<String>)> {
-    let Schema::Record(r) = schema else { return Vec::new() };
-    let Some(f) = r.fields.iter().find(|f| f.name == "payload") else { return Vec::new() };
-    let Schema::Union(u) = &f.schema else { return Vec::new() };
+/// The payload union's branches, in schema order (borrowed: this runs for
+/// every message encoded or decoded).
+fn payload_branches(schema: &Schema) -> &[Schema] {
+    let Schema::Record(r) = schema else { return &[] };
+    let Some(f) = r.fields.iter().find(|f| f.name == "payload") else { return &[] };
+    let Schema::Union(u) = &f.schema else { return &[] };
     u.variants()
-        .iter()
-        .map(|v| match v {
-            Schema::Record(r) => (r.name.name.clone(), r.fields.iter().map(|f| f.name.clone()).collect()),
-            _ => (String::new(), Vec::new()),
-        })
-        .collect()
+}
+
+/// The record name of a payload branch ("" for a non-record branch).
+fn branch_name(branch: &Schema) -> &str {
+    match branch {
+        Schema::Record(r) => &r.name.name,
+        _ => "",
+    }
 }
 
 /// An optional string as the union `["null", "string"]`.
@@ -388,7 +390,7 @@ fn optional(v: Option<&String>) -> Value {
 pub fn to_value(schema: &Schema, e: &Envelope) -> Value {
     let (name, fields) = payload_fields(&e.command);
     let branches = payload_branches(schema);
-    let branch = branches.iter().position(|(b, _)| b == name).expect("known payload");
+    let branch = branches.iter().position(|b| branch_name(b) == name).expect("known payload");
     let mut payload: Vec<(String, Value)> = fields.into_iter().map(|(k, v)| (k.to_string(), Value::String(v.to_string()))).collect();
     // Written only by the schema versions that have it (3 on).
     let previous = match &e.command {
@@ -396,7 +398,8 @@ pub fn to_value(schema: &Schema, e: &Envelope) -> Value {
         Command::UpsertPost { previous_user_id, .. } => Some(("previous_user_id", previous_user_id)),
         _ => None,
     };
-    if let Some((field, value)) = previous.filter(|(f, _)| branches[branch].1.iter().any(|b| b == f)) {
+    let has = |field: &str| matches!(&branches[branch], Schema::Record(r) if r.fields.iter().any(|f| f.name == field));
+    if let Some((field, value)) = previous.filter(|(f, _)| has(f)) {
         payload.push((field.to_string(), optional(value.as_ref())));
     }
     let (branch, payload) = (branch as u32, Value::Record(payload));
@@ -425,12 +428,11 @@ fn from_value(writer: &Schema, value: Value) -> Result<Envelope, DecodeError> {
     let Some(Value::Union(i, payload)) = fields.remove("payload") else {
         return Err(shape("payload is missing or not a union"));
     };
-    let branches = payload_branches(writer);
-    let name = branches.get(i as usize).map(|(n, _)| n.clone()).unwrap_or_default();
+    let name = payload_branches(writer).get(i as usize).map_or("", branch_name);
     let Value::Record(p) = *payload else { return Err(shape("payload is not a record")) };
     let mut p: HashMap<String, Value> = p.into_iter().collect();
     let mut f = |k: &'static str| string(p.remove(k), k);
-    let command = match name.as_str() {
+    let command = match name {
         "UpsertFile" => Command::UpsertFile {
             id: f("id")?,
             path: f("path")?,

@@ -76,6 +76,28 @@ fn schema() -> (Schema, Fields) {
     (b.build(), f)
 }
 
+/// The committed shards of a generation directory, by partition: each
+/// `p<N>` with a `meta.json` (a shard being created by its first owner has
+/// none yet). None when the directory does not exist yet.
+fn committed_shards(generation_dir: &Path) -> Result<Vec<(i32, PathBuf)>, IndexError> {
+    let Ok(dirs) = std::fs::read_dir(generation_dir) else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    for entry in dirs {
+        let dir = entry?.path();
+        let partition = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix('p')).and_then(|n| n.parse::<i32>().ok());
+        if let Some(partition) = partition.filter(|_| dir.join("meta.json").exists()) {
+            out.push((partition, dir));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// A reader of a shard directory, reloaded only when asked.
+fn open_reader(dir: &Path) -> Result<IndexReader, IndexError> {
+    Ok(Index::open_in_dir(dir)?.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?)
+}
+
 fn doc_key(kind: Kind, id: &str) -> String {
     format!("{}:{id}", kind.as_str())
 }
@@ -568,14 +590,7 @@ impl EmbeddedIndex {
     /// committed so far.
     pub fn search(&self) -> Result<EmbeddedSearch, IndexError> {
         let mut shards = Vec::new();
-        let dir = self.generation_dir(self.current_generation()?);
-        // No directory yet: no shard has been opened.
-        let mut dirs: Vec<_> = std::fs::read_dir(dir).into_iter().flatten().filter_map(|e| e.ok()).map(|e| e.path()).collect();
-        dirs.sort();
-        for dir in dirs {
-            if !dir.join("meta.json").exists() {
-                continue; // being created by its first owner
-            }
+        for (_, dir) in committed_shards(&self.generation_dir(self.current_generation()?))? {
             let index = Index::open_in_dir(&dir)?;
             let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
             shards.push((index, reader));
@@ -596,13 +611,8 @@ impl EmbeddedIndex {
         use std::cmp::Reverse;
         let f = schema().1;
         let mut shards: Vec<(i32, Searcher)> = Vec::new();
-        let Ok(dirs) = std::fs::read_dir(self.generation_dir(self.current_generation()?)) else { return Ok(Vec::new()) };
-        for entry in dirs {
-            let dir = entry?.path();
-            let partition = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix('p')).and_then(|n| n.parse::<i32>().ok());
-            let (Some(partition), true) = (partition, dir.join("meta.json").exists()) else { continue };
-            let reader: IndexReader = Index::open_in_dir(&dir)?.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
-            shards.push((partition, reader.searcher()));
+        for (partition, dir) in committed_shards(&self.generation_dir(self.current_generation()?))? {
+            shards.push((partition, open_reader(&dir)?.searcher()));
         }
         let mut inverted = Vec::new();
         for (i, (_, searcher)) in shards.iter().enumerate() {
@@ -665,15 +675,7 @@ impl EmbeddedIndex {
     /// shards yet).
     pub fn checkpoints_in(&self, generation: u64) -> Result<std::collections::BTreeMap<i32, Checkpoint>, IndexError> {
         let mut out = std::collections::BTreeMap::new();
-        let Ok(dirs) = std::fs::read_dir(self.generation_dir(generation)) else { return Ok(out) };
-        for entry in dirs {
-            let dir = entry?.path();
-            let Some(p) = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix('p')).and_then(|n| n.parse::<i32>().ok()) else {
-                continue;
-            };
-            if !dir.join("meta.json").exists() {
-                continue;
-            }
+        for (p, dir) in committed_shards(&self.generation_dir(generation))? {
             let payload = Index::open_in_dir(&dir)?.load_metas()?.payload;
             if let Some(c) = payload.and_then(|p| serde_json::from_str::<CommitPayload>(&p).ok()) {
                 out.insert(p, c.checkpoint());
@@ -814,18 +816,13 @@ impl Siblings {
     /// The partition of another shard whose committed documents include
     /// `key` (a `doc_key` term), if one does.
     fn holder(&mut self, term: &Term) -> Result<Option<i32>, IndexError> {
-        let Ok(dirs) = std::fs::read_dir(&self.generation_dir) else { return Ok(None) };
-        for entry in dirs {
-            let dir = entry?.path();
-            let partition = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix('p')).and_then(|n| n.parse::<i32>().ok());
-            let Some(partition) = partition.filter(|p| *p != self.partition) else { continue };
+        for (partition, dir) in committed_shards(&self.generation_dir)? {
+            if partition == self.partition {
+                continue;
+            }
             let reader = match self.readers.entry(partition) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                // Being created by its first owner: nothing committed yet.
-                std::collections::hash_map::Entry::Vacant(_) if !dir.join("meta.json").exists() => continue,
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(Index::open_in_dir(&dir)?.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?)
-                }
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(open_reader(&dir)?),
             };
             reader.reload()?;
             if reader.searcher().search(&TermQuery::new(term.clone(), IndexRecordOption::Basic), &Count)? > 0 {
