@@ -23,6 +23,9 @@
 //! - `move.crash-after-send`: the process aborts once a cross-key rename's
 //!   documents are handed to the destination, before the source deletes
 //!   them or commits.
+//! - `apply.hold`: a command whose key is one of the file's lines waits
+//!   before it is applied, holding its partition, for as long as the fault
+//!   is on (a partition that a replay runs behind the others).
 //! - `kafka.commit`: offset commits are lost before they reach the broker
 //!   (like commits refused by a coordinator that has just restarted).
 

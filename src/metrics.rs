@@ -32,6 +32,8 @@ pub const MOVES_IN_FLIGHT: &str = "denorm_moves_in_flight";
 pub const MOVES_WAITING: &str = "denorm_moves_waiting_messages";
 pub const MOVE_SECONDS: &str = "denorm_move_seconds";
 pub const OWNER_CONFLICTS: &str = "denorm_owner_conflicts";
+pub const TAKEOVERS_WAITING: &str = "denorm_takeovers_waiting";
+pub const TAKEOVER_WAITS_TOTAL: &str = "denorm_takeover_waits_total";
 pub const OWNER_CONFLICTS_TOTAL: &str = "denorm_owner_conflicts_total";
 
 /// Every metric name above (the dashboard check reads this).
@@ -64,6 +66,8 @@ pub const ALL: &[&str] = &[
     MOVE_SECONDS,
     OWNER_CONFLICTS,
     OWNER_CONFLICTS_TOTAL,
+    TAKEOVERS_WAITING,
+    TAKEOVER_WAITS_TOTAL,
 ];
 
 /// Names that are histograms (exported as `_bucket`, `_sum`, `_count`).
@@ -117,6 +121,8 @@ fn describe() {
     describe_gauge!(MOVES_IN_FLIGHT, Unit::Count, "1 while the partition is applying a cross-key move that spans several messages (its first chunk applied, its last not yet).");
     describe_gauge!(MOVES_WAITING, Unit::Count, "Messages of the partition held back until the cross-key move in flight completes.");
     describe_histogram!(MOVE_SECONDS, Unit::Seconds, "Time from a cross-key rename's issue to its documents being applied at the destination.");
+    describe_gauge!(TAKEOVERS_WAITING, Unit::Count, "1 while the partition waits to take a document over (a cross-key move's first chunk, an owner change's upsert) until the partition it leaves has applied its log up to the departure: a replay or rebuild running partitions at their own pace. Live, the producer's barrier makes this immediate.");
+    describe_counter!(TAKEOVER_WAITS_TOTAL, Unit::Count, "Take-overs that had to wait for the partition their documents leave (see denorm_takeovers_waiting).");
     describe_gauge!(OWNER_CONFLICTS, Unit::Count, "Embedded index: documents held under more than one key in two owner audits in a row (an owner change sent without its explicit form).");
     describe_counter!(OWNER_CONFLICTS_TOTAL, Unit::Count, "Commands not applied because another key's partition holds their document (an owner change sent without its explicit form, a delete naming the wrong key, or a write of a key the document left, redelivered or replayed): any write on Elasticsearch, a delete on the embedded index.");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");

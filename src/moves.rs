@@ -86,6 +86,17 @@ pub fn received_from_json(v: &serde_json::Value) -> Received {
     list.iter().filter_map(|e| Some((e["partition"].as_i64()? as i32, e["offset"].as_i64()?))).collect()
 }
 
+/// Whether a take-over may be applied whose documents left their
+/// partition at `departure` (a cross-key rename's offset, or an owner
+/// change's delete half), given the last offset that partition's shard has
+/// applied: once everything before the departure is. Live, that is so when
+/// the take-over arrives; a replay or rebuild waits for it, so the
+/// documents change hands in the order they did live (see
+/// docs/cross-key.md).
+pub fn departed(applied: Option<u64>, departure: i64) -> bool {
+    departure <= 0 || applied.is_some_and(|a| a as i64 >= departure - 1)
+}
+
 /// What a destination does with a chunk, given what it has completed and
 /// the move it is in the middle of (if any).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,6 +213,17 @@ pub fn partition_of(key: &str, partitions: i32) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_take_over_waits_until_everything_before_its_departure_is_applied() {
+        // The departure at offset 10: its partition must be applied up to 9.
+        assert!(!departed(None, 10), "nothing applied yet");
+        assert!(!departed(Some(8), 10));
+        assert!(departed(Some(9), 10), "everything before the rename or the delete half");
+        assert!(departed(Some(10), 10) && departed(Some(500), 10));
+        // Nothing comes before the first message of a log.
+        assert!(departed(None, 0));
+    }
 
     #[test]
     fn murmur2_matches_the_java_client() {

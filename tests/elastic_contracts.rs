@@ -2026,6 +2026,126 @@ mod review {
         assert_eq!(got, vec![("gone".to_string(), "/d/gone.txt".to_string()), ("held".to_string(), "/s/held.txt".to_string())]);
     }
 
+    /// The known gap of issue 13, closed: a document that changed hands
+    /// three times (partition 0 -> 1 by a cross-key rename, 1 -> 2 by an
+    /// owner change, 2 -> 3 by another rename), replayed into an empty
+    /// index with the four partitions interleaved at random, as a replay or
+    /// a rebuild runs them. A take-over waits until the partition its
+    /// document leaves is applied up to the departure
+    /// (`denorm::moves::departed`, what the worker checks): then every
+    /// interleaving ends with the live run's documents. Without the wait,
+    /// the partitions replayed last to first lose the document (checked
+    /// below, so this test fails if the take-over rule changes so that the
+    /// wait no longer matters or no longer suffices).
+    #[test]
+    fn a_chain_of_take_overs_replays_in_any_order_the_departures_allow() {
+        use denorm::apply::{move_in, move_out, remove_moved};
+        use denorm::index::{Checkpoint, Doc};
+        use denorm::moves::{departed, MoveIn, MovedFile};
+        use rand::{Rng, SeedableRng};
+        #[derive(Clone)]
+        enum Step {
+            Command(Command),
+            /// A cross-key rename: the source's scan and deletes (its
+            /// documents were written to the destination's log live).
+            MoveOut { from: &'static str, to: &'static str },
+            /// The destination's chunk, with where its documents left.
+            MoveIn { from: (i32, i64), files: Vec<MovedFile> },
+            /// An owner change's upsert, after its delete half.
+            TakeOver { command: Command, after: (i32, i64) },
+        }
+        let s = |x: &str| x.to_string();
+        let upsert = |id: &str, path: &str, contents: &str, previous: Option<&str>| Command::UpsertFile { id: s(id), path: s(path), contents: s(contents), previous_path: previous.map(s) };
+        let moved = |path: &str, contents: &str| vec![MovedFile { id: s("x"), path: s(path), contents: s(contents) }];
+        let logs: Vec<Vec<Step>> = vec![
+            vec![
+                Step::Command(upsert("x", "/a/x.txt", "v1", None)),
+                Step::Command(upsert("y", "/a/y.txt", "y", None)),
+                Step::MoveOut { from: "/a/x.txt", to: "/b/x.txt" },
+            ],
+            vec![
+                Step::Command(upsert("z", "/b/z.txt", "z", None)),
+                Step::MoveIn { from: (0, 2), files: moved("/b/x.txt", "v1") },
+                Step::Command(upsert("x", "/b/x.txt", "v2", None)),
+                Step::Command(Command::DeleteFile { id: s("x"), path: s("/b/x.txt") }),
+            ],
+            vec![
+                Step::TakeOver { command: upsert("x", "/c/x.txt", "v3", Some("/b/x.txt")), after: (1, 3) },
+                Step::MoveOut { from: "/c/x.txt", to: "/d/x.txt" },
+            ],
+            vec![Step::MoveIn { from: (2, 1), files: moved("/d/x.txt", "v3") }, Step::Command(upsert("x", "/d/x.txt", "v4", None))],
+        ];
+        let expected = vec![(s("x"), s("/d/x.txt"), s("v4")), (s("y"), s("/a/y.txt"), s("y")), (s("z"), s("/b/z.txt"), s("z"))];
+        let dependency = |step: &Step| match step {
+            Step::MoveIn { from, .. } | Step::TakeOver { after: from, .. } => Some(*from),
+            _ => None,
+        };
+        // Replays the logs in `order` (partition numbers; each takes that
+        // partition's next step) and returns the live files.
+        let replay = |order: &[i32]| -> Vec<(String, String, String)> {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            let (server, scans) = scans_server(&rt);
+            let b = backend(&server, &rt);
+            let mut shards: Vec<_> = (0..4).map(|p| b.open_shard(p).unwrap()).collect();
+            let mut next = [0usize; 4];
+            for &p in order {
+                let (shard, pos) = (&mut shards[p as usize], next[p as usize]);
+                let at = pos as u64;
+                match logs[p as usize][pos].clone() {
+                    Step::Command(c) | Step::TakeOver { command: c, .. } => {
+                        apply(shard.as_mut(), &c, at, FanOut::pages_of(2)).unwrap();
+                    }
+                    Step::MoveOut { from, to } => {
+                        let mut ids = Vec::new();
+                        move_out(shard.as_mut(), from, to, at, FanOut::pages_of(2), &mut |f| ids.push(f.id)).unwrap();
+                        remove_moved(shard.as_mut(), &ids, from, at).unwrap();
+                    }
+                    Step::MoveIn { from, files } => {
+                        let mv = MoveIn { move_id: s("m"), source_partition: from.0, source_offset: from.1, from: s("/"), to: s("/"), chunk: 0, last: true, issued_at: 0, files };
+                        move_in(shard.as_mut(), &mv, at).unwrap();
+                    }
+                }
+                shard.mark_applied(Checkpoint::new(at, at));
+                shard.commit().unwrap();
+                next[p as usize] += 1;
+            }
+            let mut got: Vec<_> = live_files(&scans)
+                .into_iter()
+                .map(|d| match d {
+                    Doc::File(f) => (f.id.clone(), f.full_path(), f.contents),
+                    _ => unreachable!("files only"),
+                })
+                .collect();
+            got.sort();
+            got
+        };
+        // Random interleavings in which a step runs only once its
+        // dependency is met (what the worker waits for).
+        for seed in 0..40u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let mut next = [0usize; 4];
+            let mut order = Vec::new();
+            loop {
+                let applied = |p: usize, next: &[usize; 4]| next[p].checked_sub(1).map(|a| a as u64);
+                let ready: Vec<usize> = (0..4)
+                    .filter(|&p| next[p] < logs[p].len())
+                    .filter(|&p| dependency(&logs[p][next[p]]).map_or(true, |(from, offset)| departed(applied(from as usize, &next), offset)))
+                    .collect();
+                if ready.is_empty() {
+                    break;
+                }
+                let p = ready[rng.random_range(0..ready.len())];
+                order.push(p as i32);
+                next[p] += 1;
+            }
+            assert_eq!(order.len(), logs.iter().map(Vec::len).sum::<usize>(), "seed {seed}: the waits left steps unapplied (a cycle)");
+            assert_eq!(replay(&order), expected, "seed {seed}: order {order:?}");
+        }
+        // Without the waits: the last partitions first.
+        let backwards: Vec<i32> = (0..4).rev().flat_map(|p| std::iter::repeat(p).take(logs[p as usize].len())).collect();
+        assert!(!replay(&backwards).iter().any(|(id, _, _)| id == "x"), "replayed against the departures, the document is lost: the waits are what keeps it");
+    }
+
     /// Finding 5 at run time (privileges removed after startup): the 403 on
     /// the refresh before a rename leaves the command to be retried, with
     /// the reason, instead of dead-lettering every rename.

@@ -174,7 +174,7 @@ fn messages_of_javas_reference_encoder_are_applied() {
     let file = r.dir().join("java-messages.tsv");
     std::fs::write(&file, &lines).unwrap();
     // BinaryMessageEncoder's own framing: C3 01 and the spec fingerprint.
-    assert!(lines.lines().all(|l| l.split('\t').nth(1).unwrap().starts_with("c3019848ea802671ddab")), "{lines}");
+    assert!(lines.lines().all(|l| l.split('\t').nth(1).unwrap().starts_with("c301845b46f200295293")), "{lines}");
     let out = stdout_of(python().args(["send-lines", &r.cfg.brokers, &r.cfg.topic]).arg(&file));
     assert_scenario_applied(&r, &w, "java", &out);
 }
@@ -198,6 +198,9 @@ fn messages_of_denorms_producer_decode_in_python() {
         .map(|(i, c)| {
             let mut e = Envelope::new(c);
             e.tenant = (i % 2 == 0).then(|| s("acme"));
+            if e.command.previous_key().is_some() {
+                e.after = Some(denorm::command::LogPosition { partition: 2, offset: (1 << 33) + i as i64 });
+            }
             e
         })
         .collect();
@@ -215,6 +218,8 @@ fn messages_of_denorms_producer_decode_in_python() {
         assert_eq!(d["key"], e.command.key());
         assert_eq!(d["issued_at"].as_i64(), Some(e.issued_at));
         assert_eq!(d["tenant"].as_str(), e.tenant.as_deref());
+        let after = e.after.map(|a| serde_json::json!({"partition": a.partition, "offset": a.offset}));
+        assert_eq!(d["after"], after.unwrap_or_default(), "{d}");
         // The payload as fastavro read it, against the command as JSONL
         // spells it (field names are the schema's).
         let mut ours = serde_json::to_value(&e.command).unwrap();

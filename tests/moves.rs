@@ -379,8 +379,33 @@ fn owner_changes_from_the_cli_and_jsonl_are_applied_on_both_sides_when_produce_w
     let (code, _, err) = r.run(&["produce", "--wait", "60", "--jsonl", jsonl.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}\n{}", w.log());
     assert_eq!(files(&r.index), vec![(s("/src/c/f1.txt"), s("fourth"))]);
-    assert_eq!(posts(&r.index), vec![(s("p1"), u2, s("Grace Hopper"))], "the new owner's rename reaches the post");
+    assert_eq!(posts(&r.index), vec![(s("p1"), u2.clone(), s("Grace Hopper"))], "the new owner's rename reaches the post");
     assert_matches_topic_model(&r.cfg, &r.index);
+
+    // A replay by a new group into an empty index, with u1's partition held
+    // back (a replay runs partitions at their own pace): the post's
+    // take-over under u2 waits until u1's partition is applied up to the
+    // post's delete there, then the replay ends with the live documents.
+    let sorted = |index: &std::path::Path| {
+        let mut d: Vec<Doc> = dump(index).into_iter().map(Doc::without_pos).collect();
+        d.sort_by_key(|d| (d.kind(), d.id().to_string()));
+        d
+    };
+    let live = sorted(&r.index);
+    assert!(w.terminate().success());
+    let (group, replay) = (unique("g-replay"), r.dir().join("replay"));
+    let (held, waiting) = (partition_of(&u1, 4).to_string(), partition_of(&u2, 4).to_string());
+    r.on_fault("apply.hold", &u1);
+    let w = r.worker_of(&group, &replay, &[]);
+    assert!(w.wait_for_log(&format!("waits until partition {held} is applied up to its departure"), Duration::from_secs(60)), "{}", w.log());
+    assert_eq!(metric_of(&w, "denorm_takeovers_waiting", &[("partition", &waiting)]), 1.0);
+    assert_eq!(posts(&replay), vec![], "nothing of the post is applied while its first owner's partition is held");
+    r.off_fault("apply.hold");
+    let n: usize = read_topic(&r.cfg).iter().map(Vec::len).sum();
+    wait_applied_by(&r.cfg, &group, n, &[&w]);
+    assert_eq!(sorted(&replay), live, "the replay differs from the live run");
+    assert_eq!(metric_of(&w, "denorm_takeovers_waiting", &[("partition", &waiting)]), 0.0);
+    assert!(metric_of(&w, "denorm_takeover_waits_total", &[]) >= 1.0, "{}", w.log());
 }
 
 #[test]

@@ -81,6 +81,7 @@ fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig) -> anyhow::Result
     let mut next: HashMap<i32, i64> = (0..partitions).map(|p| (p, 0)).collect();
     let mut copied: u64 = 0;
     let mut skipped: u64 = 0;
+    let mut cleared_after: u64 = 0;
     let codec = crate::codec::Codec::new();
     loop {
         // Done with the log as of the last look: look again, so that
@@ -105,11 +106,17 @@ fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig) -> anyhow::Result
             bar.inc(1);
             continue;
         }
+        // An owner change's `after` names a place in the old topic's logs
+        // too: left out (its upsert is then applied without waiting).
+        let cleared = m.payload().and_then(|p| without_after(&codec, p));
+        if cleared.is_some() {
+            cleared_after += 1;
+        }
         let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&to.topic);
         if let Some(k) = m.key() {
             record = record.key(k);
         }
-        if let Some(v) = m.payload() {
+        if let Some(v) = cleared.as_deref().or(m.payload()) {
             record = record.payload(v);
         }
         if let Some(ts) = m.timestamp().to_millis() {
@@ -136,7 +143,7 @@ fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig) -> anyhow::Result
     if written != copied as i64 {
         bail!("copied {copied} commands but {} holds {written}", to.topic);
     }
-    info!(copied, skipped, secs = started.elapsed().as_secs_f64(), "topic copied");
+    info!(copied, skipped, cleared_after, secs = started.elapsed().as_secs_f64(), "topic copied");
     println!(
         "copied {copied} commands from {} ({partitions} partitions) to {} ({} partitions) in {:.1}s, per-key order kept \
          ({skipped} messages of cross-key moves left out: the new topic's workers write their own). \
@@ -150,4 +157,35 @@ fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig) -> anyhow::Result
         to.topic
     );
     Ok(())
+}
+
+/// `payload` re-encoded without its envelope's `after`, when it is a
+/// command (single-object encoded) that has one.
+fn without_after(codec: &crate::codec::Codec, payload: &[u8]) -> Option<Vec<u8>> {
+    let mut e = codec.decode(payload).ok()?;
+    e.after.take()?;
+    Some(codec.encode(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{Command, Envelope, LogPosition};
+
+    #[test]
+    fn an_owner_changes_after_is_left_out_and_everything_else_kept() {
+        let codec = crate::codec::Codec::new();
+        let upsert = Command::UpsertPost { id: "p".into(), user_id: "u2".into(), title: "t".into(), body: "b".into(), previous_user_id: Some("u1".into()) };
+        let mut e = Envelope::new(upsert);
+        e.tenant = Some("acme".into());
+        e.after = Some(LogPosition { partition: 3, offset: 17 });
+        let copied = without_after(&codec, &codec.encode(&e)).expect("re-encoded");
+        let got = codec.decode(&copied).unwrap();
+        assert_eq!(got.after, None);
+        assert_eq!(Envelope { after: e.after, ..got }, e);
+        // Without one, the message is copied as it is.
+        e.after = None;
+        assert_eq!(without_after(&codec, &codec.encode(&e)), None);
+        assert_eq!(without_after(&codec, b"not avro"), None);
+    }
 }

@@ -65,6 +65,13 @@ pub struct RebuildArgs {
     /// Indexing memory budget per partition shard, in MiB (at least 15)
     #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
     index_memory_mb: u64,
+    /// Apply a take-over (a cross-key move's documents, an owner change's upsert) without
+    /// waiting until the partition its document leaves is applied up to the departure. Only
+    /// for a topic copied by `denorm migrate`, whose departures name the old topic's
+    /// positions; on Elasticsearch, a replay of a document that changed hands more than once
+    /// may then lose it (see docs/cross-key.md)
+    #[arg(long, env = "DENORM_NO_TAKEOVER_WAITS")]
+    no_takeover_waits: bool,
 }
 
 /// Commands of the log (`ends`: each partition's watermarks) that a
@@ -96,7 +103,7 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
         let (k, json) = (kafka.clone(), a.json);
         return tokio::task::spawn_blocking(move || status(&k, index.as_ref(), json)).await?;
     }
-    let (k, group, keep_old, addr) = (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr);
+    let (k, group, keep_old, addr, waits) = (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.no_takeover_waits);
     let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
     let health = Arc::new(Health::default());
     health.beat();
@@ -105,7 +112,7 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     let dlq = KafkaConfig { topic: crate::dlq::default_topic(&kafka.topic), ..kafka.clone() };
     let partitions = kafka.topic_partitions()?.ok_or_else(|| UsageError(format!("topic {} does not exist", kafka.topic)))?;
     dlq.ensure_topic().await.context("cannot reach or create the dead-letter topic")?;
-    tokio::task::spawn_blocking(move || rebuild(k, index.as_ref(), &group, partitions, keep_old, health, rt)).await?
+    tokio::task::spawn_blocking(move || rebuild(k, index.as_ref(), &group, partitions, keep_old, waits, health, rt)).await?
 }
 
 fn rebuild(
@@ -114,6 +121,7 @@ fn rebuild(
     group: &str,
     partitions: i32,
     keep_old: bool,
+    takeover_waits: bool,
     health: Arc<Health>,
     rt: tokio::runtime::Handle,
 ) -> anyhow::Result<()> {
@@ -154,7 +162,8 @@ fn rebuild(
         // The rebuild's worker, on generation `target`.
         let backend = index.writer(target);
         let shutdown = Arc::new(AtomicBool::new(false));
-        let cfg = WorkerConfig::new(kafka.clone(), state.group.clone());
+        let mut cfg = WorkerConfig::new(kafka.clone(), state.group.clone());
+        cfg.takeover_waits = takeover_waits;
         let (flag, h) = (shutdown.clone(), health.clone());
         let worker = std::thread::spawn(move || {
             let _rt = rt.enter();

@@ -23,7 +23,7 @@ use apache_avro::rabin::Rabin;
 use apache_avro::schema::Schema;
 use apache_avro::types::Value;
 
-use crate::command::{Command, Envelope};
+use crate::command::{Command, Envelope, LogPosition};
 use crate::dlq::Control;
 use crate::moves::{MoveIn, MovedFile};
 
@@ -34,12 +34,17 @@ pub const CONTROL_SCHEMA: &str = include_str!("../../schemas/control.avsc");
 /// Schema of the documents a cross-key rename carries (written by workers).
 pub const MOVE_SCHEMA: &str = include_str!("../../schemas/move.avsc");
 /// Older schema versions this decoder still reads.
-pub const HISTORY: &[&str] = &[include_str!("../../schemas/history/command-v1.avsc"), include_str!("../../schemas/history/command-v2.avsc")];
+pub const HISTORY: &[&str] = &[
+    include_str!("../../schemas/history/command-v1.avsc"),
+    include_str!("../../schemas/history/command-v2.avsc"),
+    include_str!("../../schemas/history/command-v3.avsc"),
+];
 /// Every schema file, by its path in the repository.
 pub const SCHEMA_FILES: &[(&str, &str)] = &[
     ("schemas/command.avsc", CURRENT_SCHEMA),
     ("schemas/history/command-v1.avsc", HISTORY[0]),
     ("schemas/history/command-v2.avsc", HISTORY[1]),
+    ("schemas/history/command-v3.avsc", HISTORY[2]),
     ("schemas/control.avsc", CONTROL_SCHEMA),
     ("schemas/move.avsc", MOVE_SCHEMA),
 ];
@@ -386,7 +391,8 @@ fn optional(v: Option<&String>) -> Value {
 }
 
 /// Builds the Avro value of `e` for `schema` (which must have every field
-/// this version writes; `tenant` is written only when the schema has it).
+/// this version writes; `tenant` and `after` are written only when the
+/// schema has them).
 pub fn to_value(schema: &Schema, e: &Envelope) -> Value {
     let (name, fields) = payload_fields(&e.command);
     let branches = payload_branches(schema);
@@ -411,6 +417,13 @@ pub fn to_value(schema: &Schema, e: &Envelope) -> Value {
     if r.fields.iter().any(|f| f.name == "tenant") {
         out.push(("tenant".to_string(), optional(e.tenant.as_ref())));
     }
+    if r.fields.iter().any(|f| f.name == "after") {
+        let after = match e.after {
+            None => Value::Union(0, Box::new(Value::Null)),
+            Some(at) => Value::Union(1, Box::new(Value::Record(vec![("partition".into(), Value::Int(at.partition)), ("offset".into(), Value::Long(at.offset))]))),
+        };
+        out.push(("after".to_string(), after));
+    }
     out.push(("payload".to_string(), Value::Union(branch, Box::new(payload))));
     Value::Record(out)
 }
@@ -425,6 +438,15 @@ fn from_value(writer: &Schema, value: Value) -> Result<Envelope, DecodeError> {
         _ => return Err(shape("issued_at is missing or not a long")),
     };
     let tenant = optional_string(fields.remove("tenant"), "tenant")?;
+    let after = match fields.remove("after") {
+        None | Some(Value::Null) => None,
+        Some(Value::Union(_, v)) if *v == Value::Null => None,
+        Some(Value::Union(_, v)) => {
+            let mut at = record_fields(*v, "after")?;
+            Some(LogPosition { partition: number(at.remove("partition"), "after", "partition")? as i32, offset: number(at.remove("offset"), "after", "offset")? })
+        }
+        Some(_) => return Err(shape("after is not a union")),
+    };
     let Some(Value::Union(i, payload)) = fields.remove("payload") else {
         return Err(shape("payload is missing or not a union"));
     };
@@ -452,7 +474,7 @@ fn from_value(writer: &Schema, value: Value) -> Result<Envelope, DecodeError> {
         "DeletePost" => Command::DeletePost { id: f("id")?, user_id: f("user_id")? },
         other => return Err(DecodeError::Shape(format!("unknown payload type {other:?}"))),
     };
-    Ok(Envelope { command_id, issued_at, tenant, command })
+    Ok(Envelope { command_id, issued_at, tenant, after, command })
 }
 
 /// The fields of a record `what` is, by name.
@@ -561,6 +583,7 @@ mod tests {
         for c in all_commands() {
             let mut e = Envelope::new(c);
             e.tenant = Some("acme".into());
+            e.after = Some(LogPosition { partition: 5, offset: 1 << 40 });
             let bytes = codec.encode(&e);
             assert_eq!(&bytes[..2], &[0xC3, 0x01]);
             assert_eq!(codec.decode(&bytes).unwrap(), e);
@@ -596,13 +619,15 @@ mod tests {
             for c in all_commands() {
                 let mut e = Envelope::new(c);
                 e.tenant = Some("acme".into());
+                e.after = Some(LogPosition { partition: 1, offset: 9 });
                 // What each version could not say reads as its default.
                 let mut want = e.clone();
+                want.after = None;
                 if version == 0 {
                     want.tenant = None;
                 }
                 match &mut want.command {
-                    Command::UpsertPost { previous_user_id: p, .. } | Command::UpsertFile { previous_path: p, .. } => *p = None,
+                    Command::UpsertPost { previous_user_id: p, .. } | Command::UpsertFile { previous_path: p, .. } if version < 2 => *p = None,
                     _ => {}
                 }
                 for fp in [fp, legacy_fingerprint(&old)] {
@@ -621,9 +646,10 @@ mod tests {
     fn fingerprints_are_pinned() {
         let got: Vec<(&str, String, String)> = schema_fingerprints().into_iter().map(|f| (f.file, f.fingerprint, f.legacy)).collect();
         let want = [
-            ("schemas/command.avsc", "9848ea802671ddab", "56d74f3eaa44aceb"),
+            ("schemas/command.avsc", "845b46f200295293", "f646b8d14f1d49bd"),
             ("schemas/history/command-v1.avsc", "7e1aaf9552f72321", "9f15df64f37ccd90"),
             ("schemas/history/command-v2.avsc", "9c7f9b599fb95260", "d5e0d0c37df914d2"),
+            ("schemas/history/command-v3.avsc", "9848ea802671ddab", "56d74f3eaa44aceb"),
             ("schemas/control.avsc", "2d6e0616c9179c82", "165f90003f878d05"),
             ("schemas/move.avsc", "c693f4031d5257e4", "e40370268cf05890"),
         ];
@@ -636,7 +662,7 @@ mod tests {
         let codec = Codec::new();
         let e = Envelope::new(all_commands().remove(2));
         let bytes = codec.encode(&e);
-        assert_eq!(hex(&bytes[2..10]), "9848ea802671ddab");
+        assert_eq!(hex(&bytes[2..10]), "845b46f200295293");
         let current = Schema::parse_str(CURRENT_SCHEMA).unwrap();
         let old = encode_value(&current, legacy_fingerprint(&current), to_value(&current, &e));
         assert_eq!(codec.decode(&old).unwrap(), e);

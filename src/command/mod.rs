@@ -68,7 +68,21 @@ pub struct Envelope {
     /// When the producer issued it, milliseconds since the Unix epoch.
     pub issued_at: i64,
     pub tenant: Option<String>,
+    /// Where in the log the command this one must follow is: set on the
+    /// upsert of an owner change, to its delete half under the key the
+    /// document leaves (see `Producer::send_ordered`). A worker applies the
+    /// upsert only once that partition's shard has applied everything
+    /// before it, so a replay takes the document over in the order it
+    /// changed owners (see docs/cross-key.md).
+    pub after: Option<LogPosition>,
     pub command: Command,
+}
+
+/// A message's place in the command topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LogPosition {
+    pub partition: i32,
+    pub offset: i64,
 }
 
 impl Envelope {
@@ -78,7 +92,7 @@ impl Envelope {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
-        Envelope { command_id: uuid::Uuid::new_v4().to_string(), issued_at, tenant: None, command }
+        Envelope { command_id: uuid::Uuid::new_v4().to_string(), issued_at, tenant: None, after: None, command }
     }
 }
 

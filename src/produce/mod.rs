@@ -10,7 +10,7 @@ use rdkafka::util::Timeout;
 
 use crate::codec::registry::{Registry, RegistryError};
 use crate::codec::Codec;
-use crate::command::{expand_owner_changes, Command, CommandError, Envelope};
+use crate::command::{expand_owner_changes, Command, CommandError, Envelope, LogPosition};
 use crate::kafka::KafkaConfig;
 
 /// Where a command landed in the log. Wait until the worker group's
@@ -156,13 +156,16 @@ impl Producer {
         in_flight: usize,
         progress: impl FnMut(usize),
     ) -> Result<Vec<Delivery>, ProduceError> {
-        self.send_expanded(expand_owner_changes(commands), in_flight, progress).await
+        self.send_expanded(expand_owner_changes(commands), None, in_flight, progress).await
     }
 
-    /// [`Producer::send_all`] of commands whose owner changes are expanded.
+    /// [`Producer::send_all`] of commands whose owner changes are expanded;
+    /// the first one's envelope says it follows `first_after` (see
+    /// [`Envelope::after`]).
     async fn send_expanded(
         &self,
         commands: Vec<Command>,
+        first_after: Option<LogPosition>,
         in_flight: usize,
         mut progress: impl FnMut(usize),
     ) -> Result<Vec<Delivery>, ProduceError> {
@@ -186,7 +189,11 @@ impl Producer {
                 let (j, r) = pending.next().await.expect("pending is not empty");
                 record(j, r, &mut done)?;
             }
-            let ack = self.enqueue(&Envelope::new(c)).await?;
+            let mut e = Envelope::new(c);
+            if i == 0 {
+                e.after = first_after;
+            }
+            let ack = self.enqueue(&e).await?;
             pending.push(async move { (i, ack.await) });
         }
         while let Some((j, r)) = pending.next().await {
@@ -202,7 +209,9 @@ impl Producer {
     /// documents to the destination's partition then), and only then are
     /// the commands after it sent. So every command after it, of either
     /// key, is applied against its result. Waits at most `timeout` per
-    /// barrier.
+    /// barrier. The upsert after an owner change's delete carries the
+    /// delete's place in the log ([`Envelope::after`]): a replay applies
+    /// the two in the same order.
     ///
     /// Returns the deliveries in the order sent and, for read-your-writes
     /// across keys ([`crate::kafka::wait_for_deliveries`]), the end of each
@@ -225,6 +234,8 @@ impl Producer {
         let mut out = Vec::with_capacity(n);
         let mut destinations = Vec::new();
         let mut rest = commands;
+        // The delete half of the owner change whose upsert comes next.
+        let mut departed: Option<LogPosition> = None;
         while !rest.is_empty() {
             let found = (0..rest.len()).find_map(|i| barrier(&rest, i).map(|b| (i, b)));
             let cut = found.as_ref().map_or(rest.len(), |(i, _)| i + 1);
@@ -232,9 +243,12 @@ impl Producer {
             let after = rest.split_off(cut);
             let segment = std::mem::replace(&mut rest, after);
             let sent = out.len();
-            out.extend(self.send_expanded(segment, in_flight, |done| progress(sent + done)).await?);
+            out.extend(self.send_expanded(segment, departed.take(), in_flight, |done| progress(sent + done)).await?);
             let Some(what) = what else { continue };
             let d = *out.last().expect("the barrier was sent");
+            if what.destination.is_none() {
+                departed = Some(LogPosition { partition: d.partition, offset: d.offset });
+            }
             let (cfg, g) = (kafka.clone(), group.to_string());
             let dest_key = what.destination.clone();
             let waited = tokio::task::spawn_blocking(move || -> Result<Option<Delivery>, crate::kafka::WaitError> {

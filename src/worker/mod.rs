@@ -89,6 +89,10 @@ pub struct WorkerConfig {
     /// How long the group waits for a silent member (`session.timeout.ms`,
     /// default 45 s).
     pub session_timeout: Duration,
+    /// Whether a take-over waits until the partition its documents leave is
+    /// applied up to their departure (default true; see
+    /// `--no-takeover-waits`).
+    pub takeover_waits: bool,
 }
 
 /// What happens to a key's later commands once one is aborted.
@@ -122,6 +126,7 @@ impl WorkerConfig {
             registry: None,
             instance_id: None,
             session_timeout: Duration::from_secs(45),
+            takeover_waits: true,
             kafka,
         }
     }

@@ -153,6 +153,12 @@ pub(crate) enum Halt {
     /// is dropped and the partition positioned at the new generation's
     /// checkpoint, never re-applied onto it from where the batch began.
     Moved,
+    /// The index refused for good to commit the batch before its last
+    /// message (a take-over about to wait, a cross-key rename about to
+    /// write its chunks: see [`Applier::commit_before`]): the batch before
+    /// it is committed first, finding the command at fault, then the
+    /// message is handled again.
+    CommitFirst(IndexError),
 }
 
 type Step<T> = Result<T, Halt>;
@@ -280,7 +286,7 @@ impl Applier {
         match self.apply_until_stopped(rx) {
             Ok(()) | Err(Halt::Stopped | Halt::Moved) => Ok(()),
             Err(Halt::Fatal(e)) => Err(e),
-            Err(Halt::Retry(e)) => Err(WorkerError::Index(e)),
+            Err(Halt::Retry(e) | Halt::CommitFirst(e)) => Err(WorkerError::Index(e)),
         }
     }
 
@@ -518,7 +524,14 @@ impl Applier {
                     return Ok(false);
                 }
                 Ok(Handled::Deferred) => return Ok(false),
-                Err(Halt::Retry(e)) => {
+                Err(Halt::CommitFirst(e)) if batch.len() > 1 => {
+                    warn!(partition = self.partition, error = %e, commands = batch.len() - 1, "the index refused a write of the batch before a cross-key step: committing the batch first");
+                    let msg = batch.pop().expect("batch holds the message");
+                    self.reopen(shard, batch)?;
+                    self.commit(shard, batch)?;
+                    batch.push(msg);
+                }
+                Err(Halt::Retry(e) | Halt::CommitFirst(e)) => {
                     let n = batch.len() - 1;
                     let recovered = retry.failed(&e).and_then(|()| self.reopen(shard, &batch[..n]));
                     if let Err(halt) = recovered {
@@ -704,12 +717,20 @@ impl Applier {
             Err(r) => self.reject(shard, &origin, r)?,
             Ok(Admitted::Control(c)) => self.control(shard, msg, c)?,
             Ok(Admitted::Move(mv)) => return self.move_in(shard, msg, &mv),
-            Ok(Admitted::Command(e)) => {
-                match origin.parked_behind(shard) {
-                    Some(behind) => self.park(shard, &origin, Some(e.command_id.clone()), behind, e.command.kind())?,
-                    None => self.command(shard, &e, offset, &origin)?,
+            Ok(Admitted::Command(e)) => match origin.parked_behind(shard) {
+                Some(behind) => self.park(shard, &origin, Some(e.command_id.clone()), behind, e.command.kind())?,
+                None => {
+                    if let (Some(previous), Some(at)) = (e.command.previous_key(), e.after) {
+                        let id = match &e.command {
+                            Command::UpsertFile { id, .. } | Command::UpsertPost { id, .. } => id.as_str(),
+                            _ => "",
+                        };
+                        let what = format!("the owner change of {id:?} ({}) from {previous:?}", e.command.kind());
+                        self.await_departure(shard, at, offset, &what)?;
+                    }
+                    self.command(shard, &e, offset, &origin)?
                 }
-            }
+            },
         };
         if let Handled::Done { .. } = handled {
             self.mark(shard, msg);
@@ -752,7 +773,11 @@ impl Applier {
             }
             Arrival::Waits => unreachable!("deferred by handle"),
             Arrival::Continues => self.incoming.borrow().active.map(|(_, pos)| pos).expect("in flight"),
-            Arrival::Starts => msg.offset() as u64,
+            Arrival::Starts => {
+                let from = crate::command::LogPosition { partition: mv.source_partition, offset: mv.source_offset };
+                self.await_departure(shard, from, msg.offset(), &format!("the move {:?} -> {:?}", mv.from, mv.to))?;
+                msg.offset() as u64
+            }
         };
         let docs = crate::apply::move_in(shard, mv, pos)?;
         histogram!(m::COMMAND_DOCUMENTS, "type" => "move_in").record(docs as f64);
@@ -794,6 +819,75 @@ impl Applier {
         Ok(Handled::Done { fan_out: true })
     }
 
+    /// Before a take-over (a cross-key move's first chunk, an owner
+    /// change's upsert): waits until the partition the documents leave has
+    /// applied its log up to `departure` (the rename, or the owner change's
+    /// delete half), in this index. Live, the producer's barrier (a move's
+    /// source commits before it writes the chunks) makes this so at once;
+    /// a replay or a rebuild, whose partitions run at their own pace, then
+    /// takes documents over in the order they changed owners, which is
+    /// what Elasticsearch, where partitions share documents, needs (see
+    /// docs/cross-key.md). Every dependency points at an earlier event of
+    /// the live run, so waits never form a cycle; what this partition
+    /// applied is committed first, for the partitions that wait for it.
+    fn await_departure(&self, shard: &mut dyn Shard, departure: crate::command::LogPosition, offset: i64, what: &str) -> Step<()> {
+        let (from, partition) = (departure.partition, self.partition);
+        // This partition's own log orders it.
+        if from == partition || !self.shared.cfg.takeover_waits {
+            return Ok(());
+        }
+        if !(0..self.shared.log_partitions).contains(&from) {
+            warn!(partition, offset, from, "{what} names partition {from}, which the topic does not have: applied without waiting");
+            return Ok(());
+        }
+        let ready = || -> Result<bool, IndexError> {
+            Ok(crate::moves::departed(self.shared.backend.checkpoints(&[from])?.get(&from).map(|c| c.offset), departure.offset))
+        };
+        if ready()? {
+            return Ok(());
+        }
+        self.commit_before(shard)?;
+        counter!(m::TAKEOVER_WAITS_TOTAL).increment(1);
+        let waiting = gauge!(m::TAKEOVERS_WAITING, "partition" => partition.to_string());
+        waiting.set(1.0);
+        info!(partition, offset, from, departure = departure.offset, "{what} waits until partition {from} is applied up to its departure (a replay or rebuild)");
+        let started = Instant::now();
+        let mut said = started;
+        let result = loop {
+            if self.stopping() {
+                break Err(Halt::Stopped);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            match ready() {
+                Ok(true) => break Ok(()),
+                Ok(false) => {}
+                Err(e) => break Err(e.into()),
+            }
+            if said.elapsed() >= Duration::from_secs(60) {
+                said = Instant::now();
+                warn!(partition, offset, from, departure = departure.offset, waited_secs = started.elapsed().as_secs(), "{what} still waits for partition {from}: is a worker applying it?");
+            }
+        };
+        waiting.set(0.0);
+        if result.is_ok() {
+            info!(partition, offset, from, ms = started.elapsed().as_millis() as u64, "{what}: partition {from} reached the departure, taking over");
+        }
+        result
+    }
+
+    /// Commits what the batch applied so far, before its last message: a
+    /// take-over about to wait (another partition may be waiting for this
+    /// one's progress), a cross-key rename about to write its chunks (whose
+    /// destination waits for it). A refusal for good is
+    /// [`Halt::CommitFirst`].
+    fn commit_before(&self, shard: &mut dyn Shard) -> Step<()> {
+        match shard.commit() {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_retryable() => Err(Halt::Retry(e)),
+            Err(e) => Err(Halt::CommitFirst(e)),
+        }
+    }
+
     /// A message that cannot be admitted: aborted at once (decoding and
     /// validation are deterministic: retrying changes nothing).
     fn reject(&self, shard: &mut dyn Shard, origin: &Origin<'_>, r: Rejection) -> Step<Handled> {
@@ -806,6 +900,9 @@ impl Applier {
     /// `max_attempts` times before aborting it.
     fn command(&self, shard: &mut dyn Shard, e: &Envelope, pos: i64, origin: &Origin<'_>) -> Step<Handled> {
         let (partition, cmd) = (self.partition, &e.command);
+        while crate::faults::lists("apply.hold", &cmd.key()) && !self.stopping() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         if cmd.is_fan_out() {
             info!(partition, offset = pos, command = cmd.kind(), key = cmd.key(), "fan-out started");
         }
@@ -855,6 +952,10 @@ impl Applier {
     fn move_out(&self, shard: &mut dyn Shard, e: &Envelope, from: &str, to: &str, pos: i64) -> Step<Result<u64, IndexError>> {
         let key = crate::command::path::top_level(to);
         let partition = crate::moves::partition_of(key, self.shared.log_partitions);
+        // Everything before the rename is made durable first: the
+        // destination takes the documents over once this partition is
+        // applied up to here (`await_departure`).
+        self.commit_before(shard)?;
         // Half the largest message a worker accepts, and at most 256 KiB,
         // well below the brokers' default limit of 1 MiB.
         let mut chunker = crate::moves::Chunker::new((self.shared.cfg.max_message_bytes / 2).clamp(1024, crate::moves::MAX_CHUNK_BYTES));

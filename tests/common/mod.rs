@@ -153,7 +153,13 @@ impl Rig {
 
     /// A `denorm run` of this rig's group on its index.
     pub fn worker(&self, extra: &[&str]) -> Worker {
-        Worker::start_env(&self.cfg, &self.group, &self.index, extra, &[("DENORM_FAULTS", self.faults.as_os_str())])
+        self.worker_of(&self.group, &self.index, extra)
+    }
+
+    /// A `denorm run` of another group on another index, with this rig's
+    /// fault points (a replay).
+    pub fn worker_of(&self, group: &str, index: &Path, extra: &[&str]) -> Worker {
+        Worker::start_env(&self.cfg, group, index, extra, &[("DENORM_FAULTS", self.faults.as_os_str())])
     }
 
     /// `denorm <args>` with this rig's global options.

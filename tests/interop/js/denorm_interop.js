@@ -47,11 +47,12 @@ function keyOf(op, f) {
   return f.user_id;
 }
 
-function encode(type, fp, op, fields) {
+function encode(type, fp, op, fields, after) {
   const datum = type.toBuffer({
     command_id: crypto.randomUUID(),
     issued_at: Date.now(),
     tenant: null,
+    after: after ? { 'denorm.LogPosition': after } : null,
     payload: { ['denorm.' + op]: fields },
   });
   return Buffer.concat([Buffer.from([0xc3, 0x01]), fp, datum]);
@@ -87,10 +88,14 @@ async function produce(brokers, topic, schemas, prefix) {
   const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, idempotent: false });
   await producer.connect();
   try {
+    let md = null;
     for (const [op, fields] of commands(prefix)) {
       const key = keyOf(op, fields);
+      // An owner change's upsert names where its delete half landed (the
+      // command just before it).
+      const after = fields.previous_user_id || fields.previous_path ? { partition: md.partition, offset: Number(md.baseOffset) } : null;
       // One at a time: the order of a key's commands is the log order.
-      const [md] = await producer.send({ topic, acks: -1, messages: [{ key, value: encode(type, fp, op, fields) }] });
+      [md] = await producer.send({ topic, acks: -1, messages: [{ key, value: encode(type, fp, op, fields, after) }] });
       console.log(JSON.stringify({ key, partition: md.partition, offset: Number(md.baseOffset) }));
     }
   } finally {

@@ -47,11 +47,12 @@ def key_of(op, fields):
     return fields["user_id"]
 
 
-def encode(schema, fp, op, fields, tenant=None):
+def encode(schema, fp, op, fields, tenant=None, after=None):
     record = {
         "command_id": str(uuid.uuid4()),
         "issued_at": int(time.time() * 1000),
         "tenant": tenant,
+        "after": after,
         # fastavro's tuple notation picks the union branch by name.
         "payload": ("denorm." + op, fields),
     }
@@ -90,10 +91,15 @@ async def produce(brokers, topic, schemas, prefix):
     producer = AIOKafkaProducer(bootstrap_servers=brokers, acks="all", enable_idempotence=False)
     await producer.start()
     try:
+        md = None
         for op, fields in commands(prefix):
             key = key_of(op, fields)
+            # An owner change's upsert names where its delete half landed
+            # (the command just before it).
+            owner_change = fields.get("previous_user_id") or fields.get("previous_path")
+            after = {"partition": md.partition, "offset": md.offset} if owner_change else None
             # One at a time: the order of a key's commands is the log order.
-            md = await producer.send_and_wait(topic, encode(schema, fp, op, fields, tenant="acme"), key=key.encode())
+            md = await producer.send_and_wait(topic, encode(schema, fp, op, fields, tenant="acme", after=after), key=key.encode())
             print(json.dumps({"key": key, "partition": md.partition, "offset": md.offset}), flush=True)
     finally:
         await producer.stop()
@@ -114,8 +120,10 @@ async def decode(brokers, topic, schemas, count):
             name, payload = r["payload"]
             # fastavro reads timestamp-millis as an aware datetime.
             issued_at = round(r["issued_at"].timestamp() * 1000)
+            # return_record_name gives a union's record as (name, record).
+            after = r["after"][1] if isinstance(r["after"], tuple) else r["after"]
             print(json.dumps({"key": m.key.decode(), "partition": m.partition, "command_id": r["command_id"],
-                              "issued_at": issued_at, "tenant": r["tenant"], "type": name, "payload": payload}),
+                              "issued_at": issued_at, "tenant": r["tenant"], "after": after, "type": name, "payload": payload}),
                   flush=True)
             seen += 1
             if seen >= count:
