@@ -93,6 +93,12 @@ fn committed_shards(generation_dir: &Path) -> Result<Vec<(i32, PathBuf)>, IndexE
     Ok(out)
 }
 
+/// The checkpoint a committed shard directory records.
+fn shard_checkpoint(dir: &Path) -> Result<Option<Checkpoint>, IndexError> {
+    let payload = Index::open_in_dir(dir)?.load_metas()?.payload;
+    Ok(payload.and_then(|p| serde_json::from_str::<CommitPayload>(&p).ok()).map(|c| c.checkpoint()))
+}
+
 /// A reader of a shard directory, reloaded only when asked.
 fn open_reader(dir: &Path) -> Result<IndexReader, IndexError> {
     Ok(Index::open_in_dir(dir)?.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?)
@@ -676,9 +682,23 @@ impl EmbeddedIndex {
     pub fn checkpoints_in(&self, generation: u64) -> Result<std::collections::BTreeMap<i32, Checkpoint>, IndexError> {
         let mut out = std::collections::BTreeMap::new();
         for (p, dir) in committed_shards(&self.generation_dir(generation))? {
-            let payload = Index::open_in_dir(&dir)?.load_metas()?.payload;
-            if let Some(c) = payload.and_then(|p| serde_json::from_str::<CommitPayload>(&p).ok()) {
-                out.insert(p, c.checkpoint());
+            if let Some(c) = shard_checkpoint(&dir)? {
+                out.insert(p, c);
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`EmbeddedIndex::checkpoints_in`] of `partitions` only (what a
+    /// waiting take-over polls).
+    pub fn checkpoints_of(&self, generation: u64, partitions: &[i32]) -> Result<HashMap<i32, Checkpoint>, IndexError> {
+        let mut out = HashMap::new();
+        for &p in partitions {
+            let dir = self.shard_dir(generation, p);
+            if dir.join("meta.json").exists() {
+                if let Some(c) = shard_checkpoint(&dir)? {
+                    out.insert(p, c);
+                }
             }
         }
         Ok(out)
@@ -786,7 +806,7 @@ impl Backend for EmbeddedBackend {
         }
     }
     fn checkpoints(&self, partitions: &[i32]) -> Result<HashMap<i32, Checkpoint>, IndexError> {
-        Ok(self.index.checkpoints_in(self.generation()?)?.into_iter().filter(|(p, _)| partitions.contains(p)).collect())
+        self.index.checkpoints_of(self.generation()?, partitions)
     }
     fn generation(&self) -> Result<u64, IndexError> {
         match self.pinned {

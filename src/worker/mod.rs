@@ -190,6 +190,12 @@ pub(crate) struct Shared {
     assigned_at: Mutex<HashMap<i32, (Offset, Option<(i64, i64)>)>>,
     /// The topic's partition count the index was built for.
     log_partitions: i32,
+    /// Take-overs of this process waiting for a partition to be applied up
+    /// to an offset (partition, offset): that partition's applier commits
+    /// as soon as it passes it, instead of at its batch's end.
+    awaited: Mutex<Vec<(i32, i64)>>,
+    /// How many entries `awaited` has (read for every message, without the lock).
+    awaiting: std::sync::atomic::AtomicUsize,
 }
 
 struct WorkerContext {
@@ -508,7 +514,12 @@ pub fn run(
     // The index must be built from this topic as it is now.
     let log_partitions = cfg.kafka.topic_partitions()?.ok_or_else(|| crate::kafka::KafkaSetupError::MissingTopic(topic.clone()))?;
     backend.bind_log(log_partitions).map_err(WorkerError::Index)?;
-    let shared = Arc::new(Shared { cfg, backend, codec, stats, dlq, health: health.clone(), seeks: Mutex::new(HashMap::new()), assigned_at: Mutex::new(HashMap::new()), log_partitions });
+    let shared = Arc::new(Shared { cfg, backend, codec, stats, dlq, health: health.clone(), seeks: Mutex::new(HashMap::new()),
+        assigned_at: Mutex::new(HashMap::new()),
+        log_partitions,
+        awaited: Mutex::new(Vec::new()),
+        awaiting: Default::default(),
+    });
     let ctx = WorkerContext {
         shared: shared.clone(),
         parts: Mutex::new(HashMap::new()),

@@ -336,7 +336,7 @@ impl Applier {
                     let d = *deadline.get_or_insert_with(|| Instant::now() + linger);
                     // Fan-outs are committed on their own so that their
                     // effects are visible and bounded.
-                    let step = fan_out.and_then(|fan_out| match fan_out || batch.len() >= max_batch || Instant::now() >= d {
+                    let step = fan_out.and_then(|fan_out| match fan_out || batch.len() >= max_batch || Instant::now() >= d || self.awaited(&batch) {
                         true => self.commit(&mut shard, &mut batch).map(|()| deadline = None),
                         false => Ok(()),
                     });
@@ -720,13 +720,16 @@ impl Applier {
             Ok(Admitted::Command(e)) => match origin.parked_behind(shard) {
                 Some(behind) => self.park(shard, &origin, Some(e.command_id.clone()), behind, e.command.kind())?,
                 None => {
-                    if let (Some(previous), Some(at)) = (e.command.previous_key(), e.after) {
+                    if let Some(previous) = e.command.previous_key() {
                         let id = match &e.command {
                             Command::UpsertFile { id, .. } | Command::UpsertPost { id, .. } => id.as_str(),
                             _ => "",
                         };
                         let what = format!("the owner change of {id:?} ({}) from {previous:?}", e.command.kind());
-                        self.await_departure(shard, at, offset, &what)?;
+                        match e.after {
+                            Some(at) => self.await_departure(shard, at, offset, &what)?,
+                            None => without_after(self.partition, offset, &what),
+                        }
                     }
                     self.command(shard, &e, offset, &origin)?
                 }
@@ -848,6 +851,9 @@ impl Applier {
         }
         self.commit_before(shard)?;
         counter!(m::TAKEOVER_WAITS_TOTAL).increment(1);
+        let target = (from, departure.offset - 1);
+        self.shared.awaited.lock().expect("awaited lock").push(target);
+        self.shared.awaiting.fetch_add(1, Ordering::SeqCst);
         let waiting = gauge!(m::TAKEOVERS_WAITING, "partition" => partition.to_string());
         waiting.set(1.0);
         info!(partition, offset, from, departure = departure.offset, "{what} waits until partition {from} is applied up to its departure (a replay or rebuild)");
@@ -857,7 +863,7 @@ impl Applier {
             if self.stopping() {
                 break Err(Halt::Stopped);
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(20));
             match ready() {
                 Ok(true) => break Ok(()),
                 Ok(false) => {}
@@ -868,11 +874,28 @@ impl Applier {
                 warn!(partition, offset, from, departure = departure.offset, waited_secs = started.elapsed().as_secs(), "{what} still waits for partition {from}: is a worker applying it?");
             }
         };
+        {
+            let mut awaited = self.shared.awaited.lock().expect("awaited lock");
+            if let Some(i) = awaited.iter().position(|a| *a == target) {
+                awaited.swap_remove(i);
+            }
+            self.shared.awaiting.fetch_sub(1, Ordering::SeqCst);
+        }
         waiting.set(0.0);
         if result.is_ok() {
             info!(partition, offset, from, ms = started.elapsed().as_millis() as u64, "{what}: partition {from} reached the departure, taking over");
         }
         result
+    }
+
+    /// Whether a take-over of this process waits for this partition to pass
+    /// an offset the batch has reached (it then commits at once).
+    fn awaited(&self, batch: &[OwnedMessage]) -> bool {
+        if self.shared.awaiting.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        let Some(at) = batch.last().map(|m| m.offset()) else { return false };
+        self.shared.awaited.lock().expect("awaited lock").iter().any(|&(p, o)| p == self.partition && o <= at)
     }
 
     /// Commits what the batch applied so far, before its last message: a
@@ -1146,6 +1169,18 @@ const GENERATION_CHECK: Duration = Duration::from_millis(100);
 
 /// Where fetching resumes for a shard at `checkpoint`: the checkpoint's own
 /// message (read again to check the log), or the beginning.
+/// An owner change's upsert without `after` (a producer that does not set
+/// it, or a topic copied by `denorm migrate`) is applied without waiting
+/// for its delete half: said once per process, since a replay into
+/// Elasticsearch of a document that changes owner through such upserts more
+/// than once may then lose it (docs/cross-key.md).
+fn without_after(partition: i32, offset: i64, what: &str) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        warn!(partition, offset, "{what} does not say where its delete half is (the envelope's after): applied without waiting for it; a replay into Elasticsearch of a document changing owner so more than once may lose it (said once)");
+    }
+}
+
 fn target_of(checkpoint: Option<Checkpoint>) -> Offset {
     checkpoint.map_or(Offset::Beginning, |c| Offset::Offset(c.offset as i64))
 }
