@@ -67,9 +67,9 @@ pub struct RebuildArgs {
     index_memory_mb: u64,
     /// Apply a take-over (a cross-key move's documents, an owner change's upsert) without
     /// waiting until the partition its document leaves is applied up to the departure. Only
-    /// for a topic copied by `denorm migrate`, whose departures name the old topic's
-    /// positions; on Elasticsearch, a replay of a document that changed hands more than once
-    /// may then lose it (see docs/cross-key.md)
+    /// for a topic whose messages name positions of another topic (copied by other means than
+    /// `denorm migrate`, which drops them); on Elasticsearch, a replay of a document that
+    /// changed hands more than once may then lose it (see docs/cross-key.md)
     #[arg(long, env = "DENORM_NO_TAKEOVER_WAITS")]
     no_takeover_waits: bool,
 }
