@@ -162,7 +162,12 @@ fn rebuild(
         // The rebuild's worker, on generation `target`.
         let backend = index.writer(target);
         let shutdown = Arc::new(AtomicBool::new(false));
-        let mut cfg = WorkerConfig::new(kafka.clone(), state.group.clone());
+        // A group of this run's own: a run killed moments ago may still be a
+        // member of the last one, holding its partitions until the broker
+        // evicts it (tansu 0.6 was seen not to within minutes). Positions
+        // come from the shards' checkpoints, never from the group's offsets.
+        let run_group = format!("{}-{}", state.group, &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let mut cfg = WorkerConfig::new(kafka.clone(), run_group);
         cfg.takeover_waits = takeover_waits;
         let (flag, h) = (shutdown.clone(), health.clone());
         let worker = std::thread::spawn(move || {
