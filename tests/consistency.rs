@@ -275,7 +275,15 @@ fn run(seed: u64) {
             assert!(status.success(), "{status:?}\n{log}");
         }
     }
-    let log: Vec<_> = producers.into_iter().flat_map(|p| p.join().unwrap()).collect();
+    let mut log = Vec::new();
+    for p in producers {
+        match p.join() {
+            Ok(sent) => log.extend(sent),
+            // A barrier that timed out: what the worker was doing is the
+            // clue (earlier, killed workers' logs are gone).
+            Err(_) => panic!("a producer failed (its error is above); the current worker's log:\n{}", worker.log()),
+        }
+    }
     assert!(log.iter().any(|(_, c)| matches!(c, Command::RenamePath { .. })), "the workload renames nothing");
     wait_applied_by(&r.cfg, &r.group, log.len(), &[&worker]);
     drop(worker);
