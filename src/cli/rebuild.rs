@@ -65,13 +65,8 @@ pub struct RebuildArgs {
     /// Indexing memory budget per partition shard, in MiB (at least 15)
     #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
     index_memory_mb: u64,
-    /// Apply a take-over (a cross-key move's documents, an owner change's upsert) without
-    /// waiting until the partition its document leaves is applied up to the departure. Only
-    /// for a topic whose messages name positions of another topic (copied by other means than
-    /// `denorm migrate`, which drops them); on Elasticsearch, a replay of a document that
-    /// changed hands more than once may then lose it (see docs/cross-key.md)
-    #[arg(long, env = "DENORM_NO_TAKEOVER_WAITS")]
-    no_takeover_waits: bool,
+    #[command(flatten)]
+    takeover: super::TakeoverArgs,
 }
 
 /// Commands of the log (`ends`: each partition's watermarks) that a
@@ -103,7 +98,7 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
         let (k, json) = (kafka.clone(), a.json);
         return tokio::task::spawn_blocking(move || status(&k, index.as_ref(), json)).await?;
     }
-    let (k, group, keep_old, addr, waits) = (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.no_takeover_waits);
+    let (k, group, keep_old, addr, waits) = (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.takeover.no_takeover_waits);
     let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
     let health = Arc::new(Health::default());
     health.beat();

@@ -103,13 +103,8 @@ pub struct RunArgs {
     /// With --instance-id it is also how long a restart may take without a rebalance
     #[arg(long, env = "DENORM_SESSION_TIMEOUT_MS", default_value_t = 45_000, value_parser = clap::value_parser!(u32).range(1000..=3_600_000))]
     session_timeout_ms: u32,
-    /// Apply a take-over (a cross-key move's documents, an owner change's upsert) without
-    /// waiting until the partition its document leaves is applied up to the departure. Only
-    /// for a topic whose messages name positions of another topic (copied by other means than
-    /// `denorm migrate`, which drops them); on Elasticsearch, a replay of a document that
-    /// changed hands more than once may then lose it (see docs/cross-key.md)
-    #[arg(long, env = "DENORM_NO_TAKEOVER_WAITS")]
-    no_takeover_waits: bool,
+    #[command(flatten)]
+    pub takeover: super::TakeoverArgs,
     #[command(flatten)]
     registry: super::RegistryArgs,
 }
@@ -217,7 +212,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.registry = registry;
     cfg.instance_id = a.instance_id.clone();
     cfg.session_timeout = Duration::from_millis(a.session_timeout_ms.into());
-    cfg.takeover_waits = !a.no_takeover_waits;
+    cfg.takeover_waits = !a.takeover.no_takeover_waits;
     if let Some(id) = &cfg.instance_id {
         // What the consumer will use: an -X session.timeout.ms wins over the flag.
         let session = cfg.kafka.options.iter().rev().find(|(k, _)| k == "session.timeout.ms").map_or_else(|| a.session_timeout_ms.to_string(), |(_, v)| v.clone());

@@ -728,7 +728,7 @@ impl Applier {
                         let what = format!("the owner change of {id:?} ({}) from {previous:?}", e.command.kind());
                         match e.after {
                             Some(at) => self.await_departure(shard, at, offset, &what)?,
-                            None => without_after(self.partition, offset, &what),
+                            None => warn_without_after(self.partition, offset, &what),
                         }
                     }
                     self.command(shard, &e, offset, &origin)?
@@ -1174,7 +1174,7 @@ const GENERATION_CHECK: Duration = Duration::from_millis(100);
 /// for its delete half: said once per process, since a replay into
 /// Elasticsearch of a document that changes owner through such upserts more
 /// than once may then lose it (docs/cross-key.md).
-fn without_after(partition: i32, offset: i64, what: &str) {
+fn warn_without_after(partition: i32, offset: i64, what: &str) {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if !SAID.swap(true, Ordering::Relaxed) {
         warn!(partition, offset, "{what} does not say where its delete half is (the envelope's after): applied without waiting for it; a replay into Elasticsearch of a document changing owner so more than once may lose it (said once)");
