@@ -567,6 +567,14 @@ impl EmbeddedIndex {
             .build();
         let writer: IndexWriter = index.writer_with_options(options)?;
         writer.set_merge_policy(merge_policy(DEFAULT_MERGE_MAX_DOCS));
+        // A process killed in the middle of a commit leaves the files it had
+        // written but not yet listed in `meta.json`. Redoing the same
+        // commands from the checkpoint writes files of the same names (a
+        // segment's deletes are named by the commit's opstamp), which
+        // tantivy refuses to overwrite: every retry would fail. Its own
+        // clean-up runs only after a commit that succeeded, so it is run
+        // here, before anything is written.
+        writer.garbage_collect_files().wait()?;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
         let payload = index.load_metas()?.payload.and_then(|p| serde_json::from_str::<CommitPayload>(&p).ok());
         let applied = payload.as_ref().map(CommitPayload::checkpoint);
@@ -1387,6 +1395,51 @@ mod tests {
         assert_eq!(idx.open_shard(0, 20_000_000).unwrap().applied(), Some(0));
     }
 
+
+    /// A process killed while committing can leave files of the commit it
+    /// never finished (here a segment's deletes, written before the new
+    /// `meta.json`). Redoing the same commands gives the same file names, so
+    /// the next owner must clear them first: this stalled a partition for
+    /// good in the randomized test ("FileAlreadyExists ... .del" on every
+    /// retry).
+    #[test]
+    fn files_of_a_commit_a_crash_cut_short_do_not_block_redoing_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
+        let meta = idx.shard_dir(0, 0).join("meta.json");
+        let mut shard = idx.open_shard(0, 20_000_000).unwrap();
+        apply(&mut shard, &upsert("a", "/c/a.txt"), 0, FanOut::pages_of(10)).unwrap();
+        apply(&mut shard, &upsert("b", "/c/b.txt"), 1, FanOut::pages_of(10)).unwrap();
+        shard.mark_applied(Checkpoint::new(1, 0));
+        shard.commit().unwrap();
+        drop(shard);
+        let before = std::fs::read(&meta).unwrap();
+        let del_files = || std::fs::read_dir(idx.shard_dir(0, 0)).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "del")).count();
+        assert_eq!(del_files(), 0);
+        // Replacing a deletes it in the committed segment: a .del file.
+        let redo = |shard: &mut EmbeddedShard| -> Result<(), IndexError> {
+            apply(shard, &upsert("a", "/c/a2.txt"), 2, FanOut::pages_of(10))?;
+            shard.mark_applied(Checkpoint::new(2, 0));
+            shard.commit()
+        };
+        // Opened afresh, as the next owner of the shard opens it: the same
+        // commands then give the same file names.
+        let mut shard = idx.open_shard(0, 20_000_000).unwrap();
+        redo(&mut shard).unwrap();
+        drop(shard);
+        assert_eq!(del_files(), 1, "the commit wrote a segment's deletes");
+        // As if killed before the new meta.json was in place: the files it
+        // wrote stay (and tantivy's list of its files names them).
+        std::fs::write(&meta, &before).unwrap();
+        let mut shard = idx.open_shard(0, 20_000_000).unwrap();
+        assert_eq!(shard.applied(), Some(1));
+        redo(&mut shard).expect("the same commit again, over the files of the one cut short");
+        drop(shard);
+        let mut paths = Vec::new();
+        idx.search().unwrap().files(&FileQuery::default(), 0, &mut |f| paths.push(f.full_path())).unwrap();
+        paths.sort();
+        assert_eq!(paths, vec!["/c/a2.txt", "/c/b.txt"]);
+    }
     /// A fan-out commits its progress every few documents; a crash after
     /// that leaves the rename part-way at the previous command's position,
     /// and redelivering the rename finishes it with nothing lost or doubled.
