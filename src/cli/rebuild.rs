@@ -110,6 +110,10 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || rebuild(k, index.as_ref(), &group, partitions, keep_old, waits, health, rt)).await?
 }
 
+/// How long the rebuild's progress poll goes on without an answer from the
+/// broker before the rebuild gives up.
+const BROKER_SILENCE: Duration = Duration::from_secs(120);
+
 fn rebuild(
     kafka: KafkaConfig,
     index: &dyn Generations,
@@ -176,13 +180,31 @@ fn rebuild(
             bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
         let mut last_report = Instant::now();
+        let mut unanswered: Option<Instant> = None;
         loop {
             if worker.is_finished() {
                 let r = worker.join().map_err(|_| anyhow::anyhow!("the rebuild's worker panicked"))?;
                 r.context("the rebuild's worker failed")?;
                 bail!("the rebuild's worker stopped before the rebuild was done");
             }
-            let ends = watermarks(&consumer, &kafka.topic, partitions)?;
+            // A poll the broker did not answer in time (a busy broker) is
+            // polled again: the worker goes on meanwhile. Only a broker
+            // silent for minutes ends the rebuild.
+            let ends = match watermarks(&consumer, &kafka.topic, partitions) {
+                Ok(e) => {
+                    unanswered = None;
+                    e
+                }
+                Err(e) => {
+                    let since = *unanswered.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= BROKER_SILENCE {
+                        return Err(e).context(format!("the broker has not said where the topic ends for {}s", BROKER_SILENCE.as_secs()));
+                    }
+                    warn!(error = %e, "reading the topic's end offsets failed; polled again");
+                    std::thread::sleep(Duration::from_secs(1));
+                    continue;
+                }
+            };
             let built = index.checkpoints_in(target, partitions)?;
             let live = if same_log { index.checkpoints_in(current, partitions)? } else { Default::default() };
             let applied = applied_of(&built, &ends);
