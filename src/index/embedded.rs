@@ -574,7 +574,10 @@ impl EmbeddedIndex {
         // tantivy refuses to overwrite: every retry would fail. Its own
         // clean-up runs only after a commit that succeeded, so it is run
         // here, before anything is written.
-        writer.garbage_collect_files().wait()?;
+        let cleared = writer.garbage_collect_files().wait()?.deleted_files.len();
+        if cleared > 0 {
+            tracing::info!(partition, generation, files = cleared, "deleted files the last commit does not list (left by a commit a crash cut short)");
+        }
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
         let payload = index.load_metas()?.payload.and_then(|p| serde_json::from_str::<CommitPayload>(&p).ok());
         let applied = payload.as_ref().map(CommitPayload::checkpoint);
@@ -1433,6 +1436,7 @@ mod tests {
         std::fs::write(&meta, &before).unwrap();
         let mut shard = idx.open_shard(0, 20_000_000).unwrap();
         assert_eq!(shard.applied(), Some(1));
+        assert_eq!(del_files(), 0, "opening the shard deleted the files of the commit cut short");
         redo(&mut shard).expect("the same commit again, over the files of the one cut short");
         drop(shard);
         let mut paths = Vec::new();
