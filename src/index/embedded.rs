@@ -1398,7 +1398,6 @@ mod tests {
         assert_eq!(idx.open_shard(0, 20_000_000).unwrap().applied(), Some(0));
     }
 
-
     /// A process killed while committing can leave files of the commit it
     /// never finished (here a segment's deletes, written before the new
     /// `meta.json`). Redoing the same commands gives the same file names, so
@@ -1444,6 +1443,7 @@ mod tests {
         paths.sort();
         assert_eq!(paths, vec!["/c/a2.txt", "/c/b.txt"]);
     }
+
     /// A fan-out commits its progress every few documents; a crash after
     /// that leaves the rename part-way at the previous command's position,
     /// and redelivering the rename finishes it with nothing lost or doubled.
