@@ -196,11 +196,13 @@ fn rebuild(
                     e
                 }
                 Err(e) => {
-                    let since = *unanswered.get_or_insert_with(Instant::now);
+                    let since = *unanswered.get_or_insert_with(|| {
+                        warn!(error = %e, "reading the topic's end offsets failed; polled again every second");
+                        Instant::now()
+                    });
                     if since.elapsed() >= BROKER_SILENCE {
                         return Err(e).context(format!("the broker has not said where the topic ends for {}s", BROKER_SILENCE.as_secs()));
                     }
-                    warn!(error = %e, "reading the topic's end offsets failed; polled again");
                     std::thread::sleep(Duration::from_secs(1));
                     continue;
                 }

@@ -192,7 +192,7 @@ pub fn wait_applied(cfg: &KafkaConfig, group: &str, min_end: usize) {
 pub fn wait_applied_by(cfg: &KafkaConfig, group: &str, min_end: usize, workers: &[&Worker]) {
     if let Err(e) = kafka::wait_until_applied(cfg, group, min_end as i64, Duration::from_secs(180), |_| {}) {
         let logs: Vec<String> = workers.iter().map(|w| w.log()).collect();
-        panic!("workers applied everything: {e:?}\nthe group on the broker:\n{}{}", group_members(cfg, group), logs.join("\n----- next worker -----\n"));
+        panic!("workers applied everything: {e:?}\n{}", logs.join("\n----- next worker -----\n"));
     }
 }
 
@@ -494,49 +494,4 @@ pub fn assert_matches_topic_model(cfg: &KafkaConfig, index: &Path) -> (usize, us
 /// Every message of the topic, decoded, partition by partition.
 pub fn read_topic(cfg: &KafkaConfig) -> Vec<Vec<(i64, denorm::codec::Decoded)>> {
     kafka::read_topic(cfg, &denorm::codec::Codec::new()).unwrap()
-}
-
-/// The broker's view of `group`: its state and each member with the
-/// partitions assigned to it (for failure messages: a partition nobody
-/// fetches shows here as a member's that no live worker logged).
-pub fn group_members(cfg: &KafkaConfig, group: &str) -> String {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let consumer: BaseConsumer = match cfg.client_config().create() {
-        Ok(c) => c,
-        Err(e) => return format!("no client: {e}"),
-    };
-    let list = match consumer.fetch_group_list(Some(group), Duration::from_secs(10)) {
-        Ok(l) => l,
-        Err(e) => return format!("describing the group failed: {e}"),
-    };
-    let mut out = String::new();
-    for g in list.groups() {
-        out.push_str(&format!("group {} state {} protocol {}\n", g.name(), g.state(), g.protocol()));
-        for m in g.members() {
-            out.push_str(&format!("  member {} client {} host {} partitions {:?}\n", m.id(), m.client_id(), m.client_host(), m.assignment().map(assigned_partitions)));
-        }
-    }
-    out
-}
-
-/// The partitions of a consumer protocol assignment (version, then per
-/// topic its name and partitions); what could not be read is left out.
-fn assigned_partitions(b: &[u8]) -> Vec<i32> {
-    fn int(b: &[u8], at: &mut usize, n: usize) -> Option<i64> {
-        let s = b.get(*at..*at + n)?;
-        *at += n;
-        Some(s.iter().fold(0i64, |v, x| (v << 8) | i64::from(*x)))
-    }
-    let (mut at, mut out) = (2usize, Vec::new());
-    let mut read = || -> Option<()> {
-        for _ in 0..int(b, &mut at, 4)? {
-            at += int(b, &mut at, 2)? as usize;
-            for _ in 0..int(b, &mut at, 4)? {
-                out.push(int(b, &mut at, 4)? as i32);
-            }
-        }
-        Some(())
-    };
-    let _ = read();
-    out
 }
