@@ -2,8 +2,10 @@
 # The whole test suite: installs what it needs once per machine, cached
 # under $HOME/.cache/denorm (the tansu broker; fastavro, aiokafka, avsc,
 # kafkajs and Java's Avro for the interop tests; helm-python-sdk,
-# kubernetes-validate and checkov for the chart), starts one broker for the
-# run, and runs every test with cargo-nextest. Extra arguments go to nextest.
+# kubernetes-validate and checkov for the chart; noida-db, an independent
+# Elasticsearch-API server), starts one broker and one Elasticsearch-API
+# server for the run, and runs every test with cargo-nextest. Extra
+# arguments go to nextest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -22,13 +24,24 @@ if command -v promtool >/dev/null 2>&1; then
   echo "deploy/prometheus.yml: promtool check config OK"
 fi
 scripts/install-tansu.sh >/dev/null
+scripts/install-noida.sh >/dev/null
 DENORM_INTEROP="$(scripts/install-interop.sh)"
 export DENORM_INTEROP
 state="$(mktemp -d)"
-trap 'scripts/broker.sh stop "$state"; rm -rf "$state"' EXIT
-DENORM_TEST_BROKERS="$(scripts/broker.sh start "$state")"
+trap 'scripts/broker.sh stop "$state/kafka"; scripts/elastic.sh stop "$state/es"; rm -rf "$state"' EXIT
+DENORM_TEST_BROKERS="$(scripts/broker.sh start "$state/kafka")"
 export DENORM_TEST_BROKERS
-echo "broker: tansu at $DENORM_TEST_BROKERS (sqlite storage in $state)" >&2
+echo "broker: tansu at $DENORM_TEST_BROKERS (sqlite storage in $state/kafka)" >&2
+# Every Elasticsearch test runs against it, each under an index prefix of
+# its own (tests/common/elastic.rs). A DENORM_ES_URL given by the caller (a
+# real cluster, credentials in DENORM_ES_*) is used instead.
+if [ -z "${DENORM_ES_URL:-}" ]; then
+  DENORM_ES_URL="$(scripts/elastic.sh start "$state/es")"
+  echo "elasticsearch: noida-db at $DENORM_ES_URL (data in $state/es)" >&2
+else
+  echo "elasticsearch: $DENORM_ES_URL (from DENORM_ES_URL)" >&2
+fi
+export DENORM_ES_URL
 # The Helm chart, offline: Helm v4 lint and render, Kubernetes and CRD
 # schemas, checkov, promtool alert tests, env vars against the binary, and
 # the embedded values' rendered hook and worker run against the broker.

@@ -31,6 +31,17 @@ fn usage_errors_exit_with_status_2() {
     assert_eq!(denorm().args(["-X", "no-equals-sign", "lag"]).output().unwrap().status.code(), Some(2));
 }
 
+/// Issue 27 B6: a page size Elasticsearch refuses for every page of every
+/// fan-out is refused at startup, before anything is contacted (the URL
+/// below has no server).
+#[test]
+fn a_fan_out_page_above_elasticsearchs_result_window_is_refused_at_startup() {
+    let out = denorm().args(["--brokers", "127.0.0.1:1", "--index", "http://127.0.0.1:1", "run", "--page-size", "10001"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--page-size 10001 is above Elasticsearch's index.max_result_window (10000)"), "{err}");
+}
+
 /// Seeds for the fuzzer (`fuzz/README.md`): valid messages of every command,
 /// prefixed by their key length and key as the fuzz target expects.
 #[test]

@@ -74,13 +74,26 @@ fn backend_on(server: &MockServer, rt: &tokio::runtime::Runtime, g: u64) -> deno
     b
 }
 
-/// `GET /denorm-files/_alias` as Elasticsearch 8 answers it when the read
-/// alias is on generation `g`: the concrete index with all its aliases.
+/// The read alias of files on generation `g` (see [`mount_read_alias`]).
 async fn mount_generation(server: &MockServer, g: u64) {
+    mount_read_alias(server, Kind::File, g).await;
+}
+
+/// The read alias of `kind` on generation `g`, as Elasticsearch 8 answers
+/// the two requests that find it: `GET /_alias/<alias>` (the concrete
+/// index, with that alias only) and `GET /<index>/_alias` (all its
+/// aliases, the generation's write alias among them).
+async fn mount_read_alias(server: &MockServer, kind: Kind, g: u64) {
+    let (read, index) = (setup::alias("denorm", kind), generations::concrete("denorm", kind, g));
     Mock::given(method("GET"))
-        .and(path("/denorm-files/_alias"))
+        .and(path(format!("/_alias/{read}")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({ index.clone(): {"aliases": { read.clone(): {"is_write_index": true}}} })))
+        .mount(server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(format!("/{index}/_alias")))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({
-            format!("denorm-files-{:06}", g + 1): {"aliases": {"denorm-files": {"is_write_index": true}, format!("denorm-files-g{g}"): {}}}
+            index.clone(): {"aliases": { read: {"is_write_index": true}, generations::write_alias("denorm", kind, g): {}}}
         })))
         .mount(server)
         .await;
@@ -217,8 +230,8 @@ async fn creates_indexes_behind_aliases_with_the_mapping() {
     Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
     for kind in ["files", "users", "posts"] {
         Mock::given(method("GET"))
-            .and(path(format!("/denorm-{kind}/_alias")))
-            .respond_with(recorded::index_not_found(&format!("denorm-{kind}")))
+            .and(path(format!("/_alias/denorm-{kind}")))
+            .respond_with(recorded::alias_missing(&format!("denorm-{kind}")))
             .mount(&server)
             .await;
         Mock::given(method("PUT"))
@@ -274,13 +287,71 @@ async fn a_user_without_the_privileges_a_worker_needs_is_refused_at_startup() {
     assert_eq!(asked["cluster"], json!(["monitor"]));
 }
 
+/// Issue 27 B1: the documented `denorm_worker` role (no `manage`, no
+/// `create_index`) starts `denorm run` against indexes that exist.
+/// Elasticsearch checks `indices:admin/create` before existence, so the
+/// `PUT /denorm-meta` sent before the fix was refused with 403 even though
+/// the index was there; startup now only reads until something is
+/// missing, and asks `_has_privileges` for exactly what it does.
+#[tokio::test]
+async fn the_worker_role_starts_against_existing_indexes_without_create_or_manage() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
+    Mock::given(method("POST"))
+        .and(path("/_security/user/_has_privileges"))
+        .respond_with(recorded::has_privileges("worker", &[("monitor", true)], "denorm-*", &[("read", true), ("write", true), ("view_index_metadata", true), ("maintenance", true)]))
+        .mount(&server)
+        .await;
+    for kind in [Kind::File, Kind::User, Kind::Post] {
+        mount_existing(&server, kind, setup::mapping(kind)).await;
+    }
+    Mock::given(method("GET"))
+        .and(path("/denorm-files/_settings"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"denorm-files-000001": {"settings": {"index": setup::settings()}}})))
+        .mount(&server)
+        .await;
+    Mock::given(method("HEAD")).and(path("/denorm-meta")).respond_with(ResponseTemplate::new(200)).mount(&server).await;
+    // What the role may not do: any PUT (index creation, mapping, alias).
+    Mock::given(method("PUT")).respond_with(recorded::unauthorized("indices:admin/create", "denorm-meta", "create_index,manage,all")).expect(0).mount(&server).await;
+    let client = config(&server, &[]).client().unwrap();
+    setup::ensure(&client, "denorm").await.unwrap();
+    let reqs = server.received_requests().await.unwrap();
+    let asked: Vec<Value> = reqs.iter().filter(|r| r.url.path() == "/_security/user/_has_privileges").map(|r| serde_json::from_slice(&r.body).unwrap()).collect();
+    assert_eq!(asked.len(), 1, "nothing to create: manage is not asked for");
+    assert_eq!(asked[0]["index"][0]["privileges"], json!(setup::WORKER_PRIVILEGES));
+    assert!(reqs.iter().all(|r| matches!(r.method.as_str(), "GET" | "HEAD") || r.url.path() == "/_security/user/_has_privileges"), "only reads");
+    server.verify().await;
+
+    // With the meta index missing, manage is asked for before creating it,
+    // and a user without it is told so instead of getting a 403.
+    let server = MockServer::start().await;
+    Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
+    for kind in [Kind::File, Kind::User, Kind::Post] {
+        mount_existing(&server, kind, setup::mapping(kind)).await;
+    }
+    Mock::given(method("GET"))
+        .and(path("/denorm-files/_settings"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"denorm-files-000001": {"settings": {"index": setup::settings()}}})))
+        .mount(&server)
+        .await;
+    Mock::given(method("HEAD")).and(path("/denorm-meta")).respond_with(ResponseTemplate::new(404)).mount(&server).await;
+    Mock::given(method("POST"))
+        .and(path("/_security/user/_has_privileges"))
+        .respond_with(recorded::has_privileges("worker", &[("monitor", true)], "denorm-*", &[("manage", false)]))
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT")).respond_with(recorded::unauthorized("indices:admin/create", "denorm-meta", "create_index,manage,all")).expect(0).mount(&server).await;
+    let err = setup::ensure(&config(&server, &[]).client().unwrap(), "denorm").await.unwrap_err();
+    assert!(err.to_string().contains("lacks manage on denorm-*"), "{err}");
+    server.verify().await;
+}
+
 /// Generation 0 of `kind` as it exists on a cluster: its concrete index
-/// behind both aliases (`GET /<alias>/_alias`), with `mappings`
+/// behind both aliases ([`mount_read_alias`]), with `mappings`
 /// (`GET /<alias>/_mapping`).
 async fn mount_existing(server: &MockServer, kind: Kind, mappings: Value) {
     let (read, index) = (setup::alias("denorm", kind), generations::concrete("denorm", kind, 0));
-    let aliases = json!({ index.clone(): {"aliases": { read.clone(): {"is_write_index": true}, generations::write_alias("denorm", kind, 0): {}}} });
-    Mock::given(method("GET")).and(path(format!("/{read}/_alias"))).respond_with(ResponseTemplate::new(200).set_body_json(aliases)).mount(server).await;
+    mount_read_alias(server, kind, 0).await;
     Mock::given(method("GET"))
         .and(path(format!("/{read}/_mapping")))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({ index: {"mappings": mappings} })))
@@ -335,7 +406,9 @@ async fn an_index_from_before_tombstones_gets_their_fields_added() {
 async fn an_existing_index_without_its_alias_is_refused_not_used() {
     let server = MockServer::start().await;
     Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
-    Mock::given(method("GET")).and(path("/denorm-files/_alias")).respond_with(recorded::index_not_found("denorm-files")).mount(&server).await;
+    for alias in ["denorm-files", "denorm-users", "denorm-posts"] {
+        Mock::given(method("GET")).and(path(format!("/_alias/{alias}"))).respond_with(recorded::alias_missing(alias)).mount(&server).await;
+    }
     Mock::given(method("PUT")).and(path("/denorm-files-000001")).respond_with(recorded::resource_already_exists("denorm-files-000001")).mount(&server).await;
     let client = config(&server, &[]).client().unwrap();
     let err = setup::ensure(&client, "denorm").await.unwrap_err();
@@ -861,7 +934,7 @@ mod generations_contracts {
         assert_eq!(serde_json::from_slice::<Value>(&writes[1].body).unwrap()["applied"], 8);
         let paths: Vec<&str> = reqs.iter().map(|r| r.url.path()).collect();
         assert!(!paths.iter().any(|p| p.starts_with("/denorm-files/_doc") || *p == "/denorm-meta/_doc/p0"), "nothing of the read alias or generation 0: {paths:?}");
-        assert_eq!(paths.iter().filter(|p| **p == "/denorm-files/_alias").count(), 1, "the generation is read once per second, not per call: {paths:?}");
+        assert_eq!(paths.iter().filter(|p| **p == "/_alias/denorm-files").count(), 1, "the generation is read once per second, not per call: {paths:?}");
     }
 
     #[test]
@@ -1042,6 +1115,11 @@ mod recorded {
 
     /// A request naming a missing index or alias: 404
     /// `index_not_found_exception`.
+    /// `GET /_alias/<name>` of an alias that does not exist.
+    pub fn alias_missing(name: &str) -> ResponseTemplate {
+        ResponseTemplate::new(404).set_body_json(json!({"error": format!("alias [{name}] missing"), "status": 404}))
+    }
+
     pub fn index_not_found(name: &str) -> ResponseTemplate {
         let cause = json!({"type": "index_not_found_exception", "reason": format!("no such index [{name}]"), "resource.type": "index_or_alias",
                            "resource.id": name, "index_uuid": "_na_", "index": name});
@@ -1361,6 +1439,51 @@ mod review {
 
     fn searches(server: &MockServer, rt: &tokio::runtime::Runtime) -> Vec<Value> {
         rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path().ends_with("/_search")).map(|r| serde_json::from_slice(&r.body).unwrap()).collect()
+    }
+
+    /// Issue 27 B8: a user search or grouping some shards did not answer is
+    /// an error, not a short answer; so is a refresh before a fan-out's scan
+    /// that some shards missed (the scan could miss earlier writes).
+    #[test]
+    fn partial_searches_and_refreshes_are_errors_not_short_answers() {
+        use denorm::index::{FileQuery, PostQuery, SearchIndex};
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let server = rt.block_on(MockServer::start());
+        rt.block_on(async {
+            for index in ["/denorm-files/_search", "/denorm-posts/_search"] {
+                Mock::given(method("POST")).and(path(index)).respond_with(recorded::search_page_partial(vec![])).mount(&server).await;
+            }
+        });
+        let es = search_index(&server, &rt);
+        let err = es.files(&FileQuery { dir: None, under: None, text: Some("x".into()) }, 10, &mut |_| {}).unwrap_err();
+        assert!(err.to_string().contains("1 of 2 shards failed") && err.to_string().contains("Node not connected"), "{err}");
+        let q = PostQuery { text: Some("x".into()), author: None };
+        let err = es.posts_by_author(&q, 0, 3).unwrap_err();
+        assert!(err.to_string().contains("1 of 2 shards failed"), "{err}");
+        let asked = rt.block_on(server.received_requests()).unwrap();
+        assert!(asked.iter().all(|r| r.url.query().unwrap_or("").contains("allow_partial_search_results=false")), "partial results are not asked for");
+
+        let server = rt.block_on(MockServer::start());
+        rt.block_on(async {
+            Mock::given(path("/denorm-files-g0/_refresh"))
+                .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 2, "successful": 1, "failed": 1,
+                    "failures": [{"shard": 1, "index": "denorm-files-000001", "status": "SERVICE_UNAVAILABLE",
+                                  "reason": {"type": "no_shard_available_action_exception", "reason": "[denorm-files-000001][1] no shard available"}}]}})))
+                .mount(&server)
+                .await;
+            Mock::given(method("POST")).and(path("/denorm-files-g0/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1"}))).expect(0).mount(&server).await;
+            Mock::given(method("GET"))
+                .and(path("/denorm-meta/_doc/p0"))
+                .respond_with(ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-meta", "_id": "p0", "found": false})))
+                .mount(&server)
+                .await;
+        });
+        let b = backend(&server, &rt);
+        let mut shard = b.open_shard(0).unwrap();
+        let err = apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap_err();
+        assert!(matches!(err, IndexError::Backend(_)), "retryable: {err:?}");
+        assert!(err.to_string().contains("refreshing before a fan-out") && err.to_string().contains("1 of 2 shards failed"), "{err}");
+        rt.block_on(server.verify());
     }
 
     /// Finding 9: `--limit` above `index.max_result_window` (10,000) would

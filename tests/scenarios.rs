@@ -1,7 +1,9 @@
 //! Backend-neutral scenarios: the same log applied through the `Backend`
 //! trait, with a redelivered suffix, must equal the reference model. Runs on
-//! the embedded backend always and on Elasticsearch when `DENORM_ES_URL` is
-//! set (for example `http://localhost:9200` from docker-compose.yml).
+//! the embedded backend and on the Elasticsearch-API server of the suite
+//! (`DENORM_ES_URL`: noida-db from scripts/test.sh, or a cluster of yours).
+
+mod common;
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -81,16 +83,11 @@ fn log_with_redelivered_suffix_matches_the_model_on_the_embedded_backend() {
     scenario(&denorm::index::embedded::EmbeddedBackend::new(index, 20 << 20));
 }
 
-/// Opt-in: `DENORM_ES_URL=http://localhost:9200 bash scripts/test.sh --run-ignored all`.
 #[test]
-#[ignore = "needs a live Elasticsearch: set DENORM_ES_URL and pass --run-ignored all"]
 fn log_with_redelivered_suffix_matches_the_model_on_elasticsearch() {
-    let url = std::env::var("DENORM_ES_URL").expect("set DENORM_ES_URL (e.g. http://localhost:9200) to run this scenario against Elasticsearch");
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let mut cfg = denorm::index::elastic::config::ElasticConfig::from_env(&url).unwrap();
-    cfg.prefix = format!("denorm-test-{}", uuid::Uuid::new_v4().simple());
-    let client = cfg.client().unwrap();
-    rt.block_on(denorm::index::elastic::setup::ensure(&client, &cfg.prefix)).unwrap();
-    let backend = denorm::index::elastic::shard::ElasticBackend::new(client, &cfg.prefix, "scenario", rt.handle().clone());
+    let es = common::elastic::elastic();
+    let rt = common::rt();
+    let backend = es.backend(&rt, "scenario");
+    rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix)).unwrap();
     scenario(&backend);
 }

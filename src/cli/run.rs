@@ -34,7 +34,8 @@ pub struct RunArgs {
     /// traffic is searchable at once; a backlog is still committed in batches)
     #[arg(long, env = "DENORM_COMMIT_QUIET_MS", default_value_t = 5)]
     commit_quiet_ms: u64,
-    /// Documents read per page of a fan-out scan
+    /// Documents read per page of a fan-out scan (at most 10000 on Elasticsearch, its
+    /// index.max_result_window)
     #[arg(long, env = "DENORM_PAGE_SIZE", default_value_t = crate::apply::DEFAULT_PAGE_SIZE)]
     page_size: usize,
     /// Pause after each page of a fan-out, in milliseconds, to throttle rewrites
@@ -146,6 +147,16 @@ fn parse_instance_id(s: &str) -> Result<String, String> {
 }
 
 pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
+    let window = crate::index::elastic::search::MAX_RESULT_WINDOW;
+    if super::elastic_url(cli).is_some() && a.page_size > window {
+        // Every page of every fan-out would be refused (from + size above
+        // index.max_result_window): every rename would fail for good.
+        return Err(super::UsageError(format!(
+            "--page-size {} is above Elasticsearch's index.max_result_window ({window}): a page of a fan-out may hold at most {window} documents",
+            a.page_size
+        ))
+        .into());
+    }
     // Signal handlers first: a SIGTERM during start-up stops the worker
     // cleanly too, instead of killing the process.
     use tokio::signal::unix::{signal, SignalKind};

@@ -2,6 +2,8 @@
 //! (tansu), worker processes, produce/wait/dump helpers.
 #![allow(dead_code)]
 
+pub mod elastic;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -118,9 +120,12 @@ pub struct Rig {
     pub broker: Broker,
     pub cfg: KafkaConfig,
     pub group: String,
+    /// The `--index` of the workers: a directory, or an Elasticsearch URL
+    /// (see [`Rig::elastic`]).
     pub index: PathBuf,
     faults: PathBuf,
     dir: tempfile::TempDir,
+    _es: Option<elastic::Elastic>,
 }
 
 impl Rig {
@@ -134,7 +139,22 @@ impl Rig {
         let dir = tempfile::tempdir().unwrap();
         let faults = dir.path().join("faults");
         std::fs::create_dir_all(&faults).unwrap();
-        Rig { broker, cfg, group: unique("g"), index: dir.path().join("index"), faults, dir }
+        Rig { broker, cfg, group: unique("g"), index: dir.path().join("index"), faults, dir, _es: None }
+    }
+
+    /// On the shared broker, with the Elasticsearch-API server of the suite
+    /// as the index (under this test's own prefix).
+    pub fn elastic(partitions: i32) -> Rig {
+        let es = elastic::elastic();
+        let mut r = Rig::new(partitions);
+        r.index = PathBuf::from(&es.url);
+        r._es = Some(es);
+        r
+    }
+
+    /// Whether the index is Elasticsearch.
+    pub fn is_elastic(&self) -> bool {
+        self._es.is_some()
     }
 
     /// A scratch directory of this test.
@@ -233,8 +253,11 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Every document of the index.
+/// Every document of the index (a directory, or an Elasticsearch URL).
 pub fn dump(index: &Path) -> Vec<Doc> {
+    if elastic::is_url(index) {
+        return elastic::dump(&index.to_string_lossy());
+    }
     let mut out = Vec::new();
     EmbeddedIndex::open_existing(index).unwrap().search().unwrap().dump(&mut |d| out.push(d)).unwrap();
     out

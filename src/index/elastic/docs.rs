@@ -143,14 +143,11 @@ impl<'a> PitScan<'a> {
             body["search_after"] = a.clone();
         }
         let r = self.client.search(SearchParts::None).allow_partial_search_results(false).body(body).send().await?;
-        let v = json_or_status("reading a point-in-time page", r).await?;
-        if let Some(id) = v["pit_id"].as_str() {
-            self.pit = id.to_string(); // the id may change between pages
-        }
         // Refused as well as not asked for: a page missing some shards'
         // matches would end the scan with documents never rewritten.
-        if let Some(e) = super::incomplete("reading a scan page", &v) {
-            return Err(e);
+        let v = super::complete_json("reading a point-in-time page", r).await?;
+        if let Some(id) = v["pit_id"].as_str() {
+            self.pit = id.to_string(); // the id may change between pages
         }
         let page = hits(&v);
         metrics::counter!(crate::metrics::ES_PIT_PAGES_TOTAL).increment(1);

@@ -116,8 +116,9 @@ pub fn generation_of(prefix: &str, kind: Kind, index: &str) -> Option<u64> {
     digits.parse::<u64>().ok()?.checked_sub(1)
 }
 
-/// The concrete indexes `name` (an alias or a pattern) resolves to, each
-/// with its aliases; empty when there is none.
+/// The concrete indexes `name` (an index, or a pattern of index names)
+/// resolves to, each with all its aliases (`GET /<name>/_alias`); empty
+/// when there is none.
 async fn aliases_of(client: &Elasticsearch, name: &str) -> Result<Value, ElasticError> {
     let r = client.indices().get_alias(IndicesGetAliasParts::Index(&[name])).send().await?;
     match json_or_status(&format!("reading the aliases of {name}"), r).await {
@@ -126,27 +127,54 @@ async fn aliases_of(client: &Elasticsearch, name: &str) -> Result<Value, Elastic
     }
 }
 
+/// The concrete indexes the alias `alias` is on (`GET /_alias/<alias>`:
+/// the form every server of the Elasticsearch API answers; noida-db
+/// answers `GET /<alias>/_alias` with 404). An alias that does not exist
+/// (404 `alias [..] missing`) is on none.
+pub async fn indexes_of_alias(client: &Elasticsearch, alias: &str) -> Result<Vec<String>, ElasticError> {
+    let r = client.indices().get_alias(IndicesGetAliasParts::Name(&[alias])).send().await?;
+    let status = r.status_code().as_u16();
+    let what = format!("finding the index of alias {alias}");
+    if status == 404 {
+        let body = r.text().await.unwrap_or_default();
+        return match serde_json::from_str::<Value>(&body) {
+            // Elasticsearch: {"error": "alias [x] missing", "status": 404}.
+            Ok(v) if v["error"].is_string() => Ok(Vec::new()),
+            _ => Err(super::status_error(&what, status, &body)),
+        };
+    }
+    let v = json_or_status(&what, r).await?;
+    Ok(v.as_object().into_iter().flatten().filter(|(_, a)| a["aliases"].get(alias).is_some()).map(|(index, _)| index.clone()).collect())
+}
+
+/// The generation the read alias of `kind` points at (`None` before the
+/// first start).
+async fn read_generation(client: &Elasticsearch, prefix: &str, kind: Kind) -> Result<Option<(u64, String)>, ElasticError> {
+    let read = alias(prefix, kind);
+    let indexes = indexes_of_alias(client, &read).await?;
+    match indexes.as_slice() {
+        [] => Ok(None),
+        [index] => {
+            let g = generation_of(prefix, kind, index)
+                .ok_or_else(|| ElasticError::Config(format!("alias {read} points at {index}, which is not an index denorm created ({read}-NNNNNN)")))?;
+            Ok(Some((g, index.clone())))
+        }
+        more => Err(ElasticError::Config(format!("alias {read} points at more than one index: {}", more.join(", ")))),
+    }
+}
+
 /// What the read alias of `kind` points at: the current generation (`None`
 /// before the first start) and whether that generation's write alias exists.
 pub async fn current_of(client: &Elasticsearch, prefix: &str, kind: Kind) -> Result<Option<(u64, bool)>, ElasticError> {
-    let read = alias(prefix, kind);
-    let found = aliases_of(client, &read).await?;
-    let mut current = None;
-    for (index, v) in found.as_object().into_iter().flatten() {
-        let g = generation_of(prefix, kind, index)
-            .ok_or_else(|| ElasticError::Config(format!("alias {read} points at {index}, which is not an index denorm created ({read}-NNNNNN)")))?;
-        if current.is_some() {
-            return Err(ElasticError::Config(format!("alias {read} points at more than one index: {found}")));
-        }
-        current = Some((g, v["aliases"].get(write_alias(prefix, kind, g)).is_some()));
-    }
-    Ok(current)
+    let Some((g, index)) = read_generation(client, prefix, kind).await? else { return Ok(None) };
+    let found = aliases_of(client, &index).await?;
+    Ok(Some((g, found[&index]["aliases"].get(write_alias(prefix, kind, g)).is_some())))
 }
 
 /// The current generation: the one the read alias of files points at (0
 /// before the first start).
 pub async fn current(client: &Elasticsearch, prefix: &str) -> Result<u64, ElasticError> {
-    Ok(current_of(client, prefix, Kind::File).await?.map_or(0, |(g, _)| g))
+    Ok(read_generation(client, prefix, Kind::File).await?.map_or(0, |(g, _)| g))
 }
 
 /// Every generation with a concrete index of files, in order.
@@ -210,7 +238,7 @@ pub async fn refresh(client: &Elasticsearch, prefix: &str, g: u64) -> Result<(),
     let names: Vec<String> = KINDS.iter().map(|k| write_alias(prefix, *k, g)).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let r = client.indices().refresh(IndicesRefreshParts::Index(&refs)).send().await?;
-    json_or_status(&format!("refreshing generation {g}"), r).await?;
+    super::complete_json(&format!("refreshing generation {g}"), r).await?;
     Ok(())
 }
 

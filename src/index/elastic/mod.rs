@@ -84,6 +84,17 @@ pub(crate) async fn json_or_status(what: &str, r: elasticsearch::http::response:
     Err(status_error(what, status, &body))
 }
 
+/// [`json_or_status`] for answers that report shards (searches,
+/// refreshes): one some shards failed to answer, or that timed out, is an
+/// [`ElasticError::Incomplete`], never used as if it were whole.
+pub(crate) async fn complete_json(what: &str, r: elasticsearch::http::response::Response) -> Result<serde_json::Value, ElasticError> {
+    let v = json_or_status(what, r).await?;
+    match incomplete(what, &v) {
+        Some(e) => Err(e),
+        None => Ok(v),
+    }
+}
+
 /// The error of a non-2xx answer to `what`.
 pub(crate) fn status_error(what: &str, status: u16, body: &str) -> ElasticError {
     if status == 404 && body.contains(INDEX_NOT_FOUND) {

@@ -8,7 +8,7 @@ use tokio::runtime::Handle;
 
 use super::docs::{from_source, hits, is_deleted, PitScan};
 use super::setup::alias;
-use super::json_or_status;
+use super::complete_json;
 use crate::index::{AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, SearchIndex};
 
 pub struct ElasticSearch {
@@ -147,8 +147,8 @@ impl ElasticSearch {
         }
         let body = json!({"size": limit, "query": query});
         let v = self.runtime.block_on(async {
-            let r = self.client.search(SearchParts::Index(&[&index])).body(body).send().await?;
-            json_or_status(&format!("searching {index}"), r).await
+            let r = self.client.search(SearchParts::Index(&[&index])).allow_partial_search_results(false).body(body).send().await?;
+            complete_json(&format!("searching {index}"), r).await
         })?;
         hits(&v).iter().for_each(|h| out(from_source(kind, &h.source)));
         Ok(())
@@ -181,8 +181,8 @@ impl SearchIndex for ElasticSearch {
         let index = alias(&self.prefix, Kind::Post);
         let search = |body: Value| {
             self.runtime.block_on(async {
-                let r = self.client.search(SearchParts::Index(&[&index])).body(body).send().await?;
-                json_or_status(&format!("grouping posts of {index}"), r).await
+                let r = self.client.search(SearchParts::Index(&[&index])).allow_partial_search_results(false).body(body).send().await?;
+                complete_json(&format!("grouping posts of {index}"), r).await
             })
         };
         if limit > 0 && limit <= MAX_RESULT_WINDOW {
@@ -216,7 +216,7 @@ impl SearchIndex for ElasticSearch {
         let names: Vec<&str> = aliases.iter().map(String::as_str).collect();
         self.runtime.block_on(async {
             let r = self.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&names)).send().await?;
-            json_or_status("refreshing before a dump", r).await
+            complete_json("refreshing before a dump", r).await
         })?;
         for kind in [Kind::File, Kind::User, Kind::Post] {
             self.run(kind, json!({"bool": {"must_not": [is_deleted()]}}), 0, out)?;

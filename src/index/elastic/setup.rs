@@ -273,60 +273,73 @@ pub async fn check_privileges(client: &Elasticsearch, prefix: &str, needed: &[&s
     )))
 }
 
-/// Checks the cluster's version and the user's privileges, creates the
-/// missing indexes and aliases, and checks existing mappings (of the
-/// current generation: the indexes the read aliases point at).
+/// What startup found missing and must create or add (each needs the
+/// `manage` privilege, [`MANAGE_PRIVILEGES`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Missing {
+    /// Kinds whose first generation (index and aliases) does not exist.
+    pub indexes: Vec<Kind>,
+    /// Kinds whose current generation lacks its write alias: (kind, generation).
+    pub write_aliases: Vec<(Kind, u64)>,
+    /// Concrete indexes lacking bookkeeping fields, with those fields.
+    pub fields: Vec<(String, Vec<&'static str>)>,
+    /// Whether the meta index does not exist.
+    pub meta: bool,
+}
+
+impl Missing {
+    pub fn is_empty(&self) -> bool {
+        self == &Missing::default()
+    }
+}
+
+/// Checks the cluster's version and the user's privileges, reads what
+/// exists (aliases, mappings, settings, the meta index) and refuses a
+/// conflicting mapping, then creates what is missing. Only reads are made
+/// until something is found missing: a worker holding the documented
+/// `denorm_worker` role (no `manage`, no `create_index`) starts against
+/// indexes that exist, and `_has_privileges` is asked for `manage` only
+/// when startup will create or change something.
 pub async fn ensure(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticError> {
     let version = check_version(client).await?;
     tracing::info!(%version, "elasticsearch version");
     check_privileges(client, prefix, WORKER_PRIVILEGES).await?;
+    let missing = inspect(client, prefix).await?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    tracing::info!(?missing, "creating what is missing");
+    check_privileges(client, prefix, MANAGE_PRIVILEGES).await?;
+    create_missing(client, prefix, &missing).await
+}
+
+/// Reads what exists and what is missing; refuses conflicting mappings and
+/// settings, and an index found without its read alias.
+pub async fn inspect(client: &Elasticsearch, prefix: &str) -> Result<Missing, ElasticError> {
+    let mut missing = Missing::default();
     for kind in [Kind::File, Kind::User, Kind::Post] {
         let alias = alias(prefix, kind);
-        let mut current = generations::current_of(client, prefix, kind).await?;
-        if current.is_none() {
-            // Of workers starting together, one creates it (with its
-            // aliases, in the same request).
-            if generations::create(client, prefix, kind, 0, true).await? {
-                tracing::info!(alias = %alias, "created the first generation behind its alias");
-                continue;
-            }
-            // It was there already: created by another worker just now, or
-            // an index that lost its aliases, which writes must not bypass.
-            current = generations::current_of(client, prefix, kind).await?;
-            if current.is_none() {
-                let index = generations::concrete(prefix, kind, 0);
-                return Err(ElasticError::Config(format!(
-                    "index {index} exists but the alias {alias} is not on it; add the aliases back ({alias} and {}) or delete the index",
-                    generations::write_alias(prefix, kind, 0)
-                )));
-            }
-        }
-        if let Some((g, false)) = current {
-            generations::add_write_alias(client, prefix, kind, g).await?;
+        let current = generations::current_of(client, prefix, kind).await?;
+        let Some((g, has_write_alias)) = current else {
+            missing.indexes.push(kind);
+            continue;
+        };
+        if !has_write_alias {
+            missing.write_aliases.push((kind, g));
         }
         let r = client.indices().get_mapping(IndicesGetMappingParts::Index(&[&alias])).send().await?;
         let found = json_or_status(&format!("reading the mapping of {alias}"), r).await?;
         let expected = mapping(kind);
         for (index, m) in found.as_object().into_iter().flatten() {
             let mappings = m.get("mappings").unwrap_or(&Value::Null);
-            let (missing, other): (Vec<_>, Vec<_>) =
+            let (absent, other): (Vec<_>, Vec<_>) =
                 conflicts(&expected, mappings).into_iter().partition(|(field, _, found)| found == "absent" && tombstone_fields().iter().any(|(f, _)| f == field));
             if let Some((field, expected, found)) = other.into_iter().next() {
                 return Err(ElasticError::MappingConflict { index: index.clone(), field, expected, found });
             }
-            if !missing.is_empty() {
-                // An index created before tombstones: adding fields to a
-                // mapping is allowed, once, by a user who may manage it.
-                let properties: serde_json::Map<String, Value> =
-                    tombstone_fields().into_iter().filter(|(f, _)| missing.iter().any(|(m, _, _)| m == f)).map(|(f, m)| (f.to_string(), m)).collect();
-                let r = client
-                    .indices()
-                    .put_mapping(elasticsearch::indices::IndicesPutMappingParts::Index(&[index.as_str()]))
-                    .body(json!({ "properties": properties }))
-                    .send()
-                    .await?;
-                json_or_status(&format!("adding the bookkeeping fields to {index} (needs the manage privilege, once)"), r).await?;
-                tracing::info!(index = %index, "added the bookkeeping fields (tombstones, writing partition) to the mapping");
+            if !absent.is_empty() {
+                let fields = tombstone_fields().iter().map(|(f, _)| *f).filter(|f| absent.iter().any(|(m, _, _)| m == f)).collect();
+                missing.fields.push((index.clone(), fields));
             }
         }
         if kind == Kind::File {
@@ -340,7 +353,59 @@ pub async fn ensure(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticE
             }
         }
     }
-    ensure_meta(client, prefix).await
+    let meta = generations::meta_index(prefix);
+    let r = client.indices().exists(elasticsearch::indices::IndicesExistsParts::Index(&[&meta])).send().await?;
+    match r.status_code().as_u16() {
+        200 => {}
+        404 => missing.meta = true,
+        status => return Err(super::status_error(&format!("checking whether {meta} exists"), status, &r.text().await.unwrap_or_default())),
+    }
+    Ok(missing)
+}
+
+/// Creates what [`inspect`] found missing.
+async fn create_missing(client: &Elasticsearch, prefix: &str, missing: &Missing) -> Result<(), ElasticError> {
+    for kind in &missing.indexes {
+        let alias = alias(prefix, *kind);
+        // Of workers starting together, one creates it (with its aliases,
+        // in the same request).
+        if generations::create(client, prefix, *kind, 0, true).await? {
+            tracing::info!(alias = %alias, "created the first generation behind its alias");
+            continue;
+        }
+        // It was there already: created by another worker just now, or an
+        // index that lost its aliases, which writes must not bypass.
+        if generations::current_of(client, prefix, *kind).await?.is_none() {
+            let index = generations::concrete(prefix, *kind, 0);
+            return Err(ElasticError::Config(format!(
+                "index {index} exists but the alias {alias} is not on it; add the aliases back ({alias} and {}) or delete the index",
+                generations::write_alias(prefix, *kind, 0)
+            )));
+        }
+    }
+    for (kind, g) in &missing.write_aliases {
+        generations::add_write_alias(client, prefix, *kind, *g).await?;
+    }
+    for (index, fields) in &missing.fields {
+        // An index created before tombstones: adding fields to a mapping is
+        // allowed, once, by a user who may manage it.
+        let properties: serde_json::Map<String, Value> = tombstone_fields().into_iter().filter(|(f, _)| fields.contains(f)).map(|(f, m)| (f.to_string(), m)).collect();
+        let r = client
+            .indices()
+            .put_mapping(elasticsearch::indices::IndicesPutMappingParts::Index(&[index.as_str()]))
+            .body(json!({ "properties": properties }))
+            .send()
+            .await?;
+        json_or_status(&format!("adding the bookkeeping fields to {index} (needs the manage privilege, once)"), r).await?;
+        tracing::info!(index = %index, "added the bookkeeping fields (tombstones, writing partition) to the mapping");
+    }
+    if missing.meta {
+        let index = generations::meta_index(prefix);
+        if generations::create_index(client, &index, meta_index_body()).await? {
+            tracing::info!(index = %index, "created the meta index");
+        }
+    }
+    Ok(())
 }
 
 /// The body that creates the meta index: its documents (checkpoints, log
@@ -352,15 +417,6 @@ pub fn meta_index_body() -> Value {
         "settings": {"index": {"number_of_shards": 1}},
         "mappings": {"dynamic": false, "properties": {"topic": {"type": "keyword"}}}
     })
-}
-
-/// Creates the meta index with [`meta_index_body`] unless it exists.
-async fn ensure_meta(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticError> {
-    let index = generations::meta_index(prefix);
-    if generations::create_index(client, &index, meta_index_body()).await? {
-        tracing::info!(index = %index, "created the meta index");
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -158,15 +158,7 @@ impl Backend for ElasticBackend {
             return Ok(HashMap::new()); // no meta index yet: nothing applied
         }
         let v = self.runtime.block_on(json_or_status("reading the partitions' checkpoints", r))?;
-        let mut out = HashMap::new();
-        for (p, doc) in partitions.iter().zip(v["docs"].as_array().into_iter().flatten()) {
-            if doc["found"] == json!(true) {
-                if let Some(c) = checkpoint_from(&doc["_source"]) {
-                    out.insert(*p, c);
-                }
-            }
-        }
-        Ok(out)
+        Ok(checkpoints_from_mget(partitions, &v)?)
     }
 
     /// The pinned generation, or the one the read alias points at (read
@@ -245,6 +237,39 @@ impl Backend for ElasticBackend {
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {
         Ok(Box::new(super::search::ElasticSearch { client: self.client.clone(), prefix: self.prefix.clone(), runtime: self.runtime.clone() }))
     }
+}
+
+/// The checkpoints in a `_mget` answer of the partitions' meta documents.
+/// Elasticsearch answers 200 with an `error` in place of each document it
+/// could not read (a meta shard unavailable, say): taking that for "no
+/// checkpoint" would replay the partition from the start, and resurrect
+/// documents whose tombstones have expired. Any such error but a missing
+/// index is retryable; a missing index holds no checkpoint.
+pub fn checkpoints_from_mget(partitions: &[i32], v: &Value) -> Result<HashMap<i32, Checkpoint>, ElasticError> {
+    let docs = v["docs"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if docs.len() != partitions.len() {
+        return Err(ElasticError::Transport(format!("reading the partitions' checkpoints: {} answers for {} partitions", docs.len(), partitions.len())));
+    }
+    let mut out = HashMap::new();
+    for (p, doc) in partitions.iter().zip(docs) {
+        if let Some(error) = doc.get("error") {
+            if error["type"].as_str() == Some(super::INDEX_NOT_FOUND) {
+                continue;
+            }
+            let id = doc["_id"].as_str().unwrap_or("?");
+            return Err(ElasticError::Transport(format!("reading the checkpoint of partition {p} ({id}) failed: {error}")));
+        }
+        match doc["found"].as_bool() {
+            Some(true) => {
+                if let Some(c) = checkpoint_from(&doc["_source"]) {
+                    out.insert(*p, c);
+                }
+            }
+            Some(false) => {}
+            None => return Err(ElasticError::Transport(format!("reading the checkpoint of partition {p}: an answer with neither found nor error: {doc}"))),
+        }
+    }
+    Ok(out)
 }
 
 /// GET a document by id (realtime): its source and (seq_no, primary_term).
@@ -580,7 +605,8 @@ impl Shard for ElasticShard {
         let b = self.b.clone();
         // Read-your-writes: the scan must see every earlier write.
         let r = b.runtime.block_on(b.client.indices().refresh(IndicesRefreshParts::Index(&[&index])).send()).map_err(ElasticError::from)?;
-        b.runtime.block_on(json_or_status("refreshing before a fan-out", r))?;
+        // A refresh some shards missed would let the scan miss writes.
+        b.runtime.block_on(super::complete_json("refreshing before a fan-out", r))?;
         let mut written = 0u64;
         let mut restarts = 0;
         loop {
@@ -674,5 +700,31 @@ impl Shard for ElasticShard {
         // After the checkpoint: a fenced writer does not sweep.
         self.sweep_tombstones();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 27 B4: an `_mget` item error is not "no checkpoint".
+    #[test]
+    fn an_unreadable_checkpoint_is_a_retryable_error_not_a_replay_from_the_start() {
+        let found = json!({"_index": "denorm-meta", "_id": "p0", "found": true, "_source": {"topic": "t", "applied": 41}});
+        let absent = json!({"_index": "denorm-meta", "_id": "p1", "found": false});
+        let unavailable = json!({"_index": "denorm-meta", "_id": "p2", "error": {"type": "no_shard_available_action_exception", "reason": "No shard available for [get [denorm-meta][p2]]"}});
+        let no_index = json!({"_index": "denorm-meta", "_id": "p2", "error": {"type": "index_not_found_exception", "reason": "no such index [denorm-meta]"}});
+
+        let got = checkpoints_from_mget(&[0, 1, 2], &json!({"docs": [found, absent, no_index]})).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[&0].offset, 41);
+
+        let err = checkpoints_from_mget(&[0, 1, 2], &json!({"docs": [found, absent, unavailable]})).unwrap_err();
+        assert!(err.is_retryable(), "{err}");
+        assert!(err.to_string().contains("partition 2") && err.to_string().contains("no_shard_available_action_exception"), "{err}");
+        assert!(IndexError::from(err).is_retryable());
+
+        // An answer that does not cover every partition is not trusted either.
+        assert!(checkpoints_from_mget(&[0, 1], &json!({"docs": [found]})).unwrap_err().is_retryable());
     }
 }

@@ -1,0 +1,36 @@
+# Shared by scripts/broker.sh and scripts/elastic.sh: a free loopback port,
+# waiting until a started server listens, and stopping it.
+
+# A free TCP port on 127.0.0.1.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# wait_listening NAME DIR PORT: waits (30 s at most) until 127.0.0.1:PORT
+# accepts connections while the process in DIR/pid runs; on failure prints
+# DIR/server.log and returns 1.
+wait_listening() {
+  local name="$1" dir="$2" port="$3"
+  for _ in $(seq 1 300); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      return 0
+    fi
+    if ! kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
+      echo "$name exited:" >&2; cat "$dir/server.log" >&2; return 1
+    fi
+    sleep 0.1
+  done
+  echo "$name did not start listening on port $port" >&2; cat "$dir/server.log" >&2; return 1
+}
+
+# stop_server DIR: SIGTERM to the process in DIR/pid, SIGKILL after 5 s.
+stop_server() {
+  local dir pid
+  dir="$(cd "$1" 2>/dev/null && pwd || echo "$1")"
+  [ -f "$dir/pid" ] || return 0
+  pid="$(cat "$dir/pid")"
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$dir/pid"
+}
