@@ -1339,6 +1339,56 @@ mod review {
         rt.block_on(server.verify());
     }
 
+    /// Issue 27 B3: a commit is searchable before its checkpoint moves (so
+    /// before the group's offsets do, which `produce --wait` watches): the
+    /// buffered writes' last bulk waits for a refresh (`refresh=wait_for`),
+    /// and a batch whose fan-out wrote pages outside the buffer refreshes
+    /// the generation, before the checkpoint is written.
+    #[test]
+    fn a_commit_is_searchable_before_its_checkpoint_moves() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let server = rt.block_on(MockServer::start());
+        rt.block_on(async {
+            mount_scan_basics(&server, 1).await;
+            Mock::given(path("/_search")).respond_with(recorded::search_page(vec![hit("a", "/c/a", 5, 1)])).mount(&server).await;
+            Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_ok("index", "a", 8)])).mount(&server).await;
+            Mock::given(path("/denorm-files-g0,denorm-users-g0,denorm-posts-g0/_refresh"))
+                .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 6, "successful": 3, "failed": 0}})))
+                .expect(1)
+                .mount(&server)
+                .await;
+        });
+        let b = backend(&server, &rt);
+        let mut shard = b.open_shard(0).unwrap();
+        // A fan-out alone: its pages were written during the apply.
+        apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap();
+        shard.mark_applied(Checkpoint::new(10, 0));
+        shard.commit().unwrap();
+        let reqs = rt.block_on(server.received_requests()).unwrap();
+        let paths: Vec<String> = reqs.iter().map(|r| format!("{} {}", r.method, r.url.path())).collect();
+        let refreshed = paths.iter().position(|p| p.ends_with("denorm-posts-g0/_refresh")).unwrap_or_else(|| panic!("no refresh at commit: {paths:?}"));
+        let checkpoint = paths.iter().rposition(|p| p == "POST /denorm-meta/_doc/p0").unwrap();
+        assert!(refreshed < checkpoint, "searchable before the checkpoint: {paths:?}");
+        rt.block_on(server.verify());
+
+        // Buffered writes: the commit's bulk waits for the refresh.
+        let server = rt.block_on(MockServer::start());
+        rt.block_on(async {
+            mount_scan_basics(&server, 0).await;
+            Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_ok("index", "f9", 1)])).mount(&server).await;
+            Mock::given(path_regex("_refresh$")).respond_with(ResponseTemplate::new(500)).expect(0).mount(&server).await;
+        });
+        let b = backend(&server, &rt);
+        let mut shard = b.open_shard(0).unwrap();
+        shard.put(denorm::index::Doc::File(denorm::index::FileDoc { id: "f9".into(), name: "9.txt".into(), path: "/c".into(), contents: "x".into(), pos: 11 })).unwrap();
+        shard.mark_applied(Checkpoint::new(11, 0));
+        shard.commit().unwrap();
+        let reqs = rt.block_on(server.received_requests()).unwrap();
+        let bulk = reqs.iter().find(|r| r.url.path() == "/_bulk").unwrap();
+        assert!(bulk.url.query().unwrap_or("").contains("refresh=wait_for"), "{}", bulk.url);
+        rt.block_on(server.verify());
+    }
+
     /// Finding 1, the delete path: a conflicting delete is sent again only
     /// when what is there is older than the delete.
     #[test]
@@ -1902,7 +1952,7 @@ mod review {
         let scans = Scans::default();
         rt.block_on(async {
             scans.store.mount(&server).await;
-            Mock::given(path_regex(r"^/([a-z0-9-]+/(_refresh|_pit|_delete_by_query)|_pit|_search)$")).respond_with(scans.clone()).with_priority(1).mount(&server).await;
+            Mock::given(path_regex(r"^/([a-z0-9,-]+/(_refresh|_pit|_delete_by_query)|_pit|_search)$")).respond_with(scans.clone()).with_priority(1).mount(&server).await;
         });
         (server, scans)
     }

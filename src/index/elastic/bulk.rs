@@ -152,25 +152,32 @@ pub struct BulkReport {
 
 /// Sends `ops` in bounded requests, retrying what failed transiently.
 pub async fn execute(client: &Elasticsearch, ops: Vec<BulkOp>, limits: BulkLimits, policy: RetryPolicy) -> Result<BulkReport, ElasticError> {
+    execute_then(client, ops, limits, policy, false).await
+}
+
+/// [`execute`]; with `searchable`, the last request (and its retries) is
+/// sent with `refresh=wait_for`: it returns once every write sent before
+/// it is searchable, without forcing a refresh of its own.
+pub async fn execute_then(client: &Elasticsearch, ops: Vec<BulkOp>, limits: BulkLimits, policy: RetryPolicy, searchable: bool) -> Result<BulkReport, ElasticError> {
     let mut report = BulkReport::default();
     let mut chunk = Vec::new();
     let mut bytes = 0;
     for op in ops {
         let size = op.size();
         if !chunk.is_empty() && (chunk.len() >= limits.max_docs || bytes + size > limits.max_bytes) {
-            send(client, std::mem::take(&mut chunk), policy, &mut report).await?;
+            send(client, std::mem::take(&mut chunk), policy, false, &mut report).await?;
             bytes = 0;
         }
         bytes += size;
         chunk.push(op);
     }
     if !chunk.is_empty() {
-        send(client, chunk, policy, &mut report).await?;
+        send(client, chunk, policy, searchable, &mut report).await?;
     }
     Ok(report)
 }
 
-async fn send(client: &Elasticsearch, mut ops: Vec<BulkOp>, policy: RetryPolicy, report: &mut BulkReport) -> Result<(), ElasticError> {
+async fn send(client: &Elasticsearch, mut ops: Vec<BulkOp>, policy: RetryPolicy, searchable: bool, report: &mut BulkReport) -> Result<(), ElasticError> {
     let mut attempt = 0u32;
     loop {
         let body: Vec<JsonBody<Value>> = ops.iter().flat_map(|o| o.lines()).map(JsonBody::new).collect();
@@ -178,7 +185,11 @@ async fn send(client: &Elasticsearch, mut ops: Vec<BulkOp>, policy: RetryPolicy,
         report.requests += 1;
         // Every action names an alias: never let Elasticsearch create an
         // index on its own (a removed generation's alias must stay gone).
-        let sent = client.bulk(BulkParts::None).require_alias(true).body(body).send().await;
+        let mut request = client.bulk(BulkParts::None).require_alias(true);
+        if searchable {
+            request = request.refresh(elasticsearch::params::Refresh::WaitFor);
+        }
+        let sent = request.body(body).send().await;
         histogram!(m::ES_BULK_SECONDS).record(started.elapsed().as_secs_f64());
         let retry_reason = match sent {
             Err(e) => format!("transport: {e}"),

@@ -231,6 +231,7 @@ impl Backend for ElasticBackend {
             parked,
             received_marked: received.clone(),
             received,
+            unrefreshed: false,
         }))
     }
 
@@ -344,6 +345,9 @@ pub struct ElasticShard {
     parked: crate::dlq::Parking,
     received_marked: crate::moves::Received,
     received: crate::moves::Received,
+    /// Whether documents were written outside the buffer (a fan-out's
+    /// pages) since the last commit: the commit must make them searchable.
+    unrefreshed: bool,
 }
 
 impl ElasticShard {
@@ -437,6 +441,26 @@ impl ElasticShard {
 
     /// Sends the buffered writes; resolves their conflicts by reading again.
     fn flush(&mut self) -> Result<(), IndexError> {
+        self.flush_then(false)
+    }
+
+    /// [`Self::flush`]; with `searchable`, it returns once every write of
+    /// this writer is searchable: the last bulk request is sent with
+    /// `refresh=wait_for` (no refresh of its own: it waits for the index's
+    /// next one, `refresh_interval`, 1 s by default). A fan-out's pages,
+    /// written outside the buffer, may be in another index than the
+    /// buffer's: when one wrote since the last commit, the generation is
+    /// refreshed (one refresh per batch with a fan-out).
+    fn flush_then(&mut self, searchable: bool) -> Result<(), IndexError> {
+        self.send_pending(searchable)?;
+        if searchable && self.unrefreshed {
+            self.b.runtime.block_on(generations::refresh(&self.b.client, &self.b.prefix, self.generation))?;
+            self.unrefreshed = false;
+        }
+        Ok(())
+    }
+
+    fn send_pending(&mut self, searchable: bool) -> Result<(), IndexError> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -446,8 +470,9 @@ impl ElasticShard {
         // failure the next commit sends it again (writes are conditional and
         // guarded, so a partial first attempt is harmless).
         let ops: Vec<BulkOp> = self.pending.iter().map(|(_, op, _, _)| op.clone()).collect();
-        let report = self.b.runtime.block_on(bulk::execute(&self.b.client, ops, self.b.limits, self.b.policy))?;
-        self.resolve(report, &kinds, None)?;
+        let report = self.b.runtime.block_on(bulk::execute_then(&self.b.client, ops, self.b.limits, self.b.policy, searchable))?;
+        // Writes sent again after a conflict wait for the refresh too.
+        self.resolve(report, &kinds, None, searchable)?;
         self.pending.clear();
         self.overlay.clear();
         self.seen.clear();
@@ -470,6 +495,7 @@ impl ElasticShard {
         mut report: BulkReport,
         kinds: &HashMap<String, (Kind, u64, Write)>,
         mut rule: Option<&mut dyn FnMut(&Doc) -> Option<Doc>>,
+        searchable: bool,
     ) -> Result<u64, IndexError> {
         let mut written = report.done as u64;
         for _ in 0..5 {
@@ -510,7 +536,7 @@ impl ElasticShard {
                     (None, None, _) => {}
                 }
             }
-            report = self.b.runtime.block_on(bulk::execute(&self.b.client, again, self.b.limits, self.b.policy))?;
+            report = self.b.runtime.block_on(bulk::execute_then(&self.b.client, again, self.b.limits, self.b.policy, searchable))?;
             written += report.done as u64;
         }
         Err(IndexError::Backend("write conflicts kept recurring; another writer owns these documents".into()))
@@ -631,7 +657,8 @@ impl Shard for ElasticShard {
                         }
                     }
                     let report = b.runtime.block_on(bulk::execute(&b.client, ops, b.limits, b.policy))?;
-                    written += self.resolve(report, &kinds, Some(&mut *rewrite))?;
+                    written += self.resolve(report, &kinds, Some(&mut *rewrite), false)?;
+                    self.unrefreshed = true;
                 }
             })();
             // The point in time is closed on every path, errors included.
@@ -669,8 +696,10 @@ impl Shard for ElasticShard {
         &mut self.received_marked
     }
 
+    /// Searchable before the checkpoint moves: once the group's offsets
+    /// pass a command (`produce --wait`), a search sees its effect.
     fn commit(&mut self) -> Result<(), IndexError> {
-        self.flush()?;
+        self.flush_then(true)?;
         if self.marked != self.applied || self.parked_marked != self.parked || self.received_marked != self.received {
             if let Some(at) = self.marked {
                 let mut body = json!({"topic": self.b.topic, "applied": at.offset, "parked": crate::dlq::parking_to_json(&self.parked_marked), OWNER_FIELD: self.owner});
