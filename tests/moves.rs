@@ -58,7 +58,15 @@ fn wait_metric(w: &Worker, name: &str, labels: &[(&str, &str)], at_least: f64) {
 
 #[test]
 fn top_level_renames_and_moves_between_trees_are_applied_on_both_sides_when_produce_wait_returns() {
-    let r = Rig::new(4);
+    top_level_renames_and_moves_between_trees_are_applied_on_both_sides_when_produce_wait_returns_on(Rig::new(4));
+}
+
+#[test]
+fn top_level_renames_and_moves_between_trees_are_applied_on_both_sides_when_produce_wait_returns_on_elasticsearch() {
+    top_level_renames_and_moves_between_trees_are_applied_on_both_sides_when_produce_wait_returns_on(Rig::elastic(4));
+}
+
+fn top_level_renames_and_moves_between_trees_are_applied_on_both_sides_when_produce_wait_returns_on(r: Rig) {
     let w = r.worker(&[]);
     let mut seed = files_under("c", "/clinton", 300);
     seed.extend(files_under("b", "/bill", 20));
@@ -108,7 +116,15 @@ fn top_level_renames_and_moves_between_trees_are_applied_on_both_sides_when_prod
 
 #[test]
 fn a_move_spanning_several_messages_holds_the_destinations_later_commands_until_it_completes() {
-    let r = Rig::new(3);
+    a_move_spanning_several_messages_holds_the_destinations_later_commands_until_it_completes_on(Rig::new(3));
+}
+
+#[test]
+fn a_move_spanning_several_messages_holds_the_destinations_later_commands_until_it_completes_on_elasticsearch() {
+    a_move_spanning_several_messages_holds_the_destinations_later_commands_until_it_completes_on(Rig::elastic(3));
+}
+
+fn a_move_spanning_several_messages_holds_the_destinations_later_commands_until_it_completes_on(r: Rig) {
     let dst = tree_outside("dst", 3, &["/src"]);
     // Small messages: the move's 60 files take several.
     let w = r.worker(&["--max-message-bytes", "2048"]);
@@ -141,7 +157,15 @@ fn a_move_spanning_several_messages_holds_the_destinations_later_commands_until_
 
 #[test]
 fn a_source_that_crashes_after_handing_its_documents_over_sends_them_again_and_the_destination_ignores_the_resend() {
-    let r = Rig::new(3);
+    a_source_that_crashes_after_handing_its_documents_over_sends_them_again_and_the_destination_ignores_the_resend_on(Rig::new(3));
+}
+
+#[test]
+fn a_source_that_crashes_after_handing_its_documents_over_sends_them_again_and_the_destination_ignores_the_resend_on_elasticsearch() {
+    a_source_that_crashes_after_handing_its_documents_over_sends_them_again_and_the_destination_ignores_the_resend_on(Rig::elastic(3));
+}
+
+fn a_source_that_crashes_after_handing_its_documents_over_sends_them_again_and_the_destination_ignores_the_resend_on(r: Rig) {
     // Static membership: the restarted worker takes the partitions back at
     // once.
     let args: &[&str] = &["--instance-id", "crashing", "--session-timeout-ms", "60000"];
@@ -166,7 +190,15 @@ fn a_source_that_crashes_after_handing_its_documents_over_sends_them_again_and_t
 
 #[test]
 fn moves_crossing_in_opposite_directions_at_once_complete_without_deadlock() {
-    let r = Rig::new(4);
+    moves_crossing_in_opposite_directions_at_once_complete_without_deadlock_on(Rig::new(4));
+}
+
+#[test]
+fn moves_crossing_in_opposite_directions_at_once_complete_without_deadlock_on_elasticsearch() {
+    moves_crossing_in_opposite_directions_at_once_complete_without_deadlock_on(Rig::elastic(4));
+}
+
+fn moves_crossing_in_opposite_directions_at_once_complete_without_deadlock_on(r: Rig) {
     let right = tree_outside("right", 4, &["/left"]);
     let w = r.worker(&[]);
     let mut seed = files_under("l", "/left/p", 30);
@@ -203,7 +235,15 @@ fn moves_crossing_in_opposite_directions_at_once_complete_without_deadlock() {
 
 #[test]
 fn a_move_out_of_a_parked_tree_waits_with_it_and_one_into_a_parked_tree_is_applied_anyway() {
-    let r = Rig::new(3);
+    a_move_out_of_a_parked_tree_waits_with_it_and_one_into_a_parked_tree_is_applied_anyway_on(Rig::new(3));
+}
+
+#[test]
+fn a_move_out_of_a_parked_tree_waits_with_it_and_one_into_a_parked_tree_is_applied_anyway_on_elasticsearch() {
+    a_move_out_of_a_parked_tree_waits_with_it_and_one_into_a_parked_tree_is_applied_anyway_on(Rig::elastic(3));
+}
+
+fn a_move_out_of_a_parked_tree_waits_with_it_and_one_into_a_parked_tree_is_applied_anyway_on(r: Rig) {
     let w = r.worker(&[]);
     produce(&r.cfg, files_under("s", "/src/a", 10));
     wait_applied_by(&r.cfg, &r.group, 10, &[&w]);
@@ -257,7 +297,15 @@ fn a_move_out_of_a_parked_tree_waits_with_it_and_one_into_a_parked_tree_is_appli
 
 #[test]
 fn a_rebuild_into_a_new_generation_gives_the_same_documents_after_moves() {
-    let r = Rig::new(3);
+    a_rebuild_into_a_new_generation_gives_the_same_documents_after_moves_on(Rig::new(3));
+}
+
+#[test]
+fn a_rebuild_into_a_new_generation_gives_the_same_documents_after_moves_on_elasticsearch() {
+    a_rebuild_into_a_new_generation_gives_the_same_documents_after_moves_on(Rig::elastic(3));
+}
+
+fn a_rebuild_into_a_new_generation_gives_the_same_documents_after_moves_on(r: Rig) {
     let live = r.worker(&[]);
     let mut commands = files_under("a", "/alpha", 200);
     commands.extend(files_under("b", "/beta", 100));
