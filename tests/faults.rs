@@ -25,7 +25,16 @@ fn file_ids(index: &Path) -> BTreeSet<String> {
 #[test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
 fn an_aborted_command_parks_its_key_until_reprocess_and_clear_discards() {
-    let r = Rig::new(2);
+    an_aborted_command_parks_its_key_until_reprocess_and_clear_discards_on(Rig::new(2));
+}
+
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
+fn an_aborted_command_parks_its_key_until_reprocess_and_clear_discards_on_elasticsearch() {
+    an_aborted_command_parks_its_key_until_reprocess_and_clear_discards_on(Rig::elastic(2));
+}
+
+fn an_aborted_command_parks_its_key_until_reprocess_and_clear_discards_on(r: Rig) {
     // The index rejects every command of /p and /r (think: a mapping
     // conflict), until the fault is lifted.
     r.on_fault("index.reject", "/p\n/r\n");
