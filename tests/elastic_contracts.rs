@@ -12,6 +12,9 @@ use serde_json::{json, Value};
 use wiremock::matchers::{header, method, path, path_regex};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
+#[path = "common/chaos.rs"]
+mod chaos;
+
 fn config(server: &MockServer, vars: &[(&'static str, &'static str)]) -> ElasticConfig {
     let vars = vars.to_vec();
     ElasticConfig::from_lookup(&server.uri(), move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).unwrap()
@@ -1339,54 +1342,63 @@ mod review {
         rt.block_on(server.verify());
     }
 
-    /// Issue 27 B3: a commit is searchable before its checkpoint moves (so
-    /// before the group's offsets do, which `produce --wait` watches): the
-    /// buffered writes' last bulk waits for a refresh (`refresh=wait_for`),
-    /// and a batch whose fan-out wrote pages outside the buffer refreshes
-    /// the generation, before the checkpoint is written.
+    /// Issue 27 B3: the worker publishes a commit's offset (which the
+    /// group commits, and `produce --wait` watches) only once its writes
+    /// are searchable. A commit itself never waits for a refresh; a shard
+    /// refreshes its generation once its last write is a second old, or at
+    /// once when forced (stopping), unless another writer of the backend
+    /// refreshed after that write; a fan-out's pages count like buffered
+    /// writes.
     #[test]
-    fn a_commit_is_searchable_before_its_checkpoint_moves() {
+    fn a_commit_is_searchable_before_its_offset_is_published() {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let server = rt.block_on(MockServer::start());
         rt.block_on(async {
             mount_scan_basics(&server, 1).await;
+            Mock::given(method("GET"))
+                .and(path("/denorm-meta/_doc/p1"))
+                .respond_with(ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-meta", "_id": "p1", "found": false})))
+                .mount(&server)
+                .await;
             Mock::given(path("/_search")).respond_with(recorded::search_page(vec![hit("a", "/c/a", 5, 1)])).mount(&server).await;
             Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_ok("index", "a", 8)])).mount(&server).await;
             Mock::given(path("/denorm-files-g0,denorm-users-g0,denorm-posts-g0/_refresh"))
                 .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 6, "successful": 3, "failed": 0}})))
-                .expect(1)
                 .mount(&server)
                 .await;
         });
+        let refreshes = || rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path().ends_with("-g0/_refresh")).count();
         let b = backend(&server, &rt);
-        let mut shard = b.open_shard(0).unwrap();
-        // A fan-out alone: its pages were written during the apply.
-        apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap();
-        shard.mark_applied(Checkpoint::new(10, 0));
-        shard.commit().unwrap();
+        let (mut p0, mut p1) = (b.open_shard(0).unwrap(), b.open_shard(1).unwrap());
+        assert!(p0.searchable(false).unwrap(), "nothing written yet");
+        // A fan-out: its pages are written during the apply.
+        apply(p0.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap();
+        p0.mark_applied(Checkpoint::new(10, 0));
+        p0.commit().unwrap();
+        // A buffered write of another partition, before p0's refresh.
+        p1.put(denorm::index::Doc::File(denorm::index::FileDoc { id: "f9".into(), name: "9.txt".into(), path: "/c".into(), contents: "x".into(), pos: 11 })).unwrap();
+        p1.mark_applied(Checkpoint::new(11, 0));
+        p1.commit().unwrap();
+        let (fan_out_refreshes, commits_refreshes) = (1, 0);
+        assert_eq!(refreshes(), fan_out_refreshes + commits_refreshes, "one refresh before the fan-out's scan; commits send none");
+        assert!(!p0.searchable(false).unwrap(), "not yet: the writes are less than a second old");
+        assert_eq!(refreshes(), 1);
+        assert!(p0.searchable(true).unwrap(), "forced");
+        assert_eq!(refreshes(), 2, "the forced check refreshed the generation");
+        assert!(p1.searchable(false).unwrap(), "p1's write came before p0's refresh began: covered");
+        assert!(p0.searchable(false).unwrap());
+        assert_eq!(refreshes(), 2, "no more refreshes");
         let reqs = rt.block_on(server.received_requests()).unwrap();
-        let paths: Vec<String> = reqs.iter().map(|r| format!("{} {}", r.method, r.url.path())).collect();
-        let refreshed = paths.iter().position(|p| p.ends_with("denorm-posts-g0/_refresh")).unwrap_or_else(|| panic!("no refresh at commit: {paths:?}"));
-        let checkpoint = paths.iter().rposition(|p| p == "POST /denorm-meta/_doc/p0").unwrap();
-        assert!(refreshed < checkpoint, "searchable before the checkpoint: {paths:?}");
-        rt.block_on(server.verify());
-
-        // Buffered writes: the commit's bulk waits for the refresh.
-        let server = rt.block_on(MockServer::start());
-        rt.block_on(async {
-            mount_scan_basics(&server, 0).await;
-            Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_ok("index", "f9", 1)])).mount(&server).await;
-            Mock::given(path_regex("_refresh$")).respond_with(ResponseTemplate::new(500)).expect(0).mount(&server).await;
-        });
-        let b = backend(&server, &rt);
-        let mut shard = b.open_shard(0).unwrap();
-        shard.put(denorm::index::Doc::File(denorm::index::FileDoc { id: "f9".into(), name: "9.txt".into(), path: "/c".into(), contents: "x".into(), pos: 11 })).unwrap();
-        shard.mark_applied(Checkpoint::new(11, 0));
-        shard.commit().unwrap();
-        let reqs = rt.block_on(server.received_requests()).unwrap();
-        let bulk = reqs.iter().find(|r| r.url.path() == "/_bulk").unwrap();
-        assert!(bulk.url.query().unwrap_or("").contains("refresh=wait_for"), "{}", bulk.url);
-        rt.block_on(server.verify());
+        assert!(reqs.iter().all(|r| !r.url.query().unwrap_or("").contains("refresh=")), "no request waits for a refresh");
+        // A write after the refresh is not covered; a second later its
+        // shard refreshes by itself.
+        p1.put(denorm::index::Doc::File(denorm::index::FileDoc { id: "f10".into(), name: "10.txt".into(), path: "/c".into(), contents: "x".into(), pos: 12 })).unwrap();
+        p1.mark_applied(Checkpoint::new(12, 0));
+        p1.commit().unwrap();
+        assert!(!p1.searchable(false).unwrap());
+        std::thread::sleep(denorm::index::elastic::shard::SEARCHABLE_WITHIN);
+        assert!(p1.searchable(false).unwrap());
+        assert_eq!(refreshes(), 3);
     }
 
     /// Finding 1, the delete path: a conflicting delete is sent again only
@@ -1782,6 +1794,31 @@ mod review {
         }
     }
 
+    /// Issue 27 B7: the writers of every partition look for expired
+    /// tombstones after a rebalance, but one sweep runs per generation and
+    /// hour (before, each of them sent its own `_delete_by_query`, each
+    /// leaving a task document behind).
+    #[test]
+    fn one_writer_of_a_generation_sweeps_expired_tombstones() {
+        use denorm::index::Checkpoint;
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let server = rt.block_on(MockServer::start());
+        let store = Store::default();
+        rt.block_on(store.mount(&server));
+        let b = backend(&server, &rt);
+        let upsert = |id: &str| Command::UpsertFile { id: id.into(), path: format!("/d/{id}.txt"), contents: "c".into(), previous_path: None };
+        for p in 0..4 {
+            let mut shard = b.open_shard(p).unwrap();
+            apply(shard.as_mut(), &upsert(&format!("f{p}")), 1, FanOut::pages_of(10)).unwrap();
+            shard.mark_applied(Checkpoint::new(1, 1));
+            shard.commit().unwrap();
+        }
+        let sweeps = rt.block_on(server.received_requests()).unwrap().into_iter().filter(|r| r.url.path().ends_with("/_delete_by_query")).count();
+        assert_eq!(sweeps, 1, "one sweep for four writers");
+        let claim = store.get("denorm-meta", "sweep").expect("the claim of the sweep");
+        assert_eq!(claim["partition"], 0, "the first to look: {claim}");
+    }
+
     /// Finding 2, the documents: a previous owner that resumes with a
     /// create it staged before a newer command deleted the document cannot
     /// bring it back, because the delete left a tombstone with its position.
@@ -1913,37 +1950,6 @@ mod review {
 
     /// A log of one key (`/a`): upserts, deletes, and directory and file
     /// renames among three directories, from `seed`.
-    fn chaos_log(seed: u64, n: usize) -> Vec<Command> {
-        let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let mut next = |m: u64| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (x >> 33) % m
-        };
-        let dirs = ["/a/x", "/a/y", "/a/z"];
-        let mut model = denorm::model::Model::default();
-        let mut log = Vec::new();
-        for _ in 0..n {
-            let id = format!("f{}", next(12));
-            let c = match next(10) {
-                0..=4 => Command::UpsertFile { id: id.clone(), path: format!("{}/{id}.txt", dirs[next(3) as usize]), contents: format!("v{}", next(1000)), previous_path: None },
-                5 | 6 => Command::DeleteFile { path: model.file_path(&id).unwrap_or("/a/x/gone.txt").to_string(), id },
-                7 | 8 => {
-                    let (from, to) = (next(3) as usize, next(3) as usize);
-                    if from == to {
-                        continue;
-                    }
-                    Command::RenamePath { from: dirs[from].into(), to: dirs[to].into() }
-                }
-                _ => match model.file_path(&id) {
-                    Some(p) => Command::RenamePath { from: p.to_string(), to: format!("{}/{id}-moved.txt", dirs[next(3) as usize]) },
-                    None => continue,
-                },
-            };
-            model.apply(&c);
-            log.push(c);
-        }
-        log
-    }
 
     /// A test server whose documents live in a stateful [`Store`] that
     /// [`Scans`] can search.
@@ -1980,41 +1986,11 @@ mod review {
     /// the reference model of the whole log, for every seed.
     #[test]
     fn chaos_two_overlapping_owners_leave_the_documents_equal_to_the_model() {
-        use denorm::index::Checkpoint;
         for seed in 0..20 {
             let rt = tokio::runtime::Runtime::new().unwrap();
             let (server, scans) = scans_server(&rt);
             let b = backend(&server, &rt);
-            let log = chaos_log(seed, 90);
-            let (committed, stalled, resumed) = (log.len() / 3, log.len() / 2, log.len() / 2 + 6);
-            let run = |shard: &mut Box<dyn denorm::index::Shard + Send>, range: std::ops::Range<usize>, commit: bool| -> Result<(), denorm::index::IndexError> {
-                for i in range {
-                    apply(shard.as_mut(), &log[i], i as u64, FanOut::pages_of(4))?;
-                    shard.mark_applied(Checkpoint::new(i as u64, i as u64));
-                    if commit && i % 7 == 6 {
-                        shard.commit()?;
-                    }
-                }
-                Ok(())
-            };
-            let mut old = b.open_shard(0).unwrap();
-            run(&mut old, 0..committed, true).unwrap();
-            old.commit().unwrap();
-            run(&mut old, committed..stalled, false).unwrap();
-            // The old owner stalls; the new one resumes from its checkpoint.
-            let mut new = b.open_shard(0).unwrap();
-            let from = new.checkpoint().map_or(0, |c| c.offset as usize + 1);
-            assert_eq!(from, committed, "seed {seed}");
-            run(&mut new, from..log.len(), true).unwrap();
-            new.commit().unwrap();
-            // The old owner resumes.
-            let resumed_result = run(&mut old, stalled..resumed, false).and_then(|_| old.commit());
-            assert!(matches!(resumed_result, Err(denorm::index::IndexError::Fenced(_))), "seed {seed}: {resumed_result:?}");
-            let mut model = denorm::model::Model::default();
-            log.iter().for_each(|c| model.apply(c));
-            let actual = live_files(&scans);
-            let diffs = denorm::model::diff(model.docs(), actual, 10);
-            assert!(diffs.is_empty(), "seed {seed}: the documents differ from the model:\n{}", diffs.join("\n"));
+            chaos::two_overlapping_owners(&b, seed, || live_files(&scans));
         }
     }
 

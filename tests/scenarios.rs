@@ -91,3 +91,25 @@ fn log_with_redelivered_suffix_matches_the_model_on_elasticsearch() {
     rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix)).unwrap();
     scenario(&backend);
 }
+
+/// The stale-owner chaos contract (tests/common/chaos.rs) on the
+/// Elasticsearch-API server of the suite: the old owner of a partition,
+/// stalled mid-batch, resumes after the new owner committed; it is fenced
+/// and its writes revert nothing. Each seed under an index prefix of its own.
+#[test]
+fn chaos_two_overlapping_owners_on_elasticsearch_leave_the_documents_equal_to_the_model() {
+    let es = common::elastic::elastic();
+    let rt = common::rt();
+    let base = common::elastic::prefix();
+    for seed in 0..8 {
+        let mut backend = es.backend(&rt, "chaos");
+        backend.prefix = format!("{base}-{seed}");
+        rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix)).unwrap();
+        let search = backend.search().unwrap();
+        common::chaos::two_overlapping_owners(&backend, seed, || {
+            let mut docs = Vec::new();
+            search.dump(&mut |d| docs.push(d)).unwrap();
+            docs
+        });
+    }
+}

@@ -264,10 +264,18 @@ pub trait Shard {
     /// last [`Shard::mark_applied`]; committed with the position like
     /// [`Shard::parking`] (see [`crate::moves::Received`]).
     fn received(&mut self) -> &mut crate::moves::Received;
-    /// Makes every write so far durable and searchable, with the position
-    /// last marked applied. After a failed commit the caller drops the shard
-    /// and opens it again (the worker re-applies the batch).
+    /// Makes every write so far durable, with the position last marked
+    /// applied. After a failed commit the caller drops the shard and opens
+    /// it again (the worker re-applies the batch).
     fn commit(&mut self) -> Result<(), IndexError>;
+    /// Whether every write committed so far is searchable. The worker
+    /// publishes a commit's offset (what the group's offsets, `lag` and
+    /// `produce --wait` show) only once it is. `force`: make it so now
+    /// (when stopping). An index whose commit is a refresh (embedded)
+    /// always is.
+    fn searchable(&mut self, _force: bool) -> Result<bool, IndexError> {
+        Ok(true)
+    }
 }
 
 /// A shard's durable position in its partition's log: the last offset

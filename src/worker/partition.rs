@@ -64,7 +64,7 @@ impl Partition {
             .name(format!("denorm-p{partition}"))
             .spawn(move || {
                 let lag_seconds = gauge!(m::CONSUMER_LAG_SECONDS, "partition" => partition.to_string());
-                Applier { partition, shared, stop: s, next: n, queued: q, lag_seconds, incoming: Default::default() }.run(rx)
+                Applier { partition, shared, stop: s, next: n, unpublished: Default::default(), queued: q, lag_seconds, incoming: Default::default() }.run(rx)
             })
             .expect("spawn partition thread");
         Partition { tx, queued, stop, next, committed, pending: Default::default(), paused: false, join: Some(join) }
@@ -96,6 +96,9 @@ struct Applier {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     next: Arc<AtomicI64>,
+    /// An offset committed to the index but not published in `next` yet,
+    /// until its writes are searchable ([`Shard::searchable`]).
+    unpublished: std::cell::Cell<Option<i64>>,
     queued: Arc<AtomicUsize>,
     /// `denorm_consumer_lag_seconds` of this partition, resolved once.
     lag_seconds: metrics::Gauge,
@@ -348,8 +351,10 @@ impl Applier {
                     }
                 }
                 Err(RecvTimeoutError::Timeout) if deadline.is_none() => {
-                    // Idle with everything committed: nothing is waiting.
+                    // Idle with everything committed: nothing is waiting
+                    // but, maybe, the last commit to become searchable.
                     self.lag_seconds.set(0.0);
+                    self.publish_pending(shard.as_mut(), false);
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     deadline = None;
@@ -374,8 +379,10 @@ impl Applier {
             }
         }
         // Stopping: make what is applied durable, so the next owner resumes
-        // after it.
-        self.commit(&mut shard, &mut batch)
+        // after it, and searchable, so that its offset is published.
+        let result = self.commit(&mut shard, &mut batch);
+        self.publish_pending(shard.as_mut(), true);
+        result
     }
 
     /// After [`Halt::Moved`]: the batch is dropped (its commands reach the
@@ -393,6 +400,9 @@ impl Applier {
     /// committed, and where fetching goes on. Returns the checkpoint.
     fn took(&self, shard: &mut dyn Shard) -> Option<Checkpoint> {
         let checkpoint = shard.checkpoint();
+        // What a previous writer kept unpublished is below this checkpoint,
+        // or of another generation.
+        self.unpublished.set(None);
         if let Some(c) = checkpoint {
             self.next.store(c.offset as i64 + 1, Ordering::SeqCst);
         }
@@ -605,7 +615,7 @@ impl Applier {
             match shard.commit() {
                 Ok(()) => {
                     histogram!(m::INDEX_COMMIT_SECONDS).record(t.elapsed().as_secs_f64());
-                    self.next.store(last + 1, Ordering::SeqCst);
+                    self.publish(shard.as_mut(), last + 1, false);
                     batch.clear();
                     self.parked_gauge(shard.as_mut());
                     return Ok(());
@@ -619,6 +629,28 @@ impl Applier {
                     return self.isolate(shard, batch);
                 }
             }
+        }
+    }
+
+    /// Publishes `next` (the offset after a commit) once the shard says
+    /// the commit is searchable, else keeps it for [`Self::publish_pending`].
+    fn publish(&self, shard: &mut dyn Shard, next: i64, force: bool) {
+        self.unpublished.set(Some(next));
+        self.publish_pending(shard, force);
+    }
+
+    /// Publishes the offset kept by [`Self::publish`] if its commit has
+    /// become searchable (asked again at every commit and every idle
+    /// moment; a failed check is asked again then).
+    fn publish_pending(&self, shard: &mut dyn Shard, force: bool) {
+        let Some(next) = self.unpublished.get() else { return };
+        match shard.searchable(force) {
+            Ok(true) => {
+                self.next.fetch_max(next, Ordering::SeqCst);
+                self.unpublished.set(None);
+            }
+            Ok(false) => {}
+            Err(error) => warn!(partition = self.partition, %error, "making the last commit searchable failed; tried again"),
         }
     }
 
@@ -657,7 +689,7 @@ impl Applier {
                 retry.failed(&format_args!("{failure} (offset {}, attempt {attempts})", msg.offset()))?;
                 self.reopen(shard, &[])?;
             }
-            self.next.store(msg.offset() + 1, Ordering::SeqCst);
+            self.publish(shard.as_mut(), msg.offset() + 1, false);
             batch.remove(0);
         }
         self.parked_gauge(shard.as_mut());

@@ -2,6 +2,7 @@
 //! (tansu), worker processes, produce/wait/dump helpers.
 #![allow(dead_code)]
 
+pub mod chaos;
 pub mod elastic;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -126,6 +126,10 @@ pub fn classify(response: &Value) -> Result<Vec<Outcome>, ElasticError> {
                 404 if action == "delete" => Outcome::Done,
                 409 => Outcome::Conflict,
                 s if is_retryable_status(s) => Outcome::Retry(s),
+                // The cluster's state, not the document: retried (the
+                // worker keeps retrying past the attempt limit, degraded)
+                // instead of dead-lettering every command meanwhile.
+                s if error_type.is_some_and(is_operational) => Outcome::Retry(s),
                 s => {
                     let e = &r["error"];
                     let reason = format!(
@@ -140,6 +144,25 @@ pub fn classify(response: &Value) -> Result<Vec<Outcome>, ElasticError> {
         .collect())
 }
 
+/// Error types of a bulk item that say something about the cluster or
+/// the credentials, not the document: a write block during maintenance
+/// (`cluster_block_exception`), a closed index, privileges removed
+/// (`security_exception`), a shard not available. Elasticsearch answers
+/// them per item (403, 400 or 503 inside a 200): they are retried, never
+/// dead-lettered.
+pub const OPERATIONAL_ERRORS: &[&str] = &[
+    "cluster_block_exception",
+    "index_closed_exception",
+    "security_exception",
+    "unavailable_shards_exception",
+    "no_shard_available_action_exception",
+    "es_rejected_execution_exception",
+];
+
+fn is_operational(error_type: &str) -> bool {
+    OPERATIONAL_ERRORS.contains(&error_type)
+}
+
 /// What a bulk execution did.
 #[derive(Debug, Default)]
 pub struct BulkReport {
@@ -152,32 +175,25 @@ pub struct BulkReport {
 
 /// Sends `ops` in bounded requests, retrying what failed transiently.
 pub async fn execute(client: &Elasticsearch, ops: Vec<BulkOp>, limits: BulkLimits, policy: RetryPolicy) -> Result<BulkReport, ElasticError> {
-    execute_then(client, ops, limits, policy, false).await
-}
-
-/// [`execute`]; with `searchable`, the last request (and its retries) is
-/// sent with `refresh=wait_for`: it returns once every write sent before
-/// it is searchable, without forcing a refresh of its own.
-pub async fn execute_then(client: &Elasticsearch, ops: Vec<BulkOp>, limits: BulkLimits, policy: RetryPolicy, searchable: bool) -> Result<BulkReport, ElasticError> {
     let mut report = BulkReport::default();
     let mut chunk = Vec::new();
     let mut bytes = 0;
     for op in ops {
         let size = op.size();
         if !chunk.is_empty() && (chunk.len() >= limits.max_docs || bytes + size > limits.max_bytes) {
-            send(client, std::mem::take(&mut chunk), policy, false, &mut report).await?;
+            send(client, std::mem::take(&mut chunk), policy, &mut report).await?;
             bytes = 0;
         }
         bytes += size;
         chunk.push(op);
     }
     if !chunk.is_empty() {
-        send(client, chunk, policy, searchable, &mut report).await?;
+        send(client, chunk, policy, &mut report).await?;
     }
     Ok(report)
 }
 
-async fn send(client: &Elasticsearch, mut ops: Vec<BulkOp>, policy: RetryPolicy, searchable: bool, report: &mut BulkReport) -> Result<(), ElasticError> {
+async fn send(client: &Elasticsearch, mut ops: Vec<BulkOp>, policy: RetryPolicy, report: &mut BulkReport) -> Result<(), ElasticError> {
     let mut attempt = 0u32;
     loop {
         let body: Vec<JsonBody<Value>> = ops.iter().flat_map(|o| o.lines()).map(JsonBody::new).collect();
@@ -185,11 +201,7 @@ async fn send(client: &Elasticsearch, mut ops: Vec<BulkOp>, policy: RetryPolicy,
         report.requests += 1;
         // Every action names an alias: never let Elasticsearch create an
         // index on its own (a removed generation's alias must stay gone).
-        let mut request = client.bulk(BulkParts::None).require_alias(true);
-        if searchable {
-            request = request.refresh(elasticsearch::params::Refresh::WaitFor);
-        }
-        let sent = request.body(body).send().await;
+        let sent = client.bulk(BulkParts::None).require_alias(true).body(body).send().await;
         histogram!(m::ES_BULK_SECONDS).record(started.elapsed().as_secs_f64());
         let retry_reason = match sent {
             Err(e) => format!("transport: {e}"),
@@ -274,6 +286,29 @@ mod tests {
                 Outcome::Failed { status: 400, reason: "mapper_parsing_exception: failed to parse".into() },
                 Outcome::Done,
                 Outcome::Gone("no such index [denorm-files-g0]".into()),
+            ]
+        );
+    }
+
+    /// Issue 27 B5: a write block, a closed index or removed privileges
+    /// answered per item are retried, not refused for good (which
+    /// dead-lettered the command).
+    #[test]
+    fn operational_item_errors_are_retried_not_refused() {
+        let item = |status: u16, ty: &str| json!({"index": {"_id": "a", "status": status, "error": {"type": ty, "reason": "..."}}});
+        let r = json!({"errors": true, "items": [
+            item(403, "cluster_block_exception"),
+            item(400, "index_closed_exception"),
+            item(403, "security_exception"),
+            item(400, "document_parsing_exception"),
+        ]});
+        assert_eq!(
+            classify(&r).unwrap(),
+            vec![
+                Outcome::Retry(403),
+                Outcome::Retry(400),
+                Outcome::Retry(403),
+                Outcome::Failed { status: 400, reason: "document_parsing_exception: ...".into() },
             ]
         );
     }

@@ -273,7 +273,7 @@ pub async fn remove(client: &Elasticsearch, prefix: &str, g: u64, partitions: i3
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let r = client.indices().delete(IndicesDeleteParts::Index(&refs)).ignore_unavailable(true).send().await?;
     json_or_status(&format!("deleting generation {g}"), r).await?;
-    for id in (0..partitions).map(|p| meta_id(g, &format!("p{p}"))).chain([meta_id(g, "log")]) {
+    for id in (0..partitions).map(|p| meta_id(g, &format!("p{p}"))).chain([meta_id(g, "log"), meta_id(g, super::shard::SWEEP)]) {
         delete_meta(client, prefix, &id).await?;
     }
     Ok(())

@@ -113,7 +113,30 @@ pub fn conflicts(expected: &Value, found: &Value) -> Vec<(String, String, String
     if expected.get("dynamic").is_some() && dynamic(expected) != dynamic(found) {
         out.push(("(dynamic)".to_string(), dynamic(expected), dynamic(found)));
     }
+    out.extend(meta_field_conflicts(found));
     walk("", expected, found, &mut out);
+    out
+}
+
+/// Metadata fields a template may set that break denorm, which sets none:
+/// `_source` disabled or filtered (a document read back would lack
+/// fields, and a rewrite would drop them), `_routing` required (every
+/// write, which names no routing, would be refused).
+fn meta_field_conflicts(found: &Value) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let source = &found["_source"];
+    if source["enabled"] == json!(false) || source["enabled"] == json!("false") {
+        out.push(("(_source)".to_string(), "enabled".to_string(), "disabled".to_string()));
+    }
+    for filter in ["includes", "excludes"] {
+        if source[filter].as_array().is_some_and(|a| !a.is_empty()) {
+            out.push(("(_source)".to_string(), format!("no {filter}"), format!("{filter} {}", source[filter])));
+        }
+    }
+    let routing = &found["_routing"]["required"];
+    if routing == &json!(true) || routing == &json!("true") {
+        out.push(("(_routing)".to_string(), "not required".to_string(), "required".to_string()));
+    }
     out
 }
 
@@ -178,14 +201,26 @@ pub fn settings_conflicts(found_index_settings: &Value) -> Vec<(String, String, 
     }
     let mut expected = Vec::new();
     leaves("analysis", &settings()["analysis"], &mut expected);
-    expected
+    let mut out: Vec<_> = expected
         .into_iter()
         .filter_map(|(key, want)| {
             let at = key.split('.').fold(found_index_settings, |v, k| &v[k]);
             let got = at.as_str().map_or(if at.is_null() { "absent".to_string() } else { at.to_string() }, String::from);
             (got != want).then(|| (format!("setting index.{key}"), want, got))
         })
-        .collect()
+        .collect();
+    // Parameters denorm does not set change the tokens too (a path
+    // tokenizer's `reverse`, `skip`, `replacement`; an analyzer's filters).
+    for (section, name) in [("tokenizer", "denorm_path_tree"), ("analyzer", "denorm_path_tree")] {
+        let want = &settings()["analysis"][section][name];
+        for (param, value) in found_index_settings["analysis"][section][name].as_object().into_iter().flatten() {
+            if want.get(param).is_none() {
+                let shown = value.as_str().map_or(value.to_string(), String::from);
+                out.push((format!("setting index.analysis.{section}.{name}.{param}"), "absent".to_string(), shown));
+            }
+        }
+    }
+    out
 }
 
 /// The oldest Elasticsearch denorm runs against: the maintained 7.x
@@ -467,6 +502,28 @@ mod tests {
                                        "analyzer": {"denorm_path_tree": {"type": "custom", "tokenizer": "denorm_path_tree"}}},
                           "number_of_shards": "1", "provided_name": "denorm-files-000001"});
         assert!(settings_conflicts(&ours).is_empty(), "{:?}", settings_conflicts(&ours));
+        // Issue 27 B9: what denorm does not set, but changes behaviour.
+        let mut reversed = ours.clone();
+        reversed["analysis"]["tokenizer"]["denorm_path_tree"]["reverse"] = json!("true");
+        assert_eq!(settings_conflicts(&reversed)[0].0, "setting index.analysis.tokenizer.denorm_path_tree.reverse");
+        let mut filtered = ours.clone();
+        filtered["analysis"]["analyzer"]["denorm_path_tree"]["filter"] = json!(["lowercase"]);
+        assert_eq!(settings_conflicts(&filtered)[0].0, "setting index.analysis.analyzer.denorm_path_tree.filter");
+        for (change, field) in [
+            (json!({"_source": {"enabled": false}}), "(_source)"),
+            (json!({"_source": {"excludes": ["contents"]}}), "(_source)"),
+            (json!({"_routing": {"required": true}}), "(_routing)"),
+        ] {
+            let mut found = mapping(Kind::File);
+            for (k, v) in change.as_object().unwrap() {
+                found[k] = v.clone();
+            }
+            let c = conflicts(&mapping(Kind::File), &found);
+            assert_eq!(c.first().map(|x| x.0.as_str()), Some(field), "{c:?}");
+        }
+        let mut found = mapping(Kind::File);
+        found["_source"] = json!({"enabled": true});
+        assert!(conflicts(&mapping(Kind::File), &found).is_empty(), "_source enabled as by default is fine");
         let mut other = ours.clone();
         other["analysis"]["tokenizer"]["denorm_path_tree"]["delimiter"] = json!("\\");
         assert_eq!(settings_conflicts(&other)[0].0, "setting index.analysis.tokenizer.denorm_path_tree.delimiter");

@@ -33,8 +33,11 @@ use crate::index::{Backend, Checkpoint, Doc, IndexError, Kind, Scan, SearchIndex
 /// `--shutdown-timeout-secs`, plus pauses).
 pub const TOMBSTONE_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
-/// How often a writer removes expired tombstones.
+/// How often expired tombstones are removed from a generation.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The meta document of a generation's last sweep of expired tombstones.
+pub const SWEEP: &str = "sweep";
 
 /// The `_delete_by_query` body that removes the tombstones older than
 /// [`TOMBSTONE_TTL`] at `now_ms`.
@@ -76,7 +79,14 @@ pub struct ElasticBackend {
     /// The current generation as last read, and when: every partition asks
     /// every 100 ms, the cluster is asked at most once per [`GENERATION_TTL`].
     generation_cache: Arc<Mutex<Option<(Instant, u64)>>>,
+    /// When the last refresh of a generation by a writer of this backend
+    /// began (see [`Shard::searchable`]).
+    refreshed: Arc<Mutex<HashMap<u64, Instant>>>,
 }
+
+/// How long after a write its shard refreshes, unless another writer of the
+/// same backend did meanwhile: Elasticsearch's default `refresh_interval`.
+pub const SEARCHABLE_WITHIN: Duration = Duration::from_secs(1);
 
 /// How long the current generation read from the read alias is reused.
 pub const GENERATION_TTL: Duration = Duration::from_secs(1);
@@ -93,7 +103,20 @@ impl ElasticBackend {
             runtime,
             pinned: None,
             generation_cache: Default::default(),
+            refreshed: Default::default(),
         }
+    }
+
+    /// Whether a refresh of generation `g` began at or after `at`.
+    fn refreshed_since(&self, g: u64, at: Instant) -> bool {
+        self.refreshed.lock().expect("refreshed lock").get(&g).is_some_and(|r| *r >= at)
+    }
+
+    /// Records a completed refresh of generation `g` that began at `started`.
+    fn record_refresh(&self, g: u64, started: Instant) {
+        let mut r = self.refreshed.lock().expect("refreshed lock");
+        let e = r.entry(g).or_insert(started);
+        *e = (*e).max(started);
     }
 
     fn meta_index(&self) -> String {
@@ -231,7 +254,7 @@ impl Backend for ElasticBackend {
             parked,
             received_marked: received.clone(),
             received,
-            unrefreshed: false,
+            unsearchable: None,
         }))
     }
 
@@ -345,9 +368,10 @@ pub struct ElasticShard {
     parked: crate::dlq::Parking,
     received_marked: crate::moves::Received,
     received: crate::moves::Received,
-    /// Whether documents were written outside the buffer (a fan-out's
-    /// pages) since the last commit: the commit must make them searchable.
-    unrefreshed: bool,
+    /// When this writer's last write reached Elasticsearch, while no
+    /// refresh is known to have begun after it (`None`: everything it
+    /// wrote is searchable). See [`Shard::searchable`].
+    unsearchable: Option<Instant>,
 }
 
 impl ElasticShard {
@@ -411,14 +435,23 @@ impl ElasticShard {
     }
 
     /// Removes tombstones older than [`TOMBSTONE_TTL`] from this
-    /// generation: at the first commit, then at most once per
-    /// [`SWEEP_EVERY`] (best effort: every writer sweeps, in the
-    /// background of the cluster, and a failed sweep is tried again later).
+    /// generation, once per [`SWEEP_EVERY`] for the whole generation: each
+    /// writer looks at its first commit and then hourly, and sweeps only if
+    /// it wins the claim ([`Self::claim_sweep`]). Best effort: in the
+    /// background of the cluster, and a failed sweep is tried again later.
     fn sweep_tombstones(&mut self) {
         if self.last_sweep.is_some_and(|at| at.elapsed() < SWEEP_EVERY) {
             return;
         }
         self.last_sweep = Some(std::time::Instant::now());
+        match self.b.runtime.block_on(self.claim_sweep()) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "claiming the sweep of expired tombstones failed; tried again later");
+                return;
+            }
+        }
         let targets: Vec<String> = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.target(*k)).collect();
         let refs: Vec<&str> = targets.iter().map(String::as_str).collect();
         let query = expired_tombstones(now_ms());
@@ -439,28 +472,25 @@ impl ElasticShard {
         }
     }
 
+    /// Whether this writer sweeps now. The meta document `sweep` of the
+    /// generation records when its last sweep began; a writer claims the
+    /// next one by rewriting it, conditionally on the version it read (a
+    /// create when there is none), once it is [`SWEEP_EVERY`] old. Of the
+    /// writers of all partitions, which all look after a rebalance, one
+    /// wins; the others find it recent, or lose the conditional write.
+    async fn claim_sweep(&self) -> Result<bool, ElasticError> {
+        let id = generations::meta_id(self.generation, SWEEP);
+        let now = now_ms();
+        let version = match get_source(&self.b.client, &self.b.meta_index(), &id).await? {
+            Some((v, _)) if now.saturating_sub(v["at"].as_u64().unwrap_or(0)) < SWEEP_EVERY.as_millis() as u64 => return Ok(false),
+            Some((_, version)) => Some(version),
+            None => None,
+        };
+        Ok(generations::put_meta_if(&self.b.client, &self.b.prefix, &id, json!({"at": now, "partition": self.partition}), version).await?.is_some())
+    }
+
     /// Sends the buffered writes; resolves their conflicts by reading again.
     fn flush(&mut self) -> Result<(), IndexError> {
-        self.flush_then(false)
-    }
-
-    /// [`Self::flush`]; with `searchable`, it returns once every write of
-    /// this writer is searchable: the last bulk request is sent with
-    /// `refresh=wait_for` (no refresh of its own: it waits for the index's
-    /// next one, `refresh_interval`, 1 s by default). A fan-out's pages,
-    /// written outside the buffer, may be in another index than the
-    /// buffer's: when one wrote since the last commit, the generation is
-    /// refreshed (one refresh per batch with a fan-out).
-    fn flush_then(&mut self, searchable: bool) -> Result<(), IndexError> {
-        self.send_pending(searchable)?;
-        if searchable && self.unrefreshed {
-            self.b.runtime.block_on(generations::refresh(&self.b.client, &self.b.prefix, self.generation))?;
-            self.unrefreshed = false;
-        }
-        Ok(())
-    }
-
-    fn send_pending(&mut self, searchable: bool) -> Result<(), IndexError> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -470,9 +500,9 @@ impl ElasticShard {
         // failure the next commit sends it again (writes are conditional and
         // guarded, so a partial first attempt is harmless).
         let ops: Vec<BulkOp> = self.pending.iter().map(|(_, op, _, _)| op.clone()).collect();
-        let report = self.b.runtime.block_on(bulk::execute_then(&self.b.client, ops, self.b.limits, self.b.policy, searchable))?;
-        // Writes sent again after a conflict wait for the refresh too.
-        self.resolve(report, &kinds, None, searchable)?;
+        let report = self.b.runtime.block_on(bulk::execute(&self.b.client, ops, self.b.limits, self.b.policy))?;
+        self.resolve(report, &kinds, None)?;
+        self.unsearchable = Some(Instant::now());
         self.pending.clear();
         self.overlay.clear();
         self.seen.clear();
@@ -495,7 +525,6 @@ impl ElasticShard {
         mut report: BulkReport,
         kinds: &HashMap<String, (Kind, u64, Write)>,
         mut rule: Option<&mut dyn FnMut(&Doc) -> Option<Doc>>,
-        searchable: bool,
     ) -> Result<u64, IndexError> {
         let mut written = report.done as u64;
         for _ in 0..5 {
@@ -536,7 +565,7 @@ impl ElasticShard {
                     (None, None, _) => {}
                 }
             }
-            report = self.b.runtime.block_on(bulk::execute_then(&self.b.client, again, self.b.limits, self.b.policy, searchable))?;
+            report = self.b.runtime.block_on(bulk::execute(&self.b.client, again, self.b.limits, self.b.policy))?;
             written += report.done as u64;
         }
         Err(IndexError::Backend("write conflicts kept recurring; another writer owns these documents".into()))
@@ -554,6 +583,30 @@ fn refused(report: &BulkReport) -> Result<(), IndexError> {
 }
 
 impl Shard for ElasticShard {
+    /// Searchable once a refresh of this generation began after this
+    /// writer's last write: one another writer of this backend made
+    /// (shared, [`ElasticBackend::refreshed`]), or one this writer makes
+    /// once the write is [`SEARCHABLE_WITHIN`] old (or at once, `force`).
+    /// So a worker refreshes at most about once a second whatever its
+    /// partitions and commits, no commit waits for a refresh, and the
+    /// offset the group commits (which `produce --wait` and `lag` watch)
+    /// never passes a command a search cannot see yet.
+    fn searchable(&mut self, force: bool) -> Result<bool, IndexError> {
+        let Some(written) = self.unsearchable else { return Ok(true) };
+        if self.b.refreshed_since(self.generation, written) {
+            self.unsearchable = None;
+            return Ok(true);
+        }
+        if !force && written.elapsed() < SEARCHABLE_WITHIN {
+            return Ok(false);
+        }
+        let started = Instant::now();
+        self.b.runtime.block_on(generations::refresh(&self.b.client, &self.b.prefix, self.generation))?;
+        self.b.record_refresh(self.generation, started);
+        self.unsearchable = None;
+        Ok(true)
+    }
+
     fn get(&mut self, kind: Kind, id: &str) -> Result<Option<Doc>, IndexError> {
         match self.read(kind, id)? {
             Read::Overlay(d) => Ok(d),
@@ -657,8 +710,8 @@ impl Shard for ElasticShard {
                         }
                     }
                     let report = b.runtime.block_on(bulk::execute(&b.client, ops, b.limits, b.policy))?;
-                    written += self.resolve(report, &kinds, Some(&mut *rewrite), false)?;
-                    self.unrefreshed = true;
+                    written += self.resolve(report, &kinds, Some(&mut *rewrite))?;
+                    self.unsearchable = Some(Instant::now());
                 }
             })();
             // The point in time is closed on every path, errors included.
@@ -696,10 +749,8 @@ impl Shard for ElasticShard {
         &mut self.received_marked
     }
 
-    /// Searchable before the checkpoint moves: once the group's offsets
-    /// pass a command (`produce --wait`), a search sees its effect.
     fn commit(&mut self) -> Result<(), IndexError> {
-        self.flush_then(true)?;
+        self.flush()?;
         if self.marked != self.applied || self.parked_marked != self.parked || self.received_marked != self.received {
             if let Some(at) = self.marked {
                 let mut body = json!({"topic": self.b.topic, "applied": at.offset, "parked": crate::dlq::parking_to_json(&self.parked_marked), OWNER_FIELD: self.owner});
