@@ -139,7 +139,15 @@ fn rejects_invalid_input_before_sending_anything() {
 
 #[test]
 fn concurrent_renames_of_a_tree_and_a_file_in_it_match_the_model() {
-    let r = Rig::new(3);
+    concurrent_renames_of_a_tree_and_a_file_in_it_match_the_model_on(Rig::new(3));
+}
+
+#[test]
+fn concurrent_renames_of_a_tree_and_a_file_in_it_match_the_model_on_elasticsearch() {
+    concurrent_renames_of_a_tree_and_a_file_in_it_match_the_model_on(Rig::elastic(3));
+}
+
+fn concurrent_renames_of_a_tree_and_a_file_in_it_match_the_model_on(r: Rig) {
     let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let _worker = Worker::start(&cfg, &group, &index, &[]);
     let mut seed = denorm::demo::seed(4000, 50, 500, 11);

@@ -76,22 +76,25 @@ fn finish(child: std::process::Child) -> (std::process::ExitStatus, String) {
 
 #[test]
 fn a_rebuild_under_load_survives_kill_9_and_cuts_over_without_searches_seeing_a_partial_index() {
-    rebuild_under_load(Rig::new(3), 30_000, Duration::ZERO);
+    rebuild_under_load(Rig::new(3), 30_000, 200, Duration::ZERO);
 }
 
 /// On Elasticsearch the cutover is the one `_aliases` request moving the
 /// read aliases: searches through them never see a partial or empty index.
 #[test]
 fn a_rebuild_under_load_survives_kill_9_and_cuts_over_without_searches_seeing_a_partial_index_on_elasticsearch() {
-    // Commands at about 200/s: the server of the suite (one process, on
-    // the test machine's two cores) also serves the live worker, the
-    // rebuild and the searches; at 2,000/s the rebuild never caught up.
-    rebuild_under_load(Rig::elastic(3), 10_000, Duration::from_secs(1));
+    // Commands at about 20/s: the server of the suite (one process, on the
+    // test machine's two cores) also serves the live worker and the
+    // searches, and the rebuild applied only 50-130 commands/s beside them
+    // (one realtime GET per command, commits of ~10 commands): at 200/s it
+    // never caught up.
+    rebuild_under_load(Rig::elastic(3), 5_000, 20, Duration::from_secs(1));
 }
 
 /// `files` files loaded, then a rebuild killed twice while a producer
-/// sends 200 files every `pace` and searches count the files throughout.
-fn rebuild_under_load(r: Rig, files: usize, pace: Duration) {
+/// sends `batch` files every `pace` and searches count the files
+/// throughout.
+fn rebuild_under_load(r: Rig, files: usize, batch: usize, pace: Duration) {
     let live = r.worker(&[]);
     let mut log = produce(&r.cfg, denorm::demo::seed(files, 100, 1000, 11));
     wait_applied_by(&r.cfg, &r.group, log.len(), &[&live]);
@@ -123,7 +126,7 @@ fn rebuild_under_load(r: Rig, files: usize, pace: Duration) {
             let mut out = Vec::new();
             let mut i = 0;
             while !stop.load(Ordering::SeqCst) {
-                out.extend(produce(&cfg, files_under(&format!("during{i}-"), &format!("/later{}", i % 5), 200)));
+                out.extend(produce(&cfg, files_under(&format!("during{i}-"), &format!("/later{}", i % 5), batch)));
                 i += 1;
                 std::thread::sleep(pace);
             }
