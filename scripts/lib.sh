@@ -34,3 +34,25 @@ stop_server() {
   kill -9 "$pid" 2>/dev/null || true
   rm -f "$dir/pid"
 }
+
+# service_main NAME start|stop DIR: the command line of a script that
+# defines `launch DIR PORT` (execs the server; its output goes to
+# DIR/server.log) and `address PORT` (prints what clients connect to).
+# start prints the address and keeps it in DIR/address; stop stops it.
+service_main() {
+  local name="$1" cmd="${2:-}" dir="${3:-}" port
+  [ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
+  case "$cmd" in
+    start)
+      mkdir -p "$dir"
+      dir="$(cd "$dir" && pwd)"
+      port="$(free_port)"
+      launch "$dir" "$port" >"$dir/server.log" 2>&1 &
+      echo $! >"$dir/pid"
+      wait_listening "$name" "$dir" "$port"
+      address "$port" | tee "$dir/address"
+      ;;
+    stop) stop_server "$dir" ;;
+    *) echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
+  esac
+}

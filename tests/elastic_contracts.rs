@@ -299,23 +299,12 @@ async fn a_user_without_the_privileges_a_worker_needs_is_refused_at_startup() {
 #[tokio::test]
 async fn the_worker_role_starts_against_existing_indexes_without_create_or_manage() {
     let server = MockServer::start().await;
-    Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
+    mount_existing_indexes(&server, 200).await;
     Mock::given(method("POST"))
         .and(path("/_security/user/_has_privileges"))
         .respond_with(recorded::has_privileges("worker", &[("monitor", true)], "denorm-*", &[("read", true), ("write", true), ("view_index_metadata", true), ("maintenance", true)]))
         .mount(&server)
         .await;
-    for kind in [Kind::File, Kind::User, Kind::Post] {
-        mount_existing(&server, kind, setup::mapping(kind)).await;
-    }
-    Mock::given(method("GET"))
-        .and(path("/denorm-files/_settings"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"denorm-files-000001": {"settings": {"index": setup::settings()}}})))
-        .mount(&server)
-        .await;
-    Mock::given(method("HEAD")).and(path("/denorm-meta")).respond_with(ResponseTemplate::new(200)).mount(&server).await;
-    // What the role may not do: any PUT (index creation, mapping, alias).
-    Mock::given(method("PUT")).respond_with(recorded::unauthorized("indices:admin/create", "denorm-meta", "create_index,manage,all")).expect(0).mount(&server).await;
     let client = config(&server, &[]).client().unwrap();
     setup::ensure(&client, "denorm").await.unwrap();
     let reqs = server.received_requests().await.unwrap();
@@ -328,25 +317,32 @@ async fn the_worker_role_starts_against_existing_indexes_without_create_or_manag
     // With the meta index missing, manage is asked for before creating it,
     // and a user without it is told so instead of getting a 403.
     let server = MockServer::start().await;
-    Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
-    for kind in [Kind::File, Kind::User, Kind::Post] {
-        mount_existing(&server, kind, setup::mapping(kind)).await;
-    }
-    Mock::given(method("GET"))
-        .and(path("/denorm-files/_settings"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"denorm-files-000001": {"settings": {"index": setup::settings()}}})))
-        .mount(&server)
-        .await;
-    Mock::given(method("HEAD")).and(path("/denorm-meta")).respond_with(ResponseTemplate::new(404)).mount(&server).await;
+    mount_existing_indexes(&server, 404).await;
     Mock::given(method("POST"))
         .and(path("/_security/user/_has_privileges"))
         .respond_with(recorded::has_privileges("worker", &[("monitor", true)], "denorm-*", &[("manage", false)]))
         .mount(&server)
         .await;
-    Mock::given(method("PUT")).respond_with(recorded::unauthorized("indices:admin/create", "denorm-meta", "create_index,manage,all")).expect(0).mount(&server).await;
     let err = setup::ensure(&config(&server, &[]).client().unwrap(), "denorm").await.unwrap_err();
     assert!(err.to_string().contains("lacks manage on denorm-*"), "{err}");
     server.verify().await;
+}
+
+/// A cluster where denorm's indexes exist as they should, `HEAD
+/// /denorm-meta` answers `meta_status`, and the user may not create or
+/// change anything (every PUT is refused, and expected never to be sent).
+async fn mount_existing_indexes(server: &MockServer, meta_status: u16) {
+    Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(server).await;
+    for kind in [Kind::File, Kind::User, Kind::Post] {
+        mount_existing(server, kind, setup::mapping(kind)).await;
+    }
+    Mock::given(method("GET"))
+        .and(path("/denorm-files/_settings"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"denorm-files-000001": {"settings": {"index": setup::settings()}}})))
+        .mount(server)
+        .await;
+    Mock::given(method("HEAD")).and(path("/denorm-meta")).respond_with(ResponseTemplate::new(meta_status)).mount(server).await;
+    Mock::given(method("PUT")).respond_with(recorded::unauthorized("indices:admin/create", "denorm-meta", "create_index,manage,all")).expect(0).mount(server).await;
 }
 
 /// Generation 0 of `kind` as it exists on a cluster: its concrete index

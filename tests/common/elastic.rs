@@ -6,8 +6,7 @@
 //! test in a process of its own).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command as Proc, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command as Proc, Stdio};
 
 use denorm::index::elastic::config::{env, ElasticConfig};
 use denorm::index::elastic::shard::ElasticBackend;
@@ -16,17 +15,7 @@ use denorm::index::Doc;
 /// A server: the suite's, or one of this test's own (stopped on drop).
 pub struct Elastic {
     pub url: String,
-    child: Option<Child>,
-    _dir: Option<tempfile::TempDir>,
-}
-
-impl Drop for Elastic {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.child {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+    _private: Option<super::Private>,
 }
 
 /// The suite's server, or a private one; either way this process's index
@@ -34,7 +23,7 @@ impl Drop for Elastic {
 pub fn elastic() -> Elastic {
     prefix();
     if let Ok(url) = std::env::var("DENORM_ES_URL") {
-        return Elastic { url, child: None, _dir: None };
+        return Elastic { url, _private: None };
     }
     Elastic::private()
 }
@@ -66,12 +55,8 @@ impl Elastic {
             .stderr(Stdio::null())
             .spawn()
             .expect("start noida-db");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "noida-db did not listen on port {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Elastic { url: format!("http://127.0.0.1:{port}"), child: Some(child), _dir: Some(dir) }
+        super::wait_listening("noida-db", port);
+        Elastic { url: format!("http://127.0.0.1:{port}"), _private: Some(super::Private { child, dir }) }
     }
 
     /// The index set of this test process (its prefix) on this server.

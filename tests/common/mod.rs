@@ -19,26 +19,39 @@ use denorm::kafka::{self, KafkaConfig};
 use denorm::model::{self, Model};
 use denorm::produce::{Delivery, Producer};
 
+/// A server process of this test's own, with its scratch directory;
+/// killed when dropped.
+pub struct Private {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits (30 s at most) until something listens on 127.0.0.1:`port`.
+pub fn wait_listening(name: &str, port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{name} did not listen on port {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The broker of this test: `DENORM_TEST_BROKERS` (set by scripts/test.sh),
 /// or a private tansu started from the cached install.
 pub struct Broker {
     pub brokers: String,
-    child: Option<Child>,
-    _dir: Option<tempfile::TempDir>,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.child {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+    private: Option<Private>,
 }
 
 pub fn broker() -> Broker {
     if let Ok(b) = std::env::var("DENORM_TEST_BROKERS") {
-        return Broker { brokers: b, child: None, _dir: None };
+        return Broker { brokers: b, private: None };
     }
     Broker::private()
 }
@@ -50,21 +63,21 @@ impl Broker {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let child = start_tansu(dir.path(), port);
-        Broker { brokers: format!("127.0.0.1:{port}"), child: Some(child), _dir: Some(dir) }
+        Broker { brokers: format!("127.0.0.1:{port}"), private: Some(Private { child, dir }) }
     }
 
     /// SIGKILLs a private broker.
     pub fn kill(&mut self) {
-        let c = self.child.as_mut().expect("a private broker");
+        let c = &mut self.private.as_mut().expect("a private broker").child;
         c.kill().unwrap();
         c.wait().unwrap();
     }
 
     /// Starts a killed private broker again, same port and storage.
     pub fn restart(&mut self) {
-        let dir = self._dir.as_ref().expect("a private broker").path().to_path_buf();
+        let private = self.private.as_mut().expect("a private broker");
         let port: u16 = self.brokers.rsplit(':').next().unwrap().parse().unwrap();
-        self.child = Some(start_tansu(&dir, port));
+        private.child = start_tansu(private.dir.path(), port);
     }
 }
 
@@ -85,12 +98,7 @@ fn start_tansu(dir: &Path, port: u16) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("start tansu");
-    let brokers = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(&brokers).is_err() {
-        assert!(Instant::now() < deadline, "tansu did not listen on {brokers}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_listening("tansu", port);
     child
 }
 
