@@ -294,7 +294,6 @@ pub struct Worker {
     child: Child,
     lines: Arc<(Mutex<Vec<String>>, Condvar)>,
     reader: Option<std::thread::JoinHandle<()>>,
-    pub metrics_port: u16,
 }
 
 pub fn denorm() -> Proc {
@@ -326,14 +325,16 @@ impl Worker {
 
     /// [`Worker::start`] with extra environment variables.
     pub fn start_env(cfg: &KafkaConfig, group: &str, index: &Path, extra: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Worker {
-        let metrics_port = free_port();
         let mut child = denorm()
             .envs(env.iter().copied())
             .args(["--brokers", &cfg.brokers, "--topic", &cfg.topic, "--group", group])
             .arg("--index")
             .arg(index)
             .args(["--partitions", &cfg.partitions.to_string(), "run", "--commit-interval-ms", "100"])
-            .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")])
+            // Port 0: the worker binds a free port itself and logs it (a
+            // port picked here could be taken, by another test's
+            // connection, before the worker binds it).
+            .args(["--metrics-addr", "127.0.0.1:0"])
             .args(extra)
             .env("DENORM_LOG", "info")
             .env("NO_COLOR", "1")
@@ -354,7 +355,7 @@ impl Worker {
                 l.1.notify_all();
             }
         });
-        Worker { child, lines, reader: Some(reader), metrics_port }
+        Worker { child, lines, reader: Some(reader) }
     }
 
     /// Waits until a log line contains `needle`; true if it did in time.
@@ -427,7 +428,17 @@ impl Worker {
 
     /// GET `path` on the worker's metrics endpoint: (status line, body).
     pub fn http_get(&self, path: &str) -> (String, String) {
-        http_get(self.metrics_port, path)
+        http_get(self.metrics_port(), path)
+    }
+
+    /// The port the worker's metrics endpoint bound, from its log.
+    pub fn metrics_port(&self) -> u16 {
+        const SERVING: &str = "serving /metrics, /healthz, /readyz addr=127.0.0.1:";
+        assert!(self.wait_for_log(SERVING, Duration::from_secs(60)), "the worker never served its metrics endpoint:\n{}", self.log());
+        let lines = self.lines.0.lock().unwrap();
+        let line = lines.iter().find(|l| l.contains(SERVING)).unwrap();
+        let port = line.split(SERVING).nth(1).unwrap().split(|c: char| !c.is_ascii_digit()).next().unwrap();
+        port.parse().unwrap_or_else(|e| panic!("{line}: {e}"))
     }
 }
 
