@@ -1990,6 +1990,22 @@ mod review {
         }
     }
 
+    /// Issue 27 B2 against the stateful test store (and on the server of
+    /// the suite in tests/scenarios.rs): see tests/common/chaos.rs.
+    #[test]
+    fn a_stale_owner_cannot_bring_back_a_document_that_moved_away() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (server, scans) = scans_server(&rt);
+        chaos::a_stale_owner_cannot_bring_back_a_document_that_moved_away(&backend(&server, &rt), || live_files(&scans));
+    }
+
+    #[test]
+    fn a_take_over_replaces_only_its_source_partitions_copy() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (server, scans) = scans_server(&rt);
+        chaos::a_take_over_replaces_only_its_source_partitions_copy(&backend(&server, &rt), || live_files(&scans));
+    }
+
     /// Issue 13 on Elasticsearch, where partitions share documents: a
     /// file moved from partition 0's tree to partition 1's. Offsets of the
     /// source are far above the destination's, so any comparison of

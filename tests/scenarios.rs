@@ -113,3 +113,36 @@ fn chaos_two_overlapping_owners_on_elasticsearch_leave_the_documents_equal_to_th
         });
     }
 }
+
+/// A backend of its own (under this process's prefix plus `name`) on the
+/// Elasticsearch-API server of the suite, and a dump of its documents.
+fn own_elastic(name: &str) -> (common::elastic::Elastic, tokio::runtime::Runtime, denorm::index::elastic::shard::ElasticBackend) {
+    let es = common::elastic::elastic();
+    let rt = common::rt();
+    let mut backend = es.backend(&rt, name);
+    backend.prefix = format!("{}-{name}", common::elastic::prefix());
+    rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix)).unwrap();
+    (es, rt, backend)
+}
+
+fn live(backend: &dyn Backend) -> Vec<denorm::index::Doc> {
+    let mut docs = Vec::new();
+    backend.search().unwrap().dump(&mut |d| docs.push(d)).unwrap();
+    docs
+}
+
+/// Issue 27 B2 on the Elasticsearch-API server of the suite (see
+/// tests/common/chaos.rs): a stale owner's write is fenced before it can
+/// replace another partition's tombstone.
+#[test]
+fn a_stale_owner_cannot_bring_back_a_document_that_moved_away_on_elasticsearch() {
+    let (_es, _rt, b) = own_elastic("stale");
+    common::chaos::a_stale_owner_cannot_bring_back_a_document_that_moved_away(&b, || live(&b));
+}
+
+/// Issue 27 B2: a take-over replaces its source partition's copy only.
+#[test]
+fn a_take_over_replaces_only_its_source_partitions_copy_on_elasticsearch() {
+    let (_es, _rt, b) = own_elastic("takeover");
+    common::chaos::a_take_over_replaces_only_its_source_partitions_copy(&b, || live(&b));
+}

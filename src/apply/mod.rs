@@ -7,7 +7,7 @@
 //! cut short after a backend's intermediate commit) changes nothing.
 
 use crate::command::{path, Command};
-use crate::index::{Author, Doc, FileDoc, IndexError, Kind, PostDoc, Scan, Shard, UserDoc};
+use crate::index::{Author, Doc, FileDoc, IndexError, Kind, Origin, PostDoc, Scan, Shard, UserDoc};
 
 /// Default number of documents read per page of a fan-out scan.
 pub const DEFAULT_PAGE_SIZE: usize = 1000;
@@ -73,7 +73,7 @@ pub fn apply<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, fan_out:
 /// upsert writes it unless this shard holds a version at least as new.
 fn upsert<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, doc: Doc) -> Result<u64, IndexError> {
     match cmd.previous_key() {
-        Some(_) => shard.take_over(doc),
+        Some(key) => shard.take_over(doc, &Origin { key, partition: None }),
         None => put_guarded(shard, doc),
     }
 }
@@ -114,8 +114,9 @@ pub fn remove_moved<S: Shard + ?Sized>(shard: &mut S, ids: &[String], from: &str
 /// command of this partition wrote them since.
 pub fn move_in<S: Shard + ?Sized>(shard: &mut S, m: &crate::moves::MoveIn, pos: u64) -> Result<u64, IndexError> {
     let mut n = 0;
+    let from = Origin { key: path::top_level(&m.from), partition: Some(m.source_partition) };
     for d in m.docs(pos) {
-        n += shard.take_over(d)?;
+        n += shard.take_over(d, &from)?;
     }
     Ok(n)
 }

@@ -194,6 +194,16 @@ impl IndexError {
     }
 }
 
+/// Where a taken-over document comes from (see [`Shard::take_over`]): the
+/// key it leaves and, where the caller knows it (a cross-key move's chunk
+/// names it), that key's partition; otherwise a backend that needs it
+/// derives it from the key and the log's partition count.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    pub key: &'a str,
+    pub partition: Option<i32>,
+}
+
 /// One shard's writer: the operations the command logic needs.
 ///
 /// Writes become durable and visible at [`Shard::commit`]. A backend may
@@ -216,12 +226,14 @@ pub trait Shard {
     fn create(&mut self, doc: Doc) -> Result<(), IndexError> {
         self.put(doc)
     }
-    /// Writes a document a cross-key move brings to this shard's partition
-    /// (see `crate::moves`), unless this partition wrote a newer version.
-    /// Where shards share documents (Elasticsearch), it also replaces the
-    /// source partition's copy or tombstone, whatever its position. Returns
-    /// the number of documents written.
-    fn take_over(&mut self, doc: Doc) -> Result<u64, IndexError> {
+    /// Writes a document a cross-key move or an owner change brings to
+    /// this shard's partition from `from` (see `crate::moves`), unless this
+    /// partition wrote a newer version. Where shards share documents
+    /// (Elasticsearch), it also replaces the source partition's copy or
+    /// tombstone, whatever its position, and nothing of a third partition's.
+    /// Returns the number of documents written.
+    fn take_over(&mut self, doc: Doc, from: &Origin) -> Result<u64, IndexError> {
+        let _ = from;
         crate::apply::put_guarded(self, doc)
     }
     /// Another partition's shard that holds the document this one does

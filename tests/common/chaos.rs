@@ -76,3 +76,103 @@ pub fn two_overlapping_owners(b: &dyn Backend, seed: u64, live: impl Fn() -> Vec
     let diffs = denorm::model::diff(model.docs(), live(), 10);
     assert!(diffs.is_empty(), "seed {seed}: the documents differ from the model:\n{}", diffs.join("\n"));
 }
+
+/// The files of `live()` as (id, full path, contents), sorted.
+fn files(live: &dyn Fn() -> Vec<Doc>) -> Vec<(String, String, String)> {
+    let mut got: Vec<_> = live()
+        .into_iter()
+        .filter_map(|d| match d {
+            Doc::File(f) => Some((f.id.clone(), f.full_path(), f.contents)),
+            _ => None,
+        })
+        .collect();
+    got.sort();
+    got
+}
+
+fn upsert(id: &str, path: &str, contents: &str) -> Command {
+    Command::UpsertFile { id: id.into(), path: path.into(), contents: contents.into(), previous_path: None }
+}
+
+/// Applies `c` at `pos` and commits it.
+fn commit_one(shard: &mut Box<dyn Shard + Send>, c: &Command, pos: u64) {
+    apply(shard.as_mut(), c, pos, FanOut::pages_of(2)).unwrap();
+    shard.mark_applied(Checkpoint::new(pos, pos));
+    shard.commit().unwrap();
+}
+
+/// A cross-key rename from partition `src` to partition `dst`, both
+/// sides, committed: `src` streams its files under `from` at offset `at`,
+/// `dst` takes them over at its offset `dst_at`, `src` removes what is
+/// left. Returns the chunk `dst` applied, to be replayed.
+fn move_between(src: &mut Box<dyn Shard + Send>, (sp, at): (i32, u64), dst: &mut Box<dyn Shard + Send>, dst_at: u64, from: &str, to: &str) -> denorm::moves::MoveIn {
+    use denorm::apply::{move_in, move_out, remove_moved};
+    let mut files = Vec::new();
+    move_out(src.as_mut(), from, to, at, FanOut::pages_of(2), &mut |f| files.push(f)).unwrap();
+    let ids: Vec<String> = files.iter().map(|f| f.id.clone()).collect();
+    let chunk = denorm::moves::MoveIn {
+        move_id: format!("{sp}-{at}"),
+        source_partition: sp,
+        source_offset: at as i64,
+        from: from.into(),
+        to: to.into(),
+        chunk: 0,
+        last: true,
+        issued_at: 0,
+        files,
+    };
+    move_in(dst.as_mut(), &chunk, dst_at).unwrap();
+    dst.mark_applied(Checkpoint::new(dst_at, dst_at));
+    dst.commit().unwrap();
+    remove_moved(src.as_mut(), &ids, from, at).unwrap();
+    src.mark_applied(Checkpoint::new(at, at));
+    src.commit().unwrap();
+    chunk
+}
+
+/// Issue 27 B2, the stale owner: the old owner of partition 0 stages a
+/// write of `x` and stalls; the new owner applies the same command, then
+/// moves `x` to partition 1, which deletes it. The old owner's write,
+/// resumed, finds partition 1's tombstone, which an ordinary write may
+/// replace: it must be fenced before it is sent, and `x` stays deleted.
+pub fn a_stale_owner_cannot_bring_back_a_document_that_moved_away(b: &dyn Backend, live: impl Fn() -> Vec<Doc>) {
+    let mut old = b.open_shard(0).unwrap();
+    commit_one(&mut old, &upsert("x", "/s/x.txt", "v1"), 1);
+    commit_one(&mut old, &upsert("y", "/s/y.txt", "y"), 2);
+    apply(old.as_mut(), &upsert("x", "/s/x.txt", "stale"), 3, FanOut::pages_of(2)).unwrap();
+    // The new owner, from the old one's checkpoint.
+    let mut new = b.open_shard(0).unwrap();
+    assert_eq!(new.checkpoint().map(|c| c.offset), Some(2));
+    commit_one(&mut new, &upsert("x", "/s/x.txt", "v2"), 3);
+    let mut dst = b.open_shard(1).unwrap();
+    move_between(&mut new, (0, 4), &mut dst, 1, "/s", "/d");
+    commit_one(&mut dst, &Command::DeleteFile { id: "x".into(), path: "/d/x.txt".into() }, 2);
+    assert_eq!(files(&live), vec![("y".into(), "/d/y.txt".into(), "y".into())]);
+    // The old owner resumes.
+    old.mark_applied(Checkpoint::new(3, 3));
+    let resumed = old.commit();
+    assert!(matches!(resumed, Err(IndexError::Fenced(_))), "{resumed:?}");
+    assert_eq!(files(&live), vec![("y".into(), "/d/y.txt".into(), "y".into())], "the stale owner's write brought back a document deleted after it moved away");
+}
+
+/// Issue 27 B2, the take-over: `x` moves from partition 0 to 2, then on
+/// from 2 to 1. Partition 2 replays the first move's chunk (its checkpoint
+/// was behind it): the chunk comes from partition 0, and `x` is partition
+/// 1's now, so the replay must not take it back, and `x` stays at its last
+/// path, once.
+pub fn a_take_over_replaces_only_its_source_partitions_copy(b: &dyn Backend, live: impl Fn() -> Vec<Doc>) {
+    use denorm::apply::move_in;
+    let (mut s0, mut s1, mut s2) = (b.open_shard(0).unwrap(), b.open_shard(1).unwrap(), b.open_shard(2).unwrap());
+    commit_one(&mut s0, &upsert("x", "/s/x.txt", "v1"), 1);
+    let first = move_between(&mut s0, (0, 2), &mut s2, 1, "/s", "/e");
+    assert_eq!(files(&live), vec![("x".into(), "/e/x.txt".into(), "v1".into())]);
+    move_between(&mut s2, (2, 2), &mut s1, 1, "/e", "/d");
+    let want = vec![("x".to_string(), "/d/x.txt".to_string(), "v1".to_string())];
+    assert_eq!(files(&live), want);
+    // Partition 2 replays from before the first chunk.
+    assert_eq!(move_in(s2.as_mut(), &first, 1).unwrap(), 0, "a chunk from partition 0 took over partition 1's document");
+    s2.mark_applied(Checkpoint::new(1, 1));
+    s2.commit().unwrap();
+    move_between(&mut s2, (2, 2), &mut s1, 1, "/e", "/d");
+    assert_eq!(files(&live), want);
+}

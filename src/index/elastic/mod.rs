@@ -8,6 +8,7 @@
 //! ([`shard`], [`search`]).
 
 pub mod bulk;
+pub mod conflict;
 pub mod config;
 pub mod docs;
 pub mod generations;

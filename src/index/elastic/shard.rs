@@ -12,7 +12,8 @@
 //! Reads are realtime GETs; a fan-out scan refreshes the index first so it
 //! sees every write before it (read-your-writes), one refresh per fan-out.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,9 +25,10 @@ use tokio::runtime::Handle;
 use super::bulk::{self, BulkLimits, BulkOp, BulkReport, RetryPolicy};
 use super::docs::{from_source, is_tombstone, scan_query, to_source, tombstone, PitScan};
 use super::setup::{DELETED_AT_FIELD, DELETED_FIELD, PARTITION_FIELD, POS_FIELD};
+use super::conflict::{self, TakeOver, Write};
 use super::generations;
 use super::{json_or_status, ElasticError};
-use crate::index::{Backend, Checkpoint, Doc, IndexError, Kind, Scan, SearchIndex, Shard};
+use crate::index::{Backend, Checkpoint, Doc, IndexError, Kind, Origin, Scan, SearchIndex, Shard};
 
 /// How long a tombstone is kept: far longer than a previous owner can
 /// plausibly keep writing after losing its partition (bounded by
@@ -82,6 +84,10 @@ pub struct ElasticBackend {
     /// When the last refresh of a generation by a writer of this backend
     /// began (see [`Shard::searchable`]).
     refreshed: Arc<Mutex<HashMap<u64, Instant>>>,
+    /// The log's partition count, once bound ([`Backend::bind_log`]; 0:
+    /// not yet): what finds the partition an owner change's document
+    /// leaves.
+    log_partitions: Arc<AtomicI32>,
 }
 
 /// How long after a write its shard refreshes, unless another writer of the
@@ -104,6 +110,15 @@ impl ElasticBackend {
             pinned: None,
             generation_cache: Default::default(),
             refreshed: Default::default(),
+            log_partitions: Default::default(),
+        }
+    }
+
+    /// The partition of `key` in the bound log (`None`: not bound).
+    fn partition_of(&self, key: &str) -> Option<i32> {
+        match self.log_partitions.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(crate::moves::partition_of(key, n)),
         }
     }
 
@@ -136,6 +151,7 @@ impl Backend for ElasticBackend {
     /// is created once (`op_type=create`: of two workers starting together
     /// one creates it, the other reads it) and compared afterwards.
     fn bind_log(&self, partitions: i32) -> Result<(), IndexError> {
+        self.log_partitions.store(partitions, Ordering::Relaxed);
         if self.pinned.is_some() {
             // A rebuild's generation: the log it is built from is recorded
             // at its cutover.
@@ -248,6 +264,7 @@ impl Backend for ElasticBackend {
             pending: Vec::new(),
             overlay: HashMap::new(),
             seen: HashMap::new(),
+            seen_foreign: HashSet::new(),
             marked: applied,
             applied,
             parked_marked: parked.clone(),
@@ -321,15 +338,6 @@ pub(crate) async fn get_source(client: &Elasticsearch, index: &str, id: &str) ->
 /// [`ElasticBackend::open_shard`]).
 pub const OWNER_FIELD: &str = "owner";
 
-/// Which rule decides a write's conflicts (see [`ElasticShard::wins_over`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Write {
-    /// A command of this partition: newer positions win.
-    Own,
-    /// A cross-key move's document ([`Shard::take_over`]).
-    TakeOver,
-}
-
 /// What [`ElasticShard::read`] found.
 enum Read {
     /// This writer's uncommitted write (`None`: a delete).
@@ -362,6 +370,9 @@ pub struct ElasticShard {
     overlay: HashMap<(Kind, String), Option<Doc>>,
     /// What each document was last read as: `Some(seq)`, or `None` when absent.
     seen: HashMap<(Kind, String), Option<(i64, i64)>>,
+    /// The documents of `seen` read as another partition's version: a
+    /// write over one of them is sent only once [`Self::confirm_owner`].
+    seen_foreign: HashSet<(Kind, String)>,
     marked: Option<Checkpoint>,
     applied: Option<Checkpoint>,
     parked_marked: crate::dlq::Parking,
@@ -389,31 +400,36 @@ impl ElasticShard {
             return Ok(Read::Overlay(d.clone()));
         }
         let got = self.b.runtime.block_on(get_source(&self.b.client, &self.target(kind), id))?;
+        if got.as_ref().is_some_and(|(v, _)| self.foreign(v)) {
+            self.seen_foreign.insert(key.clone());
+        }
         self.seen.insert(key, got.as_ref().map(|(_, seq)| *seq));
         Ok(Read::Stored(got.map(|(v, _)| v)))
     }
 
     /// Whether a stored `_source` (document or tombstone) was written by
-    /// another partition's shard: its position is an offset of another log,
-    /// not comparable with this shard's. Documents written before the field
-    /// existed count as this partition's.
+    /// another partition's shard (see [`conflict`]).
     fn foreign(&self, v: &Value) -> bool {
-        v[PARTITION_FIELD].as_i64().is_some_and(|p| p != i64::from(self.partition))
+        conflict::foreign(self.partition, v)
     }
 
-    /// Whether a write at `pos` wins over what is stored. Over a foreign
-    /// document only a take-over does (a cross-key move or an owner change
-    /// bringing the document to this partition): an ordinary write of this
-    /// partition is older than the move that took the document away (a
-    /// redelivery), or an owner change without its explicit form (refused,
-    /// and counted). Over a foreign tombstone anything does: the document
-    /// is not there (and this partition's own later commands, if the write
-    /// is a redelivery, remove it again).
-    fn wins_over(&self, cur: &Value, kind: Kind, pos: u64, write: Write) -> bool {
-        if self.foreign(cur) {
-            return write == Write::TakeOver || is_tombstone(cur);
+    /// Fails as fenced unless this writer still owns its partition: its
+    /// meta document still holds this writer's owner epoch. Asked before a
+    /// write that replaces another partition's version, after that version
+    /// was read (see [`conflict`] for why this closes the stale owner's
+    /// window).
+    fn confirm_owner(&self) -> Result<(), IndexError> {
+        let meta = self.b.runtime.block_on(get_source(&self.b.client, &self.b.meta_index(), &self.meta_id))?;
+        let owner = meta.as_ref().and_then(|(v, _)| v[OWNER_FIELD].as_u64());
+        if owner == Some(self.owner) {
+            return Ok(());
         }
-        from_source(kind, cur).pos() < pos
+        Err(IndexError::Fenced(format!(
+            "{}: the partition was claimed by another owner (epoch {}, this writer's {}); its writes over other partitions' documents are not sent",
+            self.meta_id,
+            owner.map_or("none".to_string(), |o| o.to_string()),
+            self.owner
+        )))
     }
 
     fn stamp(&self, mut source: Value) -> Value {
@@ -500,12 +516,16 @@ impl ElasticShard {
         // failure the next commit sends it again (writes are conditional and
         // guarded, so a partial first attempt is harmless).
         let ops: Vec<BulkOp> = self.pending.iter().map(|(_, op, _, _)| op.clone()).collect();
+        if self.pending.iter().any(|(k, op, _, _)| self.seen_foreign.contains(&(*k, op.id().to_string()))) {
+            self.confirm_owner()?;
+        }
         let report = self.b.runtime.block_on(bulk::execute(&self.b.client, ops, self.b.limits, self.b.policy))?;
         self.resolve(report, &kinds, None)?;
         self.unsearchable = Some(Instant::now());
         self.pending.clear();
         self.overlay.clear();
         self.seen.clear();
+        self.seen_foreign.clear();
         Ok(())
     }
 
@@ -533,6 +553,8 @@ impl ElasticShard {
                 return Ok(written);
             }
             let mut again = Vec::new();
+            // Whether one of `again` replaces another partition's version.
+            let mut over_foreign = false;
             for op in report.conflicts.drain(..) {
                 let (index, source) = match &op {
                     BulkOp::Index { index, source, .. } | BulkOp::Create { index, source, .. } => (index.clone(), Some(source.clone())),
@@ -552,18 +574,23 @@ impl ElasticShard {
                     // The document a rewrite read is gone: nothing to move.
                     (None, Some(_), Some(_)) => {}
                     (Some((cur, seq)), Some(src), None) => {
-                        if self.wins_over(&cur, kind, pos, write) {
+                        if conflict::wins_over(self.partition, &cur, kind, pos, write) {
+                            over_foreign |= self.foreign(&cur);
                             again.push(BulkOp::Index { index, id, source: src, if_seq_no: Some(seq) });
                         }
                     }
                     (None, Some(src), None) => again.push(BulkOp::Create { index, id, source: src }),
                     (Some((cur, seq)), None, _) => {
-                        if self.wins_over(&cur, kind, pos, Write::Own) {
+                        if conflict::wins_over(self.partition, &cur, kind, pos, Write::Own) {
+                            over_foreign |= self.foreign(&cur);
                             again.push(BulkOp::Delete { index, id, if_seq_no: Some(seq) });
                         }
                     }
                     (None, None, _) => {}
                 }
+            }
+            if over_foreign {
+                self.confirm_owner()?;
             }
             report = self.b.runtime.block_on(bulk::execute(&self.b.client, again, self.b.limits, self.b.policy))?;
             written += report.done as u64;
@@ -648,20 +675,28 @@ impl Shard for ElasticShard {
         Ok(())
     }
 
-    /// Over another partition's version (the source's copy or its
-    /// tombstone) whatever its position, and over one written before
-    /// versions recorded their partition (whose position may be another
-    /// partition's offset); over this partition's own only when older.
-    fn take_over(&mut self, doc: Doc) -> Result<u64, IndexError> {
-        let foreign = match self.read(doc.kind(), doc.id())? {
-            Read::Stored(Some(v)) => self.foreign(&v) || v.get(PARTITION_FIELD).is_none(),
-            _ => false,
+    /// Over the source partition's version (its copy or its tombstone)
+    /// whatever its position, and over one written before versions recorded
+    /// their partition (whose position may be another partition's offset);
+    /// over this partition's own only when older; over a third partition's
+    /// never (see [`conflict::take_over`]).
+    fn take_over(&mut self, doc: Doc, origin: &Origin) -> Result<u64, IndexError> {
+        let from = origin.partition.or_else(|| self.b.partition_of(origin.key));
+        let stored = match self.read(doc.kind(), doc.id())? {
+            Read::Stored(v) => v,
+            Read::Overlay(_) => None,
         };
-        if !foreign {
-            return crate::apply::put_guarded(self, doc);
+        match conflict::take_over(self.partition, stored.as_ref(), from) {
+            TakeOver::Guarded => return crate::apply::put_guarded(self, doc),
+            TakeOver::Refuse { held_by } => {
+                metrics::counter!(crate::metrics::OWNER_CONFLICTS_TOTAL).increment(1);
+                tracing::warn!(kind = doc.kind().as_str(), id = doc.id(), from = ?from, held_by_partition = held_by, partition = self.partition, "a moved document is held by a partition other than the one it left: it moved on since (or this is a stale redelivery); not taken over");
+                return Ok(0);
+            }
+            TakeOver::Replace => {}
         }
         let op = self.write_op(doc.kind(), doc.id(), to_source(&doc));
-        self.pending.push((doc.kind(), op, doc.pos(), Write::TakeOver));
+        self.pending.push((doc.kind(), op, doc.pos(), Write::TakeOver { from }));
         self.overlay.insert((doc.kind(), doc.id().to_string()), Some(doc));
         if self.pending.len() >= self.b.limits.max_docs {
             self.flush()?;
