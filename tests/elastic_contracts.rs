@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use denorm::index::elastic::bulk::{self, BulkLimits, BulkOp, RetryPolicy};
 use denorm::index::elastic::config::{env, ElasticConfig};
-use denorm::index::elastic::{generations, setup, ElasticError};
+use denorm::index::elastic::{mapping, names, setup, ElasticError};
 use denorm::index::{Checkpoint, Kind};
 use serde_json::{json, Value};
 use wiremock::matchers::{header, method, path, path_regex};
@@ -87,7 +87,7 @@ async fn mount_generation(server: &MockServer, g: u64) {
 /// index, with that alias only) and `GET /<index>/_alias` (all its
 /// aliases, the generation's write alias among them).
 async fn mount_read_alias(server: &MockServer, kind: Kind, g: u64) {
-    let (read, index) = (setup::alias("denorm", kind), generations::concrete("denorm", kind, g));
+    let (read, index) = (names::alias("denorm", kind), names::concrete("denorm", kind, g));
     Mock::given(method("GET"))
         .and(path(format!("/_alias/{read}")))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({ index.clone(): {"aliases": { read.clone(): {"is_write_index": true}}} })))
@@ -96,7 +96,7 @@ async fn mount_read_alias(server: &MockServer, kind: Kind, g: u64) {
     Mock::given(method("GET"))
         .and(path(format!("/{index}/_alias")))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({
-            index.clone(): {"aliases": { read: {"is_write_index": true}, generations::write_alias("denorm", kind, g): {}}}
+            index.clone(): {"aliases": { read: {"is_write_index": true}, names::write_alias("denorm", kind, g): {}}}
         })))
         .mount(server)
         .await;
@@ -334,11 +334,11 @@ async fn the_worker_role_starts_against_existing_indexes_without_create_or_manag
 async fn mount_existing_indexes(server: &MockServer, meta_status: u16) {
     Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(server).await;
     for kind in [Kind::File, Kind::User, Kind::Post] {
-        mount_existing(server, kind, setup::mapping(kind)).await;
+        mount_existing(server, kind, mapping::mapping(kind)).await;
     }
     Mock::given(method("GET"))
         .and(path("/denorm-files/_settings"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"denorm-files-000001": {"settings": {"index": setup::settings()}}})))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"denorm-files-000001": {"settings": {"index": mapping::settings()}}})))
         .mount(server)
         .await;
     Mock::given(method("HEAD")).and(path("/denorm-meta")).respond_with(ResponseTemplate::new(meta_status)).mount(server).await;
@@ -349,7 +349,7 @@ async fn mount_existing_indexes(server: &MockServer, meta_status: u16) {
 /// behind both aliases ([`mount_read_alias`]), with `mappings`
 /// (`GET /<alias>/_mapping`).
 async fn mount_existing(server: &MockServer, kind: Kind, mappings: Value) {
-    let (read, index) = (setup::alias("denorm", kind), generations::concrete("denorm", kind, 0));
+    let (read, index) = (names::alias("denorm", kind), names::concrete("denorm", kind, 0));
     mount_read_alias(server, kind, 0).await;
     Mock::given(method("GET"))
         .and(path(format!("/{read}/_mapping")))
@@ -366,7 +366,7 @@ async fn an_index_from_before_tombstones_gets_their_fields_added() {
     let server = MockServer::start().await;
     Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
     for kind in [Kind::File, Kind::User, Kind::Post] {
-        let mut old = setup::mapping(kind);
+        let mut old = mapping::mapping(kind);
         // Files from before tombstones and the writing partition; users and
         // posts from between the two.
         let gone: &[&str] = if kind == Kind::File { &["denorm_deleted", "denorm_deleted_at", "denorm_partition"] } else { &["denorm_partition"] };
@@ -375,7 +375,7 @@ async fn an_index_from_before_tombstones_gets_their_fields_added() {
         }
         mount_existing(&server, kind, old).await;
         Mock::given(method("PUT"))
-            .and(path(format!("/{}/_mapping", generations::concrete("denorm", kind, 0))))
+            .and(path(format!("/{}/_mapping", names::concrete("denorm", kind, 0))))
             .respond_with(ResponseTemplate::new(200).set_body_json(json!({"acknowledged": true})))
             .expect(1)
             .mount(&server)
@@ -383,7 +383,7 @@ async fn an_index_from_before_tombstones_gets_their_fields_added() {
     }
     Mock::given(method("GET"))
         .and(path("/denorm-files/_settings"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"denorm-files-000001": {"settings": {"index": setup::settings()}}})))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"denorm-files-000001": {"settings": {"index": mapping::settings()}}})))
         .mount(&server)
         .await;
     Mock::given(method("PUT")).and(path("/denorm-meta")).respond_with(recorded::resource_already_exists("denorm-meta")).mount(&server).await;
@@ -422,8 +422,8 @@ async fn an_existing_index_without_its_alias_is_refused_not_used() {
 async fn refuses_an_index_whose_path_analyzer_differs() {
     let server = MockServer::start().await;
     Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
-    let (read, index) = (setup::alias("denorm", Kind::File), generations::concrete("denorm", Kind::File, 0));
-    mount_existing(&server, Kind::File, setup::mapping(Kind::File)).await;
+    let (read, index) = (names::alias("denorm", Kind::File), names::concrete("denorm", Kind::File, 0));
+    mount_existing(&server, Kind::File, mapping::mapping(Kind::File)).await;
     // As GET /<index>/_settings answers: every value a string.
     Mock::given(method("GET"))
         .and(path(format!("/{read}/_settings")))
@@ -446,9 +446,9 @@ async fn accepts_a_matching_mapping_and_refuses_a_conflicting_one() {
     let server = MockServer::start().await;
     Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
     for kind in [Kind::User, Kind::Post] {
-        mount_existing(&server, kind, setup::mapping(kind)).await;
+        mount_existing(&server, kind, mapping::mapping(kind)).await;
     }
-    let mut wrong = setup::mapping(Kind::File);
+    let mut wrong = mapping::mapping(Kind::File);
     wrong["properties"]["path"] = json!({"type": "text"});
     mount_existing(&server, Kind::File, wrong).await;
     let client = config(&server, &[]).client().unwrap();
@@ -989,8 +989,8 @@ mod generations_contracts {
         let reqs = rt.block_on(server.received_requests()).unwrap();
         let created: Value = serde_json::from_slice(&reqs.iter().find(|r| r.url.path() == "/denorm-files-000002").unwrap().body).unwrap();
         assert_eq!(created["aliases"], json!({"denorm-files-g1": {}}), "only its write alias: searches must not see it before the cutover");
-        assert_eq!(created["mappings"], setup::mapping(Kind::File));
-        assert_eq!(created["settings"], setup::settings());
+        assert_eq!(created["mappings"], mapping::mapping(Kind::File));
+        assert_eq!(created["settings"], mapping::settings());
         let order: Vec<&str> = reqs.iter().map(|r| r.url.path()).filter(|p| !p.ends_with("_alias")).collect();
         let at = |p: &str| order.iter().position(|x| x.contains(p)).unwrap_or_else(|| panic!("{p} in {order:?}"));
         assert!(at("g1-log") < at("_refresh") && at("_refresh") < at("/_aliases"), "log recorded, then refreshed, then swapped: {order:?}");

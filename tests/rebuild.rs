@@ -22,7 +22,7 @@ fn file_counter(index: &std::path::Path) -> Box<dyn FnMut() -> usize + Send> {
     if elastic::is_url(index) {
         let (url, rt) = (index.to_string_lossy().into_owned(), rt());
         let b = elastic::backend(&url, &rt, "");
-        let alias = denorm::index::elastic::setup::alias(&b.prefix, denorm::index::Kind::File);
+        let alias = denorm::index::elastic::names::alias(&b.prefix, denorm::index::Kind::File);
         return Box::new(move || {
             let v: serde_json::Value = rt.block_on(async {
                 let r = b.client.count(elasticsearch::CountParts::Index(&[&alias])).body(serde_json::json!({"query": {"bool": {"must_not": [denorm::index::elastic::docs::is_deleted()]}}})).send().await.unwrap();

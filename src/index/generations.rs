@@ -11,7 +11,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use super::elastic::{generations, shard::ElasticBackend, ElasticError};
+use super::elastic::{generations, meta, names, shard::ElasticBackend, ElasticError};
 use super::embedded::{EmbeddedBackend, EmbeddedIndex};
 use super::{Backend, Checkpoint};
 
@@ -137,12 +137,12 @@ impl ElasticGenerations {
 
     fn meta(&self, id: &str) -> anyhow::Result<Option<serde_json::Value>> {
         let b = &self.backend;
-        self.block(generations::get_meta(&b.client, &b.prefix, id))
+        self.block(meta::get_meta(&b.client, &b.prefix, id))
     }
 
     fn put_meta(&self, id: &str, body: serde_json::Value) -> anyhow::Result<()> {
         let b = &self.backend;
-        self.block(generations::put_meta(&b.client, &b.prefix, id, body))
+        self.block(meta::put_meta(&b.client, &b.prefix, id, body))
     }
 }
 
@@ -154,17 +154,17 @@ impl Generations for ElasticGenerations {
         self.block(generations::list(&self.backend.client, &self.backend.prefix))
     }
     fn state(&self) -> anyhow::Result<Option<State>> {
-        self.meta(generations::REBUILD)?.map(|v| serde_json::from_value(v).context("reading the rebuild's state")).transpose()
+        self.meta(names::REBUILD)?.map(|v| serde_json::from_value(v).context("reading the rebuild's state")).transpose()
     }
     fn save_state(&self, s: &State) -> anyhow::Result<()> {
-        self.put_meta(generations::REBUILD, serde_json::to_value(s)?)
+        self.put_meta(names::REBUILD, serde_json::to_value(s)?)
     }
     fn clear_state(&self) -> anyhow::Result<()> {
         let b = &self.backend;
-        self.block(generations::delete_meta(&b.client, &b.prefix, generations::REBUILD))
+        self.block(meta::delete_meta(&b.client, &b.prefix, names::REBUILD))
     }
     fn recorded_topic(&self) -> anyhow::Result<String> {
-        let log = self.meta(&generations::meta_id(self.current()?, "log"))?;
+        let log = self.meta(&names::meta_id(self.current()?, "log"))?;
         Ok(log.and_then(|v| v["topic"].as_str().map(String::from)).unwrap_or_else(|| self.backend.topic.clone()))
     }
     fn checkpoints_in(&self, g: u64, partitions: i32) -> anyhow::Result<BTreeMap<i32, Checkpoint>> {
@@ -173,7 +173,7 @@ impl Generations for ElasticGenerations {
     }
     fn prepare(&self, g: u64) -> anyhow::Result<()> {
         let b = &self.backend;
-        for kind in generations::KINDS {
+        for kind in names::KINDS {
             self.block(generations::create(&b.client, &b.prefix, kind, g, false))?;
         }
         Ok(())
@@ -185,14 +185,14 @@ impl Generations for ElasticGenerations {
     }
     fn cut_over(&self, from: u64, to: u64, partitions: i32) -> anyhow::Result<()> {
         let b = &self.backend;
-        self.put_meta(&generations::meta_id(to, "log"), serde_json::json!({"topic": b.topic, "partitions": partitions}))?;
+        self.put_meta(&names::meta_id(to, "log"), serde_json::json!({"topic": b.topic, "partitions": partitions}))?;
         self.block(generations::refresh(&b.client, &b.prefix, to))?;
         self.block(generations::cut_over(&b.client, &b.prefix, from, to))
     }
     /// At once: the cutover removed `g`'s write aliases, so no writer can
     /// reach its indexes any more.
     fn remove(&self, g: u64, partitions: i32) -> anyhow::Result<()> {
-        let recorded = self.meta(&generations::meta_id(g, "log"))?.and_then(|v| v["partitions"].as_i64());
+        let recorded = self.meta(&names::meta_id(g, "log"))?.and_then(|v| v["partitions"].as_i64());
         let partitions = recorded.map_or(partitions, |n| n as i32);
         let b = &self.backend;
         self.block(generations::remove(&b.client, &b.prefix, g, partitions))?;

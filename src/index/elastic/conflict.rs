@@ -19,7 +19,7 @@
 use serde_json::Value;
 
 use super::docs::{from_source, is_tombstone};
-use super::setup::PARTITION_FIELD;
+use super::names::PARTITION_FIELD;
 use crate::index::Kind;
 
 /// Which rule decides a buffered write's conflicts.

@@ -3,7 +3,7 @@
 use elasticsearch::{Elasticsearch, OpenPointInTimeParts, SearchParts};
 use serde_json::{json, Value};
 
-use super::setup::{DELETED_AT_FIELD, DELETED_FIELD, POS_FIELD};
+use super::names::{DELETED_AT_FIELD, DELETED_FIELD, POS_FIELD};
 use super::{json_or_status, ElasticError};
 use crate::index::{Author, Doc, FileDoc, Kind, PostDoc, Scan, UserDoc};
 
@@ -34,7 +34,7 @@ pub fn from_source(kind: Kind, v: &Value) -> Doc {
 }
 
 /// The `_source` of a tombstone: what deleting `id` at log position `pos`
-/// leaves (see [`super::setup::DELETED_FIELD`]).
+/// leaves (see [`super::names::DELETED_FIELD`]).
 pub fn tombstone(id: &str, pos: u64, now_ms: u64) -> Value {
     json!({"id": id, POS_FIELD: pos, DELETED_FIELD: true, DELETED_AT_FIELD: now_ms})
 }

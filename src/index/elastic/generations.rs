@@ -19,102 +19,14 @@
 //! and `rebuild` for generation 0 and `g<g>-log`, `g<g>-p<N>` after it.
 
 use elasticsearch::indices::{IndicesCreateParts, IndicesDeleteParts, IndicesGetAliasParts, IndicesPutAliasParts, IndicesRefreshParts};
-use elasticsearch::{DeleteParts, Elasticsearch, IndexParts};
+use elasticsearch::Elasticsearch;
 use serde_json::{json, Value};
 
-use super::setup::{alias, mapping, settings};
+use super::mapping::create_body;
+use super::names::{alias, concrete, generation_of, meta_id, write_alias, KINDS};
+use super::meta::delete_meta;
 use super::{json_or_status, ElasticError};
 use crate::index::Kind;
-
-pub const KINDS: [Kind; 3] = [Kind::File, Kind::User, Kind::Post];
-
-/// The concrete index of `kind` in generation `g`.
-pub fn concrete(prefix: &str, kind: Kind, g: u64) -> String {
-    format!("{}-{:06}", alias(prefix, kind), g + 1)
-}
-
-/// The alias generation `g`'s shard writers read and write `kind` through.
-pub fn write_alias(prefix: &str, kind: Kind, g: u64) -> String {
-    format!("{}-g{g}", alias(prefix, kind))
-}
-
-/// The id of the meta document `name` (`log`, `p<N>`) of generation `g`.
-pub fn meta_id(g: u64, name: &str) -> String {
-    match g {
-        0 => name.to_string(),
-        g => format!("g{g}-{name}"),
-    }
-}
-
-/// The meta document of the rebuild in progress.
-pub const REBUILD: &str = "rebuild";
-
-/// The meta document `id` (`None` when it, or the meta index, is missing).
-pub async fn get_meta(client: &Elasticsearch, prefix: &str, id: &str) -> Result<Option<Value>, ElasticError> {
-    match super::shard::get_source(client, &meta_index(prefix), id).await {
-        Ok(found) => Ok(found.map(|(v, _)| v)),
-        Err(ElasticError::Gone(_)) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// Creates or replaces the meta document `id`.
-pub async fn put_meta(client: &Elasticsearch, prefix: &str, id: &str, body: Value) -> Result<(), ElasticError> {
-    let index = meta_index(prefix);
-    let r = client.index(IndexParts::IndexId(&index, id)).body(body).send().await?;
-    json_or_status(&format!("writing {index}/{id}"), r).await?;
-    Ok(())
-}
-
-/// Writes the meta document `id` only if it is still at `version` (its
-/// `_seq_no` and `_primary_term` as last read or written), or, for `None`,
-/// only if it does not exist yet. Returns its new version, or `None` when
-/// another writer changed it first (409).
-pub async fn put_meta_if(
-    client: &Elasticsearch,
-    prefix: &str,
-    id: &str,
-    body: Value,
-    version: Option<(i64, i64)>,
-) -> Result<Option<(i64, i64)>, ElasticError> {
-    let index = meta_index(prefix);
-    let r = match version {
-        Some((seq, term)) => client.index(IndexParts::IndexId(&index, id)).if_seq_no(seq).if_primary_term(term).body(body).send().await?,
-        None => client.create(elasticsearch::CreateParts::IndexId(&index, id)).body(body).send().await?,
-    };
-    if r.status_code().as_u16() == 409 {
-        return Ok(None);
-    }
-    let v = json_or_status(&format!("writing {index}/{id}"), r).await?;
-    match (v["_seq_no"].as_i64(), v["_primary_term"].as_i64()) {
-        (Some(seq), Some(term)) => Ok(Some((seq, term))),
-        _ => Err(ElasticError::Transport(format!("writing {index}/{id}: the answer has no _seq_no/_primary_term: {v}"))),
-    }
-}
-
-/// Deletes the meta document `id` (done when it is missing).
-pub async fn delete_meta(client: &Elasticsearch, prefix: &str, id: &str) -> Result<(), ElasticError> {
-    let index = meta_index(prefix);
-    let r = client.delete(DeleteParts::IndexId(&index, id)).send().await?;
-    if r.status_code().as_u16() != 404 {
-        json_or_status(&format!("deleting {index}/{id}"), r).await?;
-    }
-    Ok(())
-}
-
-/// The meta index: one concrete index for every generation.
-pub fn meta_index(prefix: &str) -> String {
-    format!("{prefix}-meta")
-}
-
-/// The generation of the concrete index `index` of `kind`, if it is one.
-pub fn generation_of(prefix: &str, kind: Kind, index: &str) -> Option<u64> {
-    let digits = index.strip_prefix(&alias(prefix, kind))?.strip_prefix('-')?;
-    if digits.len() != 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse::<u64>().ok()?.checked_sub(1)
-}
 
 /// The concrete indexes `name` (an index, or a pattern of index names)
 /// resolves to, each with all its aliases (`GET /<name>/_alias`); empty
@@ -184,16 +96,6 @@ pub async fn list(client: &Elasticsearch, prefix: &str) -> Result<Vec<u64>, Elas
     out.sort_unstable();
     out.dedup();
     Ok(out)
-}
-
-/// The body that creates generation `g` of `kind`, with its write alias
-/// and, for the first generation of a new index, the read alias.
-pub fn create_body(prefix: &str, kind: Kind, g: u64, with_read_alias: bool) -> Value {
-    let mut aliases = json!({ write_alias(prefix, kind, g): {} });
-    if with_read_alias {
-        aliases[alias(prefix, kind)] = json!({ "is_write_index": true });
-    }
-    json!({ "settings": settings(), "mappings": mapping(kind), "aliases": aliases })
 }
 
 /// Creates the concrete index of `kind` in generation `g`; one that exists
@@ -273,7 +175,7 @@ pub async fn remove(client: &Elasticsearch, prefix: &str, g: u64, partitions: i3
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let r = client.indices().delete(IndicesDeleteParts::Index(&refs)).ignore_unavailable(true).send().await?;
     json_or_status(&format!("deleting generation {g}"), r).await?;
-    for id in (0..partitions).map(|p| meta_id(g, &format!("p{p}"))).chain([meta_id(g, "log"), meta_id(g, super::shard::SWEEP)]) {
+    for id in (0..partitions).map(|p| meta_id(g, &format!("p{p}"))).chain([meta_id(g, "log"), meta_id(g, super::names::SWEEP)]) {
         delete_meta(client, prefix, &id).await?;
     }
     Ok(())

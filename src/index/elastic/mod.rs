@@ -1,20 +1,31 @@
 //! Elasticsearch backend, through the official `elasticsearch` crate.
 //!
-//! Client construction with basic or API-key authentication and a custom CA
-//! ([`config`]), index setup with concrete indexes behind aliases and
-//! mapping-conflict detection ([`setup`]), index generations for
-//! `denorm rebuild` ([`generations`]), the bulk engine that retries only the
-//! failed items ([`bulk`]), and the `Shard`/`SearchIndex` implementations
-//! ([`shard`], [`search`]).
+//! By role, each module importing only those above it in this list:
+//! - no I/O: [`names`] (indexes, aliases, meta documents, bookkeeping
+//!   fields), [`mapping`] (settings, mappings, and how a found mapping is
+//!   compared), [`conflict`] (who wins where two partitions' writers meet),
+//!   [`docs`] (documents to and from `_source`, tombstones, scans);
+//! - client helpers: this module (errors, response checks), [`config`]
+//!   (client construction with basic or API-key authentication and a
+//!   custom CA), [`bulk`] (the bulk engine that retries only the failed
+//!   items), [`meta`] (reads by id, meta documents and checkpoints);
+//! - [`generations`] (index generations for `denorm rebuild`), [`setup`]
+//!   (startup: what exists, what is missing, the mapping check),
+//!   [`tombstones`] (the sweep of expired ones), [`search`];
+//! - [`shard`]: the backend and its shard writers.
 
 pub mod bulk;
 pub mod conflict;
 pub mod config;
 pub mod docs;
 pub mod generations;
+pub mod mapping;
+pub mod meta;
+pub mod names;
 pub mod search;
 pub mod setup;
 pub mod shard;
+pub mod tombstones;
 
 /// Failures talking to Elasticsearch.
 #[derive(Debug, thiserror::Error)]

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use tokio::runtime::Handle;
 
 use super::docs::{from_source, hits, is_deleted, PitScan};
-use super::setup::alias;
+use super::names::alias;
 use super::complete_json;
 use crate::index::{AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, SearchIndex};
 

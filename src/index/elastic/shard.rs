@@ -18,39 +18,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use elasticsearch::indices::IndicesRefreshParts;
-use elasticsearch::{CreateParts, Elasticsearch, GetParts, MgetParts};
+use elasticsearch::{CreateParts, Elasticsearch, MgetParts};
 use serde_json::{json, Value};
 use tokio::runtime::Handle;
 
 use super::bulk::{self, BulkLimits, BulkOp, BulkReport, RetryPolicy};
 use super::docs::{from_source, is_tombstone, scan_query, to_source, tombstone, PitScan};
-use super::setup::{DELETED_AT_FIELD, DELETED_FIELD, PARTITION_FIELD, POS_FIELD};
+use super::names::{PARTITION_FIELD, POS_FIELD};
 use super::conflict::{self, TakeOver, Write};
 use super::generations;
+use super::meta::{self, checkpoint_from, checkpoints_from_mget, get_source};
+use super::names;
+use super::tombstones::{self, now_ms};
 use super::{json_or_status, ElasticError};
 use crate::index::{Backend, Checkpoint, Doc, IndexError, Kind, Origin, Scan, SearchIndex, Shard};
-
-/// How long a tombstone is kept: far longer than a previous owner can
-/// plausibly keep writing after losing its partition (bounded by
-/// `--shutdown-timeout-secs`, plus pauses).
-pub const TOMBSTONE_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
-
-/// How often expired tombstones are removed from a generation.
-const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
-
-/// The meta document of a generation's last sweep of expired tombstones.
-pub const SWEEP: &str = "sweep";
-
-/// The `_delete_by_query` body that removes the tombstones older than
-/// [`TOMBSTONE_TTL`] at `now_ms`.
-pub fn expired_tombstones(now_ms: u64) -> Value {
-    let before = now_ms.saturating_sub(TOMBSTONE_TTL.as_millis() as u64);
-    json!({"query": {"bool": {"filter": [{"term": {DELETED_FIELD: true}}, {"range": {DELETED_AT_FIELD: {"lt": before}}}]}}})
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
 
 /// Times a fan-out's scan starts again after its point in time expired,
 /// before the command fails (retryably).
@@ -135,15 +116,8 @@ impl ElasticBackend {
     }
 
     fn meta_index(&self) -> String {
-        generations::meta_index(&self.prefix)
+        names::meta_index(&self.prefix)
     }
-}
-
-/// The checkpoint a partition's meta document holds.
-fn checkpoint_from(meta: &Value) -> Option<Checkpoint> {
-    let offset = meta["applied"].as_u64()?;
-    let fingerprint = meta["fingerprint"].as_str().and_then(|h| u64::from_str_radix(h, 16).ok());
-    Some(Checkpoint { offset, fingerprint })
 }
 
 impl Backend for ElasticBackend {
@@ -158,7 +132,7 @@ impl Backend for ElasticBackend {
             return Ok(());
         }
         let index = self.meta_index();
-        let id = generations::meta_id(self.generation()?, "log");
+        let id = names::meta_id(self.generation()?, "log");
         loop {
             if let Some((v, _)) = self.runtime.block_on(get_source(&self.client, &index, &id))? {
                 let topic = v["topic"].as_str().unwrap_or_default();
@@ -187,7 +161,7 @@ impl Backend for ElasticBackend {
     /// One multi-get of the partitions' meta documents.
     fn checkpoints(&self, partitions: &[i32]) -> Result<HashMap<i32, Checkpoint>, IndexError> {
         let g = self.generation()?;
-        let ids: Vec<String> = partitions.iter().map(|p| generations::meta_id(g, &format!("p{p}"))).collect();
+        let ids: Vec<String> = partitions.iter().map(|p| names::meta_id(g, &format!("p{p}"))).collect();
         let index = self.meta_index();
         let r = self
             .runtime
@@ -226,7 +200,7 @@ impl Backend for ElasticBackend {
     /// and fails as fenced.
     fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError> {
         let generation = self.generation()?;
-        let meta_id = generations::meta_id(generation, &format!("p{partition}"));
+        let meta_id = names::meta_id(generation, &format!("p{partition}"));
         let mut attempts = 0;
         let (applied, parked, received, owner, meta_version) = loop {
             let meta = self.runtime.block_on(get_source(&self.client, &self.meta_index(), &meta_id))?;
@@ -242,7 +216,7 @@ impl Backend for ElasticBackend {
             };
             let owner = body[OWNER_FIELD].as_u64().unwrap_or(0) + 1;
             body[OWNER_FIELD] = json!(owner);
-            if let Some(written) = self.runtime.block_on(generations::put_meta_if(&self.client, &self.prefix, &meta_id, body.clone(), version))? {
+            if let Some(written) = self.runtime.block_on(meta::put_meta_if(&self.client, &self.prefix, &meta_id, body.clone(), version))? {
                 let received = crate::moves::received_from_json(&body["received"]);
                 break (checkpoint_from(&body), crate::dlq::parking_from_json(&body["parked"]), received, owner, written);
             }
@@ -278,60 +252,6 @@ impl Backend for ElasticBackend {
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {
         Ok(Box::new(super::search::ElasticSearch { client: self.client.clone(), prefix: self.prefix.clone(), runtime: self.runtime.clone() }))
     }
-}
-
-/// The checkpoints in a `_mget` answer of the partitions' meta documents.
-/// Elasticsearch answers 200 with an `error` in place of each document it
-/// could not read (a meta shard unavailable, say): taking that for "no
-/// checkpoint" would replay the partition from the start, and resurrect
-/// documents whose tombstones have expired. Any such error but a missing
-/// index is retryable; a missing index holds no checkpoint.
-pub fn checkpoints_from_mget(partitions: &[i32], v: &Value) -> Result<HashMap<i32, Checkpoint>, ElasticError> {
-    let docs = v["docs"].as_array().map(Vec::as_slice).unwrap_or_default();
-    if docs.len() != partitions.len() {
-        return Err(ElasticError::Transport(format!("reading the partitions' checkpoints: {} answers for {} partitions", docs.len(), partitions.len())));
-    }
-    let mut out = HashMap::new();
-    for (p, doc) in partitions.iter().zip(docs) {
-        if let Some(error) = doc.get("error") {
-            if error["type"].as_str() == Some(super::INDEX_NOT_FOUND) {
-                continue;
-            }
-            let id = doc["_id"].as_str().unwrap_or("?");
-            return Err(ElasticError::Transport(format!("reading the checkpoint of partition {p} ({id}) failed: {error}")));
-        }
-        match doc["found"].as_bool() {
-            Some(true) => {
-                if let Some(c) = checkpoint_from(&doc["_source"]) {
-                    out.insert(*p, c);
-                }
-            }
-            Some(false) => {}
-            None => return Err(ElasticError::Transport(format!("reading the checkpoint of partition {p}: an answer with neither found nor error: {doc}"))),
-        }
-    }
-    Ok(out)
-}
-
-/// GET a document by id (realtime): its source and (seq_no, primary_term).
-/// A missing document is `None`; a missing index or alias is an error
-/// ([`ElasticError::Gone`]), never taken for an absent document.
-pub(crate) async fn get_source(client: &Elasticsearch, index: &str, id: &str) -> Result<Option<(Value, (i64, i64))>, ElasticError> {
-    let r = client.get(GetParts::IndexId(index, id)).send().await?;
-    let what = format!("reading {index}/{id}");
-    if r.status_code().as_u16() == 404 {
-        let body = r.text().await.unwrap_or_default();
-        return match serde_json::from_str::<Value>(&body) {
-            Ok(v) if v["found"] == json!(false) => Ok(None),
-            _ => Err(super::status_error(&what, 404, &body)),
-        };
-    }
-    let v = json_or_status(&what, r).await?;
-    if v["found"] == json!(false) {
-        return Ok(None);
-    }
-    let seq = (v["_seq_no"].as_i64().unwrap_or(0), v["_primary_term"].as_i64().unwrap_or(1));
-    Ok(Some((v["_source"].clone(), seq)))
 }
 
 /// The meta field holding a partition's owner epoch (see
@@ -388,7 +308,7 @@ pub struct ElasticShard {
 impl ElasticShard {
     /// The alias documents of `kind` are read and written through.
     fn target(&self, kind: Kind) -> String {
-        generations::write_alias(&self.b.prefix, kind, self.generation)
+        names::write_alias(&self.b.prefix, kind, self.generation)
     }
 
     /// The document as this writer sees it: its uncommitted write, or what
@@ -450,59 +370,26 @@ impl ElasticShard {
         }
     }
 
-    /// Removes tombstones older than [`TOMBSTONE_TTL`] from this
-    /// generation, once per [`SWEEP_EVERY`] for the whole generation: each
-    /// writer looks at its first commit and then hourly, and sweeps only if
-    /// it wins the claim ([`Self::claim_sweep`]). Best effort: in the
+    /// Removes expired tombstones from this generation, once per
+    /// [`tombstones::SWEEP_EVERY`] for the whole generation: each writer
+    /// looks at its first commit and then hourly, and sweeps only if it
+    /// wins the claim ([`tombstones::claim`]). Best effort: in the
     /// background of the cluster, and a failed sweep is tried again later.
     fn sweep_tombstones(&mut self) {
-        if self.last_sweep.is_some_and(|at| at.elapsed() < SWEEP_EVERY) {
+        if self.last_sweep.is_some_and(|at| at.elapsed() < tombstones::SWEEP_EVERY) {
             return;
         }
         self.last_sweep = Some(std::time::Instant::now());
-        match self.b.runtime.block_on(self.claim_sweep()) {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "claiming the sweep of expired tombstones failed; tried again later");
-                return;
-            }
-        }
         let targets: Vec<String> = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.target(*k)).collect();
-        let refs: Vec<&str> = targets.iter().map(String::as_str).collect();
-        let query = expired_tombstones(now_ms());
         let r = self.b.runtime.block_on(async {
-            let r = self
-                .b
-                .client
-                .delete_by_query(elasticsearch::DeleteByQueryParts::Index(&refs))
-                .conflicts(elasticsearch::params::Conflicts::Proceed)
-                .wait_for_completion(false)
-                .body(query)
-                .send()
-                .await?;
-            json_or_status("removing expired tombstones", r).await
+            if !tombstones::claim(&self.b.client, &self.b.prefix, self.generation, self.partition).await? {
+                return Ok(());
+            }
+            tombstones::sweep(&self.b.client, &targets).await
         });
         if let Err(e) = r {
             tracing::warn!(error = %e, "removing expired tombstones failed; tried again later");
         }
-    }
-
-    /// Whether this writer sweeps now. The meta document `sweep` of the
-    /// generation records when its last sweep began; a writer claims the
-    /// next one by rewriting it, conditionally on the version it read (a
-    /// create when there is none), once it is [`SWEEP_EVERY`] old. Of the
-    /// writers of all partitions, which all look after a rebalance, one
-    /// wins; the others find it recent, or lose the conditional write.
-    async fn claim_sweep(&self) -> Result<bool, ElasticError> {
-        let id = generations::meta_id(self.generation, SWEEP);
-        let now = now_ms();
-        let version = match get_source(&self.b.client, &self.b.meta_index(), &id).await? {
-            Some((v, _)) if now.saturating_sub(v["at"].as_u64().unwrap_or(0)) < SWEEP_EVERY.as_millis() as u64 => return Ok(false),
-            Some((_, version)) => Some(version),
-            None => None,
-        };
-        Ok(generations::put_meta_if(&self.b.client, &self.b.prefix, &id, json!({"at": now, "partition": self.partition}), version).await?.is_some())
     }
 
     /// Sends the buffered writes; resolves their conflicts by reading again.
@@ -705,7 +592,7 @@ impl Shard for ElasticShard {
     }
 
     fn delete(&mut self, kind: Kind, id: &str, pos: u64) -> Result<(), IndexError> {
-        // A tombstone, not a removal (see `setup::DELETED_FIELD`).
+        // A tombstone, not a removal (see `names::DELETED_FIELD`).
         let op = self.write_op(kind, id, tombstone(id, pos, now_ms()));
         self.pending.push((kind, op, pos, Write::Own));
         self.overlay.insert((kind, id.to_string()), None);
@@ -795,7 +682,7 @@ impl Shard for ElasticShard {
                 if let Some(f) = at.fingerprint {
                     body["fingerprint"] = json!(format!("{f:016x}"));
                 }
-                let written = self.b.runtime.block_on(generations::put_meta_if(&self.b.client, &self.b.prefix, &self.meta_id, body, Some(self.meta_version)))?;
+                let written = self.b.runtime.block_on(meta::put_meta_if(&self.b.client, &self.b.prefix, &self.meta_id, body, Some(self.meta_version)))?;
                 match written {
                     Some(version) => self.meta_version = version,
                     // Retryable: the worker drops this shard; a worker that
@@ -815,31 +702,5 @@ impl Shard for ElasticShard {
         // After the checkpoint: a fenced writer does not sweep.
         self.sweep_tombstones();
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Issue 27 B4: an `_mget` item error is not "no checkpoint".
-    #[test]
-    fn an_unreadable_checkpoint_is_a_retryable_error_not_a_replay_from_the_start() {
-        let found = json!({"_index": "denorm-meta", "_id": "p0", "found": true, "_source": {"topic": "t", "applied": 41}});
-        let absent = json!({"_index": "denorm-meta", "_id": "p1", "found": false});
-        let unavailable = json!({"_index": "denorm-meta", "_id": "p2", "error": {"type": "no_shard_available_action_exception", "reason": "No shard available for [get [denorm-meta][p2]]"}});
-        let no_index = json!({"_index": "denorm-meta", "_id": "p2", "error": {"type": "index_not_found_exception", "reason": "no such index [denorm-meta]"}});
-
-        let got = checkpoints_from_mget(&[0, 1, 2], &json!({"docs": [found, absent, no_index]})).unwrap();
-        assert_eq!(got.len(), 1);
-        assert_eq!(got[&0].offset, 41);
-
-        let err = checkpoints_from_mget(&[0, 1, 2], &json!({"docs": [found, absent, unavailable]})).unwrap_err();
-        assert!(err.is_retryable(), "{err}");
-        assert!(err.to_string().contains("partition 2") && err.to_string().contains("no_shard_available_action_exception"), "{err}");
-        assert!(IndexError::from(err).is_retryable());
-
-        // An answer that does not cover every partition is not trusted either.
-        assert!(checkpoints_from_mget(&[0, 1], &json!({"docs": [found]})).unwrap_err().is_retryable());
     }
 }

@@ -1,0 +1,76 @@
+//! The names denorm gives things in Elasticsearch: indexes, aliases, meta
+//! documents, and the bookkeeping fields of its documents. No I/O.
+
+use crate::index::Kind;
+
+/// Field holding the log position of the last write (idempotence guard).
+pub const POS_FIELD: &str = "denorm_pos";
+
+/// Set on a tombstone: what a delete leaves, with the delete's position in
+/// [`POS_FIELD`], so that an older write arriving late (a previous owner
+/// still running) finds the document newer than itself instead of absent.
+pub const DELETED_FIELD: &str = "denorm_deleted";
+
+/// The partition whose shard wrote the document (or its tombstone) last.
+/// Positions ([`POS_FIELD`]) are offsets within that partition: a writer
+/// compares them only with its own, and takes a document another
+/// partition wrote as foreign (see `shard::ElasticShard::foreign`). A
+/// document moves between partitions through a cross-key rename.
+pub const PARTITION_FIELD: &str = "denorm_partition";
+
+/// When a tombstone was written (epoch milliseconds): tombstones are
+/// removed once older than `tombstones::TOMBSTONE_TTL`.
+pub const DELETED_AT_FIELD: &str = "denorm_deleted_at";
+
+pub fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::File => "files",
+        Kind::User => "users",
+        Kind::Post => "posts",
+    }
+}
+
+/// The alias documents of `kind` are read and written through.
+pub fn alias(prefix: &str, kind: Kind) -> String {
+    format!("{prefix}-{}", kind_name(kind))
+}
+
+pub const KINDS: [Kind; 3] = [Kind::File, Kind::User, Kind::Post];
+
+/// The concrete index of `kind` in generation `g`.
+pub fn concrete(prefix: &str, kind: Kind, g: u64) -> String {
+    format!("{}-{:06}", alias(prefix, kind), g + 1)
+}
+
+/// The alias generation `g`'s shard writers read and write `kind` through.
+pub fn write_alias(prefix: &str, kind: Kind, g: u64) -> String {
+    format!("{}-g{g}", alias(prefix, kind))
+}
+
+/// The id of the meta document `name` (`log`, `p<N>`) of generation `g`.
+pub fn meta_id(g: u64, name: &str) -> String {
+    match g {
+        0 => name.to_string(),
+        g => format!("g{g}-{name}"),
+    }
+}
+
+/// The meta document of the rebuild in progress.
+pub const REBUILD: &str = "rebuild";
+
+/// The meta index: one concrete index for every generation.
+pub fn meta_index(prefix: &str) -> String {
+    format!("{prefix}-meta")
+}
+
+/// The generation of the concrete index `index` of `kind`, if it is one.
+pub fn generation_of(prefix: &str, kind: Kind, index: &str) -> Option<u64> {
+    let digits = index.strip_prefix(&alias(prefix, kind))?.strip_prefix('-')?;
+    if digits.len() != 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_sub(1)
+}
+
+/// The meta document of a generation's last sweep of expired tombstones.
+pub const SWEEP: &str = "sweep";
