@@ -60,3 +60,46 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
     assert!(files.lines().all(|l| l.starts_with("/x5000/moved/d")), "{files}");
     assert_eq!(search("/r5000").1, "", "nothing left at the source");
 }
+
+/// `denorm bench --elasticsearch` at smoke size on the Elasticsearch-API
+/// server of the suite: every phase runs beside its baseline (a plain
+/// `_bulk`, `_update_by_query`), the ratios are the rates over those
+/// baselines, and the renamed tree is where the rename put it.
+#[test]
+fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query() {
+    let broker = broker();
+    let es = common::elastic::elastic();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench.json");
+    let (code, stdout, stderr) = output(
+        denorm()
+            .args(["--brokers", &broker.brokers, "bench", "--elasticsearch", &es.url, "--docs", "2000", "--renames", "1000,3000", "--latency-rate", "100", "--latency-secs", "2"])
+            .arg("--out")
+            .arg(&out)
+            .arg("--dir")
+            .arg(dir.path().join("work")),
+    );
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    println!("{stdout}");
+    for row in ["replay of 2000 commands", "2000 single-document updates", "rename of a directory of 3000 files", "_update_by_query", "plain _bulk", "produce -> searchable at 100/s"] {
+        assert!(stdout.contains(row), "no {row:?} in\n{stdout}");
+    }
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let r = &v["results"];
+    let positive = |x: &serde_json::Value, what: &str| {
+        let f = x.as_f64().unwrap_or_else(|| panic!("{what} missing in {r:#}"));
+        assert!(f.is_finite() && f > 0.0, "{what} = {f}");
+        f
+    };
+    for (phase, baseline) in [("replay", "raw_bulk_rate"), ("single_document", "raw_bulk_rate"), ("rename_1000", "raw_rate"), ("rename_3000", "raw_rate")] {
+        let (rate, ratio, base) = (positive(&r[phase]["rate"], "rate"), positive(&r[phase]["ratio"], "ratio"), positive(&r[phase][baseline], baseline));
+        assert!((ratio - rate / base).abs() < 1e-9, "{phase}: {ratio} != {rate} / {base}");
+    }
+    assert_eq!(r["latency"]["commands"], 200);
+    // The renamed tree, through denorm's own search of the run's indexes.
+    let prefix = v["index_prefix"].as_str().expect("the run's index prefix");
+    let (code, files, err) = output(denorm().env("DENORM_ES_PREFIX", prefix).args(["search", "files", "--under", "/r3000", "--limit", "0", "--index", &es.url]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(files.lines().count(), 3000);
+    assert!(files.lines().all(|l| l.starts_with("/r3000/moved/d")), "{files}");
+}

@@ -1,7 +1,10 @@
 //! `denorm bench`: the pipeline against raw baselines measured in the same
 //! run on the same broker (see docs/benchmark.md). Workers are real
 //! `denorm run` processes (this executable), so their memory is their own;
-//! the baselines are a plain rdkafka consumer and bare tantivy.
+//! the baselines are a plain rdkafka consumer and bare tantivy; against
+//! Elasticsearch ([`elastic`]), a plain `_bulk` and `_update_by_query`.
+
+mod elastic;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -68,6 +71,11 @@ pub struct BenchArgs {
     /// Give up on a phase after this many seconds
     #[arg(long, default_value_t = 900)]
     timeout_secs: u64,
+    /// Run the phases against this Elasticsearch cluster instead of the embedded index, with a
+    /// plain `_bulk` and `_update_by_query` as the baselines (credentials from DENORM_ES_*; the
+    /// indexes go under a prefix of the run's own, printed at the start and left for inspection)
+    #[arg(long, value_name = "URL")]
+    elasticsearch: Option<String>,
 }
 
 /// One row of the results table.
@@ -114,6 +122,10 @@ pub async fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         .ensure_topic()
         .await
         .with_context(|| format!("cannot reach the broker at {} or create the benchmark topic", kafka.brokers))?;
+    let es = match &a.elasticsearch {
+        Some(url) => Some(elastic::backend(url, &run_id, &kafka.topic)?),
+        None => None,
+    };
     let b = Bench {
         cli,
         a,
@@ -121,6 +133,7 @@ pub async fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         work: work.clone(),
         timeout: Duration::from_secs(a.timeout_secs),
         exe: std::env::current_exe()?,
+        es,
     };
     eprintln!(
         "denorm bench: broker {}, topic {} ({} partitions), work directory {}",
@@ -130,6 +143,10 @@ pub async fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         work.display()
     );
     let producer = Producer::new(&b.kafka)?;
+    if let (Some(url), Some(es)) = (&a.elasticsearch, &b.es) {
+        let (rows, results) = elastic::run(&b, url, es, &producer, &run_id).await?;
+        return b.finish(&rows, results);
+    }
     let mut rows = Vec::new();
     let mut results = serde_json::Map::new();
 
@@ -299,38 +316,10 @@ pub async fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             a.latency_rate, a.latency_secs
         ));
         let l = b.latency(Producer::new(&b.kafka)?, &index_dir).await?;
-        rows.push(Row::new(
-            format!("produce -> searchable at {}/s: p50 / p99 / max", a.latency_rate),
-            format!("{:.1} / {:.1} / {:.1} ms", l.p50, l.p99, l.max),
-            format!(
-                "plain consumer p50 / p99 {:.1} / {:.1} ms (producer ack {:.1} / {:.1})",
-                l.plain_p50, l.plain_p99, l.ack_p50, l.ack_p99
-            ),
-            None,
-            "p99 <= 100 ms",
-        ));
-        rows.push(Row::new(
-            "  of which after the plain consumer got it: p50 / p99",
-            format!("{:.1} / {:.1} ms", l.own_p50, l.own_p99),
-            String::new(),
-            None,
-            "",
-        ));
-        results.insert("latency".into(), json!({"rate": a.latency_rate, "commands": l.n, "p50_ms": l.p50, "p90_ms": l.p90, "p99_ms": l.p99, "max_ms": l.max, "achieved_rate": l.achieved_rate, "produce_ack_p50_ms": l.ack_p50, "produce_ack_p99_ms": l.ack_p99, "plain_consumer_p50_ms": l.plain_p50, "plain_consumer_p99_ms": l.plain_p99, "added_p50_ms": l.own_p50, "added_p99_ms": l.own_p99}));
+        l.report(a.latency_rate, &mut rows, &mut results);
     }
     worker.stop().await?;
-
-    print_table(&rows);
-    let doc = json!({
-        "machine": machine(),
-        "broker": b.kafka.brokers,
-        "partitions": a.partitions,
-        "worker_args": a.worker_args,
-        "results": results,
-    });
-    std::fs::write(&a.out, serde_json::to_string_pretty(&doc)? + "\n").with_context(|| format!("writing {}", a.out.display()))?;
-    println!("results written to {}", a.out.display());
-    Ok(())
+    b.finish(&rows, results)
 }
 
 fn phase(text: &str) {
@@ -418,9 +407,41 @@ struct Bench<'a> {
     work: PathBuf,
     timeout: Duration,
     exe: PathBuf,
+    /// The Elasticsearch the phases run against (`--elasticsearch`); the
+    /// embedded index when `None`.
+    es: Option<crate::index::elastic::shard::ElasticBackend>,
 }
 
 impl Bench<'_> {
+    /// Prints the table and writes the results.
+    fn finish(&self, rows: &[Row], results: serde_json::Map<String, serde_json::Value>) -> anyhow::Result<()> {
+        print_table(rows);
+        let doc = json!({
+            "machine": machine(),
+            "broker": self.kafka.brokers,
+            "partitions": self.a.partitions,
+            "worker_args": self.a.worker_args,
+            "index": self.a.elasticsearch.as_deref().unwrap_or("embedded"),
+            "index_prefix": self.es.as_ref().map(|e| e.prefix.clone()),
+            "results": results,
+        });
+        std::fs::write(&self.a.out, serde_json::to_string_pretty(&doc)? + "\n").with_context(|| format!("writing {}", self.a.out.display()))?;
+        println!("results written to {}", self.a.out.display());
+        Ok(())
+    }
+
+    /// The checkpoint of each partition in the index (`index`: the
+    /// embedded index's directory, unused on Elasticsearch).
+    fn applied(&self, embedded: Option<&EmbeddedIndex>) -> anyhow::Result<HashMap<i32, u64>> {
+        let all: Vec<i32> = (0..self.kafka.partitions).collect();
+        let got = match (&self.es, embedded) {
+            (Some(es), _) => tokio::task::block_in_place(|| crate::index::Backend::checkpoints(es, &all))?.into_iter().collect(),
+            (None, Some(index)) => index.checkpoints()?.into_iter().collect::<HashMap<_, _>>(),
+            (None, None) => bail!("no index to read checkpoints from"),
+        };
+        Ok(got.into_iter().map(|(p, c): (i32, crate::index::Checkpoint)| (p, c.offset)).collect())
+    }
+
     /// The processes whose CPU time a phase reports.
     fn pids(&self, worker: Option<&Worker>) -> Vec<(&'static str, u32)> {
         let mut v = vec![("bench", std::process::id())];
@@ -507,6 +528,9 @@ impl Bench<'_> {
         } else if !opts.is_empty() {
             cmd.env("DENORM_KAFKA_OPTIONS", opts.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(";"));
         }
+        if let Some(es) = &self.es {
+            cmd.env(crate::index::elastic::config::env::PREFIX, &es.prefix);
+        }
         cmd.args(["run", "--metrics-addr", &format!("127.0.0.1:{port}")])
             .args(&self.a.worker_args)
             .stdin(std::process::Stdio::null())
@@ -547,11 +571,14 @@ impl Bench<'_> {
     async fn wait_applied(&self, w: &Worker, index: &Path, since: Option<Instant>) -> anyhow::Result<Duration> {
         let t = since.unwrap_or_else(Instant::now);
         let ends = self.ends()?;
-        let index = EmbeddedIndex::open_existing(index)?;
+        let index = match self.es {
+            Some(_) => None,
+            None => Some(EmbeddedIndex::open_existing(index)?),
+        };
         let deadline = Instant::now() + self.timeout;
         loop {
-            let applied = index.checkpoints()?;
-            if ends.iter().all(|(p, &end)| end == 0 || applied.get(p).is_some_and(|a| a.offset as i64 >= end - 1)) {
+            let applied = self.applied(index.as_ref())?;
+            if ends.iter().all(|(p, &end)| end == 0 || applied.get(p).is_some_and(|&a| a as i64 >= end - 1)) {
                 return Ok(t.elapsed());
             }
             if !w.alive() {
@@ -569,9 +596,12 @@ impl Bench<'_> {
     async fn latency(&self, producer: Producer, index_dir: &Path) -> anyhow::Result<Latency> {
         let (rate, n) = (self.a.latency_rate, self.a.latency_rate * self.a.latency_secs);
         let (tx, rx) = mpsc::channel::<(String, Instant)>();
-        let index = EmbeddedIndex::open_existing(index_dir)?;
+        let probe = match &self.es {
+            Some(es) => elastic::probe(es.clone()),
+            None => embedded_probe(EmbeddedIndex::open_existing(index_dir)?)?,
+        };
         let timeout = self.timeout;
-        let watcher = std::thread::spawn(move || watch(index, rx, timeout));
+        let watcher = std::thread::spawn(move || watch(probe, rx, timeout));
         // The baseline: a plain consumer of the same messages, alongside.
         let plain = {
             let c = self.plain_consumer(&self.ends()?)?;
@@ -657,6 +687,30 @@ impl Bench<'_> {
     }
 }
 
+impl Latency {
+    /// The latency rows of the table, and the results' `latency`.
+    fn report(&self, rate: u64, rows: &mut Vec<Row>, results: &mut serde_json::Map<String, serde_json::Value>) {
+        rows.push(Row::new(
+            format!("produce -> searchable at {}/s: p50 / p99 / max", rate),
+            format!("{:.1} / {:.1} / {:.1} ms", self.p50, self.p99, self.max),
+            format!(
+                "plain consumer p50 / p99 {:.1} / {:.1} ms (producer ack {:.1} / {:.1})",
+                self.plain_p50, self.plain_p99, self.ack_p50, self.ack_p99
+            ),
+            None,
+            "p99 <= 100 ms",
+        ));
+        rows.push(Row::new(
+            "  of which after the plain consumer got it: p50 / p99",
+            format!("{:.1} / {:.1} ms", self.own_p50, self.own_p99),
+            String::new(),
+            None,
+            "",
+        ));
+        results.insert("latency".into(), json!({"rate": rate, "commands": self.n, "p50_ms": self.p50, "p90_ms": self.p90, "p99_ms": self.p99, "max_ms": self.max, "achieved_rate": self.achieved_rate, "produce_ack_p50_ms": self.ack_p50, "produce_ack_p99_ms": self.ack_p99, "plain_consumer_p50_ms": self.plain_p50, "plain_consumer_p99_ms": self.plain_p99, "added_p50_ms": self.own_p50, "added_p99_ms": self.own_p99}));
+    }
+}
+
 struct Latency {
     n: usize,
     p50: f64,
@@ -676,10 +730,27 @@ struct Latency {
     plain_p99: f64,
 }
 
-/// When each sent document was first seen in the index; polls every
-/// millisecond.
-fn watch(index: EmbeddedIndex, rx: mpsc::Receiver<(String, Instant)>, timeout: Duration) -> anyhow::Result<HashMap<String, Instant>> {
+/// Which of the given file ids a search finds now.
+type Probe = Box<dyn FnMut(&[String]) -> anyhow::Result<Vec<String>> + Send>;
+
+/// The embedded index's searcher, reloaded at each look.
+fn embedded_probe(index: EmbeddedIndex) -> anyhow::Result<Probe> {
     let search = index.search()?;
+    Ok(Box::new(move |ids: &[String]| {
+        search.reload()?;
+        let mut found = Vec::new();
+        for id in ids {
+            if search.contains(Kind::File, id)? {
+                found.push(id.clone());
+            }
+        }
+        Ok(found)
+    }))
+}
+
+/// When each sent document was first found by `probe`; looks every
+/// millisecond.
+fn watch(mut probe: Probe, rx: mpsc::Receiver<(String, Instant)>, timeout: Duration) -> anyhow::Result<HashMap<String, Instant>> {
     let mut waiting: HashMap<String, Instant> = HashMap::new();
     let mut out = HashMap::new();
     let mut open = true;
@@ -696,13 +767,11 @@ fn watch(index: EmbeddedIndex, rx: mpsc::Receiver<(String, Instant)>, timeout: D
                 }
             }
         }
-        search.reload()?;
+        let ids: Vec<String> = waiting.keys().cloned().collect();
+        let seen = if ids.is_empty() { Vec::new() } else { probe(&ids)? };
         let now = Instant::now();
-        let mut seen = Vec::new();
         for (id, sent) in &waiting {
-            if search.contains(Kind::File, id)? {
-                seen.push(id.clone());
-            } else if now.duration_since(*sent) > timeout {
+            if now.duration_since(*sent) > timeout && !seen.contains(id) {
                 bail!("document {id} not searchable {timeout:?} after it was produced");
             }
         }
