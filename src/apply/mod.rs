@@ -68,6 +68,19 @@ pub fn apply<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, fan_out:
     }
 }
 
+/// The documents applying `cmd` reads first (its position guard's, and a
+/// post's author): what a backend can fetch for many commands at once
+/// ([`Shard::prefetch`]). A fan-out's scan is not among them.
+pub fn reads(cmd: &Command) -> Vec<(Kind, String)> {
+    match cmd {
+        Command::UpsertFile { id, .. } | Command::DeleteFile { id, .. } => vec![(Kind::File, id.clone())],
+        Command::UpsertUser { id, .. } => vec![(Kind::User, id.clone())],
+        Command::UpsertPost { id, user_id, .. } => vec![(Kind::User, user_id.clone()), (Kind::Post, id.clone())],
+        Command::DeletePost { id, .. } => vec![(Kind::Post, id.clone())],
+        Command::RenamePath { .. } => Vec::new(),
+    }
+}
+
 /// The document of an upsert: an owner change takes it over from the key
 /// it leaves (whose copy the change's delete half removes there); any other
 /// upsert writes it unless this shard holds a version at least as new.

@@ -219,6 +219,14 @@ pub trait Shard {
     fn position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
         Ok(self.get(kind, id)?.map(|d| d.pos()))
     }
+    /// A hint: the commands about to be applied read these documents
+    /// (`crate::apply::reads`). A backend whose reads are round trips
+    /// (Elasticsearch) fetches them in one request; the reads that follow
+    /// take them from there unless this shard wrote them since. Others
+    /// ignore it.
+    fn prefetch(&mut self, _docs: &[(Kind, String)]) -> Result<(), IndexError> {
+        Ok(())
+    }
     /// Creates or replaces the document with the same kind and id.
     fn put(&mut self, doc: Doc) -> Result<(), IndexError>;
     /// Creates a document [`Shard::position`] has just found absent

@@ -2,6 +2,7 @@
 //! messages in log order, commits the index, then publishes the next offset
 //! that may be committed to Kafka.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
@@ -312,6 +313,9 @@ impl Applier {
         // state the failure left in the writer) and they are handled again.
         let mut batch: Vec<OwnedMessage> = Vec::new();
         let mut deadline: Option<Instant> = None;
+        // Feeds already received, in order, whose documents were prefetched
+        // with those of the message before them (see `prefetch`).
+        let mut ahead: VecDeque<Feed> = VecDeque::new();
         while !self.stopping() {
             // A batch is committed once its queue stays empty for `quiet`
             // (a burst has been applied), or when it is `linger` old.
@@ -319,12 +323,19 @@ impl Applier {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(quiet),
                 None => Duration::from_millis(100),
             };
-            match rx.recv_timeout(wait) {
+            let (next, fresh) = match ahead.pop_front() {
+                Some(feed) => (Ok(feed), false),
+                None => (rx.recv_timeout(wait), true),
+            };
+            match next {
                 Ok(Feed::Positioned { watermarks }) => positioned = self.positioned(checkpoint, watermarks)?,
                 Ok(Feed::Message(msg)) => {
                     self.queued.fetch_sub(queued_size(&msg), Ordering::SeqCst);
                     if !positioned {
                         continue; // fetched from the group's offset, before the seek
+                    }
+                    if fresh {
+                        self.prefetch(shard.as_mut(), &msg, &rx, &mut ahead);
                     }
                     if std::mem::take(&mut first) {
                         let fingerprint = crate::logid::fingerprint(msg.key(), msg.payload());
@@ -383,6 +394,40 @@ impl Applier {
         let result = self.commit(&mut shard, &mut batch);
         self.publish_pending(shard.as_mut(), true);
         result
+    }
+
+    /// Receives what is already waiting behind `msg` (up to
+    /// [`PREFETCH_WINDOW`] feeds, without waiting) into `ahead`, and lets the
+    /// shard fetch the documents all of them read at once: on
+    /// Elasticsearch one `_mget` instead of a GET per command. Messages stay
+    /// counted as queued until they are handled.
+    fn prefetch(&self, shard: &mut dyn Shard, msg: &OwnedMessage, rx: &Receiver<Feed>, ahead: &mut VecDeque<Feed>) {
+        while ahead.len() < PREFETCH_WINDOW {
+            match rx.try_recv() {
+                Ok(feed @ Feed::Message(_)) => ahead.push_back(feed),
+                Ok(feed) => {
+                    ahead.push_back(feed);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        if ahead.is_empty() {
+            return;
+        }
+        let messages = std::iter::once(msg).chain(ahead.iter().filter_map(|f| match f {
+            Feed::Message(m) => Some(m),
+            _ => None,
+        }));
+        let mut reads = Vec::new();
+        for m in messages {
+            if let Ok(Admitted::Command(e)) = admit(&self.shared.codec, m.key(), m.payload(), self.shared.cfg.max_message_bytes) {
+                reads.extend(crate::apply::reads(&e.command));
+            }
+        }
+        if let Err(e) = shard.prefetch(&reads) {
+            debug!(partition = self.partition, error = %e, "prefetching failed; each command reads its documents on its own");
+        }
     }
 
     /// After [`Halt::Moved`]: the batch is dropped (its commands reach the
@@ -1198,6 +1243,10 @@ impl Applier {
 /// How often an idle or between-batches applier looks for a new index
 /// generation.
 const GENERATION_CHECK: Duration = Duration::from_millis(100);
+
+/// The most feeds received ahead of the message being handled so that the
+/// documents they read are fetched together (see `Applier::prefetch`).
+const PREFETCH_WINDOW: usize = 256;
 
 /// Where fetching resumes for a shard at `checkpoint`: the checkpoint's own
 /// message (read again to check the log), or the beginning.

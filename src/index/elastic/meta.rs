@@ -2,7 +2,7 @@
 //! log bindings, rebuild state) with their conditional writes, and the
 //! realtime GET every backend read goes through.
 
-use elasticsearch::{DeleteParts, Elasticsearch, GetParts, IndexParts};
+use elasticsearch::{DeleteParts, Elasticsearch, GetParts, IndexParts, MgetParts};
 use std::collections::HashMap;
 
 use serde_json::{json, Value};
@@ -30,6 +30,29 @@ pub(crate) async fn get_source(client: &Elasticsearch, index: &str, id: &str) ->
     }
     let seq = (v["_seq_no"].as_i64().unwrap_or(0), v["_primary_term"].as_i64().unwrap_or(1));
     Ok(Some((v["_source"].clone(), seq)))
+}
+
+/// One `_mget` of `docs` (index or alias, id): for each, its source and
+/// version, `None` when absent; an item Elasticsearch could not read
+/// (its own `error`, a missing index among them) is left out of the map,
+/// so its reader falls back to [`get_source`], which reports the error.
+pub(crate) async fn mget_sources(client: &Elasticsearch, docs: &[(String, String)]) -> Result<Vec<Option<Option<(Value, (i64, i64))>>>, ElasticError> {
+    let body = json!({"docs": docs.iter().map(|(index, id)| json!({"_index": index, "_id": id})).collect::<Vec<_>>()});
+    let r = client.mget(MgetParts::None).body(body).send().await?;
+    let v = json_or_status("reading documents (_mget)", r).await?;
+    let items = v["docs"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if items.len() != docs.len() {
+        return Err(ElasticError::Transport(format!("_mget: {} answers for {} documents", items.len(), docs.len())));
+    }
+    Ok(items
+        .iter()
+        .map(|d| match d["found"].as_bool() {
+            _ if d.get("error").is_some() => None,
+            Some(true) => Some(Some((d["_source"].clone(), (d["_seq_no"].as_i64().unwrap_or(0), d["_primary_term"].as_i64().unwrap_or(1))))),
+            Some(false) => Some(None),
+            None => None,
+        })
+        .collect())
 }
 
 /// The meta document `id` (`None` when it, or the meta index, is missing).

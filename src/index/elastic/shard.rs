@@ -239,6 +239,7 @@ impl Backend for ElasticBackend {
             overlay: HashMap::new(),
             seen: HashMap::new(),
             seen_foreign: HashSet::new(),
+            prefetched: HashMap::new(),
             marked: applied,
             applied,
             parked_marked: parked.clone(),
@@ -290,6 +291,10 @@ pub struct ElasticShard {
     overlay: HashMap<(Kind, String), Option<Doc>>,
     /// What each document was last read as: `Some(seq)`, or `None` when absent.
     seen: HashMap<(Kind, String), Option<(i64, i64)>>,
+    /// Documents fetched ahead of their reads ([`Shard::prefetch`]), each
+    /// taken by its first read; dropped when this writer's writes are sent
+    /// (the versions they hold may be older than those writes).
+    prefetched: HashMap<(Kind, String), Option<(Value, (i64, i64))>>,
     /// The documents of `seen` read as another partition's version: a
     /// write over one of them is sent only once [`Self::confirm_owner`].
     seen_foreign: HashSet<(Kind, String)>,
@@ -319,7 +324,10 @@ impl ElasticShard {
         if let Some(d) = self.overlay.get(&key) {
             return Ok(Read::Overlay(d.clone()));
         }
-        let got = self.b.runtime.block_on(get_source(&self.b.client, &self.target(kind), id))?;
+        let got = match self.prefetched.remove(&key) {
+            Some(got) => got,
+            None => self.b.runtime.block_on(get_source(&self.b.client, &self.target(kind), id))?,
+        };
         if got.as_ref().is_some_and(|(v, _)| self.foreign(v)) {
             self.seen_foreign.insert(key.clone());
         }
@@ -413,6 +421,7 @@ impl ElasticShard {
         self.overlay.clear();
         self.seen.clear();
         self.seen_foreign.clear();
+        self.prefetched.clear();
         Ok(())
     }
 
@@ -548,6 +557,36 @@ impl Shard for ElasticShard {
             }
             Read::Stored(v) => Ok(v.map(|v| v[POS_FIELD].as_u64().unwrap_or(0))),
         }
+    }
+
+    /// One `_mget` of the documents not read yet. Best effort: on any
+    /// failure the reads fall back to their own GETs. Versions read here
+    /// may be overtaken before this writer's write, as those of a GET may:
+    /// the writes are conditional on them, and a conflict is resolved by
+    /// reading again.
+    fn prefetch(&mut self, docs: &[(Kind, String)]) -> Result<(), IndexError> {
+        let mut wanted: Vec<(Kind, String)> = Vec::new();
+        for (kind, id) in docs {
+            let key = (*kind, id.clone());
+            if !self.overlay.contains_key(&key) && !self.prefetched.contains_key(&key) && !wanted.contains(&key) {
+                wanted.push(key);
+            }
+        }
+        if wanted.len() < 2 {
+            return Ok(()); // one read is one request either way
+        }
+        let targets: Vec<(String, String)> = wanted.iter().map(|(k, id)| (self.target(*k), id.clone())).collect();
+        match self.b.runtime.block_on(meta::mget_sources(&self.b.client, &targets)) {
+            Ok(found) => {
+                for (key, got) in wanted.into_iter().zip(found) {
+                    if let Some(got) = got {
+                        self.prefetched.insert(key, got);
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "prefetching documents failed; each is read on its own"),
+        }
+        Ok(())
     }
 
     fn put(&mut self, doc: Doc) -> Result<(), IndexError> {
