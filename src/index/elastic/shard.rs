@@ -653,8 +653,12 @@ impl Shard for ElasticShard {
             let mut pit = b.runtime.block_on(PitScan::open(&b.client, &index, query.clone(), page_size))?;
             // Ok(Some(reason)): the point in time expired part-way.
             let result = (|| -> Result<Option<String>, IndexError> {
+                // The next page is read while this one's rewrites are
+                // written: the point in time does not see them, so the two
+                // requests are independent.
+                let mut next = b.runtime.block_on(pit.next_page());
                 loop {
-                    let page = match b.runtime.block_on(pit.next_page()) {
+                    let page = match next {
                         Ok(page) => page,
                         Err(ElasticError::ScanExpired(reason)) => return Ok(Some(reason)),
                         Err(e) => return Err(e.into()),
@@ -670,8 +674,9 @@ impl Shard for ElasticShard {
                             ops.push(BulkOp::Index { index: index.clone(), id: hit.id, source: self.stamp(to_source(&new)), if_seq_no: hit.seq });
                         }
                     }
-                    let report = b.runtime.block_on(bulk::execute(&b.client, ops, b.limits, b.policy))?;
-                    written += self.resolve(report, &kinds, Some(&mut *rewrite))?;
+                    let (report, following) = b.runtime.block_on(async { tokio::join!(bulk::execute(&b.client, ops, b.limits, b.policy), pit.next_page()) });
+                    next = following;
+                    written += self.resolve(report?, &kinds, Some(&mut *rewrite))?;
                     self.unsearchable = Some(Instant::now());
                 }
             })();
