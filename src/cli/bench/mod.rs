@@ -596,12 +596,14 @@ impl Bench<'_> {
     async fn latency(&self, producer: Producer, index_dir: &Path) -> anyhow::Result<Latency> {
         let (rate, n) = (self.a.latency_rate, self.a.latency_rate * self.a.latency_secs);
         let (tx, rx) = mpsc::channel::<(String, Instant)>();
-        let probe = match &self.es {
-            Some(es) => elastic::probe(es.clone()),
-            None => embedded_probe(EmbeddedIndex::open_existing(index_dir)?)?,
+        // A search request per look on Elasticsearch: every 10 ms, so that
+        // the looking does not load the server it measures.
+        let (probe, every) = match &self.es {
+            Some(es) => (elastic::probe(es.clone()), Duration::from_millis(10)),
+            None => (embedded_probe(EmbeddedIndex::open_existing(index_dir)?)?, Duration::from_millis(1)),
         };
         let timeout = self.timeout;
-        let watcher = std::thread::spawn(move || watch(probe, rx, timeout));
+        let watcher = std::thread::spawn(move || watch(probe, every, rx, timeout));
         // The baseline: a plain consumer of the same messages, alongside.
         let plain = {
             let c = self.plain_consumer(&self.ends()?)?;
@@ -748,9 +750,9 @@ fn embedded_probe(index: EmbeddedIndex) -> anyhow::Result<Probe> {
     }))
 }
 
-/// When each sent document was first found by `probe`; looks every
-/// millisecond.
-fn watch(mut probe: Probe, rx: mpsc::Receiver<(String, Instant)>, timeout: Duration) -> anyhow::Result<HashMap<String, Instant>> {
+/// When each sent document was first found by `probe`; looks `every` so
+/// often.
+fn watch(mut probe: Probe, every: Duration, rx: mpsc::Receiver<(String, Instant)>, timeout: Duration) -> anyhow::Result<HashMap<String, Instant>> {
     let mut waiting: HashMap<String, Instant> = HashMap::new();
     let mut out = HashMap::new();
     let mut open = true;
@@ -779,7 +781,7 @@ fn watch(mut probe: Probe, rx: mpsc::Receiver<(String, Instant)>, timeout: Durat
             waiting.remove(&id);
             out.insert(id, now);
         }
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(every);
     }
     if out.is_empty() {
         bail!("no latency samples");
