@@ -188,7 +188,7 @@ fn elastic(n: u64) -> (u64, u64, u64) {
     let acked = Arc::new(AtomicU64::new(0));
     let url = serve(n, acked.clone());
     let config = denorm::index::elastic::config::ElasticConfig::from_lookup(&url, |_| None).unwrap();
-    let backend = denorm::index::elastic::shard::ElasticBackend::new(config.client().unwrap(), "denorm", "t", rt.handle().clone());
+    let backend = denorm::index::elastic::backend::ElasticBackend::new(config.client().unwrap(), "denorm", "t", rt.handle().clone());
     let mut shard = backend.open_shard(0).unwrap();
     let (written, before, peak) = peak_during(|| apply(shard.as_mut(), &rename(), n + 1, FanOut::pages_of(DEFAULT_PAGE_SIZE)).unwrap());
     assert_eq!(acked.load(Ordering::Relaxed), n, "every file is rewritten once");

@@ -64,15 +64,15 @@ fn bulk_reply(req: &Request, statuses: &[(&str, u16)]) -> ResponseTemplate {
 }
 
 /// A backend on the test double, its blocking calls run on `rt`.
-fn backend(server: &MockServer, rt: &tokio::runtime::Runtime) -> denorm::index::elastic::shard::ElasticBackend {
+fn backend(server: &MockServer, rt: &tokio::runtime::Runtime) -> denorm::index::elastic::backend::ElasticBackend {
     backend_on(server, rt, 0)
 }
 
 /// [`backend`] with the read alias on generation `g`.
-fn backend_on(server: &MockServer, rt: &tokio::runtime::Runtime, g: u64) -> denorm::index::elastic::shard::ElasticBackend {
+fn backend_on(server: &MockServer, rt: &tokio::runtime::Runtime, g: u64) -> denorm::index::elastic::backend::ElasticBackend {
     rt.block_on(mount_generation(server, g));
     rt.block_on(mount_meta_writes(server));
-    let mut b = denorm::index::elastic::shard::ElasticBackend::new(config(server, &[]).client().unwrap(), "denorm", "t", rt.handle().clone());
+    let mut b = denorm::index::elastic::backend::ElasticBackend::new(config(server, &[]).client().unwrap(), "denorm", "t", rt.handle().clone());
     b.policy = fast();
     b
 }
@@ -1392,7 +1392,7 @@ mod review {
         p1.mark_applied(Checkpoint::new(12, 0));
         p1.commit().unwrap();
         assert!(!p1.searchable(false).unwrap());
-        std::thread::sleep(denorm::index::elastic::shard::SEARCHABLE_WITHIN);
+        std::thread::sleep(denorm::index::elastic::backend::SEARCHABLE_WITHIN);
         assert!(p1.searchable(false).unwrap());
         assert_eq!(refreshes(), 3);
     }

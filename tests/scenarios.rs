@@ -116,7 +116,7 @@ fn chaos_two_overlapping_owners_on_elasticsearch_leave_the_documents_equal_to_th
 
 /// A backend of its own (under this process's prefix plus `name`) on the
 /// Elasticsearch-API server of the suite, and a dump of its documents.
-fn own_elastic(name: &str) -> (common::elastic::Elastic, tokio::runtime::Runtime, denorm::index::elastic::shard::ElasticBackend) {
+fn own_elastic(name: &str) -> (common::elastic::Elastic, tokio::runtime::Runtime, denorm::index::elastic::backend::ElasticBackend) {
     let es = common::elastic::elastic();
     let rt = common::rt();
     let mut backend = es.backend(&rt, name);

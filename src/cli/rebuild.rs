@@ -40,7 +40,7 @@ use tracing::{info, warn};
 
 use super::{Cli, UsageError};
 use crate::http::{self, Health};
-use crate::index::elastic::{setup, shard::ElasticBackend};
+use crate::index::elastic::{setup, backend::ElasticBackend};
 use crate::index::embedded::EmbeddedIndex;
 use crate::index::generations::{ElasticGenerations, EmbeddedGenerations, Generations, State};
 use crate::index::Checkpoint;

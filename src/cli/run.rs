@@ -13,7 +13,7 @@ use super::Cli;
 use crate::apply::FanOut;
 use crate::http::{self, Health};
 use crate::index::elastic::setup;
-use crate::index::elastic::shard::ElasticBackend;
+use crate::index::elastic::backend::ElasticBackend;
 use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 use crate::index::Backend;
 use crate::worker::{self, OnAbort, Stats, WorkerConfig};

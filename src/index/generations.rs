@@ -11,7 +11,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use super::elastic::{generations, meta, names, shard::ElasticBackend, ElasticError};
+use super::elastic::{generations, meta, names, backend::ElasticBackend, ElasticError};
 use super::embedded::{EmbeddedBackend, EmbeddedIndex};
 use super::{Backend, Checkpoint};
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command as Proc, Stdio};
 
 use denorm::index::elastic::config::{env, ElasticConfig};
-use denorm::index::elastic::shard::ElasticBackend;
+use denorm::index::elastic::backend::ElasticBackend;
 use denorm::index::Doc;
 
 /// A server: the suite's, or one of this test's own (stopped on drop).

@@ -20,7 +20,7 @@ use crate::command::Command;
 use crate::index::elastic::bulk::{self, BulkOp};
 use crate::index::elastic::config::ElasticConfig;
 use crate::index::elastic::docs::{scan_query, to_source};
-use crate::index::elastic::shard::ElasticBackend;
+use crate::index::elastic::backend::ElasticBackend;
 use crate::index::elastic::{complete_json, generations, mapping, names};
 use crate::index::{Kind, Scan};
 use crate::produce::Producer;

@@ -409,7 +409,7 @@ struct Bench<'a> {
     exe: PathBuf,
     /// The Elasticsearch the phases run against (`--elasticsearch`); the
     /// embedded index when `None`.
-    es: Option<crate::index::elastic::shard::ElasticBackend>,
+    es: Option<crate::index::elastic::backend::ElasticBackend>,
 }
 
 impl Bench<'_> {

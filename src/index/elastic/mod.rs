@@ -12,8 +12,11 @@
 //! - [`generations`] (index generations for `denorm rebuild`), [`setup`]
 //!   (startup: what exists, what is missing, the mapping check),
 //!   [`tombstones`] (the sweep of expired ones), [`search`];
-//! - [`shard`]: the backend and its shard writers.
+//! - [`backend`]: the connection and the state its writers share;
+//! - [`shard`]: the backend's operations ([`crate::index::Backend`]) and its
+//!   shard writers.
 
+pub mod backend;
 pub mod bulk;
 pub mod conflict;
 pub mod config;

@@ -13,16 +13,15 @@
 //! sees every write before it (read-your-writes), one refresh per fan-out.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use elasticsearch::indices::IndicesRefreshParts;
-use elasticsearch::{CreateParts, Elasticsearch, MgetParts};
+use elasticsearch::{CreateParts, MgetParts};
 use serde_json::{json, Value};
-use tokio::runtime::Handle;
 
-use super::bulk::{self, BulkLimits, BulkOp, BulkReport, RetryPolicy};
+use super::backend::{ElasticBackend, GENERATION_TTL, SEARCHABLE_WITHIN};
+use super::bulk::{self, BulkOp, BulkReport};
 use super::docs::{from_source, is_tombstone, scan_query, to_source, tombstone, PitScan};
 use super::names::{PARTITION_FIELD, POS_FIELD};
 use super::conflict::{self, TakeOver, Write};
@@ -44,79 +43,6 @@ impl From<ElasticError> for IndexError {
         } else {
             IndexError::Rejected(e.to_string())
         }
-    }
-}
-
-/// Elasticsearch as a [`Backend`].
-#[derive(Clone)]
-pub struct ElasticBackend {
-    pub client: Elasticsearch,
-    pub prefix: String,
-    pub topic: String,
-    pub limits: BulkLimits,
-    pub policy: RetryPolicy,
-    /// Runtime the blocking shard methods run their requests on.
-    pub runtime: Handle,
-    /// A rebuild's writer works on this generation, whatever is current.
-    pub pinned: Option<u64>,
-    /// The current generation as last read, and when: every partition asks
-    /// every 100 ms, the cluster is asked at most once per [`GENERATION_TTL`].
-    generation_cache: Arc<Mutex<Option<(Instant, u64)>>>,
-    /// When the last refresh of a generation by a writer of this backend
-    /// began (see [`Shard::searchable`]).
-    refreshed: Arc<Mutex<HashMap<u64, Instant>>>,
-    /// The log's partition count, once bound ([`Backend::bind_log`]; 0:
-    /// not yet): what finds the partition an owner change's document
-    /// leaves.
-    log_partitions: Arc<AtomicI32>,
-}
-
-/// How long after a write its shard refreshes, unless another writer of the
-/// same backend did meanwhile: Elasticsearch's default `refresh_interval`.
-pub const SEARCHABLE_WITHIN: Duration = Duration::from_secs(1);
-
-/// How long the current generation read from the read alias is reused.
-pub const GENERATION_TTL: Duration = Duration::from_secs(1);
-
-impl ElasticBackend {
-    /// A backend with the default bulk limits and retry policy.
-    pub fn new(client: Elasticsearch, prefix: &str, topic: &str, runtime: Handle) -> Self {
-        ElasticBackend {
-            client,
-            prefix: prefix.into(),
-            topic: topic.into(),
-            limits: BulkLimits::default(),
-            policy: RetryPolicy::default(),
-            runtime,
-            pinned: None,
-            generation_cache: Default::default(),
-            refreshed: Default::default(),
-            log_partitions: Default::default(),
-        }
-    }
-
-    /// The partition of `key` in the bound log (`None`: not bound).
-    fn partition_of(&self, key: &str) -> Option<i32> {
-        match self.log_partitions.load(Ordering::Relaxed) {
-            0 => None,
-            n => Some(crate::moves::partition_of(key, n)),
-        }
-    }
-
-    /// Whether a refresh of generation `g` began at or after `at`.
-    fn refreshed_since(&self, g: u64, at: Instant) -> bool {
-        self.refreshed.lock().expect("refreshed lock").get(&g).is_some_and(|r| *r >= at)
-    }
-
-    /// Records a completed refresh of generation `g` that began at `started`.
-    fn record_refresh(&self, g: u64, started: Instant) {
-        let mut r = self.refreshed.lock().expect("refreshed lock");
-        let e = r.entry(g).or_insert(started);
-        *e = (*e).max(started);
-    }
-
-    fn meta_index(&self) -> String {
-        names::meta_index(&self.prefix)
     }
 }
 
