@@ -5,25 +5,29 @@ mod common;
 
 use common::*;
 
-#[test]
-fn bench_smoke_runs_every_phase_and_writes_its_results() {
+/// Runs `denorm bench` on the test broker with `args`, its work under
+/// `dir`; checks that it succeeds and prints each of `rows`, and returns
+/// the results it wrote.
+fn bench(dir: &std::path::Path, args: &[&str], rows: &[&str]) -> serde_json::Value {
     let broker = broker();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("bench.json");
-    let (code, stdout, stderr) = output(
-        denorm()
-            .args(["--brokers", &broker.brokers, "bench", "--docs", "3000", "--renames", "2000,5000", "--latency-rate", "200", "--latency-secs", "2"])
-            .arg("--out")
-            .arg(&out)
-            .arg("--dir")
-            .arg(dir.path().join("work")),
-    );
+    let out = dir.join("bench.json");
+    let (code, stdout, stderr) = output(denorm().args(["--brokers", &broker.brokers, "bench"]).args(args).arg("--out").arg(&out).arg("--dir").arg(dir.join("work")));
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
     println!("{stdout}");
-    for row in ["replay of 3000 commands", "3000 single-document updates", "rename of a directory of 5000 files", "produce -> searchable at 200/s"] {
-        assert!(stdout.contains(row), "no row {row:?} in\n{stdout}");
+    for row in rows {
+        assert!(stdout.contains(row), "no {row:?} in\n{stdout}");
     }
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap()
+}
+
+#[test]
+fn bench_smoke_runs_every_phase_and_writes_its_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = bench(
+        dir.path(),
+        &["--docs", "3000", "--renames", "2000,5000", "--latency-rate", "200", "--latency-secs", "2"],
+        &["replay of 3000 commands", "3000 single-document updates", "rename of a directory of 5000 files", "produce -> searchable at 200/s"],
+    );
     let r = &v["results"];
     let positive = |x: &serde_json::Value, what: &str| {
         let f = x.as_f64().unwrap_or_else(|| panic!("{what} missing in {r:#}"));
@@ -67,24 +71,13 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
 /// baselines, and the renamed tree is where the rename put it.
 #[test]
 fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query() {
-    let broker = broker();
     let es = common::elastic::elastic();
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("bench.json");
-    let (code, stdout, stderr) = output(
-        denorm()
-            .args(["--brokers", &broker.brokers, "bench", "--elasticsearch", &es.url, "--docs", "2000", "--renames", "1000,3000", "--latency-rate", "100", "--latency-secs", "2"])
-            .arg("--out")
-            .arg(&out)
-            .arg("--dir")
-            .arg(dir.path().join("work")),
+    let v = bench(
+        dir.path(),
+        &["--elasticsearch", &es.url, "--docs", "2000", "--renames", "1000,3000", "--latency-rate", "100", "--latency-secs", "2"],
+        &["replay of 2000 commands", "2000 single-document updates", "rename of a directory of 3000 files", "_update_by_query", "plain _bulk", "produce -> searchable at 100/s"],
     );
-    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
-    println!("{stdout}");
-    for row in ["replay of 2000 commands", "2000 single-document updates", "rename of a directory of 3000 files", "_update_by_query", "plain _bulk", "produce -> searchable at 100/s"] {
-        assert!(stdout.contains(row), "no {row:?} in\n{stdout}");
-    }
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let r = &v["results"];
     let positive = |x: &serde_json::Value, what: &str| {
         let f = x.as_f64().unwrap_or_else(|| panic!("{what} missing in {r:#}"));
