@@ -1743,7 +1743,7 @@ mod review {
         }
 
         async fn mount(&self, server: &MockServer) {
-            Mock::given(path_regex(r"^/(_bulk|[a-z0-9-]+/(_doc|_create)/[^/]+)$")).respond_with(self.clone()).with_priority(1).mount(server).await;
+            Mock::given(path_regex(r"^/(_bulk|_mget|[a-z0-9-]+/(_doc|_create)/[^/]+)$")).respond_with(self.clone()).with_priority(1).mount(server).await;
         }
     }
 
@@ -1767,6 +1767,22 @@ mod review {
                             ResponseTemplate::new(409).set_body_json(json!({"error": {"root_cause": [error.clone()], "type": error["type"], "reason": error["reason"]}, "status": 409}))
                         }
                     }
+                }
+                ("POST", ["_mget"]) => {
+                    let body: Value = serde_json::from_slice(&req.body).unwrap();
+                    let docs: Vec<Value> = body["docs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|d| {
+                            let (index, id) = (d["_index"].as_str().unwrap(), d["_id"].as_str().unwrap());
+                            match self.0.lock().unwrap().get(&(index.to_string(), id.to_string())) {
+                                Some((source, seq)) => json!({"_index": index, "_id": id, "_seq_no": seq, "_primary_term": 1, "found": true, "_source": source}),
+                                None => json!({"_index": index, "_id": id, "found": false}),
+                            }
+                        })
+                        .collect();
+                    ResponseTemplate::new(200).set_body_json(json!({ "docs": docs }))
                 }
                 ("POST", ["_bulk"]) => {
                     let lines = ndjson(req);
@@ -1987,6 +2003,34 @@ mod review {
             let (server, scans) = scans_server(&rt);
             let b = backend(&server, &rt);
             chaos::two_overlapping_owners(&b, seed, || live_files(&scans));
+        }
+    }
+
+    /// Documents fetched ahead (`Shard::prefetch`, one `_mget` for a
+    /// window of commands) never hide this writer's own later writes: after
+    /// a fan-out moved the file, its read shows the new path, not the
+    /// version fetched before.
+    #[test]
+    fn a_prefetched_document_is_read_again_after_the_writers_own_fan_out() {
+        use denorm::index::{Checkpoint, Doc};
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (server, _scans) = scans_server(&rt);
+        let b = backend(&server, &rt);
+        let mut shard = b.open_shard(0).unwrap();
+        let upsert = |id: &str| Command::UpsertFile { id: id.into(), path: format!("/a/{id}.txt"), contents: "c".into(), previous_path: None };
+        apply(shard.as_mut(), &upsert("x"), 1, FanOut::pages_of(2)).unwrap();
+        apply(shard.as_mut(), &upsert("y"), 2, FanOut::pages_of(2)).unwrap();
+        shard.mark_applied(Checkpoint::new(2, 2));
+        shard.commit().unwrap();
+        shard.prefetch(&[(Kind::File, "x".into()), (Kind::File, "y".into())]).unwrap();
+        let mgets = rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path() == "/_mget").count();
+        assert_eq!(mgets, 1, "the two reads fetched with one _mget");
+        apply(shard.as_mut(), &Command::RenamePath { from: "/a".into(), to: "/b".into() }, 3, FanOut::pages_of(2)).unwrap();
+        for id in ["x", "y"] {
+            match shard.get(Kind::File, id).unwrap() {
+                Some(Doc::File(f)) => assert_eq!((f.full_path(), f.pos), (format!("/b/{id}.txt"), 3), "a version fetched before the fan-out was read"),
+                other => panic!("{id}: {other:?}"),
+            }
         }
     }
 

@@ -218,8 +218,9 @@ pub struct ElasticShard {
     /// What each document was last read as: `Some(seq)`, or `None` when absent.
     seen: HashMap<(Kind, String), Option<(i64, i64)>>,
     /// Documents fetched ahead of their reads ([`Shard::prefetch`]), each
-    /// taken by its first read; dropped when this writer's writes are sent
-    /// (the versions they hold may be older than those writes).
+    /// taken by its first read; dropped at every flush, before this
+    /// writer's writes are sent (the versions they hold may be older than
+    /// those writes, a fan-out's included).
     prefetched: HashMap<(Kind, String), Option<(Value, (i64, i64))>>,
     /// The documents of `seen` read as another partition's version: a
     /// write over one of them is sent only once [`Self::confirm_owner`].
@@ -328,6 +329,9 @@ impl ElasticShard {
 
     /// Sends the buffered writes; resolves their conflicts by reading again.
     fn flush(&mut self) -> Result<(), IndexError> {
+        // Before any write of this writer's (a flush, a commit, a fan-out,
+        // which flushes first): what was fetched ahead may be older than it.
+        self.prefetched.clear();
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -347,7 +351,6 @@ impl ElasticShard {
         self.overlay.clear();
         self.seen.clear();
         self.seen_foreign.clear();
-        self.prefetched.clear();
         Ok(())
     }
 
