@@ -227,6 +227,11 @@ pub trait Shard {
     fn prefetch(&mut self, _docs: &[(Kind, String)]) -> Result<(), IndexError> {
         Ok(())
     }
+    /// Whether [`Shard::prefetch`] does anything (the caller then spends
+    /// the decoding of the commands ahead only where it pays).
+    fn prefetches(&self) -> bool {
+        false
+    }
     /// Creates or replaces the document with the same kind and id.
     fn put(&mut self, doc: Doc) -> Result<(), IndexError>;
     /// Creates a document [`Shard::position`] has just found absent

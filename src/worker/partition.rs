@@ -334,7 +334,7 @@ impl Applier {
                     if !positioned {
                         continue; // fetched from the group's offset, before the seek
                     }
-                    if fresh {
+                    if fresh && shard.prefetches() {
                         self.prefetch(shard.as_mut(), &msg, &rx, &mut ahead);
                     }
                     if std::mem::take(&mut first) {

@@ -493,6 +493,10 @@ impl Shard for ElasticShard {
     /// may be overtaken before this writer's write, as those of a GET may:
     /// the writes are conditional on them, and a conflict is resolved by
     /// reading again.
+    fn prefetches(&self) -> bool {
+        true
+    }
+
     fn prefetch(&mut self, docs: &[(Kind, String)]) -> Result<(), IndexError> {
         let mut wanted: Vec<(Kind, String)> = Vec::new();
         for (kind, id) in docs {
