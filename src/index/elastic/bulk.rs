@@ -5,7 +5,6 @@
 
 use std::time::{Duration, Instant};
 
-use elasticsearch::http::request::JsonBody;
 use elasticsearch::{BulkParts, Elasticsearch};
 use metrics::{counter, histogram};
 use serde_json::{json, Value};
@@ -31,25 +30,29 @@ impl BulkOp {
         }
     }
 
-    fn lines(&self) -> Vec<Value> {
-        let meta = |index: &str, id: &str, cond: &Option<(i64, i64)>| {
-            let mut m = json!({ "_index": index, "_id": id });
-            if let Some((seq, term)) = cond {
-                m["if_seq_no"] = json!(seq);
-                m["if_primary_term"] = json!(term);
-            }
-            m
+    /// The action's lines as `_bulk` takes them (newline-terminated), each
+    /// serialized once: its size bounds the request, and the same bytes
+    /// are sent again when it is retried.
+    pub fn encode(&self) -> Vec<u8> {
+        let (action, index, id, cond, source) = match self {
+            BulkOp::Index { index, id, source, if_seq_no } => ("index", index, id, if_seq_no, Some(source)),
+            BulkOp::Create { index, id, source } => ("create", index, id, &None, Some(source)),
+            BulkOp::Delete { index, id, if_seq_no } => ("delete", index, id, if_seq_no, None),
         };
-        match self {
-            BulkOp::Index { index, id, source, if_seq_no } => vec![json!({ "index": meta(index, id, if_seq_no) }), source.clone()],
-            BulkOp::Create { index, id, source } => vec![json!({ "create": meta(index, id, &None) }), source.clone()],
-            BulkOp::Delete { index, id, if_seq_no } => vec![json!({ "delete": meta(index, id, if_seq_no) })],
+        let mut meta = json!({ "_index": index, "_id": id });
+        if let Some((seq, term)) = cond {
+            meta["if_seq_no"] = json!(seq);
+            meta["if_primary_term"] = json!(term);
         }
-    }
-
-    /// Approximate request bytes of this action.
-    fn size(&self) -> usize {
-        self.lines().iter().map(|l| l.to_string().len() + 1).sum()
+        let mut out = Vec::with_capacity(128);
+        // Serializing a `Value` to memory cannot fail.
+        serde_json::to_writer(&mut out, &json!({ action: meta })).expect("serializing a bulk action");
+        out.push(b'\n');
+        if let Some(source) = source {
+            serde_json::to_writer(&mut out, source).expect("serializing a document");
+            out.push(b'\n');
+        }
+        out
     }
 }
 
@@ -103,6 +106,30 @@ pub enum Outcome {
     /// The target index or alias is not there (every write requires an
     /// alias): the writer's generation was replaced (see `denorm rebuild`).
     Gone(String),
+}
+
+impl Outcome {
+    /// The `outcome` label's values of `denorm_es_bulk_items_total`.
+    const LABELS: [&'static str; 5] = ["done", "conflict", "retry", "failed", "gone"];
+
+    fn label_index(&self) -> usize {
+        match self {
+            Outcome::Done => 0,
+            Outcome::Conflict => 1,
+            Outcome::Retry(_) => 2,
+            Outcome::Failed { .. } => 3,
+            Outcome::Gone(_) => 4,
+        }
+    }
+}
+
+/// Adds a response's items to `denorm_es_bulk_items_total`, per outcome.
+fn count_outcomes(counts: &[u64; 5]) {
+    for (label, n) in Outcome::LABELS.iter().zip(counts) {
+        if *n > 0 {
+            counter!(m::ES_BULK_ITEMS_TOTAL, "outcome" => *label).increment(*n);
+        }
+    }
 }
 
 /// Per-item outcomes of a bulk response, in request order. A delete of a
@@ -179,13 +206,14 @@ pub async fn execute(client: &Elasticsearch, ops: Vec<BulkOp>, limits: BulkLimit
     let mut chunk = Vec::new();
     let mut bytes = 0;
     for op in ops {
-        let size = op.size();
+        let encoded = op.encode();
+        let size = encoded.len();
         if !chunk.is_empty() && (chunk.len() >= limits.max_docs || bytes + size > limits.max_bytes) {
             send(client, std::mem::take(&mut chunk), policy, &mut report).await?;
             bytes = 0;
         }
         bytes += size;
-        chunk.push(op);
+        chunk.push((op, encoded));
     }
     if !chunk.is_empty() {
         send(client, chunk, policy, &mut report).await?;
@@ -193,10 +221,13 @@ pub async fn execute(client: &Elasticsearch, ops: Vec<BulkOp>, limits: BulkLimit
     Ok(report)
 }
 
-async fn send(client: &Elasticsearch, mut ops: Vec<BulkOp>, policy: RetryPolicy, report: &mut BulkReport) -> Result<(), ElasticError> {
+/// One request of `ops` (each with its encoding), resent while items or
+/// the whole request fail transiently.
+async fn send(client: &Elasticsearch, mut ops: Vec<(BulkOp, Vec<u8>)>, policy: RetryPolicy, report: &mut BulkReport) -> Result<(), ElasticError> {
     let mut attempt = 0u32;
     loop {
-        let body: Vec<JsonBody<Value>> = ops.iter().flat_map(|o| o.lines()).map(JsonBody::new).collect();
+        // Each encoding ends with a newline, so the body adds none.
+        let body: Vec<&[u8]> = ops.iter().map(|(_, encoded)| encoded.as_slice()).collect();
         let started = Instant::now();
         report.requests += 1;
         // Every action names an alias: never let Elasticsearch create an
@@ -219,28 +250,27 @@ async fn send(client: &Elasticsearch, mut ops: Vec<BulkOp>, policy: RetryPolicy,
                         return Err(ElasticError::Transport(format!("bulk response has {} items for {} actions", outcomes.len(), ops.len())));
                     }
                     let mut again = Vec::new();
-                    for (op, outcome) in ops.into_iter().zip(outcomes) {
-                        let label = match &outcome {
-                            Outcome::Done => "done",
-                            Outcome::Conflict => "conflict",
-                            Outcome::Retry(_) => "retry",
-                            Outcome::Failed { .. } => "failed",
-                            Outcome::Gone(_) => "gone",
-                        };
-                        counter!(m::ES_BULK_ITEMS_TOTAL, "outcome" => label).increment(1);
+                    // Counted per label once per response, not per item.
+                    let mut counts = [0u64; 5];
+                    for ((op, encoded), outcome) in ops.into_iter().zip(outcomes) {
+                        counts[outcome.label_index()] += 1;
                         match outcome {
                             Outcome::Done => report.done += 1,
                             Outcome::Conflict => report.conflicts.push(op),
-                            Outcome::Retry(_) => again.push(op),
+                            Outcome::Retry(_) => again.push((op, encoded)),
                             Outcome::Failed { status, reason } => {
                                 tracing::error!(id = op.id(), status, %reason, "document rejected by elasticsearch");
                                 report.failed.push((op, reason));
                             }
                             // Nothing of this request can be kept: the
                             // writer starts over on the new generation.
-                            Outcome::Gone(reason) => return Err(ElasticError::Gone(reason)),
+                            Outcome::Gone(reason) => {
+                                count_outcomes(&counts);
+                                return Err(ElasticError::Gone(reason));
+                            }
                         }
                     }
+                    count_outcomes(&counts);
                     if again.is_empty() {
                         return Ok(());
                     }
@@ -315,10 +345,17 @@ mod tests {
 
     #[test]
     fn renders_conditional_writes() {
+        let lines = |op: &BulkOp| -> Vec<Value> {
+            let text = String::from_utf8(op.encode()).unwrap();
+            assert!(text.ends_with('\n'), "{text:?}");
+            text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        };
         let op = BulkOp::Index { index: "i".into(), id: "1".into(), source: json!({"a": 1}), if_seq_no: Some((7, 2)) };
-        assert_eq!(op.lines()[0], json!({"index": {"_index": "i", "_id": "1", "if_seq_no": 7, "if_primary_term": 2}}));
+        assert_eq!(lines(&op), vec![json!({"index": {"_index": "i", "_id": "1", "if_seq_no": 7, "if_primary_term": 2}}), json!({"a": 1})]);
+        let create = BulkOp::Create { index: "i".into(), id: "2".into(), source: json!({"b": "x\ny"}) };
+        assert_eq!(lines(&create), vec![json!({"create": {"_index": "i", "_id": "2"}}), json!({"b": "x\ny"})]);
         let del = BulkOp::Delete { index: "i".into(), id: "1".into(), if_seq_no: None };
-        assert_eq!(del.lines(), vec![json!({"delete": {"_index": "i", "_id": "1"}})]);
+        assert_eq!(lines(&del), vec![json!({"delete": {"_index": "i", "_id": "1"}})]);
     }
 
     #[test]
