@@ -1268,6 +1268,7 @@ mod review {
     use denorm::apply::{apply, FanOut};
     use denorm::command::Command;
     use denorm::index::{Backend, IndexError};
+    use denorm::index::Wanted;
     use wiremock::matchers::query_param;
 
     fn file_source(id: &str, dir: &str, contents: &str, pos: u64) -> Value {
@@ -1966,8 +1967,11 @@ mod review {
     /// A test server whose documents live in a stateful [`Store`] that
     /// [`Scans`] can search.
     fn scans_server(rt: &tokio::runtime::Runtime) -> (MockServer, Scans) {
-        let server = rt.block_on(MockServer::start());
-        let scans = Scans::default();
+        scans_server_on(rt, rt.block_on(MockServer::start()), Scans::default())
+    }
+
+    /// [`scans_server`] on `server`, whose mocks mounted before take precedence.
+    fn scans_server_on(rt: &tokio::runtime::Runtime, server: MockServer, scans: Scans) -> (MockServer, Scans) {
         rt.block_on(async {
             scans.store.mount(&server).await;
             Mock::given(path_regex(r"^/([a-z0-9,-]+/(_refresh|_pit|_delete_by_query)|_pit|_search)$")).respond_with(scans.clone()).with_priority(1).mount(&server).await;
@@ -2022,7 +2026,7 @@ mod review {
         apply(shard.as_mut(), &upsert("y"), 2, FanOut::pages_of(2)).unwrap();
         shard.mark_applied(Checkpoint::new(2, 2));
         shard.commit().unwrap();
-        shard.prefetch(&[(Kind::File, "x".into()), (Kind::File, "y".into())]).unwrap();
+        shard.prefetch(&[Wanted::contents(Kind::File, "x"), Wanted::contents(Kind::File, "y")]).unwrap();
         let mgets = rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path() == "/_mget").count();
         assert_eq!(mgets, 1, "the two reads fetched with one _mget");
         apply(shard.as_mut(), &Command::RenamePath { from: "/a".into(), to: "/b".into() }, 3, FanOut::pages_of(2)).unwrap();
@@ -2031,6 +2035,121 @@ mod review {
                 Some(Doc::File(f)) => assert_eq!((f.full_path(), f.pos), (format!("/b/{id}.txt"), 3), "a version fetched before the fan-out was read"),
                 other => panic!("{id}: {other:?}"),
             }
+        }
+    }
+
+    /// Writing first: a window of upserts whose documents are all absent
+    /// (a replay into empty indexes) makes the writer send the next
+    /// windows' upserts as creates without reading them (no `_mget`, no
+    /// GET). Where they then meet existing documents, each conflict is
+    /// decided by the positions (a redelivery older than the stored
+    /// version changes nothing), and the writer reads first again.
+    #[test]
+    fn upserts_are_written_first_while_their_documents_are_absent() {
+        use denorm::index::{Doc, Wanted};
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (server, scans) = scans_server(&rt);
+        let b = backend(&server, &rt);
+        let mut shard = b.open_shard(0).unwrap();
+        let upsert = |i: usize, contents: &str| Command::UpsertFile { id: format!("f{i}"), path: format!("/a/f{i}.txt"), contents: contents.into(), previous_path: None };
+        let reads = |r: &Request| r.url.path() == "/_mget" || (r.method.as_str() == "GET" && r.url.path().starts_with("/denorm-files-g0/_doc/"));
+        let count_reads = || rt.block_on(server.received_requests()).unwrap().iter().filter(|r| reads(r)).count();
+        let mut window = |shard: &mut Box<dyn denorm::index::Shard + Send>, log: &[(usize, u64, &str)]| {
+            let wanted: Vec<Wanted> = log.iter().flat_map(|(i, _, c)| denorm::apply::reads(&upsert(*i, c))).collect();
+            shard.prefetch(&wanted).unwrap();
+            for (i, pos, contents) in log {
+                apply(shard.as_mut(), &upsert(*i, contents), *pos, FanOut::pages_of(10)).unwrap();
+            }
+            let last = log.iter().map(|(_, p, _)| *p).max().unwrap();
+            shard.mark_applied(Checkpoint::new(last, last));
+            shard.commit().unwrap();
+        };
+        let first: Vec<(usize, u64, &str)> = (0..40).map(|i| (i, i as u64 + 1, "v1")).collect();
+        window(&mut shard, &first);
+        assert_eq!(count_reads(), 1, "the first window is read with one _mget");
+        let second: Vec<(usize, u64, &str)> = (40..80).map(|i| (i, i as u64 + 1, "v1")).collect();
+        window(&mut shard, &second);
+        assert_eq!(count_reads(), 1, "upserts of absent documents were read: they are written first once a window found them absent");
+        // Existing documents: newer upserts of the even ones, a stale
+        // redelivery (older than the stored version) of the odd ones.
+        let third: Vec<(usize, u64, &str)> = (0..40).map(|i| if i % 2 == 0 { (i, 100 + i as u64, "v2") } else { (i, 0, "stale") }).collect();
+        window(&mut shard, &third);
+        let docs = live_files(&scans);
+        assert_eq!(docs.len(), 80);
+        for d in &docs {
+            let Doc::File(f) = d else { panic!("{d:?}") };
+            let i: usize = f.id[1..].parse().unwrap();
+            let expected = if i < 40 && i % 2 == 0 { ("v2", 100 + i as u64) } else { ("v1", i as u64 + 1) };
+            assert_eq!((f.contents.as_str(), f.pos), expected, "{}", f.id);
+        }
+        // Every create of the third window met a document: reading first again.
+        let before = rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path() == "/_mget").count();
+        window(&mut shard, &(0..40).map(|i| (i, 200 + i as u64, "v3")).collect::<Vec<_>>());
+        let after = rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path() == "/_mget").count();
+        assert_eq!(after, before + 1, "after its creates met existing documents the writer reads first again");
+        assert!(live_files(&scans).iter().filter(|d| matches!(d, Doc::File(f) if f.id[1..].parse::<usize>().unwrap() < 40)).all(|d| matches!(d, Doc::File(f) if f.contents == "v3")));
+    }
+
+    /// The chaos contract with every upsert written first, unread: each
+    /// create that meets a version is decided by the conflict path alone.
+    #[test]
+    fn chaos_with_every_upsert_written_first_leaves_the_documents_equal_to_the_model() {
+        for seed in 0..20 {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            let (server, scans) = scans_server(&rt);
+            let mut b = backend(&server, &rt);
+            b.write_first = denorm::index::elastic::backend::WriteFirst::Always;
+            chaos::two_overlapping_owners(&b, seed, || live_files(&scans));
+        }
+    }
+
+    /// A fan-out keeps several page bulks in flight: with every bulk
+    /// answered only after a delay, the second page's bulk reaches the
+    /// server before the first page's could have been answered. The
+    /// rename is complete all the same.
+    #[test]
+    fn a_fan_out_has_several_page_bulks_in_flight() {
+        use std::time::Instant;
+        let delay = Duration::from_millis(800);
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        // Every bulk answered `delay` after it arrived, once `slow` is set.
+        let (scans, server) = (Scans::default(), rt.block_on(MockServer::start()));
+        let slow = SlowBulk { store: scans.store.clone(), delay, slow: Default::default(), arrivals: Default::default() };
+        let (on, arrivals) = (slow.slow.clone(), slow.arrivals.clone());
+        rt.block_on(Mock::given(path("/_bulk")).respond_with(slow).with_priority(1).mount(&server));
+        let (server, scans) = scans_server_on(&rt, server, scans);
+        let b = backend(&server, &rt);
+        let mut shard = b.open_shard(0).unwrap();
+        for i in 0..6 {
+            let c = Command::UpsertFile { id: format!("f{i}"), path: format!("/a/f{i}.txt"), contents: "c".into(), previous_path: None };
+            apply(shard.as_mut(), &c, i + 1, FanOut::pages_of(2)).unwrap();
+        }
+        shard.mark_applied(Checkpoint::new(6, 6));
+        shard.commit().unwrap();
+        on.store(true, std::sync::atomic::Ordering::SeqCst);
+        apply(shard.as_mut(), &Command::RenamePath { from: "/a".into(), to: "/b".into() }, 7, FanOut::pages_of(2)).unwrap();
+        let arrivals: Vec<Instant> = arrivals.lock().unwrap().clone();
+        assert_eq!(arrivals.len(), 3, "one bulk per page of two files");
+        assert!(arrivals[1] < arrivals[0] + delay, "the second page's bulk was sent only after the first was answered");
+        assert!(live_files(&scans).iter().all(|d| matches!(d, denorm::index::Doc::File(f) if f.full_path().starts_with("/b/"))));
+    }
+
+    /// The store's bulk; once `slow` is set, answered `delay` after it
+    /// arrived, and its arrival recorded.
+    struct SlowBulk {
+        store: Store,
+        delay: Duration,
+        slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        arrivals: std::sync::Arc<std::sync::Mutex<Vec<std::time::Instant>>>,
+    }
+
+    impl wiremock::Respond for SlowBulk {
+        fn respond(&self, req: &Request) -> ResponseTemplate {
+            if !self.slow.load(std::sync::atomic::Ordering::SeqCst) {
+                return self.store.respond(req);
+            }
+            self.arrivals.lock().unwrap().push(std::time::Instant::now());
+            self.store.respond(req).set_delay(self.delay)
         }
     }
 

@@ -7,7 +7,7 @@
 //! cut short after a backend's intermediate commit) changes nothing.
 
 use crate::command::{path, Command};
-use crate::index::{Author, Doc, FileDoc, IndexError, Kind, Origin, PostDoc, Scan, Shard, UserDoc};
+use crate::index::{Author, Doc, FileDoc, IndexError, Kind, Origin, PostDoc, Scan, Shard, UserDoc, Wanted};
 
 /// Default number of documents read per page of a fan-out scan.
 pub const DEFAULT_PAGE_SIZE: usize = 1000;
@@ -71,12 +71,20 @@ pub fn apply<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, fan_out:
 /// The documents applying `cmd` reads first (its position guard's, and a
 /// post's author): what a backend can fetch for many commands at once
 /// ([`Shard::prefetch`]). A fan-out's scan is not among them.
-pub fn reads(cmd: &Command) -> Vec<(Kind, String)> {
+/// An upsert's own document is read for its position guard only
+/// ([`Wanted::upsert`]), unless it is an owner change, whose take-over
+/// reads the version it replaces.
+pub fn reads(cmd: &Command) -> Vec<Wanted> {
+    let own = |kind, id: &str| match cmd.previous_key() {
+        None => Wanted::upsert(kind, id),
+        Some(_) => Wanted::contents(kind, id),
+    };
     match cmd {
-        Command::UpsertFile { id, .. } | Command::DeleteFile { id, .. } => vec![(Kind::File, id.clone())],
-        Command::UpsertUser { id, .. } => vec![(Kind::User, id.clone())],
-        Command::UpsertPost { id, user_id, .. } => vec![(Kind::User, user_id.clone()), (Kind::Post, id.clone())],
-        Command::DeletePost { id, .. } => vec![(Kind::Post, id.clone())],
+        Command::UpsertFile { id, .. } => vec![own(Kind::File, id)],
+        Command::DeleteFile { id, .. } => vec![Wanted::contents(Kind::File, id)],
+        Command::UpsertUser { id, .. } => vec![Wanted::upsert(Kind::User, id)],
+        Command::UpsertPost { id, user_id, .. } => vec![Wanted::contents(Kind::User, user_id), own(Kind::Post, id)],
+        Command::DeletePost { id, .. } => vec![Wanted::contents(Kind::Post, id)],
         Command::RenamePath { .. } => Vec::new(),
     }
 }
@@ -143,7 +151,7 @@ fn newer(pos: u64, doc_pos: u64) -> bool {
 /// Writes `doc` unless the shard holds a version at least as new. Returns
 /// the number of documents written.
 pub fn put_guarded<S: Shard + ?Sized>(shard: &mut S, doc: Doc) -> Result<u64, IndexError> {
-    match shard.position(doc.kind(), doc.id())? {
+    match shard.upsert_position(doc.kind(), doc.id())? {
         Some(existing) if !newer(doc.pos(), existing) => Ok(0),
         Some(_) => shard.put(doc).map(|_| 1),
         None => shard.create(doc).map(|_| 1),

@@ -204,6 +204,26 @@ pub struct Origin<'a> {
     pub partition: Option<i32>,
 }
 
+/// A document the commands ahead read ([`Shard::prefetch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wanted {
+    pub kind: Kind,
+    pub id: String,
+    /// Read only for an upsert's position guard
+    /// ([`Shard::upsert_position`]), not for its contents.
+    pub upsert: bool,
+}
+
+impl Wanted {
+    pub fn contents(kind: Kind, id: &str) -> Self {
+        Wanted { kind, id: id.to_string(), upsert: false }
+    }
+
+    pub fn upsert(kind: Kind, id: &str) -> Self {
+        Wanted { kind, id: id.to_string(), upsert: true }
+    }
+}
+
 /// One shard's writer: the operations the command logic needs.
 ///
 /// Writes become durable and visible at [`Shard::commit`]. A backend may
@@ -219,12 +239,22 @@ pub trait Shard {
     fn position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
         Ok(self.get(kind, id)?.map(|d| d.pos()))
     }
+    /// The position guard of an upsert: the position of the document
+    /// `kind`/`id`, which the caller creates when it is absent and replaces
+    /// when older. A backend whose writes are conditional may answer absent
+    /// without reading, when it expects the document to be (writing
+    /// first): the create then fails where a version exists, and that
+    /// conflict is decided by the positions, as for a version read before
+    /// another writer's.
+    fn upsert_position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
+        self.position(kind, id)
+    }
     /// A hint: the commands about to be applied read these documents
     /// (`crate::apply::reads`). A backend whose reads are round trips
     /// (Elasticsearch) fetches them in one request; the reads that follow
     /// take them from there unless this shard wrote them since. Others
     /// ignore it.
-    fn prefetch(&mut self, _docs: &[(Kind, String)]) -> Result<(), IndexError> {
+    fn prefetch(&mut self, _docs: &[Wanted]) -> Result<(), IndexError> {
         Ok(())
     }
     /// Whether [`Shard::prefetch`] does anything (the caller then spends

@@ -37,6 +37,23 @@ pub struct ElasticBackend {
     /// not yet): what finds the partition an owner change's document
     /// leaves.
     pub(super) log_partitions: Arc<AtomicI32>,
+    /// When upserts are written without reading their documents first.
+    pub write_first: WriteFirst,
+}
+
+/// When a shard writes an upsert as a create without reading the document
+/// first ([`crate::index::Shard::upsert_position`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteFirst {
+    /// Once the guard reads of a window of commands found nearly every
+    /// document absent (a replay or rebuild into empty indexes), until the
+    /// creates meet too many existing documents.
+    #[default]
+    WhenAbsent,
+    /// Always (tests: every conflict path of the creates).
+    Always,
+    /// Never: every upsert reads its document.
+    Never,
 }
 
 /// How long after a write its shard refreshes, unless another writer of the
@@ -60,6 +77,7 @@ impl ElasticBackend {
             generation_cache: Default::default(),
             refreshed: Default::default(),
             log_partitions: Default::default(),
+            write_first: WriteFirst::default(),
         }
     }
 

@@ -21,6 +21,7 @@ pub mod bulk;
 pub mod conflict;
 pub mod config;
 pub mod docs;
+mod fanout;
 pub mod generations;
 pub mod mapping;
 pub mod meta;

@@ -16,13 +16,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use elasticsearch::indices::IndicesRefreshParts;
 use elasticsearch::{CreateParts, MgetParts};
 use serde_json::{json, Value};
 
-use super::backend::{ElasticBackend, GENERATION_TTL, SEARCHABLE_WITHIN};
+use super::backend::{ElasticBackend, WriteFirst, GENERATION_TTL, SEARCHABLE_WITHIN};
 use super::bulk::{self, BulkOp, BulkReport};
-use super::docs::{from_source, is_tombstone, scan_query, to_source, tombstone, PitScan};
+use super::docs::{from_source, is_tombstone, to_source, tombstone};
 use super::names::{PARTITION_FIELD, POS_FIELD};
 use super::conflict::{self, TakeOver, Write};
 use super::generations;
@@ -30,11 +29,16 @@ use super::meta::{self, checkpoint_from, checkpoints_from_mget, get_source};
 use super::names;
 use super::tombstones::{self, now_ms};
 use super::{json_or_status, ElasticError};
-use crate::index::{Backend, Checkpoint, Doc, IndexError, Kind, Origin, Scan, SearchIndex, Shard};
+use crate::index::{Backend, Checkpoint, Doc, IndexError, Kind, Origin, Scan, SearchIndex, Shard, Wanted};
 
-/// Times a fan-out's scan starts again after its point in time expired,
-/// before the command fails (retryably).
-const MAX_SCAN_RESTARTS: u32 = 3;
+/// Writing first ([`WriteFirst::WhenAbsent`]) starts after a window of at
+/// least this many upsert guard reads...
+const WRITE_FIRST_MIN_READS: usize = 32;
+/// ...of which at most one in this many found a document,
+const WRITE_FIRST_FOUND_AT_MOST: usize = 20;
+/// and stops after a flush in which more than one in this many of its
+/// creates met an existing document (each costing a read and a resend).
+const WRITE_FIRST_CONFLICTS_AT_MOST: usize = 20;
 
 impl From<ElasticError> for IndexError {
     fn from(e: ElasticError) -> Self {
@@ -166,6 +170,8 @@ impl Backend for ElasticBackend {
             seen: HashMap::new(),
             seen_foreign: HashSet::new(),
             prefetched: HashMap::new(),
+            writing_first: self.write_first == WriteFirst::Always,
+            assumed: HashSet::new(),
             marked: applied,
             applied,
             parked_marked: parked.clone(),
@@ -194,7 +200,7 @@ enum Read {
 }
 
 pub struct ElasticShard {
-    b: ElasticBackend,
+    pub(super) b: ElasticBackend,
     /// The partition this shard applies: stamped on every write.
     partition: i32,
     /// This writer's owner epoch of the partition.
@@ -222,6 +228,11 @@ pub struct ElasticShard {
     /// writer's writes are sent (the versions they hold may be older than
     /// those writes, a fan-out's included).
     prefetched: HashMap<(Kind, String), Option<(Value, (i64, i64))>>,
+    /// Whether upserts are written first, without a read (see
+    /// [`Shard::upsert_position`], [`WriteFirst`]).
+    writing_first: bool,
+    /// The upserts of `pending` written first: taken for absent, unread.
+    assumed: HashSet<(Kind, String)>,
     /// The documents of `seen` read as another partition's version: a
     /// write over one of them is sent only once [`Self::confirm_owner`].
     seen_foreign: HashSet<(Kind, String)>,
@@ -234,12 +245,12 @@ pub struct ElasticShard {
     /// When this writer's last write reached Elasticsearch, while no
     /// refresh is known to have begun after it (`None`: everything it
     /// wrote is searchable). See [`Shard::searchable`].
-    unsearchable: Option<Instant>,
+    pub(super) unsearchable: Option<Instant>,
 }
 
 impl ElasticShard {
     /// The alias documents of `kind` are read and written through.
-    fn target(&self, kind: Kind) -> String {
+    pub(super) fn target(&self, kind: Kind) -> String {
         names::write_alias(&self.b.prefix, kind, self.generation)
     }
 
@@ -287,7 +298,7 @@ impl ElasticShard {
         )))
     }
 
-    fn stamp(&self, mut source: Value) -> Value {
+    pub(super) fn stamp(&self, mut source: Value) -> Value {
         source[PARTITION_FIELD] = json!(self.partition);
         source
     }
@@ -328,7 +339,7 @@ impl ElasticShard {
     }
 
     /// Sends the buffered writes; resolves their conflicts by reading again.
-    fn flush(&mut self) -> Result<(), IndexError> {
+    pub(super) fn flush(&mut self) -> Result<(), IndexError> {
         // Before any write of this writer's (a flush, a commit, a fan-out,
         // which flushes first): what was fetched ahead may be older than it.
         self.prefetched.clear();
@@ -345,12 +356,26 @@ impl ElasticShard {
             self.confirm_owner()?;
         }
         let report = self.b.runtime.block_on(bulk::execute(&self.b.client, ops, self.b.limits, self.b.policy))?;
+        // The creates written first that met an existing document.
+        let met = report
+            .conflicts
+            .iter()
+            .filter(|op| match op {
+                BulkOp::Create { index, id, .. } => kinds.get(&format!("{index}/{id}")).is_some_and(|(k, _, _)| self.assumed.contains(&(*k, id.clone()))),
+                _ => false,
+            })
+            .count();
         self.resolve(report, &kinds, None)?;
         self.unsearchable = Some(Instant::now());
+        if self.writing_first && self.b.write_first == WriteFirst::WhenAbsent && met * WRITE_FIRST_CONFLICTS_AT_MOST > self.assumed.len() {
+            tracing::debug!(partition = self.partition, creates = self.assumed.len(), existed = met, "upserts found their documents: reading them first again");
+            self.writing_first = false;
+        }
         self.pending.clear();
         self.overlay.clear();
         self.seen.clear();
         self.seen_foreign.clear();
+        self.assumed.clear();
         Ok(())
     }
 
@@ -365,7 +390,7 @@ impl ElasticShard {
     ///
     /// `kinds` maps `index/id` to the document's kind and its command's
     /// position.
-    fn resolve(
+    pub(super) fn resolve(
         &mut self,
         mut report: BulkReport,
         kinds: &HashMap<String, (Kind, u64, Write)>,
@@ -402,6 +427,10 @@ impl ElasticShard {
                         if conflict::wins_over(self.partition, &cur, kind, pos, write) {
                             over_foreign |= self.foreign(&cur);
                             again.push(BulkOp::Index { index, id, source: src, if_seq_no: Some(seq) });
+                        } else if self.assumed.contains(&(kind, id.clone())) && self.foreign(&cur) && !is_tombstone(&cur) {
+                            // Written first, unread: what `position` says
+                            // of another partition's document, said here.
+                            owner_conflict(kind, &id, &cur, self.partition);
                         }
                     }
                     (None, Some(src), None) => again.push(BulkOp::Create { index, id, source: src }),
@@ -422,6 +451,13 @@ impl ElasticShard {
         }
         Err(IndexError::Backend("write conflicts kept recurring; another writer owns these documents".into()))
     }
+}
+
+/// Counts and logs a command of `partition` naming a document `stored`
+/// another partition holds.
+fn owner_conflict(kind: Kind, id: &str, stored: &Value, partition: i32) {
+    metrics::counter!(crate::metrics::OWNER_CONFLICTS_TOTAL).increment(1);
+    tracing::warn!(kind = kind.as_str(), id, held_by_partition = %stored[PARTITION_FIELD], partition, "a command names a document another key's partition holds: an owner change sent without its explicit form (previous_path, previous_user_id), or a redelivery after the document moved; not applied");
 }
 
 /// Items Elasticsearch refused for good (mapping or parse errors) fail the
@@ -480,8 +516,7 @@ impl Shard for ElasticShard {
             // Another partition's document: newer than anything of this
             // partition (see `wins_over`); only a take-over replaces it.
             Read::Stored(Some(v)) if self.foreign(&v) => {
-                metrics::counter!(crate::metrics::OWNER_CONFLICTS_TOTAL).increment(1);
-                tracing::warn!(kind = kind.as_str(), id, held_by_partition = %v[PARTITION_FIELD], partition = self.partition, "a command names a document another key's partition holds: an owner change sent without its explicit form (previous_path, previous_user_id), or a redelivery after the document moved; not applied");
+                owner_conflict(kind, id, &v, self.partition);
                 Ok(Some(u64::MAX))
             }
             Read::Stored(v) => Ok(v.map(|v| v[POS_FIELD].as_u64().unwrap_or(0))),
@@ -497,29 +532,63 @@ impl Shard for ElasticShard {
         true
     }
 
-    fn prefetch(&mut self, docs: &[(Kind, String)]) -> Result<(), IndexError> {
-        let mut wanted: Vec<(Kind, String)> = Vec::new();
-        for (kind, id) in docs {
-            let key = (*kind, id.clone());
-            if !self.overlay.contains_key(&key) && !self.prefetched.contains_key(&key) && !wanted.contains(&key) {
-                wanted.push(key);
+    /// While writing first, the upserts' own documents are not fetched
+    /// (they are not read at all); the others are. Otherwise a window
+    /// whose upsert reads found (nearly) nothing starts writing first.
+    fn prefetch(&mut self, docs: &[Wanted]) -> Result<(), IndexError> {
+        // Each document once, and an upsert's only if nothing else reads it.
+        let mut wanted: Vec<((Kind, String), bool)> = Vec::new();
+        for w in docs {
+            let key = (w.kind, w.id.clone());
+            if self.overlay.contains_key(&key) || self.prefetched.contains_key(&key) {
+                continue;
             }
+            match wanted.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, upsert)) => *upsert &= w.upsert,
+                None => wanted.push((key, w.upsert)),
+            }
+        }
+        if self.writing_first {
+            wanted.retain(|(_, upsert)| !upsert);
         }
         if wanted.len() < 2 {
             return Ok(()); // one read is one request either way
         }
-        let targets: Vec<(String, String)> = wanted.iter().map(|(k, id)| (self.target(*k), id.clone())).collect();
+        let targets: Vec<(String, String)> = wanted.iter().map(|((k, id), _)| (self.target(*k), id.clone())).collect();
         match self.b.runtime.block_on(meta::mget_sources(&self.b.client, &targets)) {
             Ok(found) => {
-                for (key, got) in wanted.into_iter().zip(found) {
+                let (mut upserts, mut existing) = (0, 0);
+                for ((key, upsert), got) in wanted.into_iter().zip(found) {
                     if let Some(got) = got {
+                        if upsert {
+                            upserts += 1;
+                            existing += usize::from(got.is_some());
+                        }
                         self.prefetched.insert(key, got);
                     }
+                }
+                if self.b.write_first == WriteFirst::WhenAbsent && upserts >= WRITE_FIRST_MIN_READS && existing * WRITE_FIRST_FOUND_AT_MOST <= upserts {
+                    tracing::debug!(partition = self.partition, upserts, existing, "upserts' documents are absent: writing them first, unread");
+                    self.writing_first = true;
                 }
             }
             Err(e) => tracing::debug!(error = %e, "prefetching documents failed; each is read on its own"),
         }
         Ok(())
+    }
+
+    /// Writing first, a document this writer has neither read, fetched nor
+    /// written since its last flush is taken for absent: the upsert is
+    /// sent as a create, and a version found there makes it a conflict
+    /// that [`Self::resolve`] decides by reading it, as it decides any.
+    fn upsert_position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
+        let key = (kind, id.to_string());
+        if !self.writing_first || self.overlay.contains_key(&key) || self.prefetched.contains_key(&key) || self.seen.contains_key(&key) {
+            return self.position(kind, id);
+        }
+        self.seen.insert(key.clone(), None);
+        self.assumed.insert(key);
+        Ok(None)
     }
 
     fn put(&mut self, doc: Doc) -> Result<(), IndexError> {
@@ -572,60 +641,7 @@ impl Shard for ElasticShard {
     }
 
     fn rewrite(&mut self, scan: &Scan, page_size: usize, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
-        self.flush()?;
-        let (kind, query) = scan_query(scan);
-        let index = self.target(kind);
-        let b = self.b.clone();
-        // Read-your-writes: the scan must see every earlier write.
-        let r = b.runtime.block_on(b.client.indices().refresh(IndicesRefreshParts::Index(&[&index])).send()).map_err(ElasticError::from)?;
-        // A refresh some shards missed would let the scan miss writes.
-        b.runtime.block_on(super::complete_json("refreshing before a fan-out", r))?;
-        let mut written = 0u64;
-        let mut restarts = 0;
-        loop {
-            let mut pit = b.runtime.block_on(PitScan::open(&b.client, &index, query.clone(), page_size))?;
-            // Ok(Some(reason)): the point in time expired part-way.
-            let result = (|| -> Result<Option<String>, IndexError> {
-                // The next page is read while this one's rewrites are
-                // written: the point in time does not see them, so the two
-                // requests are independent.
-                let mut next = b.runtime.block_on(pit.next_page());
-                loop {
-                    let page = match next {
-                        Ok(page) => page,
-                        Err(ElasticError::ScanExpired(reason)) => return Ok(Some(reason)),
-                        Err(e) => return Err(e.into()),
-                    };
-                    if page.is_empty() {
-                        return Ok(None);
-                    }
-                    let mut ops = Vec::new();
-                    let mut kinds = HashMap::new();
-                    for hit in page {
-                        if let Some(new) = rewrite(&from_source(kind, &hit.source)) {
-                            kinds.insert(format!("{index}/{}", hit.id), (kind, new.pos(), Write::Own));
-                            ops.push(BulkOp::Index { index: index.clone(), id: hit.id, source: self.stamp(to_source(&new)), if_seq_no: hit.seq });
-                        }
-                    }
-                    let (report, following) = b.runtime.block_on(async { tokio::join!(bulk::execute(&b.client, ops, b.limits, b.policy), pit.next_page()) });
-                    next = following;
-                    written += self.resolve(report?, &kinds, Some(&mut *rewrite))?;
-                    self.unsearchable = Some(Instant::now());
-                }
-            })();
-            // The point in time is closed on every path, errors included.
-            b.runtime.block_on(pit.close());
-            match result? {
-                None => return Ok(written),
-                // From the beginning: the position guards skip what this
-                // scan already rewrote.
-                Some(reason) if restarts < MAX_SCAN_RESTARTS => {
-                    restarts += 1;
-                    tracing::warn!(%reason, restarts, "a fan-out's point in time expired: scanning again from the start");
-                }
-                Some(reason) => return Err(ElasticError::ScanExpired(reason).into()),
-            }
-        }
+        self.fan_out(scan, page_size, rewrite)
     }
 
     fn mark_applied(&mut self, at: Checkpoint) {
