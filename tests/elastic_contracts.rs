@@ -2054,7 +2054,7 @@ mod review {
         let upsert = |i: usize, contents: &str| Command::UpsertFile { id: format!("f{i}"), path: format!("/a/f{i}.txt"), contents: contents.into(), previous_path: None };
         let reads = |r: &Request| r.url.path() == "/_mget" || (r.method.as_str() == "GET" && r.url.path().starts_with("/denorm-files-g0/_doc/"));
         let count_reads = || rt.block_on(server.received_requests()).unwrap().iter().filter(|r| reads(r)).count();
-        let mut window = |shard: &mut Box<dyn denorm::index::Shard + Send>, log: &[(usize, u64, &str)]| {
+        let window = |shard: &mut Box<dyn denorm::index::Shard + Send>, log: &[(usize, u64, &str)]| {
             let wanted: Vec<Wanted> = log.iter().flat_map(|(i, _, c)| denorm::apply::reads(&upsert(*i, c))).collect();
             shard.prefetch(&wanted).unwrap();
             for (i, pos, contents) in log {

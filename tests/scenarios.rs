@@ -11,6 +11,7 @@ use std::hash::{Hash, Hasher};
 use denorm::apply::{apply, FanOut};
 use denorm::command::Command;
 use denorm::index::{Backend, Checkpoint, Shard};
+use denorm::index::elastic::backend::WriteFirst;
 use denorm::model::{self, Model};
 
 const SHARDS: i32 = 3;
@@ -98,20 +99,7 @@ fn log_with_redelivered_suffix_matches_the_model_on_elasticsearch() {
 /// and its writes revert nothing. Each seed under an index prefix of its own.
 #[test]
 fn chaos_two_overlapping_owners_on_elasticsearch_leave_the_documents_equal_to_the_model() {
-    let es = common::elastic::elastic();
-    let rt = common::rt();
-    let base = common::elastic::prefix();
-    for seed in 0..8 {
-        let mut backend = es.backend(&rt, "chaos");
-        backend.prefix = format!("{base}-{seed}");
-        rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix)).unwrap();
-        let search = backend.search().unwrap();
-        common::chaos::two_overlapping_owners(&backend, seed, || {
-            let mut docs = Vec::new();
-            search.dump(&mut |d| docs.push(d)).unwrap();
-            docs
-        });
-    }
+    chaos_on_elasticsearch("chaos", 0..8, WriteFirst::WhenAbsent);
 }
 
 /// The same contract with every upsert written first, unread (the mode a
@@ -119,13 +107,19 @@ fn chaos_two_overlapping_owners_on_elasticsearch_leave_the_documents_equal_to_th
 /// that meet a version, and the positions, decide alone.
 #[test]
 fn chaos_with_every_upsert_written_first_on_elasticsearch_leaves_the_documents_equal_to_the_model() {
+    chaos_on_elasticsearch("chaos-first", 0..4, WriteFirst::Always);
+}
+
+/// The chaos contract for each seed on the suite's Elasticsearch-API
+/// server, each under an index prefix of its own.
+fn chaos_on_elasticsearch(name: &str, seeds: std::ops::Range<u64>, write_first: WriteFirst) {
     let es = common::elastic::elastic();
     let rt = common::rt();
     let base = common::elastic::prefix();
-    for seed in 0..4 {
-        let mut backend = es.backend(&rt, "chaos-first");
-        backend.prefix = format!("{base}-first-{seed}");
-        backend.write_first = denorm::index::elastic::backend::WriteFirst::Always;
+    for seed in seeds {
+        let mut backend = es.backend(&rt, name);
+        backend.prefix = format!("{base}-{name}-{seed}");
+        backend.write_first = write_first;
         rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix)).unwrap();
         let search = backend.search().unwrap();
         common::chaos::two_overlapping_owners(&backend, seed, || {
