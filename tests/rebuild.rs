@@ -308,3 +308,53 @@ fn a_worker_reopening_its_shard_onto_a_new_generation_resumes_at_that_generation
     // Generation 1 holds the commands between its checkpoint and the batch.
     assert_matches_model(&r.index, &log);
 }
+
+/// Issue 29, 6: partitions added to the command topic in place moved keys
+/// to other partitions. The workers refuse such a topic; `rebuild`
+/// compared only the topic's name and replayed it, splitting keys between
+/// shards. It refuses it, before writing any rebuild state, and points to
+/// `migrate`.
+/// On noida-db's Kafka broker: tansu 0.6 cannot add partitions.
+#[test]
+fn a_rebuild_refuses_a_topic_whose_partitions_were_added_in_place() {
+    rebuild_refuses_added_partitions(Rig::on(Broker::noida(), 2));
+}
+
+#[test]
+fn a_rebuild_refuses_a_topic_whose_partitions_were_added_in_place_on_elasticsearch() {
+    rebuild_refuses_added_partitions(Rig::elastic_on(Broker::noida(), 2));
+}
+
+fn rebuild_refuses_added_partitions(r: Rig) {
+    let live = r.worker(&[]);
+    let log = produce(&r.cfg, files_under("before", "/grown", 50));
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&live]);
+    let (status, text) = live.terminate_with_log();
+    assert!(status.success(), "{text}");
+    add_partitions(&r.cfg, 3);
+    let (status, out) = finish(rebuild(&r, &[]));
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(out.contains("has 3 partitions, but the index was built from it with 2"), "{out}");
+    assert!(out.contains("denorm migrate --to-topic NEW --to-partitions 3"), "{out}");
+    let rt = common::rt();
+    assert!(generations_of(&r, &rt).state().unwrap().is_none(), "a refused rebuild left its state behind");
+}
+
+/// Grows the topic to `total` partitions in place (CreatePartitions), and
+/// waits until the metadata shows them.
+fn add_partitions(cfg: &denorm::kafka::KafkaConfig, total: i32) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+    use rdkafka::client::DefaultClientContext;
+    common::rt().block_on(async {
+        let admin: AdminClient<DefaultClientContext> = cfg.client_config().create().unwrap();
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        for r in admin.create_partitions(&[NewPartitions::new(&cfg.topic, total as usize)], &opts).await.unwrap() {
+            r.unwrap_or_else(|(t, e)| panic!("adding partitions to {t}: {e}"));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while cfg.topic_partitions().unwrap() != Some(total) {
+            assert!(Instant::now() < deadline, "topic {} does not show {total} partitions", cfg.topic);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+}

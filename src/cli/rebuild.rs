@@ -135,6 +135,21 @@ fn rebuild(
             kafka.topic
         );
     }
+    // Partitions added to the topic in place moved keys to other
+    // partitions: a replay would split them across shards (the workers
+    // refuse such a topic too). Only a copy into a new topic keeps them.
+    if index.recorded_topic()? == kafka.topic {
+        if let Some(recorded) = index.recorded_partitions()?.filter(|n| *n != partitions) {
+            return Err(UsageError(format!(
+                "topic {topic} has {partitions} partitions, but the index was built from it with {recorded}: partitions added in \
+                 place moved keys to other partitions, and a replay would split their commands between shards. Copy the topic \
+                 into a new one (`denorm migrate --to-topic NEW --to-partitions {partitions}`), then rebuild from it \
+                 (`denorm --topic NEW rebuild`); see docs/rebuild.md",
+                topic = kafka.topic
+            ))
+            .into());
+        }
+    }
     let current = index.current()?;
     let state = match index.state()? {
         Some(s) => {

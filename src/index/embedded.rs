@@ -453,6 +453,11 @@ impl EmbeddedIndex {
         Ok(self.marker()?.topic)
     }
 
+    /// That topic's partition count, once a worker recorded it.
+    pub fn recorded_partitions(&self) -> Result<Option<i32>, IndexError> {
+        Ok(self.marker()?.partitions)
+    }
+
     /// Records this handle's topic and `partitions` as the log the index is
     /// built from, replacing what was recorded (a rebuild's cutover: the new
     /// generation is built from the topic as it is now).

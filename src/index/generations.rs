@@ -37,6 +37,9 @@ pub trait Generations: Send + Sync {
     fn clear_state(&self) -> anyhow::Result<()>;
     /// The topic the current generation was built from.
     fn recorded_topic(&self) -> anyhow::Result<String>;
+    /// The partition count of that topic when the current generation was
+    /// built (`None`: not recorded yet, no worker has run).
+    fn recorded_partitions(&self) -> anyhow::Result<Option<i32>>;
     /// The checkpoints of generation `g`'s shards (of `partitions`).
     fn checkpoints_in(&self, g: u64, partitions: i32) -> anyhow::Result<BTreeMap<i32, Checkpoint>>;
     /// Makes generation `g` ready to be written (created when missing).
@@ -82,6 +85,9 @@ impl Generations for EmbeddedGenerations {
     }
     fn recorded_topic(&self) -> anyhow::Result<String> {
         Ok(self.index.recorded_topic()?)
+    }
+    fn recorded_partitions(&self) -> anyhow::Result<Option<i32>> {
+        Ok(self.index.recorded_partitions()?)
     }
     fn checkpoints_in(&self, g: u64, _partitions: i32) -> anyhow::Result<BTreeMap<i32, Checkpoint>> {
         Ok(self.index.checkpoints_in(g)?)
@@ -166,6 +172,10 @@ impl Generations for ElasticGenerations {
     fn recorded_topic(&self) -> anyhow::Result<String> {
         let log = self.meta(&names::meta_id(self.current()?, "log"))?;
         Ok(log.and_then(|v| v["topic"].as_str().map(String::from)).unwrap_or_else(|| self.backend.topic.clone()))
+    }
+    fn recorded_partitions(&self) -> anyhow::Result<Option<i32>> {
+        let log = self.meta(&names::meta_id(self.current()?, "log"))?;
+        Ok(log.and_then(|v| v["partitions"].as_i64()).map(|n| n as i32))
     }
     fn checkpoints_in(&self, g: u64, partitions: i32) -> anyhow::Result<BTreeMap<i32, Checkpoint>> {
         let all: Vec<i32> = (0..partitions).collect();

@@ -5,8 +5,7 @@
 //! inherited by every `denorm` process the test starts: nextest runs each
 //! test in a process of its own).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command as Proc, Stdio};
+use std::path::Path;
 
 use denorm::index::elastic::config::{env, ElasticConfig};
 use denorm::index::elastic::backend::ElasticBackend;
@@ -42,21 +41,8 @@ impl Elastic {
     /// A noida-db of this test's own, from scripts/install-noida.sh
     /// (installed once per machine).
     pub fn private() -> Elastic {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-noida.sh");
-        let out = Proc::new("bash").arg(&script).stderr(Stdio::inherit()).output().expect("run scripts/install-noida.sh");
-        assert!(out.status.success(), "scripts/install-noida.sh failed: set DENORM_ES_URL or install noida-db");
-        let bin = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-        let dir = tempfile::tempdir().unwrap();
-        let port = super::free_port();
-        let child = Proc::new(bin)
-            .args(["start", "--only", "elasticsearch", "--host", "127.0.0.1", "--elasticsearch-port", &port.to_string(), "--data-dir"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start noida-db");
-        super::wait_listening("noida-db", port);
-        Elastic { url: format!("http://127.0.0.1:{port}"), _private: Some(super::Private { child, dir }) }
+        let (port, private) = super::start_noida("elasticsearch");
+        Elastic { url: format!("http://127.0.0.1:{port}"), _private: Some(private) }
     }
 
     /// The index set of this test process (its prefix) on this server.

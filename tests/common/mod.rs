@@ -66,6 +66,14 @@ impl Broker {
         Broker { brokers: format!("127.0.0.1:{port}"), private: Some(Private { child, dir }) }
     }
 
+    /// noida-db's Kafka-protocol broker, of this test's own: a broker
+    /// written by others that implements what tansu 0.6 does not (adding
+    /// partitions to a topic).
+    pub fn noida() -> Broker {
+        let (port, private) = start_noida("kafka");
+        Broker { brokers: format!("127.0.0.1:{port}"), private: Some(private) }
+    }
+
     /// SIGKILLs a private broker.
     pub fn kill(&mut self) {
         let c = &mut self.private.as_mut().expect("a private broker").child;
@@ -79,6 +87,27 @@ impl Broker {
         let port: u16 = self.brokers.rsplit(':').next().unwrap().parse().unwrap();
         private.child = start_tansu(private.dir.path(), port);
     }
+}
+
+/// Starts one of noida-db's servers (`elasticsearch` or `kafka`), from
+/// scripts/install-noida.sh (installed once per machine), on a free
+/// loopback port: the port, and the process to stop.
+pub fn start_noida(service: &str) -> (u16, Private) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-noida.sh");
+    let out = Proc::new("bash").arg(&script).stderr(Stdio::inherit()).output().expect("run scripts/install-noida.sh");
+    assert!(out.status.success(), "scripts/install-noida.sh failed: install noida-db (or set DENORM_ES_URL for Elasticsearch)");
+    let bin = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let child = Proc::new(bin)
+        .args(["start", "--only", service, "--host", "127.0.0.1", &format!("--{service}-port"), &port.to_string(), "--data-dir"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start noida-db");
+    wait_listening(&format!("noida-db ({service})"), port);
+    (port, Private { child, dir })
 }
 
 fn start_tansu(dir: &Path, port: u16) -> Child {
@@ -154,8 +183,13 @@ impl Rig {
     /// On the shared broker, with the Elasticsearch-API server of the suite
     /// as the index (under this test's own prefix).
     pub fn elastic(partitions: i32) -> Rig {
+        Rig::elastic_on(broker(), partitions)
+    }
+
+    /// [`Rig::elastic`] on `broker`.
+    pub fn elastic_on(broker: Broker, partitions: i32) -> Rig {
         let es = elastic::elastic();
-        let mut r = Rig::new(partitions);
+        let mut r = Rig::on(broker, partitions);
         r.index = PathBuf::from(&es.url);
         r._es = Some(es);
         r
