@@ -2103,6 +2103,30 @@ mod review {
         }
     }
 
+    /// An upsert written first, unread, over a document another
+    /// partition holds (an owner change sent without its explicit form)
+    /// is refused at its conflict, as a read would have refused it: the
+    /// other partition's version stays, whatever the positions.
+    #[test]
+    fn an_upsert_written_first_leaves_another_partitions_document_alone() {
+        use denorm::index::Doc;
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (server, scans) = scans_server(&rt);
+        let mut b = backend(&server, &rt);
+        b.write_first = denorm::index::elastic::backend::WriteFirst::Always;
+        let upsert = |contents: &str| Command::UpsertFile { id: "x".into(), path: "/a/x.txt".into(), contents: contents.into(), previous_path: None };
+        let mut holder = b.open_shard(1).unwrap();
+        apply(holder.as_mut(), &upsert("partition 1's"), 5, FanOut::pages_of(10)).unwrap();
+        holder.mark_applied(Checkpoint::new(5, 5));
+        holder.commit().unwrap();
+        let mut other = b.open_shard(0).unwrap();
+        apply(other.as_mut(), &upsert("partition 0's"), 900, FanOut::pages_of(10)).unwrap();
+        other.mark_applied(Checkpoint::new(900, 900));
+        other.commit().unwrap();
+        let docs = live_files(&scans);
+        assert!(matches!(docs.as_slice(), [Doc::File(f)] if f.contents == "partition 1's" && f.pos == 5), "{docs:?}");
+    }
+
     /// A fan-out keeps several page bulks in flight: with every bulk
     /// answered only after a delay, the second page's bulk reaches the
     /// server before the first page's could have been answered. The

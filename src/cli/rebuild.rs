@@ -135,10 +135,14 @@ fn rebuild(
             kafka.topic
         );
     }
+    // Rebuilt from the topic the live generation was built from, the new one
+    // must also reach the live one's checkpoints; from another topic (after
+    // `denorm migrate`) their offsets are not comparable.
+    let same_log = index.recorded_topic()? == kafka.topic;
     // Partitions added to the topic in place moved keys to other
     // partitions: a replay would split them across shards (the workers
     // refuse such a topic too). Only a copy into a new topic keeps them.
-    if index.recorded_topic()? == kafka.topic {
+    if same_log {
         if let Some(recorded) = index.recorded_partitions()?.filter(|n| *n != partitions) {
             return Err(UsageError(format!(
                 "topic {topic} has {partitions} partitions, but the index was built from it with {recorded}: partitions added in \
@@ -165,10 +169,6 @@ fn rebuild(
         }
     };
     let target = state.generation;
-    // Rebuilt from the topic the live generation was built from, the new one
-    // must also reach the live one's checkpoints; from another topic (after
-    // `denorm migrate`) their offsets are not comparable.
-    let same_log = index.recorded_topic()? == kafka.topic;
     let total: i64 = marks.iter().map(|(_, high)| high).sum();
 
     if current != target {

@@ -582,8 +582,11 @@ impl Shard for ElasticShard {
     /// sent as a create, and a version found there makes it a conflict
     /// that [`Self::resolve`] decides by reading it, as it decides any.
     fn upsert_position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
+        if !self.writing_first {
+            return self.position(kind, id);
+        }
         let key = (kind, id.to_string());
-        if !self.writing_first || self.overlay.contains_key(&key) || self.prefetched.contains_key(&key) || self.seen.contains_key(&key) {
+        if self.overlay.contains_key(&key) || self.prefetched.contains_key(&key) || self.seen.contains_key(&key) {
             return self.position(kind, id);
         }
         self.seen.insert(key.clone(), None);
