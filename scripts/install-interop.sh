@@ -6,7 +6,7 @@
 #   - JavaScript: avsc + kafkajs (npm), for the machine's Node.js;
 #   - Java: Apache Avro's reference implementation (Debian's libavro-java),
 #     compiled against with the machine's javac.
-# Prints the cache directory. tests/interop.rs reads it from
+# Prints the cache directory. tests/it/interop.rs reads it from
 # DENORM_INTEROP (scripts/test.sh sets it).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -6,9 +6,34 @@
 # Elasticsearch-API server), starts one broker and one Elasticsearch-API
 # server for the run, and runs every test with cargo-nextest. Extra
 # arguments go to nextest.
+#
+# Under CI (CI set) the cargo build cache is kept under the same cache
+# directory, so that a fresh clone compiles only denorm itself; a
+# CARGO_TARGET_DIR given by the caller wins. At the end it prints the time
+# of each phase.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+phases=()
+phase_start=$start
+# phase NAME: records the time since the previous phase ended.
+phase() {
+  local now
+  now=$(date +%s)
+  phases+=("$(printf '%-28s %5ss' "$1" "$((now - phase_start))")")
+  phase_start=$now
+}
+report() {
+  echo "time per phase:" >&2
+  for p in "${phases[@]}"; do echo "  $p" >&2; done
+  echo "test suite finished in $(( $(date +%s) - start ))s" >&2
+}
+if [ -n "${CI:-}" ] && [ -z "${CARGO_TARGET_DIR:-}" ]; then
+  CARGO_TARGET_DIR="$HOME/.cache/denorm/cargo-target"
+  export CARGO_TARGET_DIR
+  echo "cargo build cache: $CARGO_TARGET_DIR" >&2
+fi
+target="${CARGO_TARGET_DIR:-target}"
 if ! command -v cargo-nextest >/dev/null 2>&1; then
   echo "installing cargo-nextest" >&2
   cargo install cargo-nextest --locked
@@ -23,17 +48,20 @@ if command -v promtool >/dev/null 2>&1; then
   promtool check config deploy/prometheus.yml >/dev/null
   echo "deploy/prometheus.yml: promtool check config OK"
 fi
+phase "compose and promtool checks"
 scripts/install-tansu.sh >/dev/null
+phase "tansu (cached once built)"
 scripts/install-noida.sh >/dev/null
 DENORM_INTEROP="$(scripts/install-interop.sh)"
 export DENORM_INTEROP
+phase "noida-db and interop tools"
 state="$(mktemp -d)"
 trap 'scripts/broker.sh stop "$state/kafka"; scripts/elastic.sh stop "$state/es"; rm -rf "$state"' EXIT
 DENORM_TEST_BROKERS="$(scripts/broker.sh start "$state/kafka")"
 export DENORM_TEST_BROKERS
 echo "broker: tansu at $DENORM_TEST_BROKERS (sqlite storage in $state/kafka)" >&2
 # Every Elasticsearch test runs against it, each under an index prefix of
-# its own (tests/common/elastic.rs). A DENORM_ES_URL given by the caller (a
+# its own (tests/it/common/elastic.rs). A DENORM_ES_URL given by the caller (a
 # real cluster, credentials in DENORM_ES_*) is used instead.
 if [ -z "${DENORM_ES_URL:-}" ]; then
   DENORM_ES_URL="$(scripts/elastic.sh start "$state/es")"
@@ -46,13 +74,19 @@ export DENORM_ES_URL
 # schemas, checkov, promtool alert tests, env vars against the binary, and
 # the embedded values' rendered hook and worker run against the broker.
 cargo build --release --features failpoints --quiet --bin denorm
+phase "build the denorm binary"
 chart=0
-python3 scripts/check-chart.py target/release/denorm || chart=$?
+python3 scripts/check-chart.py "$target/release/denorm" || chart=$?
+phase "chart checks"
 # The fan-out memory harness at a smoke size: both backends rename 20,000
 # files, and it fails unless every file was rewritten once.
 cargo run --release --features failpoints --quiet --example fanout_memory -- 2000 20000
+phase "fan-out memory harness"
+cargo nextest run --release --features failpoints --no-run
+phase "build the tests"
 tests=0
 cargo nextest run --release --features failpoints --no-fail-fast "$@" || tests=$?
-echo "test suite finished in $(( $(date +%s) - start ))s" >&2
+phase "tests (nextest)"
+report
 [ "$chart" = 0 ] || echo "the chart checks failed (scripts/check-chart.py, above)" >&2
 [ "$chart" = 0 ] && [ "$tests" = 0 ]

@@ -639,7 +639,7 @@ mod tests {
     }
 
     /// The fingerprints every conforming implementation computes (fastavro's
-    /// and Java's, checked against them by tests/interop.rs), and the legacy
+    /// and Java's, checked against them by tests/it/interop.rs), and the legacy
     /// ones earlier builds wrote. A schema file change must update this
     /// table, docs/producers.md, and (for a new version) schemas/history.
     #[test]

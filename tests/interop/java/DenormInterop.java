@@ -1,5 +1,5 @@
 // Apache Avro's reference implementation (Java) against denorm's wire
-// contract, run by tests/interop.rs:
+// contract, run by tests/it/interop.rs:
 //
 //   java DenormInterop fingerprints SCHEMA_FILE...   JSON of the wire fingerprints
 //   java DenormInterop encode SCHEMAS_DIR PREFIX     `key<TAB>hex` lines, one per command

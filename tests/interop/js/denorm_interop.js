@@ -1,5 +1,5 @@
 // A denorm producer written from schemas/ alone, with avsc and kafkajs: the
-// JavaScript example of docs/producers.md, run by tests/interop.rs.
+// JavaScript example of docs/producers.md, run by tests/it/interop.rs.
 //
 //   node denorm_interop.js fingerprints SCHEMA_FILE...
 //   node denorm_interop.js produce BROKERS TOPIC SCHEMAS_DIR PREFIX

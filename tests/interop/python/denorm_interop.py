@@ -1,6 +1,6 @@
 """A denorm producer and consumer written from schemas/ alone, with fastavro
 and aiokafka: the Python example of docs/producers.md, run by
-tests/interop.rs.
+tests/it/interop.rs.
 
     python denorm_interop.py fingerprints SCHEMA_FILE...
     python denorm_interop.py produce BROKERS TOPIC SCHEMAS_DIR PREFIX

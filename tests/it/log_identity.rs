@@ -1,13 +1,12 @@
 //! The index decides where each partition resumes, and knows which log it
 //! was built from (issue 10, items 2 and 3): tests on a real broker.
 
-mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use denorm::index::embedded::EmbeddedIndex;
 use denorm::kafka::group_lag;
 

@@ -3,7 +3,6 @@
 //! the embedded backend and on the Elasticsearch-API server of the suite
 //! (`DENORM_ES_URL`: noida-db from scripts/test.sh, or a cluster of yours).
 
-mod common;
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -86,14 +85,14 @@ fn log_with_redelivered_suffix_matches_the_model_on_the_embedded_backend() {
 
 #[test]
 fn log_with_redelivered_suffix_matches_the_model_on_elasticsearch() {
-    let es = common::elastic::elastic();
-    let rt = common::rt();
+    let es = crate::common::elastic::elastic();
+    let rt = crate::common::rt();
     let backend = es.backend(&rt, "scenario");
     rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix)).unwrap();
     scenario(&backend);
 }
 
-/// The stale-owner chaos contract (tests/common/chaos.rs) on the
+/// The stale-owner chaos contract (tests/it/common/chaos.rs) on the
 /// Elasticsearch-API server of the suite: the old owner of a partition,
 /// stalled mid-batch, resumes after the new owner committed; it is fenced
 /// and its writes revert nothing. Each seed under an index prefix of its own.
@@ -113,16 +112,16 @@ fn chaos_with_every_upsert_written_first_on_elasticsearch_leaves_the_documents_e
 /// The chaos contract for each seed on the suite's Elasticsearch-API
 /// server, each under an index prefix of its own.
 fn chaos_on_elasticsearch(name: &str, seeds: std::ops::Range<u64>, write_first: WriteFirst) {
-    let es = common::elastic::elastic();
-    let rt = common::rt();
-    let base = common::elastic::prefix();
+    let es = crate::common::elastic::elastic();
+    let rt = crate::common::rt();
+    let base = crate::common::elastic::prefix();
     for seed in seeds {
         let mut backend = es.backend(&rt, name);
         backend.prefix = format!("{base}-{name}-{seed}");
         backend.write_first = write_first;
         rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix)).unwrap();
         let search = backend.search().unwrap();
-        common::chaos::two_overlapping_owners(&backend, seed, || {
+        crate::common::chaos::two_overlapping_owners(&backend, seed, || {
             let mut docs = Vec::new();
             search.dump(&mut |d| docs.push(d)).unwrap();
             docs
@@ -132,11 +131,11 @@ fn chaos_on_elasticsearch(name: &str, seeds: std::ops::Range<u64>, write_first: 
 
 /// A backend of its own (under this process's prefix plus `name`) on the
 /// Elasticsearch-API server of the suite, and a dump of its documents.
-fn own_elastic(name: &str) -> (common::elastic::Elastic, tokio::runtime::Runtime, denorm::index::elastic::backend::ElasticBackend) {
-    let es = common::elastic::elastic();
-    let rt = common::rt();
+fn own_elastic(name: &str) -> (crate::common::elastic::Elastic, tokio::runtime::Runtime, denorm::index::elastic::backend::ElasticBackend) {
+    let es = crate::common::elastic::elastic();
+    let rt = crate::common::rt();
     let mut backend = es.backend(&rt, name);
-    backend.prefix = format!("{}-{name}", common::elastic::prefix());
+    backend.prefix = format!("{}-{name}", crate::common::elastic::prefix());
     rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix)).unwrap();
     (es, rt, backend)
 }
@@ -148,17 +147,17 @@ fn live(backend: &dyn Backend) -> Vec<denorm::index::Doc> {
 }
 
 /// Issue 27 B2 on the Elasticsearch-API server of the suite (see
-/// tests/common/chaos.rs): a stale owner's write is fenced before it can
+/// tests/it/common/chaos.rs): a stale owner's write is fenced before it can
 /// replace another partition's tombstone.
 #[test]
 fn a_stale_owner_cannot_bring_back_a_document_that_moved_away_on_elasticsearch() {
     let (_es, _rt, b) = own_elastic("stale");
-    common::chaos::a_stale_owner_cannot_bring_back_a_document_that_moved_away(&b, || live(&b));
+    crate::common::chaos::a_stale_owner_cannot_bring_back_a_document_that_moved_away(&b, || live(&b));
 }
 
 /// Issue 27 B2: a take-over replaces its source partition's copy only.
 #[test]
 fn a_take_over_replaces_only_its_source_partitions_copy_on_elasticsearch() {
     let (_es, _rt, b) = own_elastic("takeover");
-    common::chaos::a_take_over_replaces_only_its_source_partitions_copy(&b, || live(&b));
+    crate::common::chaos::a_take_over_replaces_only_its_source_partitions_copy(&b, || live(&b));
 }

@@ -1,9 +1,8 @@
 //! The benchmark at smoke size (the full sizes run from scripts/bench.sh):
 //! every phase runs against the test broker and reports consistent figures.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 
 /// Runs `denorm bench` on the test broker with `args`, its work under
 /// `dir`; checks that it succeeds and prints each of `rows`, and returns
@@ -71,7 +70,7 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
 /// baselines, and the renamed tree is where the rename put it.
 #[test]
 fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query() {
-    let es = common::elastic::elastic();
+    let es = crate::common::elastic::elastic();
     let dir = tempfile::tempdir().unwrap();
     let v = bench(
         dir.path(),

@@ -2,9 +2,8 @@
 //! runs before any worker starts), the Kafka options file, and where
 //! `produce --wait` may stand.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use denorm::kafka::KafkaConfig;
 
 #[test]

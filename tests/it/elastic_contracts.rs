@@ -12,8 +12,7 @@ use serde_json::{json, Value};
 use wiremock::matchers::{header, method, path, path_regex};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
-#[path = "common/chaos.rs"]
-mod chaos;
+use crate::common::chaos;
 
 fn config(server: &MockServer, vars: &[(&'static str, &'static str)]) -> ElasticConfig {
     let vars = vars.to_vec();
@@ -793,7 +792,7 @@ fn an_item_refused_for_good_fails_the_commit_permanently() {
     let mut shard = b.open_shard(0).unwrap();
     upsert_files(shard.as_mut(), &["f1", "f2"]);
     // Not retryable: the worker commits the batch command by command to
-    // find the refused one and dead-letters it (tests/faults.rs).
+    // find the refused one and dead-letters it (tests/it/faults.rs).
     let err = shard.commit().unwrap_err();
     assert!(!err.is_retryable(), "{err}");
     assert!(err.to_string().contains("f2") && err.to_string().contains("document_parsing_exception"), "{err}");
@@ -2178,7 +2177,7 @@ mod review {
     }
 
     /// Issue 27 B2 against the stateful test store (and on the server of
-    /// the suite in tests/scenarios.rs): see tests/common/chaos.rs.
+    /// the suite in tests/it/scenarios.rs): see tests/it/common/chaos.rs.
     #[test]
     fn a_stale_owner_cannot_bring_back_a_document_that_moved_away() {
         let rt = tokio::runtime::Runtime::new().unwrap();

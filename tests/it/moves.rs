@@ -4,11 +4,10 @@
 //! destination arriving in the middle, a source crashing after handing its
 //! documents over, moves crossing in opposite directions, and parked keys.
 
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use denorm::codec::Decoded;
 use denorm::command::Command;
 use denorm::index::Doc;

@@ -3,13 +3,12 @@
 //! and a broker restart. Faults are injected through the `failpoints`
 //! feature's fault points (`src/faults.rs`), which scripts/test.sh enables.
 
-mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use denorm::command::Command;
 use denorm::index::Kind;
 use rdkafka::producer::{FutureProducer, FutureRecord};

@@ -5,13 +5,12 @@
 //! installs them (scripts/test.sh runs it); these tests fail, rather than
 //! skip, when they are missing.
 
-mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command as Proc;
 use std::sync::OnceLock;
 
-use common::*;
+use crate::common::*;
 use denorm::command::{Command, Envelope};
 use denorm::produce::Producer;
 

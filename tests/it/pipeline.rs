@@ -1,12 +1,11 @@
 //! End-to-end behaviour of the pipeline on a real Kafka-protocol broker
 //! (tansu): produce -> `denorm run` worker processes -> embedded index.
 
-mod common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use denorm::command::Command;
 use denorm::index::{Doc, Kind};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -357,7 +356,7 @@ fn hostile_messages_are_dead_lettered_with_distinct_reasons_without_stopping_the
     ];
     send_raw(cfg, &messages);
     // `skip`: the valid commands of key /a after the hostile ones are
-    // applied anyway (parking is tested in tests/faults.rs).
+    // applied anyway (parking is tested in tests/it/faults.rs).
     let worker = Worker::start(&cfg, &group, &index, &["--max-message-bytes", "2048", "--on-abort", "skip"]);
     wait_applied(&cfg, &group, messages.len());
     let ids: BTreeSet<String> = dump(&index).iter().filter(|d| d.kind() == Kind::File).map(|d| d.id().to_string()).collect();

@@ -5,11 +5,10 @@
 //! topic's log in partition order. The seed is printed; replay a failure
 //! with `DENORM_CHAOS_SEED=<seed>`.
 
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use denorm::command::Command;
 use denorm::model::Model;
 use rand::rngs::StdRng;

@@ -2,14 +2,13 @@
 //! throughout, searches running throughout, and crashes in the middle of the
 //! rebuild and of its cutover.
 
-mod common;
 
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use denorm::index::embedded::EmbeddedIndex;
 use denorm::index::generations::{ElasticGenerations, EmbeddedGenerations, Generations};
 use denorm::index::{FileQuery, SearchIndex};
@@ -336,7 +335,7 @@ fn rebuild_refuses_added_partitions(r: Rig) {
     assert_eq!(status.code(), Some(2), "{out}");
     assert!(out.contains("has 3 partitions, but the index was built from it with 2"), "{out}");
     assert!(out.contains("denorm migrate --to-topic NEW --to-partitions 3"), "{out}");
-    let rt = common::rt();
+    let rt = crate::common::rt();
     assert!(generations_of(&r, &rt).state().unwrap().is_none(), "a refused rebuild left its state behind");
 }
 
@@ -345,7 +344,7 @@ fn rebuild_refuses_added_partitions(r: Rig) {
 fn add_partitions(cfg: &denorm::kafka::KafkaConfig, total: i32) {
     use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
     use rdkafka::client::DefaultClientContext;
-    common::rt().block_on(async {
+    crate::common::rt().block_on(async {
         let admin: AdminClient<DefaultClientContext> = cfg.client_config().create().unwrap();
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
         for r in admin.create_partitions(&[NewPartitions::new(&cfg.topic, total as usize)], &opts).await.unwrap() {

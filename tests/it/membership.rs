@@ -2,12 +2,11 @@
 //! that comes back under the same id takes its own partitions back, and the
 //! other member keeps its partitions throughout (no rebalance).
 
-mod common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// Far longer than the test may take: if the restarted worker were a new
 /// member, its predecessor's partitions would stay with the dead member

@@ -5,12 +5,11 @@
 //! (wiremock plays it); see docs/producers.md for what that does and does
 //! not prove.
 
-mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 use denorm::codec::registry::{frame, Registry, RegistryConfig, RegistryError, CONTENT_TYPE};
 use denorm::codec::{Codec, DecodeError, CURRENT_SCHEMA};

@@ -1,0 +1,24 @@
+//! The integration tests, one binary (one link instead of one per file),
+//! one module per area. Most run against the suite's real servers: the
+//! tansu broker (`DENORM_TEST_BROKERS`) and the Elasticsearch-API server
+//! (`DENORM_ES_URL`) that `scripts/test.sh` starts; `common` holds the
+//! shared helpers (worker processes, produce/wait/dump, `eventually`).
+
+mod common;
+
+mod bench;
+mod chaos;
+mod cli;
+mod consistency;
+mod deploy;
+mod elastic_contracts;
+mod faults;
+mod interop;
+mod log_identity;
+mod membership;
+mod moves;
+mod pipeline;
+mod rebuild;
+mod registry_contracts;
+mod scenarios;
+mod topics;
