@@ -5,7 +5,9 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::clock::now_secs;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -59,9 +61,6 @@ impl Health {
     }
 }
 
-fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
 
 /// Binds `addr` and serves until the process exits. Returns the bound address.
 pub async fn serve(addr: SocketAddr, metrics: PrometheusHandle, health: Arc<Health>) -> std::io::Result<SocketAddr> {

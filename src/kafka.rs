@@ -230,7 +230,7 @@ pub fn wait_until_applied(
 pub fn wait_for_deliveries(
     cfg: &KafkaConfig,
     group: &str,
-    deliveries: &[crate::produce::Delivery],
+    deliveries: &[crate::command::LogPosition],
     timeout: Duration,
 ) -> Result<(), WaitError> {
     let mut need: std::collections::BTreeMap<i32, i64> = std::collections::BTreeMap::new();

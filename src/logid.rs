@@ -89,26 +89,6 @@ pub fn range_against(checkpoint: Option<Checkpoint>, low: i64, high: i64) -> Fir
     }
 }
 
-/// What to tell the operator when the index and the log disagree.
-pub const FIX: &str = "the index must be rebuilt from the topic (`denorm rebuild`, see \"Rebuilding an index\" in the README)";
-
-/// The message of a partition count that differs from the recorded one.
-pub fn partitions_changed(recorded: i32, now: i32) -> String {
-    format!(
-        "the index was built from a topic of {recorded} partitions, the topic now has {now}: \
-         adding partitions moves keys to other partitions, so per-key order and the shards' \
-         contents no longer hold; {FIX}, into a new topic with `denorm migrate`"
-    )
-}
-
-/// The message of a checkpoint whose message is not in the log any more.
-pub fn log_changed(partition: i32, offset: u64, detail: &str) -> String {
-    format!(
-        "partition {partition}: the index's checkpoint is offset {offset}, but {detail}: \
-         the topic was recreated or rewritten since the index was built; {FIX}"
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

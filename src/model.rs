@@ -174,7 +174,7 @@ pub fn serialized(logs: &[Vec<(i64, crate::codec::Decoded)>]) -> Result<(Model, 
 /// (tests, the demo).
 fn owner_change_waits(logs: &[Vec<(i64, crate::codec::Decoded)>], cursor: &[usize], e: &crate::command::Envelope) -> bool {
     let (Some(previous), Some(delete)) = (e.command.previous_key(), e.command.owner_change_delete()) else { return false };
-    let p = crate::moves::partition_of(previous, logs.len() as i32) as usize;
+    let p = crate::command::partitioner::partition_of(previous, logs.len() as i32) as usize;
     logs[p][cursor[p]..].iter().any(|(_, m)| matches!(m, crate::codec::Decoded::Command(d) if d.issued_at <= e.issued_at && d.command == delete))
 }
 

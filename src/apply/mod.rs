@@ -7,7 +7,7 @@
 //! cut short after a backend's intermediate commit) changes nothing.
 
 use crate::command::{path, Command};
-use crate::index::{Author, Doc, FileDoc, IndexError, Kind, Origin, PostDoc, Scan, Shard, UserDoc, Wanted};
+use crate::index::{newer, put_guarded, Author, Doc, FileDoc, IndexError, Kind, Origin, PostDoc, Scan, Shard, UserDoc, Wanted};
 
 /// Default number of documents read per page of a fan-out scan.
 pub const DEFAULT_PAGE_SIZE: usize = 1000;
@@ -102,10 +102,10 @@ fn upsert<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, doc: Doc) -> Result<u
 /// The source side of a cross-key rename at log position `pos`: streams
 /// the files under `from` it moves, at their new paths, to `out`. Writes
 /// nothing. A scan that has to start again may hand a file over twice.
-pub fn move_out<S: Shard + ?Sized>(shard: &mut S, from: &str, to: &str, pos: u64, fan_out: FanOut, out: &mut dyn FnMut(crate::moves::MovedFile)) -> Result<(), IndexError> {
+pub fn move_out<S: Shard + ?Sized>(shard: &mut S, from: &str, to: &str, pos: u64, fan_out: FanOut, out: &mut dyn FnMut(crate::command::moves::MovedFile)) -> Result<(), IndexError> {
     fan_out.rewrite(shard, &Scan::FilesWithin { path: from.to_string() }, &mut |d| {
         if let Some(Doc::File(f)) = move_file(d, from, to, pos) {
-            out(crate::moves::MovedFile { path: f.full_path(), id: f.id, contents: f.contents });
+            out(crate::command::moves::MovedFile { path: f.full_path(), id: f.id, contents: f.contents });
         }
         None
     })?;
@@ -133,29 +133,13 @@ pub fn remove_moved<S: Shard + ?Sized>(shard: &mut S, ids: &[String], from: &str
 /// The destination side of a cross-key rename: a chunk's files, written at
 /// the move's position `pos` (its first chunk's offset here) unless a later
 /// command of this partition wrote them since.
-pub fn move_in<S: Shard + ?Sized>(shard: &mut S, m: &crate::moves::MoveIn, pos: u64) -> Result<u64, IndexError> {
+pub fn move_in<S: Shard + ?Sized>(shard: &mut S, m: &crate::command::moves::MoveIn, pos: u64) -> Result<u64, IndexError> {
     let mut n = 0;
     let from = Origin { key: path::top_level(&m.from), partition: Some(m.source_partition) };
     for d in m.docs(pos) {
         n += shard.take_over(d, &from)?;
     }
     Ok(n)
-}
-
-/// True when a document last written at `doc_pos` may be written by the
-/// command at `pos`.
-fn newer(pos: u64, doc_pos: u64) -> bool {
-    pos > doc_pos
-}
-
-/// Writes `doc` unless the shard holds a version at least as new. Returns
-/// the number of documents written.
-pub fn put_guarded<S: Shard + ?Sized>(shard: &mut S, doc: Doc) -> Result<u64, IndexError> {
-    match shard.upsert_position(doc.kind(), doc.id())? {
-        Some(existing) if !newer(doc.pos(), existing) => Ok(0),
-        Some(_) => shard.put(doc).map(|_| 1),
-        None => shard.create(doc).map(|_| 1),
-    }
 }
 
 fn delete_guarded<S: Shard + ?Sized>(shard: &mut S, kind: Kind, id: &str, pos: u64) -> Result<u64, IndexError> {
@@ -199,6 +183,9 @@ pub fn set_author_name(doc: &Doc, name: &str, pos: u64) -> Option<Doc> {
     p.pos = pos;
     Some(Doc::Post(p))
 }
+
+#[cfg(test)]
+mod embedded_tests;
 
 #[cfg(test)]
 mod tests {

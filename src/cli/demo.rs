@@ -20,7 +20,8 @@ use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 use crate::index::{FileQuery, PostQuery, SearchIndex};
 use crate::kafka::{self, KafkaConfig};
 use crate::model;
-use crate::produce::{Delivery, Producer};
+use crate::command::LogPosition;
+use crate::produce::Producer;
 use crate::worker::{self, Stats, WorkerConfig};
 use crate::demo;
 
@@ -98,7 +99,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     let deliveries = producer.send_all(seed.clone(), 10_000, |n| bar.set_position(n as u64)).await?;
     bar.finish_and_clear();
     eprintln!("      produced {} commands in {:.1}s", seed.len(), t.elapsed().as_secs_f64());
-    let mut log: Vec<(Delivery, Command)> = deliveries.into_iter().zip(seed).collect();
+    let mut log: Vec<(LogPosition, Command)> = deliveries.into_iter().zip(seed).collect();
     check_retained(&kafka)?;
     let load = wait(&kafka, &group, log.len(), a.timeout_secs, "applying").await?;
     eprintln!("      load applied; lag drained to 0 in {load:.1}s after producing");

@@ -16,7 +16,7 @@ use crate::index::elastic::setup;
 use crate::index::elastic::backend::ElasticBackend;
 use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 use crate::index::Backend;
-use crate::worker::{self, OnAbort, Stats, WorkerConfig};
+use crate::worker::{self, defaults, OnAbort, Stats, WorkerConfig};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -24,15 +24,15 @@ pub struct RunArgs {
     #[arg(long, env = "DENORM_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     metrics_addr: SocketAddr,
     /// Most commands applied between two index commits
-    #[arg(long, env = "DENORM_MAX_BATCH", default_value_t = 20_000)]
+    #[arg(long, env = "DENORM_MAX_BATCH", default_value_t = defaults::MAX_BATCH)]
     max_batch: usize,
     /// Longest wait of an applied command for its index commit, in milliseconds
     /// (commits are batched: each one creates an index segment)
-    #[arg(long, env = "DENORM_COMMIT_LINGER_MS", default_value_t = 100)]
+    #[arg(long, env = "DENORM_COMMIT_LINGER_MS", default_value_t = defaults::COMMIT_LINGER_MS)]
     commit_linger_ms: u64,
     /// Commit a batch as soon as no command has arrived for this many milliseconds (light
     /// traffic is searchable at once; a backlog is still committed in batches)
-    #[arg(long, env = "DENORM_COMMIT_QUIET_MS", default_value_t = 5)]
+    #[arg(long, env = "DENORM_COMMIT_QUIET_MS", default_value_t = defaults::COMMIT_QUIET_MS)]
     commit_quiet_ms: u64,
     /// Documents read per page of a fan-out scan (at most 10000 on Elasticsearch, its
     /// index.max_result_window)
@@ -62,21 +62,21 @@ pub struct RunArgs {
     index_memory_mb: u64,
     /// KiB of messages queued per partition for its applier; a full queue pauses the
     /// partition until it is down to half
-    #[arg(long, env = "DENORM_QUEUE_KB", default_value_t = 16 << 10, value_parser = clap::value_parser!(u64).range(1..=(1 << 30)))]
+    #[arg(long, env = "DENORM_QUEUE_KB", default_value_t = defaults::QUEUE_KB, value_parser = clap::value_parser!(u64).range(1..=(1 << 30)))]
     queue_kb: u64,
     /// KiB the Kafka client may prefetch for the whole worker (librdkafka's
     /// queued.max.messages.kbytes)
-    #[arg(long, env = "DENORM_FETCH_BUFFER_KB", default_value_t = 16 << 10, value_parser = clap::value_parser!(u64).range(1..=(1 << 21)))]
+    #[arg(long, env = "DENORM_FETCH_BUFFER_KB", default_value_t = defaults::FETCH_BUFFER_KB, value_parser = clap::value_parser!(u64).range(1..=(1 << 21)))]
     fetch_buffer_kb: u64,
     /// Longest wait, in seconds, for the command in progress when stopping or
     /// giving partitions up; past it the command is left to the next owner
-    #[arg(long, env = "DENORM_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]
+    #[arg(long, env = "DENORM_SHUTDOWN_TIMEOUT_SECS", default_value_t = defaults::SHUTDOWN_TIMEOUT_SECS)]
     shutdown_timeout_secs: u64,
     /// Largest message payload accepted, in bytes; larger ones are rejected
-    #[arg(long, env = "DENORM_MAX_MESSAGE_BYTES", default_value_t = 1 << 20)]
+    #[arg(long, env = "DENORM_MAX_MESSAGE_BYTES", default_value_t = defaults::MAX_MESSAGE_BYTES)]
     max_message_bytes: usize,
     /// How often durable progress is committed to Kafka, in milliseconds
-    #[arg(long, env = "DENORM_COMMIT_INTERVAL_MS", default_value_t = 1000)]
+    #[arg(long, env = "DENORM_COMMIT_INTERVAL_MS", default_value_t = defaults::COMMIT_INTERVAL_MS)]
     commit_interval_ms: u64,
     /// Dead-letter topic for aborted and parked commands [default: <topic>.dlq]
     #[arg(long, env = "DENORM_DLQ_TOPIC")]
@@ -88,10 +88,10 @@ pub struct RunArgs {
     on_abort: OnAbort,
     /// Attempts at a command the index rejects before it is aborted
     /// (transient failures such as an unreachable index are retried without limit)
-    #[arg(long, env = "DENORM_MAX_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, env = "DENORM_MAX_ATTEMPTS", default_value_t = defaults::MAX_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..=1000))]
     max_attempts: u32,
     /// Longest wait between retries of a transient failure, in milliseconds
-    #[arg(long, env = "DENORM_RETRY_BACKOFF_MAX_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(50..))]
+    #[arg(long, env = "DENORM_RETRY_BACKOFF_MAX_MS", default_value_t = defaults::RETRY_BACKOFF_MAX_MS, value_parser = clap::value_parser!(u64).range(50..))]
     retry_backoff_max_ms: u64,
     /// Static group membership: this worker's stable identity in the group (librdkafka's
     /// group.instance.id), such as a StatefulSet pod's name. Restarted with the same id within
@@ -102,7 +102,7 @@ pub struct RunArgs {
     /// How long the group waits for a silent worker before giving its partitions to others, in
     /// milliseconds (librdkafka's session.timeout.ms; brokers accept 6000-1800000 by default).
     /// With --instance-id it is also how long a restart may take without a rebalance
-    #[arg(long, env = "DENORM_SESSION_TIMEOUT_MS", default_value_t = 45_000, value_parser = clap::value_parser!(u32).range(1000..=3_600_000))]
+    #[arg(long, env = "DENORM_SESSION_TIMEOUT_MS", default_value_t = defaults::SESSION_TIMEOUT_MS, value_parser = clap::value_parser!(u32).range(1000..=3_600_000))]
     session_timeout_ms: u32,
     #[command(flatten)]
     pub takeover: super::TakeoverArgs,

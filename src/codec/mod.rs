@@ -24,8 +24,8 @@ use apache_avro::schema::Schema;
 use apache_avro::types::Value;
 
 use crate::command::{Command, Envelope, LogPosition};
-use crate::dlq::Control;
-use crate::moves::{MoveIn, MovedFile};
+use crate::command::control::Control;
+use crate::command::moves::{MoveIn, MovedFile};
 
 /// The current schema (writer schema of this version).
 pub const CURRENT_SCHEMA: &str = include_str!("../../schemas/command.avsc");
@@ -499,7 +499,7 @@ fn control_from_value(value: Value) -> Result<Control, DecodeError> {
     let mut f = record_fields(value, "control message")?;
     let long = |v: Option<Value>, name: &str| number(v, "control", name);
     let action = string(f.remove("action"), "action")?;
-    let action = crate::dlq::Action::parse(&action).ok_or_else(|| DecodeError::Shape(format!("unknown control action {action:?}")))?;
+    let action = crate::command::control::Action::parse(&action).ok_or_else(|| DecodeError::Shape(format!("unknown control action {action:?}")))?;
     Ok(Control {
         action,
         key: string(f.remove("key"), "key")?,
@@ -667,7 +667,7 @@ mod tests {
         let old = encode_value(&current, legacy_fingerprint(&current), to_value(&current, &e));
         assert_eq!(codec.decode(&old).unwrap(), e);
         let c = Control {
-            action: crate::dlq::Action::Discard,
+            action: crate::command::control::Action::Discard,
             key: "/a".into(),
             dlq_partition: 0,
             dlq_offset: -1,

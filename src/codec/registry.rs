@@ -24,7 +24,7 @@ use apache_avro::schema::Schema;
 use metrics::counter;
 use reqwest::{StatusCode, Url};
 
-use crate::index::elastic::config::{read_secret, Secret};
+use crate::secret::{read_secret, Secret};
 
 /// Content type of the registry's API, version 1.
 pub const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";

@@ -1,6 +1,9 @@
 //! The domain commands, their ordering keys and validation. No I/O.
 
+pub mod control;
 pub mod jsonl;
+pub mod moves;
+pub mod partitioner;
 pub mod path;
 
 use serde::{Deserialize, Serialize};
@@ -78,8 +81,10 @@ pub struct Envelope {
     pub command: Command,
 }
 
-/// A message's place in the command topic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// A message's place in the command topic: where a command landed. Wait
+/// until the worker group's committed offset of `partition` passes `offset`
+/// to read your own write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct LogPosition {
     pub partition: i32,
     pub offset: i64,
@@ -88,10 +93,7 @@ pub struct LogPosition {
 impl Envelope {
     /// Wraps `command` with a fresh id and the current time.
     pub fn new(command: Command) -> Self {
-        let issued_at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let issued_at = crate::clock::now_millis();
         Envelope { command_id: uuid::Uuid::new_v4().to_string(), issued_at, tenant: None, after: None, command }
     }
 }

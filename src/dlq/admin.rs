@@ -11,10 +11,12 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
-use super::{header, now_millis, Action, Control, MarkerKind};
+use super::{header, MarkerKind};
+use crate::command::control::{Action, Control};
+use crate::clock::now_millis;
 use crate::codec::Codec;
 use crate::kafka::{KafkaConfig, KafkaSetupError, REQUEST_TIMEOUT};
-use crate::produce::Delivery;
+use crate::command::LogPosition;
 
 /// A dead letter as read back.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -265,7 +267,7 @@ pub fn drop_letters(cfg: &KafkaConfig, dlq: &str, letters: &[Entry], open: &[Ent
 /// `reprocess`, a `REPLAY` per letter then a `RESOLVE`; otherwise only a
 /// `DISCARD`. Returns the delivery of each group's last message (once the
 /// worker group has committed past them, the operation is done).
-pub async fn send(cfg: &KafkaConfig, groups: &[Group], reprocess: bool) -> Result<Vec<Delivery>, DlqError> {
+pub async fn send(cfg: &KafkaConfig, groups: &[Group], reprocess: bool) -> Result<Vec<LogPosition>, DlqError> {
     let producer: FutureProducer = cfg.producer_config(&[("message.timeout.ms", "120000")]).create()?;
     let codec = Codec::new();
     let now = now_millis();
@@ -303,7 +305,7 @@ pub async fn send(cfg: &KafkaConfig, groups: &[Group], reprocess: bool) -> Resul
     let mut out = Vec::new();
     for ack in acks {
         match ack.await {
-            Ok(Ok(d)) => out.push(Delivery { partition: d.partition, offset: d.offset }),
+            Ok(Ok(d)) => out.push(LogPosition { partition: d.partition, offset: d.offset }),
             Ok(Err((e, _))) => return Err(e.into()),
             Err(_) => return Err(rdkafka::error::KafkaError::Canceled.into()),
         }

@@ -11,7 +11,7 @@
 //!   aborted command), so they are never applied out of order. Other keys
 //!   keep flowing. Which keys are parked is part of the partition's
 //!   checkpoint in the index, committed with the applied offset.
-//! - `denorm dlq reprocess` writes [`Control`] messages to the partition the
+//! - `denorm dlq reprocess` writes [`Control`](crate::command::control::Control) messages to the partition the
 //!   letters came from: a `REPLAY` per letter, in original order, then a
 //!   `RESOLVE`. The worker applies the replays, and at the `RESOLVE` writes a
 //!   marker to the dead-letter topic (those letters are done) and resumes the
@@ -27,9 +27,9 @@
 pub mod admin;
 pub mod writer;
 
-use std::collections::BTreeMap;
+use serde::Serialize;
 
-use serde::{Deserialize, Serialize};
+use crate::command::control::Action;
 
 /// The dead-letter topic of `topic` by default.
 pub fn default_topic(topic: &str) -> String {
@@ -75,25 +75,7 @@ pub mod reason {
     pub const INDEX_REJECTED: &str = "index_rejected";
 }
 
-/// What an operator asks of the worker, through the command topic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Action {
-    Replay,
-    Resolve,
-    Discard,
-}
-
 impl Action {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Replay => "REPLAY",
-            Action::Resolve => "RESOLVE",
-            Action::Discard => "DISCARD",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Action> {
-        [Action::Replay, Action::Resolve, Action::Discard].into_iter().find(|a| a.as_str() == s)
-    }
     /// The marker a worker writes when it carries out a `RESOLVE` or
     /// `DISCARD`.
     pub fn marker(self) -> MarkerKind {
@@ -103,62 +85,6 @@ impl Action {
             MarkerKind::Reprocessed
         }
     }
-}
-
-/// A control message (`schemas/control.avsc`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Control {
-    pub action: Action,
-    /// Key of the letters concerned ("" for keyless messages).
-    pub key: String,
-    pub dlq_partition: i32,
-    /// `REPLAY`: the replayed letter's offset; otherwise -1.
-    pub dlq_offset: i64,
-    /// Last letter of `key` this operation covers.
-    pub through: i64,
-    /// `REPLAY`: the command's first offset in the command topic.
-    pub origin_offset: i64,
-    /// `REPLAY`: the original message bytes.
-    pub payload: Vec<u8>,
-    pub requested_at: i64,
-}
-
-/// A parked key: what it waits behind, and the dead-letter bookkeeping that
-/// lets an operator's `RESOLVE` tell whether it covers everything.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Parked {
-    /// Id of the aborted command (or `p<partition>@<offset>` when it had none).
-    pub behind: String,
-    /// Dead-letter offset of the key's newest letter.
-    pub last_dlq: i64,
-    /// Highest dead-letter offset replayed so far (replays at or below it are
-    /// skipped: a `reprocess` cut short and run again applies nothing twice).
-    pub replayed_through: i64,
-}
-
-/// Parked keys of one partition.
-pub type Parking = BTreeMap<String, Parked>;
-
-/// `parking` as a JSON list (Elasticsearch's meta document: keys are not
-/// field names there).
-pub fn parking_to_json(parking: &Parking) -> serde_json::Value {
-    serde_json::Value::Array(
-        parking
-            .iter()
-            .map(|(k, p)| serde_json::json!({"key": k, "behind": p.behind, "last_dlq": p.last_dlq, "replayed_through": p.replayed_through}))
-            .collect(),
-    )
-}
-
-/// Inverse of [`parking_to_json`]; anything else is no parking.
-pub fn parking_from_json(v: &serde_json::Value) -> Parking {
-    let Some(list) = v.as_array() else { return Parking::new() };
-    list.iter()
-        .filter_map(|e| {
-            let key = e["key"].as_str()?.to_string();
-            Some((key, serde_json::from_value::<Parked>(e.clone()).ok()?))
-        })
-        .collect()
 }
 
 /// A command the worker gives up on (or parks), as written to the
@@ -198,22 +124,11 @@ impl MarkerKind {
     }
 }
 
-pub fn now_millis() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parking_round_trips_through_json() {
-        let mut p = Parking::new();
-        p.insert("/a.b".into(), Parked { behind: "id-1".into(), last_dlq: 7, replayed_through: -1 });
-        p.insert("u1".into(), Parked { behind: "p3@9".into(), last_dlq: 2, replayed_through: 1 });
-        assert_eq!(parking_from_json(&parking_to_json(&p)), p);
-        assert!(parking_from_json(&serde_json::Value::Null).is_empty());
-    }
+    use crate::command::control::Control;
 
     #[test]
     fn control_messages_round_trip_and_are_told_from_commands() {

@@ -8,7 +8,8 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-use super::{header, now_millis, partition_for, Letter, MarkerKind};
+use super::{header, partition_for, Letter, MarkerKind};
+use crate::clock::now_millis;
 use crate::kafka::KafkaConfig;
 
 /// Longest a dead-letter write waits before it counts as failed (and is

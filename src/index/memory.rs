@@ -10,8 +10,8 @@ pub struct MemoryShard {
     pub docs: BTreeMap<(Kind, String), Doc>,
     marked: Option<Checkpoint>,
     applied: Option<Checkpoint>,
-    pub parked: crate::dlq::Parking,
-    pub received: crate::moves::Received,
+    pub parked: crate::index::progress::Parking,
+    pub received: crate::index::progress::Received,
 }
 
 impl MemoryShard {
@@ -51,10 +51,10 @@ impl Shard for MemoryShard {
     fn checkpoint(&self) -> Option<Checkpoint> {
         self.applied
     }
-    fn parking(&mut self) -> &mut crate::dlq::Parking {
+    fn parking(&mut self) -> &mut crate::index::progress::Parking {
         &mut self.parked
     }
-    fn received(&mut self) -> &mut crate::moves::Received {
+    fn received(&mut self) -> &mut crate::index::progress::Received {
         &mut self.received
     }
     fn commit(&mut self) -> Result<(), IndexError> {

@@ -9,6 +9,7 @@ pub mod elastic;
 pub mod embedded;
 pub mod generations;
 pub mod memory;
+pub mod progress;
 
 use serde::Serialize;
 
@@ -187,7 +188,27 @@ pub enum IndexError {
     Dependency(String),
 }
 
+/// What to tell the operator when the index and the log disagree.
+pub const REBUILD_FIX: &str = "the index must be rebuilt from the topic (`denorm rebuild`, see \"Rebuilding an index\" in the README)";
+
 impl IndexError {
+    /// The message of a partition count that differs from the recorded one.
+    pub fn partitions_changed(recorded: i32, now: i32) -> Self {
+        IndexError::LogMismatch(format!(
+            "the index was built from a topic of {recorded} partitions, the topic now has {now}: \
+             adding partitions moves keys to other partitions, so per-key order and the shards' \
+             contents no longer hold; {REBUILD_FIX}, into a new topic with `denorm migrate`"
+        ))
+    }
+
+    /// The message of a checkpoint whose message is not in the log any more.
+    pub fn log_changed(partition: i32, offset: u64, detail: &str) -> Self {
+        IndexError::LogMismatch(format!(
+            "partition {partition}: the index's checkpoint is offset {offset}, but {detail}: \
+             the topic was recreated or rewritten since the index was built; {REBUILD_FIX}"
+        ))
+    }
+
     /// Whether retrying the same operation later may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(self, IndexError::Locked(_) | IndexError::Io(_) | IndexError::Backend(_) | IndexError::Dependency(_) | IndexError::Fenced(_))
@@ -221,6 +242,23 @@ impl Wanted {
 
     pub fn upsert(kind: Kind, id: &str) -> Self {
         Wanted { kind, id: id.to_string(), upsert: true }
+    }
+}
+
+/// The position guard: true when a document last written at `doc_pos` may
+/// be written by the command at `pos` (the rules in [`crate::apply`] and
+/// every backend's writes obey it).
+pub fn newer(pos: u64, doc_pos: u64) -> bool {
+    pos > doc_pos
+}
+
+/// Writes `doc` unless the shard holds a version at least as new. Returns
+/// the number of documents written.
+pub fn put_guarded<S: Shard + ?Sized>(shard: &mut S, doc: Doc) -> Result<u64, IndexError> {
+    match shard.upsert_position(doc.kind(), doc.id())? {
+        Some(existing) if !newer(doc.pos(), existing) => Ok(0),
+        Some(_) => shard.put(doc).map(|_| 1),
+        None => shard.create(doc).map(|_| 1),
     }
 }
 
@@ -277,7 +315,7 @@ pub trait Shard {
     /// Returns the number of documents written.
     fn take_over(&mut self, doc: Doc, from: &Origin) -> Result<u64, IndexError> {
         let _ = from;
-        crate::apply::put_guarded(self, doc)
+        put_guarded(self, doc)
     }
     /// Another partition's shard that holds the document this one does
     /// not, where shards are separate (the embedded index): a delete naming
@@ -314,11 +352,11 @@ pub trait Shard {
     }
     /// The keys parked behind an aborted command, as of the last
     /// [`Shard::mark_applied`]; changes are committed with the position.
-    fn parking(&mut self) -> &mut crate::dlq::Parking;
+    fn parking(&mut self) -> &mut crate::index::progress::Parking;
     /// The cross-key moves this shard has received completely, as of the
     /// last [`Shard::mark_applied`]; committed with the position like
-    /// [`Shard::parking`] (see [`crate::moves::Received`]).
-    fn received(&mut self) -> &mut crate::moves::Received;
+    /// [`Shard::parking`] (see [`crate::index::progress::Received`]).
+    fn received(&mut self) -> &mut crate::index::progress::Received;
     /// Makes every write so far durable, with the position last marked
     /// applied. After a failed commit the caller drops the shard and opens
     /// it again (the worker re-applies the batch).

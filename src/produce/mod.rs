@@ -13,14 +13,6 @@ use crate::codec::Codec;
 use crate::command::{expand_owner_changes, Command, CommandError, Envelope, LogPosition};
 use crate::kafka::KafkaConfig;
 
-/// Where a command landed in the log. Wait until the worker group's
-/// committed offset of `partition` passes `offset` to read your own write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct Delivery {
-    pub partition: i32,
-    pub offset: i64,
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum ProduceError {
     #[error("invalid command: {0}")]
@@ -99,13 +91,13 @@ impl Producer {
     }
 
     /// Validates and sends one command.
-    pub async fn send(&self, command: Command) -> Result<Delivery, ProduceError> {
+    pub async fn send(&self, command: Command) -> Result<LogPosition, ProduceError> {
         command.validate()?;
         self.send_envelope(&Envelope::new(command)).await
     }
 
     /// Sends a command with a caller-made envelope. The command is validated.
-    pub async fn send_envelope(&self, e: &Envelope) -> Result<Delivery, ProduceError> {
+    pub async fn send_envelope(&self, e: &Envelope) -> Result<LogPosition, ProduceError> {
         e.command.validate()?;
         let ack = self.enqueue(e).await?;
         ack.await
@@ -116,7 +108,7 @@ impl Producer {
     async fn enqueue(
         &self,
         e: &Envelope,
-    ) -> Result<impl std::future::Future<Output = Result<Delivery, ProduceError>>, ProduceError> {
+    ) -> Result<impl std::future::Future<Output = Result<LogPosition, ProduceError>>, ProduceError> {
         let payload = self.payload(e);
         let key = e.command.key();
         loop {
@@ -128,7 +120,7 @@ impl Producer {
                 Ok(ack) => {
                     return Ok(async move {
                         match ack.await {
-                            Ok(Ok(d)) => Ok(Delivery { partition: d.partition, offset: d.offset }),
+                            Ok(Ok(d)) => Ok(LogPosition { partition: d.partition, offset: d.offset }),
                             Ok(Err((e, _))) => Err(e.into()),
                             Err(_) => Err(rdkafka::error::KafkaError::Canceled.into()),
                         }
@@ -155,7 +147,7 @@ impl Producer {
         commands: Vec<Command>,
         in_flight: usize,
         progress: impl FnMut(usize),
-    ) -> Result<Vec<Delivery>, ProduceError> {
+    ) -> Result<Vec<LogPosition>, ProduceError> {
         self.send_expanded(expand_owner_changes(commands), None, in_flight, progress).await
     }
 
@@ -168,15 +160,15 @@ impl Producer {
         first_after: Option<LogPosition>,
         in_flight: usize,
         mut progress: impl FnMut(usize),
-    ) -> Result<Vec<Delivery>, ProduceError> {
+    ) -> Result<Vec<LogPosition>, ProduceError> {
         for c in &commands {
             c.validate()?;
         }
         let n = commands.len();
-        let mut out = vec![Delivery { partition: -1, offset: -1 }; n];
+        let mut out = vec![LogPosition { partition: -1, offset: -1 }; n];
         let mut pending = FuturesUnordered::new();
         let mut done = 0;
-        let mut record = |i: usize, r: Result<Delivery, ProduceError>, done: &mut usize| -> Result<(), ProduceError> {
+        let mut record = |i: usize, r: Result<LogPosition, ProduceError>, done: &mut usize| -> Result<(), ProduceError> {
             out[i] = r?;
             *done += 1;
             if *done % 1000 == 0 || *done == n {
@@ -225,7 +217,7 @@ impl Producer {
         in_flight: usize,
         timeout: Duration,
         mut progress: impl FnMut(usize),
-    ) -> Result<(Vec<Delivery>, Vec<Delivery>), ProduceError> {
+    ) -> Result<(Vec<LogPosition>, Vec<LogPosition>), ProduceError> {
         let commands = expand_owner_changes(commands);
         for c in &commands {
             c.validate()?;
@@ -251,13 +243,13 @@ impl Producer {
             }
             let (cfg, g) = (kafka.clone(), group.to_string());
             let dest_key = what.destination.clone();
-            let waited = tokio::task::spawn_blocking(move || -> Result<Option<Delivery>, crate::kafka::WaitError> {
+            let waited = tokio::task::spawn_blocking(move || -> Result<Option<LogPosition>, crate::kafka::WaitError> {
                 crate::kafka::wait_for_deliveries(&cfg, &g, &[d], timeout)?;
                 let Some(dest_key) = dest_key else { return Ok(None) };
                 // The destination's chunks are in its partition now.
-                let dest = crate::moves::partition_of(&dest_key, cfg.topic_partitions().map_err(crate::kafka::WaitError::Kafka)?.unwrap_or(1));
+                let dest = crate::command::partitioner::partition_of(&dest_key, cfg.topic_partitions().map_err(crate::kafka::WaitError::Kafka)?.unwrap_or(1));
                 let lag = crate::kafka::group_lag(&cfg, &g).map_err(crate::kafka::WaitError::Kafka)?;
-                Ok(lag.partitions.iter().find(|p| p.partition == dest && p.end > 0).map(|p| Delivery { partition: dest, offset: p.end - 1 }))
+                Ok(lag.partitions.iter().find(|p| p.partition == dest && p.end > 0).map(|p| LogPosition { partition: dest, offset: p.end - 1 }))
             })
             .await
             .expect("wait task");

@@ -4,7 +4,7 @@
 
 use crate::codec::{Codec, DecodeError, Decoded};
 use crate::command::Envelope;
-use crate::dlq::Control;
+use crate::command::control::Control;
 
 /// An admitted message.
 #[derive(Debug, Clone, PartialEq)]
@@ -13,7 +13,7 @@ pub enum Admitted {
     /// An operator's control message (`denorm dlq`).
     Control(Control),
     /// A chunk of a cross-key move, written by the source's worker.
-    Move(crate::moves::MoveIn),
+    Move(crate::command::moves::MoveIn),
 }
 
 /// Why a message is not admitted.
@@ -139,8 +139,8 @@ mod tests {
         assert_eq!(seen.len(), reason::ALL.len(), "every reason is reachable");
         assert!(admit(&c, Some(b"/a"), Some(&good), 1000).is_ok());
         // A move's documents are never refused for size: a worker wrote them.
-        let files = (0..40).map(|i| crate::moves::MovedFile { id: format!("f{i}"), path: format!("/d/f{i}"), contents: "x".repeat(50) }).collect();
-        let mv = crate::moves::MoveIn { move_id: "m".into(), source_partition: 0, source_offset: 1, from: "/s".into(), to: "/d".into(), chunk: 0, last: true, issued_at: 0, files };
+        let files = (0..40).map(|i| crate::command::moves::MovedFile { id: format!("f{i}"), path: format!("/d/f{i}"), contents: "x".repeat(50) }).collect();
+        let mv = crate::command::moves::MoveIn { move_id: "m".into(), source_partition: 0, source_offset: 1, from: "/s".into(), to: "/d".into(), chunk: 0, last: true, issued_at: 0, files };
         let bytes = c.encode_move(&mv);
         assert!(bytes.len() > 1000);
         assert!(matches!(admit(&c, Some(b"/d"), Some(&bytes), 1000), Ok(Admitted::Move(_))));

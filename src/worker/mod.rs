@@ -9,7 +9,7 @@
 //! that partition's shard writer (see [`partition`]).
 
 pub mod admit;
-mod partition;
+mod applier;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,7 +31,7 @@ use crate::apply::FanOut;
 use crate::index::{Backend, IndexError};
 use crate::kafka::KafkaConfig;
 use crate::metrics as m;
-use partition::{Feed, Partition};
+use applier::{Feed, Partition};
 
 /// Worker settings. Defaults in [`WorkerConfig::new`].
 #[derive(Debug, Clone)]
@@ -39,10 +39,10 @@ pub struct WorkerConfig {
     pub kafka: KafkaConfig,
     /// Consumer group id.
     pub group: String,
-    /// Most commands applied between two index commits (default 2000).
+    /// Most commands applied between two index commits.
     pub max_batch: usize,
-    /// Longest time an applied command waits for its index commit (default
-    /// 100 ms): commits are batched, because each one creates a segment.
+    /// Longest time an applied command waits for its index commit: commits
+    /// are batched, because each one creates a segment.
     pub commit_linger: Duration,
     /// A batch is committed as soon as no command arrives for this long
     /// (default 5 ms), so that light traffic is searchable at once.
@@ -105,27 +105,43 @@ pub enum OnAbort {
     Skip,
 }
 
+/// The defaults of the worker's settings, once: [`WorkerConfig::new`] and
+/// `denorm run`'s flags both take them from here.
+pub mod defaults {
+    pub const MAX_BATCH: usize = 20_000;
+    pub const COMMIT_LINGER_MS: u64 = 100;
+    pub const COMMIT_QUIET_MS: u64 = 5;
+    pub const QUEUE_KB: u64 = 16 << 10;
+    pub const FETCH_BUFFER_KB: u64 = 16 << 10;
+    pub const COMMIT_INTERVAL_MS: u64 = 1000;
+    pub const RETRY_BACKOFF_MAX_MS: u64 = 30_000;
+    pub const SHUTDOWN_TIMEOUT_SECS: u64 = 30;
+    pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+    pub const MAX_ATTEMPTS: u32 = 3;
+    pub const SESSION_TIMEOUT_MS: u32 = 45_000;
+}
+
 impl WorkerConfig {
     pub fn new(kafka: KafkaConfig, group: impl Into<String>) -> Self {
         WorkerConfig {
             group: group.into(),
-            max_batch: 20_000,
-            commit_linger: Duration::from_millis(100),
-            commit_quiet: Duration::from_millis(5),
+            max_batch: defaults::MAX_BATCH,
+            commit_linger: Duration::from_millis(defaults::COMMIT_LINGER_MS),
+            commit_quiet: Duration::from_millis(defaults::COMMIT_QUIET_MS),
             fan_out: FanOut::pages_of(crate::apply::DEFAULT_PAGE_SIZE),
-            queue_bytes: 16 << 20,
-            fetch_buffer_kb: 16 << 10,
-            commit_interval: Duration::from_secs(1),
-            retry_backoff_max: Duration::from_secs(30),
+            queue_bytes: (defaults::QUEUE_KB << 10) as usize,
+            fetch_buffer_kb: defaults::FETCH_BUFFER_KB as usize,
+            commit_interval: Duration::from_millis(defaults::COMMIT_INTERVAL_MS),
+            retry_backoff_max: Duration::from_millis(defaults::RETRY_BACKOFF_MAX_MS),
             lag_interval: Duration::from_secs(5),
-            shutdown_timeout: Duration::from_secs(30),
-            max_message_bytes: 1 << 20,
+            shutdown_timeout: Duration::from_secs(defaults::SHUTDOWN_TIMEOUT_SECS),
+            max_message_bytes: defaults::MAX_MESSAGE_BYTES,
             dlq_topic: crate::dlq::default_topic(&kafka.topic),
             on_abort: OnAbort::Park,
-            max_attempts: 3,
+            max_attempts: defaults::MAX_ATTEMPTS,
             registry: None,
             instance_id: None,
-            session_timeout: Duration::from_secs(45),
+            session_timeout: Duration::from_millis(defaults::SESSION_TIMEOUT_MS as u64),
             takeover_waits: true,
             kafka,
         }
@@ -220,7 +236,7 @@ impl ConsumerContext for WorkerContext {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 if let Some(p) = tpl.elements().iter().map(|e| e.partition()).find(|&p| p >= self.shared.log_partitions) {
                     let now = self.shared.cfg.kafka.topic_partitions().ok().flatten().unwrap_or(p + 1);
-                    let e = IndexError::LogMismatch(crate::logid::partitions_changed(self.shared.log_partitions, now));
+                    let e = IndexError::partitions_changed(self.shared.log_partitions, now);
                     error!(error = %e, "refusing the assignment");
                     self.fatal.lock().expect("fatal lock").get_or_insert(WorkerError::Index(e));
                 }
@@ -668,7 +684,7 @@ fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<rdkafka::message::O
     for (p, part) in parts.iter_mut() {
         while part.queued.load(Ordering::SeqCst) < limit {
             let Some(msg) = part.pending.pop_front() else { break };
-            let size = partition::queued_size(&msg);
+            let size = applier::queued_size(&msg);
             part.queued.fetch_add(size, Ordering::SeqCst);
             if let Err(std::sync::mpsc::SendError(Feed::Message(m))) = part.tx.send(Feed::Message(msg)) {
                 // The applier has ended; the partition is drained below.

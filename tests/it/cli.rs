@@ -62,8 +62,8 @@ fn write_fuzz_corpus() {
         std::fs::write(dir.join(format!("seed{i}")), bytes).unwrap();
     }
     // Control messages of `denorm dlq`, keyed like their letters.
-    for (i, action) in [denorm::dlq::Action::Replay, denorm::dlq::Action::Resolve].into_iter().enumerate() {
-        let c = denorm::dlq::Control {
+    for (i, action) in [denorm::command::control::Action::Replay, denorm::command::control::Action::Resolve].into_iter().enumerate() {
+        let c = denorm::command::control::Control {
             action,
             key: "/a".into(),
             dlq_partition: 0,

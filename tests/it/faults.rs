@@ -134,11 +134,7 @@ fn nothing_is_committed_past_a_message_until_its_dead_letter_is_written() {
     let log = produce(&r.cfg, vec![file("b1", "/b/1.txt")]);
     let worker = r.worker(&["--retry-backoff-max-ms", "100"]);
     let failing = "writing to the dead-letter topic failed";
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while worker.log().matches(failing).count() < 5 {
-        assert!(Instant::now() < deadline, "no retries of the dead-letter write:\n{}", worker.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eventually(Duration::from_secs(60), || format!("no retries of the dead-letter write:\n{}", worker.log()), || (worker.log().matches(failing).count() >= 5).then_some(()));
     let body = wait_ready_status(&worker, "503");
     assert!(body.contains("degraded"), "{body}");
     // Neither the bad message nor the good one behind it is committed.
@@ -170,11 +166,7 @@ fn a_lost_offset_commit_is_sent_again_while_the_partition_is_idle() {
     let worker = r.worker(&[]);
     let log = produce(&r.cfg, files_under("a", "/idle", 50));
     assert!(worker.wait_for_log("injected fault kafka.commit", Duration::from_secs(60)), "{}", worker.log());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while file_ids(&r.index).len() < log.len() {
-        assert!(Instant::now() < deadline, "the commands were not applied:\n{}", worker.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually(Duration::from_secs(60), || format!("the commands were not applied:\n{}", worker.log()), || (file_ids(&r.index).len() >= log.len()).then_some(()));
     let lag = denorm::kafka::group_lag(&r.cfg, &r.group).unwrap();
     assert_eq!(lag.total, log.len() as i64, "no commit reached the broker: {lag:?}");
     r.off_fault("kafka.commit");
@@ -227,15 +219,10 @@ fn the_worker_rides_out_a_broker_restart_mid_workload() {
     let mut log = produce(&cfg, first);
     let worker = Worker::start(&cfg, &group, &index, &["--retry-backoff-max-ms", "500"]);
     // Stop the broker once the worker is part-way through.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
+    eventually(Duration::from_secs(120), || format!("no progress before the outage:\n{}", worker.log()), || {
         let lag = denorm::kafka::group_lag(&cfg, &group).unwrap();
-        if lag.partitions.iter().map(|p| p.committed).sum::<i64>() > 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no progress before the outage:\n{}", worker.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        (lag.partitions.iter().map(|p| p.committed).sum::<i64>() > 0).then_some(())
+    });
     r.broker.kill();
     let t = Instant::now();
     assert!(worker.wait_for_log("kafka consumer error", Duration::from_secs(60)), "the outage was not noticed:\n{}", worker.log());
@@ -322,7 +309,7 @@ fn a_poison_message_is_dropped_alone_and_the_commands_behind_it_are_replayed_in_
 }
 
 /// Read-your-writes on the rig's group.
-fn kafka_wait(r: &Rig, log: &[(denorm::produce::Delivery, Command)]) {
+fn kafka_wait(r: &Rig, log: &[(denorm::command::LogPosition, Command)]) {
     let deliveries: Vec<_> = log.iter().map(|(d, _)| *d).collect();
     denorm::kafka::wait_for_deliveries(&r.cfg, &r.group, &deliveries, Duration::from_secs(60)).expect("applied");
 }

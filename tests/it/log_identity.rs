@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::*;
 use denorm::index::embedded::EmbeddedIndex;
@@ -13,15 +13,11 @@ use denorm::kafka::group_lag;
 /// Waits until every partition's shard has applied its whole log (`ends`:
 /// the end offset of each partition), whatever the group's offsets say.
 fn wait_index_at(index: &std::path::Path, ends: &[(i32, i64)], worker: &Worker) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let at = EmbeddedIndex::open_existing(index).unwrap().checkpoints().unwrap();
-        if ends.iter().all(|&(p, end)| end == 0 || at.get(&p).is_some_and(|c| c.offset as i64 >= end - 1)) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the index never caught up: {at:?} of {ends:?}\n{}", worker.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let at = || EmbeddedIndex::open_existing(index).unwrap().checkpoints().unwrap();
+    eventually(Duration::from_secs(120), || format!("the index never caught up: {:?} of {ends:?}\n{}", at(), worker.log()), || {
+        let at = at();
+        ends.iter().all(|&(p, end)| end == 0 || at.get(&p).is_some_and(|c| c.offset as i64 >= end - 1)).then_some(())
+    });
 }
 
 #[test]

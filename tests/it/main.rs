@@ -14,6 +14,7 @@ mod deploy;
 mod elastic_contracts;
 mod faults;
 mod interop;
+mod layering;
 mod log_identity;
 mod membership;
 mod moves;

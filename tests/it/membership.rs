@@ -23,17 +23,13 @@ fn last_assignment(w: &Worker) -> BTreeSet<i32> {
 
 /// Waits until both workers hold a non-empty share of all `n` partitions.
 fn wait_split(a: &Worker, b: &Worker, n: i32) -> (BTreeSet<i32>, BTreeSet<i32>) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if a.log_contains("partitions assigned") && b.log_contains("partitions assigned") {
-            let (pa, pb) = (last_assignment(a), last_assignment(b));
-            if !pa.is_empty() && !pb.is_empty() && pa.is_disjoint(&pb) && pa.len() + pb.len() == n as usize {
-                return (pa, pb);
-            }
+    eventually(Duration::from_secs(120), || format!("the group never split the partitions:\n{}\n-----\n{}", a.log(), b.log()), || {
+        if !(a.log_contains("partitions assigned") && b.log_contains("partitions assigned")) {
+            return None;
         }
-        assert!(Instant::now() < deadline, "the group never split the partitions:\n{}\n-----\n{}", a.log(), b.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        let (pa, pb) = (last_assignment(a), last_assignment(b));
+        (!pa.is_empty() && !pb.is_empty() && pa.is_disjoint(&pb) && pa.len() + pb.len() == n as usize).then_some((pa, pb))
+    })
 }
 
 fn restart_keeps_assignment(how: &str) {

@@ -5,13 +5,13 @@
 //! documents over, moves crossing in opposite directions, and parked keys.
 
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::*;
 use denorm::codec::Decoded;
 use denorm::command::Command;
 use denorm::index::Doc;
-use denorm::moves::partition_of;
+use denorm::command::partitioner::partition_of;
 
 fn rename(from: &str, to: &str) -> Command {
     Command::RenamePath { from: s(from), to: s(to) }
@@ -44,15 +44,7 @@ fn metric_of(w: &Worker, name: &str, labels: &[(&str, &str)]) -> f64 {
 
 /// Polls the worker's metrics until `name` reaches `at_least`.
 fn wait_metric(w: &Worker, name: &str, labels: &[(&str, &str)], at_least: f64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let v = metric_of(w, name, labels);
-        if v >= at_least {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{name}{labels:?} stayed at {v}, below {at_least}:\n{}", w.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eventually(Duration::from_secs(60), || format!("{name}{labels:?} stayed at {}, below {at_least}:\n{}", metric_of(w, name, labels), w.log()), || (metric_of(w, name, labels) >= at_least).then_some(()));
 }
 
 #[test]
@@ -285,11 +277,7 @@ fn a_move_out_of_a_parked_tree_waits_with_it_and_one_into_a_parked_tree_is_appli
     // commands apply after the move.
     let (code, _, err) = r.run(&["dlq", "reprocess"]);
     assert_eq!(code, 0, "{err}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while paths(&r.index, "/other/a").len() < 10 || paths(&r.index, "/dst/d1.txt").is_empty() {
-        assert!(Instant::now() < deadline, "reprocessing did not finish:\n{}", w.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    eventually(Duration::from_secs(60), || format!("reprocessing did not finish:\n{}", w.log()), || (paths(&r.index, "/other/a").len() >= 10 && !paths(&r.index, "/dst/d1.txt").is_empty()).then_some(()));
     assert!(paths(&r.index, "/src/a").is_empty());
     assert_eq!(paths(&r.index, "/dst").len(), 3, "{:?}", paths(&r.index, "/dst"));
 }

@@ -3,7 +3,7 @@
 
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::*;
 use denorm::command::Command;
@@ -217,11 +217,7 @@ fn resumes_after_workers_killed_mid_rename(r: Rig) {
     ));
     // The rename of /big (the load's fan-outs were of other keys).
     let logged = |what: &str| workers.iter().any(|w| w.log().lines().any(|l| l.contains(what) && l.contains("/big")));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !logged("fan-out started") {
-        assert!(Instant::now() < deadline, "rename never started:\n{}\n{}", workers[0].log(), workers[1].log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually(Duration::from_secs(60), || format!("rename never started:\n{}\n{}", workers[0].log(), workers[1].log()), || logged("fan-out started").then_some(()));
     let finished_before_kill = logged("fan-out applied");
     for w in workers {
         w.kill();
@@ -422,16 +418,11 @@ fn metrics_health_and_readiness_endpoints() {
     assert!(worker.http_get("/readyz").0.contains("200"));
     assert!(worker.http_get("/nope").0.contains("404"));
     // Lag gauges are refreshed every few seconds: wait for both partitions at 0.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let metrics = loop {
+    let at_zero = |m: &str| (0..2).all(|p| m.contains(&format!("denorm_consumer_lag_messages{{partition=\"{p}\"}} 0\n")));
+    let metrics = eventually(Duration::from_secs(30), || format!("lag gauges never reached 0:\n{}", worker.http_get("/metrics").1), || {
         let (_, m) = worker.http_get("/metrics");
-        let lagging: Vec<_> = (0..2).filter(|p| !m.contains(&format!("denorm_consumer_lag_messages{{partition=\"{p}\"}} 0\n"))).collect();
-        if lagging.is_empty() {
-            break m;
-        }
-        assert!(std::time::Instant::now() < deadline, "lag gauges never reached 0:\n{m}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+        at_zero(&m).then_some(m)
+    });
     for name in [
         "denorm_consumer_lag_seconds",
         "denorm_commands_total",
@@ -530,11 +521,7 @@ fn a_backlog_far_beyond_the_queue_bound_drains_without_stalling() {
     let w = r.worker(&args);
     // Rebalances while the partition is paused: librdkafka keeps a paused
     // partition paused through a revoke and a new assignment.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while metric(&w.http_get("/metrics").1, "denorm_consumer_partition_pauses_total", &[]) < 1.0 {
-        assert!(Instant::now() < deadline, "the queue bound was never hit:\n{}", w.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually(Duration::from_secs(60), || format!("the queue bound was never hit:\n{}", w.log()), || (metric(&w.http_get("/metrics").1, "denorm_consumer_partition_pauses_total", &[]) >= 1.0).then_some(()));
     let joiner = r.worker(&args);
     assert!(joiner.wait_for_log("partitions assigned", Duration::from_secs(60)), "{}", joiner.log());
     let status = joiner.terminate();

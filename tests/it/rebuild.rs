@@ -135,6 +135,8 @@ fn rebuild_under_load(r: Rig, files: usize, batch: usize, pace: Duration) {
 
     // 1. kill -9 in the middle of the rebuild.
     let mut child = rebuild(&r, &[]);
+    // Not `eventually`: this races the rebuild, polling every 5 ms, to kill
+    // it in the middle of its work.
     let deadline = Instant::now() + Duration::from_secs(120);
     while index.checkpoints_in(1, 3).unwrap().is_empty() {
         assert!(Instant::now() < deadline && child.try_wait().unwrap().is_none(), "the rebuild made no progress");
@@ -163,15 +165,10 @@ fn rebuild_under_load(r: Rig, files: usize, batch: usize, pace: Duration) {
     assert!(live.wait_for_log("the index moved to a new generation", Duration::from_secs(30)), "{}", live.log());
     // The live worker applies what arrived after the cutover to generation 1.
     let lag = denorm::kafka::group_lag(&r.cfg, &r.group).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    eventually(Duration::from_secs(60), || format!("generation 1 never caught up: {:?}\n{}", index.checkpoints_in(1, 3), live.log()), || {
         let at = index.checkpoints_in(1, 3).unwrap();
-        if lag.partitions.iter().all(|p| p.end == 0 || at.get(&p.partition).is_some_and(|c| c.offset as i64 >= p.end - 1)) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "generation 1 never caught up: {at:?}\n{}", live.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        lag.partitions.iter().all(|p| p.end == 0 || at.get(&p.partition).is_some_and(|c| c.offset as i64 >= p.end - 1)).then_some(())
+    });
     let (status, text) = live.terminate_with_log();
     assert!(status.success(), "{text}");
     assert_matches_model(&r.index, &log);
@@ -290,18 +287,12 @@ fn a_worker_reopening_its_shard_onto_a_new_generation_resumes_at_that_generation
     let failures = || live.log().matches("failed, retrying").count();
     let before = failures();
     index.set_current_generation(1).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while failures() < before + 3 {
-        assert!(Instant::now() < deadline, "no retries after the cutover:\n{}", live.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually(Duration::from_secs(60), || format!("no retries after the cutover:\n{}", live.log()), || (failures() >= before + 3).then_some(()));
     r.off_fault("index.io");
     assert!(live.wait_for_log("the index moved to a new generation during a batch", Duration::from_secs(60)), "{}", live.log());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while index.checkpoints_in(1).unwrap().get(&0).is_none_or(|c| c.offset < 1299) {
-        assert!(Instant::now() < deadline, "generation 1 never caught up: {:?}\n{}", index.checkpoints_in(1), live.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually(Duration::from_secs(60), || format!("generation 1 never caught up: {:?}\n{}", index.checkpoints_in(1), live.log()), || {
+        index.checkpoints_in(1).unwrap().get(&0).is_some_and(|c| c.offset >= 1299).then_some(())
+    });
     let (status, text) = live.terminate_with_log();
     assert!(status.success(), "{text}");
     // Generation 1 holds the commands between its checkpoint and the batch.
@@ -350,10 +341,6 @@ fn add_partitions(cfg: &denorm::kafka::KafkaConfig, total: i32) {
         for r in admin.create_partitions(&[NewPartitions::new(&cfg.topic, total as usize)], &opts).await.unwrap() {
             r.unwrap_or_else(|(t, e)| panic!("adding partitions to {t}: {e}"));
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while cfg.topic_partitions().unwrap() != Some(total) {
-            assert!(Instant::now() < deadline, "topic {} does not show {total} partitions", cfg.topic);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually(Duration::from_secs(30), || format!("topic {} does not show {total} partitions", cfg.topic), || (cfg.topic_partitions().unwrap() == Some(total)).then_some(()));
     });
 }

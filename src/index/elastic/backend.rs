@@ -85,7 +85,7 @@ impl ElasticBackend {
     pub(super) fn partition_of(&self, key: &str) -> Option<i32> {
         match self.log_partitions.load(Ordering::Relaxed) {
             0 => None,
-            n => Some(crate::moves::partition_of(key, n)),
+            n => Some(crate::command::partitioner::partition_of(key, n)),
         }
     }
 

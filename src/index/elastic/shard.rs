@@ -71,7 +71,7 @@ impl Backend for ElasticBackend {
                 }
                 return match v["partitions"].as_i64() {
                     Some(n) if n == i64::from(partitions) => Ok(()),
-                    Some(n) => Err(IndexError::LogMismatch(crate::logid::partitions_changed(n as i32, partitions))),
+                    Some(n) => Err(IndexError::partitions_changed(n as i32, partitions)),
                     None => Err(IndexError::Corrupt(format!("{index}/{id} has no partition count: {v}"))),
                 };
             }
@@ -147,8 +147,8 @@ impl Backend for ElasticBackend {
             let owner = body[OWNER_FIELD].as_u64().unwrap_or(0) + 1;
             body[OWNER_FIELD] = json!(owner);
             if let Some(written) = self.runtime.block_on(meta::put_meta_if(&self.client, &self.prefix, &meta_id, body.clone(), version))? {
-                let received = crate::moves::received_from_json(&body["received"]);
-                break (checkpoint_from(&body), crate::dlq::parking_from_json(&body["parked"]), received, owner, written);
+                let received = crate::index::progress::received_from_json(&body["received"]);
+                break (checkpoint_from(&body), crate::index::progress::parking_from_json(&body["parked"]), received, owner, written);
             }
             // Another opener claimed it between the read and the write.
             attempts += 1;
@@ -238,10 +238,10 @@ pub struct ElasticShard {
     seen_foreign: HashSet<(Kind, String)>,
     marked: Option<Checkpoint>,
     applied: Option<Checkpoint>,
-    parked_marked: crate::dlq::Parking,
-    parked: crate::dlq::Parking,
-    received_marked: crate::moves::Received,
-    received: crate::moves::Received,
+    parked_marked: crate::index::progress::Parking,
+    parked: crate::index::progress::Parking,
+    received_marked: crate::index::progress::Received,
+    received: crate::index::progress::Received,
     /// When this writer's last write reached Elasticsearch, while no
     /// refresh is known to have begun after it (`None`: everything it
     /// wrote is searchable). See [`Shard::searchable`].
@@ -618,7 +618,7 @@ impl Shard for ElasticShard {
             Read::Overlay(_) => None,
         };
         match conflict::take_over(self.partition, stored.as_ref(), from) {
-            TakeOver::Guarded => return crate::apply::put_guarded(self, doc),
+            TakeOver::Guarded => return crate::index::put_guarded(self, doc),
             TakeOver::Refuse { held_by } => {
                 metrics::counter!(crate::metrics::OWNER_CONFLICTS_TOTAL).increment(1);
                 tracing::warn!(kind = doc.kind().as_str(), id = doc.id(), from = ?from, held_by_partition = held_by, partition = self.partition, "a moved document is held by a partition other than the one it left: it moved on since (or this is a stale redelivery); not taken over");
@@ -659,11 +659,11 @@ impl Shard for ElasticShard {
         self.generation
     }
 
-    fn parking(&mut self) -> &mut crate::dlq::Parking {
+    fn parking(&mut self) -> &mut crate::index::progress::Parking {
         &mut self.parked_marked
     }
 
-    fn received(&mut self) -> &mut crate::moves::Received {
+    fn received(&mut self) -> &mut crate::index::progress::Received {
         &mut self.received_marked
     }
 
@@ -671,9 +671,9 @@ impl Shard for ElasticShard {
         self.flush()?;
         if self.marked != self.applied || self.parked_marked != self.parked || self.received_marked != self.received {
             if let Some(at) = self.marked {
-                let mut body = json!({"topic": self.b.topic, "applied": at.offset, "parked": crate::dlq::parking_to_json(&self.parked_marked), OWNER_FIELD: self.owner});
+                let mut body = json!({"topic": self.b.topic, "applied": at.offset, "parked": crate::index::progress::parking_to_json(&self.parked_marked), OWNER_FIELD: self.owner});
                 if !self.received_marked.is_empty() {
-                    body["received"] = crate::moves::received_to_json(&self.received_marked);
+                    body["received"] = crate::index::progress::received_to_json(&self.received_marked);
                 }
                 if let Some(f) = at.fingerprint {
                     body["fingerprint"] = json!(format!("{f:016x}"));

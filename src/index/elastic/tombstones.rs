@@ -26,7 +26,7 @@ pub fn expired_tombstones(now_ms: u64) -> Value {
 }
 
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    crate::clock::now_millis() as u64
 }
 
 /// Whether the writer of `partition` sweeps generation `generation` now.

@@ -105,12 +105,12 @@ fn commit_one(shard: &mut Box<dyn Shard + Send>, c: &Command, pos: u64) {
 /// sides, committed: `src` streams its files under `from` at offset `at`,
 /// `dst` takes them over at its offset `dst_at`, `src` removes what is
 /// left. Returns the chunk `dst` applied, to be replayed.
-fn move_between(src: &mut Box<dyn Shard + Send>, (sp, at): (i32, u64), dst: &mut Box<dyn Shard + Send>, dst_at: u64, from: &str, to: &str) -> denorm::moves::MoveIn {
+fn move_between(src: &mut Box<dyn Shard + Send>, (sp, at): (i32, u64), dst: &mut Box<dyn Shard + Send>, dst_at: u64, from: &str, to: &str) -> denorm::command::moves::MoveIn {
     use denorm::apply::{move_in, move_out, remove_moved};
     let mut files = Vec::new();
     move_out(src.as_mut(), from, to, at, FanOut::pages_of(2), &mut |f| files.push(f)).unwrap();
     let ids: Vec<String> = files.iter().map(|f| f.id.clone()).collect();
-    let chunk = denorm::moves::MoveIn {
+    let chunk = denorm::command::moves::MoveIn {
         move_id: format!("{sp}-{at}"),
         source_partition: sp,
         source_offset: at as i64,

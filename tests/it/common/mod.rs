@@ -17,7 +17,8 @@ use denorm::index::embedded::EmbeddedIndex;
 use denorm::index::{Doc, SearchIndex};
 use denorm::kafka::{self, KafkaConfig};
 use denorm::model::{self, Model};
-use denorm::produce::{Delivery, Producer};
+use denorm::command::LogPosition;
+use denorm::produce::Producer;
 
 /// A server process of this test's own, with its scratch directory;
 /// killed when dropped.
@@ -33,13 +34,24 @@ impl Drop for Private {
     }
 }
 
-/// Waits (30 s at most) until something listens on 127.0.0.1:`port`.
-pub fn wait_listening(name: &str, port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{name} did not listen on port {port}");
+/// Polls `check` every 50 ms until it gives a value, and returns it; after
+/// `timeout`, fails the test with `what()` (called only then, so that it
+/// can include the logs of that moment). The one deadline loop of the
+/// tests: every wait for an observable condition goes through it.
+pub fn eventually<T>(timeout: Duration, what: impl FnOnce() -> String, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "not within {timeout:?}: {}", what());
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Waits (30 s at most) until something listens on 127.0.0.1:`port`.
+pub fn wait_listening(name: &str, port: u16) {
+    eventually(Duration::from_secs(30), || format!("{name} did not listen on port {port}"), || TcpStream::connect(("127.0.0.1", port)).ok());
 }
 
 /// The broker of this test: `DENORM_TEST_BROKERS` (set by scripts/test.sh),
@@ -238,7 +250,7 @@ impl Rig {
 }
 
 /// Produces `commands` in order; returns (delivery, command) pairs.
-pub fn produce(cfg: &KafkaConfig, commands: Vec<Command>) -> Vec<(Delivery, Command)> {
+pub fn produce(cfg: &KafkaConfig, commands: Vec<Command>) -> Vec<(LogPosition, Command)> {
     rt().block_on(async {
         let p = Producer::new(cfg).unwrap();
         let d = p.send_all(commands.clone(), 5000, |_| {}).await.unwrap();
@@ -272,11 +284,7 @@ pub fn recreate_topic(cfg: &mut KafkaConfig, partitions: i32) {
             r.unwrap_or_else(|(t, e)| panic!("deleting {t}: {e}"));
         }
         // Until the metadata no longer shows it.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while cfg.topic_partitions().unwrap().is_some() {
-            assert!(Instant::now() < deadline, "topic {} still listed after its deletion", cfg.topic);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually(Duration::from_secs(30), || format!("topic {} still listed after its deletion", cfg.topic), || cfg.topic_partitions().unwrap().is_none().then_some(()));
         cfg.partitions = partitions;
         cfg.ensure_topic().await.expect("create the topic again");
     });
@@ -307,7 +315,7 @@ pub fn dump(index: &Path) -> Vec<Doc> {
 }
 
 /// The reference model of a produced log, applied in partition order.
-pub fn model_of(log: &[(Delivery, Command)]) -> Model {
+pub fn model_of(log: &[(LogPosition, Command)]) -> Model {
     let mut sorted: Vec<_> = log.iter().collect();
     sorted.sort_by_key(|(d, _)| (d.partition, d.offset));
     let mut m = Model::default();
@@ -318,7 +326,7 @@ pub fn model_of(log: &[(Delivery, Command)]) -> Model {
 }
 
 /// Asserts that the index equals the model of `log` exactly.
-pub fn assert_matches_model(index: &Path, log: &[(Delivery, Command)]) {
+pub fn assert_matches_model(index: &Path, log: &[(LogPosition, Command)]) {
     let diffs = model::diff(model_of(log).docs(), dump(index), 20);
     assert!(diffs.is_empty(), "index differs from the model:\n{}", diffs.join("\n"));
 }
@@ -429,35 +437,21 @@ impl Worker {
     }
 
     /// SIGTERM, waits for the exit, and returns the whole log.
-    pub fn terminate_with_log(mut self) -> (ExitStatus, String) {
+    pub fn terminate_with_log(self) -> (ExitStatus, String) {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                if let Some(r) = self.reader.take() {
-                    let _ = r.join(); // stderr reaches EOF once the process is gone
-                }
-                return (s, self.log());
-            }
-            assert!(Instant::now() < deadline, "worker did not exit after SIGTERM:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.wait_exit(Duration::from_secs(60))
     }
 
     /// Waits (at most `timeout`) for the worker to exit by itself: its exit
     /// status and whole log.
     pub fn wait_exit(mut self, timeout: Duration) -> (ExitStatus, String) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                if let Some(r) = self.reader.take() {
-                    let _ = r.join();
-                }
-                return (s, self.log());
-            }
-            assert!(Instant::now() < deadline, "worker still running after {timeout:?}:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
+        let lines = self.lines.clone();
+        let child = &mut self.child;
+        let s = eventually(timeout, || format!("worker still running:\n{}", lines.0.lock().unwrap().join("\n")), || child.try_wait().unwrap());
+        if let Some(r) = self.reader.take() {
+            let _ = r.join(); // stderr reaches EOF once the process is gone
         }
+        (s, self.log())
     }
 
     /// GET `path` on the worker's metrics endpoint: (status line, body).
@@ -484,16 +478,7 @@ impl Drop for Worker {
 }
 
 pub fn http_get(port: u16, path: &str) -> (String, String) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut s = loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            Ok(s) => break s,
-            Err(e) => {
-                assert!(Instant::now() < deadline, "cannot connect to port {port}: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    };
+    let mut s = eventually(Duration::from_secs(30), || format!("cannot connect to port {port}"), || TcpStream::connect(("127.0.0.1", port)).ok());
     write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).unwrap();
@@ -539,15 +524,10 @@ pub fn send_raw(cfg: &KafkaConfig, messages: &[(Option<&str>, Vec<u8>)]) {
 
 /// Polls the worker's `/readyz` until its status line contains `want`.
 pub fn wait_ready_status(worker: &Worker, want: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    eventually(Duration::from_secs(60), || format!("/readyz never answered {want} (last: {:?})\n{}", worker.http_get("/readyz"), worker.log()), || {
         let (status, body) = worker.http_get("/readyz");
-        if status.contains(want) {
-            return body;
-        }
-        assert!(Instant::now() < deadline, "/readyz never answered {want} (last: {status} {body})\n{}", worker.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        status.contains(want).then_some(body)
+    })
 }
 
 /// The reference model of everything in the topic, in the order the

@@ -1,0 +1,32 @@
+//! Embedded index on tantivy: `<root>/shards/p<partition>/` is one tantivy
+//! index per topic partition, written only by that partition's current
+//! owner (tantivy's writer lock is an OS file lock, released when the owner
+//! exits or dies), while searches read every shard. Each commit stores the
+//! last applied log position in the commit payload, atomically with the
+//! documents.
+
+mod backend;
+mod directory;
+mod layout;
+mod merge;
+pub mod raw;
+mod schema;
+mod search;
+mod shard;
+
+pub use backend::EmbeddedBackend;
+pub use layout::EmbeddedIndex;
+pub use search::EmbeddedSearch;
+pub use shard::{EmbeddedShard, DEFAULT_FAN_OUT_COMMIT_EVERY, DEFAULT_MERGE_MAX_DOCS};
+
+use crate::index::IndexError;
+
+impl From<tantivy::TantivyError> for IndexError {
+    fn from(e: tantivy::TantivyError) -> Self {
+        match e {
+            tantivy::TantivyError::LockFailure(_, msg) => IndexError::Locked(msg.unwrap_or_default()),
+            tantivy::TantivyError::IoError(io) => IndexError::Io(std::io::Error::new(io.kind(), io.to_string())),
+            other => IndexError::Backend(other.to_string()),
+        }
+    }
+}

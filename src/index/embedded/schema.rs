@@ -1,0 +1,180 @@
+//! The tantivy schema of the shards: the fields, a document's conversion
+//! to and from tantivy, and the reads every part shares (one document by
+//! term, a stream of matches one segment at a time).
+
+use tantivy::query::{BooleanQuery, EnableScoring, Occur, Query, TermQuery};
+use tantivy::schema::{Field, IndexRecordOption, Schema, Value, FAST, INDEXED, STORED, STRING, TEXT};
+use tantivy::store::StoreReader;
+use tantivy::{DocId, DocSet, Searcher, TantivyDocument, Term, TERMINATED};
+
+use crate::index::{Author, Doc, FileDoc, IndexError, Kind, PostDoc, Scan, UserDoc};
+
+/// The tantivy fields. Dotted names of DESIGN.md map to underscores.
+#[derive(Clone, Copy)]
+pub(super) struct Fields {
+    pub(super) doc_key: Field,
+    pub(super) kind: Field,
+    pub(super) id: Field,
+    pub(super) name: Field,
+    pub(super) path: Field,
+    pub(super) path_tree: Field,
+    pub(super) full_path: Field,
+    pub(super) contents: Field,
+    pub(super) user_name: Field,
+    pub(super) user_name_raw: Field,
+    pub(super) email: Field,
+    pub(super) dob: Field,
+    pub(super) user_id: Field,
+    pub(super) title: Field,
+    pub(super) body: Field,
+    pub(super) pos: Field,
+}
+
+pub(super) fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let f = Fields {
+        doc_key: b.add_text_field("doc_key", STRING),
+        kind: b.add_text_field("kind", STRING | STORED),
+        id: b.add_text_field("id", STRING | STORED),
+        name: b.add_text_field("name", STRING | STORED),
+        path: b.add_text_field("path", STRING | STORED),
+        path_tree: b.add_text_field("path_tree", STRING),
+        full_path: b.add_text_field("full_path", STRING),
+        contents: b.add_text_field("contents", TEXT | STORED),
+        user_name: b.add_text_field("user_name", TEXT | STORED),
+        user_name_raw: b.add_text_field("user_name_raw", STRING),
+        email: b.add_text_field("email", STORED),
+        dob: b.add_text_field("dob", STORED),
+        user_id: b.add_text_field("user_id", STRING | STORED),
+        title: b.add_text_field("title", TEXT | STORED),
+        body: b.add_text_field("body", TEXT | STORED),
+        pos: b.add_u64_field("pos", INDEXED | STORED | FAST),
+    };
+    (b.build(), f)
+}
+
+pub(super) fn doc_key(kind: Kind, id: &str) -> String {
+    format!("{}:{id}", kind.as_str())
+}
+
+impl Fields {
+    pub(super) fn key_term(&self, kind: Kind, id: &str) -> Term {
+        Term::from_field_text(self.doc_key, &doc_key(kind, id))
+    }
+
+    pub(super) fn term(&self, field: Field, value: &str) -> Box<dyn Query> {
+        Box::new(TermQuery::new(Term::from_field_text(field, value), IndexRecordOption::Basic))
+    }
+
+    pub(super) fn to_tantivy(&self, doc: &Doc) -> TantivyDocument {
+        let mut t = TantivyDocument::new();
+        t.add_text(self.doc_key, doc_key(doc.kind(), doc.id()));
+        t.add_text(self.kind, doc.kind().as_str());
+        t.add_text(self.id, doc.id());
+        t.add_u64(self.pos, doc.pos());
+        match doc {
+            Doc::File(d) => {
+                t.add_text(self.name, &d.name);
+                t.add_text(self.path, &d.path);
+                for a in d.tree() {
+                    t.add_text(self.path_tree, a);
+                }
+                t.add_text(self.full_path, d.full_path());
+                t.add_text(self.contents, &d.contents);
+            }
+            Doc::User(d) => {
+                t.add_text(self.user_name, &d.name);
+                t.add_text(self.user_name_raw, &d.name);
+                t.add_text(self.email, &d.email);
+                t.add_text(self.dob, &d.dob);
+            }
+            Doc::Post(d) => {
+                t.add_text(self.user_id, &d.user.id);
+                t.add_text(self.user_name, &d.user.name);
+                t.add_text(self.user_name_raw, &d.user.name);
+                t.add_text(self.title, &d.title);
+                t.add_text(self.body, &d.body);
+            }
+        }
+        t
+    }
+
+    pub(super) fn from_tantivy(&self, t: &TantivyDocument) -> Result<Doc, IndexError> {
+        let s = |f: Field| t.get_first(f).and_then(|v| v.as_str()).unwrap_or("").to_string();
+        let pos = t.get_first(self.pos).and_then(|v| v.as_u64()).unwrap_or(0);
+        Ok(match s(self.kind).as_str() {
+            "file" => Doc::File(FileDoc { id: s(self.id), name: s(self.name), path: s(self.path), contents: s(self.contents), pos }),
+            "user" => Doc::User(UserDoc { id: s(self.id), name: s(self.user_name), email: s(self.email), dob: s(self.dob), pos }),
+            "post" => Doc::Post(PostDoc {
+                id: s(self.id),
+                title: s(self.title),
+                body: s(self.body),
+                user: Author { id: s(self.user_id), name: s(self.user_name) },
+                pos,
+            }),
+            other => return Err(IndexError::Corrupt(format!("unknown kind {other:?}"))),
+        })
+    }
+
+    pub(super) fn scan_query(&self, scan: &Scan) -> Box<dyn Query> {
+        match scan {
+            Scan::FilesWithin { path } => Box::new(BooleanQuery::new(vec![
+                (Occur::Should, self.term(self.path_tree, path)),
+                (Occur::Should, self.term(self.full_path, path)),
+            ])),
+            Scan::PostsOfUserNotNamed { user_id, name } => Box::new(BooleanQuery::new(vec![
+                (Occur::Must, self.term(self.kind, "post")),
+                (Occur::Must, self.term(self.user_id, user_id)),
+                (Occur::MustNot, self.term(self.user_name_raw, name)),
+            ])),
+        }
+    }
+}
+
+/// Streams the live documents matching `query` in `searcher`, one segment at
+/// a time (memory does not grow with the number of matches).
+pub(super) fn stream(
+    searcher: &Searcher,
+    query: &dyn Query,
+    visit: &mut dyn FnMut(&StoreReader, DocId) -> Result<(), IndexError>,
+) -> Result<(), IndexError> {
+    let weight = query.weight(EnableScoring::disabled_from_searcher(searcher))?;
+    for segment in searcher.segment_readers() {
+        let store = segment.get_store_reader(16)?;
+        let mut scorer = weight.scorer(segment, 1.0)?;
+        let mut doc = scorer.doc();
+        while doc != TERMINATED {
+            if !segment.is_deleted(doc) {
+                visit(&store, doc)?;
+            }
+            doc = scorer.advance();
+        }
+    }
+    Ok(())
+}
+
+/// First live document with `term` in `searcher`.
+pub(super) fn find(searcher: &Searcher, term: &Term) -> Result<Option<TantivyDocument>, IndexError> {
+    find_with(searcher, term, &mut |segment, doc| Ok(segment.get_store_reader(1)?.get(doc)?))
+}
+
+/// `read` of the first live document with `term` in `searcher`.
+pub(super) fn find_with<T>(
+    searcher: &Searcher,
+    term: &Term,
+    read: &mut dyn FnMut(&tantivy::SegmentReader, DocId) -> Result<T, IndexError>,
+) -> Result<Option<T>, IndexError> {
+    for segment in searcher.segment_readers() {
+        let inverted = segment.inverted_index(term.field())?;
+        if let Some(mut postings) = inverted.read_postings(term, IndexRecordOption::Basic)? {
+            let mut doc = postings.doc();
+            while doc != TERMINATED {
+                if !segment.is_deleted(doc) {
+                    return read(segment, doc).map(Some);
+                }
+                doc = postings.advance();
+            }
+        }
+    }
+    Ok(None)
+}

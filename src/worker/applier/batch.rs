@@ -1,0 +1,240 @@
+//! The applier's loop: batches of messages applied in log order, and the
+//! triggers that end a batch (size, time, a fan-out, a queue gone quiet)
+//! in a commit of the index and the publication of the next offset.
+
+use super::*;
+
+impl Applier {
+    pub(super) fn apply_until_stopped(&self, rx: Receiver<Feed>) -> Step<()> {
+        let mut shard = self.open_shard()?;
+        let mut checkpoint = self.took(shard.as_mut());
+        // Started at the checkpoint by the assignment already, or sought now.
+        let assigned = self.shared.assigned_at.lock().expect("assigned_at lock").remove(&self.partition);
+        let mut positioned = match assigned {
+            Some((at, watermarks)) if at == target_of(checkpoint) => self.positioned(checkpoint, watermarks)?,
+            _ => self.seek_to(checkpoint),
+        };
+        let mut first = true;
+        let mut generation_checked = Instant::now();
+        let max_batch = self.shared.cfg.max_batch.max(1);
+        let linger = self.shared.cfg.commit_linger;
+        let quiet = self.shared.cfg.commit_quiet;
+        // Messages handled since the last commit, kept until it succeeds: if
+        // the index fails meanwhile, the shard is reopened (dropping whatever
+        // state the failure left in the writer) and they are handled again.
+        let mut batch: Vec<OwnedMessage> = Vec::new();
+        let mut deadline: Option<Instant> = None;
+        // Feeds already received, in order, whose documents were prefetched
+        // with those of the message before them (see `prefetch`).
+        let mut ahead: VecDeque<Feed> = VecDeque::new();
+        while !self.stopping() {
+            // A batch is committed once its queue stays empty for `quiet`
+            // (a burst has been applied), or when it is `linger` old.
+            let wait = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(quiet),
+                None => Duration::from_millis(100),
+            };
+            let (next, fresh) = match ahead.pop_front() {
+                Some(feed) => (Ok(feed), false),
+                None => (rx.recv_timeout(wait), true),
+            };
+            match next {
+                Ok(Feed::Positioned { watermarks }) => positioned = self.positioned(checkpoint, watermarks)?,
+                Ok(Feed::Message(msg)) => {
+                    self.queued.fetch_sub(queued_size(&msg), Ordering::SeqCst);
+                    if !positioned {
+                        continue; // fetched from the group's offset, before the seek
+                    }
+                    if fresh && shard.prefetches() {
+                        self.prefetch(shard.as_mut(), &msg, &rx, &mut ahead);
+                    }
+                    if std::mem::take(&mut first) {
+                        let fingerprint = crate::logid::fingerprint(msg.key(), msg.payload());
+                        self.judge(checkpoint, crate::logid::first_after(checkpoint, msg.offset(), fingerprint))?;
+                    }
+                    self.lag_seconds.set(age_seconds(&msg));
+                    batch.push(msg);
+                    let fan_out = match self.handle_last(&mut shard, &mut batch) {
+                        Err(Halt::Stopped) => break,
+                        other => other,
+                    };
+                    let d = *deadline.get_or_insert_with(|| Instant::now() + linger);
+                    // Fan-outs are committed on their own so that their
+                    // effects are visible and bounded.
+                    let step = fan_out.and_then(|fan_out| match fan_out || batch.len() >= max_batch || Instant::now() >= d || self.awaited(&batch) {
+                        true => self.commit(&mut shard, &mut batch).map(|()| deadline = None),
+                        false => Ok(()),
+                    });
+                    if let Err(Halt::Moved) = step {
+                        checkpoint = self.moved(&mut shard, &mut batch);
+                        (positioned, first, deadline) = (false, true, None);
+                    } else {
+                        step?;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) if deadline.is_none() => {
+                    // Idle with everything committed: nothing is waiting
+                    // but, maybe, the last commit to become searchable.
+                    self.lag_seconds.set(0.0);
+                    self.publish_pending(shard.as_mut(), false);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    deadline = None;
+                    match self.commit(&mut shard, &mut batch) {
+                        Err(Halt::Moved) => {
+                            checkpoint = self.moved(&mut shard, &mut batch);
+                            (positioned, first) = (false, true);
+                        }
+                        other => other?,
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            // Between batches (nothing uncommitted), at most every 100 ms: a
+            // rebuild may have switched the index to a new generation.
+            if batch.is_empty() && generation_checked.elapsed() >= GENERATION_CHECK {
+                generation_checked = Instant::now();
+                if self.follow_generation(&mut shard)? {
+                    checkpoint = self.took(shard.as_mut());
+                    (positioned, first) = (self.seek_to(checkpoint), true);
+                }
+            }
+        }
+        // Stopping: make what is applied durable, so the next owner resumes
+        // after it, and searchable, so that its offset is published.
+        let result = self.commit(&mut shard, &mut batch);
+        self.publish_pending(shard.as_mut(), true);
+        result
+    }
+
+    /// Receives what is already waiting behind `msg` (up to
+    /// [`PREFETCH_WINDOW`] feeds, without waiting) into `ahead`, and lets the
+    /// shard fetch the documents all of them read at once: on
+    /// Elasticsearch one `_mget` instead of a GET per command. Messages stay
+    /// counted as queued until they are handled.
+    pub(super) fn prefetch(&self, shard: &mut dyn Shard, msg: &OwnedMessage, rx: &Receiver<Feed>, ahead: &mut VecDeque<Feed>) {
+        while ahead.len() < PREFETCH_WINDOW {
+            match rx.try_recv() {
+                Ok(feed @ Feed::Message(_)) => ahead.push_back(feed),
+                Ok(feed) => {
+                    ahead.push_back(feed);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        if ahead.is_empty() {
+            return;
+        }
+        let messages = std::iter::once(msg).chain(ahead.iter().filter_map(|f| match f {
+            Feed::Message(m) => Some(m),
+            _ => None,
+        }));
+        let mut reads = Vec::new();
+        for m in messages {
+            if let Ok(Admitted::Command(e)) = admit(&self.shared.codec, m.key(), m.payload(), self.shared.cfg.max_message_bytes) {
+                reads.extend(crate::apply::reads(&e.command));
+            }
+        }
+        if let Err(e) = shard.prefetch(&reads) {
+            debug!(partition = self.partition, error = %e, "prefetching failed; each command reads its documents on its own");
+        }
+    }
+
+    /// Handles the last message of `batch`, recovering from transient
+    /// failures for as long as they last. Whether it was a fan-out.
+    pub(super) fn handle_last(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Step<bool> {
+        let mut retry = self.retrying(Op::Apply);
+        loop {
+            let msg = batch.last().expect("batch holds the message");
+            match self.handle(shard.as_mut(), msg) {
+                Ok(Handled::Done { fan_out }) => return Ok(fan_out),
+                Ok(Handled::Duplicate) => {
+                    batch.pop();
+                    return Ok(false);
+                }
+                Ok(Handled::Deferred) => return Ok(false),
+                Err(Halt::CommitFirst(e)) if batch.len() > 1 => {
+                    warn!(partition = self.partition, error = %e, commands = batch.len() - 1, "the index refused a write of the batch before a cross-key step: committing the batch first");
+                    let msg = batch.pop().expect("batch holds the message");
+                    self.reopen(shard, batch)?;
+                    self.commit(shard, batch)?;
+                    batch.push(msg);
+                }
+                Err(Halt::Retry(e) | Halt::CommitFirst(e)) => {
+                    let n = batch.len() - 1;
+                    let recovered = retry.failed(&e).and_then(|()| self.reopen(shard, &batch[..n]));
+                    if let Err(halt) = recovered {
+                        // The writer may hold half of this command: nothing
+                        // of the batch is committed on the way out, the next
+                        // owner redoes it.
+                        batch.clear();
+                        return Err(halt);
+                    }
+                }
+                Err(halt) => {
+                    // Stopped within the command (its permanent-failure
+                    // retries, or its dead letter): the earlier messages of
+                    // the batch are still committed on the way out.
+                    batch.pop();
+                    return Err(halt);
+                }
+            }
+        }
+    }
+
+    /// Commits the shard and publishes the offset after `batch`, retrying
+    /// (with a fresh writer) while the index fails. Nothing of `batch` is
+    /// published when stopped meanwhile.
+    pub(super) fn commit(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Step<()> {
+        let Some(last) = batch.last().map(|m| m.offset()) else { return Ok(()) };
+        if !self.incoming.borrow().quiet() {
+            // A cross-key move is in flight: nothing is committed until it
+            // completes (the batch is redelivered if this worker stops).
+            return Ok(());
+        }
+        let mut retry = self.retrying(Op::Commit);
+        loop {
+            let t = Instant::now();
+            match shard.commit() {
+                Ok(()) => {
+                    histogram!(m::INDEX_COMMIT_SECONDS).record(t.elapsed().as_secs_f64());
+                    self.publish(shard.as_mut(), last + 1, false);
+                    batch.clear();
+                    self.parked_gauge(shard.as_mut());
+                    return Ok(());
+                }
+                Err(e) if e.is_retryable() => {
+                    retry.failed(&format_args!("{e}; reopening the shard"))?;
+                    self.reopen(shard, batch)?;
+                }
+                Err(error) => {
+                    warn!(partition = self.partition, %error, commands = batch.len(), "the index refused a write of this batch: committing its commands one by one to find it");
+                    return self.isolate(shard, batch);
+                }
+            }
+        }
+    }
+
+    /// Publishes `next` (the offset after a commit) once the shard says
+    /// the commit is searchable, else keeps it for [`Self::publish_pending`].
+    pub(super) fn publish(&self, shard: &mut dyn Shard, next: i64, force: bool) {
+        self.unpublished.set(Some(next));
+        self.publish_pending(shard, force);
+    }
+
+    /// Publishes the offset kept by [`Self::publish`] if its commit has
+    /// become searchable (asked again at every commit and every idle
+    /// moment; a failed check is asked again then).
+    pub(super) fn publish_pending(&self, shard: &mut dyn Shard, force: bool) {
+        let Some(next) = self.unpublished.get() else { return };
+        match shard.searchable(force) {
+            Ok(true) => {
+                self.next.fetch_max(next, Ordering::SeqCst);
+                self.unpublished.set(None);
+            }
+            Ok(false) => {}
+            Err(error) => warn!(partition = self.partition, %error, "making the last commit searchable failed; tried again"),
+        }
+    }
+}

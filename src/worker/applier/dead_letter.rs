@@ -1,0 +1,111 @@
+//! Dead letters and parking: a command given up on is written to the
+//! dead-letter topic before its offset may be committed, and its key parked
+//! behind it.
+
+use super::*;
+
+/// Where a message came from, for its dead letter. A replayed command keeps
+/// the offset it was first written at.
+pub(super) struct Origin<'a> {
+    pub(super) key: Option<&'a [u8]>,
+    pub(super) payload: Option<&'a [u8]>,
+    pub(super) offset: i64,
+}
+
+impl<'a> Origin<'a> {
+    /// The message key as parking knows it (borrowed when it is UTF-8).
+    pub(super) fn key(&self) -> Option<std::borrow::Cow<'a, str>> {
+        self.key.filter(|k| !k.is_empty()).map(String::from_utf8_lossy)
+    }
+
+    /// What the key is parked behind, if it is parked. Cheap when nothing is.
+    pub(super) fn parked_behind(&self, shard: &mut dyn Shard) -> Option<String> {
+        let parking = shard.parking();
+        if parking.is_empty() {
+            return None;
+        }
+        parking.get(self.key()?.as_ref()).map(|p| p.behind.clone())
+    }
+}
+
+impl Applier {
+    /// Aborts `msg` after the index refused its writes at commit time.
+    pub(super) fn abort_message(&self, shard: &mut dyn Shard, msg: &OwnedMessage, error: &IndexError, attempts: u32) -> Step<Handled> {
+        let (key, max) = (msg.key(), self.shared.cfg.max_message_bytes);
+        let (payload, offset, command_id) = match admit(&self.shared.codec, key, msg.payload(), max) {
+            Ok(Admitted::Command(e)) => (msg.payload().map(<[u8]>::to_vec), msg.offset(), Some(e.command_id)),
+            // A replay: the letter is the replayed command.
+            Ok(Admitted::Control(c)) => {
+                let id = match admit(&self.shared.codec, key, Some(&c.payload), max) {
+                    Ok(Admitted::Command(e)) => Some(e.command_id),
+                    _ => None,
+                };
+                (Some(c.payload), c.origin_offset, id)
+            }
+            Ok(Admitted::Move(_)) | Err(_) => (msg.payload().map(<[u8]>::to_vec), msg.offset(), None),
+        };
+        let origin = Origin { key, payload: payload.as_deref(), offset };
+        let handled = self.abort(shard, &origin, dlq::reason::INDEX_REJECTED, error.to_string(), attempts, command_id)?;
+        shard.mark_applied(checkpoint_of(msg));
+        Ok(handled)
+    }
+
+    pub(super) fn parked_gauge(&self, shard: &mut dyn Shard) {
+        gauge!(m::PARKED_KEYS, "partition" => self.partition.to_string()).set(shard.parking().len() as f64);
+    }
+
+    /// Dead-letters a command given up on and, with `--on-abort=park`,
+    /// parks its key.
+    pub(super) fn abort(&self, shard: &mut dyn Shard, origin: &Origin<'_>, reason: &'static str, detail: String, attempts: u32, command_id: Option<String>) -> Step<Handled> {
+        let behind = command_id.clone().unwrap_or_else(|| format!("p{}@{}", self.partition, origin.offset));
+        let at = self.dead_letter(origin, reason, detail.clone(), attempts, command_id, None)?;
+        error!(partition = self.partition, offset = origin.offset, reason, %detail, key = ?origin.key(), dlq_offset = at, "command aborted and dead-lettered");
+        if let (OnAbort::Park, Some(k)) = (self.shared.cfg.on_abort, origin.key()) {
+            warn!(partition = self.partition, key = %k, "key parked: its later commands wait in the dead-letter topic for `denorm dlq reprocess` or `clear`");
+            let p = shard.parking().entry(k.into_owned()).or_insert(Parked { behind: String::new(), last_dlq: -1, replayed_through: -1 });
+            p.behind = behind;
+            p.last_dlq = at;
+        }
+        Ok(Handled::Done { fan_out: false })
+    }
+
+    /// Dead-letters a command of a parked key.
+    pub(super) fn park(&self, shard: &mut dyn Shard, origin: &Origin<'_>, command_id: Option<String>, behind: String, kind: &'static str) -> Step<Handled> {
+        let detail = format!("its key is parked behind command {behind}");
+        let at = self.dead_letter(origin, dlq::reason::PARKED, detail, 0, command_id, Some(behind))?;
+        count(kind, outcome::PARKED);
+        if let Some(p) = origin.key().and_then(|k| shard.parking().get_mut(k.as_ref())) {
+            p.last_dlq = at;
+        }
+        Ok(Handled::Done { fan_out: false })
+    }
+
+    /// Writes the letter of `origin`, retrying for as long as the
+    /// dead-letter topic fails. Its offset there.
+    pub(super) fn dead_letter(&self, origin: &Origin<'_>, reason: &'static str, detail: String, attempts: u32, command_id: Option<String>, parked_behind: Option<String>) -> Step<i64> {
+        let letter = Letter {
+            key: origin.key,
+            payload: origin.payload,
+            reason,
+            detail,
+            origin_partition: self.partition,
+            origin_offset: origin.offset,
+            attempts,
+            command_id,
+            parked_behind,
+        };
+        let at = self.retry_dead_letter(|| self.shared.dlq.write(&letter))?;
+        counter!(m::DEAD_LETTERS_TOTAL, "reason" => reason).increment(1);
+        Ok(at)
+    }
+
+    pub(super) fn retry_dead_letter(&self, mut write: impl FnMut() -> Result<i64, rdkafka::error::KafkaError>) -> Step<i64> {
+        let mut retry = self.retrying(Op::DeadLetter);
+        loop {
+            match write() {
+                Ok(at) => return Ok(at),
+                Err(e) => retry.failed(&format_args!("{e} (topic {}; nothing is committed past this message meanwhile)", self.shared.dlq.topic))?,
+            }
+        }
+    }
+}

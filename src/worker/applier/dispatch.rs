@@ -1,0 +1,181 @@
+//! One message, dispatched: a command (through [`crate::apply`]), a
+//! control message, a move's chunk, or a rejection.
+
+use super::*;
+
+impl Applier {
+    /// Handles one message. `Halt::Retry` is a transient failure (the
+    /// caller reopens the shard and tries again); permanent failures end in
+    /// the dead-letter topic.
+    pub(super) fn handle(&self, shard: &mut dyn Shard, msg: &OwnedMessage) -> Step<Handled> {
+        let offset = msg.offset();
+        if shard.applied().is_some_and(|a| offset as u64 <= a) {
+            count("unknown", outcome::DUPLICATE);
+            return Ok(Handled::Duplicate);
+        }
+        let origin = Origin { key: msg.key(), payload: msg.payload(), offset };
+        let admitted = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
+            Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(IndexError::Dependency(e))),
+            Err(NotAdmitted::Rejected(r)) => Err(r),
+            Ok(a) => Ok(a),
+        };
+        let in_flight = self.incoming.borrow().active.map(|(source, _)| source);
+        if let Some(source) = in_flight {
+            if !matches!(&admitted, Ok(Admitted::Move(m)) if m.source() == source) {
+                let mut incoming = self.incoming.borrow_mut();
+                incoming.deferred.push(msg.clone());
+                gauge!(m::MOVES_WAITING, "partition" => self.partition.to_string()).set(incoming.deferred.len() as f64);
+                return Ok(Handled::Deferred);
+            }
+        }
+        let handled = match admitted {
+            Err(r) => self.reject(shard, &origin, r)?,
+            Ok(Admitted::Control(c)) => self.control(shard, msg, c)?,
+            Ok(Admitted::Move(mv)) => return self.move_in(shard, msg, &mv),
+            Ok(Admitted::Command(e)) => match origin.parked_behind(shard) {
+                Some(behind) => self.park(shard, &origin, Some(e.command_id.clone()), behind, e.command.kind())?,
+                None => {
+                    if let Some(previous) = e.command.previous_key() {
+                        let id = match &e.command {
+                            Command::UpsertFile { id, .. } | Command::UpsertPost { id, .. } => id.as_str(),
+                            _ => "",
+                        };
+                        let what = format!("the owner change of {id:?} ({}) from {previous:?}", e.command.kind());
+                        match e.after {
+                            Some(at) => self.await_departure(shard, at, offset, &what)?,
+                            None => warn_without_after(self.partition, offset, &what),
+                        }
+                    }
+                    self.command(shard, &e, offset, &origin)?
+                }
+            },
+        };
+        if let Handled::Done { .. } = handled {
+            self.mark(shard, msg);
+        }
+        Ok(handled)
+    }
+
+    /// Marks `msg` applied, or, while a cross-key move is in flight,
+    /// remembers it to be marked once nothing waits any more.
+    pub(super) fn mark(&self, shard: &mut dyn Shard, msg: &OwnedMessage) {
+        let mut incoming = self.incoming.borrow_mut();
+        if incoming.quiet() {
+            shard.mark_applied(checkpoint_of(msg));
+        } else {
+            incoming.latest = Some(checkpoint_of(msg));
+        }
+    }
+
+    /// A message that cannot be admitted: aborted at once (decoding and
+    /// validation are deterministic: retrying changes nothing).
+    pub(super) fn reject(&self, shard: &mut dyn Shard, origin: &Origin<'_>, r: Rejection) -> Step<Handled> {
+        counter!(m::MESSAGES_REJECTED_TOTAL, "reason" => r.reason).increment(1);
+        count("unknown", if r.reason == reason::INVALID_COMMAND { outcome::INVALID } else { outcome::UNDECODABLE });
+        self.abort(shard, origin, r.reason, r.detail, 1, None)
+    }
+
+    /// Applies a command, retrying a permanent index failure up to
+    /// `max_attempts` times before aborting it.
+    pub(super) fn command(&self, shard: &mut dyn Shard, e: &Envelope, pos: i64, origin: &Origin<'_>) -> Step<Handled> {
+        let (partition, cmd) = (self.partition, &e.command);
+        while crate::faults::lists("apply.hold", &cmd.key()) && !self.stopping() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if cmd.is_fan_out() {
+            info!(partition, offset = pos, command = cmd.kind(), key = cmd.key(), "fan-out started");
+        }
+        let mut retry = self.retrying(Op::Rejected);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let t = Instant::now();
+            let result = if crate::faults::lists("index.reject", &cmd.key()) {
+                Err(IndexError::Rejected("injected fault index.reject".into()))
+            } else if let (Command::RenamePath { from, to }, Some(_)) = (cmd, cmd.destination_key()) {
+                self.move_out(shard, e, from, to, pos)?
+            } else {
+                apply(shard, cmd, pos as u64, self.shared.cfg.fan_out)
+            };
+            match result {
+                Ok(docs) => {
+                    let elapsed = t.elapsed();
+                    histogram!(m::COMMAND_DOCUMENTS, "type" => cmd.kind()).record(docs as f64);
+                    histogram!(m::COMMAND_SECONDS, "type" => cmd.kind()).record(elapsed.as_secs_f64());
+                    count(cmd.kind(), outcome::APPLIED);
+                    self.shared.stats.record(docs, cmd.is_fan_out(), elapsed);
+                    if cmd.is_fan_out() {
+                        info!(partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, "fan-out applied");
+                    }
+                    return Ok(Handled::Done { fan_out: cmd.is_fan_out() });
+                }
+                Err(e) if e.is_retryable() => return Err(Halt::Retry(e)),
+                Err(error) if attempts < self.shared.cfg.max_attempts.max(1) => {
+                    retry.failed(&format_args!("{error} (offset {pos}, attempt {attempts})"))?;
+                }
+                Err(error) => {
+                    count(cmd.kind(), outcome::FAILED);
+                    return self.abort(shard, origin, dlq::reason::INDEX_REJECTED, error.to_string(), attempts, Some(e.command_id.clone()));
+                }
+            }
+        }
+    }
+
+    /// Carries out an operator's control message (see [`crate::dlq`]).
+    pub(super) fn control(&self, shard: &mut dyn Shard, msg: &OwnedMessage, c: Control) -> Step<Handled> {
+        count("control", outcome::CONTROL);
+        match c.action {
+            Action::Replay => {
+                let origin = Origin { key: msg.key(), payload: Some(&c.payload), offset: c.origin_offset };
+                if let Some(p) = shard.parking().get(&c.key).cloned() {
+                    if p.last_dlq > c.through {
+                        // Something of this key was dead-lettered after the
+                        // operator looked: replaying now would overtake it.
+                        return self.park(shard, &origin, None, p.behind, "control");
+                    }
+                    if c.dlq_offset <= p.replayed_through {
+                        return Ok(Handled::Done { fan_out: false });
+                    }
+                }
+                let handled = match admit(&self.shared.codec, msg.key(), Some(&c.payload), self.shared.cfg.max_message_bytes) {
+                    Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(IndexError::Dependency(e))),
+                    Err(NotAdmitted::Rejected(r)) => self.reject(shard, &origin, r)?,
+                    Ok(Admitted::Control(_)) => {
+                        let r = Rejection { reason: reason::INVALID_COMMAND, detail: "a control message cannot be replayed".into() };
+                        self.reject(shard, &origin, r)?
+                    }
+                    Ok(Admitted::Command(e)) => self.command(shard, &e, msg.offset(), &origin)?,
+                    // A move's chunk that was dead-lettered (the index
+                    // refused one of its documents): its files are written
+                    // as of now, like upserts.
+                    Ok(Admitted::Move(mv)) => {
+                        crate::apply::move_in(shard, &mv, msg.offset() as u64)?;
+                        Handled::Done { fan_out: false }
+                    }
+                };
+                if let (Handled::Done { .. }, Some(p)) = (&handled, shard.parking().get_mut(&c.key)) {
+                    p.replayed_through = p.replayed_through.max(c.dlq_offset);
+                }
+                Ok(handled)
+            }
+            Action::Resolve | Action::Discard => {
+                let kind = c.action.marker();
+                self.retry_dead_letter(|| self.shared.dlq.mark(c.dlq_partition, &c.key, kind, c.through, self.partition))?;
+                let parked = shard.parking().get(&c.key).map(|p| p.last_dlq);
+                match parked {
+                    Some(last) if last <= c.through => {
+                        shard.parking().remove(&c.key);
+                        info!(partition = self.partition, key = %c.key, marker = kind.as_str(), "key resumed");
+                    }
+                    Some(_) => warn!(
+                        partition = self.partition,
+                        key = %c.key,
+                        "key stays parked: more of its commands were dead-lettered after the operator's request; run `denorm dlq reprocess` again"
+                    ),
+                    None => {}
+                }
+                Ok(Handled::Done { fan_out: false })
+            }
+        }
+    }
+}

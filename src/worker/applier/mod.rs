@@ -1,0 +1,259 @@
+//! One partition's applier: owns the partition's shard writer, applies its
+//! messages in log order, commits the index, then publishes the next offset
+//! that may be committed to Kafka. Split by role: the loop and batch
+//! triggers (`batch`), positioning (`position`), recovery and retries
+//! (`retry`), dispatch (`dispatch`), both sides of a move (`moves`), and
+//! dead-lettering (`dead_letter`).
+
+mod batch;
+mod dead_letter;
+mod dispatch;
+mod moves;
+mod position;
+mod retry;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use metrics::{counter, gauge, histogram};
+use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::Offset;
+use tracing::{debug, error, info, warn};
+
+use super::admit::{admit, reason, Admitted, NotAdmitted, Rejection};
+use super::{OnAbort, Shared, WorkerError};
+use dead_letter::Origin;
+use retry::{Backoff, Op, Retrying};
+use crate::apply::apply;
+use crate::command::{Command, Envelope};
+use crate::command::control::{Action, Control};
+use crate::dlq::{self, Letter};
+use crate::index::progress::Parked;
+use crate::index::{Checkpoint, IndexError, Shard};
+use crate::metrics::{self as m, outcome};
+
+/// What the consumer thread hands an applier.
+pub(crate) enum Feed {
+    Message(OwnedMessage),
+    /// The partition was positioned where the applier asked
+    /// ([`Shared::seeks`]): messages before this one were fetched from the
+    /// old position and are dropped; the next one comes from the new.
+    /// With the partition's low and high watermarks at that time.
+    Positioned { watermarks: Option<(i64, i64)> },
+}
+
+/// The consumer thread's handle on one partition's applier.
+pub(crate) struct Partition {
+    /// The applier's queue; its size in bytes is `queued`.
+    pub tx: Sender<Feed>,
+    /// Bytes of the messages in `tx` not yet taken by the applier
+    /// ([`queued_size`] each).
+    pub queued: Arc<AtomicUsize>,
+    pub stop: Arc<AtomicBool>,
+    /// Next offset whose predecessors are durably applied (-1: none yet).
+    pub next: Arc<AtomicI64>,
+    /// The group's committed offset for the partition: at assignment, then
+    /// as commits are confirmed. Never committed below (an index restored
+    /// from an older copy catches up without moving the group back).
+    pub committed: i64,
+    /// Messages fetched while the applier's queue was full.
+    pub pending: std::collections::VecDeque<OwnedMessage>,
+    pub paused: bool,
+    join: Option<JoinHandle<Result<(), WorkerError>>>,
+}
+
+impl Partition {
+    /// Starts the applier of `partition`, whose group offset is `committed`
+    /// (-1: none).
+    pub fn spawn(partition: i32, shared: Arc<Shared>, committed: i64) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let next = Arc::new(AtomicI64::new(-1));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (s, n, q) = (stop.clone(), next.clone(), queued.clone());
+        let join = std::thread::Builder::new()
+            .name(format!("denorm-p{partition}"))
+            .spawn(move || {
+                let lag_seconds = gauge!(m::CONSUMER_LAG_SECONDS, "partition" => partition.to_string());
+                Applier { partition, shared, stop: s, next: n, unpublished: Default::default(), queued: q, lag_seconds, incoming: Default::default() }.run(rx)
+            })
+            .expect("spawn partition thread");
+        Partition { tx, queued, stop, next, committed, pending: Default::default(), paused: false, join: Some(join) }
+    }
+
+    pub fn finished(&self) -> bool {
+        self.join.as_ref().is_none_or(|j| j.is_finished())
+    }
+
+    /// Waits for the applier to finish (after [`Partition::stop`] was set or
+    /// on its own). Returns its result and the next committable offset.
+    pub fn join(&mut self) -> (Result<(), WorkerError>, i64) {
+        let r = match self.join.take() {
+            Some(j) => j.join().unwrap_or_else(|_| Err(WorkerError::Panicked)),
+            None => Ok(()),
+        };
+        (r, self.next.load(Ordering::SeqCst))
+    }
+}
+
+/// What a queued message counts against `--queue-kb`: its key and payload
+/// plus the bookkeeping of one message.
+pub(crate) fn queued_size(m: &OwnedMessage) -> usize {
+    m.payload().map_or(0, <[u8]>::len) + m.key().map_or(0, <[u8]>::len) + 256
+}
+
+struct Applier {
+    partition: i32,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    next: Arc<AtomicI64>,
+    /// An offset committed to the index but not published in `next` yet,
+    /// until its writes are searchable ([`Shard::searchable`]).
+    unpublished: std::cell::Cell<Option<i64>>,
+    queued: Arc<AtomicUsize>,
+    /// `denorm_consumer_lag_seconds` of this partition, resolved once.
+    lag_seconds: metrics::Gauge,
+    /// A cross-key move being received, and what waits for it.
+    incoming: std::cell::RefCell<Incoming>,
+}
+
+/// The destination side of a cross-key move that spans several messages.
+/// From its first chunk to its last, the move's documents are applied and
+/// every other message of the partition waits (in memory, uncommitted), so
+/// that the move takes effect at one place in this partition's order: its
+/// first chunk. Nothing is marked applied meanwhile, so after a crash the
+/// whole exchange is redelivered and decided again the same way. Not
+/// persisted: rebuilt from the log.
+#[derive(Default)]
+struct Incoming {
+    /// The move in flight: its source, and the position its documents take.
+    active: Option<((i32, i64), u64)>,
+    /// Messages that arrived while it was in flight, in log order.
+    deferred: Vec<OwnedMessage>,
+    /// The newest message handled while it was in flight: marked applied
+    /// once nothing waits any more.
+    latest: Option<Checkpoint>,
+}
+
+impl Incoming {
+    fn quiet(&self) -> bool {
+        self.active.is_none() && self.deferred.is_empty()
+    }
+}
+
+/// What became of one message.
+enum Handled {
+    /// Applied, dead-lettered or carried out: the offset may be committed.
+    Done { fan_out: bool },
+    /// Already applied before (redelivery).
+    Duplicate,
+    /// Held back until the cross-key move in flight completes (see
+    /// [`Incoming`]); handled then.
+    Deferred,
+}
+
+/// Why an applier step did not finish: every step returns [`Step`].
+pub(crate) enum Halt {
+    /// A transient failure (index, schema registry) while handling a
+    /// message: the caller reopens the shard and handles it again.
+    Retry(IndexError),
+    /// Stop was requested (revoke, shutdown) while retrying: what is not
+    /// committed is left to the next owner.
+    Stopped,
+    /// A failure that ends the worker.
+    Fatal(WorkerError),
+    /// The shard was reopened after a failure and the index had moved to a
+    /// new generation meanwhile (a rebuild's cutover): the uncommitted batch
+    /// is dropped and the partition positioned at the new generation's
+    /// checkpoint, never re-applied onto it from where the batch began.
+    Moved,
+    /// The index refused for good to commit the batch before its last
+    /// message (a take-over about to wait, a cross-key rename about to
+    /// write its chunks: see [`Applier::commit_before`]): the batch before
+    /// it is committed first, finding the command at fault, then the
+    /// message is handled again.
+    CommitFirst(IndexError),
+}
+
+type Step<T> = Result<T, Halt>;
+
+impl From<IndexError> for Halt {
+    /// An index failure: retried when it is transient, fatal otherwise.
+    fn from(e: IndexError) -> Self {
+        if e.is_retryable() {
+            Halt::Retry(e)
+        } else {
+            Halt::Fatal(WorkerError::Index(e))
+        }
+    }
+}
+
+type ShardBox = Box<dyn Shard + Send>;
+
+impl Applier {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    fn retrying(&self, op: Op) -> Retrying<'_> {
+        Retrying { applier: self, op, backoff: Backoff::new(self.shared.cfg.retry_backoff_max), degraded: None }
+    }
+
+    fn run(self, rx: Receiver<Feed>) -> Result<(), WorkerError> {
+        match self.apply_until_stopped(rx) {
+            Ok(()) | Err(Halt::Stopped | Halt::Moved) => Ok(()),
+            Err(Halt::Fatal(e)) => Err(e),
+            Err(Halt::Retry(e) | Halt::CommitFirst(e)) => Err(WorkerError::Index(e)),
+        }
+    }
+}
+
+/// How often an idle or between-batches applier looks for a new index
+/// generation.
+const GENERATION_CHECK: Duration = Duration::from_millis(100);
+
+/// The most feeds received ahead of the message being handled so that the
+/// documents they read are fetched together (see `Applier::prefetch`).
+const PREFETCH_WINDOW: usize = 256;
+
+/// Where fetching resumes for a shard at `checkpoint`: the checkpoint's own
+/// message (read again to check the log), or the beginning.
+/// An owner change's upsert without `after` (a producer that does not set
+/// it, or a topic copied by `denorm migrate`) is applied without waiting
+/// for its delete half: said once per process, since a replay into
+/// Elasticsearch of a document that changes owner through such upserts more
+/// than once may then lose it (docs/cross-key.md).
+fn warn_without_after(partition: i32, offset: i64, what: &str) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        warn!(partition, offset, "{what} does not say where its delete half is (the envelope's after): applied without waiting for it; a replay into Elasticsearch of a document changing owner so more than once may lose it (said once)");
+    }
+}
+
+fn target_of(checkpoint: Option<Checkpoint>) -> Offset {
+    checkpoint.map_or(Offset::Beginning, |c| Offset::Offset(c.offset as i64))
+}
+
+/// The checkpoint that names `msg`: its offset and fingerprint.
+fn checkpoint_of(msg: &OwnedMessage) -> Checkpoint {
+    Checkpoint::new(msg.offset() as u64, crate::logid::fingerprint(msg.key(), msg.payload()))
+}
+
+fn count(kind: &'static str, outcome: &'static str) {
+    counter!(m::COMMANDS_TOTAL, "type" => kind, "outcome" => outcome).increment(1);
+}
+
+fn age_seconds(msg: &OwnedMessage) -> f64 {
+    let now = crate::clock::now_millis();
+    msg.timestamp().to_millis().map(|t| ((now - t).max(0)) as f64 / 1000.0).unwrap_or(0.0)
+}
+
+impl From<IndexError> for WorkerError {
+    fn from(e: IndexError) -> Self {
+        WorkerError::Index(e)
+    }
+}

@@ -1,0 +1,250 @@
+//! Both sides of a cross-key move (docs/cross-key.md): the source writes
+//! the chunks and deletes; the destination applies them and holds its other
+//! messages until the last chunk; take-overs wait for their departure.
+
+use super::*;
+
+impl Applier {
+    pub(super) fn reset_incoming(&self) {
+        *self.incoming.borrow_mut() = Incoming::default();
+        self.move_gauges(0, 0);
+    }
+
+    pub(super) fn move_gauges(&self, in_flight: usize, waiting: usize) {
+        gauge!(m::MOVES_IN_FLIGHT, "partition" => self.partition.to_string()).set(in_flight as f64);
+        gauge!(m::MOVES_WAITING, "partition" => self.partition.to_string()).set(waiting as f64);
+    }
+
+    /// The destination side of a cross-key move: applies a chunk of its
+    /// documents (see [`Incoming`] and [`crate::moves::arrival`]).
+    pub(super) fn move_in(&self, shard: &mut dyn Shard, msg: &OwnedMessage, mv: &crate::command::moves::MoveIn) -> Step<Handled> {
+        use crate::moves::Arrival;
+        let in_flight = self.incoming.borrow().active.map(|(source, _)| source);
+        let pos = match crate::moves::arrival(shard.received(), in_flight, mv) {
+            Arrival::Duplicate => {
+                counter!(m::MOVES_TOTAL, "side" => "destination", "outcome" => "duplicate").increment(1);
+                debug!(partition = self.partition, offset = msg.offset(), source = ?mv.source(), chunk = mv.chunk, "a resent chunk of a move completed before: ignored");
+                self.mark(shard, msg);
+                return Ok(Handled::Done { fan_out: false });
+            }
+            Arrival::Waits => unreachable!("deferred by handle"),
+            Arrival::Continues => self.incoming.borrow().active.map(|(_, pos)| pos).expect("in flight"),
+            Arrival::Starts => {
+                let from = crate::command::LogPosition { partition: mv.source_partition, offset: mv.source_offset };
+                self.await_departure(shard, from, msg.offset(), &format!("the move {:?} -> {:?}", mv.from, mv.to))?;
+                msg.offset() as u64
+            }
+        };
+        let docs = crate::apply::move_in(shard, mv, pos)?;
+        histogram!(m::COMMAND_DOCUMENTS, "type" => "move_in").record(docs as f64);
+        if !mv.last {
+            let mut incoming = self.incoming.borrow_mut();
+            if incoming.active.is_none() {
+                info!(partition = self.partition, offset = msg.offset(), from = %mv.from, to = %mv.to, source = ?mv.source(), "a cross-key move spanning several messages started: the partition's other messages wait for its last chunk");
+                incoming.active = Some((mv.source(), pos));
+            }
+            incoming.latest = Some(checkpoint_of(msg));
+            drop(incoming);
+            self.move_gauges(1, self.incoming.borrow().deferred.len());
+            return Ok(Handled::Done { fan_out: false });
+        }
+        // The move is complete here.
+        shard.received().insert(mv.source_partition, mv.source_offset);
+        counter!(m::MOVES_TOTAL, "side" => "destination", "outcome" => "completed").increment(1);
+        let age = (crate::clock::now_millis() - mv.issued_at).max(0) as f64 / 1000.0;
+        histogram!(m::MOVE_SECONDS).record(age);
+        info!(partition = self.partition, offset = msg.offset(), from = %mv.from, to = %mv.to, source = ?mv.source(), chunks = mv.chunk + 1, "cross-key move received");
+        let waiting = {
+            let mut incoming = self.incoming.borrow_mut();
+            incoming.active = None;
+            incoming.latest = Some(checkpoint_of(msg));
+            std::mem::take(&mut incoming.deferred)
+        };
+        // What waited is handled now, in its order (a chunk of another move
+        // among it opens that move, and the rest waits again).
+        for w in &waiting {
+            self.handle(shard, w)?;
+        }
+        let mut incoming = self.incoming.borrow_mut();
+        if incoming.quiet() {
+            if let Some(at) = incoming.latest.take() {
+                shard.mark_applied(at);
+            }
+        }
+        self.move_gauges(usize::from(incoming.active.is_some()), incoming.deferred.len());
+        Ok(Handled::Done { fan_out: true })
+    }
+
+    /// Before a take-over (a cross-key move's first chunk, an owner
+    /// change's upsert): waits until the partition the documents leave has
+    /// applied its log up to `departure` (the rename, or the owner change's
+    /// delete half), in this index. Live, the producer's barrier (a move's
+    /// source commits before it writes the chunks) makes this so at once;
+    /// a replay or a rebuild, whose partitions run at their own pace, then
+    /// takes documents over in the order they changed owners, which is
+    /// what Elasticsearch, where partitions share documents, needs (see
+    /// docs/cross-key.md). Every dependency points at an earlier event of
+    /// the live run, so waits never form a cycle; what this partition
+    /// applied is committed first, for the partitions that wait for it.
+    pub(super) fn await_departure(&self, shard: &mut dyn Shard, departure: crate::command::LogPosition, offset: i64, what: &str) -> Step<()> {
+        let (from, partition) = (departure.partition, self.partition);
+        // This partition's own log orders it.
+        if from == partition || !self.shared.cfg.takeover_waits {
+            return Ok(());
+        }
+        if !(0..self.shared.log_partitions).contains(&from) {
+            warn!(partition, offset, from, "{what} names partition {from}, which the topic does not have: applied without waiting");
+            return Ok(());
+        }
+        let ready = || -> Result<bool, IndexError> {
+            Ok(crate::moves::departed(self.shared.backend.checkpoints(&[from])?.get(&from).map(|c| c.offset), departure.offset))
+        };
+        if ready()? {
+            return Ok(());
+        }
+        self.commit_before(shard)?;
+        counter!(m::TAKEOVER_WAITS_TOTAL).increment(1);
+        let target = (from, departure.offset - 1);
+        self.shared.awaited.lock().expect("awaited lock").push(target);
+        self.shared.awaiting.fetch_add(1, Ordering::SeqCst);
+        let waiting = gauge!(m::TAKEOVERS_WAITING, "partition" => partition.to_string());
+        waiting.set(1.0);
+        info!(partition, offset, from, departure = departure.offset, "{what} waits until partition {from} is applied up to its departure (a replay or rebuild)");
+        let started = Instant::now();
+        let mut said = started;
+        let result = loop {
+            if self.stopping() {
+                break Err(Halt::Stopped);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            match ready() {
+                Ok(true) => break Ok(()),
+                Ok(false) => {}
+                Err(e) => break Err(e.into()),
+            }
+            if said.elapsed() >= Duration::from_secs(60) {
+                said = Instant::now();
+                warn!(partition, offset, from, departure = departure.offset, waited_secs = started.elapsed().as_secs(), "{what} still waits for partition {from}: is a worker applying it?");
+            }
+        };
+        {
+            let mut awaited = self.shared.awaited.lock().expect("awaited lock");
+            if let Some(i) = awaited.iter().position(|a| *a == target) {
+                awaited.swap_remove(i);
+            }
+            self.shared.awaiting.fetch_sub(1, Ordering::SeqCst);
+        }
+        waiting.set(0.0);
+        if result.is_ok() {
+            info!(partition, offset, from, ms = started.elapsed().as_millis() as u64, "{what}: partition {from} reached the departure, taking over");
+        }
+        result
+    }
+
+    /// Whether a take-over of this process waits for this partition to pass
+    /// an offset the batch has reached (it then commits at once).
+    pub(super) fn awaited(&self, batch: &[OwnedMessage]) -> bool {
+        if self.shared.awaiting.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        let Some(at) = batch.last().map(|m| m.offset()) else { return false };
+        self.shared.awaited.lock().expect("awaited lock").iter().any(|&(p, o)| p == self.partition && o <= at)
+    }
+
+    /// Commits what the batch applied so far, before its last message: a
+    /// take-over about to wait (another partition may be waiting for this
+    /// one's progress), a cross-key rename about to write its chunks (whose
+    /// destination waits for it). A refusal for good is
+    /// [`Halt::CommitFirst`].
+    pub(super) fn commit_before(&self, shard: &mut dyn Shard) -> Step<()> {
+        match shard.commit() {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_retryable() => Err(Halt::Retry(e)),
+            Err(e) => Err(Halt::CommitFirst(e)),
+        }
+    }
+
+    /// The source side of a cross-key rename (see [`crate::moves`]): the
+    /// files under `from`, renamed, are written to the command topic keyed
+    /// by the destination, in chunks, each acknowledged before the next;
+    /// only then are they deleted here. A crash before this command is
+    /// committed writes them again; the destination ignores a resend of a
+    /// move it completed. Writing fails only transiently (retried here, like
+    /// a dead letter); index failures are the caller's.
+    pub(super) fn move_out(&self, shard: &mut dyn Shard, e: &Envelope, from: &str, to: &str, pos: i64) -> Step<Result<u64, IndexError>> {
+        let key = crate::command::path::top_level(to);
+        let partition = crate::command::partitioner::partition_of(key, self.shared.log_partitions);
+        // Everything before the rename is made durable first: the
+        // destination takes the documents over once this partition is
+        // applied up to here (`await_departure`).
+        self.commit_before(shard)?;
+        // Half the largest message a worker accepts, and at most 256 KiB,
+        // well below the brokers' default limit of 1 MiB.
+        let mut chunker = crate::command::moves::Chunker::new((self.shared.cfg.max_message_bytes / 2).clamp(1024, crate::command::moves::MAX_CHUNK_BYTES));
+        let (mut ids, mut sent, mut halted) = (Vec::new(), 0usize, None);
+        let chunk = |files, last, i: usize| crate::command::moves::MoveIn {
+            move_id: e.command_id.clone(),
+            source_partition: self.partition,
+            source_offset: pos,
+            from: from.to_string(),
+            to: to.to_string(),
+            chunk: i as i32,
+            last,
+            issued_at: e.issued_at,
+            files,
+        };
+        // Chunks are written as the scan fills them: only the files' ids
+        // are kept, for the deletes.
+        let scanned = crate::apply::move_out(shard, from, to, pos as u64, self.shared.cfg.fan_out, &mut |f| {
+            if halted.is_some() {
+                return;
+            }
+            ids.push(f.id.clone());
+            if let Some(full) = chunker.push(f) {
+                match self.send_chunk(&chunk(full, false, sent), partition) {
+                    Ok(()) => sent += 1,
+                    Err(h) => halted = Some(h),
+                }
+            }
+        });
+        if let Some(h) = halted {
+            return Err(h);
+        }
+        if let Err(err) = scanned {
+            return Ok(Err(err));
+        }
+        if ids.is_empty() {
+            counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "empty").increment(1);
+            return Ok(Ok(0));
+        }
+        self.send_chunk(&chunk(chunker.finish(), true, sent), partition)?;
+        if crate::faults::active("move.crash-after-send").is_some() {
+            error!(partition = self.partition, offset = pos, "crashing after a move's documents were handed over (fault point move.crash-after-send)");
+            std::process::abort();
+        }
+        counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "sent").increment(1);
+        info!(partition = self.partition, offset = pos, from, to, files = ids.len(), chunks = sent + 1, to_partition = partition, "cross-key rename: documents handed to the destination");
+        Ok(crate::apply::remove_moved(shard, &ids, from, pos as u64).map(|_| ids.len() as u64))
+    }
+
+    /// Writes one chunk of a move to the destination's partition and waits
+    /// for the acknowledgement, retrying for as long as the topic fails.
+    pub(super) fn send_chunk(&self, mv: &crate::command::moves::MoveIn, partition: i32) -> Step<()> {
+        let payload = self.shared.codec.encode_move(mv);
+        let mut retry = self.retrying(Op::Move);
+        let at = loop {
+            match self.shared.dlq.send_command(partition, mv.key().as_bytes(), &payload) {
+                Ok(at) => break at,
+                Err(err) => retry.failed(&format_args!("{err} (topic {}, partition {partition}; nothing is committed past this rename meanwhile)", self.shared.cfg.kafka.topic))?,
+            }
+        };
+        debug!(partition = self.partition, offset = mv.source_offset, to_partition = partition, to_offset = at, chunk = mv.chunk, "cross-key move chunk written");
+        if !mv.last && crate::faults::active("move.pause-between-chunks").is_some() {
+            info!(partition = self.partition, offset = mv.source_offset, chunk = mv.chunk, "paused between a move's chunks (fault point move.pause-between-chunks)");
+            while crate::faults::active("move.pause-between-chunks").is_some() && !self.stopping() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(())
+    }
+}

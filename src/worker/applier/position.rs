@@ -1,0 +1,143 @@
+//! Where a partition resumes: the shard's checkpoint, checked against the
+//! log (the log's identity, gaps, the partition count), and following the
+//! index to a new generation.
+
+use super::*;
+
+impl Applier {
+    /// After [`Halt::Moved`]: the batch is dropped (its commands reach the
+    /// new generation from its checkpoint) and the partition sought there.
+    pub(super) fn moved(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Option<Checkpoint> {
+        info!(partition = self.partition, dropped = batch.len(), generation = shard.generation(), "the index moved to a new generation during a batch: resuming at its checkpoint");
+        batch.clear();
+        self.reset_incoming();
+        let checkpoint = self.took(shard.as_mut());
+        self.seek_to(checkpoint);
+        checkpoint
+    }
+
+    /// A shard was opened: the offset after its checkpoint is what may be
+    /// committed, and where fetching goes on. Returns the checkpoint.
+    pub(super) fn took(&self, shard: &mut dyn Shard) -> Option<Checkpoint> {
+        let checkpoint = shard.checkpoint();
+        // What a previous writer kept unpublished is below this checkpoint,
+        // or of another generation.
+        self.unpublished.set(None);
+        if let Some(c) = checkpoint {
+            self.next.store(c.offset as i64 + 1, Ordering::SeqCst);
+        }
+        self.parked_gauge(shard);
+        info!(partition = self.partition, applied = ?checkpoint.map(|c| c.offset), parked = shard.parking().len(), generation = shard.generation(), "partition assigned, shard open");
+        checkpoint
+    }
+
+    /// The index decides where to resume: asks the consumer thread to fetch
+    /// from the shard's checkpoint itself, whose message must still be the
+    /// one the index applied (see `crate::logid`). Not positioned until the
+    /// consumer thread says so ([`Feed::Positioned`]).
+    pub(super) fn seek_to(&self, checkpoint: Option<Checkpoint>) -> bool {
+        self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target_of(checkpoint));
+        false
+    }
+
+    /// The partition fetches from the checkpoint now; its watermarks, when
+    /// known, say at once whether the checkpoint is in the log.
+    pub(super) fn positioned(&self, checkpoint: Option<Checkpoint>, watermarks: Option<(i64, i64)>) -> Step<bool> {
+        if let Some((low, high)) = watermarks {
+            self.judge(checkpoint, crate::logid::range_against(checkpoint, low, high))?;
+        }
+        Ok(true)
+    }
+
+    /// Moves to the backend's current generation when the shard is of
+    /// another one (a rebuild's cutover): the old writer is released, the
+    /// new generation's shard opened (waiting while the rebuild still holds
+    /// it). Whether it moved; the caller positions the partition anew.
+    pub(super) fn follow_generation(&self, shard: &mut ShardBox) -> Step<bool> {
+        let now = match self.shared.backend.generation() {
+            Ok(g) => g,
+            Err(e) => {
+                debug!(partition = self.partition, error = %e, "reading the index generation failed; checked again later");
+                return Ok(false);
+            }
+        };
+        let was = shard.generation();
+        if now == was {
+            return Ok(false);
+        }
+        if !self.bound()? {
+            return Ok(false);
+        }
+        *shard = Box::new(crate::index::memory::MemoryShard::new());
+        *shard = self.open_shard()?;
+        info!(partition = self.partition, from = was, to = now, "the index moved to a new generation: following it");
+        Ok(true)
+    }
+
+    /// Whether this worker's topic is the one the current generation was
+    /// built from: it may have been rebuilt from another topic (after
+    /// `denorm migrate`), and then this worker must not write to it (fatal).
+    /// `false` when the binding could not be read (checked again later).
+    pub(super) fn bound(&self) -> Step<bool> {
+        match self.shared.backend.bind_log(self.shared.log_partitions) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_retryable() => {
+                debug!(partition = self.partition, error = %e, "reading the index's log binding failed; checked again later");
+                Ok(false)
+            }
+            Err(e) => Err(Halt::Fatal(WorkerError::Index(e))),
+        }
+    }
+
+    /// What the first message fetched from the checkpoint, or the
+    /// partition's watermarks before any, say about the log (see
+    /// [`crate::logid`]): a changed log ends the worker, a gap stops the
+    /// partition.
+    pub(super) fn judge(&self, checkpoint: Option<Checkpoint>, verdict: crate::logid::First) -> Step<()> {
+        use crate::logid::First;
+        match verdict {
+            First::Same => Ok(()),
+            First::Unverifiable => {
+                warn!(partition = self.partition, checkpoint = ?checkpoint.map(|c| c.offset), "the checkpoint's message was deleted by retention: the log's identity cannot be checked");
+                Ok(())
+            }
+            First::Changed(detail) => {
+                let at = checkpoint.map_or(0, |c| c.offset);
+                Err(Halt::Fatal(WorkerError::Index(IndexError::log_changed(self.partition, at, &detail))))
+            }
+            First::Gap { from, to } => Err(self.gap(from, to)),
+        }
+    }
+
+    /// Offsets `from..to` are gone (retention) before the index applied
+    /// them: the partition stops, since skipping them would leave the index
+    /// silently wrong.
+    pub(super) fn gap(&self, from: i64, to: i64) -> Halt {
+        Halt::Fatal(WorkerError::Gap {
+            partition: self.partition,
+            detail: format!(
+                "offsets {from}..{} are no longer in the topic (retention deleted them) and the index never applied them; \
+                 a rebuild cannot be exact either: restore the index from a copy whose checkpoint is at or after offset {}, or accept the loss by \
+                 rebuilding from what is left",
+                to - 1,
+                to - 1
+            ),
+        })
+    }
+
+    /// Opens the shard, waiting while a previous owner still holds it.
+    pub(super) fn open_shard(&self) -> Step<ShardBox> {
+        let mut retry = self.retrying(Op::Open);
+        loop {
+            match self.shared.backend.open_shard(self.partition) {
+                Ok(s) => return Ok(s),
+                Err(e @ IndexError::Locked(_)) => {
+                    debug!(partition = self.partition, error = %e, "waiting for shard");
+                    retry.pause()?;
+                }
+                Err(e) if e.is_retryable() => retry.failed(&e)?,
+                Err(e) => return Err(Halt::Fatal(e.into())),
+            }
+        }
+    }
+}

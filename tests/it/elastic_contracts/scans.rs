@@ -1,0 +1,143 @@
+//! A shard's scans and writes.
+
+
+
+use super::*;
+use denorm::apply::{apply, FanOut};
+use denorm::command::Command;
+use denorm::index::elastic::search::{group_by_author_body, parse_groups};
+use denorm::index::{Backend, PostQuery};
+
+fn file_hit(id: &str, path: &str, seq: i64, sort: i64) -> Value {
+    let (dir, name) = path.rsplit_once('/').unwrap();
+    json!({"_index": "denorm-files-000001", "_id": id, "_seq_no": seq, "_primary_term": 1, "_score": null,
+           "_source": {"id": id, "name": name, "path": dir, "contents": "c", "denorm_pos": 1}, "sort": [sort]})
+}
+
+async fn mount_common(server: &MockServer, pit_closes: u64) {
+    Mock::given(method("GET"))
+        .and(path("/denorm-meta/_doc/p0"))
+        .respond_with(ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-meta", "_id": "p0", "found": false})))
+        .mount(server)
+        .await;
+    Mock::given(path("/denorm-files-g0/_refresh")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 1, "successful": 1, "failed": 0}}))).mount(server).await;
+    Mock::given(method("POST")).and(path("/denorm-files-g0/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1"}))).mount(server).await;
+    Mock::given(method("DELETE")).and(path("/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true, "num_freed": 1}))).expect(pit_closes).mount(server).await;
+}
+
+#[test]
+fn rename_pages_through_a_point_in_time_writes_conditionally_and_closes_it() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(MockServer::start());
+    rt.block_on(async {
+        mount_common(&server, 1).await;
+        Mock::given(path("/_search"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(recorded::search_response(Some("pit-2"), vec![file_hit("a", "/c/a/1.txt", 5, 1), file_hit("b", "/c/a/x/2.txt", 6, 2)])))
+            .up_to_n_times(1)
+            .mount(&server)
+            .await;
+        Mock::given(path("/_search"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(recorded::search_response(Some("pit-2"), vec![file_hit("c", "/c/a/3.txt", 7, 3)])))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&server).await;
+    });
+    let b = backend(&server, &rt);
+    let mut shard = b.open_shard(0).unwrap();
+    let cmd = Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() };
+    let written = apply(shard.as_mut(), &cmd, 10, FanOut::pages_of(2)).unwrap();
+    assert_eq!(written, 3);
+    let reqs = rt.block_on(server.received_requests()).unwrap();
+    let searches: Vec<Value> = reqs.iter().filter(|r| r.url.path() == "/_search").map(|r| serde_json::from_slice(&r.body).unwrap()).collect();
+    assert_eq!(searches.len(), 2);
+    assert_eq!(searches[0]["pit"]["id"], "pit-1");
+    assert_eq!(searches[0]["size"], 2);
+    assert!(searches[0].get("search_after").is_none());
+    assert_eq!(searches[1]["pit"]["id"], "pit-2", "the newest pit id is used");
+    assert_eq!(searches[1]["search_after"], json!([2]));
+    assert_eq!(searches[0]["query"]["bool"]["should"][0]["term"]["path.tree"], "/c/a");
+    let bulks: Vec<Vec<Value>> = reqs.iter().filter(|r| r.url.path() == "/_bulk").map(ndjson).collect();
+    assert_eq!(bulks.len(), 2, "one bulk request per page");
+    assert_eq!(bulks[0][0]["index"]["if_seq_no"], 5);
+    assert_eq!(bulks[0][1]["path"], "/c/b");
+    assert_eq!(bulks[0][1]["denorm_pos"], 10);
+    assert_eq!(bulks[0][3]["path"], "/c/b/x");
+    let refresh = reqs.iter().position(|r| r.url.path() == "/denorm-files-g0/_refresh").unwrap();
+    let pit = reqs.iter().position(|r| r.url.path() == "/denorm-files-g0/_pit").unwrap();
+    assert!(refresh < pit, "refresh before the scan: read-your-writes");
+}
+
+#[test]
+fn closes_the_point_in_time_when_a_page_fails() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(MockServer::start());
+    rt.block_on(async {
+        mount_common(&server, 1).await;
+        Mock::given(path("/_search")).respond_with(recorded::search_bad_request()).mount(&server).await;
+    });
+    let b = backend(&server, &rt);
+    let mut shard = b.open_shard(0).unwrap();
+    let cmd = Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() };
+    let err = apply(shard.as_mut(), &cmd, 10, FanOut::pages_of(2)).unwrap_err();
+    assert!(err.to_string().contains("400"), "{err}");
+    // `expect(1)` on DELETE /_pit is verified when the server drops.
+    drop(shard);
+    rt.block_on(server.verify());
+}
+
+#[test]
+fn a_stale_write_never_overwrites_a_newer_one() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(MockServer::start());
+    rt.block_on(async {
+        mount_common(&server, 0).await;
+        // The file is absent when read, then another writer creates it
+        // at a later position before our create lands.
+        Mock::given(method("GET"))
+            .and(path("/denorm-files-g0/_doc/f1"))
+            .respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false})))
+            .up_to_n_times(1)
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path("/denorm-files-g0/_doc/f1"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_index": "denorm-files-000001", "_id": "f1", "found": true, "_seq_no": 9, "_primary_term": 1,
+                "_source": {"id": "f1", "name": "n.txt", "path": "/c", "contents": "newer", "denorm_pos": 50}})))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 409)])).mount(&server).await;
+        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(&server).await;
+    });
+    let b = backend(&server, &rt);
+    let mut shard = b.open_shard(0).unwrap();
+    let cmd = Command::UpsertFile { id: "f1".into(), path: "/c/n.txt".into(), contents: "older".into(), previous_path: None };
+    apply(shard.as_mut(), &cmd, 20, FanOut::pages_of(2)).unwrap();
+    shard.mark_applied(Checkpoint::new(20, 0));
+    shard.commit().unwrap();
+    let reqs = rt.block_on(server.received_requests()).unwrap();
+    let bulks: Vec<Vec<Value>> = reqs.iter().filter(|r| r.url.path() == "/_bulk").map(ndjson).collect();
+    assert_eq!(bulks.len(), 1, "the newer document (position 50) must not be overwritten by position 20");
+    assert!(bulks[0][0].get("create").is_some(), "an absent document is created, not blindly indexed: {:?}", bulks[0][0]);
+    let meta = reqs.iter().find(|r| r.url.path() == "/denorm-meta/_doc/p0" && r.method.as_str() == "POST").expect("applied position recorded");
+    let meta: Value = serde_json::from_slice(&meta.body).unwrap();
+    assert_eq!(meta, json!({"topic": "t", "applied": 20, "fingerprint": "0000000000000000", "parked": [], "owner": 1}));
+}
+
+#[test]
+fn group_by_author_is_a_terms_aggregation_with_top_hits() {
+    let body = group_by_author_body(&PostQuery { text: Some("relationships".into()), author: None }, 3, 2);
+    assert_eq!(body["size"], 0);
+    assert_eq!(body["aggs"]["authors"]["terms"]["field"], "user.name.raw");
+    assert_eq!(body["aggs"]["authors"]["terms"]["order"], json!({"best_score": "desc"}));
+    assert_eq!(body["aggs"]["authors"]["aggs"]["top"]["top_hits"]["size"], 2);
+    let response = json!({"hits": {"hits": []}, "aggregations": {"authors": {"buckets": [
+        {"key": "John Smith", "doc_count": 3, "best_score": {"value": 4.5}, "top": {"hits": {"hits": [
+            {"_id": "2", "_score": 4.5, "_source": {"id": "2", "title": "Relationships", "body": "It's complicated", "user": {"id": "1", "name": "John Smith"}, "denorm_pos": 3}}
+        ]}}},
+        {"key": "Ann Lee", "doc_count": 1, "best_score": {"value": 1.5}, "top": {"hits": {"hits": []}}}
+    ]}}});
+    let groups = parse_groups(&response);
+    assert_eq!(groups.iter().map(|g| (g.author.as_str(), g.best_score)).collect::<Vec<_>>(), [("John Smith", 4.5), ("Ann Lee", 1.5)]);
+    assert_eq!(groups[0].posts[0].title, "Relationships");
+    assert_eq!(groups[0].posts[0].user.name, "John Smith");
+}

@@ -1,0 +1,144 @@
+//! Writing: prefetched reads after a fan-out, upserts written first while
+//! their documents are absent, page bulks in flight.
+
+use super::*;
+use denorm::apply::{apply, FanOut};
+use denorm::command::Command;
+use denorm::index::Backend;
+use denorm::index::Wanted;
+use super::store::*;
+
+/// Documents fetched ahead (`Shard::prefetch`, one `_mget` for a
+/// window of commands) never hide this writer's own later writes: after
+/// a fan-out moved the file, its read shows the new path, not the
+/// version fetched before.
+#[test]
+fn a_prefetched_document_is_read_again_after_the_writers_own_fan_out() {
+    use denorm::index::{Checkpoint, Doc};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (server, _scans) = scans_server(&rt);
+    let b = backend(&server, &rt);
+    let mut shard = b.open_shard(0).unwrap();
+    let upsert = |id: &str| Command::UpsertFile { id: id.into(), path: format!("/a/{id}.txt"), contents: "c".into(), previous_path: None };
+    apply(shard.as_mut(), &upsert("x"), 1, FanOut::pages_of(2)).unwrap();
+    apply(shard.as_mut(), &upsert("y"), 2, FanOut::pages_of(2)).unwrap();
+    shard.mark_applied(Checkpoint::new(2, 2));
+    shard.commit().unwrap();
+    shard.prefetch(&[Wanted::contents(Kind::File, "x"), Wanted::contents(Kind::File, "y")]).unwrap();
+    let mgets = rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path() == "/_mget").count();
+    assert_eq!(mgets, 1, "the two reads fetched with one _mget");
+    apply(shard.as_mut(), &Command::RenamePath { from: "/a".into(), to: "/b".into() }, 3, FanOut::pages_of(2)).unwrap();
+    for id in ["x", "y"] {
+        match shard.get(Kind::File, id).unwrap() {
+            Some(Doc::File(f)) => assert_eq!((f.full_path(), f.pos), (format!("/b/{id}.txt"), 3), "a version fetched before the fan-out was read"),
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+}
+
+/// Writing first: a window of upserts whose documents are all absent
+/// (a replay into empty indexes) makes the writer send the next
+/// windows' upserts as creates without reading them (no `_mget`, no
+/// GET). Where they then meet existing documents, each conflict is
+/// decided by the positions (a redelivery older than the stored
+/// version changes nothing), and the writer reads first again.
+#[test]
+fn upserts_are_written_first_while_their_documents_are_absent() {
+    use denorm::index::{Doc, Wanted};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (server, scans) = scans_server(&rt);
+    let b = backend(&server, &rt);
+    let mut shard = b.open_shard(0).unwrap();
+    let upsert = |i: usize, contents: &str| Command::UpsertFile { id: format!("f{i}"), path: format!("/a/f{i}.txt"), contents: contents.into(), previous_path: None };
+    let reads = |r: &Request| r.url.path() == "/_mget" || (r.method.as_str() == "GET" && r.url.path().starts_with("/denorm-files-g0/_doc/"));
+    let count_reads = || rt.block_on(server.received_requests()).unwrap().iter().filter(|r| reads(r)).count();
+    let window = |shard: &mut Box<dyn denorm::index::Shard + Send>, log: &[(usize, u64, &str)]| {
+        let wanted: Vec<Wanted> = log.iter().flat_map(|(i, _, c)| denorm::apply::reads(&upsert(*i, c))).collect();
+        shard.prefetch(&wanted).unwrap();
+        for (i, pos, contents) in log {
+            apply(shard.as_mut(), &upsert(*i, contents), *pos, FanOut::pages_of(10)).unwrap();
+        }
+        let last = log.iter().map(|(_, p, _)| *p).max().unwrap();
+        shard.mark_applied(Checkpoint::new(last, last));
+        shard.commit().unwrap();
+    };
+    let first: Vec<(usize, u64, &str)> = (0..40).map(|i| (i, i as u64 + 1, "v1")).collect();
+    window(&mut shard, &first);
+    assert_eq!(count_reads(), 1, "the first window is read with one _mget");
+    let second: Vec<(usize, u64, &str)> = (40..80).map(|i| (i, i as u64 + 1, "v1")).collect();
+    window(&mut shard, &second);
+    assert_eq!(count_reads(), 1, "upserts of absent documents were read: they are written first once a window found them absent");
+    // Existing documents: newer upserts of the even ones, a stale
+    // redelivery (older than the stored version) of the odd ones.
+    let third: Vec<(usize, u64, &str)> = (0..40).map(|i| if i % 2 == 0 { (i, 100 + i as u64, "v2") } else { (i, 0, "stale") }).collect();
+    window(&mut shard, &third);
+    let docs = live_files(&scans);
+    assert_eq!(docs.len(), 80);
+    for d in &docs {
+        let Doc::File(f) = d else { panic!("{d:?}") };
+        let i: usize = f.id[1..].parse().unwrap();
+        let expected = if i < 40 && i % 2 == 0 { ("v2", 100 + i as u64) } else { ("v1", i as u64 + 1) };
+        assert_eq!((f.contents.as_str(), f.pos), expected, "{}", f.id);
+    }
+    // Every create of the third window met a document: reading first again.
+    let before = rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path() == "/_mget").count();
+    window(&mut shard, &(0..40).map(|i| (i, 200 + i as u64, "v3")).collect::<Vec<_>>());
+    let after = rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path() == "/_mget").count();
+    assert_eq!(after, before + 1, "after its creates met existing documents the writer reads first again");
+    assert!(live_files(&scans).iter().filter(|d| matches!(d, Doc::File(f) if f.id[1..].parse::<usize>().unwrap() < 40)).all(|d| matches!(d, Doc::File(f) if f.contents == "v3")));
+}
+
+/// An upsert written first, unread, over a document another
+/// partition holds (an owner change sent without its explicit form)
+/// is refused at its conflict, as a read would have refused it: the
+/// other partition's version stays, whatever the positions.
+#[test]
+fn an_upsert_written_first_leaves_another_partitions_document_alone() {
+    use denorm::index::Doc;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (server, scans) = scans_server(&rt);
+    let mut b = backend(&server, &rt);
+    b.write_first = denorm::index::elastic::backend::WriteFirst::Always;
+    let upsert = |contents: &str| Command::UpsertFile { id: "x".into(), path: "/a/x.txt".into(), contents: contents.into(), previous_path: None };
+    let mut holder = b.open_shard(1).unwrap();
+    apply(holder.as_mut(), &upsert("partition 1's"), 5, FanOut::pages_of(10)).unwrap();
+    holder.mark_applied(Checkpoint::new(5, 5));
+    holder.commit().unwrap();
+    let mut other = b.open_shard(0).unwrap();
+    apply(other.as_mut(), &upsert("partition 0's"), 900, FanOut::pages_of(10)).unwrap();
+    other.mark_applied(Checkpoint::new(900, 900));
+    other.commit().unwrap();
+    let docs = live_files(&scans);
+    assert!(matches!(docs.as_slice(), [Doc::File(f)] if f.contents == "partition 1's" && f.pos == 5), "{docs:?}");
+}
+
+/// A fan-out keeps several page bulks in flight: with every bulk
+/// answered only after a delay, the second page's bulk reaches the
+/// server before the first page's could have been answered. The
+/// rename is complete all the same.
+#[test]
+fn a_fan_out_has_several_page_bulks_in_flight() {
+    use std::time::Instant;
+    let delay = Duration::from_millis(800);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // Every bulk answered `delay` after it arrived, once `slow` is set.
+    let (scans, server) = (Scans::default(), rt.block_on(MockServer::start()));
+    let slow = SlowBulk { store: scans.store.clone(), delay, slow: Default::default(), arrivals: Default::default() };
+    let (on, arrivals) = (slow.slow.clone(), slow.arrivals.clone());
+    rt.block_on(Mock::given(path("/_bulk")).respond_with(slow).with_priority(1).mount(&server));
+    let (server, scans) = scans_server_on(&rt, server, scans);
+    let b = backend(&server, &rt);
+    let mut shard = b.open_shard(0).unwrap();
+    for i in 0..6 {
+        let c = Command::UpsertFile { id: format!("f{i}"), path: format!("/a/f{i}.txt"), contents: "c".into(), previous_path: None };
+        apply(shard.as_mut(), &c, i + 1, FanOut::pages_of(2)).unwrap();
+    }
+    shard.mark_applied(Checkpoint::new(6, 6));
+    shard.commit().unwrap();
+    on.store(true, std::sync::atomic::Ordering::SeqCst);
+    apply(shard.as_mut(), &Command::RenamePath { from: "/a".into(), to: "/b".into() }, 7, FanOut::pages_of(2)).unwrap();
+    let arrivals: Vec<Instant> = arrivals.lock().unwrap().clone();
+    assert_eq!(arrivals.len(), 3, "one bulk per page of two files");
+    assert!(arrivals[1] < arrivals[0] + delay, "the second page's bulk was sent only after the first was answered");
+    assert!(live_files(&scans).iter().all(|d| matches!(d, denorm::index::Doc::File(f) if f.full_path().starts_with("/b/"))));
+}
