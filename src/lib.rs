@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod apply;
+pub mod bench;
 pub mod codec;
 pub mod command;
 pub mod index;

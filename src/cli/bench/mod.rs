@@ -5,6 +5,7 @@
 //! Elasticsearch ([`elastic`]), a plain `_bulk` and `_update_by_query`.
 
 mod elastic;
+mod latency;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -24,10 +25,12 @@ use serde_json::json;
 use super::Cli;
 use crate::command::Command;
 use crate::index::embedded::{raw, EmbeddedIndex};
-use crate::index::{Doc, FileDoc, Kind};
+use crate::index::{Doc, FileDoc};
 use crate::kafka::{KafkaConfig, REQUEST_TIMEOUT};
 use crate::produce::Producer;
+use crate::bench::process::{machine, status_kb, CpuClock, Sampler};
 use crate::worker::{consumer_config, WorkerConfig};
+use latency::{embedded_probe, watch, Latency, Probe};
 
 /// Writer memory of the baselines: `denorm run`'s default per shard.
 const MEMORY_BUDGET: usize = 64 << 20;
@@ -689,106 +692,6 @@ impl Bench<'_> {
     }
 }
 
-impl Latency {
-    /// The latency rows of the table, and the results' `latency`.
-    fn report(&self, rate: u64, rows: &mut Vec<Row>, results: &mut serde_json::Map<String, serde_json::Value>) {
-        rows.push(Row::new(
-            format!("produce -> searchable at {}/s: p50 / p99 / max", rate),
-            format!("{:.1} / {:.1} / {:.1} ms", self.p50, self.p99, self.max),
-            format!(
-                "plain consumer p50 / p99 {:.1} / {:.1} ms (producer ack {:.1} / {:.1})",
-                self.plain_p50, self.plain_p99, self.ack_p50, self.ack_p99
-            ),
-            None,
-            "p99 <= 100 ms",
-        ));
-        rows.push(Row::new(
-            "  of which after the plain consumer got it: p50 / p99",
-            format!("{:.1} / {:.1} ms", self.own_p50, self.own_p99),
-            String::new(),
-            None,
-            "",
-        ));
-        results.insert("latency".into(), json!({"rate": rate, "commands": self.n, "p50_ms": self.p50, "p90_ms": self.p90, "p99_ms": self.p99, "max_ms": self.max, "achieved_rate": self.achieved_rate, "produce_ack_p50_ms": self.ack_p50, "produce_ack_p99_ms": self.ack_p99, "plain_consumer_p50_ms": self.plain_p50, "plain_consumer_p99_ms": self.plain_p99, "added_p50_ms": self.own_p50, "added_p99_ms": self.own_p99}));
-    }
-}
-
-struct Latency {
-    n: usize,
-    p50: f64,
-    p90: f64,
-    p99: f64,
-    max: f64,
-    achieved_rate: f64,
-    /// Producer acknowledgement (acks=all), milliseconds.
-    ack_p50: f64,
-    ack_p99: f64,
-    /// Received by the plain consumer -> searchable, milliseconds: what the
-    /// pipeline adds to the broker's delivery.
-    own_p50: f64,
-    own_p99: f64,
-    /// Produce -> received by a plain consumer, milliseconds.
-    plain_p50: f64,
-    plain_p99: f64,
-}
-
-/// Which of the given file ids a search finds now.
-type Probe = Box<dyn FnMut(&[String]) -> anyhow::Result<Vec<String>> + Send>;
-
-/// The embedded index's searcher, reloaded at each look.
-fn embedded_probe(index: EmbeddedIndex) -> anyhow::Result<Probe> {
-    let search = index.search()?;
-    Ok(Box::new(move |ids: &[String]| {
-        search.reload()?;
-        let mut found = Vec::new();
-        for id in ids {
-            if search.contains(Kind::File, id)? {
-                found.push(id.clone());
-            }
-        }
-        Ok(found)
-    }))
-}
-
-/// When each sent document was first found by `probe`; looks `every` so
-/// often.
-fn watch(mut probe: Probe, every: Duration, rx: mpsc::Receiver<(String, Instant)>, timeout: Duration) -> anyhow::Result<HashMap<String, Instant>> {
-    let mut waiting: HashMap<String, Instant> = HashMap::new();
-    let mut out = HashMap::new();
-    let mut open = true;
-    while open || !waiting.is_empty() {
-        loop {
-            match rx.try_recv() {
-                Ok((id, t)) => {
-                    waiting.insert(id, t);
-                }
-                Err(mpsc::TryRecvError::Empty) => break,
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    open = false;
-                    break;
-                }
-            }
-        }
-        let ids: Vec<String> = waiting.keys().cloned().collect();
-        let seen = if ids.is_empty() { Vec::new() } else { probe(&ids)? };
-        let now = Instant::now();
-        for (id, sent) in &waiting {
-            if now.duration_since(*sent) > timeout && !seen.contains(id) {
-                bail!("document {id} not searchable {timeout:?} after it was produced");
-            }
-        }
-        for id in seen {
-            waiting.remove(&id);
-            out.insert(id, now);
-        }
-        std::thread::sleep(every);
-    }
-    if out.is_empty() {
-        bail!("no latency samples");
-    }
-    Ok(out)
-}
-
 /// A `denorm run` child process.
 struct Worker {
     child: tokio::process::Child,
@@ -803,28 +706,13 @@ impl Worker {
 
     /// A `/proc/<pid>/status` figure in kB (VmRSS, VmHWM).
     fn status_kb(&self, key: &str) -> Option<u64> {
-        status_value(&std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?, key)
+        status_kb(self.pid, key)
     }
 
     /// Samples the worker's anonymous and file-backed resident memory every
     /// 10 ms until stopped.
     fn sample_peaks(&self) -> Sampler {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (pid, flag) = (self.pid, stop.clone());
-        let join = std::thread::spawn(move || {
-            let (mut anon, mut file) = (0, 0);
-            loop {
-                let done = flag.load(std::sync::atomic::Ordering::SeqCst);
-                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-                anon = anon.max(status_value(&status, "RssAnon:").unwrap_or(0));
-                file = file.max(status_value(&status, "RssFile:").unwrap_or(0));
-                if done {
-                    return (anon, file);
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        });
-        Sampler { stop, join }
+        Sampler::start(self.pid)
     }
 
     /// Resets the peak resident set size (VmHWM) to the current one.
@@ -846,87 +734,3 @@ impl Worker {
     }
 }
 
-/// CPU seconds (user + system) process `pid` has used, from /proc.
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in parentheses.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some(ticks / hz)
-}
-
-/// CPU time of the processes of a phase, against its wall time.
-struct CpuClock {
-    pids: Vec<(&'static str, u32)>,
-    start: Vec<Option<f64>>,
-    wall: Instant,
-}
-
-impl CpuClock {
-    fn start(pids: Vec<(&'static str, u32)>) -> CpuClock {
-        let start = pids.iter().map(|(_, p)| cpu_seconds(*p)).collect();
-        CpuClock {
-            pids,
-            start,
-            wall: Instant::now(),
-        }
-    }
-
-    /// {"wall_seconds", "<name>_cpu_seconds"...}; also printed.
-    fn stop(&self, phase: &str) -> serde_json::Value {
-        let wall = self.wall.elapsed().as_secs_f64();
-        let mut out = serde_json::Map::new();
-        out.insert("wall_seconds".into(), json!(wall));
-        let mut text = Vec::new();
-        for ((name, pid), start) in self.pids.iter().zip(&self.start) {
-            if let (Some(a), Some(b)) = (*start, cpu_seconds(*pid)) {
-                out.insert(format!("{name}_cpu_seconds"), json!(b - a));
-                text.push(format!("{name} {:.1} s", b - a));
-            }
-        }
-        eprintln!(
-            "       cpu during {phase}: {} in {wall:.1} s wall on {} cores",
-            text.join(", "),
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-        );
-        serde_json::Value::Object(out)
-    }
-}
-
-fn status_value(status: &str, key: &str) -> Option<u64> {
-    status.lines().find(|l| l.starts_with(key))?.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// Peak memory sampling of a worker (see [`Worker::sample_peaks`]).
-struct Sampler {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    join: std::thread::JoinHandle<(u64, u64)>,
-}
-
-impl Sampler {
-    /// Peak (RssAnon, RssFile) in kB.
-    fn stop(self) -> (u64, u64) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.join.join().unwrap_or((0, 0))
-    }
-}
-
-fn machine() -> serde_json::Value {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
-        s.lines()
-            .find(|l| l.starts_with("model name"))
-            .and_then(|l| l.split(':').nth(1))
-            .map(|m| m.trim().to_string())
-    });
-    let mem_kb = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| s.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<u64>().ok()));
-    json!({
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        "cpu": cpu,
-        "memory_gib": mem_kb.map(|k| (k as f64 / 1048576.0 * 10.0).round() / 10.0),
-    })
-}

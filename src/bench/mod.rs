@@ -1,0 +1,3 @@
+//! `denorm bench`'s library parts (the CLI runs the phases).
+
+pub mod process;
