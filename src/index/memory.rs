@@ -3,15 +3,13 @@
 
 use std::collections::BTreeMap;
 
+use super::progress::{Parking, ProgressBook, Received};
 use super::{Checkpoint, Doc, IndexError, Kind, Scan, Shard};
 
 #[derive(Debug, Default, Clone)]
 pub struct MemoryShard {
     pub docs: BTreeMap<(Kind, String), Doc>,
-    marked: Option<Checkpoint>,
-    applied: Option<Checkpoint>,
-    pub parked: crate::index::progress::Parking,
-    pub received: crate::index::progress::Received,
+    progress: ProgressBook,
 }
 
 impl MemoryShard {
@@ -46,19 +44,19 @@ impl Shard for MemoryShard {
         Ok(n)
     }
     fn mark_applied(&mut self, at: Checkpoint) {
-        self.marked = Some(at);
+        self.progress.mark_applied(at);
     }
     fn checkpoint(&self) -> Option<Checkpoint> {
-        self.applied
+        self.progress.checkpoint()
     }
-    fn parking(&mut self) -> &mut crate::index::progress::Parking {
-        &mut self.parked
+    fn parking(&mut self) -> &mut Parking {
+        self.progress.parking()
     }
-    fn received(&mut self) -> &mut crate::index::progress::Received {
-        &mut self.received
+    fn received(&mut self) -> &mut Received {
+        self.progress.received()
     }
     fn commit(&mut self) -> Result<(), IndexError> {
-        self.applied = self.marked;
+        self.progress.committed();
         Ok(())
     }
 }

@@ -387,24 +387,6 @@ impl Checkpoint {
     }
 }
 
-/// (De)serializes an optional fingerprint as 16 hex digits: JSON numbers
-/// above 2^53 do not survive every reader (Elasticsearch maps them to long).
-pub(crate) mod hex_fingerprint {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(v) => s.serialize_str(&format!("{v:016x}")),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-        let s: Option<String> = Option::deserialize(d)?;
-        s.map(|s| u64::from_str_radix(&s, 16).map_err(serde::de::Error::custom)).transpose()
-    }
-}
-
 /// An index backend: hands out shard writers and a read view.
 pub trait Backend: Send + Sync {
     /// Records the partition count of the topic the index is built from, or

@@ -10,6 +10,7 @@
 
 pub mod admit;
 mod applier;
+mod outbox;
 mod rebalance;
 
 use std::collections::HashMap;
@@ -30,7 +31,8 @@ use crate::apply::FanOut;
 use crate::index::{Backend, IndexError};
 use crate::kafka::KafkaConfig;
 use crate::metrics as m;
-use applier::{Feed, Partition};
+use applier::{Feed, Partition, Record};
+use outbox::Outbox;
 use rebalance::{commit, drain, WorkerContext};
 
 /// Worker settings. Defaults in [`WorkerConfig::new`].
@@ -194,7 +196,7 @@ pub(crate) struct Shared {
     backend: Arc<dyn Backend>,
     codec: Codec,
     stats: Arc<Stats>,
-    dlq: DeadLetterWriter,
+    outbox: Box<dyn Outbox>,
     health: Arc<Health>,
     /// Where appliers want their partition positioned (their shard's
     /// checkpoint); the consumer thread seeks, then feeds
@@ -269,7 +271,7 @@ pub fn run(
     // The index must be built from this topic as it is now.
     let log_partitions = cfg.kafka.topic_partitions()?.ok_or_else(|| crate::kafka::KafkaSetupError::MissingTopic(topic.clone()))?;
     backend.bind_log(log_partitions).map_err(WorkerError::Index)?;
-    let shared = Arc::new(Shared { cfg, backend, codec, stats, dlq, health: health.clone(), seeks: Mutex::new(HashMap::new()),
+    let shared = Arc::new(Shared { cfg, backend, codec, stats, outbox: Box::new(dlq), health: health.clone(), seeks: Mutex::new(HashMap::new()),
         assigned_at: Mutex::new(HashMap::new()),
         log_partitions,
         awaited: Mutex::new(Vec::new()),
@@ -293,7 +295,7 @@ pub fn run(
         let polled = consumer.poll(Duration::from_millis(50));
         let ctx = consumer.context();
         let msg = match polled {
-            Some(Ok(msg)) => Some(msg.detach()),
+            Some(Ok(msg)) => Some((msg.partition(), Record::of(&msg))),
             Some(Err(e)) => {
                 warn!(error = %e, "kafka consumer error");
                 None
@@ -407,12 +409,11 @@ fn seek_as_asked(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
 /// queues while they hold less than `queue_bytes`, pauses partitions whose
 /// queue is full and resumes them once it is down to half. Returns whether
 /// an applier has ended (only a fatal error ends one).
-fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<rdkafka::message::OwnedMessage>) -> bool {
+fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<(i32, Record)>) -> bool {
     let ctx = consumer.context();
     let limit = ctx.shared.cfg.queue_bytes.max(1);
     let mut parts = ctx.parts.lock().expect("parts lock");
-    if let Some(msg) = msg.filter(|m| !ctx.stopped.lock().expect("stopped lock").contains(&m.partition())) {
-        let p = msg.partition();
+    if let Some((p, msg)) = msg.filter(|(p, _)| !ctx.stopped.lock().expect("stopped lock").contains(p)) {
         let part = parts.entry(p).or_insert_with(|| Partition::spawn(p, ctx.shared.clone(), -1));
         if part.paused && part.pending.is_empty() {
             trace!(partition = p, offset = msg.offset(), "message of a paused partition");

@@ -110,9 +110,7 @@ pub async fn delete_meta(client: &Elasticsearch, prefix: &str, id: &str) -> Resu
 
 /// The checkpoint a partition's meta document holds.
 pub fn checkpoint_from(meta: &Value) -> Option<Checkpoint> {
-    let offset = meta["applied"].as_u64()?;
-    let fingerprint = meta["fingerprint"].as_str().and_then(|h| u64::from_str_radix(h, 16).ok());
-    Some(Checkpoint { offset, fingerprint })
+    crate::index::progress::Progress::from_json(meta).checkpoint
 }
 
 /// The checkpoints in a `_mget` answer of the partitions' meta documents.

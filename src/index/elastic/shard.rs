@@ -25,7 +25,8 @@ use super::docs::{from_source, is_tombstone, to_source, tombstone};
 use super::names::{PARTITION_FIELD, POS_FIELD};
 use super::conflict::{self, TakeOver, Write};
 use super::generations;
-use super::meta::{self, checkpoint_from, checkpoints_from_mget, get_source};
+use super::meta::{self, checkpoints_from_mget, get_source};
+use crate::index::progress::{Parking, Progress, ProgressBook, Received};
 use super::names;
 use super::tombstones::{self, now_ms};
 use super::{json_or_status, ElasticError};
@@ -132,7 +133,7 @@ impl Backend for ElasticBackend {
         let generation = self.generation()?;
         let meta_id = names::meta_id(generation, &format!("p{partition}"));
         let mut attempts = 0;
-        let (applied, parked, received, owner, meta_version) = loop {
+        let (progress, owner, meta_version) = loop {
             let meta = self.runtime.block_on(get_source(&self.client, &self.meta_index(), &meta_id))?;
             let (mut body, version) = match meta {
                 Some((v, version)) => {
@@ -147,8 +148,7 @@ impl Backend for ElasticBackend {
             let owner = body[OWNER_FIELD].as_u64().unwrap_or(0) + 1;
             body[OWNER_FIELD] = json!(owner);
             if let Some(written) = self.runtime.block_on(meta::put_meta_if(&self.client, &self.prefix, &meta_id, body.clone(), version))? {
-                let received = crate::index::progress::received_from_json(&body["received"]);
-                break (checkpoint_from(&body), crate::index::progress::parking_from_json(&body["parked"]), received, owner, written);
+                break (Progress::from_json(&body), owner, written);
             }
             // Another opener claimed it between the read and the write.
             attempts += 1;
@@ -172,12 +172,7 @@ impl Backend for ElasticBackend {
             prefetched: HashMap::new(),
             writing_first: self.write_first == WriteFirst::Always,
             assumed: HashSet::new(),
-            marked: applied,
-            applied,
-            parked_marked: parked.clone(),
-            parked,
-            received_marked: received.clone(),
-            received,
+            progress: ProgressBook::new(progress),
             unsearchable: None,
         }))
     }
@@ -236,12 +231,8 @@ pub struct ElasticShard {
     /// The documents of `seen` read as another partition's version: a
     /// write over one of them is sent only once [`Self::confirm_owner`].
     seen_foreign: HashSet<(Kind, String)>,
-    marked: Option<Checkpoint>,
-    applied: Option<Checkpoint>,
-    parked_marked: crate::index::progress::Parking,
-    parked: crate::index::progress::Parking,
-    received_marked: crate::index::progress::Received,
-    received: crate::index::progress::Received,
+    /// What the last commit recorded and what the next one records.
+    progress: ProgressBook,
     /// When this writer's last write reached Elasticsearch, while no
     /// refresh is known to have begun after it (`None`: everything it
     /// wrote is searchable). See [`Shard::searchable`].
@@ -648,36 +639,36 @@ impl Shard for ElasticShard {
     }
 
     fn mark_applied(&mut self, at: Checkpoint) {
-        self.marked = Some(at);
+        self.progress.mark_applied(at);
     }
 
     fn checkpoint(&self) -> Option<Checkpoint> {
-        self.applied
+        self.progress.checkpoint()
     }
 
     fn generation(&self) -> u64 {
         self.generation
     }
 
-    fn parking(&mut self) -> &mut crate::index::progress::Parking {
-        &mut self.parked_marked
+    fn parking(&mut self) -> &mut Parking {
+        self.progress.parking()
     }
 
-    fn received(&mut self) -> &mut crate::index::progress::Received {
-        &mut self.received_marked
+    fn received(&mut self) -> &mut Received {
+        self.progress.received()
     }
 
     fn commit(&mut self) -> Result<(), IndexError> {
         self.flush()?;
-        if self.marked != self.applied || self.parked_marked != self.parked || self.received_marked != self.received {
-            if let Some(at) = self.marked {
-                let mut body = json!({"topic": self.b.topic, "applied": at.offset, "parked": crate::index::progress::parking_to_json(&self.parked_marked), OWNER_FIELD: self.owner});
-                if !self.received_marked.is_empty() {
-                    body["received"] = crate::index::progress::received_to_json(&self.received_marked);
-                }
-                if let Some(f) = at.fingerprint {
-                    body["fingerprint"] = json!(format!("{f:016x}"));
-                }
+        if self.progress.changed() {
+            let marked = self.progress.marked();
+            if marked.checkpoint.is_some() {
+                // The shard's progress in the form every backend shares,
+                // with the topic and the owner's epoch.
+                let mut body = marked.to_json();
+                body.insert("topic".into(), json!(self.b.topic));
+                body.insert(OWNER_FIELD.into(), json!(self.owner));
+                let body = serde_json::Value::Object(body);
                 let written = self.b.runtime.block_on(meta::put_meta_if(&self.b.client, &self.b.prefix, &self.meta_id, body, Some(self.meta_version)))?;
                 match written {
                     Some(version) => self.meta_version = version,
@@ -691,9 +682,7 @@ impl Shard for ElasticShard {
                     }
                 }
             }
-            self.applied = self.marked;
-            self.parked = self.parked_marked.clone();
-            self.received = self.received_marked.clone();
+            self.progress.committed();
         }
         // After the checkpoint: a fenced writer does not sweep.
         self.sweep_tombstones();

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use tantivy::{Index, IndexReader, ReloadPolicy};
 
-use crate::index::progress::{Parking, Received};
+use crate::index::progress::Progress;
 use crate::index::{Checkpoint, IndexError};
 
 /// The shard directory, with the `index.io` fault point on every write
@@ -63,33 +63,19 @@ pub(super) fn committed_shards(generation_dir: &Path) -> Result<Vec<(i32, PathBu
     Ok(out)
 }
 
+/// The progress a shard's last commit recorded (its payload, in the form
+/// every backend shares: [`Progress::to_json`]).
+pub(super) fn committed_progress(index: &Index) -> Result<Progress, IndexError> {
+    let payload = index.load_metas()?.payload;
+    Ok(payload.and_then(|p| serde_json::from_str::<serde_json::Value>(&p).ok()).map(|v| Progress::from_json(&v)).unwrap_or_default())
+}
+
 /// The checkpoint a committed shard directory records.
 pub(super) fn shard_checkpoint(dir: &Path) -> Result<Option<Checkpoint>, IndexError> {
-    let payload = Index::open_in_dir(dir)?.load_metas()?.payload;
-    Ok(payload.and_then(|p| serde_json::from_str::<CommitPayload>(&p).ok()).map(|c| c.checkpoint()))
+    Ok(committed_progress(&Index::open_in_dir(dir)?)?.checkpoint)
 }
 
 /// A reader of a shard directory, reloaded only when asked.
 pub(super) fn open_reader(dir: &Path) -> Result<IndexReader, IndexError> {
     Ok(Index::open_in_dir(dir)?.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?)
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-pub(super) struct CommitPayload {
-    pub(super) applied: u64,
-    /// Fingerprint of the message at `applied` (see `crate::logid`).
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::index::hex_fingerprint")]
-    pub(super) fingerprint: Option<u64>,
-    /// Keys parked behind an aborted command (see `dlq`).
-    #[serde(default, skip_serializing_if = "Parking::is_empty")]
-    pub(super) parked: Parking,
-    /// Cross-key moves received completely (see `moves`).
-    #[serde(default, skip_serializing_if = "Received::is_empty")]
-    pub(super) received: Received,
-}
-
-impl CommitPayload {
-    pub(super) fn checkpoint(&self) -> Checkpoint {
-        Checkpoint { offset: self.applied, fingerprint: self.fingerprint }
-    }
 }

@@ -9,10 +9,10 @@ use tantivy::query::TermQuery;
 use tantivy::schema::IndexRecordOption;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Term};
 
-use crate::index::progress::{Parking, Received};
+use crate::index::progress::{Parking, ProgressBook, Received};
 use crate::index::{Checkpoint, Doc, IndexError, Kind, Scan, Shard};
 
-use super::directory::{committed_shards, open_reader, CommitPayload, ShardDirectory};
+use super::directory::{committed_progress, committed_shards, open_reader, ShardDirectory};
 use super::merge::merge_policy;
 use super::schema::{find, find_with, schema, stream, Fields};
 
@@ -86,12 +86,8 @@ pub struct EmbeddedShard {
     dirty: bool,
     /// Uncommitted fan-out rewrites, which the overlay does not hold.
     fan_out_pending: bool,
-    marked: Option<Checkpoint>,
-    applied: Option<Checkpoint>,
-    parked_marked: Parking,
-    parked: Parking,
-    received_marked: Received,
-    received: Received,
+    /// What the last commit recorded and what the next one records.
+    progress: ProgressBook,
     /// Rewritten documents between two commits of a fan-out's progress.
     fan_out_commit_every: u64,
 }
@@ -134,9 +130,7 @@ impl EmbeddedShard {
             tracing::info!(partition, generation, files = cleared, "deleted files the last commit does not list (left by a commit a crash cut short)");
         }
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
-        let payload = index.load_metas()?.payload.and_then(|p| serde_json::from_str::<CommitPayload>(&p).ok());
-        let applied = payload.as_ref().map(CommitPayload::checkpoint);
-        let (parked, received) = payload.map(|p| (p.parked, p.received)).unwrap_or_default();
+        let progress = ProgressBook::new(committed_progress(&index)?);
         Ok(EmbeddedShard {
             name: format!("p{partition}"),
             siblings: Siblings { generation_dir, partition, readers: HashMap::new() },
@@ -148,12 +142,7 @@ impl EmbeddedShard {
             pos_columns: HashMap::new(),
             dirty: false,
             fan_out_pending: false,
-            marked: applied,
-            applied,
-            parked_marked: parked.clone(),
-            parked,
-            received_marked: received.clone(),
-            received,
+            progress,
             fan_out_commit_every: DEFAULT_FAN_OUT_COMMIT_EVERY,
         })
     }
@@ -314,11 +303,11 @@ impl Shard for EmbeddedShard {
     }
 
     fn mark_applied(&mut self, at: Checkpoint) {
-        self.marked = Some(at);
+        self.progress.mark_applied(at);
     }
 
     fn checkpoint(&self) -> Option<Checkpoint> {
-        self.applied
+        self.progress.checkpoint()
     }
 
     fn generation(&self) -> u64 {
@@ -326,15 +315,15 @@ impl Shard for EmbeddedShard {
     }
 
     fn parking(&mut self) -> &mut Parking {
-        &mut self.parked_marked
+        self.progress.parking()
     }
 
     fn received(&mut self) -> &mut Received {
-        &mut self.received_marked
+        self.progress.received()
     }
 
     fn commit(&mut self) -> Result<(), IndexError> {
-        if !self.dirty && self.marked == self.applied && self.parked_marked == self.parked && self.received_marked == self.received {
+        if !self.dirty && !self.progress.changed() {
             return Ok(());
         }
         if let Some(ids) = crate::faults::active("index.reject-commit") {
@@ -344,14 +333,9 @@ impl Shard for EmbeddedShard {
         }
         self.flush_overlay()?;
         let mut prepared = self.writer.prepare_commit()?;
-        if let Some(at) = self.marked {
-            let payload = CommitPayload {
-                applied: at.offset,
-                fingerprint: at.fingerprint,
-                parked: self.parked_marked.clone(),
-                received: self.received_marked.clone(),
-            };
-            prepared.set_payload(&serde_json::to_string(&payload).expect("json"));
+        let marked = self.progress.marked();
+        if marked.checkpoint.is_some() {
+            prepared.set_payload(&serde_json::Value::Object(marked.to_json()).to_string());
         }
         prepared.commit()?;
         self.reader.reload()?;
@@ -360,9 +344,7 @@ impl Shard for EmbeddedShard {
         self.overlay.clear();
         self.dirty = false;
         self.fan_out_pending = false;
-        self.applied = self.marked;
-        self.parked = self.parked_marked.clone();
-        self.received = self.received_marked.clone();
+        self.progress.committed();
         Ok(())
     }
 }

@@ -22,18 +22,23 @@ impl Applier {
         // Messages handled since the last commit, kept until it succeeds: if
         // the index fails meanwhile, the shard is reopened (dropping whatever
         // state the failure left in the writer) and they are handled again.
-        let mut batch: Vec<OwnedMessage> = Vec::new();
+        let mut batch: Vec<Record> = Vec::new();
         let mut deadline: Option<Instant> = None;
+        // When the last message arrived: the batch is committed once the
+        // queue has stayed empty for `quiet` since.
+        let mut last_message = Instant::now();
         // Feeds already received, in order, whose documents were prefetched
         // with those of the message before them (see `prefetch`).
         let mut ahead: VecDeque<Feed> = VecDeque::new();
         while !self.stopping() {
             // A batch is committed once its queue stays empty for `quiet`
-            // (a burst has been applied), or when it is `linger` old.
+            // (a burst has been applied), or when it is `linger` old. Waits
+            // are at most 100 ms, so that a stop is seen within that.
             let wait = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()).min(quiet),
+                Some(d) => d.min(last_message + quiet).saturating_duration_since(Instant::now()),
                 None => Duration::from_millis(100),
-            };
+            }
+            .min(Duration::from_millis(100));
             let (next, fresh) = match ahead.pop_front() {
                 Some(feed) => (Ok(feed), false),
                 None => (rx.recv_timeout(wait), true),
@@ -41,6 +46,7 @@ impl Applier {
             match next {
                 Ok(Feed::Positioned { watermarks }) => positioned = self.positioned(checkpoint, watermarks)?,
                 Ok(Feed::Message(msg)) => {
+                    last_message = Instant::now();
                     self.queued.fetch_sub(queued_size(&msg), Ordering::SeqCst);
                     if !positioned {
                         continue; // fetched from the group's offset, before the seek
@@ -78,6 +84,10 @@ impl Applier {
                     self.lag_seconds.set(0.0);
                     self.publish_pending(shard.as_mut(), false);
                 }
+                Err(RecvTimeoutError::Timeout) if deadline.is_some_and(|d| Instant::now() < d.min(last_message + quiet)) => {
+                    // Neither quiet for long enough nor old enough: the wait
+                    // was cut short to look at the stop flag.
+                }
                 Err(RecvTimeoutError::Timeout) => {
                     deadline = None;
                     match self.commit(&mut shard, &mut batch) {
@@ -112,7 +122,7 @@ impl Applier {
     /// shard fetch the documents all of them read at once: on
     /// Elasticsearch one `_mget` instead of a GET per command. Messages stay
     /// counted as queued until they are handled.
-    pub(super) fn prefetch(&self, shard: &mut dyn Shard, msg: &OwnedMessage, rx: &Receiver<Feed>, ahead: &mut VecDeque<Feed>) {
+    pub(super) fn prefetch(&self, shard: &mut dyn Shard, msg: &Record, rx: &Receiver<Feed>, ahead: &mut VecDeque<Feed>) {
         while ahead.len() < PREFETCH_WINDOW {
             match rx.try_recv() {
                 Ok(feed @ Feed::Message(_)) => ahead.push_back(feed),
@@ -143,7 +153,7 @@ impl Applier {
 
     /// Handles the last message of `batch`, recovering from transient
     /// failures for as long as they last. Whether it was a fan-out.
-    pub(super) fn handle_last(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Step<bool> {
+    pub(super) fn handle_last(&self, shard: &mut ShardBox, batch: &mut Vec<Record>) -> Step<bool> {
         let mut retry = self.retrying(Op::Apply);
         loop {
             let msg = batch.last().expect("batch holds the message");
@@ -186,7 +196,7 @@ impl Applier {
     /// Commits the shard and publishes the offset after `batch`, retrying
     /// (with a fresh writer) while the index fails. Nothing of `batch` is
     /// published when stopped meanwhile.
-    pub(super) fn commit(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Step<()> {
+    pub(super) fn commit(&self, shard: &mut ShardBox, batch: &mut Vec<Record>) -> Step<()> {
         let Some(last) = batch.last().map(|m| m.offset()) else { return Ok(()) };
         if !self.incoming.borrow().quiet() {
             // A cross-key move is in flight: nothing is committed until it

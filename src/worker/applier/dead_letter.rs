@@ -30,7 +30,7 @@ impl<'a> Origin<'a> {
 
 impl Applier {
     /// Aborts `msg` after the index refused its writes at commit time.
-    pub(super) fn abort_message(&self, shard: &mut dyn Shard, msg: &OwnedMessage, error: &IndexError, attempts: u32) -> Step<Handled> {
+    pub(super) fn abort_message(&self, shard: &mut dyn Shard, msg: &Record, error: &IndexError, attempts: u32) -> Step<Handled> {
         let (key, max) = (msg.key(), self.shared.cfg.max_message_bytes);
         let (payload, offset, command_id) = match admit(&self.shared.codec, key, msg.payload(), max) {
             Ok(Admitted::Command(e)) => (msg.payload().map(<[u8]>::to_vec), msg.offset(), Some(e.command_id)),
@@ -94,7 +94,7 @@ impl Applier {
             command_id,
             parked_behind,
         };
-        let at = self.retry_dead_letter(|| self.shared.dlq.write(&letter))?;
+        let at = self.retry_dead_letter(|| self.shared.outbox.dead_letter(&letter))?;
         counter!(m::DEAD_LETTERS_TOTAL, "reason" => reason).increment(1);
         Ok(at)
     }
@@ -104,7 +104,7 @@ impl Applier {
         loop {
             match write() {
                 Ok(at) => return Ok(at),
-                Err(e) => retry.failed(&format_args!("{e} (topic {}; nothing is committed past this message meanwhile)", self.shared.dlq.topic))?,
+                Err(e) => retry.failed(&format_args!("{e} (topic {}; nothing is committed past this message meanwhile)", self.shared.outbox.dead_letter_topic()))?,
             }
         }
     }

@@ -7,7 +7,7 @@ impl Applier {
     /// Handles one message. `Halt::Retry` is a transient failure (the
     /// caller reopens the shard and tries again); permanent failures end in
     /// the dead-letter topic.
-    pub(super) fn handle(&self, shard: &mut dyn Shard, msg: &OwnedMessage) -> Step<Handled> {
+    pub(super) fn handle(&self, shard: &mut dyn Shard, msg: &Record) -> Step<Handled> {
         let offset = msg.offset();
         if shard.applied().is_some_and(|a| offset as u64 <= a) {
             count("unknown", outcome::DUPLICATE);
@@ -58,7 +58,7 @@ impl Applier {
 
     /// Marks `msg` applied, or, while a cross-key move is in flight,
     /// remembers it to be marked once nothing waits any more.
-    pub(super) fn mark(&self, shard: &mut dyn Shard, msg: &OwnedMessage) {
+    pub(super) fn mark(&self, shard: &mut dyn Shard, msg: &Record) {
         let mut incoming = self.incoming.borrow_mut();
         if incoming.quiet() {
             shard.mark_applied(checkpoint_of(msg));
@@ -122,7 +122,7 @@ impl Applier {
     }
 
     /// Carries out an operator's control message (see [`crate::dlq`]).
-    pub(super) fn control(&self, shard: &mut dyn Shard, msg: &OwnedMessage, c: Control) -> Step<Handled> {
+    pub(super) fn control(&self, shard: &mut dyn Shard, msg: &Record, c: Control) -> Step<Handled> {
         count("control", outcome::CONTROL);
         match c.action {
             Action::Replay => {
@@ -160,7 +160,7 @@ impl Applier {
             }
             Action::Resolve | Action::Discard => {
                 let kind = c.action.marker();
-                self.retry_dead_letter(|| self.shared.dlq.mark(c.dlq_partition, &c.key, kind, c.through, self.partition))?;
+                self.retry_dead_letter(|| self.shared.outbox.marker(c.dlq_partition, &c.key, kind, c.through, self.partition))?;
                 let parked = shard.parking().get(&c.key).map(|p| p.last_dlq);
                 match parked {
                     Some(last) if last <= c.through => {

@@ -11,6 +11,8 @@ mod dispatch;
 mod moves;
 mod position;
 mod retry;
+#[cfg(test)]
+mod tests;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
@@ -20,7 +22,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use metrics::{counter, gauge, histogram};
-use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::Offset;
 use tracing::{debug, error, info, warn};
 
@@ -36,9 +37,39 @@ use crate::index::progress::Parked;
 use crate::index::{Checkpoint, IndexError, Shard};
 use crate::metrics::{self as m, outcome};
 
+/// A message of the command topic as an applier sees it: no client types,
+/// so that the applier runs without a broker (its tests feed it records).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+    /// When it was produced (the message's timestamp), in milliseconds.
+    pub timestamp_ms: Option<i64>,
+}
+
+impl Record {
+    /// A copy of a client message.
+    pub fn of(m: &impl rdkafka::message::Message) -> Record {
+        Record { offset: m.offset(), key: m.key().map(<[u8]>::to_vec), payload: m.payload().map(<[u8]>::to_vec), timestamp_ms: m.timestamp().to_millis() }
+    }
+
+    pub fn offset(&self) -> i64 {
+        self.offset
+    }
+
+    pub fn key(&self) -> Option<&[u8]> {
+        self.key.as_deref()
+    }
+
+    pub fn payload(&self) -> Option<&[u8]> {
+        self.payload.as_deref()
+    }
+}
+
 /// What the consumer thread hands an applier.
 pub(crate) enum Feed {
-    Message(OwnedMessage),
+    Message(Record),
     /// The partition was positioned where the applier asked
     /// ([`Shared::seeks`]): messages before this one were fetched from the
     /// old position and are dropped; the next one comes from the new.
@@ -61,7 +92,7 @@ pub(crate) struct Partition {
     /// from an older copy catches up without moving the group back).
     pub committed: i64,
     /// Messages fetched while the applier's queue was full.
-    pub pending: std::collections::VecDeque<OwnedMessage>,
+    pub pending: std::collections::VecDeque<Record>,
     pub paused: bool,
     join: Option<JoinHandle<Result<(), WorkerError>>>,
 }
@@ -102,7 +133,7 @@ impl Partition {
 
 /// What a queued message counts against `--queue-kb`: its key and payload
 /// plus the bookkeeping of one message.
-pub(crate) fn queued_size(m: &OwnedMessage) -> usize {
+pub(crate) fn queued_size(m: &Record) -> usize {
     m.payload().map_or(0, <[u8]>::len) + m.key().map_or(0, <[u8]>::len) + 256
 }
 
@@ -133,7 +164,7 @@ struct Incoming {
     /// The move in flight: its source, and the position its documents take.
     active: Option<((i32, i64), u64)>,
     /// Messages that arrived while it was in flight, in log order.
-    deferred: Vec<OwnedMessage>,
+    deferred: Vec<Record>,
     /// The newest message handled while it was in flight: marked applied
     /// once nothing waits any more.
     latest: Option<Checkpoint>,
@@ -239,7 +270,7 @@ fn target_of(checkpoint: Option<Checkpoint>) -> Offset {
 }
 
 /// The checkpoint that names `msg`: its offset and fingerprint.
-fn checkpoint_of(msg: &OwnedMessage) -> Checkpoint {
+fn checkpoint_of(msg: &Record) -> Checkpoint {
     Checkpoint::new(msg.offset() as u64, crate::logid::fingerprint(msg.key(), msg.payload()))
 }
 
@@ -247,9 +278,9 @@ fn count(kind: &'static str, outcome: &'static str) {
     counter!(m::COMMANDS_TOTAL, "type" => kind, "outcome" => outcome).increment(1);
 }
 
-fn age_seconds(msg: &OwnedMessage) -> f64 {
+fn age_seconds(msg: &Record) -> f64 {
     let now = crate::clock::now_millis();
-    msg.timestamp().to_millis().map(|t| ((now - t).max(0)) as f64 / 1000.0).unwrap_or(0.0)
+    msg.timestamp_ms.map(|t| ((now - t).max(0)) as f64 / 1000.0).unwrap_or(0.0)
 }
 
 impl From<IndexError> for WorkerError {

@@ -17,7 +17,7 @@ impl Applier {
 
     /// The destination side of a cross-key move: applies a chunk of its
     /// documents (see [`Incoming`] and [`crate::moves::arrival`]).
-    pub(super) fn move_in(&self, shard: &mut dyn Shard, msg: &OwnedMessage, mv: &crate::command::moves::MoveIn) -> Step<Handled> {
+    pub(super) fn move_in(&self, shard: &mut dyn Shard, msg: &Record, mv: &crate::command::moves::MoveIn) -> Step<Handled> {
         use crate::moves::Arrival;
         let in_flight = self.incoming.borrow().active.map(|(source, _)| source);
         let pos = match crate::moves::arrival(shard.received(), in_flight, mv) {
@@ -143,7 +143,7 @@ impl Applier {
 
     /// Whether a take-over of this process waits for this partition to pass
     /// an offset the batch has reached (it then commits at once).
-    pub(super) fn awaited(&self, batch: &[OwnedMessage]) -> bool {
+    pub(super) fn awaited(&self, batch: &[Record]) -> bool {
         if self.shared.awaiting.load(Ordering::SeqCst) == 0 {
             return false;
         }
@@ -233,7 +233,7 @@ impl Applier {
         let payload = self.shared.codec.encode_move(mv);
         let mut retry = self.retrying(Op::Move);
         let at = loop {
-            match self.shared.dlq.send_command(partition, mv.key().as_bytes(), &payload) {
+            match self.shared.outbox.command(partition, mv.key().as_bytes(), &payload) {
                 Ok(at) => break at,
                 Err(err) => retry.failed(&format_args!("{err} (topic {}, partition {partition}; nothing is committed past this rename meanwhile)", self.shared.cfg.kafka.topic))?,
             }

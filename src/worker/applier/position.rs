@@ -7,7 +7,7 @@ use super::*;
 impl Applier {
     /// After [`Halt::Moved`]: the batch is dropped (its commands reach the
     /// new generation from its checkpoint) and the partition sought there.
-    pub(super) fn moved(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Option<Checkpoint> {
+    pub(super) fn moved(&self, shard: &mut ShardBox, batch: &mut Vec<Record>) -> Option<Checkpoint> {
         info!(partition = self.partition, dropped = batch.len(), generation = shard.generation(), "the index moved to a new generation during a batch: resuming at its checkpoint");
         batch.clear();
         self.reset_incoming();

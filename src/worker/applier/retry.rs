@@ -97,7 +97,7 @@ impl Backoff {
 impl Applier {
     /// Replaces the shard writer with a fresh one (back at the last commit)
     /// and handles `replay` again.
-    pub(super) fn reopen(&self, shard: &mut ShardBox, replay: &[OwnedMessage]) -> Step<()> {
+    pub(super) fn reopen(&self, shard: &mut ShardBox, replay: &[Record]) -> Step<()> {
         let mut retry = self.retrying(Op::Reapply);
         let generation = shard.generation();
         'open: loop {
@@ -135,7 +135,7 @@ impl Applier {
     /// batch one command at a time from a fresh writer; the command whose
     /// commit is refused `max_attempts` times is aborted. Publishes progress
     /// after each command.
-    pub(super) fn isolate(&self, shard: &mut ShardBox, batch: &mut Vec<OwnedMessage>) -> Step<()> {
+    pub(super) fn isolate(&self, shard: &mut ShardBox, batch: &mut Vec<Record>) -> Step<()> {
         // A fresh writer back at the last commit; again after every failure.
         self.reopen(shard, &[])?;
         while let Some(msg) = batch.first() {

@@ -1,0 +1,38 @@
+//! Where an applier's outbound messages go: dead letters and their markers
+//! to the dead-letter topic, a cross-key move's chunks to the command
+//! topic. One trait, so that the applier's tests script it; the worker's is
+//! the dead-letter writer's Kafka producer.
+
+use rdkafka::error::KafkaError;
+
+use crate::dlq::writer::DeadLetterWriter;
+use crate::dlq::{Letter, MarkerKind};
+
+pub(crate) trait Outbox: Send + Sync {
+    /// The dead-letter topic (named in logs).
+    fn dead_letter_topic(&self) -> &str;
+    /// Writes a dead letter; its offset once acknowledged.
+    fn dead_letter(&self, letter: &Letter<'_>) -> Result<i64, KafkaError>;
+    /// Writes the marker that closes letters of `key` up to `through`.
+    fn marker(&self, dlq_partition: i32, key: &str, kind: MarkerKind, through: i64, origin_partition: i32) -> Result<i64, KafkaError>;
+    /// Writes a message to `partition` of the command topic (a move's chunk).
+    fn command(&self, partition: i32, key: &[u8], payload: &[u8]) -> Result<i64, KafkaError>;
+}
+
+impl Outbox for DeadLetterWriter {
+    fn dead_letter_topic(&self) -> &str {
+        &self.topic
+    }
+
+    fn dead_letter(&self, letter: &Letter<'_>) -> Result<i64, KafkaError> {
+        self.write(letter)
+    }
+
+    fn marker(&self, dlq_partition: i32, key: &str, kind: MarkerKind, through: i64, origin_partition: i32) -> Result<i64, KafkaError> {
+        self.mark(dlq_partition, key, kind, through, origin_partition)
+    }
+
+    fn command(&self, partition: i32, key: &[u8], payload: &[u8]) -> Result<i64, KafkaError> {
+        self.send_command(partition, key, payload)
+    }
+}
