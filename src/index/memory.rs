@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use super::progress::{Parking, ProgressBook, Received};
-use super::{Checkpoint, Doc, IndexError, Kind, Scan, Shard};
+use super::progress::ProgressBook;
+use super::{Doc, IndexError, Kind, Scan, Shard};
 
 #[derive(Debug, Default, Clone)]
 pub struct MemoryShard {
@@ -43,17 +43,11 @@ impl Shard for MemoryShard {
         }
         Ok(n)
     }
-    fn mark_applied(&mut self, at: Checkpoint) {
-        self.progress.mark_applied(at);
+    fn progress(&self) -> &ProgressBook {
+        &self.progress
     }
-    fn checkpoint(&self) -> Option<Checkpoint> {
-        self.progress.checkpoint()
-    }
-    fn parking(&mut self) -> &mut Parking {
-        self.progress.parking()
-    }
-    fn received(&mut self) -> &mut Received {
-        self.progress.received()
+    fn progress_mut(&mut self) -> &mut ProgressBook {
+        &mut self.progress
     }
     fn commit(&mut self) -> Result<(), IndexError> {
         self.progress.committed();

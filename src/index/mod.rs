@@ -337,11 +337,20 @@ pub trait Shard {
         page_size: usize,
         rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>,
     ) -> Result<u64, IndexError>;
+    /// The shard's progress: what its last commit recorded, and what the
+    /// next one records ([`progress::ProgressBook`], the same for every
+    /// backend).
+    fn progress(&self) -> &progress::ProgressBook;
+    fn progress_mut(&mut self) -> &mut progress::ProgressBook;
     /// Records that every command up to and including `at.offset` is applied.
-    fn mark_applied(&mut self, at: Checkpoint);
+    fn mark_applied(&mut self, at: Checkpoint) {
+        self.progress_mut().mark_applied(at);
+    }
     /// The last position durably applied (survives restarts), with the
     /// fingerprint of the message there.
-    fn checkpoint(&self) -> Option<Checkpoint>;
+    fn checkpoint(&self) -> Option<Checkpoint> {
+        self.progress().checkpoint()
+    }
     /// The index generation this shard belongs to (see `denorm rebuild`).
     fn generation(&self) -> u64 {
         0
@@ -352,11 +361,15 @@ pub trait Shard {
     }
     /// The keys parked behind an aborted command, as of the last
     /// [`Shard::mark_applied`]; changes are committed with the position.
-    fn parking(&mut self) -> &mut crate::index::progress::Parking;
+    fn parking(&mut self) -> &mut progress::Parking {
+        self.progress_mut().parking()
+    }
     /// The cross-key moves this shard has received completely, as of the
     /// last [`Shard::mark_applied`]; committed with the position like
-    /// [`Shard::parking`] (see [`crate::index::progress::Received`]).
-    fn received(&mut self) -> &mut crate::index::progress::Received;
+    /// [`Shard::parking`] (see [`progress::Received`]).
+    fn received(&mut self) -> &mut progress::Received {
+        self.progress_mut().received()
+    }
     /// Makes every write so far durable, with the position last marked
     /// applied. After a failed commit the caller drops the shard and opens
     /// it again (the worker re-applies the batch).

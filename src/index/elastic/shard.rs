@@ -26,7 +26,7 @@ use super::names::{PARTITION_FIELD, POS_FIELD};
 use super::conflict::{self, TakeOver, Write};
 use super::generations;
 use super::meta::{self, checkpoints_from_mget, get_source};
-use crate::index::progress::{Parking, Progress, ProgressBook, Received};
+use crate::index::progress::{Progress, ProgressBook};
 use super::names;
 use super::tombstones::{self, now_ms};
 use super::{json_or_status, ElasticError};
@@ -638,24 +638,16 @@ impl Shard for ElasticShard {
         self.fan_out(scan, page_size, rewrite)
     }
 
-    fn mark_applied(&mut self, at: Checkpoint) {
-        self.progress.mark_applied(at);
+    fn progress(&self) -> &ProgressBook {
+        &self.progress
     }
 
-    fn checkpoint(&self) -> Option<Checkpoint> {
-        self.progress.checkpoint()
+    fn progress_mut(&mut self) -> &mut ProgressBook {
+        &mut self.progress
     }
 
     fn generation(&self) -> u64 {
         self.generation
-    }
-
-    fn parking(&mut self) -> &mut Parking {
-        self.progress.parking()
-    }
-
-    fn received(&mut self) -> &mut Received {
-        self.progress.received()
     }
 
     fn commit(&mut self) -> Result<(), IndexError> {

@@ -9,8 +9,8 @@ use tantivy::query::TermQuery;
 use tantivy::schema::IndexRecordOption;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Term};
 
-use crate::index::progress::{Parking, ProgressBook, Received};
-use crate::index::{Checkpoint, Doc, IndexError, Kind, Scan, Shard};
+use crate::index::progress::ProgressBook;
+use crate::index::{Doc, IndexError, Kind, Scan, Shard};
 
 use super::directory::{committed_progress, committed_shards, open_reader, ShardDirectory};
 use super::merge::merge_policy;
@@ -302,24 +302,16 @@ impl Shard for EmbeddedShard {
         Ok(written)
     }
 
-    fn mark_applied(&mut self, at: Checkpoint) {
-        self.progress.mark_applied(at);
+    fn progress(&self) -> &ProgressBook {
+        &self.progress
     }
 
-    fn checkpoint(&self) -> Option<Checkpoint> {
-        self.progress.checkpoint()
+    fn progress_mut(&mut self) -> &mut ProgressBook {
+        &mut self.progress
     }
 
     fn generation(&self) -> u64 {
         self.generation
-    }
-
-    fn parking(&mut self) -> &mut Parking {
-        self.progress.parking()
-    }
-
-    fn received(&mut self) -> &mut Received {
-        self.progress.received()
     }
 
     fn commit(&mut self) -> Result<(), IndexError> {
