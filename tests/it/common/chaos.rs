@@ -2,7 +2,7 @@
 //! of a partition, the old one stalled mid-batch and then resuming after
 //! the new one has applied and committed the rest of the log. The old
 //! owner must be fenced, and the documents must equal the reference model.
-//! Run on the stateful test store of `tests/it/elastic_contracts.rs` and on
+//! Run on the stateful test store of `tests/it/elastic_contracts/` and on
 //! the Elasticsearch-API server of the suite (`tests/it/scenarios.rs`).
 
 use denorm::apply::{apply, FanOut};
