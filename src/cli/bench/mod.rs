@@ -6,6 +6,7 @@
 
 mod elastic;
 mod latency;
+mod worker;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -28,9 +29,10 @@ use crate::index::embedded::{raw, EmbeddedIndex};
 use crate::index::{Doc, FileDoc};
 use crate::kafka::{KafkaConfig, REQUEST_TIMEOUT};
 use crate::produce::Producer;
-use crate::bench::process::{machine, status_kb, CpuClock, Sampler};
+use crate::bench::process::{machine, CpuClock};
 use crate::worker::{consumer_config, WorkerConfig};
 use latency::{embedded_probe, watch, Latency, Probe};
+use worker::Worker;
 
 /// Writer memory of the baselines: `denorm run`'s default per shard.
 const MEMORY_BUDGET: usize = 64 << 20;
@@ -689,48 +691,6 @@ impl Bench<'_> {
             plain_p50: q(&mut plain_ms, 0.5),
             plain_p99: q(&mut plain_ms, 0.99),
         })
-    }
-}
-
-/// A `denorm run` child process.
-struct Worker {
-    child: tokio::process::Child,
-    pid: u32,
-    port: u16,
-}
-
-impl Worker {
-    fn alive(&self) -> bool {
-        Path::new(&format!("/proc/{}/status", self.pid)).exists() && self.status_kb("VmRSS:").is_some()
-    }
-
-    /// A `/proc/<pid>/status` figure in kB (VmRSS, VmHWM).
-    fn status_kb(&self, key: &str) -> Option<u64> {
-        status_kb(self.pid, key)
-    }
-
-    /// Samples the worker's anonymous and file-backed resident memory every
-    /// 10 ms until stopped.
-    fn sample_peaks(&self) -> Sampler {
-        Sampler::start(self.pid)
-    }
-
-    /// Resets the peak resident set size (VmHWM) to the current one.
-    fn reset_peak(&self) -> anyhow::Result<()> {
-        std::fs::write(format!("/proc/{}/clear_refs", self.pid), "5").context("resetting the worker's peak memory (/proc/<pid>/clear_refs)")
-    }
-
-    /// SIGTERM, then waits for a clean exit.
-    async fn stop(mut self) -> anyhow::Result<()> {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.pid as i32, libc::SIGTERM) };
-        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
-            .await
-            .context("the worker did not stop within 60 s")??;
-        if !status.success() {
-            bail!("the worker exited with {status}");
-        }
-        Ok(())
     }
 }
 
