@@ -194,6 +194,11 @@ def check_invariants(name, values, docs):
     shutdown = int(env["DENORM_SHUTDOWN_TIMEOUT_SECS"]["value"])
     if grace <= shutdown:
         fail(f"{name}: terminationGracePeriodSeconds {grace} is not above the shutdown timeout {shutdown}")
+    worker_grace = int(env["DENORM_SHUTDOWN_GRACE_SECS"]["value"])
+    if not shutdown <= worker_grace <= grace:
+        fail(f"{name}: the worker's shutdown grace {worker_grace} is not between its shutdown timeout {shutdown} and the pod's grace {grace}")
+    if grace > 2 and worker_grace >= grace:
+        fail(f"{name}: the worker's shutdown grace {worker_grace} leaves no time before the pod's grace {grace} ends")
     probes = w["spec"]["template"]["spec"]["containers"][0]
     if probes["livenessProbe"]["httpGet"]["path"] != "/healthz" or probes["readinessProbe"]["httpGet"]["path"] != "/readyz":
         fail(f"{name}: probes are not /healthz and /readyz")

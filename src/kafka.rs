@@ -172,18 +172,37 @@ pub fn watermarks<C: rdkafka::consumer::ConsumerContext>(
 /// Committed offset, end offset and lag of every partition of the topic for
 /// `group`. Blocking.
 pub fn group_lag(cfg: &KafkaConfig, group: &str) -> Result<LagReport, KafkaSetupError> {
+    let consumer = group_client(cfg, group)?;
+    let partitions = cfg.topic_partitions()?.ok_or_else(|| KafkaSetupError::MissingTopic(cfg.topic.clone()))?;
+    lag_of(&consumer, &cfg.topic, partitions, REQUEST_TIMEOUT)
+}
+
+/// A client that carries `group`'s id, to read its offsets, and never joins
+/// the group.
+pub fn group_client(cfg: &KafkaConfig, group: &str) -> Result<BaseConsumer, KafkaSetupError> {
     let mut c = cfg.client_config();
     c.set("group.id", group).set("enable.auto.commit", "false");
-    let consumer: BaseConsumer = c.create()?;
-    let partitions = cfg.topic_partitions()?.ok_or_else(|| KafkaSetupError::MissingTopic(cfg.topic.clone()))?;
+    Ok(c.create()?)
+}
+
+/// The lag of partitions `0..partitions` of `topic` for the group of
+/// `consumer` (see [`group_client`]), each request waiting at most
+/// `timeout`. Blocking.
+pub fn lag_of<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partitions: i32,
+    timeout: Duration,
+) -> Result<LagReport, KafkaSetupError> {
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
-        tpl.add_partition(&cfg.topic, p);
+        tpl.add_partition(topic, p);
     }
-    let committed = consumer.committed_offsets(tpl, REQUEST_TIMEOUT)?;
+    let committed = consumer.committed_offsets(tpl, timeout)?;
     let mut out = Vec::new();
-    for (p, (low, end)) in (0..partitions).zip(watermarks(&consumer, &cfg.topic, partitions)?) {
-        let committed = match committed.find_partition(&cfg.topic, p).map(|e| e.offset()) {
+    for p in 0..partitions {
+        let (low, end) = consumer.fetch_watermarks(topic, p, timeout)?;
+        let committed = match committed.find_partition(topic, p).map(|e| e.offset()) {
             Some(Offset::Offset(o)) => o,
             _ => low.max(0),
         };
@@ -202,26 +221,11 @@ pub fn wait_until_applied(
     timeout: Duration,
     mut progress: impl FnMut(&LagReport),
 ) -> Result<LagReport, WaitError> {
-    let deadline = std::time::Instant::now() + timeout;
-    let mut last = None;
-    loop {
-        match group_lag(cfg, group) {
-            Ok(r) => {
-                progress(&r);
-                let end: i64 = r.partitions.iter().map(|p| p.end).sum();
-                if r.total == 0 && end >= min_end {
-                    return Ok(r);
-                }
-                last = Some(r);
-            }
-            Err(e) if std::time::Instant::now() >= deadline => return Err(WaitError::Kafka(e)),
-            Err(_) => {}
-        }
-        if std::time::Instant::now() >= deadline {
-            return Err(WaitError::Timeout(last));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_on_lag(cfg, group, timeout, Duration::from_millis(200), |r| {
+        progress(r);
+        let end: i64 = r.partitions.iter().map(|p| p.end).sum();
+        r.total == 0 && end >= min_end
+    })
 }
 
 /// Read-your-writes: waits until `group` has applied every one of
@@ -238,23 +242,30 @@ pub fn wait_for_deliveries(
         let e = need.entry(d.partition).or_insert(d.offset);
         *e = (*e).max(d.offset);
     }
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let report = group_lag(cfg, group);
-        if let Ok(r) = &report {
-            let done = need.iter().all(|(p, o)| r.partitions.iter().any(|x| x.partition == *p && x.committed > *o));
-            if done {
-                return Ok(());
-            }
+    wait_on_lag(cfg, group, timeout, Duration::from_millis(100), |r| {
+        need.iter().all(|(p, o)| r.partitions.iter().any(|x| x.partition == *p && x.committed > *o))
+    })
+    .map(|_| ())
+}
+
+/// Reads the group's lag every `every` until `done` says so or `timeout`
+/// passes: the timeout carries the last report, or the last error when no
+/// report was ever read.
+fn wait_on_lag(cfg: &KafkaConfig, group: &str, timeout: Duration, every: Duration, mut done: impl FnMut(&LagReport) -> bool) -> Result<LagReport, WaitError> {
+    use crate::retry::{poll_until, Polled};
+    let mut error = None;
+    poll_until(timeout, every, || match group_lag(cfg, group) {
+        Ok(r) if done(&r) => Polled::Done(r),
+        Ok(r) => Polled::NotYet(r),
+        Err(e) => {
+            error = Some(e);
+            Polled::Unknown
         }
-        if std::time::Instant::now() >= deadline {
-            return match report {
-                Ok(r) => Err(WaitError::Timeout(Some(r))),
-                Err(e) => Err(WaitError::Kafka(e)),
-            };
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    })
+    .map_err(|last| match (last, error) {
+        (None, Some(e)) => WaitError::Kafka(e),
+        (last, _) => WaitError::Timeout(last),
+    })
 }
 
 /// Every message of the topic from its start to its end as of now,

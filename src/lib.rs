@@ -14,6 +14,8 @@ pub mod kafka;
 pub mod logid;
 pub mod metrics;
 pub mod produce;
+pub mod rebuild;
+pub mod retry;
 pub mod secret;
 pub mod worker;
 pub mod cli;

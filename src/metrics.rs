@@ -14,6 +14,8 @@ pub const INDEX_COMMIT_SECONDS: &str = "denorm_index_commit_seconds";
 pub const INDEX_RETRIES_TOTAL: &str = "denorm_index_retries_total";
 pub const REBALANCES_TOTAL: &str = "denorm_consumer_rebalances_total";
 pub const ASSIGNED_PARTITIONS: &str = "denorm_consumer_assigned_partitions";
+pub const REBALANCE_SECONDS: &str = "denorm_consumer_rebalance_seconds";
+pub const GROUP_REJOINS_TOTAL: &str = "denorm_consumer_group_rejoins_total";
 pub const OFFSET_COMMITS_TOTAL: &str = "denorm_consumer_offset_commits_total";
 pub const PARTITION_PAUSES_TOTAL: &str = "denorm_consumer_partition_pauses_total";
 pub const MESSAGES_REJECTED_TOTAL: &str = "denorm_messages_rejected_total";
@@ -47,6 +49,8 @@ pub const ALL: &[&str] = &[
     INDEX_RETRIES_TOTAL,
     REBALANCES_TOTAL,
     ASSIGNED_PARTITIONS,
+    REBALANCE_SECONDS,
+    GROUP_REJOINS_TOTAL,
     OFFSET_COMMITS_TOTAL,
     PARTITION_PAUSES_TOTAL,
     MESSAGES_REJECTED_TOTAL,
@@ -101,6 +105,8 @@ fn describe() {
     describe_counter!(INDEX_RETRIES_TOTAL, Unit::Count, "Index operations retried after a transient failure.");
     describe_counter!(REBALANCES_TOTAL, Unit::Count, "Consumer-group rebalances seen, by kind (assign, revoke).");
     describe_gauge!(ASSIGNED_PARTITIONS, Unit::Count, "Partitions currently assigned to this worker.");
+    describe_gauge!(REBALANCE_SECONDS, Unit::Seconds, "How long the group's rebalance in progress has taken (0: none); past the session timeout a warning is logged.");
+    describe_counter!(GROUP_REJOINS_TOTAL, Unit::Count, "Times this worker left the group and joined it again, having held no partition past the session timeout while the group had lag.");
     describe_counter!(MESSAGES_REJECTED_TOTAL, Unit::Count, "Messages not applied, by reason (empty_payload, oversized, not_single_object, unknown_schema, undecodable, invalid_command, missing_key, key_mismatch).");
     describe_counter!(DEAD_LETTERS_TOTAL, Unit::Count, "Messages written to the dead-letter topic, by reason (the rejection reasons, index_rejected, parked).");
     describe_counter!(DEAD_LETTER_RETRIES_TOTAL, Unit::Count, "Failed writes to the dead-letter topic, retried (nothing is committed past them meanwhile).");

@@ -184,9 +184,12 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
 }
 
 pub fn init_tracing(cli: &Cli) {
+    // rust-rdkafka's consumer closes itself again when dropped, and logs an
+    // error when it was closed already: the worker closes its consumer
+    // itself, with a deadline (worker::leave), so that message says nothing.
     let default = match cli.command {
-        Commands::Run(_) | Commands::Rebuild(_) => "info,tantivy=warn",
-        _ => "warn",
+        Commands::Run(_) | Commands::Rebuild(_) => "info,tantivy=warn,rdkafka::consumer::base_consumer=off",
+        _ => "warn,rdkafka::consumer::base_consumer=off",
     };
     let filter = cli.log.clone().or_else(|| std::env::var("RUST_LOG").ok()).unwrap_or_else(|| default.to_string());
     let _ = tracing_subscriber::fmt()

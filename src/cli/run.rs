@@ -72,6 +72,13 @@ pub struct RunArgs {
     /// giving partitions up; past it the command is left to the next owner
     #[arg(long, env = "DENORM_SHUTDOWN_TIMEOUT_SECS", default_value_t = defaults::SHUTDOWN_TIMEOUT_SECS)]
     shutdown_timeout_secs: u64,
+    /// Longest time, in seconds, from a stop (SIGTERM) to the exit: draining
+    /// (at most --shutdown-timeout-secs), the last offset commit and leaving
+    /// the group. A broker that does not answer by then is given up on; what
+    /// was not committed is replayed, harmlessly, by the next owner. Keep it
+    /// below the pod's termination grace
+    #[arg(long, env = "DENORM_SHUTDOWN_GRACE_SECS", default_value_t = defaults::SHUTDOWN_GRACE_SECS)]
+    shutdown_grace_secs: u64,
     /// Largest message payload accepted, in bytes; larger ones are rejected
     #[arg(long, env = "DENORM_MAX_MESSAGE_BYTES", default_value_t = defaults::MAX_MESSAGE_BYTES)]
     max_message_bytes: usize,
@@ -108,34 +115,6 @@ pub struct RunArgs {
     pub takeover: super::TakeoverArgs,
     #[command(flatten)]
     registry: super::RegistryArgs,
-}
-
-/// Every `every` until shutdown: the documents several partitions' shards
-/// hold. One found twice in a row is not a move caught between its two
-/// sides (those complete in seconds): it is logged and counted.
-fn owner_audit(index: &EmbeddedIndex, every: Duration, shutdown: &AtomicBool) {
-    let mut previous = std::collections::HashSet::new();
-    let mut next = std::time::Instant::now() + every;
-    while !shutdown.load(Ordering::SeqCst) {
-        if std::time::Instant::now() < next {
-            std::thread::sleep(Duration::from_millis(100).min(every));
-            continue;
-        }
-        next = std::time::Instant::now() + every;
-        let found = match index.held_by_several_partitions() {
-            Ok(found) => found,
-            Err(e) => {
-                tracing::warn!(error = %e, "owner audit failed; tried again at the next one");
-                continue;
-            }
-        };
-        let lasting: Vec<_> = found.iter().filter(|(key, _)| previous.contains(key)).collect();
-        metrics::gauge!(crate::metrics::OWNER_CONFLICTS).set(lasting.len() as f64);
-        for (key, partitions) in lasting.iter().take(20) {
-            tracing::warn!(document = %key, ?partitions, "a document is held under several keys: an owner change was sent without its explicit form (previous_path, previous_user_id); see docs/cross-key.md");
-        }
-        previous = found.into_iter().map(|(key, _)| key).collect();
-    }
 }
 
 /// Kafka's rule for a group.instance.id: 1-249 of `[a-zA-Z0-9._-]`.
@@ -198,7 +177,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
             if a.owner_audit_secs > 0 {
                 let (audited, flag) = (EmbeddedIndex::open_existing(&cli.index)?, shutdown.clone());
                 let every = Duration::from_secs(a.owner_audit_secs);
-                std::thread::Builder::new().name("owner-audit".into()).spawn(move || owner_audit(&audited, every, &flag))?;
+                std::thread::Builder::new().name("owner-audit".into()).spawn(move || crate::index::embedded::audit_owners(&audited, every, &flag))?;
             }
             let mut backend = EmbeddedBackend::new(index, (a.index_memory_mb as usize) << 20);
             backend.fan_out_commit_every = a.fan_out_commit_every;
@@ -207,15 +186,16 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         }
     };
     let mut cfg = WorkerConfig::new(kafka, cli.group.clone());
-    cfg.max_batch = a.max_batch.max(1);
+    cfg.max_batch = a.max_batch;
     cfg.commit_linger = Duration::from_millis(a.commit_linger_ms);
     cfg.commit_quiet = Duration::from_millis(a.commit_quiet_ms);
     cfg.queue_bytes = (a.queue_kb as usize) << 10;
     cfg.fetch_buffer_kb = a.fetch_buffer_kb as usize;
     cfg.shutdown_timeout = Duration::from_secs(a.shutdown_timeout_secs);
+    cfg.shutdown_grace = Duration::from_secs(a.shutdown_grace_secs);
     cfg.max_message_bytes = a.max_message_bytes;
-    cfg.fan_out = FanOut { page_size: a.page_size.max(1), page_pause: Duration::from_millis(a.fan_out_page_pause_ms) };
-    cfg.commit_interval = Duration::from_millis(a.commit_interval_ms.max(10));
+    cfg.fan_out = FanOut { page_size: a.page_size, page_pause: Duration::from_millis(a.fan_out_page_pause_ms) };
+    cfg.commit_interval = Duration::from_millis(a.commit_interval_ms);
     cfg.dlq_topic = dlq.topic;
     cfg.on_abort = a.on_abort;
     cfg.max_attempts = a.max_attempts;

@@ -182,10 +182,15 @@ pub enum IndexError {
     /// still owns the partition reopens the shard, claiming it again.
     #[error("fenced: {0}")]
     Fenced(String),
-    /// A service a command needs besides the index (the schema registry) is
-    /// unavailable: retried like an unavailable index.
-    #[error("{0}")]
-    Dependency(String),
+    /// A backend's own error, kept as the cause, with what it means
+    /// (Elasticsearch: transient when unreachable, 429 or 5xx; permanent
+    /// otherwise).
+    #[error("{source}")]
+    Failed {
+        kind: crate::retry::Kind,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 /// What to tell the operator when the index and the log disagree.
@@ -209,9 +214,21 @@ impl IndexError {
         ))
     }
 
+    /// What the failure means for the command at hand (see
+    /// [`crate::retry::Kind`]).
+    pub fn kind(&self) -> crate::retry::Kind {
+        use crate::retry::Kind;
+        match self {
+            IndexError::Locked(_) | IndexError::Io(_) | IndexError::Backend(_) | IndexError::Fenced(_) => Kind::Transient,
+            IndexError::Failed { kind, .. } => *kind,
+            IndexError::Rejected(_) | IndexError::Corrupt(_) => Kind::Permanent,
+            IndexError::WrongTopic { .. } | IndexError::LogMismatch(_) => Kind::Fatal,
+        }
+    }
+
     /// Whether retrying the same operation later may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, IndexError::Locked(_) | IndexError::Io(_) | IndexError::Backend(_) | IndexError::Dependency(_) | IndexError::Fenced(_))
+        self.kind() == crate::retry::Kind::Transient
     }
 }
 

@@ -10,11 +10,15 @@
 
 pub mod admit;
 mod applier;
+mod commits;
+mod config;
+mod membership;
 mod outbox;
+mod probe;
 mod rebalance;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,131 +31,21 @@ use tracing::{debug, info, trace, warn};
 use crate::codec::Codec;
 use crate::dlq::writer::DeadLetterWriter;
 use crate::http::Health;
-use crate::apply::FanOut;
 use crate::index::{Backend, IndexError};
 use crate::kafka::KafkaConfig;
 use crate::metrics as m;
 use applier::{Feed, Partition, Record};
+pub use config::{defaults, OnAbort, WorkerConfig};
+use membership::{Membership, Verdict};
 use outbox::Outbox;
+use probe::{BrokerProbe, LogProbe};
 use rebalance::{commit, drain, WorkerContext};
-
-/// Worker settings. Defaults in [`WorkerConfig::new`].
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    pub kafka: KafkaConfig,
-    /// Consumer group id.
-    pub group: String,
-    /// Most commands applied between two index commits.
-    pub max_batch: usize,
-    /// Longest time an applied command waits for its index commit: commits
-    /// are batched, because each one creates a segment.
-    pub commit_linger: Duration,
-    /// A batch is committed as soon as no command arrives for this long
-    /// (default 5 ms), so that light traffic is searchable at once.
-    pub commit_quiet: Duration,
-    /// Paging and throttling of fan-outs (default: pages of 1000, no pause).
-    pub fan_out: FanOut,
-    /// Bytes of messages queued per partition for its applier (default
-    /// 16 MiB). A partition whose queue is full is paused, and resumed once
-    /// the queue is down to half: pausing makes the client drop what it
-    /// prefetched for the partition and fetch it again, so each pause must
-    /// buy half a queue of progress.
-    pub queue_bytes: usize,
-    /// librdkafka's prefetch for the whole consumer, in KiB
-    /// (`queued.max.messages.kbytes`; default 16 MiB, librdkafka's own
-    /// default is 64 MiB). With `queue_bytes` per assigned partition it
-    /// bounds the memory held for messages not yet applied.
-    pub fetch_buffer_kb: usize,
-    /// How often durable progress is committed to Kafka (default 1 s).
-    pub commit_interval: Duration,
-    /// Longest wait between retries of a transient failure (default 30 s).
-    pub retry_backoff_max: Duration,
-    /// How often lag gauges are refreshed (default 5 s).
-    pub lag_interval: Duration,
-    /// Largest payload accepted; larger messages are rejected (default 1 MiB,
-    /// Kafka's default `message.max.bytes`).
-    pub max_message_bytes: usize,
-    /// Longest wait for appliers to finish their command when partitions
-    /// are revoked or the worker stops (default 30 s).
-    pub shutdown_timeout: Duration,
-    /// Where aborted and parked commands go (default `<topic>.dlq`).
-    pub dlq_topic: String,
-    /// What happens to a key's later commands after one is aborted.
-    pub on_abort: OnAbort,
-    /// Attempts at a command the index rejects before it is aborted
-    /// (default 3). Transient failures are retried without limit.
-    pub max_attempts: u32,
-    /// Resolves schema-registry framed messages (none: only single-object
-    /// encoding is accepted).
-    pub registry: Option<Arc<crate::codec::registry::Registry>>,
-    /// Static group membership (`group.instance.id`): a worker restarted
-    /// with the same id within the session timeout gets its partitions
-    /// back without a rebalance.
-    pub instance_id: Option<String>,
-    /// How long the group waits for a silent member (`session.timeout.ms`,
-    /// default 45 s).
-    pub session_timeout: Duration,
-    /// Whether a take-over waits until the partition its documents leave is
-    /// applied up to their departure (default true; see
-    /// `--no-takeover-waits`).
-    pub takeover_waits: bool,
-}
-
-/// What happens to a key's later commands once one is aborted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum OnAbort {
-    /// Dead-letter them too (reason `parked`) until an operator acts: the
-    /// key's order is never broken.
-    Park,
-    /// Apply them anyway: availability over order.
-    Skip,
-}
-
-/// The defaults of the worker's settings, once: [`WorkerConfig::new`] and
-/// `denorm run`'s flags both take them from here.
-pub mod defaults {
-    pub const MAX_BATCH: usize = 20_000;
-    pub const COMMIT_LINGER_MS: u64 = 100;
-    pub const COMMIT_QUIET_MS: u64 = 5;
-    pub const QUEUE_KB: u64 = 16 << 10;
-    pub const FETCH_BUFFER_KB: u64 = 16 << 10;
-    pub const COMMIT_INTERVAL_MS: u64 = 1000;
-    pub const RETRY_BACKOFF_MAX_MS: u64 = 30_000;
-    pub const SHUTDOWN_TIMEOUT_SECS: u64 = 30;
-    pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
-    pub const MAX_ATTEMPTS: u32 = 3;
-    pub const SESSION_TIMEOUT_MS: u32 = 45_000;
-}
-
-impl WorkerConfig {
-    pub fn new(kafka: KafkaConfig, group: impl Into<String>) -> Self {
-        WorkerConfig {
-            group: group.into(),
-            max_batch: defaults::MAX_BATCH,
-            commit_linger: Duration::from_millis(defaults::COMMIT_LINGER_MS),
-            commit_quiet: Duration::from_millis(defaults::COMMIT_QUIET_MS),
-            fan_out: FanOut::pages_of(crate::apply::DEFAULT_PAGE_SIZE),
-            queue_bytes: (defaults::QUEUE_KB << 10) as usize,
-            fetch_buffer_kb: defaults::FETCH_BUFFER_KB as usize,
-            commit_interval: Duration::from_millis(defaults::COMMIT_INTERVAL_MS),
-            retry_backoff_max: Duration::from_millis(defaults::RETRY_BACKOFF_MAX_MS),
-            lag_interval: Duration::from_secs(5),
-            shutdown_timeout: Duration::from_secs(defaults::SHUTDOWN_TIMEOUT_SECS),
-            max_message_bytes: defaults::MAX_MESSAGE_BYTES,
-            dlq_topic: crate::dlq::default_topic(&kafka.topic),
-            on_abort: OnAbort::Park,
-            max_attempts: defaults::MAX_ATTEMPTS,
-            registry: None,
-            instance_id: None,
-            session_timeout: Duration::from_millis(defaults::SESSION_TIMEOUT_MS as u64),
-            takeover_waits: true,
-            kafka,
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
+    /// A setting out of range (see [`WorkerConfig::validate`]).
+    #[error("invalid worker configuration: {0}")]
+    Config(String),
     #[error("kafka: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error(transparent)]
@@ -165,6 +59,10 @@ pub enum WorkerError {
     /// One partition cannot go on (the rest of the worker does).
     #[error("partition {partition} stopped: {detail}")]
     Gap { partition: i32, detail: String },
+    /// The schema registry could not resolve a schema id (retried while
+    /// the worker runs; this is what is left at its end).
+    #[error("schema registry: {0}")]
+    Registry(String),
 }
 
 /// Running totals, for the demo's report and tests.
@@ -202,10 +100,9 @@ pub(crate) struct Shared {
     /// checkpoint); the consumer thread seeks, then feeds
     /// [`Feed::Positioned`].
     seeks: Mutex<HashMap<i32, Offset>>,
-    /// Where the assignment itself started each partition (its shard's
-    /// checkpoint as read then), with the partition's watermarks: an
-    /// applier whose shard still has that checkpoint needs no seek.
-    assigned_at: Mutex<HashMap<i32, (Offset, Option<(i64, i64)>)>>,
+    /// The broker's answers outside the group protocol (watermarks, the
+    /// group's offsets), asked from the appliers' threads.
+    probe: Box<dyn LogProbe>,
     /// The topic's partition count the index was built for.
     log_partitions: i32,
     /// Take-overs of this process waiting for a partition to be applied up
@@ -251,6 +148,7 @@ pub fn run(
     health: Arc<Health>,
     stats: Arc<Stats>,
 ) -> Result<(), WorkerError> {
+    cfg.validate()?;
     let topic = cfg.kafka.topic.clone();
     let session_ms = cfg.session_timeout.as_millis().to_string();
     let mut membership = vec![("session.timeout.ms", session_ms.as_str())];
@@ -271,8 +169,17 @@ pub fn run(
     // The index must be built from this topic as it is now.
     let log_partitions = cfg.kafka.topic_partitions()?.ok_or_else(|| crate::kafka::KafkaSetupError::MissingTopic(topic.clone()))?;
     backend.bind_log(log_partitions).map_err(WorkerError::Index)?;
-    let shared = Arc::new(Shared { cfg, backend, codec, stats, outbox: Box::new(dlq), health: health.clone(), seeks: Mutex::new(HashMap::new()),
-        assigned_at: Mutex::new(HashMap::new()),
+    let probe = BrokerProbe::new(&cfg.kafka, &cfg.group, log_partitions)?;
+    let patience = cfg.session_timeout;
+    let shared = Arc::new(Shared {
+        cfg,
+        backend,
+        codec,
+        stats,
+        outbox: Box::new(dlq),
+        health: health.clone(),
+        seeks: Mutex::new(HashMap::new()),
+        probe: Box::new(probe),
         log_partitions,
         awaited: Mutex::new(Vec::new()),
         awaiting: Default::default(),
@@ -283,10 +190,14 @@ pub fn run(
         health: health.clone(),
         fatal: Mutex::new(None),
         stopped: Mutex::new(Default::default()),
+        membership: Mutex::new(Membership::joining(Instant::now(), patience)),
+        commits: Mutex::new(None),
     };
     let consumer: BaseConsumer<WorkerContext> = cc.create_with_context(ctx)?;
+    *consumer.context().commits.lock().expect("commits lock") = Some(commits::CommitQueue::new(&consumer));
     consumer.subscribe(&[&topic])?;
     info!(topic = %topic, group = %shared.cfg.group, "worker started");
+    let watch = GroupWatch::start(shared.clone(), lag_interval);
 
     let mut last_commit = Instant::now();
     let mut last_lag = Instant::now();
@@ -306,50 +217,159 @@ pub fn run(
             // An applier only ends by itself on a fatal error.
             let mut parts = ctx.parts.lock().expect("parts lock");
             let dead: Vec<i32> = parts.iter().filter(|(_, p)| p.finished()).map(|(k, _)| *k).collect();
-            let offsets = drain(&mut parts, &dead, ctx);
+            let offsets = drain(&mut parts, &dead, ctx, ctx.shared.cfg.shutdown_timeout);
             drop(parts);
-            commit(&consumer, &topic, &offsets, CommitMode::Sync);
+            commit(&consumer, &topic, &offsets, CommitMode::Async);
             pause_stopped(&consumer, &topic);
         }
         seek_as_asked(&consumer, &topic);
+        ctx.settle_commits();
         if ctx.fatal.lock().expect("fatal lock").is_some() {
             break;
         }
         if last_commit.elapsed() >= commit_interval {
             last_commit = Instant::now();
             // `committed` moves when the broker confirms (commit_callback).
-            let offsets: Vec<(i32, i64)> = ctx
-                .parts
-                .lock()
-                .expect("parts lock")
-                .iter()
-                .filter_map(|(p, part)| {
-                    let next = part.next.load(Ordering::SeqCst);
-                    (next > part.committed).then_some((*p, next))
-                })
-                .collect();
+            let offsets: Vec<(i32, i64)> =
+                ctx.parts.lock().expect("parts lock").iter().filter_map(|(p, part)| Some((*p, part.to_commit()?))).collect();
             commit(&consumer, &topic, &offsets, CommitMode::Async);
         }
         if last_lag.elapsed() >= lag_interval {
             last_lag = Instant::now();
             update_lag(&consumer, &topic);
+            watch_membership(&consumer, &topic, &watch);
         }
     }
+    let stopping = Instant::now();
+    let grace = shared.cfg.shutdown_grace;
+    watch.stop();
 
-    info!("shutting down: draining partitions");
+    info!(grace_secs = grace.as_secs_f64(), "shutting down: draining partitions");
     let ctx = consumer.context();
     let mut parts = ctx.parts.lock().expect("parts lock");
     let all: Vec<i32> = parts.keys().copied().collect();
-    let offsets = drain(&mut parts, &all, ctx);
+    let offsets = drain(&mut parts, &all, ctx, shared.cfg.shutdown_timeout.min(grace));
     drop(parts);
-    commit(&consumer, &topic, &offsets, CommitMode::Sync);
-    consumer.unsubscribe();
+    commit(&consumer, &topic, &offsets, CommitMode::Async);
     let fatal = ctx.fatal.lock().expect("fatal lock").take();
-    drop(consumer);
+    leave(consumer, stopping + grace);
     info!("worker stopped");
     match fatal {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// Waits for the commits in flight to be answered, then leaves the group
+/// (the revoke of a close drains nothing more: the appliers are gone),
+/// until `deadline`. A broker that does not answer by then is given up on:
+/// what was not committed is replayed by the next owner from the shard's
+/// checkpoint, and the group sees this member go at its session timeout.
+fn leave(consumer: BaseConsumer<WorkerContext>, deadline: Instant) {
+    let ctx = consumer.context();
+    loop {
+        ctx.settle_commits();
+        if ctx.commits_in_flight() == 0 || Instant::now() >= deadline {
+            break;
+        }
+        consumer.poll(Duration::from_millis(20));
+    }
+    let unanswered = ctx.commits_in_flight();
+    // The queue goes before the client it belongs to.
+    drop(ctx.commits.lock().expect("commits lock").take());
+    let closed = match consumer.close_queue() {
+        Ok(()) => {
+            while !consumer.closed() && Instant::now() < deadline {
+                consumer.poll(Duration::from_millis(50));
+            }
+            consumer.closed()
+        }
+        Err(e) => {
+            warn!(error = %e, "leaving the group failed");
+            false
+        }
+    };
+    if closed {
+        if unanswered > 0 {
+            warn!(unanswered_commits = unanswered, "the last offset commit was not answered within the shutdown grace (the next owner replays what it covered from the shards' checkpoints)");
+        }
+        drop(consumer);
+        return;
+    }
+    warn!(
+        unanswered_commits = unanswered,
+        "shutdown grace reached with the broker not answering: exiting without leaving the group (the next owner replays what was not committed from the shards' checkpoints)"
+    );
+    // Dropping the client would wait for the broker again.
+    std::mem::forget(consumer);
+}
+
+/// Acts on the membership's verdict (see [`membership`]): a warning for a
+/// rebalance that does not complete, and a new join for a member left
+/// holding nothing while the group has lag.
+fn watch_membership(consumer: &BaseConsumer<WorkerContext>, topic: &str, watch: &GroupWatch) {
+    let ctx = consumer.context();
+    let now = Instant::now();
+    let mut membership = ctx.membership.lock().expect("membership lock");
+    gauge!(m::REBALANCE_SECONDS).set(membership.rebalance_age(now).as_secs_f64());
+    watch.wanted.store(membership.idle_for(now).is_some(), Ordering::SeqCst);
+    let lag = watch.lag.load(Ordering::SeqCst);
+    let verdict = membership.check(now, (lag >= 0).then_some(lag));
+    drop(membership);
+    match verdict {
+        Verdict::Fine => {}
+        Verdict::RebalanceStuck(age) => warn!(
+            secs = age.as_secs(),
+            "a rebalance of the group has not completed: this worker holds no partition meanwhile (the coordinator may be waiting for a member that died; see docs/reliability.md)"
+        ),
+        Verdict::Rejoin { idle, lag } => {
+            warn!(idle_secs = idle.as_secs(), group_lag = lag, "holding no partition past the session timeout while the group has lag: leaving the group and joining it again");
+            counter!(m::GROUP_REJOINS_TOTAL).increment(1);
+            watch.lag.store(-1, Ordering::SeqCst);
+            consumer.unsubscribe();
+            if let Err(e) = consumer.subscribe(&[topic]) {
+                warn!(error = %e, "joining the group again failed");
+            }
+        }
+    }
+}
+
+/// A thread that reads the group's lag while the consumer loop wants it
+/// (this member holds no partition): a request the consumer thread must
+/// not wait for.
+struct GroupWatch {
+    wanted: Arc<AtomicBool>,
+    /// The group's lag as last read; -1: not known.
+    lag: Arc<AtomicI64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl GroupWatch {
+    fn start(shared: Arc<Shared>, every: Duration) -> Self {
+        let (wanted, lag, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicI64::new(-1)), Arc::new(AtomicBool::new(false)));
+        let (w, l, s) = (wanted.clone(), lag.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("denorm-group-watch".into())
+            .spawn(move || {
+                let tick = Duration::from_millis(100).min(every);
+                let mut last: Option<Instant> = None;
+                while !s.load(Ordering::SeqCst) {
+                    if !w.load(Ordering::SeqCst) {
+                        l.store(-1, Ordering::SeqCst);
+                        last = None;
+                    } else if last.is_none_or(|t| t.elapsed() >= every) {
+                        last = Some(Instant::now());
+                        l.store(shared.probe.group_lag().unwrap_or(-1), Ordering::SeqCst);
+                    }
+                    std::thread::sleep(tick);
+                }
+            })
+            .expect("spawn the group watch");
+        GroupWatch { wanted, lag, stop }
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
     }
 }
 
@@ -386,17 +406,7 @@ fn seek_as_asked(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
                 // Messages routed before the seek are stale: dropped here,
                 // or by the applier up to the marker.
                 part.pending.clear();
-                // Some brokers (tansu) answer a fetch past the end with
-                // nothing rather than an out-of-range error: the watermarks
-                // tell the applier whether its checkpoint is in the log.
-                let watermarks = match consumer.fetch_watermarks(topic, p, Duration::from_secs(5)) {
-                    Ok(w) => Some(w),
-                    Err(e) => {
-                        warn!(partition = p, error = %e, "reading the partition's watermarks failed: the log is checked at its first message only");
-                        None
-                    }
-                };
-                let _ = part.tx.send(Feed::Positioned { watermarks });
+                let _ = part.tx.send(Feed::Positioned);
                 ctx.shared.seeks.lock().expect("seeks lock").remove(&p);
             }
             Err(e) => debug!(partition = p, error = %e, "seek not possible yet"),
@@ -414,7 +424,7 @@ fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<(i32, Record)>) -> 
     let limit = ctx.shared.cfg.queue_bytes.max(1);
     let mut parts = ctx.parts.lock().expect("parts lock");
     if let Some((p, msg)) = msg.filter(|(p, _)| !ctx.stopped.lock().expect("stopped lock").contains(p)) {
-        let part = parts.entry(p).or_insert_with(|| Partition::spawn(p, ctx.shared.clone(), -1));
+        let part = parts.entry(p).or_insert_with(|| Partition::spawn(p, ctx.shared.clone()));
         if part.paused && part.pending.is_empty() {
             trace!(partition = p, offset = msg.offset(), "message of a paused partition");
         }

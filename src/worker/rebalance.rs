@@ -1,5 +1,7 @@
-//! The consumer thread's context: rebalances (appliers started at their
-//! shards' checkpoints, drained on a revoke), and offset commits.
+//! The consumer thread's context: rebalances (an applier started for each
+//! assigned partition, which positions it at its shard's checkpoint;
+//! appliers drained on a revoke), and offset commits. Nothing here waits
+//! on the network: a callback runs on the consumer thread.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -8,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use metrics::{counter, gauge};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, RebalanceProtocol};
-use rdkafka::error::KafkaResult;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tracing::{error, info, warn};
 
 use super::applier::Partition;
+use super::commits::CommitQueue;
+use super::membership::Membership;
 use super::{Shared, WorkerError};
 use crate::http::Health;
 use crate::index::IndexError;
@@ -28,6 +31,11 @@ pub(super) struct WorkerContext {
     /// Partitions that cannot go on (a retention gap), until revoked: their
     /// messages are dropped and they stay paused.
     pub(super) stopped: Mutex<std::collections::HashSet<i32>>,
+    /// Whether the membership makes progress (see [`super::membership`]).
+    pub(super) membership: Mutex<Membership>,
+    /// Where the answers to asynchronous offset commits arrive (set once
+    /// the consumer exists; taken before it is dropped).
+    pub(super) commits: Mutex<Option<CommitQueue>>,
 }
 
 impl ClientContext for WorkerContext {}
@@ -36,16 +44,16 @@ impl ConsumerContext for WorkerContext {
     /// rust-rdkafka's rebalance, with the assigned partitions checked
     /// against the partition count the index was built for first.
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
-        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        let cooperative = cooperative(consumer);
         let outcome = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 if let Some(p) = tpl.elements().iter().map(|e| e.partition()).find(|&p| p >= self.shared.log_partitions) {
-                    let now = self.shared.cfg.kafka.topic_partitions().ok().flatten().unwrap_or(p + 1);
-                    let e = IndexError::partitions_changed(self.shared.log_partitions, now);
+                    // At least p + 1 partitions now (the exact count is a
+                    // metadata request away: not on this thread).
+                    let e = IndexError::partitions_changed(self.shared.log_partitions, p + 1);
                     error!(error = %e, "refusing the assignment");
                     self.fatal.lock().expect("fatal lock").get_or_insert(WorkerError::Index(e));
                 }
-                self.start_at_checkpoints(consumer, tpl);
                 let rebalance = Rebalance::Assign(tpl);
                 self.pre_rebalance(consumer, &rebalance);
                 let r = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
@@ -80,10 +88,9 @@ impl ConsumerContext for WorkerContext {
                 let revoked: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
                 info!(partitions = ?revoked, "partitions revoked, draining");
                 let mut parts = self.parts.lock().expect("parts lock");
-                let drained = drain(&mut parts, &revoked, self);
+                let drained = drain(&mut parts, &revoked, self, self.shared.cfg.shutdown_timeout);
                 drop(parts);
                 self.shared.seeks.lock().expect("seeks lock").retain(|p, _| !revoked.contains(p));
-                self.shared.assigned_at.lock().expect("assigned_at lock").retain(|p, _| !revoked.contains(p));
                 let mut stopped = self.stopped.lock().expect("stopped lock");
                 for p in &revoked {
                     if stopped.remove(p) {
@@ -92,12 +99,17 @@ impl ConsumerContext for WorkerContext {
                     }
                 }
                 drop(stopped);
+                // The one wait on the network here, as the rebalance
+                // protocol means it: the revoked partitions' offsets are
+                // committed before they are released (an asynchronous commit
+                // landing after the new owner's would move the group back).
                 commit(consumer, &self.shared.cfg.kafka.topic, &drained, CommitMode::Sync);
                 self.health.ready.store(false, Ordering::SeqCst);
+                let holding = consumer.assignment().map_or(0, |a| a.count().saturating_sub(revoked.len()));
+                self.membership.lock().expect("membership lock").revoked(Instant::now(), if cooperative(consumer) { holding } else { 0 });
             }
             Rebalance::Assign(tpl) => {
                 counter!(m::REBALANCES_TOTAL, "kind" => "assign").increment(1);
-                gauge!(m::ASSIGNED_PARTITIONS).set(tpl.count() as f64);
                 let assigned: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
                 info!(partitions = ?assigned, "partitions assigned");
             }
@@ -111,14 +123,15 @@ impl ConsumerContext for WorkerContext {
             // positions its partition at its shard's checkpoint even when
             // the group's offset is already at the end (an index restored
             // from an older copy catches up with nothing new produced).
-            let committed = group_offsets(consumer, tpl);
             let mut parts = self.parts.lock().expect("parts lock");
             for e in tpl.elements() {
                 let p = e.partition();
-                let floor = committed.get(&p).copied().unwrap_or(-1);
-                parts.entry(p).or_insert_with(|| Partition::spawn(p, self.shared.clone(), floor));
+                parts.entry(p).or_insert_with(|| Partition::spawn(p, self.shared.clone()));
             }
             drop(parts);
+            let holding = consumer.assignment().map_or(tpl.count(), |a| a.count());
+            gauge!(m::ASSIGNED_PARTITIONS).set(holding as f64);
+            self.membership.lock().expect("membership lock").assigned(Instant::now(), holding);
             // librdkafka may keep a partition paused across a revoke and a
             // new assignment (its maintainers document it so), while its
             // queue state here was dropped with the revoke (a partition's
@@ -132,98 +145,72 @@ impl ConsumerContext for WorkerContext {
             self.health.ready.store(true, Ordering::SeqCst);
         }
     }
-
-    /// A commit counts only once the broker has confirmed it: an offset whose
-    /// commit failed (for example refused by a coordinator that restarted)
-    /// is sent again at the next interval, even if nothing new arrives.
-    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
-        if let Err(e) = &result {
-            warn!(error = %e, "offset commit failed (retried at the next interval)");
-            return;
-        }
-        let mut parts = self.parts.lock().expect("parts lock");
-        for e in offsets.elements() {
-            match (e.error(), e.offset()) {
-                (Ok(()), Offset::Offset(o)) => {
-                    if let Some(part) = parts.get_mut(&e.partition()) {
-                        part.committed = part.committed.max(o);
-                    }
-                }
-                (Err(err), _) => warn!(partition = e.partition(), error = %err, "offset commit of a partition failed (retried at the next interval)"),
-                _ => {}
-            }
-        }
-    }
 }
 
 impl WorkerContext {
-    /// Starts each assigned partition at its shard's checkpoint (the index
-    /// decides where to resume), or at the beginning when the shard has
-    /// none. Set in the assignment itself, so that the client never starts
-    /// from the group's offset first: a seek right after an assignment can
-    /// be overtaken by the client's own start. When the checkpoints cannot
-    /// be read, the group's offset stays and each applier seeks instead.
-    fn start_at_checkpoints(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
-        let assigned: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
-        let checkpoints = match self.shared.backend.checkpoints(&assigned) {
-            Ok(c) => c,
-            Err(e) => {
-                warn!(error = %e, "reading the shards' checkpoints failed: each applier positions its partition once its shard is open");
-                return;
-            }
+    /// Takes the answers to asynchronous commits that arrived, without
+    /// waiting. A commit counts only once the broker has confirmed it: an
+    /// offset whose commit failed (for example refused by a coordinator that
+    /// restarted) is sent again at the next interval, even if nothing new
+    /// arrives.
+    pub(super) fn settle_commits(&self) {
+        let answers = match self.commits.lock().expect("commits lock").as_mut() {
+            Some(q) => q.answers(),
+            None => return,
         };
-        let topic = &self.shared.cfg.kafka.topic;
-        let mut at = self.shared.assigned_at.lock().expect("assigned_at lock");
-        for p in assigned {
-            let offset = checkpoints.get(&p).map_or(Offset::Beginning, |c| Offset::Offset(c.offset as i64));
-            if tpl.set_partition_offset(topic, p, offset).is_ok() {
-                let marks = consumer.fetch_watermarks(topic, p, Duration::from_secs(5)).ok();
-                at.insert(p, (offset, marks));
+        if answers.is_empty() {
+            return;
+        }
+        let mut parts = self.parts.lock().expect("parts lock");
+        for answer in answers {
+            match answer {
+                Err(e) => warn!(error = %e, "offset commit failed (retried at the next interval)"),
+                Ok(list) => {
+                    for a in list {
+                        match a.error {
+                            None => {
+                                if let Some(part) = parts.get_mut(&a.partition) {
+                                    part.committed = part.committed.max(a.offset);
+                                }
+                            }
+                            Some(err) => warn!(partition = a.partition, error = %err, "offset commit of a partition failed (retried at the next interval)"),
+                        }
+                    }
+                }
             }
         }
     }
-}
 
-/// The group's committed offset of each partition of `tpl` (left out: none,
-/// or the request failed, which is logged: the floor is then -1).
-fn group_offsets(consumer: &BaseConsumer<WorkerContext>, tpl: &TopicPartitionList) -> HashMap<i32, i64> {
-    match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
-        Ok(c) => c
-            .elements()
-            .iter()
-            .filter_map(|e| match e.offset() {
-                Offset::Offset(o) => Some((e.partition(), o)),
-                _ => None,
-            })
-            .collect(),
-        Err(e) => {
-            warn!(error = %e, "reading the group's committed offsets failed: a restored index may move them back");
-            HashMap::new()
-        }
+    /// Asynchronous commits not answered yet.
+    pub(super) fn commits_in_flight(&self) -> usize {
+        self.commits.lock().expect("commits lock").as_ref().map_or(0, CommitQueue::in_flight)
     }
 }
 
-/// Stops the appliers of `partitions`, waits for them (at most the
-/// shutdown timeout), and returns the offsets to commit for them: only what
+fn cooperative(consumer: &BaseConsumer<WorkerContext>) -> bool {
+    matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative)
+}
+
+/// Stops the appliers of `partitions`, waits for them (at most `bound`),
+/// and returns the offsets to commit for them: only what
 /// is durable. An applier still busy at the deadline (a long fan-out) is left
 /// behind: its uncommitted work is discarded with the process, or fenced by
 /// the shard's writer lock, and the next owner redoes that command.
-pub(super) fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx: &WorkerContext) -> Vec<(i32, i64)> {
+pub(super) fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx: &WorkerContext, bound: Duration) -> Vec<(i32, i64)> {
     for p in partitions {
         if let Some(part) = parts.get(p) {
             part.stop.store(true, Ordering::SeqCst);
         }
     }
-    let deadline = Instant::now() + ctx.shared.cfg.shutdown_timeout;
+    let deadline = Instant::now() + bound;
     let mut out = Vec::new();
     for p in partitions {
         if let Some(mut part) = parts.remove(p) {
             while !part.finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
             }
-            let next = if part.finished() {
-                let (result, next) = part.join();
-                match result {
+            if part.finished() {
+                match part.join() {
                     Ok(()) => {}
                     Err(e @ WorkerError::Gap { .. }) => {
                         error!(partition = p, error = %e, "partition stopped; the worker goes on with its other partitions");
@@ -237,18 +224,15 @@ pub(super) fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx
                         ctx.fatal.lock().expect("fatal lock").get_or_insert(e);
                     }
                 }
-                next
             } else {
-                let next = part.next.load(Ordering::SeqCst);
                 warn!(
                     partition = p,
-                    durable_next = next,
-                    timeout_secs = ctx.shared.cfg.shutdown_timeout.as_secs_f64(),
+                    durable_next = part.next.load(Ordering::SeqCst),
+                    timeout_secs = bound.as_secs_f64(),
                     "shutdown bound reached: leaving the command in progress to the next owner"
                 );
-                next
-            };
-            if next > part.committed {
+            }
+            if let Some(next) = part.to_commit() {
                 out.push((*p, next));
             }
             // The new owner reports this partition from now on.
@@ -260,7 +244,7 @@ pub(super) fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx
 }
 
 /// Sends a commit of `offsets`; an asynchronous one is confirmed (or not)
-/// in [`WorkerContext::commit_callback`].
+/// in [`WorkerContext::settle_commits`].
 pub(super) fn commit(consumer: &BaseConsumer<WorkerContext>, topic: &str, offsets: &[(i32, i64)], mode: CommitMode) {
     if offsets.is_empty() {
         return;
@@ -275,7 +259,14 @@ pub(super) fn commit(consumer: &BaseConsumer<WorkerContext>, topic: &str, offset
         warn!("offset commit lost: injected fault kafka.commit");
         return;
     }
-    if let Err(e) = consumer.commit(&tpl, mode) {
+    let sent = match mode {
+        CommitMode::Sync => consumer.commit(&tpl, mode),
+        CommitMode::Async => match consumer.context().commits.lock().expect("commits lock").as_mut() {
+            Some(q) => q.send(consumer, &tpl),
+            None => consumer.commit(&tpl, mode),
+        },
+    };
+    if let Err(e) = sent {
         warn!(error = %e, "offset commit failed");
     }
 }

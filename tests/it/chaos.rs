@@ -125,26 +125,7 @@ fn chaos_kills_and_rebalances_lose_nothing_and_break_no_order() {
     }
     let log = producer.join().unwrap();
     let chaos = t.elapsed();
-    // tansu 0.6 drops a member whose session expires while the group is
-    // stable but leaves its partitions unassigned until the next join (real
-    // Kafka rebalances). When the group makes no progress for 15 s, a fresh
-    // worker joins, as a redeploy would; how often is printed.
-    let mut nudges = Vec::new();
-    let mut last_committed = -1;
-    loop {
-        match denorm::kafka::wait_until_applied(&cfg, &group, n as i64, Duration::from_secs(15), |_| {}) {
-            Ok(_) => break,
-            Err(denorm::kafka::WaitError::Timeout(Some(report))) => {
-                let committed: i64 = report.partitions.iter().map(|p| p.committed).sum();
-                if committed == last_committed {
-                    assert!(nudges.len() < 5, "no progress even after {} fresh joins: {report:?}", nudges.len());
-                    nudges.push(start(args));
-                }
-                last_committed = committed;
-            }
-            Err(e) => panic!("waiting for the group: {e}"),
-        }
-    }
+    let nudges = applied_with_nudges(&cfg, &group, n, || start(args));
     eprintln!(
         "chaos: {n} commands, {kills} SIGKILLs, {joins} joins, {leaves} graceful leaves over {:.1}s; all applied after {:.1}s ({} fresh joins to get past tansu's orphaned partitions)",
         chaos.as_secs_f64(),

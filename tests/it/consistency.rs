@@ -311,7 +311,7 @@ fn run(seed: u64) {
     let replay_secs = replay_started.elapsed().as_secs_f64();
     // Partitions run at their own pace here: a take-over reached before
     // the partition its documents leave passed their departure waited.
-    let waited = metric(&w.http_get("/metrics").1, "denorm_takeover_waits_total", &[]);
+    let waited = w.metric("denorm_takeover_waits_total", &[]);
     eprintln!("seed {seed}: replayed in {replay_secs:.1}s; its take-overs waited for the partition they leave {waited} times");
     // The replay's sources wrote their moves again; the destinations ignore
     // the resends, so applying those changes nothing either.

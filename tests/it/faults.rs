@@ -233,6 +233,35 @@ fn the_worker_rides_out_a_broker_restart_mid_workload() {
     assert_matches_model(&index, &log);
 }
 
+/// A worker stopped (SIGTERM) while its broker is gone exits within its
+/// shutdown grace, giving up what it cannot commit and the group it cannot
+/// leave: it used to retry the broker for minutes (still running 150 s
+/// after the SIGTERM, measured), past any pod's termination grace. What it had
+/// applied is in the index, and a worker started once the broker is back
+/// resumes from the shards' checkpoints.
+#[test]
+fn a_worker_stopped_while_its_broker_is_gone_exits_within_its_grace() {
+    let mut r = Rig::on(Broker::private(), 2);
+    let (cfg, group, index) = (r.cfg.clone(), r.group.clone(), r.index.clone());
+    let mut log = produce(&cfg, files_under("a", "/docs", 200));
+    let worker = Worker::start(&cfg, &group, &index, &["--shutdown-timeout-secs", "2", "--shutdown-grace-secs", "4", "--session-timeout-ms", "6000"]);
+    wait_applied(&cfg, &group, log.len());
+    r.broker.kill();
+    let t = Instant::now();
+    worker.sigterm();
+    let (status, text) = worker.wait_exit(Duration::from_secs(40));
+    let took = t.elapsed();
+    eprintln!("stopped {:.1}s after SIGTERM with the broker gone", took.as_secs_f64());
+    assert!(status.success(), "exit status {status:?}:\n{text}");
+    assert!(text.contains("worker stopped"), "not a clean stop:\n{text}");
+    assert!(took < Duration::from_secs(4 + 10), "stopping took {took:?}, against a grace of 4 s:\n{text}");
+    r.broker.restart();
+    log.extend(produce(&cfg, vec![Command::RenamePath { from: s("/docs/d1"), to: s("/docs/one") }]));
+    let _next = Worker::start(&cfg, &group, &index, &[]);
+    wait_applied(&cfg, &group, log.len());
+    assert_matches_model(&index, &log);
+}
+
 /// A poison message parks its key with the commands behind it; the
 /// operator drops the poison alone, and `reprocess` replays the rest in
 /// their original order. A key whose only letter was the poison resumes too.

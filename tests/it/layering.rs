@@ -138,6 +138,13 @@ fn the_layers_docs_architecture_names_hold() {
         }
     }
     assert!(imports("kafka", "codec") && imports("produce", "kafka") && imports("worker", "apply"), "{g:#?}");
+    // `cli` maps arguments to library calls: nothing of the library
+    // imports it; retrying and waiting depend on nothing of the crate.
+    for (m, deps) in &g {
+        assert!(m == "cli" || m == "main" || !deps.contains("cli"), "{m} imports cli");
+    }
+    assert!(g.get("retry").is_none_or(|d| d.is_empty()), "retry imports {:?}", g.get("retry"));
+    assert!(imports("cli", "rebuild") && !imports("worker", "rebuild"), "{g:#?}");
 }
 
 #[test]

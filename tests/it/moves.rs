@@ -38,13 +38,9 @@ fn paths(index: &std::path::Path, under: &str) -> Vec<String> {
     out
 }
 
-fn metric_of(w: &Worker, name: &str, labels: &[(&str, &str)]) -> f64 {
-    metric(&w.http_get("/metrics").1, name, labels)
-}
-
 /// Polls the worker's metrics until `name` reaches `at_least`.
 fn wait_metric(w: &Worker, name: &str, labels: &[(&str, &str)], at_least: f64) {
-    eventually(Duration::from_secs(60), || format!("{name}{labels:?} stayed at {}, below {at_least}:\n{}", metric_of(w, name, labels), w.log()), || (metric_of(w, name, labels) >= at_least).then_some(()));
+    eventually(Duration::from_secs(60), || format!("{name}{labels:?} stayed at {}, below {at_least}:\n{}", w.metric(name, labels), w.log()), || (w.metric(name, labels) >= at_least).then_some(()));
 }
 
 #[test]
@@ -134,7 +130,7 @@ fn a_move_spanning_several_messages_holds_the_destinations_later_commands_until_
         ],
     );
     wait_metric(&w, "denorm_moves_waiting_messages", &[], 2.0);
-    assert_eq!(metric_of(&w, "denorm_moves_in_flight", &[]), 1.0);
+    assert_eq!(w.metric("denorm_moves_in_flight", &[]), 1.0);
     r.off_fault("move.pause-between-chunks");
     wait_applied_by(&r.cfg, &r.group, 64, &[&w]);
     let (moves, chunked) = assert_matches_topic_model(&r.cfg, &r.index);
@@ -142,8 +138,8 @@ fn a_move_spanning_several_messages_holds_the_destinations_later_commands_until_
     assert_eq!(paths(&r.index, &format!("{dst}/y")).len(), 60, "the rename at the destination saw only part of the move");
     assert_eq!(paths(&r.index, &format!("{dst}/x")), vec![format!("{dst}/x/late.txt")]);
     assert!(paths(&r.index, "/src").is_empty());
-    assert_eq!(metric_of(&w, "denorm_moves_waiting_messages", &[]), 0.0);
-    assert_eq!(metric_of(&w, "denorm_moves_in_flight", &[]), 0.0);
+    assert_eq!(w.metric("denorm_moves_waiting_messages", &[]), 0.0);
+    assert_eq!(w.metric("denorm_moves_in_flight", &[]), 0.0);
 }
 
 #[test]
@@ -176,7 +172,7 @@ fn a_source_that_crashes_after_handing_its_documents_over_sends_them_again_and_t
     assert_eq!(sent, 2, "one chunk per attempt");
     assert_matches_topic_model(&r.cfg, &r.index);
     assert_eq!(paths(&r.index, "/b/x").len(), 41);
-    assert_eq!(metric_of(&w, "denorm_moves_total", &[("side", "destination"), ("outcome", "duplicate")]), 1.0, "{}", w.log());
+    assert_eq!(w.metric("denorm_moves_total", &[("side", "destination"), ("outcome", "duplicate")]), 1.0, "{}", w.log());
 }
 
 #[test]
@@ -326,7 +322,7 @@ fn a_rebuild_into_a_new_generation_gives_the_same_documents_after_moves_on(r: Ri
     assert_eq!(before, after, "the rebuilt generation differs");
     let resent = read_topic(&r.cfg).iter().flatten().filter(|(_, m)| matches!(m, Decoded::Move(_))).count();
     assert_eq!(resent, 8, "each move's documents twice: the live run's and the rebuild's");
-    assert!(metric_of(&live, "denorm_moves_total", &[("side", "destination"), ("outcome", "duplicate")]) >= 1.0, "{}", live.log());
+    assert!(live.metric("denorm_moves_total", &[("side", "destination"), ("outcome", "duplicate")]) >= 1.0, "{}", live.log());
 }
 
 #[test]
@@ -433,14 +429,14 @@ fn owner_changes_from_the_cli_and_jsonl_are_applied_on_both_sides_when_produce_w
     r.on_fault("apply.hold", &u1);
     let w = r.worker_of(&group, &replay, &[]);
     assert!(w.wait_for_log(&format!("waits until partition {held} is applied up to its departure"), Duration::from_secs(60)), "{}", w.log());
-    assert_eq!(metric_of(&w, "denorm_takeovers_waiting", &[("partition", &waiting)]), 1.0);
+    assert_eq!(w.metric("denorm_takeovers_waiting", &[("partition", &waiting)]), 1.0);
     assert_eq!(posts(&replay), vec![], "nothing of the post is applied while its first owner's partition is held");
     r.off_fault("apply.hold");
     let n: usize = read_topic(&r.cfg).iter().map(Vec::len).sum();
     wait_applied_by(&r.cfg, &group, n, &[&w]);
     assert_eq!(sorted(&replay), live, "the replay differs from the live run");
-    assert_eq!(metric_of(&w, "denorm_takeovers_waiting", &[("partition", &waiting)]), 0.0);
-    assert!(metric_of(&w, "denorm_takeover_waits_total", &[]) >= 1.0, "{}", w.log());
+    assert_eq!(w.metric("denorm_takeovers_waiting", &[("partition", &waiting)]), 0.0);
+    assert!(w.metric("denorm_takeover_waits_total", &[]) >= 1.0, "{}", w.log());
 }
 
 #[test]
@@ -456,14 +452,14 @@ fn an_owner_change_without_its_explicit_form_is_reported_by_the_owner_audit_and_
     produce(&r.cfg, denorm::command::expand_owner_changes(vec![file("f", &format!("{b}/f.txt"), None), file("g", &moved, Some("/a/g.txt"))]));
     wait_applied(&r.cfg, &r.group, 5);
     wait_metric(&w, "denorm_owner_conflicts", &[], 1.0);
-    assert_eq!(metric_of(&w, "denorm_owner_conflicts", &[]), 1.0);
+    assert_eq!(w.metric("denorm_owner_conflicts", &[]), 1.0);
     assert!(w.wait_for_log("document=file:f", Duration::from_secs(10)), "{}", w.log());
     assert!(!w.log().contains("document=file:g"), "{}", w.log());
     // A delete naming g's old key misses it there: counted, and g stays.
-    assert_eq!(metric_of(&w, "denorm_owner_conflicts_total", &[]), 0.0);
+    assert_eq!(w.metric("denorm_owner_conflicts_total", &[]), 0.0);
     produce(&r.cfg, vec![Command::DeleteFile { id: s("g"), path: s("/a/g.txt") }]);
     wait_applied(&r.cfg, &r.group, 6);
-    assert_eq!(metric_of(&w, "denorm_owner_conflicts_total", &[]), 1.0);
+    assert_eq!(w.metric("denorm_owner_conflicts_total", &[]), 1.0);
     assert!(w.log().contains("a delete names a document another key's partition holds"), "{}", w.log());
     assert_eq!(paths(&r.index, &b), vec![format!("{b}/f.txt"), moved]);
 }

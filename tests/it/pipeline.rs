@@ -521,7 +521,7 @@ fn a_backlog_far_beyond_the_queue_bound_drains_without_stalling() {
     let w = r.worker(&args);
     // Rebalances while the partition is paused: librdkafka keeps a paused
     // partition paused through a revoke and a new assignment.
-    eventually(Duration::from_secs(60), || format!("the queue bound was never hit:\n{}", w.log()), || (metric(&w.http_get("/metrics").1, "denorm_consumer_partition_pauses_total", &[]) >= 1.0).then_some(()));
+    eventually(Duration::from_secs(60), || format!("the queue bound was never hit:\n{}", w.log()), || (w.metric("denorm_consumer_partition_pauses_total", &[]) >= 1.0).then_some(()));
     let joiner = r.worker(&args);
     assert!(joiner.wait_for_log("partitions assigned", Duration::from_secs(60)), "{}", joiner.log());
     let status = joiner.terminate();

@@ -285,3 +285,8 @@ containers:
 volumes:
   {{- include "denorm.secretVolumes" $root | nindent 2 }}
 {{- end }}
+
+{{/* The worker pods' terminationGracePeriodSeconds. */}}
+{{- define "denorm.terminationGrace" -}}
+{{- add (int64 .Values.worker.shutdownTimeoutSecs) (int64 .Values.terminationGraceExtraSeconds) -}}
+{{- end -}}

@@ -87,9 +87,8 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    fn delay(&self, attempt: u32) -> Duration {
-        let base = self.initial.saturating_mul(1u32 << attempt.min(16)).min(self.max);
-        base.mul_f64(rand::random_range(0.5..1.0))
+    fn backoff(&self) -> crate::retry::Backoff {
+        crate::retry::Backoff::new(self.initial, self.max)
     }
 }
 
@@ -285,7 +284,7 @@ async fn send(client: &Elasticsearch, mut ops: Vec<(BulkOp, Vec<u8>)>, policy: R
             return Err(ElasticError::RetriesExhausted { attempts: attempt, reason: retry_reason });
         }
         tracing::warn!(attempt, reason = %retry_reason, actions = ops.len(), "bulk request retried");
-        tokio::time::sleep(policy.delay(attempt)).await;
+        tokio::time::sleep(policy.backoff().jittered(attempt)).await;
     }
 }
 
@@ -361,7 +360,7 @@ mod tests {
     #[test]
     fn backoff_grows_and_is_capped() {
         let p = RetryPolicy { initial: Duration::from_millis(100), max: Duration::from_secs(1), max_attempts: 0 };
-        assert!(p.delay(1) <= Duration::from_millis(200));
-        assert!(p.delay(10) <= Duration::from_secs(1) && p.delay(10) >= Duration::from_millis(500));
+        assert!(p.backoff().jittered(1) <= Duration::from_millis(200));
+        assert!(p.backoff().jittered(10) <= Duration::from_secs(1) && p.backoff().jittered(10) >= Duration::from_millis(500));
     }
 }

@@ -42,12 +42,11 @@ const WRITE_FIRST_FOUND_AT_MOST: usize = 20;
 const WRITE_FIRST_CONFLICTS_AT_MOST: usize = 20;
 
 impl From<ElasticError> for IndexError {
+    /// The error is kept as the cause; whether it is retried follows
+    /// [`ElasticError::is_retryable`].
     fn from(e: ElasticError) -> Self {
-        if e.is_retryable() {
-            IndexError::Backend(e.to_string())
-        } else {
-            IndexError::Rejected(e.to_string())
-        }
+        let kind = if e.is_retryable() { crate::retry::Kind::Transient } else { crate::retry::Kind::Permanent };
+        IndexError::Failed { kind, source: Box::new(e) }
     }
 }
 

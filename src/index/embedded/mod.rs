@@ -5,6 +5,7 @@
 //! last applied log position in the commit payload, atomically with the
 //! documents.
 
+mod audit;
 mod backend;
 mod directory;
 mod layout;
@@ -14,6 +15,7 @@ mod schema;
 mod search;
 mod shard;
 
+pub use audit::audit_owners;
 pub use backend::EmbeddedBackend;
 pub use layout::EmbeddedIndex;
 pub use search::EmbeddedSearch;

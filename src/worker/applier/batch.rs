@@ -4,17 +4,23 @@
 
 use super::*;
 
+/// How many times a partition is sought again when its first message is
+/// not the one sought, before that message is taken as what the log holds.
+const RESEEKS: u32 = 3;
+
 impl Applier {
     pub(super) fn apply_until_stopped(&self, rx: Receiver<Feed>) -> Step<()> {
+        // Before anything is published in `next`: the group's offset, which
+        // commits never go below.
+        if let Some(floor) = self.shared.probe.committed(self.partition) {
+            self.floor.store(floor, Ordering::SeqCst);
+        }
         let mut shard = self.open_shard()?;
         let mut checkpoint = self.took(shard.as_mut());
-        // Started at the checkpoint by the assignment already, or sought now.
-        let assigned = self.shared.assigned_at.lock().expect("assigned_at lock").remove(&self.partition);
-        let mut positioned = match assigned {
-            Some((at, watermarks)) if at == target_of(checkpoint) => self.positioned(checkpoint, watermarks)?,
-            _ => self.seek_to(checkpoint),
-        };
+        let mut positioned = self.seek_to(checkpoint);
         let mut first = true;
+        // Seeks made again because a stale start overtook them (see below).
+        let mut overtaken = 0u32;
         let mut generation_checked = Instant::now();
         let max_batch = self.shared.cfg.max_batch.max(1);
         let linger = self.shared.cfg.commit_linger;
@@ -44,17 +50,28 @@ impl Applier {
                 None => (rx.recv_timeout(wait), true),
             };
             match next {
-                Ok(Feed::Positioned { watermarks }) => positioned = self.positioned(checkpoint, watermarks)?,
+                Ok(Feed::Positioned) => positioned = self.positioned(checkpoint)?,
                 Ok(Feed::Message(msg)) => {
                     last_message = Instant::now();
                     self.queued.fetch_sub(queued_size(&msg), Ordering::SeqCst);
                     if !positioned {
                         continue; // fetched from the group's offset, before the seek
                     }
+                    // A first message other than the one sought: the seek
+                    // came right after the assignment and the client's own
+                    // start (from the group's offset) overtook it. Sought
+                    // again a few times before the log is judged by it.
+                    if first && msg.offset() != checkpoint.map_or(0, |c| c.offset as i64) && overtaken < RESEEKS {
+                        overtaken += 1;
+                        debug!(partition = self.partition, offset = msg.offset(), checkpoint = ?checkpoint.map(|c| c.offset), "first message is not the one sought: positioning again");
+                        positioned = self.seek_to(checkpoint);
+                        continue;
+                    }
                     if fresh && shard.prefetches() {
                         self.prefetch(shard.as_mut(), &msg, &rx, &mut ahead);
                     }
                     if std::mem::take(&mut first) {
+                        overtaken = 0;
                         let fingerprint = crate::logid::fingerprint(msg.key(), msg.payload());
                         self.judge(checkpoint, crate::logid::first_after(checkpoint, msg.offset(), fingerprint))?;
                     }
@@ -151,6 +168,19 @@ impl Applier {
         }
     }
 
+    /// After a transient failure of the last message of `batch`: waits, and
+    /// applies the rest of the batch again on a fresh writer.
+    fn recover(&self, retry: &mut Retrying<'_>, shard: &mut ShardBox, batch: &mut Vec<Record>, e: &dyn std::fmt::Display) -> Step<()> {
+        let n = batch.len() - 1;
+        let recovered = retry.failed(e).and_then(|()| self.reopen(shard, &batch[..n]));
+        if recovered.is_err() {
+            // The writer may hold half of this command: nothing of the
+            // batch is committed on the way out, the next owner redoes it.
+            batch.clear();
+        }
+        recovered
+    }
+
     /// Handles the last message of `batch`, recovering from transient
     /// failures for as long as they last. Whether it was a fan-out.
     pub(super) fn handle_last(&self, shard: &mut ShardBox, batch: &mut Vec<Record>) -> Step<bool> {
@@ -171,17 +201,8 @@ impl Applier {
                     self.commit(shard, batch)?;
                     batch.push(msg);
                 }
-                Err(Halt::Retry(e) | Halt::CommitFirst(e)) => {
-                    let n = batch.len() - 1;
-                    let recovered = retry.failed(&e).and_then(|()| self.reopen(shard, &batch[..n]));
-                    if let Err(halt) = recovered {
-                        // The writer may hold half of this command: nothing
-                        // of the batch is committed on the way out, the next
-                        // owner redoes it.
-                        batch.clear();
-                        return Err(halt);
-                    }
-                }
+                Err(Halt::Retry(e)) => self.recover(&mut retry, shard, batch, &e)?,
+                Err(Halt::CommitFirst(e)) => self.recover(&mut retry, shard, batch, &e)?,
                 Err(halt) => {
                     // Stopped within the command (its permanent-failure
                     // retries, or its dead letter): the earlier messages of

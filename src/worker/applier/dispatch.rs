@@ -15,7 +15,7 @@ impl Applier {
         }
         let origin = Origin { key: msg.key(), payload: msg.payload(), offset };
         let admitted = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
-            Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(IndexError::Dependency(e))),
+            Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(Transient::Registry(e))),
             Err(NotAdmitted::Rejected(r)) => Err(r),
             Ok(a) => Ok(a),
         };
@@ -109,7 +109,7 @@ impl Applier {
                     }
                     return Ok(Handled::Done { fan_out: cmd.is_fan_out() });
                 }
-                Err(e) if e.is_retryable() => return Err(Halt::Retry(e)),
+                Err(e) if e.is_retryable() => return Err(Halt::Retry(Transient::Index(e))),
                 Err(error) if attempts < self.shared.cfg.max_attempts.max(1) => {
                     retry.failed(&format_args!("{error} (offset {pos}, attempt {attempts})"))?;
                 }
@@ -138,7 +138,7 @@ impl Applier {
                     }
                 }
                 let handled = match admit(&self.shared.codec, msg.key(), Some(&c.payload), self.shared.cfg.max_message_bytes) {
-                    Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(IndexError::Dependency(e))),
+                    Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(Transient::Registry(e))),
                     Err(NotAdmitted::Rejected(r)) => self.reject(shard, &origin, r)?,
                     Ok(Admitted::Control(_)) => {
                         let r = Rejection { reason: reason::INVALID_COMMAND, detail: "a control message cannot be replayed".into() };

@@ -28,7 +28,8 @@ use tracing::{debug, error, info, warn};
 use super::admit::{admit, reason, Admitted, NotAdmitted, Rejection};
 use super::{OnAbort, Shared, WorkerError};
 use dead_letter::Origin;
-use retry::{Backoff, Op, Retrying};
+use crate::retry::Backoff;
+use retry::{Op, Retrying};
 use crate::apply::apply;
 use crate::command::{Command, Envelope};
 use crate::command::control::{Action, Control};
@@ -73,8 +74,7 @@ pub(crate) enum Feed {
     /// The partition was positioned where the applier asked
     /// ([`Shared::seeks`]): messages before this one were fetched from the
     /// old position and are dropped; the next one comes from the new.
-    /// With the partition's low and high watermarks at that time.
-    Positioned { watermarks: Option<(i64, i64)> },
+    Positioned,
 }
 
 /// The consumer thread's handle on one partition's applier.
@@ -87,10 +87,14 @@ pub(crate) struct Partition {
     pub stop: Arc<AtomicBool>,
     /// Next offset whose predecessors are durably applied (-1: none yet).
     pub next: Arc<AtomicI64>,
-    /// The group's committed offset for the partition: at assignment, then
-    /// as commits are confirmed. Never committed below (an index restored
-    /// from an older copy catches up without moving the group back).
+    /// The group's committed offset for the partition, as commits are
+    /// confirmed.
     pub committed: i64,
+    /// The group's committed offset when the applier started, read by the
+    /// applier before it publishes anything in `next` (-1: none). Never
+    /// committed below: an index restored from an older copy catches up
+    /// without moving the group back.
+    pub floor: Arc<AtomicI64>,
     /// Messages fetched while the applier's queue was full.
     pub pending: std::collections::VecDeque<Record>,
     pub paused: bool,
@@ -98,22 +102,29 @@ pub(crate) struct Partition {
 }
 
 impl Partition {
-    /// Starts the applier of `partition`, whose group offset is `committed`
-    /// (-1: none).
-    pub fn spawn(partition: i32, shared: Arc<Shared>, committed: i64) -> Self {
+    /// Starts the applier of `partition`.
+    pub fn spawn(partition: i32, shared: Arc<Shared>) -> Self {
         let (tx, rx) = std::sync::mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let next = Arc::new(AtomicI64::new(-1));
+        let floor = Arc::new(AtomicI64::new(-1));
         let queued = Arc::new(AtomicUsize::new(0));
-        let (s, n, q) = (stop.clone(), next.clone(), queued.clone());
+        let (s, n, q, f) = (stop.clone(), next.clone(), queued.clone(), floor.clone());
         let join = std::thread::Builder::new()
             .name(format!("denorm-p{partition}"))
             .spawn(move || {
                 let lag_seconds = gauge!(m::CONSUMER_LAG_SECONDS, "partition" => partition.to_string());
-                Applier { partition, shared, stop: s, next: n, unpublished: Default::default(), queued: q, lag_seconds, incoming: Default::default() }.run(rx)
+                Applier { partition, shared, stop: s, next: n, floor: f, unpublished: Default::default(), queued: q, lag_seconds, incoming: Default::default() }.run(rx)
             })
             .expect("spawn partition thread");
-        Partition { tx, queued, stop, next, committed, pending: Default::default(), paused: false, join: Some(join) }
+        Partition { tx, queued, stop, next, committed: -1, floor, pending: Default::default(), paused: false, join: Some(join) }
+    }
+
+    /// The offset to commit for the partition, if it moved past what the
+    /// group has.
+    pub fn to_commit(&self) -> Option<i64> {
+        let next = self.next.load(Ordering::SeqCst);
+        (next > self.committed.max(self.floor.load(Ordering::SeqCst))).then_some(next)
     }
 
     pub fn finished(&self) -> bool {
@@ -121,13 +132,12 @@ impl Partition {
     }
 
     /// Waits for the applier to finish (after [`Partition::stop`] was set or
-    /// on its own). Returns its result and the next committable offset.
-    pub fn join(&mut self) -> (Result<(), WorkerError>, i64) {
-        let r = match self.join.take() {
+    /// on its own). Returns its result.
+    pub fn join(&mut self) -> Result<(), WorkerError> {
+        match self.join.take() {
             Some(j) => j.join().unwrap_or_else(|_| Err(WorkerError::Panicked)),
             None => Ok(()),
-        };
-        (r, self.next.load(Ordering::SeqCst))
+        }
     }
 }
 
@@ -142,6 +152,8 @@ struct Applier {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     next: Arc<AtomicI64>,
+    /// See [`Partition::floor`].
+    floor: Arc<AtomicI64>,
     /// An offset committed to the index but not published in `next` yet,
     /// until its writes are searchable ([`Shard::searchable`]).
     unpublished: std::cell::Cell<Option<i64>>,
@@ -191,7 +203,7 @@ enum Handled {
 pub(crate) enum Halt {
     /// A transient failure (index, schema registry) while handling a
     /// message: the caller reopens the shard and handles it again.
-    Retry(IndexError),
+    Retry(Transient),
     /// Stop was requested (revoke, shutdown) while retrying: what is not
     /// committed is left to the next owner.
     Stopped,
@@ -212,11 +224,32 @@ pub(crate) enum Halt {
 
 type Step<T> = Result<T, Halt>;
 
+/// A failure that may pass: retried (with backoff, the partition reported
+/// degraded) for as long as it lasts.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Transient {
+    #[error(transparent)]
+    Index(IndexError),
+    /// The schema registry could not resolve a message's schema id now.
+    #[error("{0}")]
+    Registry(String),
+}
+
+impl From<Transient> for WorkerError {
+    fn from(t: Transient) -> Self {
+        match t {
+            Transient::Index(e) => WorkerError::Index(e),
+            Transient::Registry(e) => WorkerError::Registry(e),
+        }
+    }
+}
+
 impl From<IndexError> for Halt {
-    /// An index failure: retried when it is transient, fatal otherwise.
+    /// An index failure where no command is to blame: retried when it is
+    /// transient, fatal otherwise.
     fn from(e: IndexError) -> Self {
-        if e.is_retryable() {
-            Halt::Retry(e)
+        if e.kind() == crate::retry::Kind::Transient {
+            Halt::Retry(Transient::Index(e))
         } else {
             Halt::Fatal(WorkerError::Index(e))
         }
@@ -231,14 +264,15 @@ impl Applier {
     }
 
     fn retrying(&self, op: Op) -> Retrying<'_> {
-        Retrying { applier: self, op, backoff: Backoff::new(self.shared.cfg.retry_backoff_max), degraded: None }
+        Retrying { applier: self, op, backoff: Backoff::new(Duration::from_millis(50), self.shared.cfg.retry_backoff_max), degraded: None }
     }
 
     fn run(self, rx: Receiver<Feed>) -> Result<(), WorkerError> {
         match self.apply_until_stopped(rx) {
             Ok(()) | Err(Halt::Stopped | Halt::Moved) => Ok(()),
             Err(Halt::Fatal(e)) => Err(e),
-            Err(Halt::Retry(e) | Halt::CommitFirst(e)) => Err(WorkerError::Index(e)),
+            Err(Halt::Retry(e)) => Err(e.into()),
+            Err(Halt::CommitFirst(e)) => Err(WorkerError::Index(e)),
         }
     }
 }
@@ -251,8 +285,6 @@ const GENERATION_CHECK: Duration = Duration::from_millis(100);
 /// documents they read are fetched together (see `Applier::prefetch`).
 const PREFETCH_WINDOW: usize = 256;
 
-/// Where fetching resumes for a shard at `checkpoint`: the checkpoint's own
-/// message (read again to check the log), or the beginning.
 /// An owner change's upsert without `after` (a producer that does not set
 /// it, or a topic copied by `denorm migrate`) is applied without waiting
 /// for its delete half: said once per process, since a replay into
@@ -265,6 +297,8 @@ fn warn_without_after(partition: i32, offset: i64, what: &str) {
     }
 }
 
+/// Where fetching resumes for a shard at `checkpoint`: the checkpoint's own
+/// message (read again to check the log), or the beginning.
 fn target_of(checkpoint: Option<Checkpoint>) -> Offset {
     checkpoint.map_or(Offset::Beginning, |c| Offset::Offset(c.offset as i64))
 }

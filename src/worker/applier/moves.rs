@@ -159,7 +159,7 @@ impl Applier {
     pub(super) fn commit_before(&self, shard: &mut dyn Shard) -> Step<()> {
         match shard.commit() {
             Ok(()) => Ok(()),
-            Err(e) if e.is_retryable() => Err(Halt::Retry(e)),
+            Err(e) if e.is_retryable() => Err(Halt::Retry(Transient::Index(e))),
             Err(e) => Err(Halt::CommitFirst(e)),
         }
     }

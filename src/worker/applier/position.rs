@@ -41,9 +41,12 @@ impl Applier {
     }
 
     /// The partition fetches from the checkpoint now; its watermarks, when
-    /// known, say at once whether the checkpoint is in the log.
-    pub(super) fn positioned(&self, checkpoint: Option<Checkpoint>, watermarks: Option<(i64, i64)>) -> Step<bool> {
-        if let Some((low, high)) = watermarks {
+    /// they can be read, say at once whether the checkpoint is in the log
+    /// (some brokers, tansu, answer a fetch past the end with nothing
+    /// rather than an out-of-range error). Read here, on the applier's
+    /// thread: the consumer thread never waits on the network.
+    pub(super) fn positioned(&self, checkpoint: Option<Checkpoint>) -> Step<bool> {
+        if let Some((low, high)) = self.shared.probe.watermarks(self.partition) {
             self.judge(checkpoint, crate::logid::range_against(checkpoint, low, high))?;
         }
         Ok(true)

@@ -69,28 +69,12 @@ impl Retrying<'_> {
     /// Waits for an expected condition (another owner releasing the shard):
     /// not a failure. `Halt::Stopped` when stop was requested.
     pub(super) fn pause(&mut self) -> Step<()> {
-        if self.applier.stopping() {
-            return Err(Halt::Stopped);
+        let a = self.applier;
+        if self.backoff.wait_unless(|| a.stopping()) {
+            Ok(())
+        } else {
+            Err(Halt::Stopped)
         }
-        self.backoff.wait();
-        Ok(())
-    }
-}
-
-/// Jittered exponential backoff from 50 ms up to `max`.
-pub(crate) struct Backoff {
-    next: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    pub fn new(max: Duration) -> Self {
-        Backoff { next: Duration::from_millis(50), max }
-    }
-    pub fn wait(&mut self) {
-        let jitter = rand::random_range(0.5..1.0);
-        std::thread::sleep(self.next.mul_f64(jitter));
-        self.next = (self.next * 2).min(self.max);
     }
 }
 

@@ -18,6 +18,7 @@ use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 use crate::index::{Doc, Kind, SearchIndex};
 use crate::kafka::KafkaConfig;
 use crate::worker::outbox::Outbox;
+use crate::worker::probe::LogProbe;
 use crate::worker::{Shared, Stats, WorkerConfig};
 
 /// A dead letter as the outbox received it.
@@ -26,6 +27,24 @@ struct Sent {
     reason: String,
     origin_offset: i64,
     key: String,
+}
+
+/// The broker's answers of the tests, from the log held in memory: the
+/// group has committed nothing.
+struct LogOf(Arc<Mutex<Vec<Record>>>);
+
+impl LogProbe for LogOf {
+    fn watermarks(&self, _: i32) -> Option<(i64, i64)> {
+        Some((0, self.0.lock().unwrap().len() as i64))
+    }
+
+    fn committed(&self, _: i32) -> Option<i64> {
+        None
+    }
+
+    fn group_lag(&self) -> Option<i64> {
+        None
+    }
 }
 
 /// The outbox of the tests: keeps what it is given, in order.
@@ -61,6 +80,9 @@ struct Rig {
     outbox: Arc<Scripted>,
     shared: Arc<Shared>,
     codec: Codec,
+    /// Seeks still to be overtaken by the partition's own start (served
+    /// from offset 0 instead of where they asked).
+    stale_starts: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A running applier and the feed that serves it.
@@ -90,6 +112,7 @@ impl Rig {
         cfg.retry_backoff_max = Duration::from_millis(50);
         tune(&mut cfg);
         let outbox = Arc::new(Scripted::default());
+        let log: Arc<Mutex<Vec<Record>>> = Arc::default();
         let shared = Arc::new(Shared {
             cfg,
             backend: Arc::new(EmbeddedBackend::new(index, 20 << 20)),
@@ -98,12 +121,12 @@ impl Rig {
             outbox: Box::new(outbox.clone()),
             health: Arc::default(),
             seeks: Mutex::default(),
-            assigned_at: Mutex::default(),
+            probe: Box::new(LogOf(log.clone())),
             log_partitions: 1,
             awaited: Mutex::default(),
             awaiting: Default::default(),
         });
-        Rig { dir, log: Arc::default(), outbox, shared, codec: Codec::new() }
+        Rig { dir, log, outbox, shared, codec: Codec::new(), stale_starts: Arc::default() }
     }
 
     fn append(&self, key: &str, payload: Vec<u8>) -> i64 {
@@ -128,13 +151,13 @@ impl Rig {
     /// partition is positioned and serves the log from there, then what is
     /// appended.
     fn start(&self) -> Running {
-        let part = Partition::spawn(0, self.shared.clone(), -1);
+        let part = Partition::spawn(0, self.shared.clone());
         let (tx, queued) = (part.tx.clone(), part.queued.clone());
         let (shared, log) = (self.shared.clone(), self.log.clone());
         let feeding = Arc::new(AtomicBool::new(true));
         let seeks: Arc<Mutex<Vec<i64>>> = Arc::default();
         let sent: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
-        let (go, asked, fed) = (feeding.clone(), seeks.clone(), sent.clone());
+        let (go, asked, fed, stale) = (feeding.clone(), seeks.clone(), sent.clone(), self.stale_starts.clone());
         let feeder = std::thread::spawn(move || {
             let mut cursor: Option<usize> = None;
             while go.load(Ordering::SeqCst) {
@@ -144,11 +167,13 @@ impl Rig {
                         _ => 0,
                     };
                     asked.lock().unwrap().push(at as i64);
-                    let high = log.lock().unwrap().len() as i64;
-                    if tx.send(Feed::Positioned { watermarks: Some((0, high)) }).is_err() {
+                    if tx.send(Feed::Positioned).is_err() {
                         return;
                     }
-                    cursor = Some(at);
+                    // The client's own start overtaking the seek: fetching
+                    // from the beginning all the same.
+                    let stale = stale.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+                    cursor = Some(if stale { 0 } else { at });
                 }
                 let next = cursor.and_then(|c| log.lock().unwrap().get(c).cloned());
                 match next {
@@ -203,8 +228,8 @@ impl Running {
     /// next committable offset.
     fn stop(mut self) -> i64 {
         self.part.stop.store(true, Ordering::SeqCst);
-        let (result, next) = self.part.join();
-        result.expect("the applier ended without error");
+        self.part.join().expect("the applier ended without error");
+        let next = self.part.next.load(Ordering::SeqCst);
         self.feeding.store(false, Ordering::SeqCst);
         if let Some(f) = self.feeder.take() {
             f.join().unwrap();
@@ -284,6 +309,32 @@ fn a_new_owner_resumes_at_the_checkpoint_itself_and_applies_nothing_twice() {
     let second = r.start();
     second.wait_next(25);
     assert_eq!(second.seeks.lock().unwrap().clone(), vec![19], "resumes at the checkpoint");
+    assert_eq!(second.stop(), 25);
+    assert_eq!(r.shared.stats.applied.load(Ordering::SeqCst), 25, "nothing applied twice");
+    assert_eq!(r.docs().len(), 25);
+}
+
+/// A seek right after an assignment can be overtaken by the client's own
+/// start from the group's offset (here: the beginning): the first message
+/// is then not the one sought. The applier seeks again rather than taking
+/// the log for another one (it used to stop the worker: "the partition's
+/// log now starts over at offset 0").
+#[test]
+fn a_seek_overtaken_by_the_partitions_own_start_is_made_again() {
+    let r = Rig::new(|_| {});
+    for i in 0..20 {
+        r.produce(upsert(&format!("f{i}"), &format!("/a/f{i}.txt")));
+    }
+    let first = r.start();
+    first.wait_next(20);
+    assert_eq!(first.stop(), 20);
+    for i in 20..25 {
+        r.produce(upsert(&format!("f{i}"), &format!("/a/f{i}.txt")));
+    }
+    r.stale_starts.store(2, Ordering::SeqCst);
+    let second = r.start();
+    second.wait_next(25);
+    assert_eq!(second.seeks.lock().unwrap().clone(), vec![19, 19, 19], "sought again after each overtaken start");
     assert_eq!(second.stop(), 25);
     assert_eq!(r.shared.stats.applied.load(Ordering::SeqCst), 25, "nothing applied twice");
     assert_eq!(r.docs().len(), 25);

@@ -263,6 +263,32 @@ pub fn wait_applied(cfg: &KafkaConfig, group: &str, min_end: usize) {
     kafka::wait_until_applied(cfg, group, min_end as i64, Duration::from_secs(180), |_| {}).expect("workers applied everything");
 }
 
+/// Waits until the group has applied `n` messages. tansu 0.6 (and noida-db's
+/// broker) start no rebalance when a dead member's session expires
+/// (scripts/repro/dead-member.py): its partitions stay with nobody until
+/// the next join, and a worker holding others of the group's partitions
+/// cannot tell them from a busy owner's. When the group makes no progress
+/// for 15 s, a fresh worker (`start`) joins, as a redeploy would, at most 5
+/// times. Returns the workers started so.
+pub fn applied_with_nudges(cfg: &KafkaConfig, group: &str, n: usize, start: impl Fn() -> Worker) -> Vec<Worker> {
+    let mut nudges = Vec::new();
+    let mut last_committed = -1;
+    loop {
+        match kafka::wait_until_applied(cfg, group, n as i64, Duration::from_secs(15), |_| {}) {
+            Ok(_) => return nudges,
+            Err(kafka::WaitError::Timeout(Some(report))) => {
+                let committed: i64 = report.partitions.iter().map(|p| p.committed).sum();
+                if committed == last_committed {
+                    assert!(nudges.len() < 5, "no progress even after {} fresh joins: {report:?}", nudges.len());
+                    nudges.push(start());
+                }
+                last_committed = committed;
+            }
+            Err(e) => panic!("waiting for the group: {e}"),
+        }
+    }
+}
+
 /// [`wait_applied`] with `workers`' logs in the failure message.
 pub fn wait_applied_by(cfg: &KafkaConfig, group: &str, min_end: usize, workers: &[&Worker]) {
     if let Err(e) = kafka::wait_until_applied(cfg, group, min_end as i64, Duration::from_secs(180), |_| {}) {
@@ -438,8 +464,13 @@ impl Worker {
 
     /// SIGTERM, waits for the exit, and returns the whole log.
     pub fn terminate_with_log(self) -> (ExitStatus, String) {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.sigterm();
         self.wait_exit(Duration::from_secs(60))
+    }
+
+    /// SIGTERM, without waiting.
+    pub fn sigterm(&self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
     }
 
     /// Waits (at most `timeout`) for the worker to exit by itself: its exit
@@ -452,6 +483,11 @@ impl Worker {
             let _ = r.join(); // stderr reaches EOF once the process is gone
         }
         (s, self.log())
+    }
+
+    /// The value of metric `name` with `labels` on the worker's endpoint.
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        metric(&self.http_get("/metrics").1, name, labels)
     }
 
     /// GET `path` on the worker's metrics endpoint: (status line, body).

@@ -4,7 +4,7 @@
 use super::*;
 use denorm::apply::{apply, FanOut};
 use denorm::command::Command;
-use denorm::index::{Backend, IndexError};
+use denorm::index::Backend;
 use wiremock::matchers::query_param;
 
 /// Finding 1: the rewrite of a document that changed under the scan
@@ -191,7 +191,7 @@ fn a_page_missing_shards_fails_the_scan_retryably_instead_of_ending_it() {
     let b = backend(&server, &rt);
     let mut shard = b.open_shard(0).unwrap();
     let err = apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap_err();
-    assert!(matches!(err, IndexError::Backend(_)), "retryable, not a rejection: {err:?}");
+    assert_eq!(err.kind(), denorm::retry::Kind::Transient, "retryable, not a rejection: {err:?}");
     assert!(err.to_string().contains("1 of 2 shards failed"), "{err}");
     assert!(bulks(&server, &rt).is_empty(), "nothing of a partial page is written");
 }

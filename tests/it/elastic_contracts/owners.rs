@@ -150,7 +150,6 @@ fn chaos_with_every_upsert_written_first_leaves_the_documents_equal_to_the_model
 /// the reason, instead of dead-lettering every rename.
 #[test]
 fn a_refresh_refused_for_lack_of_privileges_is_retried_not_dead_lettered() {
-    use denorm::index::IndexError;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let server = rt.block_on(MockServer::start());
     rt.block_on(async {
@@ -163,6 +162,7 @@ fn a_refresh_refused_for_lack_of_privileges_is_retried_not_dead_lettered() {
     let b = backend(&server, &rt);
     let mut shard = b.open_shard(0).unwrap();
     let err = apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap_err();
-    assert!(matches!(err, IndexError::Backend(_)), "retryable, not rejected: {err:?}");
+    assert_eq!(err.kind(), denorm::retry::Kind::Transient, "retryable, not rejected: {err:?}");
+    assert!(std::error::Error::source(&err).is_some_and(|c| c.to_string().contains("403")), "the Elasticsearch error is kept as the cause: {err:?}");
     assert!(err.to_string().contains("403") && err.to_string().contains("maintenance"), "{err}");
 }

@@ -3,7 +3,7 @@
 use super::*;
 use denorm::apply::{apply, FanOut};
 use denorm::command::Command;
-use denorm::index::{Backend, IndexError};
+use denorm::index::Backend;
 
 fn search_index(server: &MockServer, rt: &tokio::runtime::Runtime) -> denorm::index::elastic::search::ElasticSearch {
     denorm::index::elastic::search::ElasticSearch { client: config(server, &[]).client().unwrap(), prefix: "denorm".into(), runtime: rt.handle().clone() }
@@ -53,7 +53,7 @@ fn partial_searches_and_refreshes_are_errors_not_short_answers() {
     let b = backend(&server, &rt);
     let mut shard = b.open_shard(0).unwrap();
     let err = apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap_err();
-    assert!(matches!(err, IndexError::Backend(_)), "retryable: {err:?}");
+    assert_eq!(err.kind(), denorm::retry::Kind::Transient, "retryable: {err:?}");
     assert!(err.to_string().contains("refreshing before a fan-out") && err.to_string().contains("1 of 2 shards failed"), "{err}");
     rt.block_on(server.verify());
 }

@@ -1,0 +1,276 @@
+//! Rebuilding an index (`denorm rebuild`): builds the next generation of the index (embedded or
+//! Elasticsearch) from the start of the topic while the live workers keep
+//! applying commands to the current one and searches keep reading it, then
+//! cuts over atomically.
+//!
+//! How it goes (and how a crash at any point is resumed):
+//!
+//! 1. The topic must still hold every command (low watermark 0 on every
+//!    partition), or the rebuild is refused: a replay could not be exact.
+//! 2. The rebuild's state (`<index>/REBUILD`, or the meta document
+//!    `rebuild` on Elasticsearch) records the generation being built (N+1).
+//!    A rerun after a crash reads it and resumes that generation: its
+//!    shards' checkpoints say where each partition goes on.
+//! 3. An in-process worker of its own consumer group applies the topic to
+//!    generation N+1 (dead letters and parking work as in `denorm run`).
+//! 4. Once every partition of N+1 has reached both the end of the log (as
+//!    of that check) and the checkpoint of generation N, the rebuild's
+//!    worker stops (commits and releases its shard writers), N+1 is made
+//!    searchable, and the cutover switches searches to it at once: one
+//!    atomic rename of `CURRENT` (embedded), one `_aliases` request
+//!    (Elasticsearch). Searches never see a half-built generation.
+//! 5. Each live worker notices the switch between two batches (or, on
+//!    Elasticsearch, at its next write: the old generation's write aliases
+//!    are gone), commits or drops what it had for N, opens N+1's shard and
+//!    resumes at N+1's checkpoint: a command that arrived during the
+//!    cutover is applied to N+1 by the rebuild or by the live worker, once.
+//! 6. Generation N is deleted (`--keep-old` keeps it): on the embedded index
+//!    once no writer holds its shards, on Elasticsearch at once (nothing can
+//!    write to it any more), then the state is removed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::BaseConsumer;
+use tracing::{info, warn};
+
+use crate::http::Health;
+use crate::index::generations::{Generations, State};
+use crate::index::Checkpoint;
+use crate::kafka::{watermarks, KafkaConfig, KafkaSetupError};
+use crate::worker::{self, Stats, WorkerConfig, WorkerError};
+
+/// Why a rebuild did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RebuildError {
+    #[error(
+        "partition {partition} of {topic} starts at offset {low}: retention has deleted {low} command(s), so a replay cannot rebuild \
+         the index exactly. Keep the command topic's whole history (retention.ms=-1, retention.bytes=-1), or restore the \
+         index from a copy and let `denorm run` catch it up from its checkpoints"
+    )]
+    Retention { topic: String, partition: usize, low: i64 },
+    /// Partitions were added to the topic in place (an operator's mistake
+    /// to fix with `denorm migrate`).
+    #[error(
+        "topic {topic} has {partitions} partitions, but the index was built from it with {recorded}: partitions added in \
+         place moved keys to other partitions, and a replay would split their commands between shards. Copy the topic \
+         into a new one (`denorm migrate --to-topic NEW --to-partitions {partitions}`), then rebuild from it \
+         (`denorm --topic NEW rebuild`); see docs/rebuild.md"
+    )]
+    PartitionsAdded { topic: String, partitions: i32, recorded: i32 },
+    #[error(transparent)]
+    Kafka(#[from] KafkaSetupError),
+    #[error("the broker has not said where the topic ends for {secs}s")]
+    BrokerSilent { secs: u64, #[source] source: KafkaSetupError },
+    /// The index's generations could not be read or changed.
+    #[error(transparent)]
+    Index(#[from] anyhow::Error),
+    #[error("the rebuild's worker failed")]
+    Worker(#[source] WorkerError),
+    #[error("the rebuild's worker panicked")]
+    WorkerPanicked,
+    #[error("the rebuild's worker stopped before the rebuild was done")]
+    WorkerStopped,
+}
+
+/// What a rebuild needs.
+pub struct Rebuild<'a> {
+    pub kafka: KafkaConfig,
+    pub index: &'a dyn Generations,
+    /// The live workers' group (the rebuild's own groups are named after it).
+    pub group: String,
+    pub partitions: i32,
+    /// Keep the previous generation after the cutover.
+    pub keep_old: bool,
+    pub takeover_waits: bool,
+    pub health: Arc<Health>,
+    /// The runtime the rebuild's worker resolves schema ids on.
+    pub runtime: tokio::runtime::Handle,
+}
+
+/// Where a rebuild stands, at each turn of its progress poll.
+#[derive(Debug, Clone, Copy)]
+pub struct Tick {
+    pub generation: u64,
+    /// Commands of the log the new generation has applied.
+    pub applied: i64,
+    /// Commands in the log as of this turn.
+    pub of: i64,
+}
+
+/// A finished rebuild.
+#[derive(Debug, Clone, Copy)]
+pub struct Done {
+    pub generation: u64,
+    pub partitions: i32,
+    pub applied: u64,
+    pub elapsed: Duration,
+}
+
+/// Commands of the log (`ends`: each partition's watermarks) that a
+/// generation with `checkpoints` has applied.
+pub fn applied_of(checkpoints: &BTreeMap<i32, Checkpoint>, ends: &[(i64, i64)]) -> i64 {
+    (0..).zip(ends).map(|(p, (_, high))| checkpoints.get(&p).map_or(0, |c| (c.offset as i64 + 1).min(*high))).sum()
+}
+
+/// How long the rebuild's progress poll goes on without an answer from the
+/// broker before the rebuild gives up.
+const BROKER_SILENCE: Duration = Duration::from_secs(120);
+
+/// Rebuilds (or resumes rebuilding) the next generation and cuts over to it;
+/// `progress` sees each turn of the progress poll. Blocking.
+pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, RebuildError> {
+    let Rebuild { kafka, index, group, partitions, keep_old, takeover_waits, health, runtime: rt } = r;
+    let group = group.as_str();
+    let started = Instant::now();
+    let consumer: BaseConsumer = kafka.client_config().create().map_err(KafkaSetupError::from)?;
+    let marks = watermarks(&consumer, &kafka.topic, partitions)?;
+    if let Some((p, (low, _))) = marks.iter().enumerate().find(|(_, (low, _))| *low > 0) {
+        return Err(RebuildError::Retention { topic: kafka.topic.clone(), partition: p, low: *low });
+    }
+    // Rebuilt from the topic the live generation was built from, the new one
+    // must also reach the live one's checkpoints; from another topic (after
+    // `denorm migrate`) their offsets are not comparable.
+    let same_log = index.recorded_topic()? == kafka.topic;
+    // Partitions added to the topic in place moved keys to other
+    // partitions: a replay would split them across shards (the workers
+    // refuse such a topic too). Only a copy into a new topic keeps them.
+    if same_log {
+        if let Some(recorded) = index.recorded_partitions()?.filter(|n| *n != partitions) {
+            return Err(RebuildError::PartitionsAdded { topic: kafka.topic.clone(), partitions, recorded });
+        }
+    }
+    let current = index.current()?;
+    let state = match index.state()? {
+        Some(s) => {
+            info!(generation = s.generation, "resuming the rebuild in progress");
+            s
+        }
+        None => {
+            let generation = index.list()?.into_iter().max().unwrap_or(0).max(current) + 1;
+            let s = State { generation, group: format!("{group}.rebuild-{generation}-{}", uuid::Uuid::new_v4().simple()) };
+            index.save_state(&s)?;
+            info!(generation, "rebuilding the index into a new generation");
+            s
+        }
+    };
+    let target = state.generation;
+
+    if current != target {
+        index.prepare(target)?;
+        // The rebuild's worker, on generation `target`.
+        let backend = index.writer(target);
+        let shutdown = Arc::new(AtomicBool::new(false));
+        // A group of this run's own: a run killed moments ago may still be a
+        // member of the last one, holding its partitions until the broker
+        // evicts it (tansu 0.6 was seen not to within minutes). Positions
+        // come from the shards' checkpoints, never from the group's offsets.
+        let run_group = format!("{}-{}", state.group, &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let mut cfg = WorkerConfig::new(kafka.clone(), run_group);
+        cfg.takeover_waits = takeover_waits;
+        let (flag, h) = (shutdown.clone(), health.clone());
+        let worker = std::thread::spawn(move || {
+            let _rt = rt.enter();
+            worker::run(cfg, backend, flag, h, Arc::new(Stats::default()))
+        });
+
+        let mut unanswered: Option<Instant> = None;
+        loop {
+            if worker.is_finished() {
+                worker.join().map_err(|_| RebuildError::WorkerPanicked)?.map_err(RebuildError::Worker)?;
+                return Err(RebuildError::WorkerStopped);
+            }
+            // A poll the broker did not answer in time (a busy broker) is
+            // polled again: the worker goes on meanwhile. Only a broker
+            // silent for minutes ends the rebuild.
+            let ends = match watermarks(&consumer, &kafka.topic, partitions) {
+                Ok(e) => {
+                    unanswered = None;
+                    e
+                }
+                Err(e) => {
+                    let since = *unanswered.get_or_insert_with(|| {
+                        warn!(error = %e, "reading the topic's end offsets failed; polled again every second");
+                        Instant::now()
+                    });
+                    if since.elapsed() >= BROKER_SILENCE {
+                        return Err(RebuildError::BrokerSilent { secs: BROKER_SILENCE.as_secs(), source: e });
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                    continue;
+                }
+            };
+            let built = index.checkpoints_in(target, partitions)?;
+            let live = if same_log { index.checkpoints_in(current, partitions)? } else { Default::default() };
+            let applied = applied_of(&built, &ends);
+            let all: i64 = ends.iter().map(|(_, high)| high).sum();
+            metrics::gauge!("denorm_rebuild_remaining_messages").set((all - applied).max(0) as f64);
+            metrics::gauge!("denorm_rebuild_generation").set(target as f64);
+            progress(&Tick { generation: target, applied, of: all });
+            // Caught up: with the log as of this check, and with the live
+            // generation (so a search never sees the index go back).
+            let caught_up = (0..partitions).all(|p| {
+                let high = ends[p as usize].1;
+                let at = built.get(&p).map_or(-1, |c| c.offset as i64);
+                let live_at = live.get(&p).map_or(-1, |c| c.offset as i64);
+                at + 1 >= high && at >= live_at
+            });
+            if caught_up {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // The rebuild's worker stops first (commits, releases its writers):
+        // from the cutover on, live workers are the only writers of `target`.
+        shutdown.store(true, Ordering::SeqCst);
+        worker.join().map_err(|_| RebuildError::WorkerPanicked)?.map_err(RebuildError::Worker)?;
+        index.cut_over(current, target, partitions)?;
+        info!(from = current, to = target, "cut over: searches and live workers use the new generation");
+        if crate::faults::active("rebuild.after-cutover").is_some() {
+            warn!("injected fault rebuild.after-cutover: aborting");
+            std::process::abort();
+        }
+    }
+
+    if !keep_old {
+        for g in index.list()?.into_iter().filter(|&g| g != target) {
+            index.remove(g, partitions)?;
+        }
+    }
+    index.clear_state()?;
+    let built = index.checkpoints_in(target, partitions)?;
+    let applied: u64 = built.values().map(|c| c.offset + 1).sum();
+    Ok(Done { generation: target, partitions, applied, elapsed: started.elapsed() })
+}
+
+/// The index's generations and a rebuild in progress, with how much of the
+/// log each has applied.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Status {
+    pub current: u64,
+    pub generations: Vec<u64>,
+    pub current_applied: i64,
+    pub end: i64,
+    /// The generation being rebuilt and what it has applied.
+    pub rebuild: Option<(u64, i64)>,
+}
+
+/// Reads [`Status`]. Blocking.
+pub fn status(kafka: &KafkaConfig, index: &dyn Generations) -> Result<Status, RebuildError> {
+    let current = index.current()?;
+    let generations = index.list()?;
+    let target = index.state()?.map(|s| s.generation);
+    let partitions = kafka.topic_partitions()?.unwrap_or(0);
+    let consumer: BaseConsumer = kafka.client_config().create().map_err(KafkaSetupError::from)?;
+    let ends = watermarks(&consumer, &kafka.topic, partitions)?;
+    let end = ends.iter().map(|(_, h)| h).sum();
+    let applied = |g: u64| -> Result<i64, RebuildError> { Ok(applied_of(&index.checkpoints_in(g, partitions)?, &ends)) };
+    let current_applied = applied(current)?;
+    let rebuild = match target {
+        Some(g) => Some((g, applied(g)?)),
+        None => None,
+    };
+    Ok(Status { current, generations, current_applied, end, rebuild })
+}

@@ -1,0 +1,111 @@
+//! Offset commits whose answers come back. rust-rdkafka's `BaseConsumer`
+//! enables librdkafka's commit events but sets no `offset_commit_cb`, and
+//! librdkafka answers an asynchronous `rd_kafka_commit` only to one: its
+//! `commit_callback` never runs for them. Here each commit names a queue of
+//! its own (`rd_kafka_commit_queue`), which the consumer thread drains
+//! without waiting: a commit counts once the broker confirmed it, and a stop
+//! can wait for the last one with a deadline.
+
+use rdkafka::bindings as rd;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::TopicPartitionList;
+
+/// One partition's part of an answer: its offset, and whether the broker
+/// took it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Answered {
+    pub partition: i32,
+    pub offset: i64,
+    pub error: Option<String>,
+}
+
+/// The queue the answers to this worker's commits arrive on.
+pub(crate) struct CommitQueue {
+    queue: *mut rd::rd_kafka_queue_t,
+    in_flight: usize,
+}
+
+// SAFETY: a librdkafka queue may be used from any thread; the pointer is
+// owned by this value (destroyed in Drop) and only used through &mut self
+// or &self calls that librdkafka makes thread-safe.
+unsafe impl Send for CommitQueue {}
+
+impl CommitQueue {
+    pub(crate) fn new<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> Self {
+        // SAFETY: the client handle is valid while `consumer` lives, and the
+        // queue only references it (it is destroyed before the client: the
+        // worker drops it first).
+        let queue = unsafe { rd::rd_kafka_queue_new(consumer.client().native_ptr()) };
+        CommitQueue { queue, in_flight: 0 }
+    }
+
+    /// Sends a commit of `tpl`; its answer is read by [`CommitQueue::answers`].
+    pub(crate) fn send<C: ConsumerContext>(&mut self, consumer: &BaseConsumer<C>, tpl: &TopicPartitionList) -> KafkaResult<()> {
+        // SAFETY: valid client, list and queue; librdkafka copies the list.
+        let err = unsafe { rd::rd_kafka_commit_queue(consumer.client().native_ptr(), tpl.ptr(), self.queue, None, std::ptr::null_mut()) };
+        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return Err(KafkaError::ConsumerCommit(err.into()));
+        }
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Commits sent and not answered yet.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// The answers arrived so far, without waiting: per partition, or one
+    /// request-level error.
+    pub(crate) fn answers(&mut self) -> Vec<Result<Vec<Answered>, String>> {
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: valid queue; a returned event is destroyed below.
+            let ev = unsafe { rd::rd_kafka_queue_poll(self.queue, 0) };
+            if ev.is_null() {
+                return out;
+            }
+            // SAFETY: `ev` is a valid event until destroyed; the list it
+            // returns is owned by the event and read before that.
+            unsafe {
+                if rd::rd_kafka_event_type(ev) == rd::RD_KAFKA_EVENT_OFFSET_COMMIT {
+                    self.in_flight = self.in_flight.saturating_sub(1);
+                    let err = rd::rd_kafka_event_error(ev);
+                    if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                        out.push(Err(rdkafka::error::RDKafkaErrorCode::from(err).to_string()));
+                    } else {
+                        out.push(Ok(partitions(rd::rd_kafka_event_topic_partition_list(ev))));
+                    }
+                }
+                rd::rd_kafka_event_destroy(ev);
+            }
+        }
+    }
+}
+
+/// The entries of a librdkafka partition list.
+///
+/// # Safety
+/// `list` is null or a valid list for the duration of the call.
+unsafe fn partitions(list: *const rd::rd_kafka_topic_partition_list_t) -> Vec<Answered> {
+    if list.is_null() {
+        return Vec::new();
+    }
+    let list = &*list;
+    (0..list.cnt as usize)
+        .map(|i| {
+            let e = &*list.elems.add(i);
+            let error = (e.err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR).then(|| rdkafka::error::RDKafkaErrorCode::from(e.err).to_string());
+            Answered { partition: e.partition, offset: e.offset, error }
+        })
+        .collect()
+}
+
+impl Drop for CommitQueue {
+    fn drop(&mut self) {
+        // SAFETY: the queue was created by rd_kafka_queue_new and is
+        // destroyed once.
+        unsafe { rd::rd_kafka_queue_destroy(self.queue) }
+    }
+}

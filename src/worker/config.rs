@@ -1,0 +1,208 @@
+//! The worker's settings: one typed configuration, its defaults (shared
+//! with `denorm run`'s flags), and its validation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::WorkerError;
+use crate::apply::FanOut;
+use crate::kafka::KafkaConfig;
+
+/// Worker settings. Defaults in [`WorkerConfig::new`].
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub kafka: KafkaConfig,
+    /// Consumer group id.
+    pub group: String,
+    /// Most commands applied between two index commits.
+    pub max_batch: usize,
+    /// Longest time an applied command waits for its index commit: commits
+    /// are batched, because each one creates a segment.
+    pub commit_linger: Duration,
+    /// A batch is committed as soon as no command arrives for this long
+    /// (default 5 ms), so that light traffic is searchable at once.
+    pub commit_quiet: Duration,
+    /// Paging and throttling of fan-outs (default: pages of 1000, no pause).
+    pub fan_out: FanOut,
+    /// Bytes of messages queued per partition for its applier (default
+    /// 16 MiB). A partition whose queue is full is paused, and resumed once
+    /// the queue is down to half: pausing makes the client drop what it
+    /// prefetched for the partition and fetch it again, so each pause must
+    /// buy half a queue of progress.
+    pub queue_bytes: usize,
+    /// librdkafka's prefetch for the whole consumer, in KiB
+    /// (`queued.max.messages.kbytes`; default 16 MiB, librdkafka's own
+    /// default is 64 MiB). With `queue_bytes` per assigned partition it
+    /// bounds the memory held for messages not yet applied.
+    pub fetch_buffer_kb: usize,
+    /// How often durable progress is committed to Kafka (default 1 s).
+    pub commit_interval: Duration,
+    /// Longest wait between retries of a transient failure (default 30 s).
+    pub retry_backoff_max: Duration,
+    /// How often lag gauges are refreshed (default 5 s).
+    pub lag_interval: Duration,
+    /// Largest payload accepted; larger messages are rejected (default 1 MiB,
+    /// Kafka's default `message.max.bytes`).
+    pub max_message_bytes: usize,
+    /// Longest wait for appliers to finish their command when partitions
+    /// are revoked or the worker stops (default 30 s).
+    pub shutdown_timeout: Duration,
+    /// Longest time from a stop to the process's exit (default 50 s, below
+    /// the chart's termination grace of 60 s): draining (at most
+    /// `shutdown_timeout`), committing, leaving the group. What cannot be
+    /// committed by then (a broker gone) is given up: the next owner
+    /// replays it from the shard's checkpoint, harmlessly.
+    pub shutdown_grace: Duration,
+    /// Where aborted and parked commands go (default `<topic>.dlq`).
+    pub dlq_topic: String,
+    /// What happens to a key's later commands after one is aborted.
+    pub on_abort: OnAbort,
+    /// Attempts at a command the index rejects before it is aborted
+    /// (default 3). Transient failures are retried without limit.
+    pub max_attempts: u32,
+    /// Resolves schema-registry framed messages (none: only single-object
+    /// encoding is accepted).
+    pub registry: Option<Arc<crate::codec::registry::Registry>>,
+    /// Static group membership (`group.instance.id`): a worker restarted
+    /// with the same id within the session timeout gets its partitions
+    /// back without a rebalance.
+    pub instance_id: Option<String>,
+    /// How long the group waits for a silent member (`session.timeout.ms`,
+    /// default 45 s).
+    pub session_timeout: Duration,
+    /// Whether a take-over waits until the partition its documents leave is
+    /// applied up to their departure (default true; see
+    /// `--no-takeover-waits`).
+    pub takeover_waits: bool,
+}
+
+/// What happens to a key's later commands once one is aborted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnAbort {
+    /// Dead-letter them too (reason `parked`) until an operator acts: the
+    /// key's order is never broken.
+    Park,
+    /// Apply them anyway: availability over order.
+    Skip,
+}
+
+/// The defaults of the worker's settings, once: [`WorkerConfig::new`] and
+/// `denorm run`'s flags both take them from here.
+pub mod defaults {
+    pub const MAX_BATCH: usize = 20_000;
+    pub const COMMIT_LINGER_MS: u64 = 100;
+    pub const COMMIT_QUIET_MS: u64 = 5;
+    pub const QUEUE_KB: u64 = 16 << 10;
+    pub const FETCH_BUFFER_KB: u64 = 16 << 10;
+    pub const COMMIT_INTERVAL_MS: u64 = 1000;
+    pub const RETRY_BACKOFF_MAX_MS: u64 = 30_000;
+    pub const SHUTDOWN_TIMEOUT_SECS: u64 = 30;
+    pub const SHUTDOWN_GRACE_SECS: u64 = 50;
+    pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+    pub const MAX_ATTEMPTS: u32 = 3;
+    pub const SESSION_TIMEOUT_MS: u32 = 45_000;
+}
+
+impl WorkerConfig {
+    pub fn new(kafka: KafkaConfig, group: impl Into<String>) -> Self {
+        WorkerConfig {
+            group: group.into(),
+            max_batch: defaults::MAX_BATCH,
+            commit_linger: Duration::from_millis(defaults::COMMIT_LINGER_MS),
+            commit_quiet: Duration::from_millis(defaults::COMMIT_QUIET_MS),
+            fan_out: FanOut::pages_of(crate::apply::DEFAULT_PAGE_SIZE),
+            queue_bytes: (defaults::QUEUE_KB << 10) as usize,
+            fetch_buffer_kb: defaults::FETCH_BUFFER_KB as usize,
+            commit_interval: Duration::from_millis(defaults::COMMIT_INTERVAL_MS),
+            retry_backoff_max: Duration::from_millis(defaults::RETRY_BACKOFF_MAX_MS),
+            lag_interval: Duration::from_secs(5),
+            shutdown_timeout: Duration::from_secs(defaults::SHUTDOWN_TIMEOUT_SECS),
+            shutdown_grace: Duration::from_secs(defaults::SHUTDOWN_GRACE_SECS),
+            max_message_bytes: defaults::MAX_MESSAGE_BYTES,
+            dlq_topic: crate::dlq::default_topic(&kafka.topic),
+            on_abort: OnAbort::Park,
+            max_attempts: defaults::MAX_ATTEMPTS,
+            registry: None,
+            instance_id: None,
+            session_timeout: Duration::from_millis(defaults::SESSION_TIMEOUT_MS as u64),
+            takeover_waits: true,
+            kafka,
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// Every setting checked at once: the first one out of range, named
+    /// with its flag. [`run`] refuses a configuration that fails this.
+    pub fn validate(&self) -> Result<(), WorkerError> {
+        let bad = |flag: &str, why: String| Err(WorkerError::Config(format!("{flag}: {why}")));
+        let at_least = |flag: &str, v: u128, min: u128| if v < min { bad(flag, format!("{v} is below the least allowed, {min}")) } else { Ok(()) };
+        at_least("--max-batch", self.max_batch as u128, 1)?;
+        at_least("--queue-kb (bytes)", self.queue_bytes as u128, 1)?;
+        at_least("--fetch-buffer-kb", self.fetch_buffer_kb as u128, 1)?;
+        at_least("--commit-interval-ms", self.commit_interval.as_millis(), 10)?;
+        at_least("--max-attempts", self.max_attempts as u128, 1)?;
+        at_least("--max-message-bytes", self.max_message_bytes as u128, 1)?;
+        at_least("--page-size", self.fan_out.page_size as u128, 1)?;
+        at_least("--retry-backoff-max-ms", self.retry_backoff_max.as_millis(), 50)?;
+        // Kafka's defaults for group.min/max.session.timeout.ms.
+        let session = self.session_timeout.as_millis();
+        if !(6_000..=1_800_000).contains(&session) {
+            return bad("--session-timeout-ms", format!("{session} is outside what brokers accept by default (6000..=1800000)"));
+        }
+        if self.shutdown_grace < self.shutdown_timeout {
+            return bad(
+                "--shutdown-grace-secs",
+                format!("{} s is below --shutdown-timeout-secs ({} s): the grace bounds the whole stop, draining included", self.shutdown_grace.as_secs(), self.shutdown_timeout.as_secs()),
+            );
+        }
+        if self.group.trim().is_empty() {
+            return bad("--group", "empty".into());
+        }
+        if self.dlq_topic.trim().is_empty() || self.dlq_topic == self.kafka.topic {
+            return bad("--dlq-topic", format!("{:?} cannot hold dead letters of topic {:?}", self.dlq_topic, self.kafka.topic));
+        }
+        if self.instance_id.as_deref().is_some_and(|id| id.trim().is_empty()) {
+            return bad("--instance-id", "empty".into());
+        }
+        Ok(())
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> WorkerConfig {
+        WorkerConfig::new(KafkaConfig::new("127.0.0.1:9092", "t"), "g")
+    }
+
+    #[test]
+    fn the_defaults_are_valid() {
+        cfg().validate().unwrap();
+    }
+
+    #[test]
+    fn each_setting_out_of_range_is_refused_naming_its_flag() {
+        let cases: Vec<(&str, Box<dyn Fn(&mut WorkerConfig)>)> = vec![
+            ("--max-batch", Box::new(|c| c.max_batch = 0)),
+            ("--queue-kb", Box::new(|c| c.queue_bytes = 0)),
+            ("--commit-interval-ms", Box::new(|c| c.commit_interval = Duration::from_millis(1))),
+            ("--max-attempts", Box::new(|c| c.max_attempts = 0)),
+            ("--page-size", Box::new(|c| c.fan_out.page_size = 0)),
+            ("--session-timeout-ms", Box::new(|c| c.session_timeout = Duration::from_millis(500))),
+            ("--session-timeout-ms", Box::new(|c| c.session_timeout = Duration::from_secs(7200))),
+            ("--shutdown-grace-secs", Box::new(|c| c.shutdown_grace = Duration::from_secs(5))),
+            ("--dlq-topic", Box::new(|c| c.dlq_topic = "t".into())),
+            ("--group", Box::new(|c| c.group = " ".into())),
+            ("--instance-id", Box::new(|c| c.instance_id = Some(String::new()))),
+        ];
+        for (flag, spoil) in cases {
+            let mut c = cfg();
+            spoil(&mut c);
+            let e = c.validate().expect_err(flag).to_string();
+            assert!(e.contains(flag), "{flag}: {e}");
+        }
+    }
+}
