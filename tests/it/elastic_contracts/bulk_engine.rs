@@ -108,13 +108,6 @@ async fn splits_requests_by_documents_and_bytes() {
 }
 
 
-/// A shard with no applied position yet, whose files `ids` do not exist.
-async fn mount_new_shard(server: &MockServer, ids: &[&str]) {
-    Mock::given(path("/denorm-meta/_doc/p0")).and(method("GET")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(server).await;
-    for id in ids {
-        Mock::given(method("GET")).and(path(format!("/denorm-files-g0/_doc/{id}"))).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(server).await;
-    }
-}
 
 /// Applies an upsert of each file `ids[i]` at position `i`, and marks it.
 fn upsert_files(shard: &mut dyn denorm::index::Shard, ids: &[&str]) {
@@ -135,16 +128,15 @@ fn a_failed_commit_keeps_its_writes_and_sends_them_again() {
     use denorm::apply::{apply, FanOut};
     use denorm::command::Command;
     use denorm::index::Backend;
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new().new_shard(&["f1"]);
+    let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        mount_new_shard(&server, &["f1"]).await;
         // The cluster is unavailable for the whole first commit (5 attempts).
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(5).mount(&server).await;
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201)])).mount(&server).await;
         Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(&server).await;
     });
-    let b = backend(&server, &rt);
+    let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
     let cmd = Command::UpsertFile { id: "f1".into(), path: "/c/a.txt".into(), contents: "x".into(), previous_path: None };
     apply(shard.as_mut(), &cmd, 3, FanOut::pages_of(10)).unwrap();
@@ -163,10 +155,9 @@ fn a_failed_commit_keeps_its_writes_and_sends_them_again() {
 #[test]
 fn a_run_of_503_and_429_responses_is_outlasted_and_nothing_is_lost() {
     use denorm::index::Backend;
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new().new_shard(&["f1", "f2"]);
+    let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        mount_new_shard(&server, &["f1", "f2"]).await;
         // An outage longer than one commit's attempts (5): 7 x 503, then
         // 4 x 429 (overloaded while recovering), then the cluster is back.
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(7).mount(&server).await;
@@ -174,7 +165,7 @@ fn a_run_of_503_and_429_responses_is_outlasted_and_nothing_is_lost() {
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201), ("f2", 201)])).mount(&server).await;
         Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(&server).await;
     });
-    let b = backend(&server, &rt);
+    let b = d.backend();
     // What the worker does on a transient failure: a fresh shard writer,
     // the uncommitted batch applied again, the commit retried.
     let mut failures = 0;
@@ -203,13 +194,12 @@ fn a_run_of_503_and_429_responses_is_outlasted_and_nothing_is_lost() {
 #[test]
 fn an_item_refused_for_good_fails_the_commit_permanently() {
     use denorm::index::Backend;
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new().new_shard(&["f1", "f2"]);
+    let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        mount_new_shard(&server, &["f1", "f2"]).await;
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201), ("f2", 400)])).mount(&server).await;
     });
-    let b = backend(&server, &rt);
+    let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
     upsert_files(shard.as_mut(), &["f1", "f2"]);
     // Not retryable: the worker commits the batch command by command to

@@ -11,10 +11,9 @@ use wiremock::matchers::query_param;
 /// (409) is applied to the version found, not dropped.
 #[test]
 fn a_conflict_during_a_rename_moves_the_version_found_instead_of_dropping_the_rewrite() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new().scan(1);
+    let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        mount_scan_basics(&server, 1).await;
         Mock::given(path("/_search")).respond_with(recorded::search_page(vec![hit("a", "/c/a", 5, 1)])).mount(&server).await;
         Mock::given(method("POST"))
             .and(path("/_bulk"))
@@ -30,7 +29,7 @@ fn a_conflict_during_a_rename_moves_the_version_found_instead_of_dropping_the_re
             .mount(&server)
             .await;
     });
-    let b = backend(&server, &rt);
+    let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
     let written = apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap();
     assert_eq!(written, 1);
@@ -52,10 +51,9 @@ fn a_conflict_during_a_rename_moves_the_version_found_instead_of_dropping_the_re
 /// writes.
 #[test]
 fn a_commit_is_searchable_before_its_offset_is_published() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new().scan(1);
+    let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        mount_scan_basics(&server, 1).await;
         Mock::given(method("GET"))
             .and(path("/denorm-meta/_doc/p1"))
             .respond_with(ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-meta", "_id": "p1", "found": false})))
@@ -69,7 +67,7 @@ fn a_commit_is_searchable_before_its_offset_is_published() {
             .await;
     });
     let refreshes = || rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path().ends_with("-g0/_refresh")).count();
-    let b = backend(&server, &rt);
+    let b = d.backend();
     let (mut p0, mut p1) = (b.open_shard(0).unwrap(), b.open_shard(1).unwrap());
     assert!(p0.searchable(false).unwrap(), "nothing written yet");
     // A fan-out: its pages are written during the apply.
@@ -106,10 +104,9 @@ fn a_commit_is_searchable_before_its_offset_is_published() {
 /// when what is there is older than the delete.
 #[test]
 fn a_conflicting_delete_never_deletes_a_newer_version() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new().scan(0);
+    let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        mount_scan_basics(&server, 0).await;
         Mock::given(method("GET"))
             .and(path("/denorm-files-g0/_doc/f1"))
             .respond_with(recorded::get_doc("f1", 3, file_source("f1", "/c", "old", 5)))
@@ -128,7 +125,7 @@ fn a_conflicting_delete_never_deletes_a_newer_version() {
             .mount(&server)
             .await;
     });
-    let b = backend(&server, &rt);
+    let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
     apply(shard.as_mut(), &Command::DeleteFile { id: "f1".into(), path: "/c/1.txt".into() }, 20, FanOut::pages_of(2)).unwrap();
     shard.commit().unwrap();
@@ -143,17 +140,15 @@ fn a_conflicting_delete_never_deletes_a_newer_version() {
 /// valid rename as a permanent failure.
 #[test]
 fn an_expired_point_in_time_restarts_the_scan_instead_of_rejecting_the_rename() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new().scan(2).bulk_ok();
+    let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        mount_scan_basics(&server, 2).await;
         Mock::given(path("/_search")).respond_with(recorded::search_page(vec![hit("a", "/c/a", 1, 1), hit("b", "/c/a", 2, 2)])).up_to_n_times(1).mount(&server).await;
         Mock::given(path("/_search")).respond_with(recorded::search_context_missing()).up_to_n_times(1).mount(&server).await;
         // After the restart, what was moved no longer matches.
         Mock::given(path("/_search")).respond_with(recorded::search_page(vec![hit("c", "/c/a", 3, 3)])).mount(&server).await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&server).await;
     });
-    let b = backend(&server, &rt);
+    let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
     let written = apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap();
     assert_eq!(written, 3);
@@ -177,18 +172,16 @@ fn an_expired_point_in_time_restarts_the_scan_instead_of_rejecting_the_rename() 
 /// silently left unrewritten.
 #[test]
 fn a_page_missing_shards_fails_the_scan_retryably_instead_of_ending_it() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new().scan(1).bulk_ok();
+    let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        mount_scan_basics(&server, 1).await;
         Mock::given(path("/_search"))
             .and(query_param("allow_partial_search_results", "false"))
             .respond_with(recorded::search_page_partial(vec![hit("a", "/c/a", 1, 1)]))
             .mount(&server)
             .await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&server).await;
     });
-    let b = backend(&server, &rt);
+    let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
     let err = apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap_err();
     assert_eq!(err.kind(), denorm::retry::Kind::Transient, "retryable, not a rejection: {err:?}");

@@ -17,8 +17,8 @@ fn file(id: &str, pos: u64) -> Doc {
 
 #[test]
 fn a_shard_reads_and_writes_only_through_its_generations_write_alias() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
     let b = backend_on(&server, &rt, 2);
     rt.block_on(async {
         Mock::given(method("POST")).and(path("/denorm-meta/_mget")).respond_with(ok(json!({"docs": [
@@ -57,9 +57,9 @@ fn a_shard_reads_and_writes_only_through_its_generations_write_alias() {
 
 #[test]
 fn a_generation_whose_alias_is_gone_fails_retryably_and_is_never_read_as_empty() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
-    let b = backend(&server, &rt);
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
+    let b = d.backend();
     rt.block_on(async {
         Mock::given(method("GET")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::doc_missing("denorm-meta", "p0")).mount(&server).await;
         Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/f1")).respond_with(recorded::index_not_found("denorm-files-g0")).mount(&server).await;
@@ -82,9 +82,9 @@ fn a_generation_whose_alias_is_gone_fails_retryably_and_is_never_read_as_empty()
 
 #[test]
 fn a_rebuild_creates_its_generation_records_its_log_and_swaps_every_alias_in_one_request() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
-    let gens = ElasticGenerations { backend: backend(&server, &rt) };
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
+    let gens = ElasticGenerations { backend: d.backend() };
     rt.block_on(async {
         for kind in ["files", "users", "posts"] {
             Mock::given(method("PUT")).and(path(format!("/denorm-{kind}-000002")))
@@ -133,8 +133,8 @@ fn a_rebuild_creates_its_generation_records_its_log_and_swaps_every_alias_in_one
 
 #[test]
 fn the_old_generation_and_its_meta_documents_are_deleted_and_the_state_survives_a_restart() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
     let gens = ElasticGenerations { backend: backend_on(&server, &rt, 1) };
     rt.block_on(async {
         Mock::given(method("GET")).and(path("/denorm-files-*/_alias")).respond_with(ok(json!({

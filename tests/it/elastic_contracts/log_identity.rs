@@ -24,11 +24,11 @@ fn mount_log_document(rt: &tokio::runtime::Runtime, server: &MockServer, created
 
 #[test]
 fn the_partition_count_is_recorded_once_then_compared() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
     let created = ResponseTemplate::new(201).set_body_json(json!({"_index": "denorm-meta", "_id": "log", "result": "created", "_seq_no": 0, "_primary_term": 1}));
     mount_log_document(&rt, &server, created, json!({"topic": "t", "partitions": 6}));
-    let b = backend(&server, &rt);
+    let b = d.backend();
     b.bind_log(6).unwrap();
     let reqs = rt.block_on(server.received_requests()).unwrap();
     let created = reqs.iter().find(|r| r.url.path().ends_with("/_create/log")).expect("the log document is created");
@@ -44,19 +44,19 @@ fn the_partition_count_is_recorded_once_then_compared() {
 
 #[test]
 fn of_two_workers_creating_the_log_document_the_second_reads_the_first_ones() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
     let conflict = ResponseTemplate::new(409).set_body_json(json!({"error": {"type": "version_conflict_engine_exception", "reason": "[log]: version conflict, document already exists (current version [1])"}, "status": 409}));
     mount_log_document(&rt, &server, conflict, json!({"topic": "t", "partitions": 4}));
-    let b = backend(&server, &rt);
+    let b = d.backend();
     assert!(matches!(b.bind_log(6), Err(IndexError::LogMismatch(_))), "the first worker's count wins");
-    assert!(matches!(backend(&server, &rt).bind_log(4), Ok(())));
+    assert!(matches!(d.backend().bind_log(4), Ok(())));
 }
 
 #[test]
 fn checkpoints_are_read_in_one_multi_get_without_the_writer() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
         Mock::given(method("POST"))
             .and(path("/denorm-meta/_mget"))
@@ -70,7 +70,7 @@ fn checkpoints_are_read_in_one_multi_get_without_the_writer() {
             .mount(&server)
             .await;
     });
-    let c = backend(&server, &rt).checkpoints(&[0, 1, 2]).unwrap();
+    let c = d.backend().checkpoints(&[0, 1, 2]).unwrap();
     assert_eq!(c.len(), 2);
     assert_eq!(c[&0], Checkpoint::new(41, 0x51c0_16c8_9e23_0cf1));
     assert_eq!(c[&2], Checkpoint { offset: 5, fingerprint: None }, "a checkpoint from before fingerprints");

@@ -164,6 +164,72 @@ async fn mount_scan_basics(server: &MockServer, pit_opens: u64) {
     Mock::given(method("DELETE")).and(path("/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true, "num_freed": 1}))).mount(server).await;
 }
 
+/// The test double of one contract, built by chained calls: a wiremock
+/// server on a runtime of its own, with the answers the contract needs
+/// mounted. A contract mounts its own answers on `server` (inside
+/// `rt.block_on`) and builds the backend with [`Double::backend`].
+struct Double {
+    rt: tokio::runtime::Runtime,
+    server: MockServer,
+}
+
+impl Double {
+    fn new() -> Self {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let server = rt.block_on(MockServer::start());
+        Double { rt, server }
+    }
+
+    /// A shard's scan around a point in time, opened `pit_opens` times
+    /// (see [`mount_scan_basics`]).
+    fn scan(self, pit_opens: u64) -> Self {
+        self.rt.block_on(mount_scan_basics(&self.server, pit_opens));
+        self
+    }
+
+    /// A shard's scan whose point in time is closed `pit_closes` times (see
+    /// [`mount_pit_scan`]).
+    fn pit_scan(self, pit_closes: u64) -> Self {
+        self.rt.block_on(mount_pit_scan(&self.server, pit_closes));
+        self
+    }
+
+    /// A shard with no applied position yet, whose files `ids` do not exist.
+    fn new_shard(self, ids: &[&str]) -> Self {
+        self.rt.block_on(async {
+            Mock::given(path("/denorm-meta/_doc/p0")).and(method("GET")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&self.server).await;
+            for id in ids {
+                Mock::given(method("GET")).and(path(format!("/denorm-files-g0/_doc/{id}"))).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).mount(&self.server).await;
+            }
+        });
+        self
+    }
+
+    /// Every bulk request answered as done.
+    fn bulk_ok(self) -> Self {
+        self.rt.block_on(Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&self.server));
+        self
+    }
+
+    /// A backend on this double (read alias on generation 0).
+    fn backend(&self) -> denorm::index::elastic::backend::ElasticBackend {
+        backend(&self.server, &self.rt)
+    }
+}
+
+/// A shard's scan: no meta document yet, the refresh, a point in time
+/// opened and closed (expected `pit_closes` times).
+async fn mount_pit_scan(server: &MockServer, pit_closes: u64) {
+    Mock::given(method("GET"))
+        .and(path("/denorm-meta/_doc/p0"))
+        .respond_with(ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-meta", "_id": "p0", "found": false})))
+        .mount(server)
+        .await;
+    Mock::given(path("/denorm-files-g0/_refresh")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 1, "successful": 1, "failed": 0}}))).mount(server).await;
+    Mock::given(method("POST")).and(path("/denorm-files-g0/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1"}))).mount(server).await;
+    Mock::given(method("DELETE")).and(path("/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true, "num_freed": 1}))).expect(pit_closes).mount(server).await;
+}
+
 fn bulks(server: &MockServer, rt: &tokio::runtime::Runtime) -> Vec<Vec<Value>> {
     rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path() == "/_bulk").map(ndjson).collect()
 }

@@ -14,11 +14,11 @@ use super::store::*;
 #[test]
 fn a_previous_owner_that_resumes_cannot_move_the_checkpoint_or_the_parked_keys() {
     use denorm::index::{Checkpoint, IndexError};
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
     let meta = MetaDoc::default();
     rt.block_on(Mock::given(path_regex(r"^/denorm-meta/(_doc|_create)/p0$")).respond_with(meta.clone()).with_priority(1).mount(&server));
-    let b = backend(&server, &rt);
+    let b = d.backend();
     let mut old = b.open_shard(0).unwrap();
     old.mark_applied(Checkpoint::new(5, 1));
     old.commit().unwrap();
@@ -47,11 +47,11 @@ fn a_previous_owner_that_resumes_cannot_move_the_checkpoint_or_the_parked_keys()
 #[test]
 fn one_writer_of_a_generation_sweeps_expired_tombstones() {
     use denorm::index::Checkpoint;
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
     let store = Store::default();
     rt.block_on(store.mount(&server));
-    let b = backend(&server, &rt);
+    let b = d.backend();
     let upsert = |id: &str| Command::UpsertFile { id: id.into(), path: format!("/d/{id}.txt"), contents: "c".into(), previous_path: None };
     for p in 0..4 {
         let mut shard = b.open_shard(p).unwrap();
@@ -71,11 +71,11 @@ fn one_writer_of_a_generation_sweeps_expired_tombstones() {
 #[test]
 fn a_previous_owners_create_cannot_bring_back_a_document_a_newer_command_deleted() {
     use denorm::index::{Checkpoint, IndexError};
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
     let store = Store::default();
     rt.block_on(store.mount(&server));
-    let b = backend(&server, &rt);
+    let b = d.backend();
     let upsert = Command::UpsertFile { id: "f1".into(), path: "/d/1.txt".into(), contents: "c".into(), previous_path: None };
     // The old owner reads f1 as absent and stages its create (offset 5),
     // then stalls before committing.
@@ -150,8 +150,8 @@ fn chaos_with_every_upsert_written_first_leaves_the_documents_equal_to_the_model
 /// the reason, instead of dead-lettering every rename.
 #[test]
 fn a_refresh_refused_for_lack_of_privileges_is_retried_not_dead_lettered() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
         Mock::given(method("GET")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::doc_missing("denorm-meta", "p0")).mount(&server).await;
         Mock::given(path("/denorm-files-g0/_refresh"))
@@ -159,7 +159,7 @@ fn a_refresh_refused_for_lack_of_privileges_is_retried_not_dead_lettered() {
             .mount(&server)
             .await;
     });
-    let b = backend(&server, &rt);
+    let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
     let err = apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap_err();
     assert_eq!(err.kind(), denorm::retry::Kind::Transient, "retryable, not rejected: {err:?}");

@@ -14,23 +14,12 @@ fn file_hit(id: &str, path: &str, seq: i64, sort: i64) -> Value {
            "_source": {"id": id, "name": name, "path": dir, "contents": "c", "denorm_pos": 1}, "sort": [sort]})
 }
 
-async fn mount_common(server: &MockServer, pit_closes: u64) {
-    Mock::given(method("GET"))
-        .and(path("/denorm-meta/_doc/p0"))
-        .respond_with(ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-meta", "_id": "p0", "found": false})))
-        .mount(server)
-        .await;
-    Mock::given(path("/denorm-files-g0/_refresh")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 1, "successful": 1, "failed": 0}}))).mount(server).await;
-    Mock::given(method("POST")).and(path("/denorm-files-g0/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1"}))).mount(server).await;
-    Mock::given(method("DELETE")).and(path("/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true, "num_freed": 1}))).expect(pit_closes).mount(server).await;
-}
 
 #[test]
 fn rename_pages_through_a_point_in_time_writes_conditionally_and_closes_it() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new().pit_scan(1);
+    let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        mount_common(&server, 1).await;
         Mock::given(path("/_search"))
             .respond_with(ResponseTemplate::new(200).set_body_json(recorded::search_response(Some("pit-2"), vec![file_hit("a", "/c/a/1.txt", 5, 1), file_hit("b", "/c/a/x/2.txt", 6, 2)])))
             .up_to_n_times(1)
@@ -42,7 +31,7 @@ fn rename_pages_through_a_point_in_time_writes_conditionally_and_closes_it() {
             .await;
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&server).await;
     });
-    let b = backend(&server, &rt);
+    let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
     let cmd = Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() };
     let written = apply(shard.as_mut(), &cmd, 10, FanOut::pages_of(2)).unwrap();
@@ -69,13 +58,12 @@ fn rename_pages_through_a_point_in_time_writes_conditionally_and_closes_it() {
 
 #[test]
 fn closes_the_point_in_time_when_a_page_fails() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new().pit_scan(1);
+    let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        mount_common(&server, 1).await;
         Mock::given(path("/_search")).respond_with(recorded::search_bad_request()).mount(&server).await;
     });
-    let b = backend(&server, &rt);
+    let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
     let cmd = Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() };
     let err = apply(shard.as_mut(), &cmd, 10, FanOut::pages_of(2)).unwrap_err();
@@ -87,10 +75,9 @@ fn closes_the_point_in_time_when_a_page_fails() {
 
 #[test]
 fn a_stale_write_never_overwrites_a_newer_one() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new().pit_scan(0);
+    let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        mount_common(&server, 0).await;
         // The file is absent when read, then another writer creates it
         // at a later position before our create lands.
         Mock::given(method("GET"))
@@ -108,7 +95,7 @@ fn a_stale_write_never_overwrites_a_newer_one() {
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 409)])).mount(&server).await;
         Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(&server).await;
     });
-    let b = backend(&server, &rt);
+    let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
     let cmd = Command::UpsertFile { id: "f1".into(), path: "/c/n.txt".into(), contents: "older".into(), previous_path: None };
     apply(shard.as_mut(), &cmd, 20, FanOut::pages_of(2)).unwrap();

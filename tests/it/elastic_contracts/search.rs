@@ -19,8 +19,8 @@ fn searches(server: &MockServer, rt: &tokio::runtime::Runtime) -> Vec<Value> {
 #[test]
 fn partial_searches_and_refreshes_are_errors_not_short_answers() {
     use denorm::index::{FileQuery, PostQuery, SearchIndex};
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
         for index in ["/denorm-files/_search", "/denorm-posts/_search"] {
             Mock::given(method("POST")).and(path(index)).respond_with(recorded::search_page_partial(vec![])).mount(&server).await;
@@ -50,7 +50,7 @@ fn partial_searches_and_refreshes_are_errors_not_short_answers() {
             .mount(&server)
             .await;
     });
-    let b = backend(&server, &rt);
+    let b = backend(&server, rt);
     let mut shard = b.open_shard(0).unwrap();
     let err = apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap_err();
     assert_eq!(err.kind(), denorm::retry::Kind::Transient, "retryable: {err:?}");
@@ -63,8 +63,8 @@ fn partial_searches_and_refreshes_are_errors_not_short_answers() {
 #[test]
 fn a_search_beyond_the_result_window_pages_through_a_point_in_time_best_first() {
     use denorm::index::{FileQuery, SearchIndex};
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
         Mock::given(method("POST")).and(path("/denorm-files/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1"}))).expect(1).mount(&server).await;
         Mock::given(method("DELETE")).and(path("/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true, "num_freed": 1}))).expect(1).mount(&server).await;
@@ -99,8 +99,8 @@ fn a_search_beyond_the_result_window_pages_through_a_point_in_time_best_first() 
 #[test]
 fn more_posts_per_author_than_elasticsearch_allows_is_refused_with_the_reason() {
     use denorm::index::{PostQuery, SearchIndex};
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
     let err = search_index(&server, &rt).posts_by_author(&PostQuery { text: None, author: None }, 5, 101).unwrap_err();
     assert!(err.to_string().contains("index.max_inner_result_window (100)"), "{err}");
     assert!(rt.block_on(server.received_requests()).unwrap().is_empty());
@@ -111,8 +111,8 @@ fn more_posts_per_author_than_elasticsearch_allows_is_refused_with_the_reason() 
 #[test]
 fn every_author_pages_through_a_composite_aggregation_ordered_by_best_score() {
     use denorm::index::{PostQuery, SearchIndex};
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = rt.block_on(MockServer::start());
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
     let bucket = |i: usize| {
         json!({"key": {"author": format!("author {i:05}")}, "doc_count": 1, "best_score": {"value": (i % 7) as f64},
                "top": {"hits": {"total": {"value": 1, "relation": "eq"}, "max_score": 1.0, "hits": []}}})
