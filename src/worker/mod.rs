@@ -100,6 +100,15 @@ pub(crate) struct Shared {
     /// checkpoint); the consumer thread seeks, then feeds
     /// [`Feed::Positioned`].
     seeks: Mutex<HashMap<i32, Offset>>,
+    /// Where each partition's shard resumes, as last known to this process
+    /// (read once before joining the group, then left by each applier that
+    /// stops): an assignment starts its partitions there, without a request
+    /// on the consumer thread. Stale when another worker moved the shard on
+    /// meanwhile: its applier then seeks.
+    known: Mutex<HashMap<i32, Offset>>,
+    /// Where the assignment started each partition (from `known`): an
+    /// applier whose shard's checkpoint is there needs no seek.
+    assigned_at: Mutex<HashMap<i32, Offset>>,
     /// The broker's answers outside the group protocol (watermarks, the
     /// group's offsets), asked from the appliers' threads.
     probe: Box<dyn LogProbe>,
@@ -169,7 +178,20 @@ pub fn run(
     // The index must be built from this topic as it is now.
     let log_partitions = cfg.kafka.topic_partitions()?.ok_or_else(|| crate::kafka::KafkaSetupError::MissingTopic(topic.clone()))?;
     backend.bind_log(log_partitions).map_err(WorkerError::Index)?;
-    let probe = BrokerProbe::new(&cfg.kafka, &cfg.group, log_partitions)?;
+    // Where the shards resume, read here (before the consumer loop) so that
+    // assignments start there without a request in the rebalance callback:
+    // a seek right after an assignment costs a second fetch (seconds on a
+    // deep partition of tansu).
+    let all: Vec<i32> = (0..log_partitions).collect();
+    let known: HashMap<i32, Offset> = match backend.checkpoints(&all) {
+        Ok(c) => all.iter().map(|p| (*p, applier::target_of(c.get(p).copied()))).collect(),
+        Err(e) => {
+            warn!(error = %e, "reading the shards' checkpoints failed: each applier positions its partition once its shard is open");
+            HashMap::new()
+        }
+    };
+    let probe = Arc::new(BrokerProbe::new(&cfg.kafka, &cfg.group, log_partitions)?);
+    probe.warm_up();
     let patience = cfg.session_timeout;
     let shared = Arc::new(Shared {
         cfg,
@@ -179,6 +201,8 @@ pub fn run(
         outbox: Box::new(dlq),
         health: health.clone(),
         seeks: Mutex::new(HashMap::new()),
+        known: Mutex::new(known),
+        assigned_at: Mutex::new(HashMap::new()),
         probe: Box::new(probe),
         log_partitions,
         awaited: Mutex::new(Vec::new()),

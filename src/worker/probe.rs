@@ -41,6 +41,15 @@ impl BrokerProbe {
     pub(crate) fn new(kafka: &KafkaConfig, group: &str, partitions: i32) -> Result<Self, crate::kafka::KafkaSetupError> {
         Ok(BrokerProbe { client: crate::kafka::group_client(kafka, group)?, topic: kafka.topic.clone(), partitions })
     }
+
+    /// Finds the group's coordinator ahead of the appliers' first question
+    /// (a client's first request to it takes about a second).
+    pub(crate) fn warm_up(self: &std::sync::Arc<Self>) {
+        let me = self.clone();
+        let _ = std::thread::Builder::new().name("denorm-probe-warm-up".into()).spawn(move || {
+            let _ = me.committed(0);
+        });
+    }
 }
 
 impl LogProbe for BrokerProbe {
@@ -77,5 +86,19 @@ impl LogProbe for BrokerProbe {
                 None
             }
         }
+    }
+}
+
+impl<T: LogProbe + ?Sized> LogProbe for std::sync::Arc<T> {
+    fn watermarks(&self, partition: i32) -> Option<(i64, i64)> {
+        (**self).watermarks(partition)
+    }
+
+    fn committed(&self, partition: i32) -> Option<i64> {
+        (**self).committed(partition)
+    }
+
+    fn group_lag(&self) -> Option<i64> {
+        (**self).group_lag()
     }
 }

@@ -54,6 +54,7 @@ impl ConsumerContext for WorkerContext {
                     error!(error = %e, "refusing the assignment");
                     self.fatal.lock().expect("fatal lock").get_or_insert(WorkerError::Index(e));
                 }
+                self.start_where_known(tpl);
                 let rebalance = Rebalance::Assign(tpl);
                 self.pre_rebalance(consumer, &rebalance);
                 let r = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
@@ -187,6 +188,25 @@ impl WorkerContext {
     }
 }
 
+impl WorkerContext {
+    /// Starts each assigned partition where this process last knew its
+    /// shard to resume (no request: see [`super::Shared::known`]), and
+    /// records it for the applier.
+    fn start_where_known(&self, tpl: &mut TopicPartitionList) {
+        let topic = &self.shared.cfg.kafka.topic;
+        let known = self.shared.known.lock().expect("known lock");
+        let mut at = self.shared.assigned_at.lock().expect("assigned_at lock");
+        let assigned: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+        for p in assigned {
+            if let Some(offset) = known.get(&p) {
+                if tpl.set_partition_offset(topic, p, *offset).is_ok() {
+                    at.insert(p, *offset);
+                }
+            }
+        }
+    }
+}
+
 fn cooperative(consumer: &BaseConsumer<WorkerContext>) -> bool {
     matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative)
 }
@@ -235,6 +255,17 @@ pub(super) fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx
             if let Some(next) = part.to_commit() {
                 out.push((*p, next));
             }
+            // Where its shard resumes (its checkpoint's own message), if
+            // this process gets the partition back.
+            let next = part.next.load(Ordering::SeqCst);
+            let mut known = ctx.shared.known.lock().expect("known lock");
+            if next > 0 {
+                known.insert(*p, Offset::Offset(next - 1));
+            } else {
+                known.remove(p);
+            }
+            drop(known);
+            ctx.shared.assigned_at.lock().expect("assigned_at lock").remove(p);
             // The new owner reports this partition from now on.
             gauge!(m::CONSUMER_LAG_SECONDS, "partition" => p.to_string()).set(0.0);
             gauge!(m::PARKED_KEYS, "partition" => p.to_string()).set(0.0);

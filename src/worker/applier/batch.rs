@@ -10,14 +10,19 @@ const RESEEKS: u32 = 3;
 
 impl Applier {
     pub(super) fn apply_until_stopped(&self, rx: Receiver<Feed>) -> Step<()> {
-        // Before anything is published in `next`: the group's offset, which
-        // commits never go below.
-        if let Some(floor) = self.shared.probe.committed(self.partition) {
-            self.floor.store(floor, Ordering::SeqCst);
-        }
+        // The group's offset, which commits never go below, read beside the
+        // start (a first request to the group's coordinator takes about a
+        // second): nothing is committed until it is known.
+        let (shared, floor, partition) = (self.shared.clone(), self.floor.clone(), self.partition);
+        std::thread::Builder::new()
+            .name(format!("denorm-p{partition}-floor"))
+            .spawn(move || floor.store(shared.probe.committed(partition).unwrap_or(-1), Ordering::SeqCst))
+            .expect("spawn the floor read");
         let mut shard = self.open_shard()?;
         let mut checkpoint = self.took(shard.as_mut());
-        let mut positioned = self.seek_to(checkpoint);
+        // Started at the checkpoint by the assignment already, or sought now.
+        let assigned = self.shared.assigned_at.lock().expect("assigned_at lock").remove(&self.partition);
+        let mut positioned = if assigned == Some(target_of(checkpoint)) { self.positioned(checkpoint)? } else { self.seek_to(checkpoint) };
         let mut first = true;
         // Seeks made again because a stale start overtook them (see below).
         let mut overtaken = 0u32;

@@ -77,6 +77,9 @@ pub(crate) enum Feed {
     Positioned,
 }
 
+/// [`Partition::floor`] before the group's offset was read.
+pub(crate) const FLOOR_UNKNOWN: i64 = i64::MIN;
+
 /// The consumer thread's handle on one partition's applier.
 pub(crate) struct Partition {
     /// The applier's queue; its size in bytes is `queued`.
@@ -90,10 +93,10 @@ pub(crate) struct Partition {
     /// The group's committed offset for the partition, as commits are
     /// confirmed.
     pub committed: i64,
-    /// The group's committed offset when the applier started, read by the
-    /// applier before it publishes anything in `next` (-1: none). Never
-    /// committed below: an index restored from an older copy catches up
-    /// without moving the group back.
+    /// The group's committed offset when the applier started (-1: none;
+    /// [`FLOOR_UNKNOWN`] until read). Never committed below: an index
+    /// restored from an older copy catches up without moving the group
+    /// back.
     pub floor: Arc<AtomicI64>,
     /// Messages fetched while the applier's queue was full.
     pub pending: std::collections::VecDeque<Record>,
@@ -107,7 +110,7 @@ impl Partition {
         let (tx, rx) = std::sync::mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let next = Arc::new(AtomicI64::new(-1));
-        let floor = Arc::new(AtomicI64::new(-1));
+        let floor = Arc::new(AtomicI64::new(FLOOR_UNKNOWN));
         let queued = Arc::new(AtomicUsize::new(0));
         let (s, n, q, f) = (stop.clone(), next.clone(), queued.clone(), floor.clone());
         let join = std::thread::Builder::new()
@@ -121,10 +124,10 @@ impl Partition {
     }
 
     /// The offset to commit for the partition, if it moved past what the
-    /// group has.
+    /// group has (nothing while the group's offset is not known yet).
     pub fn to_commit(&self) -> Option<i64> {
-        let next = self.next.load(Ordering::SeqCst);
-        (next > self.committed.max(self.floor.load(Ordering::SeqCst))).then_some(next)
+        let (next, floor) = (self.next.load(Ordering::SeqCst), self.floor.load(Ordering::SeqCst));
+        (floor != FLOOR_UNKNOWN && next > self.committed.max(floor)).then_some(next)
     }
 
     pub fn finished(&self) -> bool {
@@ -299,7 +302,7 @@ fn warn_without_after(partition: i32, offset: i64, what: &str) {
 
 /// Where fetching resumes for a shard at `checkpoint`: the checkpoint's own
 /// message (read again to check the log), or the beginning.
-fn target_of(checkpoint: Option<Checkpoint>) -> Offset {
+pub(crate) fn target_of(checkpoint: Option<Checkpoint>) -> Offset {
     checkpoint.map_or(Offset::Beginning, |c| Offset::Offset(c.offset as i64))
 }
 

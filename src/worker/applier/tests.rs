@@ -121,6 +121,8 @@ impl Rig {
             outbox: Box::new(outbox.clone()),
             health: Arc::default(),
             seeks: Mutex::default(),
+            known: Mutex::default(),
+            assigned_at: Mutex::default(),
             probe: Box::new(LogOf(log.clone())),
             log_partitions: 1,
             awaited: Mutex::default(),
