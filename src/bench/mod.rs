@@ -1,3 +1,5 @@
-//! `denorm bench`'s library parts (the CLI runs the phases).
+//! `denorm bench`: its phases against raw baselines ([`harness`]) and the
+//! process probes they report with ([`process`]); the CLI maps its flags.
 
+pub mod harness;
 pub mod process;

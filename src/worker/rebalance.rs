@@ -47,7 +47,7 @@ impl ConsumerContext for WorkerContext {
         let cooperative = cooperative(consumer);
         let outcome = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                if let Some(p) = tpl.elements().iter().map(|e| e.partition()).find(|&p| p >= self.shared.log_partitions) {
+                if let Some(p) = tpl.elements().iter().map(|e| e.partition()).max().filter(|&p| p >= self.shared.log_partitions) {
                     // At least p + 1 partitions now (the exact count is a
                     // metadata request away: not on this thread).
                     let e = IndexError::partitions_changed(self.shared.log_partitions, p + 1);

@@ -144,6 +144,13 @@ impl Rig {
         self.append(&key, self.codec.encode(&Envelope::new(c)))
     }
 
+    /// Upserts of files `f{i}` at `/a/f{i}.txt` for each `i` of `ids`.
+    fn produce_files(&self, ids: std::ops::Range<usize>) {
+        for i in ids {
+            self.produce(upsert(&format!("f{i}"), &format!("/a/f{i}.txt")));
+        }
+    }
+
     fn produce_move(&self, m: &MoveIn) -> i64 {
         self.append(m.key(), self.codec.encode_move(m))
     }
@@ -293,9 +300,7 @@ fn commands_are_committed_in_batches_and_only_whole_batches_are_published() {
 #[test]
 fn a_new_owner_resumes_at_the_checkpoint_itself_and_applies_nothing_twice() {
     let r = Rig::new(|_| {});
-    for i in 0..20 {
-        r.produce(upsert(&format!("f{i}"), &format!("/a/f{i}.txt")));
-    }
+    r.produce_files(0..20);
     let first = r.start();
     first.wait_next(20);
     assert_eq!(first.seeks.lock().unwrap().clone(), vec![0], "a fresh shard starts at the beginning");
@@ -305,9 +310,7 @@ fn a_new_owner_resumes_at_the_checkpoint_itself_and_applies_nothing_twice() {
     // The partition is assigned again (a rebalance): the new owner asks for
     // the checkpoint's own offset, whose message the index applied (its
     // fingerprint is checked), and applies only what follows.
-    for i in 20..25 {
-        r.produce(upsert(&format!("f{i}"), &format!("/a/f{i}.txt")));
-    }
+    r.produce_files(20..25);
     let second = r.start();
     second.wait_next(25);
     assert_eq!(second.seeks.lock().unwrap().clone(), vec![19], "resumes at the checkpoint");
@@ -324,15 +327,11 @@ fn a_new_owner_resumes_at_the_checkpoint_itself_and_applies_nothing_twice() {
 #[test]
 fn a_seek_overtaken_by_the_partitions_own_start_is_made_again() {
     let r = Rig::new(|_| {});
-    for i in 0..20 {
-        r.produce(upsert(&format!("f{i}"), &format!("/a/f{i}.txt")));
-    }
+    r.produce_files(0..20);
     let first = r.start();
     first.wait_next(20);
     assert_eq!(first.stop(), 20);
-    for i in 20..25 {
-        r.produce(upsert(&format!("f{i}"), &format!("/a/f{i}.txt")));
-    }
+    r.produce_files(20..25);
     r.stale_starts.store(2, Ordering::SeqCst);
     let second = r.start();
     second.wait_next(25);

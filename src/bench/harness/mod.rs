@@ -1,5 +1,5 @@
-//! `denorm bench`: the pipeline against raw baselines measured in the same
-//! run on the same broker (see docs/benchmark.md). Workers are real
+//! The phases of `denorm bench`: the pipeline against raw baselines
+//! measured in the same run on the same broker (see docs/benchmark.md). Workers are real
 //! `denorm run` processes (this executable), so their memory is their own;
 //! the baselines are a plain rdkafka consumer and bare tantivy; against
 //! Elasticsearch ([`elastic`]), a plain `_bulk` and `_update_by_query`.
@@ -23,7 +23,6 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::json;
 
-use super::Cli;
 use crate::command::Command;
 use crate::index::embedded::{raw, EmbeddedIndex};
 use crate::index::{Doc, FileDoc};
@@ -104,10 +103,38 @@ impl Row {
     }
 }
 
-pub async fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
+/// How the benchmark reaches the broker, and how its `denorm run` workers
+/// are given the same client options.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub kafka: KafkaConfig,
+    /// `--kafka-options-file`, passed on to the workers.
+    pub kafka_options_file: Option<PathBuf>,
+    /// The librdkafka options given on the command line or in the
+    /// environment, passed on to the workers.
+    pub kafka_options: Vec<(String, String)>,
+}
+
+/// Why a benchmark did not run to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The benchmark's settings cannot be run.
+    #[error("{0}")]
+    Usage(String),
+    /// A phase failed; the cause says which and why.
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+/// Runs every phase and writes the results (see [`BenchArgs`]).
+pub async fn run(launch: &Launch, a: &BenchArgs) -> Result<(), BenchError> {
     if a.renames.is_empty() || a.renames.contains(&0) {
-        bail!(super::UsageError("--renames needs one or more sizes above 0".into()));
+        return Err(BenchError::Usage("--renames needs one or more sizes above 0".into()));
     }
+    Ok(phases(launch, a).await?)
+}
+
+async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
     let tmp;
     let work = match &a.dir {
         Some(d) => {
@@ -120,7 +147,7 @@ pub async fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         }
     };
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
-    let mut kafka = cli.kafka();
+    let mut kafka = launch.kafka.clone();
     kafka.topic = format!("denorm.bench.{run_id}");
     kafka.partitions = a.partitions;
     kafka
@@ -132,7 +159,7 @@ pub async fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         None => None,
     };
     let b = Bench {
-        cli,
+        launch,
         a,
         kafka,
         work: work.clone(),
@@ -406,7 +433,7 @@ fn raw_index_rate(dir: &Path, commands: &[Command]) -> anyhow::Result<f64> {
 }
 
 struct Bench<'a> {
-    cli: &'a Cli,
+    launch: &'a Launch,
     a: &'a BenchArgs,
     kafka: KafkaConfig,
     work: PathBuf,
@@ -517,14 +544,14 @@ impl Bench<'_> {
             .arg("--index")
             .arg(index)
             .args(["--partitions", &self.kafka.partitions.to_string()]);
-        if let Some(f) = &self.cli.kafka_options_file {
-            cmd.arg("--kafka-options-file").arg(&f.path);
+        if let Some(f) = &self.launch.kafka_options_file {
+            cmd.arg("--kafka-options-file").arg(f);
         }
         // In the environment, not on the command line, where `ps` would show
         // secrets such as sasl.password. A value holding the environment's `;`
         // separator can only go on the command line, and then all of them must
         // (clap ignores the variable once the flag is given).
-        let opts = &self.cli.kafka_options;
+        let opts = &self.launch.kafka_options;
         cmd.env_remove("DENORM_KAFKA_OPTIONS");
         if opts.iter().any(|(_, v)| v.contains(';')) {
             for (k, v) in opts {
