@@ -225,6 +225,7 @@ pub fn run(
 
     let mut last_commit = Instant::now();
     let mut last_lag = Instant::now();
+    let mut last_settle = Instant::now();
     while !shutdown.load(Ordering::SeqCst) {
         health.beat();
         let polled = consumer.poll(Duration::from_millis(50));
@@ -247,7 +248,11 @@ pub fn run(
             pause_stopped(&consumer, &topic);
         }
         seek_as_asked(&consumer, &topic);
-        ctx.settle_commits();
+        // Not for every message: answers come at most once per commit.
+        if last_settle.elapsed() >= Duration::from_millis(20) {
+            last_settle = Instant::now();
+            ctx.settle_commits();
+        }
         if ctx.fatal.lock().expect("fatal lock").is_some() {
             break;
         }

@@ -241,7 +241,15 @@ fn the_worker_rides_out_a_broker_restart_mid_workload() {
 /// resumes from the shards' checkpoints.
 #[test]
 fn a_worker_stopped_while_its_broker_is_gone_exits_within_its_grace() {
-    let mut r = Rig::on(Broker::private(), 2);
+    stopped_while_the_broker_is_gone(Rig::on(Broker::private(), 2));
+}
+
+#[test]
+fn a_worker_stopped_while_its_broker_is_gone_exits_within_its_grace_on_elasticsearch() {
+    stopped_while_the_broker_is_gone(Rig::elastic_on(Broker::private(), 2));
+}
+
+fn stopped_while_the_broker_is_gone(mut r: Rig) {
     let (cfg, group, index) = (r.cfg.clone(), r.group.clone(), r.index.clone());
     let mut log = produce(&cfg, files_under("a", "/docs", 200));
     let worker = Worker::start(&cfg, &group, &index, &["--shutdown-timeout-secs", "2", "--shutdown-grace-secs", "4", "--session-timeout-ms", "6000"]);

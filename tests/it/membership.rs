@@ -96,7 +96,15 @@ fn instance_ids_are_checked_before_anything_starts() {
 /// gets the partition: without that, this test times out.
 #[test]
 fn a_live_member_holding_nothing_rejoins_and_takes_over_a_dead_members_partition() {
-    let r = Rig::on(Broker::private(), 1);
+    rejoins_and_takes_over(Rig::on(Broker::private(), 1));
+}
+
+#[test]
+fn a_live_member_holding_nothing_rejoins_and_takes_over_a_dead_members_partition_on_elasticsearch() {
+    rejoins_and_takes_over(Rig::elastic_on(Broker::private(), 1));
+}
+
+fn rejoins_and_takes_over(r: Rig) {
     let (cfg, group, index) = (r.cfg.clone(), r.group.clone(), r.index.clone());
     let args: &[&str] = &["--session-timeout-ms", "6000", "-X", "heartbeat.interval.ms=500"];
     let first = Worker::start(&cfg, &group, &index, args);

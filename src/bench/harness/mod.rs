@@ -6,6 +6,7 @@
 
 mod elastic;
 mod latency;
+mod table;
 mod worker;
 
 use std::collections::{BTreeMap, HashMap};
@@ -30,6 +31,7 @@ use crate::kafka::{KafkaConfig, REQUEST_TIMEOUT};
 use crate::produce::Producer;
 use crate::bench::process::{machine, CpuClock};
 use crate::worker::{consumer_config, WorkerConfig};
+use table::{mb, per_sec, phase, print_table, Row};
 use latency::{embedded_probe, watch, Latency, Probe};
 use worker::Worker;
 
@@ -82,26 +84,6 @@ pub struct BenchArgs {
     elasticsearch: Option<String>,
 }
 
-/// One row of the results table.
-struct Row {
-    name: String,
-    denorm: String,
-    baseline: String,
-    ratio: Option<f64>,
-    target: &'static str,
-}
-
-impl Row {
-    fn new(name: impl Into<String>, denorm: String, baseline: String, ratio: Option<f64>, target: &'static str) -> Row {
-        Row {
-            name: name.into(),
-            denorm,
-            baseline,
-            ratio,
-            target,
-        }
-    }
-}
 
 /// How the benchmark reaches the broker, and how its `denorm run` workers
 /// are given the same client options.
@@ -352,34 +334,6 @@ async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
     }
     worker.stop().await?;
     b.finish(&rows, results)
-}
-
-fn phase(text: &str) {
-    eprintln!("bench: {text}");
-}
-
-fn per_sec(rate: f64, what: &str) -> String {
-    let what = if what.is_empty() { String::new() } else { format!(" {what}") };
-    if rate >= 1000.0 {
-        format!("{:.1}k{what}/s", rate / 1000.0)
-    } else {
-        format!("{rate:.0}{what}/s")
-    }
-}
-
-fn mb(kb: Option<u64>) -> String {
-    kb.map(|k| format!("{:.0} MB", k as f64 / 1024.0)).unwrap_or_else(|| "unknown".into())
-}
-
-fn print_table(rows: &[Row]) {
-    let w0 = rows.iter().map(|r| r.name.len()).max().unwrap_or(0);
-    let w1 = rows.iter().map(|r| r.denorm.len()).max().unwrap_or(0).max(6);
-    let w2 = rows.iter().map(|r| r.baseline.len()).max().unwrap_or(0).max(8);
-    println!("{:w0$}  {:w1$}  {:w2$}  {:>6}  target", "measure", "denorm", "baseline", "ratio");
-    for r in rows {
-        let ratio = r.ratio.map(|x| format!("{:.0}%", x * 100.0)).unwrap_or_default();
-        println!("{:w0$}  {:w1$}  {:w2$}  {:>6}  {}", r.name, r.denorm, r.baseline, ratio, r.target);
-    }
 }
 
 /// `n` upserts of files `b0..b<n>` spread over `keys` top-level directories;

@@ -146,6 +146,12 @@ fn hit(id: &str, dir: &str, seq: i64, sort: i64) -> Value {
 }
 
 async fn mount_scan_basics(server: &MockServer, pit_opens: u64) {
+    mount_scan(server, Some(pit_opens), None).await;
+}
+
+/// A shard's scan: no meta document yet, the refresh, a point in time
+/// opened and closed, expected that many times when given.
+async fn mount_scan(server: &MockServer, pit_opens: Option<u64>, pit_closes: Option<u64>) {
     Mock::given(method("GET"))
         .and(path("/denorm-meta/_doc/p0"))
         .respond_with(ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-meta", "_id": "p0", "found": false})))
@@ -155,13 +161,22 @@ async fn mount_scan_basics(server: &MockServer, pit_opens: u64) {
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 2, "successful": 1, "failed": 0}})))
         .mount(server)
         .await;
-    Mock::given(method("POST"))
+    let open = Mock::given(method("POST"))
         .and(path("/denorm-files-g0/_pit"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1", "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0}})))
-        .expect(pit_opens)
-        .mount(server)
-        .await;
-    Mock::given(method("DELETE")).and(path("/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true, "num_freed": 1}))).mount(server).await;
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1", "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0}})));
+    match pit_opens {
+        Some(n) => open.expect(n),
+        None => open,
+    }
+    .mount(server)
+    .await;
+    let close = Mock::given(method("DELETE")).and(path("/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true, "num_freed": 1})));
+    match pit_closes {
+        Some(n) => close.expect(n),
+        None => close,
+    }
+    .mount(server)
+    .await;
 }
 
 /// The test double of one contract, built by chained calls: a wiremock
@@ -188,9 +203,9 @@ impl Double {
     }
 
     /// A shard's scan whose point in time is closed `pit_closes` times (see
-    /// [`mount_pit_scan`]).
+    /// [`mount_scan`]).
     fn pit_scan(self, pit_closes: u64) -> Self {
-        self.rt.block_on(mount_pit_scan(&self.server, pit_closes));
+        self.rt.block_on(mount_scan(&self.server, None, Some(pit_closes)));
         self
     }
 
@@ -217,18 +232,6 @@ impl Double {
     }
 }
 
-/// A shard's scan: no meta document yet, the refresh, a point in time
-/// opened and closed (expected `pit_closes` times).
-async fn mount_pit_scan(server: &MockServer, pit_closes: u64) {
-    Mock::given(method("GET"))
-        .and(path("/denorm-meta/_doc/p0"))
-        .respond_with(ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-meta", "_id": "p0", "found": false})))
-        .mount(server)
-        .await;
-    Mock::given(path("/denorm-files-g0/_refresh")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 1, "successful": 1, "failed": 0}}))).mount(server).await;
-    Mock::given(method("POST")).and(path("/denorm-files-g0/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1"}))).mount(server).await;
-    Mock::given(method("DELETE")).and(path("/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true, "num_freed": 1}))).expect(pit_closes).mount(server).await;
-}
 
 fn bulks(server: &MockServer, rt: &tokio::runtime::Runtime) -> Vec<Vec<Value>> {
     rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path() == "/_bulk").map(ndjson).collect()
