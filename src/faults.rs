@@ -10,7 +10,8 @@
 //! - `index.io`: every write of the embedded index's directory fails with an
 //!   I/O error (a full or failing disk).
 //! - `index.reject`: commands whose key is one of the file's lines are
-//!   rejected by the index (a permanent failure, like a mapping conflict).
+//!   rejected by the index (a permanent failure, like a mapping conflict);
+//!   it writes `index.reject.reached` when it rejects one.
 //! - `index.reject-commit`: a commit holding a write of a document whose id
 //!   is one of the file's lines is rejected (like an Elasticsearch bulk item
 //!   refused at commit time, which cannot be traced to its command at once).
@@ -20,12 +21,16 @@
 //! - `move.pause-between-chunks`: the source of a cross-key rename whose
 //!   documents take several messages waits after each but the last, for as
 //!   long as the fault is on.
+//! - `move.fail-after-chunks`: the source of a cross-key rename fails for
+//!   good (like an index refusing its scan) once it has written as many
+//!   chunks of the move as the file says.
 //! - `move.crash-after-send`: the process aborts once a cross-key rename's
 //!   documents are handed to the destination, before the source deletes
 //!   them or commits.
 //! - `apply.hold`: a command whose key is one of the file's lines waits
 //!   before it is applied, holding its partition, for as long as the fault
-//!   is on (a partition that a replay runs behind the others).
+//!   is on (a partition that a replay runs behind the others); it writes
+//!   `apply.hold.reached` when a command starts waiting.
 //! - `kafka.commit`: offset commits are lost before they reach the broker
 //!   (like commits refused by a coordinator that has just restarted).
 
@@ -41,6 +46,19 @@ pub fn active(name: &str) -> Option<String> {
 pub fn active(_name: &str) -> Option<String> {
     None
 }
+
+/// Records that fault point `name` took effect: the file
+/// `$DENORM_FAULTS/<name>.reached`, for a test to wait on.
+#[cfg(feature = "failpoints")]
+pub fn reached(name: &str) {
+    if let Some(dir) = std::env::var_os("DENORM_FAULTS") {
+        let _ = std::fs::write(std::path::Path::new(&dir).join(format!("{name}.reached")), "");
+    }
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn reached(_name: &str) {}
 
 /// Whether fault point `name` is active and lists `item` on a line.
 pub fn lists(name: &str, item: &str) -> bool {

@@ -125,7 +125,7 @@ fn describe() {
         "Cross-key renames, by side and outcome: source sent (documents written to the destination, then deleted here), destination completed, destination duplicate (a resend of a completed move, ignored)."
     );
     describe_gauge!(MOVES_IN_FLIGHT, Unit::Count, "1 while the partition is applying a cross-key move that spans several messages (its first chunk applied, its last not yet).");
-    describe_gauge!(MOVES_WAITING, Unit::Count, "Messages of the partition held back until the cross-key move in flight completes.");
+    describe_gauge!(MOVES_WAITING, Unit::Count, "Messages of the partition passed over while the cross-key move in flight is received (read again once it ends).");
     describe_histogram!(MOVE_SECONDS, Unit::Seconds, "Time from a cross-key rename's issue to its documents being applied at the destination.");
     describe_gauge!(TAKEOVERS_WAITING, Unit::Count, "1 while the partition waits to take a document over (a cross-key move's first chunk, an owner change's upsert) until the partition it leaves has applied its log up to the departure: a replay or rebuild running partitions at their own pace. Live, the producer's barrier makes this immediate.");
     describe_counter!(TAKEOVER_WAITS_TOTAL, Unit::Count, "Take-overs that had to wait for the partition their documents leave (see denorm_takeovers_waiting).");

@@ -77,7 +77,7 @@ mod tests {
 
     #[test]
     fn resends_of_completed_moves_are_recognised() {
-        let m = |p, o| MoveIn { move_id: "m".into(), source_partition: p, source_offset: o, from: "/s/a".into(), to: "/d/a".into(), chunk: 0, last: true, issued_at: 0, files: vec![] };
+        let m = |p, o| MoveIn { move_id: "m".into(), source_partition: p, source_offset: o, from: "/s/a".into(), to: "/d/a".into(), chunk: 0, last: true, issued_at: 0, files: vec![], aborted: false };
         let mut r = Received::new();
         r.insert(1, 10);
         assert_eq!(arrival(&r, None, &m(1, 10)), Arrival::Duplicate);

@@ -142,6 +142,26 @@ pub fn move_in<S: Shard + ?Sized>(shard: &mut S, m: &crate::command::moves::Move
     Ok(n)
 }
 
+/// The destination side of a move attempt its source gave up (an aborted
+/// end), where the source's shard is another one and still holds the
+/// files: deletes the files under the move's `to` written at the move's
+/// position `pos`, which are its chunks' files (nothing else of the
+/// partition is applied while a move is in flight). Returns the number
+/// deleted.
+pub fn withdraw_move<S: Shard + ?Sized>(shard: &mut S, m: &crate::command::moves::MoveIn, pos: u64) -> Result<u64, IndexError> {
+    let mut ids = Vec::new();
+    shard.rewrite(&Scan::FilesWithin { path: m.to.clone() }, 1000, &mut |d| {
+        if d.pos() == pos {
+            ids.push(d.id().to_string());
+        }
+        None
+    })?;
+    for id in &ids {
+        shard.delete(Kind::File, id, pos)?;
+    }
+    Ok(ids.len() as u64)
+}
+
 fn delete_guarded<S: Shard + ?Sized>(shard: &mut S, kind: Kind, id: &str, pos: u64) -> Result<u64, IndexError> {
     match shard.position(kind, id)? {
         Some(existing) if newer(pos, existing) => shard.delete(kind, id, pos).map(|_| 1),

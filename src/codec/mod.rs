@@ -43,6 +43,8 @@ pub const HISTORY: &[&str] = &[
     include_str!("../../schemas/history/command-v2.avsc"),
     include_str!("../../schemas/history/command-v3.avsc"),
 ];
+/// Older versions of the move schema this decoder still reads.
+pub const MOVE_HISTORY: &[&str] = &[include_str!("../../schemas/history/move-v1.avsc")];
 /// Every schema file, by its path in the repository.
 pub const SCHEMA_FILES: &[(&str, &str)] = &[
     ("schemas/command.avsc", CURRENT_SCHEMA),
@@ -51,6 +53,7 @@ pub const SCHEMA_FILES: &[(&str, &str)] = &[
     ("schemas/history/command-v3.avsc", HISTORY[2]),
     ("schemas/control.avsc", CONTROL_SCHEMA),
     ("schemas/move.avsc", MOVE_SCHEMA),
+    ("schemas/history/move-v1.avsc", MOVE_HISTORY[0]),
 ];
 
 const MAGIC: [u8; 2] = [0xC3, 0x01];
@@ -175,7 +178,7 @@ impl Codec {
             let legacy = legacy_fingerprint(&schema);
             let family = if *text == CONTROL_SCHEMA {
                 Family::Control
-            } else if *text == MOVE_SCHEMA {
+            } else if *text == MOVE_SCHEMA || MOVE_HISTORY.contains(text) {
                 Family::Move
             } else {
                 Family::Command
@@ -308,6 +311,7 @@ impl Codec {
             ("last".into(), Value::Boolean(m.last)),
             ("issued_at".into(), Value::TimestampMillis(m.issued_at)),
             ("files".into(), Value::Array(files)),
+            ("aborted".into(), Value::Boolean(m.aborted)),
         ]);
         encode_value(&self.moves, self.move_fingerprint, value)
     }
@@ -392,10 +396,22 @@ mod tests {
             last: true,
             issued_at: 1_700_000_000_000,
             files: vec![MovedFile { id: "f1".into(), path: "/bill/a/x.txt".into(), contents: "héllo".into() }],
+            aborted: false,
         };
         let bytes = codec.encode_move(&m);
-        assert_eq!(codec.decode_message(&bytes).unwrap(), Decoded::Move(m));
+        assert_eq!(codec.decode_message(&bytes).unwrap(), Decoded::Move(m.clone()));
         assert!(codec.decode(&bytes).is_err(), "a move is not a command");
+        let end = MoveIn { files: Vec::new(), aborted: true, ..m.clone() };
+        assert_eq!(codec.decode_message(&codec.encode_move(&end)).unwrap(), Decoded::Move(end));
+        // Written by a worker of schema version 1 (no `aborted`): read as
+        // not aborted.
+        let v1 = Schema::parse_str(MOVE_HISTORY[0]).unwrap();
+        let Value::Record(mut fields) = apache_avro::from_avro_datum(&parse(MOVE_SCHEMA), &mut &bytes[10..], None).unwrap() else { panic!("a record") };
+        fields.retain(|(name, _)| name != "aborted");
+        let old = encode_value(&v1, canonical::fingerprint(MOVE_HISTORY[0]).unwrap(), Value::Record(fields));
+        assert_ne!(old[2..10], bytes[2..10], "another fingerprint");
+        assert!(codec.is_move(&old));
+        assert_eq!(codec.decode_message(&old).unwrap(), Decoded::Move(m));
     }
 
     #[test]
@@ -440,7 +456,8 @@ mod tests {
             ("schemas/history/command-v2.avsc", "9c7f9b599fb95260", "d5e0d0c37df914d2"),
             ("schemas/history/command-v3.avsc", "9848ea802671ddab", "56d74f3eaa44aceb"),
             ("schemas/control.avsc", "2d6e0616c9179c82", "165f90003f878d05"),
-            ("schemas/move.avsc", "c693f4031d5257e4", "e40370268cf05890"),
+            ("schemas/move.avsc", "27d583c379ec962f", "7d99d0db3a8ab38e"),
+            ("schemas/history/move-v1.avsc", "c693f4031d5257e4", "e40370268cf05890"),
         ];
         let want: Vec<(&str, String, String)> = want.iter().map(|(f, a, b)| (*f, a.to_string(), b.to_string())).collect();
         assert_eq!(got, want);

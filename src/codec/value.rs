@@ -208,6 +208,8 @@ pub(super) fn move_from_value(value: Value) -> Result<MoveIn, DecodeError> {
         last: matches!(f.remove("last"), Some(Value::Boolean(true))),
         issued_at: long(f.remove("issued_at"), "issued_at")?,
         files,
+        // Absent from version 1 of the schema.
+        aborted: matches!(f.remove("aborted"), Some(Value::Boolean(true))),
     })
 }
 

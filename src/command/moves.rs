@@ -17,6 +17,9 @@ pub struct MoveIn {
     pub last: bool,
     pub issued_at: i64,
     pub files: Vec<MovedFile>,
+    /// On a last chunk only (which then carries no files): the source gave
+    /// this attempt of the move up after writing some of its chunks.
+    pub aborted: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

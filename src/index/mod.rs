@@ -341,6 +341,12 @@ pub trait Shard {
     fn held_elsewhere(&mut self, _kind: Kind, _id: &str) -> Result<Option<i32>, IndexError> {
         Ok(None)
     }
+    /// Whether the partitions' shards share one set of documents
+    /// (Elasticsearch: a take-over replaces the other partition's copy)
+    /// rather than each holding its own (the embedded index).
+    fn shares_documents(&self) -> bool {
+        false
+    }
     /// Deletes the document, for the command at log position `pos` (a
     /// backend that must resolve a conflicting write uses it to let the
     /// newer of the two win).

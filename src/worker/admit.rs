@@ -31,6 +31,10 @@ pub struct Rejection {
     /// Low-cardinality reason.
     pub reason: &'static str,
     pub detail: String,
+    /// A chunk of a cross-key move that decoded but is not valid here: the
+    /// destination dead-letters it and still plays its part in its move
+    /// (without its files), so that the move ends.
+    pub chunk: Option<Box<crate::command::moves::MoveIn>>,
 }
 
 pub mod reason {
@@ -49,7 +53,7 @@ pub mod reason {
 /// command's ordering domain (a wrong key would put it in the wrong
 /// partition's order). Control messages must carry their key too.
 pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_bytes: usize) -> Result<Admitted, NotAdmitted> {
-    let reject = |reason, detail: String| Err(NotAdmitted::Rejected(Rejection { reason, detail }));
+    let reject = |reason, detail: String| Err(NotAdmitted::Rejected(Rejection { reason, detail, chunk: None }));
     let payload = match payload {
         None | Some([]) => return reject(reason::EMPTY_PAYLOAD, "the message has no payload".into()),
         // A cross-key move's documents are written by a worker, in chunks
@@ -71,15 +75,13 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
             };
         }
         Ok(Decoded::Move(m)) => {
-            if let Err(e) = m.validate() {
-                return reject(reason::INVALID_COMMAND, e.to_string());
-            }
             let got = key.unwrap_or_default();
-            return if got == m.key().as_bytes() {
-                Ok(Admitted::Move(m))
-            } else {
-                reject(reason::KEY_MISMATCH, format!("a move into {:?} is keyed {:?}", m.to, String::from_utf8_lossy(got)))
+            let (reason, detail) = match m.validate() {
+                Ok(()) if got == m.key().as_bytes() => return Ok(Admitted::Move(m)),
+                Ok(()) => (reason::KEY_MISMATCH, format!("a move into {:?} is keyed {:?}", m.to, String::from_utf8_lossy(got))),
+                Err(e) => (reason::INVALID_COMMAND, e.to_string()),
             };
+            return Err(NotAdmitted::Rejected(Rejection { reason, detail, chunk: Some(Box::new(m)) }));
         }
         Err(e) if e.is_retryable() => return Err(NotAdmitted::Unavailable(e.to_string())),
         Err(e) => {
@@ -140,12 +142,13 @@ mod tests {
         assert!(admit(&c, Some(b"/a"), Some(&good), 1000).is_ok());
         // A move's documents are never refused for size: a worker wrote them.
         let files = (0..40).map(|i| crate::command::moves::MovedFile { id: format!("f{i}"), path: format!("/d/f{i}"), contents: "x".repeat(50) }).collect();
-        let mv = crate::command::moves::MoveIn { move_id: "m".into(), source_partition: 0, source_offset: 1, from: "/s".into(), to: "/d".into(), chunk: 0, last: true, issued_at: 0, files };
+        let mv = crate::command::moves::MoveIn { move_id: "m".into(), source_partition: 0, source_offset: 1, from: "/s".into(), to: "/d".into(), chunk: 0, last: true, issued_at: 0, files, aborted: false };
         let bytes = c.encode_move(&mv);
         assert!(bytes.len() > 1000);
         assert!(matches!(admit(&c, Some(b"/d"), Some(&bytes), 1000), Ok(Admitted::Move(_))));
         let Err(NotAdmitted::Rejected(r)) = admit(&c, Some(b"/s"), Some(&bytes), 1000) else { panic!("a move under the wrong key admitted") };
         assert_eq!(r.reason, reason::KEY_MISMATCH);
+        assert_eq!(r.chunk.as_deref(), Some(&mv), "the refused chunk is handed back, for its move to end");
         // Schema-registry framing without a registry: the id is unknown here.
         let framed = crate::codec::registry::frame(7, &c.datum(&Envelope::new(Command::DeleteFile { id: "f".into(), path: "/a/b".into() })));
         let Err(NotAdmitted::Rejected(r)) = admit(&c, Some(b"/a"), Some(&framed), 1000) else { panic!("admitted") };

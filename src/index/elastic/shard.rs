@@ -461,6 +461,10 @@ fn refused(report: &BulkReport) -> Result<(), IndexError> {
 }
 
 impl Shard for ElasticShard {
+    fn shares_documents(&self) -> bool {
+        true
+    }
+
     /// Searchable once a refresh of this generation began after this
     /// writer's last write: one another writer of this backend made
     /// (shared, [`ElasticBackend::refreshed`]), or one this writer makes

@@ -88,8 +88,9 @@ impl Applier {
                     };
                     let d = *deadline.get_or_insert_with(|| Instant::now() + linger);
                     // Fan-outs are committed on their own so that their
-                    // effects are visible and bounded.
-                    let step = fan_out.and_then(|fan_out| match fan_out || batch.len() >= max_batch || Instant::now() >= d || self.awaited(&batch) {
+                    // effects are visible and bounded; so are the chunks of
+                    // a move in flight once they take `--queue-kb`.
+                    let step = fan_out.and_then(|fan_out| match fan_out || batch.len() >= max_batch || Instant::now() >= d || self.awaited(&batch) || self.moving() && batch.iter().map(queued_size).sum::<usize>() >= self.shared.cfg.queue_bytes {
                         true => self.commit(&mut shard, &mut batch).map(|()| deadline = None),
                         false => Ok(()),
                     });
@@ -98,6 +99,14 @@ impl Applier {
                         (positioned, first, deadline) = (false, true, None);
                     } else {
                         step?;
+                    }
+                    if self.rewind.replace(false) {
+                        // A move that passed messages over ended (and was
+                        // committed): they are read again from the
+                        // checkpoint, which is before the move.
+                        self.commit(&mut shard, &mut batch)?;
+                        checkpoint = shard.checkpoint();
+                        (positioned, first, deadline) = (self.seek_to(checkpoint), true, None);
                     }
                 }
                 Err(RecvTimeoutError::Timeout) if deadline.is_none() => {
@@ -194,20 +203,16 @@ impl Applier {
             let msg = batch.last().expect("batch holds the message");
             match self.handle(shard.as_mut(), msg) {
                 Ok(Handled::Done { fan_out }) => return Ok(fan_out),
-                Ok(Handled::Duplicate) => {
+                Ok(Handled::Duplicate | Handled::PassedOver) => {
                     batch.pop();
                     return Ok(false);
                 }
-                Ok(Handled::Deferred) => return Ok(false),
-                Err(Halt::CommitFirst(e)) if batch.len() > 1 => {
-                    warn!(partition = self.partition, error = %e, commands = batch.len() - 1, "the index refused a write of the batch before a cross-key step: committing the batch first");
-                    let msg = batch.pop().expect("batch holds the message");
-                    self.reopen(shard, batch)?;
-                    self.commit(shard, batch)?;
-                    batch.push(msg);
+                Err(Halt::CommitFirst(e)) => {
+                    warn!(partition = self.partition, error = %e, commands = batch.len() - 1, "the index refused a write of the batch before a cross-key step: committing its messages one by one to find it");
+                    self.isolate(shard, batch)?;
+                    return Ok(false);
                 }
                 Err(Halt::Retry(e)) => self.recover(&mut retry, shard, batch, &e)?,
-                Err(Halt::CommitFirst(e)) => self.recover(&mut retry, shard, batch, &e)?,
                 Err(halt) => {
                     // Stopped within the command (its permanent-failure
                     // retries, or its dead letter): the earlier messages of
@@ -219,14 +224,13 @@ impl Applier {
         }
     }
 
-    /// Commits the shard and publishes the offset after `batch`, retrying
-    /// (with a fresh writer) while the index fails. Nothing of `batch` is
-    /// published when stopped meanwhile.
+    /// Commits the shard and publishes the offset after its checkpoint,
+    /// retrying (with a fresh writer) while the index fails. Nothing of
+    /// `batch` is published when stopped meanwhile. While a cross-key move
+    /// is in flight, the commit makes its documents durable; the checkpoint
+    /// stays before it.
     pub(super) fn commit(&self, shard: &mut ShardBox, batch: &mut Vec<Record>) -> Step<()> {
-        let Some(last) = batch.last().map(|m| m.offset()) else { return Ok(()) };
-        if !self.incoming.borrow().quiet() {
-            // A cross-key move is in flight: nothing is committed until it
-            // completes (the batch is redelivered if this worker stops).
+        if batch.is_empty() {
             return Ok(());
         }
         let mut retry = self.retrying(Op::Commit);
@@ -235,7 +239,8 @@ impl Applier {
             match shard.commit() {
                 Ok(()) => {
                     histogram!(m::INDEX_COMMIT_SECONDS).record(t.elapsed().as_secs_f64());
-                    self.publish(shard.as_mut(), last + 1, false);
+                    self.committed();
+                    self.publish_checkpoint(shard.as_mut());
                     batch.clear();
                     self.parked_gauge(shard.as_mut());
                     return Ok(());
@@ -252,11 +257,14 @@ impl Applier {
         }
     }
 
-    /// Publishes `next` (the offset after a commit) once the shard says
-    /// the commit is searchable, else keeps it for [`Self::publish_pending`].
-    pub(super) fn publish(&self, shard: &mut dyn Shard, next: i64, force: bool) {
-        self.unpublished.set(Some(next));
-        self.publish_pending(shard, force);
+    /// Publishes the offset after the shard's checkpoint (what its last
+    /// commit recorded) once the shard says the commit is searchable, else
+    /// keeps it for [`Self::publish_pending`].
+    pub(super) fn publish_checkpoint(&self, shard: &mut dyn Shard) {
+        if let Some(c) = shard.checkpoint() {
+            self.unpublished.set(Some(c.offset as i64 + 1));
+            self.publish_pending(shard, false);
+        }
     }
 
     /// Publishes the offset kept by [`Self::publish`] if its commit has

@@ -46,7 +46,12 @@ impl Applier {
         };
         let origin = Origin { key, payload: payload.as_deref(), offset };
         let handled = self.abort(shard, &origin, dlq::reason::INDEX_REJECTED, error.to_string(), attempts, command_id)?;
-        shard.mark_applied(checkpoint_of(msg));
+        if let Ok(Admitted::Move(mv)) = admit(&self.shared.codec, key, msg.payload(), max) {
+            // A chunk: dead-lettered with its files, its part in the move
+            // played without them, so that the move ends.
+            return self.move_in(shard, msg, &crate::command::moves::MoveIn { files: Vec::new(), ..mv });
+        }
+        self.mark(shard, msg);
         Ok(handled)
     }
 

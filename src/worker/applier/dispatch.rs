@@ -19,17 +19,42 @@ impl Applier {
             Err(NotAdmitted::Rejected(r)) => Err(r),
             Ok(a) => Ok(a),
         };
-        let in_flight = self.incoming.borrow().active.map(|(source, _)| source);
-        if let Some(source) = in_flight {
-            if !matches!(&admitted, Ok(Admitted::Move(m)) if m.source() == source) {
-                let mut incoming = self.incoming.borrow_mut();
-                incoming.deferred.push(msg.clone());
-                gauge!(m::MOVES_WAITING, "partition" => self.partition.to_string()).set(incoming.deferred.len() as f64);
-                return Ok(Handled::Deferred);
+        let chunk_of = match &admitted {
+            Ok(Admitted::Move(m)) => Some(m.source()),
+            Err(r) => r.chunk.as_ref().map(|m| m.source()),
+            _ => None,
+        };
+        // A chunk of an attempt its source gave up, read again: ignored.
+        if let (Some(source), Some((void, end))) = (chunk_of, self.incoming.borrow().void) {
+            if source == void && offset <= end {
+                self.mark(shard, msg);
+                return Ok(Handled::Done { fan_out: false });
+            }
+        }
+        if let Some(active) = self.incoming.borrow_mut().active.as_mut() {
+            if chunk_of != Some(active.source) {
+                active.passed_over += 1;
+                gauge!(m::MOVES_WAITING, "partition" => self.partition.to_string()).set(active.passed_over as f64);
+                return Ok(Handled::PassedOver);
             }
         }
         let handled = match admitted {
-            Err(r) => self.reject(shard, &origin, r)?,
+            Err(mut r) => {
+                let chunk = r.chunk.take();
+                if chunk.as_ref().is_some_and(|mv| crate::moves::arrival(shard.received(), None, mv) == crate::moves::Arrival::Duplicate) {
+                    // A resend of a chunk of a move complete here (read
+                    // again after the move): dead-lettered the first time.
+                    self.mark(shard, msg);
+                    return Ok(Handled::Done { fan_out: false });
+                }
+                let handled = self.reject(shard, &origin, r)?;
+                if let Some(mv) = chunk {
+                    // Dead-lettered with its files; its part in the move is
+                    // played without them, so that the move ends.
+                    return self.move_in(shard, msg, &crate::command::moves::MoveIn { files: Vec::new(), ..*mv });
+                }
+                handled
+            }
             Ok(Admitted::Control(c)) => self.control(shard, msg, c)?,
             Ok(Admitted::Move(mv)) => return self.move_in(shard, msg, &mv),
             Ok(Admitted::Command(e)) => match origin.parked_behind(shard) {
@@ -56,14 +81,11 @@ impl Applier {
         Ok(handled)
     }
 
-    /// Marks `msg` applied, or, while a cross-key move is in flight,
-    /// remembers it to be marked once nothing waits any more.
+    /// Marks `msg` applied, unless a cross-key move is in flight (nothing
+    /// from its first chunk on is, until it ends).
     pub(super) fn mark(&self, shard: &mut dyn Shard, msg: &Record) {
-        let mut incoming = self.incoming.borrow_mut();
-        if incoming.quiet() {
+        if self.incoming.borrow().active.is_none() {
             shard.mark_applied(checkpoint_of(msg));
-        } else {
-            incoming.latest = Some(checkpoint_of(msg));
         }
     }
 
@@ -79,8 +101,11 @@ impl Applier {
     /// `max_attempts` times before aborting it.
     pub(super) fn command(&self, shard: &mut dyn Shard, e: &Envelope, pos: i64, origin: &Origin<'_>) -> Step<Handled> {
         let (partition, cmd) = (self.partition, &e.command);
-        while crate::faults::lists("apply.hold", &cmd.key()) && !self.stopping() {
-            std::thread::sleep(Duration::from_millis(20));
+        if crate::faults::lists("apply.hold", &cmd.key()) {
+            crate::faults::reached("apply.hold");
+            while crate::faults::lists("apply.hold", &cmd.key()) && !self.stopping() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
         if cmd.is_fan_out() {
             info!(partition, offset = pos, command = cmd.kind(), key = cmd.key(), "fan-out started");
@@ -91,9 +116,17 @@ impl Applier {
             attempts += 1;
             let t = Instant::now();
             let result = if crate::faults::lists("index.reject", &cmd.key()) {
+                crate::faults::reached("index.reject");
                 Err(IndexError::Rejected("injected fault index.reject".into()))
             } else if let (Command::RenamePath { from, to }, Some(_)) = (cmd, cmd.destination_key()) {
-                self.move_out(shard, e, from, to, pos)?
+                match self.move_out(shard, e, from, to, pos)? {
+                    moves::MoveOut::Moved(n) => Ok(n),
+                    moves::MoveOut::Failed(err) => Err(err),
+                    moves::MoveOut::Invalid(detail) => {
+                        count(cmd.kind(), outcome::INVALID);
+                        return self.abort(shard, origin, reason::INVALID_COMMAND, detail, attempts, Some(e.command_id.clone()));
+                    }
+                }
             } else {
                 apply(shard, cmd, pos as u64, self.shared.cfg.fan_out)
             };
@@ -141,7 +174,7 @@ impl Applier {
                     Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(Transient::Registry(e))),
                     Err(NotAdmitted::Rejected(r)) => self.reject(shard, &origin, r)?,
                     Ok(Admitted::Control(_)) => {
-                        let r = Rejection { reason: reason::INVALID_COMMAND, detail: "a control message cannot be replayed".into() };
+                        let r = Rejection { reason: reason::INVALID_COMMAND, detail: "a control message cannot be replayed".into(), chunk: None };
                         self.reject(shard, &origin, r)?
                     }
                     Ok(Admitted::Command(e)) => self.command(shard, &e, msg.offset(), &origin)?,

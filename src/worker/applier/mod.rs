@@ -117,7 +117,20 @@ impl Partition {
             .name(format!("denorm-p{partition}"))
             .spawn(move || {
                 let lag_seconds = gauge!(m::CONSUMER_LAG_SECONDS, "partition" => partition.to_string());
-                Applier { partition, shared, stop: s, next: n, floor: f, unpublished: Default::default(), queued: q, lag_seconds, incoming: Default::default() }.run(rx)
+                Applier {
+                    partition,
+                    shared,
+                    stop: s,
+                    next: n,
+                    floor: f,
+                    unpublished: Default::default(),
+                    queued: q,
+                    lag_seconds,
+                    incoming: Default::default(),
+                    committed_incoming: Default::default(),
+                    rewind: Default::default(),
+                }
+                .run(rx)
             })
             .expect("spawn partition thread");
         Partition { tx, queued, stop, next, committed: -1, floor, pending: Default::default(), paused: false, join: Some(join) }
@@ -163,32 +176,42 @@ struct Applier {
     queued: Arc<AtomicUsize>,
     /// `denorm_consumer_lag_seconds` of this partition, resolved once.
     lag_seconds: metrics::Gauge,
-    /// A cross-key move being received, and what waits for it.
+    /// A cross-key move being received.
     incoming: std::cell::RefCell<Incoming>,
+    /// [`Applier::incoming`] as of the shard's last commit: what a writer
+    /// reopened at that commit goes on from.
+    committed_incoming: std::cell::RefCell<Incoming>,
+    /// A move that passed messages over ended: the partition is to be read
+    /// again from the shard's checkpoint.
+    rewind: std::cell::Cell<bool>,
 }
 
-/// The destination side of a cross-key move that spans several messages.
-/// From its first chunk to its last, the move's documents are applied and
-/// every other message of the partition waits (in memory, uncommitted), so
-/// that the move takes effect at one place in this partition's order: its
-/// first chunk. Nothing is marked applied meanwhile, so after a crash the
-/// whole exchange is redelivered and decided again the same way. Not
-/// persisted: rebuilt from the log.
-#[derive(Default)]
+/// The destination side of a cross-key move that spans several messages
+/// (see `moves.rs`). From its first chunk to its last, the partition
+/// applies the move's chunks only: its other messages are passed over,
+/// neither applied nor kept in memory, and nothing from the first chunk on
+/// is marked applied. The move takes effect at its first chunk. When it
+/// ends, the partition is read again from its checkpoint: the messages
+/// passed over are applied then, in their order, and the move's chunks are
+/// resends. After a crash the whole exchange is read and decided again the
+/// same way. Not persisted: rebuilt from the log.
+#[derive(Default, Clone)]
 struct Incoming {
-    /// The move in flight: its source, and the position its documents take.
-    active: Option<((i32, i64), u64)>,
-    /// Messages that arrived while it was in flight, in log order.
-    deferred: Vec<Record>,
-    /// The newest message handled while it was in flight: marked applied
-    /// once nothing waits any more.
-    latest: Option<Checkpoint>,
+    /// The move in flight.
+    active: Option<Active>,
+    /// An attempt its source gave up (its aborted end): (source, offset of
+    /// the aborted end). Its chunks are ignored when read again.
+    void: Option<((i32, i64), i64)>,
 }
 
-impl Incoming {
-    fn quiet(&self) -> bool {
-        self.active.is_none() && self.deferred.is_empty()
-    }
+#[derive(Clone)]
+struct Active {
+    /// The rename that made it: (partition, offset).
+    source: (i32, i64),
+    /// The position its documents take (its first chunk's offset).
+    pos: u64,
+    /// Messages passed over so far, read again once it ends.
+    passed_over: usize,
 }
 
 /// What became of one message.
@@ -197,9 +220,9 @@ enum Handled {
     Done { fan_out: bool },
     /// Already applied before (redelivery).
     Duplicate,
-    /// Held back until the cross-key move in flight completes (see
-    /// [`Incoming`]); handled then.
-    Deferred,
+    /// Passed over while a cross-key move is in flight (see [`Incoming`]):
+    /// read again and handled once it ends.
+    PassedOver,
 }
 
 /// Why an applier step did not finish: every step returns [`Step`].
@@ -219,9 +242,8 @@ pub(crate) enum Halt {
     Moved,
     /// The index refused for good to commit the batch before its last
     /// message (a take-over about to wait, a cross-key rename about to
-    /// write its chunks: see [`Applier::commit_before`]): the batch before
-    /// it is committed first, finding the command at fault, then the
-    /// message is handled again.
+    /// write its chunks: see [`Applier::commit_before`]): the batch is
+    /// committed one message at a time, finding the command at fault.
     CommitFirst(IndexError),
 }
 

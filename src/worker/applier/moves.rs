@@ -4,10 +4,37 @@
 
 use super::*;
 
+/// How the source side of a cross-key rename ended.
+pub(super) enum MoveOut {
+    /// The files were handed over and deleted here: how many.
+    Moved(u64),
+    /// The index failed (the rename is retried, or aborted).
+    Failed(IndexError),
+    /// A renamed path would not be valid: the rename is refused.
+    Invalid(String),
+}
+
 impl Applier {
+    /// Forgets the move in flight (the shard moved to another generation:
+    /// the partition is read again from its checkpoint there).
     pub(super) fn reset_incoming(&self) {
         *self.incoming.borrow_mut() = Incoming::default();
+        *self.committed_incoming.borrow_mut() = Incoming::default();
+        self.rewind.set(false);
         self.move_gauges(0, 0);
+    }
+
+    /// The shard committed: a writer reopened from here goes on from the
+    /// move state as it is now.
+    pub(super) fn committed(&self) {
+        *self.committed_incoming.borrow_mut() = self.incoming.borrow().clone();
+    }
+
+    /// The shard was reopened at its last commit: so is the move state.
+    pub(super) fn back_at_commit(&self) {
+        *self.incoming.borrow_mut() = self.committed_incoming.borrow().clone();
+        let incoming = self.incoming.borrow();
+        self.move_gauges(usize::from(incoming.active.is_some()), incoming.active.as_ref().map_or(0, |a| a.passed_over));
     }
 
     pub(super) fn move_gauges(&self, in_flight: usize, waiting: usize) {
@@ -15,37 +42,65 @@ impl Applier {
         gauge!(m::MOVES_WAITING, "partition" => self.partition.to_string()).set(waiting as f64);
     }
 
+    /// Whether a cross-key move spanning several messages is in flight.
+    pub(super) fn moving(&self) -> bool {
+        self.incoming.borrow().active.is_some()
+    }
+
     /// The destination side of a cross-key move: applies a chunk of its
     /// documents (see [`Incoming`] and [`crate::moves::arrival`]).
     pub(super) fn move_in(&self, shard: &mut dyn Shard, msg: &Record, mv: &crate::command::moves::MoveIn) -> Step<Handled> {
         use crate::moves::Arrival;
-        let in_flight = self.incoming.borrow().active.map(|(source, _)| source);
-        let pos = match crate::moves::arrival(shard.received(), in_flight, mv) {
+        let in_flight = self.incoming.borrow().active.as_ref().map(|a| (a.source, a.pos));
+        let pos = match crate::moves::arrival(shard.received(), in_flight.map(|(source, _)| source), mv) {
             Arrival::Duplicate => {
                 counter!(m::MOVES_TOTAL, "side" => "destination", "outcome" => "duplicate").increment(1);
                 debug!(partition = self.partition, offset = msg.offset(), source = ?mv.source(), chunk = mv.chunk, "a resent chunk of a move completed before: ignored");
                 self.mark(shard, msg);
                 return Ok(Handled::Done { fan_out: false });
             }
-            Arrival::Waits => unreachable!("deferred by handle"),
-            Arrival::Continues => self.incoming.borrow().active.map(|(_, pos)| pos).expect("in flight"),
+            Arrival::Waits => unreachable!("passed over by handle"),
+            Arrival::Continues => in_flight.map(|(_, pos)| pos).expect("in flight"),
+            Arrival::Starts if mv.aborted => {
+                // The end of an attempt none of whose chunks is in flight
+                // here (they were refused): nothing to end.
+                self.mark(shard, msg);
+                return Ok(Handled::Done { fan_out: false });
+            }
             Arrival::Starts => {
                 let from = crate::command::LogPosition { partition: mv.source_partition, offset: mv.source_offset };
                 self.await_departure(shard, from, msg.offset(), &format!("the move {:?} -> {:?}", mv.from, mv.to))?;
                 msg.offset() as u64
             }
         };
+        if mv.aborted {
+            // The source gave this attempt up: it is not received (a later
+            // attempt of the rename starts it again). Where the source's
+            // shard is another one, the files it brought are withdrawn:
+            // the source still holds them. Where it is this shard, or
+            // shards share documents (Elasticsearch), they were taken over
+            // from the source's copy: they stay here, and a later attempt
+            // moves the rest.
+            let withdrawn = match mv.source_partition != self.partition && !shard.shares_documents() {
+                true => crate::apply::withdraw_move(shard, mv, pos)?,
+                false => 0,
+            };
+            counter!(m::MOVES_TOTAL, "side" => "destination", "outcome" => "aborted").increment(1);
+            warn!(partition = self.partition, offset = msg.offset(), from = %mv.from, to = %mv.to, source = ?mv.source(), withdrawn, "a cross-key move its source gave up ended here (not received)");
+            self.incoming.borrow_mut().void = Some((mv.source(), msg.offset()));
+            self.end_move(shard, msg);
+            return Ok(Handled::Done { fan_out: true });
+        }
         let docs = crate::apply::move_in(shard, mv, pos)?;
         histogram!(m::COMMAND_DOCUMENTS, "type" => "move_in").record(docs as f64);
         if !mv.last {
             let mut incoming = self.incoming.borrow_mut();
             if incoming.active.is_none() {
-                info!(partition = self.partition, offset = msg.offset(), from = %mv.from, to = %mv.to, source = ?mv.source(), "a cross-key move spanning several messages started: the partition's other messages wait for its last chunk");
-                incoming.active = Some((mv.source(), pos));
+                info!(partition = self.partition, offset = msg.offset(), from = %mv.from, to = %mv.to, source = ?mv.source(), "a cross-key move spanning several messages started: the partition's other messages are passed over until its last chunk, then read again");
+                incoming.active = Some(Active { source: mv.source(), pos, passed_over: 0 });
             }
-            incoming.latest = Some(checkpoint_of(msg));
             drop(incoming);
-            self.move_gauges(1, self.incoming.borrow().deferred.len());
+            self.move_gauges(1, self.incoming.borrow().active.as_ref().map_or(0, |a| a.passed_over));
             return Ok(Handled::Done { fan_out: false });
         }
         // The move is complete here.
@@ -54,25 +109,22 @@ impl Applier {
         let age = (crate::clock::now_millis() - mv.issued_at).max(0) as f64 / 1000.0;
         histogram!(m::MOVE_SECONDS).record(age);
         info!(partition = self.partition, offset = msg.offset(), from = %mv.from, to = %mv.to, source = ?mv.source(), chunks = mv.chunk + 1, "cross-key move received");
-        let waiting = {
-            let mut incoming = self.incoming.borrow_mut();
-            incoming.active = None;
-            incoming.latest = Some(checkpoint_of(msg));
-            std::mem::take(&mut incoming.deferred)
-        };
-        // What waited is handled now, in its order (a chunk of another move
-        // among it opens that move, and the rest waits again).
-        for w in &waiting {
-            self.handle(shard, w)?;
-        }
-        let mut incoming = self.incoming.borrow_mut();
-        if incoming.quiet() {
-            if let Some(at) = incoming.latest.take() {
-                shard.mark_applied(at);
-            }
-        }
-        self.move_gauges(usize::from(incoming.active.is_some()), incoming.deferred.len());
+        self.end_move(shard, msg);
         Ok(Handled::Done { fan_out: true })
+    }
+
+    /// The move in flight ended at `msg`. Marked applied up to it if it
+    /// passed nothing over; otherwise the partition is read again from the
+    /// checkpoint (before its first chunk), once the shard committed.
+    fn end_move(&self, shard: &mut dyn Shard, msg: &Record) {
+        let passed_over = self.incoming.borrow_mut().active.take().map_or(0, |a| a.passed_over);
+        if passed_over > 0 {
+            debug!(partition = self.partition, offset = msg.offset(), passed_over, "the move ended: reading the messages it passed over again");
+            self.rewind.set(true);
+        } else {
+            shard.mark_applied(checkpoint_of(msg));
+        }
+        self.move_gauges(0, 0);
     }
 
     /// Before a take-over (a cross-key move's first chunk, an owner
@@ -170,8 +222,11 @@ impl Applier {
     /// only then are they deleted here. A crash before this command is
     /// committed writes them again; the destination ignores a resend of a
     /// move it completed. Writing fails only transiently (retried here, like
-    /// a dead letter); index failures are the caller's.
-    pub(super) fn move_out(&self, shard: &mut dyn Shard, e: &Envelope, from: &str, to: &str, pos: i64) -> Step<Result<u64, IndexError>> {
+    /// a dead letter). A renamed path that would not be valid refuses the
+    /// rename ([`MoveOut::Invalid`]); an index failure is the caller's. An
+    /// attempt that fails after writing chunks is ended by a last chunk
+    /// marked aborted, so that the destination never waits for it.
+    pub(super) fn move_out(&self, shard: &mut dyn Shard, e: &Envelope, from: &str, to: &str, pos: i64) -> Step<MoveOut> {
         let key = crate::command::path::top_level(to);
         let partition = crate::command::partitioner::partition_of(key, self.shared.log_partitions);
         // Everything before the rename is made durable first: the
@@ -181,7 +236,8 @@ impl Applier {
         // Half the largest message a worker accepts, and at most 256 KiB,
         // well below the brokers' default limit of 1 MiB.
         let mut chunker = crate::command::moves::Chunker::new((self.shared.cfg.max_message_bytes / 2).clamp(1024, crate::command::moves::MAX_CHUNK_BYTES));
-        let (mut ids, mut sent, mut halted) = (Vec::new(), 0usize, None);
+        let (mut ids, mut sent, mut halted, mut refused) = (Vec::new(), 0usize, None, None);
+        let fail_after = crate::faults::active("move.fail-after-chunks").and_then(|n| n.trim().parse::<usize>().ok());
         let chunk = |files, last, i: usize| crate::command::moves::MoveIn {
             move_id: e.command_id.clone(),
             source_partition: self.partition,
@@ -192,11 +248,20 @@ impl Applier {
             last,
             issued_at: e.issued_at,
             files,
+            aborted: false,
         };
         // Chunks are written as the scan fills them: only the files' ids
         // are kept, for the deletes.
         let scanned = crate::apply::move_out(shard, from, to, pos as u64, self.shared.cfg.fan_out, &mut |f| {
-            if halted.is_some() {
+            if halted.is_some() || refused.is_some() {
+                return;
+            }
+            if let Err(err) = crate::command::path::validate("path", &f.path) {
+                refused = Some(MoveOut::Invalid(format!("renaming {from:?} to {to:?} would make the path of file {:?} invalid: {err}", f.id)));
+                return;
+            }
+            if fail_after.is_some_and(|n| sent >= n) {
+                refused = Some(MoveOut::Failed(IndexError::Rejected("injected fault move.fail-after-chunks".into())));
                 return;
             }
             ids.push(f.id.clone());
@@ -210,12 +275,24 @@ impl Applier {
         if let Some(h) = halted {
             return Err(h);
         }
-        if let Err(err) = scanned {
-            return Ok(Err(err));
+        let failed = match (refused, scanned) {
+            (Some(r), _) => Some(r),
+            (None, Err(err)) => Some(MoveOut::Failed(err)),
+            (None, Ok(())) => None,
+        };
+        if let Some(failed) = failed {
+            if sent > 0 {
+                // The destination has this attempt's first chunks: end it.
+                let end = crate::command::moves::MoveIn { aborted: true, ..chunk(Vec::new(), true, sent) };
+                self.send_chunk(&end, partition)?;
+                counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "aborted").increment(1);
+                warn!(partition = self.partition, offset = pos, from, to, chunks = sent, "cross-key rename failed after writing some of its documents: the attempt is ended as aborted at the destination");
+            }
+            return Ok(failed);
         }
         if ids.is_empty() {
             counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "empty").increment(1);
-            return Ok(Ok(0));
+            return Ok(MoveOut::Moved(0));
         }
         self.send_chunk(&chunk(chunker.finish(), true, sent), partition)?;
         if crate::faults::active("move.crash-after-send").is_some() {
@@ -224,7 +301,10 @@ impl Applier {
         }
         counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "sent").increment(1);
         info!(partition = self.partition, offset = pos, from, to, files = ids.len(), chunks = sent + 1, to_partition = partition, "cross-key rename: documents handed to the destination");
-        Ok(crate::apply::remove_moved(shard, &ids, from, pos as u64).map(|_| ids.len() as u64))
+        Ok(match crate::apply::remove_moved(shard, &ids, from, pos as u64) {
+            Ok(_) => MoveOut::Moved(ids.len() as u64),
+            Err(err) => MoveOut::Failed(err),
+        })
     }
 
     /// Writes one chunk of a move to the destination's partition and waits

@@ -88,9 +88,9 @@ impl Applier {
             // The old writer must go first: it holds the shard's lock.
             *shard = Box::new(crate::index::memory::MemoryShard::new());
             *shard = self.open_shard()?;
-            // Back at the last commit: a move in flight is decided again
-            // from the replayed messages.
-            self.reset_incoming();
+            // Back at the last commit: so is the move in flight, and it is
+            // decided again from the replayed messages.
+            self.back_at_commit();
             if shard.generation() != generation {
                 match self.bound()? {
                     true => return Err(Halt::Moved),
@@ -116,9 +116,11 @@ impl Applier {
     }
 
     /// After a commit the index refused for good: applies and commits the
-    /// batch one command at a time from a fresh writer; the command whose
-    /// commit is refused `max_attempts` times is aborted. Publishes progress
-    /// after each command.
+    /// batch one message at a time from a fresh writer; the command whose
+    /// commit is refused `max_attempts` times is aborted. Publishes
+    /// progress after each message. A cross-key move in flight is committed
+    /// chunk by chunk too (its checkpoint staying before it), so the
+    /// command at fault is found in it as well.
     pub(super) fn isolate(&self, shard: &mut ShardBox, batch: &mut Vec<Record>) -> Step<()> {
         // A fresh writer back at the last commit; again after every failure.
         self.reopen(shard, &[])?;
@@ -131,27 +133,41 @@ impl Applier {
                     None => self.handle(shard.as_mut(), msg),
                     Some(e) => self.abort_message(shard.as_mut(), msg, e, attempts),
                 };
-                let failure = match handled {
-                    Err(Halt::Retry(e)) => e.to_string(),
+                let refused = match handled {
+                    Err(Halt::Retry(e)) => Err(e.to_string()),
+                    // The commit before a cross-key step, refused: this
+                    // message is the last uncommitted one.
+                    Err(Halt::CommitFirst(e)) => Ok(e),
                     Err(halt) => return Err(halt),
                     Ok(_) => match shard.commit() {
                         Ok(()) => break,
-                        Err(e) if !e.is_retryable() && abort_with.is_none() => {
-                            attempts += 1;
-                            let shown = e.to_string();
-                            if attempts >= self.shared.cfg.max_attempts.max(1) {
-                                abort_with = Some(e);
-                            }
-                            shown
-                        }
-                        Err(e) => e.to_string(),
+                        Err(e) if !e.is_retryable() => Ok(e),
+                        Err(e) => Err(e.to_string()),
                     },
+                };
+                let failure = match refused {
+                    Ok(e) if abort_with.is_none() => {
+                        attempts += 1;
+                        let shown = e.to_string();
+                        if attempts >= self.shared.cfg.max_attempts.max(1) {
+                            abort_with = Some(e);
+                        }
+                        shown
+                    }
+                    Ok(e) => e.to_string(),
+                    Err(shown) => shown,
                 };
                 retry.failed(&format_args!("{failure} (offset {}, attempt {attempts})", msg.offset()))?;
                 self.reopen(shard, &[])?;
             }
-            self.publish(shard.as_mut(), msg.offset() + 1, false);
+            self.committed();
+            self.publish_checkpoint(shard.as_mut());
             batch.remove(0);
+            if self.rewind.get() {
+                // A move ended that passed messages over: they (and what
+                // follows) are read again.
+                batch.clear();
+            }
         }
         self.parked_gauge(shard.as_mut());
         Ok(())

@@ -120,6 +120,7 @@ fn move_between(src: &mut Box<dyn Shard + Send>, (sp, at): (i32, u64), dst: &mut
         last: true,
         issued_at: 0,
         files,
+        aborted: false,
     };
     move_in(dst.as_mut(), &chunk, dst_at).unwrap();
     dst.mark_applied(Checkpoint::new(dst_at, dst_at));

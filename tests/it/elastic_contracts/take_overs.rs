@@ -65,7 +65,7 @@ fn a_move_between_two_partitions_survives_either_order_resends_and_a_stale_sourc
         move_out(src.as_mut(), "/s/a", "/d/a", 106, FanOut::pages_of(2), &mut |f| files.push(f)).unwrap();
         let ids: Vec<String> = files.iter().map(|f| f.id.clone()).collect();
         assert_eq!(files.len(), 6);
-        let mv = MoveIn { move_id: "m".into(), source_partition: 0, source_offset: 106, from: "/s/a".into(), to: "/d/a".into(), chunk: 0, last: true, issued_at: 0, files: files.clone() };
+        let mv = MoveIn { move_id: "m".into(), source_partition: 0, source_offset: 106, from: "/s/a".into(), to: "/d/a".into(), chunk: 0, last: true, issued_at: 0, files: files.clone(), aborted: false };
         let left = model.move_out("/s/a", "/d/a");
         let remove = |src: &mut Box<dyn denorm::index::Shard + Send>| {
             assert_eq!(remove_moved(src.as_mut(), &ids, "/s/a", 106).unwrap(), if delete_first { 6 } else { 0 }, "deleted only where not taken over yet");
@@ -280,7 +280,7 @@ fn a_chain_of_take_overs_replays_in_any_order_the_departures_allow() {
                     remove_moved(shard.as_mut(), &ids, from, at).unwrap();
                 }
                 Step::MoveIn { from, files } => {
-                    let mv = MoveIn { move_id: s("m"), source_partition: from.0, source_offset: from.1, from: s("/"), to: s("/"), chunk: 0, last: true, issued_at: 0, files };
+                    let mv = MoveIn { move_id: s("m"), source_partition: from.0, source_offset: from.1, from: s("/"), to: s("/"), chunk: 0, last: true, issued_at: 0, files, aborted: false };
                     move_in(shard.as_mut(), &mv, at).unwrap();
                 }
             }

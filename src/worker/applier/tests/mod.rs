@@ -47,10 +47,13 @@ impl LogProbe for LogOf {
     }
 }
 
-/// The outbox of the tests: keeps what it is given, in order.
+/// The outbox of the tests: keeps the letters it is given, in order, and
+/// appends the messages for the command topic to the partition's log (the
+/// tests have one partition: a cross-key move's chunks land there).
 #[derive(Default)]
 struct Scripted {
     letters: Mutex<Vec<Sent>>,
+    log: Arc<Mutex<Vec<Record>>>,
 }
 
 impl Outbox for Arc<Scripted> {
@@ -68,8 +71,11 @@ impl Outbox for Arc<Scripted> {
         Ok(0)
     }
 
-    fn command(&self, _: i32, _: &[u8], _: &[u8]) -> Result<i64, rdkafka::error::KafkaError> {
-        Ok(0)
+    fn command(&self, _: i32, key: &[u8], payload: &[u8]) -> Result<i64, rdkafka::error::KafkaError> {
+        let mut log = self.log.lock().unwrap();
+        let offset = log.len() as i64;
+        log.push(Record { offset, key: Some(key.to_vec()), payload: Some(payload.to_vec()), timestamp_ms: None });
+        Ok(offset)
     }
 }
 
@@ -111,8 +117,8 @@ impl Rig {
         let mut cfg = WorkerConfig::new(KafkaConfig::new("127.0.0.1:9", "t"), "g");
         cfg.retry_backoff_max = Duration::from_millis(50);
         tune(&mut cfg);
-        let outbox = Arc::new(Scripted::default());
         let log: Arc<Mutex<Vec<Record>>> = Arc::default();
+        let outbox = Arc::new(Scripted { letters: Mutex::default(), log: log.clone() });
         let shared = Arc::new(Shared {
             cfg,
             backend: Arc::new(EmbeddedBackend::new(index, 20 << 20)),
@@ -218,6 +224,31 @@ impl Rig {
         out
     }
 
+    /// The files of the index, as committed: (id, full path), by id.
+    fn files(&self) -> Vec<(String, String)> {
+        let search = EmbeddedIndex::open_existing(self.dir.path()).unwrap().search().unwrap();
+        let mut out = Vec::new();
+        search.dump(&mut |d: Doc| if let Doc::File(f) = d { out.push((f.id.clone(), f.full_path())) }).unwrap();
+        out.sort();
+        out
+    }
+
+    /// The chunks of cross-key moves in the log, in log order: (offset, chunk).
+    fn chunks(&self) -> Vec<(i64, MoveIn)> {
+        let log = self.log.lock().unwrap();
+        log.iter()
+            .filter_map(|r| match self.codec.decode_message(r.payload.as_deref()?) {
+                Ok(crate::codec::Decoded::Move(m)) => Some((r.offset, m)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The offset the next message appended gets.
+    fn end(&self) -> i64 {
+        self.log.lock().unwrap().len() as i64
+    }
+
     fn letters(&self) -> Vec<Sent> {
         self.outbox.letters.lock().unwrap().clone()
     }
@@ -266,200 +297,5 @@ fn fault(dir: &std::path::Path, name: &str, arg: &str) {
     std::fs::write(dir.join(name), arg).unwrap();
 }
 
-#[test]
-fn commands_are_committed_in_batches_and_only_whole_batches_are_published() {
-    // Batches end at 10 commands: the linger and the quiet time are long.
-    let r = Rig::new(|c| {
-        c.max_batch = 10;
-        c.commit_linger = Duration::from_secs(600);
-        c.commit_quiet = Duration::from_secs(600);
-    });
-    for i in 0..25 {
-        r.produce(upsert(&format!("f{i}"), &format!("/a/f{i}.txt")));
-    }
-    let run = r.start();
-    let mut seen = std::collections::BTreeSet::new();
-    eventually("two batches published", || {
-        seen.insert(run.next());
-        run.next() >= 20
-    });
-    for i in 25..30 {
-        r.produce(upsert(&format!("f{i}"), &format!("/a/f{i}.txt")));
-    }
-    eventually("the third batch published", || {
-        seen.insert(run.next());
-        run.next() >= 30
-    });
-    assert!(seen.iter().all(|n| [-1, 10, 20, 30].contains(n)), "published offsets {seen:?}: only ends of batches");
-    assert_eq!(run.stop(), 30);
-    let docs = r.docs();
-    assert_eq!(docs.len(), 30);
-    assert!(docs.iter().all(|(id, pos)| format!("f{pos}") == *id), "{docs:?}");
-}
-
-#[test]
-fn a_new_owner_resumes_at_the_checkpoint_itself_and_applies_nothing_twice() {
-    let r = Rig::new(|_| {});
-    r.produce_files(0..20);
-    let first = r.start();
-    first.wait_next(20);
-    assert_eq!(first.seeks.lock().unwrap().clone(), vec![0], "a fresh shard starts at the beginning");
-    assert_eq!(first.stop(), 20);
-    let applied = r.shared.stats.applied.load(Ordering::SeqCst);
-    assert_eq!(applied, 20);
-    // The partition is assigned again (a rebalance): the new owner asks for
-    // the checkpoint's own offset, whose message the index applied (its
-    // fingerprint is checked), and applies only what follows.
-    r.produce_files(20..25);
-    let second = r.start();
-    second.wait_next(25);
-    assert_eq!(second.seeks.lock().unwrap().clone(), vec![19], "resumes at the checkpoint");
-    assert_eq!(second.stop(), 25);
-    assert_eq!(r.shared.stats.applied.load(Ordering::SeqCst), 25, "nothing applied twice");
-    assert_eq!(r.docs().len(), 25);
-}
-
-/// A seek right after an assignment can be overtaken by the client's own
-/// start from the group's offset (here: the beginning): the first message
-/// is then not the one sought. The applier seeks again rather than taking
-/// the log for another one (it used to stop the worker: "the partition's
-/// log now starts over at offset 0").
-#[test]
-fn a_seek_overtaken_by_the_partitions_own_start_is_made_again() {
-    let r = Rig::new(|_| {});
-    r.produce_files(0..20);
-    let first = r.start();
-    first.wait_next(20);
-    assert_eq!(first.stop(), 20);
-    r.produce_files(20..25);
-    r.stale_starts.store(2, Ordering::SeqCst);
-    let second = r.start();
-    second.wait_next(25);
-    assert_eq!(second.seeks.lock().unwrap().clone(), vec![19, 19, 19], "sought again after each overtaken start");
-    assert_eq!(second.stop(), 25);
-    assert_eq!(r.shared.stats.applied.load(Ordering::SeqCst), 25, "nothing applied twice");
-    assert_eq!(r.docs().len(), 25);
-}
-
-#[test]
-#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
-fn a_command_the_index_refuses_at_commit_is_isolated_and_the_rest_of_its_batch_applied() {
-    #[cfg(feature = "failpoints")]
-    {
-        let r = Rig::new(|c| {
-            c.max_attempts = 2;
-            c.commit_linger = Duration::from_secs(600);
-            c.commit_quiet = Duration::from_millis(50);
-        });
-        let faults = tempfile::tempdir().unwrap();
-        // A commit holding a write of "bad" is refused: the batch cannot
-        // say which command; the applier commits them one at a time.
-        fault(faults.path(), "index.reject-commit", "bad\n");
-        let mut bad_at = 0;
-        // "bad" under a key of its own: the key is parked behind it, and
-        // the others' commands are applied.
-        for i in 0..12 {
-            if i == 5 {
-                bad_at = r.produce(upsert("bad", "/bad/bad.txt"));
-            } else {
-                r.produce(upsert(&format!("f{i}"), &format!("/a/f{i}.txt")));
-            }
-        }
-        r.produce(upsert("after", "/b/after.txt"));
-        let run = r.start();
-        run.wait_next(13);
-        assert_eq!(run.stop(), 13);
-        let letters = r.letters();
-        assert_eq!(letters, vec![Sent { reason: "index_rejected".into(), origin_offset: bad_at, key: "/bad".into() }]);
-        let ids = r.file_ids();
-        assert_eq!(ids.len(), 12, "{ids:?}");
-        assert!(!ids.contains(&"bad".to_string()));
-    }
-}
-
-#[test]
-#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
-fn an_aborted_command_parks_its_key_and_the_keys_later_commands_wait_in_the_dead_letter_topic() {
-    #[cfg(feature = "failpoints")]
-    {
-        let r = Rig::new(|c| c.max_attempts = 2);
-        let faults = tempfile::tempdir().unwrap();
-        // Commands of key /p are rejected by the index for good.
-        fault(faults.path(), "index.reject", "/p\n");
-        let aborted = r.produce(upsert("p1", "/p/1.txt"));
-        r.produce(upsert("q1", "/q/1.txt"));
-        // Accepted by the index now, but behind the aborted command.
-        let later = r.produce(upsert("p2", "/p/2.txt"));
-        let run = r.start();
-        eventually("the first letter", || !r.letters().is_empty());
-        std::fs::remove_file(faults.path().join("index.reject")).unwrap();
-        run.wait_next(3);
-        assert_eq!(run.stop(), 3);
-        assert_eq!(
-            r.letters(),
-            vec![
-                Sent { reason: "index_rejected".into(), origin_offset: aborted, key: "/p".into() },
-                Sent { reason: "parked".into(), origin_offset: later, key: "/p".into() },
-            ]
-        );
-        assert_eq!(r.file_ids(), vec!["q1".to_string()], "other keys flow; the parked key's later command waits");
-    }
-}
-
-#[test]
-fn a_move_in_several_chunks_holds_the_partitions_other_commands_until_its_last_chunk() {
-    let r = Rig::new(|c| {
-        c.commit_quiet = Duration::from_millis(20);
-        // The source partition is not in this test: no take-over wait.
-        c.takeover_waits = false;
-    });
-    r.produce(upsert("d0", "/dst/old.txt"));
-    let run = r.start();
-    run.wait_next(1);
-    let chunk = |n: i32, last: bool, ids: &[&str]| MoveIn {
-        move_id: "m1".into(),
-        source_partition: 1,
-        source_offset: 7,
-        from: "/src/a".into(),
-        to: "/dst/a".into(),
-        chunk: n,
-        last,
-        issued_at: 0,
-        files: ids.iter().map(|id| MovedFile { id: id.to_string(), path: format!("/dst/a/{id}.txt"), contents: "moved".into() }).collect(),
-    };
-    let started = r.produce_move(&chunk(0, false, &["m1", "m2"]));
-    // Behind the move's first chunk: a delete of a moved file, which must
-    // take effect after the move (at its later position), and a command of
-    // the same key that must wait too.
-    r.produce(Command::DeleteFile { id: "m1".into(), path: "/dst/a/m1.txt".into() });
-    r.produce(upsert("d1", "/dst/new.txt"));
-    eventually("the applier took every message fed", || run.sent.load(Ordering::SeqCst) == 4 && run.part.queued.load(Ordering::SeqCst) == 0);
-    // The partition is revoked while the move is open: nothing from its
-    // first chunk on was committed, so the next owner gets it all again.
-    assert_eq!(run.stop(), started, "committed past an open move");
-    let run = r.start();
-    r.produce_move(&chunk(1, true, &["m3"]));
-    run.wait_next(5);
-    assert_eq!(run.stop(), 5);
-    assert_eq!(r.file_ids(), vec!["d0", "d1", "m2", "m3"], "m1 deleted after it arrived");
-    let pos = |id: &str| r.docs().into_iter().find(|(i, _)| i == id).map(|(_, p)| p);
-    assert_eq!(pos("m2"), Some(started as u64), "a move's documents take its first chunk's position");
-}
-
-#[test]
-fn a_stop_in_the_middle_of_a_batch_commits_what_is_applied_and_publishes_it() {
-    let r = Rig::new(|c| {
-        c.commit_linger = Duration::from_secs(600);
-        c.commit_quiet = Duration::from_secs(600);
-    });
-    for i in 0..30 {
-        r.produce(upsert(&format!("f{i}"), &format!("/a/f{i}.txt")));
-    }
-    let run = r.start();
-    eventually("30 commands applied", || r.shared.stats.applied.load(Ordering::SeqCst) >= 30);
-    assert_eq!(run.next(), -1, "nothing committed yet: the batch is open");
-    assert_eq!(run.stop(), 30, "the stop commits the open batch and publishes it");
-    assert_eq!(r.docs().len(), 30);
-    let checkpoint = EmbeddedIndex::open_existing(r.dir.path()).unwrap().checkpoints().unwrap();
-    assert_eq!(checkpoint.get(&0).map(|c| c.offset), Some(29));
-}
+mod batches;
+mod moves;
