@@ -135,6 +135,9 @@ pub fn serialized(logs: &[Vec<(i64, crate::codec::Decoded)>]) -> Result<(Model, 
                         }
                         (c, _) => m.apply(c),
                     },
+                    Decoded::Move(mv) if mv.aborted => {
+                        return Err(format!("partition {p} offset {offset}: the end of a move its source gave up, which the model does not cover"));
+                    }
                     Decoded::Move(mv) => {
                         if mv.chunk > 0 {
                             chunked.insert(mv.source());

@@ -112,6 +112,8 @@ impl Applier {
         }
         let mut retry = self.retrying(Op::Rejected);
         let mut attempts = 0;
+        // Chunks of a cross-key rename's move written by its last attempt.
+        let mut sent = 0;
         loop {
             attempts += 1;
             let t = Instant::now();
@@ -121,9 +123,13 @@ impl Applier {
             } else if let (Command::RenamePath { from, to }, Some(_)) = (cmd, cmd.destination_key()) {
                 match self.move_out(shard, e, from, to, pos)? {
                     moves::MoveOut::Moved(n) => Ok(n),
-                    moves::MoveOut::Failed(err) => Err(err),
-                    moves::MoveOut::Invalid(detail) => {
+                    moves::MoveOut::Failed { error, sent: n } => {
+                        sent = n;
+                        Err(error)
+                    }
+                    moves::MoveOut::Invalid { detail, sent } => {
                         count(cmd.kind(), outcome::INVALID);
+                        self.end_attempt(e, from, to, pos, sent)?;
                         return self.abort(shard, origin, reason::INVALID_COMMAND, detail, attempts, Some(e.command_id.clone()));
                     }
                 }
@@ -148,6 +154,9 @@ impl Applier {
                 }
                 Err(error) => {
                     count(cmd.kind(), outcome::FAILED);
+                    if let Command::RenamePath { from, to } = cmd {
+                        self.end_attempt(e, from, to, pos, sent)?;
+                    }
                     return self.abort(shard, origin, dlq::reason::INDEX_REJECTED, error.to_string(), attempts, Some(e.command_id.clone()));
                 }
             }

@@ -8,10 +8,13 @@ use super::*;
 pub(super) enum MoveOut {
     /// The files were handed over and deleted here: how many.
     Moved(u64),
-    /// The index failed (the rename is retried, or aborted).
-    Failed(IndexError),
-    /// A renamed path would not be valid: the rename is refused.
-    Invalid(String),
+    /// The index failed after `sent` chunks were written (the rename is
+    /// tried again, which writes the move again from its first chunk, or
+    /// given up: then [`Applier::end_attempt`]).
+    Failed { error: IndexError, sent: usize },
+    /// A renamed path would not be valid: the rename is refused (after
+    /// `sent` chunks were written).
+    Invalid { detail: String, sent: usize },
 }
 
 impl Applier {
@@ -223,9 +226,9 @@ impl Applier {
     /// committed writes them again; the destination ignores a resend of a
     /// move it completed. Writing fails only transiently (retried here, like
     /// a dead letter). A renamed path that would not be valid refuses the
-    /// rename ([`MoveOut::Invalid`]); an index failure is the caller's. An
-    /// attempt that fails after writing chunks is ended by a last chunk
-    /// marked aborted, so that the destination never waits for it.
+    /// rename ([`MoveOut::Invalid`]); an index failure is the caller's. A
+    /// rename given up after its chunks were written ends the move with
+    /// [`Applier::end_attempt`], so that the destination never waits for it.
     pub(super) fn move_out(&self, shard: &mut dyn Shard, e: &Envelope, from: &str, to: &str, pos: i64) -> Step<MoveOut> {
         let key = crate::command::path::top_level(to);
         let partition = crate::command::partitioner::partition_of(key, self.shared.log_partitions);
@@ -257,11 +260,11 @@ impl Applier {
                 return;
             }
             if let Err(err) = crate::command::path::validate("path", &f.path) {
-                refused = Some(MoveOut::Invalid(format!("renaming {from:?} to {to:?} would make the path of file {:?} invalid: {err}", f.id)));
+                refused = Some(MoveOut::Invalid { detail: format!("renaming {from:?} to {to:?} would make the path of file {:?} invalid: {err}", f.id), sent });
                 return;
             }
             if fail_after.is_some_and(|n| sent >= n) {
-                refused = Some(MoveOut::Failed(IndexError::Rejected("injected fault move.fail-after-chunks".into())));
+                refused = Some(MoveOut::Failed { error: IndexError::Rejected("injected fault move.fail-after-chunks".into()), sent });
                 return;
             }
             ids.push(f.id.clone());
@@ -275,20 +278,10 @@ impl Applier {
         if let Some(h) = halted {
             return Err(h);
         }
-        let failed = match (refused, scanned) {
-            (Some(r), _) => Some(r),
-            (None, Err(err)) => Some(MoveOut::Failed(err)),
-            (None, Ok(())) => None,
-        };
-        if let Some(failed) = failed {
-            if sent > 0 {
-                // The destination has this attempt's first chunks: end it.
-                let end = crate::command::moves::MoveIn { aborted: true, ..chunk(Vec::new(), true, sent) };
-                self.send_chunk(&end, partition)?;
-                counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "aborted").increment(1);
-                warn!(partition = self.partition, offset = pos, from, to, chunks = sent, "cross-key rename failed after writing some of its documents: the attempt is ended as aborted at the destination");
-            }
-            return Ok(failed);
+        match (refused, scanned) {
+            (Some(r), _) => return Ok(r),
+            (None, Err(error)) => return Ok(MoveOut::Failed { error, sent }),
+            (None, Ok(())) => {}
         }
         if ids.is_empty() {
             counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "empty").increment(1);
@@ -303,8 +296,36 @@ impl Applier {
         info!(partition = self.partition, offset = pos, from, to, files = ids.len(), chunks = sent + 1, to_partition = partition, "cross-key rename: documents handed to the destination");
         Ok(match crate::apply::remove_moved(shard, &ids, from, pos as u64) {
             Ok(_) => MoveOut::Moved(ids.len() as u64),
-            Err(err) => MoveOut::Failed(err),
+            // Every chunk was written: a retry writes the move again, a
+            // resend the destination ignores.
+            Err(error) => MoveOut::Failed { error, sent: 0 },
         })
+    }
+
+    /// A cross-key rename given up after `sent` chunks of its move were
+    /// written: a last chunk marked aborted ends the move at the
+    /// destination, which would otherwise wait for the rest for ever.
+    pub(super) fn end_attempt(&self, e: &Envelope, from: &str, to: &str, pos: i64, sent: usize) -> Step<()> {
+        if sent == 0 {
+            return Ok(());
+        }
+        let partition = crate::command::partitioner::partition_of(crate::command::path::top_level(to), self.shared.log_partitions);
+        let end = crate::command::moves::MoveIn {
+            move_id: e.command_id.clone(),
+            source_partition: self.partition,
+            source_offset: pos,
+            from: from.to_string(),
+            to: to.to_string(),
+            chunk: sent as i32,
+            last: true,
+            issued_at: e.issued_at,
+            files: Vec::new(),
+            aborted: true,
+        };
+        self.send_chunk(&end, partition)?;
+        counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "aborted").increment(1);
+        warn!(partition = self.partition, offset = pos, from, to, chunks = sent, "cross-key rename given up after writing some of its documents: the move is ended as aborted at the destination");
+        Ok(())
     }
 
     /// Writes one chunk of a move to the destination's partition and waits
