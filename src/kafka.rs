@@ -242,10 +242,19 @@ pub fn wait_for_deliveries(
         let e = need.entry(d.partition).or_insert(d.offset);
         *e = (*e).max(d.offset);
     }
-    wait_on_lag(cfg, group, timeout, Duration::from_millis(100), |r| {
-        need.iter().all(|(p, o)| r.partitions.iter().any(|x| x.partition == *p && x.committed > *o))
-    })
-    .map(|_| ())
+    let applied = |r: &LagReport, p: i32, o: i64| r.partitions.iter().any(|x| x.partition == p && x.committed > o);
+    match wait_on_lag(cfg, group, timeout, Duration::from_millis(100), |r| need.iter().all(|(p, o)| applied(r, *p, *o))) {
+        Ok(_) => Ok(()),
+        Err(WaitError::Timeout(Some(r))) => {
+            let behind = need
+                .iter()
+                .filter(|(p, o)| !applied(&r, **p, **o))
+                .map(|(p, o)| (*p, r.partitions.iter().find(|x| x.partition == *p).map_or(-1, |x| x.committed), *o))
+                .collect();
+            Err(WaitError::Behind(behind))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Reads the group's lag every `every` until `done` says so or `timeout`
@@ -305,8 +314,17 @@ pub fn read_topic(cfg: &KafkaConfig, codec: &crate::codec::Codec) -> Result<Vec<
 pub enum WaitError {
     #[error("timed out waiting for the group to apply everything ({})", pending(.0))]
     Timeout(Option<LagReport>),
+    /// Timed out: the partitions still behind what was awaited, each with
+    /// the group's committed offset and the offset awaited there.
+    #[error("timed out with {}; is a worker of the group running? `denorm lag` shows more", behind(.0))]
+    Behind(Vec<(i32, i64, i64)>),
     #[error(transparent)]
     Kafka(KafkaSetupError),
+}
+
+fn behind(parts: &[(i32, i64, i64)]) -> String {
+    let each: Vec<String> = parts.iter().map(|(p, committed, at)| format!("partition {p} applied up to offset {} (waiting for {at})", committed - 1)).collect();
+    each.join(", ")
 }
 
 /// The partitions still behind in a lag report, for a timeout's message.

@@ -12,6 +12,7 @@ pub mod moves;
 pub mod http;
 pub mod kafka;
 pub mod logid;
+pub mod migrate;
 pub mod metrics;
 pub mod produce;
 pub mod rebuild;

@@ -19,9 +19,11 @@ pub struct ProduceArgs {
     jsonl: Option<PathBuf>,
     /// After sending, wait until the consumer group (--group) has applied the
     /// commands: read-your-writes (for a rename across top-level
-    /// directories, on both sides). Gives up after this many seconds (60 when
-    /// none is given); also how long each such rename may take to be
-    /// applied at its source before what follows it is sent. Before a command's name it needs its seconds
+    /// directories, on both sides). The whole call gives up after this many
+    /// seconds (60 when none is given), saying which stage and which
+    /// partitions were behind. Without it, each rename across top-level
+    /// directories may take 60 s to be applied at its source before what
+    /// follows it is sent. Before a command's name it needs its seconds
     /// (`--wait 60 rename ...`); after the command's flags it may stand alone
     #[arg(long, global = true, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "60")]
     wait: Option<u64>,
@@ -168,7 +170,11 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
     };
     let crossing = commands.iter().filter(|c| c.destination_key().is_some()).count();
     let owner_changes = commands.iter().filter(|c| c.previous_key().is_some()).count();
-    let barrier_timeout = std::time::Duration::from_secs(a.wait.unwrap_or(60));
+    // With --wait, one budget for the whole call; without, 60 s per barrier.
+    let patience = match a.wait {
+        Some(secs) => crate::produce::Patience::within(std::time::Duration::from_secs(secs)),
+        None => std::time::Duration::from_secs(60).into(),
+    };
     if crossing > 0 {
         eprintln!("{crossing} rename(s) across top-level directories: what follows each is sent once group {} has applied it at its source", cli.group);
     }
@@ -180,7 +186,7 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
     // Without such renames this is `send_all`.
     let (deliveries, destinations) = if a.jsonl.is_none() {
         let keys: Vec<String> = commands.iter().map(|c| c.key().to_string()).collect();
-        let (d, dest) = producer.send_ordered(&kafka, &cli.group, commands, 1, barrier_timeout, |_| {}).await.context("sending the command")?;
+        let (d, dest) = producer.send_ordered(&kafka, &cli.group, commands, 1, patience, |_| {}).await.context("sending the command")?;
         // One line per command sent (two for an owner change).
         for (key, d) in keys.iter().zip(&d) {
             println!("{}", serde_json::json!({"key": key, "partition": d.partition, "offset": d.offset}));
@@ -191,7 +197,7 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
         let bar = super::progress(n as u64, "produced");
         let start = Instant::now();
         let (d, dest) = producer
-            .send_ordered(&kafka, &cli.group, commands, a.in_flight, barrier_timeout, |done| bar.set_position(done as u64))
+            .send_ordered(&kafka, &cli.group, commands, a.in_flight, patience, |done| bar.set_position(done as u64))
             .await
             .context("sending commands")?;
         bar.finish_and_clear();
@@ -204,12 +210,10 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
     // move, too.
     let deliveries: Vec<_> = deliveries.into_iter().chain(destinations).collect();
     if let Some(secs) = a.wait {
-        let group = cli.group.clone();
-        tokio::task::spawn_blocking(move || {
-            crate::kafka::wait_for_deliveries(&kafka, &group, &deliveries, std::time::Duration::from_secs(secs))
-        })
-        .await?
-        .with_context(|| format!("waiting for group {} to apply the commands", cli.group))?;
+        let (group, left) = (cli.group.clone(), patience.left());
+        tokio::task::spawn_blocking(move || crate::kafka::wait_for_deliveries(&kafka, &group, &deliveries, left))
+            .await?
+            .with_context(|| format!("--wait {secs}: sent, but group {} had not applied everything when the time was up", cli.group))?;
         eprintln!("applied by group {}", cli.group);
     }
     Ok(())

@@ -38,7 +38,12 @@ pub fn murmur2(data: &[u8]) -> i32 {
 /// The partition of `key` among `partitions` under the Java client's
 /// default partitioner (what `denorm produce` and the workers use).
 pub fn partition_of(key: &str, partitions: i32) -> i32 {
-    (murmur2(key.as_bytes()) & 0x7fff_ffff) % partitions.max(1)
+    partition_of_bytes(key.as_bytes(), partitions)
+}
+
+/// [`partition_of`] for a key as it is on the wire.
+pub fn partition_of_bytes(key: &[u8], partitions: i32) -> i32 {
+    (murmur2(key) & 0x7fff_ffff) % partitions.max(1)
 }
 
 #[cfg(test)]

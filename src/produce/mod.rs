@@ -24,7 +24,7 @@ pub enum ProduceError {
     /// A cross-key command (a rename across top-level directories, or the
     /// delete half of an owner change) was sent but its source did not
     /// apply it in time: the commands after it were not sent.
-    #[error("{what} (partition {partition}, offset {offset}) was sent, but group {group} did not apply it: {source}; the {unsent} command(s) after it were not sent")]
+    #[error("{what} (partition {partition}, offset {offset}) was sent, but group {group} did not apply it at its source in time: {source}; the {unsent} command(s) after it were not sent")]
     Barrier { what: String, partition: i32, offset: i64, group: String, unsent: usize, source: crate::kafka::WaitError },
 }
 
@@ -36,6 +36,36 @@ impl ProduceError {
             ProduceError::Invalid(_) => false,
             ProduceError::Barrier { .. } => true,
         }
+    }
+}
+
+/// How long [`Producer::send_ordered`] waits for the group at its
+/// barriers: each barrier at most `per_barrier`, and none past `until`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Patience {
+    pub per_barrier: Duration,
+    pub until: Option<std::time::Instant>,
+}
+
+impl Patience {
+    /// At most `d` for the whole call: barriers share it (`--wait`).
+    pub fn within(d: Duration) -> Self {
+        Patience { per_barrier: d, until: Some(std::time::Instant::now() + d) }
+    }
+
+    /// What the next wait may take.
+    pub fn left(&self) -> Duration {
+        match self.until {
+            Some(t) => self.per_barrier.min(t.saturating_duration_since(std::time::Instant::now())),
+            None => self.per_barrier,
+        }
+    }
+}
+
+impl From<Duration> for Patience {
+    /// At most `d` per barrier.
+    fn from(d: Duration) -> Self {
+        Patience { per_barrier: d, until: None }
     }
 }
 
@@ -200,8 +230,7 @@ impl Producer {
     /// once `group` has applied it at its source (a rename hands its
     /// documents to the destination's partition then), and only then are
     /// the commands after it sent. So every command after it, of either
-    /// key, is applied against its result. Waits at most `timeout` per
-    /// barrier. The upsert after an owner change's delete carries the
+    /// key, is applied against its result. Waits as `patience` allows. The upsert after an owner change's delete carries the
     /// delete's place in the log ([`Envelope::after`]): a replay applies
     /// the two in the same order.
     ///
@@ -215,9 +244,10 @@ impl Producer {
         group: &str,
         commands: Vec<Command>,
         in_flight: usize,
-        timeout: Duration,
+        patience: impl Into<Patience>,
         mut progress: impl FnMut(usize),
     ) -> Result<(Vec<LogPosition>, Vec<LogPosition>), ProduceError> {
+        let patience = patience.into();
         let commands = expand_owner_changes(commands);
         for c in &commands {
             c.validate()?;
@@ -243,6 +273,7 @@ impl Producer {
             }
             let (cfg, g) = (kafka.clone(), group.to_string());
             let dest_key = what.destination.clone();
+            let timeout = patience.left();
             let waited = tokio::task::spawn_blocking(move || -> Result<Option<LogPosition>, crate::kafka::WaitError> {
                 crate::kafka::wait_for_deliveries(&cfg, &g, &[d], timeout)?;
                 let Some(dest_key) = dest_key else { return Ok(None) };

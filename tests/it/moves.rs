@@ -326,6 +326,66 @@ fn a_rebuild_into_a_new_generation_gives_the_same_documents_after_moves_on(r: Ri
 }
 
 #[test]
+fn a_rebuild_from_a_migrated_topic_applies_each_move_where_it_was_applied_live() {
+    a_rebuild_from_a_migrated_topic_applies_each_move_where_it_was_applied_live_on(Rig::new(2));
+}
+
+#[test]
+fn a_rebuild_from_a_migrated_topic_applies_each_move_where_it_was_applied_live_on_elasticsearch() {
+    a_rebuild_from_a_migrated_topic_applies_each_move_where_it_was_applied_live_on(Rig::elastic(2));
+}
+
+/// Issue 29, 2: `migrate` used to leave the moves' chunks out; a rebuild
+/// from the new topic then applied each move after all of the
+/// destination's later history, bringing back a file deleted there and
+/// undoing an edit.
+fn a_rebuild_from_a_migrated_topic_applies_each_move_where_it_was_applied_live_on(r: Rig) {
+    let dst = tree_outside("dst", 2, &["/src"]);
+    let live = r.worker(&[]);
+    produce(&r.cfg, files_under("m", "/src/a", 10));
+    let later = [
+        Command::DeleteFile { id: s("m1"), path: format!("{dst}/a/d1/file1.txt") },
+        Command::UpsertFile { id: s("m2"), path: format!("{dst}/a/d2/file2.txt"), contents: s("edited after the move"), previous_path: None },
+    ];
+    rt().block_on(async {
+        let p = denorm::produce::Producer::new(&r.cfg).unwrap();
+        let mut commands = vec![rename("/src/a", &format!("{dst}/a"))];
+        commands.extend(later.iter().cloned());
+        let (sent, dest) = p.send_ordered(&r.cfg, &r.group, commands, 10, Duration::from_secs(60), |_| {}).await.unwrap();
+        let all: Vec<_> = sent.into_iter().chain(dest).collect();
+        tokio::task::spawn_blocking({
+            let (cfg, g) = (r.cfg.clone(), r.group.clone());
+            move || denorm::kafka::wait_for_deliveries(&cfg, &g, &all, Duration::from_secs(60))
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    });
+    let files = |index: &std::path::Path| -> Vec<(String, String, String)> {
+        let mut out: Vec<_> = dump(index).into_iter().filter_map(|d| match d {
+            Doc::File(f) => Some((f.id.clone(), f.full_path(), f.contents.clone())),
+            _ => None,
+        }).collect();
+        out.sort();
+        out
+    };
+    let before = files(&r.index);
+    assert_eq!(before.len(), 9, "{before:?}");
+    assert!(before.iter().all(|(id, p, _)| id != "m1" && p.starts_with(&format!("{dst}/a/"))), "{before:?}");
+    assert!(before.contains(&(s("m2"), format!("{dst}/a/d2/file2.txt"), s("edited after the move"))), "{before:?}");
+    assert!(live.terminate().success());
+
+    let new = denorm::kafka::KafkaConfig { topic: unique("denorm-test-migrated"), partitions: 3, ..r.cfg.clone() };
+    let (code, out, err) = output(cli(&r.cfg, &r.group, &r.index).args(["migrate", "--to-topic", &new.topic, "--to-partitions", "3"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1 chunk(s) of cross-key moves"), "{out}");
+    let (code, out, err) = output(cli(&new, &r.group, &r.index).args(["rebuild", "--metrics-addr", "127.0.0.1:0"]));
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(files(&r.index), before, "the rebuild from the migrated topic differs");
+    assert_matches_topic_model(&new, &r.index);
+}
+
+#[test]
 fn without_a_worker_a_cross_key_rename_is_sent_but_what_follows_is_not_and_the_error_says_so() {
     let r = Rig::new(2);
     let jsonl = r.dir().join("moves.jsonl");
@@ -335,6 +395,48 @@ fn without_a_worker_a_cross_key_rename_is_sent_but_what_follows_is_not_and_the_e
     assert!(err.contains(r#"the cross-key rename "/a/x" -> "/b/x""#) && err.contains("the 1 command(s) after it were not sent"), "{err}");
     let sent: usize = read_topic(&r.cfg).iter().map(Vec::len).sum();
     assert_eq!(sent, 1, "only the rename is in the topic");
+}
+
+/// Issue 29, 14: `produce --wait N` bounds the whole call. It used to wait
+/// up to N for a cross-key rename to be applied at its source, then up to
+/// N again for the rest: here the source is held back for 3 s and the
+/// destination for good, so the call took N + 3 s. Its error names the
+/// stage and the partition behind.
+#[test]
+fn produce_wait_bounds_the_whole_call_and_names_the_partition_behind() {
+    let r = Rig::new(4);
+    let src = "/held";
+    let dst = tree_outside("waits", 4, &[src]);
+    produce(&r.cfg, vec![Command::UpsertFile { id: s("x"), path: format!("{src}/x.txt"), contents: s(""), previous_path: None }]);
+    let w = r.worker(&[]);
+    wait_applied(&r.cfg, &r.group, 1);
+    // A command of each key that the worker holds back: the rename waits
+    // behind the first, the moved file behind the second.
+    r.on_fault("apply.hold", &format!("{src}\n{dst}\n"));
+    produce(&r.cfg, vec![
+        Command::UpsertFile { id: s("h1"), path: format!("{src}/h1.txt"), contents: s(""), previous_path: None },
+        Command::UpsertFile { id: s("h2"), path: format!("{dst}/h2.txt"), contents: s(""), previous_path: None },
+    ]);
+    let started = std::time::Instant::now();
+    let child = cli(&r.cfg, &r.group, &r.index)
+        .args(["produce", "--wait", "12", "rename", "--from", &format!("{src}/x.txt"), "--to", &format!("{dst}/x.txt")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Three seconds of the call pass waiting for the rename's source.
+    std::thread::sleep(Duration::from_secs(3));
+    // The source's hold ends: the rename is applied there, its file handed
+    // to the destination, which stays held.
+    r.on_fault("apply.hold", &format!("{dst}\n"));
+    let out = child.wait_with_output().unwrap();
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(took < Duration::from_secs(14), "--wait 12 took {took:?}:\n{err}");
+    let dst_partition = partition_of(&dst, 4);
+    assert!(err.contains("--wait 12: sent, but group") && err.contains(&format!("partition {dst_partition} applied up to offset")), "{err}\n{}", w.log());
+    r.off_fault("apply.hold");
 }
 
 /// A user id whose partition (of `partitions`) is not `other`'s.

@@ -228,7 +228,7 @@ fn more_partitions_through_migrate_and_a_rebuild_from_the_new_topic() {
     let new = denorm::kafka::KafkaConfig { topic: unique("denorm-test-grown"), partitions: 5, ..r.cfg.clone() };
     let (code, out, err) = output(cli(&r.cfg, &r.group, &r.index).args(["migrate", "--to-topic", &new.topic, "--to-partitions", "5"]));
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains(&format!("copied {} commands", log.len())), "{out}");
+    assert!(out.contains(&format!("copied {} messages", log.len())), "{out}");
     assert_eq!(per_key(&new), per_key(&r.cfg), "every key's commands, in the same order");
     let (code, _, err) = output(cli(&r.cfg, &r.group, &r.index).args(["migrate", "--to-topic", &new.topic, "--to-partitions", "5"]));
     assert_ne!(code, 0);
