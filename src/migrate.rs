@@ -132,8 +132,9 @@ impl Plan {
             Some(Decoded::Command(e)) => match e.after {
                 Some(at) if !self.is_placed(at) => return Placed::Waits(at),
                 Some(at) => {
-                    // Named something other than a delete: left out, as
-                    // before migrate rewrote it (applied without waiting).
+                    // The new place of the delete it names; naming
+                    // anything else, it is left out (the upsert is then
+                    // applied without waiting).
                     let mut e = e.clone();
                     e.after = self.new_place(at);
                     Some(codec.encode(&e))

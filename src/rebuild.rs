@@ -73,6 +73,16 @@ pub enum RebuildError {
     WorkerPanicked,
     #[error("the rebuild's worker stopped before the rebuild was done")]
     WorkerStopped,
+    /// The state of a rebuild that did not finish cannot be read.
+    #[error("the state of the rebuild in progress cannot be read ({0:#}): `denorm rebuild --abandon` removes it, and the generation it was building")]
+    State(#[source] anyhow::Error),
+    /// A rebuild that did not finish was building from another log.
+    #[error(
+        "a rebuild of generation {generation} from topic {recorded} ({recorded_partitions} partitions) did not finish: rerun it \
+         with --topic {recorded}, or give it up with `denorm rebuild --abandon` (the generation it was building is deleted) \
+         before rebuilding from {topic} ({partitions} partitions)"
+    )]
+    OtherLog { generation: u64, recorded: String, recorded_partitions: i32, topic: String, partitions: i32 },
 }
 
 /// What a rebuild needs.
@@ -143,19 +153,7 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         }
     }
     let current = index.current()?;
-    let state = match index.state()? {
-        Some(s) => {
-            info!(generation = s.generation, "resuming the rebuild in progress");
-            s
-        }
-        None => {
-            let generation = index.list()?.into_iter().max().unwrap_or(0).max(current) + 1;
-            let s = State { generation, group: format!("{group}.rebuild-{generation}-{}", uuid::Uuid::new_v4().simple()) };
-            index.save_state(&s)?;
-            info!(generation, "rebuilding the index into a new generation");
-            s
-        }
-    };
+    let state = begin(index, &kafka.topic, partitions, group)?;
     let target = state.generation;
 
     if current != target {
@@ -257,11 +255,58 @@ pub struct Status {
     pub rebuild: Option<(u64, i64)>,
 }
 
+/// The rebuild to resume (its state is recorded: a run that did not finish),
+/// which must be of `topic` with `partitions`, or a new one, recorded now.
+pub fn begin(index: &dyn Generations, topic: &str, partitions: i32, group: &str) -> Result<State, RebuildError> {
+    let current = index.current()?;
+    match index.state().map_err(RebuildError::State)? {
+        Some(s) => {
+            let (recorded, recorded_partitions) = (s.topic.clone().unwrap_or_else(|| topic.into()), s.partitions.unwrap_or(partitions));
+            if recorded != topic || recorded_partitions != partitions {
+                return Err(RebuildError::OtherLog { generation: s.generation, recorded, recorded_partitions, topic: topic.into(), partitions });
+            }
+            info!(generation = s.generation, "resuming the rebuild in progress");
+            Ok(s)
+        }
+        None => {
+            let generation = index.list()?.into_iter().max().unwrap_or(0).max(current) + 1;
+            let group = format!("{group}.rebuild-{generation}-{}", uuid::Uuid::new_v4().simple());
+            let s = State { generation, group, topic: Some(topic.into()), partitions: Some(partitions) };
+            index.save_state(&s)?;
+            info!(generation, "rebuilding the index into a new generation");
+            Ok(s)
+        }
+    }
+}
+
+/// Gives up the rebuild that did not finish (`rebuild --abandon`): deletes
+/// the generation it was building (the generation above the current one
+/// when its state cannot be read) and its state. The generation it was
+/// building, if any. Stop the rebuild first: a running one keeps writing.
+pub fn abandon(index: &dyn Generations, partitions: i32) -> Result<Option<u64>, RebuildError> {
+    let current = index.current()?;
+    let generations = index.list()?;
+    let target = match index.state() {
+        Ok(Some(s)) => Some(s.generation),
+        Ok(None) => None,
+        Err(e) => {
+            warn!(error = %format!("{e:#}"), "the rebuild's state cannot be read: giving up the generation above the current one");
+            generations.iter().copied().filter(|g| *g > current).max()
+        }
+    };
+    let removed = target.filter(|g| *g != current && generations.contains(g));
+    if let Some(g) = removed {
+        index.remove(g, partitions)?;
+    }
+    index.clear_state()?;
+    Ok(removed.or(target))
+}
+
 /// Reads [`Status`]. Blocking.
 pub fn status(kafka: &KafkaConfig, index: &dyn Generations) -> Result<Status, RebuildError> {
     let current = index.current()?;
     let generations = index.list()?;
-    let target = index.state()?.map(|s| s.generation);
+    let target = index.state().map_err(RebuildError::State)?.map(|s| s.generation);
     let partitions = kafka.topic_partitions()?.unwrap_or(0);
     let consumer: BaseConsumer = kafka.client_config().create().map_err(KafkaSetupError::from)?;
     let ends = watermarks(&consumer, &kafka.topic, partitions)?;
@@ -273,4 +318,78 @@ pub fn status(kafka: &KafkaConfig, index: &dyn Generations) -> Result<Status, Re
         None => None,
     };
     Ok(Status { current, generations, current_applied, end, rebuild })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::embedded::EmbeddedIndex;
+    use crate::index::generations::EmbeddedGenerations;
+
+    fn generations(root: &std::path::Path, topic: &str) -> EmbeddedGenerations {
+        EmbeddedGenerations { index: EmbeddedIndex::open_for_rebuild(root, topic).unwrap(), budget: 20 << 20 }
+    }
+
+    /// Issue 29, 10: a rebuild killed and rerun with another topic used to
+    /// resume the generation built from the first one, and loop on the log
+    /// mismatch.
+    #[test]
+    fn a_rebuild_that_did_not_finish_is_resumed_only_from_its_own_log() {
+        let dir = tempfile::tempdir().unwrap();
+        EmbeddedIndex::open(dir.path(), "a").unwrap();
+        let g = generations(dir.path(), "a");
+        let s = begin(&g, "a", 2, "grp").unwrap();
+        assert_eq!((s.generation, s.topic.as_deref(), s.partitions), (1, Some("a"), Some(2)));
+        assert_eq!(begin(&g, "a", 2, "grp").unwrap(), s, "resumed");
+        for (topic, partitions) in [("b", 2), ("a", 3)] {
+            let e = begin(&generations(dir.path(), topic), topic, partitions, "grp").unwrap_err();
+            assert!(matches!(e, RebuildError::OtherLog { generation: 1, .. }), "{e}");
+            assert!(e.to_string().contains("--topic a") && e.to_string().contains("--abandon"), "{e}");
+        }
+        // A state of an earlier build (no topic recorded) is resumed.
+        g.save_state(&State { topic: None, partitions: None, ..s.clone() }).unwrap();
+        assert_eq!(begin(&g, "a", 2, "grp").unwrap().generation, 1);
+    }
+
+    /// Issue 29, 10: a torn state file used to break every `rebuild`,
+    /// `--status` included; `--abandon` gives the rebuild up, whatever its
+    /// state.
+    #[test]
+    fn an_unreadable_state_is_named_and_abandon_gives_the_rebuild_up() {
+        let dir = tempfile::tempdir().unwrap();
+        EmbeddedIndex::open(dir.path(), "a").unwrap();
+        let g = generations(dir.path(), "a");
+        std::fs::create_dir_all(dir.path().join("generations/1")).unwrap();
+        std::fs::write(dir.path().join("REBUILD"), b"{\"generation\": 1, \"gro").unwrap();
+        let e = begin(&g, "a", 2, "grp").unwrap_err();
+        assert!(matches!(e, RebuildError::State(_)) && e.to_string().contains("denorm rebuild --abandon"), "{e}");
+        assert_eq!(abandon(&g, 2).unwrap(), Some(1));
+        assert!(!dir.path().join("generations/1").exists() && !dir.path().join("REBUILD").exists());
+        assert_eq!(abandon(&g, 2).unwrap(), None, "nothing left to give up");
+        let s = begin(&g, "b", 4, "grp").unwrap();
+        assert_eq!((s.generation, s.topic.as_deref()), (1, Some("b")));
+        assert_eq!(abandon(&g, 4).unwrap(), Some(1));
+    }
+
+    /// Issue 29, 10: the embedded cutover recorded the new topic, then
+    /// switched `CURRENT`: a crash between left the old generation bound to
+    /// the new topic, and its live workers refused it. Now one write of
+    /// `CURRENT` switches both.
+    #[test]
+    fn the_embedded_cutover_switches_the_generation_and_its_log_in_one_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = EmbeddedIndex::open(dir.path(), "a").unwrap();
+        old.bind_log(2).unwrap();
+        let marker = std::fs::read(dir.path().join("denorm-index.json")).unwrap();
+        generations(dir.path(), "b").cut_over(0, 1, 5).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("denorm-index.json")).unwrap(), marker, "only CURRENT is written");
+        let index = EmbeddedIndex::open_existing(dir.path()).unwrap();
+        assert_eq!((index.current_generation().unwrap(), index.recorded_topic().unwrap(), index.recorded_partitions().unwrap()), (1, "b".to_string(), Some(5)));
+        assert!(matches!(EmbeddedIndex::open(dir.path(), "a"), Err(crate::index::IndexError::WrongTopic { .. })));
+        EmbeddedIndex::open(dir.path(), "b").unwrap().bind_log(5).unwrap();
+        // `CURRENT` as earlier builds wrote it: the generation alone, the
+        // log in the marker.
+        std::fs::write(dir.path().join("CURRENT"), b"1").unwrap();
+        assert_eq!((index.current_generation().unwrap(), index.recorded_topic().unwrap(), index.recorded_partitions().unwrap()), (1, "a".to_string(), Some(2)));
+    }
 }

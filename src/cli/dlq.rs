@@ -212,7 +212,7 @@ fn format_millis(ms: i64) -> String {
 }
 
 async fn operate(cli: &Cli, topic: &str, letters: Vec<Entry>, drops: &[Marker], o: &Operation, reprocess: bool) -> anyhow::Result<()> {
-    let groups = admin::groups(letters, drops);
+    let mut groups = admin::groups(letters, drops);
     let n: usize = groups.iter().map(|g| g.entries.len()).sum();
     let verb = if reprocess { "reprocess" } else { "discard" };
     if groups.is_empty() {
@@ -223,6 +223,14 @@ async fn operate(cli: &Cli, topic: &str, letters: Vec<Entry>, drops: &[Marker], 
         return Ok(());
     }
     let kafka = cli.kafka();
+    if reprocess {
+        let k = kafka.clone();
+        let (filled, g) = tokio::task::spawn_blocking(move || admin::fill_omitted(&k, &mut groups).map(|n| (n, groups))).await??;
+        groups = g;
+        if filled > 0 {
+            eprintln!("{filled} letter(s) without their command (over the dead-letter topic's message limit): read from {} at their origin", kafka.topic);
+        }
+    }
     let deliveries = admin::send(&kafka, &groups, reprocess).await.context("writing control messages to the command topic")?;
     eprintln!("{verb}: {n} dead letters of {} keys handed to the workers (group {})", groups.len(), cli.group);
     if o.wait == 0 {

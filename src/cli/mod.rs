@@ -239,7 +239,7 @@ pub struct TakeoverArgs {
     /// Apply a take-over (a cross-key move's documents, an owner change's upsert) without
     /// waiting until the partition its document leaves is applied up to the departure. Only
     /// for a topic whose messages name positions of another topic (copied by other means than
-    /// `denorm migrate`, which drops them); on Elasticsearch, a replay of a document that
+    /// `denorm migrate`, which rewrites them); on Elasticsearch, a replay of a document that
     /// changed hands more than once may then lose it (see docs/cross-key.md)
     #[arg(long, env = "DENORM_NO_TAKEOVER_WAITS")]
     pub no_takeover_waits: bool,

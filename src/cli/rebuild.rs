@@ -24,6 +24,10 @@ pub struct RebuildArgs {
     /// With --status: print JSON
     #[arg(long, requires = "status")]
     json: bool,
+    /// Give up a rebuild that did not finish (stop it first): delete the generation it was
+    /// building and its state, and exit. Also mends a state that cannot be read
+    #[arg(long, conflicts_with = "status")]
+    abandon: bool,
     /// Keep the previous generation after the cutover (default: deleted once no worker
     /// writes to it: its directory, or its Elasticsearch indexes and meta documents)
     #[arg(long, env = "DENORM_REBUILD_KEEP_OLD")]
@@ -45,7 +49,7 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
         Some(url) => {
             let es = super::elastic_config(&url)?;
             let client = es.client()?;
-            if !a.status {
+            if !a.status && !a.abandon {
                 setup::ensure(&client, &es.prefix).await.context("setting up the Elasticsearch indexes")?;
                 // A rebuild creates indexes and moves aliases.
                 setup::check_privileges(&client, &es.prefix, setup::MANAGE_PRIVILEGES).await?;
@@ -60,6 +64,21 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     if a.status {
         let (k, json) = (kafka.clone(), a.json);
         return tokio::task::spawn_blocking(move || show_status(&k, index.as_ref(), json)).await?;
+    }
+    if a.abandon {
+        let k = kafka.clone();
+        return tokio::task::spawn_blocking(move || {
+            // The partition count only names the checkpoints to delete on
+            // Elasticsearch: the state's, else the topic's.
+            let recorded = index.state().ok().flatten().and_then(|s| s.partitions);
+            let partitions = recorded.or_else(|| k.topic_partitions().ok().flatten()).unwrap_or(k.partitions);
+            match crate::rebuild::abandon(index.as_ref(), partitions)? {
+                Some(g) => println!("gave up the rebuild of generation {g}: its generation and state are deleted"),
+                None => println!("no rebuild in progress: nothing to give up"),
+            }
+            Ok(())
+        })
+        .await?;
     }
     let (k, group, keep_old, addr, waits) = (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.takeover.no_takeover_waits);
     let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
@@ -97,7 +116,7 @@ fn rebuild(r: Rebuild<'_>) -> anyhow::Result<()> {
         }
     };
     let done = crate::rebuild::run(r, shown).map_err(|e| match e {
-        e @ RebuildError::PartitionsAdded { .. } => anyhow::Error::new(UsageError(e.to_string())),
+        e @ (RebuildError::PartitionsAdded { .. } | RebuildError::OtherLog { .. }) => anyhow::Error::new(UsageError(e.to_string())),
         e => anyhow::Error::new(e),
     });
     bar.finish_and_clear();

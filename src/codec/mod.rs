@@ -284,8 +284,19 @@ impl Codec {
     /// Whether `bytes` is a chunk of a cross-key move (by its framing and
     /// fingerprint, without decoding it).
     pub fn is_move(&self, bytes: &[u8]) -> bool {
-        let Some(fp) = bytes.get(2..10).and_then(|f| <[u8; 8]>::try_from(f).ok()) else { return false };
-        bytes[..2] == MAGIC && self.known.get(&fp).is_some_and(|k| k.family == Family::Move)
+        self.family_of(bytes) == Some(Family::Move)
+    }
+
+    /// Whether `bytes` is a message written by denorm itself, not by a
+    /// producer: a move's chunk or an operator's control message (each
+    /// carries messages that were accepted once).
+    pub fn is_denorms_own(&self, bytes: &[u8]) -> bool {
+        matches!(self.family_of(bytes), Some(Family::Move | Family::Control))
+    }
+
+    fn family_of(&self, bytes: &[u8]) -> Option<Family> {
+        let fp = bytes.get(2..10).and_then(|f| <[u8; 8]>::try_from(f).ok())?;
+        (bytes[..2] == MAGIC).then(|| self.known.get(&fp).map(|k| k.family)).flatten()
     }
 
     /// Encodes a chunk of a cross-key move.

@@ -36,6 +36,10 @@ pub struct Entry {
     pub command_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parked_behind: Option<String>,
+    /// The command is not in the letter (over the topic's message limit):
+    /// its size; `reprocess` reads it from the command topic at its origin.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload_omitted: Option<usize>,
     pub bytes: usize,
     #[serde(skip)]
     pub payload: Vec<u8>,
@@ -76,6 +80,10 @@ pub enum DlqError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("reading the dead-letter topic {topic}: stopped at offset {at} of partition {partition} before its end {end}")]
     Incomplete { topic: String, partition: i32, at: i64, end: i64 },
+    /// A letter without its command, whose command the command topic no
+    /// longer holds.
+    #[error("the letter at {dlq_partition}@{dlq_offset} does not carry its command (over the topic's message limit), and {topic} no longer holds it at partition {partition}, offset {offset} (retention): `denorm dlq clear --letter {dlq_partition}@{dlq_offset}` drops it")]
+    CommandGone { topic: String, partition: i32, offset: i64, dlq_partition: i32, dlq_offset: i64 },
 }
 
 /// Reads the whole dead-letter topic `dlq` (up to its current end): letters
@@ -161,6 +169,7 @@ fn parse(m: &rdkafka::message::BorrowedMessage<'_>, entries: &mut Vec<Entry>, ma
         dead_lettered_at: num(header::DEAD_LETTERED_AT).unwrap_or(0),
         command_id: h.get(header::COMMAND_ID).cloned(),
         parked_behind: h.get(header::PARKED_BEHIND).cloned(),
+        payload_omitted: num(header::PAYLOAD_OMITTED).map(|n| n as usize),
         bytes: payload.len(),
         payload,
     });
@@ -248,11 +257,48 @@ pub fn groups(open: Vec<Entry>, drops: &[Marker]) -> Vec<Group> {
         .collect()
 }
 
+/// Reads into each letter of `groups` that does not carry its command (see
+/// [`Entry::payload_omitted`]) the command from the command topic at its
+/// origin. Returns how many were read. Blocking.
+pub fn fill_omitted(cfg: &KafkaConfig, groups: &mut [Group]) -> Result<usize, DlqError> {
+    let mut filled = 0;
+    let mut consumer: Option<BaseConsumer> = None;
+    for e in groups.iter_mut().flat_map(|g| g.entries.iter_mut()).filter(|e| e.payload_omitted.is_some()) {
+        let c = match &consumer {
+            Some(c) => c,
+            None => {
+                let mut c = cfg.client_config();
+                c.set("group.id", format!("denorm-dlq-reader-{}", uuid::Uuid::new_v4())).set("enable.auto.commit", "false");
+                consumer.insert(c.create()?)
+            }
+        };
+        let gone = || DlqError::CommandGone { topic: cfg.topic.clone(), partition: e.origin_partition, offset: e.origin_offset, dlq_partition: e.dlq_partition, dlq_offset: e.dlq_offset };
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&cfg.topic, e.origin_partition, Offset::Offset(e.origin_offset))?;
+        c.assign(&tpl)?;
+        let started = std::time::Instant::now();
+        let payload = loop {
+            match c.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) if m.offset() == e.origin_offset => break m.payload().unwrap_or_default().to_vec(),
+                Some(Ok(_)) => return Err(gone()),
+                Some(Err(err)) => return Err(err.into()),
+                None if started.elapsed() > REQUEST_TIMEOUT => return Err(gone()),
+                None => {}
+            }
+        };
+        e.bytes = payload.len();
+        e.payload = payload;
+        filled += 1;
+    }
+    Ok(filled)
+}
+
 /// Drops `letters` from the dead-letter topic `dlq` one by one (a marker
 /// each), with every crash-duplicate of the same command among `open`.
 /// Returns the letters dropped. Blocking.
 pub fn drop_letters(cfg: &KafkaConfig, dlq: &str, letters: &[Entry], open: &[Entry]) -> Result<Vec<Entry>, DlqError> {
-    let writer = super::writer::DeadLetterWriter::new(cfg, dlq, 1)?;
+    // Markers only: small.
+    let writer = super::writer::DeadLetterWriter::new(cfg, dlq, 1, 0)?;
     let mut dropped = Vec::new();
     for l in letters {
         for e in open.iter().filter(|e| e.key == l.key && e.origin_partition == l.origin_partition && e.origin_offset == l.origin_offset) {
@@ -268,7 +314,10 @@ pub fn drop_letters(cfg: &KafkaConfig, dlq: &str, letters: &[Entry], open: &[Ent
 /// `DISCARD`. Returns the delivery of each group's last message (once the
 /// worker group has committed past them, the operation is done).
 pub async fn send(cfg: &KafkaConfig, groups: &[Group], reprocess: bool) -> Result<Vec<LogPosition>, DlqError> {
-    let producer: FutureProducer = cfg.producer_config(&[("message.timeout.ms", "120000")]).create()?;
+    // A replay carries a command of up to the size a worker accepts.
+    let largest = groups.iter().flat_map(|g| &g.entries).map(|e| e.payload.len()).max().unwrap_or(0);
+    let max = (largest + (64 << 10)).max(1_000_000).to_string();
+    let producer: FutureProducer = cfg.producer_config(&[("message.timeout.ms", "120000"), ("message.max.bytes", &max)]).create()?;
     let codec = Codec::new();
     let now = now_millis();
     let mut acks = Vec::new();
@@ -330,6 +379,7 @@ mod tests {
             dead_lettered_at: 0,
             command_id: None,
             parked_behind: None,
+            payload_omitted: None,
             bytes: 0,
             payload: Vec::new(),
         }

@@ -59,6 +59,10 @@ pub mod header {
     pub const COMMAND_ID: &str = "denorm.command-id";
     /// For parked commands: the aborted command they wait behind.
     pub const PARKED_BEHIND: &str = "denorm.parked-behind";
+    /// A letter without its command, which was over the topic's message
+    /// limit: the command's size in bytes (it stays in the command topic at
+    /// its origin, where `denorm dlq reprocess` reads it).
+    pub const PAYLOAD_OMITTED: &str = "denorm.payload-omitted";
     /// On markers only: `reprocessed`, `cleared` or `dropped`.
     pub const MARKER: &str = "denorm.marker";
     /// On markers: the key's letters up to this offset are done (`dropped`:
@@ -100,6 +104,9 @@ pub struct Letter<'a> {
     pub attempts: u32,
     pub command_id: Option<String>,
     pub parked_behind: Option<String>,
+    /// The command's size when it is not in the letter (see
+    /// [`header::PAYLOAD_OMITTED`]).
+    pub payload_omitted: Option<usize>,
 }
 
 /// Markers close letters of a key up to an offset, or (`Dropped`) one

@@ -17,6 +17,15 @@ use crate::kafka::KafkaConfig;
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest detail kept in a header.
 const MAX_DETAIL: usize = 1000;
+/// What a letter or a move's chunk adds to the message it carries: headers,
+/// a path of up to 4 KiB, record framing.
+const OVERHEAD: usize = 64 << 10;
+
+/// Whether a write failed for the message's size (the producer's limit, or
+/// the broker's): a permanent failure, which retrying never mends.
+pub fn too_large(e: &KafkaError) -> bool {
+    e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge)
+}
 
 pub struct DeadLetterWriter {
     producer: FutureProducer,
@@ -28,11 +37,16 @@ pub struct DeadLetterWriter {
 
 impl DeadLetterWriter {
     /// A writer to `topic` (which has `partitions` partitions) for letters
-    /// from `cfg.topic`.
-    pub fn new(cfg: &KafkaConfig, topic: &str, partitions: i32) -> Result<Self, KafkaError> {
+    /// from `cfg.topic`, whose messages are at most `max_message_bytes`
+    /// (what the worker accepts): a letter or a move's chunk carries one
+    /// such message, plus headers or paths, and the producer takes it.
+    pub fn new(cfg: &KafkaConfig, topic: &str, partitions: i32, max_message_bytes: usize) -> Result<Self, KafkaError> {
         let timeout = DELIVERY_TIMEOUT.as_millis().to_string();
+        // librdkafka's default, 1,000,000, is below the 1 MiB a worker
+        // accepts by default.
+        let max = (max_message_bytes + OVERHEAD).max(1_000_000).to_string();
         // lz4: a cross-key move's documents are large, repetitive messages.
-        let c = cfg.producer_config(&[("linger.ms", "0"), ("message.timeout.ms", &timeout), ("compression.type", "lz4")]);
+        let c = cfg.producer_config(&[("linger.ms", "0"), ("message.timeout.ms", &timeout), ("compression.type", "lz4"), ("message.max.bytes", &max)]);
         Ok(DeadLetterWriter { producer: c.create()?, topic: topic.into(), origin_topic: cfg.topic.clone(), partitions })
     }
 
@@ -64,6 +78,10 @@ impl DeadLetterWriter {
         }
         if let Some(b) = &l.parked_behind {
             h = h.insert(Header { key: header::PARKED_BEHIND, value: Some(b.as_str()) });
+        }
+        let omitted = l.payload_omitted.map(|n| n.to_string());
+        if let Some(n) = &omitted {
+            h = h.insert(Header { key: header::PAYLOAD_OMITTED, value: Some(n.as_str()) });
         }
         self.send(self.partition(l.origin_partition), l.key, l.payload, h)
     }

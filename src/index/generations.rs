@@ -17,12 +17,18 @@ use super::{Backend, Checkpoint};
 
 /// The rebuild in progress (`<index>/REBUILD`, or the meta document
 /// `rebuild` on Elasticsearch).
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
     /// The generation being built.
     pub generation: u64,
     /// The consumer group of the rebuild's worker.
     pub group: String,
+    /// The topic it is built from, and its partition count (absent in
+    /// states written before they were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<i32>,
 }
 
 /// What a rebuild needs of an index's generations; one implementation per
@@ -78,10 +84,14 @@ impl Generations for EmbeddedGenerations {
         }
     }
     fn save_state(&self, s: &State) -> anyhow::Result<()> {
-        Ok(std::fs::write(self.index.root().join(STATE), serde_json::to_vec(s)?)?)
+        // Written whole or not at all: a torn state would stop every rebuild.
+        Ok(super::embedded::write_atomically(&self.index.root().join(STATE), &serde_json::to_vec(s)?)?)
     }
     fn clear_state(&self) -> anyhow::Result<()> {
-        Ok(std::fs::remove_file(self.index.root().join(STATE))?)
+        match std::fs::remove_file(self.index.root().join(STATE)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => Ok(other?),
+        }
     }
     fn recorded_topic(&self) -> anyhow::Result<String> {
         Ok(self.index.recorded_topic()?)
@@ -101,10 +111,9 @@ impl Generations for EmbeddedGenerations {
         Arc::new(backend)
     }
     fn cut_over(&self, _from: u64, to: u64, partitions: i32) -> anyhow::Result<()> {
-        // The log first: a live worker that sees the new generation must
-        // find its binding (after `denorm migrate`, the new topic's).
-        self.index.rebind_log(partitions)?;
-        Ok(self.index.set_current_generation(to)?)
+        // The generation and its log (after `denorm migrate`, the new
+        // topic) in one step.
+        Ok(self.index.cut_over_to(to, partitions)?)
     }
     /// Waits (at most 60 s) until no writer holds any of `g`'s shards: live
     /// workers release them as they follow the cutover.

@@ -57,9 +57,9 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
     let payload = match payload {
         None | Some([]) => return reject(reason::EMPTY_PAYLOAD, "the message has no payload".into()),
         // A cross-key move's documents are written by a worker, in chunks
-        // sized by its own limit: never refused for size here (they are
-        // files its source has given up).
-        Some(p) if p.len() > max_bytes && !codec.is_move(p) => {
+        // sized by its own limit, and an operator's replay carries a
+        // command accepted once: never refused for size here.
+        Some(p) if p.len() > max_bytes && !codec.is_denorms_own(p) => {
             return reject(reason::OVERSIZED, format!("{} bytes, more than the {max_bytes} accepted", p.len()))
         }
         Some(p) => p,

@@ -169,7 +169,7 @@ pub fn run(
     let lag_interval = cfg.lag_interval;
     let dlq_cfg = KafkaConfig { topic: cfg.dlq_topic.clone(), ..cfg.kafka.clone() };
     let dlq_partitions = dlq_cfg.topic_partitions()?.ok_or_else(|| WorkerError::MissingDlq(cfg.dlq_topic.clone()))?;
-    let dlq = DeadLetterWriter::new(&cfg.kafka, &cfg.dlq_topic, dlq_partitions)?;
+    let dlq = DeadLetterWriter::new(&cfg.kafka, &cfg.dlq_topic, dlq_partitions, cfg.max_message_bytes)?;
     // Appliers resolve schema ids on this (blocking-pool) thread's runtime.
     let codec = match &cfg.registry {
         Some(r) => Codec::new().with_registry(r.clone(), tokio::runtime::Handle::current()),

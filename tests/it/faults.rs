@@ -350,3 +350,51 @@ fn kafka_wait(r: &Rig, log: &[(denorm::command::LogPosition, Command)]) {
     let deliveries: Vec<_> = log.iter().map(|(d, _)| *d).collect();
     denorm::kafka::wait_for_deliveries(&r.cfg, &r.group, &deliveries, Duration::from_secs(60)).expect("applied");
 }
+
+/// Sends `commands` with a producer that takes messages of up to 3 MB (a
+/// worker accepts up to 1 MiB by default, above librdkafka's default limit
+/// of 1,000,000 bytes).
+fn send_large(r: &Rig, commands: Vec<Command>) {
+    let codec = denorm::codec::Codec::new();
+    rt().block_on(async {
+        let p: FutureProducer = r.cfg.producer_config(&[("message.max.bytes", "3000000")]).create().unwrap();
+        for c in commands {
+            let (key, payload) = (c.key().to_string(), codec.encode(&denorm::command::Envelope::new(c)));
+            p.send(FutureRecord::to(&r.cfg.topic).key(&key).payload(&payload), Duration::from_secs(30)).await.unwrap();
+        }
+    });
+}
+
+/// Issue 29, 5: the letter of a command a worker accepts (up to 1 MiB) was
+/// over its producer's limit (librdkafka's default of 1,000,000 bytes), and
+/// was retried for ever, holding the partition. The producer is now sized
+/// above what the worker accepts; and a letter over the topic's limit all
+/// the same (here a producer limit of 500,000 bytes set by the operator)
+/// goes without its command, which `dlq reprocess` reads from the command
+/// topic.
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+fn letters_of_large_commands_are_written_and_reprocessed() {
+    let r = Rig::new(1);
+    r.on_fault("index.reject", "/big\n");
+    let big = |id: &str, n: usize| Command::UpsertFile { id: s(id), path: format!("/big/{id}.txt"), contents: "x".repeat(n), previous_path: None };
+    let w = r.worker(&["--max-attempts", "1"]);
+    send_large(&r, vec![big("b1", 1_040_000)]);
+    wait_applied(&r.cfg, &r.group, 1);
+    assert!(w.terminate().success());
+    let _w = r.worker(&["--max-attempts", "1", "-X", "message.max.bytes=500000"]);
+    send_large(&r, vec![big("b2", 600_000)]);
+    wait_applied(&r.cfg, &r.group, 2);
+    let (code, out, err) = r.run(&["dlq", "list", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let letters = json_lines(&out);
+    assert_eq!(letters.len(), 2, "{out}");
+    assert!(letters[0]["bytes"].as_u64().unwrap() > 1_000_000 && letters[0]["payload_omitted"].is_null(), "{}", letters[0]);
+    assert!(letters[1]["bytes"].as_u64() == Some(0) && letters[1]["payload_omitted"].as_u64().unwrap() > 600_000, "{}", letters[1]);
+    r.off_fault("index.reject");
+    let (code, out, err) = r.run(&["dlq", "reprocess", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("1 letter(s) without their command"), "{err}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["still_open"], 0, "{out}\n{err}");
+    assert_eq!(file_ids(&r.index), BTreeSet::from([s("b1"), s("b2")]));
+}

@@ -344,3 +344,43 @@ fn add_partitions(cfg: &denorm::kafka::KafkaConfig, total: i32) {
         eventually(Duration::from_secs(30), || format!("topic {} does not show {total} partitions", cfg.topic), || (cfg.topic_partitions().unwrap() == Some(total)).then_some(()));
     });
 }
+
+#[test]
+fn a_rebuild_left_unfinished_is_resumed_from_its_own_topic_only_and_abandon_gives_it_up() {
+    rebuild_left_unfinished(Rig::new(2));
+}
+
+#[test]
+fn a_rebuild_left_unfinished_is_resumed_from_its_own_topic_only_and_abandon_gives_it_up_on_elasticsearch() {
+    rebuild_left_unfinished(Rig::elastic(2));
+}
+
+/// Issue 29, 10: a rebuild killed and rerun with another `--topic` used to
+/// resume the generation of the first and loop on the log mismatch; there
+/// was no way to give a rebuild up.
+fn rebuild_left_unfinished(r: Rig) {
+    let live = r.worker(&[]);
+    let log = produce(&r.cfg, files_under("f", "/left", 20));
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&live]);
+    assert!(live.terminate().success());
+    // A rebuild from another topic that did not finish (as a kill leaves
+    // it): its state, and the generation it began.
+    let rt = crate::common::rt();
+    let g = generations_of(&r, &rt);
+    g.prepare(1).unwrap();
+    let state = denorm::index::generations::State { generation: 1, group: s("gone"), topic: Some(s("another-topic")), partitions: Some(2) };
+    g.save_state(&state).unwrap();
+    let (status, out) = finish(rebuild(&r, &[]));
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(out.contains("from topic another-topic (2 partitions) did not finish") && out.contains("--abandon"), "{out}");
+    let (code, out, err) = r.run(&["rebuild", "--abandon"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("gave up the rebuild of generation 1"), "{out}");
+    assert!(g.state().unwrap().is_none());
+    assert_eq!(g.list().unwrap(), vec![0], "the generation it began is deleted");
+    // Now the rebuild of this topic runs.
+    let (status, out) = finish(rebuild(&r, &[]));
+    assert!(status.success(), "{out}");
+    assert_eq!(g.current().unwrap(), 1);
+    assert_matches_model(&r.index, &log);
+}

@@ -29,10 +29,21 @@ pub(super) struct Marker {
     partitions: Option<i32>,
 }
 
+/// What `CURRENT` holds since rebuilds record the log there: the current
+/// generation and the log it was built from, switched together by one
+/// rename. (Earlier builds wrote the generation's number alone, and the log
+/// in the marker.)
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Current {
+    generation: u64,
+    topic: String,
+    partitions: i32,
+}
+
 /// Replaces `path` with `data` at once: each writer writes its own temporary
 /// file and renames it into place, so readers and concurrent writers only
 /// ever see a whole file.
-pub(super) fn write_atomically(path: &Path, data: &[u8]) -> Result<(), IndexError> {
+pub fn write_atomically(path: &Path, data: &[u8]) -> Result<(), IndexError> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = path.with_file_name(format!("{name}.{}", uuid::Uuid::new_v4().simple()));
     std::fs::write(&tmp, data)?;
@@ -55,7 +66,7 @@ impl EmbeddedIndex {
     pub fn open(root: &Path, topic: &str) -> Result<Self, IndexError> {
         std::fs::create_dir_all(root)?;
         let index = EmbeddedIndex { root: root.to_path_buf(), topic: Some(topic.into()) };
-        match index.marker() {
+        match index.marker().and_then(|m| index.binding_of(m)) {
             Ok(m) if m.topic != topic => Err(IndexError::WrongTopic { path: root.display().to_string(), found: m.topic, expected: topic.into() }),
             Ok(_) => Ok(index),
             Err(IndexError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -71,6 +82,35 @@ impl EmbeddedIndex {
         let path = self.root.join(MARKER);
         let text = std::fs::read_to_string(&path)?;
         serde_json::from_str(&text).map_err(|e| IndexError::Corrupt(format!("{}: {e}", path.display())))
+    }
+
+    /// The log the current generation was built from: what `CURRENT`
+    /// records, else the marker's.
+    fn binding_of(&self, marker: Marker) -> Result<Marker, IndexError> {
+        Ok(match self.current()? {
+            Some(Ok(c)) => Marker { format: marker.format, topic: c.topic, partitions: Some(c.partitions) },
+            _ => marker,
+        })
+    }
+
+    fn binding(&self) -> Result<Marker, IndexError> {
+        self.binding_of(self.marker()?)
+    }
+
+    /// What `CURRENT` holds: `None` when it does not exist, `Err(n)` when
+    /// it holds a generation's number alone.
+    fn current(&self) -> Result<Option<Result<Current, u64>>, IndexError> {
+        let path = self.root.join(CURRENT);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let corrupt = |e: &dyn std::fmt::Display| IndexError::Corrupt(format!("{}: {e}", path.display()));
+        match text.trim_start().starts_with('{') {
+            true => serde_json::from_str(&text).map(|c| Some(Ok(c))).map_err(|e| corrupt(&e)),
+            false => text.trim().parse().map(|n| Some(Err(n))).map_err(|e| corrupt(&e)),
+        }
     }
 
     fn write_marker(&self, m: &Marker) -> Result<(), IndexError> {
@@ -90,7 +130,7 @@ impl EmbeddedIndex {
     /// Records the topic's partition count in the marker the first time,
     /// and refuses a different count afterwards (see [`Backend::bind_log`]).
     pub fn bind_log(&self, partitions: i32) -> Result<(), IndexError> {
-        let mut m = self.marker()?;
+        let m = self.binding()?;
         if let Some(topic) = self.topic.as_ref().filter(|t| **t != m.topic) {
             // A rebuild from another topic (after `denorm migrate`) cut over.
             return Err(IndexError::WrongTopic { path: self.root.display().to_string(), found: m.topic, expected: topic.clone() });
@@ -98,33 +138,36 @@ impl EmbeddedIndex {
         match m.partitions {
             Some(recorded) if recorded == partitions => Ok(()),
             Some(recorded) => Err(IndexError::partitions_changed(recorded, partitions)),
+            // Never rebuilt: the first worker records the count.
             None => {
-                m.partitions = Some(partitions);
-                self.write_marker(&m)
+                let mut marker = self.marker()?;
+                marker.partitions = Some(partitions);
+                self.write_marker(&marker)
             }
         }
     }
 
-    /// The topic the index is built from (its marker).
+    /// The topic the current generation is built from.
     pub fn recorded_topic(&self) -> Result<String, IndexError> {
-        Ok(self.marker()?.topic)
+        Ok(self.binding()?.topic)
     }
 
     /// That topic's partition count, once a worker recorded it.
     pub fn recorded_partitions(&self) -> Result<Option<i32>, IndexError> {
-        Ok(self.marker()?.partitions)
+        Ok(self.binding()?.partitions)
     }
 
-    /// Records this handle's topic and `partitions` as the log the index is
-    /// built from, replacing what was recorded (a rebuild's cutover: the new
-    /// generation is built from the topic as it is now).
-    pub fn rebind_log(&self, partitions: i32) -> Result<(), IndexError> {
-        let mut m = self.marker()?;
-        m.partitions = Some(partitions);
-        if let Some(t) = &self.topic {
-            m.topic = t.clone();
-        }
-        self.write_marker(&m)
+    /// Switches searches and live workers to `generation`, built from this
+    /// handle's topic with `partitions`: one atomic rename of `CURRENT`,
+    /// which records both (a crash leaves the old generation and its log,
+    /// or the new ones, never a mix).
+    pub fn cut_over_to(&self, generation: u64, partitions: i32) -> Result<(), IndexError> {
+        let topic = match &self.topic {
+            Some(t) => t.clone(),
+            None => self.recorded_topic()?,
+        };
+        let c = Current { generation, topic, partitions };
+        write_atomically(&self.root.join(CURRENT), &serde_json::to_vec(&c).expect("json"))
     }
 
     /// How many of `generation`'s shards a writer holds right now (tried
@@ -164,17 +207,20 @@ impl EmbeddedIndex {
     /// rebuild` builds the next generation beside it and switches `CURRENT`
     /// with one atomic rename.
     pub fn current_generation(&self) -> Result<u64, IndexError> {
-        let path = self.root.join(CURRENT);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => text.trim().parse().map_err(|e| IndexError::Corrupt(format!("{}: {e}", path.display()))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-            Err(e) => Err(e.into()),
-        }
+        Ok(match self.current()? {
+            None => 0,
+            Some(Ok(c)) => c.generation,
+            Some(Err(n)) => n,
+        })
     }
 
-    /// Makes `generation` the one searches and live workers use.
+    /// Makes `generation` the one searches and live workers use, keeping
+    /// the recorded log (tests; a rebuild uses [`Self::cut_over_to`]).
     pub fn set_current_generation(&self, generation: u64) -> Result<(), IndexError> {
-        write_atomically(&self.root.join(CURRENT), generation.to_string().as_bytes())
+        match self.current()? {
+            Some(Ok(c)) => write_atomically(&self.root.join(CURRENT), &serde_json::to_vec(&Current { generation, ..c }).expect("json")),
+            _ => write_atomically(&self.root.join(CURRENT), generation.to_string().as_bytes()),
+        }
     }
 
     /// The directory of `generation`'s shards.

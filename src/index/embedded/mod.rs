@@ -17,7 +17,7 @@ mod shard;
 
 pub use audit::audit_owners;
 pub use backend::EmbeddedBackend;
-pub use layout::EmbeddedIndex;
+pub use layout::{write_atomically, EmbeddedIndex};
 pub use search::EmbeddedSearch;
 pub use shard::{EmbeddedShard, DEFAULT_FAN_OUT_COMMIT_EVERY, DEFAULT_MERGE_MAX_DOCS};
 

@@ -88,7 +88,7 @@ impl Applier {
     /// Writes the letter of `origin`, retrying for as long as the
     /// dead-letter topic fails. Its offset there.
     pub(super) fn dead_letter(&self, origin: &Origin<'_>, reason: &'static str, detail: String, attempts: u32, command_id: Option<String>, parked_behind: Option<String>) -> Step<i64> {
-        let letter = Letter {
+        let mut letter = Letter {
             key: origin.key,
             payload: origin.payload,
             reason,
@@ -98,8 +98,23 @@ impl Applier {
             attempts,
             command_id,
             parked_behind,
+            payload_omitted: None,
         };
-        let at = self.retry_dead_letter(|| self.shared.outbox.dead_letter(&letter))?;
+        let mut retry = self.retrying(Op::DeadLetter);
+        let at = loop {
+            match self.shared.outbox.dead_letter(&letter) {
+                Ok(at) => break at,
+                // Over the topic's limit for good: the letter goes without
+                // the command, which stays in the command topic.
+                Err(e) if crate::dlq::writer::too_large(&e) && letter.payload.is_some() => {
+                    let n = letter.payload.take().map_or(0, <[u8]>::len);
+                    warn!(partition = self.partition, offset = origin.offset, bytes = n, "the command is over the dead-letter topic's message limit: its letter carries its place in the command topic instead");
+                    letter.payload_omitted = Some(n);
+                    letter.detail = format!("{} (the command, {n} bytes, is not in this letter: over the topic's message limit; it stays in the command topic at its origin)", letter.detail);
+                }
+                Err(e) => retry.failed(&format_args!("{e} (topic {}; nothing is committed past this message meanwhile)", self.shared.outbox.dead_letter_topic()))?,
+            }
+        };
         counter!(m::DEAD_LETTERS_TOTAL, "reason" => reason).increment(1);
         Ok(at)
     }

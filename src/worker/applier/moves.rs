@@ -270,7 +270,8 @@ impl Applier {
             ids.push(f.id.clone());
             if let Some(full) = chunker.push(f) {
                 match self.send_chunk(&chunk(full, false, sent), partition) {
-                    Ok(()) => sent += 1,
+                    Ok(Ok(())) => sent += 1,
+                    Ok(Err(error)) => refused = Some(MoveOut::Failed { error, sent }),
                     Err(h) => halted = Some(h),
                 }
             }
@@ -287,7 +288,9 @@ impl Applier {
             counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "empty").increment(1);
             return Ok(MoveOut::Moved(0));
         }
-        self.send_chunk(&chunk(chunker.finish(), true, sent), partition)?;
+        if let Err(error) = self.send_chunk(&chunk(chunker.finish(), true, sent), partition)? {
+            return Ok(MoveOut::Failed { error, sent });
+        }
         if crate::faults::active("move.crash-after-send").is_some() {
             error!(partition = self.partition, offset = pos, "crashing after a move's documents were handed over (fault point move.crash-after-send)");
             std::process::abort();
@@ -322,20 +325,26 @@ impl Applier {
             files: Vec::new(),
             aborted: true,
         };
-        self.send_chunk(&end, partition)?;
+        // Small (no files): never over a limit.
+        self.send_chunk(&end, partition)?.map_err(|e| Halt::Fatal(WorkerError::Index(e)))?;
         counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "aborted").increment(1);
         warn!(partition = self.partition, offset = pos, from, to, chunks = sent, "cross-key rename given up after writing some of its documents: the move is ended as aborted at the destination");
         Ok(())
     }
 
     /// Writes one chunk of a move to the destination's partition and waits
-    /// for the acknowledgement, retrying for as long as the topic fails.
-    pub(super) fn send_chunk(&self, mv: &crate::command::moves::MoveIn, partition: i32) -> Step<()> {
+    /// for the acknowledgement, retrying for as long as the topic fails. A
+    /// chunk over the topic's message limit fails for good (`Ok(Err)`).
+    pub(super) fn send_chunk(&self, mv: &crate::command::moves::MoveIn, partition: i32) -> Step<Result<(), IndexError>> {
         let payload = self.shared.codec.encode_move(mv);
         let mut retry = self.retrying(Op::Move);
         let at = loop {
             match self.shared.outbox.command(partition, mv.key().as_bytes(), &payload) {
                 Ok(at) => break at,
+                Err(err) if crate::dlq::writer::too_large(&err) => {
+                    let detail = format!("a chunk of the move ({} bytes) is over the command topic's message limit: {err}", payload.len());
+                    return Ok(Err(IndexError::Rejected(detail)));
+                }
                 Err(err) => retry.failed(&format_args!("{err} (topic {}, partition {partition}; nothing is committed past this rename meanwhile)", self.shared.cfg.kafka.topic))?,
             }
         };
@@ -346,6 +355,6 @@ impl Applier {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        Ok(())
+        Ok(Ok(()))
     }
 }

@@ -54,6 +54,20 @@ impl LogProbe for LogOf {
 struct Scripted {
     letters: Mutex<Vec<Sent>>,
     log: Arc<Mutex<Vec<Record>>>,
+    /// The topics' message limit in bytes, like a broker's (0: none).
+    limit: std::sync::atomic::AtomicUsize,
+    /// Letters written without their command: (origin offset, its size).
+    omitted: Mutex<Vec<(i64, usize)>>,
+}
+
+impl Scripted {
+    fn refuse_over(&self, bytes: usize) -> Result<(), rdkafka::error::KafkaError> {
+        let limit = self.limit.load(Ordering::SeqCst);
+        match limit > 0 && bytes > limit {
+            true => Err(rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge)),
+            false => Ok(()),
+        }
+    }
 }
 
 impl Outbox for Arc<Scripted> {
@@ -62,6 +76,10 @@ impl Outbox for Arc<Scripted> {
     }
 
     fn dead_letter(&self, l: &Letter<'_>) -> Result<i64, rdkafka::error::KafkaError> {
+        self.refuse_over(l.payload.map_or(0, <[u8]>::len))?;
+        if let Some(n) = l.payload_omitted {
+            self.omitted.lock().unwrap().push((l.origin_offset, n));
+        }
         let mut letters = self.letters.lock().unwrap();
         letters.push(Sent { reason: l.reason.into(), origin_offset: l.origin_offset, key: String::from_utf8_lossy(l.key.unwrap_or_default()).into() });
         Ok(letters.len() as i64 - 1)
@@ -72,6 +90,7 @@ impl Outbox for Arc<Scripted> {
     }
 
     fn command(&self, _: i32, key: &[u8], payload: &[u8]) -> Result<i64, rdkafka::error::KafkaError> {
+        self.refuse_over(payload.len())?;
         let mut log = self.log.lock().unwrap();
         let offset = log.len() as i64;
         log.push(Record { offset, key: Some(key.to_vec()), payload: Some(payload.to_vec()), timestamp_ms: None });
@@ -118,7 +137,7 @@ impl Rig {
         cfg.retry_backoff_max = Duration::from_millis(50);
         tune(&mut cfg);
         let log: Arc<Mutex<Vec<Record>>> = Arc::default();
-        let outbox = Arc::new(Scripted { letters: Mutex::default(), log: log.clone() });
+        let outbox = Arc::new(Scripted { log: log.clone(), ..Scripted::default() });
         let shared = Arc::new(Shared {
             cfg,
             backend: Arc::new(EmbeddedBackend::new(index, 20 << 20)),
@@ -298,4 +317,5 @@ fn fault(dir: &std::path::Path, name: &str, arg: &str) {
 }
 
 mod batches;
+mod limits;
 mod moves;
