@@ -119,6 +119,20 @@ pub struct Done {
     pub elapsed: Duration,
 }
 
+/// Deletes the rebuild's consumer group (it committed no offsets; this
+/// removes its name too). Best effort: a broker that cannot is said so.
+fn delete_group(kafka: &KafkaConfig, group: &str, rt: &tokio::runtime::Handle) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    let deleted = kafka.client_config().create::<AdminClient<DefaultClientContext>>().map_err(|e| e.to_string()).and_then(|admin| {
+        let opts = AdminOptions::new().operation_timeout(Some(crate::kafka::REQUEST_TIMEOUT));
+        rt.block_on(admin.delete_groups(&[group], &opts)).map_err(|e| e.to_string())?.into_iter().try_for_each(|r| r.map(|_| ()).map_err(|(_, code)| code.to_string()))
+    });
+    if let Err(error) = deleted {
+        warn!(group, error, "could not delete the rebuild's consumer group (it holds no offsets)");
+    }
+}
+
 /// Commands of the log (`ends`: each partition's watermarks) that a
 /// generation with `checkpoints` has applied.
 pub fn applied_of(checkpoints: &BTreeMap<i32, Checkpoint>, ends: &[(i64, i64)]) -> i64 {
@@ -166,11 +180,12 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         // evicts it (tansu 0.6 was seen not to within minutes). Positions
         // come from the shards' checkpoints, never from the group's offsets.
         let run_group = format!("{}-{}", state.group, &uuid::Uuid::new_v4().simple().to_string()[..8]);
-        let mut cfg = WorkerConfig::new(kafka.clone(), run_group);
+        let mut cfg = WorkerConfig::new(kafka.clone(), run_group.clone());
         cfg.takeover_waits = takeover_waits;
-        let (flag, h) = (shutdown.clone(), health.clone());
+        cfg.commit_offsets = false;
+        let (flag, h, handle) = (shutdown.clone(), health.clone(), rt.clone());
         let worker = std::thread::spawn(move || {
-            let _rt = rt.enter();
+            let _rt = handle.enter();
             worker::run(cfg, backend, flag, h, Arc::new(Stats::default()))
         });
 
@@ -224,6 +239,7 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         // from the cutover on, live workers are the only writers of `target`.
         shutdown.store(true, Ordering::SeqCst);
         worker.join().map_err(|_| RebuildError::WorkerPanicked)?.map_err(RebuildError::Worker)?;
+        delete_group(&kafka, &run_group, &rt);
         index.cut_over(current, target, partitions)?;
         info!(from = current, to = target, "cut over: searches and live workers use the new generation");
         if crate::faults::active("rebuild.after-cutover").is_some() {

@@ -45,6 +45,8 @@ pub const HISTORY: &[&str] = &[
 ];
 /// Older versions of the move schema this decoder still reads.
 pub const MOVE_HISTORY: &[&str] = &[include_str!("../../schemas/history/move-v1.avsc")];
+/// Older versions of the control schema this decoder still reads.
+pub const CONTROL_HISTORY: &[&str] = &[include_str!("../../schemas/history/control-v1.avsc")];
 /// Every schema file, by its path in the repository.
 pub const SCHEMA_FILES: &[(&str, &str)] = &[
     ("schemas/command.avsc", CURRENT_SCHEMA),
@@ -52,6 +54,7 @@ pub const SCHEMA_FILES: &[(&str, &str)] = &[
     ("schemas/history/command-v2.avsc", HISTORY[1]),
     ("schemas/history/command-v3.avsc", HISTORY[2]),
     ("schemas/control.avsc", CONTROL_SCHEMA),
+    ("schemas/history/control-v1.avsc", CONTROL_HISTORY[0]),
     ("schemas/move.avsc", MOVE_SCHEMA),
     ("schemas/history/move-v1.avsc", MOVE_HISTORY[0]),
 ];
@@ -176,7 +179,7 @@ impl Codec {
         for (_, text) in SCHEMA_FILES {
             let schema = parse(text);
             let legacy = legacy_fingerprint(&schema);
-            let family = if *text == CONTROL_SCHEMA {
+            let family = if *text == CONTROL_SCHEMA || CONTROL_HISTORY.contains(text) {
                 Family::Control
             } else if *text == MOVE_SCHEMA || MOVE_HISTORY.contains(text) {
                 Family::Move
@@ -277,6 +280,7 @@ impl Codec {
             ("origin_offset".into(), Value::Long(c.origin_offset)),
             ("payload".into(), Value::Bytes(c.payload.clone())),
             ("requested_at".into(), Value::TimestampMillis(c.requested_at)),
+            ("through_at".into(), Value::Long(c.through_at)),
         ]);
         encode_value(&self.control, self.control_fingerprint, value)
     }
@@ -466,7 +470,8 @@ mod tests {
             ("schemas/history/command-v1.avsc", "7e1aaf9552f72321", "9f15df64f37ccd90"),
             ("schemas/history/command-v2.avsc", "9c7f9b599fb95260", "d5e0d0c37df914d2"),
             ("schemas/history/command-v3.avsc", "9848ea802671ddab", "56d74f3eaa44aceb"),
-            ("schemas/control.avsc", "2d6e0616c9179c82", "165f90003f878d05"),
+            ("schemas/control.avsc", "01399534e774ed5d", "4c8686bfb32912d2"),
+            ("schemas/history/control-v1.avsc", "2d6e0616c9179c82", "165f90003f878d05"),
             ("schemas/move.avsc", "27d583c379ec962f", "7d99d0db3a8ab38e"),
             ("schemas/history/move-v1.avsc", "c693f4031d5257e4", "e40370268cf05890"),
         ];
@@ -492,6 +497,7 @@ mod tests {
             origin_offset: -1,
             payload: Vec::new(),
             requested_at: 1,
+            through_at: 9,
         };
         let mut old = codec.encode_control(&c);
         old[2..10].copy_from_slice(&legacy_fingerprint(&Schema::parse_str(CONTROL_SCHEMA).unwrap()));

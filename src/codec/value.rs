@@ -183,6 +183,8 @@ pub(super) fn control_from_value(value: Value) -> Result<Control, DecodeError> {
             _ => return Err(shape("control field payload is missing or not bytes")),
         },
         requested_at: long(f.remove("requested_at"), "requested_at")?,
+        // Absent from version 1 of the schema.
+        through_at: f.remove("through_at").map_or(Ok(-1), |v| long(Some(v), "through_at"))?,
     })
 }
 

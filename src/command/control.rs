@@ -41,4 +41,7 @@ pub struct Control {
     /// `REPLAY`: the original message bytes.
     pub payload: Vec<u8>,
     pub requested_at: i64,
+    /// The highest command-topic offset at which a letter this operation
+    /// covers was written (-1: unknown, decide by `through`).
+    pub through_at: i64,
 }

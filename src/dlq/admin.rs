@@ -29,6 +29,10 @@ pub struct Entry {
     pub detail: String,
     pub origin_partition: i32,
     pub origin_offset: i64,
+    /// Command-topic offset of the message whose handling wrote it
+    /// ([`header::AT`]; absent in letters of earlier builds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<i64>,
     pub attempts: u32,
     /// Unix milliseconds.
     pub dead_lettered_at: i64,
@@ -54,6 +58,9 @@ pub struct Marker {
     pub key: String,
     pub kind: String,
     pub through: i64,
+    /// The letters written at or before this command-topic offset are done
+    /// too, whatever their dead-letter offset (-1: not recorded).
+    pub through_at: i64,
     /// Command partition the letters came from (-1 when not recorded).
     pub origin_partition: i32,
 }
@@ -63,12 +70,21 @@ impl Marker {
         self.kind == MarkerKind::Dropped.as_str()
     }
 
-    /// Whether this marker closes letter `e`.
+    /// Whether this marker closes letter `e`: an earlier letter of its key
+    /// up to `through`; or, by command-topic position, a letter of its key
+    /// and partition written at or before `through_at` (`dropped`: at it),
+    /// wherever it is in the dead-letter topic (a rebuild writes its letters
+    /// again, after the marker).
     fn closes(&self, e: &Entry) -> bool {
-        self.dlq_partition == e.dlq_partition
+        let by_offset = self.dlq_partition == e.dlq_partition
             && self.key == e.key
             && self.dlq_offset > e.dlq_offset
-            && if self.dropped() { self.through == e.dlq_offset } else { self.through >= e.dlq_offset }
+            && if self.dropped() { self.through == e.dlq_offset } else { self.through >= e.dlq_offset };
+        let by_position = self.through_at >= 0
+            && self.key == e.key
+            && self.origin_partition == e.origin_partition
+            && e.at.is_some_and(|at| if self.dropped() { at == self.through_at } else { at <= self.through_at });
+        by_offset || by_position
     }
 }
 
@@ -152,6 +168,7 @@ fn parse(m: &rdkafka::message::BorrowedMessage<'_>, entries: &mut Vec<Entry>, ma
             key,
             kind: kind.clone(),
             through: num(header::THROUGH).unwrap_or(-1),
+            through_at: num(header::THROUGH_AT).unwrap_or(-1),
             origin_partition: num(header::ORIGIN_PARTITION).unwrap_or(-1) as i32,
         });
         return;
@@ -165,6 +182,7 @@ fn parse(m: &rdkafka::message::BorrowedMessage<'_>, entries: &mut Vec<Entry>, ma
         detail: h.get(header::DETAIL).cloned().unwrap_or_default(),
         origin_partition: num(header::ORIGIN_PARTITION).unwrap_or(-1) as i32,
         origin_offset: num(header::ORIGIN_OFFSET).unwrap_or(-1),
+        at: num(header::AT),
         attempts: num(header::ATTEMPTS).unwrap_or(0) as u32,
         dead_lettered_at: num(header::DEAD_LETTERED_AT).unwrap_or(0),
         command_id: h.get(header::COMMAND_ID).cloned(),
@@ -232,6 +250,9 @@ pub struct Group {
     pub entries: Vec<Entry>,
     /// The last dead-letter offset this group covers (duplicates included).
     pub through: i64,
+    /// The highest command-topic offset at which a letter it covers was
+    /// written (-1 when a letter does not say: decided by `through`).
+    pub through_at: i64,
 }
 
 /// Groups open letters by key and partition, each in original (command
@@ -248,11 +269,13 @@ pub fn groups(open: Vec<Entry>, drops: &[Marker]) -> Vec<Group> {
     }
     by.into_iter()
         .map(|((origin_partition, dlq_partition, key), entries)| {
-            let dropped = drops.iter().filter(|m| m.dlq_partition == dlq_partition && m.key == key).map(|m| m.through);
-            let through = entries.iter().map(|e| e.dlq_offset).chain(dropped).max().unwrap_or(-1);
+            let dropped: Vec<&Marker> = drops.iter().filter(|m| m.dlq_partition == dlq_partition && m.key == key).collect();
+            let through = entries.iter().map(|e| e.dlq_offset).chain(dropped.iter().map(|m| m.through)).max().unwrap_or(-1);
+            let ats: Option<Vec<i64>> = entries.iter().map(|e| e.at).chain(dropped.iter().map(|m| (m.through_at >= 0).then_some(m.through_at))).collect();
+            let through_at = ats.and_then(|a| a.into_iter().max()).unwrap_or(-1);
             let mut entries = distinct(entries);
             entries.sort_by_key(|e| (e.origin_offset, e.dlq_offset));
-            Group { origin_partition, dlq_partition, key, entries, through }
+            Group { origin_partition, dlq_partition, key, entries, through, through_at }
         })
         .collect()
 }
@@ -302,7 +325,7 @@ pub fn drop_letters(cfg: &KafkaConfig, dlq: &str, letters: &[Entry], open: &[Ent
     let mut dropped = Vec::new();
     for l in letters {
         for e in open.iter().filter(|e| e.key == l.key && e.origin_partition == l.origin_partition && e.origin_offset == l.origin_offset) {
-            writer.mark(e.dlq_partition, &e.key, MarkerKind::Dropped, e.dlq_offset, e.origin_partition)?;
+            writer.mark(e.dlq_partition, &e.key, MarkerKind::Dropped, e.dlq_offset, e.at.unwrap_or(-1), e.origin_partition)?;
             dropped.push(e.clone());
         }
     }
@@ -331,6 +354,7 @@ pub async fn send(cfg: &KafkaConfig, groups: &[Group], reprocess: bool) -> Resul
             origin_offset: e.map_or(-1, |e| e.origin_offset),
             payload: e.map(|e| e.payload.clone()).unwrap_or_default(),
             requested_at: now,
+            through_at: g.through_at,
         };
         let mut messages = Vec::new();
         if reprocess {
@@ -375,6 +399,7 @@ mod tests {
             detail: String::new(),
             origin_partition: p,
             origin_offset: origin,
+            at: Some(origin),
             attempts: 1,
             dead_lettered_at: 0,
             command_id: None,
@@ -388,7 +413,7 @@ mod tests {
     #[test]
     fn markers_close_earlier_letters_of_their_key_and_partition_only() {
         let entries = vec![entry(0, 0, "a", 10), entry(0, 1, "b", 11), entry(0, 2, "a", 12), entry(1, 0, "a", 5), entry(0, 4, "a", 20)];
-        let markers = vec![Marker { dlq_partition: 0, dlq_offset: 3, key: "a".into(), kind: "cleared".into(), through: 2, origin_partition: 0 }];
+        let markers = vec![Marker { dlq_partition: 0, dlq_offset: 3, key: "a".into(), kind: "cleared".into(), through: 2, through_at: -1, origin_partition: 0 }];
         let got: Vec<(i32, i64)> = open(entries, &markers, None).iter().map(|e| (e.dlq_partition, e.dlq_offset)).collect();
         assert_eq!(got, vec![(0, 1), (0, 4), (1, 0)]);
     }
@@ -408,7 +433,7 @@ mod tests {
     }
 
     fn marker(kind: &str, at: i64, key: &str, through: i64) -> Marker {
-        Marker { dlq_partition: 0, dlq_offset: at, key: key.into(), kind: kind.into(), through, origin_partition: 0 }
+        Marker { dlq_partition: 0, dlq_offset: at, key: key.into(), kind: kind.into(), through, through_at: -1, origin_partition: 0 }
     }
 
     #[test]
@@ -438,5 +463,34 @@ mod tests {
         // A drop never closes another letter or another key's letter.
         let markers = vec![marker("dropped", 9, "b", 0)];
         assert_eq!(open(entries, &markers, None).len(), 4);
+    }
+
+    /// Issue 29, 3: a rebuild writes its letters again, after the markers
+    /// that closed them: those copies are closed by position (the
+    /// command-topic offset they were written at), not reopened.
+    #[test]
+    fn a_marker_closes_the_letters_a_rebuild_writes_again() {
+        // Live: letters at dead-letter offsets 0 and 1 (written at command
+        // offsets 10 and 11); the operator's marker at 2 covers them.
+        let live = vec![entry(0, 0, "a", 10), entry(0, 1, "a", 11)];
+        let markers = vec![Marker { dlq_partition: 0, dlq_offset: 2, key: "a".into(), kind: "cleared".into(), through: 1, through_at: 11, origin_partition: 0 }];
+        // A rebuild's copies, and a command of the key dead-lettered later.
+        let mut all = live.clone();
+        all.extend([entry(0, 3, "a", 10), entry(0, 4, "a", 11), entry(0, 5, "a", 12)]);
+        let open: Vec<i64> = open(all.clone(), &markers, None).iter().map(|e| e.dlq_offset).collect();
+        assert_eq!(open, vec![5], "only the later command is open");
+        // A marker of an earlier build (no position) closes by offset only.
+        let old = vec![Marker { through_at: -1, ..markers[0].clone() }];
+        assert_eq!(open_count(all, &old), 3);
+        // An operation covering letters that say where they were written
+        // carries the highest position; one that does not, -1.
+        let g = groups(live.clone(), &[]);
+        assert_eq!((g[0].through, g[0].through_at), (1, 11));
+        let unknown = vec![Entry { at: None, ..live[0].clone() }, live[1].clone()];
+        assert_eq!(groups(unknown, &[])[0].through_at, -1);
+    }
+
+    fn open_count(entries: Vec<Entry>, markers: &[Marker]) -> usize {
+        open(entries, markers, None).len()
     }
 }

@@ -68,6 +68,14 @@ pub mod header {
     /// On markers: the key's letters up to this offset are done (`dropped`:
     /// the one letter at this offset).
     pub const THROUGH: &str = "denorm.through";
+    /// On letters: the command-topic offset of the message whose handling
+    /// wrote it (the command's own, or the `REPLAY` that replayed it). A
+    /// rebuild, which writes its letters again, writes the same.
+    pub const AT: &str = "denorm.at";
+    /// On markers: the key's letters written at or before this command-topic
+    /// offset ([`AT`]) are done, whatever their dead-letter offset (a
+    /// rebuild's copies too; `dropped`: those written at this offset).
+    pub const THROUGH_AT: &str = "denorm.through-at";
 }
 
 /// Dead-letter reasons besides the admission reasons of
@@ -101,6 +109,8 @@ pub struct Letter<'a> {
     pub detail: String,
     pub origin_partition: i32,
     pub origin_offset: i64,
+    /// See [`header::AT`].
+    pub at: i64,
     pub attempts: u32,
     pub command_id: Option<String>,
     pub parked_behind: Option<String>,
@@ -149,9 +159,16 @@ mod tests {
             origin_offset: 1234,
             payload: vec![1, 2, 3],
             requested_at: 99,
+            through_at: 1300,
         };
         let bytes = codec.encode_control(&c);
-        assert_eq!(codec.decode_message(&bytes).unwrap(), crate::codec::Decoded::Control(c));
+        assert_eq!(codec.decode_message(&bytes).unwrap(), crate::codec::Decoded::Control(c.clone()));
+        // Version 1 (no `through_at`): read as -1, decided by `through`.
+        let v1 = apache_avro::Schema::parse_str(crate::codec::CONTROL_HISTORY[0]).unwrap();
+        let apache_avro::types::Value::Record(mut fields) = apache_avro::from_avro_datum(&apache_avro::Schema::parse_str(crate::codec::CONTROL_SCHEMA).unwrap(), &mut &bytes[10..], None).unwrap() else { panic!("a record") };
+        fields.retain(|(name, _)| name != "through_at");
+        let old = crate::codec::encode_value(&v1, crate::codec::canonical::fingerprint(crate::codec::CONTROL_HISTORY[0]).unwrap(), apache_avro::types::Value::Record(fields));
+        assert_eq!(codec.decode_message(&old).unwrap(), crate::codec::Decoded::Control(Control { through_at: -1, ..c }));
         assert!(codec.decode(&bytes).is_err(), "a control message is not a command");
         assert_eq!(partition_for(13, 12), 1);
         assert_eq!(Action::parse("DISCARD"), Some(Action::Discard));

@@ -58,8 +58,8 @@ impl DeadLetterWriter {
     /// Writes `letter` and waits for the acknowledgement. Returns its
     /// offset in the dead-letter topic.
     pub fn write(&self, l: &Letter<'_>) -> Result<i64, KafkaError> {
-        let (partition, offset, attempts, at) =
-            (l.origin_partition.to_string(), l.origin_offset.to_string(), l.attempts.to_string(), now_millis().to_string());
+        let (partition, offset, attempts, at, written_at) =
+            (l.origin_partition.to_string(), l.origin_offset.to_string(), l.attempts.to_string(), now_millis().to_string(), l.at.to_string());
         let detail = truncate(&l.detail, MAX_DETAIL);
         let mut h = OwnedHeaders::new();
         for (key, value) in [
@@ -68,6 +68,7 @@ impl DeadLetterWriter {
             (header::ORIGIN_TOPIC, self.origin_topic.as_str()),
             (header::ORIGIN_PARTITION, partition.as_str()),
             (header::ORIGIN_OFFSET, offset.as_str()),
+            (header::AT, written_at.as_str()),
             (header::ATTEMPTS, attempts.as_str()),
             (header::DEAD_LETTERED_AT, at.as_str()),
         ] {
@@ -87,14 +88,16 @@ impl DeadLetterWriter {
     }
 
     /// Writes a marker: `key`'s letters in `dlq_partition` up to `through`
-    /// are done (a `Dropped` marker: the letter at `through`). Their
-    /// commands came from command partition `origin_partition`.
-    pub fn mark(&self, dlq_partition: i32, key: &str, kind: MarkerKind, through: i64, origin_partition: i32) -> Result<i64, KafkaError> {
-        let (through, origin) = (through.to_string(), origin_partition.to_string());
+    /// are done (a `Dropped` marker: the letter at `through`), and those
+    /// written at or before command-topic offset `through_at` (-1: unknown).
+    /// Their commands came from command partition `origin_partition`.
+    pub fn mark(&self, dlq_partition: i32, key: &str, kind: MarkerKind, through: i64, through_at: i64, origin_partition: i32) -> Result<i64, KafkaError> {
+        let (through, origin, through_at) = (through.to_string(), origin_partition.to_string(), through_at.to_string());
         let at = now_millis().to_string();
         let h = OwnedHeaders::new()
             .insert(Header { key: header::MARKER, value: Some(kind.as_str()) })
             .insert(Header { key: header::THROUGH, value: Some(through.as_str()) })
+            .insert(Header { key: header::THROUGH_AT, value: Some(through_at.as_str()) })
             .insert(Header { key: header::ORIGIN_PARTITION, value: Some(origin.as_str()) })
             .insert(Header { key: header::DEAD_LETTERED_AT, value: Some(at.as_str()) });
         let key = (!key.is_empty()).then_some(key.as_bytes());

@@ -122,6 +122,28 @@ pub struct Parked {
     /// Highest dead-letter offset replayed so far (replays at or below it are
     /// skipped: a `reprocess` cut short and run again applies nothing twice).
     pub replayed_through: i64,
+    /// Command-topic offset of the message whose handling wrote the key's
+    /// newest letter (-1: none recorded). What an operator's `RESOLVE` is
+    /// checked against: unlike `last_dlq`, a rebuild, which writes its
+    /// letters again, gets the same.
+    #[serde(default = "none")]
+    pub last_at: i64,
+}
+
+fn none() -> i64 {
+    -1
+}
+
+impl Parked {
+    /// Whether the letters an operator's request covers (up to dead-letter
+    /// offset `through`, written up to command-topic offset `through_at`;
+    /// -1 when the request does not say) include the key's newest letter.
+    pub fn covered_by(&self, through: i64, through_at: i64) -> bool {
+        match through_at >= 0 && self.last_at >= 0 {
+            true => self.last_at <= through_at,
+            false => self.last_dlq <= through,
+        }
+    }
 }
 
 /// Parked keys of one partition.
@@ -133,7 +155,7 @@ fn parking_to_json(parking: &Parking) -> serde_json::Value {
     serde_json::Value::Array(
         parking
             .iter()
-            .map(|(k, p)| serde_json::json!({"key": k, "behind": p.behind, "last_dlq": p.last_dlq, "replayed_through": p.replayed_through}))
+            .map(|(k, p)| serde_json::json!({"key": k, "behind": p.behind, "last_dlq": p.last_dlq, "replayed_through": p.replayed_through, "last_at": p.last_at}))
             .collect(),
     )
 }
@@ -174,7 +196,7 @@ mod tests {
     #[test]
     fn progress_has_one_form_and_reads_the_embedded_indexs_older_one() {
         let mut p = Progress { checkpoint: Some(Checkpoint { offset: 41, fingerprint: Some(0xabc) }), ..Default::default() };
-        p.parked.insert("/a.b".into(), Parked { behind: "id-1".into(), last_dlq: 7, replayed_through: -1 });
+        p.parked.insert("/a.b".into(), Parked { behind: "id-1".into(), last_dlq: 7, replayed_through: -1, last_at: -1 });
         p.received.insert(3, 99);
         let v = Value::Object(p.to_json());
         assert_eq!(v["applied"], 41);
@@ -192,7 +214,7 @@ mod tests {
     fn the_book_commits_what_was_marked_and_nothing_twice() {
         let mut book = ProgressBook::new(Progress::default());
         assert!(!book.changed(), "nothing marked");
-        book.parking().insert("k".into(), Parked { behind: "c".into(), last_dlq: 0, replayed_through: -1 });
+        book.parking().insert("k".into(), Parked { behind: "c".into(), last_dlq: 0, replayed_through: -1, last_at: 3 });
         assert!(book.changed());
         book.mark_applied(Checkpoint::new(5, 1));
         assert_eq!(book.marked().checkpoint, Some(Checkpoint::new(5, 1)));
@@ -208,8 +230,8 @@ mod tests {
     #[test]
     fn parking_round_trips_through_json() {
         let mut p = Parking::new();
-        p.insert("/a.b".into(), Parked { behind: "id-1".into(), last_dlq: 7, replayed_through: -1 });
-        p.insert("u1".into(), Parked { behind: "p3@9".into(), last_dlq: 2, replayed_through: 1 });
+        p.insert("/a.b".into(), Parked { behind: "id-1".into(), last_dlq: 7, replayed_through: -1, last_at: 40 });
+        p.insert("u1".into(), Parked { behind: "p3@9".into(), last_dlq: 2, replayed_through: 1, last_at: -1 });
         assert_eq!(parking_from_json(&parking_to_json(&p)), p);
         assert!(parking_from_json(&serde_json::Value::Null).is_empty());
     }

@@ -74,6 +74,10 @@ pub struct WorkerConfig {
     /// applied up to their departure (default true; see
     /// `--no-takeover-waits`).
     pub takeover_waits: bool,
+    /// Whether the group's offsets are committed (default true). A
+    /// rebuild's worker does not: its positions come from the shards'
+    /// checkpoints, and its group is left with nothing behind.
+    pub commit_offsets: bool,
 }
 
 /// What happens to a key's later commands once one is aborted.
@@ -126,6 +130,7 @@ impl WorkerConfig {
             instance_id: None,
             session_timeout: Duration::from_millis(defaults::SESSION_TIMEOUT_MS as u64),
             takeover_waits: true,
+            commit_offsets: true,
             kafka,
         }
     }

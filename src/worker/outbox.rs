@@ -13,8 +13,9 @@ pub(crate) trait Outbox: Send + Sync {
     fn dead_letter_topic(&self) -> &str;
     /// Writes a dead letter; its offset once acknowledged.
     fn dead_letter(&self, letter: &Letter<'_>) -> Result<i64, KafkaError>;
-    /// Writes the marker that closes letters of `key` up to `through`.
-    fn marker(&self, dlq_partition: i32, key: &str, kind: MarkerKind, through: i64, origin_partition: i32) -> Result<i64, KafkaError>;
+    /// Writes the marker that closes letters of `key` up to `through` (and
+    /// those written at or before command-topic offset `through_at`).
+    fn marker(&self, dlq_partition: i32, key: &str, kind: MarkerKind, through: i64, through_at: i64, origin_partition: i32) -> Result<i64, KafkaError>;
     /// Writes a message to `partition` of the command topic (a move's chunk).
     fn command(&self, partition: i32, key: &[u8], payload: &[u8]) -> Result<i64, KafkaError>;
 }
@@ -28,8 +29,8 @@ impl Outbox for DeadLetterWriter {
         self.write(letter)
     }
 
-    fn marker(&self, dlq_partition: i32, key: &str, kind: MarkerKind, through: i64, origin_partition: i32) -> Result<i64, KafkaError> {
-        self.mark(dlq_partition, key, kind, through, origin_partition)
+    fn marker(&self, dlq_partition: i32, key: &str, kind: MarkerKind, through: i64, through_at: i64, origin_partition: i32) -> Result<i64, KafkaError> {
+        self.mark(dlq_partition, key, kind, through, through_at, origin_partition)
     }
 
     fn command(&self, partition: i32, key: &[u8], payload: &[u8]) -> Result<i64, KafkaError> {

@@ -72,6 +72,7 @@ fn write_fuzz_corpus() {
             origin_offset: 7,
             payload: codec.encode(&denorm::command::Envelope::new(denorm::command::Command::DeleteFile { id: "f".into(), path: "/a/b".into() })),
             requested_at: 0,
+            through_at: 7,
         };
         let mut bytes = vec![2u8, b'/', b'a'];
         bytes.extend(codec.encode_control(&c));

@@ -10,6 +10,9 @@ pub(super) struct Origin<'a> {
     pub(super) key: Option<&'a [u8]>,
     pub(super) payload: Option<&'a [u8]>,
     pub(super) offset: i64,
+    /// The command-topic offset of the message being handled (a replay's
+    /// is its `REPLAY`'s): see [`crate::dlq::header::AT`].
+    pub(super) at: i64,
 }
 
 impl<'a> Origin<'a> {
@@ -44,7 +47,7 @@ impl Applier {
             }
             Ok(Admitted::Move(_)) | Err(_) => (msg.payload().map(<[u8]>::to_vec), msg.offset(), None),
         };
-        let origin = Origin { key, payload: payload.as_deref(), offset };
+        let origin = Origin { key, payload: payload.as_deref(), offset, at: msg.offset() };
         let handled = self.abort(shard, &origin, dlq::reason::INDEX_REJECTED, error.to_string(), attempts, command_id)?;
         if let Ok(Admitted::Move(mv)) = admit(&self.shared.codec, key, msg.payload(), max) {
             // A chunk: dead-lettered with its files, its part in the move
@@ -67,9 +70,10 @@ impl Applier {
         error!(partition = self.partition, offset = origin.offset, reason, %detail, key = ?origin.key(), dlq_offset = at, "command aborted and dead-lettered");
         if let (OnAbort::Park, Some(k)) = (self.shared.cfg.on_abort, origin.key()) {
             warn!(partition = self.partition, key = %k, "key parked: its later commands wait in the dead-letter topic for `denorm dlq reprocess` or `clear`");
-            let p = shard.parking().entry(k.into_owned()).or_insert(Parked { behind: String::new(), last_dlq: -1, replayed_through: -1 });
+            let p = shard.parking().entry(k.into_owned()).or_insert(Parked { behind: String::new(), last_dlq: -1, replayed_through: -1, last_at: -1 });
             p.behind = behind;
             p.last_dlq = at;
+            p.last_at = origin.at;
         }
         Ok(Handled::Done { fan_out: false })
     }
@@ -81,6 +85,7 @@ impl Applier {
         count(kind, outcome::PARKED);
         if let Some(p) = origin.key().and_then(|k| shard.parking().get_mut(k.as_ref())) {
             p.last_dlq = at;
+            p.last_at = origin.at;
         }
         Ok(Handled::Done { fan_out: false })
     }
@@ -95,6 +100,7 @@ impl Applier {
             detail,
             origin_partition: self.partition,
             origin_offset: origin.offset,
+            at: origin.at,
             attempts,
             command_id,
             parked_behind,

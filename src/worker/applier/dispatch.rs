@@ -13,7 +13,7 @@ impl Applier {
             count("unknown", outcome::DUPLICATE);
             return Ok(Handled::Duplicate);
         }
-        let origin = Origin { key: msg.key(), payload: msg.payload(), offset };
+        let origin = Origin { key: msg.key(), payload: msg.payload(), offset, at: offset };
         let admitted = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
             Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(Transient::Registry(e))),
             Err(NotAdmitted::Rejected(r)) => Err(r),
@@ -168,9 +168,9 @@ impl Applier {
         count("control", outcome::CONTROL);
         match c.action {
             Action::Replay => {
-                let origin = Origin { key: msg.key(), payload: Some(&c.payload), offset: c.origin_offset };
+                let origin = Origin { key: msg.key(), payload: Some(&c.payload), offset: c.origin_offset, at: msg.offset() };
                 if let Some(p) = shard.parking().get(&c.key).cloned() {
-                    if p.last_dlq > c.through {
+                    if !p.covered_by(c.through, c.through_at) {
                         // Something of this key was dead-lettered after the
                         // operator looked: replaying now would overtake it.
                         return self.park(shard, &origin, None, p.behind, "control");
@@ -202,14 +202,14 @@ impl Applier {
             }
             Action::Resolve | Action::Discard => {
                 let kind = c.action.marker();
-                self.retry_dead_letter(|| self.shared.outbox.marker(c.dlq_partition, &c.key, kind, c.through, self.partition))?;
-                let parked = shard.parking().get(&c.key).map(|p| p.last_dlq);
-                match parked {
-                    Some(last) if last <= c.through => {
+                self.retry_dead_letter(|| self.shared.outbox.marker(c.dlq_partition, &c.key, kind, c.through, c.through_at, self.partition))?;
+                let covered = shard.parking().get(&c.key).map(|p| p.covered_by(c.through, c.through_at));
+                match covered {
+                    Some(true) => {
                         shard.parking().remove(&c.key);
                         info!(partition = self.partition, key = %c.key, marker = kind.as_str(), "key resumed");
                     }
-                    Some(_) => warn!(
+                    Some(false) => warn!(
                         partition = self.partition,
                         key = %c.key,
                         "key stays parked: more of its commands were dead-lettered after the operator's request; run `denorm dlq reprocess` again"

@@ -101,6 +101,9 @@ pub(crate) struct Partition {
     /// Messages fetched while the applier's queue was full.
     pub pending: std::collections::VecDeque<Record>,
     pub paused: bool,
+    /// Whether the group's offset is committed (see
+    /// [`WorkerConfig::commit_offsets`](crate::worker::WorkerConfig)).
+    commits: bool,
     join: Option<JoinHandle<Result<(), WorkerError>>>,
 }
 
@@ -113,6 +116,7 @@ impl Partition {
         let floor = Arc::new(AtomicI64::new(FLOOR_UNKNOWN));
         let queued = Arc::new(AtomicUsize::new(0));
         let (s, n, q, f) = (stop.clone(), next.clone(), queued.clone(), floor.clone());
+        let commits = shared.cfg.commit_offsets;
         let join = std::thread::Builder::new()
             .name(format!("denorm-p{partition}"))
             .spawn(move || {
@@ -133,12 +137,15 @@ impl Partition {
                 .run(rx)
             })
             .expect("spawn partition thread");
-        Partition { tx, queued, stop, next, committed: -1, floor, pending: Default::default(), paused: false, join: Some(join) }
+        Partition { tx, queued, stop, next, committed: -1, floor, pending: Default::default(), paused: false, commits, join: Some(join) }
     }
 
     /// The offset to commit for the partition, if it moved past what the
     /// group has (nothing while the group's offset is not known yet).
     pub fn to_commit(&self) -> Option<i64> {
+        if !self.commits {
+            return None;
+        }
         let (next, floor) = (self.next.load(Ordering::SeqCst), self.floor.load(Ordering::SeqCst));
         (floor != FLOOR_UNKNOWN && next > self.committed.max(floor)).then_some(next)
     }

@@ -160,3 +160,35 @@ fn a_stop_in_the_middle_of_a_batch_commits_what_is_applied_and_publishes_it() {
     let checkpoint = EmbeddedIndex::open_existing(r.dir.path()).unwrap().checkpoints().unwrap();
     assert_eq!(checkpoint.get(&0).map(|c| c.offset), Some(29));
 }
+
+/// Issue 29, 3: an operator's `clear` resumed a key in the live index; a
+/// rebuild wrote the key's letters again, at higher dead-letter offsets,
+/// which the `DISCARD` (covering letters up to an offset) no longer covered:
+/// the key stayed parked in the new generation and its later commands were
+/// dead-lettered. Parking is decided on command-topic positions now.
+#[test]
+fn a_key_an_operator_released_is_released_in_a_replay_too() {
+    use crate::command::control::{Action, Control};
+    let live = Rig::new(|_| {});
+    let poison = live.append("/p", b"not an avro message".to_vec());
+    let parked = live.produce(upsert("q", "/p/q.txt"));
+    let run = live.start();
+    run.wait_next(parked + 1);
+    assert_eq!(live.letters().len(), 2);
+    // `denorm dlq clear --key /p`: the letters up to dead-letter offset 1,
+    // written at command-topic offsets up to `parked`.
+    let discard = Control { action: Action::Discard, key: "/p".into(), dlq_partition: 0, dlq_offset: -1, through: 1, origin_offset: -1, payload: Vec::new(), requested_at: 0, through_at: parked };
+    live.append("/p", live.codec.encode_control(&discard));
+    let later = live.produce(upsert("later", "/p/later.txt"));
+    run.wait_next(later + 1);
+    assert_eq!(run.stop(), later + 1);
+    assert_eq!(live.file_ids(), vec!["later"], "resumed");
+    // A rebuild replays the same log; the dead-letter topic holds 3 letters.
+    let rebuilt = live.replay(3);
+    let run = rebuilt.start();
+    run.wait_next(later + 1);
+    assert_eq!(run.stop(), later + 1);
+    assert_eq!(rebuilt.file_ids(), vec!["later"], "resumed in the replay too: {:?}", rebuilt.letters());
+    let letters: Vec<(String, i64)> = rebuilt.letters().into_iter().map(|l| (l.reason, l.origin_offset)).collect();
+    assert_eq!(letters, vec![("not_single_object".into(), poison), ("parked".into(), parked)]);
+}

@@ -58,6 +58,9 @@ struct Scripted {
     limit: std::sync::atomic::AtomicUsize,
     /// Letters written without their command: (origin offset, its size).
     omitted: Mutex<Vec<(i64, usize)>>,
+    /// The dead-letter offset of the first letter (letters already in the
+    /// topic, for a replay).
+    base: i64,
 }
 
 impl Scripted {
@@ -82,10 +85,10 @@ impl Outbox for Arc<Scripted> {
         }
         let mut letters = self.letters.lock().unwrap();
         letters.push(Sent { reason: l.reason.into(), origin_offset: l.origin_offset, key: String::from_utf8_lossy(l.key.unwrap_or_default()).into() });
-        Ok(letters.len() as i64 - 1)
+        Ok(self.base + letters.len() as i64 - 1)
     }
 
-    fn marker(&self, _: i32, _: &str, _: MarkerKind, _: i64, _: i32) -> Result<i64, rdkafka::error::KafkaError> {
+    fn marker(&self, _: i32, _: &str, _: MarkerKind, _: i64, _: i64, _: i32) -> Result<i64, rdkafka::error::KafkaError> {
         Ok(0)
     }
 
@@ -131,13 +134,23 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 
 impl Rig {
     fn new(tune: impl FnOnce(&mut WorkerConfig)) -> Rig {
+        Rig::on(Arc::default(), 0, tune)
+    }
+
+    /// A fresh index, as a rebuild has, replaying `self`'s log; its letters
+    /// go after the `already` the dead-letter topic holds.
+    fn replay(&self, already: i64) -> Rig {
+        let log = Arc::new(Mutex::new(self.log.lock().unwrap().clone()));
+        Rig::on(log, already, |_| {})
+    }
+
+    fn on(log: Arc<Mutex<Vec<Record>>>, base: i64, tune: impl FnOnce(&mut WorkerConfig)) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let index = EmbeddedIndex::open(dir.path(), "t").unwrap();
         let mut cfg = WorkerConfig::new(KafkaConfig::new("127.0.0.1:9", "t"), "g");
         cfg.retry_backoff_max = Duration::from_millis(50);
         tune(&mut cfg);
-        let log: Arc<Mutex<Vec<Record>>> = Arc::default();
-        let outbox = Arc::new(Scripted { log: log.clone(), ..Scripted::default() });
+        let outbox = Arc::new(Scripted { log: log.clone(), base, ..Scripted::default() });
         let shared = Arc::new(Shared {
             cfg,
             backend: Arc::new(EmbeddedBackend::new(index, 20 << 20)),
