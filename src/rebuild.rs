@@ -183,6 +183,7 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         let mut cfg = WorkerConfig::new(kafka.clone(), run_group.clone());
         cfg.takeover_waits = takeover_waits;
         cfg.commit_offsets = false;
+        info!(group = %run_group, "the rebuild's worker joins a consumer group of its own (it commits no offsets there; the group is deleted after the cutover)");
         let (flag, h, handle) = (shutdown.clone(), health.clone(), rt.clone());
         let worker = std::thread::spawn(move || {
             let _rt = handle.enter();
