@@ -183,6 +183,11 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         let mut cfg = WorkerConfig::new(kafka.clone(), run_group.clone());
         cfg.takeover_waits = takeover_waits;
         cfg.commit_offsets = false;
+        // The markers of the operators' requests the live run carried out
+        // (the rebuild replays the requests: it writes none of them again).
+        let dlq = crate::dlq::default_topic(&kafka.topic);
+        let (_, markers) = crate::dlq::admin::read(&kafka, &dlq).map_err(|e| RebuildError::Index(anyhow::Error::new(e).context(format!("reading the markers of {dlq}"))))?;
+        cfg.markers_written = Arc::new(markers.iter().filter_map(|m| m.id()).collect());
         info!(group = %run_group, "the rebuild's worker joins a consumer group of its own (it commits no offsets there; the group is deleted after the cutover)");
         let (flag, h, handle) = (shutdown.clone(), health.clone(), rt.clone());
         let worker = std::thread::spawn(move || {

@@ -66,6 +66,11 @@ pub struct Marker {
 }
 
 impl Marker {
+    /// Its identity, when it is of a known kind.
+    pub fn id(&self) -> Option<super::MarkerId> {
+        Some((self.key.clone(), self.dlq_partition, MarkerKind::parse(&self.kind)?, self.through))
+    }
+
     fn dropped(&self) -> bool {
         self.kind == MarkerKind::Dropped.as_str()
     }

@@ -119,9 +119,15 @@ pub struct Letter<'a> {
     pub payload_omitted: Option<usize>,
 }
 
+/// What identifies a marker written for an operator's control message: its
+/// key, dead-letter partition, kind and `through`, all taken from the
+/// control message, so a rebuild replaying it finds the marker the live
+/// run wrote.
+pub type MarkerId = (String, i32, MarkerKind, i64);
+
 /// Markers close letters of a key up to an offset, or (`Dropped`) one
 /// letter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MarkerKind {
     Reprocessed,
@@ -132,6 +138,10 @@ pub enum MarkerKind {
 }
 
 impl MarkerKind {
+    pub fn parse(s: &str) -> Option<MarkerKind> {
+        [MarkerKind::Reprocessed, MarkerKind::Cleared, MarkerKind::Dropped].into_iter().find(|k| k.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             MarkerKind::Reprocessed => "reprocessed",

@@ -78,6 +78,10 @@ pub struct WorkerConfig {
     /// rebuild's worker does not: its positions come from the shards'
     /// checkpoints, and its group is left with nothing behind.
     pub commit_offsets: bool,
+    /// Markers the dead-letter topic already holds (a rebuild's worker,
+    /// which replays the operators' control messages, writes none of these
+    /// again).
+    pub markers_written: std::sync::Arc<std::collections::HashSet<crate::dlq::MarkerId>>,
 }
 
 /// What happens to a key's later commands once one is aborted.
@@ -131,6 +135,7 @@ impl WorkerConfig {
             session_timeout: Duration::from_millis(defaults::SESSION_TIMEOUT_MS as u64),
             takeover_waits: true,
             commit_offsets: true,
+            markers_written: Default::default(),
             kafka,
         }
     }

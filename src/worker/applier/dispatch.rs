@@ -202,7 +202,11 @@ impl Applier {
             }
             Action::Resolve | Action::Discard => {
                 let kind = c.action.marker();
-                self.retry_dead_letter(|| self.shared.outbox.marker(c.dlq_partition, &c.key, kind, c.through, c.through_at, self.partition))?;
+                // A rebuild replays the operator's request: the live run
+                // wrote its marker already.
+                if !self.shared.cfg.markers_written.contains(&(c.key.clone(), c.dlq_partition, kind, c.through)) {
+                    self.retry_dead_letter(|| self.shared.outbox.marker(c.dlq_partition, &c.key, kind, c.through, c.through_at, self.partition))?;
+                }
                 let covered = shard.parking().get(&c.key).map(|p| p.covered_by(c.through, c.through_at));
                 match covered {
                     Some(true) => {

@@ -183,12 +183,16 @@ fn a_key_an_operator_released_is_released_in_a_replay_too() {
     run.wait_next(later + 1);
     assert_eq!(run.stop(), later + 1);
     assert_eq!(live.file_ids(), vec!["later"], "resumed");
-    // A rebuild replays the same log; the dead-letter topic holds 3 letters.
-    let rebuilt = live.replay(3);
+    assert_eq!(live.outbox.markers.lock().unwrap().clone(), vec![("/p".to_string(), MarkerKind::Cleared)]);
+    // A rebuild replays the same log; the dead-letter topic holds the two
+    // letters and the marker.
+    let rebuilt = live.replay(3, vec![("/p".into(), 0, MarkerKind::Cleared, 1)]);
     let run = rebuilt.start();
     run.wait_next(later + 1);
     assert_eq!(run.stop(), later + 1);
     assert_eq!(rebuilt.file_ids(), vec!["later"], "resumed in the replay too: {:?}", rebuilt.letters());
     let letters: Vec<(String, i64)> = rebuilt.letters().into_iter().map(|l| (l.reason, l.origin_offset)).collect();
     assert_eq!(letters, vec![("not_single_object".into(), poison), ("parked".into(), parked)]);
+    // Issue 29, 13: the rebuild does not write the marker again.
+    assert!(rebuilt.outbox.markers.lock().unwrap().is_empty());
 }

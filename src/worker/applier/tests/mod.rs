@@ -61,6 +61,8 @@ struct Scripted {
     /// The dead-letter offset of the first letter (letters already in the
     /// topic, for a replay).
     base: i64,
+    /// Markers written: (key, kind).
+    markers: Mutex<Vec<(String, MarkerKind)>>,
 }
 
 impl Scripted {
@@ -88,7 +90,8 @@ impl Outbox for Arc<Scripted> {
         Ok(self.base + letters.len() as i64 - 1)
     }
 
-    fn marker(&self, _: i32, _: &str, _: MarkerKind, _: i64, _: i64, _: i32) -> Result<i64, rdkafka::error::KafkaError> {
+    fn marker(&self, _: i32, key: &str, kind: MarkerKind, _: i64, _: i64, _: i32) -> Result<i64, rdkafka::error::KafkaError> {
+        self.markers.lock().unwrap().push((key.to_string(), kind));
         Ok(0)
     }
 
@@ -138,10 +141,11 @@ impl Rig {
     }
 
     /// A fresh index, as a rebuild has, replaying `self`'s log; its letters
-    /// go after the `already` the dead-letter topic holds.
-    fn replay(&self, already: i64) -> Rig {
+    /// go after the `already` the dead-letter topic holds, which also holds
+    /// the markers `markers`.
+    fn replay(&self, already: i64, markers: Vec<crate::dlq::MarkerId>) -> Rig {
         let log = Arc::new(Mutex::new(self.log.lock().unwrap().clone()));
-        Rig::on(log, already, |_| {})
+        Rig::on(log, already, |c| c.markers_written = Arc::new(markers.into_iter().collect()))
     }
 
     fn on(log: Arc<Mutex<Vec<Record>>>, base: i64, tune: impl FnOnce(&mut WorkerConfig)) -> Rig {
