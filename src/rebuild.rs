@@ -95,6 +95,8 @@ pub struct Rebuild<'a> {
     /// Keep the previous generation after the cutover.
     pub keep_old: bool,
     pub takeover_waits: bool,
+    /// Accept messages in any partition (see `WorkerConfig::any_partitioner`).
+    pub any_partitioner: bool,
     pub health: Arc<Health>,
     /// The runtime the rebuild's worker resolves schema ids on.
     pub runtime: tokio::runtime::Handle,
@@ -146,7 +148,7 @@ const BROKER_SILENCE: Duration = Duration::from_secs(120);
 /// Rebuilds (or resumes rebuilding) the next generation and cuts over to it;
 /// `progress` sees each turn of the progress poll. Blocking.
 pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, RebuildError> {
-    let Rebuild { kafka, index, group, partitions, keep_old, takeover_waits, health, runtime: rt } = r;
+    let Rebuild { kafka, index, group, partitions, keep_old, takeover_waits, any_partitioner, health, runtime: rt } = r;
     let group = group.as_str();
     let started = Instant::now();
     let consumer: BaseConsumer = kafka.client_config().create().map_err(KafkaSetupError::from)?;
@@ -182,6 +184,7 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         let run_group = format!("{}-{}", state.group, &uuid::Uuid::new_v4().simple().to_string()[..8]);
         let mut cfg = WorkerConfig::new(kafka.clone(), run_group.clone());
         cfg.takeover_waits = takeover_waits;
+        cfg.any_partitioner = any_partitioner;
         cfg.commit_offsets = false;
         // The markers of the operators' requests the live run carried out
         // (the rebuild replays the requests: it writes none of them again).

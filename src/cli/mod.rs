@@ -233,9 +233,17 @@ pub(crate) fn elastic_config(url: &str) -> anyhow::Result<crate::index::elastic:
     crate::index::elastic::config::ElasticConfig::from_env(url).map_err(|e| UsageError(e.to_string()).into())
 }
 
-/// Whether take-overs wait for their departure (`run`, `rebuild`).
+/// How the topic places keys and orders what crosses them (`run`,
+/// `rebuild`).
 #[derive(Debug, Clone, clap::Args)]
-pub struct TakeoverArgs {
+pub struct CrossKeyArgs {
+    /// Accept messages in any partition, for a topic written with another partitioner than
+    /// murmur2 (the Java client's, and denorm's): renames across top-level directories are then
+    /// refused (their files would go to the murmur2 partition, which the destination's own
+    /// commands never reach). Without it, a message whose key does not hash to its partition is
+    /// dead-lettered (reason wrong_partition). See docs/producers.md
+    #[arg(long, env = "DENORM_ANY_PARTITIONER")]
+    pub any_partitioner: bool,
     /// Apply a take-over (a cross-key move's documents, an owner change's upsert) without
     /// waiting until the partition its document leaves is applied up to the departure. Only
     /// for a topic whose messages name positions of another topic (copied by other means than

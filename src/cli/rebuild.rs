@@ -39,7 +39,7 @@ pub struct RebuildArgs {
     #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
     index_memory_mb: u64,
     #[command(flatten)]
-    takeover: super::TakeoverArgs,
+    cross_key: super::CrossKeyArgs,
 }
 
 pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
@@ -80,7 +80,7 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
         })
         .await?;
     }
-    let (k, group, keep_old, addr, waits) = (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.takeover.no_takeover_waits);
+    let (k, group, keep_old, addr, waits, any_partitioner) = (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.cross_key.no_takeover_waits, a.cross_key.any_partitioner);
     let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
     let health = Arc::new(Health::default());
     health.beat();
@@ -90,7 +90,7 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     let partitions = kafka.topic_partitions()?.ok_or_else(|| UsageError(format!("topic {} does not exist", kafka.topic)))?;
     dlq.ensure_topic().await.context("cannot reach or create the dead-letter topic")?;
     tokio::task::spawn_blocking(move || {
-        let r = Rebuild { kafka: k, index: index.as_ref(), group, partitions, keep_old, takeover_waits: waits, health, runtime: rt };
+        let r = Rebuild { kafka: k, index: index.as_ref(), group, partitions, keep_old, takeover_waits: waits, any_partitioner, health, runtime: rt };
         rebuild(r)
     })
     .await?

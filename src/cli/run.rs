@@ -112,7 +112,7 @@ pub struct RunArgs {
     #[arg(long, env = "DENORM_SESSION_TIMEOUT_MS", default_value_t = defaults::SESSION_TIMEOUT_MS, value_parser = clap::value_parser!(u32).range(1000..=3_600_000))]
     session_timeout_ms: u32,
     #[command(flatten)]
-    pub takeover: super::TakeoverArgs,
+    pub cross_key: super::CrossKeyArgs,
     #[command(flatten)]
     registry: super::RegistryArgs,
 }
@@ -203,7 +203,8 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.registry = registry;
     cfg.instance_id = a.instance_id.clone();
     cfg.session_timeout = Duration::from_millis(a.session_timeout_ms.into());
-    cfg.takeover_waits = !a.takeover.no_takeover_waits;
+    cfg.takeover_waits = !a.cross_key.no_takeover_waits;
+    cfg.any_partitioner = a.cross_key.any_partitioner;
     if let Some(id) = &cfg.instance_id {
         // What the consumer will use: an -X session.timeout.ms wins over the flag.
         let session = cfg.kafka.options.iter().rev().find(|(k, _)| k == "session.timeout.ms").map_or_else(|| a.session_timeout_ms.to_string(), |(_, v)| v.clone());

@@ -85,6 +85,9 @@ pub mod reason {
     pub const PARKED: &str = "parked";
     /// The index rejected the command `--max-attempts` times.
     pub const INDEX_REJECTED: &str = "index_rejected";
+    /// The message's key does not hash (murmur2) to the partition it is in:
+    /// its producer uses another partitioner.
+    pub const WRONG_PARTITION: &str = "wrong_partition";
 }
 
 impl Action {

@@ -82,6 +82,11 @@ pub struct WorkerConfig {
     /// which replays the operators' control messages, writes none of these
     /// again).
     pub markers_written: std::sync::Arc<std::collections::HashSet<crate::dlq::MarkerId>>,
+    /// Accept messages in any partition (a topic written with another
+    /// partitioner than murmur2), refusing renames across top-level
+    /// directories; otherwise (the default) a message whose key does not
+    /// hash to its partition is dead-lettered (`--any-partitioner`).
+    pub any_partitioner: bool,
 }
 
 /// What happens to a key's later commands once one is aborted.
@@ -136,6 +141,7 @@ impl WorkerConfig {
             takeover_waits: true,
             commit_offsets: true,
             markers_written: Default::default(),
+            any_partitioner: false,
             kafka,
         }
     }

@@ -17,7 +17,7 @@ impl Applier {
         let admitted = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
             Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(Transient::Registry(e))),
             Err(NotAdmitted::Rejected(r)) => Err(r),
-            Ok(a) => Ok(a),
+            Ok(a) => self.placed(msg, a),
         };
         let chunk_of = match &admitted {
             Ok(Admitted::Move(m)) => Some(m.source()),
@@ -79,6 +79,41 @@ impl Applier {
             self.mark(shard, msg);
         }
         Ok(handled)
+    }
+
+    /// Checks where a command or a move's chunk is: its key must hash
+    /// (murmur2) to this partition, or its order with the key's other
+    /// messages is not guaranteed and a move would not reach them. With
+    /// `--any-partitioner`, any partition is accepted and renames across
+    /// top-level directories are refused.
+    fn placed(&self, msg: &Record, a: Admitted) -> Result<Admitted, Rejection> {
+        let n = self.shared.log_partitions;
+        if self.shared.cfg.any_partitioner {
+            return match &a {
+                Admitted::Command(e) if matches!(e.command, Command::RenamePath { .. }) && e.command.destination_key().is_some() => Err(Rejection {
+                    reason: reason::INVALID_COMMAND,
+                    detail: "a rename across top-level directories needs the topic's keys placed by murmur2 (the Java client's partitioner): refused with --any-partitioner".into(),
+                    chunk: None,
+                }),
+                _ => Ok(a),
+            };
+        }
+        let (Admitted::Command(_) | Admitted::Move(_)) = &a else { return Ok(a) };
+        let Some(key) = msg.key().filter(|k| !k.is_empty()) else { return Ok(a) };
+        let home = crate::command::partitioner::partition_of_bytes(key, n);
+        if home == self.partition {
+            return Ok(a);
+        }
+        let detail = format!(
+            "key {:?} belongs to partition {home} of {n} (murmur2, the Java client's partitioner, which denorm's producer uses), not {}: its producer places keys another way (docs/producers.md names each client's setting; --any-partitioner accepts such a topic)",
+            String::from_utf8_lossy(key),
+            self.partition
+        );
+        let chunk = match a {
+            Admitted::Move(m) => Some(Box::new(m)),
+            _ => None,
+        };
+        Err(Rejection { reason: crate::dlq::reason::WRONG_PARTITION, detail, chunk })
     }
 
     /// Marks `msg` applied, unless a cross-key move is in flight (nothing

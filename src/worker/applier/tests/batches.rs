@@ -196,3 +196,37 @@ fn a_key_an_operator_released_is_released_in_a_replay_too() {
     // Issue 29, 13: the rebuild does not write the marker again.
     assert!(rebuilt.outbox.markers.lock().unwrap().is_empty());
 }
+
+/// A top-level directory `/{prefix}{n}` whose murmur2 partition of 4 is,
+/// or (`home` false) is not, 0.
+fn tree(prefix: &str, home: bool) -> String {
+    (0..).map(|n| format!("/{prefix}{n}")).find(|t| (crate::command::partitioner::partition_of(t, 4) == 0) == home).unwrap()
+}
+
+/// Issue 29, 12: placement was never checked. A message whose key does not
+/// hash to its partition (a producer with another partitioner) is
+/// dead-lettered; with `--any-partitioner` it is applied, and renames
+/// across top-level directories are refused instead (their files would go
+/// to the murmur2 partition, which the key's own commands never reach).
+#[test]
+fn a_message_in_another_partition_than_its_keys_is_dead_lettered_unless_any_partitioner() {
+    let (home, away) = (tree("home", true), tree("away", false));
+    let r = Rig::of(4, |_| {});
+    r.produce(upsert("h", &format!("{home}/h.txt")));
+    let misplaced = r.produce(upsert("a", &format!("{away}/a.txt")));
+    let run = r.start();
+    run.wait_next(2);
+    assert_eq!(run.stop(), 2);
+    assert_eq!(r.letters(), vec![Sent { reason: "wrong_partition".into(), origin_offset: misplaced, key: away.clone() }]);
+    assert_eq!(r.file_ids(), vec!["h"]);
+
+    let r = Rig::of(4, |c| c.any_partitioner = true);
+    r.produce(upsert("h", &format!("{home}/h.txt")));
+    r.produce(upsert("a", &format!("{away}/a.txt")));
+    let rename = r.produce(Command::RenamePath { from: format!("{home}/h.txt"), to: format!("{away}/h.txt") });
+    let run = r.start();
+    run.wait_next(3);
+    assert_eq!(run.stop(), 3);
+    assert_eq!(r.file_ids(), vec!["a", "h"]);
+    assert_eq!(r.letters(), vec![Sent { reason: "invalid_command".into(), origin_offset: rename, key: home }]);
+}

@@ -137,7 +137,12 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 
 impl Rig {
     fn new(tune: impl FnOnce(&mut WorkerConfig)) -> Rig {
-        Rig::on(Arc::default(), 0, tune)
+        Rig::on(Arc::default(), 0, 1, tune)
+    }
+
+    /// Partition 0 of a topic of `partitions`.
+    fn of(partitions: i32, tune: impl FnOnce(&mut WorkerConfig)) -> Rig {
+        Rig::on(Arc::default(), 0, partitions, tune)
     }
 
     /// A fresh index, as a rebuild has, replaying `self`'s log; its letters
@@ -145,10 +150,10 @@ impl Rig {
     /// the markers `markers`.
     fn replay(&self, already: i64, markers: Vec<crate::dlq::MarkerId>) -> Rig {
         let log = Arc::new(Mutex::new(self.log.lock().unwrap().clone()));
-        Rig::on(log, already, |c| c.markers_written = Arc::new(markers.into_iter().collect()))
+        Rig::on(log, already, 1, |c| c.markers_written = Arc::new(markers.into_iter().collect()))
     }
 
-    fn on(log: Arc<Mutex<Vec<Record>>>, base: i64, tune: impl FnOnce(&mut WorkerConfig)) -> Rig {
+    fn on(log: Arc<Mutex<Vec<Record>>>, base: i64, log_partitions: i32, tune: impl FnOnce(&mut WorkerConfig)) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let index = EmbeddedIndex::open(dir.path(), "t").unwrap();
         let mut cfg = WorkerConfig::new(KafkaConfig::new("127.0.0.1:9", "t"), "g");
@@ -166,7 +171,7 @@ impl Rig {
             known: Mutex::default(),
             assigned_at: Mutex::default(),
             probe: Box::new(LogOf(log.clone())),
-            log_partitions: 1,
+            log_partitions,
             awaited: Mutex::default(),
             awaiting: Default::default(),
         });
