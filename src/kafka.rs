@@ -55,6 +55,13 @@ impl std::fmt::Debug for KafkaConfig {
 pub enum KafkaSetupError {
     #[error("kafka: {0}")]
     Kafka(#[from] KafkaError),
+    /// A compacted topic: compaction deletes commands a replay needs.
+    #[error(
+        "topic {0} is compacted (cleanup.policy includes compact): compaction deletes older commands of a key, which a \
+         rebuild needs, and leaves offsets without messages. denorm needs the whole log: use cleanup.policy=delete with \
+         retention.ms=-1 (`kafka-configs --alter --entity-type topics --entity-name {0} --add-config cleanup.policy=delete,retention.ms=-1`)"
+    )]
+    Compacted(String),
     #[error("creating topic {topic}: {code}")]
     CreateTopic { topic: String, code: RDKafkaErrorCode },
     #[error("topic {0} does not exist")]
@@ -122,7 +129,9 @@ impl KafkaConfig {
             return Ok(n);
         }
         let admin: AdminClient<DefaultClientContext> = self.client_config().create()?;
-        let topic = NewTopic::new(&self.topic, self.partitions, TopicReplication::Fixed(self.replication));
+        // Kept for ever: a rebuild replays the whole log, and dead letters
+        // wait for an operator (brokers delete after 7 days by default).
+        let topic = NewTopic::new(&self.topic, self.partitions, TopicReplication::Fixed(self.replication)).set("retention.ms", "-1").set("retention.bytes", "-1");
         let opts = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT));
         for result in admin.create_topics([&topic], &opts).await? {
             match result {
@@ -139,6 +148,73 @@ impl KafkaConfig {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Err(KafkaSetupError::MissingTopic(self.topic.clone()))
+    }
+}
+
+/// What a topic's settings say about how long it keeps its messages.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lifetime {
+    pub compacted: bool,
+    /// `retention.ms` and `retention.bytes` (-1: unlimited).
+    pub retention_ms: Option<i64>,
+    pub retention_bytes: Option<i64>,
+}
+
+impl Lifetime {
+    /// From a topic's settings (`cleanup.policy`, `retention.ms`,
+    /// `retention.bytes`).
+    pub fn of<'a>(settings: impl IntoIterator<Item = (&'a str, &'a str)>) -> Lifetime {
+        let mut l = Lifetime::default();
+        for (name, value) in settings {
+            match name {
+                "cleanup.policy" => l.compacted = value.split(',').any(|p| p.trim() == "compact"),
+                "retention.ms" => l.retention_ms = value.parse().ok(),
+                "retention.bytes" => l.retention_bytes = value.parse().ok(),
+                _ => {}
+            }
+        }
+        l
+    }
+
+    /// What the topic keeps, when it does not keep everything.
+    pub fn finite(&self) -> Option<String> {
+        let ms = self.retention_ms.filter(|ms| *ms >= 0).map(|ms| format!("retention.ms={ms} (about {} days)", ms / 86_400_000));
+        let bytes = self.retention_bytes.filter(|b| *b >= 0).map(|b| format!("retention.bytes={b} per partition"));
+        let both: Vec<String> = ms.into_iter().chain(bytes).collect();
+        (!both.is_empty()).then(|| both.join(" and "))
+    }
+}
+
+impl KafkaConfig {
+    /// The topic's [`Lifetime`], `None` when the broker does not say.
+    pub async fn lifetime(&self) -> Result<Option<Lifetime>, KafkaSetupError> {
+        use rdkafka::admin::ResourceSpecifier;
+        let admin: AdminClient<DefaultClientContext> = self.client_config().create()?;
+        let opts = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
+        let described = match admin.describe_configs([&ResourceSpecifier::Topic(&self.topic)], &opts).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::debug!(topic = %self.topic, error = %e, "the broker does not describe the topic's settings");
+                return Ok(None);
+            }
+        };
+        Ok(described.into_iter().next().and_then(Result::ok).map(|r| Lifetime::of(r.entries.iter().filter_map(|e| Some((e.name.as_str(), e.value.as_deref()?))))))
+    }
+
+    /// Refuses a compacted topic; warns when the topic does not keep its
+    /// messages for ever (`what` names it for people: the command topic,
+    /// the dead-letter topic).
+    pub async fn check_lifetime(&self, what: &str) -> Result<Option<Lifetime>, KafkaSetupError> {
+        let lifetime = self.lifetime().await?;
+        if let Some(l) = &lifetime {
+            if l.compacted {
+                return Err(KafkaSetupError::Compacted(self.topic.clone()));
+            }
+            if let Some(kept) = l.finite() {
+                tracing::warn!(topic = %self.topic, kept, "the {what} does not keep its messages for ever: once the broker deletes some, `denorm rebuild` and `denorm migrate` cannot replay it whole (`rebuild --accept-gaps` rebuilds from what is left) and dead letters expire. Set retention.ms=-1 and retention.bytes=-1");
+            }
+        }
+        Ok(lifetime)
     }
 }
 

@@ -56,8 +56,20 @@ pub enum First {
 }
 
 /// Classifies the first message (`offset`, `fingerprint`) fetched after
-/// positioning at `checkpoint` (at the log's beginning when `None`).
-pub fn first_after(checkpoint: Option<Checkpoint>, offset: i64, fingerprint: u64) -> First {
+/// positioning at `checkpoint` (at the log's beginning when `None`), given
+/// the partition's low watermark when it is known: offsets skipped at or
+/// above it are in the log but carry no message (transaction markers,
+/// aborted transactions' records), which is no gap.
+pub fn first_after(checkpoint: Option<Checkpoint>, offset: i64, fingerprint: u64, low: Option<i64>) -> First {
+    let next = checkpoint.map_or(0, |c| c.offset as i64 + 1);
+    if low.is_some_and(|l| l <= next) && offset > next {
+        return match checkpoint {
+            None => First::Same,
+            // The checkpoint's own message is not where it was, though the
+            // offsets are kept.
+            Some(_) => First::Unverifiable,
+        };
+    }
     let Some(c) = checkpoint else {
         return if offset == 0 { First::Same } else { First::Gap { from: 0, to: offset } };
     };
@@ -107,16 +119,29 @@ mod tests {
     #[test]
     fn the_first_message_after_the_checkpoint_tells_same_changed_and_gaps_apart() {
         let c = Some(Checkpoint::new(10, 7));
-        assert_eq!(first_after(c, 10, 7), First::Same);
-        assert!(matches!(first_after(c, 10, 8), First::Changed(t) if t.contains("different message")));
-        assert!(matches!(first_after(c, 3, 7), First::Changed(t) if t.contains("starts over at offset 3")));
-        assert_eq!(first_after(c, 11, 1), First::Unverifiable);
-        assert_eq!(first_after(c, 15, 1), First::Gap { from: 11, to: 15 });
+        assert_eq!(first_after(c, 10, 7, None), First::Same);
+        assert!(matches!(first_after(c, 10, 8, None), First::Changed(t) if t.contains("different message")));
+        assert!(matches!(first_after(c, 3, 7, None), First::Changed(t) if t.contains("starts over at offset 3")));
+        assert_eq!(first_after(c, 11, 1, None), First::Unverifiable);
+        assert_eq!(first_after(c, 15, 1, None), First::Gap { from: 11, to: 15 });
         // A checkpoint written before fingerprints: only the offsets count.
-        assert_eq!(first_after(Some(Checkpoint { offset: 10, fingerprint: None }), 10, 99), First::Same);
+        assert_eq!(first_after(Some(Checkpoint { offset: 10, fingerprint: None }), 10, 99, None), First::Same);
         // An empty index needs the log from offset 0.
-        assert_eq!(first_after(None, 0, 1), First::Same);
-        assert_eq!(first_after(None, 4, 1), First::Gap { from: 0, to: 4 });
+        assert_eq!(first_after(None, 0, 1, None), First::Same);
+        assert_eq!(first_after(None, 4, 1, None), First::Gap { from: 0, to: 4 });
+    }
+
+    /// Issue 29, 8: offsets without messages (a transaction's marker, an
+    /// aborted transaction's records) are no gap when the low watermark
+    /// says the log keeps them; retention still is one.
+    #[test]
+    fn offsets_the_log_keeps_without_messages_are_no_gap() {
+        assert_eq!(first_after(None, 3, 1, Some(0)), First::Same, "a first transaction aborted");
+        assert_eq!(first_after(None, 3, 1, Some(3)), First::Gap { from: 0, to: 3 }, "retention");
+        let c = Some(Checkpoint::new(10, 7));
+        assert_eq!(first_after(c, 10, 7, Some(0)), First::Same);
+        assert_eq!(first_after(c, 12, 1, Some(0)), First::Unverifiable, "a marker after the checkpoint");
+        assert_eq!(first_after(c, 15, 1, Some(14)), First::Gap { from: 11, to: 15 });
     }
 
     #[test]

@@ -47,8 +47,9 @@ use crate::worker::{self, Stats, WorkerConfig, WorkerError};
 pub enum RebuildError {
     #[error(
         "partition {partition} of {topic} starts at offset {low}: retention has deleted {low} command(s), so a replay cannot rebuild \
-         the index exactly. Keep the command topic's whole history (retention.ms=-1, retention.bytes=-1), or restore the \
-         index from a copy and let `denorm run` catch it up from its checkpoints"
+         the index exactly. Keep the command topic's whole history (retention.ms=-1, retention.bytes=-1), restore the \
+         index from a copy and let `denorm run` catch it up from its checkpoints, or accept the loss: `denorm rebuild \
+         --accept-gaps` rebuilds from what is left and says what it skipped"
     )]
     Retention { topic: String, partition: usize, low: i64 },
     /// Partitions were added to the topic in place (an operator's mistake
@@ -97,6 +98,9 @@ pub struct Rebuild<'a> {
     pub takeover_waits: bool,
     /// Accept messages in any partition (see `WorkerConfig::any_partitioner`).
     pub any_partitioner: bool,
+    /// Rebuild from what retention left of the topic (see
+    /// `WorkerConfig::accept_gaps`).
+    pub accept_gaps: bool,
     pub health: Arc<Health>,
     /// The runtime the rebuild's worker resolves schema ids on.
     pub runtime: tokio::runtime::Handle,
@@ -113,12 +117,15 @@ pub struct Tick {
 }
 
 /// A finished rebuild.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Done {
     pub generation: u64,
     pub partitions: i32,
     pub applied: u64,
     pub elapsed: Duration,
+    /// With `accept_gaps`: per partition, the offsets retention had
+    /// deleted (`0..low`), whose effects the new generation lacks.
+    pub skipped: Vec<(i32, i64)>,
 }
 
 /// Deletes the rebuild's consumer group (it committed no offsets; this
@@ -148,13 +155,16 @@ const BROKER_SILENCE: Duration = Duration::from_secs(120);
 /// Rebuilds (or resumes rebuilding) the next generation and cuts over to it;
 /// `progress` sees each turn of the progress poll. Blocking.
 pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, RebuildError> {
-    let Rebuild { kafka, index, group, partitions, keep_old, takeover_waits, any_partitioner, health, runtime: rt } = r;
+    let Rebuild { kafka, index, group, partitions, keep_old, takeover_waits, any_partitioner, accept_gaps, health, runtime: rt } = r;
     let group = group.as_str();
     let started = Instant::now();
     let consumer: BaseConsumer = kafka.client_config().create().map_err(KafkaSetupError::from)?;
     let marks = watermarks(&consumer, &kafka.topic, partitions)?;
-    if let Some((p, (low, _))) = marks.iter().enumerate().find(|(_, (low, _))| *low > 0) {
-        return Err(RebuildError::Retention { topic: kafka.topic.clone(), partition: p, low: *low });
+    let skipped: Vec<(i32, i64)> = (0..).zip(&marks).filter(|(_, (low, _))| *low > 0).map(|(p, (low, _))| (p, *low)).collect();
+    match skipped.first() {
+        Some(&(p, low)) if !accept_gaps => return Err(RebuildError::Retention { topic: kafka.topic.clone(), partition: p as usize, low }),
+        Some(_) => warn!(topic = %kafka.topic, skipped = ?skipped, "retention deleted the start of these partitions (partition, first offset left): rebuilding from what is left (--accept-gaps)"),
+        None => {}
     }
     // Rebuilt from the topic the live generation was built from, the new one
     // must also reach the live one's checkpoints; from another topic (after
@@ -185,6 +195,7 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         let mut cfg = WorkerConfig::new(kafka.clone(), run_group.clone());
         cfg.takeover_waits = takeover_waits;
         cfg.any_partitioner = any_partitioner;
+        cfg.accept_gaps = accept_gaps;
         cfg.commit_offsets = false;
         // The markers of the operators' requests the live run carried out
         // (the rebuild replays the requests: it writes none of them again).
@@ -193,9 +204,11 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         cfg.markers_written = Arc::new(markers.iter().filter_map(|m| m.id()).collect());
         info!(group = %run_group, "the rebuild's worker joins a consumer group of its own (it commits no offsets there; the group is deleted after the cutover)");
         let (flag, h, handle) = (shutdown.clone(), health.clone(), rt.clone());
+        let stats = Arc::new(Stats::default());
+        let worker_stats = stats.clone();
         let worker = std::thread::spawn(move || {
             let _rt = handle.enter();
-            worker::run(cfg, backend, flag, h, Arc::new(Stats::default()))
+            worker::run(cfg, backend, flag, h, worker_stats)
         });
 
         let mut unanswered: Option<Instant> = None;
@@ -231,13 +244,16 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
             metrics::gauge!("denorm_rebuild_remaining_messages").set((all - applied).max(0) as f64);
             metrics::gauge!("denorm_rebuild_generation").set(target as f64);
             progress(&Tick { generation: target, applied, of: all });
-            // Caught up: with the log as of this check, and with the live
-            // generation (so a search never sees the index go back).
+            // Caught up: with the log as of this check (its last message
+            // applied, or, when offsets without messages such as
+            // transaction markers end it, the worker past them), and with
+            // the live generation (so a search never sees the index go back).
+            let positions = stats.positions.lock().expect("positions lock").clone();
             let caught_up = (0..partitions).all(|p| {
                 let high = ends[p as usize].1;
                 let at = built.get(&p).map_or(-1, |c| c.offset as i64);
                 let live_at = live.get(&p).map_or(-1, |c| c.offset as i64);
-                at + 1 >= high && at >= live_at
+                (at + 1 >= high || positions.get(&p).is_some_and(|n| *n >= high)) && at >= live_at
             });
             if caught_up {
                 break;
@@ -265,7 +281,7 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
     index.clear_state()?;
     let built = index.checkpoints_in(target, partitions)?;
     let applied: u64 = built.values().map(|c| c.offset + 1).sum();
-    Ok(Done { generation: target, partitions, applied, elapsed: started.elapsed() })
+    Ok(Done { generation: target, partitions, applied, elapsed: started.elapsed(), skipped })
 }
 
 /// The index's generations and a rebuild in progress, with how much of the

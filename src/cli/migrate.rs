@@ -25,6 +25,7 @@ pub async fn run(cli: &Cli, a: &MigrateArgs) -> anyhow::Result<()> {
         return Err(UsageError("--to-topic must differ from --topic".into()).into());
     }
     let partitions = from.topic_partitions()?.ok_or_else(|| UsageError(format!("topic {} does not exist", from.topic)))?;
+    super::topics::check_lifetime(&from, "command topic").await?;
     let to = KafkaConfig { topic: a.to_topic.clone(), partitions: a.to_partitions, ..from.clone() };
     let have = to.ensure_topic().await.with_context(|| format!("creating the topic {}", to.topic))?;
     if have != a.to_partitions {

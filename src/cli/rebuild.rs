@@ -28,6 +28,11 @@ pub struct RebuildArgs {
     /// building and its state, and exit. Also mends a state that cannot be read
     #[arg(long, conflicts_with = "status")]
     abandon: bool,
+    /// Rebuild from what is left of a topic whose first commands retention deleted, instead of
+    /// refusing: the new generation lacks their effects, and the rebuild says which offsets it
+    /// skipped
+    #[arg(long, env = "DENORM_REBUILD_ACCEPT_GAPS")]
+    accept_gaps: bool,
     /// Keep the previous generation after the cutover (default: deleted once no worker
     /// writes to it: its directory, or its Elasticsearch indexes and meta documents)
     #[arg(long, env = "DENORM_REBUILD_KEEP_OLD")]
@@ -80,7 +85,7 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
         })
         .await?;
     }
-    let (k, group, keep_old, addr, waits, any_partitioner) = (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.cross_key.no_takeover_waits, a.cross_key.any_partitioner);
+    let (k, group, keep_old, addr, waits, any_partitioner, accept_gaps) = (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.cross_key.no_takeover_waits, a.cross_key.any_partitioner, a.accept_gaps);
     let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
     let health = Arc::new(Health::default());
     health.beat();
@@ -88,9 +93,10 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     info!(addr = %bound, "serving /metrics, /healthz, /readyz");
     let dlq = KafkaConfig { topic: crate::dlq::default_topic(&kafka.topic), ..kafka.clone() };
     let partitions = kafka.topic_partitions()?.ok_or_else(|| UsageError(format!("topic {} does not exist", kafka.topic)))?;
+    super::topics::check_lifetime(&kafka, "command topic").await?;
     dlq.ensure_topic().await.context("cannot reach or create the dead-letter topic")?;
     tokio::task::spawn_blocking(move || {
-        let r = Rebuild { kafka: k, index: index.as_ref(), group, partitions, keep_old, takeover_waits: waits, any_partitioner, health, runtime: rt };
+        let r = Rebuild { kafka: k, index: index.as_ref(), group, partitions, keep_old, takeover_waits: waits, any_partitioner, accept_gaps, health, runtime: rt };
         rebuild(r)
     })
     .await?
@@ -122,6 +128,9 @@ fn rebuild(r: Rebuild<'_>) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let done = done?;
     let secs = done.elapsed.as_secs_f64();
+    for (p, low) in &done.skipped {
+        println!("skipped offsets 0..{} of partition {p}: retention had deleted them, and the new generation lacks their effects", low - 1);
+    }
     println!(
         "rebuilt generation {} from {} partitions: {} commands in {secs:.1}s ({:.0}/s); searches and workers now use it",
         done.generation,

@@ -87,6 +87,10 @@ pub struct WorkerConfig {
     /// directories; otherwise (the default) a message whose key does not
     /// hash to its partition is dead-lettered (`--any-partitioner`).
     pub any_partitioner: bool,
+    /// Apply what is left of a partition whose offsets retention deleted
+    /// before the index applied them (`rebuild --accept-gaps`), instead of
+    /// stopping it.
+    pub accept_gaps: bool,
 }
 
 /// What happens to a key's later commands once one is aborted.
@@ -142,6 +146,7 @@ impl WorkerConfig {
             commit_offsets: true,
             markers_written: Default::default(),
             any_partitioner: false,
+            accept_gaps: false,
             kafka,
         }
     }

@@ -75,6 +75,10 @@ pub struct Stats {
     /// Documents of the largest fan-out, and its duration in microseconds.
     pub largest_fan_out_documents: AtomicU64,
     pub largest_fan_out_micros: AtomicU64,
+    /// Per partition, the offset up to which everything is applied (or
+    /// carries no message), as of the last commit interval: what a
+    /// rebuild's cutover waits for.
+    pub positions: std::sync::Mutex<std::collections::BTreeMap<i32, i64>>,
 }
 
 impl Stats {
@@ -132,7 +136,7 @@ pub fn consumer_config(kafka: &KafkaConfig, group: &str, fetch_buffer_kb: usize,
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
-        .set("enable.partition.eof", "false")
+        .set("enable.partition.eof", "true")
         // A broker answers a fetch when data arrives; tansu 0.6 waits the
         // whole fetch.wait.max.ms (librdkafka's default 500 ms) instead.
         .set("fetch.wait.max.ms", "50")
@@ -231,7 +235,17 @@ pub fn run(
         let polled = consumer.poll(Duration::from_millis(50));
         let ctx = consumer.context();
         let msg = match polled {
-            Some(Ok(msg)) => Some((msg.partition(), Record::of(&msg))),
+            Some(Ok(msg)) => Some((msg.partition(), Feed::Message(Record::of(&msg)))),
+            // Read to the end: where the consumer stands (a local call),
+            // past transaction markers, which deliver no message.
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => consumer
+                .position()
+                .ok()
+                .and_then(|t| t.find_partition(&topic, p).map(|e| e.offset()))
+                .and_then(|o| match o {
+                    rdkafka::Offset::Offset(o) => Some((p, Feed::End(o))),
+                    _ => None,
+                }),
             Some(Err(e)) => {
                 warn!(error = %e, "kafka consumer error");
                 None
@@ -259,8 +273,11 @@ pub fn run(
         if last_commit.elapsed() >= commit_interval {
             last_commit = Instant::now();
             // `committed` moves when the broker confirms (commit_callback).
-            let offsets: Vec<(i32, i64)> =
-                ctx.parts.lock().expect("parts lock").iter().filter_map(|(p, part)| Some((*p, part.to_commit()?))).collect();
+            let offsets: Vec<(i32, i64)> = {
+                let parts = ctx.parts.lock().expect("parts lock");
+                ctx.shared.stats.positions.lock().expect("positions lock").extend(parts.iter().map(|(p, part)| (*p, part.next.load(Ordering::SeqCst))));
+                parts.iter().filter_map(|(p, part)| Some((*p, part.to_commit()?))).collect()
+            };
             commit(&consumer, &topic, &offsets, CommitMode::Async);
         }
         if last_lag.elapsed() >= lag_interval {
@@ -448,27 +465,30 @@ fn seek_as_asked(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
 /// queues while they hold less than `queue_bytes`, pauses partitions whose
 /// queue is full and resumes them once it is down to half. Returns whether
 /// an applier has ended (only a fatal error ends one).
-fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<(i32, Record)>) -> bool {
+fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<(i32, Feed)>) -> bool {
     let ctx = consumer.context();
     let limit = ctx.shared.cfg.queue_bytes.max(1);
     let mut parts = ctx.parts.lock().expect("parts lock");
     if let Some((p, msg)) = msg.filter(|(p, _)| !ctx.stopped.lock().expect("stopped lock").contains(p)) {
         let part = parts.entry(p).or_insert_with(|| Partition::spawn(p, ctx.shared.clone()));
-        if part.paused && part.pending.is_empty() {
-            trace!(partition = p, offset = msg.offset(), "message of a paused partition");
+        if let (true, true, Feed::Message(m)) = (part.paused, part.pending.is_empty(), &msg) {
+            trace!(partition = p, offset = m.offset(), "message of a paused partition");
         }
         part.pending.push_back(msg);
     }
     let mut ended = false;
     for (p, part) in parts.iter_mut() {
         while part.queued.load(Ordering::SeqCst) < limit {
-            let Some(msg) = part.pending.pop_front() else { break };
-            let size = applier::queued_size(&msg);
+            let Some(feed) = part.pending.pop_front() else { break };
+            let size = match &feed {
+                Feed::Message(m) => applier::queued_size(m),
+                _ => 0,
+            };
             part.queued.fetch_add(size, Ordering::SeqCst);
-            if let Err(std::sync::mpsc::SendError(Feed::Message(m))) = part.tx.send(Feed::Message(msg)) {
+            if let Err(std::sync::mpsc::SendError(feed)) = part.tx.send(feed) {
                 // The applier has ended; the partition is drained below.
                 part.queued.fetch_sub(size, Ordering::SeqCst);
-                part.pending.push_front(m);
+                part.pending.push_front(feed);
                 break;
             }
         }

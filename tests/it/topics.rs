@@ -81,3 +81,48 @@ fn produce_wait_stands_before_the_command_with_seconds_or_after_its_flags() {
         assert!(err.contains("timed out with partition 0 applied up to offset -1 (waiting for"), "{args:?}: {err}");
     }
 }
+
+/// Creates `cfg.topic` with the topic settings `settings`.
+fn create_with(cfg: &KafkaConfig, settings: &[(&str, &str)]) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    rt().block_on(async {
+        let admin: AdminClient<DefaultClientContext> = cfg.client_config().create().unwrap();
+        let mut topic = NewTopic::new(&cfg.topic, cfg.partitions, TopicReplication::Fixed(1));
+        for (k, v) in settings {
+            topic = topic.set(k, v);
+        }
+        for r in admin.create_topics([&topic], &AdminOptions::new()).await.unwrap() {
+            r.unwrap();
+        }
+    });
+    eventually(std::time::Duration::from_secs(30), || format!("topic {} not shown", cfg.topic), || cfg.topic_partitions().unwrap().map(|_| ()));
+}
+
+/// Issue 29, 9: topics were created with the broker's default retention
+/// (7 days on Kafka), after which rebuilds refuse for ever and dead letters
+/// expire. They are created to keep everything now; a compacted topic is
+/// refused, and one that does not keep everything is warned about.
+#[test]
+fn topics_keep_everything_a_compacted_topic_is_refused_and_a_finite_one_warned_about() {
+    let b = broker();
+    let cfg = KafkaConfig { partitions: 1, ..KafkaConfig::new(b.brokers.clone(), unique("denorm-life")) };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = output(cli(&cfg, "g", dir.path()).arg("topics"));
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("does not keep its messages for ever"), "{err}");
+    for topic in [cfg.topic.clone(), format!("{}.dlq", cfg.topic)] {
+        let l = rt().block_on(KafkaConfig { topic: topic.clone(), ..cfg.clone() }.lifetime()).unwrap().expect("tansu describes a topic's settings");
+        assert_eq!((l.compacted, l.retention_ms, l.retention_bytes), (false, Some(-1), Some(-1)), "{topic}");
+    }
+    let compacted = KafkaConfig { topic: unique("denorm-compacted"), ..cfg.clone() };
+    create_with(&compacted, &[("cleanup.policy", "compact")]);
+    let (code, _, err) = output(cli(&compacted, "g", dir.path()).args(["run", "--metrics-addr", "127.0.0.1:0"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is compacted") && err.contains("cleanup.policy=delete"), "{err}");
+    let finite = KafkaConfig { topic: unique("denorm-finite"), ..cfg.clone() };
+    create_with(&finite, &[("retention.ms", "604800000")]);
+    let (code, _, err) = output(cli(&finite, "g", dir.path()).arg("topics"));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("does not keep its messages for ever") && err.contains("retention.ms=604800000 (about 7 days)"), "{err}");
+}

@@ -56,12 +56,21 @@ impl Applier {
             };
             match next {
                 Ok(Feed::Positioned) => positioned = self.positioned(checkpoint)?,
+                Ok(Feed::End(at)) => {
+                    if positioned {
+                        self.end.set(Some(at));
+                        if batch.is_empty() {
+                            self.publish_end();
+                        }
+                    }
+                }
                 Ok(Feed::Message(msg)) => {
                     last_message = Instant::now();
                     self.queued.fetch_sub(queued_size(&msg), Ordering::SeqCst);
                     if !positioned {
                         continue; // fetched from the group's offset, before the seek
                     }
+                    self.end.set(None);
                     // A first message other than the one sought: the seek
                     // came right after the assignment and the client's own
                     // start (from the group's offset) overtook it. Sought
@@ -78,7 +87,7 @@ impl Applier {
                     if std::mem::take(&mut first) {
                         overtaken = 0;
                         let fingerprint = crate::logid::fingerprint(msg.key(), msg.payload());
-                        self.judge(checkpoint, crate::logid::first_after(checkpoint, msg.offset(), fingerprint))?;
+                        self.judge(checkpoint, crate::logid::first_after(checkpoint, msg.offset(), fingerprint, self.low.get()))?;
                     }
                     self.lag_seconds.set(age_seconds(&msg));
                     batch.push(msg);
@@ -114,6 +123,7 @@ impl Applier {
                     // but, maybe, the last commit to become searchable.
                     self.lag_seconds.set(0.0);
                     self.publish_pending(shard.as_mut(), false);
+                    self.publish_end();
                 }
                 Err(RecvTimeoutError::Timeout) if deadline.is_some_and(|d| Instant::now() < d.min(last_message + quiet)) => {
                     // Neither quiet for long enough nor old enough: the wait
@@ -242,6 +252,7 @@ impl Applier {
                     self.committed();
                     self.publish_checkpoint(shard.as_mut());
                     batch.clear();
+                    self.publish_end();
                     self.parked_gauge(shard.as_mut());
                     return Ok(());
                 }
@@ -264,6 +275,19 @@ impl Applier {
         if let Some(c) = shard.checkpoint() {
             self.unpublished.set(Some(c.offset as i64 + 1));
             self.publish_pending(shard, false);
+        }
+    }
+
+    /// With everything fed published (the caller has no batch open) and no
+    /// move in flight, publishes the end of the partition the consumer
+    /// reported (past offsets without messages, such as transaction
+    /// markers: offset end-1 may never be a message, and `produce --wait`
+    /// and a rebuild's cutover wait for the end).
+    pub(super) fn publish_end(&self) {
+        if let Some(end) = self.end.get() {
+            if self.unpublished.get().is_none() && !self.moving() && !self.rewind.get() {
+                self.next.fetch_max(end, Ordering::SeqCst);
+            }
         }
     }
 

@@ -75,6 +75,10 @@ pub(crate) enum Feed {
     /// ([`Shared::seeks`]): messages before this one were fetched from the
     /// old position and are dropped; the next one comes from the new.
     Positioned,
+    /// The partition was read to its end: the consumer's position, past
+    /// offsets that carry no message (transaction markers, aborted
+    /// records) as well as every message fed before this.
+    End(i64),
 }
 
 /// [`Partition::floor`] before the group's offset was read.
@@ -98,8 +102,9 @@ pub(crate) struct Partition {
     /// restored from an older copy catches up without moving the group
     /// back.
     pub floor: Arc<AtomicI64>,
-    /// Messages fetched while the applier's queue was full.
-    pub pending: std::collections::VecDeque<Record>,
+    /// Messages (and ends of the partition) fetched while the applier's
+    /// queue was full.
+    pub pending: std::collections::VecDeque<Feed>,
     pub paused: bool,
     /// Whether the group's offset is committed (see
     /// [`WorkerConfig::commit_offsets`](crate::worker::WorkerConfig)).
@@ -133,6 +138,8 @@ impl Partition {
                     incoming: Default::default(),
                     committed_incoming: Default::default(),
                     rewind: Default::default(),
+                    end: Default::default(),
+                    low: Default::default(),
                 }
                 .run(rx)
             })
@@ -191,6 +198,12 @@ struct Applier {
     /// A move that passed messages over ended: the partition is to be read
     /// again from the shard's checkpoint.
     rewind: std::cell::Cell<bool>,
+    /// The end of the partition the consumer last reported ([`Feed::End`]),
+    /// while no message came after it: once everything before is applied,
+    /// the offset published goes there, past offsets without messages.
+    end: std::cell::Cell<Option<i64>>,
+    /// The partition's low watermark, when read at positioning.
+    low: std::cell::Cell<Option<i64>>,
 }
 
 /// The destination side of a cross-key move that spans several messages

@@ -46,7 +46,9 @@ impl Applier {
     /// rather than an out-of-range error). Read here, on the applier's
     /// thread: the consumer thread never waits on the network.
     pub(super) fn positioned(&self, checkpoint: Option<Checkpoint>) -> Step<bool> {
+        self.end.set(None);
         if let Some((low, high)) = self.shared.probe.watermarks(self.partition) {
+            self.low.set(Some(low));
             self.judge(checkpoint, crate::logid::range_against(checkpoint, low, high))?;
         }
         Ok(true)
@@ -108,6 +110,10 @@ impl Applier {
                 let at = checkpoint.map_or(0, |c| c.offset);
                 Err(Halt::Fatal(WorkerError::Index(IndexError::log_changed(self.partition, at, &detail))))
             }
+            First::Gap { from, to } if self.shared.cfg.accept_gaps => {
+                warn!(partition = self.partition, from, to, "offsets {from}..{to} are no longer in the topic (retention deleted them): applying what is left (--accept-gaps); the index lacks their effects");
+                Ok(())
+            }
             First::Gap { from, to } => Err(self.gap(from, to)),
         }
     }
@@ -121,7 +127,7 @@ impl Applier {
             detail: format!(
                 "offsets {from}..{} are no longer in the topic (retention deleted them) and the index never applied them; \
                  a rebuild cannot be exact either: restore the index from a copy whose checkpoint is at or after offset {}, or accept the loss by \
-                 rebuilding from what is left",
+                 rebuilding from what is left (`denorm rebuild --accept-gaps`)",
                 to - 1,
                 to - 1
             ),

@@ -170,6 +170,7 @@ impl Applier {
             }
         }
         self.parked_gauge(shard.as_mut());
+        self.publish_end();
         Ok(())
     }
 }

@@ -230,3 +230,54 @@ fn a_message_in_another_partition_than_its_keys_is_dead_lettered_unless_any_part
     assert_eq!(r.file_ids(), vec!["a", "h"]);
     assert_eq!(r.letters(), vec![Sent { reason: "invalid_command".into(), origin_offset: rename, key: home }]);
 }
+
+/// Issue 29, 8: offsets that carry no message (a transactional producer's
+/// markers, an aborted transaction's records) used to hold the published
+/// offset short of the end, where `produce --wait` and a rebuild's cutover
+/// wait, for ever; and a partition whose first message is not at offset 0
+/// read as a gap, which stopped it.
+#[test]
+fn offsets_without_messages_are_published_past_and_are_no_gap() {
+    let r = Rig::new(|c| c.commit_quiet = Duration::from_millis(20));
+    // A first transaction aborted: two offsets, no message.
+    r.marker();
+    r.marker();
+    let first = r.produce(upsert("a", "/a/a.txt"));
+    r.marker();
+    let run = r.start();
+    run.wait_next(first + 2);
+    let second = r.produce(upsert("b", "/a/b.txt"));
+    r.marker();
+    run.wait_next(second + 2);
+    assert_eq!(run.stop(), second + 2);
+    // A new owner: the checkpoint's message, then a marker, then the end.
+    let run = r.start();
+    run.wait_next(second + 2);
+    assert_eq!(run.stop(), second + 2);
+    assert_eq!(r.file_ids(), vec!["a", "b"]);
+    assert_eq!(r.shared.stats.applied.load(Ordering::SeqCst), 2, "nothing applied twice");
+}
+
+/// Issue 29, 9: a partition whose first offsets retention deleted stops
+/// (nothing skipped silently), unless the operator accepts the loss
+/// (`rebuild --accept-gaps`): then what is left is applied.
+#[test]
+fn a_gap_stops_the_partition_unless_the_loss_is_accepted() {
+    let gone = |r: &Rig| {
+        r.produce(upsert("gone", "/a/gone.txt"));
+        r.produce(upsert("kept", "/a/kept.txt"));
+        r.trim(1);
+    };
+    let r = Rig::new(|_| {});
+    gone(&r);
+    let mut run = r.start();
+    eventually("the partition stopped", || run.part.finished());
+    let error = run.part.join().unwrap_err();
+    assert!(error.to_string().contains("--accept-gaps"), "{error}");
+    let r = Rig::new(|c| c.accept_gaps = true);
+    gone(&r);
+    let run = r.start();
+    run.wait_next(2);
+    assert_eq!(run.stop(), 2);
+    assert_eq!(r.file_ids(), vec!["kept"]);
+}

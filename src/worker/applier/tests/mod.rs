@@ -31,11 +31,36 @@ struct Sent {
 
 /// The broker's answers of the tests, from the log held in memory: the
 /// group has committed nothing.
-struct LogOf(Arc<Mutex<Vec<Record>>>);
+struct LogOf(Arc<Mutex<Log>>);
+
+/// One partition's log: its messages, and its end (offsets may carry no
+/// message, like a transaction's marker).
+#[derive(Default, Clone)]
+struct Log {
+    records: Vec<Record>,
+    /// Its low watermark: what retention left starts there.
+    low: i64,
+    end: i64,
+}
+
+impl Log {
+    fn append(&mut self, key: &[u8], payload: Vec<u8>) -> i64 {
+        let offset = self.end;
+        self.records.push(Record { offset, key: Some(key.to_vec()), payload: Some(payload), timestamp_ms: None });
+        self.end += 1;
+        offset
+    }
+
+    /// The index of the first message at or after `offset`.
+    fn from(&self, offset: i64) -> usize {
+        self.records.partition_point(|r| r.offset < offset)
+    }
+}
 
 impl LogProbe for LogOf {
     fn watermarks(&self, _: i32) -> Option<(i64, i64)> {
-        Some((0, self.0.lock().unwrap().len() as i64))
+        let log = self.0.lock().unwrap();
+        Some((log.low, log.end))
     }
 
     fn committed(&self, _: i32) -> Option<i64> {
@@ -53,7 +78,7 @@ impl LogProbe for LogOf {
 #[derive(Default)]
 struct Scripted {
     letters: Mutex<Vec<Sent>>,
-    log: Arc<Mutex<Vec<Record>>>,
+    log: Arc<Mutex<Log>>,
     /// The topics' message limit in bytes, like a broker's (0: none).
     limit: std::sync::atomic::AtomicUsize,
     /// Letters written without their command: (origin offset, its size).
@@ -97,17 +122,14 @@ impl Outbox for Arc<Scripted> {
 
     fn command(&self, _: i32, key: &[u8], payload: &[u8]) -> Result<i64, rdkafka::error::KafkaError> {
         self.refuse_over(payload.len())?;
-        let mut log = self.log.lock().unwrap();
-        let offset = log.len() as i64;
-        log.push(Record { offset, key: Some(key.to_vec()), payload: Some(payload.to_vec()), timestamp_ms: None });
-        Ok(offset)
+        Ok(self.log.lock().unwrap().append(key, payload.to_vec()))
     }
 }
 
 /// One partition's log, an index, and what an applier shares.
 struct Rig {
     dir: tempfile::TempDir,
-    log: Arc<Mutex<Vec<Record>>>,
+    log: Arc<Mutex<Log>>,
     outbox: Arc<Scripted>,
     shared: Arc<Shared>,
     codec: Codec,
@@ -153,7 +175,7 @@ impl Rig {
         Rig::on(log, already, 1, |c| c.markers_written = Arc::new(markers.into_iter().collect()))
     }
 
-    fn on(log: Arc<Mutex<Vec<Record>>>, base: i64, log_partitions: i32, tune: impl FnOnce(&mut WorkerConfig)) -> Rig {
+    fn on(log: Arc<Mutex<Log>>, base: i64, log_partitions: i32, tune: impl FnOnce(&mut WorkerConfig)) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let index = EmbeddedIndex::open(dir.path(), "t").unwrap();
         let mut cfg = WorkerConfig::new(KafkaConfig::new("127.0.0.1:9", "t"), "g");
@@ -179,10 +201,19 @@ impl Rig {
     }
 
     fn append(&self, key: &str, payload: Vec<u8>) -> i64 {
+        self.log.lock().unwrap().append(key.as_bytes(), payload)
+    }
+
+    /// An offset without a message (a transaction's marker).
+    fn marker(&self) {
+        self.log.lock().unwrap().end += 1;
+    }
+
+    /// Retention deletes the messages before `offset`.
+    fn trim(&self, offset: i64) {
         let mut log = self.log.lock().unwrap();
-        let offset = log.len() as i64;
-        log.push(Record { offset, key: Some(key.as_bytes().to_vec()), payload: Some(payload), timestamp_ms: None });
-        offset
+        log.records.retain(|r| r.offset >= offset);
+        log.low = offset;
     }
 
     /// Appends a command to the log; its offset.
@@ -216,6 +247,9 @@ impl Rig {
         let (go, asked, fed, stale) = (feeding.clone(), seeks.clone(), sent.clone(), self.stale_starts.clone());
         let feeder = std::thread::spawn(move || {
             let mut cursor: Option<usize> = None;
+            // The end last reported (`Feed::End`), as a consumer does once
+            // it has read everything.
+            let mut reported: Option<i64> = None;
             while go.load(Ordering::SeqCst) {
                 if let Some(offset) = shared.seeks.lock().unwrap().remove(&0) {
                     let at = match offset {
@@ -229,9 +263,19 @@ impl Rig {
                     // The client's own start overtaking the seek: fetching
                     // from the beginning all the same.
                     let stale = stale.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
-                    cursor = Some(if stale { 0 } else { at });
+                    cursor = Some(log.lock().unwrap().from(if stale { 0 } else { at as i64 }));
+                    reported = None;
                 }
-                let next = cursor.and_then(|c| log.lock().unwrap().get(c).cloned());
+                let (next, end) = {
+                    let log = log.lock().unwrap();
+                    (cursor.and_then(|c| log.records.get(c).cloned()), log.end)
+                };
+                if next.is_none() && cursor.is_some() && reported != Some(end) {
+                    reported = Some(end);
+                    if tx.send(Feed::End(end)).is_err() {
+                        return;
+                    }
+                }
                 match next {
                     Some(r) => {
                         queued.fetch_add(queued_size(&r), Ordering::SeqCst);
@@ -277,7 +321,7 @@ impl Rig {
     /// The chunks of cross-key moves in the log, in log order: (offset, chunk).
     fn chunks(&self) -> Vec<(i64, MoveIn)> {
         let log = self.log.lock().unwrap();
-        log.iter()
+        log.records.iter()
             .filter_map(|r| match self.codec.decode_message(r.payload.as_deref()?) {
                 Ok(crate::codec::Decoded::Move(m)) => Some((r.offset, m)),
                 _ => None,
@@ -287,7 +331,7 @@ impl Rig {
 
     /// The offset the next message appended gets.
     fn end(&self) -> i64 {
-        self.log.lock().unwrap().len() as i64
+        self.log.lock().unwrap().end
     }
 
     fn letters(&self) -> Vec<Sent> {
