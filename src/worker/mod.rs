@@ -136,7 +136,7 @@ pub fn consumer_config(kafka: &KafkaConfig, group: &str, fetch_buffer_kb: usize,
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
-        .set("enable.partition.eof", "true")
+        .set("enable.partition.eof", "false")
         // A broker answers a fetch when data arrives; tansu 0.6 waits the
         // whole fetch.wait.max.ms (librdkafka's default 500 ms) instead.
         .set("fetch.wait.max.ms", "50")
@@ -164,7 +164,8 @@ pub fn run(
     cfg.validate()?;
     let topic = cfg.kafka.topic.clone();
     let session_ms = cfg.session_timeout.as_millis().to_string();
-    let mut membership = vec![("session.timeout.ms", session_ms.as_str())];
+    // The end of a partition is reported to its applier (`Feed::End`).
+    let mut membership = vec![("session.timeout.ms", session_ms.as_str()), ("enable.partition.eof", "true")];
     if let Some(id) = &cfg.instance_id {
         membership.push(("group.instance.id", id.as_str()));
     }
