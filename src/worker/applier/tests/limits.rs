@@ -34,14 +34,7 @@ fn a_chunk_over_the_topics_limit_gives_its_rename_up_and_the_partition_goes_on()
     r.produce(Command::UpsertFile { id: "big".into(), path: "/s/a/big.txt".into(), contents: "x".repeat(3000), previous_path: None });
     r.outbox.limit.store(2000, Ordering::SeqCst);
     let rename = r.produce(Command::RenamePath { from: "/s/a".into(), to: "/t/a".into() });
-    let run = r.start();
-    eventually("the rename given up", || !r.letters().is_empty());
-    let later = r.produce(upsert("later", "/t/later.txt"));
-    run.wait_next(later + 1);
-    let end = r.end();
-    run.wait_next(end);
-    assert_eq!(run.stop(), end);
-    assert_eq!(r.letters(), vec![Sent { reason: "index_rejected".into(), origin_offset: rename, key: "/s".into() }]);
+    r.start().rename_given_up(&r, rename, "index_rejected");
     let ids = r.file_ids();
     assert_eq!(ids, vec!["big", "later", "small"], "nothing lost");
 }

@@ -340,6 +340,19 @@ impl Rig {
 }
 
 impl Running {
+    /// Once the rename at `rename` (of `/s`) is given up, its letter
+    /// written with `reason`: a later command of the destination `/t` is
+    /// applied, everything is published, and that letter is the only one.
+    fn rename_given_up(self, r: &Rig, rename: i64, reason: &str) {
+        eventually("the rename given up", || !r.letters().is_empty());
+        let later = r.produce(upsert("later", "/t/later.txt"));
+        self.wait_next(later + 1);
+        let end = r.end();
+        self.wait_next(end);
+        assert_eq!(self.stop(), end);
+        assert_eq!(r.letters(), vec![Sent { reason: reason.into(), origin_offset: rename, key: "/s".into() }]);
+    }
+
     /// The next offset whose predecessors are durably applied.
     fn next(&self) -> i64 {
         self.part.next.load(Ordering::SeqCst)

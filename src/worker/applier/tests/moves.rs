@@ -157,14 +157,7 @@ fn a_rename_that_would_make_a_path_invalid_is_refused_at_its_source_and_nothing_
     r.produce(upsert("long", &long));
     r.produce(upsert("short", "/s/a/short.txt"));
     let rename = r.produce(Command::RenamePath { from: "/s/a".into(), to: format!("/t/{}", "d".repeat(200)) });
-    let run = r.start();
-    eventually("the rename dead-lettered", || !r.letters().is_empty());
-    let after = r.produce(upsert("later", "/t/later.txt"));
-    run.wait_next(after + 1);
-    let end = r.end();
-    run.wait_next(end);
-    assert_eq!(run.stop(), end);
-    assert_eq!(r.letters(), vec![Sent { reason: "invalid_command".into(), origin_offset: rename, key: "/s".into() }]);
+    r.start().rename_given_up(&r, rename, "invalid_command");
     for (at, c) in r.chunks() {
         assert!(c.validate().is_ok(), "the chunk at {at} carries an invalid path");
     }
@@ -212,14 +205,7 @@ fn a_source_that_fails_after_writing_chunks_ends_each_attempt_and_its_destinatio
             r.produce(Command::UpsertFile { id: id.clone(), path: format!("/s/a/{id}.txt"), contents: "c".repeat(600), previous_path: None });
         }
         let rename = r.produce(Command::RenamePath { from: "/s/a".into(), to: "/t/a".into() });
-        let run = r.start();
-        eventually("the rename given up", || !r.letters().is_empty());
-        let later = r.produce(upsert("later", "/t/later.txt"));
-        run.wait_next(later + 1);
-        let end = r.end();
-        run.wait_next(end);
-        assert_eq!(run.stop(), end);
-        assert_eq!(r.letters(), vec![Sent { reason: "index_rejected".into(), origin_offset: rename, key: "/s".into() }]);
+        r.start().rename_given_up(&r, rename, "index_rejected");
         // Each attempt (two) wrote the move's first chunk (the second
         // one a resend the destination takes as the same move); the rename
         // given up, the move is ended as aborted.
