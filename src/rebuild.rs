@@ -77,6 +77,17 @@ pub enum RebuildError {
     /// The state of a rebuild that did not finish cannot be read.
     #[error("the state of the rebuild in progress cannot be read ({0:#}): `denorm rebuild --abandon` removes it, and the generation it was building")]
     State(#[source] anyhow::Error),
+    /// The rebuild's writers met documents another key's partition held:
+    /// the new generation may differ from the live one there.
+    #[error(
+        "the rebuild of generation {generation} met {total} document(s) held by another key's partition than the command's \
+         (owner changes sent without previous_path or previous_user_id, whose outcome depends on which writer comes first: \
+         the new generation may differ from the live one there), so it does not cut over: {}. Send those owner changes \
+         again in their explicit form, then `denorm rebuild --accept-owner-conflicts` cuts over (or `--abandon` gives the \
+         rebuild up); see docs/cross-key.md",
+        documents.join(", ")
+    )]
+    OwnerConflicts { generation: u64, total: usize, documents: Vec<String> },
     /// A rebuild that did not finish was building from another log.
     #[error(
         "a rebuild of generation {generation} from topic {recorded} ({recorded_partitions} partitions) did not finish: rerun it \
@@ -101,6 +112,9 @@ pub struct Rebuild<'a> {
     /// Rebuild from what retention left of the topic (see
     /// `WorkerConfig::accept_gaps`).
     pub accept_gaps: bool,
+    /// Cut over even if the rebuild's writers met documents another key's
+    /// partition held ([`Generations::owner_conflicts`]).
+    pub accept_owner_conflicts: bool,
     pub health: Arc<Health>,
     /// The runtime the rebuild's worker resolves schema ids on.
     pub runtime: tokio::runtime::Handle,
@@ -155,7 +169,7 @@ const BROKER_SILENCE: Duration = Duration::from_secs(120);
 /// Rebuilds (or resumes rebuilding) the next generation and cuts over to it;
 /// `progress` sees each turn of the progress poll. Blocking.
 pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, RebuildError> {
-    let Rebuild { kafka, index, group, partitions, keep_old, takeover_waits, any_partitioner, accept_gaps, health, runtime: rt } = r;
+    let Rebuild { kafka, index, group, partitions, keep_old, takeover_waits, any_partitioner, accept_gaps, accept_owner_conflicts, health, runtime: rt } = r;
     let group = group.as_str();
     let started = Instant::now();
     let consumer: BaseConsumer = kafka.client_config().create().map_err(KafkaSetupError::from)?;
@@ -179,7 +193,9 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         }
     }
     let current = index.current()?;
-    let state = begin(index, &kafka.topic, partitions, group)?;
+    let mut state = begin(index, &kafka.topic, partitions, group)?;
+    // Owner conflicts earlier runs of this rebuild met.
+    let conflicts_before = state.owner_conflicts_total;
     let target = state.generation;
 
     if current != target {
@@ -239,6 +255,11 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
             };
             let built = index.checkpoints_in(target, partitions)?;
             let live = if same_log { index.checkpoints_in(current, partitions)? } else { Default::default() };
+            let found = index.owner_conflicts();
+            if !found.is_empty() && state.record_conflicts(&found, conflicts_before) {
+                warn!(documents = state.owner_conflicts_total, first = ?state.owner_conflicts.iter().take(5).collect::<Vec<_>>(), "the rebuild met documents another key's partition held (owner changes sent without their explicit form): it will not cut over unless --accept-owner-conflicts");
+                index.save_state(&state)?;
+            }
             let applied = applied_of(&built, &ends);
             let all: i64 = ends.iter().map(|(_, high)| high).sum();
             metrics::gauge!("denorm_rebuild_remaining_messages").set((all - applied).max(0) as f64);
@@ -265,6 +286,12 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         shutdown.store(true, Ordering::SeqCst);
         worker.join().map_err(|_| RebuildError::WorkerPanicked)?.map_err(RebuildError::Worker)?;
         delete_group(&kafka, &run_group, &rt);
+        if state.record_conflicts(&index.owner_conflicts(), conflicts_before) {
+            index.save_state(&state)?;
+        }
+        if state.owner_conflicts_total > 0 && !accept_owner_conflicts {
+            return Err(RebuildError::OwnerConflicts { generation: target, total: state.owner_conflicts_total, documents: state.owner_conflicts.clone() });
+        }
         index.cut_over(current, target, partitions)?;
         info!(from = current, to = target, "cut over: searches and live workers use the new generation");
         if crate::faults::active("rebuild.after-cutover").is_some() {
@@ -312,7 +339,7 @@ pub fn begin(index: &dyn Generations, topic: &str, partitions: i32, group: &str)
         None => {
             let generation = index.list()?.into_iter().max().unwrap_or(0).max(current) + 1;
             let group = format!("{group}.rebuild-{generation}-{}", uuid::Uuid::new_v4().simple());
-            let s = State { generation, group, topic: Some(topic.into()), partitions: Some(partitions) };
+            let s = State { generation, group, topic: Some(topic.into()), partitions: Some(partitions), ..Default::default() };
             index.save_state(&s)?;
             info!(generation, "rebuilding the index into a new generation");
             Ok(s)

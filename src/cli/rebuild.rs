@@ -33,6 +33,11 @@ pub struct RebuildArgs {
     /// skipped
     #[arg(long, env = "DENORM_REBUILD_ACCEPT_GAPS")]
     accept_gaps: bool,
+    /// Cut over although the rebuild met documents another key's partition held (Elasticsearch:
+    /// owner changes sent without their explicit form, whose outcome depends on which writer comes
+    /// first); without it such a rebuild stops before the cutover and names them
+    #[arg(long, env = "DENORM_REBUILD_ACCEPT_OWNER_CONFLICTS")]
+    accept_owner_conflicts: bool,
     /// Keep the previous generation after the cutover (default: deleted once no worker
     /// writes to it: its directory, or its Elasticsearch indexes and meta documents)
     #[arg(long, env = "DENORM_REBUILD_KEEP_OLD")]
@@ -59,7 +64,7 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
                 // A rebuild creates indexes and moves aliases.
                 setup::check_privileges(&client, &es.prefix, setup::MANAGE_PRIVILEGES).await?;
             }
-            Arc::new(ElasticGenerations { backend: ElasticBackend::new(client, &es.prefix, &kafka.topic, rt.clone()) })
+            Arc::new(ElasticGenerations::new(ElasticBackend::new(client, &es.prefix, &kafka.topic, rt.clone())))
         }
         None => {
             let index = EmbeddedIndex::open_for_rebuild(&cli.index, &kafka.topic).with_context(|| format!("opening the index {}", cli.index.display()))?;
@@ -85,7 +90,8 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
         })
         .await?;
     }
-    let (k, group, keep_old, addr, waits, any_partitioner, accept_gaps) = (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.cross_key.no_takeover_waits, a.cross_key.any_partitioner, a.accept_gaps);
+    let (k, group, keep_old, addr, waits, any_partitioner, accept_gaps, accept_owner_conflicts) =
+        (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.cross_key.no_takeover_waits, a.cross_key.any_partitioner, a.accept_gaps, a.accept_owner_conflicts);
     let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
     let health = Arc::new(Health::default());
     health.beat();
@@ -96,7 +102,7 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     super::topics::check_lifetime(&kafka, "command topic").await?;
     dlq.ensure_topic().await.context("cannot reach or create the dead-letter topic")?;
     tokio::task::spawn_blocking(move || {
-        let r = Rebuild { kafka: k, index: index.as_ref(), group, partitions, keep_old, takeover_waits: waits, any_partitioner, accept_gaps, health, runtime: rt };
+        let r = Rebuild { kafka: k, index: index.as_ref(), group, partitions, keep_old, takeover_waits: waits, any_partitioner, accept_gaps, accept_owner_conflicts, health, runtime: rt };
         rebuild(r)
     })
     .await?
@@ -122,7 +128,7 @@ fn rebuild(r: Rebuild<'_>) -> anyhow::Result<()> {
         }
     };
     let done = crate::rebuild::run(r, shown).map_err(|e| match e {
-        e @ (RebuildError::PartitionsAdded { .. } | RebuildError::OtherLog { .. }) => anyhow::Error::new(UsageError(e.to_string())),
+        e @ (RebuildError::PartitionsAdded { .. } | RebuildError::OtherLog { .. } | RebuildError::OwnerConflicts { .. }) => anyhow::Error::new(UsageError(e.to_string())),
         e => anyhow::Error::new(e),
     });
     bar.finish_and_clear();

@@ -17,7 +17,7 @@ use super::{Backend, Checkpoint};
 
 /// The rebuild in progress (`<index>/REBUILD`, or the meta document
 /// `rebuild` on Elasticsearch).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
     /// The generation being built.
     pub generation: u64,
@@ -29,6 +29,41 @@ pub struct State {
     pub topic: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitions: Option<i32>,
+    /// Documents the rebuild's writers could not write because another
+    /// key's partition held them ([`Generations::owner_conflicts`]), kept
+    /// across a resumed run; at most [`State::CONFLICTS_KEPT`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owner_conflicts: Vec<String>,
+    /// How many there were in all.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub owner_conflicts_total: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl State {
+    pub const CONFLICTS_KEPT: usize = 100;
+
+    /// Records `found`, every document this run of the rebuild could not
+    /// write for another partition's holding it, on top of `before` found by
+    /// earlier runs; whether the state changed.
+    pub fn record_conflicts(&mut self, found: &[String], before: usize) -> bool {
+        let total = before + found.len();
+        let mut changed = total != self.owner_conflicts_total;
+        self.owner_conflicts_total = total;
+        for d in found {
+            if self.owner_conflicts.len() >= Self::CONFLICTS_KEPT {
+                break;
+            }
+            if !self.owner_conflicts.contains(d) {
+                self.owner_conflicts.push(d.clone());
+                changed = true;
+            }
+        }
+        changed
+    }
 }
 
 /// What a rebuild needs of an index's generations; one implementation per
@@ -57,6 +92,14 @@ pub trait Generations: Send + Sync {
     fn cut_over(&self, from: u64, to: u64, partitions: i32) -> anyhow::Result<()>;
     /// Deletes generation `g` once nothing writes to it.
     fn remove(&self, g: u64, partitions: i32) -> anyhow::Result<()>;
+    /// The documents the writers of [`Generations::writer`] could not write
+    /// because another key's partition held them, as `kind/id`: where
+    /// partitions share documents, which writer comes first decides (an
+    /// owner change without its explicit form), and a replay may decide
+    /// otherwise than the live run. None where shards are separate.
+    fn owner_conflicts(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 const STATE: &str = "REBUILD";
@@ -146,6 +189,13 @@ pub struct ElasticGenerations {
 }
 
 impl ElasticGenerations {
+    pub fn new(mut backend: ElasticBackend) -> Self {
+        backend.conflicts.get_or_insert_with(Default::default);
+        ElasticGenerations { backend }
+    }
+}
+
+impl ElasticGenerations {
     fn block<T>(&self, f: impl std::future::Future<Output = Result<T, ElasticError>>) -> anyhow::Result<T> {
         Ok(self.backend.runtime.block_on(f)?)
     }
@@ -210,6 +260,9 @@ impl Generations for ElasticGenerations {
     }
     /// At once: the cutover removed `g`'s write aliases, so no writer can
     /// reach its indexes any more.
+    fn owner_conflicts(&self) -> Vec<String> {
+        self.backend.conflicts.as_ref().map(|c| c.lock().expect("conflicts lock").iter().cloned().collect()).unwrap_or_default()
+    }
     fn remove(&self, g: u64, partitions: i32) -> anyhow::Result<()> {
         let recorded = self.meta(&names::meta_id(g, "log"))?.and_then(|v| v["partitions"].as_i64());
         let partitions = recorded.map_or(partitions, |n| n as i32);

@@ -38,7 +38,15 @@ pub(super) struct WorkerContext {
     pub(super) commits: Mutex<Option<CommitQueue>>,
 }
 
-impl ClientContext for WorkerContext {}
+impl ClientContext for WorkerContext {
+    /// librdkafka's errors, as rust-rdkafka logs them, but for the end of a
+    /// partition: the worker asks for it (`Feed::End`), it is no error.
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        if !matches!(error, rdkafka::error::KafkaError::PartitionEOF(_)) {
+            error!("librdkafka: {}: {}", error, reason);
+        }
+    }
+}
 
 impl ConsumerContext for WorkerContext {
     /// rust-rdkafka's rebalance, with the assigned partitions checked

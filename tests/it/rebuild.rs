@@ -44,7 +44,7 @@ fn file_counter(index: &std::path::Path) -> Box<dyn FnMut() -> usize + Send> {
 /// Elasticsearch requests).
 fn generations_of(r: &Rig, rt: &tokio::runtime::Runtime) -> Box<dyn Generations> {
     if r.is_elastic() {
-        return Box::new(ElasticGenerations { backend: elastic::backend(&r.index.to_string_lossy(), rt, &r.cfg.topic) });
+        return Box::new(ElasticGenerations::new(elastic::backend(&r.index.to_string_lossy(), rt, &r.cfg.topic)));
     }
     Box::new(EmbeddedGenerations { index: EmbeddedIndex::open_existing(&r.index).unwrap(), budget: 20 << 20 })
 }
@@ -368,7 +368,7 @@ fn rebuild_left_unfinished(r: Rig) {
     let rt = crate::common::rt();
     let g = generations_of(&r, &rt);
     g.prepare(1).unwrap();
-    let state = denorm::index::generations::State { generation: 1, group: s("gone"), topic: Some(s("another-topic")), partitions: Some(2) };
+    let state = denorm::index::generations::State { generation: 1, group: s("gone"), topic: Some(s("another-topic")), partitions: Some(2), ..Default::default() };
     g.save_state(&state).unwrap();
     let (status, out) = finish(rebuild(&r, &[]));
     assert_eq!(status.code(), Some(2), "{out}");
@@ -390,4 +390,38 @@ fn rebuild_left_unfinished(r: Rig) {
     assert!(group.starts_with(&format!("{}.rebuild-", r.group)), "{line}");
     let offsets = denorm::kafka::group_lag(&r.cfg, group).unwrap();
     assert!(offsets.partitions.iter().all(|p| p.committed <= 0), "{group}: {offsets:?}");
+}
+
+/// Issue 29, 11: on Elasticsearch, where partitions share documents, an
+/// owner change sent without its explicit form is decided by which writer
+/// comes first, live and in a replay alike: a rebuild could cut over to a
+/// generation that differs from the live one. The rebuild counts those
+/// documents, names them and does not cut over unless told to.
+#[test]
+fn a_rebuild_that_meets_owner_conflicts_names_them_and_does_not_cut_over_on_elasticsearch() {
+    let r = Rig::elastic(2);
+    let other = (0..).map(|n| format!("/b{n}")).find(|t| denorm::command::partitioner::partition_of(t, 2) != denorm::command::partitioner::partition_of("/a", 2)).unwrap();
+    let live = r.worker(&[]);
+    let file = |path: &str| denorm::command::Command::UpsertFile { id: s("f"), path: s(path), contents: s("x"), previous_path: None };
+    // `f` written under /a, then under another tree without previous_path.
+    let log = produce(&r.cfg, vec![file("/a/f.txt"), file(&format!("{other}/f.txt"))]);
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&live]);
+    assert!(live.metric("denorm_owner_conflicts_total", &[]) >= 1.0, "{}", live.log());
+    assert!(live.terminate().success());
+    let (status, out) = finish(rebuild(&r, &[]));
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(out.contains("met 1 document(s) held by another key's partition") && out.contains("file/f") && out.contains("--accept-owner-conflicts"), "{out}");
+    let rt = crate::common::rt();
+    let g = generations_of(&r, &rt);
+    assert_eq!(g.current().unwrap(), 0, "no cutover");
+    assert_eq!(g.state().unwrap().map(|s| s.owner_conflicts), Some(vec![s("file/f")]), "kept for a resumed run");
+    let child = cli(&r.cfg, &r.group, &r.index)
+        .args(["rebuild", "--metrics-addr", "127.0.0.1:0", "--accept-owner-conflicts"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (status, out) = finish(child);
+    assert!(status.success(), "{out}");
+    assert_eq!(g.current().unwrap(), 1);
 }

@@ -39,6 +39,11 @@ pub struct ElasticBackend {
     pub(super) log_partitions: Arc<AtomicI32>,
     /// When upserts are written without reading their documents first.
     pub write_first: WriteFirst,
+    /// Where a rebuild's writers record the documents a command of theirs
+    /// could not write because another key's partition held them (an owner
+    /// change without its explicit form: which writer comes first decides,
+    /// live and in a replay alike), as `kind/id`.
+    pub conflicts: Option<Arc<Mutex<std::collections::BTreeSet<String>>>>,
 }
 
 /// When a shard writes an upsert as a create without reading the document
@@ -78,6 +83,17 @@ impl ElasticBackend {
             refreshed: Default::default(),
             log_partitions: Default::default(),
             write_first: WriteFirst::default(),
+            conflicts: None,
+        }
+    }
+
+    /// A command of `partition` named a document another partition holds:
+    /// counted, logged, and recorded for a rebuild.
+    pub(super) fn owner_conflict(&self, kind: crate::index::Kind, id: &str, held_by: &dyn std::fmt::Display, partition: i32, what: &str) {
+        metrics::counter!(crate::metrics::OWNER_CONFLICTS_TOTAL).increment(1);
+        tracing::warn!(kind = kind.as_str(), id, held_by_partition = %held_by, partition, "{what}");
+        if let Some(c) = &self.conflicts {
+            c.lock().expect("conflicts lock").insert(format!("{}/{id}", kind.as_str()));
         }
     }
 

@@ -417,10 +417,13 @@ impl ElasticShard {
                         if conflict::wins_over(self.partition, &cur, kind, pos, write) {
                             over_foreign |= self.foreign(&cur);
                             again.push(BulkOp::Index { index, id, source: src, if_seq_no: Some(seq) });
-                        } else if self.assumed.contains(&(kind, id.clone())) && self.foreign(&cur) && !is_tombstone(&cur) {
-                            // Written first, unread: what `position` says
-                            // of another partition's document, said here.
-                            owner_conflict(kind, &id, &cur, self.partition);
+                        } else if self.foreign(&cur) && !is_tombstone(&cur) {
+                            // Another partition's document, written since
+                            // this one was read absent (or written first,
+                            // unread): what `position` says of it, said
+                            // here. Which of two owners comes first
+                            // decides; a replay may decide otherwise.
+                            owner_conflict(&self.b, kind, &id, &cur, self.partition);
                         }
                     }
                     (None, Some(src), None) => again.push(BulkOp::Create { index, id, source: src }),
@@ -445,9 +448,8 @@ impl ElasticShard {
 
 /// Counts and logs a command of `partition` naming a document `stored`
 /// another partition holds.
-fn owner_conflict(kind: Kind, id: &str, stored: &Value, partition: i32) {
-    metrics::counter!(crate::metrics::OWNER_CONFLICTS_TOTAL).increment(1);
-    tracing::warn!(kind = kind.as_str(), id, held_by_partition = %stored[PARTITION_FIELD], partition, "a command names a document another key's partition holds: an owner change sent without its explicit form (previous_path, previous_user_id), or a redelivery after the document moved; not applied");
+fn owner_conflict(b: &ElasticBackend, kind: Kind, id: &str, stored: &Value, partition: i32) {
+    b.owner_conflict(kind, id, &stored[PARTITION_FIELD], partition, "a command names a document another key's partition holds: an owner change sent without its explicit form (previous_path, previous_user_id), or a redelivery after the document moved; not applied");
 }
 
 /// Items Elasticsearch refused for good (mapping or parse errors) fail the
@@ -510,7 +512,7 @@ impl Shard for ElasticShard {
             // Another partition's document: newer than anything of this
             // partition (see `wins_over`); only a take-over replaces it.
             Read::Stored(Some(v)) if self.foreign(&v) => {
-                owner_conflict(kind, id, &v, self.partition);
+                owner_conflict(&self.b, kind, id, &v, self.partition);
                 Ok(Some(u64::MAX))
             }
             Read::Stored(v) => Ok(v.map(|v| v[POS_FIELD].as_u64().unwrap_or(0))),
@@ -614,8 +616,8 @@ impl Shard for ElasticShard {
         match conflict::take_over(self.partition, stored.as_ref(), from) {
             TakeOver::Guarded => return crate::index::put_guarded(self, doc),
             TakeOver::Refuse { held_by } => {
-                metrics::counter!(crate::metrics::OWNER_CONFLICTS_TOTAL).increment(1);
-                tracing::warn!(kind = doc.kind().as_str(), id = doc.id(), from = ?from, held_by_partition = held_by, partition = self.partition, "a moved document is held by a partition other than the one it left: it moved on since (or this is a stale redelivery); not taken over");
+                let what = format!("a moved document is held by a partition other than the one it left ({from:?}): it moved on since (or this is a stale redelivery); not taken over");
+                self.b.owner_conflict(doc.kind(), doc.id(), &held_by, self.partition, &what);
                 return Ok(0);
             }
             TakeOver::Replace => {}

@@ -152,7 +152,7 @@ fn the_old_generation_and_its_meta_documents_are_deleted_and_the_state_survives_
     assert_eq!(gens.current().unwrap(), 1);
     assert_eq!(gens.list().unwrap(), vec![0, 1]);
     gens.remove(0, 6).unwrap();
-    gens.save_state(&State { generation: 2, group: "g.rebuild-2".into(), topic: None, partitions: None }).unwrap();
+    gens.save_state(&State { generation: 2, group: "g.rebuild-2".into(), ..Default::default() }).unwrap();
     let state = gens.state().unwrap().expect("state read back");
     assert_eq!((state.generation, state.group.as_str()), (2, "g.rebuild-2"));
 
