@@ -35,6 +35,7 @@ impl Applier {
     /// Aborts `msg` after the index refused its writes at commit time.
     pub(super) fn abort_message(&self, shard: &mut dyn Shard, msg: &Record, error: &IndexError, attempts: u32) -> Step<Handled> {
         let (key, max) = (msg.key(), self.shared.cfg.max_message_bytes);
+        let mut chunk = None;
         let (payload, offset, command_id) = match admit(&self.shared.codec, key, msg.payload(), max) {
             Ok(Admitted::Command(e)) => (msg.payload().map(<[u8]>::to_vec), msg.offset(), Some(e.command_id)),
             // A replay: the letter is the replayed command.
@@ -45,11 +46,15 @@ impl Applier {
                 };
                 (Some(c.payload), c.origin_offset, id)
             }
-            Ok(Admitted::Move(_)) | Err(_) => (msg.payload().map(<[u8]>::to_vec), msg.offset(), None),
+            Ok(Admitted::Move(mv)) => {
+                chunk = Some(mv);
+                (msg.payload().map(<[u8]>::to_vec), msg.offset(), None)
+            }
+            Err(_) => (msg.payload().map(<[u8]>::to_vec), msg.offset(), None),
         };
         let origin = Origin { key, payload: payload.as_deref(), offset, at: msg.offset() };
         let handled = self.abort(shard, &origin, dlq::reason::INDEX_REJECTED, error.to_string(), attempts, command_id)?;
-        if let Ok(Admitted::Move(mv)) = admit(&self.shared.codec, key, msg.payload(), max) {
+        if let Some(mv) = chunk {
             // A chunk: dead-lettered with its files, its part in the move
             // played without them, so that the move ends.
             return self.move_in(shard, msg, &crate::command::moves::MoveIn { files: Vec::new(), ..mv });
