@@ -143,6 +143,45 @@ fn a_move_spanning_several_messages_holds_the_destinations_later_commands_until_
 }
 
 #[test]
+fn a_rename_given_up_after_some_chunks_ends_its_move_and_the_destination_goes_on() {
+    a_rename_given_up_after_some_chunks_ends_its_move_and_the_destination_goes_on_on(Rig::new(3));
+}
+
+#[test]
+fn a_rename_given_up_after_some_chunks_ends_its_move_and_the_destination_goes_on_on_elasticsearch() {
+    a_rename_given_up_after_some_chunks_ends_its_move_and_the_destination_goes_on_on(Rig::elastic(3));
+}
+
+/// Issue 29, 4, through the broker: a rename given up after its move's
+/// first chunk ends the move as aborted, and the destination goes on. The
+/// files the chunk brought are withdrawn where the source's shard still
+/// holds them (embedded index); on Elasticsearch the take-over replaced the
+/// source's copy, so they stay moved. Each file is in one place.
+fn a_rename_given_up_after_some_chunks_ends_its_move_and_the_destination_goes_on_on(r: Rig) {
+    let dst = tree_outside("dst", 3, &["/src"]);
+    // Small messages: the move's 60 files take several chunks.
+    let w = r.worker(&["--max-message-bytes", "2048", "--max-attempts", "1"]);
+    produce(&r.cfg, files_under("m", "/src/a", 60));
+    wait_applied_by(&r.cfg, &r.group, 60, &[&w]);
+    r.on_fault("move.fail-after-chunks", "1");
+    produce(&r.cfg, vec![rename("/src/a", &format!("{dst}/x"))]);
+    eventually(Duration::from_secs(60), || format!("the rename was not given up:\n{}", w.log()), || (r.dlq_count()["total"] == 1).then_some(()));
+    r.off_fault("move.fail-after-chunks");
+    let later = format!("{dst}/later.txt");
+    produce(&r.cfg, vec![Command::UpsertFile { id: s("later"), path: later.clone(), contents: s(""), previous_path: None }]);
+    eventually(Duration::from_secs(60), || format!("the destination waits:\n{}", w.log()), || (!paths(&r.index, &later).is_empty()).then_some(()));
+    wait_metric(&w, "denorm_moves_total", &[("side", "destination"), ("outcome", "aborted")], 1.0);
+    let (kept, moved) = (paths(&r.index, "/src/a"), paths(&r.index, &format!("{dst}/x")));
+    assert_eq!(kept.len() + moved.len(), 60, "{kept:?} {moved:?}");
+    match r.is_elastic() {
+        true => assert!(!moved.is_empty() && moved.len() < 60, "the first chunk's files stay taken over: {moved:?}"),
+        false => assert!(moved.is_empty(), "withdrawn: {moved:?}"),
+    }
+    // The ends of partitions the worker asks for are not logged as errors.
+    assert!(!w.log().contains("PartitionEOF"), "{}", w.log());
+}
+
+#[test]
 fn a_source_that_crashes_after_handing_its_documents_over_sends_them_again_and_the_destination_ignores_the_resend() {
     a_source_that_crashes_after_handing_its_documents_over_sends_them_again_and_the_destination_ignores_the_resend_on(Rig::new(3));
 }
