@@ -28,6 +28,28 @@ pub struct KafkaConfig {
     pub options: Vec<(String, String)>,
 }
 
+/// librdkafka's errors logged as rust-rdkafka logs them, but for the end of
+/// a partition (`enable.partition.eof`), which arrives as a global error and
+/// is no error for a client that asks for it.
+pub fn log_client_error(error: &KafkaError, reason: &str) {
+    if error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF) {
+        tracing::error!("librdkafka: {}: {}", error, reason);
+    }
+}
+
+/// The client context of a consumer that reads partitions to their end:
+/// [`log_client_error`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadsToEnd;
+
+impl rdkafka::ClientContext for ReadsToEnd {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_client_error(&error, reason);
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for ReadsToEnd {}
+
 /// Whether a librdkafka option holds a secret (passwords, keys, tokens).
 pub fn is_secret_option(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
@@ -357,6 +379,26 @@ fn wait_on_lag(cfg: &KafkaConfig, group: &str, timeout: Duration, every: Duratio
 /// decoded, partition by partition in log order (the demo's and the tests'
 /// model checks). Blocking.
 pub fn read_topic(cfg: &KafkaConfig, codec: &crate::codec::Codec) -> Result<Vec<Vec<(i64, crate::codec::Decoded)>>, String> {
+    read_topic_as(cfg, |p, offset, payload| codec.decode_message(payload).map(Some).map_err(|e| format!("partition {p} offset {offset}: {e}")))
+}
+
+/// [`read_topic`] with messages that do not decode left out (a poison
+/// message, which a worker dead-letters), and how many were.
+pub fn read_topic_decodable(cfg: &KafkaConfig, codec: &crate::codec::Codec) -> Result<(Vec<Vec<(i64, crate::codec::Decoded)>>, usize), String> {
+    let mut undecodable = 0;
+    let logs = read_topic_as(cfg, |_, _, payload| match codec.decode_message(payload) {
+        Ok(d) => Ok(Some(d)),
+        Err(_) => {
+            undecodable += 1;
+            Ok(None)
+        }
+    })?;
+    Ok((logs, undecodable))
+}
+
+/// Every message of the topic, partition by partition, through `decode`
+/// (partition, offset, payload): `None` leaves the message out.
+fn read_topic_as<T>(cfg: &KafkaConfig, mut decode: impl FnMut(i32, i64, &[u8]) -> Result<Option<T>, String>) -> Result<Vec<Vec<(i64, T)>>, String> {
     use rdkafka::message::Message;
     let partitions = cfg.topic_partitions().map_err(|e| e.to_string())?.ok_or_else(|| format!("no topic {}", cfg.topic))?;
     let mut c = cfg.client_config();
@@ -377,8 +419,9 @@ pub fn read_topic(cfg: &KafkaConfig, codec: &crate::codec::Codec) -> Result<Vec<
             if let Some(m) = consumer.poll(Duration::from_millis(200)) {
                 let m = m.map_err(|e| e.to_string())?;
                 next = m.offset() + 1;
-                let decoded = codec.decode_message(m.payload().unwrap_or_default()).map_err(|e| format!("partition {p} offset {}: {e}", m.offset()))?;
-                msgs.push((m.offset(), decoded));
+                if let Some(decoded) = decode(p, m.offset(), m.payload().unwrap_or_default())? {
+                    msgs.push((m.offset(), decoded));
+                }
             }
         }
         out.push(msgs);

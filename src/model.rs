@@ -113,9 +113,33 @@ pub struct Moves {
 /// place in the source's log and arrive at the place of the first message
 /// carrying them in the destination's log (resends are ignored). The files
 /// that arrive are the model's own, computed when they left, not the
-/// messages'. Control messages are not modelled (an error).
+/// messages'.
+///
+/// Dead letters an operator released: a command that a `REPLAY` control
+/// message names (by its origin offset, in the same partition) was set
+/// aside where it stood and is applied at its first `REPLAY` instead (a
+/// replayed rename across trees leaves from there). `RESOLVE` changes no
+/// document. Messages that do not decode (a poison, dead-lettered and
+/// dropped) are left out of `logs` by the caller. A `DISCARD` (commands
+/// set aside for good, which the log alone does not name) and a replayed
+/// move chunk are not modelled (an error).
 pub fn serialized(logs: &[Vec<(i64, crate::codec::Decoded)>]) -> Result<(Model, Moves), String> {
     use crate::codec::Decoded;
+    use crate::command::control::Action;
+    let codec = crate::codec::Codec::new();
+    // Per partition, the origins of the commands an operator replayed.
+    let replayed: Vec<std::collections::BTreeSet<i64>> = logs
+        .iter()
+        .map(|log| {
+            log.iter()
+                .filter_map(|(_, msg)| match msg {
+                    Decoded::Control(c) if c.action == Action::Replay => Some(c.origin_offset),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect();
+    let mut applied_replays = std::collections::BTreeSet::new();
     let mut m = Model::default();
     let mut cursor = vec![0usize; logs.len()];
     let mut left: BTreeMap<(i32, i64), Vec<(String, String, String)>> = BTreeMap::new();
@@ -125,20 +149,38 @@ pub fn serialized(logs: &[Vec<(i64, crate::codec::Decoded)>]) -> Result<(Model, 
         let mut progress = false;
         for (p, log) in logs.iter().enumerate() {
             while let Some((offset, msg)) = log.get(cursor[p]) {
-                match msg {
+                // A replayed command: the envelope the `REPLAY` carries.
+                let replay;
+                let command = match msg {
+                    Decoded::Command(_) if replayed[p].contains(offset) => None,
+                    Decoded::Command(e) => Some(e),
+                    Decoded::Control(c) if c.action == Action::Replay && applied_replays.contains(&(p, c.origin_offset)) => None,
+                    Decoded::Control(c) if c.action == Action::Replay => match codec.decode_message(&c.payload) {
+                        Ok(Decoded::Command(e)) => {
+                            replay = e;
+                            Some(&replay)
+                        }
+                        Ok(_) => return Err(format!("partition {p} offset {offset}: a replayed move chunk, which the model does not cover")),
+                        Err(e) => return Err(format!("partition {p} offset {offset}: a replay of a message that does not decode ({e})")),
+                    },
+                    Decoded::Control(c) if c.action == Action::Resolve => None,
+                    Decoded::Control(_) => return Err(format!("partition {p} offset {offset}: a DISCARD, which the model does not cover")),
+                    Decoded::Move(_) => None,
+                };
+                match (msg, command) {
                     // An owner change's upsert: after its delete under the
                     // previous key.
-                    Decoded::Command(e) if owner_change_waits(logs, &cursor, e) => break,
-                    Decoded::Command(e) => match (&e.command, e.command.destination_key()) {
+                    (_, Some(e)) if owner_change_waits(logs, &cursor, e) => break,
+                    (_, Some(e)) => match (&e.command, e.command.destination_key()) {
                         (Command::RenamePath { from, to }, Some(_)) => {
                             left.insert((p as i32, *offset), m.move_out(from, to));
                         }
                         (c, _) => m.apply(c),
                     },
-                    Decoded::Move(mv) if mv.aborted => {
+                    (Decoded::Move(mv), _) if mv.aborted => {
                         return Err(format!("partition {p} offset {offset}: the end of a move its source gave up, which the model does not cover"));
                     }
-                    Decoded::Move(mv) => {
+                    (Decoded::Move(mv), _) => {
                         if mv.chunk > 0 {
                             chunked.insert(mv.source());
                         }
@@ -149,7 +191,12 @@ pub fn serialized(logs: &[Vec<(i64, crate::codec::Decoded)>]) -> Result<(Model, 
                             arrived.insert(mv.source());
                         }
                     }
-                    Decoded::Control(_) => return Err(format!("partition {p} offset {offset}: a control message, which the model does not cover")),
+                    (_, None) => {}
+                }
+                if let Decoded::Control(c) = msg {
+                    if c.action == Action::Replay {
+                        applied_replays.insert((p, c.origin_offset));
+                    }
                 }
                 cursor[p] += 1;
                 progress = true;
@@ -206,4 +253,53 @@ pub fn diff(expected: Vec<Doc>, actual: Vec<Doc>, max: usize) -> Vec<String> {
     }
     out.truncate(max);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{Codec, Decoded};
+    use crate::command::control::{Action, Control};
+    use crate::command::Envelope;
+
+    fn upsert(contents: &str) -> Command {
+        Command::UpsertFile { id: "f".into(), path: "/a/f.txt".into(), contents: contents.into(), previous_path: None }
+    }
+
+    fn control(action: Action, origin_offset: i64, payload: Vec<u8>) -> Decoded {
+        Decoded::Control(Control { action, key: "/a".into(), dlq_partition: 0, dlq_offset: 0, through: 0, origin_offset, payload, requested_at: 0, through_at: 1 })
+    }
+
+    fn contents(m: &Model) -> Option<String> {
+        m.docs().into_iter().find_map(|d| match d {
+            Doc::File(f) => Some(f.contents),
+            _ => None,
+        })
+    }
+
+    /// A dead-lettered delete, released by `dlq reprocess`: skipped where
+    /// it stood, applied at its `REPLAY` (after the upsert behind it), once
+    /// however many `REPLAY`s name it.
+    #[test]
+    fn a_replayed_command_applies_at_its_replay_once() {
+        let codec = Codec::new();
+        let delete = Envelope::new(Command::DeleteFile { id: "f".into(), path: "/a/f.txt".into() });
+        let log = vec![
+            (0, Decoded::Command(Envelope::new(upsert("v1")))),
+            (1, Decoded::Command(delete.clone())),
+            (2, Decoded::Command(Envelope::new(upsert("v2")))),
+            (3, control(Action::Replay, 1, codec.encode(&delete))),
+            (4, control(Action::Resolve, -1, Vec::new())),
+        ];
+        let (m, _) = serialized(std::slice::from_ref(&log)).unwrap();
+        assert_eq!(contents(&m), None, "deleted at its replay, after v2");
+        let mut again = log.clone();
+        again.push((5, Decoded::Command(Envelope::new(upsert("v3")))));
+        again.push((6, control(Action::Replay, 1, codec.encode(&delete))));
+        let (m, _) = serialized(&[again]).unwrap();
+        assert_eq!(contents(&m).as_deref(), Some("v3"), "a second replay of the same letter changes nothing");
+        let mut discarded = log;
+        discarded.push((5, control(Action::Discard, -1, Vec::new())));
+        assert!(serialized(&[discarded]).unwrap_err().contains("DISCARD"));
+    }
 }
