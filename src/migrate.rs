@@ -9,7 +9,10 @@
 //!
 //! Messages that name a place in the log are rewritten to name the same
 //! message in the new topic: a cross-key move's chunks (the rename that made
-//! them) and an owner change's upsert (`after`, its delete half). The target
+//! them), an owner change's upsert (`after`, its delete half) and an
+//! operator's control messages (`dlq reprocess` and `clear`: the letters'
+//! origins and the positions that wrote them, which the dead-letter topic
+//! names, and the dead-letter partition of the key's new place). The target
 //! topic is empty and written only by the copy, so where each message lands
 //! is known when it is sent ([`Plan`]); delivery reports confirm it. A
 //! message naming a message not copied yet waits, with the rest of its
@@ -43,6 +46,17 @@ pub enum MigrateError {
     Retention { topic: String, partition: usize, low: i64 },
     #[error("{what} at partition {partition}, offset {offset} of {topic} names offset {names} of partition {names_partition}, which the topic does not hold")]
     Dangling { what: &'static str, topic: String, partition: i32, offset: i64, names_partition: i32, names: i64 },
+    /// A destination recognises a move's resends by the highest position of
+    /// a move it completed from each source partition: the copy would put a
+    /// move behind a later one of the same new source partition, and the
+    /// rebuild would take it for a resend.
+    #[error(
+        "the copy would put the cross-key move at partition {partition}, offset {offset} of {topic} behind a later move from the same new \
+         source partition at its destination (partition {destination} of the new topic), where a rebuild would take it for a resend and \
+         lose its files: this happens when old partitions merge into one; copy into a multiple of {from_partitions} partitions, so that \
+         each new partition takes from one old partition only (delete the new topic first)"
+    )]
+    MovesReordered { topic: String, partition: i32, offset: i64, destination: i32, from_partitions: i32 },
     #[error("the new topic {topic} got message {got:?} where the copy placed {want:?}: was something else writing to it?")]
     Misplaced { topic: String, want: (i32, i64), got: (i32, i64) },
     #[error("copied {copied} messages but {topic} holds {holds}")]
@@ -64,6 +78,12 @@ pub struct Migrated {
     pub afters: u64,
     /// Chunks left out ([`Placed::Dropped`]).
     pub dropped: u64,
+    /// Control messages rewritten to the new places of what they name.
+    pub controls: u64,
+    /// Of those, the ones naming a position no letter of the dead-letter
+    /// topic records (expired letters): decided by dead-letter offsets in a
+    /// rebuild from the new topic, like controls of earlier builds.
+    pub controls_unplaced: u64,
 }
 
 /// Where the copy of a message goes.
@@ -75,6 +95,13 @@ pub enum Placed {
     /// It names a message of the old topic not copied yet: it waits (with
     /// the rest of its partition) until that one is.
     Waits(LogPosition),
+    /// An operator's control message, rewritten (`unplaced`: naming a
+    /// position no letter records, left at -1).
+    Control { at: LogPosition, payload: Vec<u8>, unplaced: bool },
+    /// A cross-key move's chunk that the copy would place behind a later
+    /// move of the same new source partition at `destination`
+    /// ([`MigrateError::MovesReordered`]).
+    Reordered { destination: i32 },
     /// A cross-key move's chunk whose rename the copy could not read (a
     /// rename in schema-registry framing): left out, and the rebuild's
     /// workers write that move anew when they apply the rename.
@@ -91,13 +118,48 @@ pub struct Plan {
     /// Next offset to place of each source partition.
     placed: Vec<i64>,
     /// Per source partition, in offset order: (old offset, new position)
-    /// of the messages others may name (cross-key renames and deletes).
+    /// of the messages others may name (cross-key renames and deletes,
+    /// replays, and the positions letters record).
     named: Vec<Vec<(i64, LogPosition)>>,
+    /// Per source partition, the offsets that dead letters name (their
+    /// origins, and where they were written), which control messages name.
+    lettered: Vec<std::collections::BTreeSet<i64>>,
+    /// Partitions of the new dead-letter topic.
+    to_dlq_partitions: i32,
+    /// Per new destination partition, the moves' chunks as its worker will
+    /// take them.
+    arrivals: std::collections::HashMap<i32, Arrivals>,
 }
 
 impl Plan {
     pub fn new(from_partitions: i32, to_partitions: i32) -> Self {
-        Plan { to_partitions, next: vec![0; to_partitions as usize], placed: vec![0; from_partitions as usize], named: vec![Vec::new(); from_partitions as usize] }
+        Plan {
+            to_partitions,
+            next: vec![0; to_partitions as usize],
+            placed: vec![0; from_partitions as usize],
+            named: vec![Vec::new(); from_partitions as usize],
+            lettered: vec![Default::default(); from_partitions as usize],
+            to_dlq_partitions: to_partitions,
+            arrivals: Default::default(),
+        }
+    }
+
+    /// Records that a dead letter names `at` of the old topic (its origin,
+    /// or the message whose handling wrote it): a control message may name
+    /// it, so its new place is kept.
+    pub fn lettered(&mut self, at: LogPosition) {
+        if let Some(set) = self.lettered.get_mut(at.partition as usize) {
+            set.insert(at.offset);
+        }
+    }
+
+    /// The new offset of offset `offset` of source partition `partition`
+    /// (-1 stays -1, and so does one not kept).
+    fn new_offset(&self, partition: i32, offset: i64) -> Option<i64> {
+        match offset {
+            o if o < 0 => Some(-1),
+            o => self.new_place(LogPosition { partition, offset: o }).map(|p| p.offset),
+        }
     }
 
     /// Whether the message at `at` of the old topic has been placed.
@@ -117,6 +179,11 @@ impl Plan {
     /// none), rewritten when it names another message.
     pub fn place(&mut self, codec: &Codec, partition: i32, offset: i64, key: Option<&[u8]>, payload: Option<&[u8]>) -> Placed {
         let decoded = payload.and_then(|p| codec.decode_message(p).ok());
+        let to = match key {
+            Some(k) if !k.is_empty() => crate::command::partitioner::partition_of_bytes(k, self.to_partitions),
+            _ => partition.rem_euclid(self.to_partitions),
+        };
+        let mut unplaced = false;
         let rewritten = match &decoded {
             Some(Decoded::Move(m)) => {
                 let source = LogPosition { partition: m.source_partition, offset: m.source_offset };
@@ -127,6 +194,10 @@ impl Plan {
                     self.placed[partition as usize] = offset + 1;
                     return Placed::Dropped;
                 };
+                let chunk = Chunk { old: source, new: s, last: m.last, aborted: m.aborted };
+                if !self.arrivals.entry(to).or_default().arrive(chunk) {
+                    return Placed::Reordered { destination: to };
+                }
                 Some(codec.encode_move(&crate::command::moves::MoveIn { source_partition: s.partition, source_offset: s.offset, ..m.clone() }))
             }
             Some(Decoded::Command(e)) => match e.after {
@@ -141,11 +212,20 @@ impl Plan {
                 }
                 None => None,
             },
+            // The positions it names are of its own partition, before it:
+            // placed already.
+            Some(Decoded::Control(c)) => {
+                let (origin, through_at) = (self.new_offset(partition, c.origin_offset), self.new_offset(partition, c.through_at));
+                unplaced = origin.is_none() || through_at.is_none();
+                let c = crate::command::control::Control {
+                    origin_offset: origin.unwrap_or(-1),
+                    through_at: through_at.unwrap_or(-1),
+                    dlq_partition: crate::dlq::partition_for(to, self.to_dlq_partitions),
+                    ..c.clone()
+                };
+                Some(codec.encode_control(&c))
+            }
             _ => None,
-        };
-        let to = match key {
-            Some(k) if !k.is_empty() => crate::command::partitioner::partition_of_bytes(k, self.to_partitions),
-            _ => partition.rem_euclid(self.to_partitions),
         };
         let at = LogPosition { partition: to, offset: self.next[to as usize] };
         self.next[to as usize] += 1;
@@ -156,12 +236,71 @@ impl Plan {
                 Command::DeleteFile { .. } | Command::DeletePost { .. } => true,
                 _ => false,
             },
+            // A replayed rename's chunks name its `REPLAY`.
+            Some(Decoded::Control(c)) => c.action == crate::command::control::Action::Replay,
             _ => false,
         };
-        if named {
+        if named || self.lettered[partition as usize].contains(&offset) {
             self.named[partition as usize].push((offset, at));
         }
-        Placed::Copy { at, payload: rewritten }
+        match decoded {
+            Some(Decoded::Control(_)) => Placed::Control { at, payload: rewritten.expect("rewritten"), unplaced },
+            _ => Placed::Copy { at, payload: rewritten },
+        }
+    }
+}
+
+/// One chunk of a move, as [`Arrivals`] sees it.
+#[derive(Debug, Clone, Copy)]
+struct Chunk {
+    /// Its rename's place in the old topic (the move's identity).
+    old: LogPosition,
+    /// Its rename's place in the new topic.
+    new: LogPosition,
+    last: bool,
+    aborted: bool,
+}
+
+/// The moves' chunks of one new destination partition, taken by the
+/// destination worker's rules (`moves::arrival`): one move at a time, the
+/// chunks of others passed over until it ends; a move whose rename lies at
+/// or below the highest completed one from the same source partition taken
+/// for a resend. Merging old partitions can put a move behind a later one
+/// of its new source partition: its files would be lost.
+#[derive(Default)]
+struct Arrivals {
+    /// Per new source partition, the highest rename offset completed.
+    done: std::collections::HashMap<i32, i64>,
+    completed: std::collections::HashSet<LogPosition>,
+    active: Option<LogPosition>,
+    passed_over: VecDeque<Chunk>,
+}
+
+impl Arrivals {
+    /// Takes `c` in log order; false when a first arrival of a move would
+    /// be taken for a resend.
+    fn arrive(&mut self, c: Chunk) -> bool {
+        if self.active.is_some_and(|a| a != c.old) {
+            self.passed_over.push_back(c);
+            return true;
+        }
+        if self.completed.contains(&c.old) {
+            return true;
+        }
+        if self.done.get(&c.new.partition).is_some_and(|done| c.new.offset <= *done) {
+            return false;
+        }
+        if !c.last {
+            self.active = Some(c.old);
+            return true;
+        }
+        self.active = None;
+        if !c.aborted {
+            self.done.insert(c.new.partition, c.new.offset);
+            self.completed.insert(c.old);
+        }
+        // What was passed over is read again.
+        std::mem::take(&mut self.passed_over).into_iter().all(|c| self.arrive(c))
     }
 }
 
@@ -187,27 +326,45 @@ impl ProducerContext for Deliveries {
 }
 
 /// A source partition's messages read but not copied yet (behind one that
-/// waits), and whether it is paused for that.
+/// waits), their bytes, and whether it is paused for that.
 #[derive(Default)]
 struct Held {
     messages: VecDeque<OwnedMessage>,
+    bytes: usize,
     paused: bool,
 }
 
+/// Bytes a source partition may hold behind a message that waits before it
+/// is paused. Not pausing at once: a paused partition drops what the client
+/// prefetched for it and fetches it again when resumed, which cost most of
+/// a copy's time when moves were frequent (30 s for 1,600 messages on
+/// tansu, each chunk read before its rename paused its partition).
+const HELD_BYTES: usize = 8 << 20;
+
+fn size(m: &OwnedMessage) -> usize {
+    m.payload().map_or(0, <[u8]>::len) + m.key().map_or(0, <[u8]>::len) + 64
+}
+
 /// Copies topic `from` (with `partitions` partitions) into the empty topic
-/// `to` (created, with `to.partitions`). `progress(copied, total)` sees the
-/// copy go on. Blocking.
-pub fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig, mut progress: impl FnMut(u64, u64)) -> Result<Migrated, MigrateError> {
+/// `to` (created, with `to.partitions`). `lettered` are the positions of
+/// `from` that its dead letters name (origins, and where they were
+/// written), which control messages name in turn. `progress(copied,
+/// total)` sees the copy go on. Blocking.
+pub fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig, lettered: &[LogPosition], mut progress: impl FnMut(u64, u64)) -> Result<Migrated, MigrateError> {
     let started = Instant::now();
     let mut cc = from.client_config();
     cc.set("group.id", format!("denorm-migrate-{}", uuid::Uuid::new_v4().simple()))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true");
-    let consumer: BaseConsumer = cc.create().map_err(KafkaSetupError::from)?;
-    if watermarks(&consumer, &to.topic, to.partitions)?.iter().any(|(_, high)| *high > 0) {
+    let consumer: BaseConsumer<crate::kafka::ReadsToEnd> = cc.create_with_context(crate::kafka::ReadsToEnd).map_err(KafkaSetupError::from)?;
+    // Watermarks through a client of their own: on the reading one, each
+    // request queued behind a fetch waiting at the end of a partition
+    // (half a second each on tansu: 9 of a 12 s copy).
+    let probe: BaseConsumer = cc.create().map_err(KafkaSetupError::from)?;
+    if watermarks(&probe, &to.topic, to.partitions)?.iter().any(|(_, high)| *high > 0) {
         return Err(MigrateError::TargetNotEmpty(to.topic.clone()));
     }
-    let mut marks = watermarks(&consumer, &from.topic, partitions)?;
+    let mut marks = watermarks(&probe, &from.topic, partitions)?;
     if let Some((p, (low, _))) = marks.iter().enumerate().find(|(_, (low, _))| *low > 0) {
         return Err(MigrateError::Retention { topic: from.topic.clone(), partition: p, low: *low });
     }
@@ -221,6 +378,9 @@ pub fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig, mut progress:
         to.producer_config(&[("linger.ms", "5"), ("compression.type", "lz4"), ("message.timeout.ms", "300000")]).create_with_context(context)?;
     let codec = Codec::new();
     let mut plan = Plan::new(partitions, to.partitions);
+    for at in lettered {
+        plan.lettered(*at);
+    }
     let mut held: Vec<Held> = (0..partitions).map(|_| Held::default()).collect();
     // Partitions read to their end (the consumer said so: offsets of
     // transaction markers at the end never deliver a message).
@@ -238,27 +398,39 @@ pub fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig, mut progress:
             for (p, h) in (0..).zip(held.iter_mut()) {
                 while let Some(m) = h.messages.front() {
                     let (at, payload) = match plan.place(&codec, p, m.offset(), m.key(), m.payload()) {
-                        Placed::Copy { at, payload } => (at, payload),
+                        Placed::Copy { at, payload } => {
+                            match payload.as_deref().map(|b| codec.is_move(b)) {
+                                Some(true) => done.moves += 1,
+                                Some(false) => done.afters += 1,
+                                None => {}
+                            }
+                            (at, payload)
+                        }
+                        Placed::Control { at, payload, unplaced } => {
+                            done.controls += 1;
+                            done.controls_unplaced += u64::from(unplaced);
+                            (at, Some(payload))
+                        }
                         Placed::Waits(_) => break,
+                        Placed::Reordered { destination } => {
+                            return Err(MigrateError::MovesReordered { topic: from.topic.clone(), partition: p, offset: m.offset(), destination, from_partitions: partitions })
+                        }
                         Placed::Dropped => {
-                            h.messages.pop_front();
+                            h.bytes -= h.messages.pop_front().as_ref().map_or(0, size);
                             done.dropped += 1;
                             moved = true;
                             continue;
                         }
                     };
                     let m = h.messages.pop_front().expect("front");
-                    match payload.as_deref().map(|b| codec.is_move(b)) {
-                        Some(true) => done.moves += 1,
-                        Some(false) => done.afters += 1,
-                        None => {}
-                    }
+                    h.bytes -= size(&m);
                     send(&producer, &to.topic, &m, at, payload.as_deref())?;
                     done.copied += 1;
                     moved = true;
                 }
-                // A partition waits, unread, while its first message does.
-                if h.messages.is_empty() == h.paused {
+                // A partition is paused while it holds too much behind its
+                // first message, which waits; resumed once that is copied.
+                if (h.paused && h.messages.is_empty()) || (!h.paused && h.bytes > HELD_BYTES) {
                     let mut t = TopicPartitionList::new();
                     t.add_partition(&from.topic, p);
                     if h.paused { consumer.resume(&t)? } else { consumer.pause(&t)? }
@@ -283,7 +455,7 @@ pub fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig, mut progress:
             // Done with the log as of the last look: look again, so that
             // commands written meanwhile are copied too.
             producer.flush(Duration::from_secs(300))?;
-            let now = watermarks(&consumer, &from.topic, partitions)?;
+            let now = watermarks(&probe, &from.topic, partitions)?;
             if now == marks {
                 break;
             }
@@ -299,7 +471,9 @@ pub fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig, mut progress:
             Some(Ok(m)) => {
                 let p = m.partition() as usize;
                 at_end[p] = false;
-                held[p].messages.push_back(m.detach());
+                let m = m.detach();
+                held[p].bytes += size(&m);
+                held[p].messages.push_back(m);
             }
         }
     }
@@ -307,11 +481,11 @@ pub fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig, mut progress:
     if let Some(e) = producer.context().failed.lock().expect("deliveries lock").take() {
         return Err(e);
     }
-    let holds: i64 = watermarks(&consumer, &to.topic, to.partitions)?.iter().map(|(_, h)| h).sum();
+    let holds: i64 = watermarks(&probe, &to.topic, to.partitions)?.iter().map(|(_, h)| h).sum();
     if holds != done.copied as i64 {
         return Err(MigrateError::Incomplete { topic: to.topic.clone(), copied: done.copied, holds });
     }
-    info!(copied = done.copied, moves = done.moves, afters = done.afters, dropped = done.dropped, secs = started.elapsed().as_secs_f64(), "topic copied");
+    info!(copied = done.copied, moves = done.moves, afters = done.afters, dropped = done.dropped, controls = done.controls, secs = started.elapsed().as_secs_f64(), "topic copied");
     Ok(done)
 }
 
@@ -438,6 +612,88 @@ mod tests {
         let (uk, uv) = command(&codec, upsert, Some(at(0, 1)));
         let (_, payload) = copied(plan.place(&codec, 1, 1, Some(&uk), Some(&uv)));
         assert_eq!(codec.decode(&payload.expect("rewritten")).unwrap().after, None);
+    }
+
+    /// A `dlq reprocess` names the letters' origins and where they were
+    /// written: a rebuild from the new topic decides parking on positions,
+    /// which must be the new topic's, and writes its marker to the
+    /// dead-letter partition of the key's new place.
+    #[test]
+    fn an_operators_control_message_names_the_new_places_its_letters_record() {
+        use crate::command::control::{Action, Control};
+        let codec = Codec::new();
+        let mut plan = Plan::new(2, 3);
+        // Source partition 1: an upsert of another key, the poison of /k at
+        // offset 1 (a letter), a parked upsert at 2 (a letter), then the
+        // REPLAY of the parked one.
+        plan.lettered(at(1, 1));
+        plan.lettered(at(1, 2));
+        let (k, v) = command(&codec, Command::UpsertFile { id: "o".into(), path: "/other/o.txt".into(), contents: String::new(), previous_path: None }, None);
+        copied(plan.place(&codec, 1, 0, Some(&k), Some(&v)));
+        let (poison_at, _) = copied(plan.place(&codec, 1, 1, Some(b"/k"), Some(b"not avro")));
+        let (k, v) = command(&codec, Command::UpsertFile { id: "f".into(), path: "/k/f.txt".into(), contents: String::new(), previous_path: None }, None);
+        let (parked_at, _) = copied(plan.place(&codec, 1, 2, Some(&k), Some(&v)));
+        assert_eq!(parked_at, at(partition_of("/k", 3), poison_at.offset + 1));
+        let replay = Control { action: Action::Replay, key: "/k".into(), dlq_partition: 1, dlq_offset: 7, through: 8, origin_offset: 2, payload: v.clone(), requested_at: 0, through_at: 2 };
+        let Placed::Control { at: replay_at, payload, unplaced: false } = plan.place(&codec, 1, 3, Some(b"/k"), Some(&codec.encode_control(&replay))) else { panic!("a control") };
+        assert_eq!(replay_at, at(parked_at.partition, parked_at.offset + 1));
+        let Ok(Decoded::Control(c)) = codec.decode_message(&payload) else { panic!("a control") };
+        assert_eq!(c, Control { origin_offset: parked_at.offset, through_at: parked_at.offset, dlq_partition: crate::dlq::partition_for(parked_at.partition, 3), ..replay });
+        // Had it replayed a rename across trees, its chunks name the REPLAY.
+        let (ck, cv) = chunk(&codec, at(1, 3));
+        let (_, payload) = copied(plan.place(&codec, 0, 0, Some(&ck), Some(&cv)));
+        let Ok(Decoded::Move(m)) = codec.decode_message(&payload.expect("rewritten")) else { panic!("a move") };
+        assert_eq!((m.source_partition, m.source_offset), (replay_at.partition, replay_at.offset));
+        // A position no letter records (expired): -1, said.
+        let resolve = Control { action: Action::Resolve, origin_offset: -1, through_at: 0, payload: Vec::new(), ..c };
+        let Placed::Control { payload, unplaced: true, .. } = plan.place(&codec, 1, 4, Some(b"/k"), Some(&codec.encode_control(&resolve))) else { panic!("a control") };
+        let Ok(Decoded::Control(c)) = codec.decode_message(&payload) else { panic!("a control") };
+        assert_eq!((c.origin_offset, c.through_at), (-1, -1));
+    }
+
+    fn chunk_of(codec: &Codec, source: LogPosition, chunk: i32, last: bool) -> (Vec<u8>, Vec<u8>) {
+        let m = MoveIn { chunk, last, ..codec.decode_message(&self::chunk(codec, source).1).ok().and_then(|d| match d {
+            Decoded::Move(m) => Some(m),
+            _ => None,
+        }).expect("a move") };
+        (b"/d".to_vec(), codec.encode_move(&m))
+    }
+
+    /// Two old partitions merge into one: a move from each to `/d`, whose
+    /// chunks came in the other order than their renames land in the new
+    /// partition. The destination would take the second for a resend of
+    /// the first (its rule: the highest completed rename per source
+    /// partition), so the copy refuses; one that ends before the other
+    /// starts passes, and so do moves interleaved the way the destination
+    /// takes them (one at a time, the others passed over).
+    #[test]
+    fn a_move_put_behind_a_later_one_of_its_new_source_partition_is_refused() {
+        let codec = Codec::new();
+        let rename = |from: &str| command(&codec, Command::RenamePath { from: from.into(), to: format!("/d{from}") }, None);
+        // Old partition 0: the rename of /a; old partition 1: the rename
+        // of /b, then the destination's chunks: /b's first, then /a's.
+        let mut plan = Plan::new(2, 1);
+        let (k, v) = rename("/a");
+        copied(plan.place(&codec, 0, 0, Some(&k), Some(&v)));
+        let (k, v) = rename("/b");
+        copied(plan.place(&codec, 1, 0, Some(&k), Some(&v)));
+        let (k, v) = chunk_of(&codec, at(1, 0), 0, true);
+        copied(plan.place(&codec, 1, 1, Some(&k), Some(&v)));
+        let (k, v) = chunk_of(&codec, at(0, 0), 0, true);
+        assert_eq!(plan.place(&codec, 1, 2, Some(&k), Some(&v)), Placed::Reordered { destination: 0 });
+
+        // Both renames in one old partition: the chunks of /b's move come
+        // while /a's is in flight (first chunk, /b's, /a's last): the
+        // destination completes /a's first, then reads /b's again.
+        let mut plan = Plan::new(2, 1);
+        let (k, v) = rename("/a");
+        copied(plan.place(&codec, 0, 0, Some(&k), Some(&v)));
+        let (k, v) = rename("/b");
+        copied(plan.place(&codec, 0, 1, Some(&k), Some(&v)));
+        for (i, (source, n, last)) in [(at(0, 0), 0, false), (at(0, 1), 0, true), (at(0, 0), 1, true), (at(0, 1), 0, true)].into_iter().enumerate() {
+            let (k, v) = chunk_of(&codec, source, n, last);
+            copied(plan.place(&codec, 1, i as i64, Some(&k), Some(&v)));
+        }
     }
 
     #[test]

@@ -17,6 +17,11 @@ pub struct MigrateArgs {
     /// Partitions of the new topic
     #[arg(long, env = "DENORM_MIGRATE_TO_PARTITIONS", value_parser = clap::value_parser!(i32).range(1..=10000))]
     to_partitions: i32,
+    /// Dead-letter topic of --topic [default: <topic>.dlq]: control messages
+    /// (`dlq reprocess`, `clear`) name positions its letters record, which
+    /// the copy rewrites to the new topic's
+    #[arg(long, env = "DENORM_DLQ_TOPIC")]
+    dlq_topic: Option<String>,
 }
 
 pub async fn run(cli: &Cli, a: &MigrateArgs) -> anyhow::Result<()> {
@@ -31,13 +36,20 @@ pub async fn run(cli: &Cli, a: &MigrateArgs) -> anyhow::Result<()> {
     if have != a.to_partitions {
         bail!("topic {} exists with {have} partitions, not {}", to.topic, a.to_partitions);
     }
+    let dlq = a.dlq_topic.clone().unwrap_or_else(|| crate::dlq::default_topic(&from.topic));
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
+        let (letters, _) = crate::dlq::admin::read(&from, &dlq).with_context(|| format!("reading the dead-letter topic {dlq}"))?;
+        let lettered: Vec<crate::command::LogPosition> = letters
+            .iter()
+            .filter(|e| e.origin_partition >= 0)
+            .flat_map(|e| [Some(e.origin_offset), e.at].into_iter().flatten().map(|offset| crate::command::LogPosition { partition: e.origin_partition, offset }))
+            .collect();
         let bar = super::progress(0, "migrate");
         if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
-        let done = crate::migrate::copy(&from, partitions, &to, |copied, total| {
+        let done = crate::migrate::copy(&from, partitions, &to, &lettered, |copied, total| {
             bar.set_length(total);
             bar.set_position(copied);
         });
@@ -45,7 +57,7 @@ pub async fn run(cli: &Cli, a: &MigrateArgs) -> anyhow::Result<()> {
         let done = done?;
         println!(
             "copied {} messages from {} ({partitions} partitions) to {} ({} partitions) in {:.1}s, per-key order kept; \
-             {} chunk(s) of cross-key moves and {} owner change(s) name their new places{}. \
+             {} chunk(s) of cross-key moves, {} owner change(s) and {} operator request(s) (dlq reprocess, clear) name their new places{}{}. \
              Next: point the producers at {}, run `denorm --topic {} rebuild`, then restart the workers with --topic {}",
             done.copied,
             from.topic,
@@ -54,6 +66,15 @@ pub async fn run(cli: &Cli, a: &MigrateArgs) -> anyhow::Result<()> {
             started.elapsed().as_secs_f64(),
             done.moves,
             done.afters,
+            done.controls,
+            if done.controls_unplaced > 0 {
+                format!(
+                    " ({} operator request(s) name commands no letter of {dlq} records any more: a rebuild from the new topic decides them by dead-letter offsets, which may leave their keys parked)",
+                    done.controls_unplaced
+                )
+            } else {
+                String::new()
+            },
             if done.dropped > 0 { format!(" ({} chunk(s) whose rename could not be read were left out: the rebuild writes those moves anew)", done.dropped) } else { String::new() },
             to.topic,
             to.topic,

@@ -42,9 +42,7 @@ impl ClientContext for WorkerContext {
     /// librdkafka's errors, as rust-rdkafka logs them, but for the end of a
     /// partition: the worker asks for it (`Feed::End`), it is no error.
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        if error.rdkafka_error_code() != Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF) {
-            error!("librdkafka: {}: {}", error, reason);
-        }
+        crate::kafka::log_client_error(&error, reason);
     }
 }
 
