@@ -20,7 +20,8 @@
 //!   destination's partition fail.
 //! - `move.pause-between-chunks`: the source of a cross-key rename whose
 //!   documents take several messages waits after each but the last, for as
-//!   long as the fault is on.
+//!   long as the fault is on; it adds `<from> -> <to>` to
+//!   `move.pause-between-chunks.reached` when it starts waiting.
 //! - `move.fail-after-chunks`: the source of a cross-key rename fails for
 //!   good (like an index refusing its scan) once it has written as many
 //!   chunks of the move as the file says.
@@ -59,6 +60,23 @@ pub fn reached(name: &str) {
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
 pub fn reached(_name: &str) {}
+
+/// [`reached`], adding `line` to the file: which of several things took
+/// effect.
+#[cfg(feature = "failpoints")]
+pub fn reached_with(name: &str, line: &str) {
+    use std::io::Write;
+    if let Some(dir) = std::env::var_os("DENORM_FAULTS") {
+        let path = std::path::Path::new(&dir).join(format!("{name}.reached"));
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn reached_with(_name: &str, _line: &str) {}
 
 /// Whether fault point `name` is active and lists `item` on a line.
 pub fn lists(name: &str, item: &str) -> bool {

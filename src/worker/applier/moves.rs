@@ -351,6 +351,7 @@ impl Applier {
         debug!(partition = self.partition, offset = mv.source_offset, to_partition = partition, to_offset = at, chunk = mv.chunk, "cross-key move chunk written");
         if !mv.last && crate::faults::active("move.pause-between-chunks").is_some() {
             info!(partition = self.partition, offset = mv.source_offset, chunk = mv.chunk, "paused between a move's chunks (fault point move.pause-between-chunks)");
+            crate::faults::reached_with("move.pause-between-chunks", &format!("{} -> {}", mv.from, mv.to));
             while crate::faults::active("move.pause-between-chunks").is_some() && !self.stopping() {
                 std::thread::sleep(Duration::from_millis(20));
             }
