@@ -121,7 +121,7 @@ pub fn remove_moved<S: Shard + ?Sized>(shard: &mut S, ids: &[String], from: &str
     for id in ids {
         match shard.get(Kind::File, id)? {
             Some(Doc::File(cur)) if newer(pos, cur.pos) && path::is_within(&cur.full_path(), from) => {
-                shard.delete(Kind::File, id, pos)?;
+                shard.delete_departed(Kind::File, id, pos)?;
                 n += 1;
             }
             _ => {}

@@ -351,6 +351,13 @@ pub trait Shard {
     /// backend that must resolve a conflicting write uses it to let the
     /// newer of the two win).
     fn delete(&mut self, kind: Kind, id: &str, pos: u64) -> Result<(), IndexError>;
+
+    /// [`Shard::delete`] by the source of a cross-key move, of a document
+    /// it handed to the destination: where shards share documents, the
+    /// destination may have taken it over already, which is no conflict.
+    fn delete_departed(&mut self, kind: Kind, id: &str, pos: u64) -> Result<(), IndexError> {
+        self.delete(kind, id, pos)
+    }
     /// Streams the documents matching `scan` in pages of `page_size` and
     /// replaces each one for which `rewrite` returns a new version. Returns
     /// the number of documents rewritten.

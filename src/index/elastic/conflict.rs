@@ -34,6 +34,13 @@ pub enum Write {
     /// (a backend never bound to its log's partition count; workers always
     /// are), and any other partition's version is replaced.
     TakeOver { from: Option<i32> },
+    /// The source's delete of a document a cross-key move handed to the
+    /// destination ([`crate::index::Shard::delete_departed`]): decided like
+    /// [`Write::Own`], but another partition's document there is the
+    /// destination's take-over, which a rebuild's destination may make
+    /// before the source's delete lands (it reads the move from the log),
+    /// not an owner conflict.
+    Departed,
 }
 
 /// The partition whose shard wrote a stored version (document or
@@ -62,7 +69,7 @@ pub fn wins_over(partition: i32, cur: &Value, kind: Kind, pos: u64, write: Write
     match (writer(cur), write) {
         (Some(p), _) if p == partition => from_source(kind, cur).pos() < pos,
         (Some(p), Write::TakeOver { from }) => from.is_none_or(|f| f == p),
-        (Some(_), Write::Own) => is_tombstone(cur),
+        (Some(_), Write::Own | Write::Departed) => is_tombstone(cur),
         (None, _) => from_source(kind, cur).pos() < pos,
     }
 }
@@ -125,6 +132,17 @@ mod tests {
     fn an_ordinary_write_beats_another_partitions_tombstone_never_its_document() {
         assert!(wins_over(0, &tomb(1, 1_000), Kind::File, 1, Write::Own));
         assert!(!wins_over(0, &doc(Some(1), 1), Kind::File, 1_000, Write::Own));
+    }
+
+    /// A move's source deleting what it handed over is decided like its own
+    /// writes: it never removes the destination's take-over (which the
+    /// shard then does not count as an owner conflict).
+    #[test]
+    fn a_departed_documents_delete_is_decided_like_an_own_write() {
+        for (cur, pos) in [(doc(Some(0), 10), 11), (doc(Some(0), 10), 10), (tomb(1, 1_000), 1), (doc(Some(1), 1), 1_000), (doc(None, 10), 11)] {
+            assert_eq!(wins_over(0, &cur, Kind::File, pos, Write::Departed), wins_over(0, &cur, Kind::File, pos, Write::Own), "{cur} at {pos}");
+        }
+        assert!(!wins_over(0, &doc(Some(1), 1), Kind::File, 1_000, Write::Departed), "the destination's copy stays");
     }
 
     /// Issue 27 B2: a take-over replaces its source's copy only; a third

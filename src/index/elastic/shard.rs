@@ -417,7 +417,7 @@ impl ElasticShard {
                         if conflict::wins_over(self.partition, &cur, kind, pos, write) {
                             over_foreign |= self.foreign(&cur);
                             again.push(BulkOp::Index { index, id, source: src, if_seq_no: Some(seq) });
-                        } else if self.foreign(&cur) && !is_tombstone(&cur) {
+                        } else if self.foreign(&cur) && !is_tombstone(&cur) && write != Write::Departed {
                             // Another partition's document, written since
                             // this one was read absent (or written first,
                             // unread): what `position` says of it, said
@@ -448,6 +448,17 @@ impl ElasticShard {
 
 /// Counts and logs a command of `partition` naming a document `stored`
 /// another partition holds.
+impl ElasticShard {
+    /// A delete as a tombstone, not a removal (see `names::DELETED_FIELD`),
+    /// decided by `write`'s rule.
+    fn tombstone(&mut self, kind: Kind, id: &str, pos: u64, write: Write) -> Result<(), IndexError> {
+        let op = self.write_op(kind, id, tombstone(id, pos, now_ms()));
+        self.pending.push((kind, op, pos, write));
+        self.overlay.insert((kind, id.to_string()), None);
+        Ok(())
+    }
+}
+
 fn owner_conflict(b: &ElasticBackend, kind: Kind, id: &str, stored: &Value, partition: i32) {
     b.owner_conflict(kind, id, &stored[PARTITION_FIELD], partition, "a command names a document another key's partition holds: an owner change sent without its explicit form (previous_path, previous_user_id), or a redelivery after the document moved; not applied");
 }
@@ -632,11 +643,11 @@ impl Shard for ElasticShard {
     }
 
     fn delete(&mut self, kind: Kind, id: &str, pos: u64) -> Result<(), IndexError> {
-        // A tombstone, not a removal (see `names::DELETED_FIELD`).
-        let op = self.write_op(kind, id, tombstone(id, pos, now_ms()));
-        self.pending.push((kind, op, pos, Write::Own));
-        self.overlay.insert((kind, id.to_string()), None);
-        Ok(())
+        self.tombstone(kind, id, pos, Write::Own)
+    }
+
+    fn delete_departed(&mut self, kind: Kind, id: &str, pos: u64) -> Result<(), IndexError> {
+        self.tombstone(kind, id, pos, Write::Departed)
     }
 
     fn rewrite(&mut self, scan: &Scan, page_size: usize, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
