@@ -320,7 +320,7 @@ pub fn wait_until_applied(
     timeout: Duration,
     mut progress: impl FnMut(&LagReport),
 ) -> Result<LagReport, WaitError> {
-    wait_on_lag(cfg, group, timeout, Duration::from_millis(200), |r| {
+    wait_on_lag(cfg, group, timeout, Duration::from_millis(50), |r| {
         progress(r);
         let end: i64 = r.partitions.iter().map(|p| p.end).sum();
         r.total == 0 && end >= min_end

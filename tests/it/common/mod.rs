@@ -398,11 +398,7 @@ impl Worker {
             .args(["--brokers", &cfg.brokers, "--topic", &cfg.topic, "--group", group])
             .arg("--index")
             .arg(index)
-            // Offsets committed every 100 ms, not at the default 20: with a
-            // dozen workers of the suite at once, tansu's group coordinator
-            // (SQLite) fell behind their commits, heartbeats timed out and
-            // groups rebalanced without end.
-            .args(["--partitions", &cfg.partitions.to_string(), "run", "--commit-interval-ms", "100"])
+            .args(["--partitions", &cfg.partitions.to_string(), "run"])
             // Port 0: the worker binds a free port itself and logs it (a
             // port picked here could be taken, by another test's
             // connection, before the worker binds it).
