@@ -40,11 +40,7 @@ pub async fn run(cli: &Cli, a: &MigrateArgs) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
         let (letters, _) = crate::dlq::admin::read(&from, &dlq).with_context(|| format!("reading the dead-letter topic {dlq}"))?;
-        let lettered: Vec<crate::command::LogPosition> = letters
-            .iter()
-            .filter(|e| e.origin_partition >= 0)
-            .flat_map(|e| [Some(e.origin_offset), e.at].into_iter().flatten().map(|offset| crate::command::LogPosition { partition: e.origin_partition, offset }))
-            .collect();
+        let lettered = crate::migrate::lettered(&letters);
         let bar = super::progress(0, "migrate");
         if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());

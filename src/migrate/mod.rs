@@ -294,6 +294,17 @@ fn size(m: &OwnedMessage) -> usize {
     m.payload().map_or(0, <[u8]>::len) + m.key().map_or(0, <[u8]>::len) + 64
 }
 
+/// The positions of the command topic that `letters` (its dead-letter
+/// topic's, as read by `dlq::admin::read`) name: their origins and where
+/// they were written, which control messages name in turn.
+pub fn lettered(letters: &[crate::dlq::admin::Entry]) -> Vec<LogPosition> {
+    letters
+        .iter()
+        .filter(|e| e.origin_partition >= 0)
+        .flat_map(|e| [Some(e.origin_offset), e.at].into_iter().flatten().map(|offset| LogPosition { partition: e.origin_partition, offset }))
+        .collect()
+}
+
 /// Copies topic `from` (with `partitions` partitions) into the empty topic
 /// `to` (created, with `to.partitions`). `lettered` are the positions of
 /// `from` that its dead letters name (origins, and where they were
