@@ -3,9 +3,9 @@
 # under $HOME/.cache/denorm (the tansu broker; fastavro, aiokafka, avsc,
 # kafkajs and Java's Avro for the interop tests; helm-python-sdk,
 # kubernetes-validate and checkov for the chart; noida-db, an independent
-# Elasticsearch-API server), starts one broker and one Elasticsearch-API
-# server for the run, and runs every test with cargo-nextest. Extra
-# arguments go to nextest.
+# Elasticsearch-API server), starts one Elasticsearch-API server for the
+# run (each test starts a tansu of its own), and runs every test with
+# cargo-nextest. Extra arguments go to nextest.
 #
 # Under CI (CI set) the cargo build cache is kept under the same cache
 # directory, so that a fresh clone compiles only denorm itself; a
@@ -49,17 +49,25 @@ if command -v promtool >/dev/null 2>&1; then
   echo "deploy/prometheus.yml: promtool check config OK"
 fi
 phase "compose and promtool checks"
-scripts/install-tansu.sh >/dev/null
+DENORM_TANSU="$(scripts/install-tansu.sh)"
+export DENORM_TANSU
 phase "tansu (cached once built)"
 scripts/install-noida.sh >/dev/null
 DENORM_INTEROP="$(scripts/install-interop.sh)"
 export DENORM_INTEROP
 phase "noida-db and interop tools"
 state="$(mktemp -d)"
-trap 'scripts/broker.sh stop "$state/kafka"; scripts/elastic.sh stop "$state/es"; rm -rf "$state"' EXIT
-DENORM_TEST_BROKERS="$(scripts/broker.sh start "$state/kafka")"
-export DENORM_TEST_BROKERS
-echo "broker: tansu at $DENORM_TEST_BROKERS (sqlite storage in $state/kafka)" >&2
+mkdir -p "$state/tmp"
+# stop_private_brokers: a test stops its own tansu when it ends; one whose
+# test process was killed is stopped here (its working directory lies
+# under $state/tmp, the tests' TMPDIR).
+stop_private_brokers() {
+  local p
+  for p in /proc/[0-9]*; do
+    case "$(readlink "$p/cwd" 2>/dev/null)" in "$state/tmp"/*) kill -9 "${p#/proc/}" 2>/dev/null || true ;; esac
+  done
+}
+trap 'stop_private_brokers; scripts/elastic.sh stop "$state/es"; rm -rf "$state"' EXIT
 # Every Elasticsearch test runs against it, each under an index prefix of
 # its own (tests/it/common/elastic.rs). A DENORM_ES_URL given by the caller (a
 # real cluster, credentials in DENORM_ES_*) is used instead.
@@ -72,11 +80,14 @@ fi
 export DENORM_ES_URL
 # The Helm chart, offline: Helm v4 lint and render, Kubernetes and CRD
 # schemas, checkov, promtool alert tests, env vars against the binary, and
-# the embedded values' rendered hook and worker run against the broker.
+# the embedded values' rendered hook and worker run against a broker of
+# their own.
 cargo build --release --features failpoints --quiet --bin denorm
 phase "build the denorm binary"
 chart=0
-python3 scripts/check-chart.py "$target/release/denorm" || chart=$?
+chart_broker="$(scripts/broker.sh start "$state/kafka")"
+DENORM_TEST_BROKERS="$chart_broker" python3 scripts/check-chart.py "$target/release/denorm" || chart=$?
+scripts/broker.sh stop "$state/kafka"
 phase "chart checks"
 # The fan-out memory harness at a smoke size: both backends rename 20,000
 # files, and it fails unless every file was rewritten once.
@@ -84,8 +95,13 @@ cargo run --release --features failpoints --quiet --example fanout_memory -- 200
 phase "fan-out memory harness"
 cargo nextest run --release --features failpoints --no-run
 phase "build the tests"
+# Every test starts a tansu of its own (tests/it/common/mod.rs, from
+# DENORM_TANSU, about 30 ms): tansu 0.6 on SQLite slows as its database
+# grows, until one fetch of a long partition holds the broker past the
+# groups' session timeouts (docs/development.md). DENORM_TEST_BROKERS set
+# by the caller points every test at one broker instead.
 tests=0
-cargo nextest run --release --features failpoints --no-fail-fast "$@" || tests=$?
+TMPDIR="$state/tmp" cargo nextest run --release --features failpoints --no-fail-fast "$@" || tests=$?
 phase "tests (nextest)"
 report
 [ "$chart" = 0 ] || echo "the chart checks failed (scripts/check-chart.py, above)" >&2

@@ -1,6 +1,6 @@
 //! The integration tests, one binary (one link instead of one per file),
-//! one module per area. Most run against the suite's real servers: the
-//! tansu broker (`DENORM_TEST_BROKERS`) and the Elasticsearch-API server
+//! one module per area. Most run against real servers: a tansu broker of
+//! their own (or `DENORM_TEST_BROKERS`) and the Elasticsearch-API server
 //! (`DENORM_ES_URL`) that `scripts/test.sh` starts; `common` holds the
 //! shared helpers (worker processes, produce/wait/dump, `eventually`).
 

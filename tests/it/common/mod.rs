@@ -54,8 +54,10 @@ pub fn wait_listening(name: &str, port: u16) {
     eventually(Duration::from_secs(30), || format!("{name} did not listen on port {port}"), || TcpStream::connect(("127.0.0.1", port)).ok());
 }
 
-/// The broker of this test: `DENORM_TEST_BROKERS` (set by scripts/test.sh),
-/// or a private tansu started from the cached install.
+/// The broker of this test: `DENORM_TEST_BROKERS` (one broker for every
+/// test, a cluster of yours), or else a private tansu started from the
+/// cached install, as scripts/test.sh runs the suite: a fresh SQLite
+/// database per test keeps tansu fast (docs/development.md).
 pub struct Broker {
     pub brokers: String,
     private: Option<Private>,
@@ -179,7 +181,7 @@ pub struct Rig {
 }
 
 impl Rig {
-    /// On the shared broker.
+    /// On the test's broker (`broker()`).
     pub fn new(partitions: i32) -> Rig {
         Rig::on(broker(), partitions)
     }
@@ -192,7 +194,7 @@ impl Rig {
         Rig { broker, cfg, group: unique("g"), index: dir.path().join("index"), faults, dir, _es: None }
     }
 
-    /// On the shared broker, with the Elasticsearch-API server of the suite
+    /// On the test's broker, with the Elasticsearch-API server of the suite
     /// as the index (under this test's own prefix).
     pub fn elastic(partitions: i32) -> Rig {
         Rig::elastic_on(broker(), partitions)
