@@ -1,6 +1,7 @@
 //! Kafka plumbing shared by the producer, the worker and the operator
 //! commands: client configuration, topic creation, consumer-group lag.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -319,7 +320,7 @@ pub fn wait_until_applied(
     timeout: Duration,
     mut progress: impl FnMut(&LagReport),
 ) -> Result<LagReport, WaitError> {
-    wait_on_lag(cfg, group, timeout, Duration::from_millis(200), |r| {
+    wait_on_lag(cfg, group, timeout, Duration::from_millis(50), |r| {
         progress(r);
         let end: i64 = r.partitions.iter().map(|p| p.end).sum();
         r.total == 0 && end >= min_end
@@ -329,30 +330,76 @@ pub fn wait_until_applied(
 /// Read-your-writes: waits until `group` has applied every one of
 /// `deliveries` (its committed offset of each partition passes the
 /// delivered offset). Blocking.
+///
+/// One client, made once, asks the group's coordinator for the committed
+/// offsets of the partitions concerned every 10 ms (one request; no
+/// watermarks, no metadata): it used to make a client and read the lag of
+/// every partition each 100 ms, which cost more than the wait itself.
 pub fn wait_for_deliveries(
     cfg: &KafkaConfig,
     group: &str,
     deliveries: &[crate::command::LogPosition],
     timeout: Duration,
 ) -> Result<(), WaitError> {
-    let mut need: std::collections::BTreeMap<i32, i64> = std::collections::BTreeMap::new();
+    use crate::retry::{poll_until, Polled};
+    let need = awaited(deliveries);
+    if need.is_empty() {
+        return Ok(());
+    }
+    let consumer = group_client(cfg, group).map_err(WaitError::Kafka)?;
+    let mut tpl = TopicPartitionList::new();
+    for p in need.keys() {
+        tpl.add_partition(&cfg.topic, *p);
+    }
+    let mut error = None;
+    let polled = poll_until(timeout, Duration::from_millis(10), || {
+        let left = REQUEST_TIMEOUT.min(timeout);
+        match consumer.committed_offsets(tpl.clone(), left) {
+            Ok(committed) => {
+                let at: BTreeMap<i32, i64> = need
+                    .keys()
+                    .map(|p| (*p, match committed.find_partition(&cfg.topic, *p).map(|e| e.offset()) {
+                        Some(Offset::Offset(o)) => o,
+                        _ => 0,
+                    }))
+                    .collect();
+                match lagging(&need, &at).is_empty() {
+                    true => Polled::Done(()),
+                    false => Polled::NotYet(at),
+                }
+            }
+            Err(e) => {
+                error = Some(KafkaSetupError::from(e));
+                Polled::Unknown
+            }
+        }
+    });
+    match polled {
+        Ok(()) => Ok(()),
+        Err(Some(at)) => Err(WaitError::Behind(lagging(&need, &at))),
+        Err(None) => Err(error.map_or(WaitError::Timeout(None), WaitError::Kafka)),
+    }
+}
+
+/// Per partition, the highest of `deliveries`' offsets.
+fn awaited(deliveries: &[crate::command::LogPosition]) -> BTreeMap<i32, i64> {
+    let mut need = BTreeMap::new();
     for d in deliveries {
         let e = need.entry(d.partition).or_insert(d.offset);
         *e = (*e).max(d.offset);
     }
-    let applied = |r: &LagReport, p: i32, o: i64| r.partitions.iter().any(|x| x.partition == p && x.committed > o);
-    match wait_on_lag(cfg, group, timeout, Duration::from_millis(100), |r| need.iter().all(|(p, o)| applied(r, *p, *o))) {
-        Ok(_) => Ok(()),
-        Err(WaitError::Timeout(Some(r))) => {
-            let behind = need
-                .iter()
-                .filter(|(p, o)| !applied(&r, **p, **o))
-                .map(|(p, o)| (*p, r.partitions.iter().find(|x| x.partition == *p).map_or(-1, |x| x.committed), *o))
-                .collect();
-            Err(WaitError::Behind(behind))
-        }
-        Err(e) => Err(e),
-    }
+    need
+}
+
+/// The partitions whose committed offset (`at`; 0 when none) has not passed
+/// the awaited offset: (partition, committed, awaited).
+fn lagging(need: &BTreeMap<i32, i64>, at: &BTreeMap<i32, i64>) -> Vec<(i32, i64, i64)> {
+    need.iter()
+        .filter_map(|(p, o)| {
+            let committed = at.get(p).copied().unwrap_or(0);
+            (committed <= *o).then_some((*p, committed, *o))
+        })
+        .collect()
 }
 
 /// Reads the group's lag every `every` until `done` says so or `timeout`
@@ -360,8 +407,12 @@ pub fn wait_for_deliveries(
 /// report was ever read.
 fn wait_on_lag(cfg: &KafkaConfig, group: &str, timeout: Duration, every: Duration, mut done: impl FnMut(&LagReport) -> bool) -> Result<LagReport, WaitError> {
     use crate::retry::{poll_until, Polled};
+    // One client and one look at the partitions for the whole wait (a new
+    // client each time cost more than the requests).
+    let consumer = group_client(cfg, group).map_err(WaitError::Kafka)?;
+    let partitions = cfg.topic_partitions().map_err(WaitError::Kafka)?.ok_or_else(|| WaitError::Kafka(KafkaSetupError::MissingTopic(cfg.topic.clone())))?;
     let mut error = None;
-    poll_until(timeout, every, || match group_lag(cfg, group) {
+    poll_until(timeout, every, || match lag_of(&consumer, &cfg.topic, partitions, REQUEST_TIMEOUT) {
         Ok(r) if done(&r) => Polled::Done(r),
         Ok(r) => Polled::NotYet(r),
         Err(e) => {
@@ -467,6 +518,23 @@ mod tests {
         assert!(msg.contains("partition 4: 3 unapplied"), "{msg}");
         assert!(!msg.contains("partition 0"), "{msg}");
         assert!(super::WaitError::Timeout(None).to_string().contains("no lag report"));
+    }
+
+    #[test]
+    fn read_your_writes_waits_for_the_highest_delivery_of_each_partition() {
+        use crate::command::LogPosition;
+        let at = |partition, offset| LogPosition { partition, offset };
+        let need = super::awaited(&[at(0, 4), at(2, 9), at(0, 7)]);
+        assert_eq!(need.into_iter().collect::<Vec<_>>(), vec![(0, 7), (2, 9)]);
+        let need = super::awaited(&[at(0, 7), at(2, 9)]);
+        // Committed 8 on partition 0 (offset 7 applied); nothing on 2.
+        let committed = [(0, 8)].into_iter().collect();
+        assert_eq!(super::lagging(&need, &committed), vec![(2, 0, 9)]);
+        let committed = [(0, 7), (2, 10)].into_iter().collect();
+        assert_eq!(super::lagging(&need, &committed), vec![(0, 7, 7)], "committed 7: offset 7 not applied yet");
+        let msg = super::WaitError::Behind(super::lagging(&need, &committed)).to_string();
+        assert!(msg.contains("partition 0 applied up to offset 6 (waiting for 7)"), "{msg}");
+        assert!(super::lagging(&need, &[(0, 8), (2, 10)].into_iter().collect()).is_empty());
     }
 
     #[test]
