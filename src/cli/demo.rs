@@ -83,8 +83,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     let mut workers = Vec::new();
     let mut stats = Vec::new();
     for _ in 0..2 {
-        let mut cfg = WorkerConfig::new(kafka.clone(), group.clone());
-        cfg.commit_interval = Duration::from_millis(200);
+        let cfg = WorkerConfig::new(kafka.clone(), group.clone());
         let s = Arc::new(Stats::default());
         stats.push(s.clone());
         let stop = shutdown.clone();

@@ -82,7 +82,8 @@ pub struct RunArgs {
     /// Largest message payload accepted, in bytes; larger ones are rejected
     #[arg(long, env = "DENORM_MAX_MESSAGE_BYTES", default_value_t = defaults::MAX_MESSAGE_BYTES)]
     max_message_bytes: usize,
-    /// How often durable progress is committed to Kafka, in milliseconds
+    /// Least time between two offset commits to Kafka, in milliseconds: durable progress is
+    /// committed as soon as this allows (read-your-writes waits for it)
     #[arg(long, env = "DENORM_COMMIT_INTERVAL_MS", default_value_t = defaults::COMMIT_INTERVAL_MS)]
     commit_interval_ms: u64,
     /// Dead-letter topic for aborted and parked commands [default: <topic>.dlq]

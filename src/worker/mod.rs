@@ -233,7 +233,9 @@ pub fn run(
     let mut last_settle = Instant::now();
     while !shutdown.load(Ordering::SeqCst) {
         health.beat();
-        let polled = consumer.poll(Duration::from_millis(50));
+        // Short, so that progress an applier publishes is committed within
+        // a few milliseconds (`commit_interval`) even with nothing to read.
+        let polled = consumer.poll(Duration::from_millis(5));
         let ctx = consumer.context();
         let msg = match polled {
             Some(Ok(msg)) => Some((msg.partition(), Feed::Message(Record::of(&msg)))),
@@ -264,14 +266,17 @@ pub fn run(
         }
         seek_as_asked(&consumer, &topic);
         // Not for every message: answers come at most once per commit.
-        if last_settle.elapsed() >= Duration::from_millis(20) {
+        if last_settle.elapsed() >= Duration::from_millis(5) {
             last_settle = Instant::now();
             ctx.settle_commits();
         }
         if ctx.fatal.lock().expect("fatal lock").is_some() {
             break;
         }
-        if last_commit.elapsed() >= commit_interval {
+        // One periodic commit in flight at a time: until it is answered,
+        // the group's offset is not known to have moved, and the same
+        // offsets would be sent again.
+        if last_commit.elapsed() >= commit_interval && ctx.commits_in_flight() == 0 {
             last_commit = Instant::now();
             // `committed` moves when the broker confirms (commit_callback).
             let offsets: Vec<(i32, i64)> = {

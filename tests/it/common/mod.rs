@@ -400,7 +400,7 @@ impl Worker {
             .args(["--brokers", &cfg.brokers, "--topic", &cfg.topic, "--group", group])
             .arg("--index")
             .arg(index)
-            .args(["--partitions", &cfg.partitions.to_string(), "run", "--commit-interval-ms", "100"])
+            .args(["--partitions", &cfg.partitions.to_string(), "run"])
             // Port 0: the worker binds a free port itself and logs it (a
             // port picked here could be taken, by another test's
             // connection, before the worker binds it).
@@ -573,15 +573,29 @@ pub fn wait_ready_status(worker: &Worker, want: &str) -> String {
 /// decode, a poison, changes nothing): (model, cross-key renames that moved
 /// files, those in several messages).
 pub fn model_of_topic(cfg: &KafkaConfig) -> (Model, usize, usize) {
-    let (logs, _) = kafka::read_topic_decodable(cfg, &denorm::codec::Codec::new()).unwrap();
-    let (m, moves) = model::serialized(&logs).unwrap();
+    model_of_logs(&read_decodable(cfg))
+}
+
+/// [`model_of_topic`] of logs read already.
+pub fn model_of_logs(logs: &[Vec<(i64, denorm::codec::Decoded)>]) -> (Model, usize, usize) {
+    let (m, moves) = model::serialized(logs).unwrap();
     (m, moves.arrived, moves.chunked)
+}
+
+/// Every message of the topic that decodes, partition by partition.
+pub fn read_decodable(cfg: &KafkaConfig) -> Vec<Vec<(i64, denorm::codec::Decoded)>> {
+    kafka::read_topic_decodable(cfg, &denorm::codec::Codec::new()).unwrap().0
 }
 
 /// Asserts that the index equals [`model_of_topic`]; returns its move
 /// counts.
 pub fn assert_matches_topic_model(cfg: &KafkaConfig, index: &Path) -> (usize, usize) {
-    let (m, moves, chunked) = model_of_topic(cfg);
+    assert_matches_model_of_logs(&read_decodable(cfg), index)
+}
+
+/// [`assert_matches_topic_model`] of logs read already.
+pub fn assert_matches_model_of_logs(logs: &[Vec<(i64, denorm::codec::Decoded)>], index: &Path) -> (usize, usize) {
+    let (m, moves, chunked) = model_of_logs(logs);
     let diffs = model::diff(m.docs(), dump(index), 20);
     assert!(diffs.is_empty(), "index differs from the model:\n{}", diffs.join("\n"));
     (moves, chunked)
