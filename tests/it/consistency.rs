@@ -236,6 +236,7 @@ fn by_id(docs: Vec<Doc>) -> BTreeMap<(Kind, String), Doc> {
 
 fn run(seed: u64) {
     eprintln!("consistency seed: {seed} (again with DENORM_CONSISTENCY_SEED={seed})");
+    let started = std::time::Instant::now();
     let r = Rig::new(6);
     // Static membership: a restarted worker takes its partitions back at
     // once instead of waiting out its predecessor's session.
@@ -319,19 +320,22 @@ fn run(seed: u64) {
     assert!(log.iter().any(|(_, c)| matches!(c, Command::RenamePath { .. })), "the workload renames nothing");
     // The fix, then the release of both keys.
     r.off_fault("index.reject-commit");
+    let produced = started.elapsed().as_secs_f64();
     let (parked, replayed) = release(&r, &operator);
     wait_applied_by(&r.cfg, &r.group, log.len(), &[&worker]);
     assert_eq!(r.dlq_count()["total"], 0, "letters open after the release");
     drop(worker);
-    operator.refused_inside_its_move(&r.cfg);
+    let logs = read_decodable(&r.cfg);
+    operator.refused_inside_its_move(&logs);
     let renames = log.iter().filter(|(_, c)| matches!(c, Command::RenamePath { .. })).count();
     let cross = log.iter().filter(|(_, c)| c.destination_key().is_some()).count();
     let owner_changes = |file: bool| log.iter().filter(|(_, c)| c.previous_key().is_some() && matches!(c, Command::UpsertFile { .. }) == file).count();
     let (file_owners, post_owners) = (owner_changes(true), owner_changes(false));
-    let (moves, chunked) = assert_matches_topic_model(&r.cfg, &r.index);
+    let (moves, chunked) = assert_matches_model_of_logs(&logs, &r.index);
     eprintln!(
-        "seed {seed}: {} commands from {PRODUCERS} producers ({renames} renames, {cross} of them across trees, {moves} of which moved files, {chunked} in several messages; {file_owners} files and {post_owners} posts changed owner), {kills} kills, a second worker joined and left; a poison parked {parked} commands until released, a refusal inside a move",
-        log.len()
+        "seed {seed}: {} commands from {PRODUCERS} producers ({renames} renames, {cross} of them across trees, {moves} of which moved files, {chunked} in several messages; {file_owners} files and {post_owners} posts changed owner), {kills} kills, a second worker joined and left; a poison parked {parked} commands until released, a refusal inside a move; produced in {produced:.1}s, released and checked by {:.1}s",
+        log.len(),
+        started.elapsed().as_secs_f64()
     );
     assert!(moves > 0, "no cross-key rename moved anything");
     assert!(file_owners > 0 && post_owners > 0, "no owner change of a file or of a post");
@@ -411,8 +415,7 @@ impl Operated {
     /// Asserts that the refused command lies between the chunks of its
     /// move in the destination's log: after one that is not the last,
     /// before the last.
-    fn refused_inside_its_move(&self, cfg: &KafkaConfig) {
-        let (logs, _) = denorm::kafka::read_topic_decodable(cfg, &denorm::codec::Codec::new()).unwrap();
+    fn refused_inside_its_move(&self, logs: &[Vec<(i64, Decoded)>]) {
         let chunks: Vec<(i64, bool)> = logs[self.refused.partition as usize]
             .iter()
             .filter_map(|(o, m)| match m {

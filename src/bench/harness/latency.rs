@@ -9,8 +9,11 @@ use anyhow::bail;
 use serde_json::json;
 
 use super::Row;
+use crate::command::Command;
 use crate::index::embedded::EmbeddedIndex;
 use crate::index::Kind;
+use crate::kafka::KafkaConfig;
+use crate::produce::Producer;
 
 impl Latency {
     /// The latency rows of the table, and the results' `latency`.
@@ -34,6 +37,112 @@ impl Latency {
         ));
         results.insert("latency".into(), json!({"rate": rate, "commands": self.n, "p50_ms": self.p50, "p90_ms": self.p90, "p99_ms": self.p99, "max_ms": self.max, "achieved_rate": self.achieved_rate, "produce_ack_p50_ms": self.ack_p50, "produce_ack_p99_ms": self.ack_p99, "plain_consumer_p50_ms": self.plain_p50, "plain_consumer_p99_ms": self.plain_p99, "added_p50_ms": self.own_p50, "added_p99_ms": self.own_p99}));
     }
+}
+
+/// `denorm produce --wait` as its caller sees it, per command: the
+/// producer's acknowledgement, the document searchable, the wait returned.
+pub(super) struct ReadYourWrites {
+    n: usize,
+    ack: Vec<f64>,
+    /// Produce -> the wait returned, milliseconds.
+    returned: Vec<f64>,
+    /// Searchable -> the wait returned, milliseconds: what the wait adds.
+    after_searchable: Vec<f64>,
+    /// The broker's part, measured beside: a plain client's offset commit
+    /// until it reads the offset back, milliseconds.
+    broker_commit: Vec<f64>,
+}
+
+impl ReadYourWrites {
+    pub(super) fn report(mut self, rows: &mut Vec<Row>, results: &mut serde_json::Map<String, serde_json::Value>) {
+        let (a50, a99) = (quantile(&mut self.ack, 0.5), quantile(&mut self.ack, 0.99));
+        let (r50, r99) = (quantile(&mut self.returned, 0.5), quantile(&mut self.returned, 0.99));
+        let (s50, s99) = (quantile(&mut self.after_searchable, 0.5), quantile(&mut self.after_searchable, 0.99));
+        rows.push(Row::new(
+            format!("read-your-writes, {} commands one at a time: produce -> wait returned, p50 / p99", self.n),
+            format!("{r50:.1} / {r99:.1} ms"),
+            format!("producer ack p50 / p99 {a50:.1} / {a99:.1} ms"),
+            None,
+            "",
+        ));
+        let (b50, b99) = (quantile(&mut self.broker_commit, 0.5), quantile(&mut self.broker_commit, 0.99));
+        rows.push(Row::new(
+            "  of which after the document was searchable: p50 / p99",
+            format!("{s50:.1} / {s99:.1} ms"),
+            format!("broker: offset commit -> read back p50 / p99 {b50:.1} / {b99:.1} ms"),
+            None,
+            "p99 <= 100 ms",
+        ));
+        results.insert(
+            "read_your_writes".into(),
+            json!({"commands": self.n, "produce_ack_p50_ms": a50, "produce_ack_p99_ms": a99, "returned_p50_ms": r50, "returned_p99_ms": r99, "after_searchable_p50_ms": s50, "after_searchable_p99_ms": s99,
+                   "broker_commit_p50_ms": b50, "broker_commit_p99_ms": b99}),
+        );
+    }
+}
+
+/// The `p` quantile of `v` (sorted here); NaN when empty.
+pub(super) fn quantile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(((v.len().max(1) - 1) as f64 * p).round() as usize).copied().unwrap_or(f64::NAN)
+}
+
+/// Sends `n` commands one at a time, each followed by the read-your-writes
+/// wait `denorm produce --wait` makes ([`crate::kafka::wait_for_deliveries`])
+/// for `group`, while `probe` finds when each document is searchable.
+pub(super) async fn read_your_writes(kafka: &KafkaConfig, group: &str, producer: &Producer, probe: Probe, every: Duration, n: u64, timeout: Duration) -> anyhow::Result<ReadYourWrites> {
+    let (tx, rx) = mpsc::channel::<(String, Instant)>();
+    let watcher = std::thread::spawn(move || watch(probe, every, rx, timeout));
+    let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1000.0;
+    let mut times = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let id = format!("ryw{i}");
+        let cmd = Command::UpsertFile { id: id.clone(), path: format!("/ryw/file{i}.txt"), contents: format!("read your writes {i}"), previous_path: None };
+        let sent = Instant::now();
+        tx.send((id.clone(), sent)).ok();
+        let d = producer.send(cmd).await?;
+        let acked = Instant::now();
+        let (k, g) = (kafka.clone(), group.to_string());
+        tokio::task::spawn_blocking(move || crate::kafka::wait_for_deliveries(&k, &g, &[d], timeout)).await??;
+        times.push((id, sent, acked, Instant::now()));
+    }
+    drop(tx);
+    let searchable = tokio::task::spawn_blocking(move || watcher.join()).await?.map_err(|_| anyhow::anyhow!("read-your-writes watcher panicked"))??;
+    let k = kafka.clone();
+    let broker_commit = tokio::task::spawn_blocking(move || commit_round_trips(&k, 50)).await??;
+    let mut out = ReadYourWrites { n: times.len(), ack: Vec::new(), returned: Vec::new(), after_searchable: Vec::new(), broker_commit };
+    for (id, sent, acked, returned) in times {
+        out.ack.push(ms(sent, acked));
+        out.returned.push(ms(sent, returned));
+        out.after_searchable.push(ms(searchable[&id], returned));
+    }
+    Ok(out)
+}
+
+/// The broker's part of read-your-writes, `n` times: a plain client of a
+/// group of its own commits an offset and reads it back (what
+/// [`crate::kafka::wait_for_deliveries`] waits on), milliseconds.
+fn commit_round_trips(kafka: &KafkaConfig, n: i64) -> anyhow::Result<Vec<f64>> {
+    use rdkafka::consumer::{CommitMode, Consumer};
+    let c = crate::kafka::group_client(kafka, &format!("denorm-bench-commit-{}", uuid::Uuid::new_v4().simple()))?;
+    let mut out = Vec::new();
+    for offset in 1..=n {
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(&kafka.topic, 0, rdkafka::Offset::Offset(offset))?;
+        let start = Instant::now();
+        c.commit(&tpl, CommitMode::Sync)?;
+        loop {
+            let got = c.committed_offsets(tpl.clone(), crate::kafka::REQUEST_TIMEOUT)?;
+            if got.find_partition(&kafka.topic, 0).map(|e| e.offset()) == Some(rdkafka::Offset::Offset(offset)) {
+                break;
+            }
+            if start.elapsed() > crate::kafka::REQUEST_TIMEOUT {
+                bail!("a committed offset was not read back within {:?}", crate::kafka::REQUEST_TIMEOUT);
+            }
+        }
+        out.push(start.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok(out)
 }
 
 pub(super) struct Latency {

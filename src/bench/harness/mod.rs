@@ -35,6 +35,9 @@ use table::{mb, per_sec, phase, print_table, Row};
 use latency::{embedded_probe, watch, Latency, Probe};
 use worker::Worker;
 
+/// Commands of the read-your-writes series (one at a time).
+const READ_YOUR_WRITES: u64 = 200;
+
 /// Writer memory of the baselines: `denorm run`'s default per shard.
 const MEMORY_BUDGET: usize = 64 << 20;
 
@@ -331,6 +334,10 @@ async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
         ));
         let l = b.latency(Producer::new(&b.kafka)?, &index_dir).await?;
         l.report(a.latency_rate, &mut rows, &mut results);
+        phase("latency: read-your-writes, one command at a time as `denorm produce --wait` sends it");
+        let (probe, every) = b.probe(&index_dir)?;
+        let r = latency::read_your_writes(&b.kafka, &group, &producer, probe, every, READ_YOUR_WRITES, b.timeout).await?;
+        r.report(&mut rows, &mut results);
     }
     worker.stop().await?;
     b.finish(&rows, results)
@@ -577,17 +584,22 @@ impl Bench<'_> {
         }
     }
 
+    /// What looks for documents in the index, and how often: a search
+    /// request per look on Elasticsearch every 10 ms, so that the looking
+    /// does not load the server it measures.
+    fn probe(&self, index_dir: &Path) -> anyhow::Result<(Probe, Duration)> {
+        Ok(match &self.es {
+            Some(es) => (elastic::probe(es.clone()), Duration::from_millis(10)),
+            None => (embedded_probe(EmbeddedIndex::open_existing(index_dir)?)?, Duration::from_millis(1)),
+        })
+    }
+
     /// Produces at a steady rate while a watcher thread polls the index for
     /// each command's document.
     async fn latency(&self, producer: Producer, index_dir: &Path) -> anyhow::Result<Latency> {
         let (rate, n) = (self.a.latency_rate, self.a.latency_rate * self.a.latency_secs);
         let (tx, rx) = mpsc::channel::<(String, Instant)>();
-        // A search request per look on Elasticsearch: every 10 ms, so that
-        // the looking does not load the server it measures.
-        let (probe, every) = match &self.es {
-            Some(es) => (elastic::probe(es.clone()), Duration::from_millis(10)),
-            None => (embedded_probe(EmbeddedIndex::open_existing(index_dir)?)?, Duration::from_millis(1)),
-        };
+        let (probe, every) = self.probe(index_dir)?;
         let timeout = self.timeout;
         let watcher = std::thread::spawn(move || watch(probe, every, rx, timeout));
         // The baseline: a plain consumer of the same messages, alongside.
@@ -654,10 +666,7 @@ impl Bench<'_> {
             }
         }
         let ms = &mut all;
-        let q = |v: &mut Vec<f64>, p: f64| {
-            v.sort_by(f64::total_cmp);
-            v.get(((v.len().max(1) - 1) as f64 * p).round() as usize).copied().unwrap_or(f64::NAN)
-        };
+        let q = |v: &mut Vec<f64>, p: f64| latency::quantile(v, p);
         Ok(Latency {
             n: ms.len(),
             p50: q(ms, 0.5),
