@@ -352,10 +352,20 @@ pub fn wait_for_deliveries(
         tpl.add_partition(&cfg.topic, *p);
     }
     let mut error = None;
+    let deadline = std::time::Instant::now() + timeout;
+    let mut answered = false;
     let polled = poll_until(timeout, Duration::from_millis(10), || {
-        let left = REQUEST_TIMEOUT.min(timeout);
+        // The first read may take the whole request timeout (a group's
+        // coordinator answers its first request in about a second): the
+        // wait then ends with where the group stands, not a bare timeout.
+        // Later reads stop at the deadline.
+        let left = match answered {
+            false => REQUEST_TIMEOUT,
+            true => REQUEST_TIMEOUT.min(deadline.saturating_duration_since(std::time::Instant::now())),
+        };
         match consumer.committed_offsets(tpl.clone(), left) {
             Ok(committed) => {
+                answered = true;
                 let at: BTreeMap<i32, i64> = need
                     .keys()
                     .map(|p| (*p, match committed.find_partition(&cfg.topic, *p).map(|e| e.offset()) {
