@@ -37,6 +37,8 @@ pub const OWNER_CONFLICTS: &str = "denorm_owner_conflicts";
 pub const TAKEOVERS_WAITING: &str = "denorm_takeovers_waiting";
 pub const TAKEOVER_WAITS_TOTAL: &str = "denorm_takeover_waits_total";
 pub const OWNER_CONFLICTS_TOTAL: &str = "denorm_owner_conflicts_total";
+pub const WAITING_COMMANDS: &str = "denorm_partition_waiting_commands";
+pub const OLDEST_UNFINISHED_SECONDS: &str = "denorm_partition_oldest_unfinished_seconds";
 
 /// Every metric name above (the dashboard check reads this).
 pub const ALL: &[&str] = &[
@@ -72,6 +74,8 @@ pub const ALL: &[&str] = &[
     OWNER_CONFLICTS_TOTAL,
     TAKEOVERS_WAITING,
     TAKEOVER_WAITS_TOTAL,
+    WAITING_COMMANDS,
+    OLDEST_UNFINISHED_SECONDS,
 ];
 
 /// Names that are histograms (exported as `_bucket`, `_sum`, `_count`).
@@ -131,6 +135,8 @@ fn describe() {
     describe_counter!(TAKEOVER_WAITS_TOTAL, Unit::Count, "Take-overs that had to wait for the partition their documents leave (see denorm_takeovers_waiting).");
     describe_gauge!(OWNER_CONFLICTS, Unit::Count, "Embedded index: documents held under more than one key in two owner audits in a row (an owner change sent without its explicit form).");
     describe_counter!(OWNER_CONFLICTS_TOTAL, Unit::Count, "Commands not applied because another key's partition holds their document (an owner change sent without its explicit form, a delete naming the wrong key, or a write of a key the document left, redelivered or replayed): any write on Elasticsearch, a delete on the embedded index.");
+    describe_gauge!(WAITING_COMMANDS, Unit::Count, "Messages fetched for the partition that wait for its applier (queued, or held while the partition is paused), not counting the one being applied.");
+    describe_gauge!(OLDEST_UNFINISHED_SECONDS, Unit::Seconds, "How long the partition's applier has been at the command it is applying (its fan-out, retries and commit included); 0 when idle. With denorm_partition_waiting_commands above 0, every other key of the partition waits behind that command.");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");
 }
 

@@ -484,22 +484,22 @@ fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<(i32, Feed)>) -> bo
     }
     let mut ended = false;
     for (p, part) in parts.iter_mut() {
-        while part.queued.load(Ordering::SeqCst) < limit {
+        while part.queued.bytes() < limit {
             let Some(feed) = part.pending.pop_front() else { break };
             let size = match &feed {
-                Feed::Message(m) => applier::queued_size(m),
-                _ => 0,
+                Feed::Message(m) => Some(applier::queued_size(m)),
+                _ => None,
             };
-            part.queued.fetch_add(size, Ordering::SeqCst);
+            size.inspect(|s| part.queued.add(*s));
             if let Err(std::sync::mpsc::SendError(feed)) = part.tx.send(feed) {
                 // The applier has ended; the partition is drained below.
-                part.queued.fetch_sub(size, Ordering::SeqCst);
+                size.inspect(|s| part.queued.take(*s));
                 part.pending.push_front(feed);
                 break;
             }
         }
         let want_paused = if part.paused {
-            !part.pending.is_empty() || part.queued.load(Ordering::SeqCst) > limit / 2
+            !part.pending.is_empty() || part.queued.bytes() > limit / 2
         } else {
             !part.pending.is_empty()
         };
@@ -509,7 +509,7 @@ fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<(i32, Feed)>) -> bo
             let done = if want_paused { consumer.pause(&tpl) } else { consumer.resume(&tpl) };
             if done.is_ok() {
                 part.paused = want_paused;
-                let queued = part.queued.load(Ordering::SeqCst);
+                let queued = part.queued.bytes();
                 if want_paused {
                     counter!(m::PARTITION_PAUSES_TOTAL).increment(1);
                     debug!(partition = p, queued, pending = part.pending.len(), "partition paused: its queue is full");
@@ -523,8 +523,10 @@ fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<(i32, Feed)>) -> bo
     ended
 }
 
-/// Refreshes `denorm_consumer_lag_messages` for every assigned partition,
-/// from local state only: it runs on the consumer loop, and a request to a
+/// Refreshes `denorm_consumer_lag_messages`, and what waits behind the
+/// command in progress (`denorm_partition_waiting_commands`,
+/// `denorm_partition_oldest_unfinished_seconds`), for every assigned
+/// partition, from local state only: it runs on the consumer loop, and a request to a
 /// busy broker here (watermarks, committed offsets) would stop the loop
 /// from feeding every partition (seen on tansu: 12 watermark requests took
 /// longer than the refresh interval, and the worker routed one message per
@@ -534,8 +536,14 @@ fn update_lag(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
     let ctx = consumer.context();
     let parts = ctx.parts.lock().expect("parts lock");
     let position = consumer.position().ok();
+    let now = crate::clock::now_millis();
     for e in assignment.elements() {
         let p = e.partition();
+        if let Some(part) = parts.get(&p) {
+            let (waiting, busy_for) = occupancy(part, now);
+            gauge!(m::WAITING_COMMANDS, "partition" => p.to_string()).set(waiting as f64);
+            gauge!(m::OLDEST_UNFINISHED_SECONDS, "partition" => p.to_string()).set(busy_for.as_secs_f64());
+        }
         let Some(high) = cached_high_watermark(consumer, topic, p) else { continue };
         // The next offset to apply: what the applier made durable, what was
         // committed, or (before the first message) the fetch position.
@@ -551,6 +559,16 @@ fn update_lag(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
         }
         gauge!(m::CONSUMER_LAG_MESSAGES, "partition" => p.to_string()).set((high - next).max(0) as f64);
     }
+}
+
+/// What waits for a partition's applier (messages queued for it, or held
+/// while the partition is paused) and how long it has been at the message
+/// it is handling (zero when idle), at `now_ms`.
+fn occupancy(part: &Partition, now_ms: i64) -> (usize, Duration) {
+    let held = part.pending.iter().filter(|f| matches!(f, Feed::Message(_))).count();
+    let since = part.busy_since_ms.load(Ordering::SeqCst);
+    let busy_for = if since > 0 { Duration::from_millis((now_ms - since).max(0) as u64) } else { Duration::ZERO };
+    (part.queued.messages() + held, busy_for)
 }
 
 /// The partition's high watermark as of the last fetch response (librdkafka

@@ -323,7 +323,10 @@ fn run(seed: u64) {
     let produced = started.elapsed().as_secs_f64();
     let (parked, replayed) = release(&r, &operator);
     wait_applied_by(&r.cfg, &r.group, log.len(), &[&worker]);
-    assert_eq!(r.dlq_count()["total"], 0, "letters open after the release");
+    if r.dlq_count()["total"] != 0 {
+        let (_, open, _) = r.run(&["dlq", "list", "--json"]);
+        panic!("letters open after the release:\n{open}\nthe current worker's log:\n{}", worker.log());
+    }
     drop(worker);
     let logs = read_decodable(&r.cfg);
     operator.refused_inside_its_move(&logs);

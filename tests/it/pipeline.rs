@@ -451,6 +451,46 @@ fn metrics_health_and_readiness_endpoints() {
     }
 }
 
+/// A command that holds its partition (held at its apply by the fault
+/// point `apply.hold`) shows on the worker's metrics: the other keys'
+/// commands waiting behind it, and how long it has been at it; both go
+/// back to 0 once it is applied.
+#[test]
+fn a_command_holding_its_partition_shows_what_waits_behind_it_and_for_how_long() {
+    holding_shows_on_the_metrics(Rig::new(1));
+}
+
+#[test]
+fn a_command_holding_its_partition_shows_what_waits_behind_it_and_for_how_long_on_elasticsearch() {
+    holding_shows_on_the_metrics(Rig::elastic(1));
+}
+
+fn holding_shows_on_the_metrics(r: Rig) {
+    use denorm::metrics::{OLDEST_UNFINISHED_SECONDS, WAITING_COMMANDS};
+    let w = r.worker(&[]);
+    r.on_fault("apply.hold", "/held\n");
+    let file = |dir: &str| Command::UpsertFile { id: format!("{dir}-1"), path: format!("/{dir}/1.txt"), contents: s("x"), previous_path: None };
+    let log = produce(&r.cfg, vec![file("held"), file("b"), file("c"), file("d")]);
+    let p = [("partition", "0")];
+    let read = || {
+        let m = w.http_get("/metrics").1;
+        let present = m.contains(&format!("{WAITING_COMMANDS}{{")) && m.contains(&format!("{OLDEST_UNFINISHED_SECONDS}{{"));
+        (present, metric(&m, WAITING_COMMANDS, &p), metric(&m, OLDEST_UNFINISHED_SECONDS, &p))
+    };
+    let last = std::cell::Cell::new((false, 0.0, 0.0));
+    let shown = |want: fn(f64, f64) -> bool| {
+        let now = read();
+        last.set(now);
+        (now.0 && want(now.1, now.2)).then_some(())
+    };
+    // The three other keys wait behind the held one, which has been at it
+    // for seconds (the gauges are refreshed every few seconds).
+    eventually(Duration::from_secs(60), || format!("held: (present, waiting, seconds) = {:?}\n{}", last.get(), w.log()), || shown(|waiting, secs| waiting == 3.0 && secs >= 2.0));
+    r.off_fault("apply.hold");
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&w]);
+    eventually(Duration::from_secs(60), || format!("released: (present, waiting, seconds) = {:?}\n{}", last.get(), w.log()), || shown(|waiting, secs| waiting == 0.0 && secs == 0.0));
+}
+
 #[test]
 fn sigterm_during_a_long_fan_out_stops_within_the_bound_and_the_next_worker_finishes() {
     let r = Rig::new(1);

@@ -66,7 +66,7 @@ impl Applier {
                 }
                 Ok(Feed::Message(msg)) => {
                     last_message = Instant::now();
-                    self.queued.fetch_sub(queued_size(&msg), Ordering::SeqCst);
+                    self.queued.take(queued_size(&msg));
                     if !positioned {
                         continue; // fetched from the group's offset, before the seek
                     }
@@ -90,6 +90,7 @@ impl Applier {
                         self.judge(checkpoint, crate::logid::first_after(checkpoint, msg.offset(), fingerprint, self.low.get()))?;
                     }
                     self.lag_seconds.set(age_seconds(&msg));
+                    self.busy_since_ms.store(crate::clock::now_millis().max(1), Ordering::SeqCst);
                     batch.push(msg);
                     let fan_out = match self.handle_last(&mut shard, &mut batch) {
                         Err(Halt::Stopped) => break,
@@ -117,6 +118,7 @@ impl Applier {
                         checkpoint = shard.checkpoint();
                         (positioned, first, deadline) = (self.seek_to(checkpoint), true, None);
                     }
+                    self.busy_since_ms.store(0, Ordering::SeqCst);
                 }
                 Err(RecvTimeoutError::Timeout) if deadline.is_none() => {
                     // Idle with everything committed: nothing is waiting

@@ -84,13 +84,46 @@ pub(crate) enum Feed {
 /// [`Partition::floor`] before the group's offset was read.
 pub(crate) const FLOOR_UNKNOWN: i64 = i64::MIN;
 
+/// The messages in an applier's queue not yet taken by it: their bytes
+/// ([`queued_size`] each, what `--queue-kb` bounds) and their number.
+#[derive(Default)]
+pub(crate) struct Queued {
+    bytes: AtomicUsize,
+    messages: AtomicUsize,
+}
+
+impl Queued {
+    /// A message of `size` bytes was queued.
+    pub fn add(&self, size: usize) {
+        self.bytes.fetch_add(size, Ordering::SeqCst);
+        self.messages.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A message of `size` bytes left the queue.
+    pub fn take(&self, size: usize) {
+        self.bytes.fetch_sub(size, Ordering::SeqCst);
+        self.messages.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::SeqCst)
+    }
+
+    pub fn messages(&self) -> usize {
+        self.messages.load(Ordering::SeqCst)
+    }
+}
+
 /// The consumer thread's handle on one partition's applier.
 pub(crate) struct Partition {
-    /// The applier's queue; its size in bytes is `queued`.
+    /// The applier's queue; what it holds is counted in `queued`.
     pub tx: Sender<Feed>,
-    /// Bytes of the messages in `tx` not yet taken by the applier
-    /// ([`queued_size`] each).
-    pub queued: Arc<AtomicUsize>,
+    /// The messages in `tx` not yet taken by the applier.
+    pub queued: Arc<Queued>,
+    /// When the applier started on the message it is handling now
+    /// (milliseconds since the epoch; 0 while it handles none): what
+    /// `denorm_partition_oldest_unfinished_seconds` reports.
+    pub busy_since_ms: Arc<AtomicI64>,
     pub stop: Arc<AtomicBool>,
     /// Next offset whose predecessors are durably applied (-1: none yet).
     pub next: Arc<AtomicI64>,
@@ -119,8 +152,9 @@ impl Partition {
         let stop = Arc::new(AtomicBool::new(false));
         let next = Arc::new(AtomicI64::new(-1));
         let floor = Arc::new(AtomicI64::new(FLOOR_UNKNOWN));
-        let queued = Arc::new(AtomicUsize::new(0));
-        let (s, n, q, f) = (stop.clone(), next.clone(), queued.clone(), floor.clone());
+        let queued = Arc::new(Queued::default());
+        let busy_since_ms = Arc::new(AtomicI64::new(0));
+        let (s, n, q, f, busy) = (stop.clone(), next.clone(), queued.clone(), floor.clone(), busy_since_ms.clone());
         let commits = shared.cfg.commit_offsets;
         let join = std::thread::Builder::new()
             .name(format!("denorm-p{partition}"))
@@ -134,6 +168,7 @@ impl Partition {
                     floor: f,
                     unpublished: Default::default(),
                     queued: q,
+                    busy_since_ms: busy,
                     lag_seconds,
                     incoming: Default::default(),
                     committed_incoming: Default::default(),
@@ -144,7 +179,7 @@ impl Partition {
                 .run(rx)
             })
             .expect("spawn partition thread");
-        Partition { tx, queued, stop, next, committed: -1, floor, pending: Default::default(), paused: false, commits, join: Some(join) }
+        Partition { tx, queued, busy_since_ms, stop, next, committed: -1, floor, pending: Default::default(), paused: false, commits, join: Some(join) }
     }
 
     /// The offset to commit for the partition, if it moved past what the
@@ -187,7 +222,9 @@ struct Applier {
     /// An offset committed to the index but not published in `next` yet,
     /// until its writes are searchable ([`Shard::searchable`]).
     unpublished: std::cell::Cell<Option<i64>>,
-    queued: Arc<AtomicUsize>,
+    queued: Arc<Queued>,
+    /// See [`Partition::busy_since_ms`].
+    busy_since_ms: Arc<AtomicI64>,
     /// `denorm_consumer_lag_seconds` of this partition, resolved once.
     lag_seconds: metrics::Gauge,
     /// A cross-key move being received.

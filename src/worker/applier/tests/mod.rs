@@ -278,7 +278,7 @@ impl Rig {
                 }
                 match next {
                     Some(r) => {
-                        queued.fetch_add(queued_size(&r), Ordering::SeqCst);
+                        queued.add(queued_size(&r));
                         if tx.send(Feed::Message(r)).is_err() {
                             return;
                         }
