@@ -144,6 +144,12 @@ impl Applier {
         }
         if cmd.is_fan_out() {
             info!(partition, offset = pos, command = cmd.kind(), key = cmd.key(), "fan-out started");
+            // A fan-out's scan reads committed state: the embedded index
+            // commits the batch's earlier writes inside it (Elasticsearch
+            // sends them). Committed here first, a refusal of one of them
+            // is traced to its own command (`Halt::CommitFirst`) instead
+            // of aborting this one.
+            self.commit_before(shard)?;
         }
         let mut retry = self.retrying(Op::Rejected);
         let mut attempts = 0;

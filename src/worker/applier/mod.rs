@@ -299,7 +299,8 @@ pub(crate) enum Halt {
     Moved,
     /// The index refused for good to commit the batch before its last
     /// message (a take-over about to wait, a cross-key rename about to
-    /// write its chunks: see [`Applier::commit_before`]): the batch is
+    /// write its chunks, a fan-out about to scan: see
+    /// [`Applier::commit_before`]): the batch is
     /// committed one message at a time, finding the command at fault.
     CommitFirst(IndexError),
 }

@@ -209,8 +209,9 @@ impl Applier {
     /// Commits what the batch applied so far, before its last message: a
     /// take-over about to wait (another partition may be waiting for this
     /// one's progress), a cross-key rename about to write its chunks (whose
-    /// destination waits for it). A refusal for good is
-    /// [`Halt::CommitFirst`].
+    /// destination waits for it), a fan-out about to scan (which would
+    /// commit them itself, and take the blame for their refusal). A refusal
+    /// for good is [`Halt::CommitFirst`].
     pub(super) fn commit_before(&self, shard: &mut dyn Shard) -> Step<()> {
         match shard.commit() {
             Ok(()) => Ok(()),

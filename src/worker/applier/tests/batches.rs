@@ -114,6 +114,46 @@ fn a_command_the_index_refuses_at_commit_is_isolated_and_the_rest_of_its_batch_a
     }
 }
 
+/// Found by the randomized consistency test: a fan-out's scan reads
+/// committed state, so the embedded index commits the batch's earlier
+/// writes inside it. When that commit was refused for a write of an
+/// earlier command, the fan-out took the blame and was dead-lettered in its
+/// place (a user's profile change, for the operator's refused file).
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
+fn a_refusal_met_by_a_fan_out_is_traced_to_the_earlier_command_of_its_batch() {
+    #[cfg(feature = "failpoints")]
+    {
+        let r = Rig::new(|c| {
+            c.max_attempts = 2;
+            c.commit_linger = Duration::from_secs(600);
+            c.commit_quiet = Duration::from_millis(50);
+        });
+        let faults = tempfile::tempdir().unwrap();
+        fault(faults.path(), "index.reject-commit", "bad\n");
+        r.produce(upsert("f1", "/a/x/f1.txt"));
+        r.produce(upsert("f2", "/a/x/f2.txt"));
+        let bad_at = r.produce(upsert("bad", "/bad/bad.txt"));
+        // In the same batch as the refused write: fan-outs of other keys.
+        r.produce(Command::RenamePath { from: "/a/x".into(), to: "/a/y".into() });
+        r.produce(Command::UpsertUser { id: "u1".into(), name: "Ada".into(), email: "".into(), dob: "1970-01-01".into() });
+        let run = r.start();
+        run.wait_next(5);
+        assert_eq!(run.stop(), 5);
+        assert_eq!(r.letters(), vec![Sent { reason: "index_rejected".into(), origin_offset: bad_at, key: "/bad".into() }]);
+        let mut docs = Vec::new();
+        let search = crate::index::embedded::EmbeddedIndex::open_existing(r.dir.path()).unwrap().search().unwrap();
+        search.dump(&mut |d| docs.push(d)).unwrap();
+        let paths: Vec<String> = docs.iter().filter_map(|d| match d {
+            crate::index::Doc::File(f) => Some(f.full_path()),
+            _ => None,
+        }).collect();
+        assert_eq!(paths.len(), 2, "{docs:?}");
+        assert!(paths.iter().all(|p| p.starts_with("/a/y/")), "the rename was applied: {paths:?}");
+        assert!(docs.iter().any(|d| matches!(d, crate::index::Doc::User(u) if u.name == "Ada")), "the user was applied: {docs:?}");
+    }
+}
+
 #[test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 fn an_aborted_command_parks_its_key_and_the_keys_later_commands_wait_in_the_dead_letter_topic() {
