@@ -78,20 +78,29 @@ fn a_seek_overtaken_by_the_partitions_own_start_is_made_again() {
     assert_eq!(r.docs().len(), 25);
 }
 
+/// A rig whose batches wait to be committed (until the feed goes quiet),
+/// with commits holding a write of document `id` refused (fault point
+/// `index.reject-commit`, on while the directory returned lives).
+#[cfg(feature = "failpoints")]
+fn refusing_commits_of(id: &str) -> (Rig, tempfile::TempDir) {
+    let r = Rig::new(|c| {
+        c.max_attempts = 2;
+        c.commit_linger = Duration::from_secs(600);
+        c.commit_quiet = Duration::from_millis(50);
+    });
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "index.reject-commit", &format!("{id}\n"));
+    (r, faults)
+}
+
 #[test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints")]
 fn a_command_the_index_refuses_at_commit_is_isolated_and_the_rest_of_its_batch_applied() {
     #[cfg(feature = "failpoints")]
     {
-        let r = Rig::new(|c| {
-            c.max_attempts = 2;
-            c.commit_linger = Duration::from_secs(600);
-            c.commit_quiet = Duration::from_millis(50);
-        });
-        let faults = tempfile::tempdir().unwrap();
         // A commit holding a write of "bad" is refused: the batch cannot
         // say which command; the applier commits them one at a time.
-        fault(faults.path(), "index.reject-commit", "bad\n");
+        let (r, _faults) = refusing_commits_of("bad");
         let mut bad_at = 0;
         // "bad" under a key of its own: the key is parked behind it, and
         // the others' commands are applied.
@@ -124,13 +133,7 @@ fn a_command_the_index_refuses_at_commit_is_isolated_and_the_rest_of_its_batch_a
 fn a_refusal_met_by_a_fan_out_is_traced_to_the_earlier_command_of_its_batch() {
     #[cfg(feature = "failpoints")]
     {
-        let r = Rig::new(|c| {
-            c.max_attempts = 2;
-            c.commit_linger = Duration::from_secs(600);
-            c.commit_quiet = Duration::from_millis(50);
-        });
-        let faults = tempfile::tempdir().unwrap();
-        fault(faults.path(), "index.reject-commit", "bad\n");
+        let (r, _faults) = refusing_commits_of("bad");
         r.produce(upsert("f1", "/a/x/f1.txt"));
         r.produce(upsert("f2", "/a/x/f2.txt"));
         let bad_at = r.produce(upsert("bad", "/bad/bad.txt"));
