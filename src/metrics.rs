@@ -39,6 +39,7 @@ pub const TAKEOVER_WAITS_TOTAL: &str = "denorm_takeover_waits_total";
 pub const OWNER_CONFLICTS_TOTAL: &str = "denorm_owner_conflicts_total";
 pub const WAITING_COMMANDS: &str = "denorm_partition_waiting_commands";
 pub const OLDEST_UNFINISHED_SECONDS: &str = "denorm_partition_oldest_unfinished_seconds";
+pub const PARTITION_BUSY_LANES: &str = "denorm_partition_busy_lanes";
 
 /// Every metric name above (the dashboard check reads this).
 pub const ALL: &[&str] = &[
@@ -76,6 +77,7 @@ pub const ALL: &[&str] = &[
     TAKEOVER_WAITS_TOTAL,
     WAITING_COMMANDS,
     OLDEST_UNFINISHED_SECONDS,
+    PARTITION_BUSY_LANES,
 ];
 
 /// Names that are histograms (exported as `_bucket`, `_sum`, `_count`).
@@ -135,8 +137,9 @@ fn describe() {
     describe_counter!(TAKEOVER_WAITS_TOTAL, Unit::Count, "Take-overs that had to wait for the partition their documents leave (see denorm_takeovers_waiting).");
     describe_gauge!(OWNER_CONFLICTS, Unit::Count, "Embedded index: documents held under more than one key in two owner audits in a row (an owner change sent without its explicit form).");
     describe_counter!(OWNER_CONFLICTS_TOTAL, Unit::Count, "Commands not applied because another key's partition holds their document (an owner change sent without its explicit form, a delete naming the wrong key, or a write of a key the document left, redelivered or replayed): any write on Elasticsearch, a delete on the embedded index.");
-    describe_gauge!(WAITING_COMMANDS, Unit::Count, "Messages fetched for the partition that wait for its applier (queued, or held while the partition is paused), not counting the one being applied.");
-    describe_gauge!(OLDEST_UNFINISHED_SECONDS, Unit::Seconds, "How long the partition's applier has been at the command it is applying (its fan-out, retries and commit included); 0 when idle. With denorm_partition_waiting_commands above 0, every other key of the partition waits behind that command.");
+    describe_gauge!(WAITING_COMMANDS, Unit::Count, "Messages fetched for the partition that wait for its applier (queued, waiting in a key's lane behind its fan-out, or held while the partition is paused), not counting those being applied.");
+    describe_gauge!(OLDEST_UNFINISHED_SECONDS, Unit::Seconds, "How long the partition's oldest unfinished command has run (a fan-out in a key lane, or the command being applied, retries and commit included); 0 when idle. With denorm_partition_waiting_commands above 0 and busy lanes at --lanes (or --lanes 1), other keys wait behind it.");
+    describe_gauge!(PARTITION_BUSY_LANES, Unit::Count, "Fan-outs of the partition in progress in key lanes (at most --lanes): each holds up only its own key's later commands.");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");
 }
 

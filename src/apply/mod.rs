@@ -45,16 +45,10 @@ pub fn apply<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, fan_out:
     match cmd {
         Command::UpsertFile { id, path, contents, .. } => upsert(shard, cmd, Doc::File(FileDoc::at(id, path, contents, pos))),
         Command::DeleteFile { id, .. } => delete_guarded(shard, Kind::File, id, pos),
-        Command::RenamePath { from, to } => {
-            fan_out.rewrite(shard, &Scan::FilesWithin { path: from.clone() }, &mut |d| move_file(d, from, to, pos))
-        }
-        Command::UpsertUser { id, name, email, dob } => {
-            // Posts first, the profile last: if this is cut short, the
-            // profile still looks unapplied and a retry finishes the posts.
-            let scan = Scan::PostsOfUserNotNamed { user_id: id.clone(), name: name.clone() };
-            let posts = fan_out.rewrite(shard, &scan, &mut |d| set_author_name(d, name, pos))?;
-            let user = UserDoc { id: id.clone(), name: name.clone(), email: email.clone(), dob: dob.clone(), pos };
-            Ok(posts + put_guarded(shard, Doc::User(user))?)
+        Command::RenamePath { .. } | Command::UpsertUser { .. } => {
+            let scan = fan_out_scan(cmd).expect("a fan-out");
+            let docs = fan_out.rewrite(shard, &scan, &mut |d| fan_out_rule(cmd, pos, d))?;
+            Ok(docs + fan_out_finish(shard, cmd, pos)?)
         }
         Command::UpsertPost { id, user_id, title, body, .. } => {
             let name = match shard.get(Kind::User, user_id)? {
@@ -65,6 +59,41 @@ pub fn apply<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, fan_out:
             upsert(shard, cmd, Doc::Post(PostDoc { id: id.clone(), title: title.clone(), body: body.clone(), user: author, pos }))
         }
         Command::DeletePost { id, .. } => delete_guarded(shard, Kind::Post, id, pos),
+    }
+}
+
+/// What a fan-out command scans ([`Command::is_fan_out`]): a rename's files,
+/// a profile change's posts. Run in one call by [`apply`], or a page at a
+/// time by key lanes: [`fan_out_rule`] for each scanned document, then
+/// [`fan_out_finish`].
+pub fn fan_out_scan(cmd: &Command) -> Option<Scan> {
+    match cmd {
+        Command::RenamePath { from, .. } => Some(Scan::FilesWithin { path: from.clone() }),
+        Command::UpsertUser { id, name, .. } => Some(Scan::PostsOfUserNotNamed { user_id: id.clone(), name: name.clone() }),
+        _ => None,
+    }
+}
+
+/// The new version of a document a fan-out command at `pos` scanned, if it
+/// changes.
+pub fn fan_out_rule(cmd: &Command, pos: u64, doc: &Doc) -> Option<Doc> {
+    match cmd {
+        Command::RenamePath { from, to } => move_file(doc, from, to, pos),
+        Command::UpsertUser { name, .. } => set_author_name(doc, name, pos),
+        _ => None,
+    }
+}
+
+/// What a fan-out command writes once its scan is complete: a profile
+/// change's profile (last: if the command is cut short, the profile still
+/// looks unapplied and a retry finishes the posts).
+pub fn fan_out_finish<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64) -> Result<u64, IndexError> {
+    match cmd {
+        Command::UpsertUser { id, name, email, dob } => {
+            let user = UserDoc { id: id.clone(), name: name.clone(), email: email.clone(), dob: dob.clone(), pos };
+            put_guarded(shard, Doc::User(user))
+        }
+        _ => Ok(0),
     }
 }
 

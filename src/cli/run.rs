@@ -38,6 +38,11 @@ pub struct RunArgs {
     /// index.max_result_window)
     #[arg(long, env = "DENORM_PAGE_SIZE", default_value_t = crate::apply::DEFAULT_PAGE_SIZE)]
     page_size: usize,
+    /// Key lanes per partition: up to this many keys' fan-outs (renames, profile changes) run at
+    /// once, a page at a time, and other keys' commands are applied between their pages instead
+    /// of waiting; a key's own commands wait behind its fan-out. 1: one command at a time
+    #[arg(long, env = "DENORM_LANES", default_value_t = crate::worker::defaults::LANES)]
+    lanes: usize,
     /// Pause after each page of a fan-out, in milliseconds, to throttle rewrites
     #[arg(long, env = "DENORM_FAN_OUT_PAGE_PAUSE_MS", default_value_t = 0)]
     fan_out_page_pause_ms: u64,
@@ -195,6 +200,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.shutdown_timeout = Duration::from_secs(a.shutdown_timeout_secs);
     cfg.shutdown_grace = Duration::from_secs(a.shutdown_grace_secs);
     cfg.max_message_bytes = a.max_message_bytes;
+    cfg.lanes = a.lanes;
     cfg.fan_out = FanOut { page_size: a.page_size, page_pause: Duration::from_millis(a.fan_out_page_pause_ms) };
     cfg.commit_interval = Duration::from_millis(a.commit_interval_ms);
     cfg.dlq_topic = dlq.topic;

@@ -367,6 +367,23 @@ pub trait Shard {
         page_size: usize,
         rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>,
     ) -> Result<u64, IndexError>;
+    /// Starts a fan-out that [`Shard::rewrite_page`] runs a page at a time,
+    /// between other writes of this shard (key lanes: the other keys'
+    /// commands are applied between its pages). Its scan reads a snapshot
+    /// of what is committed now (the caller commits what it wrote first)
+    /// and is not disturbed by later writes or commits. The default runs
+    /// the whole rewrite as one page.
+    fn rewrite_begin(&mut self, scan: &Scan, page_size: usize) -> Result<Pages, IndexError> {
+        Ok(Pages::new(Whole { scan: scan.clone(), page_size }))
+    }
+    /// Rewrites the next page of `pages` (see [`Shard::rewrite`] for
+    /// `rewrite`). Returns the documents written and whether the scan is
+    /// complete. Dropping `pages` before then abandons the fan-out: the
+    /// pages written stay, each guarded by its position.
+    fn rewrite_page(&mut self, pages: &mut Pages, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<(u64, bool), IndexError> {
+        let Whole { scan, page_size } = pages.take::<Whole>().ok_or_else(|| IndexError::Backend("a fan-out's pages of another backend".into()))?;
+        Ok((self.rewrite(&scan, page_size, rewrite)?, true))
+    }
     /// The shard's progress: what its last commit recorded, and what the
     /// next one records ([`progress::ProgressBook`], the same for every
     /// backend).
@@ -412,6 +429,38 @@ pub trait Shard {
     fn searchable(&mut self, _force: bool) -> Result<bool, IndexError> {
         Ok(true)
     }
+}
+
+/// A fan-out in progress ([`Shard::rewrite_begin`]): the backend's cursor
+/// over the snapshot it scans.
+pub struct Pages(Option<Box<dyn std::any::Any>>);
+
+impl Pages {
+    pub fn new<T: 'static>(cursor: T) -> Self {
+        Pages(Some(Box::new(cursor)))
+    }
+
+    /// The cursor, when it is a `T`.
+    pub fn cursor<T: 'static>(&mut self) -> Option<&mut T> {
+        self.0.as_mut()?.downcast_mut()
+    }
+
+    /// The cursor taken out, when it is a `T` (a fan-out run in one page).
+    pub fn take<T: 'static>(&mut self) -> Option<T> {
+        match self.0.take()?.downcast::<T>() {
+            Ok(t) => Some(*t),
+            Err(other) => {
+                self.0 = Some(other);
+                None
+            }
+        }
+    }
+}
+
+/// The cursor of a backend that runs a fan-out as one page.
+struct Whole {
+    scan: Scan,
+    page_size: usize,
 }
 
 /// A shard's durable position in its partition's log: the last offset

@@ -128,6 +128,12 @@ pub struct Parked {
     /// letters again, gets the same.
     #[serde(default = "none")]
     pub last_at: i64,
+    /// Command-topic offset of the message whose abort parked the key (-1:
+    /// not recorded). A message at or before it was handled before the key
+    /// was parked: read again (key lanes record parking ahead of the
+    /// checkpoint), it is not held behind the park.
+    #[serde(default = "none")]
+    pub since: i64,
 }
 
 fn none() -> i64 {
@@ -155,7 +161,7 @@ fn parking_to_json(parking: &Parking) -> serde_json::Value {
     serde_json::Value::Array(
         parking
             .iter()
-            .map(|(k, p)| serde_json::json!({"key": k, "behind": p.behind, "last_dlq": p.last_dlq, "replayed_through": p.replayed_through, "last_at": p.last_at}))
+            .map(|(k, p)| serde_json::json!({"key": k, "behind": p.behind, "last_dlq": p.last_dlq, "replayed_through": p.replayed_through, "last_at": p.last_at, "since": p.since}))
             .collect(),
     )
 }
@@ -196,7 +202,7 @@ mod tests {
     #[test]
     fn progress_has_one_form_and_reads_the_embedded_indexs_older_one() {
         let mut p = Progress { checkpoint: Some(Checkpoint { offset: 41, fingerprint: Some(0xabc) }), ..Default::default() };
-        p.parked.insert("/a.b".into(), Parked { behind: "id-1".into(), last_dlq: 7, replayed_through: -1, last_at: -1 });
+        p.parked.insert("/a.b".into(), Parked { behind: "id-1".into(), last_dlq: 7, replayed_through: -1, last_at: -1, since: -1 });
         p.received.insert(3, 99);
         let v = Value::Object(p.to_json());
         assert_eq!(v["applied"], 41);
@@ -214,7 +220,7 @@ mod tests {
     fn the_book_commits_what_was_marked_and_nothing_twice() {
         let mut book = ProgressBook::new(Progress::default());
         assert!(!book.changed(), "nothing marked");
-        book.parking().insert("k".into(), Parked { behind: "c".into(), last_dlq: 0, replayed_through: -1, last_at: 3 });
+        book.parking().insert("k".into(), Parked { behind: "c".into(), last_dlq: 0, replayed_through: -1, last_at: 3, since: -1 });
         assert!(book.changed());
         book.mark_applied(Checkpoint::new(5, 1));
         assert_eq!(book.marked().checkpoint, Some(Checkpoint::new(5, 1)));
@@ -230,8 +236,8 @@ mod tests {
     #[test]
     fn parking_round_trips_through_json() {
         let mut p = Parking::new();
-        p.insert("/a.b".into(), Parked { behind: "id-1".into(), last_dlq: 7, replayed_through: -1, last_at: 40 });
-        p.insert("u1".into(), Parked { behind: "p3@9".into(), last_dlq: 2, replayed_through: 1, last_at: -1 });
+        p.insert("/a.b".into(), Parked { behind: "id-1".into(), last_dlq: 7, replayed_through: -1, last_at: 40, since: -1 });
+        p.insert("u1".into(), Parked { behind: "p3@9".into(), last_dlq: 2, replayed_through: 1, last_at: -1, since: 5 });
         assert_eq!(parking_from_json(&parking_to_json(&p)), p);
         assert!(parking_from_json(&serde_json::Value::Null).is_empty());
     }

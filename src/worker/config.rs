@@ -24,6 +24,11 @@ pub struct WorkerConfig {
     pub commit_quiet: Duration,
     /// Paging and throttling of fan-outs (default: pages of 1000, no pause).
     pub fan_out: FanOut,
+    /// Key lanes per partition (default 8): up to this many keys' fan-outs
+    /// run at once, a page at a time, with the other keys' commands applied
+    /// between their pages; a key's own commands wait behind its fan-out.
+    /// 1: one command at a time in log order.
+    pub lanes: usize,
     /// Bytes of messages queued per partition for its applier (default
     /// 16 MiB). A partition whose queue is full is paused, and resumed once
     /// the queue is down to half: pausing makes the client drop what it
@@ -112,6 +117,7 @@ pub enum OnAbort {
 /// `denorm run`'s flags both take them from here.
 pub mod defaults {
     pub const MAX_BATCH: usize = 20_000;
+    pub const LANES: usize = 8;
     pub const COMMIT_LINGER_MS: u64 = 100;
     pub const COMMIT_QUIET_MS: u64 = 5;
     pub const QUEUE_KB: u64 = 16 << 10;
@@ -133,6 +139,7 @@ impl WorkerConfig {
             commit_linger: Duration::from_millis(defaults::COMMIT_LINGER_MS),
             commit_quiet: Duration::from_millis(defaults::COMMIT_QUIET_MS),
             fan_out: FanOut::pages_of(crate::apply::DEFAULT_PAGE_SIZE),
+            lanes: defaults::LANES,
             queue_bytes: (defaults::QUEUE_KB << 10) as usize,
             fetch_buffer_kb: defaults::FETCH_BUFFER_KB as usize,
             commit_interval: Duration::from_millis(defaults::COMMIT_INTERVAL_MS),
@@ -170,6 +177,7 @@ impl WorkerConfig {
         at_least("--max-attempts", self.max_attempts as u128, 1)?;
         at_least("--max-message-bytes", self.max_message_bytes as u128, 1)?;
         at_least("--page-size", self.fan_out.page_size as u128, 1)?;
+        at_least("--lanes", self.lanes as u128, 1)?;
         at_least("--retry-backoff-max-ms", self.retry_backoff_max.as_millis(), 50)?;
         // Kafka's defaults for group.min/max.session.timeout.ms.
         let session = self.session_timeout.as_millis();
@@ -217,6 +225,7 @@ mod tests {
             ("--commit-interval-ms", Box::new(|c| c.commit_interval = Duration::from_millis(1))),
             ("--max-attempts", Box::new(|c| c.max_attempts = 0)),
             ("--page-size", Box::new(|c| c.fan_out.page_size = 0)),
+            ("--lanes", Box::new(|c| c.lanes = 0)),
             ("--session-timeout-ms", Box::new(|c| c.session_timeout = Duration::from_millis(500))),
             ("--session-timeout-ms", Box::new(|c| c.session_timeout = Duration::from_secs(7200))),
             ("--shutdown-grace-secs", Box::new(|c| c.shutdown_grace = Duration::from_secs(5))),

@@ -96,8 +96,8 @@ pub fn hits(response: &Value) -> Vec<Hit> {
 /// `search_after` in `_shard_doc` order (Elasticsearch 7.12 and later;
 /// [`super::setup::check_version`] refuses older clusters).
 /// [`PitScan::close`] must be called on every path.
-pub struct PitScan<'a> {
-    client: &'a Elasticsearch,
+pub struct PitScan {
+    client: Elasticsearch,
     pit: String,
     query: Value,
     sort: Value,
@@ -111,12 +111,12 @@ pub struct PitScan<'a> {
 /// restarts the scan).
 pub const KEEP_ALIVE: &str = "5m";
 
-impl<'a> PitScan<'a> {
-    pub async fn open(client: &'a Elasticsearch, index: &str, query: Value, page: usize) -> Result<PitScan<'a>, ElasticError> {
+impl PitScan {
+    pub async fn open(client: &Elasticsearch, index: &str, query: Value, page: usize) -> Result<PitScan, ElasticError> {
         let r = client.open_point_in_time(OpenPointInTimeParts::Index(&[index])).keep_alive(KEEP_ALIVE).send().await?;
         let v = json_or_status(&format!("opening a point in time on {index}"), r).await?;
         let pit = v["id"].as_str().ok_or_else(|| ElasticError::Transport("point in time response has no id".into()))?.to_string();
-        Ok(PitScan { client, pit, query, sort: json!([{"_shard_doc": "asc"}]), page: page.max(1), after: None, done: false })
+        Ok(PitScan { client: client.clone(), pit, query, sort: json!([{"_shard_doc": "asc"}]), page: page.max(1), after: None, done: false })
     }
 
     /// The same scan with matches best first (`_score`, ties in

@@ -31,9 +31,51 @@ struct PageWrite {
     kinds: HashMap<String, (Kind, u64, Write)>,
 }
 
+/// A fan-out on Elasticsearch in progress ([`Shard::rewrite_begin`]): the
+/// point-in-time scan and the page bulks in flight. Dropped before it is
+/// complete, it aborts its bulks and releases its point in time.
+///
+/// [`Shard::rewrite_begin`]: crate::index::Shard::rewrite_begin
+pub(super) struct EsPages {
+    index: String,
+    kind: Kind,
+    query: serde_json::Value,
+    page_size: usize,
+    pit: Option<PitScan>,
+    writing: VecDeque<PageWrite>,
+    restarts: u32,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Drop for EsPages {
+    fn drop(&mut self) {
+        for w in self.writing.drain(..) {
+            w.bulk.abort();
+        }
+        if let Some(pit) = self.pit.take() {
+            self.runtime.spawn(pit.close());
+        }
+    }
+}
+
 impl ElasticShard {
-    /// [`Shard::rewrite`](crate::index::Shard::rewrite) on Elasticsearch.
+    /// [`Shard::rewrite`](crate::index::Shard::rewrite) on Elasticsearch:
+    /// the pages of [`ElasticShard::fan_out_begin`] one after the other.
     pub(super) fn fan_out(&mut self, scan: &Scan, page_size: usize, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
+        let mut pages = self.fan_out_begin(scan, page_size)?;
+        let mut written = 0;
+        loop {
+            let (n, done) = self.fan_out_page(&mut pages, rewrite)?;
+            written += n;
+            if done {
+                return Ok(written);
+            }
+        }
+    }
+
+    /// Starts a fan-out: sends the writes before it, refreshes
+    /// (read-your-writes) and opens the point in time it scans.
+    pub(super) fn fan_out_begin(&mut self, scan: &Scan, page_size: usize) -> Result<EsPages, IndexError> {
         self.flush()?;
         let (kind, query) = scan_query(scan);
         let index = self.target(kind);
@@ -42,76 +84,73 @@ impl ElasticShard {
         let r = b.runtime.block_on(b.client.indices().refresh(IndicesRefreshParts::Index(&[&index])).send()).map_err(ElasticError::from)?;
         // A refresh some shards missed would let the scan miss writes.
         b.runtime.block_on(super::complete_json("refreshing before a fan-out", r))?;
-        let mut written = 0u64;
-        let mut restarts = 0;
-        loop {
-            let mut pit = b.runtime.block_on(PitScan::open(&b.client, &index, query.clone(), page_size))?;
-            // Ok(Some(reason)): the point in time expired part-way.
-            // In flight: each page's bulk, spawned, with what resolving its
-            // conflicts needs. Aborted on every path that leaves early.
-            let mut writing: VecDeque<PageWrite> = VecDeque::new();
-            let result = (|| -> Result<Option<String>, IndexError> {
-                // The next page is read while earlier pages' rewrites are
-                // written, up to FAN_OUT_IN_FLIGHT bulks at once: the point
-                // in time does not see them, and pages hold distinct
-                // documents, so the requests are independent.
-                loop {
-                    let read_started = Instant::now();
-                    let next = b.runtime.block_on(pit.next_page());
-                    let read = read_started.elapsed();
-                    let page = match next {
-                        Ok(page) => page,
-                        Err(ElasticError::ScanExpired(reason)) => {
-                            // What was sent is settled before the scan
-                            // starts again.
-                            while let Some(w) = writing.pop_front() {
-                                written += self.settle_page(w, &mut *rewrite)?;
-                            }
-                            return Ok(Some(reason));
-                        }
-                        Err(e) => return Err(e.into()),
-                    };
-                    if page.is_empty() {
-                        break;
-                    }
-                    let mut ops = Vec::new();
-                    let mut kinds = HashMap::new();
-                    for hit in page {
-                        if let Some(new) = rewrite(&from_source(kind, &hit.source)) {
-                            kinds.insert(format!("{index}/{}", hit.id), (kind, new.pos(), Write::Own));
-                            ops.push(BulkOp::Index { index: index.clone(), id: hit.id, source: self.stamp(to_source(&new)), if_seq_no: hit.seq });
-                        }
-                    }
-                    let client = b.client.clone();
-                    let (limits, policy) = (b.limits, b.policy);
-                    writing.push_back(PageWrite { bulk: b.runtime.spawn(async move { bulk::execute(&client, ops, limits, policy).await }), kinds });
-                    let settle_started = Instant::now();
-                    if writing.len() >= FAN_OUT_IN_FLIGHT {
-                        written += self.settle_page(writing.pop_front().expect("a page in flight"), &mut *rewrite)?;
-                    }
-                    tracing::debug!(index = %index, read_ms = read.as_millis() as u64, waited_for_writes_ms = settle_started.elapsed().as_millis() as u64, written, "fan-out page");
-                }
-                while let Some(w) = writing.pop_front() {
+        let pit = b.runtime.block_on(PitScan::open(&b.client, &index, query.clone(), page_size))?;
+        Ok(EsPages { index, kind, query, page_size, pit: Some(pit), writing: VecDeque::new(), restarts: 0, runtime: b.runtime.clone() })
+    }
+
+    /// Reads the fan-out's next page and sends its rewrites, while up to
+    /// [`FAN_OUT_IN_FLIGHT`] earlier pages' bulks are written: the point in
+    /// time does not see them, and pages hold distinct documents, so the
+    /// requests are independent. At the end of the scan, waits for them
+    /// all. Returns the documents written (by the bulks settled) and
+    /// whether the scan is complete.
+    pub(super) fn fan_out_page(&mut self, p: &mut EsPages, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<(u64, bool), IndexError> {
+        let b = self.b.clone();
+        let mut written = 0;
+        let pit = p.pit.as_mut().ok_or_else(|| IndexError::Backend("a fan-out's scan was closed".into()))?;
+        let read_started = Instant::now();
+        let next = b.runtime.block_on(pit.next_page());
+        let read = read_started.elapsed();
+        let page = match next {
+            Ok(page) => page,
+            Err(ElasticError::ScanExpired(reason)) => {
+                // What was sent is settled before the scan starts again,
+                // from the beginning: the position guards skip what it
+                // already rewrote.
+                while let Some(w) = p.writing.pop_front() {
                     written += self.settle_page(w, &mut *rewrite)?;
                 }
-                Ok(None)
-            })();
-            for w in writing {
-                w.bulk.abort();
-            }
-            // The point in time is closed on every path, errors included.
-            b.runtime.block_on(pit.close());
-            match result? {
-                None => return Ok(written),
-                // From the beginning: the position guards skip what this
-                // scan already rewrote.
-                Some(reason) if restarts < MAX_SCAN_RESTARTS => {
-                    restarts += 1;
-                    tracing::warn!(%reason, restarts, "a fan-out's point in time expired: scanning again from the start");
+                if let Some(pit) = p.pit.take() {
+                    b.runtime.block_on(pit.close());
                 }
-                Some(reason) => return Err(ElasticError::ScanExpired(reason).into()),
+                if p.restarts >= MAX_SCAN_RESTARTS {
+                    return Err(ElasticError::ScanExpired(reason).into());
+                }
+                p.restarts += 1;
+                tracing::warn!(%reason, restarts = p.restarts, "a fan-out's point in time expired: scanning again from the start");
+                p.pit = Some(b.runtime.block_on(PitScan::open(&b.client, &p.index, p.query.clone(), p.page_size))?);
+                return Ok((written, false));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if page.is_empty() {
+            while let Some(w) = p.writing.pop_front() {
+                written += self.settle_page(w, &mut *rewrite)?;
+            }
+            // The point in time is closed once the scan is done (on every
+            // other path, when the pages are dropped).
+            if let Some(pit) = p.pit.take() {
+                b.runtime.block_on(pit.close());
+            }
+            return Ok((written, true));
+        }
+        let mut ops = Vec::new();
+        let mut kinds = HashMap::new();
+        for hit in page {
+            if let Some(new) = rewrite(&from_source(p.kind, &hit.source)) {
+                kinds.insert(format!("{}/{}", p.index, hit.id), (p.kind, new.pos(), Write::Own));
+                ops.push(BulkOp::Index { index: p.index.clone(), id: hit.id, source: self.stamp(to_source(&new)), if_seq_no: hit.seq });
             }
         }
+        let client = b.client.clone();
+        let (limits, policy) = (b.limits, b.policy);
+        p.writing.push_back(PageWrite { bulk: b.runtime.spawn(async move { bulk::execute(&client, ops, limits, policy).await }), kinds });
+        let settle_started = Instant::now();
+        if p.writing.len() >= FAN_OUT_IN_FLIGHT {
+            written += self.settle_page(p.writing.pop_front().expect("a page in flight"), &mut *rewrite)?;
+        }
+        tracing::debug!(index = %p.index, read_ms = read.as_millis() as u64, waited_for_writes_ms = settle_started.elapsed().as_millis() as u64, written, "fan-out page");
+        Ok((written, false))
     }
 
     /// Waits for a fan-out page's bulk and resolves its conflicts with the

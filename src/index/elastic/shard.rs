@@ -30,7 +30,7 @@ use crate::index::progress::{Progress, ProgressBook};
 use super::names;
 use super::tombstones::{self, now_ms};
 use super::{json_or_status, ElasticError};
-use crate::index::{Backend, Checkpoint, Doc, IndexError, Kind, Origin, Scan, SearchIndex, Shard, Wanted};
+use crate::index::{Backend, Checkpoint, Doc, IndexError, Kind, Origin, Pages, Scan, SearchIndex, Shard, Wanted};
 
 /// Writing first ([`WriteFirst::WhenAbsent`]) starts after a window of at
 /// least this many upsert guard reads...
@@ -652,6 +652,15 @@ impl Shard for ElasticShard {
 
     fn rewrite(&mut self, scan: &Scan, page_size: usize, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
         self.fan_out(scan, page_size, rewrite)
+    }
+
+    fn rewrite_begin(&mut self, scan: &Scan, page_size: usize) -> Result<Pages, IndexError> {
+        Ok(Pages::new(self.fan_out_begin(scan, page_size)?))
+    }
+
+    fn rewrite_page(&mut self, pages: &mut Pages, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<(u64, bool), IndexError> {
+        let p = pages.cursor::<super::fanout::EsPages>().ok_or_else(|| IndexError::Backend("a fan-out's pages of another backend".into()))?;
+        self.fan_out_page(p, rewrite)
     }
 
     fn progress(&self) -> &ProgressBook {

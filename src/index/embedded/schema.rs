@@ -153,6 +153,51 @@ pub(super) fn stream(
     Ok(())
 }
 
+/// A scan of the live documents matching a query in one snapshot, read a
+/// page at a time ([`crate::index::Shard::rewrite_page`]): the snapshot
+/// stays as it was when the scan began, whatever is written or committed
+/// between pages.
+pub(super) struct Paged {
+    searcher: Searcher,
+    weight: Box<dyn tantivy::query::Weight>,
+    page_size: usize,
+    /// The segment being read, and the first document not visited in it.
+    segment: usize,
+    next: DocId,
+}
+
+impl Paged {
+    pub(super) fn new(searcher: Searcher, query: &dyn Query, page_size: usize) -> Result<Self, IndexError> {
+        let weight = query.weight(EnableScoring::disabled_from_searcher(&searcher))?;
+        Ok(Paged { searcher, weight, page_size: page_size.max(1), segment: 0, next: 0 })
+    }
+
+    /// Visits the next page of matches. Returns whether the scan is done.
+    pub(super) fn next(&mut self, visit: &mut dyn FnMut(&StoreReader, DocId) -> Result<(), IndexError>) -> Result<bool, IndexError> {
+        let mut visited = 0;
+        let segments = self.searcher.segment_readers();
+        while self.segment < segments.len() && visited < self.page_size {
+            let segment = &segments[self.segment];
+            let store = segment.get_store_reader(16)?;
+            let mut scorer = self.weight.scorer(segment, 1.0)?;
+            let mut doc = if self.next == 0 { scorer.doc() } else { scorer.seek(self.next) };
+            while doc != TERMINATED && visited < self.page_size {
+                if !segment.is_deleted(doc) {
+                    visit(&store, doc)?;
+                    visited += 1;
+                }
+                doc = scorer.advance();
+            }
+            if doc == TERMINATED {
+                (self.segment, self.next) = (self.segment + 1, 0);
+            } else {
+                self.next = doc;
+            }
+        }
+        Ok(self.segment >= segments.len())
+    }
+}
+
 /// First live document with `term` in `searcher`.
 pub(super) fn find(searcher: &Searcher, term: &Term) -> Result<Option<TantivyDocument>, IndexError> {
     find_with(searcher, term, &mut |segment, doc| Ok(segment.get_store_reader(1)?.get(doc)?))

@@ -10,11 +10,11 @@ use tantivy::schema::IndexRecordOption;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Term};
 
 use crate::index::progress::ProgressBook;
-use crate::index::{Doc, IndexError, Kind, Scan, Shard};
+use crate::index::{Doc, IndexError, Kind, Pages, Scan, Shard};
 
 use super::directory::{committed_progress, committed_shards, open_reader, ShardDirectory};
 use super::merge::merge_policy;
-use super::schema::{find, find_with, schema, stream, Fields};
+use super::schema::{find, find_with, schema, stream, Fields, Paged};
 
 /// Replaces the documents of one page: a single delete of all their keys,
 /// then the new versions (added after the delete, so they stay). One
@@ -86,6 +86,10 @@ pub struct EmbeddedShard {
     dirty: bool,
     /// Uncommitted fan-out rewrites, which the overlay does not hold.
     fan_out_pending: bool,
+    /// The documents of uncommitted pages of fan-outs run a page at a time
+    /// ([`Shard::rewrite_page`]): only a read of one of them commits first,
+    /// so the other keys' commands between the pages read without a commit.
+    paged: std::collections::HashSet<(Kind, String)>,
     /// What the last commit recorded and what the next one records.
     progress: ProgressBook,
     /// Rewritten documents between two commits of a fan-out's progress.
@@ -142,6 +146,7 @@ impl EmbeddedShard {
             pos_columns: HashMap::new(),
             dirty: false,
             fan_out_pending: false,
+            paged: Default::default(),
             progress,
             fan_out_commit_every: DEFAULT_FAN_OUT_COMMIT_EVERY,
         })
@@ -209,7 +214,7 @@ impl Shard for EmbeddedShard {
         if let Some(p) = self.overlay.get(&(kind, id.to_string())) {
             return Ok(p.doc.clone());
         }
-        if self.fan_out_pending {
+        if self.fan_out_pending || self.paged.contains(&(kind, id.to_string())) {
             self.commit()?;
         }
         let searcher = self.reader.searcher();
@@ -220,7 +225,7 @@ impl Shard for EmbeddedShard {
         if let Some(p) = self.overlay.get(&(kind, id.to_string())) {
             return Ok(p.doc.as_ref().map(Doc::pos));
         }
-        if self.fan_out_pending {
+        if self.fan_out_pending || self.paged.contains(&(kind, id.to_string())) {
             self.commit()?;
         }
         // The fast field: no stored document to decompress.
@@ -302,6 +307,34 @@ impl Shard for EmbeddedShard {
         Ok(written)
     }
 
+    fn rewrite_begin(&mut self, scan: &Scan, page_size: usize) -> Result<Pages, IndexError> {
+        if self.dirty {
+            self.commit()?;
+        }
+        Ok(Pages::new(Paged::new(self.reader.searcher(), self.f.scan_query(scan).as_ref(), page_size)?))
+    }
+
+    fn rewrite_page(&mut self, pages: &mut Pages, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<(u64, bool), IndexError> {
+        let paged = pages.cursor::<Paged>().ok_or_else(|| IndexError::Backend("a fan-out's pages of another backend".into()))?;
+        let f = self.f;
+        let mut page = Vec::new();
+        let done = paged.next(&mut |store, doc| {
+            page.push(f.from_tantivy(&store.get(doc)?)?);
+            Ok(())
+        })?;
+        let new: Vec<Doc> = page.iter().filter_map(|d| rewrite(d)).collect();
+        replace_page(&self.writer, &f, &new)?;
+        if !new.is_empty() {
+            self.dirty = true;
+            self.paged.extend(new.iter().map(|d| (d.kind(), d.id().to_string())));
+        }
+        // What pages leave uncommitted stays bounded, as in `rewrite`.
+        if self.fan_out_commit_every > 0 && self.paged.len() as u64 >= self.fan_out_commit_every {
+            self.commit()?;
+        }
+        Ok((new.len() as u64, done))
+    }
+
     fn progress(&self) -> &ProgressBook {
         &self.progress
     }
@@ -336,6 +369,7 @@ impl Shard for EmbeddedShard {
         self.overlay.clear();
         self.dirty = false;
         self.fan_out_pending = false;
+        self.paged.clear();
         self.progress.committed();
         Ok(())
     }

@@ -41,17 +41,54 @@ impl Applier {
         // Feeds already received, in order, whose documents were prefetched
         // with those of the message before them (see `prefetch`).
         let mut ahead: VecDeque<Feed> = VecDeque::new();
+        // Key lanes (`lanes.rs`): the head of `ahead` waits for a lane;
+        // messages handled since a fan-out's last page; whether the head of
+        // `ahead` was taken from the queue to see if anything is ready.
+        let (mut blocked, mut since_page, mut peeked) = (false, 0usize, false);
         while !self.stopping() {
+            if self.fell_back.replace(false) {
+                // A lane failed: read again from the checkpoint.
+                batch.clear();
+                checkpoint = shard.checkpoint();
+                (positioned, first, deadline) = (self.seek_to(checkpoint), true, None);
+            }
+            // A page of a fan-out in a lane whenever nothing else is ready,
+            // every PAGE_EVERY messages, or when the head waits for a lane.
+            let mut paged = false;
+            if self.lane_jobs() > 0 {
+                if ahead.is_empty() {
+                    if let Ok(feed) = rx.try_recv() {
+                        ahead.push_back(feed);
+                        peeked = true;
+                    }
+                }
+                if std::mem::take(&mut blocked) || ahead.is_empty() || since_page >= lanes::PAGE_EVERY {
+                    since_page = 0;
+                    match self.run_page(&mut shard, &mut batch, &mut ahead) {
+                        Err(Halt::Moved) => {
+                            checkpoint = self.moved(&mut shard, &mut batch);
+                            (positioned, first, deadline) = (false, true, None);
+                        }
+                        Err(Halt::Stopped) => break,
+                        other => paged = other?,
+                    }
+                }
+            }
             // A batch is committed once its queue stays empty for `quiet`
             // (a burst has been applied), or when it is `linger` old. Waits
-            // are at most 100 ms, so that a stop is seen within that.
+            // are at most 100 ms, so that a stop is seen within that; none
+            // while fan-outs run in lanes (1 ms while they cannot move).
             let wait = match deadline {
                 Some(d) => d.min(last_message + quiet).saturating_duration_since(Instant::now()),
                 None => Duration::from_millis(100),
             }
-            .min(Duration::from_millis(100));
+            .min(match self.lane_jobs() {
+                0 => Duration::from_millis(100),
+                _ if paged => Duration::ZERO,
+                _ => Duration::from_millis(1),
+            });
             let (next, fresh) = match ahead.pop_front() {
-                Some(feed) => (Ok(feed), false),
+                Some(feed) => (Ok(feed), std::mem::take(&mut peeked)),
                 None => (rx.recv_timeout(wait), true),
             };
             match next {
@@ -81,6 +118,26 @@ impl Applier {
                         positioned = self.seek_to(checkpoint);
                         continue;
                     }
+                    if self.lanes_on(msg.offset()) {
+                        if self.lanes_busy() {
+                            match self.route(&msg) {
+                                lanes::Route::Now => {}
+                                lanes::Route::Behind(key) => {
+                                    self.wait_in_lane(key, msg);
+                                    since_page += 1;
+                                    continue;
+                                }
+                                lanes::Route::Blocked => {
+                                    self.queued.add(queued_size(&msg));
+                                    ahead.push_front(Feed::Message(msg));
+                                    blocked = true;
+                                    continue;
+                                }
+                            }
+                        }
+                        since_page += 1;
+                        self.may_defer.set(true);
+                    }
                     if fresh && shard.prefetches() {
                         self.prefetch(shard.as_mut(), &msg, &rx, &mut ahead);
                     }
@@ -90,12 +147,14 @@ impl Applier {
                         self.judge(checkpoint, crate::logid::first_after(checkpoint, msg.offset(), fingerprint, self.low.get()))?;
                     }
                     self.lag_seconds.set(age_seconds(&msg));
-                    self.busy_since_ms.store(crate::clock::now_millis().max(1), Ordering::SeqCst);
+                    let oldest = self.oldest_job_ms();
+                    self.busy_since_ms.store(if oldest > 0 { oldest } else { crate::clock::now_millis().max(1) }, Ordering::SeqCst);
                     batch.push(msg);
                     let fan_out = match self.handle_last(&mut shard, &mut batch) {
                         Err(Halt::Stopped) => break,
                         other => other,
                     };
+                    self.may_defer.set(false);
                     let d = *deadline.get_or_insert_with(|| Instant::now() + linger);
                     // Fan-outs are committed on their own so that their
                     // effects are visible and bounded; so are the chunks of
@@ -118,7 +177,7 @@ impl Applier {
                         checkpoint = shard.checkpoint();
                         (positioned, first, deadline) = (self.seek_to(checkpoint), true, None);
                     }
-                    self.busy_since_ms.store(0, Ordering::SeqCst);
+                    self.busy_since_ms.store(self.oldest_job_ms(), Ordering::SeqCst);
                 }
                 Err(RecvTimeoutError::Timeout) if deadline.is_none() => {
                     // Idle with everything committed: nothing is waiting
@@ -145,7 +204,7 @@ impl Applier {
             }
             // Between batches (nothing uncommitted), at most every 100 ms: a
             // rebuild may have switched the index to a new generation.
-            if batch.is_empty() && generation_checked.elapsed() >= GENERATION_CHECK {
+            if batch.is_empty() && !self.lanes_busy() && generation_checked.elapsed() >= GENERATION_CHECK {
                 generation_checked = Instant::now();
                 if self.follow_generation(&mut shard)? {
                     checkpoint = self.took(shard.as_mut());
@@ -219,6 +278,21 @@ impl Applier {
                     batch.pop();
                     return Ok(false);
                 }
+                Ok(Handled::Deferred(job)) => {
+                    batch.pop();
+                    self.start_lane(job);
+                    return Ok(false);
+                }
+                Err(Halt::CommitFirst(e)) if self.lanes_busy() => {
+                    batch.clear();
+                    self.fall_back(shard, &e)?;
+                    return Ok(false);
+                }
+                Err(Halt::Retry(e)) if self.lanes_busy() => {
+                    batch.clear();
+                    self.fall_back(shard, &e)?;
+                    return Ok(false);
+                }
                 Err(Halt::CommitFirst(e)) => {
                     warn!(partition = self.partition, error = %e, commands = batch.len() - 1, "the index refused a write of the batch before a cross-key step: committing its messages one by one to find it");
                     self.isolate(shard, batch)?;
@@ -258,6 +332,10 @@ impl Applier {
                     self.parked_gauge(shard.as_mut());
                     return Ok(());
                 }
+                Err(e) if self.lanes_busy() => {
+                    batch.clear();
+                    return self.fall_back(shard, &e);
+                }
                 Err(e) if e.is_retryable() => {
                     retry.failed(&format_args!("{e}; reopening the shard"))?;
                     self.reopen(shard, batch)?;
@@ -287,7 +365,7 @@ impl Applier {
     /// and a rebuild's cutover wait for the end).
     pub(super) fn publish_end(&self) {
         if let Some(end) = self.end.get() {
-            if self.unpublished.get().is_none() && !self.moving() && !self.rewind.get() {
+            if self.unpublished.get().is_none() && !self.moving() && !self.rewind.get() && !self.lanes_busy() {
                 self.next.fetch_max(end, Ordering::SeqCst);
             }
         }

@@ -27,7 +27,7 @@ impl<'a> Origin<'a> {
         if parking.is_empty() {
             return None;
         }
-        parking.get(self.key()?.as_ref()).map(|p| p.behind.clone())
+        parking.get(self.key()?.as_ref()).filter(|p| self.at > p.since).map(|p| p.behind.clone())
     }
 }
 
@@ -75,8 +75,9 @@ impl Applier {
         error!(partition = self.partition, offset = origin.offset, reason, %detail, key = ?origin.key(), dlq_offset = at, "command aborted and dead-lettered");
         if let (OnAbort::Park, Some(k)) = (self.shared.cfg.on_abort, origin.key()) {
             warn!(partition = self.partition, key = %k, "key parked: its later commands wait in the dead-letter topic for `denorm dlq reprocess` or `clear`");
-            let p = shard.parking().entry(k.into_owned()).or_insert(Parked { behind: String::new(), last_dlq: -1, replayed_through: -1, last_at: -1 });
+            let p = shard.parking().entry(k.into_owned()).or_insert(Parked { behind: String::new(), last_dlq: -1, replayed_through: -1, last_at: -1, since: -1 });
             p.behind = behind;
+            p.since = origin.at;
             p.last_dlq = at;
             p.last_at = origin.at;
         }

@@ -55,7 +55,10 @@ impl Applier {
                 }
                 handled
             }
-            Ok(Admitted::Control(c)) => self.control(shard, msg, c)?,
+            Ok(Admitted::Control(c)) => {
+                self.may_defer.set(false);
+                self.control(shard, msg, c)?
+            }
             Ok(Admitted::Move(mv)) => return self.move_in(shard, msg, &mv),
             Ok(Admitted::Command(e)) => match origin.parked_behind(shard) {
                 Some(behind) => self.park(shard, &origin, Some(e.command_id.clone()), behind, e.command.kind())?,
@@ -119,8 +122,10 @@ impl Applier {
     /// Marks `msg` applied, unless a cross-key move is in flight (nothing
     /// from its first chunk on is, until it ends).
     pub(super) fn mark(&self, shard: &mut dyn Shard, msg: &Record) {
-        if self.incoming.borrow().active.is_none() {
-            shard.mark_applied(checkpoint_of(msg));
+        // With lanes, the lowest unfinished command's predecessor.
+        let low = self.lanes.borrow_mut().tracker.finish(checkpoint_of(msg));
+        if let (None, Some(low)) = (&self.incoming.borrow().active, low) {
+            shard.mark_applied(low);
         }
     }
 
@@ -150,6 +155,9 @@ impl Applier {
             // is traced to its own command (`Halt::CommitFirst`) instead
             // of aborting this one.
             self.commit_before(shard)?;
+            if let Some(pages) = self.lane_for(shard, cmd)? {
+                return Ok(Handled::Deferred(Box::new(lanes::Job::new(origin, e, pages))));
+            }
         }
         let mut retry = self.retrying(Op::Rejected);
         let mut attempts = 0;
@@ -200,6 +208,25 @@ impl Applier {
                     }
                     return self.abort(shard, origin, dlq::reason::INDEX_REJECTED, error.to_string(), attempts, Some(e.command_id.clone()));
                 }
+            }
+        }
+    }
+
+    /// The pages of a fan-out started in its key's lane, when it may run in
+    /// one (see `lanes.rs`); otherwise it runs here, whole. A backend that
+    /// cannot start it now is retried like any write.
+    fn lane_for(&self, shard: &mut dyn Shard, cmd: &Command) -> Step<Option<crate::index::Pages>> {
+        let free = self.may_defer.get() && self.lane_jobs() < self.shared.cfg.lanes;
+        if !free || cmd.destination_key().is_some() || crate::faults::lists("index.reject", &cmd.key()) {
+            return Ok(None);
+        }
+        let Some(scan) = crate::apply::fan_out_scan(cmd) else { return Ok(None) };
+        match shard.rewrite_begin(&scan, self.shared.cfg.fan_out.page_size) {
+            Ok(pages) => Ok(Some(pages)),
+            Err(e) if e.is_retryable() => Err(Halt::Retry(Transient::Index(e))),
+            Err(error) => {
+                debug!(partition = self.partition, %error, "a fan-out could not start in a lane: run whole");
+                Ok(None)
             }
         }
     }

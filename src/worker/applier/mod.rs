@@ -8,9 +8,11 @@
 mod batch;
 mod dead_letter;
 mod dispatch;
+mod lanes;
 mod moves;
 mod position;
 mod retry;
+mod tracker;
 #[cfg(test)]
 mod tests;
 
@@ -175,6 +177,9 @@ impl Partition {
                     rewind: Default::default(),
                     end: Default::default(),
                     low: Default::default(),
+                    lanes: Default::default(),
+                    may_defer: Default::default(),
+                    fell_back: Default::default(),
                 }
                 .run(rx)
             })
@@ -241,6 +246,15 @@ struct Applier {
     end: std::cell::Cell<Option<i64>>,
     /// The partition's low watermark, when read at positioning.
     low: std::cell::Cell<Option<i64>>,
+    /// Key lanes: the fan-outs in progress, the messages waiting behind
+    /// them, and which offset may be recorded as applied (`lanes.rs`).
+    lanes: std::cell::RefCell<lanes::Lanes>,
+    /// Whether the message being handled may start a fan-out in a lane
+    /// (set around the loop's own handling only: never in a re-application).
+    may_defer: std::cell::Cell<bool>,
+    /// A lane's failure dropped the lanes: the partition is to be read
+    /// again from the shard's checkpoint.
+    fell_back: std::cell::Cell<bool>,
 }
 
 /// The destination side of a cross-key move that spans several messages
@@ -280,6 +294,8 @@ enum Handled {
     /// Passed over while a cross-key move is in flight (see [`Incoming`]):
     /// read again and handled once it ends.
     PassedOver,
+    /// A fan-out started in its key's lane, run a page at a time.
+    Deferred(Box<lanes::Job>),
 }
 
 /// Why an applier step did not finish: every step returns [`Step`].

@@ -11,6 +11,7 @@ impl Applier {
         info!(partition = self.partition, dropped = batch.len(), generation = shard.generation(), "the index moved to a new generation during a batch: resuming at its checkpoint");
         batch.clear();
         self.reset_incoming();
+        self.clear_lanes();
         let checkpoint = self.took(shard.as_mut());
         self.seek_to(checkpoint);
         checkpoint
@@ -36,6 +37,7 @@ impl Applier {
     /// one the index applied (see `crate::logid`). Not positioned until the
     /// consumer thread says so ([`Feed::Positioned`]).
     pub(super) fn seek_to(&self, checkpoint: Option<Checkpoint>) -> bool {
+        self.lanes.borrow_mut().tracker.reset();
         self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target_of(checkpoint));
         false
     }

@@ -84,6 +84,10 @@ impl Applier {
     pub(super) fn reopen(&self, shard: &mut ShardBox, replay: &[Record]) -> Step<()> {
         let mut retry = self.retrying(Op::Reapply);
         let generation = shard.generation();
+        // Re-applied one at a time (never into a lane), from the last
+        // commit: what was finished since is finished again.
+        self.may_defer.set(false);
+        self.lanes.borrow_mut().tracker.reset();
         'open: loop {
             // The old writer must go first: it holds the shard's lock.
             *shard = Box::new(crate::index::memory::MemoryShard::new());

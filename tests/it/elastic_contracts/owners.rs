@@ -26,7 +26,7 @@ fn a_previous_owner_that_resumes_cannot_move_the_checkpoint_or_the_parked_keys()
     let mut new = b.open_shard(0).unwrap();
     assert_eq!(new.checkpoint().map(|c| c.offset), Some(5), "the new owner starts where the old one committed");
     // The new owner parks a key behind an aborted command.
-    new.parking().insert("/d".into(), denorm::index::progress::Parked { behind: "c-8".into(), last_dlq: 0, replayed_through: -1, last_at: 8 });
+    new.parking().insert("/d".into(), denorm::index::progress::Parked { behind: "c-8".into(), last_dlq: 0, replayed_through: -1, last_at: 8, since: -1 });
     new.mark_applied(Checkpoint::new(9, 2));
     new.commit().unwrap();
     // The old owner resumes with an older position and no parked key:

@@ -396,5 +396,6 @@ fn fault(dir: &std::path::Path, name: &str, arg: &str) {
 }
 
 mod batches;
+mod lanes;
 mod limits;
 mod moves;

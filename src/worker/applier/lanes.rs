@@ -1,0 +1,265 @@
+//! Key lanes: within a partition, a fan-out (a rename, a profile change)
+//! runs a page at a time, and the other keys' commands are applied between
+//! its pages instead of waiting for it. One key's commands still run one at
+//! a time, in log order: those that arrive while its fan-out runs wait in
+//! its lane, and go on once it is done.
+//!
+//! The invariant that makes this safe (docs/architecture.md): the offset
+//! recorded as applied is the lowest unfinished command's predecessor
+//! ([`Tracker`]), so a restart re-applies everything above it, which the
+//! position guards make harmless. What is not a plain command of one key
+//! (a move, an owner change, a control message, a rejection) is a
+//! *barrier*: the lanes drain before it, and nothing after it starts
+//! before it is done. Any failure while lanes are busy drops them and reads
+//! the partition again from the checkpoint, one command at a time up to
+//! where it had read.
+
+use std::collections::HashMap;
+
+use super::tracker::Tracker;
+use super::*;
+use crate::index::Pages;
+
+/// Messages handled between two pages of the fan-outs in progress while
+/// more are waiting: the other keys' commands go first, the fan-outs still
+/// move.
+pub(super) const PAGE_EVERY: usize = 64;
+
+/// A fan-out in progress in its key's lane.
+pub(super) struct Job {
+    record: Record,
+    envelope: Envelope,
+    pages: Pages,
+    written: u64,
+    started: Instant,
+    started_ms: i64,
+    /// `--fan-out-page-pause`: no page before this.
+    next_page_at: Instant,
+}
+
+impl Job {
+    pub(super) fn new(origin: &dead_letter::Origin<'_>, envelope: &Envelope, pages: Pages) -> Self {
+        let record = Record { offset: origin.offset, key: origin.key.map(<[u8]>::to_vec), payload: origin.payload.map(<[u8]>::to_vec), timestamp_ms: None };
+        let now = Instant::now();
+        Job { record, envelope: envelope.clone(), pages, written: 0, started: now, started_ms: crate::clock::now_millis().max(1), next_page_at: now }
+    }
+}
+
+#[derive(Default)]
+struct Lane {
+    job: Option<Job>,
+    /// The key's messages received while its fan-out runs, in log order.
+    waiting: VecDeque<Record>,
+}
+
+/// One partition's lanes.
+#[derive(Default)]
+pub(super) struct Lanes {
+    lanes: HashMap<String, Lane>,
+    /// Keys whose fan-out runs, in turn.
+    turn: VecDeque<String>,
+    pub(super) tracker: Tracker,
+    /// The highest offset received.
+    highest: i64,
+    /// After a fall-back, messages up to here are handled one at a time.
+    serial_until: i64,
+}
+
+impl Lanes {
+    pub(super) fn jobs(&self) -> usize {
+        self.turn.len()
+    }
+
+    fn busy(&self) -> bool {
+        !self.turn.is_empty() || self.tracker.busy()
+    }
+}
+
+/// Where a message goes while lanes are busy.
+pub(super) enum Route {
+    /// Handled now.
+    Now,
+    /// Behind its key's fan-out.
+    Behind(String),
+    /// Waits at the head of the queue: a barrier while lanes are busy, or a
+    /// fan-out while every lane is.
+    Blocked,
+}
+
+impl Applier {
+    /// Whether the message at `offset` may use lanes.
+    pub(super) fn lanes_on(&self, offset: i64) -> bool {
+        let mut lanes = self.lanes.borrow_mut();
+        lanes.highest = lanes.highest.max(offset);
+        self.shared.cfg.lanes > 1 && offset > lanes.serial_until && !self.moving() && !self.rewind.get()
+    }
+
+    /// Whether a command is unfinished out of order (a fan-out in progress,
+    /// or a message waiting behind one).
+    pub(super) fn lanes_busy(&self) -> bool {
+        self.lanes.borrow().busy()
+    }
+
+    pub(super) fn lane_jobs(&self) -> usize {
+        self.lanes.borrow().jobs()
+    }
+
+    /// When the oldest fan-out in progress started (milliseconds since the
+    /// epoch; 0: none).
+    pub(super) fn oldest_job_ms(&self) -> i64 {
+        let lanes = self.lanes.borrow();
+        lanes.lanes.values().filter_map(|l| l.job.as_ref().map(|j| j.started_ms)).min().unwrap_or(0)
+    }
+
+    /// Where `msg` goes while lanes are busy.
+    pub(super) fn route(&self, msg: &Record) -> Route {
+        let lanes = self.lanes.borrow();
+        let (key, fan_out) = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
+            Ok(Admitted::Command(e)) if e.command.previous_key().is_none() && e.command.destination_key().is_none() => (e.command.key().to_string(), e.command.is_fan_out()),
+            // A barrier.
+            _ => return if lanes.jobs() > 0 { Route::Blocked } else { Route::Now },
+        };
+        if lanes.lanes.contains_key(&key) {
+            Route::Behind(key)
+        } else if fan_out && lanes.jobs() >= self.shared.cfg.lanes {
+            Route::Blocked
+        } else {
+            Route::Now
+        }
+    }
+
+    /// `msg` waits behind its key's fan-out; it stays counted as queued.
+    pub(super) fn wait_in_lane(&self, key: String, msg: Record) {
+        self.queued.add(queued_size(&msg));
+        let mut lanes = self.lanes.borrow_mut();
+        lanes.tracker.defer(msg.offset());
+        lanes.lanes.entry(key).or_default().waiting.push_back(msg);
+    }
+
+    /// A fan-out [`Applier::command`] started in its key's lane.
+    pub(super) fn start_lane(&self, job: Box<Job>) {
+        let mut lanes = self.lanes.borrow_mut();
+        let key = job.envelope.command.key().to_string();
+        lanes.tracker.defer(job.record.offset());
+        lanes.turn.push_back(key.clone());
+        let lane = lanes.lanes.entry(key).or_default();
+        debug_assert!(lane.job.is_none(), "one fan-out per lane");
+        lane.job = Some(*job);
+        gauge!(m::PARTITION_BUSY_LANES, "partition" => self.partition.to_string()).set(lanes.jobs() as f64);
+    }
+
+    /// Runs one page of the next fan-out in turn. A fan-out that completes
+    /// is committed (fan-outs are committed on their own, so that they are
+    /// visible at once), and its key's waiting messages go back to the head
+    /// of `ahead`, in order. A failure drops the lanes and reads the
+    /// partition again from the checkpoint ([`Applier::fall_back`]).
+    /// Whether a page was run.
+    pub(super) fn run_page(&self, shard: &mut ShardBox, batch: &mut Vec<Record>, ahead: &mut VecDeque<Feed>) -> Step<bool> {
+        let taken = {
+            let mut lanes = self.lanes.borrow_mut();
+            let Some(key) = lanes.turn.pop_front() else { return Ok(false) };
+            let job = lanes.lanes.get_mut(&key).and_then(|l| l.job.take()).expect("a lane in turn has its fan-out");
+            (key, job)
+        };
+        let (key, mut job) = taken;
+        let cmd = &job.envelope.command;
+        let held = crate::faults::lists("fanout.hold", cmd.key()) && {
+            crate::faults::reached("fanout.hold");
+            true
+        };
+        let ran = !held && Instant::now() >= job.next_page_at;
+        // The documents written, once the fan-out is complete.
+        let step: Result<Option<u64>, IndexError> = match ran {
+            false => Ok(None),
+            true => {
+                let pos = job.record.offset() as u64;
+                shard.rewrite_page(&mut job.pages, &mut |d| crate::apply::fan_out_rule(cmd, pos, d)).and_then(|(n, done)| {
+                    job.written += n;
+                    let pause = self.shared.cfg.fan_out.page_pause;
+                    if !pause.is_zero() {
+                        job.next_page_at = Instant::now() + pause;
+                    }
+                    match done {
+                        true => crate::apply::fan_out_finish(shard.as_mut(), cmd, pos).map(|n| Some(job.written + n)),
+                        false => Ok(None),
+                    }
+                })
+            }
+        };
+        match step {
+            Err(e) => {
+                self.lanes.borrow_mut().lanes.remove(&key);
+                self.fall_back(shard, &format_args!("a fan-out's page at offset {}: {e}", job.record.offset()))?;
+                Ok(true)
+            }
+            Ok(None) => {
+                let mut lanes = self.lanes.borrow_mut();
+                lanes.turn.push_back(key.clone());
+                lanes.lanes.get_mut(&key).expect("its lane").job = Some(job);
+                Ok(ran)
+            }
+            Ok(Some(docs)) => {
+                self.finished(shard, batch, ahead, key, job, docs)?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// A fan-out of a lane completed.
+    fn finished(&self, shard: &mut ShardBox, batch: &mut Vec<Record>, ahead: &mut VecDeque<Feed>, key: String, job: Job, docs: u64) -> Step<()> {
+        let (cmd, pos) = (&job.envelope.command, job.record.offset());
+        let elapsed = job.started.elapsed();
+        histogram!(m::COMMAND_DOCUMENTS, "type" => cmd.kind()).record(docs as f64);
+        histogram!(m::COMMAND_SECONDS, "type" => cmd.kind()).record(elapsed.as_secs_f64());
+        count(cmd.kind(), outcome::APPLIED);
+        self.shared.stats.record(docs, true, elapsed);
+        info!(partition = self.partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, lane = %key, "fan-out applied");
+        let waiting = {
+            let mut lanes = self.lanes.borrow_mut();
+            let lane = lanes.lanes.remove(&key).expect("its lane");
+            gauge!(m::PARTITION_BUSY_LANES, "partition" => self.partition.to_string()).set(lanes.jobs() as f64);
+            lane.waiting
+        };
+        // Handled next, before anything received after them.
+        for msg in waiting.into_iter().rev() {
+            ahead.push_front(Feed::Message(msg));
+        }
+        self.mark(shard.as_mut(), &job.record);
+        batch.push(job.record);
+        self.commit(shard, batch)
+    }
+
+    /// A failure while lanes are busy: the lanes are dropped, the shard
+    /// reopened at its last commit, and the partition read again from its
+    /// checkpoint (the lowest unfinished command's predecessor), one
+    /// command at a time up to the highest offset received, where the
+    /// usual retries, isolation and dead letters deal with the failure.
+    pub(super) fn fall_back(&self, shard: &mut ShardBox, why: &dyn std::fmt::Display) -> Step<()> {
+        self.clear_lanes();
+        let until = {
+            let mut lanes = self.lanes.borrow_mut();
+            lanes.serial_until = lanes.highest;
+            lanes.serial_until
+        };
+        warn!(partition = self.partition, error = %why, until, "a failure while key lanes were busy: the partition is read again from the shard's checkpoint, one command at a time up to the offset received");
+        self.retrying(Op::Apply).failed(why)?;
+        self.reopen(shard, &[])?;
+        self.fell_back.set(true);
+        Ok(())
+    }
+
+    /// Drops the lanes without a failure (the partition is positioned anew:
+    /// a new generation, a seek).
+    pub(super) fn clear_lanes(&self) {
+        let mut lanes = self.lanes.borrow_mut();
+        for lane in lanes.lanes.values() {
+            for msg in &lane.waiting {
+                self.queued.take(queued_size(msg));
+            }
+        }
+        lanes.lanes.clear();
+        lanes.turn.clear();
+        lanes.tracker.reset();
+        gauge!(m::PARTITION_BUSY_LANES, "partition" => self.partition.to_string()).set(0.0);
+    }
+}

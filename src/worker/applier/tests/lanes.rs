@@ -1,0 +1,147 @@
+//! Key lanes in-process: a fan-out runs a page at a time in its key's
+//! lane, the other keys' commands are applied between its pages, its own
+//! key's later commands wait behind it, and what is recorded as applied is
+//! the lowest unfinished command's predecessor.
+
+use super::*;
+use crate::apply::FanOut;
+
+/// 40 files of key `/a` under `/a/x`, the rename of `/a/x` to `/a/y` (a
+/// fan-out of 4 pages of 10), a file of key `/b`, and a later file of key
+/// `/a` under `/a/x`, which the rename must not move. The offsets of the
+/// rename, of `/b`'s file and of the later file.
+fn rename_with_traffic(r: &Rig) -> (i64, i64, i64) {
+    for i in 0..40 {
+        r.produce(upsert(&format!("a{i}"), &format!("/a/x/a{i}.txt")));
+    }
+    let rename = r.produce(Command::RenamePath { from: "/a/x".into(), to: "/a/y".into() });
+    let other = r.produce(upsert("b1", "/b/b1.txt"));
+    let late = r.produce(upsert("late", "/a/x/late.txt"));
+    (rename, other, late)
+}
+
+/// After everything is applied: each renamed file at `/a/y`, the later
+/// file left at `/a/x` (it came after the rename), `/b`'s file.
+fn all_applied(r: &Rig) {
+    let mut want: Vec<(String, String)> = (0..40).map(|i| (format!("a{i}"), format!("/a/y/a{i}.txt"))).collect();
+    want.push(("b1".into(), "/b/b1.txt".into()));
+    want.push(("late".into(), "/a/x/late.txt".into()));
+    want.sort();
+    assert_eq!(r.files(), want);
+}
+
+#[test]
+#[cfg(feature = "failpoints")]
+fn a_fan_out_in_its_lane_holds_up_its_own_key_only() {
+    let r = Rig::new(|c| c.fan_out = FanOut::pages_of(10));
+    let (rename, other, late) = rename_with_traffic(&r);
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "fanout.hold", "/a");
+    let run = r.start();
+    eventually("the rename's pages held", || faults.path().join("fanout.hold.reached").exists());
+    // `/b`'s file is applied and committed while the rename is held...
+    eventually("the other key's file searchable", || r.file_ids().contains(&"b1".to_string()));
+    // ... the later file of `/a` waits behind the rename, which has moved
+    // nothing yet, and nothing from the rename on is published.
+    let files = r.files();
+    assert!(!files.iter().any(|(id, _)| id == "late"), "the later file of the held key overtook its rename: {files:?}");
+    assert!(files.iter().all(|(id, p)| id == "b1" || p.starts_with("/a/x/")), "{files:?}");
+    assert_eq!(run.next(), rename, "published past the unfinished rename (b1 at {other}, late at {late})");
+    std::fs::remove_file(faults.path().join("fanout.hold")).unwrap();
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.stop(), end);
+    all_applied(&r);
+}
+
+#[test]
+#[cfg(feature = "failpoints")]
+fn a_stop_during_a_lanes_fan_out_resumes_at_its_offset_and_reapplies_the_rest_harmlessly() {
+    let r = Rig::new(|c| c.fan_out = FanOut::pages_of(10));
+    let (rename, _, _) = rename_with_traffic(&r);
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "fanout.hold", "/a");
+    let run = r.start();
+    eventually("the other key's file searchable", || r.file_ids().contains(&"b1".to_string()));
+    // Stopped (a revoke, a shutdown) with the rename unfinished: what is
+    // recorded applied stops before it, though `/b`'s file after it is
+    // committed.
+    assert_eq!(run.stop(), rename);
+    std::fs::remove_file(faults.path().join("fanout.hold")).unwrap();
+    // The next owner resumes at the rename, and applies `/b`'s file again,
+    // which changes nothing.
+    let before = r.docs().into_iter().find(|(id, _)| id == "b1");
+    let run = r.start();
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.stop(), end);
+    all_applied(&r);
+    assert_eq!(r.docs().into_iter().find(|(id, _)| id == "b1"), before);
+    assert!(r.letters().is_empty(), "{:?}", r.letters());
+}
+
+/// A refusal while a lane is busy: the lanes are dropped and the partition
+/// read again from the checkpoint one command at a time, where isolation
+/// finds the refused command; nothing else is lost or applied out of order.
+#[test]
+#[cfg(feature = "failpoints")]
+fn a_refusal_while_lanes_are_busy_falls_back_to_one_command_at_a_time() {
+    let r = Rig::new(|c| {
+        c.fan_out = FanOut::pages_of(10);
+        c.max_attempts = 1;
+    });
+    let (_, _, _) = rename_with_traffic(&r);
+    let refused = r.produce(upsert("c2", "/c/c2.txt"));
+    let after = r.produce(upsert("c3", "/c/c3.txt"));
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "fanout.hold", "/a");
+    fault(faults.path(), "index.reject-commit", "c2");
+    let run = r.start();
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.stop(), end);
+    assert_eq!(
+        r.letters(),
+        vec![
+            Sent { reason: "index_rejected".into(), origin_offset: refused, key: "/c".into() },
+            Sent { reason: "parked".into(), origin_offset: after, key: "/c".into() }
+        ]
+    );
+    let files: Vec<String> = r.files().into_iter().map(|(id, p)| format!("{id} {p}")).collect();
+    assert!(files.contains(&"a0 /a/y/a0.txt".to_string()) && files.contains(&"late /a/x/late.txt".to_string()) && files.contains(&"b1 /b/b1.txt".to_string()), "{files:?}");
+    assert!(!files.iter().any(|f| f.starts_with("c2 ") || f.starts_with("c3 ")), "{files:?}");
+}
+
+/// A key parked while lanes were busy is recorded with the offset of its
+/// abort, ahead of the checkpoint: a message of that key before the abort,
+/// read again after a restart, is not held behind it.
+#[test]
+fn a_key_parked_ahead_of_the_checkpoint_holds_only_what_came_after_its_abort() {
+    let parked = crate::index::progress::Parked { behind: "c-1".into(), last_dlq: 0, replayed_through: -1, last_at: 12, since: 10 };
+    let mut shard = crate::index::memory::MemoryShard::new();
+    crate::index::Shard::parking(&mut shard).insert("/c".into(), parked);
+    let at = |offset| super::super::dead_letter::Origin { key: Some(b"/c"), payload: None, offset, at: offset };
+    assert_eq!(at(9).parked_behind(&mut shard), None);
+    assert_eq!(at(10).parked_behind(&mut shard), None, "the abort itself, read again, is handled again");
+    assert_eq!(at(11).parked_behind(&mut shard), Some("c-1".into()));
+}
+
+/// With `--lanes 1` the rename runs whole, in log order: the pages' hold
+/// does not apply, and nothing overtakes it.
+#[test]
+#[cfg(feature = "failpoints")]
+fn one_lane_applies_one_command_at_a_time() {
+    let r = Rig::new(|c| {
+        c.fan_out = FanOut::pages_of(10);
+        c.lanes = 1;
+    });
+    rename_with_traffic(&r);
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "fanout.hold", "/a");
+    let run = r.start();
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.stop(), end);
+    assert!(!faults.path().join("fanout.hold.reached").exists(), "a page ran in a lane");
+    all_applied(&r);
+}

@@ -1,0 +1,165 @@
+//! Which offset of a partition may be recorded as applied while key lanes
+//! finish commands out of log order: the last offset below which every
+//! command received is finished (the lowest unfinished command's
+//! predecessor). No I/O.
+//!
+//! Offsets are received in increasing order. Most are finished at once; a
+//! lane's command is *deferred* when it is received (a fan-out in progress,
+//! or a command waiting behind one of its key) and finished later, in any
+//! order. The memory held is one entry per deferred command, plus one per
+//! gap between them: not one per message finished meanwhile.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::index::Checkpoint;
+
+/// The offset tracker of one partition's lanes.
+#[derive(Debug, Default)]
+pub(super) struct Tracker {
+    /// Received, not finished.
+    open: BTreeSet<i64>,
+    /// Finished while an earlier command was open: per gap between open
+    /// offsets, only the highest (with its fingerprint) is kept.
+    done: BTreeMap<i64, Checkpoint>,
+    /// The last checkpoint below every open command.
+    low: Option<Checkpoint>,
+}
+
+impl Tracker {
+    /// Forgets everything (the partition is read again from a checkpoint).
+    pub fn reset(&mut self) {
+        *self = Tracker::default();
+    }
+
+    /// Whether a command received is not finished yet.
+    pub fn busy(&self) -> bool {
+        !self.open.is_empty()
+    }
+
+    /// The command at `offset`, just received, is finished later.
+    pub fn defer(&mut self, offset: i64) {
+        debug_assert!(self.open.last().is_none_or(|&o| o < offset), "deferred out of order");
+        self.open.insert(offset);
+    }
+
+    /// The command at `at.offset` is finished (received just now, or
+    /// deferred before). Returns the checkpoint every command up to which
+    /// is finished, when there is one.
+    pub fn finish(&mut self, at: Checkpoint) -> Option<Checkpoint> {
+        let offset = at.offset as i64;
+        self.open.remove(&offset);
+        // Only the highest finished offset of each gap between open
+        // commands matters (finishing `offset` may have joined two gaps).
+        let gap_start = self.open.range(..offset).next_back().map_or(i64::MIN, |s| s + 1);
+        let gap_end = self.open.range(offset..).next().copied().unwrap_or(i64::MAX);
+        self.done.insert(offset, at);
+        let gap: Vec<i64> = self.done.range(gap_start..gap_end).map(|(&o, _)| o).collect();
+        for o in &gap[..gap.len() - 1] {
+            self.done.remove(o);
+        }
+        // Below the first open command, everything is finished.
+        let first_open = self.open.first().copied().unwrap_or(i64::MAX);
+        let below: Vec<i64> = self.done.range(..first_open).map(|(&o, _)| o).collect();
+        for o in below {
+            let c = self.done.remove(&o).expect("listed");
+            if self.low.is_none_or(|l| l.offset < c.offset) {
+                self.low = Some(c);
+            }
+        }
+        self.low
+    }
+
+    /// Entries held (what the memory bound counts).
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.open.len() + self.done.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn at(offset: i64) -> Checkpoint {
+        Checkpoint::new(offset as u64, offset as u64 * 31 + 7)
+    }
+
+    #[test]
+    fn the_low_mark_waits_for_the_lowest_unfinished_command() {
+        let mut t = Tracker::default();
+        assert_eq!(t.finish(at(0)), Some(at(0)));
+        t.defer(1);
+        assert_eq!(t.finish(at(2)), Some(at(0)));
+        t.defer(3);
+        assert_eq!(t.finish(at(4)), Some(at(0)));
+        assert_eq!(t.finish(at(3)), Some(at(0)), "3 finished, 1 still open");
+        assert_eq!(t.finish(at(1)), Some(at(4)), "everything up to 4 finished, with 4's fingerprint");
+        assert!(!t.busy());
+    }
+
+    proptest! {
+        /// Under any completion order, the low mark is the highest offset
+        /// below which every offset received is finished, with the
+        /// fingerprint of that offset; it never moves back; and what is
+        /// held stays within one entry per deferred command and per gap.
+        #[test]
+        fn the_low_mark_is_the_last_contiguously_finished_offset(
+            // Per received offset: deferred or finished at once, and, after
+            // it, how many deferred commands finish (picked by index).
+            steps in proptest::collection::vec((any::<bool>(), proptest::collection::vec(any::<prop::sample::Index>(), 0..3)), 1..120),
+            start in 0i64..1000,
+        ) {
+            let mut t = Tracker::default();
+            let mut finished = BTreeSet::new();
+            let mut deferred: Vec<i64> = Vec::new();
+            let mut last_low: Option<i64> = None;
+            let mut check = |t: &mut Tracker, low: Option<Checkpoint>, finished: &BTreeSet<i64>, received: i64, deferred: &[i64]| -> Result<(), TestCaseError> {
+                // The model: every offset from `start` to the answer finished.
+                let mut expected = None;
+                for o in start..=received {
+                    if !finished.contains(&o) {
+                        break;
+                    }
+                    expected = Some(o);
+                }
+                prop_assert_eq!(low.map(|c| c.offset as i64), expected);
+                if let Some(c) = low {
+                    prop_assert_eq!(c, at(c.offset as i64));
+                }
+                prop_assert!(low.map(|c| c.offset as i64) >= last_low, "moved back");
+                last_low = low.map(|c| c.offset as i64);
+                prop_assert!(t.held() <= 2 * deferred.len() + 1, "held {} for {} deferred", t.held(), deferred.len());
+                Ok(())
+            };
+            let mut low = None;
+            for (i, (defer, finishing)) in steps.iter().enumerate() {
+                let offset = start + i as i64;
+                if *defer {
+                    t.defer(offset);
+                    deferred.push(offset);
+                } else {
+                    finished.insert(offset);
+                    low = t.finish(at(offset));
+                }
+                check(&mut t, low, &finished, offset, &deferred)?;
+                for pick in finishing {
+                    if deferred.is_empty() {
+                        break;
+                    }
+                    let o = deferred.remove(pick.index(deferred.len()));
+                    finished.insert(o);
+                    low = t.finish(at(o));
+                    check(&mut t, low, &finished, offset, &deferred)?;
+                }
+            }
+            while let Some(o) = deferred.pop() {
+                finished.insert(o);
+                low = t.finish(at(o));
+            }
+            let last = start + steps.len() as i64 - 1;
+            prop_assert_eq!(low, Some(at(last)));
+            prop_assert!(!t.busy());
+        }
+    }
+}
