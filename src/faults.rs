@@ -32,6 +32,10 @@
 //!   before it is applied, holding its partition, for as long as the fault
 //!   is on (a partition that a replay runs behind the others); it writes
 //!   `apply.hold.reached` when a command starts waiting.
+//! - `fanout.hold`: a fan-out running in a key lane whose key is one of the
+//!   file's lines runs no page for as long as the fault is on (the other
+//!   keys' commands go on); it writes `fanout.hold.reached` when a page is
+//!   held.
 //! - `kafka.commit`: offset commits are lost before they reach the broker
 //!   (like commits refused by a coordinator that has just restarted).
 

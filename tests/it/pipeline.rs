@@ -496,6 +496,47 @@ fn holding_shows_on_the_metrics(r: Rig) {
     eventually(Duration::from_secs(60), || format!("released: (present, waiting, seconds) = {:?}\n{}", last.get(), w.log()), || shown(|waiting, secs| waiting == 0.0 && secs == 0.0));
 }
 
+/// Key lanes: a rename held between its pages (fault point
+/// `fanout.hold`) holds up only its own key. Another key's file behind it
+/// is searchable at once, the held key's later file waits, the busy-lanes
+/// gauge shows the rename, and the group's offset stays at the rename.
+#[test]
+fn a_fan_out_holds_up_only_its_own_key() {
+    a_fan_out_in_a_lane(Rig::new(1));
+}
+
+#[test]
+fn a_fan_out_holds_up_only_its_own_key_on_elasticsearch() {
+    a_fan_out_in_a_lane(Rig::elastic(1));
+}
+
+fn a_fan_out_in_a_lane(r: Rig) {
+    use denorm::metrics::{PARTITION_BUSY_LANES, WAITING_COMMANDS};
+    let index = r.index.clone();
+    let w = r.worker(&["--page-size", "10"]);
+    r.on_fault("fanout.hold", "/held\n");
+    let mut commands = files_under("h", "/held/x", 30);
+    commands.push(Command::RenamePath { from: s("/held/x"), to: s("/held/y") });
+    commands.push(Command::UpsertFile { id: s("other"), path: s("/other/1.txt"), contents: s("x"), previous_path: None });
+    commands.push(Command::UpsertFile { id: s("late"), path: s("/held/x/late.txt"), contents: s("x"), previous_path: None });
+    let log = produce(&r.cfg, commands);
+    let p = [("partition", "0")];
+    let has = |id: &str| dump(&index).iter().any(|d| d.id() == id);
+    eventually(Duration::from_secs(60), || format!("the other key's file while the rename is held\n{}", w.log()), || has("other").then_some(()));
+    assert!(!has("late"), "the held key's later file overtook its rename");
+    assert!(dump(&index).iter().all(|d| d.id() == "other" || d.pos() != log[30].0.offset as u64), "a page of the held rename was written");
+    let lag = denorm::kafka::group_lag(&r.cfg, &r.group).unwrap().total;
+    assert!(lag >= 3, "the group's offset passed the unfinished rename: lag {lag}");
+    eventually(Duration::from_secs(60), || format!("busy lanes and waiting\n{}", w.http_get("/metrics").1), || {
+        let m = w.http_get("/metrics").1;
+        (metric(&m, PARTITION_BUSY_LANES, &p) == 1.0 && metric(&m, WAITING_COMMANDS, &p) == 1.0).then_some(())
+    });
+    r.off_fault("fanout.hold");
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&w]);
+    assert_matches_model(&index, &log);
+    eventually(Duration::from_secs(60), || w.http_get("/metrics").1, || (w.metric(PARTITION_BUSY_LANES, &p) == 0.0).then_some(()));
+}
+
 #[test]
 fn sigterm_during_a_long_fan_out_stops_within_the_bound_and_the_next_worker_finishes() {
     let r = Rig::new(1);
