@@ -24,8 +24,8 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
     let dir = tempfile::tempdir().unwrap();
     let v = bench(
         dir.path(),
-        &["--docs", "3000", "--renames", "2000,5000", "--latency-rate", "200", "--latency-secs", "2"],
-        &["replay of 3000 commands", "3000 single-document updates", "rename of a directory of 5000 files", "produce -> searchable at 200/s"],
+        &["--docs", "3000", "--renames", "2000,5000", "--latency-rate", "200", "--latency-secs", "2", "--head-of-line-files", "20000", "--head-of-line-rate", "100"],
+        &["replay of 3000 commands", "3000 single-document updates", "rename of a directory of 5000 files", "produce -> searchable at 200/s", "head of line: another key at 100/s during a rename of 20000 files"],
     );
     let r = &v["results"];
     let positive = |x: &serde_json::Value, what: &str| {
@@ -55,6 +55,7 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
     assert_eq!(r["latency"]["commands"], 400);
     let (p50, p99) = (positive(&r["latency"]["p50_ms"], "p50"), positive(&r["latency"]["p99_ms"], "p99"));
     assert!(p50 <= p99, "p50 {p50} > p99 {p99}");
+    head_of_line_measured(r);
     // The documents the benchmark wrote are in its index.
     let search = |under: &str| output(denorm().args(["search", "files", "--under", under, "--limit", "0"]).arg("--index").arg(dir.path().join("work/index")));
     let (code, files, _) = search("/x5000/moved");
@@ -74,8 +75,8 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
     let dir = tempfile::tempdir().unwrap();
     let v = bench(
         dir.path(),
-        &["--elasticsearch", &es.url, "--docs", "2000", "--renames", "1000,3000", "--latency-rate", "100", "--latency-secs", "2"],
-        &["replay of 2000 commands", "2000 single-document updates", "rename of a directory of 3000 files", "_update_by_query", "plain _bulk", "produce -> searchable at 100/s"],
+        &["--elasticsearch", &es.url, "--docs", "2000", "--renames", "1000,3000", "--latency-rate", "100", "--latency-secs", "2", "--head-of-line-files", "5000", "--head-of-line-rate", "100"],
+        &["replay of 2000 commands", "2000 single-document updates", "rename of a directory of 3000 files", "_update_by_query", "plain _bulk", "produce -> searchable at 100/s", "head of line: another key at 100/s during a rename of 5000 files"],
     );
     let r = &v["results"];
     let positive = |x: &serde_json::Value, what: &str| {
@@ -88,10 +89,31 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
         assert!((ratio - rate / base).abs() < 1e-9, "{phase}: {ratio} != {rate} / {base}");
     }
     assert_eq!(r["latency"]["commands"], 200);
+    head_of_line_measured(r);
     // The renamed tree, through denorm's own search of the run's indexes.
     let prefix = v["index_prefix"].as_str().expect("the run's index prefix");
     let (code, files, err) = output(denorm().env("DENORM_ES_PREFIX", prefix).args(["search", "files", "--under", "/r3000", "--limit", "0", "--index", &es.url]));
     assert_eq!(code, 0, "{err}");
     assert_eq!(files.lines().count(), 3000);
     assert!(files.lines().all(|l| l.starts_with("/r3000/moved/d")), "{files}");
+}
+
+/// The head-of-line phase measured the other key idle and during the
+/// rename, with lanes and with one lane, and its ratio is theirs.
+fn head_of_line_measured(r: &serde_json::Value) {
+    let hol = &r["head_of_line"];
+    let positive = |x: &serde_json::Value, what: &str| {
+        let f = x.as_f64().unwrap_or_else(|| panic!("{what} missing in {hol:#}"));
+        assert!(f.is_finite() && f > 0.0, "{what} = {f}");
+        f
+    };
+    for run in ["lanes", "one_lane"] {
+        for series in ["idle", "during"] {
+            assert!(hol[run][format!("{series}_commands")].as_u64().unwrap_or(0) > 0, "{run} {series}: no command measured in {hol:#}");
+            let (p50, p99) = (positive(&hol[run][format!("{series}_p50_ms")], "p50"), positive(&hol[run][format!("{series}_p99_ms")], "p99"));
+            assert!(p50 <= p99, "{run} {series}: p50 {p50} > p99 {p99}");
+        }
+    }
+    let ratio = positive(&hol["ratio"], "head-of-line ratio");
+    assert!((ratio - hol["lanes"]["during_p99_ms"].as_f64().unwrap() / hol["lanes"]["idle_p99_ms"].as_f64().unwrap()).abs() < 1e-9);
 }

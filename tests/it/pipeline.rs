@@ -537,13 +537,25 @@ fn a_fan_out_in_a_lane(r: Rig) {
     eventually(Duration::from_secs(60), || w.http_get("/metrics").1, || (w.metric(PARTITION_BUSY_LANES, &p) == 0.0).then_some(()));
 }
 
+/// With one lane the rename runs in one call: the shutdown bound ends it.
 #[test]
 fn sigterm_during_a_long_fan_out_stops_within_the_bound_and_the_next_worker_finishes() {
+    sigterm_during_a_long_fan_out("1");
+}
+
+/// In a lane the rename runs a page at a time: the worker stops between
+/// two pages, well within the bound, and the next worker finishes it.
+#[test]
+fn sigterm_during_a_long_fan_out_in_a_lane_stops_between_its_pages() {
+    sigterm_during_a_long_fan_out("8");
+}
+
+fn sigterm_during_a_long_fan_out(lanes: &str) {
     let r = Rig::new(1);
     let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let mut log = produce(&cfg, files_under("f", "/big/tree", 10_000));
     // 100 pages, 100 ms apart: a rename of about 10 s, against a 1 s bound.
-    let slow = ["--page-size", "100", "--fan-out-page-pause-ms", "100", "--shutdown-timeout-secs", "1"];
+    let slow = ["--page-size", "100", "--fan-out-page-pause-ms", "100", "--shutdown-timeout-secs", "1", "--lanes", lanes];
     let worker = Worker::start(&cfg, &group, &index, &slow);
     wait_applied(&cfg, &group, log.len());
     let before = dump(&index);
@@ -554,7 +566,10 @@ fn sigterm_during_a_long_fan_out_stops_within_the_bound_and_the_next_worker_fini
     let took = started.elapsed();
     assert!(status.success(), "exit status {status:?}");
     assert!(took < Duration::from_secs(8), "stopping took {took:?}, past the 1 s bound and the rename's own 10 s");
-    assert!(log_text.contains("shutdown bound reached"), "no bound message:\n{log_text}");
+    match lanes {
+        "1" => assert!(log_text.contains("shutdown bound reached"), "no bound message:\n{log_text}"),
+        _ => assert!(!log_text.contains("shutdown bound reached") && log_text.contains("worker stopped"), "not stopped between pages:\n{log_text}"),
+    }
     // Nothing of the interrupted rename is visible, and its offset was not committed.
     assert_eq!(denorm::model::diff(before, dump(&index), 5), Vec::<String>::new());
     assert_eq!(denorm::kafka::group_lag(&cfg, &group).unwrap().total, 1);

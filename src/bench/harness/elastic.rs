@@ -133,6 +133,10 @@ pub(super) async fn run(b: &Bench<'_>, url: &str, es: &ElasticBackend, producer:
         l.report(a.latency_rate, &mut rows, &mut results);
     }
     worker.stop().await?;
+    // 5. Head of line: another key of the partition during a large rename.
+    if a.head_of_line_files > 0 {
+        b.head_of_line(a.head_of_line_files, a.head_of_line_rate, run_id, Some(url), &mut rows, &mut results).await?;
+    }
     Ok((rows, results))
 }
 

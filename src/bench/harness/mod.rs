@@ -5,6 +5,7 @@
 //! Elasticsearch ([`elastic`]), a plain `_bulk` and `_update_by_query`.
 
 mod elastic;
+mod head_of_line;
 mod latency;
 mod table;
 mod worker;
@@ -60,6 +61,13 @@ pub struct BenchArgs {
     /// Length of the latency phase, in seconds (0 skips it)
     #[arg(long, default_value_t = 20)]
     latency_secs: u64,
+    /// Files of the tree renamed in the head-of-line phase (0 skips it), which runs on topics of
+    /// one partition of its own, with lanes and with --lanes 1
+    #[arg(long, default_value_t = 1_000_000)]
+    head_of_line_files: u64,
+    /// Steady rate of the other key's commands in the head-of-line phase, per second
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    head_of_line_rate: u64,
     /// Partitions of the benchmark's topic
     #[arg(long = "bench-partitions", default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..=1000))]
     partitions: i32,
@@ -340,6 +348,10 @@ async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
         r.report(&mut rows, &mut results);
     }
     worker.stop().await?;
+    // 5. Head of line: another key of the partition during a large rename.
+    if a.head_of_line_files > 0 {
+        b.head_of_line(a.head_of_line_files, a.head_of_line_rate, &run_id, None, &mut rows, &mut results).await?;
+    }
     b.finish(&rows, results)
 }
 
@@ -498,6 +510,11 @@ impl Bench<'_> {
     }
 
     async fn start_worker(&self, group: &str, index: &Path) -> anyhow::Result<Worker> {
+        self.start_worker_with(group, index, &[]).await
+    }
+
+    /// [`Bench::start_worker`] with `extra` flags of `denorm run`.
+    async fn start_worker_with(&self, group: &str, index: &Path, extra: &[String]) -> anyhow::Result<Worker> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.work.join("worker.log"))?;
         let mut cmd = tokio::process::Command::new(&self.exe);
@@ -526,6 +543,7 @@ impl Bench<'_> {
         }
         cmd.args(["run", "--metrics-addr", &format!("127.0.0.1:{port}")])
             .args(&self.a.worker_args)
+            .args(extra)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(log)

@@ -15,7 +15,7 @@ use super::conflict::Write;
 use super::docs::{from_source, scan_query, to_source, PitScan};
 use super::shard::ElasticShard;
 use super::ElasticError;
-use crate::index::{Doc, IndexError, Kind, Scan};
+use crate::index::{Doc, IndexError, Kind, Pages, Scan};
 
 /// Times a fan-out's scan starts again after its point in time expired,
 /// before the command fails (retryably).
@@ -73,6 +73,17 @@ impl ElasticShard {
         }
     }
 
+    /// [`Shard::rewrite_begin`](crate::index::Shard::rewrite_begin).
+    pub(super) fn fan_out_pages(&mut self, scan: &Scan, page_size: usize) -> Result<Pages, IndexError> {
+        Ok(Pages::new(self.fan_out_begin(scan, page_size)?))
+    }
+
+    /// [`Shard::rewrite_page`](crate::index::Shard::rewrite_page).
+    pub(super) fn fan_out_next(&mut self, pages: &mut Pages, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<(u64, bool), IndexError> {
+        let p = pages.cursor::<EsPages>().ok_or_else(|| IndexError::Backend("a fan-out's pages of another backend".into()))?;
+        self.fan_out_page(p, rewrite)
+    }
+
     /// Starts a fan-out: sends the writes before it, refreshes
     /// (read-your-writes) and opens the point in time it scans.
     pub(super) fn fan_out_begin(&mut self, scan: &Scan, page_size: usize) -> Result<EsPages, IndexError> {
@@ -95,6 +106,21 @@ impl ElasticShard {
     /// all. Returns the documents written (by the bulks settled) and
     /// whether the scan is complete.
     pub(super) fn fan_out_page(&mut self, p: &mut EsPages, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<(u64, bool), IndexError> {
+        let result = self.fan_out_page_or_fail(p, rewrite);
+        if result.is_err() {
+            // Its bulks aborted and its point in time released now, not
+            // when the pages are dropped.
+            for w in p.writing.drain(..) {
+                w.bulk.abort();
+            }
+            if let Some(pit) = p.pit.take() {
+                self.b.runtime.block_on(pit.close());
+            }
+        }
+        result
+    }
+
+    fn fan_out_page_or_fail(&mut self, p: &mut EsPages, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<(u64, bool), IndexError> {
         let b = self.b.clone();
         let mut written = 0;
         let pit = p.pit.as_mut().ok_or_else(|| IndexError::Backend("a fan-out's scan was closed".into()))?;

@@ -655,12 +655,11 @@ impl Shard for ElasticShard {
     }
 
     fn rewrite_begin(&mut self, scan: &Scan, page_size: usize) -> Result<Pages, IndexError> {
-        Ok(Pages::new(self.fan_out_begin(scan, page_size)?))
+        self.fan_out_pages(scan, page_size)
     }
 
     fn rewrite_page(&mut self, pages: &mut Pages, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<(u64, bool), IndexError> {
-        let p = pages.cursor::<super::fanout::EsPages>().ok_or_else(|| IndexError::Backend("a fan-out's pages of another backend".into()))?;
-        self.fan_out_page(p, rewrite)
+        self.fan_out_next(pages, rewrite)
     }
 
     fn progress(&self) -> &ProgressBook {

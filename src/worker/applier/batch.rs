@@ -72,6 +72,11 @@ impl Applier {
                         Err(Halt::Stopped) => break,
                         other => paged = other?,
                     }
+                    if !paged && !ahead.is_empty() {
+                        // The head waits for fan-outs that cannot move now
+                        // (a page pause): not a busy loop.
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
                 }
             }
             // A batch is committed once its queue stays empty for `quiet`
@@ -283,12 +288,12 @@ impl Applier {
                     self.start_lane(job);
                     return Ok(false);
                 }
-                Err(Halt::CommitFirst(e)) if self.lanes_busy() => {
+                Err(Halt::CommitFirst(e)) if self.must_fall_back(batch) => {
                     batch.clear();
                     self.fall_back(shard, &e)?;
                     return Ok(false);
                 }
-                Err(Halt::Retry(e)) if self.lanes_busy() => {
+                Err(Halt::Retry(e)) if self.must_fall_back(batch) => {
                     batch.clear();
                     self.fall_back(shard, &e)?;
                     return Ok(false);
@@ -332,7 +337,7 @@ impl Applier {
                     self.parked_gauge(shard.as_mut());
                     return Ok(());
                 }
-                Err(e) if self.lanes_busy() => {
+                Err(e) if self.must_fall_back(batch) => {
                     batch.clear();
                     return self.fall_back(shard, &e);
                 }

@@ -100,6 +100,15 @@ impl Applier {
         self.lanes.borrow().busy()
     }
 
+    /// Whether a failure with `batch` uncommitted must go back to the
+    /// checkpoint rather than re-apply the batch: lanes are busy, or the
+    /// batch is out of log order (a fan-out finished after later commands
+    /// of other keys), so committing it one message at a time could record
+    /// a command applied before an earlier one is.
+    pub(super) fn must_fall_back(&self, batch: &[Record]) -> bool {
+        self.lanes_busy() || !batch.windows(2).all(|w| w[0].offset() < w[1].offset())
+    }
+
     pub(super) fn lane_jobs(&self) -> usize {
         self.lanes.borrow().jobs()
     }

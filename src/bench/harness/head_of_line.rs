@@ -1,0 +1,131 @@
+//! The head-of-line phase: on a topic of one partition, a rename of a large
+//! tree of one key while another key of the same partition receives
+//! commands at a steady rate. That key's produce -> searchable latency,
+//! idle and during the rename, with key lanes (the worker's default) and
+//! with `--lanes 1` (one command at a time, the baseline), each in the same
+//! run on a topic and index of its own.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::latency::{quantile, watch};
+use super::table::{phase, Row};
+use super::Bench;
+use crate::command::Command;
+use crate::produce::Producer;
+
+/// The other key's latency, idle and during the rename (milliseconds).
+struct Series {
+    idle: Vec<f64>,
+    during: Vec<f64>,
+    rename_secs: f64,
+}
+
+/// Length of the idle series.
+const IDLE: Duration = Duration::from_secs(3);
+
+impl Bench<'_> {
+    /// Runs the phase with lanes and with one lane; adds its rows and
+    /// results.
+    pub(super) async fn head_of_line(&self, files: u64, rate: u64, run_id: &str, es_url: Option<&str>, rows: &mut Vec<Row>, results: &mut serde_json::Map<String, serde_json::Value>) -> anyhow::Result<()> {
+        let lanes = self.series(files, rate, run_id, es_url, None).await?;
+        let one = self.series(files, rate, run_id, es_url, Some(1)).await?;
+        let q = |v: &[f64], p: f64| quantile(&mut v.to_vec(), p);
+        let (idle99, during99, one99) = (q(&lanes.idle, 0.99), q(&lanes.during, 0.99), q(&one.during, 0.99));
+        rows.push(Row::new(
+            format!("head of line: another key at {rate}/s during a rename of {files} files, p50/p99 produce -> searchable"),
+            format!("{:.0}/{:.0} ms with lanes ({} commands, rename {:.1} s)", q(&lanes.during, 0.5), during99, lanes.during.len(), lanes.rename_secs),
+            format!("idle {:.0}/{:.0} ms; --lanes 1 during: {:.0}/{:.0} ms", q(&lanes.idle, 0.5), idle99, q(&one.during, 0.5), one99),
+            Some(during99 / idle99.max(0.001)),
+            "<= 2x idle p99",
+        ));
+        let of = |s: &Series| {
+            json!({"idle_commands": s.idle.len(), "idle_p50_ms": q(&s.idle, 0.5), "idle_p99_ms": q(&s.idle, 0.99),
+                   "during_commands": s.during.len(), "during_p50_ms": q(&s.during, 0.5), "during_p99_ms": q(&s.during, 0.99), "rename_seconds": s.rename_secs})
+        };
+        results.insert("head_of_line".into(), json!({"files": files, "rate": rate, "lanes": of(&lanes), "one_lane": of(&one), "ratio": during99 / idle99.max(0.001)}));
+        Ok(())
+    }
+
+    /// One run: a topic of one partition, a worker (`lanes` if given), the
+    /// tree loaded, then the idle series and the series during the rename.
+    async fn series(&self, files: u64, rate: u64, run_id: &str, es_url: Option<&str>, lanes: Option<usize>) -> anyhow::Result<Series> {
+        let name = lanes.map_or("lanes".to_string(), |n| format!("lanes{n}"));
+        let mut kafka = self.kafka.clone();
+        (kafka.topic, kafka.partitions) = (format!("denorm.bench.{run_id}.hol-{name}"), 1);
+        kafka.ensure_topic().await?;
+        // An index of its own: a directory, or indexes under a prefix of
+        // its own on Elasticsearch (they belong to one topic).
+        let (es, index) = match (&self.es, es_url) {
+            (Some(es), Some(url)) => {
+                let es = crate::index::elastic::backend::ElasticBackend::new(es.client.clone(), &format!("{}-hol-{name}", es.prefix), &kafka.topic, es.runtime.clone());
+                (Some(es), std::path::PathBuf::from(url))
+            }
+            _ => (None, self.work.join(format!("index-hol-{name}"))),
+        };
+        let b = Bench { kafka, es, work: self.work.clone(), exe: self.exe.clone(), ..*self };
+        let group = format!("denorm-bench-{run_id}-hol-{name}");
+        let producer = Arc::new(Producer::new(&b.kafka)?);
+        let extra: Vec<String> = lanes.map(|n| vec![format!("--lanes={n}")]).unwrap_or_default();
+        phase(&format!("head of line ({name}): loading a tree of {files} files"));
+        let tree: Vec<Command> = (0..files)
+            .map(|i| Command::UpsertFile { id: format!("t{i}"), path: format!("/hol/tree/d{}/t{i}.txt", i % 100), contents: format!("tree file {i}"), previous_path: None })
+            .collect();
+        producer.send_all(tree, 10_000, |_| {}).await?;
+        let worker = b.start_worker_with(&group, &index, &extra).await?;
+        b.wait_applied(&worker, &index, None).await?;
+        phase(&format!("head of line ({name}): another key at {rate}/s, idle"));
+        let idle = b.other_key(&producer, &index, rate, "idle", &|| false, IDLE).await?;
+        phase(&format!("head of line ({name}): the same during the rename of the tree"));
+        producer.send(Command::RenamePath { from: "/hol/tree".into(), to: "/hol/moved".into() }).await?;
+        let done = AtomicBool::new(false);
+        let is_done = || done.load(Ordering::SeqCst);
+        let t = Instant::now();
+        let (applied, during) = tokio::join!(
+            async {
+                let r = b.wait_applied(&worker, &index, None).await;
+                done.store(true, Ordering::SeqCst);
+                r
+            },
+            b.other_key(&producer, &index, rate, "during", &is_done, b.timeout)
+        );
+        applied?;
+        let rename_secs = t.elapsed().as_secs_f64();
+        worker.stop().await?;
+        Ok(Series { idle, during: during?, rename_secs })
+    }
+
+    /// Upserts of a file of key `/other` at `rate` until `stop` says so or
+    /// `max` has passed: each one's produce -> searchable time (ms).
+    async fn other_key(&self, producer: &Arc<Producer>, index: &std::path::Path, rate: u64, tag: &str, stop: &(dyn Fn() -> bool + Sync), max: Duration) -> anyhow::Result<Vec<f64>> {
+        let (tx, rx) = mpsc::channel::<(String, Instant)>();
+        let (probe, every) = self.probe(index)?;
+        let timeout = self.timeout;
+        let watcher = std::thread::spawn(move || watch(probe, every, rx, timeout));
+        let start = Instant::now();
+        let mut sent = Vec::new();
+        let mut sends = Vec::new();
+        for i in 0.. {
+            tokio::time::sleep_until((start + Duration::from_secs_f64(i as f64 / rate as f64)).into()).await;
+            if stop() || start.elapsed() >= max {
+                break;
+            }
+            let id = format!("{tag}{i}");
+            let cmd = Command::UpsertFile { id: id.clone(), path: format!("/other/{id}.txt"), contents: format!("{tag} {i}"), previous_path: None };
+            let at = Instant::now();
+            tx.send((id.clone(), at)).ok();
+            sent.push((id, at));
+            let p = producer.clone();
+            sends.push(tokio::spawn(async move { p.send(cmd).await }));
+        }
+        drop(tx);
+        for s in sends {
+            s.await??;
+        }
+        let seen = tokio::task::spawn_blocking(move || watcher.join()).await?.map_err(|_| anyhow::anyhow!("the watcher panicked"))??;
+        Ok(sent.iter().map(|(id, at)| seen[id].saturating_duration_since(*at).as_secs_f64() * 1000.0).collect())
+    }
+}
