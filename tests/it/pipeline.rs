@@ -537,6 +537,48 @@ fn a_fan_out_in_a_lane(r: Rig) {
     eventually(Duration::from_secs(60), || w.http_get("/metrics").1, || (w.metric(PARTITION_BUSY_LANES, &p) == 0.0).then_some(()));
 }
 
+/// Bounded memory: a key's lane far behind its held rename (3,000 commands
+/// of that key behind it) does not take them all into memory: once
+/// `--queue-kb` holds what waits, the partition is paused and the rest
+/// stays in the topic. Released, everything is applied in order.
+#[test]
+fn a_lane_far_behind_its_fan_out_stays_within_the_queue_bound() {
+    a_lane_far_behind(Rig::new(1));
+}
+
+#[test]
+fn a_lane_far_behind_its_fan_out_stays_within_the_queue_bound_on_elasticsearch() {
+    a_lane_far_behind(Rig::elastic(1));
+}
+
+fn a_lane_far_behind(r: Rig) {
+    use denorm::metrics::WAITING_COMMANDS;
+    r.on_fault("fanout.hold", "/held\n");
+    let w = r.worker(&["--queue-kb", "64", "--fetch-buffer-kb", "64", "--page-size", "10", "--log", "info,denorm::worker=debug"]);
+    let mut commands = files_under("h", "/held/x", 30);
+    commands.push(Command::RenamePath { from: s("/held/x"), to: s("/held/y") });
+    let behind = 3000;
+    commands.extend((0..behind).map(|i| Command::UpsertFile { id: format!("l{i}"), path: format!("/held/x/l{i}.txt"), contents: "c".repeat(200), previous_path: None }));
+    let log = produce(&r.cfg, commands);
+    assert!(w.wait_for_log("partition paused: its queue is full", Duration::from_secs(60)), "never paused:\n{}", w.log());
+    // 64 KiB hold about 110 of these messages (payload, key and 256 bytes
+    // of bookkeeping each); one fetch of at most 64 KiB may come on top.
+    let p = [("partition", "0")];
+    let bound = 400.0;
+    let mut seen = Vec::new();
+    let watched = std::time::Instant::now();
+    while watched.elapsed() < Duration::from_secs(7) {
+        let waiting = metric(&w.http_get("/metrics").1, WAITING_COMMANDS, &p);
+        assert!(waiting <= bound, "{waiting} commands held in memory behind the rename (bound {bound}); seen {seen:?}");
+        seen.push(waiting);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(seen.iter().any(|&n| n > 0.0), "the gauge never showed the lane: {seen:?}");
+    r.off_fault("fanout.hold");
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&w]);
+    assert_matches_model(&r.index, &log);
+}
+
 /// With one lane the rename runs in one call: the shutdown bound ends it.
 #[test]
 fn sigterm_during_a_long_fan_out_stops_within_the_bound_and_the_next_worker_finishes() {

@@ -29,7 +29,7 @@ impl Applier {
         let mut generation_checked = Instant::now();
         let max_batch = self.shared.cfg.max_batch.max(1);
         let linger = self.shared.cfg.commit_linger;
-        let quiet = self.shared.cfg.commit_quiet;
+        let commit_quiet = self.shared.cfg.commit_quiet;
         // Messages handled since the last commit, kept until it succeeds: if
         // the index fails meanwhile, the shard is reopened (dropping whatever
         // state the failure left in the writer) and they are handled again.
@@ -79,12 +79,17 @@ impl Applier {
                     }
                 }
             }
+            // While fan-outs run in lanes, each commit also carries the
+            // pages written since: committing at every pause of light
+            // traffic keeps the other keys' latency low, at a price in the
+            // fan-out's speed (docs/benchmark.md, "Key lanes").
+            let quiet_at = last_message + commit_quiet;
             // A batch is committed once its queue stays empty for `quiet`
             // (a burst has been applied), or when it is `linger` old. Waits
             // are at most 100 ms, so that a stop is seen within that; none
             // while fan-outs run in lanes (1 ms while they cannot move).
             let wait = match deadline {
-                Some(d) => d.min(last_message + quiet).saturating_duration_since(Instant::now()),
+                Some(d) => d.min(quiet_at).saturating_duration_since(Instant::now()),
                 None => Duration::from_millis(100),
             }
             .min(match self.lane_jobs() {
@@ -191,7 +196,7 @@ impl Applier {
                     self.publish_pending(shard.as_mut(), false);
                     self.publish_end();
                 }
-                Err(RecvTimeoutError::Timeout) if deadline.is_some_and(|d| Instant::now() < d.min(last_message + quiet)) => {
+                Err(RecvTimeoutError::Timeout) if deadline.is_some_and(|d| Instant::now() < d.min(quiet_at)) => {
                     // Neither quiet for long enough nor old enough: the wait
                     // was cut short to look at the stop flag.
                 }
