@@ -36,6 +36,9 @@
 //!   file's lines runs no page for as long as the fault is on (the other
 //!   keys' commands go on); it writes `fanout.hold.reached` when a page is
 //!   held.
+//! - `fanout.page-fail`: a page of a fan-out running in a key lane whose
+//!   key is one of the file's lines fails with a transient index error; it
+//!   writes `fanout.page-fail.reached`.
 //! - `kafka.commit`: offset commits are lost before they reach the broker
 //!   (like commits refused by a coordinator that has just restarted).
 

@@ -72,6 +72,10 @@ impl Applier {
                         Err(Halt::Stopped) => break,
                         other => paged = other?,
                     }
+                    if self.fell_back.get() {
+                        // Nothing more before the partition is sought.
+                        continue;
+                    }
                     if !paged && !ahead.is_empty() {
                         // The head waits for fan-outs that cannot move now
                         // (a page pause): not a busy loop.
@@ -165,6 +169,12 @@ impl Applier {
                         other => other,
                     };
                     self.may_defer.set(false);
+                    if self.fell_back.get() {
+                        // A lane failed: nothing more before the partition
+                        // is sought again (top of the loop).
+                        self.busy_since_ms.store(0, Ordering::SeqCst);
+                        continue;
+                    }
                     let d = *deadline.get_or_insert_with(|| Instant::now() + linger);
                     // Fan-outs are committed on their own so that their
                     // effects are visible and bounded; so are the chunks of

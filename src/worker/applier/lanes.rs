@@ -182,7 +182,15 @@ impl Applier {
             false => Ok(None),
             true => {
                 let pos = job.record.offset() as u64;
-                shard.rewrite_page(&mut job.pages, &mut |d| crate::apply::fan_out_rule(cmd, pos, d)).and_then(|(n, done)| {
+                let injected = crate::faults::lists("fanout.page-fail", cmd.key()).then(|| {
+                    crate::faults::reached("fanout.page-fail");
+                    IndexError::Backend("injected fault fanout.page-fail".into())
+                });
+                let page = match injected {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                };
+                page.and_then(|()| shard.rewrite_page(&mut job.pages, &mut |d| crate::apply::fan_out_rule(cmd, pos, d)).and_then(|(n, done)| {
                     job.written += n;
                     let pause = self.shared.cfg.fan_out.page_pause;
                     if !pause.is_zero() {
@@ -192,12 +200,13 @@ impl Applier {
                         true => crate::apply::fan_out_finish(shard.as_mut(), cmd, pos).map(|n| Some(job.written + n)),
                         false => Ok(None),
                     }
-                })
+                }))
             }
         };
         match step {
             Err(e) => {
-                self.lanes.borrow_mut().lanes.remove(&key);
+                // Its lane goes with the others (its waiting messages
+                // leave the queue's count there).
                 self.fall_back(shard, &format_args!("a fan-out's page at offset {}: {e}", job.record.offset()))?;
                 Ok(true)
             }
