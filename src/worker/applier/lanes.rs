@@ -262,6 +262,11 @@ impl Applier {
         warn!(partition = self.partition, error = %why, until, "a failure while key lanes were busy: the partition is read again from the shard's checkpoint, one command at a time up to the offset received");
         self.retrying(Op::Apply).failed(why)?;
         self.reopen(shard, &[])?;
+        // The end the consumer reported was of the reading before: it is
+        // reported again once the partition is read to its end from the
+        // checkpoint (published meanwhile, it would pass what is read
+        // again).
+        self.end.set(None);
         self.fell_back.set(true);
         Ok(())
     }

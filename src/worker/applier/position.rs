@@ -38,10 +38,6 @@ impl Applier {
     /// consumer thread says so ([`Feed::Positioned`]).
     pub(super) fn seek_to(&self, checkpoint: Option<Checkpoint>) -> bool {
         self.lanes.borrow_mut().tracker.reset();
-        // The end the consumer reported was of the reading before: it is
-        // reported again once the partition is read to its end from here
-        // (published meanwhile, it would pass what is read again).
-        self.end.set(None);
         self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target_of(checkpoint));
         false
     }
