@@ -1,9 +1,11 @@
 //! A `denorm run` worker the bench starts: its readiness, memory and stop.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+
+use super::Bench;
 
 use crate::bench::process::{status_kb, Sampler};
 
@@ -46,5 +48,77 @@ impl Worker {
             bail!("the worker exited with {status}");
         }
         Ok(())
+    }
+}
+
+impl Bench<'_> {
+    /// Starts a `denorm run` of `group` on `index` and waits for its
+    /// readiness.
+    pub(super) async fn start_worker(&self, group: &str, index: &Path) -> anyhow::Result<Worker> {
+        self.start_worker_with(group, index, &[]).await
+    }
+
+    /// [`Bench::start_worker`] with `extra` flags of `denorm run`.
+    pub(super) async fn start_worker_with(&self, group: &str, index: &Path, extra: &[String]) -> anyhow::Result<Worker> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.work.join("worker.log"))?;
+        let mut cmd = tokio::process::Command::new(&self.exe);
+        cmd.args(["--brokers", &self.kafka.brokers, "--topic", &self.kafka.topic, "--group", group])
+            .arg("--index")
+            .arg(index)
+            .args(["--partitions", &self.kafka.partitions.to_string()]);
+        if let Some(f) = &self.launch.kafka_options_file {
+            cmd.arg("--kafka-options-file").arg(f);
+        }
+        // In the environment, not on the command line, where `ps` would show
+        // secrets such as sasl.password. A value holding the environment's `;`
+        // separator can only go on the command line, and then all of them must
+        // (clap ignores the variable once the flag is given).
+        let opts = &self.launch.kafka_options;
+        cmd.env_remove("DENORM_KAFKA_OPTIONS");
+        if opts.iter().any(|(_, v)| v.contains(';')) {
+            for (k, v) in opts {
+                cmd.arg("-X").arg(format!("{k}={v}"));
+            }
+        } else if !opts.is_empty() {
+            cmd.env("DENORM_KAFKA_OPTIONS", opts.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(";"));
+        }
+        if let Some(es) = &self.es {
+            cmd.env(crate::index::elastic::config::env::PREFIX, &es.prefix);
+        }
+        cmd.args(["run", "--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args(&self.a.worker_args)
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true);
+        let child = cmd.spawn().with_context(|| format!("starting {}", self.exe.display()))?;
+        let w = Worker {
+            pid: child.id().context("worker exited at once")?,
+            child,
+            port,
+        };
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let ok = http
+                .get(format!("http://127.0.0.1:{}/readyz", w.port))
+                .send()
+                .await
+                .map(|r| r.status().is_success())
+                .unwrap_or(false);
+            if ok {
+                return Ok(w);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the worker was not ready after {:?}; see {}",
+                    self.timeout,
+                    self.work.join("worker.log").display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }

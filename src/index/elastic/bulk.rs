@@ -199,6 +199,18 @@ pub struct BulkReport {
     pub requests: u32,
 }
 
+impl BulkReport {
+    /// Items Elasticsearch refused for good (mapping or parse errors) fail
+    /// the operation permanently: the worker then finds the command they
+    /// belong to and dead-letters it.
+    pub fn refused(&self) -> Result<(), crate::index::IndexError> {
+        match self.failed.first() {
+            None => Ok(()),
+            Some((op, reason)) => Err(crate::index::IndexError::Rejected(format!("{} document(s) refused, first {}: {reason}", self.failed.len(), op.id()))),
+        }
+    }
+}
+
 /// Sends `ops` in bounded requests, retrying what failed transiently.
 pub async fn execute(client: &Elasticsearch, ops: Vec<BulkOp>, limits: BulkLimits, policy: RetryPolicy) -> Result<BulkReport, ElasticError> {
     let mut report = BulkReport::default();

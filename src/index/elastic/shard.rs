@@ -388,7 +388,7 @@ impl ElasticShard {
     ) -> Result<u64, IndexError> {
         let mut written = report.done as u64;
         for _ in 0..5 {
-            refused(&report)?;
+            report.refused()?;
             if report.conflicts.is_empty() {
                 return Ok(written);
             }
@@ -446,8 +446,6 @@ impl ElasticShard {
     }
 }
 
-/// Counts and logs a command of `partition` naming a document `stored`
-/// another partition holds.
 impl ElasticShard {
     /// A delete as a tombstone, not a removal (see `names::DELETED_FIELD`),
     /// decided by `write`'s rule.
@@ -459,18 +457,10 @@ impl ElasticShard {
     }
 }
 
+/// Counts and logs a command of `partition` naming a document `stored`
+/// another partition holds.
 fn owner_conflict(b: &ElasticBackend, kind: Kind, id: &str, stored: &Value, partition: i32) {
     b.owner_conflict(kind, id, &stored[PARTITION_FIELD], partition, "a command names a document another key's partition holds: an owner change sent without its explicit form (previous_path, previous_user_id), or a redelivery after the document moved; not applied");
-}
-
-/// Items Elasticsearch refused for good (mapping or parse errors) fail the
-/// operation permanently: the worker then finds the command they belong to
-/// and dead-letters it.
-fn refused(report: &BulkReport) -> Result<(), IndexError> {
-    match report.failed.first() {
-        None => Ok(()),
-        Some((op, reason)) => Err(IndexError::Rejected(format!("{} document(s) refused, first {}: {reason}", report.failed.len(), op.id()))),
-    }
 }
 
 impl Shard for ElasticShard {

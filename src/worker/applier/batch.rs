@@ -303,16 +303,8 @@ impl Applier {
                     self.start_lane(job);
                     return Ok(false);
                 }
-                Err(Halt::CommitFirst(e)) if self.must_fall_back(batch) => {
-                    batch.clear();
-                    self.fall_back(shard, &e)?;
-                    return Ok(false);
-                }
-                Err(Halt::Retry(e)) if self.must_fall_back(batch) => {
-                    batch.clear();
-                    self.fall_back(shard, &e)?;
-                    return Ok(false);
-                }
+                Err(Halt::CommitFirst(e)) if self.must_fall_back(batch) => return self.fall_back_from(shard, batch, &e).map(|()| false),
+                Err(Halt::Retry(e)) if self.must_fall_back(batch) => return self.fall_back_from(shard, batch, &e).map(|()| false),
                 Err(Halt::CommitFirst(e)) => {
                     warn!(partition = self.partition, error = %e, commands = batch.len() - 1, "the index refused a write of the batch before a cross-key step: committing its messages one by one to find it");
                     self.isolate(shard, batch)?;
@@ -352,10 +344,7 @@ impl Applier {
                     self.parked_gauge(shard.as_mut());
                     return Ok(());
                 }
-                Err(e) if self.must_fall_back(batch) => {
-                    batch.clear();
-                    return self.fall_back(shard, &e);
-                }
+                Err(e) if self.must_fall_back(batch) => return self.fall_back_from(shard, batch, &e),
                 Err(e) if e.is_retryable() => {
                     retry.failed(&format_args!("{e}; reopening the shard"))?;
                     self.reopen(shard, batch)?;

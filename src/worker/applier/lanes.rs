@@ -164,13 +164,12 @@ impl Applier {
     /// partition again from the checkpoint ([`Applier::fall_back`]).
     /// Whether a page was run.
     pub(super) fn run_page(&self, shard: &mut ShardBox, batch: &mut Vec<Record>, ahead: &mut VecDeque<Feed>) -> Step<bool> {
-        let taken = {
+        let (key, mut job) = {
             let mut lanes = self.lanes.borrow_mut();
             let Some(key) = lanes.turn.pop_front() else { return Ok(false) };
             let job = lanes.lanes.get_mut(&key).and_then(|l| l.job.take()).expect("a lane in turn has its fan-out");
             (key, job)
         };
-        let (key, mut job) = taken;
         let cmd = &job.envelope.command;
         let held = crate::faults::lists("fanout.hold", cmd.key()) && {
             crate::faults::reached("fanout.hold");
@@ -269,6 +268,13 @@ impl Applier {
         self.end.set(None);
         self.fell_back.set(true);
         Ok(())
+    }
+
+    /// [`Applier::fall_back`] from a failure with `batch` uncommitted:
+    /// the batch is read again with the rest.
+    pub(super) fn fall_back_from(&self, shard: &mut ShardBox, batch: &mut Vec<Record>, why: &dyn std::fmt::Display) -> Step<()> {
+        batch.clear();
+        self.fall_back(shard, why)
     }
 
     /// Drops the lanes without a failure (the partition is positioned anew:

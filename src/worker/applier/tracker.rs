@@ -47,6 +47,14 @@ impl Tracker {
     /// is finished, when there is one.
     pub fn finish(&mut self, at: Checkpoint) -> Option<Checkpoint> {
         let offset = at.offset as i64;
+        if self.open.is_empty() && self.done.is_empty() {
+            // Nothing out of order (every message without lanes): no
+            // allocation, no search.
+            if self.low.is_none_or(|l| l.offset < at.offset) {
+                self.low = Some(at);
+            }
+            return self.low;
+        }
         self.open.remove(&offset);
         // Only the highest finished offset of each gap between open
         // commands matters (finishing `offset` may have joined two gaps).
