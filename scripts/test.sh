@@ -82,8 +82,8 @@ export DENORM_ES_URL
 # schemas, checkov, promtool alert tests, env vars against the binary, and
 # the embedded values' rendered hook and worker run against a broker of
 # their own.
-cargo build --release --features failpoints --quiet --bin denorm
-phase "build the denorm binary"
+cargo build --release --features failpoints --quiet --bin denorm --example fanout_memory
+phase "build the binary and harness"
 chart=0
 chart_broker="$(scripts/broker.sh start "$state/kafka")"
 DENORM_TEST_BROKERS="$chart_broker" python3 scripts/check-chart.py "$target/release/denorm" || chart=$?
@@ -91,7 +91,7 @@ scripts/broker.sh stop "$state/kafka"
 phase "chart checks"
 # The fan-out memory harness at a smoke size: both backends rename 20,000
 # files, and it fails unless every file was rewritten once.
-cargo run --release --features failpoints --quiet --example fanout_memory -- 2000 20000
+"$target/release/examples/fanout_memory" 2000 20000
 phase "fan-out memory harness"
 cargo nextest run --release --features failpoints --no-run
 phase "build the tests"

@@ -18,14 +18,6 @@ use rand::{Rng, SeedableRng};
 /// until this expires, and `wait_applied` (180 s) would fail first.
 const SESSION_TIMEOUT_MS: &str = "900000";
 
-/// The partitions of a worker's last "partitions assigned" log line.
-fn last_assignment(w: &Worker) -> BTreeSet<i32> {
-    let log = w.log();
-    let line = log.lines().filter(|l| l.contains("partitions assigned")).last().unwrap_or_else(|| panic!("no assignment:\n{log}"));
-    let list = line.split("partitions=[").nth(1).and_then(|r| r.split(']').next()).unwrap_or_else(|| panic!("unparsed: {line}"));
-    list.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect()
-}
-
 /// Waits until both workers hold a non-empty share of all `n` partitions.
 fn wait_split(a: &Worker, b: &Worker, n: i32) -> (BTreeSet<i32>, BTreeSet<i32>) {
     eventually(Duration::from_secs(120), || format!("the group never split the partitions:\n{}\n-----\n{}", a.log(), b.log()), || {

@@ -313,7 +313,7 @@ fn two_workers_share_partitions(r: Rig) {
     let (x, y) = denorm::demo::race();
     log.extend(produce(&cfg, vec![x, y]));
     log.extend(produce(&cfg, denorm::demo::user_renames(20, 3)));
-    wait_applied(&cfg, &group, log.len());
+    wait_applied_by(&cfg, &group, log.len(), &[&a, &b2]);
     assert!(b2.wait_for_log("partitions assigned", Duration::from_secs(30)));
     assert!(a.log_contains("partitions revoked"), "the first worker never gave partitions up:\n{}", a.log());
     assert_matches_model(&index, &log);
@@ -322,7 +322,7 @@ fn two_workers_share_partitions(r: Rig) {
     assert!(a.terminate().success());
     log.extend(produce(&cfg, files_under("x", "/hillary/extra", 500)));
     log.extend(produce(&cfg, vec![Command::RenamePath { from: s("/hillary/extra"), to: s("/hillary/more") }]));
-    wait_applied(&cfg, &group, log.len());
+    wait_applied_by(&cfg, &group, log.len(), &[&b2]);
     assert_matches_model(&index, &log);
 }
 

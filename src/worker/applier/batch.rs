@@ -233,7 +233,13 @@ impl Applier {
             }
         }
         // Stopping: make what is applied durable, so the next owner resumes
-        // after it, and searchable, so that its offset is published.
+        // after it, and searchable, so that its offset is published. Fan-outs
+        // unfinished in lanes are not drained: the offset recorded stays
+        // below the lowest unfinished command, which the next owner applies
+        // again (docs/architecture.md, "Key lanes").
+        if let Some(lowest) = self.lanes.borrow().tracker.lowest_open() {
+            info!(partition = self.partition, fan_outs = self.lane_jobs(), lowest_unfinished = lowest, "stopping between the pages of fan-outs in key lanes: the next owner applies again from the lowest unfinished command");
+        }
         let result = self.commit(&mut shard, &mut batch);
         self.publish_pending(shard.as_mut(), true);
         result

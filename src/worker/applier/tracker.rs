@@ -36,6 +36,11 @@ impl Tracker {
         !self.open.is_empty()
     }
 
+    /// The lowest command received and not finished.
+    pub fn lowest_open(&self) -> Option<i64> {
+        self.open.first().copied()
+    }
+
     /// The command at `offset`, just received, is finished later.
     pub fn defer(&mut self, offset: i64) {
         debug_assert!(self.open.last().is_none_or(|&o| o < offset), "deferred out of order");

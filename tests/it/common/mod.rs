@@ -5,6 +5,7 @@
 pub mod chaos;
 pub mod elastic;
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -604,4 +605,29 @@ pub fn assert_matches_model_of_logs(logs: &[Vec<(i64, denorm::codec::Decoded)>],
 /// Every message of the topic, decoded, partition by partition.
 pub fn read_topic(cfg: &KafkaConfig) -> Vec<Vec<(i64, denorm::codec::Decoded)>> {
     kafka::read_topic(cfg, &denorm::codec::Codec::new()).unwrap()
+}
+
+/// The partitions of a worker's last "partitions assigned" log line.
+pub fn last_assignment(w: &Worker) -> BTreeSet<i32> {
+    let log = w.log();
+    let line = log.lines().filter(|l| l.contains("partitions assigned")).last().unwrap_or_else(|| panic!("no assignment:\n{log}"));
+    let list = line.split("partitions=[").nth(1).and_then(|r| r.split(']').next()).unwrap_or_else(|| panic!("unparsed: {line}"));
+    list.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect()
+}
+
+/// Waits until `workers`' last assignments split all `n` partitions among
+/// them, each having received its assignment since its last revoke (a
+/// rebalance has completed for every one of them).
+pub fn wait_covered(workers: &[&Worker], n: i32) {
+    let logs = || workers.iter().map(|w| w.log()).collect::<Vec<_>>().join("\n----- next worker -----\n");
+    eventually(Duration::from_secs(120), || format!("the group never split the {n} partitions among its {} members:\n{}", workers.len(), logs()), || {
+        // A member whose last word is a revoke is in a rebalance.
+        let settled = |w: &&Worker| w.log().lines().filter(|l| l.contains("partitions assigned") || l.contains("partitions revoked")).last().is_some_and(|l| l.contains("partitions assigned"));
+        if !workers.iter().all(settled) {
+            return None;
+        }
+        let sets: Vec<BTreeSet<i32>> = workers.iter().map(|w| last_assignment(w)).collect();
+        let all: BTreeSet<i32> = sets.iter().flatten().copied().collect();
+        (sets.iter().map(BTreeSet::len).sum::<usize>() == n as usize && all.len() == n as usize).then_some(())
+    })
 }
