@@ -24,8 +24,8 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
     let dir = tempfile::tempdir().unwrap();
     let v = bench(
         dir.path(),
-        &["--docs", "3000", "--renames", "2000,5000", "--latency-rate", "200", "--latency-secs", "2", "--head-of-line-files", "20000", "--head-of-line-rate", "100"],
-        &["replay of 3000 commands", "3000 single-document updates", "rename of a directory of 5000 files", "produce -> searchable at 200/s", "head of line: another key at 100/s during a rename of 20000 files"],
+        &["--docs", "3000", "--renames", "2000,5000", "--latency-rate", "200", "--latency-secs", "2", "--head-of-line-files", "20000", "--head-of-line-rate", "100", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100"],
+        &["replay of 3000 commands", "3000 single-document updates", "rename of a directory of 5000 files", "produce -> searchable at 200/s", "head of line: another key at 100/s during a rename of 20000 files", "key concurrency: 500 single-document commands over 100 key(s)"],
     );
     let r = &v["results"];
     let positive = |x: &serde_json::Value, what: &str| {
@@ -56,6 +56,7 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
     let (p50, p99) = (positive(&r["latency"]["p50_ms"], "p50"), positive(&r["latency"]["p99_ms"], "p99"));
     assert!(p50 <= p99, "p50 {p50} > p99 {p99}");
     head_of_line_measured(r);
+    key_concurrency_measured(r);
     // The documents the benchmark wrote are in its index.
     let search = |under: &str| output(denorm().args(["search", "files", "--under", under, "--limit", "0"]).arg("--index").arg(dir.path().join("work/index")));
     let (code, files, _) = search("/x5000/moved");
@@ -75,8 +76,8 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
     let dir = tempfile::tempdir().unwrap();
     let v = bench(
         dir.path(),
-        &["--elasticsearch", &es.url, "--docs", "2000", "--renames", "1000,3000", "--latency-rate", "100", "--latency-secs", "2", "--head-of-line-files", "5000", "--head-of-line-rate", "100"],
-        &["replay of 2000 commands", "2000 single-document updates", "rename of a directory of 3000 files", "_update_by_query", "plain _bulk", "produce -> searchable at 100/s", "head of line: another key at 100/s during a rename of 5000 files"],
+        &["--elasticsearch", &es.url, "--docs", "2000", "--renames", "1000,3000", "--latency-rate", "100", "--latency-secs", "2", "--head-of-line-files", "5000", "--head-of-line-rate", "100", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100"],
+        &["replay of 2000 commands", "2000 single-document updates", "rename of a directory of 3000 files", "_update_by_query", "plain _bulk", "produce -> searchable at 100/s", "head of line: another key at 100/s during a rename of 5000 files", "key concurrency: 500 single-document commands over 100 key(s)"],
     );
     let r = &v["results"];
     let positive = |x: &serde_json::Value, what: &str| {
@@ -90,6 +91,7 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
     }
     assert_eq!(r["latency"]["commands"], 200);
     head_of_line_measured(r);
+    key_concurrency_measured(r);
     // The renamed tree, through denorm's own search of the run's indexes.
     let prefix = v["index_prefix"].as_str().expect("the run's index prefix");
     let (code, files, err) = output(denorm().env("DENORM_ES_PREFIX", prefix).args(["search", "files", "--under", "/r3000", "--limit", "0", "--index", &es.url]));
@@ -108,6 +110,10 @@ fn head_of_line_measured(r: &serde_json::Value) {
         f
     };
     for run in ["lanes", "one_lane"] {
+        // The renamed key's own commands were sent during the rename, and
+        // the worker's heap was sampled meanwhile.
+        assert!(hol[run]["behind_commands"].as_u64().unwrap_or(0) > 0, "{run}: nothing sent behind the rename in {hol:#}");
+        assert!(positive(&hol[run]["worker_peak_anon_kb"], "peak heap") >= positive(&hol[run]["worker_anon_before_kb"], "heap before"), "{hol:#}");
         for series in ["idle", "during"] {
             assert!(hol[run][format!("{series}_commands")].as_u64().unwrap_or(0) > 0, "{run} {series}: no command measured in {hol:#}");
             let (p50, p99) = (positive(&hol[run][format!("{series}_p50_ms")], "p50"), positive(&hol[run][format!("{series}_p99_ms")], "p99"));
@@ -116,4 +122,17 @@ fn head_of_line_measured(r: &serde_json::Value) {
     }
     let ratio = positive(&hol["ratio"], "head-of-line ratio");
     assert!((ratio - hol["lanes"]["during_p99_ms"].as_f64().unwrap() / hol["lanes"]["idle_p99_ms"].as_f64().unwrap()).abs() < 1e-9);
+}
+
+/// The key-concurrency phase measured both numbers of keys, with lanes and
+/// with one lane, and its ratios are theirs.
+fn key_concurrency_measured(r: &serde_json::Value) {
+    let kc = &r["key_concurrency"];
+    assert_eq!(kc["commands"], 500, "{kc:#}");
+    let runs = kc["runs"].as_array().unwrap_or_else(|| panic!("no runs in {kc:#}"));
+    assert_eq!(runs.iter().map(|x| x["keys"].as_u64().unwrap()).collect::<Vec<_>>(), vec![1, 100]);
+    for run in runs {
+        let f = |k: &str| run[k].as_f64().filter(|f| f.is_finite() && *f > 0.0).unwrap_or_else(|| panic!("{k} missing or not positive in {run:#}"));
+        assert!((f("ratio") - f("lanes_rate") / f("one_lane_rate")).abs() < 1e-9, "{run:#}");
+    }
 }

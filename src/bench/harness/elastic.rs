@@ -137,6 +137,10 @@ pub(super) async fn run(b: &Bench<'_>, url: &str, es: &ElasticBackend, producer:
     if a.head_of_line_files > 0 {
         b.head_of_line(a.head_of_line_files, a.head_of_line_rate, run_id, Some(url), &mut rows, &mut results).await?;
     }
+    // 6. Key concurrency: single-document commands of many keys.
+    if a.key_concurrency_commands > 0 {
+        b.key_concurrency(a.key_concurrency_commands, &a.key_concurrency_keys, run_id, Some(url), &mut rows, &mut results).await?;
+    }
     Ok((rows, results))
 }
 

@@ -3,7 +3,9 @@
 //! commands at a steady rate. That key's produce -> searchable latency,
 //! idle and during the rename, with key lanes (the worker's default) and
 //! with `--lanes 1` (one command at a time, the baseline), each in the same
-//! run on a topic and index of its own.
+//! run on a topic and index of its own. The renamed key's own commands,
+//! sent at the same rate during the rename, wait behind it: the worker's
+//! peak heap meanwhile shows what they hold.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -12,16 +14,22 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::latency::{quantile, watch};
-use super::table::{phase, Row};
-use super::Bench;
+use super::table::{mb, phase, Row};
+use super::{lanes_arg, Bench};
 use crate::command::Command;
 use crate::produce::Producer;
 
-/// The other key's latency, idle and during the rename (milliseconds).
+/// The other key's latency, idle and during the rename (milliseconds);
+/// the renamed key's own commands sent during the rename (they wait behind
+/// it), and the worker's heap (`RssAnon`, KiB) before and at its peak
+/// during the rename.
 struct Series {
     idle: Vec<f64>,
     during: Vec<f64>,
+    behind: usize,
     rename_secs: f64,
+    heap_before_kb: u64,
+    heap_peak_kb: u64,
 }
 
 /// Length of the idle series.
@@ -42,9 +50,17 @@ impl Bench<'_> {
             Some(during99 / idle99.max(0.001)),
             "<= 2x idle p99",
         ));
+        rows.push(Row::new(
+            format!("  the renamed key's own commands waiting behind it ({} at {rate}/s): worker peak heap", lanes.behind),
+            format!("{} with lanes (before the rename {})", mb(Some(lanes.heap_peak_kb)), mb(Some(lanes.heap_before_kb))),
+            format!("--lanes 1 {} (before {})", mb(Some(one.heap_peak_kb)), mb(Some(one.heap_before_kb))),
+            Some(lanes.heap_peak_kb as f64 / one.heap_peak_kb.max(1) as f64),
+            "bounded by --queue-kb",
+        ));
         let of = |s: &Series| {
             json!({"idle_commands": s.idle.len(), "idle_p50_ms": q(&s.idle, 0.5), "idle_p99_ms": q(&s.idle, 0.99),
-                   "during_commands": s.during.len(), "during_p50_ms": q(&s.during, 0.5), "during_p99_ms": q(&s.during, 0.99), "rename_seconds": s.rename_secs})
+                   "during_commands": s.during.len(), "during_p50_ms": q(&s.during, 0.5), "during_p99_ms": q(&s.during, 0.99), "rename_seconds": s.rename_secs,
+                   "behind_commands": s.behind, "worker_anon_before_kb": s.heap_before_kb, "worker_peak_anon_kb": s.heap_peak_kb})
         };
         results.insert("head_of_line".into(), json!({"files": files, "rate": rate, "lanes": of(&lanes), "one_lane": of(&one), "ratio": during99 / idle99.max(0.001)}));
         Ok(())
@@ -54,22 +70,10 @@ impl Bench<'_> {
     /// tree loaded, then the idle series and the series during the rename.
     async fn series(&self, files: u64, rate: u64, run_id: &str, es_url: Option<&str>, lanes: Option<usize>) -> anyhow::Result<Series> {
         let name = lanes.map_or("lanes".to_string(), |n| format!("lanes{n}"));
-        let mut kafka = self.kafka.clone();
-        (kafka.topic, kafka.partitions) = (format!("denorm.bench.{run_id}.hol-{name}"), 1);
-        kafka.ensure_topic().await?;
-        // An index of its own: a directory, or indexes under a prefix of
-        // its own on Elasticsearch (they belong to one topic).
-        let (es, index) = match (&self.es, es_url) {
-            (Some(es), Some(url)) => {
-                let es = crate::index::elastic::backend::ElasticBackend::new(es.client.clone(), &format!("{}-hol-{name}", es.prefix), &kafka.topic, es.runtime.clone());
-                (Some(es), std::path::PathBuf::from(url))
-            }
-            _ => (None, self.work.join(format!("index-hol-{name}"))),
-        };
-        let b = Bench { kafka, es, work: self.work.clone(), exe: self.exe.clone(), ..*self };
+        let (b, index) = self.own_partition(&format!("hol-{name}"), run_id, es_url).await?;
         let group = format!("denorm-bench-{run_id}-hol-{name}");
         let producer = Arc::new(Producer::new(&b.kafka)?);
-        let extra: Vec<String> = lanes.map(|n| vec![format!("--lanes={n}")]).unwrap_or_default();
+        let extra = lanes_arg(lanes);
         phase(&format!("head of line ({name}): loading a tree of {files} files"));
         let tree: Vec<Command> = (0..files)
             .map(|i| Command::UpsertFile { id: format!("t{i}"), path: format!("/hol/tree/d{}/t{i}.txt", i % 100), contents: format!("tree file {i}"), previous_path: None })
@@ -83,19 +87,26 @@ impl Bench<'_> {
         producer.send(Command::RenamePath { from: "/hol/tree".into(), to: "/hol/moved".into() }).await?;
         let done = AtomicBool::new(false);
         let is_done = || done.load(Ordering::SeqCst);
+        let heap_before_kb = worker.status_kb("RssAnon:").unwrap_or(0);
+        let sampler = worker.sample_peaks();
         let t = Instant::now();
-        let (applied, during) = tokio::join!(
+        // Beside the other key, the renamed key's own commands at the same
+        // rate: they wait behind the rename (in its lane, or in the
+        // partition with one lane), counted against --queue-kb.
+        let (applied, during, behind) = tokio::join!(
             async {
                 let r = b.wait_applied(&worker, &index, None).await;
                 done.store(true, Ordering::SeqCst);
                 r
             },
-            b.other_key(&producer, &index, rate, "during", &is_done, b.timeout)
+            b.other_key(&producer, &index, rate, "during", &is_done, b.timeout),
+            behind_key(&producer, rate, &is_done, b.timeout)
         );
         applied?;
         let rename_secs = t.elapsed().as_secs_f64();
+        let (heap_peak_kb, _) = sampler.stop();
         worker.stop().await?;
-        Ok(Series { idle, during: during?, rename_secs })
+        Ok(Series { idle, during: during?, behind: behind?, rename_secs, heap_before_kb, heap_peak_kb })
     }
 
     /// Upserts of a file of key `/other` at `rate` until `stop` says so or
@@ -105,27 +116,44 @@ impl Bench<'_> {
         let (probe, every) = self.probe(index)?;
         let timeout = self.timeout;
         let watcher = std::thread::spawn(move || watch(probe, every, rx, timeout));
-        let start = Instant::now();
         let mut sent = Vec::new();
-        let mut sends = Vec::new();
-        for i in 0.. {
-            tokio::time::sleep_until((start + Duration::from_secs_f64(i as f64 / rate as f64)).into()).await;
-            if stop() || start.elapsed() >= max {
-                break;
-            }
+        paced(producer, rate, stop, max, |i| {
             let id = format!("{tag}{i}");
-            let cmd = Command::UpsertFile { id: id.clone(), path: format!("/other/{id}.txt"), contents: format!("{tag} {i}"), previous_path: None };
             let at = Instant::now();
             tx.send((id.clone(), at)).ok();
-            sent.push((id, at));
-            let p = producer.clone();
-            sends.push(tokio::spawn(async move { p.send(cmd).await }));
-        }
+            sent.push((id.clone(), at));
+            Command::UpsertFile { id: id.clone(), path: format!("/other/{id}.txt"), contents: format!("{tag} {i}"), previous_path: None }
+        })
+        .await?;
         drop(tx);
-        for s in sends {
-            s.await??;
-        }
         let seen = tokio::task::spawn_blocking(move || watcher.join()).await?.map_err(|_| anyhow::anyhow!("the watcher panicked"))??;
         Ok(sent.iter().map(|(id, at)| seen[id].saturating_duration_since(*at).as_secs_f64() * 1000.0).collect())
     }
+}
+
+/// Upserts of files of the renamed key (`/hol/later`) at `rate` until
+/// `stop` says so or `max` has passed, not watched: how many were sent.
+async fn behind_key(producer: &Arc<Producer>, rate: u64, stop: &(dyn Fn() -> bool + Sync), max: Duration) -> anyhow::Result<usize> {
+    paced(producer, rate, stop, max, |i| Command::UpsertFile { id: format!("behind{i}"), path: format!("/hol/later/behind{i}.txt"), contents: format!("behind {i}"), previous_path: None }).await
+}
+
+/// Sends `command(i)` for i = 0, 1, ... at `rate` per second until `stop`
+/// says so or `max` has passed, and waits for every acknowledgement: how
+/// many were sent.
+async fn paced(producer: &Arc<Producer>, rate: u64, stop: &(dyn Fn() -> bool + Sync), max: Duration, mut command: impl FnMut(u64) -> Command) -> anyhow::Result<usize> {
+    let start = Instant::now();
+    let mut sends = Vec::new();
+    for i in 0.. {
+        tokio::time::sleep_until((start + Duration::from_secs_f64(i as f64 / rate as f64)).into()).await;
+        if stop() || start.elapsed() >= max {
+            break;
+        }
+        let (p, cmd) = (producer.clone(), command(i));
+        sends.push(tokio::spawn(async move { p.send(cmd).await }));
+    }
+    let n = sends.len();
+    for s in sends {
+        s.await??;
+    }
+    Ok(n)
 }

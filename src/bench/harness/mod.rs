@@ -6,6 +6,7 @@
 
 mod elastic;
 mod head_of_line;
+mod key_concurrency;
 mod latency;
 mod table;
 mod worker;
@@ -68,6 +69,13 @@ pub struct BenchArgs {
     /// Steady rate of the other key's commands in the head-of-line phase, per second
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     head_of_line_rate: u64,
+    /// Single-document commands of the key-concurrency phase (0 skips it), which runs on topics of
+    /// one partition of its own, with lanes and with --lanes 1
+    #[arg(long, default_value_t = 10_000)]
+    key_concurrency_commands: u64,
+    /// Numbers of keys the key-concurrency phase spreads its commands over (comma-separated)
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000", value_parser = clap::value_parser!(u64).range(1..))]
+    key_concurrency_keys: Vec<u64>,
     /// Partitions of the benchmark's topic
     #[arg(long = "bench-partitions", default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..=1000))]
     partitions: i32,
@@ -352,7 +360,16 @@ async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
     if a.head_of_line_files > 0 {
         b.head_of_line(a.head_of_line_files, a.head_of_line_rate, &run_id, None, &mut rows, &mut results).await?;
     }
+    // 6. Key concurrency: single-document commands of many keys.
+    if a.key_concurrency_commands > 0 {
+        b.key_concurrency(a.key_concurrency_commands, &a.key_concurrency_keys, &run_id, None, &mut rows, &mut results).await?;
+    }
     b.finish(&rows, results)
+}
+
+/// The worker flag for `lanes` (none: the worker's default).
+fn lanes_arg(lanes: Option<usize>) -> Vec<String> {
+    lanes.map(|n| vec![format!("--lanes={n}")]).unwrap_or_default()
 }
 
 /// `n` upserts of files `b0..b<n>` spread over `keys` top-level directories;
@@ -507,6 +524,24 @@ impl Bench<'_> {
         let took = self.wait_applied(&worker, index, None).await?;
         let cpu = clock.stop(phase);
         Ok((worker, took, cpu))
+    }
+
+    /// A benchmark on a topic of one partition of its own
+    /// (`denorm.bench.<run>.<tag>`) and an index of its own: a directory, or
+    /// indexes under a prefix of their own on Elasticsearch (they belong to
+    /// one topic). Returns it and its index argument.
+    async fn own_partition<'b>(&'b self, tag: &str, run_id: &str, es_url: Option<&str>) -> anyhow::Result<(Bench<'b>, PathBuf)> {
+        let mut kafka = self.kafka.clone();
+        (kafka.topic, kafka.partitions) = (format!("denorm.bench.{run_id}.{tag}"), 1);
+        kafka.ensure_topic().await?;
+        let (es, index) = match (&self.es, es_url) {
+            (Some(es), Some(url)) => {
+                let es = crate::index::elastic::backend::ElasticBackend::new(es.client.clone(), &format!("{}-{tag}", es.prefix), &kafka.topic, es.runtime.clone());
+                (Some(es), PathBuf::from(url))
+            }
+            _ => (None, self.work.join(format!("index-{tag}"))),
+        };
+        Ok((Bench { kafka, es, work: self.work.clone(), exe: self.exe.clone(), ..*self }, index))
     }
 
     /// Waits until the index has applied every message of the topic as of
