@@ -22,4 +22,4 @@ if [ "${1:-}" = --on-noida ]; then
   echo "elasticsearch: noida-db at $es (data in $state/es)" >&2
   set -- --elasticsearch "$es" "$@"
 fi
-target/release/denorm --brokers "$brokers" bench --broker-pid "$(cat "$state/pid")" "$@"
+"${CARGO_TARGET_DIR:-target}/release/denorm" --brokers "$brokers" bench --broker-pid "$(cat "$state/pid")" "$@"

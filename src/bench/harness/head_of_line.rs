@@ -50,8 +50,9 @@ impl Bench<'_> {
             Some(during99 / idle99.max(0.001)),
             "<= 2x idle p99",
         ));
+        let behind = self.a.head_of_line_behind_rate;
         rows.push(Row::new(
-            format!("  the renamed key's own commands waiting behind it ({} at {rate}/s): worker peak heap", lanes.behind),
+            format!("  the renamed key's own commands waiting behind it ({} at {behind}/s): worker peak heap", lanes.behind),
             format!("{} with lanes (before the rename {})", mb(Some(lanes.heap_peak_kb)), mb(Some(lanes.heap_before_kb))),
             format!("--lanes 1 {} (before {})", mb(Some(one.heap_peak_kb)), mb(Some(one.heap_before_kb))),
             Some(lanes.heap_peak_kb as f64 / one.heap_peak_kb.max(1) as f64),
@@ -62,7 +63,7 @@ impl Bench<'_> {
                    "during_commands": s.during.len(), "during_p50_ms": q(&s.during, 0.5), "during_p99_ms": q(&s.during, 0.99), "rename_seconds": s.rename_secs,
                    "behind_commands": s.behind, "worker_anon_before_kb": s.heap_before_kb, "worker_peak_anon_kb": s.heap_peak_kb})
         };
-        results.insert("head_of_line".into(), json!({"files": files, "rate": rate, "lanes": of(&lanes), "one_lane": of(&one), "ratio": during99 / idle99.max(0.001)}));
+        results.insert("head_of_line".into(), json!({"files": files, "rate": rate, "behind_rate": behind, "lanes": of(&lanes), "one_lane": of(&one), "ratio": during99 / idle99.max(0.001)}));
         Ok(())
     }
 
@@ -100,7 +101,7 @@ impl Bench<'_> {
                 r
             },
             b.other_key(&producer, &index, rate, "during", &is_done, b.timeout),
-            behind_key(&producer, rate, &is_done, b.timeout)
+            behind_key(&producer, self.a.head_of_line_behind_rate, &is_done, b.timeout)
         );
         applied?;
         let rename_secs = t.elapsed().as_secs_f64();
@@ -131,9 +132,13 @@ impl Bench<'_> {
     }
 }
 
-/// Upserts of files of the renamed key (`/hol/later`) at `rate` until
-/// `stop` says so or `max` has passed, not watched: how many were sent.
+/// Upserts of files of the renamed key (`/hol/later`) at `rate` (none when
+/// 0) until `stop` says so or `max` has passed, not watched: how many were
+/// sent.
 async fn behind_key(producer: &Arc<Producer>, rate: u64, stop: &(dyn Fn() -> bool + Sync), max: Duration) -> anyhow::Result<usize> {
+    if rate == 0 {
+        return Ok(0);
+    }
     paced(producer, rate, stop, max, |i| Command::UpsertFile { id: format!("behind{i}"), path: format!("/hol/later/behind{i}.txt"), contents: format!("behind {i}"), previous_path: None }).await
 }
 

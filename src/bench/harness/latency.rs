@@ -182,8 +182,11 @@ pub(super) fn embedded_probe(index: EmbeddedIndex) -> anyhow::Result<Probe> {
     }))
 }
 
+/// The most documents one look of the watcher asks for.
+const PROBE_AT_ONCE: usize = 200;
+
 /// When each sent document was first found by `probe`; looks `every` so
-/// often.
+/// often, for the [`PROBE_AT_ONCE`] oldest it has not found yet.
 pub(super) fn watch(mut probe: Probe, every: Duration, rx: mpsc::Receiver<(String, Instant)>, timeout: Duration) -> anyhow::Result<HashMap<String, Instant>> {
     let mut waiting: HashMap<String, Instant> = HashMap::new();
     let mut out = HashMap::new();
@@ -201,7 +204,13 @@ pub(super) fn watch(mut probe: Probe, every: Duration, rx: mpsc::Receiver<(Strin
                 }
             }
         }
-        let ids: Vec<String> = waiting.keys().cloned().collect();
+        // The oldest waiting documents only: a key's documents become
+        // searchable in the order they were sent, and a look at thousands
+        // of ids at once (an Elasticsearch `ids` query every 10 ms, while a
+        // long rename holds them up) loads the server being measured.
+        let mut oldest: Vec<(&String, &Instant)> = waiting.iter().collect();
+        oldest.sort_unstable_by_key(|(_, t)| **t);
+        let ids: Vec<String> = oldest.into_iter().take(PROBE_AT_ONCE).map(|(id, _)| id.clone()).collect();
         let seen = if ids.is_empty() { Vec::new() } else { probe(&ids)? };
         let now = Instant::now();
         for (id, sent) in &waiting {
