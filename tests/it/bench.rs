@@ -24,7 +24,7 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
     let dir = tempfile::tempdir().unwrap();
     let v = bench(
         dir.path(),
-        &["--docs", "3000", "--renames", "2000,5000", "--latency-rate", "200", "--latency-secs", "2", "--head-of-line-files", "20000", "--head-of-line-rate", "100", "--head-of-line-behind-rate", "50", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100"],
+        &["--docs", "3000", "--renames", "2000,5000", "--latency-rate", "200", "--latency-secs", "2", "--head-of-line-files", "20000", "--head-of-line-rate", "100", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100"],
         &["replay of 3000 commands", "3000 single-document updates", "rename of a directory of 5000 files", "produce -> searchable at 200/s", "head of line: another key at 100/s during a rename of 20000 files", "key concurrency: 500 single-document commands over 100 key(s)"],
     );
     let r = &v["results"];
@@ -76,7 +76,7 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
     let dir = tempfile::tempdir().unwrap();
     let v = bench(
         dir.path(),
-        &["--elasticsearch", &es.url, "--docs", "2000", "--renames", "1000,3000", "--latency-rate", "100", "--latency-secs", "2", "--head-of-line-files", "5000", "--head-of-line-rate", "100", "--head-of-line-behind-rate", "50", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100"],
+        &["--elasticsearch", &es.url, "--docs", "2000", "--renames", "1000,3000", "--latency-rate", "100", "--latency-secs", "2", "--head-of-line-files", "5000", "--head-of-line-rate", "100", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100"],
         &["replay of 2000 commands", "2000 single-document updates", "rename of a directory of 3000 files", "_update_by_query", "plain _bulk", "produce -> searchable at 100/s", "head of line: another key at 100/s during a rename of 5000 files", "key concurrency: 500 single-document commands over 100 key(s)"],
     );
     let r = &v["results"];
@@ -110,9 +110,7 @@ fn head_of_line_measured(r: &serde_json::Value) {
         f
     };
     for run in ["lanes", "one_lane"] {
-        // The renamed key's own commands were sent during the rename, and
-        // the worker's heap was sampled meanwhile.
-        assert!(hol[run]["behind_commands"].as_u64().unwrap_or(0) > 0, "{run}: nothing sent behind the rename in {hol:#}");
+        // The worker's heap was sampled during the rename.
         assert!(positive(&hol[run]["worker_peak_anon_kb"], "peak heap") >= positive(&hol[run]["worker_anon_before_kb"], "heap before"), "{hol:#}");
         for series in ["idle", "during"] {
             assert!(hol[run][format!("{series}_commands")].as_u64().unwrap_or(0) > 0, "{run} {series}: no command measured in {hol:#}");

@@ -3,9 +3,8 @@
 //! commands at a steady rate. That key's produce -> searchable latency,
 //! idle and during the rename, with key lanes (the worker's default) and
 //! with `--lanes 1` (one command at a time, the baseline), each in the same
-//! run on a topic and index of its own. The renamed key's own commands,
-//! sent at the same rate during the rename, wait behind it: the worker's
-//! peak heap meanwhile shows what they hold.
+//! run on a topic and index of its own, with the worker's peak heap during
+//! the rename.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -19,14 +18,12 @@ use super::{lanes_arg, Bench};
 use crate::command::Command;
 use crate::produce::Producer;
 
-/// The other key's latency, idle and during the rename (milliseconds);
-/// the renamed key's own commands sent during the rename (they wait behind
-/// it), and the worker's heap (`RssAnon`, KiB) before and at its peak
-/// during the rename.
+/// The other key's latency, idle and during the rename (milliseconds),
+/// and the worker's heap (`RssAnon`, KiB) before and at its peak during
+/// the rename.
 struct Series {
     idle: Vec<f64>,
     during: Vec<f64>,
-    behind: usize,
     rename_secs: f64,
     heap_before_kb: u64,
     heap_peak_kb: u64,
@@ -50,20 +47,19 @@ impl Bench<'_> {
             Some(during99 / idle99.max(0.001)),
             "<= 2x idle p99",
         ));
-        let behind = self.a.head_of_line_behind_rate;
         rows.push(Row::new(
-            format!("  the renamed key's own commands waiting behind it ({} at {behind}/s): worker peak heap", lanes.behind),
+            "  worker peak heap during the rename".to_string(),
             format!("{} with lanes (before the rename {})", mb(Some(lanes.heap_peak_kb)), mb(Some(lanes.heap_before_kb))),
             format!("--lanes 1 {} (before {})", mb(Some(one.heap_peak_kb)), mb(Some(one.heap_before_kb))),
             Some(lanes.heap_peak_kb as f64 / one.heap_peak_kb.max(1) as f64),
-            "bounded by --queue-kb",
+            "",
         ));
         let of = |s: &Series| {
             json!({"idle_commands": s.idle.len(), "idle_p50_ms": q(&s.idle, 0.5), "idle_p99_ms": q(&s.idle, 0.99),
                    "during_commands": s.during.len(), "during_p50_ms": q(&s.during, 0.5), "during_p99_ms": q(&s.during, 0.99), "rename_seconds": s.rename_secs,
-                   "behind_commands": s.behind, "worker_anon_before_kb": s.heap_before_kb, "worker_peak_anon_kb": s.heap_peak_kb})
+                   "worker_anon_before_kb": s.heap_before_kb, "worker_peak_anon_kb": s.heap_peak_kb})
         };
-        results.insert("head_of_line".into(), json!({"files": files, "rate": rate, "behind_rate": behind, "lanes": of(&lanes), "one_lane": of(&one), "ratio": during99 / idle99.max(0.001)}));
+        results.insert("head_of_line".into(), json!({"files": files, "rate": rate, "lanes": of(&lanes), "one_lane": of(&one), "ratio": during99 / idle99.max(0.001)}));
         Ok(())
     }
 
@@ -91,23 +87,19 @@ impl Bench<'_> {
         let heap_before_kb = worker.status_kb("RssAnon:").unwrap_or(0);
         let sampler = worker.sample_peaks();
         let t = Instant::now();
-        // Beside the other key, the renamed key's own commands at the same
-        // rate: they wait behind the rename (in its lane, or in the
-        // partition with one lane), counted against --queue-kb.
-        let (applied, during, behind) = tokio::join!(
+        let (applied, during) = tokio::join!(
             async {
                 let r = b.wait_applied(&worker, &index, None).await;
                 done.store(true, Ordering::SeqCst);
                 r
             },
-            b.other_key(&producer, &index, rate, "during", &is_done, b.timeout),
-            behind_key(&producer, self.a.head_of_line_behind_rate, &is_done, b.timeout)
+            b.other_key(&producer, &index, rate, "during", &is_done, b.timeout)
         );
         applied?;
         let rename_secs = t.elapsed().as_secs_f64();
         let (heap_peak_kb, _) = sampler.stop();
         worker.stop().await?;
-        Ok(Series { idle, during: during?, behind: behind?, rename_secs, heap_before_kb, heap_peak_kb })
+        Ok(Series { idle, during: during?, rename_secs, heap_before_kb, heap_peak_kb })
     }
 
     /// Upserts of a file of key `/other` at `rate` until `stop` says so or
@@ -130,16 +122,6 @@ impl Bench<'_> {
         let seen = tokio::task::spawn_blocking(move || watcher.join()).await?.map_err(|_| anyhow::anyhow!("the watcher panicked"))??;
         Ok(sent.iter().map(|(id, at)| seen[id].saturating_duration_since(*at).as_secs_f64() * 1000.0).collect())
     }
-}
-
-/// Upserts of files of the renamed key (`/hol/later`) at `rate` (none when
-/// 0) until `stop` says so or `max` has passed, not watched: how many were
-/// sent.
-async fn behind_key(producer: &Arc<Producer>, rate: u64, stop: &(dyn Fn() -> bool + Sync), max: Duration) -> anyhow::Result<usize> {
-    if rate == 0 {
-        return Ok(0);
-    }
-    paced(producer, rate, stop, max, |i| Command::UpsertFile { id: format!("behind{i}"), path: format!("/hol/later/behind{i}.txt"), contents: format!("behind {i}"), previous_path: None }).await
 }
 
 /// Sends `command(i)` for i = 0, 1, ... at `rate` per second until `stop`

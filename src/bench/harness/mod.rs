@@ -69,10 +69,6 @@ pub struct BenchArgs {
     /// Steady rate of the other key's commands in the head-of-line phase, per second
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     head_of_line_rate: u64,
-    /// Rate of the renamed key's own commands during the head-of-line phase's rename, per second
-    /// (0: none): they wait behind the rename, and the worker's peak heap is reported
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000))]
-    head_of_line_behind_rate: u64,
     /// Single-document commands of the key-concurrency phase (0 skips it), which runs on topics of
     /// one partition of its own, with lanes and with --lanes 1
     #[arg(long, default_value_t = 10_000)]
