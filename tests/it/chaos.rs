@@ -146,8 +146,8 @@ const STORM_TREES: usize = 8;
 /// while every tree (of `files` files) is renamed again and again (a page at a
 /// time, paused; one held in its lane throughout) between other keys'
 /// single-document commands. The two members that join are dynamic
-/// and leave gracefully; the first is static and is SIGKILLed twice a
-/// cycle, with others in the group and alone. (tansu 0.6 assigns
+/// and leave gracefully; the first is static and is SIGKILLed twice,
+/// with the others in the group and alone. (tansu 0.6 assigns
 /// partitions to a killed dynamic member until its session ends and then
 /// starts no rebalance, which only a fresh join undoes: the chaos test
 /// covers that case, with such joins.) No partition may stall (the last
@@ -225,8 +225,8 @@ fn storm(r: Rig, files: usize) {
     };
     // Each step waits for the group to settle (every partition assigned
     // among the members alive), so that each change is a rebalance of its
-    // own: tansu 0.6 leaves a group whose members change mid-rebalance
-    // waiting for a member that died (docs/development.md).
+    // own: tansu 0.6 left a group whose members changed mid-rebalance
+    // waiting for a member that had died.
     let n = cfg.partitions;
     let mut logs = Vec::new();
     // One rename is held in its lane for the whole storm (fault point
