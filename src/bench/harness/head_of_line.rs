@@ -109,38 +109,27 @@ impl Bench<'_> {
         let (probe, every) = self.probe(index)?;
         let timeout = self.timeout;
         let watcher = std::thread::spawn(move || watch(probe, every, rx, timeout));
+        let start = Instant::now();
         let mut sent = Vec::new();
-        paced(producer, rate, stop, max, |i| {
+        let mut sends = Vec::new();
+        for i in 0.. {
+            tokio::time::sleep_until((start + Duration::from_secs_f64(i as f64 / rate as f64)).into()).await;
+            if stop() || start.elapsed() >= max {
+                break;
+            }
             let id = format!("{tag}{i}");
+            let cmd = Command::UpsertFile { id: id.clone(), path: format!("/other/{id}.txt"), contents: format!("{tag} {i}"), previous_path: None };
             let at = Instant::now();
             tx.send((id.clone(), at)).ok();
-            sent.push((id.clone(), at));
-            Command::UpsertFile { id: id.clone(), path: format!("/other/{id}.txt"), contents: format!("{tag} {i}"), previous_path: None }
-        })
-        .await?;
+            sent.push((id, at));
+            let p = producer.clone();
+            sends.push(tokio::spawn(async move { p.send(cmd).await }));
+        }
         drop(tx);
+        for s in sends {
+            s.await??;
+        }
         let seen = tokio::task::spawn_blocking(move || watcher.join()).await?.map_err(|_| anyhow::anyhow!("the watcher panicked"))??;
         Ok(sent.iter().map(|(id, at)| seen[id].saturating_duration_since(*at).as_secs_f64() * 1000.0).collect())
     }
-}
-
-/// Sends `command(i)` for i = 0, 1, ... at `rate` per second until `stop`
-/// says so or `max` has passed, and waits for every acknowledgement: how
-/// many were sent.
-async fn paced(producer: &Arc<Producer>, rate: u64, stop: &(dyn Fn() -> bool + Sync), max: Duration, mut command: impl FnMut(u64) -> Command) -> anyhow::Result<usize> {
-    let start = Instant::now();
-    let mut sends = Vec::new();
-    for i in 0.. {
-        tokio::time::sleep_until((start + Duration::from_secs_f64(i as f64 / rate as f64)).into()).await;
-        if stop() || start.elapsed() >= max {
-            break;
-        }
-        let (p, cmd) = (producer.clone(), command(i));
-        sends.push(tokio::spawn(async move { p.send(cmd).await }));
-    }
-    let n = sends.len();
-    for s in sends {
-        s.await??;
-    }
-    Ok(n)
 }
