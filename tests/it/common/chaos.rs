@@ -177,3 +177,19 @@ pub fn a_take_over_replaces_only_its_source_partitions_copy(b: &dyn Backend, liv
     move_between(&mut s2, (2, 2), &mut s1, 1, "/e", "/d");
     assert_eq!(files(&live), want);
 }
+
+/// A take-over reads what its source wrote up to the departure, even where
+/// the destination fetched those documents ahead, absent, before the
+/// source wrote them (its later commands name them). A rebuild from a
+/// migrated topic refused two of a move's documents so, as held by another
+/// partition, and then the destination's own later commands on them.
+pub fn a_take_over_reads_past_what_was_fetched_ahead_before_its_departure(b: &dyn Backend, live: impl Fn() -> Vec<Doc>) {
+    use denorm::index::{Kind, Wanted};
+    let (mut s0, mut s1) = (b.open_shard(0).unwrap(), b.open_shard(1).unwrap());
+    s1.prefetch(&[Wanted::contents(Kind::File, "x"), Wanted::contents(Kind::File, "y")]).unwrap();
+    commit_one(&mut s0, &upsert("x", "/s/x.txt", "v1"), 1);
+    commit_one(&mut s0, &upsert("y", "/s/y.txt", "v2"), 2);
+    move_between(&mut s0, (0, 3), &mut s1, 1, "/s", "/d");
+    let want: Vec<(String, String, String)> = vec![("x".into(), "/d/x.txt".into(), "v1".into()), ("y".into(), "/d/y.txt".into(), "v2".into())];
+    assert_eq!(files(&live), want, "the move's documents were not all taken over");
+}
