@@ -453,11 +453,18 @@ impl Bench<'_> {
     }
 
     /// The checkpoint of each partition in the index (`index`: the
-    /// embedded index's directory, unused on Elasticsearch).
-    fn applied(&self, embedded: Option<&EmbeddedIndex>) -> anyhow::Result<HashMap<i32, u64>> {
+    /// embedded index's directory, unused on Elasticsearch). On
+    /// Elasticsearch on a blocking thread of its own: `block_in_place`
+    /// would also suspend the branches joined with this one (the head-of-
+    /// line phase's sender), and a bench run on Elasticsearch was seen to
+    /// hang with the sender never resumed.
+    async fn applied(&self, embedded: Option<&EmbeddedIndex>) -> anyhow::Result<HashMap<i32, u64>> {
         let all: Vec<i32> = (0..self.kafka.partitions).collect();
         let got = match (&self.es, embedded) {
-            (Some(es), _) => tokio::task::block_in_place(|| crate::index::Backend::checkpoints(es, &all))?.into_iter().collect(),
+            (Some(es), _) => {
+                let es = es.clone();
+                tokio::task::spawn_blocking(move || crate::index::Backend::checkpoints(&es, &all)).await??.into_iter().collect()
+            }
             (None, Some(index)) => index.checkpoints()?.into_iter().collect::<HashMap<_, _>>(),
             (None, None) => bail!("no index to read checkpoints from"),
         };
@@ -555,7 +562,7 @@ impl Bench<'_> {
         };
         let deadline = Instant::now() + self.timeout;
         loop {
-            let applied = self.applied(index.as_ref())?;
+            let applied = self.applied(index.as_ref()).await?;
             if ends.iter().all(|(p, &end)| end == 0 || applied.get(p).is_some_and(|&a| a as i64 >= end - 1)) {
                 return Ok(t.elapsed());
             }

@@ -42,9 +42,10 @@ impl Applier {
         // with those of the message before them (see `prefetch`).
         let mut ahead: VecDeque<Feed> = VecDeque::new();
         // Key lanes (`lanes.rs`): the head of `ahead` waits for a lane;
-        // messages handled since a fan-out's last page; whether the head of
-        // `ahead` was taken from the queue to see if anything is ready.
-        let (mut blocked, mut since_page, mut peeked) = (false, 0usize, false);
+        // the messages handled since a fan-out's last page, and for how
+        // long; whether the head of `ahead` was taken from the queue to see
+        // if anything is ready.
+        let (mut blocked, mut share, mut peeked) = (false, lanes::PageShare::default(), false);
         while !self.stopping() {
             if self.fell_back.replace(false) {
                 // A lane failed: read again from the checkpoint.
@@ -53,7 +54,8 @@ impl Applier {
                 (positioned, first, deadline) = (self.seek_to(checkpoint), true, None);
             }
             // A page of a fan-out in a lane whenever nothing else is ready,
-            // every PAGE_EVERY messages, or when the head waits for a lane.
+            // when the other messages had their share of the time
+            // (`PageShare`), or when the head waits for a lane.
             let mut paged = false;
             if self.lane_jobs() > 0 {
                 if ahead.is_empty() {
@@ -62,9 +64,11 @@ impl Applier {
                         peeked = true;
                     }
                 }
-                if std::mem::take(&mut blocked) || ahead.is_empty() || since_page >= lanes::PAGE_EVERY {
-                    since_page = 0;
-                    match self.run_page(&mut shard, &mut batch, &mut ahead) {
+                if std::mem::take(&mut blocked) || ahead.is_empty() || share.due(Instant::now()) {
+                    let started = Instant::now();
+                    let ran = self.run_page(&mut shard, &mut batch, &mut ahead);
+                    share.paged(started, matches!(ran, Ok(true)), Instant::now());
+                    match ran {
                         Err(Halt::Moved) => {
                             checkpoint = self.moved(&mut shard, &mut batch);
                             (positioned, first, deadline) = (false, true, None);
@@ -138,7 +142,7 @@ impl Applier {
                                 lanes::Route::Now => {}
                                 lanes::Route::Behind(key) => {
                                     self.wait_in_lane(key, msg);
-                                    since_page += 1;
+                                    share.handled();
                                     continue;
                                 }
                                 lanes::Route::Blocked => {
@@ -149,7 +153,7 @@ impl Applier {
                                 }
                             }
                         }
-                        since_page += 1;
+                        share.handled();
                         self.may_defer.set(true);
                     }
                     if fresh && shard.prefetches() {

@@ -20,10 +20,54 @@ use super::tracker::Tracker;
 use super::*;
 use crate::index::Pages;
 
-/// Messages handled between two pages of the fan-outs in progress while
-/// more are waiting: the other keys' commands go first, the fan-outs still
-/// move.
+/// Messages handled at least between two pages of the fan-outs in progress
+/// while more are waiting: the other keys' commands go first, the fan-outs
+/// still move.
 pub(super) const PAGE_EVERY: usize = 64;
+
+/// When the next page of the fan-outs in lanes is due while other
+/// messages are ready: once at least [`PAGE_EVERY`] of them were handled
+/// since the last page *and* for at least as long as that page took. So
+/// the fan-outs get at most half of the applier's time while other keys
+/// wait, whatever a page costs: counting messages alone let a page of
+/// Elasticsearch round trips (about a second on the suite's server) run
+/// after every 64 messages, fewer than arrived meanwhile at 200/s, and the
+/// other keys' backlog grew for the whole rename (docs/benchmark.md,
+/// "Key lanes").
+#[derive(Debug)]
+pub(super) struct PageShare {
+    handled: usize,
+    since: Instant,
+    last_page: Duration,
+}
+
+impl Default for PageShare {
+    fn default() -> Self {
+        PageShare { handled: 0, since: Instant::now(), last_page: Duration::ZERO }
+    }
+}
+
+impl PageShare {
+    /// A message of another key was handled (or queued in its lane).
+    pub(super) fn handled(&mut self) {
+        self.handled += 1;
+    }
+
+    /// Whether a page is due though messages are ready, at `now`.
+    pub(super) fn due(&self, now: Instant) -> bool {
+        self.handled >= PAGE_EVERY && now.saturating_duration_since(self.since) >= self.last_page
+    }
+
+    /// A page ran from `started` to `now` (`moved`: it wrote or scanned;
+    /// a fan-out held by its page pause did not, and costs nothing).
+    pub(super) fn paged(&mut self, started: Instant, moved: bool, now: Instant) {
+        self.handled = 0;
+        self.since = now;
+        if moved {
+            self.last_page = now.saturating_duration_since(started);
+        }
+    }
+}
 
 /// A fan-out in progress in its key's lane.
 pub(super) struct Job {

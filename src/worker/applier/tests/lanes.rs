@@ -170,3 +170,33 @@ fn one_lane_applies_one_command_at_a_time() {
     assert!(!faults.path().join("fanout.hold.reached").exists(), "a page ran in a lane");
     all_applied(&r);
 }
+
+/// The other keys get as much of the applier's time between two pages as
+/// the last page took, and at least `PAGE_EVERY` messages; a page held by
+/// its pause costs nothing.
+#[test]
+fn a_page_is_due_once_the_other_keys_had_as_much_time_as_it_took() {
+    use super::super::lanes::{PageShare, PAGE_EVERY};
+    let t0 = Instant::now();
+    let mut share = PageShare::default();
+    share.paged(t0, true, t0 + Duration::from_millis(100));
+    for _ in 0..PAGE_EVERY {
+        share.handled();
+    }
+    assert!(!share.due(t0 + Duration::from_millis(150)), "50 ms of messages after a page of 100 ms");
+    assert!(share.due(t0 + Duration::from_millis(200)), "100 ms of messages after a page of 100 ms");
+    // A page that did not move: the last page's cost stays the measure.
+    share.paged(t0 + Duration::from_millis(200), false, t0 + Duration::from_millis(200));
+    for _ in 0..PAGE_EVERY - 1 {
+        share.handled();
+    }
+    assert!(!share.due(t0 + Duration::from_secs(10)), "fewer than PAGE_EVERY messages");
+    share.handled();
+    assert!(!share.due(t0 + Duration::from_millis(250)) && share.due(t0 + Duration::from_millis(300)));
+    // A cheap page: PAGE_EVERY messages are enough.
+    share.paged(t0 + Duration::from_millis(300), true, t0 + Duration::from_millis(300));
+    for _ in 0..PAGE_EVERY {
+        share.handled();
+    }
+    assert!(share.due(t0 + Duration::from_millis(300)));
+}
