@@ -16,6 +16,7 @@ pub mod migrate;
 pub mod metrics;
 pub mod produce;
 pub mod rebuild;
+pub mod verify;
 pub mod retry;
 pub mod secret;
 pub mod worker;

@@ -12,6 +12,7 @@ mod rebuild;
 mod run;
 mod search;
 mod topics;
+mod verify;
 
 use std::path::PathBuf;
 
@@ -91,6 +92,10 @@ pub enum Commands {
     /// Create the topic (with --partitions) and its dead-letter topic when missing, as
     /// `run` does at start; for a deployment's pre-install step
     Topics(topics::TopicsArgs),
+    /// Prove that the index equals its log: replay the topic up to the index's checkpoints
+    /// into a scratch copy and compare them document by document, while the workers run.
+    /// Exit status 0: equal; 1: differences (listed); 2: could not verify
+    Verify(verify::VerifyArgs),
 }
 
 /// The variables read besides the flags' own (`[env: ...]`): credentials
@@ -176,7 +181,7 @@ impl Cli {
 pub struct UsageError(pub String);
 
 pub fn exit_code(e: &anyhow::Error) -> u8 {
-    if e.downcast_ref::<UsageError>().is_some() {
+    if e.downcast_ref::<UsageError>().is_some() || e.downcast_ref::<verify::CouldNotVerify>().is_some() {
         2
     } else {
         1
@@ -219,6 +224,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Commands::Rebuild(a) => rebuild::run(&cli, a).await,
         Commands::Migrate(a) => migrate::run(&cli, a).await,
         Commands::Topics(a) => topics::run(&cli, a).await,
+        Commands::Verify(a) => verify::run(&cli, a).await,
     }
 }
 

@@ -101,6 +101,15 @@ pub struct WorkerConfig {
     /// before the index applied them (`rebuild --accept-gaps`), instead of
     /// stopping it.
     pub accept_gaps: bool,
+    /// A replay that stops at these offsets (`denorm verify`'s scratch
+    /// copy): per partition the last offset applied, -1 or absent for
+    /// none; later messages are received and not applied.
+    pub until: Option<std::sync::Arc<std::collections::BTreeMap<i32, i64>>>,
+    /// Whether the worker writes to Kafka: dead letters, markers, a move's
+    /// chunks (default true). A replay that must leave the topics as they
+    /// are (`denorm verify`) does not: what it would write is already there
+    /// (the live run wrote it), so it goes on as if written.
+    pub writes_to_kafka: bool,
 }
 
 /// What happens to a key's later commands once one is aborted.
@@ -159,6 +168,8 @@ impl WorkerConfig {
             markers_written: Default::default(),
             any_partitioner: false,
             accept_gaps: false,
+            until: None,
+            writes_to_kafka: true,
             kafka,
         }
     }

@@ -174,7 +174,10 @@ pub fn run(
     let lag_interval = cfg.lag_interval;
     let dlq_cfg = KafkaConfig { topic: cfg.dlq_topic.clone(), ..cfg.kafka.clone() };
     let dlq_partitions = dlq_cfg.topic_partitions()?.ok_or_else(|| WorkerError::MissingDlq(cfg.dlq_topic.clone()))?;
-    let dlq = DeadLetterWriter::new(&cfg.kafka, &cfg.dlq_topic, dlq_partitions, cfg.max_message_bytes)?;
+    let outbox: Box<dyn Outbox> = match cfg.writes_to_kafka {
+        true => Box::new(DeadLetterWriter::new(&cfg.kafka, &cfg.dlq_topic, dlq_partitions, cfg.max_message_bytes)?),
+        false => Box::new(outbox::Withheld::new(&cfg.dlq_topic)),
+    };
     // Appliers resolve schema ids on this (blocking-pool) thread's runtime.
     let codec = match &cfg.registry {
         Some(r) => Codec::new().with_registry(r.clone(), tokio::runtime::Handle::current()),
@@ -203,7 +206,7 @@ pub fn run(
         backend,
         codec,
         stats,
-        outbox: Box::new(dlq),
+        outbox,
         health: health.clone(),
         seeks: Mutex::new(HashMap::new()),
         known: Mutex::new(known),

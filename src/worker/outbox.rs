@@ -37,3 +37,40 @@ impl Outbox for DeadLetterWriter {
         self.send_command(partition, key, payload)
     }
 }
+
+/// An outbox that writes nothing (a replay that leaves the topics as they
+/// are: see [`crate::worker::WorkerConfig::writes_to_kafka`]). Each write
+/// "succeeds" at an offset of its own, counting down from -2, which no
+/// topic holds.
+pub(crate) struct Withheld {
+    pub(crate) dead_letter_topic: String,
+    pub(crate) next: std::sync::atomic::AtomicI64,
+}
+
+impl Withheld {
+    pub(crate) fn new(dead_letter_topic: &str) -> Self {
+        Withheld { dead_letter_topic: dead_letter_topic.to_string(), next: std::sync::atomic::AtomicI64::new(-2) }
+    }
+
+    fn offset(&self) -> i64 {
+        self.next.fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Outbox for Withheld {
+    fn dead_letter_topic(&self) -> &str {
+        &self.dead_letter_topic
+    }
+
+    fn dead_letter(&self, _letter: &Letter<'_>) -> Result<i64, KafkaError> {
+        Ok(self.offset())
+    }
+
+    fn marker(&self, _dlq_partition: i32, _key: &str, _kind: MarkerKind, _through: i64, _through_at: i64, _origin_partition: i32) -> Result<i64, KafkaError> {
+        Ok(self.offset())
+    }
+
+    fn command(&self, _partition: i32, _key: &[u8], _payload: &[u8]) -> Result<i64, KafkaError> {
+        Ok(self.offset())
+    }
+}

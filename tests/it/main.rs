@@ -23,3 +23,4 @@ mod rebuild;
 mod registry_contracts;
 mod scenarios;
 mod topics;
+mod verify;

@@ -362,6 +362,12 @@ impl Applier {
         self.stop.load(Ordering::SeqCst)
     }
 
+    /// Whether a replay that stops at given offsets
+    /// ([`WorkerConfig::until`]) is past this partition's.
+    fn past_until(&self, offset: i64) -> bool {
+        self.shared.cfg.until.as_ref().is_some_and(|u| offset > u.get(&self.partition).copied().unwrap_or(-1))
+    }
+
     fn retrying(&self, op: Op) -> Retrying<'_> {
         Retrying { applier: self, op, backoff: Backoff::new(Duration::from_millis(50), self.shared.cfg.retry_backoff_max), degraded: None }
     }

@@ -1,0 +1,170 @@
+//! `denorm verify`: proves that a live index equals its log. Reads where
+//! the live index stands (its shards' checkpoints) and its documents,
+//! replays the log up to exactly those offsets into a scratch index with
+//! the worker itself (no offsets committed, nothing written to Kafka), and
+//! compares the two document by document ([`compare`]). See docs/verify.md.
+//!
+//! The scratch copy is an embedded index in a directory of its own, for an
+//! embedded and an Elasticsearch live index alike: the same apply code
+//! writes both (the suite holds both to one model), and a verify then needs
+//! no room in the cluster.
+
+pub mod compare;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::info;
+
+use crate::http::Health;
+use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
+use crate::index::{Backend, Doc, IndexError};
+use crate::kafka::KafkaConfig;
+use crate::worker::{self, Stats, WorkerConfig, WorkerError};
+use compare::{Outcome, Positions};
+
+/// Why a verify could not decide (exit status 2).
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("reading the live index: {0}")]
+    Live(#[source] IndexError),
+    #[error("the scratch index in {dir}: {source}")]
+    Scratch { dir: String, #[source] source: IndexError },
+    #[error(transparent)]
+    Kafka(#[from] crate::kafka::KafkaSetupError),
+    #[error("no topic {0}")]
+    NoTopic(String),
+    #[error("the replay's worker failed")]
+    Worker(#[source] WorkerError),
+    #[error("the replay's worker panicked")]
+    WorkerPanicked,
+    #[error("the replay's worker stopped before it reached the live index's offsets")]
+    WorkerStopped,
+    #[error("the replay did not reach the live index's offsets within {secs} s (partition {partition} at {at} of {want})")]
+    Timeout { secs: u64, partition: i32, at: i64, want: i64 },
+}
+
+/// What a verify needs.
+pub struct Verify<'a> {
+    pub kafka: KafkaConfig,
+    /// The index to verify.
+    pub live: &'a dyn Backend,
+    /// An empty directory for the scratch index (removed by the caller).
+    pub scratch: &'a Path,
+    /// The live workers' group; the replay's is named after it.
+    pub group: String,
+    /// Indexing memory of the scratch index, per partition.
+    pub budget: usize,
+    /// Differences kept in the report (all are counted).
+    pub max_differences: usize,
+    /// Gives up a replay that has not reached the live offsets by then.
+    pub timeout: Duration,
+    pub runtime: tokio::runtime::Handle,
+}
+
+/// Where a replay stands, at each turn of its progress poll.
+#[derive(Debug, Clone, Copy)]
+pub struct Tick {
+    pub applied: i64,
+    pub of: i64,
+}
+
+/// A finished verify.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    pub topic: String,
+    /// The live index's offsets the replay stopped at.
+    pub at: Positions,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    /// All differences found (`outcome.differences` holds the first ones).
+    pub differences_total: usize,
+    pub seconds: f64,
+}
+
+impl Report {
+    pub fn clean(&self) -> bool {
+        self.differences_total == 0
+    }
+}
+
+fn positions(b: &dyn Backend, partitions: i32) -> Result<Positions, IndexError> {
+    let all: Vec<i32> = (0..partitions).collect();
+    let got = b.checkpoints(&all)?;
+    Ok(all.iter().map(|p| (*p, got.get(p).map_or(-1, |c| c.offset as i64))).collect())
+}
+
+/// Documents of `b` in [`compare::order`].
+fn sorted_docs(b: &dyn Backend) -> Result<Vec<Doc>, IndexError> {
+    let mut docs = Vec::new();
+    b.search()?.dump(&mut |d| docs.push(d))?;
+    docs.sort_by_cached_key(compare::order);
+    Ok(docs)
+}
+
+/// Commands of the log up to `at`.
+fn count(at: &Positions) -> i64 {
+    at.values().map(|o| o + 1).sum()
+}
+
+/// Verifies the live index; `progress` sees each turn of the replay's
+/// progress poll. Blocking.
+pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, VerifyError> {
+    let started = Instant::now();
+    let partitions = v.kafka.topic_partitions()?.ok_or_else(|| VerifyError::NoTopic(v.kafka.topic.clone()))?;
+    // The live side first, in a short window: its offsets, its documents,
+    // its offsets again (a partition that moved meanwhile may have deleted
+    // what the replay still has).
+    let at = positions(v.live, partitions).map_err(VerifyError::Live)?;
+    let live = sorted_docs(v.live).map_err(VerifyError::Live)?;
+    let after = positions(v.live, partitions).map_err(VerifyError::Live)?;
+    info!(documents = live.len(), at = ?at, "read the live index; replaying the log up to its offsets");
+
+    let scratch_err = |source| VerifyError::Scratch { dir: v.scratch.display().to_string(), source };
+    let index = EmbeddedIndex::open(v.scratch, &v.kafka.topic).map_err(scratch_err)?;
+    let backend: Arc<dyn Backend> = Arc::new(EmbeddedBackend::new(index, v.budget));
+    let group = format!("{}.verify-{}", v.group, &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let mut cfg = WorkerConfig::new(v.kafka.clone(), group);
+    cfg.commit_offsets = false;
+    cfg.writes_to_kafka = false;
+    cfg.until = Some(Arc::new(at.clone()));
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let (flag, handle, replay) = (shutdown.clone(), v.runtime.clone(), backend.clone());
+    let worker = std::thread::spawn(move || {
+        let _rt = handle.enter();
+        worker::run(cfg, replay, flag, Arc::new(Health::default()), Arc::new(Stats::default()))
+    });
+    let of = count(&at);
+    let reached = loop {
+        if worker.is_finished() {
+            worker.join().map_err(|_| VerifyError::WorkerPanicked)?.map_err(VerifyError::Worker)?;
+            return Err(VerifyError::WorkerStopped);
+        }
+        let now = positions(backend.as_ref(), partitions).map_err(scratch_err)?;
+        progress(&Tick { applied: now.iter().map(|(p, o)| (o.min(&at[p])) + 1).sum(), of });
+        let behind = at.iter().find(|(p, want)| now.get(p).copied().unwrap_or(-1) < **want);
+        match behind {
+            None => break Ok(()),
+            Some((p, want)) if started.elapsed() >= v.timeout => {
+                break Err(VerifyError::Timeout { secs: v.timeout.as_secs(), partition: *p, at: now.get(p).copied().unwrap_or(-1), want: *want })
+            }
+            Some(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    shutdown.store(true, Ordering::SeqCst);
+    let stopped = worker.join().map_err(|_| VerifyError::WorkerPanicked)?.map_err(VerifyError::Worker);
+    reached?;
+    stopped?;
+    let replayed = sorted_docs(backend.as_ref()).map_err(scratch_err)?;
+    let moved = |p: i32| after.get(&p) != at.get(&p);
+    let (outcome, total) = compare::compare(live, replayed, &at, &moved, partitions, v.max_differences);
+    Ok(Report { topic: v.kafka.topic.clone(), at, outcome, differences_total: total, seconds: started.elapsed().as_secs_f64() })
+}
+
+/// The offsets of a map of partitions, for messages: `0:12 1:-1`.
+pub fn describe(at: &BTreeMap<i32, i64>) -> String {
+    at.iter().map(|(p, o)| format!("{p}:{o}")).collect::<Vec<_>>().join(" ")
+}

@@ -1,0 +1,157 @@
+//! `denorm verify` (issue 31) on both backends: a live index equals the
+//! replay of its log, also while its worker applies more traffic and
+//! renames; a document changed behind the pipeline's back is named with
+//! its field, its two values and its offsets; the topics are left as they
+//! were.
+
+use std::time::Duration;
+
+use crate::common::*;
+
+/// The demo's generator (files, users, posts, renames of trees and of
+/// users), then three files moved across top-level directories and one of
+/// them deleted.
+fn load(r: &Rig) -> std::path::PathBuf {
+    let (code, out, err) = r.run(&["generate", "--files", "300", "--users", "20", "--posts", "100", "--renamed-users", "5"]);
+    assert_eq!(code, 0, "{err}");
+    with_move(r, "v", out)
+}
+
+/// One round of live traffic after [`load`], with ids of its own: 200
+/// files in five trees, a rename in one of them, one of the generator's
+/// users renamed (their posts follow).
+fn traffic(round: usize) -> Vec<denorm::command::Command> {
+    use denorm::command::Command;
+    let t = round % 5;
+    let mut out: Vec<Command> = (0..200)
+        .map(|i| Command::UpsertFile { id: format!("w{round}-{i}"), path: format!("/wt{}/d{}/w{round}-{i}.txt", i % 5, i % 10), contents: format!("w {round} {i}"), previous_path: None })
+        .collect();
+    out.push(Command::RenamePath { from: format!("/wt{t}/d{}", round % 10), to: format!("/wt{t}/r{round}") });
+    out.push(Command::UpsertUser { id: format!("{}", round % 20 + 1), name: format!("Renamed {round}"), email: format!("r{round}@example.com"), dob: "2000-01-01".into() });
+    out
+}
+
+/// `jsonl`, then three files of key `/<name>src` moved to `/<name>dst`
+/// and one of them deleted, written to a file of the test.
+fn with_move(r: &Rig, name: &str, mut jsonl: String) -> std::path::PathBuf {
+    for i in 1..=3 {
+        jsonl.push_str(&format!("{{\"op\":\"upsert_file\",\"id\":\"{name}m{i}\",\"path\":\"/{name}src/a/{name}m{i}.txt\",\"contents\":\"{name} {i}\"}}\n"));
+    }
+    jsonl.push_str(&format!("{{\"op\":\"rename\",\"from\":\"/{name}src/a\",\"to\":\"/{name}dst/a\"}}\n"));
+    jsonl.push_str(&format!("{{\"op\":\"delete_file\",\"id\":\"{name}m3\",\"path\":\"/{name}dst/a/{name}m3.txt\"}}\n"));
+    let path = r.dir().join(format!("{name}.jsonl"));
+    std::fs::write(&path, jsonl).unwrap();
+    path
+}
+
+fn produce_jsonl(r: &Rig, path: &std::path::Path) {
+    let (code, _, err) = r.run(&["produce", "--wait", "120", "--jsonl", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+}
+
+fn verify(r: &Rig) -> (i32, serde_json::Value, String) {
+    let (code, out, err) = r.run(&["verify", "--json"]);
+    let report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out:?}\n{err}"));
+    (code, report, err)
+}
+
+fn messages(r: &Rig) -> usize {
+    read_topic(&r.cfg).iter().map(Vec::len).sum()
+}
+
+/// Changes file `id`'s contents to `contents` behind the pipeline's back:
+/// a plain HTTP request on Elasticsearch, a test-only write of the shard on
+/// the embedded index (its worker stopped).
+fn corrupt(r: &Rig, id: &str, key: &str, contents: &str) {
+    use denorm::index::{Backend, Doc, Kind};
+    if r.is_elastic() {
+        let alias = denorm::index::elastic::names::alias(&crate::common::elastic::prefix(), Kind::File);
+        let url = format!("{}/{alias}/_update/{id}?refresh=true", r.index.display());
+        let status = rt().block_on(async { reqwest::Client::new().post(&url).json(&serde_json::json!({"doc": {"contents": contents}})).send().await.unwrap().status() });
+        assert!(status.is_success(), "{url}: {status}");
+        return;
+    }
+    let index = denorm::index::embedded::EmbeddedIndex::open_existing(&r.index).unwrap();
+    let backend = denorm::index::embedded::EmbeddedBackend::new(index, 20 << 20);
+    let mut shard = backend.open_shard(denorm::command::partitioner::partition_of(key, r.cfg.partitions)).unwrap();
+    let Some(Doc::File(mut f)) = shard.get(Kind::File, id).unwrap() else { panic!("no file {id}") };
+    f.contents = contents.to_string();
+    shard.put(Doc::File(f)).unwrap();
+    shard.commit().unwrap();
+}
+
+fn verify_names_exactly_what_was_changed_behind_the_pipelines_back(r: Rig) {
+    let worker = r.worker(&[]);
+    produce_jsonl(&r, &load(&r));
+    let before = messages(&r);
+    let (code, report, err) = verify(&r);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(report["differences_total"], 0, "{report}");
+    assert!(report["checked"].as_u64().unwrap() > 300, "{report}");
+    assert_eq!(messages(&r), before, "the verify wrote to the command topic");
+
+    // During live traffic: rounds of files, renames and user renames go
+    // on until the verify is done; it starts once some were applied.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (code, report, err, during) = std::thread::scope(|s| {
+        let producer = s.spawn(|| {
+            let mut round = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                produce(&r.cfg, traffic(round));
+                round += 1;
+            }
+        });
+        eventually(Duration::from_secs(60), || "the worker applied none of the traffic".into(), || {
+            let lag = denorm::kafka::group_lag(&r.cfg, &r.group).ok()?;
+            (lag.partitions.iter().map(|p| p.committed.max(0)).sum::<i64>() as usize > before + 100).then_some(())
+        });
+        let (code, report, err) = verify(&r);
+        let during = messages(&r);
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        producer.join().unwrap();
+        (code, report, err, during)
+    });
+    assert_eq!(code, 0, "a false difference during live traffic: {report}\n{err}\n{}", worker.log());
+    assert_eq!(report["differences_total"], 0, "{report}");
+    // It did run during the traffic: it stopped its replay after the
+    // traffic started, and the log went on past that while it ran.
+    let stopped_at: i64 = report["at"].as_object().unwrap().values().map(|o| o.as_i64().unwrap() + 1).sum();
+    assert!(before < stopped_at as usize && (stopped_at as usize) < during, "{before} < {stopped_at} < {during}");
+    wait_applied(&r.cfg, &r.group, messages(&r));
+    let (code, report, err) = verify(&r);
+    assert_eq!((code, &report["differences_total"], &report["written_since"]), (0, &serde_json::json!(0), &serde_json::json!(0)), "{report}\n{err}");
+
+    let log = worker.log();
+    assert!(worker.terminate().success(), "{log}");
+    corrupt(&r, "vm1", "/vdst", "corrupted");
+    let (code, report, err) = verify(&r);
+    assert_eq!(code, 1, "{report}\n{err}");
+    assert_eq!(report["differences_total"], 1, "{report}");
+    let d = &report["differences"][0];
+    assert_eq!((d["kind"].as_str(), d["id"].as_str(), d["problem"].as_str()), (Some("file"), Some("vm1"), Some("differs")), "{report}");
+    assert_eq!(d["fields"], serde_json::json!([{"field": "contents", "expected": "v 1", "actual": "corrupted"}]), "{report}");
+    assert_eq!(d["partition"], denorm::command::partitioner::partition_of("/vdst", r.cfg.partitions), "{report}");
+    assert!(d["live_offset"].is_u64() && d["live_offset"] == d["replay_offset"], "{report}");
+    let (code, out, _) = r.run(&["verify"]);
+    assert_eq!(code, 1);
+    assert!(out.contains("file vm1: differs") && out.contains(r#"contents: expected "v 1", found "corrupted""#), "{out}");
+}
+
+#[test]
+fn verify_names_exactly_what_was_changed_behind_the_pipelines_back_on_the_embedded_index() {
+    verify_names_exactly_what_was_changed_behind_the_pipelines_back(Rig::new(2));
+}
+
+#[test]
+fn verify_names_exactly_what_was_changed_behind_the_pipelines_back_on_elasticsearch() {
+    verify_names_exactly_what_was_changed_behind_the_pipelines_back(Rig::elastic(2));
+}
+
+/// Exit status 2, not 0 or 1, when there is nothing to verify against.
+#[test]
+fn verify_without_an_index_cannot_verify() {
+    let r = Rig::new(1);
+    let (code, _, err) = r.run(&["verify"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("opening the index"), "{err}");
+}
