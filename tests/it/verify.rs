@@ -155,3 +155,16 @@ fn verify_without_an_index_cannot_verify() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("opening the index"), "{err}");
 }
+
+/// The demo (the README's first command) ends with `denorm verify` beside
+/// its model check; at a small size here.
+#[test]
+fn the_demo_ends_with_a_clean_verify_beside_its_model_check() {
+    let (code, out, err) = output(denorm().args(["demo", "--files", "2000", "--users", "50", "--posts", "300", "--renamed-users", "5"]));
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("model check passed"), "{out}");
+    let line = out.lines().find(|l| l.starts_with("denorm verify: ")).unwrap_or_else(|| panic!("{out}"));
+    let checked: usize = line["denorm verify: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
+    let in_index: usize = out.lines().find_map(|l| l.strip_prefix("model check passed: all ")).and_then(|r| r.split_whitespace().next()).unwrap().parse().unwrap();
+    assert_eq!(checked, in_index, "{out}");
+}
