@@ -134,6 +134,7 @@ fn chaos_kills_and_rebalances_lose_nothing_and_break_no_order() {
     );
     assert!(kills >= KILLS);
     assert_matches_model(&index, &log);
+    assert_verify_clean(&cfg, &group, &index);
     drop(main);
     drop(second);
 }
@@ -275,6 +276,7 @@ fn storm(r: Rig, files: usize) {
     assert!(stopped_in_lanes >= 2, "{stopped_in_lanes} partitions were revoked while a fan-out ran in a lane: the held one alone is revoked at the joins and at each leave");
     drop(first);
     assert_matches_model(&r.index, &log);
+    assert_verify_clean(&r.cfg, &r.group, &r.index);
 }
 
 #[test]

@@ -335,6 +335,7 @@ fn run(seed: u64) {
     let owner_changes = |file: bool| log.iter().filter(|(_, c)| c.previous_key().is_some() && matches!(c, Command::UpsertFile { .. }) == file).count();
     let (file_owners, post_owners) = (owner_changes(true), owner_changes(false));
     let (moves, chunked) = assert_matches_model_of_logs(&logs, &r.index);
+    assert_verify_clean(&r.cfg, &r.group, &r.index);
     eprintln!(
         "seed {seed}: {} commands from {PRODUCERS} producers ({renames} renames, {cross} of them across trees, {moves} of which moved files, {chunked} in several messages; {file_owners} files and {post_owners} posts changed owner), {kills} kills, a second worker joined and left; a poison parked {parked} commands until released, a refusal inside a move; produced in {produced:.1}s, released and checked by {:.1}s",
         log.len(),
