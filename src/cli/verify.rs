@@ -18,7 +18,7 @@ use crate::verify::{Report, Verify};
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// Print the report as JSON on stdout: {"topic","at":{partition:offset},"checked",
+    /// Print the report as JSON on stdout: {"topic","at":{partition:offset},"keys","sample_percent","checked",
     /// "written_since","unsettled","differences":[{"kind","id","problem","partition","fields":
     /// [{"field","expected","actual"}],"live_offset","replay_offset"}],"differences_total","seconds"}
     #[arg(long)]
@@ -30,12 +30,27 @@ pub struct VerifyArgs {
     /// directory, removed afterwards). It needs about the room of an embedded copy of the index
     #[arg(long)]
     scratch_dir: Option<std::path::PathBuf>,
+    /// Verify these keys only (top-level directories such as /clinton, user ids), each with
+    /// every document of it: the replay applies their commands only
+    #[arg(long, value_delimiter = ',')]
+    keys: Vec<String>,
+    /// Verify about this percent of all keys (chosen by a hash of the key: the same keys on
+    /// every run), each with every document of it; with --keys, those as well
+    #[arg(long, value_parser = parse_percent)]
+    sample: Option<f64>,
     /// Give up (exit 2) when the replay has not reached the live index's offsets by then
     #[arg(long, default_value_t = 3600)]
     timeout_secs: u64,
     /// Indexing memory budget of the scratch index per partition, in MiB (at least 15)
     #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
     index_memory_mb: u64,
+}
+
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(p),
+        _ => Err(format!("expected a percent above 0 and at most 100, got {s:?}")),
+    }
 }
 
 /// The verify found differences: exit status 1 (the report is printed).
@@ -73,10 +88,11 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
             (t.path().to_path_buf(), Some(t))
         }
     };
+    let keys = (!a.keys.is_empty() || a.sample.is_some()).then(|| crate::worker::KeySample { keys: a.keys.iter().cloned().collect(), percent: a.sample });
     let (group, budget, max, timeout, json) = (cli.group.clone(), (a.index_memory_mb as usize) << 20, a.max_differences, Duration::from_secs(a.timeout_secs), a.json);
     let report = tokio::task::spawn_blocking(move || {
         let show = std::io::stderr().is_terminal();
-        let v = Verify { kafka, live: live.as_ref(), scratch: &scratch, group, budget, max_differences: max, timeout, runtime: rt };
+        let v = Verify { kafka, live: live.as_ref(), scratch: &scratch, group, budget, max_differences: max, timeout, keys, runtime: rt };
         crate::verify::run(v, |t| {
             if show {
                 eprint!("\rreplaying the log up to the live index's offsets: {} of {} commands", t.applied, t.of);
@@ -111,6 +127,16 @@ fn human(r: &Report) -> String {
         crate::verify::describe(&r.at),
         r.seconds
     );
+    if !r.keys.is_empty() || r.sample_percent.is_some() {
+        let mut of = Vec::new();
+        if !r.keys.is_empty() {
+            of.push(format!("keys {}", r.keys.join(", ")));
+        }
+        if let Some(p) = r.sample_percent {
+            of.push(format!("{p}% of all keys"));
+        }
+        out.push_str(&format!("  of {} only, each with every document of it\n", of.join(" and ")));
+    }
     if o.written_since + o.unsettled > 0 {
         out.push_str(&format!("  not compared: {} written since those offsets, {} missing in a partition that moved on meanwhile\n", o.written_since, o.unsettled));
     }

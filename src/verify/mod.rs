@@ -23,7 +23,7 @@ use crate::http::Health;
 use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 use crate::index::{Backend, Doc, IndexError};
 use crate::kafka::KafkaConfig;
-use crate::worker::{self, Stats, WorkerConfig, WorkerError};
+use crate::worker::{self, KeySample, Stats, WorkerConfig, WorkerError};
 use compare::{Outcome, Positions};
 
 /// Why a verify could not decide (exit status 2).
@@ -62,6 +62,9 @@ pub struct Verify<'a> {
     pub max_differences: usize,
     /// Gives up a replay that has not reached the live offsets by then.
     pub timeout: Duration,
+    /// Verify these keys only (`--keys`, `--sample`): the replay applies
+    /// their messages only, and the comparison takes their documents only.
+    pub keys: Option<KeySample>,
     pub runtime: tokio::runtime::Handle,
 }
 
@@ -78,6 +81,10 @@ pub struct Report {
     pub topic: String,
     /// The live index's offsets the replay stopped at.
     pub at: Positions,
+    /// The keys verified (`--keys`), and the percent of all keys
+    /// (`--sample`); neither: all.
+    pub keys: Vec<String>,
+    pub sample_percent: Option<f64>,
     #[serde(flatten)]
     pub outcome: Outcome,
     /// All differences found (`outcome.differences` holds the first ones).
@@ -97,10 +104,14 @@ fn positions(b: &dyn Backend, partitions: i32) -> Result<Positions, IndexError> 
     Ok(all.iter().map(|p| (*p, got.get(p).map_or(-1, |c| c.offset as i64))).collect())
 }
 
-/// Documents of `b` in [`compare::order`].
-fn sorted_docs(b: &dyn Backend) -> Result<Vec<Doc>, IndexError> {
+/// Documents of `b` (of the keys in `keys`) in [`compare::order`].
+fn sorted_docs(b: &dyn Backend, keys: Option<&KeySample>) -> Result<Vec<Doc>, IndexError> {
     let mut docs = Vec::new();
-    b.search()?.dump(&mut |d| docs.push(d))?;
+    b.search()?.dump(&mut |d| {
+        if keys.is_none_or(|k| k.admits(&compare::key_of(&d))) {
+            docs.push(d)
+        }
+    })?;
     docs.sort_by_cached_key(compare::order);
     Ok(docs)
 }
@@ -119,7 +130,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     // its offsets again (a partition that moved meanwhile may have deleted
     // what the replay still has).
     let at = positions(v.live, partitions).map_err(VerifyError::Live)?;
-    let live = sorted_docs(v.live).map_err(VerifyError::Live)?;
+    let live = sorted_docs(v.live, v.keys.as_ref()).map_err(VerifyError::Live)?;
     let after = positions(v.live, partitions).map_err(VerifyError::Live)?;
     info!(documents = live.len(), at = ?at, "read the live index; replaying the log up to its offsets");
 
@@ -131,6 +142,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     cfg.commit_offsets = false;
     cfg.writes_to_kafka = false;
     cfg.until = Some(Arc::new(at.clone()));
+    cfg.keys = v.keys.clone().map(Arc::new);
     let shutdown = Arc::new(AtomicBool::new(false));
     let (flag, handle, replay) = (shutdown.clone(), v.runtime.clone(), backend.clone());
     let worker = std::thread::spawn(move || {
@@ -158,10 +170,11 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     let stopped = worker.join().map_err(|_| VerifyError::WorkerPanicked)?.map_err(VerifyError::Worker);
     reached?;
     stopped?;
-    let replayed = sorted_docs(backend.as_ref()).map_err(scratch_err)?;
+    let replayed = sorted_docs(backend.as_ref(), v.keys.as_ref()).map_err(scratch_err)?;
     let moved = |p: i32| after.get(&p) != at.get(&p);
     let (outcome, total) = compare::compare(live, replayed, &at, &moved, partitions, v.max_differences);
-    Ok(Report { topic: v.kafka.topic.clone(), at, outcome, differences_total: total, seconds: started.elapsed().as_secs_f64() })
+    let (keys, sample_percent) = v.keys.map_or((Vec::new(), None), |k| (k.keys.into_iter().collect(), k.percent));
+    Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, outcome, differences_total: total, seconds: started.elapsed().as_secs_f64() })
 }
 
 /// The offsets of a map of partitions, for messages: `0:12 1:-1`.

@@ -110,6 +110,30 @@ pub struct WorkerConfig {
     /// are (`denorm verify`) does not: what it would write is already there
     /// (the live run wrote it), so it goes on as if written.
     pub writes_to_kafka: bool,
+    /// A replay of some keys only (`denorm verify --keys/--sample`): the
+    /// other keys' messages are passed as applied, without effect.
+    pub keys: Option<std::sync::Arc<KeySample>>,
+}
+
+/// Keys chosen by name, or a share of all keys chosen by a hash of the
+/// key (the same keys on every run), or both.
+#[derive(Debug, Clone, Default)]
+pub struct KeySample {
+    pub keys: std::collections::BTreeSet<String>,
+    /// Percent of all keys, 0 to 100.
+    pub percent: Option<f64>,
+}
+
+impl KeySample {
+    /// Whether `key` is in the sample. A message without a key is not.
+    pub fn admits(&self, key: &str) -> bool {
+        if self.keys.contains(key) {
+            return true;
+        }
+        // A hash of its own, not the partitioner's (whose buckets the
+        // sample would follow).
+        self.percent.is_some_and(|p| (crate::command::partitioner::partition_of(&format!("denorm-sample:{key}"), 10_000) as f64) < p * 100.0)
+    }
 }
 
 /// What happens to a key's later commands once one is aborted.
@@ -170,6 +194,7 @@ impl WorkerConfig {
             accept_gaps: false,
             until: None,
             writes_to_kafka: true,
+            keys: None,
             kafka,
         }
     }
@@ -250,5 +275,20 @@ mod tests {
             let e = c.validate().expect_err(flag).to_string();
             assert!(e.contains(flag), "{flag}: {e}");
         }
+    }
+
+    /// Named keys are in; a percent takes about that share of all keys,
+    /// the same ones every time.
+    #[test]
+    fn a_sample_takes_its_named_keys_and_about_its_share_of_the_others() {
+        let named = KeySample { keys: ["/a".to_string()].into(), percent: None };
+        assert!(named.admits("/a") && !named.admits("/b"));
+        let half = KeySample { keys: Default::default(), percent: Some(50.0) };
+        let chosen: Vec<bool> = (0..2000).map(|i| half.admits(&format!("/k{i}"))).collect();
+        let n = chosen.iter().filter(|c| **c).count();
+        assert!((850..1150).contains(&n), "{n} of 2000 keys in a 50% sample");
+        assert_eq!(chosen, (0..2000).map(|i| half.admits(&format!("/k{i}"))).collect::<Vec<_>>());
+        let all = KeySample { keys: Default::default(), percent: Some(100.0) };
+        assert!((0..2000).all(|i| all.admits(&format!("/k{i}"))));
     }
 }

@@ -135,6 +135,22 @@ fn verify_names_exactly_what_was_changed_behind_the_pipelines_back(r: Rig) {
     let (code, out, _) = r.run(&["verify"]);
     assert_eq!(code, 1);
     assert!(out.contains("file vm1: differs") && out.contains(r#"contents: expected "v 1", found "corrupted""#), "{out}");
+
+    // Some keys only: the corrupted key's, or another one's.
+    let all = report["checked"].as_u64().unwrap();
+    let (code, out, err) = r.run(&["verify", "--json", "--keys", "/vdst"]);
+    let some: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    assert_eq!((code, &some["differences_total"], &some["differences"][0]["id"]), (1, &serde_json::json!(1), &serde_json::json!("vm1")), "{some}");
+    assert_eq!(some["checked"], 2, "/vdst holds vm1 and vm2: {some}");
+    let (code, out, _) = r.run(&["verify", "--json", "--keys", "/wt0,/wt1"]);
+    let other: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((code, &other["differences_total"]), (0, &serde_json::json!(0)), "{other}");
+    assert!(other["checked"].as_u64().unwrap() > 0 && other["checked"].as_u64().unwrap() < all, "{other}");
+    let (code, out, _) = r.run(&["verify", "--json", "--sample", "100"]);
+    let whole: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((code, &whole["checked"]), (1, &serde_json::json!(all)), "{whole}");
+    let (code, _, err) = r.run(&["verify", "--sample", "0"]);
+    assert_eq!(code, 2, "{err}");
 }
 
 #[test]

@@ -38,6 +38,14 @@ impl Applier {
                 return Ok(Handled::PassedOver);
             }
         }
+        // A replay of some keys only: the others' messages pass, applied
+        // without effect.
+        if let Some(sample) = &self.shared.cfg.keys {
+            if !msg.key().and_then(|k| std::str::from_utf8(k).ok()).is_some_and(|k| sample.admits(k)) {
+                self.mark(shard, msg);
+                return Ok(Handled::Done { fan_out: false });
+            }
+        }
         let handled = match admitted {
             Err(mut r) => {
                 let chunk = r.chunk.take();
