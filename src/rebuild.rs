@@ -142,9 +142,10 @@ pub struct Done {
     pub skipped: Vec<(i32, i64)>,
 }
 
-/// Deletes the rebuild's consumer group (it committed no offsets; this
-/// removes its name too). Best effort: a broker that cannot is said so.
-fn delete_group(kafka: &KafkaConfig, group: &str, rt: &tokio::runtime::Handle) {
+/// Deletes the rebuild's (or a verify's) consumer group (it committed no
+/// offsets; this removes its name too). Best effort: a broker that cannot
+/// is said so.
+pub(crate) fn delete_group(kafka: &KafkaConfig, group: &str, rt: &tokio::runtime::Handle) {
     use rdkafka::admin::{AdminClient, AdminOptions};
     use rdkafka::client::DefaultClientContext;
     let deleted = kafka.client_config().create::<AdminClient<DefaultClientContext>>().map_err(|e| e.to_string()).and_then(|admin| {
@@ -152,7 +153,7 @@ fn delete_group(kafka: &KafkaConfig, group: &str, rt: &tokio::runtime::Handle) {
         rt.block_on(admin.delete_groups(&[group], &opts)).map_err(|e| e.to_string())?.into_iter().try_for_each(|r| r.map(|_| ()).map_err(|(_, code)| code.to_string()))
     });
     if let Err(error) = deleted {
-        warn!(group, error, "could not delete the rebuild's consumer group (it holds no offsets)");
+        warn!(group, error, "could not delete the replay's consumer group (a rebuild's or a verify's; it holds no offsets)");
     }
 }
 

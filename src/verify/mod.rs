@@ -138,7 +138,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     let index = EmbeddedIndex::open(v.scratch, &v.kafka.topic).map_err(scratch_err)?;
     let backend: Arc<dyn Backend> = Arc::new(EmbeddedBackend::new(index, v.budget));
     let group = format!("{}.verify-{}", v.group, &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let mut cfg = WorkerConfig::new(v.kafka.clone(), group);
+    let mut cfg = WorkerConfig::new(v.kafka.clone(), group.clone());
     cfg.commit_offsets = false;
     cfg.writes_to_kafka = false;
     cfg.until = Some(Arc::new(at.clone()));
@@ -168,6 +168,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     };
     shutdown.store(true, Ordering::SeqCst);
     let stopped = worker.join().map_err(|_| VerifyError::WorkerPanicked)?.map_err(VerifyError::Worker);
+    crate::rebuild::delete_group(&v.kafka, &group, &v.runtime);
     reached?;
     stopped?;
     let replayed = sorted_docs(backend.as_ref(), v.keys.as_ref()).map_err(scratch_err)?;
