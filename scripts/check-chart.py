@@ -145,6 +145,8 @@ def pod_spec(doc):
     spec = doc.get("spec", {})
     if doc["kind"] in ("Deployment", "StatefulSet", "Job"):
         return spec["template"]["spec"]
+    if doc["kind"] == "CronJob":
+        return spec["jobTemplate"]["spec"]["template"]["spec"]
     return None
 
 
@@ -214,6 +216,25 @@ def check_invariants(name, values, docs):
     for cm in by_kind.get("ConfigMap", []):
         if "denorm.json" in cm.get("data", {}):
             json.loads(cm["data"]["denorm.json"])
+    verify = values.get("jobs", {}).get("verify", {})
+    cronjobs = by_kind.get("CronJob", [])
+    if bool(verify.get("enabled")) != bool(cronjobs):
+        fail(f"{name}: jobs.verify.enabled is {verify.get('enabled')}, CronJobs rendered: {len(cronjobs)}")
+    for cj in cronjobs:
+        pod = pod_spec(cj)
+        c = pod["containers"][0]
+        cenv = {e["name"]: e.get("value") for e in c["env"]}
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        scratch = cenv.get("DENORM_VERIFY_SCRATCH_DIR", "")
+        mount = next((p for p in mounts if scratch.startswith(p + "/")), None)
+        if c["args"] != ["verify", "--json"] or cj["spec"]["concurrencyPolicy"] != "Forbid" or pod["restartPolicy"] != "Never":
+            fail(f"{name}: the verify CronJob runs {c['args']} with concurrencyPolicy {cj['spec']['concurrencyPolicy']}")
+        if mount is None or "emptyDir" not in volumes.get(mounts[mount], {}):
+            fail(f"{name}: the verify scratch directory {scratch!r} is not on an emptyDir of its own")
+        sample = verify.get("samplePercent", 100)
+        if sample < 100 and cenv.get("DENORM_VERIFY_SAMPLE") != str(sample):
+            fail(f"{name}: samplePercent {sample} is not passed as DENORM_VERIFY_SAMPLE: {cenv}")
 
 
 # --- Alerts -------------------------------------------------------------------
@@ -351,6 +372,8 @@ MUST_FAIL = [
     ({"kafka": {"brokers": "k:9092"}}, "elasticsearch.url is required"),
     ({"backend": "embedded", "kafka": {"brokers": "k:9092"}, "autoscaling": {"enabled": True}}, "autoscaling needs backend elasticsearch"),
     ({"backend": "embedded", "kafka": {"brokers": "k:9092"}, "jobs": {"rebuild": {"enabled": True}}}, "rebuild Job needs backend elasticsearch"),
+    ({"backend": "embedded", "kafka": {"brokers": "k:9092"}, "jobs": {"verify": {"enabled": True}}}, "verify CronJob needs backend elasticsearch"),
+    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "jobs": {"verify": {"enabled": True, "samplePercent": 0}}}, "samplePercent"),
     ({"kafka": {"brokers": "k:9092", "options": {"sasl.password": "x"}}, "elasticsearch": {"url": "http://es:9200"}}, "looks like a secret"),
     ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200", "auth": {"type": "basic"}}}, "existingSecret is required"),
     ({"backend": "opensearch", "kafka": {"brokers": "k:9092"}}, "backend"),

@@ -28,7 +28,7 @@ pub struct VerifyArgs {
     max_differences: usize,
     /// Directory of the scratch index the log is replayed into (default: a temporary
     /// directory, removed afterwards). It needs about the room of an embedded copy of the index
-    #[arg(long)]
+    #[arg(long, env = "DENORM_VERIFY_SCRATCH_DIR")]
     scratch_dir: Option<std::path::PathBuf>,
     /// Verify these keys only (top-level directories such as /clinton, user ids), each with
     /// every document of it: the replay applies their commands only
@@ -36,10 +36,10 @@ pub struct VerifyArgs {
     keys: Vec<String>,
     /// Verify about this percent of all keys (chosen by a hash of the key: the same keys on
     /// every run), each with every document of it; with --keys, those as well
-    #[arg(long, value_parser = parse_percent)]
+    #[arg(long, env = "DENORM_VERIFY_SAMPLE", value_parser = parse_percent)]
     sample: Option<f64>,
     /// Give up (exit 2) when the replay has not reached the live index's offsets by then
-    #[arg(long, default_value_t = 3600)]
+    #[arg(long, env = "DENORM_VERIFY_TIMEOUT_SECS", default_value_t = 3600)]
     timeout_secs: u64,
     /// Indexing memory budget of the scratch index per partition, in MiB (at least 15)
     #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
@@ -92,7 +92,7 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
     let (group, budget, max, timeout, json) = (cli.group.clone(), (a.index_memory_mb as usize) << 20, a.max_differences, Duration::from_secs(a.timeout_secs), a.json);
     let report = tokio::task::spawn_blocking(move || {
         let show = std::io::stderr().is_terminal();
-        let v = Verify { kafka, live: live.as_ref(), scratch: &scratch, group, budget, max_differences: max, timeout, keys, runtime: rt };
+        let v = Verify { kafka, live: live.as_ref(), scratch: &scratch, group, budget, max_differences: max, timeout, keys, delete_group: true, runtime: rt };
         crate::verify::run(v, |t| {
             if show {
                 eprint!("\rreplaying the log up to the live index's offsets: {} of {} commands", t.applied, t.of);

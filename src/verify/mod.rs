@@ -65,6 +65,10 @@ pub struct Verify<'a> {
     /// Verify these keys only (`--keys`, `--sample`): the replay applies
     /// their messages only, and the comparison takes their documents only.
     pub keys: Option<KeySample>,
+    /// Delete the replay's consumer group afterwards (it holds no offsets).
+    /// Not on librdkafka's in-process mock cluster (the demo): its
+    /// DeleteGroups aborts the process (`rd_kafka_q_destroy0` assertion).
+    pub delete_group: bool,
     pub runtime: tokio::runtime::Handle,
 }
 
@@ -168,7 +172,9 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     };
     shutdown.store(true, Ordering::SeqCst);
     let stopped = worker.join().map_err(|_| VerifyError::WorkerPanicked)?.map_err(VerifyError::Worker);
-    crate::rebuild::delete_group(&v.kafka, &group, &v.runtime);
+    if v.delete_group {
+        crate::rebuild::delete_group(&v.kafka, &group, &v.runtime);
+    }
     reached?;
     stopped?;
     let replayed = sorted_docs(backend.as_ref(), v.keys.as_ref()).map_err(scratch_err)?;

@@ -79,6 +79,9 @@ app.kubernetes.io/component: worker
 {{- if and (eq .Values.backend "embedded") .Values.jobs.rebuild.enabled }}
 {{- fail "the rebuild Job needs backend elasticsearch; with the embedded index run `kubectl exec` into the worker pod: denorm rebuild (docs/kubernetes.md)" }}
 {{- end }}
+{{- if and (eq .Values.backend "embedded") .Values.jobs.verify.enabled }}
+{{- fail "the verify CronJob needs backend elasticsearch; with the embedded index run `kubectl exec` into the worker pod: denorm verify (docs/verify.md)" }}
+{{- end }}
 {{- if and (ne .Values.elasticsearch.auth.type "none") (not .Values.elasticsearch.auth.existingSecret) }}
 {{- fail "elasticsearch.auth.existingSecret is required when elasticsearch.auth.type is not none" }}
 {{- end }}
@@ -282,8 +285,14 @@ containers:
       {{- toYaml $root.Values.jobs.resources | nindent 6 }}
     volumeMounts:
       {{- include "denorm.secretVolumeMounts" $root | nindent 6 }}
+      {{- with .extraMounts }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
 volumes:
   {{- include "denorm.secretVolumes" $root | nindent 2 }}
+  {{- with .extraVolumes }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end }}
 
 {{/* The worker pods' terminationGracePeriodSeconds. */}}
