@@ -59,8 +59,8 @@ pub struct Outcome {
     /// one the replay stopped at): not compared.
     pub written_since: u64,
     /// Documents the replay has and the live index lacks, in a partition
-    /// that moved on while the live index was read (a delete since the
-    /// snapshot, or a loss): not compared.
+    /// whose log went on past the snapshot (a delete applied since, or a
+    /// loss): not compared.
     pub unsettled: u64,
     pub differences: Vec<Difference>,
 }
@@ -112,8 +112,9 @@ pub fn order(d: &Doc) -> (crate::index::Kind, String, String) {
 }
 
 /// Compares `live` with `replay`, both in [`order`]. The replay
-/// stopped at `at`; `moved` says whether the live index's partition went
-/// past `at` while it was read. At most `max` differences are kept (all
+/// stopped at `at`; `moved` says whether the live index's partition may
+/// hold effects of commands past `at` (its checkpoint moved while it was
+/// read, or its log holds more). At most `max` differences are kept (all
 /// are counted in `checked`).
 pub fn compare(
     live: impl IntoIterator<Item = Doc>,
