@@ -253,7 +253,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
         for d in &verified.outcome.differences {
             println!("  VERIFY DIFFERENCE: {} {}: {:?} {:?}", d.kind, d.id, d.problem, d.fields);
         }
-        bail!("denorm verify FAILED: {} document(s) differ from the replay of the log", verified.differences_total);
+        bail!("denorm verify FAILED: {} document(s) differ from the replay of the log", verified.outcome.differences_total);
     }
     if a.dir.is_some() {
         println!("index kept at {}; try: denorm search files --index {} --under /clinton/work --limit 5", dir.display(), dir.display());

@@ -113,7 +113,7 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
     }
     match report.clean() {
         true => Ok(()),
-        false => Err(Differences(report.differences_total).into()),
+        false => Err(Differences(report.outcome.differences_total).into()),
     }
 }
 
@@ -144,7 +144,7 @@ fn human(r: &Report) -> String {
         out.push_str("equal: no differences\n");
         return out;
     }
-    out.push_str(&format!("{} difference(s){}:\n", r.differences_total, if o.differences.len() < r.differences_total { format!(", the first {}", o.differences.len()) } else { String::new() }));
+    out.push_str(&format!("{} difference(s){}:\n", o.differences_total, if o.differences.len() < o.differences_total { format!(", the first {}", o.differences.len()) } else { String::new() }));
     for d in &o.differences {
         let what = match d.problem {
             Problem::Missing => "missing from the live index",

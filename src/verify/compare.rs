@@ -62,7 +62,10 @@ pub struct Outcome {
     /// whose log went on past the snapshot (a delete applied since, or a
     /// loss): not compared.
     pub unsettled: u64,
+    /// The first differences found (at most the `max` asked for).
     pub differences: Vec<Difference>,
+    /// All differences found.
+    pub differences_total: usize,
 }
 
 /// The key that orders a document's commands (a file's top-level
@@ -123,9 +126,8 @@ pub fn compare(
     moved: &dyn Fn(i32) -> bool,
     partitions: i32,
     max: usize,
-) -> (Outcome, usize) {
+) -> Outcome {
     let mut out = Outcome::default();
-    let mut total = 0usize;
     let (mut l, mut r) = (live.into_iter().peekable(), replay.into_iter().peekable());
     loop {
         let pair = match (l.peek().map(order), r.peek().map(order)) {
@@ -155,7 +157,7 @@ pub fn compare(
             (None, Some(_)) => Problem::Missing,
             (None, None) => unreachable!(),
         };
-        total += 1;
+        out.differences_total += 1;
         if out.differences.len() < max {
             out.differences.push(Difference {
                 kind: kind.as_str(),
@@ -168,7 +170,7 @@ pub fn compare(
             });
         }
     }
-    (out, total)
+    out
 }
 
 #[cfg(test)]
@@ -191,7 +193,8 @@ mod tests {
     fn each_kind_of_difference_is_named_with_its_fields() {
         let replay = vec![file("a", "/t/a.txt", "same", 3), file("b", "/t/b.txt", "right", 4), file("c", "/t/c.txt", "lost", 5)];
         let live = vec![file("a", "/t/a.txt", "same", 9), file("b", "/t/b.txt", "wrong", 4), file("d", "/t/d.txt", "extra", 6)];
-        let (out, total) = compare(live, replay, &all_at(10), &|_| false, 4, 10);
+        let out = compare(live, replay, &all_at(10), &|_| false, 4, 10);
+        let total = out.differences_total;
         assert_eq!((out.checked, total, out.written_since, out.unsettled), (4, 3, 0, 0));
         let got: Vec<(&str, Problem)> = out.differences.iter().map(|d| (d.id.as_str(), d.problem)).collect();
         assert_eq!(got, vec![("b", Problem::Differs), ("c", Problem::Missing), ("d", Problem::Unexpected)]);
@@ -211,9 +214,11 @@ mod tests {
         at.insert(p, 5);
         let replay = vec![file("a", "/t/a.txt", "v1", 5), file("b", "/t/b.txt", "v1", 2)];
         let live = vec![file("a", "/t/a.txt", "v2", 7)];
-        let (out, total) = compare(live.clone(), replay.clone(), &at, &|q| q == p, 4, 10);
+        let out = compare(live.clone(), replay.clone(), &at, &|q| q == p, 4, 10);
+        let total = out.differences_total;
         assert_eq!((out.written_since, out.unsettled, total), (1, 1, 0), "{out:?}");
-        let (out, total) = compare(live, replay, &at, &|_| false, 4, 10);
+        let out = compare(live, replay, &at, &|_| false, 4, 10);
+        let total = out.differences_total;
         assert_eq!((out.written_since, total, out.differences[0].id.as_str()), (1, 1, "b"));
     }
 
@@ -223,13 +228,15 @@ mod tests {
     fn a_stale_author_name_is_a_difference_of_the_post() {
         let user = |name: &str| Doc::User(UserDoc { id: "u1".into(), name: name.into(), email: "e".into(), dob: "d".into(), pos: 1 });
         let post = |name: &str| Doc::Post(PostDoc { id: "p1".into(), title: "t".into(), body: "b".into(), user: Author { id: "u1".into(), name: name.into() }, pos: 2 });
-        let (out, total) = compare(vec![user("new"), post("old")], vec![user("new"), post("new")], &all_at(10), &|_| false, 4, 10);
+        let out = compare(vec![user("new"), post("old")], vec![user("new"), post("new")], &all_at(10), &|_| false, 4, 10);
+        let total = out.differences_total;
         assert_eq!(total, 1);
         let d = &out.differences[0];
         assert_eq!((d.kind, d.problem, d.partition), ("post", Problem::Differs, partitioner::partition_of("u1", 4)));
         assert_eq!(d.fields[0].field, "user");
         // At most `max` kept, all counted.
-        let (out, total) = compare(vec![user("x"), post("x")], vec![user("new"), post("new")], &all_at(10), &|_| false, 4, 1);
+        let out = compare(vec![user("x"), post("x")], vec![user("new"), post("new")], &all_at(10), &|_| false, 4, 1);
+        let total = out.differences_total;
         assert_eq!((out.differences.len(), total), (1, 2));
     }
 
@@ -242,9 +249,10 @@ mod tests {
         live.sort_by_cached_key(order);
         replay.reverse();
         replay.sort_by_cached_key(order);
-        let (_, total) = compare(live.clone(), replay, &all_at(10), &|_| false, 4, 10);
+        let total = compare(live.clone(), replay, &all_at(10), &|_| false, 4, 10).differences_total;
         assert_eq!(total, 0);
-        let (out, total) = compare(live, vec![file("f", "/a/f.txt", "one", 1)], &all_at(10), &|_| false, 4, 10);
+        let out = compare(live, vec![file("f", "/a/f.txt", "one", 1)], &all_at(10), &|_| false, 4, 10);
+        let total = out.differences_total;
         assert_eq!((total, out.differences[0].problem), (1, Problem::Unexpected));
     }
 }

@@ -91,14 +91,12 @@ pub struct Report {
     pub sample_percent: Option<f64>,
     #[serde(flatten)]
     pub outcome: Outcome,
-    /// All differences found (`outcome.differences` holds the first ones).
-    pub differences_total: usize,
     pub seconds: f64,
 }
 
 impl Report {
     pub fn clean(&self) -> bool {
-        self.differences_total == 0
+        self.outcome.differences_total == 0
     }
 }
 
@@ -188,9 +186,9 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     stopped?;
     let replayed = sorted_docs(backend.as_ref(), v.keys.as_ref()).map_err(scratch_err)?;
     let moved = |p: i32| after.get(&p) != at.get(&p) || ends.get(p as usize).is_some_and(|(_, high)| *high > at.get(&p).copied().unwrap_or(-1) + 1);
-    let (outcome, total) = compare::compare(live, replayed, &at, &moved, partitions, v.max_differences);
+    let outcome = compare::compare(live, replayed, &at, &moved, partitions, v.max_differences);
     let (keys, sample_percent) = v.keys.map_or((Vec::new(), None), |k| (k.keys.into_iter().collect(), k.percent));
-    Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, outcome, differences_total: total, seconds: started.elapsed().as_secs_f64() })
+    Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, outcome, seconds: started.elapsed().as_secs_f64() })
 }
 
 /// The offsets of a map of partitions, for messages: `0:12 1:-1`.

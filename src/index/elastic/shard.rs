@@ -610,10 +610,8 @@ impl Shard for ElasticShard {
     /// never (see [`conflict::take_over`]).
     fn take_over(&mut self, doc: Doc, origin: &Origin) -> Result<u64, IndexError> {
         let from = origin.partition.or_else(|| self.b.partition_of(origin.key));
-        // A version fetched ahead may predate the departure this take-over
-        // waited for (`await_departure`): the source's last writes of the
-        // document, read as absent, would then hold it against the
-        // take-over. It is read again.
+        // Read again: a version fetched ahead may predate the departure
+        // this take-over waited for (`await_departure`).
         self.prefetched.remove(&(doc.kind(), doc.id().to_string()));
         let stored = match self.read(doc.kind(), doc.id())? {
             Read::Stored(v) => v,

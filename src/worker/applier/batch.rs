@@ -120,13 +120,11 @@ impl Applier {
                     }
                 }
                 Ok(Feed::Message(msg)) => {
+                    self.queued.take(queued_size(&msg));
                     if self.past_until(msg.offset()) {
-                        // A replay that stops there (`denorm verify`).
-                        self.queued.take(queued_size(&msg));
-                        continue;
+                        continue; // a replay that stops there (`denorm verify`)
                     }
                     last_message = Instant::now();
-                    self.queued.take(queued_size(&msg));
                     if !positioned {
                         continue; // fetched from the group's offset, before the seek
                     }
