@@ -40,6 +40,7 @@ pub const OWNER_CONFLICTS_TOTAL: &str = "denorm_owner_conflicts_total";
 pub const WAITING_COMMANDS: &str = "denorm_partition_waiting_commands";
 pub const OLDEST_UNFINISHED_SECONDS: &str = "denorm_partition_oldest_unfinished_seconds";
 pub const PARTITION_BUSY_LANES: &str = "denorm_partition_busy_lanes";
+pub const REPAIRS_TOTAL: &str = "denorm_repairs_total";
 
 /// Every metric name above (the dashboard check reads this).
 pub const ALL: &[&str] = &[
@@ -78,6 +79,7 @@ pub const ALL: &[&str] = &[
     WAITING_COMMANDS,
     OLDEST_UNFINISHED_SECONDS,
     PARTITION_BUSY_LANES,
+    REPAIRS_TOTAL,
 ];
 
 /// Names that are histograms (exported as `_bucket`, `_sum`, `_count`).
@@ -114,7 +116,12 @@ fn describe() {
     describe_gauge!(REBALANCE_SECONDS, Unit::Seconds, "How long the group's rebalance in progress has taken (0: none); past the session timeout a warning is logged.");
     describe_counter!(GROUP_REJOINS_TOTAL, Unit::Count, "Times this worker left the group and joined it again, having held no partition past the session timeout while the group had lag.");
     describe_counter!(MESSAGES_REJECTED_TOTAL, Unit::Count, "Messages not applied, by reason (empty_payload, oversized, not_single_object, unknown_schema, undecodable, invalid_command, missing_key, key_mismatch).");
-    describe_counter!(DEAD_LETTERS_TOTAL, Unit::Count, "Messages written to the dead-letter topic, by reason (the rejection reasons, index_rejected, parked).");
+    describe_counter!(DEAD_LETTERS_TOTAL, Unit::Count, "Messages written to the dead-letter topic, by reason (the rejection reasons, index_rejected, parked, repair_refused).");
+    describe_counter!(
+        REPAIRS_TOTAL,
+        Unit::Count,
+        "Repairs sent by `denorm verify --repair`, by outcome (applied: their document was unchanged since the verify; refused: written since, dead-lettered as repair_refused)."
+    );
     describe_counter!(DEAD_LETTER_RETRIES_TOTAL, Unit::Count, "Failed writes to the dead-letter topic, retried (nothing is committed past them meanwhile).");
     describe_gauge!(PARKED_KEYS, Unit::Count, "Keys of the partition parked behind an aborted command, waiting for `denorm dlq reprocess` or `clear`.");
     describe_gauge!(DEGRADED_PARTITIONS, Unit::Count, "Partitions retrying a transient failure (index or dead-letter topic unavailable); /readyz fails while it is above 0.");

@@ -6,6 +6,10 @@
 //! it. So re-applying any suffix of the log (crash redelivery, or a command
 //! cut short after a backend's intermediate commit) changes nothing.
 
+mod repair;
+
+pub use repair::{document, repair_refusal, repairable};
+
 use crate::command::{path, Command};
 use crate::index::{newer, put_guarded, Author, Doc, FileDoc, IndexError, Kind, Origin, PostDoc, Scan, Shard, UserDoc, Wanted};
 

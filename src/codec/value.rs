@@ -11,7 +11,7 @@ use apache_avro::types::Value;
 use super::DecodeError;
 use crate::command::control::Control;
 use crate::command::moves::{MoveIn, MovedFile};
-use crate::command::{Command, Envelope, LogPosition};
+use crate::command::{Command, Envelope, LogPosition, Repair};
 
 /// The Avro record of `c`'s payload branch, without namespace
 /// (`UpsertFile`, ...).
@@ -62,7 +62,7 @@ fn optional(v: Option<&String>) -> Value {
 }
 
 /// Builds the Avro value of `e` for `schema` (which must have every field
-/// this version writes; `tenant` and `after` are written only when the
+/// this version writes; `tenant`, `after` and `repair` are written only when the
 /// schema has them).
 pub fn to_value(schema: &Schema, e: &Envelope) -> Value {
     let (name, fields) = payload_fields(&e.command);
@@ -95,6 +95,13 @@ pub fn to_value(schema: &Schema, e: &Envelope) -> Value {
         };
         out.push(("after".to_string(), after));
     }
+    if r.fields.iter().any(|f| f.name == "repair") {
+        let repair = match e.repair {
+            None => Value::Union(0, Box::new(Value::Null)),
+            Some(r) => Value::Union(1, Box::new(Value::Record(vec![("unchanged_since".into(), Value::Long(r.unchanged_since))]))),
+        };
+        out.push(("repair".to_string(), repair));
+    }
     out.push(("payload".to_string(), Value::Union(branch, Box::new(payload))));
     Value::Record(out)
 }
@@ -117,6 +124,12 @@ pub(super) fn from_value(writer: &Schema, value: Value) -> Result<Envelope, Deco
             Some(LogPosition { partition: number(at.remove("partition"), "after", "partition")? as i32, offset: number(at.remove("offset"), "after", "offset")? })
         }
         Some(_) => return Err(shape("after is not a union")),
+    };
+    let repair = match fields.remove("repair") {
+        None | Some(Value::Null) => None,
+        Some(Value::Union(_, v)) if *v == Value::Null => None,
+        Some(Value::Union(_, v)) => Some(Repair { unchanged_since: number(record_fields(*v, "repair")?.remove("unchanged_since"), "repair", "unchanged_since")? }),
+        Some(_) => return Err(shape("repair is not a union")),
     };
     let Some(Value::Union(i, payload)) = fields.remove("payload") else {
         return Err(shape("payload is missing or not a union"));
@@ -145,7 +158,7 @@ pub(super) fn from_value(writer: &Schema, value: Value) -> Result<Envelope, Deco
         "DeletePost" => Command::DeletePost { id: f("id")?, user_id: f("user_id")? },
         other => return Err(DecodeError::Shape(format!("unknown payload type {other:?}"))),
     };
-    Ok(Envelope { command_id, issued_at, tenant, after, command })
+    Ok(Envelope { command_id, issued_at, tenant, after, repair, command })
 }
 
 /// The fields of a record `what` is, by name.

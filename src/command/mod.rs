@@ -78,7 +78,19 @@ pub struct Envelope {
     /// before it, so a replay takes the document over in the order it
     /// changed owners (see docs/cross-key.md).
     pub after: Option<LogPosition>,
+    /// Set on a repair sent by `denorm verify --repair` (see [`Repair`]).
+    pub repair: Option<Repair>,
     pub command: Command,
+}
+
+/// A repair: the command restores one document to its state in the
+/// replay of the log, unless the document was written since the verify
+/// compared it (see `crate::apply::repair_refusal` and docs/verify.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repair {
+    /// The offset, in the partition of the command's key, the verify
+    /// compared the live index at.
+    pub unchanged_since: i64,
 }
 
 /// A message's place in the command topic: where a command landed. Wait
@@ -94,7 +106,7 @@ impl Envelope {
     /// Wraps `command` with a fresh id and the current time.
     pub fn new(command: Command) -> Self {
         let issued_at = crate::clock::now_millis();
-        Envelope { command_id: uuid::Uuid::new_v4().to_string(), issued_at, tenant: None, after: None, command }
+        Envelope { command_id: uuid::Uuid::new_v4().to_string(), issued_at, tenant: None, after: None, repair: None, command }
     }
 }
 

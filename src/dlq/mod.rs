@@ -88,6 +88,9 @@ pub mod reason {
     /// The message's key does not hash (murmur2) to the partition it is in:
     /// its producer uses another partitioner.
     pub const WRONG_PARTITION: &str = "wrong_partition";
+    /// A repair (`denorm verify --repair`) whose document was written
+    /// after the verify compared it: not applied. Its key is not parked.
+    pub const REPAIR_REFUSED: &str = "repair_refused";
 }
 
 impl Action {

@@ -96,6 +96,10 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
     if let Err(e) = envelope.command.validate() {
         return reject(reason::INVALID_COMMAND, e.to_string());
     }
+    if envelope.repair.is_some() && !crate::apply::repairable(&envelope.command) {
+        let detail = format!("a repair carries an upsert or a delete of one document, not an owner change: found {}", envelope.command.kind());
+        return reject(reason::INVALID_COMMAND, detail);
+    }
     let expected = envelope.command.key();
     match key {
         None | Some([]) => reject(reason::MISSING_KEY, format!("the message has no key; its command's key is {expected:?}")),

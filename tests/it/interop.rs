@@ -173,7 +173,7 @@ fn messages_of_javas_reference_encoder_are_applied() {
     let file = r.dir().join("java-messages.tsv");
     std::fs::write(&file, &lines).unwrap();
     // BinaryMessageEncoder's own framing: C3 01 and the spec fingerprint.
-    assert!(lines.lines().all(|l| l.split('\t').nth(1).unwrap().starts_with("c301845b46f200295293")), "{lines}");
+    assert!(lines.lines().all(|l| l.split('\t').nth(1).unwrap().starts_with("c3016adb1d29b2aec4c2")), "{lines}");
     let out = stdout_of(python().args(["send-lines", &r.cfg.brokers, &r.cfg.topic]).arg(&file));
     assert_scenario_applied(&r, &w, "java", &out);
 }

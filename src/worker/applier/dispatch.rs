@@ -149,6 +149,21 @@ impl Applier {
     /// `max_attempts` times before aborting it.
     pub(super) fn command(&self, shard: &mut dyn Shard, e: &Envelope, pos: i64, origin: &Origin<'_>) -> Step<Handled> {
         let (partition, cmd) = (self.partition, &e.command);
+        if let Some(r) = e.repair {
+            let refusal = match crate::apply::repair_refusal(shard, cmd, r.unchanged_since, pos as u64) {
+                Ok(refusal) => refusal,
+                Err(e) if e.is_retryable() => return Err(Halt::Retry(Transient::Index(e))),
+                Err(error) => Some(format!("reading its document: {error}")),
+            };
+            let outcome = if refusal.is_some() { "refused" } else { outcome::APPLIED };
+            counter!(m::REPAIRS_TOTAL, "outcome" => outcome).increment(1);
+            if let Some(detail) = refusal {
+                // Dead-lettered with its reason; its key goes on.
+                warn!(partition, offset = pos, key = cmd.key(), %detail, "repair refused");
+                self.dead_letter(origin, dlq::reason::REPAIR_REFUSED, detail, 1, Some(e.command_id.clone()), None)?;
+                return Ok(Handled::Done { fan_out: false });
+            }
+        }
         if crate::faults::lists("apply.hold", &cmd.key()) {
             crate::faults::reached("apply.hold");
             while crate::faults::lists("apply.hold", &cmd.key()) && !self.stopping() {

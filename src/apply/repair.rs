@@ -1,0 +1,109 @@
+//! The guard of a repair (a command sent by `denorm verify --repair`, see
+//! [`crate::command::Repair`]): it restores one document to its state in
+//! the replay of the log, and changes nothing if that document was written
+//! after the offset the verify compared it at.
+//!
+//! The guard reads only what both backends hold alike, the document if
+//! present and the offset that last wrote it, so that a replay decides a
+//! repair as the live run did (the verify of a repaired index replays its
+//! repairs too). A delete leaves no position on the embedded index, so a
+//! document deleted after the verify's snapshot reads as absent: the
+//! verify sends the repair of a missing document only for a partition
+//! that has not moved since its snapshot (docs/verify.md).
+
+use crate::command::Command;
+use crate::index::{IndexError, Kind, Shard};
+
+/// The one document an upsert or delete writes: its kind and id (none for
+/// a rename).
+pub fn document(cmd: &Command) -> Option<(Kind, &str)> {
+    match cmd {
+        Command::UpsertFile { id, .. } | Command::DeleteFile { id, .. } => Some((Kind::File, id)),
+        Command::UpsertUser { id, .. } => Some((Kind::User, id)),
+        Command::UpsertPost { id, .. } | Command::DeletePost { id, .. } => Some((Kind::Post, id)),
+        Command::RenamePath { .. } => None,
+    }
+}
+
+/// Whether a repair may carry `cmd`: an upsert or delete of one document,
+/// not an owner change.
+pub fn repairable(cmd: &Command) -> bool {
+    cmd.previous_key().is_none() && document(cmd).is_some()
+}
+
+/// Why the repair `cmd` at log position `pos`, made from a verify that
+/// compared the index at offset `unchanged_since`, must not be applied:
+/// its document was written after that offset by something other than
+/// this repair (a redelivery of the repair passes; its writes are
+/// position-guarded like any command's). `None`: apply it.
+pub fn repair_refusal<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, unchanged_since: i64, pos: u64) -> Result<Option<String>, IndexError> {
+    let Some((kind, id)) = document(cmd) else {
+        return Ok(Some(format!("a repair cannot carry a {}", cmd.kind())));
+    };
+    if shard.get(kind, id)?.is_none() {
+        return Ok(None);
+    }
+    // Present: its position (another partition's document reads as newer
+    // than anything here).
+    match shard.position(kind, id)? {
+        Some(at) if at as i64 > unchanged_since && at != pos => Ok(Some(format!(
+            "{} {id:?} was written at offset {} after the verify compared it at offset {unchanged_since}: the repair is not applied (verify again)",
+            kind.as_str(),
+            if at == u64::MAX { "(another partition's)".to_string() } else { at.to_string() },
+        ))),
+        _ => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::{apply, FanOut};
+    use crate::index::embedded::EmbeddedIndex;
+    use crate::index::Doc;
+
+    fn upsert(contents: &str) -> Command {
+        Command::UpsertFile { id: "f".into(), path: "/c/f.txt".into(), contents: contents.into(), previous_path: None }
+    }
+
+    /// A repair of a document unchanged since the verify applies, and a
+    /// redelivery of it too; one of a document written since is refused,
+    /// and so is one of a document deleted and written again since.
+    #[test]
+    fn a_repair_applies_only_to_a_document_unchanged_since_the_verify() {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
+        let mut shard = idx.open_shard(0, 20_000_000).unwrap();
+        let fan = FanOut::pages_of(10);
+        apply(&mut shard, &upsert("v1"), 3, fan).unwrap();
+        // The verify compared at offset 5; a repair at 8.
+        assert_eq!(repair_refusal(&mut shard, &upsert("right"), 5, 8).unwrap(), None);
+        apply(&mut shard, &upsert("right"), 8, fan).unwrap();
+        // Its redelivery passes the guard (and writes nothing).
+        assert_eq!(repair_refusal(&mut shard, &upsert("right"), 5, 8).unwrap(), None);
+        assert_eq!(apply(&mut shard, &upsert("right"), 8, fan).unwrap(), 0);
+        // Another repair from the same verify, after it: refused.
+        let refused = repair_refusal(&mut shard, &upsert("other"), 5, 9).unwrap().expect("refused");
+        assert!(refused.contains("written at offset 8 after the verify compared it at offset 5"), "{refused}");
+        // Absent (never written, or deleted): applied, a delete as well.
+        let gone = Command::DeleteFile { id: "g".into(), path: "/c/g.txt".into() };
+        assert_eq!(repair_refusal(&mut shard, &gone, 5, 10).unwrap(), None);
+        apply(&mut shard, &Command::DeleteFile { id: "f".into(), path: "/c/f.txt".into() }, 11, fan).unwrap();
+        apply(&mut shard, &upsert("again"), 12, fan).unwrap();
+        assert!(repair_refusal(&mut shard, &upsert("v1"), 5, 13).unwrap().is_some());
+        match shard.get(Kind::File, "f").unwrap() {
+            Some(Doc::File(f)) => assert_eq!((f.contents.as_str(), f.pos), ("again", 12)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_repair_carries_one_document_and_no_owner_change() {
+        assert!(repairable(&upsert("x")));
+        assert!(repairable(&Command::DeletePost { id: "p".into(), user_id: "u".into() }));
+        assert!(repairable(&Command::UpsertUser { id: "u".into(), name: "n".into(), email: "e@x".into(), dob: "1970-01-01".into() }));
+        assert!(!repairable(&Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }));
+        let owner_change = Command::UpsertFile { id: "f".into(), path: "/b/f.txt".into(), contents: "x".into(), previous_path: Some("/c/f.txt".into()) };
+        assert!(!repairable(&owner_change));
+    }
+}
