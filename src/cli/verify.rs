@@ -41,6 +41,12 @@ pub struct VerifyArgs {
     /// Give up (exit 2) when the replay has not reached the live index's offsets by then
     #[arg(long, env = "DENORM_VERIFY_TIMEOUT_SECS", default_value_t = 3600)]
     timeout_secs: u64,
+    /// Repair what differs through the log: send, for each differing document, a command under
+    /// its key that restores the replay's version unless the document was written since; wait
+    /// until the live workers applied them (within --timeout-secs), then verify those keys
+    /// again, and exit with that verify's status
+    #[arg(long)]
+    repair: bool,
     /// Indexing memory budget of the scratch index per partition, in MiB (at least 15)
     #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
     index_memory_mb: u64,
@@ -63,13 +69,69 @@ pub struct Differences(pub usize);
 #[error("could not verify: {0:#}")]
 pub struct CouldNotVerify(pub anyhow::Error);
 
+/// What each verify of one run shares.
+struct Setup {
+    kafka: crate::kafka::KafkaConfig,
+    live: Arc<dyn Backend>,
+    scratch: std::path::PathBuf,
+    group: String,
+    budget: usize,
+    timeout: Duration,
+}
+
+impl Setup {
+    /// Where the live index stands now (its reads block).
+    async fn positions(&self, partitions: i32) -> Result<crate::verify::compare::Positions, CouldNotVerify> {
+        let live = self.live.clone();
+        let got = tokio::task::spawn_blocking(move || crate::verify::positions(live.as_ref(), partitions)).await;
+        got.map_err(|e| CouldNotVerify(e.into()))?.map_err(|e| CouldNotVerify(e.into()))
+    }
+
+    /// One verify, into the (empty) scratch directory, which it leaves
+    /// empty again.
+    async fn verify(&self, keys: Option<crate::worker::KeySample>, max: usize) -> Result<Report, CouldNotVerify> {
+        let (kafka, live, scratch, group, budget, timeout) = (self.kafka.clone(), self.live.clone(), self.scratch.clone(), self.group.clone(), self.budget, self.timeout);
+        let rt = tokio::runtime::Handle::current();
+        let report = tokio::task::spawn_blocking(move || {
+            let show = std::io::stderr().is_terminal();
+            let v = Verify { kafka, live: live.as_ref(), scratch: &scratch, group, budget, max_differences: max, timeout, keys, delete_group: true, runtime: rt };
+            let report = crate::verify::run(v, |t| {
+                if show {
+                    eprint!("\rreplaying the log up to the live index's offsets: {} of {} commands", t.applied, t.of);
+                }
+            });
+            if show {
+                eprintln!();
+            }
+            report
+        })
+        .await
+        .map_err(|e| CouldNotVerify(e.into()))?
+        .map_err(|e| CouldNotVerify(e.into()))?;
+        empty(&self.scratch).map_err(|e| CouldNotVerify(e.into()))?;
+        Ok(report)
+    }
+}
+
+/// Removes what a directory holds.
+fn empty(dir: &std::path::Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(path)?;
+        } else {
+            std::fs::remove_file(path)?;
+        }
+    }
+    Ok(())
+}
+
 pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
     let kafka = cli.kafka();
-    let rt = tokio::runtime::Handle::current();
     let live: Arc<dyn Backend> = match super::elastic_url(cli) {
         Some(url) => {
             let es = super::elastic_config(&url)?;
-            Arc::new(ElasticBackend::new(es.client()?, &es.prefix, &kafka.topic, rt.clone()))
+            Arc::new(ElasticBackend::new(es.client()?, &es.prefix, &kafka.topic, tokio::runtime::Handle::current()))
         }
         None => {
             let index = EmbeddedIndex::open_existing(&cli.index).map_err(|e| UsageError(format!("opening the index {}: {e}", cli.index.display())))?;
@@ -81,6 +143,7 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
             if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
                 return Err(UsageError(format!("--scratch-dir {} is not empty", dir.display())).into());
             }
+            std::fs::create_dir_all(dir)?;
             (dir.clone(), None)
         }
         None => {
@@ -89,32 +152,70 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
         }
     };
     let keys = (!a.keys.is_empty() || a.sample.is_some()).then(|| crate::worker::KeySample { keys: a.keys.iter().cloned().collect(), percent: a.sample });
-    let (group, budget, max, timeout, json) = (cli.group.clone(), (a.index_memory_mb as usize) << 20, a.max_differences, Duration::from_secs(a.timeout_secs), a.json);
-    let report = tokio::task::spawn_blocking(move || {
-        let show = std::io::stderr().is_terminal();
-        let v = Verify { kafka, live: live.as_ref(), scratch: &scratch, group, budget, max_differences: max, timeout, keys, delete_group: true, runtime: rt };
-        crate::verify::run(v, |t| {
-            if show {
-                eprint!("\rreplaying the log up to the live index's offsets: {} of {} commands", t.applied, t.of);
-            }
-        })
-        .inspect(|_| {
-            if show {
-                eprintln!();
-            }
-        })
-    })
-    .await?
-    .map_err(|e| CouldNotVerify(e.into()))?;
-    if json {
+    let setup = Setup { kafka, live, scratch, group: cli.group.clone(), budget: (a.index_memory_mb as usize) << 20, timeout: Duration::from_secs(a.timeout_secs) };
+    // A repair needs every difference, the report lists the first ones.
+    let mut report = setup.verify(keys, if a.repair { usize::MAX } else { a.max_differences }).await?;
+    if a.repair && !report.clean() {
+        report.repair = Some(repair(&setup, &report, a.max_differences).await?);
+    }
+    report.outcome.differences.truncate(a.max_differences);
+    if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         print!("{}", human(&report));
     }
-    match report.clean() {
-        true => Ok(()),
-        false => Err(Differences(report.outcome.differences_total).into()),
+    let left = match &report.repair {
+        Some(r) => r.not_repaired.len() + r.after.as_ref().map_or(0, |after| after.outcome.differences_total),
+        None => report.outcome.differences_total,
+    };
+    match left {
+        0 => Ok(()),
+        n => Err(Differences(n).into()),
     }
+}
+
+/// `--repair`: sends the repairs of `report`'s differences, waits until the
+/// live index has applied them, and verifies their keys again.
+async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<crate::verify::repair::Repaired, CouldNotVerify> {
+    let fail = |e: anyhow::Error| CouldNotVerify(e);
+    let partitions = report.at.len() as i32;
+    // Where the live index stands now: a document missing in a partition
+    // that moved on since the verify is not repaired (see `repair::plan`).
+    let now = setup.positions(partitions).await?;
+    let plan = crate::verify::repair::plan(&report.outcome.differences, &report.at, &|p| now.get(&p) != report.at.get(&p));
+    let producer = crate::produce::Producer::new(&setup.kafka).map_err(|e| fail(e.into()))?;
+    let mut sent = Vec::new();
+    for e in &plan.commands {
+        let at = producer.send_envelope(e).await.map_err(|e| fail(e.into()))?;
+        let (kind, id) = crate::apply::document(&e.command).expect("a repair has one document");
+        sent.push(crate::verify::repair::Sent { kind: kind.as_str(), id: id.to_string(), key: e.command.key().to_string(), command: e.command.kind(), partition: at.partition, offset: at.offset });
+    }
+    if std::io::stderr().is_terminal() {
+        eprintln!("sent {} repair(s); waiting for the live workers to apply them", sent.len());
+    }
+    // Applied once each partition's checkpoint reaches its last repair.
+    let started = std::time::Instant::now();
+    loop {
+        let now = setup.positions(partitions).await?;
+        let behind = sent.iter().find(|s| now.get(&s.partition).copied().unwrap_or(-1) < s.offset);
+        match behind {
+            None => break,
+            Some(s) if started.elapsed() >= setup.timeout => {
+                return Err(fail(anyhow::anyhow!("the live workers did not apply the repair at partition {} offset {} within {} s (are they running?)", s.partition, s.offset, setup.timeout.as_secs())))
+            }
+            Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    let after = match plan.commands.is_empty() {
+        true => None,
+        false => {
+            let keys = crate::worker::KeySample { keys: plan.keys().into_iter().collect(), percent: None };
+            let mut after = setup.verify(Some(keys), max).await?;
+            after.outcome.differences.truncate(max);
+            Some(Box::new(after))
+        }
+    };
+    Ok(crate::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, after })
 }
 
 /// The report for a terminal.
@@ -155,6 +256,25 @@ fn human(r: &Report) -> String {
         out.push_str(&format!("  {} {}: {what} (partition {}, last written at offset {} live, {} in the replay)\n", d.kind, d.id, d.partition, at(d.live_offset), at(d.replay_offset)));
         for f in &d.fields {
             out.push_str(&format!("    {}: expected {}, found {}\n", f.field, f.expected, f.actual));
+        }
+    }
+    if let Some(rep) = &r.repair {
+        out.push_str(&format!("repair: sent {} command(s) through the log", rep.sent.len()));
+        if let Some(last) = rep.sent.iter().map(|s| (s.partition, s.offset)).max_by_key(|(_, o)| *o) {
+            out.push_str(&format!(", applied by the live workers (last at partition {} offset {})", last.0, last.1));
+        }
+        out.push('\n');
+        for s in &rep.sent {
+            out.push_str(&format!("  {} {}: {} under key {} at partition {} offset {}\n", s.kind, s.id, s.command, s.key, s.partition, s.offset));
+        }
+        for n in &rep.not_repaired {
+            out.push_str(&format!("  {} {}: not repaired: {}\n", n.kind, n.id, n.reason));
+        }
+        if let Some(after) = &rep.after {
+            out.push_str("after the repair, its keys verified again:\n");
+            for line in human(after).lines() {
+                out.push_str(&format!("  {line}\n"));
+            }
         }
     }
     out

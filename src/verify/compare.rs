@@ -48,6 +48,12 @@ pub struct Difference {
     /// replay.
     pub live_offset: Option<u64>,
     pub replay_offset: Option<u64>,
+    /// The document in the replay and in the live index (what a repair
+    /// restores and replaces).
+    #[serde(skip)]
+    pub expected: Option<Doc>,
+    #[serde(skip)]
+    pub actual: Option<Doc>,
 }
 
 /// What a comparison found.
@@ -167,6 +173,8 @@ pub fn compare(
                 fields: field_diffs(pair.1.as_ref(), pair.0.as_ref()),
                 live_offset: pair.0.as_ref().map(Doc::pos),
                 replay_offset: pair.1.as_ref().map(Doc::pos),
+                expected: pair.1,
+                actual: pair.0,
             });
         }
     }

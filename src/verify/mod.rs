@@ -10,6 +10,7 @@
 //! no room in the cluster.
 
 pub mod compare;
+pub mod repair;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -92,6 +93,10 @@ pub struct Report {
     #[serde(flatten)]
     pub outcome: Outcome,
     pub seconds: f64,
+    /// With `--repair`: the repairs sent, and the verify of their keys
+    /// after the live workers applied them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repair: Option<repair::Repaired>,
 }
 
 impl Report {
@@ -100,7 +105,8 @@ impl Report {
     }
 }
 
-fn positions(b: &dyn Backend, partitions: i32) -> Result<Positions, IndexError> {
+/// Per partition, the last offset the index `b` applied (-1: none).
+pub fn positions(b: &dyn Backend, partitions: i32) -> Result<Positions, IndexError> {
     let all: Vec<i32> = (0..partitions).collect();
     let got = b.checkpoints(&all)?;
     Ok(all.iter().map(|p| (*p, got.get(p).map_or(-1, |c| c.offset as i64))).collect())
@@ -188,7 +194,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     let moved = |p: i32| after.get(&p) != at.get(&p) || ends.get(p as usize).is_some_and(|(_, high)| *high > at.get(&p).copied().unwrap_or(-1) + 1);
     let outcome = compare::compare(live, replayed, &at, &moved, partitions, v.max_differences);
     let (keys, sample_percent) = v.keys.map_or((Vec::new(), None), |k| (k.keys.into_iter().collect(), k.percent));
-    Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, outcome, seconds: started.elapsed().as_secs_f64() })
+    Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, outcome, seconds: started.elapsed().as_secs_f64(), repair: None })
 }
 
 /// The offsets of a map of partitions, for messages: `0:12 1:-1`.

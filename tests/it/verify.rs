@@ -80,9 +80,37 @@ fn corrupt(r: &Rig, id: &str, key: &str, contents: &str) {
     shard.commit().unwrap();
 }
 
+/// Deletes post `id` of user `user` behind the pipeline's back: a plain
+/// HTTP delete on Elasticsearch, a test-only write of the shard on the
+/// embedded index (its worker stopped).
+fn lose_post(r: &Rig, id: &str, user: &str) {
+    use denorm::index::{Backend, Kind};
+    if r.is_elastic() {
+        let alias = denorm::index::elastic::names::alias(&crate::common::elastic::prefix(), Kind::Post);
+        let url = format!("{}/{alias}/_doc/{id}?refresh=true", r.index.display());
+        let status = rt().block_on(async { reqwest::Client::new().delete(&url).send().await.unwrap().status() });
+        assert!(status.is_success(), "{url}: {status}");
+        return;
+    }
+    let index = denorm::index::embedded::EmbeddedIndex::open_existing(&r.index).unwrap();
+    let backend = denorm::index::embedded::EmbeddedBackend::new(index, 20 << 20);
+    let mut shard = backend.open_shard(denorm::command::partitioner::partition_of(user, r.cfg.partitions)).unwrap();
+    assert!(shard.get(Kind::Post, id).unwrap().is_some(), "no post {id}");
+    shard.delete(Kind::Post, id, 0).unwrap();
+    shard.commit().unwrap();
+}
+
+/// The user of the last upsert of post `id` in a JSONL file.
+fn user_of_post(jsonl: &std::path::Path, id: &str) -> String {
+    let text = std::fs::read_to_string(jsonl).unwrap();
+    let line = text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).filter(|v| v["op"] == "upsert_post" && v["id"] == id).last();
+    line.unwrap_or_else(|| panic!("no post {id}"))["user_id"].as_str().unwrap().to_string()
+}
+
 fn verify_names_exactly_what_was_changed_behind_the_pipelines_back(r: Rig) {
     let worker = r.worker(&[]);
-    produce_jsonl(&r, &load(&r));
+    let loaded = load(&r);
+    produce_jsonl(&r, &loaded);
     let before = messages(&r);
     let (code, report, err) = verify(&r);
     assert_eq!(code, 0, "{report}\n{err}");
@@ -151,6 +179,48 @@ fn verify_names_exactly_what_was_changed_behind_the_pipelines_back(r: Rig) {
     assert_eq!((code, &whole["checked"]), (1, &serde_json::json!(all)), "{whole}");
     let (code, _, err) = r.run(&["verify", "--sample", "0"]);
     assert_eq!(code, 2, "{err}");
+
+    // Repaired through the log while the workers run: the corrupted file,
+    // and a post lost behind the pipeline's back.
+    let user = user_of_post(&loaded, "p1");
+    lose_post(&r, "p1", &user);
+    let worker = r.worker(&[]);
+    let (code, out, err) = r.run(&["verify", "--json", "--repair"]);
+    let rep: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    assert_eq!(code, 0, "{rep}\n{err}\n{}", worker.log());
+    assert_eq!(rep["differences_total"], 2, "{rep}");
+    let sent: Vec<(&str, &str, &str, &str)> =
+        rep["repair"]["sent"].as_array().unwrap().iter().map(|s| (s["kind"].as_str().unwrap(), s["id"].as_str().unwrap(), s["command"].as_str().unwrap(), s["key"].as_str().unwrap())).collect();
+    let mut want = vec![("file", "vm1", "upsert_file", "/vdst"), ("post", "p1", "upsert_post", user.as_str())];
+    want.sort_by_key(|w| w.3);
+    assert_eq!(sent, want, "{rep}");
+    assert_eq!(rep["repair"]["not_repaired"], serde_json::json!([]), "{rep}");
+    let after = &rep["repair"]["after"];
+    assert_eq!((&after["differences_total"], &after["keys"]), (&serde_json::json!(0), &serde_json::json!(want.iter().map(|w| w.3).collect::<Vec<_>>())), "{rep}");
+    assert!(after["checked"].as_u64().unwrap() >= 3, "{rep}");
+    assert_eq!(worker.metric("denorm_repairs_total", &[("outcome", "applied")]), 2.0);
+    let (code, report, err) = verify(&r);
+    assert_eq!((code, &report["differences_total"]), (0, &serde_json::json!(0)), "{report}\n{err}");
+
+    // A repair made before a later write of its document is refused: it is
+    // dead-lettered with its reason, and the later write stays.
+    let vdst = denorm::command::partitioner::partition_of("/vdst", r.cfg.partitions);
+    let at = report["at"][vdst.to_string()].as_i64().unwrap();
+    let file = |contents: &str| denorm::command::Command::UpsertFile { id: s("vm1"), path: s("/vdst/a/vm1.txt"), contents: s(contents), previous_path: None };
+    produce(&r.cfg, vec![file("v later")]);
+    let mut stale = denorm::command::Envelope::new(file("v 1"));
+    stale.repair = Some(denorm::command::Repair { unchanged_since: at });
+    rt().block_on(async { denorm::produce::Producer::new(&r.cfg).unwrap().send_envelope(&stale).await.unwrap() });
+    wait_applied_by(&r.cfg, &r.group, messages(&r), &[&worker]);
+    assert_eq!(worker.metric("denorm_repairs_total", &[("outcome", "refused")]), 1.0);
+    assert_eq!(r.dlq_count()["by_reason"]["repair_refused"], 1, "{}", worker.log());
+    let (code, out, err) = r.run(&["verify", "--json", "--keys", "/vdst"]);
+    let vdst_report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    assert_eq!((code, &vdst_report["differences_total"]), (0, &serde_json::json!(0)), "{vdst_report}");
+    let (code, out, _) = r.run(&["search", "files", "--json", "--dir", "/vdst/a"]);
+    assert!(code == 0 && out.lines().any(|l| l.contains(r#""id":"vm1""#) && l.contains(r#""contents":"v later""#)), "{out}");
+    let log = worker.log();
+    assert!(worker.terminate().success(), "{log}");
 }
 
 #[test]

@@ -1,0 +1,172 @@
+//! `denorm verify --repair`: the commands that restore the documents a
+//! verify found different, sent through the log like any command. No I/O.
+//!
+//! Each differing document gets one command under its own key, carrying
+//! [`Repair`] with the offset the verify compared its partition at: an
+//! upsert with the replay's version of the document, or the delete of a
+//! document the replay does not have. The worker applies it in the key's
+//! order, only if the document was not written since (see
+//! `crate::apply::repair_refusal`); a replay of the log applies it the
+//! same way. Within a key, files and posts come before the user: a post's
+//! upsert takes its author's name from the user document, and the user's
+//! upsert then renames the posts that do not carry its name.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use super::compare::{Difference, Positions, Problem};
+use crate::command::{Command, Envelope, Repair};
+use crate::index::Doc;
+
+/// A difference no command can repair, or not now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NotRepaired {
+    pub kind: &'static str,
+    pub id: String,
+    pub reason: String,
+}
+
+/// A repair command sent, and where it landed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sent {
+    pub kind: &'static str,
+    pub id: String,
+    pub key: String,
+    pub command: &'static str,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// What `--repair` did (in the report of the verify that found the
+/// differences).
+#[derive(Debug, Clone, Serialize)]
+pub struct Repaired {
+    pub sent: Vec<Sent>,
+    pub not_repaired: Vec<NotRepaired>,
+    /// The verify of the repaired keys once the live workers had applied
+    /// the repairs (none when nothing was sent).
+    pub after: Option<Box<super::Report>>,
+}
+
+/// The repairs of a verify's differences.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// In the order to send them.
+    pub commands: Vec<Envelope>,
+    pub not_repaired: Vec<NotRepaired>,
+}
+
+impl Plan {
+    /// The keys the commands are sent under.
+    pub fn keys(&self) -> BTreeSet<String> {
+        self.commands.iter().map(|e| e.command.key().to_string()).collect()
+    }
+}
+
+/// The command that turns `actual` into `expected` (one of them present).
+fn command_for(expected: Option<&Doc>, actual: Option<&Doc>) -> Result<Command, &'static str> {
+    Ok(match (expected, actual) {
+        (Some(Doc::File(f)), _) => Command::UpsertFile { id: f.id.clone(), path: f.full_path(), contents: f.contents.clone(), previous_path: None },
+        (Some(Doc::User(u)), _) => Command::UpsertUser { id: u.id.clone(), name: u.name.clone(), email: u.email.clone(), dob: u.dob.clone() },
+        (Some(Doc::Post(p)), _) => Command::UpsertPost { id: p.id.clone(), user_id: p.user.id.clone(), title: p.title.clone(), body: p.body.clone(), previous_user_id: None },
+        (None, Some(Doc::File(f))) => Command::DeleteFile { id: f.id.clone(), path: f.full_path() },
+        (None, Some(Doc::Post(p))) => Command::DeletePost { id: p.id.clone(), user_id: p.user.id.clone() },
+        (None, Some(Doc::User(_))) => return Err("no command deletes a user"),
+        (None, None) => return Err("neither side has the document"),
+    })
+}
+
+/// Where a kind's repairs go within a key (see the module's comment).
+fn rank(c: &Command) -> u8 {
+    match c {
+        Command::UpsertUser { .. } => 1,
+        _ => 0,
+    }
+}
+
+/// The repairs of `differences`, found by a verify that compared the live
+/// index at `at`. `moved` says whether a partition's live checkpoint moved
+/// past `at` since: a document missing there may have been deleted by a
+/// command since, which the guard cannot see where deletes leave no
+/// position (the embedded index), so it is not repaired now.
+pub fn plan(differences: &[Difference], at: &Positions, moved: &dyn Fn(i32) -> bool) -> Plan {
+    let mut plan = Plan::default();
+    for d in differences {
+        let not = |reason: String| NotRepaired { kind: d.kind, id: d.id.clone(), reason };
+        if d.problem == Problem::Missing && moved(d.partition) {
+            plan.not_repaired.push(not(format!("partition {} applied more commands since the verify: verify again", d.partition)));
+            continue;
+        }
+        match command_for(d.expected.as_ref(), d.actual.as_ref()) {
+            Ok(command) => {
+                let mut e = Envelope::new(command);
+                e.repair = Some(Repair { unchanged_since: at.get(&d.partition).copied().unwrap_or(-1) });
+                plan.commands.push(e);
+            }
+            Err(reason) => plan.not_repaired.push(not(reason.to_string())),
+        }
+    }
+    plan.commands.sort_by_cached_key(|e| (e.command.key().to_string(), rank(&e.command)));
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::{Author, FileDoc, PostDoc, UserDoc};
+
+    fn diff(problem: Problem, partition: i32, expected: Option<Doc>, actual: Option<Doc>) -> Difference {
+        let doc = expected.as_ref().or(actual.as_ref()).unwrap();
+        Difference {
+            kind: doc.kind().as_str(),
+            id: doc.id().to_string(),
+            problem,
+            partition,
+            fields: Vec::new(),
+            live_offset: actual.as_ref().map(Doc::pos),
+            replay_offset: expected.as_ref().map(Doc::pos),
+            expected,
+            actual,
+        }
+    }
+
+    fn user(name: &str) -> Doc {
+        Doc::User(UserDoc { id: "u1".into(), name: name.into(), email: "u@x".into(), dob: "1970-01-01".into(), pos: 4 })
+    }
+
+    fn post(id: &str, name: &str) -> Doc {
+        Doc::Post(PostDoc { id: id.into(), title: "t".into(), body: "b".into(), user: Author { id: "u1".into(), name: name.into() }, pos: 5 })
+    }
+
+    /// Each difference becomes the command that restores the replay's
+    /// version, under its key, marked with its partition's offset; a
+    /// user's upsert follows its posts'; a user the replay lacks and a
+    /// document missing in a partition that moved on are not repaired.
+    #[test]
+    fn each_difference_becomes_its_guarded_command() {
+        let file = |c: &str| Doc::File(FileDoc::at("f1", "/a/x/f.txt", c, 7));
+        let diffs = vec![
+            diff(Problem::Differs, 1, Some(user("Ann")), Some(user("Bob"))),
+            diff(Problem::Differs, 1, Some(post("p1", "Ann")), Some(post("p1", "Bob"))),
+            diff(Problem::Differs, 0, Some(file("right")), Some(file("wrong"))),
+            diff(Problem::Unexpected, 1, None, Some(post("p2", "Ann"))),
+            diff(Problem::Missing, 2, Some(Doc::File(FileDoc::at("f2", "/b/g.txt", "lost", 3))), None),
+            diff(Problem::Missing, 3, Some(Doc::File(FileDoc::at("f3", "/c/h.txt", "lost", 3))), None),
+            diff(Problem::Unexpected, 1, None, Some(Doc::User(UserDoc { id: "u2".into(), name: "x".into(), email: "x@x".into(), dob: "1970-01-01".into(), pos: 1 }))),
+        ];
+        let at: Positions = [(0, 10), (1, 11), (2, 12), (3, 13)].into_iter().collect();
+        let plan = plan(&diffs, &at, &|p| p == 3);
+        let got: Vec<(String, &str, i64)> = plan.commands.iter().map(|e| (e.command.key().to_string(), e.command.kind(), e.repair.unwrap().unchanged_since)).collect();
+        let want = [("/a", "upsert_file", 10), ("/b", "upsert_file", 12), ("u1", "upsert_post", 11), ("u1", "delete_post", 11), ("u1", "upsert_user", 11)];
+        assert_eq!(got, want.iter().map(|(k, c, o)| (k.to_string(), *c, *o)).collect::<Vec<_>>());
+        assert_eq!(plan.commands[0].command, Command::UpsertFile { id: "f1".into(), path: "/a/x/f.txt".into(), contents: "right".into(), previous_path: None });
+        assert!(matches!(&plan.commands[4].command, Command::UpsertUser { name, .. } if name == "Ann"));
+        let not: Vec<(&str, &str)> = plan.not_repaired.iter().map(|n| (n.id.as_str(), n.reason.as_str())).collect();
+        assert_eq!(not, vec![("f3", "partition 3 applied more commands since the verify: verify again"), ("u2", "no command deletes a user")]);
+        assert_eq!(plan.keys().into_iter().collect::<Vec<_>>(), vec!["/a", "/b", "u1"]);
+        for e in &plan.commands {
+            assert!(crate::apply::repairable(&e.command), "{e:?}");
+        }
+    }
+}
