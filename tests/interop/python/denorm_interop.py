@@ -122,8 +122,9 @@ async def decode(brokers, topic, schemas, count):
             issued_at = round(r["issued_at"].timestamp() * 1000)
             # return_record_name gives a union's record as (name, record).
             after = r["after"][1] if isinstance(r["after"], tuple) else r["after"]
+            repair = r["repair"][1] if isinstance(r["repair"], tuple) else r["repair"]
             print(json.dumps({"key": m.key.decode(), "partition": m.partition, "command_id": r["command_id"],
-                              "issued_at": issued_at, "tenant": r["tenant"], "after": after, "type": name, "payload": payload}),
+                              "issued_at": issued_at, "tenant": r["tenant"], "after": after, "repair": repair, "type": name, "payload": payload}),
                   flush=True)
             seen += 1
             if seen >= count:
