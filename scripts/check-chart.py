@@ -228,7 +228,8 @@ def check_invariants(name, values, docs):
         volumes = {v["name"]: v for v in pod["volumes"]}
         scratch = cenv.get("DENORM_VERIFY_SCRATCH_DIR", "")
         mount = next((p for p in mounts if scratch.startswith(p + "/")), None)
-        if c["args"] != ["verify", "--json"] or cj["spec"]["concurrencyPolicy"] != "Forbid" or pod["restartPolicy"] != "Never":
+        args = ["verify", "--json"] + (["--repair"] if verify.get("repair") else [])
+        if c["args"] != args or cj["spec"]["concurrencyPolicy"] != "Forbid" or pod["restartPolicy"] != "Never":
             fail(f"{name}: the verify CronJob runs {c['args']} with concurrencyPolicy {cj['spec']['concurrencyPolicy']}")
         if mount is None or "emptyDir" not in volumes.get(mounts[mount], {}):
             fail(f"{name}: the verify scratch directory {scratch!r} is not on an emptyDir of its own")
