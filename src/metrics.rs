@@ -41,6 +41,11 @@ pub const WAITING_COMMANDS: &str = "denorm_partition_waiting_commands";
 pub const OLDEST_UNFINISHED_SECONDS: &str = "denorm_partition_oldest_unfinished_seconds";
 pub const PARTITION_BUSY_LANES: &str = "denorm_partition_busy_lanes";
 pub const REPAIRS_TOTAL: &str = "denorm_repairs_total";
+pub const VERIFY_LAST_RUN: &str = "denorm_verify_last_run_timestamp_seconds";
+pub const VERIFY_LAST_CLEAN: &str = "denorm_verify_last_clean_timestamp_seconds";
+pub const VERIFY_CHECKED: &str = "denorm_verify_documents_checked";
+pub const VERIFY_DIFFERENCES: &str = "denorm_verify_differences";
+pub const VERIFY_SECONDS: &str = "denorm_verify_duration_seconds";
 
 /// Every metric name above (the dashboard check reads this).
 pub const ALL: &[&str] = &[
@@ -80,6 +85,11 @@ pub const ALL: &[&str] = &[
     OLDEST_UNFINISHED_SECONDS,
     PARTITION_BUSY_LANES,
     REPAIRS_TOTAL,
+    VERIFY_LAST_RUN,
+    VERIFY_LAST_CLEAN,
+    VERIFY_CHECKED,
+    VERIFY_DIFFERENCES,
+    VERIFY_SECONDS,
 ];
 
 /// Names that are histograms (exported as `_bucket`, `_sum`, `_count`).
@@ -122,6 +132,11 @@ fn describe() {
         Unit::Count,
         "Repairs sent by `denorm verify --repair`, by outcome (applied: their document was unchanged since the verify; refused: written since, dead-lettered as repair_refused)."
     );
+    describe_gauge!(VERIFY_LAST_RUN, Unit::Seconds, "When the index's last `denorm verify` finished (Unix time), as recorded in the index; exported by every worker.");
+    describe_gauge!(VERIFY_LAST_CLEAN, Unit::Seconds, "When a `denorm verify` of the index last found no difference (Unix time); 0 when none has been, absent until a verify has run.");
+    describe_gauge!(VERIFY_CHECKED, Unit::Count, "Documents the last `denorm verify` compared.");
+    describe_gauge!(VERIFY_DIFFERENCES, Unit::Count, "Documents the last `denorm verify` found different from the replay of the log (with --repair: those left after it).");
+    describe_gauge!(VERIFY_SECONDS, Unit::Seconds, "How long the last `denorm verify` took.");
     describe_counter!(DEAD_LETTER_RETRIES_TOTAL, Unit::Count, "Failed writes to the dead-letter topic, retried (nothing is committed past them meanwhile).");
     describe_gauge!(PARKED_KEYS, Unit::Count, "Keys of the partition parked behind an aborted command, waiting for `denorm dlq reprocess` or `clear`.");
     describe_gauge!(DEGRADED_PARTITIONS, Unit::Count, "Partitions retrying a transient failure (index or dead-letter topic unavailable); /readyz fails while it is above 0.");

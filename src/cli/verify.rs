@@ -153,6 +153,7 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
     };
     let keys = (!a.keys.is_empty() || a.sample.is_some()).then(|| crate::worker::KeySample { keys: a.keys.iter().cloned().collect(), percent: a.sample });
     let setup = Setup { kafka, live, scratch, group: cli.group.clone(), budget: (a.index_memory_mb as usize) << 20, timeout: Duration::from_secs(a.timeout_secs) };
+    let started = std::time::Instant::now();
     // A repair needs every difference, the report lists the first ones.
     let mut report = setup.verify(keys, if a.repair { usize::MAX } else { a.max_differences }).await?;
     if a.repair && !report.clean() {
@@ -168,9 +169,30 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
         Some(r) => r.not_repaired.len() + r.after.as_ref().map_or(0, |after| after.outcome.differences_total),
         None => report.outcome.differences_total,
     };
+    record(&setup, &report, left, started.elapsed()).await;
     match left {
         0 => Ok(()),
         n => Err(Differences(n).into()),
+    }
+}
+
+/// Records the verdict in the live index, where the workers export it as the
+/// `denorm_verify_*` gauges. A failure to record is a warning: the verdict
+/// stands.
+async fn record(setup: &Setup, report: &Report, left: usize, took: Duration) {
+    let (live, partial) = (setup.live.clone(), !report.keys.is_empty() || report.sample_percent.is_some());
+    let checked = report.outcome.checked;
+    let recorded = tokio::task::spawn_blocking(move || {
+        let now = crate::clock::now_millis() as f64 / 1000.0;
+        let last_clean_at = if left == 0 { Some(now) } else { live.verified().ok().flatten().and_then(|v| v.last_clean_at) };
+        let v = crate::index::Verified { finished_at: now, checked, differences: left as u64, seconds: took.as_secs_f64(), last_clean_at, partial };
+        live.record_verified(&v)
+    })
+    .await;
+    match recorded {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(%error, "the verdict could not be recorded in the index (the workers' denorm_verify_* gauges stay as they were)"),
+        Err(error) => tracing::warn!(%error, "recording the verdict failed"),
     }
 }
 

@@ -500,6 +500,34 @@ pub trait Backend: Send + Sync {
     fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError>;
     /// A read view of everything committed so far.
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError>;
+    /// What the last `denorm verify` of this index found (`None`: none yet,
+    /// or a backend that keeps no record).
+    fn verified(&self) -> Result<Option<Verified>, IndexError> {
+        Ok(None)
+    }
+    /// Records what a `denorm verify` found.
+    fn record_verified(&self, _v: &Verified) -> Result<(), IndexError> {
+        Ok(())
+    }
+}
+
+/// What the last `denorm verify` of an index found: kept with the index (a
+/// file beside the embedded index's generations, a meta document on
+/// Elasticsearch), and exported by the workers as the `denorm_verify_*`
+/// gauges (a verify's own process is short-lived and not scraped).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Verified {
+    /// When it finished, seconds since the Unix epoch.
+    pub finished_at: f64,
+    /// Documents compared.
+    pub checked: u64,
+    /// Documents that differed (with `--repair`: those left after it).
+    pub differences: u64,
+    pub seconds: f64,
+    /// When a verify last found no difference (this one or an earlier one).
+    pub last_clean_at: Option<f64>,
+    /// Whether it verified some keys only (`--keys`, `--sample`).
+    pub partial: bool,
 }
 
 /// Filters of `denorm search files`.

@@ -407,8 +407,12 @@ impl GroupWatch {
             .name("denorm-group-watch".into())
             .spawn(move || {
                 let tick = Duration::from_millis(100).min(every);
-                let mut last: Option<Instant> = None;
+                let (mut last, mut last_verified): (Option<Instant>, Option<Instant>) = (None, None);
                 while !s.load(Ordering::SeqCst) {
+                    if last_verified.is_none_or(|t| t.elapsed() >= every) {
+                        last_verified = Some(Instant::now());
+                        export_verified(shared.backend.as_ref());
+                    }
                     if !w.load(Ordering::SeqCst) {
                         l.store(-1, Ordering::SeqCst);
                         last = None;
@@ -425,6 +429,23 @@ impl GroupWatch {
 
     fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Exports the record of the index's last `denorm verify`
+/// ([`Backend::verified`]): its process is short-lived and not scraped.
+fn export_verified(backend: &dyn Backend) {
+    match backend.verified() {
+        Ok(Some(v)) => {
+            gauge!(m::VERIFY_LAST_RUN).set(v.finished_at);
+            gauge!(m::VERIFY_CHECKED).set(v.checked as f64);
+            gauge!(m::VERIFY_DIFFERENCES).set(v.differences as f64);
+            gauge!(m::VERIFY_SECONDS).set(v.seconds);
+            // 0: verified, never clean (an alert on its age fires).
+            gauge!(m::VERIFY_LAST_CLEAN).set(v.last_clean_at.unwrap_or(0.0));
+        }
+        Ok(None) => {}
+        Err(error) => debug!(%error, "reading the record of the last verify"),
     }
 }
 

@@ -185,6 +185,13 @@ fn verify_names_exactly_what_was_changed_behind_the_pipelines_back(r: Rig) {
     let user = user_of_post(&loaded, "p1");
     lose_post(&r, "p1", &user);
     let worker = r.worker(&[]);
+    // The worker exports the verdict the last verify recorded in the index
+    // (the `--sample 100` one: the corrupted file; earlier ones were clean).
+    let gauge = |name: &str| worker.metric(name, &[]);
+    eventually(Duration::from_secs(30), || worker.log(), || (gauge("denorm_verify_differences") == 1.0).then_some(()));
+    assert_eq!(gauge("denorm_verify_documents_checked"), whole["checked"].as_f64().unwrap());
+    let (run, clean) = (gauge("denorm_verify_last_run_timestamp_seconds"), gauge("denorm_verify_last_clean_timestamp_seconds"));
+    assert!(clean > 0.0 && run > clean, "last run {run}, last clean {clean}");
     let (code, out, err) = r.run(&["verify", "--json", "--repair"]);
     let rep: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
     assert_eq!(code, 0, "{rep}\n{err}\n{}", worker.log());
@@ -201,6 +208,9 @@ fn verify_names_exactly_what_was_changed_behind_the_pipelines_back(r: Rig) {
     assert_eq!(worker.metric("denorm_repairs_total", &[("outcome", "applied")]), 2.0);
     let (code, report, err) = verify(&r);
     assert_eq!((code, &report["differences_total"]), (0, &serde_json::json!(0)), "{report}\n{err}");
+    let checked = report["checked"].as_f64().unwrap();
+    eventually(Duration::from_secs(30), || worker.log(), || (gauge("denorm_verify_differences") == 0.0 && gauge("denorm_verify_documents_checked") == checked).then_some(()));
+    assert!(gauge("denorm_verify_last_clean_timestamp_seconds") >= run, "a clean verify recorded");
 
     // A repair made before a later write of its document is refused: it is
     // dead-lettered with its reason, and the later write stays.

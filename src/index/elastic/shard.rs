@@ -22,12 +22,11 @@ use serde_json::{json, Value};
 use super::backend::{ElasticBackend, WriteFirst, GENERATION_TTL, SEARCHABLE_WITHIN};
 use super::bulk::{self, BulkOp, BulkReport};
 use super::docs::{from_source, is_tombstone, to_source, tombstone};
-use super::names::{PARTITION_FIELD, POS_FIELD};
+use super::names::{self, OWNER_FIELD, PARTITION_FIELD, POS_FIELD};
 use super::conflict::{self, TakeOver, Write};
 use super::generations;
 use super::meta::{self, checkpoints_from_mget, get_source};
 use crate::index::progress::{Progress, ProgressBook};
-use super::names;
 use super::tombstones::{self, now_ms};
 use super::{json_or_status, ElasticError};
 use crate::index::{Backend, Checkpoint, Doc, IndexError, Kind, Origin, Pages, Scan, SearchIndex, Shard, Wanted};
@@ -57,8 +56,7 @@ impl Backend for ElasticBackend {
     fn bind_log(&self, partitions: i32) -> Result<(), IndexError> {
         self.log_partitions.store(partitions, Ordering::Relaxed);
         if self.pinned.is_some() {
-            // A rebuild's generation: the log it is built from is recorded
-            // at its cutover.
+            // A rebuild's generation: its log is recorded at its cutover.
             return Ok(());
         }
         let index = self.meta_index();
@@ -179,11 +177,13 @@ impl Backend for ElasticBackend {
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {
         Ok(Box::new(super::search::ElasticSearch { client: self.client.clone(), prefix: self.prefix.clone(), runtime: self.runtime.clone() }))
     }
+    fn verified(&self) -> Result<Option<crate::index::Verified>, IndexError> {
+        self.read_verified()
+    }
+    fn record_verified(&self, v: &crate::index::Verified) -> Result<(), IndexError> {
+        self.write_verified(v)
+    }
 }
-
-/// The meta field holding a partition's owner epoch (see
-/// [`ElasticBackend::open_shard`]).
-pub const OWNER_FIELD: &str = "owner";
 
 /// What [`ElasticShard::read`] found.
 enum Read {

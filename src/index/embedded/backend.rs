@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::index::{Backend, Checkpoint, IndexError, SearchIndex, Shard};
+use crate::index::{Backend, Checkpoint, IndexError, SearchIndex, Shard, Verified};
 
 use super::layout::EmbeddedIndex;
 use super::shard::{DEFAULT_FAN_OUT_COMMIT_EVERY, DEFAULT_MERGE_MAX_DOCS};
@@ -61,4 +61,19 @@ impl Backend for EmbeddedBackend {
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {
         Ok(Box::new(self.index.search()?))
     }
+    fn verified(&self) -> Result<Option<Verified>, IndexError> {
+        let path = self.index.root().join(VERIFIED);
+        match std::fs::read(&path) {
+            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| IndexError::Corrupt(format!("{}: {e}", path.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+    fn record_verified(&self, v: &Verified) -> Result<(), IndexError> {
+        let json = serde_json::to_vec(v).map_err(|e| IndexError::Backend(e.to_string()))?;
+        super::write_atomically(&self.index.root().join(VERIFIED), &json)
+    }
 }
+
+/// The file of [`Backend::verified`], beside the generations.
+const VERIFIED: &str = "VERIFIED";
