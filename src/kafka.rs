@@ -518,6 +518,19 @@ fn pending(report: &Option<LagReport>) -> String {
     }
 }
 
+/// Deletes the rebuild's (or a verify's) consumer group (it committed no
+/// offsets; this removes its name too). Best effort: a broker that cannot
+/// is said so.
+pub fn delete_group(kafka: &KafkaConfig, group: &str, rt: &tokio::runtime::Handle) {
+    let deleted = kafka.client_config().create::<AdminClient<DefaultClientContext>>().map_err(|e| e.to_string()).and_then(|admin| {
+        let opts = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT));
+        rt.block_on(admin.delete_groups(&[group], &opts)).map_err(|e| e.to_string())?.into_iter().try_for_each(|r| r.map(|_| ()).map_err(|(_, code)| code.to_string()))
+    });
+    if let Err(error) = deleted {
+        tracing::warn!(group, error, "could not delete the replay's consumer group (a rebuild's or a verify's; it holds no offsets)");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

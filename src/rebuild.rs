@@ -142,21 +142,6 @@ pub struct Done {
     pub skipped: Vec<(i32, i64)>,
 }
 
-/// Deletes the rebuild's (or a verify's) consumer group (it committed no
-/// offsets; this removes its name too). Best effort: a broker that cannot
-/// is said so.
-pub(crate) fn delete_group(kafka: &KafkaConfig, group: &str, rt: &tokio::runtime::Handle) {
-    use rdkafka::admin::{AdminClient, AdminOptions};
-    use rdkafka::client::DefaultClientContext;
-    let deleted = kafka.client_config().create::<AdminClient<DefaultClientContext>>().map_err(|e| e.to_string()).and_then(|admin| {
-        let opts = AdminOptions::new().operation_timeout(Some(crate::kafka::REQUEST_TIMEOUT));
-        rt.block_on(admin.delete_groups(&[group], &opts)).map_err(|e| e.to_string())?.into_iter().try_for_each(|r| r.map(|_| ()).map_err(|(_, code)| code.to_string()))
-    });
-    if let Err(error) = deleted {
-        warn!(group, error, "could not delete the replay's consumer group (a rebuild's or a verify's; it holds no offsets)");
-    }
-}
-
 /// Commands of the log (`ends`: each partition's watermarks) that a
 /// generation with `checkpoints` has applied.
 pub fn applied_of(checkpoints: &BTreeMap<i32, Checkpoint>, ends: &[(i64, i64)]) -> i64 {
@@ -286,7 +271,7 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         // from the cutover on, live workers are the only writers of `target`.
         shutdown.store(true, Ordering::SeqCst);
         worker.join().map_err(|_| RebuildError::WorkerPanicked)?.map_err(RebuildError::Worker)?;
-        delete_group(&kafka, &run_group, &rt);
+        crate::kafka::delete_group(&kafka, &run_group, &rt);
         if state.record_conflicts(&index.owner_conflicts(), conflicts_before) {
             index.save_state(&state)?;
         }

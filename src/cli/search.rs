@@ -62,7 +62,7 @@ pub fn run(cli: &Cli, a: &SearchArgs, runtime: tokio::runtime::Handle) -> anyhow
     let search: Box<dyn SearchIndex> = match super::elastic_url(cli) {
         Some(url) => {
             let cfg = super::elastic_config(&url)?;
-            Box::new(ElasticSearch { client: cfg.client()?, prefix: cfg.prefix.clone(), runtime })
+            Box::new(ElasticSearch { client: cfg.client()?, prefix: cfg.prefix.clone(), runtime, generation: None })
         }
         None => Box::new(EmbeddedIndex::open_existing(&cli.index).map_err(|e| UsageError(e.to_string()))?.search()?),
     };

@@ -498,7 +498,8 @@ pub trait Backend: Send + Sync {
     /// The writer of `partition`'s shard. Fails with a retryable error while
     /// another owner still holds it.
     fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError>;
-    /// A read view of everything committed so far.
+    /// A read view of everything committed so far (of the generation a
+    /// rebuild's backend is pinned to, or the current one).
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError>;
     /// What the last `denorm verify` of this index found (`None`: none yet,
     /// or a backend that keeps no record).

@@ -186,7 +186,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     shutdown.store(true, Ordering::SeqCst);
     let stopped = worker.join().map_err(|_| VerifyError::WorkerPanicked)?.map_err(VerifyError::Worker);
     if v.delete_group {
-        crate::rebuild::delete_group(&v.kafka, &group, &v.runtime);
+        crate::kafka::delete_group(&v.kafka, &group, &v.runtime);
     }
     reached?;
     stopped?;

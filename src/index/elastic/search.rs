@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use tokio::runtime::Handle;
 
 use super::docs::{from_source, hits, is_deleted, PitScan};
-use super::names::alias;
+use super::names::{alias, concrete};
 use super::complete_json;
 use crate::index::{AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, SearchIndex};
 
@@ -15,6 +15,9 @@ pub struct ElasticSearch {
     pub client: Elasticsearch,
     pub prefix: String,
     pub runtime: Handle,
+    /// Reads this generation's indexes (`None`: the current one, through
+    /// the read aliases).
+    pub generation: Option<u64>,
 }
 
 /// The query of `denorm search files`.
@@ -118,8 +121,15 @@ pub const MAX_INNER_RESULT_WINDOW: usize = 100;
 const AUTHOR_PAGE: usize = 1000;
 
 impl ElasticSearch {
+    fn index_of(&self, kind: Kind) -> String {
+        match self.generation {
+            Some(g) => concrete(&self.prefix, kind, g),
+            None => alias(&self.prefix, kind),
+        }
+    }
+
     fn run(&self, kind: Kind, query: Value, limit: usize, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
-        let index = alias(&self.prefix, kind);
+        let index = self.index_of(kind);
         if limit == 0 || limit > MAX_RESULT_WINDOW {
             // Every match (in index order), or more than one search may
             // return (best first, through a point in time).
@@ -178,7 +188,7 @@ impl SearchIndex for ElasticSearch {
                 "--per-author {per_author} is above Elasticsearch's index.max_inner_result_window ({MAX_INNER_RESULT_WINDOW})"
             )));
         }
-        let index = alias(&self.prefix, Kind::Post);
+        let index = self.index_of(Kind::Post);
         let search = |body: Value| {
             self.runtime.block_on(async {
                 let r = self.client.search(SearchParts::Index(&[&index])).allow_partial_search_results(false).body(body).send().await?;
@@ -212,7 +222,7 @@ impl SearchIndex for ElasticSearch {
 
     fn dump(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
         // A dump is for exact comparisons: make every write searchable first.
-        let aliases: Vec<String> = [Kind::File, Kind::User, Kind::Post].iter().map(|k| alias(&self.prefix, *k)).collect();
+        let aliases: Vec<String> = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.index_of(*k)).collect();
         let names: Vec<&str> = aliases.iter().map(String::as_str).collect();
         self.runtime.block_on(async {
             let r = self.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&names)).send().await?;

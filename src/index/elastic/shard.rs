@@ -175,7 +175,7 @@ impl Backend for ElasticBackend {
     }
 
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {
-        Ok(Box::new(super::search::ElasticSearch { client: self.client.clone(), prefix: self.prefix.clone(), runtime: self.runtime.clone() }))
+        Ok(Box::new(super::search::ElasticSearch { client: self.client.clone(), prefix: self.prefix.clone(), runtime: self.runtime.clone(), generation: self.pinned }))
     }
     fn verified(&self) -> Result<Option<crate::index::Verified>, IndexError> {
         self.read_verified()

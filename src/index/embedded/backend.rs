@@ -59,7 +59,7 @@ impl Backend for EmbeddedBackend {
         Ok(Box::new(shard))
     }
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {
-        Ok(Box::new(self.index.search()?))
+        Ok(Box::new(self.index.search_in(self.generation()?)?))
     }
     fn verified(&self) -> Result<Option<Verified>, IndexError> {
         let path = self.index.root().join(VERIFIED);

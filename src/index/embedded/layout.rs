@@ -267,8 +267,13 @@ impl EmbeddedIndex {
     /// A read-only view of every shard of the current generation, as
     /// committed so far.
     pub fn search(&self) -> Result<EmbeddedSearch, IndexError> {
+        self.search_in(self.current_generation()?)
+    }
+
+    /// A read view of generation `g`.
+    pub fn search_in(&self, g: u64) -> Result<EmbeddedSearch, IndexError> {
         let mut shards = Vec::new();
-        for (_, dir) in committed_shards(&self.generation_dir(self.current_generation()?))? {
+        for (_, dir) in committed_shards(&self.generation_dir(g))? {
             let index = Index::open_in_dir(&dir)?;
             let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
             shards.push((index, reader));
