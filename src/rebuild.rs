@@ -88,6 +88,22 @@ pub enum RebuildError {
         documents.join(", ")
     )]
     OwnerConflicts { generation: u64, total: usize, documents: Vec<String> },
+    /// `--verify`: the new generation differs from the live one.
+    #[error(
+        "generation {generation} differs from the live generation in {total} document(s) over what both have applied, so the \
+         rebuild does not cut over: {}. Where the live generation is wrong (changed behind the pipeline's back), the new one \
+         is the replay of the log: `denorm rebuild --verify --force` cuts over anyway; `denorm verify` tells which side the \
+         log agrees with; see docs/rebuild.md",
+        documents.join("; ")
+    )]
+    Differs { generation: u64, total: usize, documents: Vec<String> },
+    /// `--verify` could not compare the generations.
+    #[error("comparing the new generation with the live one before the cutover")]
+    Verify(#[source] crate::verify::VerifyError),
+    /// `--verify` of a rebuild from another topic than the live
+    /// generation's: their offsets are not comparable.
+    #[error("--verify compares the generations over the offsets both have applied, which needs the topic the live generation was built from ({recorded}); a rebuild from {topic} (after `denorm migrate`) is verified after its cutover with `denorm verify`")]
+    VerifyOtherLog { recorded: String, topic: String },
     /// A rebuild that did not finish was building from another log.
     #[error(
         "a rebuild of generation {generation} from topic {recorded} ({recorded_partitions} partitions) did not finish: rerun it \
@@ -115,9 +131,29 @@ pub struct Rebuild<'a> {
     /// Cut over even if the rebuild's writers met documents another key's
     /// partition held ([`Generations::owner_conflicts`]).
     pub accept_owner_conflicts: bool,
+    /// `--verify`: compare the new generation with the live one before
+    /// the cutover.
+    pub verify: Option<CutoverCheck>,
     pub health: Arc<Health>,
     /// The runtime the rebuild's worker resolves schema ids on.
     pub runtime: tokio::runtime::Handle,
+}
+
+/// How `--verify` checks a rebuild before its cutover.
+#[derive(Debug, Clone, Copy)]
+pub struct CutoverCheck {
+    /// Cut over despite differences (they are logged and reported).
+    pub force: bool,
+    /// How long to wait for the live generation to apply as much as the new one.
+    pub wait: Duration,
+}
+
+/// What `--verify` found before the cutover.
+#[derive(Debug, Clone)]
+pub struct Verified {
+    /// The new generation's checkpoints the two were compared at.
+    pub at: crate::verify::compare::Positions,
+    pub outcome: crate::verify::compare::Outcome,
 }
 
 /// Where a rebuild stands, at each turn of its progress poll.
@@ -140,6 +176,8 @@ pub struct Done {
     /// With `accept_gaps`: per partition, the offsets retention had
     /// deleted (`0..low`), whose effects the new generation lacks.
     pub skipped: Vec<(i32, i64)>,
+    /// With `--verify`: the comparison before the cutover.
+    pub verified: Option<Verified>,
 }
 
 /// Commands of the log (`ends`: each partition's watermarks) that a
@@ -155,7 +193,7 @@ const BROKER_SILENCE: Duration = Duration::from_secs(120);
 /// Rebuilds (or resumes rebuilding) the next generation and cuts over to it;
 /// `progress` sees each turn of the progress poll. Blocking.
 pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, RebuildError> {
-    let Rebuild { kafka, index, group, partitions, keep_old, takeover_waits, any_partitioner, accept_gaps, accept_owner_conflicts, health, runtime: rt } = r;
+    let Rebuild { kafka, index, group, partitions, keep_old, takeover_waits, any_partitioner, accept_gaps, accept_owner_conflicts, verify, health, runtime: rt } = r;
     let group = group.as_str();
     let started = Instant::now();
     let consumer: BaseConsumer = kafka.client_config().create().map_err(KafkaSetupError::from)?;
@@ -169,7 +207,11 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
     // Rebuilt from the topic the live generation was built from, the new one
     // must also reach the live one's checkpoints; from another topic (after
     // `denorm migrate`) their offsets are not comparable.
-    let same_log = index.recorded_topic()? == kafka.topic;
+    let recorded_topic = index.recorded_topic()?;
+    let same_log = recorded_topic == kafka.topic;
+    if verify.is_some() && !same_log {
+        return Err(RebuildError::VerifyOtherLog { recorded: recorded_topic, topic: kafka.topic.clone() });
+    }
     // Partitions added to the topic in place moved keys to other
     // partitions: a replay would split them across shards (the workers
     // refuse such a topic too). Only a copy into a new topic keeps them.
@@ -179,6 +221,7 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         }
     }
     let current = index.current()?;
+    let mut verified = None;
     let mut state = begin(index, &kafka.topic, partitions, group)?;
     // Owner conflicts earlier runs of this rebuild met.
     let conflicts_before = state.owner_conflicts_total;
@@ -278,6 +321,9 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         if state.owner_conflicts_total > 0 && !accept_owner_conflicts {
             return Err(RebuildError::OwnerConflicts { generation: target, total: state.owner_conflicts_total, documents: state.owner_conflicts.clone() });
         }
+        if let Some(check) = verify {
+            verified = Some(check_before_cutover(index, &kafka, current, target, partitions, check)?);
+        }
         index.cut_over(current, target, partitions)?;
         info!(from = current, to = target, "cut over: searches and live workers use the new generation");
         if crate::faults::active("rebuild.after-cutover").is_some() {
@@ -294,7 +340,32 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
     index.clear_state()?;
     let built = index.checkpoints_in(target, partitions)?;
     let applied: u64 = built.values().map(|c| c.offset + 1).sum();
-    Ok(Done { generation: target, partitions, applied, elapsed: started.elapsed(), skipped })
+    Ok(Done { generation: target, partitions, applied, elapsed: started.elapsed(), skipped, verified })
+}
+
+/// `--verify`: compares generation `target` with the live `current` over
+/// what both have applied; differences stop the rebuild unless forced.
+fn check_before_cutover(index: &dyn Generations, kafka: &KafkaConfig, current: u64, target: u64, partitions: i32, check: CutoverCheck) -> Result<Verified, RebuildError> {
+    info!(generation = target, live = current, "comparing the new generation with the live one before the cutover (--verify)");
+    let (at, outcome) = crate::verify::cutover::compare_generations(index, kafka, current, target, partitions, check.wait, 20).map_err(RebuildError::Verify)?;
+    info!(checked = outcome.checked, differences = outcome.differences_total, "compared the generations");
+    if outcome.differences_total > 0 {
+        let documents = outcome.differences.iter().map(|d| {
+            let fields: Vec<&str> = d.fields.iter().map(|f| f.field.as_str()).collect();
+            let what = match d.problem {
+                crate::verify::compare::Problem::Missing => "only in the new generation".to_string(),
+                crate::verify::compare::Problem::Unexpected => "only in the live generation".to_string(),
+                crate::verify::compare::Problem::Differs => format!("differs in {}", fields.join(", ")),
+            };
+            format!("{} {}: {what}", d.kind, d.id)
+        });
+        let documents: Vec<String> = documents.collect();
+        if !check.force {
+            return Err(RebuildError::Differs { generation: target, total: outcome.differences_total, documents });
+        }
+        warn!(total = outcome.differences_total, documents = ?documents, "the new generation differs from the live one: cutting over anyway (--force)");
+    }
+    Ok(Verified { at, outcome })
 }
 
 /// The index's generations and a rebuild in progress, with how much of the

@@ -38,6 +38,17 @@ pub struct RebuildArgs {
     /// first); without it such a rebuild stops before the cutover and names them
     #[arg(long, env = "DENORM_REBUILD_ACCEPT_OWNER_CONFLICTS")]
     accept_owner_conflicts: bool,
+    /// Before the cutover, compare the new generation with the live one document by document, over
+    /// what both have applied (waiting for the live workers to apply as much); on any difference,
+    /// name the documents and do not cut over
+    #[arg(long, env = "DENORM_REBUILD_VERIFY")]
+    verify: bool,
+    /// With --verify: cut over despite differences (they are reported)
+    #[arg(long, requires = "verify")]
+    force: bool,
+    /// With --verify: how long to wait for the live workers to apply as much as the new generation
+    #[arg(long, env = "DENORM_REBUILD_VERIFY_WAIT_SECS", default_value_t = 600)]
+    verify_wait_secs: u64,
     /// Keep the previous generation after the cutover (default: deleted once no worker
     /// writes to it: its directory, or its Elasticsearch indexes and meta documents)
     #[arg(long, env = "DENORM_REBUILD_KEEP_OLD")]
@@ -92,6 +103,7 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     }
     let (k, group, keep_old, addr, waits, any_partitioner, accept_gaps, accept_owner_conflicts) =
         (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.cross_key.no_takeover_waits, a.cross_key.any_partitioner, a.accept_gaps, a.accept_owner_conflicts);
+    let verify = a.verify.then_some(crate::rebuild::CutoverCheck { force: a.force, wait: Duration::from_secs(a.verify_wait_secs) });
     let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
     let health = Arc::new(Health::default());
     health.beat();
@@ -102,7 +114,7 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     super::topics::check_lifetime(&kafka, "command topic").await?;
     dlq.ensure_topic().await.context("cannot reach or create the dead-letter topic")?;
     tokio::task::spawn_blocking(move || {
-        let r = Rebuild { kafka: k, index: index.as_ref(), group, partitions, keep_old, takeover_waits: waits, any_partitioner, accept_gaps, accept_owner_conflicts, health, runtime: rt };
+        let r = Rebuild { kafka: k, index: index.as_ref(), group, partitions, keep_old, takeover_waits: waits, any_partitioner, accept_gaps, accept_owner_conflicts, verify, health, runtime: rt };
         rebuild(r)
     })
     .await?
@@ -128,12 +140,27 @@ fn rebuild(r: Rebuild<'_>) -> anyhow::Result<()> {
         }
     };
     let done = crate::rebuild::run(r, shown).map_err(|e| match e {
-        e @ (RebuildError::PartitionsAdded { .. } | RebuildError::OtherLog { .. } | RebuildError::OwnerConflicts { .. }) => anyhow::Error::new(UsageError(e.to_string())),
+        e @ (RebuildError::PartitionsAdded { .. } | RebuildError::OtherLog { .. } | RebuildError::OwnerConflicts { .. } | RebuildError::VerifyOtherLog { .. }) => {
+            anyhow::Error::new(UsageError(e.to_string()))
+        }
         e => anyhow::Error::new(e),
     });
     bar.finish_and_clear();
     let done = done?;
     let secs = done.elapsed.as_secs_f64();
+    if let Some(v) = &done.verified {
+        let o = &v.outcome;
+        println!(
+            "verified before the cutover: {} document(s) of generation {} compared with the live generation up to offsets {}{}",
+            o.checked,
+            done.generation,
+            crate::verify::describe(&v.at),
+            match o.differences_total {
+                0 => ": equal".to_string(),
+                n => format!(": {n} differed, cut over anyway (--force)"),
+            }
+        );
+    }
     for (p, low) in &done.skipped {
         println!("skipped offsets 0..{} of partition {p}: retention had deleted them, and the new generation lacks their effects", low - 1);
     }

@@ -121,15 +121,17 @@ pub fn order(d: &Doc) -> (crate::index::Kind, String, String) {
 }
 
 /// Compares `live` with `replay`, both in [`order`]. The replay
-/// stopped at `at`; `moved` says whether the live index's partition may
-/// hold effects of commands past `at` (its checkpoint moved while it was
-/// read, or its log holds more). At most `max` differences are kept (all
-/// are counted in `checked`).
+/// stopped at `at`; a document either side last wrote past `at` is not
+/// compared (`written_since`). `unsettled` says whether a difference of
+/// a kind in a partition is not judged: one side may hold effects of
+/// commands past `at` that leave no position, deletes (the live index's
+/// checkpoint moved while it was read, or its log holds more). At most
+/// `max` differences are kept (all are counted in `checked`).
 pub fn compare(
     live: impl IntoIterator<Item = Doc>,
     replay: impl IntoIterator<Item = Doc>,
     at: &Positions,
-    moved: &dyn Fn(i32) -> bool,
+    unsettled: &dyn Fn(i32, Problem) -> bool,
     partitions: i32,
     max: usize,
 ) -> Outcome {
@@ -149,20 +151,20 @@ pub fn compare(
         let partition = partitioner::partition_of(&key_of(doc), partitions);
         let stop = at.get(&partition).copied().unwrap_or(-1);
         let problem = match &pair {
-            (Some(live), _) if live.pos() as i64 > stop => {
+            (Some(d), _) | (_, Some(d)) if d.pos() as i64 > stop => {
                 out.written_since += 1;
                 continue;
             }
             (Some(live), Some(replayed)) if live.clone().without_pos() == replayed.clone().without_pos() => continue,
             (Some(_), Some(_)) => Problem::Differs,
             (Some(_), None) => Problem::Unexpected,
-            (None, Some(_)) if moved(partition) => {
-                out.unsettled += 1;
-                continue;
-            }
             (None, Some(_)) => Problem::Missing,
             (None, None) => unreachable!(),
         };
+        if unsettled(partition, problem) {
+            out.unsettled += 1;
+            continue;
+        }
         out.differences_total += 1;
         if out.differences.len() < max {
             out.differences.push(Difference {
@@ -201,7 +203,7 @@ mod tests {
     fn each_kind_of_difference_is_named_with_its_fields() {
         let replay = vec![file("a", "/t/a.txt", "same", 3), file("b", "/t/b.txt", "right", 4), file("c", "/t/c.txt", "lost", 5)];
         let live = vec![file("a", "/t/a.txt", "same", 9), file("b", "/t/b.txt", "wrong", 4), file("d", "/t/d.txt", "extra", 6)];
-        let out = compare(live, replay, &all_at(10), &|_| false, 4, 10);
+        let out = compare(live, replay, &all_at(10), &|_, _| false, 4, 10);
         let total = out.differences_total;
         assert_eq!((out.checked, total, out.written_since, out.unsettled), (4, 3, 0, 0));
         let got: Vec<(&str, Problem)> = out.differences.iter().map(|d| (d.id.as_str(), d.problem)).collect();
@@ -222,12 +224,29 @@ mod tests {
         at.insert(p, 5);
         let replay = vec![file("a", "/t/a.txt", "v1", 5), file("b", "/t/b.txt", "v1", 2)];
         let live = vec![file("a", "/t/a.txt", "v2", 7)];
-        let out = compare(live.clone(), replay.clone(), &at, &|q| q == p, 4, 10);
+        let out = compare(live.clone(), replay.clone(), &at, &|q, problem| problem == Problem::Missing && q == p, 4, 10);
         let total = out.differences_total;
         assert_eq!((out.written_since, out.unsettled, total), (1, 1, 0), "{out:?}");
-        let out = compare(live, replay, &at, &|_| false, 4, 10);
+        let out = compare(live, replay, &at, &|_, _| false, 4, 10);
         let total = out.differences_total;
         assert_eq!((out.written_since, total, out.differences[0].id.as_str()), (1, 1, "b"));
+    }
+
+    /// Before a rebuild's cutover the new generation plays the replay, and
+    /// its builder may have gone past its checkpoint: a document it wrote
+    /// since is not compared either, and with the partition judged
+    /// unsettled for what one side lacks, a delete past it (the live side
+    /// keeps the document) is not reported; a changed field still is.
+    #[test]
+    fn a_document_the_replay_side_wrote_past_the_stop_is_not_compared() {
+        let p = partitioner::partition_of("/t", 4);
+        let mut at = all_at(10);
+        at.insert(p, 5);
+        let live = vec![file("a", "/t/a.txt", "v1", 3), file("c", "/t/c.txt", "kept", 4), file("d", "/t/d.txt", "wrong", 4)];
+        let built = vec![file("a", "/t/a.txt", "v2", 8), file("d", "/t/d.txt", "right", 4)];
+        let out = compare(live, built, &at, &|q, problem| problem != Problem::Differs && q == p, 4, 10);
+        let got: Vec<&str> = out.differences.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!((out.written_since, out.unsettled, got), (1, 1, vec!["d"]), "{out:?}");
     }
 
     /// Users and posts are keyed by the user: a post's author name that
@@ -236,14 +255,14 @@ mod tests {
     fn a_stale_author_name_is_a_difference_of_the_post() {
         let user = |name: &str| Doc::User(UserDoc { id: "u1".into(), name: name.into(), email: "e".into(), dob: "d".into(), pos: 1 });
         let post = |name: &str| Doc::Post(PostDoc { id: "p1".into(), title: "t".into(), body: "b".into(), user: Author { id: "u1".into(), name: name.into() }, pos: 2 });
-        let out = compare(vec![user("new"), post("old")], vec![user("new"), post("new")], &all_at(10), &|_| false, 4, 10);
+        let out = compare(vec![user("new"), post("old")], vec![user("new"), post("new")], &all_at(10), &|_, _| false, 4, 10);
         let total = out.differences_total;
         assert_eq!(total, 1);
         let d = &out.differences[0];
         assert_eq!((d.kind, d.problem, d.partition), ("post", Problem::Differs, partitioner::partition_of("u1", 4)));
         assert_eq!(d.fields[0].field, "user");
         // At most `max` kept, all counted.
-        let out = compare(vec![user("x"), post("x")], vec![user("new"), post("new")], &all_at(10), &|_| false, 4, 1);
+        let out = compare(vec![user("x"), post("x")], vec![user("new"), post("new")], &all_at(10), &|_, _| false, 4, 1);
         let total = out.differences_total;
         assert_eq!((out.differences.len(), total), (1, 2));
     }
@@ -257,9 +276,9 @@ mod tests {
         live.sort_by_cached_key(order);
         replay.reverse();
         replay.sort_by_cached_key(order);
-        let total = compare(live.clone(), replay, &all_at(10), &|_| false, 4, 10).differences_total;
+        let total = compare(live.clone(), replay, &all_at(10), &|_, _| false, 4, 10).differences_total;
         assert_eq!(total, 0);
-        let out = compare(live, vec![file("f", "/a/f.txt", "one", 1)], &all_at(10), &|_| false, 4, 10);
+        let out = compare(live, vec![file("f", "/a/f.txt", "one", 1)], &all_at(10), &|_, _| false, 4, 10);
         let total = out.differences_total;
         assert_eq!((total, out.differences[0].problem), (1, Problem::Unexpected));
     }

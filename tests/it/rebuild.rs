@@ -51,6 +51,11 @@ fn generations_of(r: &Rig, rt: &tokio::runtime::Runtime) -> Box<dyn Generations>
 
 /// `denorm rebuild` of the rig's topic and index.
 fn rebuild(r: &Rig, faults: &[(&str, &str)]) -> std::process::Child {
+    rebuild_with(r, faults, &[])
+}
+
+/// [`rebuild`] with more arguments.
+fn rebuild_with(r: &Rig, faults: &[(&str, &str)], args: &[&str]) -> std::process::Child {
     let faults_dir = r.dir().join("rebuild-faults");
     let _ = std::fs::remove_dir_all(&faults_dir);
     std::fs::create_dir_all(&faults_dir).unwrap();
@@ -59,6 +64,7 @@ fn rebuild(r: &Rig, faults: &[(&str, &str)]) -> std::process::Child {
     }
     cli(&r.cfg, &r.group, &r.index)
         .args(["rebuild", "--metrics-addr", "127.0.0.1:0"])
+        .args(args)
         .env("DENORM_FAULTS", &faults_dir)
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
@@ -147,10 +153,13 @@ fn rebuild_under_load(r: Rig, files: usize, batch: usize, pace: Duration) {
     assert!(!status.success());
     assert_eq!(index.current().unwrap(), 0, "the rebuild finished before it was killed:\n{text}");
 
-    // 2. Resumed, and killed right after the cutover (abort, as kill -9).
-    let (status, text) = finish(rebuild(&r, &[("rebuild.after-cutover", "")]));
+    // 2. Resumed, compared with the live generation under load (--verify:
+    // no false difference), and killed right after the cutover (abort, as
+    // kill -9).
+    let (status, text) = finish(rebuild_with(&r, &[("rebuild.after-cutover", "")], &["--verify"]));
     assert!(!status.success(), "{text}");
-    assert!(text.contains("resuming the rebuild in progress") && text.contains("cut over"), "{text}");
+    assert!(text.contains("resuming the rebuild in progress") && text.contains("compared the generations") && text.contains("cut over"), "{text}");
+    assert!(text.lines().any(|l| l.contains("compared the generations") && l.contains("differences=0")), "a false difference under load:\n{text}");
     assert_eq!(index.current().unwrap(), 1);
 
     // 3. Resumed again: only the clean-up was left.
@@ -424,4 +433,48 @@ fn a_rebuild_that_meets_owner_conflicts_names_them_and_does_not_cut_over_on_elas
     let (status, out) = finish(child);
     assert!(status.success(), "{out}");
     assert_eq!(g.current().unwrap(), 1);
+}
+
+/// `rebuild --verify`: the new generation compared with the live one
+/// before the cutover, with the live worker running. Equal: it cuts over
+/// and says what it compared. A document of the live generation changed
+/// behind the pipeline's back: it names the document and does not cut
+/// over; `--force` does, and the index then equals its log.
+fn a_rebuild_verifies_the_new_generation_before_its_cutover(r: Rig) {
+    let worker = r.worker(&[]);
+    let log = produce(&r.cfg, files_under("rv", "/rv", 300));
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&worker]);
+    let rt = crate::common::rt();
+    let g = generations_of(&r, &rt);
+    let rebuild_verify = |extra: &[&str]| r.run(&[&["rebuild", "--verify", "--metrics-addr", "127.0.0.1:0"], extra].concat());
+    let (code, out, err) = rebuild_verify(&[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("verified before the cutover: 300 document(s) of generation 1") && out.contains(": equal"), "{out}");
+    assert_eq!(g.current().unwrap(), 1);
+
+    let log = worker.log();
+    assert!(worker.terminate().success(), "{log}");
+    crate::verify::corrupt(&r, "rv7", "/rv", "corrupted");
+    let worker = r.worker(&[]);
+    let (code, out, err) = rebuild_verify(&[]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(err.contains("differs from the live generation in 1 document(s)") && err.contains("file rv7: differs in contents") && err.contains("--force"), "{err}");
+    assert_eq!(g.current().unwrap(), 1, "no cutover");
+    let (code, out, err) = rebuild_verify(&["--force"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("1 differed, cut over anyway (--force)"), "{out}");
+    assert_eq!(g.current().unwrap(), 2);
+    let (code, out, err) = r.run(&["verify"]);
+    assert_eq!(code, 0, "{out}\n{err}\n{}", worker.log());
+    assert!(worker.terminate().success());
+}
+
+#[test]
+fn a_rebuild_verifies_the_new_generation_before_its_cutover_on_the_embedded_index() {
+    a_rebuild_verifies_the_new_generation_before_its_cutover(Rig::new(2));
+}
+
+#[test]
+fn a_rebuild_verifies_the_new_generation_before_its_cutover_on_elasticsearch() {
+    a_rebuild_verifies_the_new_generation_before_its_cutover(Rig::elastic(2));
 }

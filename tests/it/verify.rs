@@ -62,7 +62,7 @@ fn messages(r: &Rig) -> usize {
 /// Changes file `id`'s contents to `contents` behind the pipeline's back:
 /// a plain HTTP request on Elasticsearch, a test-only write of the shard on
 /// the embedded index (its worker stopped).
-fn corrupt(r: &Rig, id: &str, key: &str, contents: &str) {
+pub(crate) fn corrupt(r: &Rig, id: &str, key: &str, contents: &str) {
     use denorm::index::{Backend, Doc, Kind};
     if r.is_elastic() {
         let alias = denorm::index::elastic::names::alias(&crate::common::elastic::prefix(), Kind::File);

@@ -1,0 +1,52 @@
+//! `denorm rebuild --verify`: before the cutover, the new generation is
+//! compared with the live one over what both have applied. The new
+//! generation's builder has stopped at its checkpoints; the live workers
+//! go on. Once the live generation has applied at least as much in every
+//! partition, the two are compared as a verify compares the live index
+//! with its replay: the new generation plays the replay, stopped at its
+//! checkpoints ([`compare::compare`]).
+
+use std::time::{Duration, Instant};
+
+use super::compare::{self, Outcome, Positions};
+use super::{positions, sorted_docs, VerifyError};
+use crate::index::generations::Generations;
+use crate::kafka::KafkaConfig;
+
+/// Compares generation `target` (stopped) with the live generation
+/// `current`, waiting at most `wait` for the live one to reach `target`'s
+/// checkpoints. At most `max` differences are kept.
+pub fn compare_generations(index: &dyn Generations, kafka: &KafkaConfig, current: u64, target: u64, partitions: i32, wait: Duration, max: usize) -> Result<(Positions, Outcome), VerifyError> {
+    let (built, live) = (index.writer(target), index.writer(current));
+    let at = positions(built.as_ref(), partitions).map_err(VerifyError::Live)?;
+    let started = Instant::now();
+    loop {
+        let now = positions(live.as_ref(), partitions).map_err(VerifyError::Live)?;
+        match at.iter().find(|(p, want)| now.get(p).copied().unwrap_or(-1) < **want) {
+            None => break,
+            Some((p, want)) if started.elapsed() >= wait => {
+                return Err(VerifyError::Timeout { secs: wait.as_secs(), partition: *p, at: now.get(p).copied().unwrap_or(-1), want: *want });
+            }
+            Some(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+    // The live side in a short window, as a verify reads it.
+    let before = positions(live.as_ref(), partitions).map_err(VerifyError::Live)?;
+    let live_docs = sorted_docs(live.as_ref(), None).map_err(VerifyError::Live)?;
+    let after = positions(live.as_ref(), partitions).map_err(VerifyError::Live)?;
+    let consumer: rdkafka::consumer::BaseConsumer = kafka.client_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
+    let ends = crate::kafka::watermarks(&consumer, &kafka.topic, partitions)?;
+    drop(consumer);
+    let new_docs = sorted_docs(built.as_ref(), None).map_err(VerifyError::Live)?;
+    // A document one side lacks is judged only in a partition the live
+    // generation has applied exactly as far as the new one, with nothing
+    // after in the log: either side may have applied a delete past `at`
+    // (the new generation's builder may have gone on past its checkpoint
+    // while it stopped, the live workers have gone on).
+    let moved = |p: i32| {
+        let stop = at.get(&p).copied().unwrap_or(-1);
+        before.get(&p) != Some(&stop) || after.get(&p) != Some(&stop) || ends.get(p as usize).is_some_and(|(_, high)| *high > stop + 1)
+    };
+    let unsettled = |p: i32, problem| problem != compare::Problem::Differs && moved(p);
+    Ok((at.clone(), compare::compare(live_docs, new_docs, &at, &unsettled, partitions, max)))
+}
