@@ -216,6 +216,14 @@ def check_invariants(name, values, docs):
     for cm in by_kind.get("ConfigMap", []):
         if "denorm.json" in cm.get("data", {}):
             json.loads(cm["data"]["denorm.json"])
+    rebuild = values.get("jobs", {}).get("rebuild", {})
+    for job in by_kind.get("Job", []):
+        c = pod_spec(job)["containers"][0]
+        if c["args"][0] == "rebuild":
+            want = str(bool(rebuild.get("verify"))).lower()
+            got = {e["name"]: e.get("value") for e in c["env"]}.get("DENORM_REBUILD_VERIFY")
+            if got != want:
+                fail(f"{name}: jobs.rebuild.verify is {rebuild.get('verify')}, the rebuild Job sets DENORM_REBUILD_VERIFY={got!r}")
     verify = values.get("jobs", {}).get("verify", {})
     cronjobs = by_kind.get("CronJob", [])
     if bool(verify.get("enabled")) != bool(cronjobs):
