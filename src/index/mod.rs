@@ -123,6 +123,15 @@ impl Doc {
             Doc::Post(d) => d.pos,
         }
     }
+    /// The key that orders its commands: a file's top-level directory, a
+    /// user's id, a post's user id.
+    pub fn key(&self) -> String {
+        match self {
+            Doc::File(f) => crate::command::path::top_level(&f.full_path()).to_string(),
+            Doc::User(u) => u.id.clone(),
+            Doc::Post(p) => p.user.id.clone(),
+        }
+    }
     /// The same document without its bookkeeping, for comparisons.
     pub fn without_pos(mut self) -> Doc {
         match &mut self {
@@ -531,6 +540,16 @@ pub struct Verified {
     pub partial: bool,
 }
 
+/// The order of [`SearchIndex::dump_sorted`]: the kind's name, the id (as
+/// bytes), then the key. Documents are unique by kind and id but where
+/// shards are separate (embedded): an owner change sent without its
+/// explicit form leaves a copy under each key. The embedded index's
+/// `doc_key` terms (`kind:id`, every kind's name four letters long) and
+/// Elasticsearch's sort on the `id` keyword, kind by kind, give this order.
+pub fn dump_order(d: &Doc) -> (&'static str, String, String) {
+    (d.kind().as_str(), d.id().to_string(), d.key())
+}
+
 /// Filters of `denorm search files`.
 #[derive(Debug, Clone, Default)]
 pub struct FileQuery {
@@ -568,4 +587,15 @@ pub trait SearchIndex {
     fn posts_by_author(&self, q: &PostQuery, limit: usize, per_author: usize) -> Result<Vec<AuthorGroup>, IndexError>;
     /// Every document of every shard, without bookkeeping.
     fn dump(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError>;
+    /// Every document in [`dump_order`], a page at a time where the
+    /// backend can (both do): a comparison of two indexes merges two such
+    /// streams, in memory that does not grow with the index. This default
+    /// holds and sorts a whole dump.
+    fn dump_sorted(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
+        let mut all = Vec::new();
+        self.dump(&mut |d| all.push(d))?;
+        all.sort_by_cached_key(dump_order);
+        all.into_iter().for_each(out);
+        Ok(())
+    }
 }

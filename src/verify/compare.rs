@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::command::{partitioner, path};
+use crate::command::partitioner;
 use crate::index::Doc;
 
 /// Per partition, the last offset applied (-1: none): where the replay
@@ -77,11 +77,7 @@ pub struct Outcome {
 /// The key that orders a document's commands (a file's top-level
 /// directory, a user's or a post's user id).
 pub fn key_of(doc: &Doc) -> String {
-    match doc {
-        Doc::File(f) => path::top_level(&f.full_path()).to_string(),
-        Doc::User(u) => u.id.clone(),
-        Doc::Post(p) => p.user.id.clone(),
-    }
+    doc.key()
 }
 
 /// A document's fields, without its bookkeeping.
@@ -111,31 +107,51 @@ fn field_diffs(expected: Option<&Doc>, actual: Option<&Doc>) -> Vec<Field> {
         .collect()
 }
 
-/// The order both sides are compared in: kind, id, then key. Documents
-/// are unique by kind and id but for one case: on the embedded index, whose
-/// shards are separate, an owner change sent without its explicit form
-/// leaves a copy in each key's shard; the key then pairs each copy with
-/// its own.
-pub fn order(d: &Doc) -> (crate::index::Kind, String, String) {
-    (d.kind(), d.id().to_string(), key_of(d))
+/// The order both sides are compared in: the order of
+/// [`crate::index::SearchIndex::dump_sorted`] (kind, id, then key).
+pub fn order(d: &Doc) -> (&'static str, String, String) {
+    crate::index::dump_order(d)
 }
 
-/// Compares `live` with `replay`, both in [`order`]. The replay
-/// stopped at `at`; a document either side last wrote past `at` is not
-/// compared (`written_since`). `unsettled` says whether a difference of
-/// a kind in a partition is not judged: one side may hold effects of
-/// commands past `at` that leave no position, deletes (the live index's
-/// checkpoint moved while it was read, or its log holds more). At most
-/// `max` differences are kept (all are counted in `checked`).
-pub fn compare(
-    live: impl IntoIterator<Item = Doc>,
-    replay: impl IntoIterator<Item = Doc>,
-    at: &Positions,
-    unsettled: &dyn Fn(i32, Problem) -> bool,
-    partitions: i32,
-    max: usize,
-) -> Outcome {
-    let mut out = Outcome::default();
+/// The merge of two indexes' documents, before its differences are
+/// judged ([`Compared::settle`]): whether a document one side lacks is a
+/// difference depends on where the live index stood once it was read
+/// whole.
+#[derive(Debug, Default)]
+pub struct Compared {
+    pub checked: u64,
+    pub written_since: u64,
+    /// Every difference found, in merge order: memory grows with the
+    /// differences, not with the indexes.
+    candidates: Vec<Difference>,
+}
+
+impl Compared {
+    /// Judges the differences: `unsettled` says whether a difference of a
+    /// kind in a partition is not judged (one side may hold effects of
+    /// commands past the stop that leave no position: deletes). At most
+    /// `max` differences are listed; all are counted.
+    pub fn settle(self, unsettled: &dyn Fn(i32, Problem) -> bool, max: usize) -> Outcome {
+        let mut out = Outcome { checked: self.checked, written_since: self.written_since, ..Outcome::default() };
+        for d in self.candidates {
+            if unsettled(d.partition, d.problem) {
+                out.unsettled += 1;
+                continue;
+            }
+            out.differences_total += 1;
+            if out.differences.len() < max {
+                out.differences.push(d);
+            }
+        }
+        out
+    }
+}
+
+/// Compares `live` with `replay`, both in [`order`] (streams: neither is
+/// held). The replay stopped at `at`; a document either side last wrote
+/// past `at` is not compared (`written_since`).
+pub fn compare(live: impl IntoIterator<Item = Doc>, replay: impl IntoIterator<Item = Doc>, at: &Positions, partitions: i32) -> Compared {
+    let mut out = Compared::default();
     let (mut l, mut r) = (live.into_iter().peekable(), replay.into_iter().peekable());
     loop {
         let pair = match (l.peek().map(order), r.peek().map(order)) {
@@ -161,24 +177,17 @@ pub fn compare(
             (None, Some(_)) => Problem::Missing,
             (None, None) => unreachable!(),
         };
-        if unsettled(partition, problem) {
-            out.unsettled += 1;
-            continue;
-        }
-        out.differences_total += 1;
-        if out.differences.len() < max {
-            out.differences.push(Difference {
-                kind: kind.as_str(),
-                id,
-                problem,
-                partition,
-                fields: field_diffs(pair.1.as_ref(), pair.0.as_ref()),
-                live_offset: pair.0.as_ref().map(Doc::pos),
-                replay_offset: pair.1.as_ref().map(Doc::pos),
-                expected: pair.1,
-                actual: pair.0,
-            });
-        }
+        out.candidates.push(Difference {
+            kind: kind.as_str(),
+            id,
+            problem,
+            partition,
+            fields: field_diffs(pair.1.as_ref(), pair.0.as_ref()),
+            live_offset: pair.0.as_ref().map(Doc::pos),
+            replay_offset: pair.1.as_ref().map(Doc::pos),
+            expected: pair.1,
+            actual: pair.0,
+        });
     }
     out
 }
@@ -203,7 +212,7 @@ mod tests {
     fn each_kind_of_difference_is_named_with_its_fields() {
         let replay = vec![file("a", "/t/a.txt", "same", 3), file("b", "/t/b.txt", "right", 4), file("c", "/t/c.txt", "lost", 5)];
         let live = vec![file("a", "/t/a.txt", "same", 9), file("b", "/t/b.txt", "wrong", 4), file("d", "/t/d.txt", "extra", 6)];
-        let out = compare(live, replay, &all_at(10), &|_, _| false, 4, 10);
+        let out = compare(live, replay, &all_at(10), 4).settle(&|_, _| false, 10);
         let total = out.differences_total;
         assert_eq!((out.checked, total, out.written_since, out.unsettled), (4, 3, 0, 0));
         let got: Vec<(&str, Problem)> = out.differences.iter().map(|d| (d.id.as_str(), d.problem)).collect();
@@ -224,10 +233,10 @@ mod tests {
         at.insert(p, 5);
         let replay = vec![file("a", "/t/a.txt", "v1", 5), file("b", "/t/b.txt", "v1", 2)];
         let live = vec![file("a", "/t/a.txt", "v2", 7)];
-        let out = compare(live.clone(), replay.clone(), &at, &|q, problem| problem == Problem::Missing && q == p, 4, 10);
+        let out = compare(live.clone(), replay.clone(), &at, 4).settle(&|q, problem| problem == Problem::Missing && q == p, 10);
         let total = out.differences_total;
         assert_eq!((out.written_since, out.unsettled, total), (1, 1, 0), "{out:?}");
-        let out = compare(live, replay, &at, &|_, _| false, 4, 10);
+        let out = compare(live, replay, &at, 4).settle(&|_, _| false, 10);
         let total = out.differences_total;
         assert_eq!((out.written_since, total, out.differences[0].id.as_str()), (1, 1, "b"));
     }
@@ -244,7 +253,7 @@ mod tests {
         at.insert(p, 5);
         let live = vec![file("a", "/t/a.txt", "v1", 3), file("c", "/t/c.txt", "kept", 4), file("d", "/t/d.txt", "wrong", 4)];
         let built = vec![file("a", "/t/a.txt", "v2", 8), file("d", "/t/d.txt", "right", 4)];
-        let out = compare(live, built, &at, &|q, problem| problem != Problem::Differs && q == p, 4, 10);
+        let out = compare(live, built, &at, 4).settle(&|q, problem| problem != Problem::Differs && q == p, 10);
         let got: Vec<&str> = out.differences.iter().map(|d| d.id.as_str()).collect();
         assert_eq!((out.written_since, out.unsettled, got), (1, 1, vec!["d"]), "{out:?}");
     }
@@ -255,14 +264,14 @@ mod tests {
     fn a_stale_author_name_is_a_difference_of_the_post() {
         let user = |name: &str| Doc::User(UserDoc { id: "u1".into(), name: name.into(), email: "e".into(), dob: "d".into(), pos: 1 });
         let post = |name: &str| Doc::Post(PostDoc { id: "p1".into(), title: "t".into(), body: "b".into(), user: Author { id: "u1".into(), name: name.into() }, pos: 2 });
-        let out = compare(vec![user("new"), post("old")], vec![user("new"), post("new")], &all_at(10), &|_, _| false, 4, 10);
+        let out = compare(vec![user("new"), post("old")], vec![user("new"), post("new")], &all_at(10), 4).settle(&|_, _| false, 10);
         let total = out.differences_total;
         assert_eq!(total, 1);
         let d = &out.differences[0];
         assert_eq!((d.kind, d.problem, d.partition), ("post", Problem::Differs, partitioner::partition_of("u1", 4)));
         assert_eq!(d.fields[0].field, "user");
         // At most `max` kept, all counted.
-        let out = compare(vec![user("x"), post("x")], vec![user("new"), post("new")], &all_at(10), &|_, _| false, 4, 1);
+        let out = compare(vec![user("x"), post("x")], vec![user("new"), post("new")], &all_at(10), 4).settle(&|_, _| false, 1);
         let total = out.differences_total;
         assert_eq!((out.differences.len(), total), (1, 2));
     }
@@ -276,9 +285,9 @@ mod tests {
         live.sort_by_cached_key(order);
         replay.reverse();
         replay.sort_by_cached_key(order);
-        let total = compare(live.clone(), replay, &all_at(10), &|_, _| false, 4, 10).differences_total;
+        let total = compare(live.clone(), replay, &all_at(10), 4).settle(&|_, _| false, 10).differences_total;
         assert_eq!(total, 0);
-        let out = compare(live, vec![file("f", "/a/f.txt", "one", 1)], &all_at(10), &|_, _| false, 4, 10);
+        let out = compare(live, vec![file("f", "/a/f.txt", "one", 1)], &all_at(10), 4).settle(&|_, _| false, 10);
         let total = out.differences_total;
         assert_eq!((total, out.differences[0].problem), (1, Problem::Unexpected));
     }

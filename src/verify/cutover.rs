@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use super::compare::{self, Outcome, Positions};
-use super::{positions, sorted_docs, VerifyError};
+use super::{merge, positions, VerifyError};
 use crate::index::generations::Generations;
 use crate::kafka::KafkaConfig;
 
@@ -30,14 +30,12 @@ pub fn compare_generations(index: &dyn Generations, kafka: &KafkaConfig, current
             Some(_) => std::thread::sleep(Duration::from_millis(200)),
         }
     }
-    // The live side in a short window, as a verify reads it.
     let before = positions(live.as_ref(), partitions).map_err(VerifyError::Live)?;
-    let live_docs = sorted_docs(live.as_ref(), None).map_err(VerifyError::Live)?;
+    let compared = merge(live.as_ref(), built.as_ref(), None, &at, partitions)?;
     let after = positions(live.as_ref(), partitions).map_err(VerifyError::Live)?;
     let consumer: rdkafka::consumer::BaseConsumer = kafka.client_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
     let ends = crate::kafka::watermarks(&consumer, &kafka.topic, partitions)?;
     drop(consumer);
-    let new_docs = sorted_docs(built.as_ref(), None).map_err(VerifyError::Live)?;
     // A document one side lacks is judged only in a partition the live
     // generation has applied exactly as far as the new one, with nothing
     // after in the log: either side may have applied a delete past `at`
@@ -48,5 +46,5 @@ pub fn compare_generations(index: &dyn Generations, kafka: &KafkaConfig, current
         before.get(&p) != Some(&stop) || after.get(&p) != Some(&stop) || ends.get(p as usize).is_some_and(|(_, high)| *high > stop + 1)
     };
     let unsettled = |p: i32, problem| problem != compare::Problem::Differs && moved(p);
-    Ok((at.clone(), compare::compare(live_docs, new_docs, &at, &unsettled, partitions, max)))
+    Ok((at.clone(), compared.settle(&unsettled, max)))
 }

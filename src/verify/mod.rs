@@ -43,6 +43,8 @@ pub enum VerifyError {
     Worker(#[source] WorkerError),
     #[error("the replay's worker panicked")]
     WorkerPanicked,
+    #[error("reading an index's documents panicked")]
+    ReaderPanicked,
     #[error("the replay's worker stopped before it reached the live index's offsets")]
     WorkerStopped,
     #[error("the replay did not reach the live index's offsets within {secs} s (partition {partition} at {at} of {want})")]
@@ -113,16 +115,29 @@ pub fn positions(b: &dyn Backend, partitions: i32) -> Result<Positions, IndexErr
     Ok(all.iter().map(|p| (*p, got.get(p).map_or(-1, |c| c.offset as i64))).collect())
 }
 
-/// Documents of `b` (of the keys in `keys`) in [`compare::order`].
-pub(crate) fn sorted_docs(b: &dyn Backend, keys: Option<&KeySample>) -> Result<Vec<Doc>, IndexError> {
-    let mut docs = Vec::new();
-    b.search()?.dump(&mut |d| {
-        if keys.is_none_or(|k| k.admits(&compare::key_of(&d))) {
-            docs.push(d)
-        }
-    })?;
-    docs.sort_by_cached_key(compare::order);
-    Ok(docs)
+/// Merges the documents of `live` and `replay` (of the keys in `keys`),
+/// each streamed in [`compare::order`] by a thread of its own through a
+/// bounded channel: neither index is held in memory.
+pub(crate) fn merge(live: &dyn Backend, replay: &dyn Backend, keys: Option<&KeySample>, at: &Positions, partitions: i32) -> Result<compare::Compared, VerifyError> {
+    let stream = |b: &dyn Backend, tx: std::sync::mpsc::SyncSender<Doc>| -> Result<(), IndexError> {
+        b.search()?.dump_sorted(&mut |d| {
+            if keys.is_none_or(|k| k.admits(&d.key())) {
+                // The merge hung up only if the other side failed.
+                let _ = tx.send(d);
+            }
+        })
+    };
+    let ((live_tx, live_rx), (replay_tx, replay_rx)) = (std::sync::mpsc::sync_channel(1024), std::sync::mpsc::sync_channel(1024));
+    std::thread::scope(|s| {
+        let l = s.spawn(|| stream(live, live_tx));
+        let r = s.spawn(|| stream(replay, replay_tx));
+        let compared = compare::compare(live_rx.iter(), replay_rx.iter(), at, partitions);
+        // A side that failed ended its stream early: its error, not the
+        // comparison, is the answer.
+        l.join().map_err(|_| VerifyError::ReaderPanicked)?.map_err(VerifyError::Live)?;
+        r.join().map_err(|_| VerifyError::ReaderPanicked)?.map_err(VerifyError::Live)?;
+        Ok(compared)
+    })
 }
 
 /// Commands of the log up to `at`.
@@ -135,22 +150,9 @@ fn count(at: &Positions) -> i64 {
 pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, VerifyError> {
     let started = Instant::now();
     let partitions = v.kafka.topic_partitions()?.ok_or_else(|| VerifyError::NoTopic(v.kafka.topic.clone()))?;
-    // The live side first, in a short window: its offsets, its documents,
-    // its offsets again (a partition that moved meanwhile may have deleted
-    // what the replay still has).
+    // Where the live index stands: the replay stops exactly there.
     let at = positions(v.live, partitions).map_err(VerifyError::Live)?;
-    let live = sorted_docs(v.live, v.keys.as_ref()).map_err(VerifyError::Live)?;
-    let after = positions(v.live, partitions).map_err(VerifyError::Live)?;
-    // Where each partition's log ends now, after the live documents were
-    // read: a partition whose log holds anything past its checkpoint may
-    // have applied a delete beyond it already (the other keys' commands
-    // while a fan-out runs in a lane are committed below it; Elasticsearch
-    // has a shard's writes before its checkpoint), so what the live index
-    // lacks there is not judged.
-    let consumer: rdkafka::consumer::BaseConsumer = v.kafka.client_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
-    let ends = crate::kafka::watermarks(&consumer, &v.kafka.topic, partitions)?;
-    drop(consumer);
-    info!(documents = live.len(), at = ?at, "read the live index; replaying the log up to its offsets");
+    info!(at = ?at, "replaying the log up to the live index's offsets");
 
     let scratch_err = |source| VerifyError::Scratch { dir: v.scratch.display().to_string(), source };
     let index = EmbeddedIndex::open(v.scratch, &v.kafka.topic).map_err(scratch_err)?;
@@ -191,12 +193,23 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     }
     reached?;
     stopped?;
-    let replayed = sorted_docs(backend.as_ref(), v.keys.as_ref()).map_err(scratch_err)?;
+    // Both sides streamed and merged; what the live index wrote past `at`
+    // meanwhile is not compared.
+    let compared = merge(v.live, backend.as_ref(), v.keys.as_ref(), &at, partitions)?;
+    // Where the live index and its log stand once it was read whole: a
+    // partition whose checkpoint moved, or whose log holds anything past
+    // `at`, may have applied a delete past `at` (the other keys' commands
+    // while a fan-out runs in a lane are committed below it; Elasticsearch
+    // has a shard's writes before its checkpoint), so what the live index
+    // lacks there is not judged. The replay stops exactly at `at`: only
+    // the live side can be ahead.
+    let after = positions(v.live, partitions).map_err(VerifyError::Live)?;
+    let consumer: rdkafka::consumer::BaseConsumer = v.kafka.client_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
+    let ends = crate::kafka::watermarks(&consumer, &v.kafka.topic, partitions)?;
+    drop(consumer);
     let moved = |p: i32| after.get(&p) != at.get(&p) || ends.get(p as usize).is_some_and(|(_, high)| *high > at.get(&p).copied().unwrap_or(-1) + 1);
-    // The replay stops exactly at `at`: only a delete the live index
-    // applied past it goes unseen.
     let unsettled = |p: i32, problem| problem == compare::Problem::Missing && moved(p);
-    let outcome = compare::compare(live, replayed, &at, &unsettled, partitions, v.max_differences);
+    let outcome = compared.settle(&unsettled, v.max_differences);
     let (keys, sample_percent) = v.keys.map_or((Vec::new(), None), |k| (k.keys.into_iter().collect(), k.percent));
     Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, outcome, seconds: started.elapsed().as_secs_f64(), repair: None })
 }

@@ -126,6 +126,13 @@ impl PitScan {
         self
     }
 
+    /// The same scan in `id` order (ties in `_shard_doc` order): a kind's
+    /// documents in [`crate::index::dump_order`].
+    pub fn by_id(mut self) -> Self {
+        self.sort = json!([{"id": "asc"}, {"_shard_doc": "asc"}]);
+        self
+    }
+
     /// The next page; empty when the scan is complete.
     pub async fn next_page(&mut self) -> Result<Vec<Hit>, ElasticError> {
         if self.done {

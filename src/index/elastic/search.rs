@@ -121,6 +121,17 @@ pub const MAX_INNER_RESULT_WINDOW: usize = 100;
 const AUTHOR_PAGE: usize = 1000;
 
 impl ElasticSearch {
+    /// A dump is for exact comparisons: makes every write searchable first.
+    fn refresh_all(&self) -> Result<(), IndexError> {
+        let names: Vec<String> = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.index_of(*k)).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        self.runtime.block_on(async {
+            let r = self.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&names)).send().await?;
+            complete_json("refreshing before a dump", r).await
+        })?;
+        Ok(())
+    }
+
     fn index_of(&self, kind: Kind) -> String {
         match self.generation {
             Some(g) => concrete(&self.prefix, kind, g),
@@ -221,15 +232,31 @@ impl SearchIndex for ElasticSearch {
     }
 
     fn dump(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
-        // A dump is for exact comparisons: make every write searchable first.
-        let aliases: Vec<String> = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.index_of(*k)).collect();
-        let names: Vec<&str> = aliases.iter().map(String::as_str).collect();
-        self.runtime.block_on(async {
-            let r = self.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&names)).send().await?;
-            complete_json("refreshing before a dump", r).await
-        })?;
+        self.refresh_all()?;
         for kind in [Kind::File, Kind::User, Kind::Post] {
             self.run(kind, json!({"bool": {"must_not": [is_deleted()]}}), 0, out)?;
+        }
+        Ok(())
+    }
+
+    fn dump_sorted(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
+        self.refresh_all()?;
+        let mut kinds = [Kind::File, Kind::User, Kind::Post];
+        kinds.sort_by_key(|k| k.as_str());
+        for kind in kinds {
+            let query = json!({"bool": {"must_not": [is_deleted()]}});
+            let mut pit = self.runtime.block_on(PitScan::open(&self.client, &self.index_of(kind), query, 1000))?.by_id();
+            let result = (|| -> Result<(), IndexError> {
+                loop {
+                    let page = self.runtime.block_on(pit.next_page())?;
+                    if page.is_empty() {
+                        return Ok(());
+                    }
+                    page.iter().for_each(|h| out(from_source(kind, &h.source)));
+                }
+            })();
+            self.runtime.block_on(pit.close());
+            result?;
         }
         Ok(())
     }

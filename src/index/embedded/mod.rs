@@ -14,6 +14,7 @@ pub mod raw;
 mod schema;
 mod search;
 mod shard;
+mod sorted;
 
 pub use audit::audit_owners;
 pub use backend::EmbeddedBackend;

@@ -162,4 +162,9 @@ impl SearchIndex for EmbeddedSearch {
         }
         Ok(())
     }
+
+    fn dump_sorted(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
+        let searchers: Vec<_> = self.shards.iter().map(|(_, reader)| reader.searcher()).collect();
+        super::sorted::dump_sorted(&searchers, &self.f, out)
+    }
 }
