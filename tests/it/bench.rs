@@ -25,7 +25,7 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
     let v = bench(
         dir.path(),
         &["--docs", "3000", "--renames", "2000,5000", "--latency-rate", "200", "--latency-secs", "2", "--head-of-line-files", "20000", "--head-of-line-rate", "100", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100"],
-        &["replay of 3000 commands", "3000 single-document updates", "rename of a directory of 5000 files", "produce -> searchable at 200/s", "head of line: another key at 100/s during a rename of 20000 files", "key concurrency: 500 single-document commands over 100 key(s)"],
+        &["replay of 3000 commands", "3000 single-document updates", "rename of a directory of 5000 files", "produce -> searchable at 200/s", "head of line: another key at 100/s during a rename of 20000 files", "key concurrency: 500 single-document commands over 100 key(s)", "verify of "],
     );
     let r = &v["results"];
     let positive = |x: &serde_json::Value, what: &str| {
@@ -57,6 +57,7 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
     assert!(p50 <= p99, "p50 {p50} > p99 {p99}");
     head_of_line_measured(r);
     key_concurrency_measured(r);
+    verify_measured(r, 3000 + 2000 + 5000);
     // The documents the benchmark wrote are in its index.
     let search = |under: &str| output(denorm().args(["search", "files", "--under", under, "--limit", "0"]).arg("--index").arg(dir.path().join("work/index")));
     let (code, files, _) = search("/x5000/moved");
@@ -77,7 +78,7 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
     let v = bench(
         dir.path(),
         &["--elasticsearch", &es.url, "--docs", "2000", "--renames", "1000,3000", "--latency-rate", "100", "--latency-secs", "2", "--head-of-line-files", "5000", "--head-of-line-rate", "100", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100"],
-        &["replay of 2000 commands", "2000 single-document updates", "rename of a directory of 3000 files", "_update_by_query", "plain _bulk", "produce -> searchable at 100/s", "head of line: another key at 100/s during a rename of 5000 files", "key concurrency: 500 single-document commands over 100 key(s)"],
+        &["replay of 2000 commands", "2000 single-document updates", "rename of a directory of 3000 files", "_update_by_query", "plain _bulk", "produce -> searchable at 100/s", "head of line: another key at 100/s during a rename of 5000 files", "key concurrency: 500 single-document commands over 100 key(s)", "verify of "],
     );
     let r = &v["results"];
     let positive = |x: &serde_json::Value, what: &str| {
@@ -92,6 +93,7 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
     assert_eq!(r["latency"]["commands"], 200);
     head_of_line_measured(r);
     key_concurrency_measured(r);
+    verify_measured(r, 2000 + 1000 + 3000);
     // The renamed tree, through denorm's own search of the run's indexes.
     let prefix = v["index_prefix"].as_str().expect("the run's index prefix");
     let (code, files, err) = output(denorm().env("DENORM_ES_PREFIX", prefix).args(["search", "files", "--under", "/r3000", "--limit", "0", "--index", &es.url]));
@@ -102,6 +104,17 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
 
 /// The head-of-line phase measured the other key idle and during the
 /// rename, with lanes and with one lane, and its ratio is theirs.
+/// The verify phase: a whole verify of at least `documents`, clean (the
+/// phase fails otherwise), its ratio the quotient of its time and the
+/// rebuild's measured in the same run, peak memory sampled.
+fn verify_measured(r: &serde_json::Value, documents: u64) {
+    let v = &r["verify"];
+    assert!(v["documents"].as_u64().is_some_and(|n| n >= documents), "{v}");
+    let (secs, rebuild, ratio) = (v["seconds"].as_f64().unwrap(), v["rebuild_seconds"].as_f64().unwrap(), v["ratio"].as_f64().unwrap());
+    assert!(secs > 0.0 && rebuild > 0.0 && (ratio - secs / rebuild).abs() < 1e-9, "{v}");
+    assert!(v["peak_rss_kb"].as_u64().is_some_and(|k| k > 1000) && v["sample_10_seconds"].as_f64().is_some_and(|s| s > 0.0), "{v}");
+}
+
 fn head_of_line_measured(r: &serde_json::Value) {
     let hol = &r["head_of_line"];
     let positive = |x: &serde_json::Value, what: &str| {

@@ -132,6 +132,10 @@ pub(super) async fn run(b: &Bench<'_>, url: &str, es: &ElasticBackend, producer:
         let l = b.latency(Producer::new(&b.kafka)?, &index).await?;
         l.report(a.latency_rate, &mut rows, &mut results);
     }
+    // 5. Verify against rebuild, the worker running.
+    if !a.skip_verify {
+        b.verify_phase(&group, &index, &mut rows, &mut results).await?;
+    }
     worker.stop().await?;
     // 5. Head of line: another key of the partition during a large rename.
     if a.head_of_line_files > 0 {

@@ -9,6 +9,7 @@ mod head_of_line;
 mod key_concurrency;
 mod latency;
 mod table;
+mod verify;
 mod worker;
 
 use std::collections::{BTreeMap, HashMap};
@@ -76,6 +77,10 @@ pub struct BenchArgs {
     /// Numbers of keys the key-concurrency phase spreads its commands over (comma-separated)
     #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000", value_parser = clap::value_parser!(u64).range(1..))]
     key_concurrency_keys: Vec<u64>,
+    /// Skip the verify phase (`denorm verify` of the whole index while its worker runs, a 10 %
+    /// sample, and `denorm rebuild` of the same log as the baseline)
+    #[arg(long)]
+    skip_verify: bool,
     /// Partitions of the benchmark's topic
     #[arg(long = "bench-partitions", default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..=1000))]
     partitions: i32,
@@ -355,12 +360,17 @@ async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
         let r = latency::read_your_writes(&b.kafka, &group, &producer, probe, every, READ_YOUR_WRITES, b.timeout).await?;
         r.report(&mut rows, &mut results);
     }
+    // 5. Verify against rebuild: the whole index (every phase's documents),
+    // its worker running.
+    if !a.skip_verify {
+        b.verify_phase(&group, &index_dir, &mut rows, &mut results).await?;
+    }
     worker.stop().await?;
-    // 5. Head of line: another key of the partition during a large rename.
+    // 6. Head of line: another key of the partition during a large rename.
     if a.head_of_line_files > 0 {
         b.head_of_line(a.head_of_line_files, a.head_of_line_rate, &run_id, None, &mut rows, &mut results).await?;
     }
-    // 6. Key concurrency: single-document commands of many keys.
+    // 7. Key concurrency: single-document commands of many keys.
     if a.key_concurrency_commands > 0 {
         b.key_concurrency(a.key_concurrency_commands, &a.key_concurrency_keys, &run_id, None, &mut rows, &mut results).await?;
     }

@@ -62,30 +62,7 @@ impl Bench<'_> {
     pub(super) async fn start_worker_with(&self, group: &str, index: &Path, extra: &[String]) -> anyhow::Result<Worker> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.work.join("worker.log"))?;
-        let mut cmd = tokio::process::Command::new(&self.exe);
-        cmd.args(["--brokers", &self.kafka.brokers, "--topic", &self.kafka.topic, "--group", group])
-            .arg("--index")
-            .arg(index)
-            .args(["--partitions", &self.kafka.partitions.to_string()]);
-        if let Some(f) = &self.launch.kafka_options_file {
-            cmd.arg("--kafka-options-file").arg(f);
-        }
-        // In the environment, not on the command line, where `ps` would show
-        // secrets such as sasl.password. A value holding the environment's `;`
-        // separator can only go on the command line, and then all of them must
-        // (clap ignores the variable once the flag is given).
-        let opts = &self.launch.kafka_options;
-        cmd.env_remove("DENORM_KAFKA_OPTIONS");
-        if opts.iter().any(|(_, v)| v.contains(';')) {
-            for (k, v) in opts {
-                cmd.arg("-X").arg(format!("{k}={v}"));
-            }
-        } else if !opts.is_empty() {
-            cmd.env("DENORM_KAFKA_OPTIONS", opts.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(";"));
-        }
-        if let Some(es) = &self.es {
-            cmd.env(crate::index::elastic::config::env::PREFIX, &es.prefix);
-        }
+        let mut cmd = self.denorm(group, index);
         cmd.args(["run", "--metrics-addr", &format!("127.0.0.1:{port}")])
             .args(&self.a.worker_args)
             .args(extra)
@@ -120,5 +97,35 @@ impl Bench<'_> {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// `denorm` with the bench's broker, topic, client options, `group`
+    /// and `index`: a subcommand and its flags follow.
+    pub(super) fn denorm(&self, group: &str, index: &Path) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(&self.exe);
+        cmd.args(["--brokers", &self.kafka.brokers, "--topic", &self.kafka.topic, "--group", group])
+            .arg("--index")
+            .arg(index)
+            .args(["--partitions", &self.kafka.partitions.to_string()]);
+        if let Some(f) = &self.launch.kafka_options_file {
+            cmd.arg("--kafka-options-file").arg(f);
+        }
+        // In the environment, not on the command line, where `ps` would show
+        // secrets such as sasl.password. A value holding the environment's `;`
+        // separator can only go on the command line, and then all of them must
+        // (clap ignores the variable once the flag is given).
+        let opts = &self.launch.kafka_options;
+        cmd.env_remove("DENORM_KAFKA_OPTIONS");
+        if opts.iter().any(|(_, v)| v.contains(';')) {
+            for (k, v) in opts {
+                cmd.arg("-X").arg(format!("{k}={v}"));
+            }
+        } else if !opts.is_empty() {
+            cmd.env("DENORM_KAFKA_OPTIONS", opts.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(";"));
+        }
+        if let Some(es) = &self.es {
+            cmd.env(crate::index::elastic::config::env::PREFIX, &es.prefix);
+        }
+        cmd
     }
 }
