@@ -19,7 +19,7 @@ use crate::verify::{Report, Verify};
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     /// Print the report as JSON on stdout: {"topic","at":{partition:offset},"keys","sample_percent","checked",
-    /// "written_since","unsettled","differences":[{"kind","id","problem","partition","fields":
+    /// "written_since","unsettled","rounds","differences":[{"kind","id","problem","partition","fields":
     /// [{"field","expected","actual"}],"live_offset","replay_offset"}],"differences_total","seconds"}
     #[arg(long)]
     json: bool,
@@ -41,6 +41,11 @@ pub struct VerifyArgs {
     /// Give up (exit 2) when the replay has not reached the live index's offsets by then
     #[arg(long, env = "DENORM_VERIFY_TIMEOUT_SECS", default_value_t = 3600)]
     timeout_secs: u64,
+    /// Rounds at most: while a round leaves documents written since its snapshot (or missing in
+    /// a partition that moved on), the next checks everything again at the live index's newer
+    /// offsets, replaying only the log between
+    #[arg(long, env = "DENORM_VERIFY_ROUNDS", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
     /// Repair what differs through the log: send, for each differing document, a command under
     /// its key that restores the replay's version unless the document was written since; wait
     /// until the live workers applied them (within --timeout-secs), then verify those keys
@@ -77,6 +82,7 @@ struct Setup {
     group: String,
     budget: usize,
     timeout: Duration,
+    rounds: u32,
 }
 
 impl Setup {
@@ -90,11 +96,11 @@ impl Setup {
     /// One verify, into the (empty) scratch directory, which it leaves
     /// empty again.
     async fn verify(&self, keys: Option<crate::worker::KeySample>, max: usize) -> Result<Report, CouldNotVerify> {
-        let (kafka, live, scratch, group, budget, timeout) = (self.kafka.clone(), self.live.clone(), self.scratch.clone(), self.group.clone(), self.budget, self.timeout);
+        let (kafka, live, scratch, group, budget, timeout, rounds) = (self.kafka.clone(), self.live.clone(), self.scratch.clone(), self.group.clone(), self.budget, self.timeout, self.rounds);
         let rt = tokio::runtime::Handle::current();
         let report = tokio::task::spawn_blocking(move || {
             let show = std::io::stderr().is_terminal();
-            let v = Verify { kafka, live: live.as_ref(), scratch: &scratch, group, budget, max_differences: max, timeout, keys, delete_group: true, runtime: rt };
+            let v = Verify { kafka, live: live.as_ref(), scratch: &scratch, group, budget, max_differences: max, timeout, keys, rounds, delete_group: true, runtime: rt };
             let report = crate::verify::run(v, |t| {
                 if show {
                     eprint!("\rreplaying the log up to the live index's offsets: {} of {} commands", t.applied, t.of);
@@ -152,7 +158,7 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
         }
     };
     let keys = (!a.keys.is_empty() || a.sample.is_some()).then(|| crate::worker::KeySample { keys: a.keys.iter().cloned().collect(), percent: a.sample });
-    let setup = Setup { kafka, live, scratch, group: cli.group.clone(), budget: (a.index_memory_mb as usize) << 20, timeout: Duration::from_secs(a.timeout_secs) };
+    let setup = Setup { kafka, live, scratch, group: cli.group.clone(), budget: (a.index_memory_mb as usize) << 20, timeout: Duration::from_secs(a.timeout_secs), rounds: a.rounds };
     let started = std::time::Instant::now();
     // A repair needs every difference, the report lists the first ones.
     let mut report = setup.verify(keys, if a.repair { usize::MAX } else { a.max_differences }).await?;
@@ -259,6 +265,9 @@ fn human(r: &Report) -> String {
             of.push(format!("{p}% of all keys"));
         }
         out.push_str(&format!("  of {} only, each with every document of it\n", of.join(" and ")));
+    }
+    if r.rounds > 1 {
+        out.push_str(&format!("  in {} rounds: what was written since a round's offsets was checked again at the next one's (these are the last round's)\n", r.rounds));
     }
     if o.written_since + o.unsettled > 0 {
         out.push_str(&format!("  not compared: {} written since those offsets, {} missing in a partition that moved on meanwhile\n", o.written_since, o.unsettled));

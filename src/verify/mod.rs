@@ -69,6 +69,10 @@ pub struct Verify<'a> {
     /// Verify these keys only (`--keys`, `--sample`): the replay applies
     /// their messages only, and the comparison takes their documents only.
     pub keys: Option<KeySample>,
+    /// Rounds at most: while a round leaves documents written since its
+    /// snapshot or not judged, the next one checks everything again at the
+    /// live index's newer offsets (replaying only the log between).
+    pub rounds: u32,
     /// Delete the replay's consumer group afterwards (it holds no offsets).
     /// Not on librdkafka's in-process mock cluster (the demo): its
     /// DeleteGroups aborts the process (`rd_kafka_q_destroy0` assertion).
@@ -95,6 +99,8 @@ pub struct Report {
     pub sample_percent: Option<f64>,
     #[serde(flatten)]
     pub outcome: Outcome,
+    /// Rounds run (see [`Verify::rounds`]); the outcome is the last one's.
+    pub rounds: u32,
     pub seconds: f64,
     /// With `--repair`: the repairs sent, and the verify of their keys
     /// after the live workers applied them.
@@ -150,13 +156,53 @@ fn count(at: &Positions) -> i64 {
 pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, VerifyError> {
     let started = Instant::now();
     let partitions = v.kafka.topic_partitions()?.ok_or_else(|| VerifyError::NoTopic(v.kafka.topic.clone()))?;
-    // Where the live index stands: the replay stops exactly there.
-    let at = positions(v.live, partitions).map_err(VerifyError::Live)?;
-    info!(at = ?at, "replaying the log up to the live index's offsets");
-
     let scratch_err = |source| VerifyError::Scratch { dir: v.scratch.display().to_string(), source };
     let index = EmbeddedIndex::open(v.scratch, &v.kafka.topic).map_err(scratch_err)?;
     let backend: Arc<dyn Backend> = Arc::new(EmbeddedBackend::new(index, v.budget));
+    let mut at: Positions = BTreeMap::new();
+    let mut rounds = 0;
+    let outcome = loop {
+        rounds += 1;
+        // Where the live index stands: the replay stops exactly there (a
+        // round after the first goes on from where the last one stopped).
+        let now = positions(v.live, partitions).map_err(VerifyError::Live)?;
+        at = now.into_iter().map(|(p, o)| (p, o.max(at.get(&p).copied().unwrap_or(-1)))).collect();
+        info!(round = rounds, at = ?at, "replaying the log up to the live index's offsets");
+        replay_to(&v, &backend, &at, partitions, started, &mut progress)?;
+        // Both sides streamed and merged; what the live index wrote past
+        // `at` meanwhile is not compared.
+        let compared = merge(v.live, backend.as_ref(), v.keys.as_ref(), &at, partitions)?;
+        // Where the live index and its log stand once it was read whole: a
+        // partition whose checkpoint moved, or whose log holds anything
+        // past `at`, may have applied a delete past `at` (the other keys'
+        // commands while a fan-out runs in a lane are committed below it;
+        // Elasticsearch has a shard's writes before its checkpoint), so
+        // what the live index lacks there is not judged. The replay stops
+        // exactly at `at`: only the live side can be ahead.
+        let after = positions(v.live, partitions).map_err(VerifyError::Live)?;
+        let consumer: rdkafka::consumer::BaseConsumer = v.kafka.client_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
+        let ends = crate::kafka::watermarks(&consumer, &v.kafka.topic, partitions)?;
+        drop(consumer);
+        let moved = |p: i32| after.get(&p) != at.get(&p) || ends.get(p as usize).is_some_and(|(_, high)| *high > at.get(&p).copied().unwrap_or(-1) + 1);
+        let unsettled = |p: i32, problem| problem == compare::Problem::Missing && moved(p);
+        let outcome = compared.settle(&unsettled, v.max_differences);
+        // What was written since, or not judged, is checked again at the
+        // live index's newer offsets: the next round replays only the log
+        // between the two and compares everything again.
+        if rounds >= v.rounds.max(1) || outcome.written_since + outcome.unsettled == 0 {
+            break outcome;
+        }
+        info!(round = rounds, written_since = outcome.written_since, unsettled = outcome.unsettled, differences = outcome.differences_total, "checking again at the live index's newer offsets");
+    };
+    let (keys, sample_percent) = v.keys.map_or((Vec::new(), None), |k| (k.keys.into_iter().collect(), k.percent));
+    Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, outcome, rounds, seconds: started.elapsed().as_secs_f64(), repair: None })
+}
+
+/// Runs the replay's worker on the scratch index `backend` until every
+/// partition has applied exactly up to `at` (it resumes where the scratch
+/// index's checkpoints are), then stops it.
+fn replay_to(v: &Verify<'_>, backend: &Arc<dyn Backend>, at: &Positions, partitions: i32, started: Instant, progress: &mut impl FnMut(&Tick)) -> Result<(), VerifyError> {
+    let scratch_err = |source| VerifyError::Scratch { dir: v.scratch.display().to_string(), source };
     let group = format!("{}.verify-{}", v.group, &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let mut cfg = WorkerConfig::new(v.kafka.clone(), group.clone());
     cfg.commit_offsets = false;
@@ -169,7 +215,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         let _rt = handle.enter();
         worker::run(cfg, replay, flag, Arc::new(Health::default()), Arc::new(Stats::default()))
     });
-    let of = count(&at);
+    let of = count(at);
     let reached = loop {
         if worker.is_finished() {
             worker.join().map_err(|_| VerifyError::WorkerPanicked)?.map_err(VerifyError::Worker)?;
@@ -192,26 +238,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         crate::kafka::delete_group(&v.kafka, &group, &v.runtime);
     }
     reached?;
-    stopped?;
-    // Both sides streamed and merged; what the live index wrote past `at`
-    // meanwhile is not compared.
-    let compared = merge(v.live, backend.as_ref(), v.keys.as_ref(), &at, partitions)?;
-    // Where the live index and its log stand once it was read whole: a
-    // partition whose checkpoint moved, or whose log holds anything past
-    // `at`, may have applied a delete past `at` (the other keys' commands
-    // while a fan-out runs in a lane are committed below it; Elasticsearch
-    // has a shard's writes before its checkpoint), so what the live index
-    // lacks there is not judged. The replay stops exactly at `at`: only
-    // the live side can be ahead.
-    let after = positions(v.live, partitions).map_err(VerifyError::Live)?;
-    let consumer: rdkafka::consumer::BaseConsumer = v.kafka.client_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
-    let ends = crate::kafka::watermarks(&consumer, &v.kafka.topic, partitions)?;
-    drop(consumer);
-    let moved = |p: i32| after.get(&p) != at.get(&p) || ends.get(p as usize).is_some_and(|(_, high)| *high > at.get(&p).copied().unwrap_or(-1) + 1);
-    let unsettled = |p: i32, problem| problem == compare::Problem::Missing && moved(p);
-    let outcome = compared.settle(&unsettled, v.max_differences);
-    let (keys, sample_percent) = v.keys.map_or((Vec::new(), None), |k| (k.keys.into_iter().collect(), k.percent));
-    Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, outcome, seconds: started.elapsed().as_secs_f64(), repair: None })
+    stopped
 }
 
 /// The offsets of a map of partitions, for messages: `0:12 1:-1`.

@@ -112,7 +112,7 @@ fn verify_measured(r: &serde_json::Value, documents: u64) {
     assert!(v["documents"].as_u64().is_some_and(|n| n >= documents), "{v}");
     let (secs, rebuild, ratio) = (v["seconds"].as_f64().unwrap(), v["rebuild_seconds"].as_f64().unwrap(), v["ratio"].as_f64().unwrap());
     assert!(secs > 0.0 && rebuild > 0.0 && (ratio - secs / rebuild).abs() < 1e-9, "{v}");
-    assert!(v["peak_rss_kb"].as_u64().is_some_and(|k| k > 1000) && v["sample_10_seconds"].as_f64().is_some_and(|s| s > 0.0), "{v}");
+    assert!(v["peak_anon_kb"].as_u64().is_some_and(|k| k > 1000) && v["sample_10_seconds"].as_f64().is_some_and(|s| s > 0.0), "{v}");
 }
 
 fn head_of_line_measured(r: &serde_json::Value) {

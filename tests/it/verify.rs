@@ -287,10 +287,16 @@ fn a_delete_beside_a_held_fan_out_is_not_a_false_difference(r: Rig) {
     let (code, report, err) = verify(&r);
     assert_eq!((code, &report["differences_total"]), (0, &serde_json::json!(0)), "a false difference beside a held fan-out: {report}\n{err}");
     assert_eq!(report["unsettled"], 1, "the deleted file is not judged: {report}");
+    // It was checked again in a second round (the default), still held.
+    assert_eq!(report["rounds"], 2, "{report}");
+    let (code, out, _) = r.run(&["verify", "--json", "--rounds", "1"]);
+    let one: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((code, &one["rounds"], &one["unsettled"]), (0, &serde_json::json!(1), &serde_json::json!(1)), "{one}");
     r.off_fault("fanout.hold");
     wait_applied_by(&r.cfg, &r.group, log.len(), &[&w]);
     let (code, report, err) = verify(&r);
     assert_eq!((code, &report["differences_total"], &report["unsettled"]), (0, &serde_json::json!(0), &serde_json::json!(0)), "{report}\n{err}");
+    assert_eq!(report["rounds"], 1, "nothing left to check again: {report}");
 }
 
 #[test]
