@@ -77,8 +77,8 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
     let dir = tempfile::tempdir().unwrap();
     let v = bench(
         dir.path(),
-        &["--elasticsearch", &es.url, "--docs", "2000", "--renames", "1000,3000", "--latency-rate", "100", "--latency-secs", "2", "--head-of-line-files", "5000", "--head-of-line-rate", "100", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100"],
-        &["replay of 2000 commands", "2000 single-document updates", "rename of a directory of 3000 files", "_update_by_query", "plain _bulk", "produce -> searchable at 100/s", "head of line: another key at 100/s during a rename of 5000 files", "key concurrency: 500 single-document commands over 100 key(s)", "verify of "],
+        &["--elasticsearch", &es.url, "--skip-verify", "--docs", "2000", "--renames", "1000,3000", "--latency-rate", "100", "--latency-secs", "2", "--head-of-line-files", "5000", "--head-of-line-rate", "100", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100"],
+        &["replay of 2000 commands", "2000 single-document updates", "rename of a directory of 3000 files", "_update_by_query", "plain _bulk", "produce -> searchable at 100/s", "head of line: another key at 100/s during a rename of 5000 files", "key concurrency: 500 single-document commands over 100 key(s)"],
     );
     let r = &v["results"];
     let positive = |x: &serde_json::Value, what: &str| {
@@ -86,6 +86,7 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
         assert!(f.is_finite() && f > 0.0, "{what} = {f}");
         f
     };
+    assert!(r.get("verify").is_none(), "--skip-verify skips the phase: {r:#}");
     for (phase, baseline) in [("replay", "raw_bulk_rate"), ("single_document", "raw_bulk_rate"), ("rename_1000", "raw_rate"), ("rename_3000", "raw_rate")] {
         let (rate, ratio, base) = (positive(&r[phase]["rate"], "rate"), positive(&r[phase]["ratio"], "ratio"), positive(&r[phase][baseline], baseline));
         assert!((ratio - rate / base).abs() < 1e-9, "{phase}: {ratio} != {rate} / {base}");
@@ -93,7 +94,6 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
     assert_eq!(r["latency"]["commands"], 200);
     head_of_line_measured(r);
     key_concurrency_measured(r);
-    verify_measured(r, 2000 + 1000 + 3000);
     // The renamed tree, through denorm's own search of the run's indexes.
     let prefix = v["index_prefix"].as_str().expect("the run's index prefix");
     let (code, files, err) = output(denorm().env("DENORM_ES_PREFIX", prefix).args(["search", "files", "--under", "/r3000", "--limit", "0", "--index", &es.url]));
