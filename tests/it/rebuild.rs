@@ -156,10 +156,16 @@ fn rebuild_under_load(r: Rig, files: usize, batch: usize, pace: Duration) {
     // 2. Resumed, compared with the live generation under load (--verify:
     // no false difference), and killed right after the cutover (abort, as
     // kill -9).
-    let (status, text) = finish(rebuild_with(&r, &[("rebuild.after-cutover", "")], &["--verify"]));
+    // `--verify` on the embedded index only: on Elasticsearch the suite's
+    // time is spent elsewhere (`--verify` is tested on both backends in
+    // `a_rebuild_verifies_the_new_generation_before_its_cutover`).
+    let verify: &[&str] = if r.is_elastic() { &[] } else { &["--verify"] };
+    let (status, text) = finish(rebuild_with(&r, &[("rebuild.after-cutover", "")], verify));
     assert!(!status.success(), "{text}");
-    assert!(text.contains("resuming the rebuild in progress") && text.contains("compared the generations") && text.contains("cut over"), "{text}");
-    assert!(text.lines().any(|l| l.contains("compared the generations") && l.contains("differences=0")), "a false difference under load:\n{text}");
+    assert!(text.contains("resuming the rebuild in progress") && text.contains("cut over"), "{text}");
+    if !r.is_elastic() {
+        assert!(text.lines().any(|l| l.contains("compared the generations") && l.contains("differences=0")), "a false difference under load:\n{text}");
+    }
     assert_eq!(index.current().unwrap(), 1);
 
     // 3. Resumed again: only the clean-up was left.
