@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use super::compare::{self, Outcome, Positions};
-use super::{merge, positions, VerifyError};
+use super::{merge, moved_past, positions, VerifyError};
 use crate::index::generations::Generations;
 use crate::kafka::KafkaConfig;
 
@@ -33,18 +33,12 @@ pub fn compare_generations(index: &dyn Generations, kafka: &KafkaConfig, current
     let before = positions(live.as_ref(), partitions).map_err(VerifyError::Live)?;
     let compared = merge(live.as_ref(), built.as_ref(), None, &at, partitions)?;
     let after = positions(live.as_ref(), partitions).map_err(VerifyError::Live)?;
-    let consumer: rdkafka::consumer::BaseConsumer = kafka.client_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
-    let ends = crate::kafka::watermarks(&consumer, &kafka.topic, partitions)?;
-    drop(consumer);
     // A document one side lacks is judged only in a partition the live
     // generation has applied exactly as far as the new one, with nothing
     // after in the log: either side may have applied a delete past `at`
     // (the new generation's builder may have gone on past its checkpoint
     // while it stopped, the live workers have gone on).
-    let moved = |p: i32| {
-        let stop = at.get(&p).copied().unwrap_or(-1);
-        before.get(&p) != Some(&stop) || after.get(&p) != Some(&stop) || ends.get(p as usize).is_some_and(|(_, high)| *high > stop + 1)
-    };
-    let unsettled = |p: i32, problem| problem != compare::Problem::Differs && moved(p);
+    let moved = moved_past(kafka, partitions, &at, &[&before, &after])?;
+    let unsettled = |p: i32, problem| problem != compare::Problem::Differs && moved.contains(&p);
     Ok((at.clone(), compared.settle(&unsettled, max)))
 }

@@ -146,6 +146,18 @@ pub(crate) fn merge(live: &dyn Backend, replay: &dyn Backend, keys: Option<&KeyS
     })
 }
 
+/// The partitions that may hold effects past `at`: a checkpoint read in
+/// `seen` is not `at`, or the log (its end offsets, read now) holds more.
+pub(crate) fn moved_past(kafka: &KafkaConfig, partitions: i32, at: &Positions, seen: &[&Positions]) -> Result<std::collections::BTreeSet<i32>, VerifyError> {
+    let consumer: rdkafka::consumer::BaseConsumer = kafka.client_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
+    let ends = crate::kafka::watermarks(&consumer, &kafka.topic, partitions)?;
+    let moved = (0..partitions).filter(|p| {
+        let stop = at.get(p).copied().unwrap_or(-1);
+        seen.iter().any(|s| s.get(p).copied().unwrap_or(-1) != stop) || ends.get(*p as usize).is_some_and(|(_, high)| *high > stop + 1)
+    });
+    Ok(moved.collect())
+}
+
 /// Commands of the log up to `at`.
 fn count(at: &Positions) -> i64 {
     at.values().map(|o| o + 1).sum()
@@ -180,11 +192,8 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         // what the live index lacks there is not judged. The replay stops
         // exactly at `at`: only the live side can be ahead.
         let after = positions(v.live, partitions).map_err(VerifyError::Live)?;
-        let consumer: rdkafka::consumer::BaseConsumer = v.kafka.client_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
-        let ends = crate::kafka::watermarks(&consumer, &v.kafka.topic, partitions)?;
-        drop(consumer);
-        let moved = |p: i32| after.get(&p) != at.get(&p) || ends.get(p as usize).is_some_and(|(_, high)| *high > at.get(&p).copied().unwrap_or(-1) + 1);
-        let unsettled = |p: i32, problem| problem == compare::Problem::Missing && moved(p);
+        let moved = moved_past(&v.kafka, partitions, &at, &[&after])?;
+        let unsettled = |p: i32, problem| problem == compare::Problem::Missing && moved.contains(&p);
         let outcome = compared.settle(&unsettled, v.max_differences);
         // What was written since, or not judged, is checked again at the
         // live index's newer offsets: the next round replays only the log
