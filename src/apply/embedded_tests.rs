@@ -172,3 +172,180 @@ fn a_fan_out_commits_its_progress_and_redelivery_after_a_crash_finishes_it() {
     };
     assert_eq!(all_paths(), want);
 }
+
+/// The documents of an embedded index, without bookkeeping, in order.
+fn dump(idx: &EmbeddedIndex) -> Vec<crate::index::Doc> {
+    let mut docs = Vec::new();
+    idx.search().unwrap().dump(&mut |d| docs.push(d.without_pos())).unwrap();
+    docs.sort_by_key(|d| (d.kind(), d.id().to_string()));
+    docs
+}
+
+fn model_of(log: &[Command]) -> Vec<crate::index::Doc> {
+    let mut model = crate::model::Model::default();
+    log.iter().for_each(|c| model.apply(c));
+    let mut docs = model.docs();
+    docs.sort_by_key(|d| (d.kind(), d.id().to_string()));
+    docs
+}
+
+fn user(id: &str, name: &str) -> Command {
+    Command::UpsertUser { id: id.into(), name: name.into(), email: "e@x".into(), dob: "1970-01-01".into() }
+}
+
+fn post(id: &str, user: &str, title: &str) -> Command {
+    Command::UpsertPost { id: id.into(), user_id: user.into(), title: title.into(), body: "b".into(), previous_user_id: None }
+}
+
+/// A profile change whose posts were written, changed and deleted in the
+/// same batch: its scan reads them from the pending writes, no commit is
+/// made for it (the committed index is as before until the batch's own
+/// commit), and the result is the reference model's. Run whole, as in one
+/// page of a lane, and paged (pages of 2 over 5 posts).
+#[test]
+fn a_profile_change_reads_the_batchs_pending_writes_without_a_commit() {
+    for page in [1000, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
+        let mut shard = idx.open_shard(0, 20_000_000).unwrap();
+        let committed = [user("u", "Ann"), post("p1", "u", "one"), post("p3", "u", "three"), post("p4", "u", "four"), post("p5", "u", "five"), post("p6", "u", "six")];
+        let batch = [
+            post("p1", "u", "one, edited"),
+            post("p2", "u", "two, new"),
+            Command::DeletePost { id: "p3".into(), user_id: "u".into() },
+            post("p4", "v", "four, now v's"),
+            user("u", "Bob"),
+        ];
+        let log: Vec<Command> = committed.iter().chain(&batch).cloned().collect();
+        for (pos, c) in committed.iter().enumerate() {
+            apply(&mut shard, c, pos as u64, FanOut::pages_of(page)).unwrap();
+        }
+        shard.commit().unwrap();
+        let before = dump(&idx);
+        for (i, c) in batch.iter().enumerate() {
+            let pos = (committed.len() + i) as u64;
+            if let Some(scan) = crate::apply::fan_out_scan(c) {
+                assert!(shard.fan_out_reads_pending(&scan), "the batch holds no pages of fan-outs");
+                // As a lane runs it: begun, then a page at a time.
+                let mut pages = shard.rewrite_begin(&scan, page).unwrap();
+                let mut written = 0;
+                loop {
+                    let (n, done) = shard.rewrite_page(&mut pages, &mut |d| crate::apply::fan_out_rule(c, pos, d)).unwrap();
+                    written += n;
+                    if done {
+                        break;
+                    }
+                }
+                assert_eq!(written, 4, "p1, p2, p5 and p6 renamed (page {page})");
+                crate::apply::fan_out_finish(&mut shard, c, pos).unwrap();
+            } else {
+                apply(&mut shard, c, pos, FanOut::pages_of(page)).unwrap();
+            }
+        }
+        if page == 1000 {
+            assert_eq!(dump(&idx), before, "a fan-out of one page commits nothing of its own");
+        }
+        shard.commit().unwrap();
+        assert_eq!(dump(&idx), model_of(&log), "page size {page}");
+    }
+}
+
+mod pending_scans {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Commands whose documents never cross keys (a post's id names its
+    /// user, a file's id its top-level directory), with contents and
+    /// titles that differ, so that a lost write shows.
+    fn command() -> impl Strategy<Value = Command> {
+        let top = prop::sample::select(vec!["/a", "/b"]);
+        let sub = prop::sample::select(vec!["", "/x", "/x/y", "/z"]);
+        let n = 0..4u8;
+        let word = prop::sample::select(vec!["red", "green", "blue"]);
+        let u = prop::sample::select(vec!["1", "2"]);
+        prop_oneof![
+            4 => (top.clone(), sub.clone(), n.clone(), word.clone()).prop_map(|(t, d, n, w)| Command::UpsertFile {
+                id: format!("{t}{n}"),
+                path: format!("{t}{d}/f{n}"),
+                contents: w.into(),
+                previous_path: None
+            }),
+            1 => (top.clone(), n.clone()).prop_map(|(t, n)| Command::DeleteFile { id: format!("{t}{n}"), path: format!("{t}/f{n}") }),
+            2 => (top, sub.clone(), sub).prop_filter("within one key, not into itself", |(_, f, t)| !f.is_empty() && !t.is_empty() && !crate::command::path::is_within(t, f) && !crate::command::path::is_within(f, t))
+                .prop_map(|(t, f, to)| Command::RenamePath { from: format!("{t}{f}"), to: format!("{t}{to}") }),
+            2 => (u.clone(), prop::sample::select(vec!["Ann", "Bob", "Cy"])).prop_map(|(u, name)| user(u, name)),
+            4 => (u.clone(), n.clone(), word).prop_map(|(u, n, w)| post(&format!("u{u}p{n}"), u, w)),
+            1 => (u, n).prop_map(|(u, n)| Command::DeletePost { id: format!("u{u}p{n}"), user_id: u.into() }),
+        ]
+    }
+
+    /// What the applier does with a log, on one shard: a fan-out begins
+    /// without a commit where the shard reads pending writes, and its pages
+    /// interleave with the next commands of other keys (the lanes), while
+    /// commits fall at random points.
+    fn run(log: &[Command], page: usize, commit_at: &[bool], interleave: &[bool]) -> Vec<crate::index::Doc> {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
+        let mut shard = idx.open_shard(0, 20_000_000).unwrap();
+        let mut running: Option<(usize, crate::index::Pages)> = None;
+        let finish = |shard: &mut EmbeddedShard, (at, mut pages): (usize, crate::index::Pages)| loop {
+            let c = &log[at];
+            let (_, done) = shard.rewrite_page(&mut pages, &mut |d| crate::apply::fan_out_rule(c, at as u64, d)).unwrap();
+            if done {
+                crate::apply::fan_out_finish(shard, c, at as u64).unwrap();
+                return;
+            }
+        };
+        for (pos, c) in log.iter().enumerate() {
+            let same_key = running.as_ref().is_some_and(|(at, _)| log[*at].key() == c.key());
+            if let Some(job) = running.take() {
+                if same_key || c.is_fan_out() || !interleave[pos % interleave.len()] {
+                    finish(&mut shard, job);
+                } else {
+                    // One page of it before this command of another key.
+                    let (at, mut pages) = job;
+                    let (_, done) = shard.rewrite_page(&mut pages, &mut |d| crate::apply::fan_out_rule(&log[at], at as u64, d)).unwrap();
+                    match done {
+                        true => {
+                            crate::apply::fan_out_finish(&mut shard, &log[at], at as u64).unwrap();
+                        }
+                        false => running = Some((at, pages)),
+                    }
+                }
+            }
+            match crate::apply::fan_out_scan(c) {
+                Some(scan) if running.is_none() => {
+                    if !shard.fan_out_reads_pending(&scan) {
+                        shard.commit().unwrap();
+                    }
+                    running = Some((pos, shard.rewrite_begin(&scan, page).unwrap()));
+                }
+                Some(_) => unreachable!("a fan-out finishes the one running first"),
+                None => {
+                    apply(&mut shard, c, pos as u64, FanOut::pages_of(page)).unwrap();
+                }
+            }
+            if commit_at[pos % commit_at.len()] {
+                shard.commit().unwrap();
+            }
+        }
+        if let Some(job) = running.take() {
+            finish(&mut shard, job);
+        }
+        shard.commit().unwrap();
+        dump(&idx)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+        #[test]
+        fn fan_outs_over_pending_writes_agree_with_the_model(
+            log in prop::collection::vec(command(), 1..40),
+            page in 1usize..4,
+            commit_at in prop::collection::vec(prop::bool::weighted(0.2), 1..8),
+            interleave in prop::collection::vec(any::<bool>(), 1..8),
+        ) {
+            prop_assert_eq!(run(&log, page, &commit_at, &interleave), model_of(&log));
+        }
+    }
+}

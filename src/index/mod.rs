@@ -153,6 +153,16 @@ pub enum Scan {
 }
 
 impl Scan {
+    /// The key whose documents the scan reads: a renamed path's top-level
+    /// directory, a profile's user id (a fan-out touches its key's
+    /// documents only; what crosses keys is a barrier in the worker).
+    pub fn key(&self) -> &str {
+        match self {
+            Scan::FilesWithin { path: p } => path::top_level(p),
+            Scan::PostsOfUserNotNamed { user_id, .. } => user_id,
+        }
+    }
+
     /// The scan's definition, used by the in-memory backend; the other
     /// backends translate it into their query language.
     pub fn matches(&self, doc: &Doc) -> bool {
@@ -376,12 +386,28 @@ pub trait Shard {
         page_size: usize,
         rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>,
     ) -> Result<u64, IndexError>;
+    /// Whether a fan-out's scan of `scan` sees this shard's writes not
+    /// committed yet, so that the caller need not commit them first (the
+    /// embedded index lays its pending writes over the committed snapshot;
+    /// see docs/architecture.md, "Fan-outs without a commit of their
+    /// own"). `false`: the caller commits before [`Shard::rewrite_begin`]
+    /// or [`Shard::rewrite`].
+    fn fan_out_reads_pending(&self, _scan: &Scan) -> bool {
+        false
+    }
+    /// Whether what this shard holds uncommitted has grown to where it
+    /// should be committed, whatever the caller's batch (fan-outs that
+    /// join a batch instead of committing on their own add to it).
+    fn wants_commit(&self) -> bool {
+        false
+    }
     /// Starts a fan-out that [`Shard::rewrite_page`] runs a page at a time,
     /// between other writes of this shard (key lanes: the other keys'
     /// commands are applied between its pages). Its scan reads a snapshot
-    /// of what is committed now (the caller commits what it wrote first)
-    /// and is not disturbed by later writes or commits. The default runs
-    /// the whole rewrite as one page.
+    /// of what is committed now, with this shard's pending writes where
+    /// [`Shard::fan_out_reads_pending`] says so (otherwise the caller
+    /// commits what it wrote first), and is not disturbed by later writes
+    /// or commits. The default runs the whole rewrite as one page.
     fn rewrite_begin(&mut self, scan: &Scan, page_size: usize) -> Result<Pages, IndexError> {
         Ok(Pages::new(Whole { scan: scan.clone(), page_size }))
     }

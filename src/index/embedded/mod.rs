@@ -8,8 +8,10 @@
 mod audit;
 mod backend;
 mod directory;
+mod fanout;
 mod layout;
 mod merge;
+mod overlay;
 pub mod raw;
 mod schema;
 mod search;

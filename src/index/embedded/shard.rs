@@ -13,8 +13,10 @@ use crate::index::progress::ProgressBook;
 use crate::index::{Doc, IndexError, Kind, Pages, Scan, Shard};
 
 use super::directory::{committed_progress, committed_shards, open_reader, ShardDirectory};
+use super::fanout::Cursor;
 use super::merge::merge_policy;
-use super::schema::{find, find_with, schema, stream, Fields, Paged};
+use super::overlay::Overlay;
+use super::schema::{find, find_with, schema, Fields};
 
 /// Replaces the documents of one page: a single delete of all their keys,
 /// then the new versions (added after the delete, so they stay). One
@@ -78,31 +80,25 @@ pub struct EmbeddedShard {
     writer: IndexWriter,
     reader: IndexReader,
     f: Fields,
-    /// Uncommitted single-document writes, so reads see them; handed to
-    /// the writer at the commit.
-    overlay: HashMap<(Kind, String), Pending>,
+    /// Uncommitted single-document writes and rewrites of fan-outs of one
+    /// page, so reads and scans see them; handed to the writer at the
+    /// commit.
+    overlay: Overlay,
     /// The `pos` fast field of each committed segment, opened once.
     pos_columns: HashMap<tantivy::index::SegmentId, tantivy::columnar::Column<u64>>,
     dirty: bool,
-    /// Uncommitted fan-out rewrites, which the overlay does not hold.
-    fan_out_pending: bool,
-    /// The documents of uncommitted pages of fan-outs run a page at a time
-    /// ([`Shard::rewrite_page`]): only a read of one of them commits first,
-    /// so the other keys' commands between the pages read without a commit.
+    /// The documents of uncommitted pages of fan-outs of several pages,
+    /// written to the writer, which the overlay does not hold: only a read
+    /// of one of them commits first, so the other keys' commands between
+    /// the pages read without a commit.
     paged: std::collections::HashSet<(Kind, String)>,
+    /// The keys of those fan-outs: a later fan-out of one of them scans
+    /// after a commit.
+    paged_keys: std::collections::HashSet<String>,
     /// What the last commit recorded and what the next one records.
     progress: ProgressBook,
     /// Rewritten documents between two commits of a fan-out's progress.
     fan_out_commit_every: u64,
-}
-
-/// An uncommitted single-document write of an [`EmbeddedShard`].
-#[derive(Debug)]
-pub(super) struct Pending {
-    /// The new version (`None`: deleted).
-    doc: Option<Doc>,
-    /// A version committed before must be deleted first.
-    replaces: bool,
 }
 
 impl EmbeddedShard {
@@ -142,11 +138,11 @@ impl EmbeddedShard {
             writer,
             reader,
             f: fields,
-            overlay: HashMap::new(),
+            overlay: Overlay::default(),
             pos_columns: HashMap::new(),
             dirty: false,
-            fan_out_pending: false,
             paged: Default::default(),
+            paged_keys: Default::default(),
             progress,
             fan_out_commit_every: DEFAULT_FAN_OUT_COMMIT_EVERY,
         })
@@ -176,45 +172,19 @@ impl EmbeddedShard {
         self.writer.set_merge_policy(merge_policy(max_docs));
     }
 
-    /// Records a single-document write in the overlay. `replaces`: a
-    /// committed version may exist (put, delete) or not (create); an
-    /// earlier write of the batch knows better.
+    /// Records a write in the overlay (see [`Overlay::stage`]).
     fn stage(&mut self, kind: Kind, id: String, doc: Option<Doc>, replaces: bool) {
-        match self.overlay.entry((kind, id)) {
-            std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().doc = doc,
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(Pending { doc, replaces });
-            }
-        }
+        self.overlay.stage(kind, id, doc, replaces);
         self.dirty = true;
-    }
-
-    /// Hands the overlay to the writer: one delete of every key that
-    /// replaces something, then the new versions. Called by the commit
-    /// only; a shard whose commit failed is dropped and reopened, so the
-    /// overlay is never handed over twice. Per-document delete
-    /// terms (about 1 KB each in tantivy, held until every segment,
-    /// including those being merged, has seen them) made memory grow with
-    /// the batch and with merge times.
-    fn flush_overlay(&mut self) -> Result<(), IndexError> {
-        let f = self.f;
-        let replaced: Vec<Term> = self.overlay.iter().filter(|(_, p)| p.replaces).map(|((kind, id), _)| f.key_term(*kind, id)).collect();
-        if !replaced.is_empty() {
-            self.writer.delete_query(Box::new(tantivy::query::TermSetQuery::new(replaced)))?;
-        }
-        for doc in self.overlay.values().filter_map(|p| p.doc.as_ref()) {
-            self.writer.add_document(f.to_tantivy(doc))?;
-        }
-        Ok(())
     }
 }
 
 impl Shard for EmbeddedShard {
     fn get(&mut self, kind: Kind, id: &str) -> Result<Option<Doc>, IndexError> {
-        if let Some(p) = self.overlay.get(&(kind, id.to_string())) {
+        if let Some(p) = self.overlay.get(kind, id) {
             return Ok(p.doc.clone());
         }
-        if self.fan_out_pending || self.paged.contains(&(kind, id.to_string())) {
+        if self.paged.contains(&(kind, id.to_string())) {
             self.commit()?;
         }
         let searcher = self.reader.searcher();
@@ -222,10 +192,10 @@ impl Shard for EmbeddedShard {
     }
 
     fn position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
-        if let Some(p) = self.overlay.get(&(kind, id.to_string())) {
+        if let Some(p) = self.overlay.get(kind, id) {
             return Ok(p.doc.as_ref().map(Doc::pos));
         }
-        if self.fan_out_pending || self.paged.contains(&(kind, id.to_string())) {
+        if self.paged.contains(&(kind, id.to_string())) {
             self.commit()?;
         }
         // The fast field: no stored document to decompress.
@@ -269,70 +239,68 @@ impl Shard for EmbeddedShard {
         page_size: usize,
         rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>,
     ) -> Result<u64, IndexError> {
-        // The scan reads committed state: make earlier writes part of it.
-        if self.dirty {
-            self.commit()?;
+        let mut pages = self.rewrite_begin(scan, page_size)?;
+        let mut written = 0;
+        loop {
+            let (n, done) = self.rewrite_page(&mut pages, rewrite)?;
+            written += n;
+            if done {
+                return Ok(written);
+            }
         }
-        // The snapshot streamed stays as it is while progress is committed.
-        let searcher = self.reader.searcher();
-        let query = self.f.scan_query(scan);
-        let f = self.f;
-        let mut page: Vec<Doc> = Vec::with_capacity(page_size);
-        let (mut written, mut uncommitted) = (0u64, 0u64);
-        // `between_pages`: more pages follow, so progress may be committed
-        // (the last page is committed with the command by the caller).
-        let mut flush = |this: &mut Self, page: &mut Vec<Doc>, between_pages: bool| -> Result<(), IndexError> {
-            let new: Vec<Doc> = page.drain(..).filter_map(|doc| rewrite(&doc)).collect();
-            replace_page(&this.writer, &f, &new)?;
-            written += new.len() as u64;
-            uncommitted += new.len() as u64;
-            if uncommitted > 0 {
-                this.dirty = true;
-                this.fan_out_pending = true;
-            }
-            if between_pages && this.fan_out_commit_every > 0 && uncommitted >= this.fan_out_commit_every {
-                this.commit()?;
-                uncommitted = 0;
-            }
-            Ok(())
-        };
-        stream(&searcher, query.as_ref(), &mut |store, doc| {
-            page.push(f.from_tantivy(&store.get(doc)?)?);
-            if page.len() >= page_size {
-                flush(self, &mut page, true)?;
-            }
-            Ok(())
-        })?;
-        flush(self, &mut page, false)?;
-        Ok(written)
+    }
+
+    fn fan_out_reads_pending(&self, scan: &Scan) -> bool {
+        !self.paged_keys.contains(scan.key())
+    }
+
+    fn wants_commit(&self) -> bool {
+        self.fan_out_commit_every > 0 && (self.overlay.len() + self.paged.len()) as u64 >= self.fan_out_commit_every
     }
 
     fn rewrite_begin(&mut self, scan: &Scan, page_size: usize) -> Result<Pages, IndexError> {
-        if self.dirty {
+        // Pages of an earlier fan-out of this key are in the writer only:
+        // the scan reads them once committed (the worker commits first,
+        // `fan_out_reads_pending`).
+        if !self.fan_out_reads_pending(scan) {
             self.commit()?;
         }
-        Ok(Pages::new(Paged::new(self.reader.searcher(), self.f.scan_query(scan).as_ref(), page_size)?))
+        Ok(Pages::new(Cursor::begin(self.reader.searcher(), &self.f, scan, page_size, &self.overlay)?))
     }
 
     fn rewrite_page(&mut self, pages: &mut Pages, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<(u64, bool), IndexError> {
-        let paged = pages.cursor::<Paged>().ok_or_else(|| IndexError::Backend("a fan-out's pages of another backend".into()))?;
+        let cursor = pages.cursor::<Cursor>().ok_or_else(|| IndexError::Backend("a fan-out's pages of another backend".into()))?;
         let f = self.f;
-        let mut page = Vec::new();
-        let done = paged.next(&mut |store, doc| {
-            page.push(f.from_tantivy(&store.get(doc)?)?);
-            Ok(())
-        })?;
+        let (page, done) = cursor.next(&f)?;
         let new: Vec<Doc> = page.iter().filter_map(|d| rewrite(d)).collect();
-        replace_page(&self.writer, &f, &new)?;
-        if !new.is_empty() {
-            self.dirty = true;
-            self.paged.extend(new.iter().map(|d| (d.kind(), d.id().to_string())));
+        let written = new.len() as u64;
+        // A fan-out of one page, and a pending document, stay in the
+        // overlay (reads see them without a commit); the pages of a longer
+        // fan-out go to the writer, whose memory is bounded.
+        let mut direct = Vec::new();
+        for doc in new {
+            if cursor.paged_key().is_none() || self.overlay.contains(doc.kind(), doc.id()) {
+                self.stage(doc.kind(), doc.id().to_string(), Some(doc), true);
+            } else {
+                direct.push(doc);
+            }
         }
-        // What pages leave uncommitted stays bounded, as in `rewrite`.
-        if self.fan_out_commit_every > 0 && self.paged.len() as u64 >= self.fan_out_commit_every {
+        replace_page(&self.writer, &f, &direct)?;
+        if let (false, Some(key)) = (direct.is_empty(), cursor.paged_key()) {
+            self.dirty = true;
+            self.paged.extend(direct.iter().map(|d| (d.kind(), d.id().to_string())));
+            if !self.paged_keys.contains(key) {
+                self.paged_keys.insert(key.to_string());
+            }
+        }
+        // What pages leave uncommitted stays bounded: progress is committed
+        // at the position of the last finished command, and a crash redoes
+        // the fan-out, whose position guards skip what it rewrote. The last
+        // page is committed with the command by the caller.
+        if !done && self.fan_out_commit_every > 0 && self.paged.len() as u64 >= self.fan_out_commit_every {
             self.commit()?;
         }
-        Ok((new.len() as u64, done))
+        Ok((written, done))
     }
 
     fn progress(&self) -> &ProgressBook {
@@ -352,11 +320,11 @@ impl Shard for EmbeddedShard {
             return Ok(());
         }
         if let Some(ids) = crate::faults::active("index.reject-commit") {
-            if let Some((_, id)) = self.overlay.keys().find(|(_, id)| ids.lines().any(|l| l.trim() == id)) {
+            if let Some(id) = self.overlay.document_ids().find(|id| ids.lines().any(|l| l.trim() == *id)) {
                 return Err(IndexError::Rejected(format!("injected fault index.reject-commit: document {id}")));
             }
         }
-        self.flush_overlay()?;
+        self.overlay.flush(&self.writer, &self.f)?;
         let mut prepared = self.writer.prepare_commit()?;
         let marked = self.progress.marked();
         if marked.checkpoint.is_some() {
@@ -368,8 +336,8 @@ impl Shard for EmbeddedShard {
         self.pos_columns.retain(|id, _| live.contains(id));
         self.overlay.clear();
         self.dirty = false;
-        self.fan_out_pending = false;
         self.paged.clear();
+        self.paged_keys.clear();
         self.progress.committed();
         Ok(())
     }

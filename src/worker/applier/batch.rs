@@ -68,6 +68,11 @@ impl Applier {
                     let started = Instant::now();
                     let ran = self.run_page(&mut shard, &mut batch, &mut ahead);
                     share.paged(started, matches!(ran, Ok(true)), Instant::now());
+                    // A fan-out that completed without a commit of its own
+                    // joined the batch: committed at the batch's deadline.
+                    if !batch.is_empty() && deadline.is_none() {
+                        deadline = Some(Instant::now() + linger);
+                    }
                     match ran {
                         Err(Halt::Moved) => {
                             checkpoint = self.moved(&mut shard, &mut batch);
@@ -186,7 +191,7 @@ impl Applier {
                     // Fan-outs are committed on their own so that their
                     // effects are visible and bounded; so are the chunks of
                     // a move in flight once they take `--queue-kb`.
-                    let step = fan_out.and_then(|fan_out| match fan_out || batch.len() >= max_batch || Instant::now() >= d || self.awaited(&batch) || self.moving() && batch.iter().map(queued_size).sum::<usize>() >= self.shared.cfg.queue_bytes {
+                    let step = fan_out.and_then(|fan_out| match fan_out || batch.len() >= max_batch || Instant::now() >= d || self.awaited(&batch) || shard.wants_commit() || self.moving() && batch.iter().map(queued_size).sum::<usize>() >= self.shared.cfg.queue_bytes {
                         true => self.commit(&mut shard, &mut batch).map(|()| deadline = None),
                         false => Ok(()),
                     });

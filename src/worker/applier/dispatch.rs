@@ -171,13 +171,20 @@ impl Applier {
             }
         }
         if cmd.is_fan_out() {
-            info!(partition, offset = pos, command = cmd.kind(), key = cmd.key(), "fan-out started");
-            // A fan-out's scan reads committed state: the embedded index
-            // commits the batch's earlier writes inside it (Elasticsearch
-            // sends them). Committed here first, a refusal of one of them
+            match cmd {
+                // A profile change's fan-out is small and frequent.
+                Command::UpsertUser { .. } => debug!(partition, offset = pos, command = cmd.kind(), key = cmd.key(), "fan-out started"),
+                _ => info!(partition, offset = pos, command = cmd.kind(), key = cmd.key(), "fan-out started"),
+            }
+            // A fan-out's scan must see the batch's earlier writes: the
+            // embedded index lays its pending writes over the committed
+            // snapshot; otherwise they are committed here first
+            // (Elasticsearch sends them), so that a refusal of one of them
             // is traced to its own command (`Halt::CommitFirst`) instead
             // of aborting this one.
-            self.commit_before(shard)?;
+            if !crate::apply::fan_out_scan(cmd).is_some_and(|scan| shard.fan_out_reads_pending(&scan)) {
+                self.commit_before(shard)?;
+            }
             if let Some(pages) = self.lane_for(shard, cmd)? {
                 return Ok(Handled::Deferred(Box::new(lanes::Job::new(origin, e, pages))));
             }
@@ -215,10 +222,13 @@ impl Applier {
                     histogram!(m::COMMAND_SECONDS, "type" => cmd.kind()).record(elapsed.as_secs_f64());
                     count(cmd.kind(), outcome::APPLIED);
                     self.shared.stats.record(docs, cmd.is_fan_out(), elapsed);
-                    if cmd.is_fan_out() {
+                    let alone = cmd.is_fan_out() && self.commits_alone(docs, elapsed);
+                    if alone {
                         info!(partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, "fan-out applied");
+                    } else if cmd.is_fan_out() {
+                        debug!(partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, "fan-out applied");
                     }
-                    return Ok(Handled::Done { fan_out: cmd.is_fan_out() });
+                    return Ok(Handled::Done { fan_out: alone });
                 }
                 Err(e) if e.is_retryable() => return Err(Halt::Retry(Transient::Index(e))),
                 Err(error) if attempts < self.shared.cfg.max_attempts.max(1) => {

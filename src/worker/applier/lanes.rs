@@ -202,8 +202,8 @@ impl Applier {
     }
 
     /// Runs one page of the next fan-out in turn. A fan-out that completes
-    /// is committed (fan-outs are committed on their own, so that they are
-    /// visible at once), and its key's waiting messages go back to the head
+    /// is committed on its own when it is large or slow
+    /// ([`Applier::commits_alone`]), and joins the batch otherwise; its key's waiting messages go back to the head
     /// of `ahead`, in order. A failure drops the lanes and reads the
     /// partition again from the checkpoint ([`Applier::fall_back`]).
     /// Whether a page was run.
@@ -274,7 +274,11 @@ impl Applier {
         histogram!(m::COMMAND_SECONDS, "type" => cmd.kind()).record(elapsed.as_secs_f64());
         count(cmd.kind(), outcome::APPLIED);
         self.shared.stats.record(docs, true, elapsed);
-        info!(partition = self.partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, lane = %key, "fan-out applied");
+        let alone = self.commits_alone(docs, elapsed);
+        match alone {
+            true => info!(partition = self.partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, lane = %key, "fan-out applied"),
+            false => debug!(partition = self.partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, lane = %key, "fan-out applied"),
+        }
         let waiting = {
             let mut lanes = self.lanes.borrow_mut();
             let lane = lanes.lanes.remove(&key).expect("its lane");
@@ -287,7 +291,21 @@ impl Applier {
         }
         self.mark(shard.as_mut(), &job.record);
         batch.push(job.record);
-        self.commit(shard, batch)
+        match alone {
+            true => self.commit(shard, batch),
+            // Committed with the batch it joins (the loop gives the batch
+            // its deadline).
+            false => Ok(()),
+        }
+    }
+
+    /// Whether a fan-out that wrote `docs` documents in `elapsed` is
+    /// committed on its own, at once, rather than with the batch it joins:
+    /// one of more than a page, or slow (its effects are then visible at
+    /// once, and what it left uncommitted bounded). A small fan-out (a
+    /// profile change's few posts) costs what its writes cost.
+    pub(super) fn commits_alone(&self, docs: u64, elapsed: Duration) -> bool {
+        docs as usize >= self.shared.cfg.fan_out.page_size || elapsed >= self.shared.cfg.commit_linger
     }
 
     /// A failure while lanes are busy: the lanes are dropped, the shard

@@ -1,0 +1,92 @@
+//! A fan-out's scan on the embedded index: the committed snapshot with the
+//! shard's pending writes laid over it, so that a fan-out needs no commit
+//! of its own before it starts (docs/architecture.md, "Fan-outs without a
+//! commit of their own").
+//!
+//! The first page is read when the fan-out starts, against the pending
+//! writes of that moment: a committed document with a pending write is
+//! left out, and the pending documents that match the scan are read
+//! instead. A scan that ends within that page (a profile change's few
+//! posts, a small rename) is then whole. A longer one reads its next pages
+//! from the same snapshot, less every document that was pending at the
+//! start (its pending version was in the first page). The other keys'
+//! writes between the pages do not matter: a fan-out reads its own key's
+//! documents only, whose commands wait in its lane meanwhile, and what
+//! crosses keys is a barrier that waits for the lanes to drain.
+
+use std::collections::HashSet;
+
+use tantivy::Searcher;
+
+use crate::index::{Doc, IndexError, Kind, Scan};
+
+use super::overlay::Overlay;
+use super::schema::{Fields, Paged};
+
+/// A fan-out's scan in progress.
+pub(super) enum Cursor {
+    /// Every document the scan reads, found when it started: a fan-out of
+    /// one page.
+    Whole(Vec<Doc>),
+    /// A scan of more than one page.
+    Paged {
+        /// The first page, read at the start (pending writes included).
+        first: Option<Vec<Doc>>,
+        /// The committed snapshot of the start, past the first page.
+        rest: Paged,
+        /// The documents pending at the start.
+        pending: HashSet<(Kind, String)>,
+        /// The scan's key.
+        key: String,
+    },
+}
+
+impl Cursor {
+    /// Starts the scan of `scan` over `searcher`'s snapshot and `overlay`.
+    pub(super) fn begin(searcher: Searcher, f: &Fields, scan: &Scan, page_size: usize, overlay: &Overlay) -> Result<Self, IndexError> {
+        let mut rest = Paged::new(searcher, f.scan_query(scan).as_ref(), page_size)?;
+        let mut first = Vec::new();
+        let done = rest.next(&mut |store, doc| {
+            let d = f.from_tantivy(&store.get(doc)?)?;
+            if !overlay.contains(d.kind(), d.id()) {
+                first.push(d);
+            }
+            Ok(())
+        })?;
+        first.extend(overlay.matching(scan));
+        Ok(match done {
+            true => Cursor::Whole(first),
+            false => Cursor::Paged { first: Some(first), rest, pending: overlay.ids(), key: scan.key().to_string() },
+        })
+    }
+
+    /// The scan's key, for a scan of several pages (whose rewrites go to
+    /// the writer rather than the overlay).
+    pub(super) fn paged_key(&self) -> Option<&str> {
+        match self {
+            Cursor::Whole(_) => None,
+            Cursor::Paged { key, .. } => Some(key),
+        }
+    }
+
+    /// The next page, and whether the scan is complete with it.
+    pub(super) fn next(&mut self, f: &Fields) -> Result<(Vec<Doc>, bool), IndexError> {
+        match self {
+            Cursor::Whole(docs) => Ok((std::mem::take(docs), true)),
+            Cursor::Paged { first, rest, pending, .. } => {
+                if let Some(page) = first.take() {
+                    return Ok((page, false));
+                }
+                let mut page = Vec::new();
+                let done = rest.next(&mut |store, doc| {
+                    let d = f.from_tantivy(&store.get(doc)?)?;
+                    if pending.is_empty() || !pending.contains(&(d.kind(), d.id().to_string())) {
+                        page.push(d);
+                    }
+                    Ok(())
+                })?;
+                Ok((page, done))
+            }
+        }
+    }
+}
