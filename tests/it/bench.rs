@@ -24,8 +24,8 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
     let dir = tempfile::tempdir().unwrap();
     let v = bench(
         dir.path(),
-        &["--docs", "3000", "--renames", "2000,5000", "--latency-rate", "200", "--latency-secs", "2", "--head-of-line-files", "20000", "--head-of-line-rate", "100", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100"],
-        &["replay of 3000 commands", "3000 single-document updates", "rename of a directory of 5000 files", "produce -> searchable at 200/s", "head of line: another key at 100/s during a rename of 20000 files", "key concurrency: 500 single-document commands over 100 key(s)", "verify of "],
+        &["--docs", "3000", "--renames", "2000,5000", "--latency-rate", "200", "--latency-secs", "2", "--head-of-line-files", "20000", "--head-of-line-rate", "100", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100", "--profile-users", "100"],
+        &["replay of 3000 commands", "3000 single-document updates", "100 profile changes (5 posts each)", "mixed log of 2100 commands", "rename of a directory of 5000 files", "produce -> searchable at 200/s", "head of line: another key at 100/s during a rename of 20000 files", "key concurrency: 500 single-document commands over 100 key(s)", "verify of "],
     );
     let r = &v["results"];
     let positive = |x: &serde_json::Value, what: &str| {
@@ -45,6 +45,7 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
         };
         assert!((ratio - rate / baseline).abs() < 1e-9, "{phase}: {ratio} != {rate} / {baseline}");
     }
+    profiles_measured(r, 100, &positive);
     positive(&r["rename_5000"]["worker_peak_rss_kb"], "peak memory");
     // The largest tree then moved to another top-level directory, against
     // the rename within its tree.
@@ -57,7 +58,9 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
     assert!(p50 <= p99, "p50 {p50} > p99 {p99}");
     head_of_line_measured(r);
     key_concurrency_measured(r);
-    verify_measured(r, 3000 + 2000 + 5000);
+    // The files of the phases above, and the profile phases' users, posts
+    // and files.
+    verify_measured(r, 3000 + 2000 + 5000 + 100 * 6 + 100 * 20);
     // The documents the benchmark wrote are in its index.
     let search = |under: &str| output(denorm().args(["search", "files", "--under", under, "--limit", "0"]).arg("--index").arg(dir.path().join("work/index")));
     let (code, files, _) = search("/x5000/moved");
@@ -77,8 +80,8 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
     let dir = tempfile::tempdir().unwrap();
     let v = bench(
         dir.path(),
-        &["--elasticsearch", &es.url, "--skip-verify", "--docs", "2000", "--renames", "1000,3000", "--latency-rate", "100", "--latency-secs", "2", "--head-of-line-files", "5000", "--head-of-line-rate", "100", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100"],
-        &["replay of 2000 commands", "2000 single-document updates", "rename of a directory of 3000 files", "_update_by_query", "plain _bulk", "produce -> searchable at 100/s", "head of line: another key at 100/s during a rename of 5000 files", "key concurrency: 500 single-document commands over 100 key(s)"],
+        &["--elasticsearch", &es.url, "--skip-verify", "--docs", "2000", "--renames", "1000,3000", "--latency-rate", "100", "--latency-secs", "2", "--head-of-line-files", "5000", "--head-of-line-rate", "100", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100", "--profile-users", "40"],
+        &["replay of 2000 commands", "2000 single-document updates", "40 profile changes (5 posts each)", "mixed log of 840 commands", "rename of a directory of 3000 files", "_update_by_query", "plain _bulk", "produce -> searchable at 100/s", "head of line: another key at 100/s during a rename of 5000 files", "key concurrency: 500 single-document commands over 100 key(s)"],
     );
     let r = &v["results"];
     let positive = |x: &serde_json::Value, what: &str| {
@@ -91,6 +94,7 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
         let (rate, ratio, base) = (positive(&r[phase]["rate"], "rate"), positive(&r[phase]["ratio"], "ratio"), positive(&r[phase][baseline], baseline));
         assert!((ratio - rate / base).abs() < 1e-9, "{phase}: {ratio} != {rate} / {base}");
     }
+    profiles_measured(r, 40, &positive);
     assert_eq!(r["latency"]["commands"], 200);
     head_of_line_measured(r);
     key_concurrency_measured(r);
@@ -100,6 +104,19 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
     assert_eq!(code, 0, "{err}");
     assert_eq!(files.lines().count(), 3000);
     assert!(files.lines().all(|l| l.starts_with("/r3000/moved/d")), "{files}");
+}
+
+/// The profile-change and mixed-log phases ran with `users` users, beside
+/// their baselines of the same run.
+fn profiles_measured(r: &serde_json::Value, users: u64, positive: &dyn Fn(&serde_json::Value, &str) -> f64) {
+    let p = &r["profile_changes"];
+    assert_eq!(p["users"], users);
+    let (rate, ratio, single) = (positive(&p["rate"], "profile rate"), positive(&p["ratio"], "profile ratio"), positive(&p["single_document_rate"], "post upserts"));
+    assert!((ratio - rate / single).abs() < 1e-9, "profile changes: {ratio} != {rate} / {single}");
+    let m = &r["mixed_log"];
+    assert_eq!(m["commands"], users * 21);
+    let (rate, ratio, base) = (positive(&m["rate"], "mixed rate"), positive(&m["ratio"], "mixed ratio"), positive(&m["baseline_rate"], "mixed baseline"));
+    assert!((ratio - rate / base).abs() < 1e-9, "mixed log: {ratio} != {rate} / {base}");
 }
 
 /// The head-of-line phase measured the other key idle and during the

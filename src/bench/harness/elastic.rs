@@ -95,6 +95,8 @@ pub(super) async fn run(b: &Bench<'_>, url: &str, es: &ElasticBackend, producer:
         ">= 80%",
     ));
     results.insert("single_document".into(), json!({"commands": a.docs, "seconds": took.as_secs_f64(), "rate": rate, "raw_bulk_rate": raw_updates, "ratio": rate / raw_updates, "cpu": cpu}));
+    // 3. Profile changes (small fan-outs) and a mixed log.
+    let worker = b.profiles_phase(worker, &group, &index, producer, &mut rows, &mut results).await?;
 
     // 3. Directory renames against `_update_by_query`.
     for &size in &a.renames {
@@ -152,8 +154,13 @@ pub(super) async fn run(b: &Bench<'_>, url: &str, es: &ElasticBackend, producer:
 /// writes through aliases only), with the settings and mapping of denorm's
 /// files index.
 async fn create_raw(es: &ElasticBackend, raw: &str) -> anyhow::Result<()> {
+    create_raw_of(es, raw, Kind::File).await
+}
+
+/// [`create_raw`] with the mapping of `kind`'s index.
+async fn create_raw_of(es: &ElasticBackend, raw: &str, kind: Kind) -> anyhow::Result<()> {
     delete_raw(es, raw).await?;
-    let body = json!({"settings": mapping::settings(), "mappings": mapping::mapping(Kind::File), "aliases": {raw: {}}});
+    let body = json!({"settings": mapping::settings(), "mappings": mapping::mapping(kind), "aliases": {raw: {}}});
     generations::create_index(&es.client, &format!("{raw}-000001"), body).await?;
     Ok(())
 }
@@ -183,6 +190,30 @@ async fn raw_bulk(es: &ElasticBackend, raw: &str, commands: &[Command]) -> anyho
     let t = Instant::now();
     let report = bulk::execute(&es.client, ops, es.limits, es.policy).await?;
     let secs = t.elapsed().as_secs_f64();
+    if report.done != n || !report.failed.is_empty() {
+        bail!("the baseline's _bulk indexed {} of {n} documents: {:?}", report.done, report.failed.first());
+    }
+    eprintln!("       plain _bulk: {n} documents in {secs:.2}s ({} requests)", report.requests);
+    Ok(n as f64 / secs)
+}
+
+/// A plain `_bulk` of `docs` (of every kind, each into a baseline index of
+/// its kind's mapping, in one stream of requests of denorm's own size
+/// limits), as a hand-written indexer of the same data would send them;
+/// documents per second. The baseline indexes are deleted afterwards.
+pub(super) async fn raw_bulk_docs(es: &ElasticBackend, docs: &[crate::index::Doc]) -> anyhow::Result<f64> {
+    let raw = |kind: Kind| format!("{}-raw-{}", es.prefix, kind.as_str());
+    for kind in [Kind::File, Kind::User, Kind::Post] {
+        create_raw_of(es, &raw(kind), kind).await?;
+    }
+    let ops: Vec<BulkOp> = docs.iter().map(|d| BulkOp::Index { index: raw(d.kind()), id: d.id().to_string(), source: to_source(d), if_seq_no: None }).collect();
+    let n = ops.len();
+    let t = Instant::now();
+    let report = bulk::execute(&es.client, ops, es.limits, es.policy).await?;
+    let secs = t.elapsed().as_secs_f64();
+    for kind in [Kind::File, Kind::User, Kind::Post] {
+        delete_raw(es, &raw(kind)).await?;
+    }
     if report.done != n || !report.failed.is_empty() {
         bail!("the baseline's _bulk indexed {} of {n} documents: {:?}", report.done, report.failed.first());
     }

@@ -8,6 +8,7 @@ mod elastic;
 mod head_of_line;
 mod key_concurrency;
 mod latency;
+mod profiles;
 mod table;
 mod verify;
 mod worker;
@@ -77,6 +78,12 @@ pub struct BenchArgs {
     /// Numbers of keys the key-concurrency phase spreads its commands over (comma-separated)
     #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000", value_parser = clap::value_parser!(u64).range(1..))]
     key_concurrency_keys: Vec<u64>,
+    /// Users of the profile-change phase (0 skips it and the mixed-log phase), each with 5 posts:
+    /// their profile changes against as many post upserts, then a mixed log of as many users
+    /// (a profile, 5 posts, 14 files and a profile change each, interleaved) against a plain
+    /// consumer (Elasticsearch: a plain `_bulk` of the same documents)
+    #[arg(long, default_value_t = 4000)]
+    profile_users: u64,
     /// Skip the verify phase (`denorm verify` of the whole index while its worker runs, a 10 %
     /// sample, and `denorm rebuild` of the same log as the baseline)
     #[arg(long)]
@@ -240,6 +247,8 @@ async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
         "single_document".into(),
         json!({"commands": a.docs, "seconds": updates.as_secs_f64(), "rate": update_rate, "raw_consume_rate": consume, "raw_consume_runs": [consume1, consume2], "ratio": update_rate / consume, "cpu": cpu_updates}),
     );
+    // 3. Profile changes (small fan-outs) and a mixed log.
+    let worker = b.profiles_phase(worker, &group, &index_dir, &producer, &mut rows, &mut results).await?;
 
     // 3. Directory renames, with the worker's memory.
     let mut renames = Vec::new();
