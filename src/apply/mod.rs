@@ -88,6 +88,19 @@ pub fn fan_out_rule(cmd: &Command, pos: u64, doc: &Doc) -> Option<Doc> {
     }
 }
 
+/// Runs the rest of a fan-out begun with [`Shard::rewrite_begin`] (all
+/// its pages, then [`fan_out_finish`]). Returns the documents written.
+pub fn fan_out_rest<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, pages: &mut crate::index::Pages) -> Result<u64, IndexError> {
+    let mut written = 0;
+    loop {
+        let (n, done) = shard.rewrite_page(pages, &mut |d| fan_out_rule(cmd, pos, d))?;
+        written += n;
+        if done {
+            return Ok(written + fan_out_finish(shard, cmd, pos)?);
+        }
+    }
+}
+
 /// What a fan-out command writes once its scan is complete: a profile
 /// change's profile (last: if the command is cut short, the profile still
 /// looks unapplied and a retry finishes the posts).

@@ -298,6 +298,20 @@ pub fn put_guarded<S: Shard + ?Sized>(shard: &mut S, doc: Doc) -> Result<u64, In
     }
 }
 
+/// [`Shard::rewrite`] as [`Shard::rewrite_begin`] and its pages, one after
+/// the other (for a backend whose pages are its fan-out).
+pub fn rewrite_in_pages<S: Shard + ?Sized>(shard: &mut S, scan: &Scan, page_size: usize, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
+    let mut pages = shard.rewrite_begin(scan, page_size)?;
+    let mut written = 0;
+    loop {
+        let (n, done) = shard.rewrite_page(&mut pages, rewrite)?;
+        written += n;
+        if done {
+            return Ok(written);
+        }
+    }
+}
+
 /// One shard's writer: the operations the command logic needs.
 ///
 /// Writes become durable and visible at [`Shard::commit`]. A backend may
@@ -392,7 +406,7 @@ pub trait Shard {
     /// see docs/architecture.md, "Fan-outs without a commit of their
     /// own"). `false`: the caller commits before [`Shard::rewrite_begin`]
     /// or [`Shard::rewrite`].
-    fn fan_out_reads_pending(&self, _scan: &Scan) -> bool {
+    fn fan_out_reads_pending(&mut self, _scan: &Scan) -> bool {
         false
     }
     /// Whether what this shard holds uncommitted has grown to where it
@@ -467,12 +481,25 @@ pub trait Shard {
 }
 
 /// A fan-out in progress ([`Shard::rewrite_begin`]): the backend's cursor
-/// over the snapshot it scans.
-pub struct Pages(Option<Box<dyn std::any::Any>>);
+/// over the snapshot it scans, and whether that scan was read whole when
+/// it began (a fan-out of one page, which the caller runs at once rather
+/// than in a lane).
+pub struct Pages(Option<Box<dyn std::any::Any>>, bool);
 
 impl Pages {
     pub fn new<T: 'static>(cursor: T) -> Self {
-        Pages(Some(Box::new(cursor)))
+        Pages(Some(Box::new(cursor)), false)
+    }
+
+    /// The pages of a scan read whole when it began.
+    pub fn one<T: 'static>(cursor: T) -> Self {
+        Pages(Some(Box::new(cursor)), true)
+    }
+
+    /// Whether the scan was read whole when it began: its one page writes
+    /// what remains of the fan-out.
+    pub fn is_one_page(&self) -> bool {
+        self.1
     }
 
     /// The cursor, when it is a `T`.

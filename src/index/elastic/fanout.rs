@@ -12,10 +12,10 @@ use elasticsearch::indices::IndicesRefreshParts;
 
 use super::bulk::{self, BulkOp, BulkReport};
 use super::conflict::Write;
-use super::docs::{from_source, scan_query, to_source, PitScan};
+use super::docs::{from_source, hits, scan_query, to_source, PitScan};
 use super::shard::ElasticShard;
 use super::ElasticError;
-use crate::index::{Doc, IndexError, Kind, Pages, Scan};
+use crate::index::{Doc, IndexError, Kind, Pages, Scan, Shard, Wanted};
 
 /// Times a fan-out's scan starts again after its point in time expired,
 /// before the command fails (retryably).
@@ -29,6 +29,17 @@ const FAN_OUT_IN_FLIGHT: usize = 3;
 struct PageWrite {
     bulk: tokio::task::JoinHandle<Result<BulkReport, ElasticError>>,
     kinds: HashMap<String, (Kind, u64, Write)>,
+    /// The key and id of each document it writes (recorded as written
+    /// when it settles: see [`crate::index::elastic::recent`]).
+    written: Vec<(String, String)>,
+}
+
+/// A fan-out read whole when it began ([`ElasticShard::small_scan`]): the
+/// documents, each with the version its conditional write takes (`None`:
+/// the one this writer's read recorded).
+pub(super) struct EsWhole {
+    kind: Kind,
+    docs: Vec<(Doc, Option<Option<(i64, i64)>>)>,
 }
 
 /// A fan-out on Elasticsearch in progress ([`Shard::rewrite_begin`]): the
@@ -59,27 +70,72 @@ impl Drop for EsPages {
 }
 
 impl ElasticShard {
-    /// [`Shard::rewrite`](crate::index::Shard::rewrite) on Elasticsearch:
-    /// the pages of [`ElasticShard::fan_out_begin`] one after the other.
-    pub(super) fn fan_out(&mut self, scan: &Scan, page_size: usize, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
-        let mut pages = self.fan_out_begin(scan, page_size)?;
-        let mut written = 0;
-        loop {
-            let (n, done) = self.fan_out_page(&mut pages, rewrite)?;
-            written += n;
-            if done {
-                return Ok(written);
-            }
-        }
-    }
-
     /// [`Shard::rewrite_begin`](crate::index::Shard::rewrite_begin).
     pub(super) fn fan_out_pages(&mut self, scan: &Scan, page_size: usize) -> Result<Pages, IndexError> {
         Ok(Pages::new(self.fan_out_begin(scan, page_size)?))
     }
 
+    /// A fan-out's scan read at once, without a refresh or a point in
+    /// time, when it holds at most a page: a search (which sees what the
+    /// last refresh published), and a GET (one `_mget`) of every document
+    /// this writer wrote since then that the search found or that belongs
+    /// to the scan's key ([`super::recent`]), judged by the scan's
+    /// predicate. `None`: more than a page matched (the caller scans a
+    /// point in time).
+    pub(super) fn small_scan(&mut self, scan: &Scan, page_size: usize) -> Result<Option<Pages>, IndexError> {
+        let (kind, query) = scan_query(scan);
+        let index = self.target(kind);
+        let b = self.b.clone();
+        let body = serde_json::json!({"query": query, "size": page_size, "seq_no_primary_term": true, "track_total_hits": false});
+        let v = b.runtime.block_on(async {
+            let r = b.client.search(elasticsearch::SearchParts::Index(&[&index])).allow_partial_search_results(false).body(body).send().await?;
+            super::complete_json("a fan-out's search", r).await
+        })?;
+        let found = hits(&v);
+        if found.len() >= page_size {
+            return Ok(None);
+        }
+        let mut docs = Vec::new();
+        let mut again: Vec<String> = Vec::new();
+        for hit in found {
+            if self.recent.contains(kind, &hit.id) {
+                again.push(hit.id);
+            } else {
+                docs.push((from_source(kind, &hit.source), Some(hit.seq)));
+            }
+        }
+        let mine: Vec<String> = self.recent.of_key(scan.key()).filter(|(k, id)| *k == kind && !again.contains(id)).map(|(_, id)| id.clone()).collect();
+        again.extend(mine);
+        let wanted: Vec<Wanted> = again.iter().map(|id| Wanted::contents(kind, id)).collect();
+        self.prefetch(&wanted)?;
+        for id in again {
+            if let Some(doc) = self.get(kind, &id)?.filter(|d| scan.matches(d)) {
+                let seen = self.seen.get(&(kind, id)).copied();
+                docs.push((doc, seen));
+            }
+        }
+        Ok(Some(Pages::one(EsWhole { kind, docs })))
+    }
+
     /// [`Shard::rewrite_page`](crate::index::Shard::rewrite_page).
     pub(super) fn fan_out_next(&mut self, pages: &mut Pages, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<(u64, bool), IndexError> {
+        if let Some(whole) = pages.cursor::<EsWhole>() {
+            // Written with this writer's other writes, each conditional on
+            // the version it was read at.
+            let (kind, docs) = (whole.kind, std::mem::take(&mut whole.docs));
+            let mut written = 0;
+            for (doc, version) in docs {
+                if let Some(new) = rewrite(&doc) {
+                    match version {
+                        Some(v) => self.seen.insert((kind, doc.id().to_string()), v),
+                        None => None,
+                    };
+                    self.put(new)?;
+                    written += 1;
+                }
+            }
+            return Ok((written, true));
+        }
         let p = pages.cursor::<EsPages>().ok_or_else(|| IndexError::Backend("a fan-out's pages of another backend".into()))?;
         self.fan_out_page(p, rewrite)
     }
@@ -162,15 +218,17 @@ impl ElasticShard {
         }
         let mut ops = Vec::new();
         let mut kinds = HashMap::new();
+        let mut keys = Vec::new();
         for hit in page {
             if let Some(new) = rewrite(&from_source(p.kind, &hit.source)) {
+                keys.push((new.key(), hit.id.clone()));
                 kinds.insert(format!("{}/{}", p.index, hit.id), (p.kind, new.pos(), Write::Own));
                 ops.push(BulkOp::Index { index: p.index.clone(), id: hit.id, source: self.stamp(to_source(&new)), if_seq_no: hit.seq });
             }
         }
         let client = b.client.clone();
         let (limits, policy) = (b.limits, b.policy);
-        p.writing.push_back(PageWrite { bulk: b.runtime.spawn(async move { bulk::execute(&client, ops, limits, policy).await }), kinds });
+        p.writing.push_back(PageWrite { bulk: b.runtime.spawn(async move { bulk::execute(&client, ops, limits, policy).await }), kinds, written: keys });
         let settle_started = Instant::now();
         if p.writing.len() >= FAN_OUT_IN_FLIGHT {
             written += self.settle_page(p.writing.pop_front().expect("a page in flight"), &mut *rewrite)?;
@@ -184,6 +242,10 @@ impl ElasticShard {
     fn settle_page(&mut self, w: PageWrite, rule: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
         let report = self.b.runtime.block_on(w.bulk).map_err(|e| IndexError::Backend(format!("a fan-out's bulk request did not finish: {e}")))??;
         let written = self.resolve(report, &w.kinds, Some(rule))?;
+        let kind = w.kinds.values().next().map(|(k, _, _)| *k);
+        for (key, id) in w.written {
+            self.recent.wrote_of(key, kind.unwrap_or(Kind::File), &id);
+        }
         self.unsearchable = Some(Instant::now());
         Ok(written)
     }

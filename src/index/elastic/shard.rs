@@ -23,6 +23,7 @@ use super::docs::{from_source, is_tombstone, to_source, tombstone};
 use super::names::{self, OWNER_FIELD, PARTITION_FIELD, POS_FIELD};
 use super::conflict::{self, TakeOver, Write};
 use super::generations;
+use super::recent::{Recent, MAX_RECENT};
 use super::meta::{self, get_source};
 use crate::index::progress::ProgressBook;
 use super::tombstones::{self, now_ms};
@@ -78,7 +79,7 @@ pub struct ElasticShard {
     /// Uncommitted writes, so reads see them (`None`: deleted).
     overlay: HashMap<(Kind, String), Option<Doc>>,
     /// What each document was last read as: `Some(seq)`, or `None` when absent.
-    seen: HashMap<(Kind, String), Option<(i64, i64)>>,
+    pub(super) seen: HashMap<(Kind, String), Option<(i64, i64)>>,
     /// Documents fetched ahead of their reads ([`Shard::prefetch`]), each
     /// taken by its first read; dropped at every flush, before this
     /// writer's writes are sent (the versions they hold may be older than
@@ -98,6 +99,9 @@ pub struct ElasticShard {
     /// refresh is known to have begun after it (`None`: everything it
     /// wrote is searchable). See [`Shard::searchable`].
     pub(super) unsearchable: Option<Instant>,
+    /// What this writer wrote that a search may not see yet (see
+    /// [`Recent`]): a fan-out's scan reads it by GET.
+    pub(super) recent: Recent,
 }
 
 impl ElasticShard {
@@ -121,6 +125,33 @@ impl ElasticShard {
             assumed: HashSet::new(),
             progress,
             unsearchable: None,
+            recent: Recent::new(),
+        }
+    }
+
+    /// Whether this writer knows every write a search may not see yet (see
+    /// [`Shard::fan_out_reads_pending`]).
+    pub(super) fn scans_recent(&self) -> bool {
+        self.b.refreshed_since(self.generation, self.recent.since) && self.recent.len() < MAX_RECENT
+    }
+
+    /// Refreshes the generation: every write sent so far is searchable.
+    fn refresh(&mut self) -> Result<(), IndexError> {
+        let started = Instant::now();
+        self.b.runtime.block_on(generations::refresh(&self.b.client, &self.b.prefix, self.generation))?;
+        self.b.record_refresh(self.generation, started);
+        self.published(started);
+        Ok(())
+    }
+
+    /// A refresh that began at `started` published what this writer had
+    /// sent before.
+    fn published(&mut self, started: Instant) {
+        if self.unsearchable.is_some_and(|w| w <= started) {
+            self.unsearchable = None;
+        }
+        if self.pending.is_empty() && self.unsearchable.is_none() {
+            self.recent.refreshed(started);
         }
     }
 
@@ -335,6 +366,7 @@ impl ElasticShard {
     /// A delete as a tombstone, not a removal (see `names::DELETED_FIELD`),
     /// decided by `write`'s rule.
     fn tombstone(&mut self, kind: Kind, id: &str, pos: u64, write: Write) -> Result<(), IndexError> {
+        self.recent.deleted(kind, id);
         let op = self.write_op(kind, id, tombstone(id, pos, now_ms()));
         self.pending.push((kind, op, pos, write));
         self.overlay.insert((kind, id.to_string()), None);
@@ -364,17 +396,34 @@ impl Shard for ElasticShard {
     fn searchable(&mut self, force: bool) -> Result<bool, IndexError> {
         let Some(written) = self.unsearchable else { return Ok(true) };
         if self.b.refreshed_since(self.generation, written) {
-            self.unsearchable = None;
+            self.published(written);
             return Ok(true);
         }
         if !force && written.elapsed() < SEARCHABLE_WITHIN {
             return Ok(false);
         }
-        let started = Instant::now();
-        self.b.runtime.block_on(generations::refresh(&self.b.client, &self.b.prefix, self.generation))?;
-        self.b.record_refresh(self.generation, started);
-        self.unsearchable = None;
+        self.refresh()?;
         Ok(true)
+    }
+
+    /// Whether a fan-out's scan can read this writer's writes a search may
+    /// not see yet ([`Recent`]): once a refresh began after this writer
+    /// opened the shard (the previous owner's writes are searchable), and
+    /// while what it wrote since the last refresh stays under
+    /// [`MAX_RECENT`]. Otherwise one refresh of the generation first
+    /// (sending the buffered writes), which the fan-outs after it share.
+    /// A failure leaves the caller to commit first, as before.
+    fn fan_out_reads_pending(&mut self, _scan: &Scan) -> bool {
+        if self.scans_recent() {
+            return true;
+        }
+        match self.flush().and_then(|()| self.refresh()) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::debug!(partition = self.partition, %error, "refreshing before a fan-out failed: the batch is committed first");
+                false
+            }
+        }
     }
 
     fn get(&mut self, kind: Kind, id: &str) -> Result<Option<Doc>, IndexError> {
@@ -477,6 +526,7 @@ impl Shard for ElasticShard {
     }
 
     fn put(&mut self, doc: Doc) -> Result<(), IndexError> {
+        self.recent.wrote(&doc);
         let op = self.write_op(doc.kind(), doc.id(), to_source(&doc));
         self.pending.push((doc.kind(), op, doc.pos(), Write::Own));
         self.overlay.insert((doc.kind(), doc.id().to_string()), Some(doc));
@@ -511,6 +561,7 @@ impl Shard for ElasticShard {
             }
             TakeOver::Replace => {}
         }
+        self.recent.wrote(&doc);
         let op = self.write_op(doc.kind(), doc.id(), to_source(&doc));
         self.pending.push((doc.kind(), op, doc.pos(), Write::TakeOver { from }));
         self.overlay.insert((doc.kind(), doc.id().to_string()), Some(doc));
@@ -529,10 +580,20 @@ impl Shard for ElasticShard {
     }
 
     fn rewrite(&mut self, scan: &Scan, page_size: usize, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
-        self.fan_out(scan, page_size, rewrite)
+        crate::index::rewrite_in_pages(self, scan, page_size, rewrite)
     }
 
+    /// A scan of at most a page, while this writer knows what a search
+    /// may not see ([`ElasticShard::scans_recent`]), is read at once
+    /// ([`ElasticShard::small_scan`]): no refresh, no point in time, and
+    /// its rewrites join the buffered writes. A longer one is a point-in-
+    /// time scan after a refresh.
     fn rewrite_begin(&mut self, scan: &Scan, page_size: usize) -> Result<Pages, IndexError> {
+        if self.scans_recent() {
+            if let Some(pages) = self.small_scan(scan, page_size)? {
+                return Ok(pages);
+            }
+        }
         self.fan_out_pages(scan, page_size)
     }
 

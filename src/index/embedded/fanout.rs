@@ -21,7 +21,7 @@ use tantivy::Searcher;
 use crate::index::{Doc, IndexError, Kind, Scan};
 
 use super::overlay::Overlay;
-use super::schema::{Fields, Paged};
+use super::schema::{Fields, Paged, Stores};
 
 /// A fan-out's scan in progress.
 pub(super) enum Cursor {
@@ -30,10 +30,13 @@ pub(super) enum Cursor {
     Whole(Vec<Doc>),
     /// A scan of more than one page.
     Paged {
-        /// The first page, read at the start (pending writes included).
-        first: Option<Vec<Doc>>,
-        /// The committed snapshot of the start, past the first page.
+        /// Documents read at the start (pending writes included), handed
+        /// out a page at a time before the rest.
+        ahead: Vec<Doc>,
+        page_size: usize,
+        /// The committed snapshot of the start, past what was read then.
         rest: Paged,
+        rest_done: bool,
         /// The documents pending at the start.
         pending: HashSet<(Kind, String)>,
         /// The scan's key.
@@ -43,10 +46,10 @@ pub(super) enum Cursor {
 
 impl Cursor {
     /// Starts the scan of `scan` over `searcher`'s snapshot and `overlay`.
-    pub(super) fn begin(searcher: Searcher, f: &Fields, scan: &Scan, page_size: usize, overlay: &Overlay) -> Result<Self, IndexError> {
+    pub(super) fn begin(searcher: Searcher, f: &Fields, stores: &mut Stores, scan: &Scan, page_size: usize, overlay: &Overlay) -> Result<Self, IndexError> {
         let mut rest = Paged::new(searcher, f.scan_query(scan).as_ref(), page_size)?;
         let mut first = Vec::new();
-        let done = rest.next(&mut |store, doc| {
+        let done = rest.next(stores, &mut |store, doc| {
             let d = f.from_tantivy(&store.get(doc)?)?;
             if !overlay.contains(d.kind(), d.id()) {
                 first.push(d);
@@ -54,9 +57,12 @@ impl Cursor {
             Ok(())
         })?;
         first.extend(overlay.matching(scan));
-        Ok(match done {
+        Ok(match done && first.len() <= page_size {
             true => Cursor::Whole(first),
-            false => Cursor::Paged { first: Some(first), rest, pending: overlay.ids(), key: scan.key().to_string() },
+            false => {
+                first.reverse();
+                Cursor::Paged { ahead: first, page_size, rest, rest_done: done, pending: overlay.ids(), key: scan.key().to_string() }
+            }
         })
     }
 
@@ -70,22 +76,26 @@ impl Cursor {
     }
 
     /// The next page, and whether the scan is complete with it.
-    pub(super) fn next(&mut self, f: &Fields) -> Result<(Vec<Doc>, bool), IndexError> {
+    pub(super) fn next(&mut self, f: &Fields, stores: &mut Stores) -> Result<(Vec<Doc>, bool), IndexError> {
         match self {
             Cursor::Whole(docs) => Ok((std::mem::take(docs), true)),
-            Cursor::Paged { first, rest, pending, .. } => {
-                if let Some(page) = first.take() {
-                    return Ok((page, false));
+            Cursor::Paged { ahead, page_size, rest, rest_done, pending, .. } => {
+                if !ahead.is_empty() {
+                    let page: Vec<Doc> = (0..*page_size).map_while(|_| ahead.pop()).collect();
+                    return Ok((page, ahead.is_empty() && *rest_done));
+                }
+                if *rest_done {
+                    return Ok((Vec::new(), true));
                 }
                 let mut page = Vec::new();
-                let done = rest.next(&mut |store, doc| {
+                *rest_done = rest.next(stores, &mut |store, doc| {
                     let d = f.from_tantivy(&store.get(doc)?)?;
                     if pending.is_empty() || !pending.contains(&(d.kind(), d.id().to_string())) {
                         page.push(d);
                     }
                     Ok(())
                 })?;
-                Ok((page, done))
+                Ok((page, *rest_done))
             }
         }
     }

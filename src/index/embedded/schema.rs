@@ -122,8 +122,9 @@ impl Fields {
                 (Occur::Should, self.term(self.path_tree, path)),
                 (Occur::Should, self.term(self.full_path, path)),
             ])),
+            // Only posts have a `user_id` (a clause on the kind would
+            // intersect with every post of the shard).
             Scan::PostsOfUserNotNamed { user_id, name } => Box::new(BooleanQuery::new(vec![
-                (Occur::Must, self.term(self.kind, "post")),
                 (Occur::Must, self.term(self.user_id, user_id)),
                 (Occur::MustNot, self.term(self.user_name_raw, name)),
             ])),
@@ -172,13 +173,14 @@ impl Paged {
         Ok(Paged { searcher, weight, page_size: page_size.max(1), segment: 0, next: 0 })
     }
 
-    /// Visits the next page of matches. Returns whether the scan is done.
-    pub(super) fn next(&mut self, visit: &mut dyn FnMut(&StoreReader, DocId) -> Result<(), IndexError>) -> Result<bool, IndexError> {
+    /// Visits the next page of matches, reading documents through
+    /// `stores`. Returns whether the scan is done.
+    pub(super) fn next(&mut self, stores: &mut Stores, visit: &mut dyn FnMut(&StoreReader, DocId) -> Result<(), IndexError>) -> Result<bool, IndexError> {
         let mut visited = 0;
         let segments = self.searcher.segment_readers();
         while self.segment < segments.len() && visited < self.page_size {
             let segment = &segments[self.segment];
-            let store = segment.get_store_reader(16)?;
+            let store = stores.of(segment)?;
             let mut scorer = self.weight.scorer(segment, 1.0)?;
             let mut doc = if self.next == 0 { scorer.doc() } else { scorer.seek(self.next) };
             while doc != TERMINATED && visited < self.page_size {
@@ -198,9 +200,34 @@ impl Paged {
     }
 }
 
-/// First live document with `term` in `searcher`.
-pub(super) fn find(searcher: &Searcher, term: &Term) -> Result<Option<TantivyDocument>, IndexError> {
-    find_with(searcher, term, &mut |segment, doc| Ok(segment.get_store_reader(1)?.get(doc)?))
+/// The document stores of a shard's segments, each opened once and kept
+/// with its cache of decompressed blocks until its segment leaves the
+/// index (a segment's stored documents never change): reads of documents
+/// stored near each other (a user's posts, a directory's files) decompress
+/// their block once, not once per read.
+#[derive(Default)]
+pub(super) struct Stores(std::collections::HashMap<tantivy::index::SegmentId, StoreReader>);
+
+/// Decompressed blocks each segment's store keeps.
+const STORE_CACHE_BLOCKS: usize = 16;
+
+impl Stores {
+    pub(super) fn of(&mut self, segment: &tantivy::SegmentReader) -> Result<&StoreReader, IndexError> {
+        Ok(match self.0.entry(segment.segment_id()) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(segment.get_store_reader(STORE_CACHE_BLOCKS)?),
+        })
+    }
+
+    /// Drops the stores of segments no longer in `live`.
+    pub(super) fn retain(&mut self, live: &std::collections::HashSet<tantivy::index::SegmentId>) {
+        self.0.retain(|id, _| live.contains(id));
+    }
+}
+
+/// First live document with `term` in `searcher`, read through `stores`.
+pub(super) fn find(searcher: &Searcher, term: &Term, stores: &mut Stores) -> Result<Option<TantivyDocument>, IndexError> {
+    find_with(searcher, term, &mut |segment, doc| Ok(stores.of(segment)?.get(doc)?))
 }
 
 /// `read` of the first live document with `term` in `searcher`.

@@ -9,7 +9,7 @@ use tantivy::{Index, IndexReader};
 
 use crate::index::{AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, SearchIndex};
 
-use super::schema::{find, schema, stream, Fields};
+use super::schema::{find_with, schema, stream, Fields};
 
 /// Read-only view over every shard.
 pub struct EmbeddedSearch {
@@ -100,7 +100,7 @@ impl EmbeddedSearch {
     pub fn contains(&self, kind: Kind, id: &str) -> Result<bool, IndexError> {
         let term = self.f.key_term(kind, id);
         for (_, reader) in &self.shards {
-            if find(&reader.searcher(), &term)?.is_some() {
+            if find_with(&reader.searcher(), &term, &mut |_, _| Ok(()))?.is_some() {
                 return Ok(true);
             }
         }

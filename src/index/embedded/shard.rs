@@ -16,7 +16,7 @@ use super::directory::{committed_progress, committed_shards, open_reader, ShardD
 use super::fanout::Cursor;
 use super::merge::merge_policy;
 use super::overlay::Overlay;
-use super::schema::{find, find_with, schema, Fields};
+use super::schema::{find, find_with, schema, Fields, Stores};
 
 /// Replaces the documents of one page: a single delete of all their keys,
 /// then the new versions (added after the delete, so they stay). One
@@ -86,6 +86,8 @@ pub struct EmbeddedShard {
     overlay: Overlay,
     /// The `pos` fast field of each committed segment, opened once.
     pos_columns: HashMap<tantivy::index::SegmentId, tantivy::columnar::Column<u64>>,
+    /// The document store of each committed segment, opened once.
+    stores: Stores,
     dirty: bool,
     /// The documents of uncommitted pages of fan-outs of several pages,
     /// written to the writer, which the overlay does not hold: only a read
@@ -140,6 +142,7 @@ impl EmbeddedShard {
             f: fields,
             overlay: Overlay::default(),
             pos_columns: HashMap::new(),
+            stores: Stores::default(),
             dirty: false,
             paged: Default::default(),
             paged_keys: Default::default(),
@@ -188,7 +191,7 @@ impl Shard for EmbeddedShard {
             self.commit()?;
         }
         let searcher = self.reader.searcher();
-        find(&searcher, &self.f.key_term(kind, id))?.map(|t| self.f.from_tantivy(&t)).transpose()
+        find(&searcher, &self.f.key_term(kind, id), &mut self.stores)?.map(|t| self.f.from_tantivy(&t)).transpose()
     }
 
     fn position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
@@ -239,18 +242,10 @@ impl Shard for EmbeddedShard {
         page_size: usize,
         rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>,
     ) -> Result<u64, IndexError> {
-        let mut pages = self.rewrite_begin(scan, page_size)?;
-        let mut written = 0;
-        loop {
-            let (n, done) = self.rewrite_page(&mut pages, rewrite)?;
-            written += n;
-            if done {
-                return Ok(written);
-            }
-        }
+        crate::index::rewrite_in_pages(self, scan, page_size, rewrite)
     }
 
-    fn fan_out_reads_pending(&self, scan: &Scan) -> bool {
+    fn fan_out_reads_pending(&mut self, scan: &Scan) -> bool {
         !self.paged_keys.contains(scan.key())
     }
 
@@ -265,13 +260,16 @@ impl Shard for EmbeddedShard {
         if !self.fan_out_reads_pending(scan) {
             self.commit()?;
         }
-        Ok(Pages::new(Cursor::begin(self.reader.searcher(), &self.f, scan, page_size, &self.overlay)?))
+        Ok(match Cursor::begin(self.reader.searcher(), &self.f, &mut self.stores, scan, page_size, &self.overlay)? {
+            whole @ Cursor::Whole(_) => Pages::one(whole),
+            paged => Pages::new(paged),
+        })
     }
 
     fn rewrite_page(&mut self, pages: &mut Pages, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<(u64, bool), IndexError> {
         let cursor = pages.cursor::<Cursor>().ok_or_else(|| IndexError::Backend("a fan-out's pages of another backend".into()))?;
         let f = self.f;
-        let (page, done) = cursor.next(&f)?;
+        let (page, done) = cursor.next(&f, &mut self.stores)?;
         let new: Vec<Doc> = page.iter().filter_map(|d| rewrite(d)).collect();
         let written = new.len() as u64;
         // A fan-out of one page, and a pending document, stay in the
@@ -334,6 +332,7 @@ impl Shard for EmbeddedShard {
         self.reader.reload()?;
         let live: std::collections::HashSet<_> = self.reader.searcher().segment_readers().iter().map(|s| s.segment_id()).collect();
         self.pos_columns.retain(|id, _| live.contains(id));
+        self.stores.retain(&live);
         self.overlay.clear();
         self.dirty = false;
         self.paged.clear();

@@ -170,6 +170,8 @@ impl Applier {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
+        // A fan-out's scan read whole when it began.
+        let mut ready = None;
         if cmd.is_fan_out() {
             match cmd {
                 // A profile change's fan-out is small and frequent.
@@ -185,8 +187,12 @@ impl Applier {
             if !crate::apply::fan_out_scan(cmd).is_some_and(|scan| shard.fan_out_reads_pending(&scan)) {
                 self.commit_before(shard)?;
             }
-            if let Some(pages) = self.lane_for(shard, cmd)? {
-                return Ok(Handled::Deferred(Box::new(lanes::Job::new(origin, e, pages))));
+            match self.lane_for(shard, cmd)? {
+                // Read whole as it began (a profile change's few posts):
+                // run now, below, without a lane.
+                Some(pages) if pages.is_one_page() => ready = Some(pages),
+                Some(pages) => return Ok(Handled::Deferred(Box::new(lanes::Job::new(origin, e, pages)))),
+                None => {}
             }
         }
         let mut retry = self.retrying(Op::Rejected);
@@ -212,6 +218,8 @@ impl Applier {
                         return self.abort(shard, origin, reason::INVALID_COMMAND, detail, attempts, Some(e.command_id.clone()));
                     }
                 }
+            } else if let Some(mut pages) = ready.take() {
+                crate::apply::fan_out_rest(shard, cmd, pos as u64, &mut pages)
             } else {
                 apply(shard, cmd, pos as u64, self.shared.cfg.fan_out)
             };
@@ -222,7 +230,7 @@ impl Applier {
                     histogram!(m::COMMAND_SECONDS, "type" => cmd.kind()).record(elapsed.as_secs_f64());
                     count(cmd.kind(), outcome::APPLIED);
                     self.shared.stats.record(docs, cmd.is_fan_out(), elapsed);
-                    let alone = cmd.is_fan_out() && self.commits_alone(docs, elapsed);
+                    let alone = cmd.is_fan_out() && self.commits_alone(docs);
                     if alone {
                         info!(partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, "fan-out applied");
                     } else if cmd.is_fan_out() {

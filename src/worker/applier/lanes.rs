@@ -274,7 +274,7 @@ impl Applier {
         histogram!(m::COMMAND_SECONDS, "type" => cmd.kind()).record(elapsed.as_secs_f64());
         count(cmd.kind(), outcome::APPLIED);
         self.shared.stats.record(docs, true, elapsed);
-        let alone = self.commits_alone(docs, elapsed);
+        let alone = self.commits_alone(docs);
         match alone {
             true => info!(partition = self.partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, lane = %key, "fan-out applied"),
             false => debug!(partition = self.partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, lane = %key, "fan-out applied"),
@@ -299,13 +299,13 @@ impl Applier {
         }
     }
 
-    /// Whether a fan-out that wrote `docs` documents in `elapsed` is
-    /// committed on its own, at once, rather than with the batch it joins:
-    /// one of more than a page, or slow (its effects are then visible at
-    /// once, and what it left uncommitted bounded). A small fan-out (a
-    /// profile change's few posts) costs what its writes cost.
-    pub(super) fn commits_alone(&self, docs: u64, elapsed: Duration) -> bool {
-        docs as usize >= self.shared.cfg.fan_out.page_size || elapsed >= self.shared.cfg.commit_linger
+    /// Whether a fan-out that wrote `docs` documents is committed on its
+    /// own, at once, rather than with the batch it joins: one of a page or
+    /// more (its effects are then visible at once, and what it left
+    /// uncommitted bounded). A small fan-out (a profile change's few
+    /// posts) costs what its writes cost.
+    pub(super) fn commits_alone(&self, docs: u64) -> bool {
+        docs as usize >= self.shared.cfg.fan_out.page_size
     }
 
     /// A failure while lanes are busy: the lanes are dropped, the shard
