@@ -177,3 +177,73 @@ fn a_take_over_reads_past_what_was_fetched_ahead_before_its_departure_on_the_emb
     let b = denorm::index::embedded::EmbeddedBackend::new(index, 20 << 20);
     crate::common::chaos::a_take_over_reads_past_what_was_fetched_ahead_before_its_departure(&b, || live(&b));
 }
+
+/// A profile change and a rename applied right after writes of their own
+/// key that are not committed (on Elasticsearch: still buffered, not sent):
+/// each fan-out reads them from the shard's pending writes, without a
+/// commit first, runs as one page, and the documents equal the model's.
+/// Then the same after a commit, whose writes a search may not see yet
+/// on Elasticsearch (the shard reads them again by GET).
+fn fan_outs_over_pending_writes(backend: &dyn Backend) {
+    let user = |id: &str, name: &str| Command::UpsertUser { id: id.into(), name: name.into(), email: "e@x".into(), dob: "1970-01-01".into() };
+    let post = |id: &str, u: &str, title: &str| Command::UpsertPost { id: id.into(), user_id: u.into(), title: title.into(), body: "b".into(), previous_user_id: None };
+    let file = |id: &str, path: &str| Command::UpsertFile { id: id.into(), path: path.into(), contents: format!("contents of {id}"), previous_path: None };
+    let committed = vec![user("u", "Ann"), post("p1", "u", "one"), post("p3", "u", "three"), post("p5", "u", "five"), file("f1", "/d/x/f1"), file("f2", "/d/x/f2")];
+    let pending = vec![
+        post("p1", "u", "one, edited"),
+        post("p2", "u", "two, new"),
+        Command::DeletePost { id: "p3".into(), user_id: "u".into() },
+        file("f2", "/d/x/f2-moved-in-place"),
+        file("f3", "/d/x/y/f3"),
+        Command::DeleteFile { id: "f1".into(), path: "/d/x/f1".into() },
+        user("u", "Bob"),
+        Command::RenamePath { from: "/d/x".into(), to: "/d/z".into() },
+    ];
+    let after_commit = vec![post("p6", "u", "six"), user("u", "Cy"), file("f4", "/d/z/f4"), Command::RenamePath { from: "/d/z".into(), to: "/d/w".into() }];
+    // Every command of this log is of key `u` or `/d`: one shard.
+    let mut shard = backend.open_shard(0).unwrap();
+    let mut pos = 0u64;
+    let mut run = |shard: &mut Box<dyn Shard + Send>, log: &[Command]| {
+        for c in log {
+            match denorm::apply::fan_out_scan(c) {
+                Some(scan) => {
+                    assert!(shard.fan_out_reads_pending(&scan), "{c:?}: the scan reads the pending writes");
+                    let mut pages = shard.rewrite_begin(&scan, 64).unwrap();
+                    assert!(pages.is_one_page(), "{c:?}: read whole as it began");
+                    denorm::apply::fan_out_rest(shard.as_mut(), c, pos, &mut pages).unwrap();
+                }
+                None => {
+                    apply(shard.as_mut(), c, pos, FanOut::pages_of(64)).unwrap();
+                }
+            }
+            shard.mark_applied(Checkpoint::new(pos, 0));
+            pos += 1;
+        }
+    };
+    run(&mut shard, &committed);
+    shard.commit().unwrap();
+    run(&mut shard, &pending);
+    shard.commit().unwrap();
+    run(&mut shard, &after_commit);
+    shard.commit().unwrap();
+    let log: Vec<Command> = committed.iter().chain(&pending).chain(&after_commit).cloned().collect();
+    let mut m = Model::default();
+    log.iter().for_each(|c| m.apply(c));
+    let mut actual = Vec::new();
+    backend.search().unwrap().dump(&mut |d| actual.push(d)).unwrap();
+    let diffs = model::diff(m.docs(), actual, 20);
+    assert!(diffs.is_empty(), "backend differs from the model:\n{}", diffs.join("\n"));
+}
+
+#[test]
+fn fan_outs_over_pending_writes_match_the_model_on_the_embedded_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = denorm::index::embedded::EmbeddedIndex::open(dir.path(), "pending").unwrap();
+    fan_outs_over_pending_writes(&denorm::index::embedded::EmbeddedBackend::new(index, 20 << 20));
+}
+
+#[test]
+fn fan_outs_over_pending_writes_match_the_model_on_elasticsearch() {
+    let (_es, _rt, backend) = own_elastic("pending");
+    fan_outs_over_pending_writes(&backend);
+}
