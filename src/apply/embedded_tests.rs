@@ -225,7 +225,7 @@ fn a_profile_change_reads_the_batchs_pending_writes_without_a_commit() {
         for (i, c) in batch.iter().enumerate() {
             let pos = (committed.len() + i) as u64;
             if let Some(scan) = crate::apply::fan_out_scan(c) {
-                assert!(shard.fan_out_reads_pending(&scan), "the batch holds no pages of fan-outs");
+                assert!(shard.fan_out_reads_pending(&scan, page), "the batch holds no pages of fan-outs");
                 // As a lane runs it: begun, then a page at a time.
                 let mut pages = shard.rewrite_begin(&scan, page).unwrap();
                 let mut written = 0;
@@ -315,7 +315,7 @@ mod pending_scans {
             }
             match crate::apply::fan_out_scan(c) {
                 Some(scan) if running.is_none() => {
-                    if !shard.fan_out_reads_pending(&scan) {
+                    if !shard.fan_out_reads_pending(&scan, page) {
                         shard.commit().unwrap();
                     }
                     running = Some((pos, shard.rewrite_begin(&scan, page).unwrap()));

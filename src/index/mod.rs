@@ -400,13 +400,14 @@ pub trait Shard {
         page_size: usize,
         rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>,
     ) -> Result<u64, IndexError>;
-    /// Whether a fan-out's scan of `scan` sees this shard's writes not
-    /// committed yet, so that the caller need not commit them first (the
-    /// embedded index lays its pending writes over the committed snapshot;
-    /// see docs/architecture.md, "Fan-outs without a commit of their
-    /// own"). `false`: the caller commits before [`Shard::rewrite_begin`]
-    /// or [`Shard::rewrite`].
-    fn fan_out_reads_pending(&mut self, _scan: &Scan) -> bool {
+    /// Whether a fan-out's scan of `scan` (in pages of `page_size`) sees
+    /// this shard's writes not committed yet, so that the caller need not
+    /// commit them first (see docs/architecture.md, "Fan-outs without a
+    /// commit of their own"). `false`: the caller commits before
+    /// [`Shard::rewrite_begin`] or [`Shard::rewrite`], so that a refusal of
+    /// one of those writes is traced to its own command. Asked right
+    /// before the fan-out begins: a backend may read the scan here.
+    fn fan_out_reads_pending(&mut self, _scan: &Scan, _page_size: usize) -> bool {
         false
     }
     /// Whether what this shard holds uncommitted has grown to where it

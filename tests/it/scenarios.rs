@@ -212,7 +212,7 @@ fn fan_outs_over_pending_writes(backend: &dyn Backend) {
         for c in log {
             match denorm::apply::fan_out_scan(c) {
                 Some(scan) => {
-                    assert!(shard.fan_out_reads_pending(&scan), "{c:?}: the scan reads the pending writes");
+                    assert!(shard.fan_out_reads_pending(&scan, 64), "{c:?}: the scan reads the pending writes");
                     let mut pages = shard.rewrite_begin(&scan, 64).unwrap();
                     assert!(pages.is_one_page(), "{c:?}: read whole as it began");
                     denorm::apply::fan_out_rest(shard.as_mut(), c, pos, &mut pages).unwrap();

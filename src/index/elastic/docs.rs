@@ -66,6 +66,14 @@ pub fn scan_query(scan: &Scan) -> (Kind, Value) {
     }
 }
 
+/// A fan-out's scan read whole when it began (`ElasticShard::small_scan`):
+/// the documents, each with the version its conditional write takes
+/// (`None`: the one the writer's read recorded).
+pub struct EsWhole {
+    pub(super) kind: Kind,
+    pub(super) docs: Vec<(Doc, Option<Option<(i64, i64)>>)>,
+}
+
 /// One hit with what a conditional write needs.
 #[derive(Debug, Clone)]
 pub struct Hit {

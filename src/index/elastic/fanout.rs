@@ -12,7 +12,7 @@ use elasticsearch::indices::IndicesRefreshParts;
 
 use super::bulk::{self, BulkOp, BulkReport};
 use super::conflict::Write;
-use super::docs::{from_source, hits, scan_query, to_source, PitScan};
+use super::docs::{from_source, hits, scan_query, to_source, EsWhole, PitScan};
 use super::shard::ElasticShard;
 use super::ElasticError;
 use crate::index::{Doc, IndexError, Kind, Pages, Scan, Shard, Wanted};
@@ -34,13 +34,6 @@ struct PageWrite {
     written: Vec<(String, String)>,
 }
 
-/// A fan-out read whole when it began ([`ElasticShard::small_scan`]): the
-/// documents, each with the version its conditional write takes (`None`:
-/// the one this writer's read recorded).
-pub(super) struct EsWhole {
-    kind: Kind,
-    docs: Vec<(Doc, Option<Option<(i64, i64)>>)>,
-}
 
 /// A fan-out on Elasticsearch in progress ([`Shard::rewrite_begin`]): the
 /// point-in-time scan and the page bulks in flight. Dropped before it is
@@ -82,7 +75,7 @@ impl ElasticShard {
     /// to the scan's key ([`super::recent`]), judged by the scan's
     /// predicate. `None`: more than a page matched (the caller scans a
     /// point in time).
-    pub(super) fn small_scan(&mut self, scan: &Scan, page_size: usize) -> Result<Option<Pages>, IndexError> {
+    pub(super) fn small_scan(&mut self, scan: &Scan, page_size: usize) -> Result<Option<EsWhole>, IndexError> {
         let (kind, query) = scan_query(scan);
         let index = self.target(kind);
         let b = self.b.clone();
@@ -114,7 +107,7 @@ impl ElasticShard {
                 docs.push((doc, seen));
             }
         }
-        Ok(Some(Pages::one(EsWhole { kind, docs })))
+        Ok(Some(EsWhole { kind, docs }))
     }
 
     /// [`Shard::rewrite_page`](crate::index::Shard::rewrite_page).

@@ -26,6 +26,7 @@ pub mod generations;
 pub mod mapping;
 pub mod meta;
 pub mod names;
+mod ops;
 mod recent;
 pub mod search;
 pub mod setup;

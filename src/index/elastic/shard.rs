@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use super::backend::{ElasticBackend, WriteFirst, SEARCHABLE_WITHIN};
 use super::bulk::{self, BulkOp, BulkReport};
-use super::docs::{from_source, is_tombstone, to_source, tombstone};
+use super::docs::{from_source, is_tombstone, to_source, tombstone, EsWhole};
 use super::names::{self, OWNER_FIELD, PARTITION_FIELD, POS_FIELD};
 use super::conflict::{self, TakeOver, Write};
 use super::generations;
@@ -102,6 +102,9 @@ pub struct ElasticShard {
     /// What this writer wrote that a search may not see yet (see
     /// [`Recent`]): a fan-out's scan reads it by GET.
     pub(super) recent: Recent,
+    /// The scan [`Shard::fan_out_reads_pending`] read, for the fan-out that
+    /// begins next (dropped by any write before it).
+    ready: Option<(Scan, EsWhole)>,
 }
 
 impl ElasticShard {
@@ -126,6 +129,7 @@ impl ElasticShard {
             progress,
             unsearchable: None,
             recent: Recent::new(),
+            ready: None,
         }
     }
 
@@ -247,8 +251,10 @@ impl ElasticShard {
     /// Sends the buffered writes; resolves their conflicts by reading again.
     pub(super) fn flush(&mut self) -> Result<(), IndexError> {
         // Before any write of this writer's (a flush, a commit, a fan-out,
-        // which flushes first): what was fetched ahead may be older than it.
+        // which flushes first): what was fetched ahead may be older than it,
+        // and so may a scan read ahead.
         self.prefetched.clear();
+        self.ready = None;
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -366,6 +372,7 @@ impl ElasticShard {
     /// A delete as a tombstone, not a removal (see `names::DELETED_FIELD`),
     /// decided by `write`'s rule.
     fn tombstone(&mut self, kind: Kind, id: &str, pos: u64, write: Write) -> Result<(), IndexError> {
+        self.ready = None;
         self.recent.deleted(kind, id);
         let op = self.write_op(kind, id, tombstone(id, pos, now_ms()));
         self.pending.push((kind, op, pos, write));
@@ -413,14 +420,27 @@ impl Shard for ElasticShard {
     /// [`MAX_RECENT`]. Otherwise one refresh of the generation first
     /// (sending the buffered writes), which the fan-outs after it share.
     /// A failure leaves the caller to commit first, as before.
-    fn fan_out_reads_pending(&mut self, _scan: &Scan) -> bool {
-        if self.scans_recent() {
-            return true;
-        }
-        match self.flush().and_then(|()| self.refresh()) {
-            Ok(()) => true,
-            Err(error) => {
+    ///
+    /// The scan is read here ([`ElasticShard::small_scan`]) and kept for
+    /// the [`Shard::rewrite_begin`] that follows. One of more than a page
+    /// sends the buffered writes when it begins (its point in time must see
+    /// them): with writes buffered, the caller commits them first.
+    fn fan_out_reads_pending(&mut self, scan: &Scan, page_size: usize) -> bool {
+        self.ready = None;
+        if !self.scans_recent() {
+            if let Err(error) = self.flush().and_then(|()| self.refresh()) {
                 tracing::debug!(partition = self.partition, %error, "refreshing before a fan-out failed: the batch is committed first");
+                return false;
+            }
+        }
+        match self.small_scan(scan, page_size) {
+            Ok(Some(whole)) => {
+                self.ready = Some((scan.clone(), whole));
+                true
+            }
+            Ok(None) => self.pending.is_empty(),
+            Err(error) => {
+                tracing::debug!(partition = self.partition, %error, "a fan-out's search failed: the batch is committed first");
                 false
             }
         }
@@ -526,6 +546,7 @@ impl Shard for ElasticShard {
     }
 
     fn put(&mut self, doc: Doc) -> Result<(), IndexError> {
+        self.ready = None;
         self.recent.wrote(&doc);
         let op = self.write_op(doc.kind(), doc.id(), to_source(&doc));
         self.pending.push((doc.kind(), op, doc.pos(), Write::Own));
@@ -561,6 +582,7 @@ impl Shard for ElasticShard {
             }
             TakeOver::Replace => {}
         }
+        self.ready = None;
         self.recent.wrote(&doc);
         let op = self.write_op(doc.kind(), doc.id(), to_source(&doc));
         self.pending.push((doc.kind(), op, doc.pos(), Write::TakeOver { from }));
@@ -589,9 +611,14 @@ impl Shard for ElasticShard {
     /// its rewrites join the buffered writes. A longer one is a point-in-
     /// time scan after a refresh.
     fn rewrite_begin(&mut self, scan: &Scan, page_size: usize) -> Result<Pages, IndexError> {
+        if let Some((read, whole)) = self.ready.take() {
+            if read == *scan {
+                return Ok(Pages::one(whole));
+            }
+        }
         if self.scans_recent() {
-            if let Some(pages) = self.small_scan(scan, page_size)? {
-                return Ok(pages);
+            if let Some(whole) = self.small_scan(scan, page_size)? {
+                return Ok(Pages::one(whole));
             }
         }
         self.fan_out_pages(scan, page_size)

@@ -245,7 +245,7 @@ impl Shard for EmbeddedShard {
         crate::index::rewrite_in_pages(self, scan, page_size, rewrite)
     }
 
-    fn fan_out_reads_pending(&mut self, scan: &Scan) -> bool {
+    fn fan_out_reads_pending(&mut self, scan: &Scan, _page_size: usize) -> bool {
         !self.paged_keys.contains(scan.key())
     }
 
@@ -257,7 +257,7 @@ impl Shard for EmbeddedShard {
         // Pages of an earlier fan-out of this key are in the writer only:
         // the scan reads them once committed (the worker commits first,
         // `fan_out_reads_pending`).
-        if !self.fan_out_reads_pending(scan) {
+        if self.paged_keys.contains(scan.key()) {
             self.commit()?;
         }
         Ok(match Cursor::begin(self.reader.searcher(), &self.f, &mut self.stores, scan, page_size, &self.overlay)? {

@@ -184,7 +184,7 @@ impl Applier {
             // (Elasticsearch sends them), so that a refusal of one of them
             // is traced to its own command (`Halt::CommitFirst`) instead
             // of aborting this one.
-            if !crate::apply::fan_out_scan(cmd).is_some_and(|scan| shard.fan_out_reads_pending(&scan)) {
+            if !crate::apply::fan_out_scan(cmd).is_some_and(|scan| shard.fan_out_reads_pending(&scan, self.shared.cfg.fan_out.page_size)) {
                 self.commit_before(shard)?;
             }
             match self.lane_for(shard, cmd)? {

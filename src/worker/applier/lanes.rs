@@ -202,9 +202,9 @@ impl Applier {
     }
 
     /// Runs one page of the next fan-out in turn. A fan-out that completes
-    /// is committed on its own when it is large or slow
-    /// ([`Applier::commits_alone`]), and joins the batch otherwise; its key's waiting messages go back to the head
-    /// of `ahead`, in order. A failure drops the lanes and reads the
+    /// is committed on its own when it is large ([`Applier::commits_alone`])
+    /// and joins the batch otherwise; its key's waiting messages go back to
+    /// the head of `ahead`, in order. A failure drops the lanes and reads the
     /// partition again from the checkpoint ([`Applier::fall_back`]).
     /// Whether a page was run.
     pub(super) fn run_page(&self, shard: &mut ShardBox, batch: &mut Vec<Record>, ahead: &mut VecDeque<Feed>) -> Step<bool> {
