@@ -29,9 +29,9 @@ const FAN_OUT_IN_FLIGHT: usize = 3;
 struct PageWrite {
     bulk: tokio::task::JoinHandle<Result<BulkReport, ElasticError>>,
     kinds: HashMap<String, (Kind, u64, Write)>,
-    /// The key and id of each document it writes (recorded as written
-    /// when it settles: see [`crate::index::elastic::recent`]).
-    written: Vec<(String, String)>,
+    /// The key, id and what a scan tests of each document it writes
+    /// (recorded as written when it settles: see `super::recent`).
+    written: Vec<(String, String, String)>,
 }
 
 
@@ -97,7 +97,8 @@ impl ElasticShard {
                 docs.push((from_source(kind, &hit.source), Some(hit.seq)));
             }
         }
-        let mine: Vec<String> = self.recent.of_key(scan.key()).filter(|(k, id)| *k == kind && !again.contains(id)).map(|(_, id)| id.clone()).collect();
+        let found_again: std::collections::HashSet<String> = again.iter().cloned().collect();
+        let mine: Vec<String> = self.recent.matching(scan).filter(|(_, id)| !found_again.contains(id)).map(|(_, id)| id.clone()).collect();
         again.extend(mine);
         let wanted: Vec<Wanted> = again.iter().map(|id| Wanted::contents(kind, id)).collect();
         self.prefetch(&wanted)?;
@@ -214,7 +215,7 @@ impl ElasticShard {
         let mut keys = Vec::new();
         for hit in page {
             if let Some(new) = rewrite(&from_source(p.kind, &hit.source)) {
-                keys.push((new.key(), hit.id.clone()));
+                keys.push((new.key(), hit.id.clone(), super::recent::scanned(&new)));
                 kinds.insert(format!("{}/{}", p.index, hit.id), (p.kind, new.pos(), Write::Own));
                 ops.push(BulkOp::Index { index: p.index.clone(), id: hit.id, source: self.stamp(to_source(&new)), if_seq_no: hit.seq });
             }
@@ -236,8 +237,8 @@ impl ElasticShard {
         let report = self.b.runtime.block_on(w.bulk).map_err(|e| IndexError::Backend(format!("a fan-out's bulk request did not finish: {e}")))??;
         let written = self.resolve(report, &w.kinds, Some(rule))?;
         let kind = w.kinds.values().next().map(|(k, _, _)| *k);
-        for (key, id) in w.written {
-            self.recent.wrote_of(key, kind.unwrap_or(Kind::File), &id);
+        for (key, id, scanned) in w.written {
+            self.recent.wrote_of(key, kind.unwrap_or(Kind::File), &id, scanned);
         }
         self.unsearchable = Some(Instant::now());
         Ok(written)

@@ -13,7 +13,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use crate::index::{Doc, Kind};
+use crate::command::path;
+use crate::index::{Doc, Kind, Scan};
 
 /// Documents written since the last refresh began, at most this many: past
 /// it, the next fan-out refreshes first (several fan-outs share one
@@ -25,10 +26,11 @@ pub(super) struct Recent {
     /// Every document written (a tombstone included).
     ids: HashSet<(Kind, String)>,
     /// Those written with a version, by their key (a file's top-level
-    /// directory, a post's user id). An entry may be stale (the document
-    /// since deleted or moved): the scan's predicate is judged on what a
-    /// GET reads.
-    by_key: HashMap<String, HashSet<(Kind, String)>>,
+    /// directory, a post's user id), with what a scan tests of the version
+    /// written ([`scanned`]): only this partition writes its keys'
+    /// documents, so that is what they hold now, unless deleted since
+    /// (the GET that follows tells).
+    by_key: HashMap<String, HashMap<(Kind, String), String>>,
     /// Since when this writer knows what was written: its opening.
     pub(super) since: Instant,
 }
@@ -40,13 +42,14 @@ impl Recent {
 
     /// `doc` was written (or is about to be).
     pub(super) fn wrote(&mut self, doc: &Doc) {
-        self.wrote_of(doc.key(), doc.kind(), doc.id());
+        self.wrote_of(doc.key(), doc.kind(), doc.id(), scanned(doc));
     }
 
-    /// A document of `key` was written.
-    pub(super) fn wrote_of(&mut self, key: String, kind: Kind, id: &str) {
+    /// A document of `key` was written, `scanned` being what a scan tests
+    /// of it ([`scanned`]).
+    pub(super) fn wrote_of(&mut self, key: String, kind: Kind, id: &str, scanned: String) {
         let id = (kind, id.to_string());
-        self.by_key.entry(key).or_default().insert(id.clone());
+        self.by_key.entry(key).or_default().insert(id.clone(), scanned);
         self.ids.insert(id);
     }
 
@@ -59,9 +62,13 @@ impl Recent {
         self.ids.contains(&(kind, id.to_string()))
     }
 
-    /// The documents of `key` written with a version.
-    pub(super) fn of_key(&self, key: &str) -> impl Iterator<Item = &(Kind, String)> {
-        self.by_key.get(key).into_iter().flatten()
+    /// The documents of `scan`'s key written with a version that `scan`
+    /// matches (files under its path, posts of its user named otherwise).
+    pub(super) fn matching<'a>(&'a self, scan: &'a Scan) -> impl Iterator<Item = &'a (Kind, String)> + 'a {
+        self.by_key.get(scan.key()).into_iter().flatten().filter(move |((kind, _), value)| match scan {
+            Scan::FilesWithin { path: p } => *kind == Kind::File && path::is_within(value, p),
+            Scan::PostsOfUserNotNamed { name, .. } => *kind == Kind::Post && value.as_str() != name.as_str(),
+        }).map(|(id, _)| id)
     }
 
     pub(super) fn len(&self) -> usize {
@@ -74,6 +81,16 @@ impl Recent {
         self.ids.clear();
         self.by_key.clear();
         self.since = self.since.max(started);
+    }
+}
+
+/// What a fan-out's scan tests of a document: a file's full path, a
+/// post's author name (a user is not scanned).
+pub(super) fn scanned(doc: &Doc) -> String {
+    match doc {
+        Doc::File(f) => f.full_path(),
+        Doc::Post(p) => p.user.name.clone(),
+        Doc::User(_) => String::new(),
     }
 }
 
@@ -91,12 +108,20 @@ mod tests {
         r.deleted(Kind::Post, "gone");
         assert!(r.contains(Kind::Post, "p") && r.contains(Kind::Post, "gone") && r.contains(Kind::File, "f"));
         assert!(!r.contains(Kind::File, "p"));
-        assert_eq!(r.of_key("u").collect::<Vec<_>>(), vec![&(Kind::Post, "p".to_string())]);
-        assert_eq!(r.of_key("/top").collect::<Vec<_>>(), vec![&(Kind::File, "f".to_string())]);
-        assert_eq!(r.of_key("v").count(), 0);
+        let posts = |user: &str, name: &str| Scan::PostsOfUserNotNamed { user_id: user.into(), name: name.into() };
+        let files = |p: &str| Scan::FilesWithin { path: p.into() };
+        assert_eq!(r.matching(&posts("u", "m")).collect::<Vec<_>>(), vec![&(Kind::Post, "p".to_string())]);
+        assert_eq!(r.matching(&posts("u", "n")).count(), 0, "already named n");
+        assert_eq!(r.matching(&files("/top")).collect::<Vec<_>>(), vec![&(Kind::File, "f".to_string())]);
+        assert_eq!(r.matching(&files("/top/d/f.txt")).count(), 1);
+        assert_eq!(r.matching(&files("/top/e")).count(), 0, "elsewhere in its key");
+        assert_eq!(r.matching(&posts("v", "m")).count(), 0);
+        // Written again elsewhere in its key: found where it is now.
+        r.wrote(&Doc::File(FileDoc::at("f", "/top/e/f.txt", "x", 5)));
+        assert_eq!((r.matching(&files("/top/d")).count(), r.matching(&files("/top/e")).count()), (0, 1));
         assert_eq!(r.len(), 3);
         let started = Instant::now();
         r.refreshed(started);
-        assert_eq!((r.len(), r.of_key("u").count(), r.since), (0, 0, started));
+        assert_eq!((r.len(), r.matching(&posts("u", "m")).count(), r.since), (0, 0, started));
     }
 }
