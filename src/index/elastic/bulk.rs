@@ -30,6 +30,13 @@ impl BulkOp {
         }
     }
 
+    /// The index (or alias) it writes.
+    pub fn index(&self) -> &str {
+        match self {
+            BulkOp::Index { index, .. } | BulkOp::Create { index, .. } | BulkOp::Delete { index, .. } => index,
+        }
+    }
+
     /// The action's lines as `_bulk` takes them (newline-terminated), each
     /// serialized once: its size bounds the request, and the same bytes
     /// are sent again when it is retried.

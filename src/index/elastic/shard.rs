@@ -317,13 +317,27 @@ impl ElasticShard {
             let mut again = Vec::new();
             // Whether one of `again` replaces another partition's version.
             let mut over_foreign = false;
+            // The round's conflicts read with one `_mget` (review F9); one
+            // the `_mget` could not answer, or all of them if it failed, is
+            // read with a GET.
+            let targets: Vec<(String, String)> = report.conflicts.iter().map(|op| (op.index().to_string(), op.id().to_string())).collect();
+            let mut read = match self.b.runtime.block_on(meta::mget_sources(&self.b.client, &targets)) {
+                Ok(found) => found.into_iter(),
+                Err(error) => {
+                    tracing::debug!(partition = self.partition, %error, "reading conflicts with one _mget failed; each is read with a GET");
+                    Vec::new().into_iter()
+                }
+            };
             for op in report.conflicts.drain(..) {
                 let (index, source) = match &op {
                     BulkOp::Index { index, source, .. } | BulkOp::Create { index, source, .. } => (index.clone(), Some(source.clone())),
                     BulkOp::Delete { index, .. } => (index.clone(), None),
                 };
                 let (kind, pos, write) = kinds.get(&format!("{index}/{}", op.id())).copied().unwrap_or((Kind::File, 0, Write::Own));
-                let current = self.b.runtime.block_on(get_source(&self.b.client, &index, op.id()))?;
+                let current = match read.next().flatten() {
+                    Some(current) => current,
+                    None => self.b.runtime.block_on(get_source(&self.b.client, &index, op.id()))?,
+                };
                 let id = op.id().to_string();
                 match (current, source, rule.as_mut()) {
                     // Deleted since the scan read it: nothing to move.

@@ -142,3 +142,37 @@ fn a_fan_out_has_several_page_bulks_in_flight() {
     assert!(arrivals[1] < arrivals[0] + delay, "the second page's bulk was sent only after the first was answered");
     assert!(live_files(&scans).iter().all(|d| matches!(d, denorm::index::Doc::File(f) if f.full_path().starts_with("/b/"))));
 }
+
+/// Review F9 (`../shared/reviews/elasticsearch.md`): the conflicts of a
+/// flush are read again with one `_mget` a round, not a GET each. Here 40
+/// upserts written first, unread, meet the documents they replace.
+#[test]
+fn a_flushs_conflicts_are_read_with_one_mget_not_a_get_each() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (server, scans) = scans_server(&rt);
+    let b = backend(&server, &rt);
+    let mut shard = b.open_shard(0).unwrap();
+    let upsert = |i: usize, contents: &str| Command::UpsertFile { id: format!("f{i}"), path: format!("/a/f{i}.txt"), contents: contents.into(), previous_path: None };
+    let window = |shard: &mut Box<dyn denorm::index::Shard + Send>, log: &[(usize, u64, &str)]| {
+        let wanted: Vec<Wanted> = log.iter().flat_map(|(i, _, c)| denorm::apply::reads(&upsert(*i, c))).collect();
+        shard.prefetch(&wanted).unwrap();
+        for (i, pos, contents) in log {
+            apply(shard.as_mut(), &upsert(*i, contents), *pos, FanOut::pages_of(10)).unwrap();
+        }
+        let last = log.iter().map(|(_, p, _)| *p).max().unwrap();
+        shard.mark_applied(Checkpoint::new(last, last));
+        shard.commit().unwrap();
+    };
+    // Absent documents: the writer then writes upserts first, unread.
+    window(&mut shard, &(0..40).map(|i| (i, i as u64 + 1, "v1")).collect::<Vec<_>>());
+    let requests = || rt.block_on(server.received_requests()).unwrap();
+    window(&mut shard, &(40..80).map(|i| (i, i as u64 + 1, "v1")).collect::<Vec<_>>());
+    let before = requests().len();
+    // Existing documents, newer versions: 40 creates meet them.
+    window(&mut shard, &(40..80).map(|i| (i, 100 + i as u64, "v2")).collect::<Vec<_>>());
+    let all = requests();
+    let gets = all[before..].iter().filter(|r| r.method.as_str() == "GET" && r.url.path().starts_with("/denorm-files-g0/_doc/")).count();
+    let mgets = all[before..].iter().filter(|r| r.url.path() == "/_mget").count();
+    assert_eq!((gets, mgets), (0, 1), "the round's 40 conflicts read with one _mget, not a GET each");
+    assert!(live_files(&scans).iter().all(|d| matches!(d, denorm::index::Doc::File(f) if f.contents == if f.id[1..].parse::<usize>().unwrap() < 40 { "v1" } else { "v2" })));
+}
