@@ -8,6 +8,24 @@ use denorm::index::Backend;
 use denorm::index::Wanted;
 use super::store::*;
 
+/// The upsert of file `f<i>` at `/a/f<i>.txt`.
+fn upsert(i: usize, contents: &str) -> Command {
+    Command::UpsertFile { id: format!("f{i}"), path: format!("/a/f{i}.txt"), contents: contents.into(), previous_path: None }
+}
+
+/// A window of upserts (file, position, contents) as the worker applies
+/// it: their documents fetched ahead, then applied and committed.
+fn window(shard: &mut Box<dyn denorm::index::Shard + Send>, log: &[(usize, u64, &str)]) {
+    let wanted: Vec<Wanted> = log.iter().flat_map(|(i, _, c)| denorm::apply::reads(&upsert(*i, c))).collect();
+    shard.prefetch(&wanted).unwrap();
+    for (i, pos, contents) in log {
+        apply(shard.as_mut(), &upsert(*i, contents), *pos, FanOut::pages_of(10)).unwrap();
+    }
+    let last = log.iter().map(|(_, p, _)| *p).max().unwrap();
+    shard.mark_applied(Checkpoint::new(last, last));
+    shard.commit().unwrap();
+}
+
 /// Documents fetched ahead (`Shard::prefetch`, one `_mget` for a
 /// window of commands) never hide this writer's own later writes: after
 /// a fan-out moved the file, its read shows the new path, not the
@@ -44,24 +62,13 @@ fn a_prefetched_document_is_read_again_after_the_writers_own_fan_out() {
 /// version changes nothing), and the writer reads first again.
 #[test]
 fn upserts_are_written_first_while_their_documents_are_absent() {
-    use denorm::index::{Doc, Wanted};
+    use denorm::index::Doc;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (server, scans) = scans_server(&rt);
     let b = backend(&server, &rt);
     let mut shard = b.open_shard(0).unwrap();
-    let upsert = |i: usize, contents: &str| Command::UpsertFile { id: format!("f{i}"), path: format!("/a/f{i}.txt"), contents: contents.into(), previous_path: None };
     let reads = |r: &Request| r.url.path() == "/_mget" || (r.method.as_str() == "GET" && r.url.path().starts_with("/denorm-files-g0/_doc/"));
     let count_reads = || rt.block_on(server.received_requests()).unwrap().iter().filter(|r| reads(r)).count();
-    let window = |shard: &mut Box<dyn denorm::index::Shard + Send>, log: &[(usize, u64, &str)]| {
-        let wanted: Vec<Wanted> = log.iter().flat_map(|(i, _, c)| denorm::apply::reads(&upsert(*i, c))).collect();
-        shard.prefetch(&wanted).unwrap();
-        for (i, pos, contents) in log {
-            apply(shard.as_mut(), &upsert(*i, contents), *pos, FanOut::pages_of(10)).unwrap();
-        }
-        let last = log.iter().map(|(_, p, _)| *p).max().unwrap();
-        shard.mark_applied(Checkpoint::new(last, last));
-        shard.commit().unwrap();
-    };
     let first: Vec<(usize, u64, &str)> = (0..40).map(|i| (i, i as u64 + 1, "v1")).collect();
     window(&mut shard, &first);
     assert_eq!(count_reads(), 1, "the first window is read with one _mget");
@@ -152,17 +159,6 @@ fn a_flushs_conflicts_are_read_with_one_mget_not_a_get_each() {
     let (server, scans) = scans_server(&rt);
     let b = backend(&server, &rt);
     let mut shard = b.open_shard(0).unwrap();
-    let upsert = |i: usize, contents: &str| Command::UpsertFile { id: format!("f{i}"), path: format!("/a/f{i}.txt"), contents: contents.into(), previous_path: None };
-    let window = |shard: &mut Box<dyn denorm::index::Shard + Send>, log: &[(usize, u64, &str)]| {
-        let wanted: Vec<Wanted> = log.iter().flat_map(|(i, _, c)| denorm::apply::reads(&upsert(*i, c))).collect();
-        shard.prefetch(&wanted).unwrap();
-        for (i, pos, contents) in log {
-            apply(shard.as_mut(), &upsert(*i, contents), *pos, FanOut::pages_of(10)).unwrap();
-        }
-        let last = log.iter().map(|(_, p, _)| *p).max().unwrap();
-        shard.mark_applied(Checkpoint::new(last, last));
-        shard.commit().unwrap();
-    };
     // Absent documents: the writer then writes upserts first, unread.
     window(&mut shard, &(0..40).map(|i| (i, i as u64 + 1, "v1")).collect::<Vec<_>>());
     let requests = || rt.block_on(server.received_requests()).unwrap();
