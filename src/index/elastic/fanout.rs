@@ -29,8 +29,9 @@ const FAN_OUT_IN_FLIGHT: usize = 3;
 struct PageWrite {
     bulk: tokio::task::JoinHandle<Result<BulkReport, ElasticError>>,
     kinds: HashMap<String, (Kind, u64, Write)>,
-    /// The key, id and what a scan tests of each document it writes
-    /// (recorded as written when it settles: see `super::recent`).
+    /// The kind of its documents, and the key, id and what a scan tests
+    /// of each (recorded as written when it settles: see `super::recent`).
+    kind: Kind,
     written: Vec<(String, String, String)>,
 }
 
@@ -120,10 +121,9 @@ impl ElasticShard {
             let mut written = 0;
             for (doc, version) in docs {
                 if let Some(new) = rewrite(&doc) {
-                    match version {
-                        Some(v) => self.seen.insert((kind, doc.id().to_string()), v),
-                        None => None,
-                    };
+                    if let Some(v) = version {
+                        self.seen.insert((kind, doc.id().to_string()), v);
+                    }
                     self.put(new)?;
                     written += 1;
                 }
@@ -222,7 +222,7 @@ impl ElasticShard {
         }
         let client = b.client.clone();
         let (limits, policy) = (b.limits, b.policy);
-        p.writing.push_back(PageWrite { bulk: b.runtime.spawn(async move { bulk::execute(&client, ops, limits, policy).await }), kinds, written: keys });
+        p.writing.push_back(PageWrite { bulk: b.runtime.spawn(async move { bulk::execute(&client, ops, limits, policy).await }), kinds, kind: p.kind, written: keys });
         let settle_started = Instant::now();
         if p.writing.len() >= FAN_OUT_IN_FLIGHT {
             written += self.settle_page(p.writing.pop_front().expect("a page in flight"), &mut *rewrite)?;
@@ -236,9 +236,8 @@ impl ElasticShard {
     fn settle_page(&mut self, w: PageWrite, rule: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
         let report = self.b.runtime.block_on(w.bulk).map_err(|e| IndexError::Backend(format!("a fan-out's bulk request did not finish: {e}")))??;
         let written = self.resolve(report, &w.kinds, Some(rule))?;
-        let kind = w.kinds.values().next().map(|(k, _, _)| *k);
         for (key, id, scanned) in w.written {
-            self.recent.wrote_of(key, kind.unwrap_or(Kind::File), &id, scanned);
+            self.recent.wrote_of(key, w.kind, &id, scanned);
         }
         self.unsearchable = Some(Instant::now());
         Ok(written)

@@ -253,9 +253,10 @@ impl Applier {
         }
     }
 
-    /// The pages of a fan-out started in its key's lane, when it may run in
-    /// one (see `lanes.rs`); otherwise it runs here, whole. A backend that
-    /// cannot start it now is retried like any write.
+    /// The pages of a fan-out begun for its key's lane, when a lane is free
+    /// (see `lanes.rs`); pages read whole as they began are run at once by
+    /// the caller instead. Otherwise (`None`) it runs here, whole. A
+    /// backend that cannot start it now is retried like any write.
     fn lane_for(&self, shard: &mut dyn Shard, cmd: &Command) -> Step<Option<crate::index::Pages>> {
         let free = self.may_defer.get() && self.lane_jobs() < self.shared.cfg.lanes;
         if !free || cmd.destination_key().is_some() || crate::faults::lists("index.reject", &cmd.key()) {
