@@ -59,11 +59,25 @@ pub struct RebuildArgs {
     /// Indexing memory budget per partition shard, in MiB (at least 15)
     #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
     index_memory_mb: u64,
+    /// How many processes build the new generation together (a Job with `parallelism` and
+    /// `completions` N, `completionMode: Indexed`): each builds the shards of the partitions the
+    /// rebuild's consumer group gives it, and member 0 cuts over once every partition has caught up.
+    /// Every member of one rebuild must be given the same count
+    #[arg(long, env = "DENORM_REBUILD_MEMBERS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    members: u32,
+    /// Which member this process is, 0 to --members minus 1 (in the chart, the pod's completion
+    /// index). Member 0 begins or resumes the rebuild and cuts over; a member replaced under the same
+    /// number takes its partitions back
+    #[arg(long, env = "DENORM_REBUILD_MEMBER", default_value_t = 0)]
+    member: u32,
     #[command(flatten)]
     cross_key: super::CrossKeyArgs,
 }
 
 pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
+    if a.member >= a.members {
+        return Err(UsageError(format!("--member {} of --members {}: members are numbered 0 to {}", a.member, a.members, a.members - 1)).into());
+    }
     let kafka = cli.kafka();
     let rt = tokio::runtime::Handle::current();
     let index: Arc<dyn Generations> = match super::elastic_url(cli) {
@@ -103,6 +117,7 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     }
     let (k, group, keep_old, addr, waits, any_partitioner, accept_gaps, accept_owner_conflicts) =
         (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.cross_key.no_takeover_waits, a.cross_key.any_partitioner, a.accept_gaps, a.accept_owner_conflicts);
+    let members = crate::rebuild::Members { count: a.members, me: a.member };
     let verify = a.verify.then_some(crate::rebuild::CutoverCheck { force: a.force, wait: Duration::from_secs(a.verify_wait_secs) });
     let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
     let health = Arc::new(Health::default());
@@ -114,7 +129,7 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     super::topics::check_lifetime(&kafka, "command topic").await?;
     dlq.ensure_topic().await.context("cannot reach or create the dead-letter topic")?;
     tokio::task::spawn_blocking(move || {
-        let r = Rebuild { kafka: k, index: index.as_ref(), group, partitions, keep_old, takeover_waits: waits, any_partitioner, accept_gaps, accept_owner_conflicts, verify, health, runtime: rt };
+        let r = Rebuild { kafka: k, index: index.as_ref(), group, partitions, keep_old, takeover_waits: waits, any_partitioner, accept_gaps, accept_owner_conflicts, verify, health, runtime: rt, members };
         rebuild(r)
     })
     .await?
@@ -160,6 +175,13 @@ fn rebuild(r: Rebuild<'_>) -> anyhow::Result<()> {
                 n => format!(": {n} differed, cut over anyway (--force)"),
             }
         );
+    }
+    if let Some(by) = done.cut_over_by {
+        println!(
+            "built its share of generation {} ({} of the log's commands applied by all members) in {secs:.1}s; member {by} cut over: searches and workers now use it",
+            done.generation, done.applied
+        );
+        return Ok(());
     }
     for (p, low) in &done.skipped {
         println!("skipped offsets 0..{} of partition {p}: retention had deleted them, and the new generation lacks their effects", low - 1);

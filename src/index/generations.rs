@@ -37,10 +37,55 @@ pub struct State {
     /// How many there were in all.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub owner_conflicts_total: usize,
+    /// How many processes build it (`rebuild --members`); 1 when absent.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub members: u32,
+    /// Set when every partition had caught up: the end offsets of the
+    /// partitions as of that check. Each member then stops its worker and
+    /// reports it; a resumed member that finds it set builds nothing more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_at: Option<Vec<i64>>,
+    /// Which stop this is: a stop withdrawn (a member's work turned out not
+    /// durable) is followed by another, with the next epoch.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub epoch: u64,
 }
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+/// What a member of a rebuild (`rebuild --members N --member I`) reports
+/// to the member that cuts over (member 0), in the index beside the state:
+/// `<index>/REBUILD.member-I`, or the meta document `rebuild-member-I`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberReport {
+    pub generation: u64,
+    pub member: u32,
+    /// The state's epoch this report is of.
+    pub epoch: u64,
+    /// Its worker stopped (committed, released its writers) for that
+    /// epoch's stop.
+    pub stopped: bool,
+    /// Per partition its worker read, the offset it had read to (past
+    /// transaction markers, which no checkpoint covers).
+    pub positions: BTreeMap<i32, i64>,
+    /// Documents its writers could not write for another partition's
+    /// holding them (see [`Generations::owner_conflicts`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owner_conflicts: Vec<String>,
 }
 
 impl State {
@@ -50,7 +95,9 @@ impl State {
     /// write for another partition's holding it, on top of `before` found by
     /// earlier runs; whether the state changed.
     pub fn record_conflicts(&mut self, found: &[String], before: usize) -> bool {
-        let total = before + found.len();
+        // Never fewer than recorded: a member's report that a restart
+        // emptied takes nothing back.
+        let total = (before + found.len()).max(self.owner_conflicts_total);
         let mut changed = total != self.owner_conflicts_total;
         self.owner_conflicts_total = total;
         for d in found {
@@ -73,9 +120,29 @@ pub trait Generations: Send + Sync {
     fn current(&self) -> anyhow::Result<u64>;
     /// Every generation that exists, in order.
     fn list(&self) -> anyhow::Result<Vec<u64>>;
-    fn state(&self) -> anyhow::Result<Option<State>>;
-    fn save_state(&self, s: &State) -> anyhow::Result<()>;
-    fn clear_state(&self) -> anyhow::Result<()>;
+    /// A record of the rebuild in progress: `""` its state, `member-I` a
+    /// member's report.
+    fn record(&self, name: &str) -> anyhow::Result<Option<serde_json::Value>>;
+    /// Writes a record whole (a torn one would stop every rebuild).
+    fn save_record(&self, name: &str, v: serde_json::Value) -> anyhow::Result<()>;
+    fn clear_record(&self, name: &str) -> anyhow::Result<()>;
+    fn state(&self) -> anyhow::Result<Option<State>> {
+        self.record("")?.map(|v| serde_json::from_value(v).context("reading the rebuild's state")).transpose()
+    }
+    fn save_state(&self, s: &State) -> anyhow::Result<()> {
+        self.save_record("", serde_json::to_value(s)?)
+    }
+    fn clear_state(&self) -> anyhow::Result<()> {
+        self.clear_record("")
+    }
+    /// Member `member`'s report, if it wrote one.
+    fn member_report(&self, member: u32) -> anyhow::Result<Option<MemberReport>> {
+        let name = format!("member-{member}");
+        self.record(&name)?.map(|v| serde_json::from_value(v).with_context(|| format!("reading the report of rebuild {name}"))).transpose()
+    }
+    fn save_member_report(&self, r: &MemberReport) -> anyhow::Result<()> {
+        self.save_record(&format!("member-{}", r.member), serde_json::to_value(r)?)
+    }
     /// The topic the current generation was built from.
     fn recorded_topic(&self) -> anyhow::Result<String>;
     /// The partition count of that topic when the current generation was
@@ -104,6 +171,16 @@ pub trait Generations: Send + Sync {
 
 const STATE: &str = "REBUILD";
 
+impl EmbeddedGenerations {
+    /// `REBUILD` for the state, `REBUILD.<name>` for another record.
+    fn record_path(&self, name: &str) -> std::path::PathBuf {
+        match name {
+            "" => self.index.root().join(STATE),
+            name => self.index.root().join(format!("{STATE}.{name}")),
+        }
+    }
+}
+
 /// Generations of the embedded index (`<index>/CURRENT`, `generations/N/`).
 pub struct EmbeddedGenerations {
     pub index: EmbeddedIndex,
@@ -118,20 +195,19 @@ impl Generations for EmbeddedGenerations {
     fn list(&self) -> anyhow::Result<Vec<u64>> {
         Ok(self.index.generations()?)
     }
-    fn state(&self) -> anyhow::Result<Option<State>> {
-        let path = self.index.root().join(STATE);
+    fn record(&self, name: &str) -> anyhow::Result<Option<serde_json::Value>> {
+        let path = self.record_path(name);
         match std::fs::read_to_string(&path) {
             Ok(t) => Ok(Some(serde_json::from_str(&t).with_context(|| format!("reading {}", path.display()))?)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
-    fn save_state(&self, s: &State) -> anyhow::Result<()> {
-        // Written whole or not at all: a torn state would stop every rebuild.
-        Ok(super::embedded::write_atomically(&self.index.root().join(STATE), &serde_json::to_vec(s)?)?)
+    fn save_record(&self, name: &str, v: serde_json::Value) -> anyhow::Result<()> {
+        Ok(super::embedded::write_atomically(&self.record_path(name), &serde_json::to_vec(&v)?)?)
     }
-    fn clear_state(&self) -> anyhow::Result<()> {
-        match std::fs::remove_file(self.index.root().join(STATE)) {
+    fn clear_record(&self, name: &str) -> anyhow::Result<()> {
+        match std::fs::remove_file(self.record_path(name)) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             other => Ok(other?),
         }
@@ -211,6 +287,14 @@ impl ElasticGenerations {
     }
 }
 
+/// The meta document of a rebuild's record: `rebuild`, `rebuild-<name>`.
+fn record_id(name: &str) -> String {
+    match name {
+        "" => names::REBUILD.to_string(),
+        name => format!("{}-{name}", names::REBUILD),
+    }
+}
+
 impl Generations for ElasticGenerations {
     fn current(&self) -> anyhow::Result<u64> {
         self.block(generations::current(&self.backend.client, &self.backend.prefix))
@@ -218,15 +302,15 @@ impl Generations for ElasticGenerations {
     fn list(&self) -> anyhow::Result<Vec<u64>> {
         self.block(generations::list(&self.backend.client, &self.backend.prefix))
     }
-    fn state(&self) -> anyhow::Result<Option<State>> {
-        self.meta(names::REBUILD)?.map(|v| serde_json::from_value(v).context("reading the rebuild's state")).transpose()
+    fn record(&self, name: &str) -> anyhow::Result<Option<serde_json::Value>> {
+        self.meta(&record_id(name))
     }
-    fn save_state(&self, s: &State) -> anyhow::Result<()> {
-        self.put_meta(names::REBUILD, serde_json::to_value(s)?)
+    fn save_record(&self, name: &str, v: serde_json::Value) -> anyhow::Result<()> {
+        self.put_meta(&record_id(name), v)
     }
-    fn clear_state(&self) -> anyhow::Result<()> {
+    fn clear_record(&self, name: &str) -> anyhow::Result<()> {
         let b = &self.backend;
-        self.block(meta::delete_meta(&b.client, &b.prefix, names::REBUILD))
+        self.block(meta::delete_meta(&b.client, &b.prefix, &record_id(name)))
     }
     fn recorded_topic(&self) -> anyhow::Result<String> {
         let log = self.meta(&names::meta_id(self.current()?, "log"))?;

@@ -484,3 +484,100 @@ fn a_rebuild_verifies_the_new_generation_before_its_cutover_on_the_embedded_inde
 fn a_rebuild_verifies_the_new_generation_before_its_cutover_on_elasticsearch() {
     a_rebuild_verifies_the_new_generation_before_its_cutover(Rig::elastic(2));
 }
+
+/// Issue 43, 2: `rebuild --members 2`, the two processes a Job with
+/// `parallelism: 2` runs, each building the shards of its partitions, under
+/// load; member 1 is killed (SIGKILL) in the middle and replaced under its
+/// number, as the Job replaces its pod. One cutover, by member 0, once every
+/// partition has caught up, and the new generation equals the model of the
+/// log.
+#[test]
+fn a_rebuild_by_two_members_with_one_killed_midway_cuts_over_once_and_ends_exact() {
+    rebuild_by_members(Rig::new(4), 30_000, 100, Duration::ZERO);
+}
+
+#[test]
+fn a_rebuild_by_two_members_with_one_killed_midway_cuts_over_once_and_ends_exact_on_elasticsearch() {
+    rebuild_by_members(Rig::elastic(4), 3_000, 10, Duration::from_secs(1));
+}
+
+fn rebuild_by_members(r: Rig, files: usize, batch: usize, pace: Duration) {
+    let live = r.worker(&[]);
+    let mut log = produce(&r.cfg, denorm::demo::seed(files, 100, 1000, 17));
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&live]);
+    let runtime = rt();
+    let index = generations_of(&r, &runtime);
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (cfg, stop) = (r.cfg.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                out.extend(produce(&cfg, files_under(&format!("during{i}-"), &format!("/later{}", i % 7), batch)));
+                i += 1;
+                std::thread::sleep(pace);
+            }
+            out
+        })
+    };
+    let member = |i: u32| rebuild_with(&r, &[], &["--members", "2", "--member", &i.to_string()]);
+    let mut first = member(0);
+    let mut second = member(1);
+    // Not `eventually`: this races the members, polling every 5 ms, to
+    // kill member 1 in the middle of its work, once its report shows it
+    // has read some of its partitions.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !index.member_report(1).unwrap().is_some_and(|m| !m.positions.is_empty()) {
+        assert!(Instant::now() < deadline, "the rebuild made no progress");
+        assert!(first.try_wait().unwrap().is_none() && second.try_wait().unwrap().is_none(), "a member exited before any progress");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    second.kill().unwrap();
+    let (status, text) = finish(second);
+    assert!(!status.success());
+    assert!(!text.contains("stopped: the partitions this member held are committed"), "member 1 had finished its part before it was killed:\n{text}");
+    let killed_held = assigned(&text);
+    assert_eq!(index.current().unwrap(), 0, "cut over before member 1 was killed:\n{text}");
+    // Replaced under its number: it takes its partitions back and resumes
+    // them from their checkpoints.
+    let (status, second_text) = finish(member(1));
+    assert!(status.success(), "{second_text}");
+    assert!(second_text.contains("joining the rebuild member 0 recorded") && second_text.contains("member 0 cut over"), "{second_text}");
+    let (status, first_text) = finish(first);
+    assert!(status.success(), "{first_text}");
+    assert!(first_text.contains("rebuilt generation 1"), "{first_text}");
+    assert_eq!(first_text.matches("cut over: searches and live workers use the new generation").count(), 1, "{first_text}");
+    assert!(!second_text.contains("cut over: searches and live workers"), "member 1 cut over:\n{second_text}");
+    // The work was split, and the replacement took the killed member's
+    // partitions back (a static member of the rebuild's group).
+    let (first_held, second_held) = (assigned(&first_text), assigned(&second_text));
+    assert!(!killed_held.is_empty() && !first_held.is_empty(), "member 0 held {first_held:?}, member 1 {killed_held:?}");
+    assert_eq!(second_held, killed_held, "the replaced member 1 did not take its partitions back");
+    assert_eq!(index.current().unwrap(), 1);
+    assert_eq!(index.list().unwrap(), vec![1], "the old generation is deleted");
+    assert!(index.state().unwrap().is_none() && index.member_report(1).unwrap().is_none(), "the rebuild's records are left behind");
+
+    stop.store(true, Ordering::SeqCst);
+    log.extend(producer.join().unwrap());
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&live]);
+    assert!(live.wait_for_log("the index moved to a new generation", Duration::from_secs(30)), "{}", live.log());
+    let lag = denorm::kafka::group_lag(&r.cfg, &r.group).unwrap();
+    eventually(Duration::from_secs(60), || format!("generation 1 never caught up: {:?}\n{}", index.checkpoints_in(1, 4), live.log()), || {
+        let at = index.checkpoints_in(1, 4).unwrap();
+        lag.partitions.iter().all(|p| p.end == 0 || at.get(&p.partition).is_some_and(|c| c.offset as i64 >= p.end - 1)).then_some(())
+    });
+    let (status, text) = live.terminate_with_log();
+    assert!(status.success(), "{text}");
+    assert_matches_model(&r.index, &log);
+    eprintln!("rebuild by two members: {} commands in the log", log.len());
+}
+
+/// Every partition a process's log says it was assigned.
+fn assigned(log: &str) -> std::collections::BTreeSet<i32> {
+    log.lines()
+        .filter(|l| l.contains("partitions assigned"))
+        .filter_map(|l| l.split("partitions=[").nth(1)?.split(']').next().map(String::from))
+        .flat_map(|list| list.split(',').filter_map(|p| p.trim().parse().ok()).collect::<Vec<i32>>())
+        .collect()
+}

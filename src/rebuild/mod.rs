@@ -28,19 +28,23 @@
 //!    once no writer holds its shards, on Elasticsearch at once (nothing can
 //!    write to it any more), then the state is removed.
 
+mod build;
+pub mod members;
+
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::BaseConsumer;
 use tracing::{info, warn};
 
+pub use members::Members;
+
 use crate::http::Health;
 use crate::index::generations::{Generations, State};
 use crate::index::Checkpoint;
 use crate::kafka::{watermarks, KafkaConfig, KafkaSetupError};
-use crate::worker::{self, Stats, WorkerConfig, WorkerError};
+use crate::worker::{WorkerConfig, WorkerError};
 
 /// Why a rebuild did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +115,19 @@ pub enum RebuildError {
          before rebuilding from {topic} ({partitions} partitions)"
     )]
     OtherLog { generation: u64, recorded: String, recorded_partitions: i32, topic: String, partitions: i32 },
+    /// A rebuild begun by another number of members.
+    #[error(
+        "the rebuild of generation {generation} was begun by {recorded} member(s): resume it with --members {recorded} (and every \
+         member number below it), or give it up with `denorm rebuild --abandon` before rebuilding with {members}"
+    )]
+    OtherMembers { generation: u64, recorded: u32, members: u32 },
+    /// A member other than 0 found no rebuild to join.
+    #[error("member {member} found no rebuild in progress after {secs}s: member 0 (`--member 0`) begins or resumes it; is it running?")]
+    NotBegun { secs: u64, member: u32 },
+    /// The rebuild a member worked for was given up (`--abandon`) or
+    /// replaced by another.
+    #[error("the rebuild of generation {generation} was given up while this member worked for it")]
+    GivenUp { generation: u64 },
 }
 
 /// What a rebuild needs.
@@ -137,6 +154,8 @@ pub struct Rebuild<'a> {
     pub health: Arc<Health>,
     /// The runtime the rebuild's worker resolves schema ids on.
     pub runtime: tokio::runtime::Handle,
+    /// Which of the rebuild's processes this is.
+    pub members: Members,
 }
 
 /// How `--verify` checks a rebuild before its cutover.
@@ -178,6 +197,8 @@ pub struct Done {
     pub skipped: Vec<(i32, i64)>,
     /// With `--verify`: the comparison before the cutover.
     pub verified: Option<Verified>,
+    /// Set on a member other than 0: the member that cut over.
+    pub cut_over_by: Option<u32>,
 }
 
 /// Commands of the log (`ends`: each partition's watermarks) that a
@@ -193,7 +214,7 @@ const BROKER_SILENCE: Duration = Duration::from_secs(120);
 /// Rebuilds (or resumes rebuilding) the next generation and cuts over to it;
 /// `progress` sees each turn of the progress poll. Blocking.
 pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, RebuildError> {
-    let Rebuild { kafka, index, group, partitions, keep_old, takeover_waits, any_partitioner, accept_gaps, accept_owner_conflicts, verify, health, runtime: rt } = r;
+    let Rebuild { kafka, index, group, partitions, keep_old, takeover_waits, any_partitioner, accept_gaps, accept_owner_conflicts, verify, health, runtime: rt, members: m } = r;
     let group = group.as_str();
     let started = Instant::now();
     let consumer: BaseConsumer = kafka.client_config().create().map_err(KafkaSetupError::from)?;
@@ -222,22 +243,30 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
     }
     let current = index.current()?;
     let mut verified = None;
-    let mut state = begin(index, &kafka.topic, partitions, group)?;
-    // Owner conflicts earlier runs of this rebuild met.
+    let mut state = match m.leads() {
+        true => begin(index, &kafka.topic, partitions, group, m.count)?,
+        false => members::await_state(index, &kafka.topic, partitions, m, members::BEGIN_WAIT)?,
+    };
     let conflicts_before = state.owner_conflicts_total;
     let target = state.generation;
 
     if current != target {
         index.prepare(target)?;
-        // The rebuild's worker, on generation `target`.
-        let backend = index.writer(target);
-        let shutdown = Arc::new(AtomicBool::new(false));
-        // A group of this run's own: a run killed moments ago may still be a
-        // member of the last one, holding its partitions until the broker
-        // evicts it (tansu 0.6 was seen not to within minutes). Positions
-        // come from the shards' checkpoints, never from the group's offsets.
-        let run_group = format!("{}-{}", state.group, &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        // Alone, a group of this run's own: a run killed moments ago may
+        // still be a member of the last one, holding its partitions until
+        // the broker evicts it (tansu 0.6 was seen not to within minutes).
+        // Members share the rebuild's group as static members: a member
+        // replaced under its number takes its partitions back at once.
+        // Positions come from the shards' checkpoints, never from the
+        // group's offsets.
+        let run_group = match m.count {
+            1 => format!("{}-{}", state.group, &uuid::Uuid::new_v4().simple().to_string()[..8]),
+            _ => state.group.clone(),
+        };
         let mut cfg = WorkerConfig::new(kafka.clone(), run_group.clone());
+        if m.count > 1 {
+            cfg.instance_id = Some(format!("member-{}", m.me));
+        }
         cfg.takeover_waits = takeover_waits;
         cfg.any_partitioner = any_partitioner;
         cfg.accept_gaps = accept_gaps;
@@ -247,75 +276,49 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         let dlq = crate::dlq::default_topic(&kafka.topic);
         let (_, markers) = crate::dlq::admin::read(&kafka, &dlq).map_err(|e| RebuildError::Index(anyhow::Error::new(e).context(format!("reading the markers of {dlq}"))))?;
         cfg.markers_written = Arc::new(markers.iter().filter_map(|m| m.id()).collect());
-        info!(group = %run_group, "the rebuild's worker joins a consumer group of its own (it commits no offsets there; the group is deleted after the cutover)");
-        let (flag, h, handle) = (shutdown.clone(), health.clone(), rt.clone());
-        let stats = Arc::new(Stats::default());
-        let worker_stats = stats.clone();
-        let worker = std::thread::spawn(move || {
-            let _rt = handle.enter();
-            worker::run(cfg, backend, flag, h, worker_stats)
-        });
-
-        let mut unanswered: Option<Instant> = None;
-        loop {
-            if worker.is_finished() {
-                worker.join().map_err(|_| RebuildError::WorkerPanicked)?.map_err(RebuildError::Worker)?;
-                return Err(RebuildError::WorkerStopped);
-            }
-            // A poll the broker did not answer in time (a busy broker) is
-            // polled again: the worker goes on meanwhile. Only a broker
-            // silent for minutes ends the rebuild.
-            let ends = match watermarks(&consumer, &kafka.topic, partitions) {
-                Ok(e) => {
-                    unanswered = None;
-                    e
-                }
-                Err(e) => {
-                    let since = *unanswered.get_or_insert_with(|| {
-                        warn!(error = %e, "reading the topic's end offsets failed; polled again every second");
-                        Instant::now()
-                    });
-                    if since.elapsed() >= BROKER_SILENCE {
-                        return Err(RebuildError::BrokerSilent { secs: BROKER_SILENCE.as_secs(), source: e });
-                    }
-                    std::thread::sleep(Duration::from_secs(1));
-                    continue;
-                }
+        info!(group = %run_group, member = m.me, members = m.count, "the rebuild's worker joins a consumer group of its own (it commits no offsets there; members of one rebuild share it)");
+        let b = build::Build { kafka: &kafka, consumer: &consumer, index, cfg, health, runtime: rt.clone(), partitions, live: same_log.then_some(current), members: m, conflicts_before };
+        let reports = loop {
+            let positions = match state.stop_at {
+                None => build::until_stop(&b, &mut state, &mut progress)?,
+                // Resumed after the stop: this run's worker has read nothing.
+                Some(_) => Default::default(),
             };
-            let built = index.checkpoints_in(target, partitions)?;
-            let live = if same_log { index.checkpoints_in(current, partitions)? } else { Default::default() };
-            let found = index.owner_conflicts();
-            if !found.is_empty() && state.record_conflicts(&found, conflicts_before) {
-                warn!(documents = state.owner_conflicts_total, first = ?state.owner_conflicts.iter().take(5).collect::<Vec<_>>(), "the rebuild met documents another key's partition held (owner changes sent without their explicit form): it will not cut over unless --accept-owner-conflicts");
-                index.save_state(&state)?;
+            if !m.leads() {
+                index.save_member_report(&build::report(&b, &state, true, positions))?;
+                info!(generation = target, member = m.me, "stopped: the partitions this member held are committed");
+                match members::await_outcome(index, target, state.epoch)? {
+                    members::Outcome::CutOver => {
+                        let applied = applied_of(&index.checkpoints_in(target, partitions)?, &watermarks(&consumer, &kafka.topic, partitions)?) as u64;
+                        return Ok(Done { generation: target, partitions, applied, elapsed: started.elapsed(), skipped, verified: None, cut_over_by: Some(0) });
+                    }
+                    members::Outcome::Resumed(s) => {
+                        info!(generation = target, epoch = s.epoch, "member 0 withdrew the stop: building on");
+                        state = s;
+                        continue;
+                    }
+                }
             }
-            let applied = applied_of(&built, &ends);
-            let all: i64 = ends.iter().map(|(_, high)| high).sum();
-            metrics::gauge!("denorm_rebuild_remaining_messages").set((all - applied).max(0) as f64);
-            metrics::gauge!("denorm_rebuild_generation").set(target as f64);
-            progress(&Tick { generation: target, applied, of: all });
-            // Caught up: with the log as of this check (its last message
-            // applied, or, when offsets without messages such as
-            // transaction markers end it, the worker past them), and with
-            // the live generation (so a search never sees the index go back).
-            let positions = stats.positions.lock().expect("positions lock").clone();
-            let caught_up = (0..partitions).all(|p| {
-                let high = ends[p as usize].1;
-                let at = built.get(&p).map_or(-1, |c| c.offset as i64);
-                let live_at = live.get(&p).map_or(-1, |c| c.offset as i64);
-                (at + 1 >= high || positions.get(&p).is_some_and(|n| *n >= high)) && at >= live_at
-            });
-            if caught_up {
-                break;
+            let reports = members::await_stopped(index, &state, m)?;
+            // What was judged caught up must be durable: a member that
+            // died after reporting its position may not have committed.
+            let stop_at = state.stop_at.clone().unwrap_or_default();
+            let positions = members::merged_positions(&positions, &reports);
+            let behind = members::behind(&stop_at, &index.checkpoints_in(target, partitions)?, &positions);
+            if behind.is_empty() {
+                break reports;
             }
-            std::thread::sleep(Duration::from_millis(200));
+            warn!(partitions = ?behind, "after the stop these partitions are behind where they were judged caught up (a member died before it committed): withdrawing the stop");
+            state.stop_at = None;
+            state.epoch += 1;
+            index.save_state(&state)?;
+        };
+        if m.count == 1 {
+            crate::kafka::delete_group(&kafka, &run_group, &rt);
         }
-        // The rebuild's worker stops first (commits, releases its writers):
-        // from the cutover on, live workers are the only writers of `target`.
-        shutdown.store(true, Ordering::SeqCst);
-        worker.join().map_err(|_| RebuildError::WorkerPanicked)?.map_err(RebuildError::Worker)?;
-        crate::kafka::delete_group(&kafka, &run_group, &rt);
-        if state.record_conflicts(&index.owner_conflicts(), conflicts_before) {
+        let mut found = index.owner_conflicts();
+        found.extend(reports.iter().flat_map(|r| r.owner_conflicts.iter().cloned()));
+        if state.record_conflicts(&found, conflicts_before) {
             index.save_state(&state)?;
         }
         if state.owner_conflicts_total > 0 && !accept_owner_conflicts {
@@ -330,6 +333,10 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
             warn!("injected fault rebuild.after-cutover: aborting");
             std::process::abort();
         }
+    } else if !m.leads() {
+        // Member 0 cut over already, and is cleaning up.
+        let applied = applied_of(&index.checkpoints_in(target, partitions)?, &marks) as u64;
+        return Ok(Done { generation: target, partitions, applied, elapsed: started.elapsed(), skipped, verified: None, cut_over_by: Some(0) });
     }
 
     if !keep_old {
@@ -338,9 +345,10 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         }
     }
     index.clear_state()?;
+    members::clear_reports(index, m);
     let built = index.checkpoints_in(target, partitions)?;
     let applied: u64 = built.values().map(|c| c.offset + 1).sum();
-    Ok(Done { generation: target, partitions, applied, elapsed: started.elapsed(), skipped, verified })
+    Ok(Done { generation: target, partitions, applied, elapsed: started.elapsed(), skipped, verified, cut_over_by: None })
 }
 
 /// `--verify`: compares generation `target` with the live `current` over
@@ -382,7 +390,7 @@ pub struct Status {
 
 /// The rebuild to resume (its state is recorded: a run that did not finish),
 /// which must be of `topic` with `partitions`, or a new one, recorded now.
-pub fn begin(index: &dyn Generations, topic: &str, partitions: i32, group: &str) -> Result<State, RebuildError> {
+pub fn begin(index: &dyn Generations, topic: &str, partitions: i32, group: &str, members: u32) -> Result<State, RebuildError> {
     let current = index.current()?;
     match index.state().map_err(RebuildError::State)? {
         Some(s) => {
@@ -390,13 +398,16 @@ pub fn begin(index: &dyn Generations, topic: &str, partitions: i32, group: &str)
             if recorded != topic || recorded_partitions != partitions {
                 return Err(RebuildError::OtherLog { generation: s.generation, recorded, recorded_partitions, topic: topic.into(), partitions });
             }
+            if s.members != members {
+                return Err(RebuildError::OtherMembers { generation: s.generation, recorded: s.members, members });
+            }
             info!(generation = s.generation, "resuming the rebuild in progress");
             Ok(s)
         }
         None => {
             let generation = index.list()?.into_iter().max().unwrap_or(0).max(current) + 1;
             let group = format!("{group}.rebuild-{generation}-{}", uuid::Uuid::new_v4().simple());
-            let s = State { generation, group, topic: Some(topic.into()), partitions: Some(partitions), ..Default::default() };
+            let s = State { generation, group, topic: Some(topic.into()), partitions: Some(partitions), members, ..Default::default() };
             index.save_state(&s)?;
             info!(generation, "rebuilding the index into a new generation");
             Ok(s)
@@ -412,7 +423,10 @@ pub fn abandon(index: &dyn Generations, partitions: i32) -> Result<Option<u64>, 
     let current = index.current()?;
     let generations = index.list()?;
     let target = match index.state() {
-        Ok(Some(s)) => Some(s.generation),
+        Ok(Some(s)) => {
+            members::clear_reports(index, Members { count: s.members, me: 0 });
+            Some(s.generation)
+        }
         Ok(None) => None,
         Err(e) => {
             warn!(error = %format!("{e:#}"), "the rebuild's state cannot be read: giving up the generation above the current one");
@@ -463,17 +477,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         EmbeddedIndex::open(dir.path(), "a").unwrap();
         let g = generations(dir.path(), "a");
-        let s = begin(&g, "a", 2, "grp").unwrap();
+        let s = begin(&g, "a", 2, "grp", 1).unwrap();
         assert_eq!((s.generation, s.topic.as_deref(), s.partitions), (1, Some("a"), Some(2)));
-        assert_eq!(begin(&g, "a", 2, "grp").unwrap(), s, "resumed");
+        assert_eq!(begin(&g, "a", 2, "grp", 1).unwrap(), s, "resumed");
         for (topic, partitions) in [("b", 2), ("a", 3)] {
-            let e = begin(&generations(dir.path(), topic), topic, partitions, "grp").unwrap_err();
+            let e = begin(&generations(dir.path(), topic), topic, partitions, "grp", 1).unwrap_err();
             assert!(matches!(e, RebuildError::OtherLog { generation: 1, .. }), "{e}");
             assert!(e.to_string().contains("--topic a") && e.to_string().contains("--abandon"), "{e}");
         }
         // A state of an earlier build (no topic recorded) is resumed.
         g.save_state(&State { topic: None, partitions: None, ..s.clone() }).unwrap();
-        assert_eq!(begin(&g, "a", 2, "grp").unwrap().generation, 1);
+        assert_eq!(begin(&g, "a", 2, "grp", 1).unwrap().generation, 1);
     }
 
     /// Issue 29, 10: a torn state file used to break every `rebuild`,
@@ -486,12 +500,12 @@ mod tests {
         let g = generations(dir.path(), "a");
         std::fs::create_dir_all(dir.path().join("generations/1")).unwrap();
         std::fs::write(dir.path().join("REBUILD"), b"{\"generation\": 1, \"gro").unwrap();
-        let e = begin(&g, "a", 2, "grp").unwrap_err();
+        let e = begin(&g, "a", 2, "grp", 1).unwrap_err();
         assert!(matches!(e, RebuildError::State(_)) && e.to_string().contains("denorm rebuild --abandon"), "{e}");
         assert_eq!(abandon(&g, 2).unwrap(), Some(1));
         assert!(!dir.path().join("generations/1").exists() && !dir.path().join("REBUILD").exists());
         assert_eq!(abandon(&g, 2).unwrap(), None, "nothing left to give up");
-        let s = begin(&g, "b", 4, "grp").unwrap();
+        let s = begin(&g, "b", 4, "grp", 1).unwrap();
         assert_eq!((s.generation, s.topic.as_deref()), (1, Some("b")));
         assert_eq!(abandon(&g, 4).unwrap(), Some(1));
     }
