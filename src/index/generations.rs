@@ -69,7 +69,7 @@ fn is_one(n: &u32) -> bool {
 
 /// What a member of a rebuild (`rebuild --members N --member I`) reports
 /// to the member that cuts over (member 0), in the index beside the state:
-/// `<index>/REBUILD.member-I`, or the meta document `rebuild-member-I`.
+/// `<index>/REBUILD-MEMBER-I`, or the meta document `rebuild-member-I`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberReport {
     pub generation: u64,
@@ -120,28 +120,32 @@ pub trait Generations: Send + Sync {
     fn current(&self) -> anyhow::Result<u64>;
     /// Every generation that exists, in order.
     fn list(&self) -> anyhow::Result<Vec<u64>>;
-    /// A record of the rebuild in progress: `""` its state, `member-I` a
+    /// A record of the rebuild kept with the index (see
+    /// [`Backend::record`]): `rebuild` its state, `rebuild-member-I` a
     /// member's report.
     fn record(&self, name: &str) -> anyhow::Result<Option<serde_json::Value>>;
     /// Writes a record whole (a torn one would stop every rebuild).
     fn save_record(&self, name: &str, v: serde_json::Value) -> anyhow::Result<()>;
     fn clear_record(&self, name: &str) -> anyhow::Result<()>;
     fn state(&self) -> anyhow::Result<Option<State>> {
-        self.record("")?.map(|v| serde_json::from_value(v).context("reading the rebuild's state")).transpose()
+        self.record(STATE)?.map(|v| serde_json::from_value(v).context("reading the rebuild's state")).transpose()
     }
     fn save_state(&self, s: &State) -> anyhow::Result<()> {
-        self.save_record("", serde_json::to_value(s)?)
+        self.save_record(STATE, serde_json::to_value(s)?)
     }
     fn clear_state(&self) -> anyhow::Result<()> {
-        self.clear_record("")
+        self.clear_record(STATE)
     }
     /// Member `member`'s report, if it wrote one.
     fn member_report(&self, member: u32) -> anyhow::Result<Option<MemberReport>> {
-        let name = format!("member-{member}");
-        self.record(&name)?.map(|v| serde_json::from_value(v).with_context(|| format!("reading the report of rebuild {name}"))).transpose()
+        let name = member_record(member);
+        self.record(&name)?.map(|v| serde_json::from_value(v).with_context(|| format!("reading the record {name}"))).transpose()
     }
     fn save_member_report(&self, r: &MemberReport) -> anyhow::Result<()> {
-        self.save_record(&format!("member-{}", r.member), serde_json::to_value(r)?)
+        self.save_record(&member_record(r.member), serde_json::to_value(r)?)
+    }
+    fn clear_member_report(&self, member: u32) -> anyhow::Result<()> {
+        self.clear_record(&member_record(member))
     }
     /// The topic the current generation was built from.
     fn recorded_topic(&self) -> anyhow::Result<String>;
@@ -169,16 +173,13 @@ pub trait Generations: Send + Sync {
     }
 }
 
-const STATE: &str = "REBUILD";
+/// The record of the rebuild's state (`<index>/REBUILD`, the meta
+/// document `rebuild`).
+const STATE: &str = "rebuild";
 
-impl EmbeddedGenerations {
-    /// `REBUILD` for the state, `REBUILD.<name>` for another record.
-    fn record_path(&self, name: &str) -> std::path::PathBuf {
-        match name {
-            "" => self.index.root().join(STATE),
-            name => self.index.root().join(format!("{STATE}.{name}")),
-        }
-    }
+/// The record of a member's report.
+fn member_record(member: u32) -> String {
+    format!("{STATE}-member-{member}")
 }
 
 /// Generations of the embedded index (`<index>/CURRENT`, `generations/N/`).
@@ -196,21 +197,13 @@ impl Generations for EmbeddedGenerations {
         Ok(self.index.generations()?)
     }
     fn record(&self, name: &str) -> anyhow::Result<Option<serde_json::Value>> {
-        let path = self.record_path(name);
-        match std::fs::read_to_string(&path) {
-            Ok(t) => Ok(Some(serde_json::from_str(&t).with_context(|| format!("reading {}", path.display()))?)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        Ok(self.index.record(name)?)
     }
     fn save_record(&self, name: &str, v: serde_json::Value) -> anyhow::Result<()> {
-        Ok(super::embedded::write_atomically(&self.record_path(name), &serde_json::to_vec(&v)?)?)
+        Ok(self.index.save_record(name, &v)?)
     }
     fn clear_record(&self, name: &str) -> anyhow::Result<()> {
-        match std::fs::remove_file(self.record_path(name)) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            other => Ok(other?),
-        }
+        Ok(self.index.clear_record(name)?)
     }
     fn recorded_topic(&self) -> anyhow::Result<String> {
         Ok(self.index.recorded_topic()?)
@@ -287,14 +280,6 @@ impl ElasticGenerations {
     }
 }
 
-/// The meta document of a rebuild's record: `rebuild`, `rebuild-<name>`.
-fn record_id(name: &str) -> String {
-    match name {
-        "" => names::REBUILD.to_string(),
-        name => format!("{}-{name}", names::REBUILD),
-    }
-}
-
 impl Generations for ElasticGenerations {
     fn current(&self) -> anyhow::Result<u64> {
         self.block(generations::current(&self.backend.client, &self.backend.prefix))
@@ -303,14 +288,14 @@ impl Generations for ElasticGenerations {
         self.block(generations::list(&self.backend.client, &self.backend.prefix))
     }
     fn record(&self, name: &str) -> anyhow::Result<Option<serde_json::Value>> {
-        self.meta(&record_id(name))
+        self.meta(name)
     }
     fn save_record(&self, name: &str, v: serde_json::Value) -> anyhow::Result<()> {
-        self.put_meta(&record_id(name), v)
+        self.put_meta(name, v)
     }
     fn clear_record(&self, name: &str) -> anyhow::Result<()> {
         let b = &self.backend;
-        self.block(meta::delete_meta(&b.client, &b.prefix, &record_id(name)))
+        self.block(meta::delete_meta(&b.client, &b.prefix, name))
     }
     fn recorded_topic(&self) -> anyhow::Result<String> {
         let log = self.meta(&names::meta_id(self.current()?, "log"))?;

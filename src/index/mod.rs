@@ -564,16 +564,30 @@ pub trait Backend: Send + Sync {
     /// A read view of everything committed so far (of the generation a
     /// rebuild's backend is pinned to, or the current one).
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError>;
-    /// What the last `denorm verify` of this index found (`None`: none yet,
-    /// or a backend that keeps no record).
-    fn verified(&self) -> Result<Option<Verified>, IndexError> {
+    /// A small JSON record kept with the index (a file beside the embedded
+    /// index's generations, a meta document on Elasticsearch): what the
+    /// last `denorm verify` found, a rebuild's state. `None`: none yet, or
+    /// a backend that keeps no records.
+    fn record(&self, _name: &str) -> Result<Option<serde_json::Value>, IndexError> {
         Ok(None)
     }
-    /// Records what a `denorm verify` found.
-    fn record_verified(&self, _v: &Verified) -> Result<(), IndexError> {
+    /// Writes a record whole.
+    fn save_record(&self, _name: &str, _v: &serde_json::Value) -> Result<(), IndexError> {
         Ok(())
     }
+    /// What the last `denorm verify` of this index found.
+    fn verified(&self) -> Result<Option<Verified>, IndexError> {
+        let v = self.record(VERIFIED_RECORD)?;
+        v.map(|v| serde_json::from_value(v).map_err(|e| IndexError::Corrupt(format!("the record of the last verify: {e}")))).transpose()
+    }
+    /// Records what a `denorm verify` found.
+    fn record_verified(&self, v: &Verified) -> Result<(), IndexError> {
+        self.save_record(VERIFIED_RECORD, &serde_json::to_value(v).map_err(|e| IndexError::Backend(e.to_string()))?)
+    }
 }
+
+/// The record of [`Backend::verified`].
+pub const VERIFIED_RECORD: &str = "verified";
 
 /// What the last `denorm verify` of an index found: kept with the index (a
 /// file beside the embedded index's generations, a meta document on

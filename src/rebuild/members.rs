@@ -3,7 +3,8 @@
 //! partitions the rebuild's consumer group gives it, and member 0 cuts over
 //! once, when every partition has caught up.
 //!
-//! They meet in the index, beside the rebuild's state:
+//! They meet in the index, beside the rebuild's state (records
+//! `rebuild-member-I`):
 //!
 //! 1. Member 0 begins (or resumes) the rebuild and records it; the others
 //!    wait for that record.
@@ -172,7 +173,7 @@ pub fn await_outcome(index: &dyn Generations, target: u64, epoch: u64) -> Result
 /// given up): best effort, as a report of an older generation is ignored.
 pub fn clear_reports(index: &dyn Generations, m: Members) {
     for i in m.others() {
-        if let Err(e) = index.clear_record(&format!("member-{i}")) {
+        if let Err(e) = index.clear_member_report(i) {
             warn!(member = i, error = %format!("{e:#}"), "could not delete a rebuild member's report (it is ignored by later rebuilds)");
         }
     }

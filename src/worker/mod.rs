@@ -522,11 +522,15 @@ fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<(i32, Feed)>) -> bo
                 break;
             }
         }
-        let want_paused = if part.paused {
-            !part.pending.is_empty() || part.queued.bytes() > limit / 2
-        } else {
-            !part.pending.is_empty()
-        };
+        // A replay's partition applied up to where it stops (`until`)
+        // reads nothing more: its messages would be dropped.
+        let done = ctx.shared.cfg.until.as_ref().is_some_and(|u| part.next.load(Ordering::SeqCst) > u.get(p).copied().unwrap_or(-1));
+        let want_paused = done
+            || if part.paused {
+                !part.pending.is_empty() || part.queued.bytes() > limit / 2
+            } else {
+                !part.pending.is_empty()
+            };
         if want_paused != part.paused {
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(&ctx.shared.cfg.kafka.topic, *p);

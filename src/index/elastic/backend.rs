@@ -120,15 +120,4 @@ impl ElasticBackend {
     pub(super) fn meta_index(&self) -> String {
         names::meta_index(&self.prefix)
     }
-
-    /// The meta document of the last `denorm verify`.
-    pub(super) fn read_verified(&self) -> Result<Option<crate::index::Verified>, crate::index::IndexError> {
-        let got = self.runtime.block_on(super::meta::get_meta(&self.client, &self.prefix, names::VERIFIED))?;
-        got.map(|v| serde_json::from_value(v).map_err(|e| crate::index::IndexError::Corrupt(format!("meta document {}: {e}", names::VERIFIED)))).transpose()
-    }
-
-    pub(super) fn write_verified(&self, v: &crate::index::Verified) -> Result<(), crate::index::IndexError> {
-        let body = serde_json::to_value(v).map_err(|e| crate::index::IndexError::Backend(e.to_string()))?;
-        Ok(self.runtime.block_on(super::meta::put_meta(&self.client, &self.prefix, names::VERIFIED, body))?)
-    }
 }

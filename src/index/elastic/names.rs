@@ -55,10 +55,6 @@ pub fn meta_id(g: u64, name: &str) -> String {
     }
 }
 
-/// The meta document of the rebuild in progress.
-pub const REBUILD: &str = "rebuild";
-/// The meta document of the last `denorm verify` (`Backend::verified`).
-pub const VERIFIED: &str = "verified";
 /// The meta field holding a partition's owner epoch (see
 /// `ElasticBackend::open_shard`).
 pub const OWNER_FIELD: &str = "owner";

@@ -128,10 +128,10 @@ impl Backend for ElasticBackend {
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {
         Ok(Box::new(super::search::ElasticSearch { client: self.client.clone(), prefix: self.prefix.clone(), runtime: self.runtime.clone(), generation: self.pinned }))
     }
-    fn verified(&self) -> Result<Option<crate::index::Verified>, IndexError> {
-        self.read_verified()
+    fn record(&self, name: &str) -> Result<Option<serde_json::Value>, IndexError> {
+        Ok(self.runtime.block_on(super::meta::get_meta(&self.client, &self.prefix, name))?)
     }
-    fn record_verified(&self, v: &crate::index::Verified) -> Result<(), IndexError> {
-        self.write_verified(v)
+    fn save_record(&self, name: &str, v: &serde_json::Value) -> Result<(), IndexError> {
+        Ok(self.runtime.block_on(super::meta::put_meta(&self.client, &self.prefix, name, v.clone()))?)
     }
 }

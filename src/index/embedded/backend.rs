@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::index::{Backend, Checkpoint, IndexError, SearchIndex, Shard, Verified};
+use crate::index::{Backend, Checkpoint, IndexError, SearchIndex, Shard};
 
 use super::layout::EmbeddedIndex;
 use super::shard::{DEFAULT_FAN_OUT_COMMIT_EVERY, DEFAULT_MERGE_MAX_DOCS};
@@ -61,19 +61,10 @@ impl Backend for EmbeddedBackend {
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {
         Ok(Box::new(self.index.search_in(self.generation()?)?))
     }
-    fn verified(&self) -> Result<Option<Verified>, IndexError> {
-        let path = self.index.root().join(VERIFIED);
-        match std::fs::read(&path) {
-            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| IndexError::Corrupt(format!("{}: {e}", path.display()))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+    fn record(&self, name: &str) -> Result<Option<serde_json::Value>, IndexError> {
+        self.index.record(name)
     }
-    fn record_verified(&self, v: &Verified) -> Result<(), IndexError> {
-        let json = serde_json::to_vec(v).map_err(|e| IndexError::Backend(e.to_string()))?;
-        super::write_atomically(&self.index.root().join(VERIFIED), &json)
+    fn save_record(&self, name: &str, v: &serde_json::Value) -> Result<(), IndexError> {
+        self.index.save_record(name, v)
     }
 }
-
-/// The file of [`Backend::verified`], beside the generations.
-const VERIFIED: &str = "VERIFIED";

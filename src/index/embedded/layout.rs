@@ -202,6 +202,37 @@ impl EmbeddedIndex {
         &self.root
     }
 
+    /// The file of record `name` beside the generations: the name in
+    /// capitals (`verified` is `VERIFIED`, `rebuild-member-1` is
+    /// `REBUILD-MEMBER-1`).
+    fn record_path(&self, name: &str) -> std::path::PathBuf {
+        self.root.join(name.to_uppercase())
+    }
+
+    /// A small JSON record kept beside the generations (see
+    /// [`crate::index::Backend::record`]).
+    pub fn record(&self, name: &str) -> Result<Option<serde_json::Value>, IndexError> {
+        let path = self.record_path(name);
+        match std::fs::read(&path) {
+            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| IndexError::Corrupt(format!("{}: {e}", path.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Writes a record whole or not at all.
+    pub fn save_record(&self, name: &str, v: &serde_json::Value) -> Result<(), IndexError> {
+        let json = serde_json::to_vec(v).map_err(|e| IndexError::Backend(e.to_string()))?;
+        write_atomically(&self.record_path(name), &json)
+    }
+
+    pub fn clear_record(&self, name: &str) -> Result<(), IndexError> {
+        match std::fs::remove_file(self.record_path(name)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => Ok(other?),
+        }
+    }
+
     /// The generation searches and live workers use: the number in
     /// `CURRENT`, 0 (the `shards` directory) when there is none. `denorm
     /// rebuild` builds the next generation beside it and switches `CURRENT`
