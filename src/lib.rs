@@ -12,6 +12,7 @@ pub mod moves;
 pub mod http;
 pub mod kafka;
 pub mod logid;
+pub mod members;
 pub mod migrate;
 pub mod metrics;
 pub mod produce;

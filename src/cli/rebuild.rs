@@ -75,9 +75,7 @@ pub struct RebuildArgs {
 }
 
 pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
-    if a.member >= a.members {
-        return Err(UsageError(format!("--member {} of --members {}: members are numbered 0 to {}", a.member, a.members, a.members - 1)).into());
-    }
+    let members = crate::members::Members::new(a.members, a.member).map_err(|e| UsageError(format!("--member {} of --members {}: {e}", a.member, a.members)))?;
     let kafka = cli.kafka();
     let rt = tokio::runtime::Handle::current();
     let index: Arc<dyn Generations> = match super::elastic_url(cli) {
@@ -117,7 +115,6 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     }
     let (k, group, keep_old, addr, waits, any_partitioner, accept_gaps, accept_owner_conflicts) =
         (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.cross_key.no_takeover_waits, a.cross_key.any_partitioner, a.accept_gaps, a.accept_owner_conflicts);
-    let members = crate::rebuild::Members { count: a.members, me: a.member };
     let verify = a.verify.then_some(crate::rebuild::CutoverCheck { force: a.force, wait: Duration::from_secs(a.verify_wait_secs) });
     let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
     let health = Arc::new(Health::default());

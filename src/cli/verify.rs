@@ -52,6 +52,19 @@ pub struct VerifyArgs {
     /// again, and exit with that verify's status
     #[arg(long)]
     repair: bool,
+    /// How many processes verify the index together (a Job with `parallelism` and `completions` N,
+    /// `completionMode: Indexed`): each replays and compares its share of the partitions
+    /// (partitions p with p mod N = --member), and the verdicts of one --run combine into one
+    /// record (the workers' denorm_verify_* gauges) once every member's is in
+    #[arg(long, env = "DENORM_VERIFY_MEMBERS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    members: u32,
+    /// Which member this process is, 0 to --members minus 1 (in the chart, the pod's completion index)
+    #[arg(long, env = "DENORM_VERIFY_MEMBER", default_value_t = 0)]
+    member: u32,
+    /// With --members: the name the members of one verify share (in the chart, the Job's name),
+    /// by which their verdicts are combined
+    #[arg(long, env = "DENORM_VERIFY_RUN")]
+    run: Option<String>,
     /// Indexing memory budget of the scratch index per partition, in MiB (at least 15)
     #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
     index_memory_mb: u64,
@@ -83,6 +96,7 @@ struct Setup {
     budget: usize,
     timeout: Duration,
     rounds: u32,
+    members: crate::members::Members,
 }
 
 impl Setup {
@@ -96,11 +110,11 @@ impl Setup {
     /// One verify, into the (empty) scratch directory, which it leaves
     /// empty again.
     async fn verify(&self, keys: Option<crate::worker::KeySample>, max: usize) -> Result<Report, CouldNotVerify> {
-        let (kafka, live, scratch, group, budget, timeout, rounds) = (self.kafka.clone(), self.live.clone(), self.scratch.clone(), self.group.clone(), self.budget, self.timeout, self.rounds);
+        let (kafka, live, scratch, group, budget, timeout, rounds, members) = (self.kafka.clone(), self.live.clone(), self.scratch.clone(), self.group.clone(), self.budget, self.timeout, self.rounds, self.members);
         let rt = tokio::runtime::Handle::current();
         let report = tokio::task::spawn_blocking(move || {
             let show = std::io::stderr().is_terminal();
-            let v = Verify { kafka, live: live.as_ref(), scratch: &scratch, group, budget, max_differences: max, timeout, keys, rounds, delete_group: true, runtime: rt };
+            let v = Verify { kafka, live: live.as_ref(), scratch: &scratch, group, budget, max_differences: max, timeout, keys, rounds, delete_group: true, runtime: rt, members };
             let report = crate::verify::run(v, |t| {
                 if show {
                     eprint!("\rreplaying the log up to the live index's offsets: {} of {} commands", t.applied, t.of);
@@ -133,6 +147,12 @@ fn empty(dir: &std::path::Path) -> std::io::Result<()> {
 }
 
 pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
+    let members = crate::members::Members::new(a.members, a.member).map_err(|e| UsageError(format!("--member {} of --members {}: {e}", a.member, a.members)))?;
+    let run = match (&a.run, members.count) {
+        (_, 1) => String::new(),
+        (Some(run), _) if !run.is_empty() => run.clone(),
+        _ => return Err(UsageError("--members above 1 needs --run: the name the members of one verify share, by which their verdicts combine".into()).into()),
+    };
     let kafka = cli.kafka();
     let live: Arc<dyn Backend> = match super::elastic_url(cli) {
         Some(url) => {
@@ -158,7 +178,7 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
         }
     };
     let keys = (!a.keys.is_empty() || a.sample.is_some()).then(|| crate::worker::KeySample { keys: a.keys.iter().cloned().collect(), percent: a.sample });
-    let setup = Setup { kafka, live, scratch, group: cli.group.clone(), budget: (a.index_memory_mb as usize) << 20, timeout: Duration::from_secs(a.timeout_secs), rounds: a.rounds };
+    let setup = Setup { kafka, live, scratch, group: cli.group.clone(), budget: (a.index_memory_mb as usize) << 20, timeout: Duration::from_secs(a.timeout_secs), rounds: a.rounds, members };
     let started = std::time::Instant::now();
     // A repair needs every difference, the report lists the first ones.
     let mut report = setup.verify(keys, if a.repair { usize::MAX } else { a.max_differences }).await?;
@@ -175,28 +195,24 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
         Some(r) => r.not_repaired.len() + r.after.as_ref().map_or(0, |after| after.outcome.differences_total),
         None => report.outcome.differences_total,
     };
-    record(&setup, &report, left, started.elapsed()).await;
+    record(&setup, &report, left, started.elapsed(), &run).await;
     match left {
         0 => Ok(()),
         n => Err(Differences(n).into()),
     }
 }
 
-/// Records the verdict in the live index, where the workers export it as the
-/// `denorm_verify_*` gauges. A failure to record is a warning: the verdict
-/// stands.
-async fn record(setup: &Setup, report: &Report, left: usize, took: Duration) {
-    let (live, partial) = (setup.live.clone(), !report.keys.is_empty() || report.sample_percent.is_some());
-    let checked = report.outcome.checked;
-    let recorded = tokio::task::spawn_blocking(move || {
-        let now = crate::clock::now_millis() as f64 / 1000.0;
-        let last_clean_at = if left == 0 { Some(now) } else { live.verified().ok().flatten().and_then(|v| v.last_clean_at) };
-        let v = crate::index::Verified { finished_at: now, checked, differences: left as u64, seconds: took.as_secs_f64(), last_clean_at, partial };
-        live.record_verified(&v)
-    })
-    .await;
+/// Records the verdict in the live index (see [`crate::verify::verdict`]),
+/// where the workers export it as the `denorm_verify_*` gauges. A failure
+/// to record is a warning: the verdict stands.
+async fn record(setup: &Setup, report: &Report, left: usize, took: Duration, run: &str) {
+    let (live, members, run) = (setup.live.clone(), setup.members, run.to_string());
+    let found = crate::verify::verdict::Found { checked: report.outcome.checked, differences: left as u64, seconds: took.as_secs_f64(), partial: !report.keys.is_empty() || report.sample_percent.is_some() };
+    let recorded = tokio::task::spawn_blocking(move || crate::verify::verdict::record(live.as_ref(), found, members, &run)).await;
     match recorded {
-        Ok(Ok(())) => {}
+        Ok(Ok(Some(v))) if members.count > 1 => tracing::info!(checked = v.checked, differences = v.differences, "every member's verdict is in: recorded the verify's verdict"),
+        Ok(Ok(Some(_))) => {}
+        Ok(Ok(None)) => tracing::info!(member = members.me, "recorded this member's verdict; the verify's is recorded once every member's is in"),
         Ok(Err(error)) => tracing::warn!(%error, "the verdict could not be recorded in the index (the workers' denorm_verify_* gauges stay as they were)"),
         Err(error) => tracing::warn!(%error, "recording the verdict failed"),
     }
@@ -206,7 +222,7 @@ async fn record(setup: &Setup, report: &Report, left: usize, took: Duration) {
 /// live index has applied them, and verifies their keys again.
 async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<crate::verify::repair::Repaired, CouldNotVerify> {
     let fail = |e: anyhow::Error| CouldNotVerify(e);
-    let partitions = report.at.len() as i32;
+    let partitions = setup.kafka.topic_partitions().map_err(|e| fail(e.into()))?.unwrap_or(report.at.len() as i32);
     // Where the live index stands now: a document missing in a partition
     // that moved on since the verify is not repaired (see `repair::plan`).
     let now = setup.positions(partitions).await?;
@@ -265,6 +281,9 @@ fn human(r: &Report) -> String {
             of.push(format!("{p}% of all keys"));
         }
         out.push_str(&format!("  of {} only, each with every document of it\n", of.join(" and ")));
+    }
+    if let Some((me, count)) = r.member {
+        out.push_str(&format!("  member {me} of {count}: the partitions above only (each member verifies its share)\n"));
     }
     if r.rounds > 1 {
         out.push_str(&format!("  in {} rounds: what was written since a round's offsets was checked again at the next one's (these are the last round's)\n", r.rounds));

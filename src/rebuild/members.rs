@@ -32,30 +32,7 @@ use super::RebuildError;
 use crate::index::generations::{Generations, MemberReport, State};
 use crate::index::Checkpoint;
 
-/// Which member of how many this process is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Members {
-    pub count: u32,
-    /// 0 begins, decides the stop and cuts over.
-    pub me: u32,
-}
-
-impl Default for Members {
-    fn default() -> Self {
-        Members { count: 1, me: 0 }
-    }
-}
-
-impl Members {
-    pub fn leads(&self) -> bool {
-        self.me == 0
-    }
-
-    /// The others, whose reports member 0 reads.
-    pub fn others(&self) -> impl Iterator<Item = u32> {
-        1..self.count
-    }
-}
+pub use crate::members::Members;
 
 /// How long a member other than 0 waits for member 0 to record the
 /// rebuild before it gives up.

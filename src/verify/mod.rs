@@ -12,6 +12,7 @@
 pub mod compare;
 pub mod cutover;
 pub mod repair;
+pub mod verdict;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,6 +26,7 @@ use crate::http::Health;
 use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 use crate::index::{Backend, Doc, IndexError};
 use crate::kafka::KafkaConfig;
+use crate::members::Members;
 use crate::worker::{self, KeySample, Stats, WorkerConfig, WorkerError};
 use compare::{Outcome, Positions};
 
@@ -78,6 +80,9 @@ pub struct Verify<'a> {
     /// DeleteGroups aborts the process (`rd_kafka_q_destroy0` assertion).
     pub delete_group: bool,
     pub runtime: tokio::runtime::Handle,
+    /// Which member of a verify run as several processes this is: it
+    /// verifies its share of the partitions ([`Members::owns`]).
+    pub members: Members,
 }
 
 /// Where a replay stands, at each turn of its progress poll.
@@ -102,6 +107,10 @@ pub struct Report {
     /// Rounds run (see [`Verify::rounds`]); the outcome is the last one's.
     pub rounds: u32,
     pub seconds: f64,
+    /// With `--members`: this member and how many verify the index
+    /// together (each its share of the partitions, those in `at`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<(u32, u32)>,
     /// With `--repair`: the repairs sent, and the verify of their keys
     /// after the live workers applied them.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -124,10 +133,11 @@ pub fn positions(b: &dyn Backend, partitions: i32) -> Result<Positions, IndexErr
 /// Merges the documents of `live` and `replay` (of the keys in `keys`),
 /// each streamed in [`compare::order`] by a thread of its own through a
 /// bounded channel: neither index is held in memory.
-pub(crate) fn merge(live: &dyn Backend, replay: &dyn Backend, keys: Option<&KeySample>, at: &Positions, partitions: i32) -> Result<compare::Compared, VerifyError> {
+pub(crate) fn merge(live: &dyn Backend, replay: &dyn Backend, keys: Option<&KeySample>, members: Members, at: &Positions, partitions: i32) -> Result<compare::Compared, VerifyError> {
     let stream = |b: &dyn Backend, tx: std::sync::mpsc::SyncSender<Doc>| -> Result<(), IndexError> {
         b.search()?.dump_sorted(&mut |d| {
-            if keys.is_none_or(|k| k.admits(&d.key())) {
+            let key = d.key();
+            if keys.is_none_or(|k| k.admits(&key)) && (members.count == 1 || members.owns(crate::command::partitioner::partition_of(&key, partitions))) {
                 // The merge hung up only if the other side failed.
                 let _ = tx.send(d);
             }
@@ -178,12 +188,12 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         // Where the live index stands: the replay stops exactly there (a
         // round after the first goes on from where the last one stopped).
         let now = positions(v.live, partitions).map_err(VerifyError::Live)?;
-        at = now.into_iter().map(|(p, o)| (p, o.max(at.get(&p).copied().unwrap_or(-1)))).collect();
+        at = now.into_iter().filter(|(p, _)| v.members.owns(*p)).map(|(p, o)| (p, o.max(at.get(&p).copied().unwrap_or(-1)))).collect();
         info!(round = rounds, at = ?at, "replaying the log up to the live index's offsets");
         replay_to(&v, &backend, &at, partitions, started, &mut progress)?;
         // Both sides streamed and merged; what the live index wrote past
         // `at` meanwhile is not compared.
-        let compared = merge(v.live, backend.as_ref(), v.keys.as_ref(), &at, partitions)?;
+        let compared = merge(v.live, backend.as_ref(), v.keys.as_ref(), v.members, &at, partitions)?;
         // Where the live index and its log stand once it was read whole: a
         // partition whose checkpoint moved, or whose log holds anything
         // past `at`, may have applied a delete past `at` (the other keys'
@@ -204,7 +214,8 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         info!(round = rounds, written_since = outcome.written_since, unsettled = outcome.unsettled, differences = outcome.differences_total, "checking again at the live index's newer offsets");
     };
     let (keys, sample_percent) = v.keys.map_or((Vec::new(), None), |k| (k.keys.into_iter().collect(), k.percent));
-    Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, outcome, rounds, seconds: started.elapsed().as_secs_f64(), repair: None })
+    let member = (v.members.count > 1).then_some((v.members.me, v.members.count));
+    Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, outcome, rounds, seconds: started.elapsed().as_secs_f64(), member, repair: None })
 }
 
 /// Runs the replay's worker on the scratch index `backend` until every
@@ -218,6 +229,13 @@ fn replay_to(v: &Verify<'_>, backend: &Arc<dyn Backend>, at: &Positions, partiti
     cfg.writes_to_kafka = false;
     cfg.until = Some(Arc::new(at.clone()));
     cfg.keys = v.keys.clone().map(Arc::new);
+    // A member replays its share of the partitions only: a take-over
+    // would wait for ever for a departure in a partition it does not
+    // replay. The scratch index's shards are separate, which replay right
+    // without those waits (docs/cross-key.md).
+    if v.members.count > 1 {
+        cfg.takeover_waits = false;
+    }
     let shutdown = Arc::new(AtomicBool::new(false));
     let (flag, handle, replay) = (shutdown.clone(), v.runtime.clone(), backend.clone());
     let worker = std::thread::spawn(move || {
@@ -231,7 +249,7 @@ fn replay_to(v: &Verify<'_>, backend: &Arc<dyn Backend>, at: &Positions, partiti
             return Err(VerifyError::WorkerStopped);
         }
         let now = positions(backend.as_ref(), partitions).map_err(scratch_err)?;
-        progress(&Tick { applied: now.iter().map(|(p, o)| (o.min(&at[p])) + 1).sum(), of });
+        progress(&Tick { applied: now.iter().filter_map(|(p, o)| Some(o.min(at.get(p)?) + 1)).sum(), of });
         let behind = at.iter().find(|(p, want)| now.get(p).copied().unwrap_or(-1) < **want);
         match behind {
             None => break Ok(()),

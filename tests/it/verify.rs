@@ -311,3 +311,85 @@ fn a_delete_beside_a_held_fan_out_is_not_a_false_difference_on_the_embedded_inde
 fn a_delete_beside_a_held_fan_out_is_not_a_false_difference_on_elasticsearch() {
     a_delete_beside_a_held_fan_out_is_not_a_false_difference(Rig::elastic(1));
 }
+
+/// Issue 43, 2: `verify --members 3`, the three processes a Job with
+/// `parallelism: 3` runs, each replaying and comparing its share of the
+/// partitions; member 1 is killed (SIGKILL) in the middle and replaced (a
+/// new pod: a fresh scratch directory). Each difference behind the
+/// pipeline's back is named by exactly the member that owns its partition,
+/// their counts add up to a single verify's, and one verdict is recorded
+/// once every member's is in.
+fn a_verify_by_members(r: Rig) {
+    use denorm::index::Backend;
+    let worker = r.worker(&[]);
+    let loaded = load(&r);
+    produce_jsonl(&r, &loaded);
+    let log = worker.log();
+    assert!(worker.terminate().success(), "{log}");
+    corrupt(&r, "vm1", "/vdst", "corrupted");
+    let user = user_of_post(&loaded, "p1");
+    lose_post(&r, "p1", &user);
+    let runtime = rt();
+    let live: Box<dyn Backend> = match r.is_elastic() {
+        true => Box::new(elastic::backend(&r.index.to_string_lossy(), &runtime, &r.cfg.topic)),
+        false => Box::new(denorm::index::embedded::EmbeddedBackend::new(denorm::index::embedded::EmbeddedIndex::open_existing(&r.index).unwrap(), 15 << 20)),
+    };
+    let member = |i: u32, scratch: &std::path::Path| {
+        cli(&r.cfg, &r.group, &r.index)
+            .args(["verify", "--json", "--members", "3", "--member", &i.to_string(), "--run", "job-1", "--scratch-dir", scratch.to_str().unwrap()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let scratch = |name: &str| r.dir().join(name);
+    let mut children: Vec<_> = (0..3).map(|i| member(i, &scratch(&format!("scratch-{i}")))).collect();
+    // Not `eventually`: this races member 1, polling every 5 ms, to kill it
+    // once its replay has begun writing its scratch index.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while std::fs::read_dir(scratch("scratch-1")).map_or(true, |mut d| d.next().is_none()) {
+        assert!(std::time::Instant::now() < deadline && children[1].try_wait().unwrap().is_none(), "member 1 never began");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    children[1].kill().unwrap();
+    let killed = children.remove(1).wait_with_output().unwrap();
+    assert!(!killed.status.success(), "member 1 finished before it was killed");
+    let mut reports = Vec::new();
+    for child in children {
+        let o = child.wait_with_output().unwrap();
+        reports.push((o.status.code(), serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)))));
+    }
+    assert_eq!(live.verified().unwrap(), None, "a verdict recorded without member 1's");
+    let o = member(1, &scratch("scratch-1-replaced")).wait_with_output().unwrap();
+    reports.insert(1, (o.status.code(), serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)))));
+
+    // Each member verified its share: the partitions p with p mod 3 = i.
+    let owner = |key: &str| denorm::command::partitioner::partition_of(key, r.cfg.partitions) as usize % 3;
+    for (i, (code, report)) in reports.iter().enumerate() {
+        let at: Vec<i32> = report["at"].as_object().unwrap().keys().map(|p| p.parse().unwrap()).collect();
+        assert_eq!(at, (0..r.cfg.partitions).filter(|p| *p as usize % 3 == i).collect::<Vec<_>>(), "member {i}: {report}");
+        let named: Vec<&str> = report["differences"].as_array().unwrap().iter().map(|d| d["id"].as_str().unwrap()).collect();
+        let want: Vec<&str> = [("vm1", owner("/vdst")), ("p1", owner(&user))].into_iter().filter(|(_, o)| *o == i).map(|(id, _)| id).collect();
+        let mut named_sorted = named.clone();
+        named_sorted.sort();
+        assert_eq!(named_sorted, want, "member {i}: {report}");
+        assert_eq!(*code, Some(if want.is_empty() { 0 } else { 1 }), "member {i}: {report}");
+    }
+    // One verdict, recorded by the replaced member 1, which completed the set.
+    let checked: u64 = reports.iter().map(|(_, r)| r["checked"].as_u64().unwrap()).sum();
+    let verdict = live.verified().unwrap().expect("no verdict recorded");
+    assert_eq!((verdict.checked, verdict.differences, verdict.last_clean_at), (checked, 2, None), "{verdict:?}");
+    let (code, whole, err) = verify(&r);
+    assert_eq!((code, &whole["differences_total"]), (1, &serde_json::json!(2)), "{whole}\n{err}");
+    assert_eq!(checked, whole["checked"].as_u64().unwrap(), "the members' shares do not add up to the whole");
+}
+
+#[test]
+fn a_verify_by_three_members_with_one_killed_midway_names_every_difference_once_and_records_one_verdict() {
+    a_verify_by_members(Rig::new(4));
+}
+
+#[test]
+fn a_verify_by_three_members_with_one_killed_midway_names_every_difference_once_and_records_one_verdict_on_elasticsearch() {
+    a_verify_by_members(Rig::elastic(4));
+}
