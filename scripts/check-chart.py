@@ -224,8 +224,24 @@ def check_invariants(name, values, docs):
             got = {e["name"]: e.get("value") for e in c["env"]}.get("DENORM_REBUILD_VERIFY")
             if got != want:
                 fail(f"{name}: jobs.rebuild.verify is {rebuild.get('verify')}, the rebuild Job sets DENORM_REBUILD_VERIFY={got!r}")
+    for job in by_kind.get("Job", []):
+        c = pod_spec(job)["containers"][0]
+        if c["args"][0] == "rebuild":
+            check_members(name, "rebuild Job", job["spec"], c, "DENORM_REBUILD", rebuild.get("members", 1))
     verify = values.get("jobs", {}).get("verify", {})
     cronjobs = by_kind.get("CronJob", [])
+    for cj in cronjobs:
+        spec = cj["spec"]["jobTemplate"]["spec"]
+        c = pod_spec(cj)["containers"][0]
+        members = verify.get("members", 1)
+        check_members(name, "verify CronJob", spec, c, "DENORM_VERIFY", members)
+        run = next((e for e in c["env"] if e["name"] == "DENORM_VERIFY_RUN"), None)
+        if members > 1 and (run is None or "job-name" not in run.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")):
+            fail(f"{name}: the verify CronJob's {members} members share no run name (DENORM_VERIFY_RUN from the Job's name): {run}")
+        rules = spec.get("podFailurePolicy", {}).get("rules", [])
+        fails_index = any(r["action"] == "FailIndex" and sorted(r.get("onExitCodes", {}).get("values", [])) == [1, 2] for r in rules)
+        if not (fails_index and spec.get("backoffLimitPerIndex", 0) >= 1):
+            fail(f"{name}: the verify CronJob must retry a killed member (backoffLimitPerIndex) and fail only its index on exit 1 or 2: {spec}")
     if bool(verify.get("enabled")) != bool(cronjobs):
         fail(f"{name}: jobs.verify.enabled is {verify.get('enabled')}, CronJobs rendered: {len(cronjobs)}")
     for cj in cronjobs:
@@ -244,6 +260,16 @@ def check_invariants(name, values, docs):
         sample = verify.get("samplePercent", 100)
         if sample < 100 and cenv.get("DENORM_VERIFY_SAMPLE") != str(sample):
             fail(f"{name}: samplePercent {sample} is not passed as DENORM_VERIFY_SAMPLE: {cenv}")
+
+
+def check_members(name, what, spec, c, prefix, members):
+    """An Indexed Job with one pod per member, each told how many and which."""
+    env = {e["name"]: e for e in c["env"]}
+    index = env.get(f"{prefix}_MEMBER", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
+    if (spec.get("completionMode"), spec.get("completions"), spec.get("parallelism")) != ("Indexed", members, members):
+        fail(f"{name}: the {what} has {members} member(s) but runs completionMode {spec.get('completionMode')}, completions {spec.get('completions')}, parallelism {spec.get('parallelism')}")
+    if env.get(f"{prefix}_MEMBERS", {}).get("value") != str(members) or "job-completion-index" not in index:
+        fail(f"{name}: the {what}'s pods are not told {prefix}_MEMBERS={members} and their index: {env}")
 
 
 # --- Alerts -------------------------------------------------------------------

@@ -295,6 +295,17 @@ volumes:
   {{- end }}
 {{- end }}
 
+{{/* A member's environment in an Indexed Job (`rebuild`, `verify`): how
+many members, and which one this pod is (its completion index). */}}
+{{- define "denorm.memberEnv" -}}
+- name: {{ .prefix }}_MEMBERS
+  value: {{ .members | int | toString | quote }}
+- name: {{ .prefix }}_MEMBER
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.annotations['batch.kubernetes.io/job-completion-index']
+{{- end }}
+
 {{/* The worker pods' terminationGracePeriodSeconds. */}}
 {{- define "denorm.terminationGrace" -}}
 {{- add (int64 .Values.worker.shutdownTimeoutSecs) (int64 .Values.terminationGraceExtraSeconds) -}}
