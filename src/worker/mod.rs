@@ -524,7 +524,10 @@ fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<(i32, Feed)>) -> bo
         }
         // A replay's partition applied up to where it stops (`until`)
         // reads nothing more: its messages would be dropped.
-        let done = ctx.shared.cfg.until.as_ref().is_some_and(|u| part.next.load(Ordering::SeqCst) > u.get(p).copied().unwrap_or(-1));
+        let done = ctx.shared.cfg.until.as_ref().is_some_and(|u| {
+            let last = u.get(p).copied().unwrap_or(-1);
+            last < 0 || part.next.load(Ordering::SeqCst) > last
+        });
         let want_paused = done
             || if part.paused {
                 !part.pending.is_empty() || part.queued.bytes() > limit / 2
