@@ -17,7 +17,7 @@ use super::{Backend, Checkpoint};
 
 /// The rebuild in progress (`<index>/REBUILD`, or the meta document
 /// `rebuild` on Elasticsearch).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
     /// The generation being built.
     pub generation: u64,
@@ -49,6 +49,12 @@ pub struct State {
     /// durable) is followed by another, with the next epoch.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub epoch: u64,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State { generation: 0, group: String::new(), topic: None, partitions: None, owner_conflicts: Vec::new(), owner_conflicts_total: 0, members: 1, stop_at: None, epoch: 0 }
+    }
 }
 
 fn is_zero(n: &usize) -> bool {

@@ -8,7 +8,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use elasticsearch::indices::IndicesRefreshParts;
 
 use super::bulk::{self, BulkOp, BulkReport};
 use super::conflict::Write;
@@ -142,9 +141,7 @@ impl ElasticShard {
         let index = self.target(kind);
         let b = self.b.clone();
         // Read-your-writes: the scan must see every earlier write.
-        let r = b.runtime.block_on(b.client.indices().refresh(IndicesRefreshParts::Index(&[&index])).send()).map_err(ElasticError::from)?;
-        // A refresh some shards missed would let the scan miss writes.
-        b.runtime.block_on(super::complete_json("refreshing before a fan-out", r))?;
+        self.searchable_for_scan(&index)?;
         let pit = b.runtime.block_on(PitScan::open(&b.client, &index, query.clone(), page_size))?;
         Ok(EsPages { index, kind, query, page_size, pit: Some(pit), writing: VecDeque::new(), restarts: 0, runtime: b.runtime.clone() })
     }
@@ -194,6 +191,10 @@ impl ElasticShard {
                 }
                 p.restarts += 1;
                 tracing::warn!(%reason, restarts = p.restarts, "a fan-out's point in time expired: scanning again from the start");
+                // A point in time sees the last refresh: without one, the
+                // pages rewritten so far would be read again as they were
+                // (review F10), each sent again only to conflict.
+                self.searchable_for_scan(&p.index)?;
                 p.pit = Some(b.runtime.block_on(PitScan::open(&b.client, &p.index, p.query.clone(), p.page_size))?);
                 return Ok((written, false));
             }
