@@ -218,6 +218,14 @@ impl BulkReport {
     }
 }
 
+/// How long Elasticsearch waits, within a bulk, for what its actions need
+/// (unavailable primaries, index creation, mapping updates) before it
+/// answers them with an error (its `timeout`, 1 m by default): below the
+/// client's timeout ([`super::config::REQUEST_TIMEOUT`]), so that the
+/// server gives up first and the client never sends again a request the
+/// server still works on (review F8).
+pub const SERVER_WAIT: &str = "30s";
+
 /// Sends `ops` in bounded requests, retrying what failed transiently.
 pub async fn execute(client: &Elasticsearch, ops: Vec<BulkOp>, limits: BulkLimits, policy: RetryPolicy) -> Result<BulkReport, ElasticError> {
     let mut report = BulkReport::default();
@@ -250,9 +258,11 @@ async fn send(client: &Elasticsearch, mut ops: Vec<(BulkOp, Vec<u8>)>, policy: R
         report.requests += 1;
         // Every action names an alias: never let Elasticsearch create an
         // index on its own (a removed generation's alias must stay gone).
-        let sent = client.bulk(BulkParts::None).require_alias(true).body(body).send().await;
+        let sent = client.bulk(BulkParts::None).require_alias(true).timeout(SERVER_WAIT).body(body).send().await;
         histogram!(m::ES_BULK_SECONDS).record(started.elapsed().as_secs_f64());
         let retry_reason = match sent {
+            // Counted apart: a request the server may still be working on.
+            Err(e) if e.is_timeout() => format!("timeout: {e}"),
             Err(e) => format!("transport: {e}"),
             Ok(r) => {
                 let status = r.status_code().as_u16();
@@ -298,7 +308,12 @@ async fn send(client: &Elasticsearch, mut ops: Vec<(BulkOp, Vec<u8>)>, policy: R
             }
         };
         attempt += 1;
-        counter!(m::ES_RETRIES_TOTAL, "reason" => if retry_reason.starts_with("items") { "items" } else { "request" }).increment(1);
+        let label = match retry_reason.split(':').next().unwrap_or_default() {
+            "items 429/5xx" => "items",
+            "timeout" => "timeout",
+            _ => "request",
+        };
+        counter!(m::ES_RETRIES_TOTAL, "reason" => label).increment(1);
         if policy.max_attempts > 0 && attempt >= policy.max_attempts {
             return Err(ElasticError::RetriesExhausted { attempts: attempt, reason: retry_reason });
         }

@@ -33,9 +33,15 @@ pub struct ElasticConfig {
     pub ca_cert: Option<PathBuf>,
     /// Prefix of the aliases and indexes (`<prefix>-files`, ...).
     pub prefix: String,
-    /// Request timeout (default 30 s).
+    /// Request timeout ([`REQUEST_TIMEOUT`]).
     pub timeout: Duration,
 }
+
+/// How long the client waits for an answer: above the longest wait a bulk
+/// asks of the server ([`super::bulk::SERVER_WAIT`], 30 s), with room for a
+/// queued request, so that a request is sent again only once the server
+/// has given it up (review F8).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Environment variables read by [`ElasticConfig::from_env`].
 pub mod env {
@@ -105,7 +111,7 @@ impl ElasticConfig {
             auth,
             ca_cert: lookup(env::CA_CERT).map(PathBuf::from),
             prefix: lookup(env::PREFIX).unwrap_or_else(|| "denorm".into()),
-            timeout: Duration::from_secs(30),
+            timeout: REQUEST_TIMEOUT,
         })
     }
 

@@ -211,3 +211,35 @@ fn an_item_refused_for_good_fails_the_commit_permanently() {
     let metas = meta_writes(&rt.block_on(server.received_requests()).unwrap());
     assert_eq!(metas, 0);
 }
+
+/// Review F8: Elasticsearch may work on a bulk for longer than 30 s (it
+/// waits up to its `timeout` for unavailable primaries, and an overloaded
+/// write pool queues it). The client used to give up after 30 s and send
+/// the whole request again while the first copy was still being executed:
+/// twice the load on an overloaded cluster, and 409s to read back. Now the
+/// bulk asks the server to give up first (`timeout`), and the client waits
+/// longer than that.
+#[test]
+fn a_slow_bulk_is_waited_for_not_sent_again_while_the_server_still_works_on_it() {
+    use denorm::apply::{apply, FanOut};
+    use denorm::command::Command;
+    use denorm::index::Backend;
+    let d = Double::new().new_shard(&["f1"]);
+    let (rt, server) = (&d.rt, &d.server);
+    let slow = Duration::from_secs(32);
+    rt.block_on(async {
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(move |r: &Request| bulk_reply(r, &[("f1", 201)]).set_delay(slow)).mount(&server).await;
+        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(&server).await;
+    });
+    let b = d.backend();
+    let mut shard = b.open_shard(0).unwrap();
+    let cmd = Command::UpsertFile { id: "f1".into(), path: "/c/a.txt".into(), contents: "x".into(), previous_path: None };
+    apply(shard.as_mut(), &cmd, 3, FanOut::pages_of(10)).unwrap();
+    shard.mark_applied(Checkpoint::new(3, 0));
+    shard.commit().unwrap();
+    let reqs = rt.block_on(server.received_requests()).unwrap();
+    let bulks: Vec<&wiremock::Request> = reqs.iter().filter(|r| r.url.path() == "/_bulk").collect();
+    assert_eq!(bulks.len(), 1, "the bulk was sent again while the server still worked on it");
+    let wait = bulks[0].url.query_pairs().find(|(k, _)| k == "timeout").map(|(_, v)| v.to_string());
+    assert_eq!(wait.as_deref(), Some(denorm::index::elastic::bulk::SERVER_WAIT), "the server gives up first");
+}
