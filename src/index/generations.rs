@@ -11,7 +11,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use super::elastic::{generations, meta, names, backend::ElasticBackend, ElasticError};
+use super::elastic::{bulk_load, generations, meta, names, backend::ElasticBackend, ElasticError};
 use super::embedded::{EmbeddedBackend, EmbeddedIndex};
 use super::{Backend, Checkpoint};
 
@@ -315,20 +315,26 @@ impl Generations for ElasticGenerations {
         let all: Vec<i32> = (0..partitions).collect();
         Ok(self.writer(g).checkpoints(&all)?.into_iter().collect())
     }
+    /// Creates the generation's indexes, on the bulk-load settings (see
+    /// [`bulk_load`]) until [`Generations::cut_over`].
     fn prepare(&self, g: u64) -> anyhow::Result<()> {
         let b = &self.backend;
         for kind in names::KINDS {
             self.block(generations::create(&b.client, &b.prefix, kind, g, false))?;
         }
-        Ok(())
+        self.block(bulk_load::for_loading(&b.client, &b.prefix, g))
     }
     fn writer(&self, g: u64) -> Arc<dyn Backend> {
         let mut backend = self.backend.clone();
         backend.pinned = Some(g);
+        backend.building = true;
         Arc::new(backend)
     }
     fn cut_over(&self, from: u64, to: u64, partitions: i32) -> anyhow::Result<()> {
         let b = &self.backend;
+        // The live generation's refreshes and replicas, put back and
+        // checked before anything searches the new one.
+        self.block(bulk_load::restore(&b.client, &b.prefix, from, to))?;
         self.put_meta(&names::meta_id(to, "log"), serde_json::json!({"topic": b.topic, "partitions": partitions}))?;
         self.block(generations::refresh(&b.client, &b.prefix, to))?;
         self.block(generations::cut_over(&b.client, &b.prefix, from, to))

@@ -56,7 +56,12 @@ fn rebuild(r: &Rig, faults: &[(&str, &str)]) -> std::process::Child {
 
 /// [`rebuild`] with more arguments.
 fn rebuild_with(r: &Rig, faults: &[(&str, &str)], args: &[&str]) -> std::process::Child {
-    let faults_dir = r.dir().join("rebuild-faults");
+    rebuild_in(r, "rebuild-faults", faults, args)
+}
+
+/// [`rebuild_with`], its faults in a directory of its own.
+fn rebuild_in(r: &Rig, faults_dir: &str, faults: &[(&str, &str)], args: &[&str]) -> std::process::Child {
+    let faults_dir = r.dir().join(faults_dir);
     let _ = std::fs::remove_dir_all(&faults_dir);
     std::fs::create_dir_all(&faults_dir).unwrap();
     for (name, arg) in faults {
@@ -503,7 +508,12 @@ fn a_rebuild_by_two_members_with_one_killed_midway_cuts_over_once_and_ends_exact
 
 fn rebuild_by_members(r: Rig, files: usize, batch: usize, pace: Duration) {
     let live = r.worker(&[]);
-    let mut log = produce(&r.cfg, denorm::demo::seed(files, 100, 1000, 17));
+    // A key first in each partition, which member 1 holds before applying
+    // (`apply.hold`): whatever partitions it is given, it is killed in the
+    // middle of them.
+    let held: Vec<String> = (0..r.cfg.partitions).map(|p| (0..).map(|n| format!("/held{n}")).find(|k| denorm::command::partitioner::partition_of(k, r.cfg.partitions) == p).unwrap()).collect();
+    let mut log = produce(&r.cfg, held.iter().map(|k| denorm::command::Command::UpsertFile { id: format!("h{k}"), path: format!("{k}/h.txt"), contents: s("held"), previous_path: None }).collect());
+    log.extend(produce(&r.cfg, denorm::demo::seed(files, 100, 1000, 17)));
     wait_applied_by(&r.cfg, &r.group, log.len(), &[&live]);
     let runtime = rt();
     let index = generations_of(&r, &runtime);
@@ -521,19 +531,28 @@ fn rebuild_by_members(r: Rig, files: usize, batch: usize, pace: Duration) {
             out
         })
     };
-    let member = |i: u32| rebuild_with(&r, &[], &["--members", "2", "--member", &i.to_string()]);
-    let mut first = member(0);
-    let mut second = member(1);
-    // Not `eventually`: this races the members, polling every 5 ms, to
-    // kill member 1 in the middle of its work, once its report shows it
-    // has read some of its partitions.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !index.member_report(1).unwrap().is_some_and(|m| !m.positions.is_empty()) {
-        assert!(Instant::now() < deadline, "the rebuild made no progress");
-        assert!(first.try_wait().unwrap().is_none() && second.try_wait().unwrap().is_none(), "a member exited before any progress");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let hold = held.join("\n");
+    let member = |i: u32, faults_dir: &str, faults: &[(&str, &str)]| rebuild_in(&r, faults_dir, faults, &["--members", "2", "--member", &i.to_string()]);
+    let mut first = member(0, "member-0-faults", &[]);
+    let mut second = member(1, "member-1-faults", &[("apply.hold", &hold)]);
+    let reached = r.dir().join("member-1-faults").join("apply.hold.reached");
+    eventually(Duration::from_secs(120), || "member 1 never reached its partitions' first command".into(), || {
+        assert!(first.try_wait().unwrap().is_none() && second.try_wait().unwrap().is_none(), "a member exited first");
+        reached.exists().then_some(())
+    });
     second.kill().unwrap();
+    // On Elasticsearch the generation is built without refreshes or
+    // replicas, and served with the live generation's settings.
+    let settings = |g: u64| {
+        let b = elastic::backend(&r.index.to_string_lossy(), &runtime, &r.cfg.topic);
+        runtime.block_on(denorm::index::elastic::bulk_load::serving(&b.client, &b.prefix, g)).unwrap()
+    };
+    let live_settings = r.is_elastic().then(|| settings(0));
+    if r.is_elastic() {
+        for s in settings(1) {
+            assert_eq!((s.get("index.refresh_interval").map(String::as_str), s.get("index.number_of_replicas").map(String::as_str)), (Some("-1"), Some("0")), "while built: {s:?}");
+        }
+    }
     let (status, text) = finish(second);
     assert!(!status.success());
     assert!(!text.contains("stopped: the partitions this member held are committed"), "member 1 had finished its part before it was killed:\n{text}");
@@ -541,7 +560,7 @@ fn rebuild_by_members(r: Rig, files: usize, batch: usize, pace: Duration) {
     assert_eq!(index.current().unwrap(), 0, "cut over before member 1 was killed:\n{text}");
     // Replaced under its number: it takes its partitions back and resumes
     // them from their checkpoints.
-    let (status, second_text) = finish(member(1));
+    let (status, second_text) = finish(member(1, "member-1-replaced-faults", &[]));
     assert!(status.success(), "{second_text}");
     assert!(second_text.contains("joining the rebuild member 0 recorded") && second_text.contains("member 0 cut over"), "{second_text}");
     let (status, first_text) = finish(first);
@@ -555,6 +574,9 @@ fn rebuild_by_members(r: Rig, files: usize, batch: usize, pace: Duration) {
     assert!(!killed_held.is_empty() && !first_held.is_empty(), "member 0 held {first_held:?}, member 1 {killed_held:?}");
     assert_eq!(second_held, killed_held, "the replaced member 1 did not take its partitions back");
     assert_eq!(index.current().unwrap(), 1);
+    if let Some(live) = live_settings {
+        assert_eq!(settings(1), live, "the new generation serves with the live generation's settings");
+    }
     assert_eq!(index.list().unwrap(), vec![1], "the old generation is deleted");
     assert!(index.state().unwrap().is_none() && index.member_report(1).unwrap().is_none(), "the rebuild's records are left behind");
 

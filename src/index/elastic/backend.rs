@@ -27,6 +27,11 @@ pub struct ElasticBackend {
     pub runtime: Handle,
     /// A rebuild's writer works on this generation, whatever is current.
     pub pinned: Option<u64>,
+    /// The generation is being built (a rebuild's writers): nothing
+    /// searches it before its cutover, which refreshes it, so its writes
+    /// need no refresh to be searchable ([`crate::index::Shard::searchable`]);
+    /// a fan-out's scan still refreshes what it must read.
+    pub building: bool,
     /// The current generation as last read, and when: every partition asks
     /// every 100 ms, the cluster is asked at most once per [`GENERATION_TTL`].
     pub(super) generation_cache: Arc<Mutex<Option<(Instant, u64)>>>,
@@ -79,6 +84,7 @@ impl ElasticBackend {
             policy: RetryPolicy::default(),
             runtime,
             pinned: None,
+            building: false,
             generation_cache: Default::default(),
             refreshed: Default::default(),
             log_partitions: Default::default(),

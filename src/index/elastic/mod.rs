@@ -18,6 +18,7 @@
 
 pub mod backend;
 pub mod bulk;
+pub mod bulk_load;
 pub mod conflict;
 pub mod config;
 pub mod docs;

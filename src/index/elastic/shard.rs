@@ -431,6 +431,12 @@ impl Shard for ElasticShard {
     /// never passes a command a search cannot see yet.
     fn searchable(&mut self, force: bool) -> Result<bool, IndexError> {
         let Some(written) = self.unsearchable else { return Ok(true) };
+        if self.b.building {
+            // Searched only after its cutover, which refreshes it; what a
+            // fan-out's scan must read is refreshed by the scan
+            // (`unsearchable` stays set for it).
+            return Ok(true);
+        }
         if self.b.refreshed_since(self.generation, written) {
             self.published(written);
             return Ok(true);

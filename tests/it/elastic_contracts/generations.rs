@@ -100,6 +100,7 @@ fn a_rebuild_creates_its_generation_records_its_log_and_swaps_every_alias_in_one
         Mock::given(path("/denorm-files-g1,denorm-users-g1,denorm-posts-g1/_refresh"))
             .respond_with(ok(json!({"_shards": {"total": 6, "successful": 3, "failed": 0}}))).mount(&server).await;
         Mock::given(method("POST")).and(path("/_aliases")).respond_with(ok(json!({"acknowledged": true, "errors": false}))).mount(&server).await;
+        mount_settings(&server, "1").await;
     });
     gens.prepare(1).unwrap();
     gens.prepare(1).unwrap();
@@ -115,6 +116,13 @@ fn a_rebuild_creates_its_generation_records_its_log_and_swaps_every_alias_in_one
     assert!(at("g1-log") < at("_refresh") && at("_refresh") < at("/_aliases"), "log recorded, then refreshed, then swapped: {order:?}");
     let log: Value = serde_json::from_slice(&reqs[reqs.iter().position(|r| r.url.path().ends_with("g1-log")).unwrap()].body).unwrap();
     assert_eq!(log, json!({"topic": "t", "partitions": 4}));
+    // Built without refreshes or replicas, then given the live
+    // generation's back (and checked) before anything searches it.
+    let bodies = |p: &str| -> Vec<Value> { reqs.iter().filter(|r| r.method.as_str() == "PUT" && r.url.path() == p).map(|r| serde_json::from_slice(&r.body).unwrap()).collect() };
+    assert_eq!(bodies("/denorm-files-000002,denorm-users-000002,denorm-posts-000002/_settings"), vec![json!({"index": {"refresh_interval": "-1", "number_of_replicas": 0}}); 2]);
+    assert_eq!(bodies("/denorm-files-000002/_settings"), vec![json!({"index.refresh_interval": null, "index.number_of_replicas": "1"})]);
+    let restored = order.iter().position(|p| *p == "/denorm-posts-000002/_settings/index.refresh_interval,index.number_of_replicas").expect("read back");
+    assert!(restored < at("_refresh"), "restored and read back before the cutover: {order:?}");
     let swaps: Vec<&Request> = reqs.iter().filter(|r| r.url.path() == "/_aliases").collect();
     assert_eq!(swaps.len(), 1, "one atomic request");
     let actions: Value = serde_json::from_slice(&swaps[0].body).unwrap();
@@ -163,4 +171,46 @@ fn the_old_generation_and_its_meta_documents_are_deleted_and_the_state_survives_
     assert!(!reqs.iter().any(|r| r.url.path() == "/denorm-meta/_doc/p2"), "only the old generation's partitions");
     let saved: Value = serde_json::from_slice(&reqs.iter().find(|r| r.method.as_str() == "POST" && r.url.path().ends_with("/rebuild")).unwrap().body).unwrap();
     assert_eq!(saved, json!({"generation": 2, "group": "g.rebuild-2"}));
+}
+
+/// The settings of generations 0 (`denorm-*-000001`, with `replicas`
+/// replicas, no refresh interval set, as Elasticsearch creates it) and 1,
+/// which answers what was put last.
+async fn mount_settings(server: &MockServer, replicas: &str) {
+    let names = "index.refresh_interval,index.number_of_replicas";
+    for kind in ["files", "users", "posts"] {
+        let live = format!("denorm-{kind}-000001");
+        Mock::given(method("GET")).and(path(format!("/{live}/_settings/{names}")))
+            .respond_with(ok(json!({ live.clone(): {"settings": {"index.number_of_replicas": replicas}}})))
+            .mount(server).await;
+        let new = format!("denorm-{kind}-000002");
+        Mock::given(method("PUT")).and(path(format!("/{new}/_settings"))).respond_with(ok(json!({"acknowledged": true}))).mount(server).await;
+        Mock::given(method("GET")).and(path(format!("/{new}/_settings/{names}")))
+            .respond_with(ok(json!({ new.clone(): {"settings": {"index.number_of_replicas": replicas}}})))
+            .mount(server).await;
+    }
+    Mock::given(method("PUT")).and(path("/denorm-files-000002,denorm-users-000002,denorm-posts-000002/_settings")).respond_with(ok(json!({"acknowledged": true}))).mount(server).await;
+}
+
+/// A generation whose bulk-load settings did not take back the live
+/// generation's (a settings request refused in part, a cluster-level
+/// template overriding it) is not cut over to.
+#[test]
+fn a_generation_left_on_its_bulk_load_settings_is_not_cut_over_to() {
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
+    let gens = ElasticGenerations { backend: d.backend() };
+    rt.block_on(async {
+        // Its files index still has no refreshes after the restore.
+        let names = "index.refresh_interval,index.number_of_replicas";
+        Mock::given(method("GET")).and(path(format!("/denorm-files-000002/_settings/{names}")))
+            .respond_with(ok(json!({"denorm-files-000002": {"settings": {"index.number_of_replicas": "1", "index.refresh_interval": "-1"}}})))
+            .with_priority(1)
+            .mount(&server).await;
+        mount_settings(&server, "1").await;
+        Mock::given(method("POST")).and(path("/_aliases")).respond_with(ok(json!({"acknowledged": true, "errors": false}))).expect(0).mount(&server).await;
+    });
+    let err = gens.cut_over(0, 1, 4).unwrap_err();
+    assert!(format!("{err:#}").contains("denorm-files-000002 kept the settings"), "{err:#}");
+    rt.block_on(server.verify());
 }
