@@ -142,6 +142,9 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
+    if super::elastic_url(cli).is_some() {
+        crate::index::elastic::docs::check_page_pause(Duration::from_millis(a.fan_out_page_pause_ms)).map_err(super::UsageError)?;
+    }
     // Signal handlers first: a SIGTERM during start-up stops the worker
     // cleanly too, instead of killing the process.
     use tokio::signal::unix::{signal, SignalKind};

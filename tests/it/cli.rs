@@ -42,6 +42,18 @@ fn a_fan_out_page_above_elasticsearchs_result_window_is_refused_at_startup() {
     assert!(err.contains("--page-size 10001 is above Elasticsearch's index.max_result_window (10000)"), "{err}");
 }
 
+/// Review F11: a pause between a fan-out's pages that its point in time
+/// cannot outlive is refused at startup on Elasticsearch (it made every
+/// paged fan-out expire, restart and fail); the embedded index scans
+/// without one and does not check it.
+#[test]
+fn a_pause_between_pages_longer_than_a_point_in_time_lives_is_refused_on_elasticsearch() {
+    let out = denorm().args(["--brokers", "127.0.0.1:1", "--index", "http://127.0.0.1:1", "run", "--fan-out-page-pause-ms", "300000"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--fan-out-page-pause-ms 300000 is above 150000 ms"), "{err}");
+}
+
 /// Seeds for the fuzzer (`fuzz/README.md`): valid messages of every command,
 /// prefixed by their key length and key as the fuzz target expects.
 #[test]

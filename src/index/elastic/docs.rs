@@ -119,6 +119,37 @@ pub struct PitScan {
 /// restarts the scan).
 pub const KEEP_ALIVE: &str = "5m";
 
+/// The longest pause between a fan-out's pages (`--fan-out-page-pause-ms`)
+/// on Elasticsearch: half the point in time's [`KEEP_ALIVE`], the other
+/// half left for the page's bulk and its retries. A longer pause would let
+/// every paged fan-out's point in time expire between two pages, restart
+/// its scan and fail after three restarts, over and over (review F11).
+pub const MAX_PAGE_PAUSE: std::time::Duration = std::time::Duration::from_secs(150);
+
+/// Refuses a pause between a fan-out's pages its point in time cannot
+/// outlive (see [`MAX_PAGE_PAUSE`]).
+pub fn check_page_pause(pause: std::time::Duration) -> Result<(), String> {
+    match pause > MAX_PAGE_PAUSE {
+        true => Err(format!(
+            "--fan-out-page-pause-ms {} is above {} ms, half the {KEEP_ALIVE} a fan-out's point in time lives between two pages on Elasticsearch: every paged fan-out would outlive it and fail",
+            pause.as_millis(),
+            MAX_PAGE_PAUSE.as_millis()
+        )),
+        false => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod page_pause_tests {
+    #[test]
+    fn a_pause_between_pages_must_leave_the_point_in_time_alive() {
+        use std::time::Duration;
+        assert!(super::check_page_pause(Duration::from_secs(150)).is_ok());
+        let e = super::check_page_pause(Duration::from_secs(300)).unwrap_err();
+        assert!(e.contains("300000") && e.contains("150000") && e.contains("5m"), "{e}");
+    }
+}
+
 impl PitScan {
     pub async fn open(client: &Elasticsearch, index: &str, query: Value, page: usize) -> Result<PitScan, ElasticError> {
         let r = client.open_point_in_time(OpenPointInTimeParts::Index(&[index])).keep_alive(KEEP_ALIVE).send().await?;
