@@ -130,19 +130,7 @@ fn rebuild_under_load(r: Rig, files: usize, batch: usize, pace: Duration) {
         })
     };
     // Commands produced throughout.
-    let producer = {
-        let (cfg, stop) = (r.cfg.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut out = Vec::new();
-            let mut i = 0;
-            while !stop.load(Ordering::SeqCst) {
-                out.extend(produce(&cfg, files_under(&format!("during{i}-"), &format!("/later{}", i % 5), batch)));
-                i += 1;
-                std::thread::sleep(pace);
-            }
-            out
-        })
-    };
+    let producer = produce_throughout(&r.cfg, &stop, batch, pace, 5);
 
     // 1. kill -9 in the middle of the rebuild.
     let mut child = rebuild(&r, &[]);
@@ -184,11 +172,7 @@ fn rebuild_under_load(r: Rig, files: usize, batch: usize, pace: Duration) {
     wait_applied_by(&r.cfg, &r.group, log.len(), &[&live]);
     assert!(live.wait_for_log("the index moved to a new generation", Duration::from_secs(30)), "{}", live.log());
     // The live worker applies what arrived after the cutover to generation 1.
-    let lag = denorm::kafka::group_lag(&r.cfg, &r.group).unwrap();
-    eventually(Duration::from_secs(60), || format!("generation 1 never caught up: {:?}\n{}", index.checkpoints_in(1, 3), live.log()), || {
-        let at = index.checkpoints_in(1, 3).unwrap();
-        lag.partitions.iter().all(|p| p.end == 0 || at.get(&p.partition).is_some_and(|c| c.offset as i64 >= p.end - 1)).then_some(())
-    });
+    wait_caught_up(&r, index.as_ref(), 1, &live);
     let (status, text) = live.terminate_with_log();
     assert!(status.success(), "{text}");
     assert_matches_model(&r.index, &log);
@@ -518,19 +502,7 @@ fn rebuild_by_members(r: Rig, files: usize, batch: usize, pace: Duration) {
     let runtime = rt();
     let index = generations_of(&r, &runtime);
     let stop = Arc::new(AtomicBool::new(false));
-    let producer = {
-        let (cfg, stop) = (r.cfg.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut out = Vec::new();
-            let mut i = 0;
-            while !stop.load(Ordering::SeqCst) {
-                out.extend(produce(&cfg, files_under(&format!("during{i}-"), &format!("/later{}", i % 7), batch)));
-                i += 1;
-                std::thread::sleep(pace);
-            }
-            out
-        })
-    };
+    let producer = produce_throughout(&r.cfg, &stop, batch, pace, 7);
     let hold = held.join("\n");
     let member = |i: u32, faults_dir: &str, faults: &[(&str, &str)]| rebuild_in(&r, faults_dir, faults, &["--members", "2", "--member", &i.to_string()]);
     let mut first = member(0, "member-0-faults", &[]);
@@ -584,11 +556,7 @@ fn rebuild_by_members(r: Rig, files: usize, batch: usize, pace: Duration) {
     log.extend(producer.join().unwrap());
     wait_applied_by(&r.cfg, &r.group, log.len(), &[&live]);
     assert!(live.wait_for_log("the index moved to a new generation", Duration::from_secs(30)), "{}", live.log());
-    let lag = denorm::kafka::group_lag(&r.cfg, &r.group).unwrap();
-    eventually(Duration::from_secs(60), || format!("generation 1 never caught up: {:?}\n{}", index.checkpoints_in(1, 4), live.log()), || {
-        let at = index.checkpoints_in(1, 4).unwrap();
-        lag.partitions.iter().all(|p| p.end == 0 || at.get(&p.partition).is_some_and(|c| c.offset as i64 >= p.end - 1)).then_some(())
-    });
+    wait_caught_up(&r, index.as_ref(), 1, &live);
     let (status, text) = live.terminate_with_log();
     assert!(status.success(), "{text}");
     assert_matches_model(&r.index, &log);
@@ -602,4 +570,30 @@ fn assigned(log: &str) -> std::collections::BTreeSet<i32> {
         .filter_map(|l| l.split("partitions=[").nth(1)?.split(']').next().map(String::from))
         .flat_map(|list| list.split(',').filter_map(|p| p.trim().parse().ok()).collect::<Vec<i32>>())
         .collect()
+}
+
+/// A thread producing `batch` files under one of `trees` top-level
+/// directories every `pace` until `stop`; it returns what it produced.
+fn produce_throughout(cfg: &denorm::kafka::KafkaConfig, stop: &Arc<AtomicBool>, batch: usize, pace: Duration, trees: usize) -> std::thread::JoinHandle<Vec<(denorm::command::LogPosition, denorm::command::Command)>> {
+    let (cfg, stop) = (cfg.clone(), stop.clone());
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while !stop.load(Ordering::SeqCst) {
+            out.extend(produce(&cfg, files_under(&format!("during{i}-"), &format!("/later{}", i % trees), batch)));
+            i += 1;
+            std::thread::sleep(pace);
+        }
+        out
+    })
+}
+
+/// Waits until generation `g` has applied everything the live group has
+/// (the live worker applies what arrived after the cutover to it).
+fn wait_caught_up(r: &Rig, index: &dyn Generations, g: u64, live: &Worker) {
+    let lag = denorm::kafka::group_lag(&r.cfg, &r.group).unwrap();
+    eventually(Duration::from_secs(60), || format!("generation {g} never caught up: {:?}\n{}", index.checkpoints_in(g, r.cfg.partitions), live.log()), || {
+        let at = index.checkpoints_in(g, r.cfg.partitions).unwrap();
+        lag.partitions.iter().all(|p| p.end == 0 || at.get(&p.partition).is_some_and(|c| c.offset as i64 >= p.end - 1)).then_some(())
+    });
 }

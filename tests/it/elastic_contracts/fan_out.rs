@@ -210,3 +210,25 @@ fn a_fan_out_refreshes_only_when_something_written_is_not_searchable_yet() {
     apply(p0.as_mut(), &Command::RenamePath { from: "/c/b".into(), to: "/c/z".into() }, 12, FanOut::pages_of(2)).unwrap();
     assert_eq!(fan_out_refreshes(), 1, "a write since: its scan must see it");
 }
+
+/// Finding 4: partial results are refused, both by asking for none and
+/// by checking each page, so a scan never ends early with documents
+/// silently left unrewritten.
+#[test]
+fn a_page_missing_shards_fails_the_scan_retryably_instead_of_ending_it() {
+    let d = Double::new().scan(1).bulk_ok();
+    let (rt, server) = (&d.rt, &d.server);
+    rt.block_on(async {
+        Mock::given(path("/_search"))
+            .and(query_param("allow_partial_search_results", "false"))
+            .respond_with(recorded::search_page_partial(vec![hit("a", "/c/a", 1, 1)]))
+            .mount(&server)
+            .await;
+    });
+    let b = d.backend();
+    let mut shard = b.open_shard(0).unwrap();
+    let err = apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap_err();
+    assert_eq!(err.kind(), denorm::retry::Kind::Transient, "retryable, not a rejection: {err:?}");
+    assert!(err.to_string().contains("1 of 2 shards failed"), "{err}");
+    assert!(bulks(&server, &rt).is_empty(), "nothing of a partial page is written");
+}
