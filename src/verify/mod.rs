@@ -51,6 +51,12 @@ pub enum VerifyError {
     WorkerStopped,
     #[error("the replay did not reach the live index's offsets within {secs} s (partition {partition} at {at} of {want})")]
     Timeout { secs: u64, partition: i32, at: i64, want: i64 },
+    /// Review F4.
+    #[error("the live index holds documents of partition(s) {partitions:?} but no checkpoint for them: they cannot be placed against the log (an index restored without its checkpoints, or a worker's first commit not done yet). Let the workers commit, or restore the checkpoints with the documents (on Elasticsearch, <prefix>-meta)")]
+    NoCheckpoint { partitions: Vec<i32> },
+    /// Review F7: `--keys` or `--sample` that matched nothing.
+    #[error("no document of the keys asked about was compared (--keys names a key exactly, as /clinton or a user id; a small --sample of few keys may hold none)")]
+    NothingCompared,
 }
 
 /// What a verify needs.
@@ -194,6 +200,9 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         // Both sides streamed and merged; what the live index wrote past
         // `at` meanwhile is not compared.
         let compared = merge(v.live, backend.as_ref(), v.keys.as_ref(), v.members, &at, partitions)?;
+        if !compared.without_checkpoint.is_empty() {
+            return Err(VerifyError::NoCheckpoint { partitions: compared.without_checkpoint.into_iter().collect() });
+        }
         // Where the live index and its log stand once it was read whole: a
         // partition whose checkpoint moved, or whose log holds anything
         // past `at`, may have applied a delete past `at` (the other keys'
@@ -213,6 +222,9 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         }
         info!(round = rounds, written_since = outcome.written_since, unsettled = outcome.unsettled, differences = outcome.differences_total, "checking again at the live index's newer offsets");
     };
+    if v.keys.is_some() && outcome.checked + outcome.written_since + outcome.unsettled + outcome.differences_total as u64 == 0 {
+        return Err(VerifyError::NothingCompared);
+    }
     let (keys, sample_percent) = v.keys.map_or((Vec::new(), None), |k| (k.keys.into_iter().collect(), k.percent));
     let member = (v.members.count > 1).then_some((v.members.me, v.members.count));
     Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, outcome, rounds, seconds: started.elapsed().as_secs_f64(), member, repair: None })

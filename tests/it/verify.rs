@@ -382,6 +382,22 @@ fn a_verify_by_members(r: Rig) {
     let (code, whole, err) = verify(&r);
     assert_eq!((code, &whole["differences_total"]), (1, &serde_json::json!(2)), "{whole}\n{err}");
     assert_eq!(checked, whole["checked"].as_u64().unwrap(), "the members' shares do not add up to the whole");
+
+    // Review F7: keys that match nothing are no clean verify.
+    let (code, _, err) = r.run(&["verify", "--keys", "no-such-key"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no document of the keys asked about was compared"), "{err}");
+    // Review F4: an index that lost a partition's checkpoint (restored
+    // without its meta documents) cannot be verified; its documents used
+    // to count as written since, and the verify as clean.
+    if r.is_elastic() {
+        let url = format!("{}/{}-meta/_doc/p0?refresh=true", r.index.display(), crate::common::elastic::prefix());
+        let status = rt().block_on(async { reqwest::Client::new().delete(&url).send().await.unwrap().status() });
+        assert!(status.is_success(), "{url}: {status}");
+        let (code, _, err) = r.run(&["verify"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("holds documents of partition(s) [0] but no checkpoint"), "{err}");
+    }
 }
 
 #[test]
