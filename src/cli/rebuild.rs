@@ -152,7 +152,11 @@ fn rebuild(r: Rebuild<'_>) -> anyhow::Result<()> {
         }
     };
     let done = crate::rebuild::run(r, shown).map_err(|e| match e {
-        e @ (RebuildError::PartitionsAdded { .. } | RebuildError::OtherLog { .. } | RebuildError::OwnerConflicts { .. } | RebuildError::VerifyOtherLog { .. }) => {
+        e @ (RebuildError::PartitionsAdded { .. }
+        | RebuildError::OtherLog { .. }
+        | RebuildError::OtherMembers { .. }
+        | RebuildError::OwnerConflicts { .. }
+        | RebuildError::VerifyOtherLog { .. }) => {
             anyhow::Error::new(UsageError(e.to_string()))
         }
         e => anyhow::Error::new(e),

@@ -27,6 +27,10 @@
 //! 6. Generation N is deleted (`--keep-old` keeps it): on the embedded index
 //!    once no writer holds its shards, on Elasticsearch at once (nothing can
 //!    write to it any more), then the state is removed.
+//!
+//! Run as several processes (`--members`), the workers of step 3 are the
+//! members' and step 4's stop is agreed through records beside the state
+//! ([`members`]); member 0 alone cuts over.
 
 mod build;
 pub mod members;
