@@ -54,6 +54,24 @@ fn a_pause_between_pages_longer_than_a_point_in_time_lives_is_refused_on_elastic
     assert!(err.contains("--fan-out-page-pause-ms 300000 is above 150000 ms"), "{err}");
 }
 
+/// Issue 43: a member number out of range, and verify members without the
+/// run name they combine their verdicts by, are refused before anything is
+/// contacted.
+#[test]
+fn members_flags_are_checked_at_startup() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, needle) in [
+        (vec!["rebuild", "--members", "2", "--member", "2"], "members are numbered 0 to 1"),
+        (vec!["verify", "--members", "2", "--member", "1"], "--members above 1 needs --run"),
+        (vec!["verify", "--members", "3", "--member", "3", "--run", "r"], "members are numbered 0 to 2"),
+    ] {
+        let out = denorm().args(["--brokers", "127.0.0.1:1", "--index"]).arg(dir.path()).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
 /// Seeds for the fuzzer (`fuzz/README.md`): valid messages of every command,
 /// prefixed by their key length and key as the fuzz target expects.
 #[test]
