@@ -294,10 +294,10 @@ impl Generations for ElasticGenerations {
         self.block(generations::list(&self.backend.client, &self.backend.prefix))
     }
     fn record(&self, name: &str) -> anyhow::Result<Option<serde_json::Value>> {
-        self.meta(name)
+        Ok(Backend::record(&self.backend, name)?)
     }
     fn save_record(&self, name: &str, v: serde_json::Value) -> anyhow::Result<()> {
-        self.put_meta(name, v)
+        Ok(Backend::save_record(&self.backend, name, &v)?)
     }
     fn clear_record(&self, name: &str) -> anyhow::Result<()> {
         let b = &self.backend;

@@ -133,6 +133,21 @@ impl ElasticShard {
         self.fan_out_page(p, rewrite)
     }
 
+    /// Makes every write a fan-out's scan of `index` must see searchable:
+    /// a refresh of that index, unless a refresh of the generation began
+    /// after this writer's last write and after it opened the shard (the
+    /// previous owner's writes). Review F3 and F10.
+    pub(super) fn searchable_for_scan(&mut self, index: &str) -> Result<(), IndexError> {
+        if self.unsearchable.is_none() && self.b.refreshed_since(self.generation(), self.recent.since) {
+            return Ok(());
+        }
+        let b = self.b.clone();
+        let r = b.runtime.block_on(b.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&[index])).send()).map_err(ElasticError::from)?;
+        // A refresh some shards missed would let the scan miss writes.
+        b.runtime.block_on(super::complete_json("refreshing before a fan-out", r))?;
+        Ok(())
+    }
+
     /// Starts a fan-out: sends the writes before it, refreshes
     /// (read-your-writes) and opens the point in time it scans.
     pub(super) fn fan_out_begin(&mut self, scan: &Scan, page_size: usize) -> Result<EsPages, IndexError> {

@@ -221,8 +221,6 @@ fn an_item_refused_for_good_fails_the_commit_permanently() {
 /// longer than that.
 #[test]
 fn a_slow_bulk_is_waited_for_not_sent_again_while_the_server_still_works_on_it() {
-    use denorm::apply::{apply, FanOut};
-    use denorm::command::Command;
     use denorm::index::Backend;
     let d = Double::new().new_shard(&["f1"]);
     let (rt, server) = (&d.rt, &d.server);
@@ -233,9 +231,7 @@ fn a_slow_bulk_is_waited_for_not_sent_again_while_the_server_still_works_on_it()
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
-    let cmd = Command::UpsertFile { id: "f1".into(), path: "/c/a.txt".into(), contents: "x".into(), previous_path: None };
-    apply(shard.as_mut(), &cmd, 3, FanOut::pages_of(10)).unwrap();
-    shard.mark_applied(Checkpoint::new(3, 0));
+    upsert_files(shard.as_mut(), &["f1"]);
     shard.commit().unwrap();
     let reqs = rt.block_on(server.received_requests()).unwrap();
     let bulks: Vec<&wiremock::Request> = reqs.iter().filter(|r| r.url.path() == "/_bulk").collect();
