@@ -482,7 +482,7 @@ fn seek_as_asked(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
                 // Messages routed before the seek are stale: dropped here,
                 // or by the applier up to the marker.
                 part.pending.clear();
-                let _ = part.tx.send(Feed::Positioned);
+                let _ = part.tx.send(Feed::Positioned(offset));
                 ctx.shared.seeks.lock().expect("seeks lock").remove(&p);
             }
             Err(e) => debug!(partition = p, error = %e, "seek not possible yet"),

@@ -59,7 +59,7 @@ impl Applier {
             let mut paged = false;
             if self.lane_jobs() > 0 {
                 if ahead.is_empty() {
-                    if let Ok(feed) = rx.try_recv() {
+                    if let Some(feed) = rx.try_recv().ok().and_then(|f| self.received(f)) {
                         ahead.push_back(feed);
                         peeked = true;
                     }
@@ -112,10 +112,10 @@ impl Applier {
             });
             let (next, fresh) = match ahead.pop_front() {
                 Some(feed) => (Ok(feed), std::mem::take(&mut peeked)),
-                None => (rx.recv_timeout(wait), true),
+                None => (self.receive(&rx, wait), true),
             };
             match next {
-                Ok(Feed::Positioned) => positioned = self.positioned(checkpoint)?,
+                Ok(Feed::Positioned(_)) => positioned = self.positioned(checkpoint)?,
                 Ok(Feed::End(at)) => {
                     if positioned {
                         self.end.set(Some(at));
@@ -257,6 +257,17 @@ impl Applier {
         result
     }
 
+    /// The next feed within `wait`, passing over what
+    /// [`Applier::received`] drops.
+    fn receive(&self, rx: &Receiver<Feed>, wait: Duration) -> Result<Feed, RecvTimeoutError> {
+        let until = Instant::now() + wait;
+        loop {
+            if let Some(feed) = self.received(rx.recv_timeout(until.saturating_duration_since(Instant::now()))?) {
+                return Ok(feed);
+            }
+        }
+    }
+
     /// Receives what is already waiting behind `msg` (up to
     /// [`PREFETCH_WINDOW`] feeds, without waiting) into `ahead`, and lets the
     /// shard fetch the documents all of them read at once: on
@@ -264,9 +275,10 @@ impl Applier {
     /// counted as queued until they are handled.
     pub(super) fn prefetch(&self, shard: &mut dyn Shard, msg: &Record, rx: &Receiver<Feed>, ahead: &mut VecDeque<Feed>) {
         while ahead.len() < PREFETCH_WINDOW {
-            match rx.try_recv() {
-                Ok(feed @ Feed::Message(_)) => ahead.push_back(feed),
-                Ok(feed) => {
+            match rx.try_recv().map(|f| self.received(f)) {
+                Ok(None) => {}
+                Ok(Some(feed @ Feed::Message(_))) => ahead.push_back(feed),
+                Ok(Some(feed)) => {
                     ahead.push_back(feed);
                     break;
                 }

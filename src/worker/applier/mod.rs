@@ -74,9 +74,10 @@ impl Record {
 pub(crate) enum Feed {
     Message(Record),
     /// The partition was positioned where the applier asked
-    /// ([`Shared::seeks`]): messages before this one were fetched from the
-    /// old position and are dropped; the next one comes from the new.
-    Positioned,
+    /// ([`Shared::seeks`]), at this offset: messages before this one were
+    /// fetched from the old position and are dropped; the next one comes
+    /// from the new.
+    Positioned(Offset),
     /// The partition was read to its end: the consumer's position, past
     /// offsets that carry no message (transaction markers, aborted
     /// records) as well as every message fed before this.
@@ -180,6 +181,7 @@ impl Partition {
                     lanes: Default::default(),
                     may_defer: Default::default(),
                     fell_back: Default::default(),
+                    reading: Default::default(),
                 }
                 .run(rx)
             })
@@ -255,6 +257,9 @@ struct Applier {
     /// A lane's failure dropped the lanes: the partition is to be read
     /// again from the shard's checkpoint.
     fell_back: std::cell::Cell<bool>,
+    /// What was received since the last seek asked
+    /// ([`Applier::received`]).
+    reading: std::cell::Cell<position::Reading>,
 }
 
 /// The destination side of a cross-key move that spans several messages

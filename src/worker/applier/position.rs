@@ -38,8 +38,52 @@ impl Applier {
     /// consumer thread says so ([`Feed::Positioned`]).
     pub(super) fn seek_to(&self, checkpoint: Option<Checkpoint>) -> bool {
         self.lanes.borrow_mut().tracker.reset();
-        self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target_of(checkpoint));
+        let target = target_of(checkpoint);
+        self.reading.set(Reading { asked: Some(target), read_to: None });
+        self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target);
         false
+    }
+
+    /// What the consumer thread delivers, as received (before it is
+    /// handled): `None` for a message at or below one received since the
+    /// partition was positioned where this applier last asked. Such a
+    /// message was delivered again without a seek of this applier's: a seek
+    /// it asked for, served and seen positioned, that took effect late in
+    /// the client (seen on tansu right after an assignment: the client's
+    /// own start from the group's offset came first, then the seek read
+    /// the same messages again a second later). Handled twice, a fan-out
+    /// already running in its key's lane was started again beside itself
+    /// and the partition never published again.
+    pub(super) fn received(&self, feed: Feed) -> Option<Feed> {
+        let mut reading = self.reading.get();
+        let again = match &feed {
+            Feed::Positioned(at) => {
+                if reading.asked == Some(*at) {
+                    reading = Reading::default();
+                }
+                false
+            }
+            // Before the positioning asked, what comes is from the old
+            // position: the loop drops it.
+            Feed::Message(_) if reading.asked.is_some() => false,
+            Feed::Message(m) => {
+                let again = reading.read_to.is_some_and(|r| m.offset() <= r);
+                if !again {
+                    reading.read_to = Some(m.offset());
+                }
+                again
+            }
+            Feed::End(_) => false,
+        };
+        self.reading.set(reading);
+        match (again, feed) {
+            (true, Feed::Message(m)) => {
+                self.queued.take(queued_size(&m));
+                debug!(partition = self.partition, offset = m.offset(), read_to = ?reading.read_to, "a message delivered again after a late seek: dropped");
+                None
+            }
+            (_, feed) => Some(feed),
+        }
     }
 
     /// The partition fetches from the checkpoint now; its watermarks, when
@@ -151,4 +195,12 @@ impl Applier {
             }
         }
     }
+}
+
+/// Where the partition's reading stands: the seek asked and not yet seen
+/// positioned, and the highest offset received since it was.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Reading {
+    asked: Option<Offset>,
+    read_to: Option<i64>,
 }

@@ -136,6 +136,11 @@ struct Rig {
     /// Seeks still to be overtaken by the partition's own start (served
     /// from offset 0 instead of where they asked).
     stale_starts: Arc<std::sync::atomic::AtomicUsize>,
+    /// A seek served late, as the client may serve one made right after an
+    /// assignment once it has fetched from the group's offset: once this
+    /// many messages were fed, the partition is said positioned again and
+    /// served again from the offset given.
+    late_seek: Arc<Mutex<Option<(usize, i64)>>>,
 }
 
 /// A running applier and the feed that serves it.
@@ -197,7 +202,7 @@ impl Rig {
             awaited: Mutex::default(),
             awaiting: Default::default(),
         });
-        Rig { dir, log, outbox, shared, codec: Codec::new(), stale_starts: Arc::default() }
+        Rig { dir, log, outbox, shared, codec: Codec::new(), stale_starts: Arc::default(), late_seek: Arc::default() }
     }
 
     fn append(&self, key: &str, payload: Vec<u8>) -> i64 {
@@ -244,7 +249,7 @@ impl Rig {
         let feeding = Arc::new(AtomicBool::new(true));
         let seeks: Arc<Mutex<Vec<i64>>> = Arc::default();
         let sent: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
-        let (go, asked, fed, stale) = (feeding.clone(), seeks.clone(), sent.clone(), self.stale_starts.clone());
+        let (go, asked, fed, stale, late) = (feeding.clone(), seeks.clone(), sent.clone(), self.stale_starts.clone(), self.late_seek.clone());
         let feeder = std::thread::spawn(move || {
             let mut cursor: Option<usize> = None;
             // The end last reported (`Feed::End`), as a consumer does once
@@ -257,7 +262,7 @@ impl Rig {
                         _ => 0,
                     };
                     asked.lock().unwrap().push(at as i64);
-                    if tx.send(Feed::Positioned).is_err() {
+                    if tx.send(Feed::Positioned(offset)).is_err() {
                         return;
                     }
                     // The client's own start overtaking the seek: fetching
@@ -265,6 +270,19 @@ impl Rig {
                     let stale = stale.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
                     cursor = Some(log.lock().unwrap().from(if stale { 0 } else { at as i64 }));
                     reported = None;
+                }
+                let late_now = {
+                    let mut late = late.lock().unwrap();
+                    match *late {
+                        Some((after, from)) if fed.load(Ordering::SeqCst) >= after => late.take().map(|_| from),
+                        _ => None,
+                    }
+                };
+                if let Some(from) = late_now {
+                    if tx.send(Feed::Positioned(Offset::Offset(from))).is_err() {
+                        return;
+                    }
+                    cursor = Some(log.lock().unwrap().from(from));
                 }
                 let (next, end) = {
                     let log = log.lock().unwrap();
