@@ -4,10 +4,12 @@
 
 pub mod chaos;
 pub mod elastic;
+pub mod ports;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use ports::{listens_itself, on_a_free_port};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command as Proc, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
@@ -50,11 +52,6 @@ pub fn eventually<T>(timeout: Duration, what: impl FnOnce() -> String, mut check
     }
 }
 
-/// Waits (30 s at most) until something listens on 127.0.0.1:`port`.
-pub fn wait_listening(name: &str, port: u16) {
-    eventually(Duration::from_secs(30), || format!("{name} did not listen on port {port}"), || TcpStream::connect(("127.0.0.1", port)).ok());
-}
-
 /// The broker of this test: `DENORM_TEST_BROKERS` (one broker for every
 /// test, a cluster of yours), or else a private tansu started from the
 /// cached install, as scripts/test.sh runs the suite: a fresh SQLite
@@ -76,8 +73,7 @@ impl Broker {
     /// install (`DENORM_TANSU` overrides its path).
     pub fn private() -> Broker {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let child = start_tansu(dir.path(), port);
+        let (port, child) = on_a_free_port("tansu", |port| start_tansu(dir.path(), port));
         Broker { brokers: format!("127.0.0.1:{port}"), private: Some(Private { child, dir }) }
     }
 
@@ -100,7 +96,9 @@ impl Broker {
     pub fn restart(&mut self) {
         let private = self.private.as_mut().expect("a private broker");
         let port: u16 = self.brokers.rsplit(':').next().unwrap().parse().unwrap();
-        private.child = start_tansu(private.dir.path(), port);
+        let mut child = start_tansu(private.dir.path(), port);
+        assert!(listens_itself(&mut child, port), "tansu did not listen on port {port} again");
+        private.child = child;
     }
 }
 
@@ -113,15 +111,15 @@ pub fn start_noida(service: &str) -> (u16, Private) {
     assert!(out.status.success(), "scripts/install-noida.sh failed: install noida-db (or set DENORM_ES_URL for Elasticsearch)");
     let bin = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let child = Proc::new(bin)
-        .args(["start", "--only", service, "--host", "127.0.0.1", &format!("--{service}-port"), &port.to_string(), "--data-dir"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start noida-db");
-    wait_listening(&format!("noida-db ({service})"), port);
+    let (port, child) = on_a_free_port(&format!("noida-db ({service})"), |port| {
+        Proc::new(&bin)
+            .args(["start", "--only", service, "--host", "127.0.0.1", &format!("--{service}-port"), &port.to_string(), "--data-dir"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start noida-db")
+    });
     (port, Private { child, dir })
 }
 
@@ -131,7 +129,7 @@ fn start_tansu(dir: &Path, port: u16) -> Child {
     });
     assert!(bin.exists(), "no broker: set DENORM_TEST_BROKERS or install tansu with scripts/install-tansu.sh (looked for {})", bin.display());
     let url = format!("tcp://127.0.0.1:{port}");
-    let child = Proc::new(&bin)
+    Proc::new(&bin)
         .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
         .args(["--storage-engine", "sqlite://broker.db"])
         .current_dir(dir)
@@ -141,13 +139,7 @@ fn start_tansu(dir: &Path, port: u16) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("start tansu");
-    wait_listening("tansu", port);
-    child
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+        .expect("start tansu")
 }
 
 /// A name no other test uses.
