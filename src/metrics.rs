@@ -46,6 +46,7 @@ pub const VERIFY_LAST_CLEAN: &str = "denorm_verify_last_clean_timestamp_seconds"
 pub const VERIFY_CHECKED: &str = "denorm_verify_documents_checked";
 pub const VERIFY_DIFFERENCES: &str = "denorm_verify_differences";
 pub const VERIFY_SECONDS: &str = "denorm_verify_duration_seconds";
+pub const WORKER_SETTINGS_MISMATCH: &str = "denorm_worker_settings_mismatch";
 
 /// Every metric name above (the dashboard check reads this).
 pub const ALL: &[&str] = &[
@@ -90,6 +91,7 @@ pub const ALL: &[&str] = &[
     VERIFY_CHECKED,
     VERIFY_DIFFERENCES,
     VERIFY_SECONDS,
+    WORKER_SETTINGS_MISMATCH,
 ];
 
 /// Names that are histograms (exported as `_bucket`, `_sum`, `_count`).
@@ -137,6 +139,11 @@ fn describe() {
     describe_gauge!(VERIFY_CHECKED, Unit::Count, "Documents the last `denorm verify` compared.");
     describe_gauge!(VERIFY_DIFFERENCES, Unit::Count, "Documents the last `denorm verify` found different from the replay of the log (with --repair: those left after it).");
     describe_gauge!(VERIFY_SECONDS, Unit::Seconds, "How long the last `denorm verify` took.");
+    describe_gauge!(
+        WORKER_SETTINGS_MISMATCH,
+        Unit::Count,
+        "1 while this worker's settings that decide what it applies (abort policy, message size limit, schema registry, partitioner rule, attempts) differ from those recorded in the index by the last worker started; verify and rebuild replay with the recorded ones."
+    );
     describe_counter!(DEAD_LETTER_RETRIES_TOTAL, Unit::Count, "Failed writes to the dead-letter topic, retried (nothing is committed past them meanwhile).");
     describe_gauge!(PARKED_KEYS, Unit::Count, "Keys of the partition parked behind an aborted command, waiting for `denorm dlq reprocess` or `clear`.");
     describe_gauge!(DEGRADED_PARTITIONS, Unit::Count, "Partitions retrying a transient failure (index or dead-letter topic unavailable); /readyz fails while it is above 0.");

@@ -82,6 +82,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     let backend = Arc::new(EmbeddedBackend::new(EmbeddedIndex::open(&dir, topic)?, 64 << 20));
     let mut workers = Vec::new();
     let mut stats = Vec::new();
+    worker::settings::announce(backend.as_ref(), &WorkerConfig::new(kafka.clone(), group.clone()))?;
     for _ in 0..2 {
         let cfg = WorkerConfig::new(kafka.clone(), group.clone());
         let s = Arc::new(Stats::default());

@@ -222,6 +222,11 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     }
 
     let stats = Arc::new(Stats::default());
-    tokio::task::spawn_blocking(move || worker::run(cfg, backend, shutdown, health, stats)).await?.context("worker failed")?;
+    tokio::task::spawn_blocking(move || {
+        worker::settings::announce(backend.as_ref(), &cfg).map_err(worker::WorkerError::Index)?;
+        worker::run(cfg, backend, shutdown, health, stats)
+    })
+    .await?
+    .context("worker failed")?;
     Ok(())
 }

@@ -215,6 +215,28 @@ pub fn applied_of(checkpoints: &BTreeMap<i32, Checkpoint>, ends: &[(i64, i64)]) 
 /// broker before the rebuild gives up.
 const BROKER_SILENCE: Duration = Duration::from_secs(120);
 
+/// The replay decides as the live workers did (review of verify, F20):
+/// with the settings they recorded in the index (abort policy, message
+/// size limit, schema registry, partitioner rule, attempts). An index no
+/// worker of this version has recorded them in is built with the defaults
+/// and the flags given, said in a warning.
+fn replay_as_recorded(index: &dyn Generations, cfg: &mut WorkerConfig) -> Result<(), RebuildError> {
+    use crate::worker::settings;
+    let given = settings::ApplySettings::of(cfg);
+    match settings::recorded(index.record(settings::RECORD)?).map_err(|e| RebuildError::Index(e.into()))? {
+        Some(recorded) => {
+            let differences = given.differences(&recorded);
+            if !differences.is_empty() {
+                warn!(differences = %differences.join(", "), "the flags given (first) differ from the settings the live workers recorded (second): the rebuild replays with the recorded ones");
+            }
+            recorded.apply_to(cfg).map_err(|e| RebuildError::Index(e.into()))?;
+            info!(settings = ?recorded, "replaying with the settings the live workers recorded");
+        }
+        None => warn!(settings = ?given, "the index records no worker settings (its workers are of an earlier version, or none ran): replaying with these"),
+    }
+    Ok(())
+}
+
 /// Rebuilds (or resumes rebuilding) the next generation and cuts over to it;
 /// `progress` sees each turn of the progress poll. Blocking.
 pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, RebuildError> {
@@ -273,6 +295,7 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         }
         cfg.takeover_waits = takeover_waits;
         cfg.any_partitioner = any_partitioner;
+        replay_as_recorded(index, &mut cfg)?;
         cfg.accept_gaps = accept_gaps;
         cfg.commit_offsets = false;
         // The markers of the operators' requests the live run carried out

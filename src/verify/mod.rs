@@ -27,6 +27,7 @@ use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 use crate::index::{Backend, Doc, IndexError};
 use crate::kafka::KafkaConfig;
 use crate::members::Members;
+use crate::worker::settings::{self, ApplySettings};
 use crate::worker::{self, KeySample, Stats, WorkerConfig, WorkerError};
 use compare::{Outcome, Positions};
 
@@ -54,6 +55,11 @@ pub enum VerifyError {
     /// Review F4.
     #[error("the live index holds documents of partition(s) {partitions:?} but no checkpoint for them: they cannot be placed against the log (an index restored without its checkpoints, or a worker's first commit not done yet). Let the workers commit, or restore the checkpoints with the documents (on Elasticsearch, <prefix>-meta)")]
     NoCheckpoint { partitions: Vec<i32> },
+    /// Review F1: the replay decides as the live workers did, or not at all.
+    #[error("the live index records no worker settings (the abort policy, message size limit, schema registry, partitioner rule and attempts its workers apply with): its workers are of a version before they were recorded, or none ran on it. Start the workers of this version once; verify does not guess them")]
+    NoSettings,
+    #[error(transparent)]
+    Settings(#[from] crate::worker::settings::SettingsError),
     /// Review F7: `--keys` or `--sample` that matched nothing.
     #[error("no document of the keys asked about was compared (--keys names a key exactly, as /clinton or a user id; a small --sample of few keys may hold none)")]
     NothingCompared,
@@ -184,6 +190,8 @@ fn count(at: &Positions) -> i64 {
 pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, VerifyError> {
     let started = Instant::now();
     let partitions = v.kafka.topic_partitions()?.ok_or_else(|| VerifyError::NoTopic(v.kafka.topic.clone()))?;
+    let settings = settings::recorded(v.live.record(settings::RECORD).map_err(VerifyError::Live)?)?.ok_or(VerifyError::NoSettings)?;
+    info!(settings = ?settings, "replaying with the settings the live workers recorded");
     let scratch_err = |source| VerifyError::Scratch { dir: v.scratch.display().to_string(), source };
     let index = EmbeddedIndex::open(v.scratch, &v.kafka.topic).map_err(scratch_err)?;
     let backend: Arc<dyn Backend> = Arc::new(EmbeddedBackend::new(index, v.budget));
@@ -196,7 +204,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         let now = positions(v.live, partitions).map_err(VerifyError::Live)?;
         at = now.into_iter().filter(|(p, _)| v.members.owns(*p)).map(|(p, o)| (p, o.max(at.get(&p).copied().unwrap_or(-1)))).collect();
         info!(round = rounds, at = ?at, "replaying the log up to the live index's offsets");
-        replay_to(&v, &backend, &at, partitions, started, &mut progress)?;
+        replay_to(&v, &settings, &backend, &at, partitions, started, &mut progress)?;
         // Both sides streamed and merged; what the live index wrote past
         // `at` meanwhile is not compared.
         let compared = merge(v.live, backend.as_ref(), v.keys.as_ref(), v.members, &at, partitions)?;
@@ -233,7 +241,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
 /// Runs the replay's worker on the scratch index `backend` until every
 /// partition has applied exactly up to `at` (it resumes where the scratch
 /// index's checkpoints are), then stops it.
-fn replay_to(v: &Verify<'_>, backend: &Arc<dyn Backend>, at: &Positions, partitions: i32, started: Instant, progress: &mut impl FnMut(&Tick)) -> Result<(), VerifyError> {
+fn replay_to(v: &Verify<'_>, settings: &ApplySettings, backend: &Arc<dyn Backend>, at: &Positions, partitions: i32, started: Instant, progress: &mut impl FnMut(&Tick)) -> Result<(), VerifyError> {
     let scratch_err = |source| VerifyError::Scratch { dir: v.scratch.display().to_string(), source };
     let group = format!("{}.verify-{}", v.group, &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let mut cfg = WorkerConfig::new(v.kafka.clone(), group.clone());
@@ -241,6 +249,7 @@ fn replay_to(v: &Verify<'_>, backend: &Arc<dyn Backend>, at: &Positions, partiti
     cfg.writes_to_kafka = false;
     cfg.until = Some(Arc::new(at.clone()));
     cfg.keys = v.keys.clone().map(Arc::new);
+    settings.apply_to(&mut cfg)?;
     // A member replays its share of the partitions only: a take-over
     // would wait for ever for a departure in a partition it does not
     // replay. The scratch index's shards are separate, which replay right

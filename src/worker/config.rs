@@ -137,7 +137,8 @@ impl KeySample {
 }
 
 /// What happens to a key's later commands once one is aborted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OnAbort {
     /// Dead-letter them too (reason `parked`) until an operator acts: the
     /// key's order is never broken.

@@ -16,6 +16,7 @@ mod membership;
 mod outbox;
 mod probe;
 mod rebalance;
+pub mod settings;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -408,10 +409,12 @@ impl GroupWatch {
             .spawn(move || {
                 let tick = Duration::from_millis(100).min(every);
                 let (mut last, mut last_verified): (Option<Instant>, Option<Instant>) = (None, None);
+                let (mine, mut mismatch) = (settings::ApplySettings::of(&shared.cfg), Vec::new());
                 while !s.load(Ordering::SeqCst) {
                     if last_verified.is_none_or(|t| t.elapsed() >= every) {
                         last_verified = Some(Instant::now());
                         export_verified(shared.backend.as_ref());
+                        settings::check(shared.backend.as_ref(), &mine, &mut mismatch);
                     }
                     if !w.load(Ordering::SeqCst) {
                         l.store(-1, Ordering::SeqCst);

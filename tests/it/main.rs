@@ -24,3 +24,4 @@ mod registry_contracts;
 mod scenarios;
 mod topics;
 mod verify;
+mod verify_settings;
