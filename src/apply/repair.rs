@@ -11,7 +11,7 @@
 //! verify sends the repair of a missing document only for a partition
 //! that has not moved since its snapshot (docs/verify.md).
 
-use crate::command::Command;
+use crate::command::{Command, Repair};
 use crate::index::{IndexError, Kind, Shard};
 
 /// The one document an upsert or delete writes: its kind and id (none for
@@ -32,27 +32,38 @@ pub fn repairable(cmd: &Command) -> bool {
 }
 
 /// Why the repair `cmd` at log position `pos`, made from a verify that
-/// compared the index at offset `unchanged_since`, must not be applied:
-/// its document was written after that offset by something other than
-/// this repair (a redelivery of the repair passes; its writes are
-/// position-guarded like any command's). `None`: apply it.
-pub fn repair_refusal<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, unchanged_since: i64, pos: u64) -> Result<Option<String>, IndexError> {
+/// compared the index at offset `repair.unchanged_since` and found the
+/// document present or absent (`repair.seen`), must not be applied: the
+/// document changed since in either direction (review of verify, F2). It
+/// was written after that offset by something other than this repair (a
+/// redelivery of the repair passes; its writes are position-guarded like
+/// any command's); or it was present and is gone (deleted since: an
+/// upsert would bring it back); or it was absent and is here. A delete of
+/// a document that is gone changes nothing and passes. A repair of schema
+/// version 5 (`seen` unknown) is judged by its offset only. `None`: apply
+/// it.
+pub fn repair_refusal<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, repair: Repair, pos: u64) -> Result<Option<String>, IndexError> {
     let Some((kind, id)) = document(cmd) else {
         return Ok(Some(format!("a repair cannot carry a {}", cmd.kind())));
     };
+    let since = repair.unchanged_since;
+    let what = kind.as_str();
     if shard.get(kind, id)?.is_none() {
-        return Ok(None);
+        let upsert = !matches!(cmd, Command::DeleteFile { .. } | Command::DeletePost { .. });
+        return Ok((upsert && repair.seen == Some(true))
+            .then(|| format!("{what} {id:?} was deleted after the verify found it at offset {since} or before: the repair would bring it back, and is not applied (verify again)")));
     }
     // Present: its position (another partition's document reads as newer
     // than anything here).
-    match shard.position(kind, id)? {
-        Some(at) if at as i64 > unchanged_since && at != pos => Ok(Some(format!(
-            "{} {id:?} was written at offset {} after the verify compared it at offset {unchanged_since}: the repair is not applied (verify again)",
-            kind.as_str(),
+    Ok(match shard.position(kind, id)? {
+        Some(at) if at == pos => None,
+        Some(at) if at as i64 > since => Some(format!(
+            "{what} {id:?} was written at offset {} after the verify compared it at offset {since}: the repair is not applied (verify again)",
             if at == u64::MAX { "(another partition's)".to_string() } else { at.to_string() },
-        ))),
-        _ => Ok(None),
-    }
+        )),
+        _ if repair.seen == Some(false) => Some(format!("{what} {id:?} is present, and the verify found it absent at offset {since}: the repair is not applied (verify again)")),
+        _ => None,
+    })
 }
 
 #[cfg(test)]
@@ -61,6 +72,10 @@ mod tests {
     use crate::apply::{apply, FanOut};
     use crate::index::embedded::EmbeddedIndex;
     use crate::index::Doc;
+
+    fn seen(unchanged_since: i64, seen: bool) -> Repair {
+        Repair { unchanged_since, seen: Some(seen) }
+    }
 
     fn upsert(contents: &str) -> Command {
         Command::UpsertFile { id: "f".into(), path: "/c/f.txt".into(), contents: contents.into(), previous_path: None }
@@ -77,24 +92,52 @@ mod tests {
         let fan = FanOut::pages_of(10);
         apply(&mut shard, &upsert("v1"), 3, fan).unwrap();
         // The verify compared at offset 5; a repair at 8.
-        assert_eq!(repair_refusal(&mut shard, &upsert("right"), 5, 8).unwrap(), None);
+        assert_eq!(repair_refusal(&mut shard, &upsert("right"), seen(5, true), 8).unwrap(), None);
         apply(&mut shard, &upsert("right"), 8, fan).unwrap();
         // Its redelivery passes the guard (and writes nothing).
-        assert_eq!(repair_refusal(&mut shard, &upsert("right"), 5, 8).unwrap(), None);
+        assert_eq!(repair_refusal(&mut shard, &upsert("right"), seen(5, true), 8).unwrap(), None);
         assert_eq!(apply(&mut shard, &upsert("right"), 8, fan).unwrap(), 0);
         // Another repair from the same verify, after it: refused.
-        let refused = repair_refusal(&mut shard, &upsert("other"), 5, 9).unwrap().expect("refused");
+        let refused = repair_refusal(&mut shard, &upsert("other"), seen(5, true), 9).unwrap().expect("refused");
         assert!(refused.contains("written at offset 8 after the verify compared it at offset 5"), "{refused}");
         // Absent (never written, or deleted): applied, a delete as well.
         let gone = Command::DeleteFile { id: "g".into(), path: "/c/g.txt".into() };
-        assert_eq!(repair_refusal(&mut shard, &gone, 5, 10).unwrap(), None);
+        assert_eq!(repair_refusal(&mut shard, &gone, seen(5, true), 10).unwrap(), None);
         apply(&mut shard, &Command::DeleteFile { id: "f".into(), path: "/c/f.txt".into() }, 11, fan).unwrap();
         apply(&mut shard, &upsert("again"), 12, fan).unwrap();
-        assert!(repair_refusal(&mut shard, &upsert("v1"), 5, 13).unwrap().is_some());
+        assert!(repair_refusal(&mut shard, &upsert("v1"), seen(5, true), 13).unwrap().is_some());
         match shard.get(Kind::File, "f").unwrap() {
             Some(Doc::File(f)) => assert_eq!((f.contents.as_str(), f.pos), ("again", 12)),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Review F2: the verify compared at 5 and found the document present
+    /// (it differed); a producer deleted it at 6. The upsert repair at 8
+    /// would bring it back: refused. A repair of a document the verify
+    /// found absent is refused once one is present; a version-5 repair
+    /// (`seen` unknown) keeps the offset rule alone.
+    #[test]
+    fn a_repair_never_brings_back_a_document_deleted_since_nor_overwrites_one_written_since() {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
+        let mut shard = idx.open_shard(0, 20_000_000).unwrap();
+        let fan = FanOut::pages_of(10);
+        apply(&mut shard, &upsert("v1"), 3, fan).unwrap();
+        apply(&mut shard, &Command::DeleteFile { id: "f".into(), path: "/c/f.txt".into() }, 6, fan).unwrap();
+        let refused = repair_refusal(&mut shard, &upsert("right"), seen(5, true), 8).unwrap().expect("refused");
+        assert!(refused.contains("was deleted after the verify found it"), "{refused}");
+        // The delete repair of a document gone since changes nothing.
+        assert_eq!(repair_refusal(&mut shard, &Command::DeleteFile { id: "f".into(), path: "/c/f.txt".into() }, seen(5, true), 9).unwrap(), None);
+        // Missing at the verify, still absent: applied; present at an
+        // offset at or before the verify's: refused.
+        assert_eq!(repair_refusal(&mut shard, &upsert("lost"), seen(5, false), 10).unwrap(), None);
+        apply(&mut shard, &Command::UpsertFile { id: "h".into(), path: "/c/h.txt".into(), contents: "x".into(), previous_path: None }, 4, fan).unwrap();
+        let h = Command::UpsertFile { id: "h".into(), path: "/c/h.txt".into(), contents: "y".into(), previous_path: None };
+        assert!(repair_refusal(&mut shard, &h, seen(5, false), 11).unwrap().is_some());
+        let v5 = Repair { unchanged_since: 5, seen: None };
+        assert_eq!(repair_refusal(&mut shard, &upsert("right"), v5, 12).unwrap(), None, "version 5: offsets only");
+        assert_eq!(repair_refusal(&mut shard, &h, v5, 12).unwrap(), None);
     }
 
     #[test]

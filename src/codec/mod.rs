@@ -43,6 +43,7 @@ pub const HISTORY: &[&str] = &[
     include_str!("../../schemas/history/command-v2.avsc"),
     include_str!("../../schemas/history/command-v3.avsc"),
     include_str!("../../schemas/history/command-v4.avsc"),
+    include_str!("../../schemas/history/command-v5.avsc"),
 ];
 /// Older versions of the move schema this decoder still reads.
 pub const MOVE_HISTORY: &[&str] = &[include_str!("../../schemas/history/move-v1.avsc")];
@@ -55,6 +56,7 @@ pub const SCHEMA_FILES: &[(&str, &str)] = &[
     ("schemas/history/command-v2.avsc", HISTORY[1]),
     ("schemas/history/command-v3.avsc", HISTORY[2]),
     ("schemas/history/command-v4.avsc", HISTORY[3]),
+    ("schemas/history/command-v5.avsc", HISTORY[4]),
     ("schemas/control.avsc", CONTROL_SCHEMA),
     ("schemas/history/control-v1.avsc", CONTROL_HISTORY[0]),
     ("schemas/move.avsc", MOVE_SCHEMA),
@@ -394,7 +396,7 @@ mod tests {
             let mut e = Envelope::new(c);
             e.tenant = Some("acme".into());
             e.after = Some(LogPosition { partition: 5, offset: 1 << 40 });
-            e.repair = Some(crate::command::Repair { unchanged_since: 1 << 33 });
+            e.repair = Some(crate::command::Repair { unchanged_since: 1 << 33, seen: Some(false) });
             let bytes = codec.encode(&e);
             assert_eq!(&bytes[..2], &[0xC3, 0x01]);
             assert_eq!(codec.decode(&bytes).unwrap(), e);
@@ -443,10 +445,13 @@ mod tests {
                 let mut e = Envelope::new(c);
                 e.tenant = Some("acme".into());
                 e.after = Some(LogPosition { partition: 1, offset: 9 });
-                e.repair = Some(crate::command::Repair { unchanged_since: 7 });
+                e.repair = Some(crate::command::Repair { unchanged_since: 7, seen: Some(true) });
                 // What each version could not say reads as its default.
                 let mut want = e.clone();
-                want.repair = None;
+                match version {
+                    0..=3 => want.repair = None,
+                    _ => want.repair = Some(crate::command::Repair { unchanged_since: 7, seen: None }),
+                }
                 if version < 3 {
                     want.after = None;
                 }
@@ -473,11 +478,12 @@ mod tests {
     fn fingerprints_are_pinned() {
         let got: Vec<(&str, String, String)> = schema_fingerprints().into_iter().map(|f| (f.file, f.fingerprint, f.legacy)).collect();
         let want = [
-            ("schemas/command.avsc", "6adb1d29b2aec4c2", "e9e4af7624899fb4"),
+            ("schemas/command.avsc", "58b76e73ec3a27e2", "3dcbf00f80d817fa"),
             ("schemas/history/command-v1.avsc", "7e1aaf9552f72321", "9f15df64f37ccd90"),
             ("schemas/history/command-v2.avsc", "9c7f9b599fb95260", "d5e0d0c37df914d2"),
             ("schemas/history/command-v3.avsc", "9848ea802671ddab", "56d74f3eaa44aceb"),
             ("schemas/history/command-v4.avsc", "845b46f200295293", "f646b8d14f1d49bd"),
+            ("schemas/history/command-v5.avsc", "6adb1d29b2aec4c2", "e9e4af7624899fb4"),
             ("schemas/control.avsc", "01399534e774ed5d", "4c8686bfb32912d2"),
             ("schemas/history/control-v1.avsc", "2d6e0616c9179c82", "165f90003f878d05"),
             ("schemas/move.avsc", "27d583c379ec962f", "7d99d0db3a8ab38e"),
@@ -492,7 +498,7 @@ mod tests {
         let codec = Codec::new();
         let e = Envelope::new(all_commands().remove(2));
         let bytes = codec.encode(&e);
-        assert_eq!(hex(&bytes[2..10]), "6adb1d29b2aec4c2");
+        assert_eq!(hex(&bytes[2..10]), "58b76e73ec3a27e2");
         let current = Schema::parse_str(CURRENT_SCHEMA).unwrap();
         let old = encode_value(&current, legacy_fingerprint(&current), to_value(&current, &e));
         assert_eq!(codec.decode(&old).unwrap(), e);

@@ -95,10 +95,22 @@ pub fn to_value(schema: &Schema, e: &Envelope) -> Value {
         };
         out.push(("after".to_string(), after));
     }
-    if r.fields.iter().any(|f| f.name == "repair") {
+    if let Some(field) = r.fields.iter().find(|f| f.name == "repair") {
+        // `seen` from version 6 on.
+        let says_seen = matches!(&field.schema, Schema::Union(u) if u.variants().iter().any(|v| matches!(v, Schema::Record(rr) if rr.fields.iter().any(|f| f.name == "seen"))));
         let repair = match e.repair {
             None => Value::Union(0, Box::new(Value::Null)),
-            Some(r) => Value::Union(1, Box::new(Value::Record(vec![("unchanged_since".into(), Value::Long(r.unchanged_since))]))),
+            Some(rep) => {
+                let mut fields = vec![("unchanged_since".to_string(), Value::Long(rep.unchanged_since))];
+                if says_seen {
+                    let seen = match rep.seen {
+                        None => Value::Union(0, Box::new(Value::Null)),
+                        Some(b) => Value::Union(1, Box::new(Value::Boolean(b))),
+                    };
+                    fields.push(("seen".to_string(), seen));
+                }
+                Value::Union(1, Box::new(Value::Record(fields)))
+            }
         };
         out.push(("repair".to_string(), repair));
     }
@@ -128,7 +140,20 @@ pub(super) fn from_value(writer: &Schema, value: Value) -> Result<Envelope, Deco
     let repair = match fields.remove("repair") {
         None | Some(Value::Null) => None,
         Some(Value::Union(_, v)) if *v == Value::Null => None,
-        Some(Value::Union(_, v)) => Some(Repair { unchanged_since: number(record_fields(*v, "repair")?.remove("unchanged_since"), "repair", "unchanged_since")? }),
+        Some(Value::Union(_, v)) => {
+            let mut r = record_fields(*v, "repair")?;
+            let seen = match r.remove("seen") {
+                None | Some(Value::Null) => None,
+                Some(Value::Union(_, b)) => match *b {
+                    Value::Null => None,
+                    Value::Boolean(b) => Some(b),
+                    _ => return Err(shape("repair.seen is not a boolean")),
+                },
+                Some(Value::Boolean(b)) => Some(b),
+                Some(_) => return Err(shape("repair.seen is not a boolean")),
+            };
+            Some(Repair { unchanged_since: number(r.remove("unchanged_since"), "repair", "unchanged_since")?, seen })
+        }
         Some(_) => return Err(shape("repair is not a union")),
     };
     let Some(Value::Union(i, payload)) = fields.remove("payload") else {

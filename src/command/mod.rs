@@ -91,6 +91,9 @@ pub struct Repair {
     /// The offset, in the partition of the command's key, the verify
     /// compared the live index at.
     pub unchanged_since: i64,
+    /// Whether the verify found the document in the live index (`None`:
+    /// a repair of schema version 5, which did not say).
+    pub seen: Option<bool>,
 }
 
 /// A message's place in the command topic: where a command landed. Wait

@@ -101,7 +101,7 @@ pub fn plan(differences: &[Difference], at: &Positions, moved: &dyn Fn(i32) -> b
         match command_for(d.expected.as_ref(), d.actual.as_ref()) {
             Ok(command) => {
                 let mut e = Envelope::new(command);
-                e.repair = Some(Repair { unchanged_since: at.get(&d.partition).copied().unwrap_or(-1) });
+                e.repair = Some(Repair { unchanged_since: at.get(&d.partition).copied().unwrap_or(-1), seen: Some(d.actual.is_some()) });
                 plan.commands.push(e);
             }
             Err(reason) => plan.not_repaired.push(not(reason.to_string())),

@@ -173,7 +173,7 @@ fn messages_of_javas_reference_encoder_are_applied() {
     let file = r.dir().join("java-messages.tsv");
     std::fs::write(&file, &lines).unwrap();
     // BinaryMessageEncoder's own framing: C3 01 and the spec fingerprint.
-    assert!(lines.lines().all(|l| l.split('\t').nth(1).unwrap().starts_with("c3016adb1d29b2aec4c2")), "{lines}");
+    assert!(lines.lines().all(|l| l.split('\t').nth(1).unwrap().starts_with("c30158b76e73ec3a27e2")), "{lines}");
     let out = stdout_of(python().args(["send-lines", &r.cfg.brokers, &r.cfg.topic]).arg(&file));
     assert_scenario_applied(&r, &w, "java", &out);
 }
@@ -202,7 +202,7 @@ fn messages_of_denorms_producer_decode_in_python() {
             }
             // A repair (`denorm verify --repair`) on every other repairable one.
             if i % 2 == 0 && denorm::apply::repairable(&e.command) {
-                e.repair = Some(denorm::command::Repair { unchanged_since: (1 << 34) + i as i64 });
+                e.repair = Some(denorm::command::Repair { unchanged_since: (1 << 34) + i as i64, seen: Some(i % 2 == 0) });
             }
             e
         })

@@ -24,4 +24,5 @@ mod registry_contracts;
 mod scenarios;
 mod topics;
 mod verify;
+mod verify_repairs;
 mod verify_settings;

@@ -83,7 +83,7 @@ pub(crate) fn corrupt(r: &Rig, id: &str, key: &str, contents: &str) {
 /// Deletes post `id` of user `user` behind the pipeline's back: a plain
 /// HTTP delete on Elasticsearch, a test-only write of the shard on the
 /// embedded index (its worker stopped).
-fn lose_post(r: &Rig, id: &str, user: &str) {
+pub(crate) fn lose_post(r: &Rig, id: &str, user: &str) {
     use denorm::index::{Backend, Kind};
     if r.is_elastic() {
         let alias = denorm::index::elastic::names::alias(&crate::common::elastic::prefix(), Kind::Post);
@@ -222,7 +222,7 @@ fn verify_names_exactly_what_was_changed_behind_the_pipelines_back(r: Rig) {
     let file = |contents: &str| denorm::command::Command::UpsertFile { id: s("vm1"), path: s("/vdst/a/vm1.txt"), contents: s(contents), previous_path: None };
     produce(&r.cfg, vec![file("v later")]);
     let mut stale = denorm::command::Envelope::new(file("v 1"));
-    stale.repair = Some(denorm::command::Repair { unchanged_since: at });
+    stale.repair = Some(denorm::command::Repair { unchanged_since: at, seen: Some(true) });
     rt().block_on(async { denorm::produce::Producer::new(&r.cfg).unwrap().send_envelope(&stale).await.unwrap() });
     wait_applied_by(&r.cfg, &r.group, messages(&r), &[&worker]);
     assert_eq!(worker.metric("denorm_repairs_total", &[("outcome", "refused")]), 1.0);

@@ -150,7 +150,7 @@ impl Applier {
     pub(super) fn command(&self, shard: &mut dyn Shard, e: &Envelope, pos: i64, origin: &Origin<'_>) -> Step<Handled> {
         let (partition, cmd) = (self.partition, &e.command);
         if let Some(r) = e.repair {
-            let refusal = match crate::apply::repair_refusal(shard, cmd, r.unchanged_since, pos as u64) {
+            let refusal = match crate::apply::repair_refusal(shard, cmd, r, pos as u64) {
                 Ok(refusal) => refusal,
                 Err(e) if e.is_retryable() => return Err(Halt::Retry(Transient::Index(e))),
                 Err(error) => Some(format!("reading its document: {error}")),
