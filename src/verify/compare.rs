@@ -48,6 +48,12 @@ pub struct Difference {
     /// replay.
     pub live_offset: Option<u64>,
     pub replay_offset: Option<u64>,
+    /// The other side holds this document under another key (`missing`:
+    /// the live index does; `unexpected`: the replay does): a document
+    /// that changed owners, which a guarded repair of one key cannot
+    /// restore (review of verify, F9 and F10).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elsewhere: Option<String>,
     /// The document in the replay and in the live index (what a repair
     /// restores and replaces).
     #[serde(skip)]
@@ -158,6 +164,10 @@ impl Compared {
 pub fn compare(live: impl IntoIterator<Item = Doc>, replay: impl IntoIterator<Item = Doc>, at: &Positions, partitions: i32) -> Compared {
     let mut out = Compared::default();
     let (mut l, mut r) = (live.into_iter().peekable(), replay.into_iter().peekable());
+    // The documents of one kind and id come together (ordered by key):
+    // the keys each side holds them under, and where their candidates
+    // begin.
+    let mut run = Run::default();
     loop {
         let pair = match (l.peek().map(order), r.peek().map(order)) {
             (None, None) => break,
@@ -168,7 +178,18 @@ pub fn compare(live: impl IntoIterator<Item = Doc>, replay: impl IntoIterator<It
         };
         let doc = pair.0.as_ref().or(pair.1.as_ref()).expect("one side");
         let (kind, id) = (doc.kind(), doc.id().to_string());
-        let partition = partitioner::partition_of(&key_of(doc), partitions);
+        if run.of.as_ref() != Some(&(kind.as_str(), id.clone())) {
+            run.close(&mut out.candidates);
+            run = Run { of: Some((kind.as_str(), id.clone())), start: out.candidates.len(), ..Run::default() };
+        }
+        let key = key_of(doc);
+        if pair.0.is_some() {
+            run.live.push(key.clone());
+        }
+        if pair.1.is_some() {
+            run.replay.push(key.clone());
+        }
+        let partition = partitioner::partition_of(&key, partitions);
         let stop = at.get(&partition).copied().unwrap_or(-1);
         if stop < 0 && pair.0.is_some() {
             out.without_checkpoint.insert(partition);
@@ -197,11 +218,40 @@ pub fn compare(live: impl IntoIterator<Item = Doc>, replay: impl IntoIterator<It
             fields: field_diffs(pair.1.as_ref(), pair.0.as_ref()),
             live_offset: pair.0.as_ref().map(Doc::pos),
             replay_offset: pair.1.as_ref().map(Doc::pos),
+            elsewhere: None,
             expected: pair.1,
             actual: pair.0,
         });
     }
+    run.close(&mut out.candidates);
     out
+}
+
+/// The documents of one kind and id in a comparison (see [`compare`]).
+#[derive(Default)]
+struct Run {
+    of: Option<(&'static str, String)>,
+    start: usize,
+    /// The keys the live index and the replay hold them under.
+    live: Vec<String>,
+    replay: Vec<String>,
+}
+
+impl Run {
+    /// Names, in the run's differences, the other key the other side holds
+    /// the document under.
+    fn close(&self, candidates: &mut [Difference]) {
+        for d in candidates.iter_mut().skip(self.start) {
+            let Some(doc) = d.expected.as_ref().or(d.actual.as_ref()) else { continue };
+            let key = key_of(doc);
+            let other = match d.problem {
+                Problem::Missing => &self.live,
+                Problem::Unexpected => &self.replay,
+                Problem::Differs => continue,
+            };
+            d.elsewhere = other.iter().find(|k| **k != key).cloned();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -229,6 +279,23 @@ mod tests {
         let out = compare(vec![file("a", "/t/a.txt", "x", 9), file("b", "/t/b.txt", "x", 2)], vec![file("b", "/t/b.txt", "x", 2)], &all_at(5), 4);
         assert_eq!((out.written_since, out.checked), (1, 1), "the document written since is not counted as compared");
         assert!(out.without_checkpoint.is_empty());
+    }
+
+    /// Review F9, F10: a document held under one key live and another in
+    /// the replay (an owner change one side did not take) is two
+    /// differences that each name the other key; so is a document the live
+    /// index holds under one key, equal there, and the replay under a
+    /// second as well.
+    #[test]
+    fn a_document_held_under_another_key_by_the_other_side_is_named_with_that_key() {
+        let out = compare(vec![file("f", "/z/x.txt", "c", 3)], vec![file("f", "/c/x.txt", "c", 4)], &all_at(5), 4).settle(&|_, _| false, 10);
+        let got: Vec<(Problem, Option<&str>)> = out.differences.iter().map(|d| (d.problem, d.elsewhere.as_deref())).collect();
+        assert_eq!(got, vec![(Problem::Missing, Some("/z")), (Problem::Unexpected, Some("/c"))]);
+        let out = compare(vec![file("f", "/a/x.txt", "c", 3)], vec![file("f", "/a/x.txt", "c", 3), file("f", "/b/x.txt", "c", 4)], &all_at(5), 4).settle(&|_, _| false, 10);
+        let got: Vec<(Problem, Option<&str>)> = out.differences.iter().map(|d| (d.problem, d.elsewhere.as_deref())).collect();
+        assert_eq!(got, vec![(Problem::Missing, Some("/a"))]);
+        let out = compare(vec![file("g", "/a/x.txt", "c", 3)], vec![], &all_at(5), 4).settle(&|_, _| false, 10);
+        assert_eq!(out.differences[0].elsewhere, None);
     }
 
     /// Equal documents pass whatever their offsets; a changed field, a lost

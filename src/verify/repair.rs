@@ -94,6 +94,13 @@ pub fn plan(differences: &[Difference], at: &Positions, moved: &dyn Fn(i32) -> b
     let mut plan = Plan::default();
     for d in differences {
         let not = |reason: String| NotRepaired { kind: d.kind, id: d.id.clone(), reason };
+        if let Some(other) = &d.elsewhere {
+            let side = if d.problem == Problem::Missing { "the live index" } else { "the replay" };
+            plan.not_repaired.push(not(format!(
+                "{side} holds it under key {other}: a document that changed owners is not restored by a repair of one key (on Elasticsearch it would be refused as another partition's; the two halves land in different partitions in no order). Send its owner change (previous_path or previous_user_id, docs/cross-key.md), then verify again"
+            )));
+            continue;
+        }
         if d.problem == Problem::Missing && moved(d.partition) {
             plan.not_repaired.push(not(format!("partition {} applied more commands since the verify: verify again", d.partition)));
             continue;
@@ -126,6 +133,7 @@ mod tests {
             fields: Vec::new(),
             live_offset: actual.as_ref().map(Doc::pos),
             replay_offset: expected.as_ref().map(Doc::pos),
+            elsewhere: None,
             expected,
             actual,
         }
@@ -137,6 +145,23 @@ mod tests {
 
     fn post(id: &str, name: &str) -> Doc {
         Doc::Post(PostDoc { id: id.into(), title: "t".into(), body: "b".into(), user: Author { id: "u1".into(), name: name.into() }, pos: 5 })
+    }
+
+    /// Review F10: the two halves of a moved document (live under `/z`,
+    /// the replay under `/c`) are planned together: neither is sent, even
+    /// where one half's partition has not moved (the delete alone left the
+    /// document searchable nowhere).
+    #[test]
+    fn the_two_halves_of_a_moved_document_are_planned_together() {
+        let live = vec![Doc::File(FileDoc::at("f", "/z/x.txt", "c", 3))];
+        let replay = vec![Doc::File(FileDoc::at("f", "/c/x.txt", "c", 4))];
+        let at: Positions = (0..4).map(|p| (p, 5)).collect();
+        let differences = super::super::compare::compare(live, replay, &at, 4).settle(&|_, _| false, 10).differences;
+        let c = crate::command::partitioner::partition_of("/c", 4);
+        let plan = plan(&differences, &at, &|p| p == c);
+        assert!(plan.commands.is_empty(), "{:?}", plan.commands);
+        assert_eq!(plan.not_repaired.len(), 2);
+        assert!(plan.not_repaired.iter().all(|n| n.id == "f" && n.reason.contains("changed owners")), "{:?}", plan.not_repaired);
     }
 
     /// Each difference becomes the command that restores the replay's
