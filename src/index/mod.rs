@@ -575,19 +575,32 @@ pub trait Backend: Send + Sync {
     fn save_record(&self, _name: &str, _v: &serde_json::Value) -> Result<(), IndexError> {
         Ok(())
     }
-    /// What the last `denorm verify` of this index found.
+    /// What the last whole `denorm verify` of this index found.
     fn verified(&self) -> Result<Option<Verified>, IndexError> {
-        let v = self.record(VERIFIED_RECORD)?;
-        v.map(|v| serde_json::from_value(v).map_err(|e| IndexError::Corrupt(format!("the record of the last verify: {e}")))).transpose()
+        self.verified_of(false)
     }
-    /// Records what a `denorm verify` found.
-    fn record_verified(&self, v: &Verified) -> Result<(), IndexError> {
-        self.save_record(VERIFIED_RECORD, &serde_json::to_value(v).map_err(|e| IndexError::Backend(e.to_string()))?)
+    /// What the last whole verify, or the last partial one (`--keys`,
+    /// `--sample`), found.
+    fn verified_of(&self, partial: bool) -> Result<Option<Verified>, IndexError> {
+        let v = self.record(verified_record(partial))?;
+        v.map(|v| serde_json::from_value(v).map_err(|e| IndexError::Corrupt(format!("the record of the last verify: {e}")))).transpose()
     }
 }
 
 /// The record of [`Backend::verified`].
 pub const VERIFIED_RECORD: &str = "verified";
+/// The record of the last partial verify's verdict (`--keys`, `--sample`):
+/// a partial verify never overwrites the whole one's (review of verify,
+/// F8). The workers export both, with `scope`.
+pub const VERIFIED_PARTIAL_RECORD: &str = "verified-partial";
+
+/// The record of a whole verify's verdict, or of a partial one's.
+pub fn verified_record(partial: bool) -> &'static str {
+    match partial {
+        false => VERIFIED_RECORD,
+        true => VERIFIED_PARTIAL_RECORD,
+    }
+}
 
 /// What the last `denorm verify` of an index found: kept with the index (a
 /// file beside the embedded index's generations, a meta document on

@@ -34,8 +34,8 @@ pub struct Found {
     pub partial: bool,
 }
 
-fn part_record(member: u32) -> String {
-    format!("{}-part-{member}", crate::index::VERIFIED_RECORD)
+fn part_record(member: u32, partial: bool) -> String {
+    format!("{}-part-{member}", crate::index::verified_record(partial))
 }
 
 /// The verdict of `parts`, one per member of one run, with `before` the
@@ -60,12 +60,13 @@ pub fn combine(parts: &[Part], before: Option<&Verified>) -> Verified {
 pub fn record(live: &dyn Backend, found: Found, members: Members, run: &str) -> Result<Option<Verified>, IndexError> {
     let now = crate::clock::now_millis() as f64 / 1000.0;
     let part = Part { run: run.to_string(), member: members.me, members: members.count, finished_at: now, checked: found.checked, differences: found.differences, seconds: found.seconds, partial: found.partial };
+    let partial = found.partial;
     if members.count > 1 {
-        live.save_record(&part_record(members.me), &serde_json::to_value(&part).map_err(|e| IndexError::Backend(e.to_string()))?)?;
+        live.save_record(&part_record(members.me, partial), &serde_json::to_value(&part).map_err(|e| IndexError::Backend(e.to_string()))?)?;
     }
     let mut parts = vec![part];
     for i in members.others() {
-        let Some(v) = live.record(&part_record(i))? else { return Ok(None) };
+        let Some(v) = live.record(&part_record(i, partial))? else { return Ok(None) };
         match serde_json::from_value::<Part>(v) {
             Ok(p) if p.run == run && p.members == members.count => parts.push(p),
             // Another run's (an earlier one, or one not finished): this
@@ -73,8 +74,8 @@ pub fn record(live: &dyn Backend, found: Found, members: Members, run: &str) -> 
             _ => return Ok(None),
         }
     }
-    let verdict = combine(&parts, live.verified()?.as_ref());
-    live.record_verified(&verdict)?;
+    let verdict = combine(&parts, live.verified_of(partial)?.as_ref());
+    live.save_record(crate::index::verified_record(partial), &serde_json::to_value(&verdict).map_err(|e| IndexError::Backend(e.to_string()))?)?;
     Ok(Some(verdict))
 }
 
@@ -109,6 +110,22 @@ mod tests {
         // A member replaced and run again records again: the same verdict.
         let again = record(&live, found(10, 0), m(1), "run-3").unwrap().unwrap();
         assert_eq!((again.checked, again.differences), (30, 0));
+    }
+
+    /// Review F8: a whole verify finds a difference; a partial one of
+    /// other keys is clean. The whole verdict stands (it used to be
+    /// overwritten, and the alert resolved while the difference remained);
+    /// the partial one is recorded apart.
+    #[test]
+    fn a_partial_verify_does_not_overwrite_the_whole_ones_verdict() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = EmbeddedBackend::new(EmbeddedIndex::open(dir.path(), "t").unwrap(), 15 << 20);
+        record(&live, found(50, 3), Members::default(), "").unwrap().unwrap();
+        let partial = record(&live, Found { partial: true, ..found(5, 0) }, Members::default(), "").unwrap().unwrap();
+        let whole = live.verified().unwrap().unwrap();
+        assert_eq!((whole.checked, whole.differences, whole.partial), (50, 3, false));
+        assert_eq!(live.verified_of(true).unwrap(), Some(partial.clone()));
+        assert_eq!((partial.checked, partial.differences, partial.partial), (5, 0, true));
     }
 
     #[test]

@@ -438,17 +438,19 @@ impl GroupWatch {
 /// Exports the record of the index's last `denorm verify`
 /// ([`Backend::verified`]): its process is short-lived and not scraped.
 fn export_verified(backend: &dyn Backend) {
-    match backend.verified() {
-        Ok(Some(v)) => {
-            gauge!(m::VERIFY_LAST_RUN).set(v.finished_at);
-            gauge!(m::VERIFY_CHECKED).set(v.checked as f64);
-            gauge!(m::VERIFY_DIFFERENCES).set(v.differences as f64);
-            gauge!(m::VERIFY_SECONDS).set(v.seconds);
-            // 0: verified, never clean (an alert on its age fires).
-            gauge!(m::VERIFY_LAST_CLEAN).set(v.last_clean_at.unwrap_or(0.0));
+    for (scope, partial) in [("whole", false), ("partial", true)] {
+        match backend.verified_of(partial) {
+            Ok(Some(v)) => {
+                gauge!(m::VERIFY_LAST_RUN, "scope" => scope).set(v.finished_at);
+                gauge!(m::VERIFY_CHECKED, "scope" => scope).set(v.checked as f64);
+                gauge!(m::VERIFY_DIFFERENCES, "scope" => scope).set(v.differences as f64);
+                gauge!(m::VERIFY_SECONDS, "scope" => scope).set(v.seconds);
+                // 0: verified, never clean (an alert on its age fires).
+                gauge!(m::VERIFY_LAST_CLEAN, "scope" => scope).set(v.last_clean_at.unwrap_or(0.0));
+            }
+            Ok(None) => {}
+            Err(error) => debug!(%error, scope, "reading the record of the last verify"),
         }
-        Ok(None) => {}
-        Err(error) => debug!(%error, "reading the record of the last verify"),
     }
 }
 
