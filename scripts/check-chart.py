@@ -257,6 +257,14 @@ def check_invariants(name, values, docs):
             fail(f"{name}: the verify CronJob runs {c['args']} with concurrencyPolicy {cj['spec']['concurrencyPolicy']}")
         if mount is None or "emptyDir" not in volumes.get(mounts[mount], {}):
             fail(f"{name}: the verify scratch directory {scratch!r} is not on an emptyDir of its own")
+        # Review of verify F11: the deadline covers the whole run (two
+        # rounds' replays; with repair, the wait for the workers and the
+        # second verify's two rounds), not the first replay only.
+        timeout = verify.get("timeoutSecs", 3600)
+        need = timeout * (5 if verify.get("repair") else 2)
+        deadline = cj["spec"]["jobTemplate"]["spec"].get("activeDeadlineSeconds", 0)
+        if deadline < need:
+            fail(f"{name}: the verify CronJob's deadline {deadline} s is below what a run may take ({need} s with timeoutSecs {timeout}, repair {verify.get('repair', False)})")
         sample = verify.get("samplePercent", 100)
         if sample < 100 and cenv.get("DENORM_VERIFY_SAMPLE") != str(sample):
             fail(f"{name}: samplePercent {sample} is not passed as DENORM_VERIFY_SAMPLE: {cenv}")

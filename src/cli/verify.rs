@@ -126,9 +126,13 @@ impl Setup {
             report
         })
         .await
-        .map_err(|e| CouldNotVerify(e.into()))?
         .map_err(|e| CouldNotVerify(e.into()))?;
-        empty(&self.scratch).map_err(|e| CouldNotVerify(e.into()))?;
+        // Emptied whatever the outcome: a --scratch-dir left full by a
+        // verify that could not decide made the next one refuse it (review
+        // F14).
+        let emptied = empty(&self.scratch).map_err(|e| CouldNotVerify(e.into()));
+        let report = report.map_err(|e| CouldNotVerify(e.into()))?;
+        emptied?;
         Ok(report)
     }
 }
@@ -164,16 +168,19 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
             Arc::new(EmbeddedBackend::new(index, 15 << 20))
         }
     };
+    // Its errors exit 2, not 1 (which means differences: review F14).
+    let scratch_err = |e: std::io::Error, what: &str| CouldNotVerify(anyhow::Error::new(e).context(what.to_string()));
     let (scratch, _temp) = match &a.scratch_dir {
         Some(dir) => {
-            if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
+            let what = format!("the scratch directory {}", dir.display());
+            if dir.exists() && std::fs::read_dir(dir).map_err(|e| scratch_err(e, &what))?.next().is_some() {
                 return Err(UsageError(format!("--scratch-dir {} is not empty", dir.display())).into());
             }
-            std::fs::create_dir_all(dir)?;
+            std::fs::create_dir_all(dir).map_err(|e| scratch_err(e, &what))?;
             (dir.clone(), None)
         }
         None => {
-            let t = tempfile::Builder::new().prefix("denorm-verify-").tempdir()?;
+            let t = tempfile::Builder::new().prefix("denorm-verify-").tempdir().map_err(|e| scratch_err(e, "a temporary scratch directory"))?;
             (t.path().to_path_buf(), Some(t))
         }
     };
@@ -186,15 +193,20 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
         report.repair = Some(repair(&setup, &report, a.max_differences).await?);
     }
     report.outcome.differences.truncate(a.max_differences);
+    let left = match &report.repair {
+        Some(r) => r.not_repaired.len() + r.after.as_ref().map_or(0, |after| after.outcome.differences_total),
+        None => report.outcome.differences_total,
+    };
+    // With --repair, what the exit status counts (review F18).
+    report.remaining = report.repair.as_ref().filter(|r| r.error.is_none()).map(|_| left);
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         print!("{}", human(&report));
     }
-    let left = match &report.repair {
-        Some(r) => r.not_repaired.len() + r.after.as_ref().map_or(0, |after| after.outcome.differences_total),
-        None => report.outcome.differences_total,
-    };
+    if let Some(error) = report.repair.as_ref().and_then(|r| r.error.clone()) {
+        return Err(CouldNotVerify(anyhow::anyhow!(error)).into());
+    }
     record(&setup, &report, left, started.elapsed(), &run).await;
     match left {
         0 => Ok(()),
@@ -259,7 +271,10 @@ async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<crate::ver
         match behind {
             None => break,
             Some(s) if started.elapsed() >= setup.timeout => {
-                return Err(fail(anyhow::anyhow!("the live workers did not apply the repair at partition {} offset {} within {} s (are they running?)", s.partition, s.offset, setup.timeout.as_secs())))
+                // The repairs are in the log: the report names them (review
+                // F12: it printed nothing), then the verify exits 2.
+                let error = format!("the live workers did not apply the repair at partition {} offset {} within {} s (are they running?)", s.partition, s.offset, setup.timeout.as_secs());
+                return Ok(crate::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, after: None, error: Some(error) });
             }
             Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
@@ -273,7 +288,7 @@ async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<crate::ver
             Some(Box::new(after))
         }
     };
-    Ok(crate::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, after })
+    Ok(crate::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, after, error: None })
 }
 
 /// The report for a terminal.

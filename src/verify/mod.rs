@@ -127,6 +127,10 @@ pub struct Report {
     /// after the live workers applied them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repair: Option<repair::Repaired>,
+    /// With `--repair`: the differences the exit status counts (those not
+    /// repaired, and those the verify after the repairs still found).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining: Option<usize>,
 }
 
 impl Report {
@@ -204,7 +208,10 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         let now = positions(v.live, partitions).map_err(VerifyError::Live)?;
         at = now.into_iter().filter(|(p, _)| v.members.owns(*p)).map(|(p, o)| (p, o.max(at.get(&p).copied().unwrap_or(-1)))).collect();
         info!(round = rounds, at = ?at, "replaying the log up to the live index's offsets");
-        replay_to(&v, &settings, &backend, &at, partitions, started, &mut progress)?;
+        // Each round's replay has the whole timeout (review F11: measured
+        // from the verify's start, a long first round made the second fail
+        // at its first poll).
+        replay_to(&v, &settings, &backend, &at, partitions, Instant::now(), &mut progress)?;
         // Both sides streamed and merged; what the live index wrote past
         // `at` meanwhile is not compared.
         let compared = merge(v.live, backend.as_ref(), v.keys.as_ref(), v.members, &at, partitions)?;
@@ -235,7 +242,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     }
     let (keys, sample_percent) = v.keys.map_or((Vec::new(), None), |k| (k.keys.into_iter().collect(), k.percent));
     let member = (v.members.count > 1).then_some((v.members.me, v.members.count));
-    Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, outcome, rounds, seconds: started.elapsed().as_secs_f64(), member, repair: None })
+    Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, outcome, rounds, seconds: started.elapsed().as_secs_f64(), member, repair: None, remaining: None })
 }
 
 /// Runs the replay's worker on the scratch index `backend` until every

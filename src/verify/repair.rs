@@ -45,8 +45,13 @@ pub struct Repaired {
     pub sent: Vec<Sent>,
     pub not_repaired: Vec<NotRepaired>,
     /// The verify of the repaired keys once the live workers had applied
-    /// the repairs (none when nothing was sent).
+    /// the repairs (none when nothing was sent, or they were not applied
+    /// in time).
     pub after: Option<Box<super::Report>>,
+    /// Why the repairs sent could not be verified (the workers did not
+    /// apply them in time): the verify exits 2 after printing this.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The repairs of a verify's differences.

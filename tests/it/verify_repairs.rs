@@ -124,3 +124,82 @@ fn a_document_held_under_another_key_is_not_sent_a_repair_run_after_run_on_the_e
 fn a_document_held_under_another_key_is_not_sent_a_repair_run_after_run_on_elasticsearch() {
     a_document_held_under_another_key_is_not_sent_a_repair_run_after_run(Rig::elastic(4));
 }
+
+/// Review F12 and F18: a rename held in its lane keeps the partition's
+/// checkpoint below it, so the repair of another key's file, applied at
+/// once, is never seen by the wait on checkpoints. The verify exited 2
+/// with nothing on stdout: the repairs it wrote to the topic were named
+/// nowhere. Now the report names them (with the error), then it exits 2;
+/// and a repair that completes reports `remaining`.
+fn a_repair_wait_that_times_out_still_reports_what_it_sent(r: Rig) {
+    let worker = r.worker(&[]);
+    let mut n = produce(&r.cfg, files_under("k", "/k", 3)).len();
+    let big: Vec<Command> = (0..30).map(|i| Command::UpsertFile { id: format!("h{i}"), path: format!("/held/big/h{i}.txt"), contents: s("x"), previous_path: None }).collect();
+    n += produce(&r.cfg, big).len();
+    wait_applied_by(&r.cfg, &r.group, n, &[&worker]);
+    let log = worker.log();
+    assert!(worker.terminate().success(), "{log}");
+    crate::verify::corrupt(&r, "k1", "/k", "corrupted");
+    r.on_fault("fanout.hold", "/held\n");
+    let worker = r.worker(&["--page-size", "10"]);
+    produce(&r.cfg, vec![Command::RenamePath { from: s("/held/big"), to: s("/held/moved") }]);
+    eventually(Duration::from_secs(60), || worker.log(), || r.dir().join("faults/fanout.hold.reached").exists().then_some(()));
+
+    let (code, out, err) = r.run(&["verify", "--json", "--repair", "--timeout-secs", "5"]);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("exit {code}, {e}: {out:?}\n{err}"));
+    assert_eq!(code, 2, "{report}\n{err}");
+    let sent = report["repair"]["sent"].as_array().unwrap();
+    assert_eq!((sent.len(), &sent[0]["id"], &sent[0]["key"]), (1, &serde_json::json!("k1"), &serde_json::json!("/k")), "{report}");
+    assert!(report["repair"]["error"].as_str().unwrap().contains("did not apply the repair"), "{report}");
+    assert!(report.get("remaining").is_none(), "{report}");
+
+    r.off_fault("fanout.hold");
+    wait_applied_by(&r.cfg, &r.group, n + 2, &[&worker]);
+    let (code, out, err) = r.run(&["verify", "--json", "--repair"]);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("exit {code}, {e}: {out:?}\n{err}"));
+    assert_eq!((code, &report["differences_total"]), (0, &serde_json::json!(0)), "the repair was applied: {report}\n{err}");
+    let log = worker.log();
+    assert!(worker.terminate().success(), "{log}");
+}
+
+#[test]
+#[cfg(feature = "failpoints")]
+fn a_repair_wait_that_times_out_still_reports_what_it_sent_on_the_embedded_index() {
+    a_repair_wait_that_times_out_still_reports_what_it_sent(Rig::new(1));
+}
+
+#[test]
+#[cfg(feature = "failpoints")]
+fn a_repair_wait_that_times_out_still_reports_what_it_sent_on_elasticsearch() {
+    a_repair_wait_that_times_out_still_reports_what_it_sent(Rig::elastic(1));
+}
+
+/// Review F14: setup errors of the scratch directory exit 2 (they exited
+/// 1, which means differences), and a verify that could not decide leaves
+/// its `--scratch-dir` empty, so the next one runs (it refused: "not
+/// empty").
+#[test]
+#[cfg(feature = "failpoints")]
+fn a_verify_that_could_not_decide_leaves_its_scratch_dir_usable_and_setup_errors_exit_2() {
+    let r = Rig::new(1);
+    let worker = r.worker(&[]);
+    let n = produce(&r.cfg, files_under("k", "/k", 5)).len();
+    wait_applied_by(&r.cfg, &r.group, n, &[&worker]);
+    let (code, _, err) = r.run(&["verify", "--scratch-dir", "/dev/null/scratch"]);
+    assert_eq!(code, 2, "{err}");
+    let scratch = r.dir().join("scratch");
+    let faults = r.dir().join("verify-faults");
+    std::fs::create_dir_all(&faults).unwrap();
+    std::fs::write(faults.join("apply.hold"), "/k\n").unwrap();
+    let held = cli(&r.cfg, &r.group, &r.index)
+        .args(["verify", "--timeout-secs", "2", "--scratch-dir", scratch.to_str().unwrap()])
+        .env("DENORM_FAULTS", &faults)
+        .output()
+        .unwrap();
+    assert_eq!(held.status.code(), Some(2), "{}", String::from_utf8_lossy(&held.stderr));
+    assert!(faults.join("apply.hold.reached").exists(), "the replay was not held");
+    let (code, out, err) = r.run(&["verify", "--scratch-dir", scratch.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let log = worker.log();
+    assert!(worker.terminate().success(), "{log}");
+}
