@@ -137,10 +137,17 @@ impl Setup {
     }
 }
 
-/// Removes what a directory holds.
+/// The file that marks a `--scratch-dir` as a verify's (kept when it is
+/// emptied after a run).
+const SCRATCH_MARK: &str = ".denorm-verify-scratch";
+
+/// Removes what a directory holds (but its mark as a scratch directory).
 fn empty(dir: &std::path::Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
+        if path.file_name().is_some_and(|n| n == SCRATCH_MARK) {
+            continue;
+        }
         if path.is_dir() {
             std::fs::remove_dir_all(path)?;
         } else {
@@ -174,9 +181,17 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
         Some(dir) => {
             let what = format!("the scratch directory {}", dir.display());
             if dir.exists() && std::fs::read_dir(dir).map_err(|e| scratch_err(e, &what))?.next().is_some() {
-                return Err(UsageError(format!("--scratch-dir {} is not empty", dir.display())).into());
+                // A verify killed (SIGKILL, the Job's deadline) leaves its
+                // scratch copy, marked as such: emptied, it blocks nothing
+                // (review F14). Anything else is not ours to delete.
+                if !dir.join(SCRATCH_MARK).exists() {
+                    return Err(UsageError(format!("--scratch-dir {} is not empty (and not a scratch directory a verify left)", dir.display())).into());
+                }
+                tracing::warn!(dir = %dir.display(), "--scratch-dir holds what an earlier verify left (killed?): emptied");
+                empty(dir).map_err(|e| scratch_err(e, &what))?;
             }
             std::fs::create_dir_all(dir).map_err(|e| scratch_err(e, &what))?;
+            std::fs::write(dir.join(SCRATCH_MARK), "a denorm verify's scratch directory: emptied by the next verify\n").map_err(|e| scratch_err(e, &what))?;
             (dir.clone(), None)
         }
         None => {

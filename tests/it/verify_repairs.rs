@@ -175,9 +175,9 @@ fn a_repair_wait_that_times_out_still_reports_what_it_sent_on_elasticsearch() {
 }
 
 /// Review F14: setup errors of the scratch directory exit 2 (they exited
-/// 1, which means differences), and a verify that could not decide leaves
-/// its `--scratch-dir` empty, so the next one runs (it refused: "not
-/// empty").
+/// 1, which means differences), and a verify that could not decide, or
+/// was killed, leaves nothing in its `--scratch-dir` that blocks the next
+/// one (it refused: "not empty").
 #[test]
 #[cfg(feature = "failpoints")]
 fn a_verify_that_could_not_decide_leaves_its_scratch_dir_usable_and_setup_errors_exit_2() {
@@ -200,6 +200,18 @@ fn a_verify_that_could_not_decide_leaves_its_scratch_dir_usable_and_setup_errors
     assert!(faults.join("apply.hold.reached").exists(), "the replay was not held");
     let (code, out, err) = r.run(&["verify", "--scratch-dir", scratch.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}\n{err}");
+    // A verify killed leaves its scratch copy: the next one empties it.
+    std::fs::write(scratch.join("left-by-a-killed-verify"), "x").unwrap();
+    let (code, out, err) = r.run(&["verify", "--scratch-dir", scratch.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(!scratch.join("left-by-a-killed-verify").exists());
+    // A directory that is not a verify's is never emptied.
+    let foreign = r.dir().join("foreign");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("precious"), "x").unwrap();
+    let (code, _, err) = r.run(&["verify", "--scratch-dir", foreign.to_str().unwrap()]);
+    assert!(code == 2 && err.contains("not empty"), "{err}");
+    assert!(foreign.join("precious").exists());
     let log = worker.log();
     assert!(worker.terminate().success(), "{log}");
 }
