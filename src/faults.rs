@@ -41,6 +41,9 @@
 //!   writes `fanout.page-fail.reached`.
 //! - `kafka.commit`: offset commits are lost before they reach the broker
 //!   (like commits refused by a coordinator that has just restarted).
+//! - `verify.replay`, `verify.round`, `verify.before-plan`: `denorm verify`
+//!   waits while the file exists ([`hold`]): once a round chose where it
+//!   stops, before its next round, and before its repair plan.
 
 /// The argument of fault point `name` when it is active.
 #[cfg(feature = "failpoints")]
@@ -84,6 +87,17 @@ pub fn reached_with(name: &str, line: &str) {
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
 pub fn reached_with(_name: &str, _line: &str) {}
+
+/// Waits while fault point `name` is active, once [`reached`]: a test
+/// holds the process there, does something, and lets it go on.
+pub fn hold(name: &str) {
+    if active(name).is_some() {
+        reached(name);
+        while active(name).is_some() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
 
 /// Whether fault point `name` is active and lists `item` on a line.
 pub fn lists(name: &str, item: &str) -> bool {

@@ -138,14 +138,14 @@ pub struct Compared {
 }
 
 impl Compared {
-    /// Judges the differences: `unsettled` says whether a difference of a
-    /// kind in a partition is not judged (one side may hold effects of
-    /// commands past the stop that leave no position: deletes). At most
-    /// `max` differences are listed; all are counted.
-    pub fn settle(self, unsettled: &dyn Fn(i32, Problem) -> bool, max: usize) -> Outcome {
+    /// Judges the differences: `unsettled` says whether a difference is
+    /// not judged (one side may hold effects of commands past the stop
+    /// that leave no position: deletes). At most `max` differences are
+    /// listed; all are counted.
+    pub fn settle(self, unsettled: &dyn Fn(&Difference) -> bool, max: usize) -> Outcome {
         let mut out = Outcome { checked: self.checked, written_since: self.written_since, ..Outcome::default() };
         for d in self.candidates {
-            if unsettled(d.partition, d.problem) {
+            if unsettled(&d) {
                 out.unsettled += 1;
                 continue;
             }
@@ -288,13 +288,13 @@ mod tests {
     /// second as well.
     #[test]
     fn a_document_held_under_another_key_by_the_other_side_is_named_with_that_key() {
-        let out = compare(vec![file("f", "/z/x.txt", "c", 3)], vec![file("f", "/c/x.txt", "c", 4)], &all_at(5), 4).settle(&|_, _| false, 10);
+        let out = compare(vec![file("f", "/z/x.txt", "c", 3)], vec![file("f", "/c/x.txt", "c", 4)], &all_at(5), 4).settle(&|_| false, 10);
         let got: Vec<(Problem, Option<&str>)> = out.differences.iter().map(|d| (d.problem, d.elsewhere.as_deref())).collect();
         assert_eq!(got, vec![(Problem::Missing, Some("/z")), (Problem::Unexpected, Some("/c"))]);
-        let out = compare(vec![file("f", "/a/x.txt", "c", 3)], vec![file("f", "/a/x.txt", "c", 3), file("f", "/b/x.txt", "c", 4)], &all_at(5), 4).settle(&|_, _| false, 10);
+        let out = compare(vec![file("f", "/a/x.txt", "c", 3)], vec![file("f", "/a/x.txt", "c", 3), file("f", "/b/x.txt", "c", 4)], &all_at(5), 4).settle(&|_| false, 10);
         let got: Vec<(Problem, Option<&str>)> = out.differences.iter().map(|d| (d.problem, d.elsewhere.as_deref())).collect();
         assert_eq!(got, vec![(Problem::Missing, Some("/a"))]);
-        let out = compare(vec![file("g", "/a/x.txt", "c", 3)], vec![], &all_at(5), 4).settle(&|_, _| false, 10);
+        let out = compare(vec![file("g", "/a/x.txt", "c", 3)], vec![], &all_at(5), 4).settle(&|_| false, 10);
         assert_eq!(out.differences[0].elsewhere, None);
     }
 
@@ -305,7 +305,7 @@ mod tests {
     fn each_kind_of_difference_is_named_with_its_fields() {
         let replay = vec![file("a", "/t/a.txt", "same", 3), file("b", "/t/b.txt", "right", 4), file("c", "/t/c.txt", "lost", 5)];
         let live = vec![file("a", "/t/a.txt", "same", 9), file("b", "/t/b.txt", "wrong", 4), file("d", "/t/d.txt", "extra", 6)];
-        let out = compare(live, replay, &all_at(10), 4).settle(&|_, _| false, 10);
+        let out = compare(live, replay, &all_at(10), 4).settle(&|_| false, 10);
         let total = out.differences_total;
         assert_eq!((out.checked, total, out.written_since, out.unsettled), (4, 3, 0, 0));
         let got: Vec<(&str, Problem)> = out.differences.iter().map(|d| (d.id.as_str(), d.problem)).collect();
@@ -326,10 +326,10 @@ mod tests {
         at.insert(p, 5);
         let replay = vec![file("a", "/t/a.txt", "v1", 5), file("b", "/t/b.txt", "v1", 2)];
         let live = vec![file("a", "/t/a.txt", "v2", 7)];
-        let out = compare(live.clone(), replay.clone(), &at, 4).settle(&|q, problem| problem == Problem::Missing && q == p, 10);
+        let out = compare(live.clone(), replay.clone(), &at, 4).settle(&|d| d.problem == Problem::Missing && d.partition == p, 10);
         let total = out.differences_total;
         assert_eq!((out.written_since, out.unsettled, total), (1, 1, 0), "{out:?}");
-        let out = compare(live, replay, &at, 4).settle(&|_, _| false, 10);
+        let out = compare(live, replay, &at, 4).settle(&|_| false, 10);
         let total = out.differences_total;
         assert_eq!((out.written_since, total, out.differences[0].id.as_str()), (1, 1, "b"));
     }
@@ -346,7 +346,7 @@ mod tests {
         at.insert(p, 5);
         let live = vec![file("a", "/t/a.txt", "v1", 3), file("c", "/t/c.txt", "kept", 4), file("d", "/t/d.txt", "wrong", 4)];
         let built = vec![file("a", "/t/a.txt", "v2", 8), file("d", "/t/d.txt", "right", 4)];
-        let out = compare(live, built, &at, 4).settle(&|q, problem| problem != Problem::Differs && q == p, 10);
+        let out = compare(live, built, &at, 4).settle(&|d| d.problem != Problem::Differs && d.partition == p, 10);
         let got: Vec<&str> = out.differences.iter().map(|d| d.id.as_str()).collect();
         assert_eq!((out.written_since, out.unsettled, got), (1, 1, vec!["d"]), "{out:?}");
     }
@@ -357,14 +357,14 @@ mod tests {
     fn a_stale_author_name_is_a_difference_of_the_post() {
         let user = |name: &str| Doc::User(UserDoc { id: "u1".into(), name: name.into(), email: "e".into(), dob: "d".into(), pos: 1 });
         let post = |name: &str| Doc::Post(PostDoc { id: "p1".into(), title: "t".into(), body: "b".into(), user: Author { id: "u1".into(), name: name.into() }, pos: 2 });
-        let out = compare(vec![user("new"), post("old")], vec![user("new"), post("new")], &all_at(10), 4).settle(&|_, _| false, 10);
+        let out = compare(vec![user("new"), post("old")], vec![user("new"), post("new")], &all_at(10), 4).settle(&|_| false, 10);
         let total = out.differences_total;
         assert_eq!(total, 1);
         let d = &out.differences[0];
         assert_eq!((d.kind, d.problem, d.partition), ("post", Problem::Differs, partitioner::partition_of("u1", 4)));
         assert_eq!(d.fields[0].field, "user");
         // At most `max` kept, all counted.
-        let out = compare(vec![user("x"), post("x")], vec![user("new"), post("new")], &all_at(10), 4).settle(&|_, _| false, 1);
+        let out = compare(vec![user("x"), post("x")], vec![user("new"), post("new")], &all_at(10), 4).settle(&|_| false, 1);
         let total = out.differences_total;
         assert_eq!((out.differences.len(), total), (1, 2));
     }
@@ -378,9 +378,9 @@ mod tests {
         live.sort_by_cached_key(order);
         replay.reverse();
         replay.sort_by_cached_key(order);
-        let total = compare(live.clone(), replay, &all_at(10), 4).settle(&|_, _| false, 10).differences_total;
+        let total = compare(live.clone(), replay, &all_at(10), 4).settle(&|_| false, 10).differences_total;
         assert_eq!(total, 0);
-        let out = compare(live, vec![file("f", "/a/f.txt", "one", 1)], &all_at(10), 4).settle(&|_, _| false, 10);
+        let out = compare(live, vec![file("f", "/a/f.txt", "one", 1)], &all_at(10), 4).settle(&|_| false, 10);
         let total = out.differences_total;
         assert_eq!((total, out.differences[0].problem), (1, Problem::Unexpected));
     }

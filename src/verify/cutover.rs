@@ -39,6 +39,6 @@ pub fn compare_generations(index: &dyn Generations, kafka: &KafkaConfig, current
     // (the new generation's builder may have gone on past its checkpoint
     // while it stopped, the live workers have gone on).
     let moved = moved_past(kafka, partitions, &at, &[&before, &after])?;
-    let unsettled = |p: i32, problem| problem != compare::Problem::Differs && moved.contains(&p);
+    let unsettled = |d: &compare::Difference| d.problem != compare::Problem::Differs && moved.contains(&d.partition);
     Ok((at.clone(), compared.settle(&unsettled, max)))
 }

@@ -161,7 +161,7 @@ mod tests {
         let live = vec![Doc::File(FileDoc::at("f", "/z/x.txt", "c", 3))];
         let replay = vec![Doc::File(FileDoc::at("f", "/c/x.txt", "c", 4))];
         let at: Positions = (0..4).map(|p| (p, 5)).collect();
-        let differences = super::super::compare::compare(live, replay, &at, 4).settle(&|_, _| false, 10).differences;
+        let differences = super::super::compare::compare(live, replay, &at, 4).settle(&|_| false, 10).differences;
         let c = crate::command::partitioner::partition_of("/c", 4);
         let plan = plan(&differences, &at, &|p| p == c);
         assert!(plan.commands.is_empty(), "{:?}", plan.commands);

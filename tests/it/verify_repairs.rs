@@ -215,3 +215,87 @@ fn a_verify_that_could_not_decide_leaves_its_scratch_dir_usable_and_setup_errors
     let log = worker.log();
     assert!(worker.terminate().success(), "{log}");
 }
+
+/// Review F5: round 1 proves a post lost (its partition quiet) while
+/// another partition's traffic makes a second round follow; once that
+/// round chose where it stops, the lost post's partition applies one more
+/// command. Round 2 then cannot judge the post (its partition moved), and
+/// the verify used to drop round 1's proof: exit 0. It now keeps it: exit
+/// 1.
+fn a_difference_proven_in_one_round_is_not_dropped_by_the_next(r: Rig) {
+    use denorm::command::partitioner::partition_of;
+    let n = r.cfg.partitions;
+    // A user in one partition, and a key of the other.
+    let user = (1..100).map(|i| format!("u{i}")).find(|u| partition_of(u, n) == 0).unwrap();
+    let other = (1..100).map(|i| format!("/o{i}")).find(|k| partition_of(k, n) == 1).unwrap();
+    let same = (1..100).map(|i| format!("/s{i}")).find(|k| partition_of(k, n) == 0).unwrap();
+    let worker = r.worker(&[]);
+    let post = |id: &str| Command::UpsertPost { id: s(id), user_id: user.clone(), title: s("t"), body: s("b"), previous_user_id: None };
+    let mut sent = produce(&r.cfg, vec![Command::UpsertUser { id: user.clone(), name: s("Ann"), email: s("a@example.com"), dob: s("1990-01-01") }, post("p1"), post("p2")]).len();
+    sent += produce(&r.cfg, files_under("o", &other, 3)).len();
+    wait_applied_by(&r.cfg, &r.group, sent, &[&worker]);
+    let log = worker.log();
+    assert!(worker.terminate().success(), "{log}");
+    crate::verify::lose_post(&r, "p1", &user);
+    let worker = r.worker(&[]);
+
+    let faults = r.dir().join("round-faults");
+    std::fs::create_dir_all(&faults).unwrap();
+    std::fs::write(faults.join("verify.replay"), "").unwrap();
+    std::fs::write(faults.join("verify.round"), "").unwrap();
+    let mut child = cli(&r.cfg, &r.group, &r.index)
+        .args(["verify", "--json", "--rounds", "2"])
+        .env("DENORM_FAULTS", &faults)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reached = |name: &str| {
+        eventually(Duration::from_secs(60), || format!("the verify never reached {name}"), || {
+            if let Some(status) = child.try_wait().unwrap() {
+                let (mut out, mut err) = (String::new(), String::new());
+                std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+                panic!("the verify ended ({status}) before {name}:\n{out}\n{err}");
+            }
+            faults.join(format!("{name}.reached")).exists().then_some(())
+        })
+    };
+    // Round 1 chose where it stops: the other partition's traffic lands
+    // past it (written since), so a second round follows.
+    reached("verify.replay");
+    sent += produce(&r.cfg, files_under("n", &other, 3)).len();
+    wait_applied_by(&r.cfg, &r.group, sent, &[&worker]);
+    std::fs::remove_file(faults.join("verify.replay")).unwrap();
+    // Round 2 chooses where it stops, then the lost post's partition
+    // applies one more command: round 2 cannot judge the post.
+    reached("verify.round");
+    std::fs::remove_file(faults.join("verify.replay.reached")).unwrap();
+    std::fs::write(faults.join("verify.replay"), "").unwrap();
+    std::fs::remove_file(faults.join("verify.round")).unwrap();
+    reached("verify.replay");
+    sent += produce(&r.cfg, files_under("m", &same, 1)).len();
+    wait_applied_by(&r.cfg, &r.group, sent, &[&worker]);
+    std::fs::remove_file(faults.join("verify.replay")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout:?}\n{stderr}"));
+    assert_eq!(report["rounds"], 2, "{report}");
+    assert_eq!(out.status.code(), Some(1), "{report}\n{stderr}");
+    assert_eq!((&report["differences_total"], &report["differences"][0]["id"]), (&serde_json::json!(1), &serde_json::json!("p1")), "{report}");
+    let log = worker.log();
+    assert!(worker.terminate().success(), "{log}");
+}
+
+#[test]
+#[cfg(feature = "failpoints")]
+fn a_difference_proven_in_one_round_is_not_dropped_by_the_next_on_the_embedded_index() {
+    a_difference_proven_in_one_round_is_not_dropped_by_the_next(Rig::new(2));
+}
+
+#[test]
+#[cfg(feature = "failpoints")]
+fn a_difference_proven_in_one_round_is_not_dropped_by_the_next_on_elasticsearch() {
+    a_difference_proven_in_one_round_is_not_dropped_by_the_next(Rig::elastic(2));
+}
