@@ -20,7 +20,9 @@ use crate::verify::{Report, Verify};
 pub struct VerifyArgs {
     /// Print the report as JSON on stdout: {"topic","at":{partition:offset},"keys","sample_percent","checked",
     /// "written_since","unsettled","rounds","differences":[{"kind","id","problem","partition","fields":
-    /// [{"field","expected","actual"}],"live_offset","replay_offset"}],"differences_total","seconds"}
+    /// [{"field","expected","actual"}],"live_offset","replay_offset","elsewhere"}],"differences_total","seconds",
+    /// with --repair "repair":{"sent","not_repaired","after","error"} and "remaining"}. The replay decides
+    /// each message with the settings the live workers recorded in the index (docs/verify.md)
     #[arg(long)]
     json: bool,
     /// Differences listed in the report (all are counted)
@@ -251,12 +253,7 @@ async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<crate::ver
     let fail = |e: anyhow::Error| CouldNotVerify(e);
     let partitions = setup.kafka.topic_partitions().map_err(|e| fail(e.into()))?.unwrap_or(report.at.len() as i32);
     // Held here by the test of review F3 (fault point verify.before-plan).
-    if crate::faults::active("verify.before-plan").is_some() {
-        crate::faults::reached("verify.before-plan");
-        while crate::faults::active("verify.before-plan").is_some() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    tokio::task::spawn_blocking(|| crate::faults::hold("verify.before-plan")).await.map_err(|e| fail(e.into()))?;
     // Where the live index and its log stand now: a document missing in a
     // partition whose checkpoint moved since the verify, or whose log holds
     // anything past where the verify compared it (a delete not applied

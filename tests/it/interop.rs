@@ -202,7 +202,8 @@ fn messages_of_denorms_producer_decode_in_python() {
             }
             // A repair (`denorm verify --repair`) on every other repairable one.
             if i % 2 == 0 && denorm::apply::repairable(&e.command) {
-                e.repair = Some(denorm::command::Repair { unchanged_since: (1 << 34) + i as i64, seen: Some(i % 2 == 0) });
+                let seen = [Some(true), Some(false), None][i / 2 % 3];
+                e.repair = Some(denorm::command::Repair { unchanged_since: (1 << 34) + i as i64, seen });
             }
             e
         })
@@ -223,7 +224,7 @@ fn messages_of_denorms_producer_decode_in_python() {
         assert_eq!(d["tenant"].as_str(), e.tenant.as_deref());
         let after = e.after.map(|a| serde_json::json!({"partition": a.partition, "offset": a.offset}));
         assert_eq!(d["after"], after.unwrap_or_default(), "{d}");
-        let repair = e.repair.map(|r| serde_json::json!({"unchanged_since": r.unchanged_since}));
+        let repair = e.repair.map(|r| serde_json::json!({"unchanged_since": r.unchanged_since, "seen": r.seen}));
         assert_eq!(d["repair"], repair.unwrap_or_default(), "{d}");
         // The payload as fastavro read it, against the command as JSONL
         // spells it (field names are the schema's).
