@@ -46,6 +46,7 @@ pub const VERIFY_LAST_CLEAN: &str = "denorm_verify_last_clean_timestamp_seconds"
 pub const VERIFY_CHECKED: &str = "denorm_verify_documents_checked";
 pub const VERIFY_DIFFERENCES: &str = "denorm_verify_differences";
 pub const VERIFY_SECONDS: &str = "denorm_verify_duration_seconds";
+pub const VERIFY_NOT_COMPARED: &str = "denorm_verify_documents_not_compared";
 pub const WORKER_SETTINGS_MISMATCH: &str = "denorm_worker_settings_mismatch";
 
 /// Every metric name above (the dashboard check reads this).
@@ -91,6 +92,7 @@ pub const ALL: &[&str] = &[
     VERIFY_CHECKED,
     VERIFY_DIFFERENCES,
     VERIFY_SECONDS,
+    VERIFY_NOT_COMPARED,
     WORKER_SETTINGS_MISMATCH,
 ];
 
@@ -139,6 +141,11 @@ fn describe() {
     describe_gauge!(VERIFY_CHECKED, Unit::Count, "Documents the last `denorm verify` compared.");
     describe_gauge!(VERIFY_DIFFERENCES, Unit::Count, "Documents the last `denorm verify` found different from the replay of the log (with --repair: those left after it).");
     describe_gauge!(VERIFY_SECONDS, Unit::Seconds, "How long the last `denorm verify` took.");
+    describe_gauge!(
+        VERIFY_NOT_COMPARED,
+        Unit::Count,
+        "Documents the last `denorm verify` did not compare, by reason: written_since (written after its offsets) and unsettled (lacking in a partition whose log went on)."
+    );
     describe_gauge!(
         WORKER_SETTINGS_MISMATCH,
         Unit::Count,

@@ -236,7 +236,15 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
 /// to record is a warning: the verdict stands.
 async fn record(setup: &Setup, report: &Report, left: usize, took: Duration, run: &str) {
     let (live, members, run) = (setup.live.clone(), setup.members, run.to_string());
-    let found = crate::verify::verdict::Found { checked: report.outcome.checked, differences: left as u64, seconds: took.as_secs_f64(), partial: !report.keys.is_empty() || report.sample_percent.is_some() };
+    let o = &report.outcome;
+    let found = crate::verify::verdict::Found {
+        checked: o.checked,
+        differences: left as u64,
+        seconds: took.as_secs_f64(),
+        partial: !report.keys.is_empty() || report.sample_percent.is_some(),
+        written_since: o.written_since,
+        unsettled: o.unsettled,
+    };
     let recorded = tokio::task::spawn_blocking(move || crate::verify::verdict::record(live.as_ref(), found, members, &run)).await;
     match recorded {
         Ok(Ok(Some(v))) if members.count > 1 => tracing::info!(checked = v.checked, differences = v.differences, "every member's verdict is in: recorded the verify's verdict"),

@@ -619,6 +619,14 @@ pub struct Verified {
     pub last_clean_at: Option<f64>,
     /// Whether it verified some keys only (`--keys`, `--sample`).
     pub partial: bool,
+    /// Documents not compared: written after the verify's offsets, and
+    /// lacking in a partition that moved on (review of verify, F7: a run
+    /// that compared little is told from one that compared all). 0 in
+    /// records of earlier versions.
+    #[serde(default)]
+    pub written_since: u64,
+    #[serde(default)]
+    pub unsettled: u64,
 }
 
 /// The order of [`SearchIndex::dump_sorted`]: the kind's name, the id (as

@@ -21,6 +21,10 @@ pub struct Part {
     pub differences: u64,
     pub seconds: f64,
     pub partial: bool,
+    #[serde(default)]
+    pub written_since: u64,
+    #[serde(default)]
+    pub unsettled: u64,
 }
 
 /// What one verify found, to record.
@@ -32,6 +36,9 @@ pub struct Found {
     pub seconds: f64,
     /// Some keys only (`--keys`, `--sample`).
     pub partial: bool,
+    /// Documents not compared (see [`Verified::written_since`]).
+    pub written_since: u64,
+    pub unsettled: u64,
 }
 
 fn part_record(member: u32, partial: bool) -> String {
@@ -51,6 +58,8 @@ pub fn combine(parts: &[Part], before: Option<&Verified>) -> Verified {
         seconds: parts.iter().map(|p| p.seconds).fold(0.0, f64::max),
         last_clean_at: if differences == 0 { Some(finished_at) } else { before.and_then(|v| v.last_clean_at) },
         partial: parts.iter().any(|p| p.partial),
+        written_since: parts.iter().map(|p| p.written_since).sum(),
+        unsettled: parts.iter().map(|p| p.unsettled).sum(),
     }
 }
 
@@ -59,7 +68,7 @@ pub fn combine(parts: &[Part], before: Option<&Verified>) -> Verified {
 /// of the run is there. The verdict recorded, if any.
 pub fn record(live: &dyn Backend, found: Found, members: Members, run: &str) -> Result<Option<Verified>, IndexError> {
     let now = crate::clock::now_millis() as f64 / 1000.0;
-    let part = Part { run: run.to_string(), member: members.me, members: members.count, finished_at: now, checked: found.checked, differences: found.differences, seconds: found.seconds, partial: found.partial };
+    let part = Part { run: run.to_string(), member: members.me, members: members.count, finished_at: now, checked: found.checked, differences: found.differences, seconds: found.seconds, partial: found.partial, written_since: found.written_since, unsettled: found.unsettled };
     let partial = found.partial;
     if members.count > 1 {
         live.save_record(&part_record(members.me, partial), &serde_json::to_value(&part).map_err(|e| IndexError::Backend(e.to_string()))?)?;
@@ -85,7 +94,7 @@ mod tests {
     use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 
     fn found(checked: u64, differences: u64) -> Found {
-        Found { checked, differences, seconds: checked as f64, partial: false }
+        Found { checked, differences, seconds: checked as f64, partial: false, written_since: 0, unsettled: 0 }
     }
 
     #[test]
@@ -121,11 +130,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let live = EmbeddedBackend::new(EmbeddedIndex::open(dir.path(), "t").unwrap(), 15 << 20);
         record(&live, found(50, 3), Members::default(), "").unwrap().unwrap();
-        let partial = record(&live, Found { partial: true, ..found(5, 0) }, Members::default(), "").unwrap().unwrap();
+        let partial = record(&live, Found { partial: true, written_since: 2, unsettled: 1, ..found(5, 0) }, Members::default(), "").unwrap().unwrap();
         let whole = live.verified().unwrap().unwrap();
         assert_eq!((whole.checked, whole.differences, whole.partial), (50, 3, false));
         assert_eq!(live.verified_of(true).unwrap(), Some(partial.clone()));
-        assert_eq!((partial.checked, partial.differences, partial.partial), (5, 0, true));
+        assert_eq!((partial.checked, partial.differences, partial.partial, partial.written_since, partial.unsettled), (5, 0, true, 2, 1));
     }
 
     #[test]

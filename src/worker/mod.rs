@@ -447,6 +447,8 @@ fn export_verified(backend: &dyn Backend) {
                 gauge!(m::VERIFY_SECONDS, "scope" => scope).set(v.seconds);
                 // 0: verified, never clean (an alert on its age fires).
                 gauge!(m::VERIFY_LAST_CLEAN, "scope" => scope).set(v.last_clean_at.unwrap_or(0.0));
+                gauge!(m::VERIFY_NOT_COMPARED, "scope" => scope, "reason" => "written_since").set(v.written_since as f64);
+                gauge!(m::VERIFY_NOT_COMPARED, "scope" => scope, "reason" => "unsettled").set(v.unsettled as f64);
             }
             Ok(None) => {}
             Err(error) => debug!(%error, scope, "reading the record of the last verify"),
