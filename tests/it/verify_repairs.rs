@@ -9,8 +9,17 @@ use denorm::index::Kind;
 
 use crate::common::*;
 
-fn s(v: &str) -> String {
-    v.to_string()
+/// `denorm verify <args>` with fault points `points` switched on in a
+/// directory of its own (returned with the command, ready to spawn).
+fn verify_with_faults(r: &Rig, name: &str, points: &[(&str, &str)], args: &[&str]) -> (std::path::PathBuf, std::process::Command) {
+    let faults = r.dir().join(name);
+    std::fs::create_dir_all(&faults).unwrap();
+    for (point, arg) in points {
+        std::fs::write(faults.join(point), arg).unwrap();
+    }
+    let mut c = cli(&r.cfg, &r.group, &r.index);
+    c.arg("verify").args(args).env("DENORM_FAULTS", &faults).env("NO_COLOR", "1").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    (faults, c)
 }
 
 /// A post lost behind the pipeline's back is `missing` in a quiet
@@ -31,24 +40,14 @@ fn a_repair_is_not_sent_for_a_document_a_later_command_in_the_log_may_have_delet
     assert!(worker.terminate().success(), "{log}");
     crate::verify::lose_post(&r, "p1", "u1");
 
-    let faults = r.dir().join("repair-faults");
-    std::fs::create_dir_all(&faults).unwrap();
-    std::fs::write(faults.join("verify.before-plan"), "").unwrap();
-    let child = cli(&r.cfg, &r.group, &r.index)
-        .args(["verify", "--json", "--repair", "--timeout-secs", "15"])
-        .env("DENORM_FAULTS", &faults)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (faults, mut verify) = verify_with_faults(&r, "repair-faults", &[("verify.before-plan", "")], &["--json", "--repair", "--timeout-secs", "15"]);
+    let child = verify.spawn().unwrap();
     eventually(Duration::from_secs(60), || "the verify never reached its repair plan".into(), || faults.join("verify.before-plan.reached").exists().then_some(()));
     produce(&r.cfg, vec![Command::DeletePost { id: s("p1"), user_id: s("u1") }]);
     std::fs::remove_file(faults.join("verify.before-plan")).unwrap();
     let out = child.wait_with_output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout:?}\n{stderr}"));
+    let report = report_of(out.status.code().unwrap_or(-1), &stdout, &stderr);
     assert_eq!(out.status.code(), Some(1), "{report}\n{stderr}");
     assert_eq!(report["differences"][0]["id"], "p1", "{report}");
     assert!(report["repair"]["sent"].as_array().is_some_and(Vec::is_empty), "{report}");
@@ -95,7 +94,7 @@ fn a_document_held_under_another_key_is_not_sent_a_repair_run_after_run(r: Rig) 
     wait_applied_by(&r.cfg, &r.group, n, &[&worker]);
     for run in 0..2 {
         let (code, out, err) = r.run(&["verify", "--json", "--repair"]);
-        let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out:?}\n{err}"));
+        let report = report_of(code, &out, &err);
         let sent = report["repair"]["sent"].as_array().cloned().unwrap_or_default();
         assert!(sent.is_empty(), "run {run}: {report}");
         match r.is_elastic() {
@@ -146,7 +145,7 @@ fn a_repair_wait_that_times_out_still_reports_what_it_sent(r: Rig) {
     eventually(Duration::from_secs(60), || worker.log(), || r.dir().join("faults/fanout.hold.reached").exists().then_some(()));
 
     let (code, out, err) = r.run(&["verify", "--json", "--repair", "--timeout-secs", "5"]);
-    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("exit {code}, {e}: {out:?}\n{err}"));
+    let report = report_of(code, &out, &err);
     assert_eq!(code, 2, "{report}\n{err}");
     let sent = report["repair"]["sent"].as_array().unwrap();
     assert_eq!((sent.len(), &sent[0]["id"], &sent[0]["key"]), (1, &serde_json::json!("k1"), &serde_json::json!("/k")), "{report}");
@@ -156,7 +155,7 @@ fn a_repair_wait_that_times_out_still_reports_what_it_sent(r: Rig) {
     r.off_fault("fanout.hold");
     wait_applied_by(&r.cfg, &r.group, n + 2, &[&worker]);
     let (code, out, err) = r.run(&["verify", "--json", "--repair"]);
-    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("exit {code}, {e}: {out:?}\n{err}"));
+    let report = report_of(code, &out, &err);
     assert_eq!((code, &report["differences_total"]), (0, &serde_json::json!(0)), "the repair was applied: {report}\n{err}");
     let log = worker.log();
     assert!(worker.terminate().success(), "{log}");
@@ -188,14 +187,8 @@ fn a_verify_that_could_not_decide_leaves_its_scratch_dir_usable_and_setup_errors
     let (code, _, err) = r.run(&["verify", "--scratch-dir", "/dev/null/scratch"]);
     assert_eq!(code, 2, "{err}");
     let scratch = r.dir().join("scratch");
-    let faults = r.dir().join("verify-faults");
-    std::fs::create_dir_all(&faults).unwrap();
-    std::fs::write(faults.join("apply.hold"), "/k\n").unwrap();
-    let held = cli(&r.cfg, &r.group, &r.index)
-        .args(["verify", "--timeout-secs", "2", "--scratch-dir", scratch.to_str().unwrap()])
-        .env("DENORM_FAULTS", &faults)
-        .output()
-        .unwrap();
+    let (faults, mut verify) = verify_with_faults(&r, "verify-faults", &[("apply.hold", "/k\n")], &["--timeout-secs", "2", "--scratch-dir", scratch.to_str().unwrap()]);
+    let held = verify.output().unwrap();
     assert_eq!(held.status.code(), Some(2), "{}", String::from_utf8_lossy(&held.stderr));
     assert!(faults.join("apply.hold.reached").exists(), "the replay was not held");
     let (code, out, err) = r.run(&["verify", "--scratch-dir", scratch.to_str().unwrap()]);
@@ -239,18 +232,8 @@ fn a_difference_proven_in_one_round_is_not_dropped_by_the_next(r: Rig) {
     crate::verify::lose_post(&r, "p1", &user);
     let worker = r.worker(&[]);
 
-    let faults = r.dir().join("round-faults");
-    std::fs::create_dir_all(&faults).unwrap();
-    std::fs::write(faults.join("verify.replay"), "").unwrap();
-    std::fs::write(faults.join("verify.round"), "").unwrap();
-    let mut child = cli(&r.cfg, &r.group, &r.index)
-        .args(["verify", "--json", "--rounds", "2"])
-        .env("DENORM_FAULTS", &faults)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (faults, mut verify) = verify_with_faults(&r, "round-faults", &[("verify.replay", ""), ("verify.round", "")], &["--json", "--rounds", "2"]);
+    let mut child = verify.spawn().unwrap();
     let mut reached = |name: &str| {
         eventually(Duration::from_secs(60), || format!("the verify never reached {name}"), || {
             if let Some(status) = child.try_wait().unwrap() {
@@ -280,7 +263,7 @@ fn a_difference_proven_in_one_round_is_not_dropped_by_the_next(r: Rig) {
     std::fs::remove_file(faults.join("verify.replay")).unwrap();
     let out = child.wait_with_output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout:?}\n{stderr}"));
+    let report = report_of(out.status.code().unwrap_or(-1), &stdout, &stderr);
     assert_eq!(report["rounds"], 2, "{report}");
     assert_eq!(out.status.code(), Some(1), "{report}\n{stderr}");
     assert_eq!((&report["differences_total"], &report["differences"][0]["id"]), (&serde_json::json!(1), &serde_json::json!("p1")), "{report}");

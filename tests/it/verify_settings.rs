@@ -21,10 +21,6 @@ fn messages(r: &Rig) -> i64 {
     denorm::kafka::group_lag(&r.cfg, &r.group).unwrap().partitions.iter().map(|p| p.end).sum()
 }
 
-fn json_of(code: i32, out: &str, err: &str) -> serde_json::Value {
-    serde_json::from_str(out).unwrap_or_else(|e| panic!("exit {code}, {e}: {out:?}\n{err}"))
-}
-
 /// The scenario: workers with `--on-abort skip`, a poison message
 /// under `/k1` between 100 files and 50 more. The 50 are applied, as skip
 /// promises. `verify` called them "unexpected" (exit 1), and `--repair`
@@ -40,10 +36,10 @@ fn a_worker_that_skips_after_an_abort_verifies_clean_and_repair_deletes_nothing(
     let before = messages(&r);
 
     let (code, out, err) = r.run(&["verify", "--json"]);
-    let report = json_of(code, &out, &err);
+    let report = report_of(code, &out, &err);
     assert_eq!((code, &report["differences_total"]), (0, &serde_json::json!(0)), "{report}\n{err}");
     let (code, out, err) = r.run(&["verify", "--json", "--repair"]);
-    let report = json_of(code, &out, &err);
+    let report = report_of(code, &out, &err);
     assert_eq!(code, 0, "{report}\n{err}");
     assert!(report["repair"]["sent"].as_array().is_none_or(Vec::is_empty), "{report}");
     assert_eq!(messages(&r), before, "the verify wrote to the command topic");

@@ -538,6 +538,12 @@ pub fn files_under(prefix: &str, dir: &str, n: usize) -> Vec<Command> {
         .collect()
 }
 
+/// The JSON report a command printed on stdout (`--json`), or a panic
+/// naming its exit status, stdout and stderr.
+pub fn report_of(code: i32, out: &str, err: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("exit {code}, {e}: {out:?}\n{err}"))
+}
+
 /// Sends raw `(key, payload)` messages in order, as a foreign producer would.
 pub fn send_raw(cfg: &KafkaConfig, messages: &[(Option<&str>, Vec<u8>)]) {
     use rdkafka::producer::{FutureProducer, FutureRecord};
