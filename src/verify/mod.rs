@@ -215,10 +215,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         at = now.into_iter().filter(|(p, _)| v.members.owns(*p)).map(|(p, o)| (p, o.max(at.get(&p).copied().unwrap_or(-1)))).collect();
         info!(round = rounds, at = ?at, "replaying the log up to the live index's offsets");
         crate::faults::hold("verify.replay");
-        // Each round's replay has the whole timeout (review F11: measured
-        // from the verify's start, a long first round made the second fail
-        // at its first poll).
-        replay_to(&v, &settings, &backend, &at, partitions, Instant::now(), &mut progress)?;
+        replay_to(&v, &settings, &backend, &at, partitions, &mut progress)?;
         // Both sides streamed and merged; what the live index wrote past
         // `at` meanwhile is not compared.
         let compared = merge(v.live, backend.as_ref(), v.keys.as_ref(), v.members, &at, partitions)?;
@@ -261,7 +258,11 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
 /// Runs the replay's worker on the scratch index `backend` until every
 /// partition has applied exactly up to `at` (it resumes where the scratch
 /// index's checkpoints are), then stops it.
-fn replay_to(v: &Verify<'_>, settings: &ApplySettings, backend: &Arc<dyn Backend>, at: &Positions, partitions: i32, started: Instant, progress: &mut impl FnMut(&Tick)) -> Result<(), VerifyError> {
+fn replay_to(v: &Verify<'_>, settings: &ApplySettings, backend: &Arc<dyn Backend>, at: &Positions, partitions: i32, progress: &mut impl FnMut(&Tick)) -> Result<(), VerifyError> {
+    // Each round's replay has the whole timeout (review F11: measured from
+    // the verify's start, a long first round made the second fail at its
+    // first poll).
+    let started = Instant::now();
     let scratch_err = |source| VerifyError::Scratch { dir: v.scratch.display().to_string(), source };
     let group = format!("{}.verify-{}", v.group, &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let mut cfg = WorkerConfig::new(v.kafka.clone(), group.clone());
