@@ -11,6 +11,7 @@
 
 pub mod compare;
 pub mod cutover;
+pub mod log;
 pub mod repair;
 pub mod verdict;
 
@@ -36,6 +37,17 @@ use compare::{Outcome, Positions};
 pub enum VerifyError {
     #[error("reading the live index: {0}")]
     Live(#[source] IndexError),
+    /// Review F14 f: the scratch copy's reader failed, not the live one's.
+    #[error("reading the replay's scratch copy: {0}")]
+    ReplayRead(#[source] IndexError),
+    /// Review F14 g: another topic's log, or the topic recreated.
+    #[error("the live index was not built from this topic's log: {0}")]
+    NotItsLog(#[source] IndexError),
+    /// Review F14 d: the replay needs the whole log.
+    #[error("retention deleted offsets 0..{} of partition {partition} (its first offset is {low} now): a verify replays the whole log, which the topic no longer holds, so it cannot judge the index. Keep the topic's messages for ever (retention.ms=-1); `denorm rebuild --accept-gaps` builds an index of what is left", low - 1)]
+    Retention { partition: i32, low: i64 },
+    #[error("the messages at the live index's checkpoints in partition(s) {partitions:?} did not arrive within {secs} s: the log's identity could not be checked")]
+    CheckpointUnread { partitions: Vec<i32>, secs: u64 },
     #[error("the scratch index in {dir}: {source}")]
     Scratch { dir: String, #[source] source: IndexError },
     #[error(transparent)]
@@ -167,7 +179,7 @@ pub(crate) fn merge(live: &dyn Backend, replay: &dyn Backend, keys: Option<&KeyS
         // A side that failed ended its stream early: its error, not the
         // comparison, is the answer.
         l.join().map_err(|_| VerifyError::ReaderPanicked)?.map_err(VerifyError::Live)?;
-        r.join().map_err(|_| VerifyError::ReaderPanicked)?.map_err(VerifyError::Live)?;
+        r.join().map_err(|_| VerifyError::ReaderPanicked)?.map_err(VerifyError::ReplayRead)?;
         Ok(compared)
     })
 }
@@ -201,6 +213,9 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     let partitions = v.kafka.topic_partitions()?.ok_or_else(|| VerifyError::NoTopic(v.kafka.topic.clone()))?;
     let settings = settings::recorded(v.live.record(settings::RECORD).map_err(VerifyError::Live)?)?.ok_or(VerifyError::NoSettings)?;
     info!(settings = ?settings, "replaying with the settings the live workers recorded");
+    let all: Vec<i32> = (0..partitions).collect();
+    let checkpoints = v.live.checkpoints(&all).map_err(VerifyError::Live)?;
+    log::check(&v.kafka, partitions, &checkpoints, |p| v.members.owns(p))?;
     let scratch_err = |source| VerifyError::Scratch { dir: v.scratch.display().to_string(), source };
     let index = EmbeddedIndex::open(v.scratch, &v.kafka.topic).map_err(scratch_err)?;
     let backend: Arc<dyn Backend> = Arc::new(EmbeddedBackend::new(index, v.budget));
@@ -313,4 +328,40 @@ fn replay_to(v: &Verify<'_>, settings: &ApplySettings, backend: &Arc<dyn Backend
 /// The offsets of a map of partitions, for messages: `0:12 1:-1`.
 pub fn describe(at: &BTreeMap<i32, i64>) -> String {
     at.iter().map(|(p, o)| format!("{p}:{o}")).collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scratch copy whose reader fails (a full disk, say).
+    struct Unreadable;
+
+    impl Backend for Unreadable {
+        fn bind_log(&self, _: i32) -> Result<(), IndexError> {
+            unreachable!("a verify never binds its scratch copy's reader")
+        }
+        fn checkpoints(&self, _: &[i32]) -> Result<std::collections::HashMap<i32, crate::index::Checkpoint>, IndexError> {
+            Ok(Default::default())
+        }
+        fn open_shard(&self, _: i32) -> Result<Box<dyn crate::index::Shard + Send>, IndexError> {
+            unreachable!("the merge only reads")
+        }
+        fn search(&self) -> Result<Box<dyn crate::index::SearchIndex>, IndexError> {
+            Err(IndexError::Backend("No space left on device".into()))
+        }
+    }
+
+    /// Review F14 f: a failure of the replay's side was reported as one of
+    /// the live index.
+    #[test]
+    fn a_failing_scratch_reader_is_not_blamed_on_the_live_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = EmbeddedBackend::new(EmbeddedIndex::open(dir.path(), "t").unwrap(), 16 << 20);
+        let err = merge(&live, &Unreadable, None, Members::default(), &BTreeMap::new(), 1).err().expect("the merge must fail");
+        assert!(matches!(err, VerifyError::ReplayRead(_)), "{err}");
+        assert!(err.to_string().starts_with("reading the replay's scratch copy: "), "{err}");
+        let err = merge(&Unreadable, &live, None, Members::default(), &BTreeMap::new(), 1).err().expect("the merge must fail");
+        assert!(err.to_string().starts_with("reading the live index: "), "{err}");
+    }
 }

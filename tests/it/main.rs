@@ -24,5 +24,6 @@ mod registry_contracts;
 mod scenarios;
 mod topics;
 mod verify;
+mod verify_log;
 mod verify_repairs;
 mod verify_settings;

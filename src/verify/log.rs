@@ -1,0 +1,115 @@
+//! The log a verify replays, checked before the replay (review of verify,
+//! F14 d and g):
+//!
+//! - the whole log is still in the topic: the replay starts at offset 0,
+//!   and a partition whose first offsets retention deleted would stop the
+//!   replay's partition at once (a gap, never skipped) and leave the verify
+//!   waiting its whole timeout;
+//! - it is the log the live index was built from: each checkpoint's offset
+//!   is in the topic and holds the message whose fingerprint the checkpoint
+//!   records ([`crate::logid`]). A verify given another topic (or one
+//!   recreated under the same name) would otherwise replay the wrong log
+//!   and report every document as a difference, which `--repair` would
+//!   then "mend".
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use crate::index::{Checkpoint, IndexError};
+use crate::kafka::KafkaConfig;
+use crate::logid::{self, First};
+
+use super::VerifyError;
+
+/// How long the messages at the checkpoints may take to arrive.
+const FETCH_WITHIN: Duration = Duration::from_secs(30);
+
+/// Judges the partitions a verify replays (`owned`) by their watermarks
+/// (`ends[p]`: low, high) and the live index's `checkpoints`: the
+/// checkpoints whose message is still to be compared with its fingerprint.
+pub fn judge_ends(ends: &[(i64, i64)], checkpoints: &HashMap<i32, Checkpoint>, owned: impl Fn(i32) -> bool) -> Result<Vec<(i32, Checkpoint)>, VerifyError> {
+    let mut to_fetch = Vec::new();
+    for (p, &(low, high)) in (0..).zip(ends).filter(|(p, _)| owned(*p)) {
+        let checkpoint = checkpoints.get(&p).copied();
+        if let First::Changed(detail) = logid::range_against(checkpoint, low, high) {
+            return Err(VerifyError::NotItsLog(IndexError::log_changed(p, checkpoint.map_or(0, |c| c.offset), &detail)));
+        }
+        if low > 0 {
+            return Err(VerifyError::Retention { partition: p, low });
+        }
+        if let Some(c) = checkpoint.filter(|c| c.fingerprint.is_some()) {
+            to_fetch.push((p, c));
+        }
+    }
+    Ok(to_fetch)
+}
+
+/// Checks the topic of `kafka` against the live index's `checkpoints` for
+/// the partitions `owned` (see the module). Blocking.
+pub fn check(kafka: &KafkaConfig, partitions: i32, checkpoints: &HashMap<i32, Checkpoint>, owned: impl Fn(i32) -> bool) -> Result<(), VerifyError> {
+    // Assigned, never subscribed: the group is not joined and holds nothing.
+    let consumer: BaseConsumer = kafka.client_config().set("group.id", "denorm-verify-log-check").set("enable.auto.commit", "false").create().map_err(crate::kafka::KafkaSetupError::from)?;
+    let ends = crate::kafka::watermarks(&consumer, &kafka.topic, partitions)?;
+    let mut left: HashMap<i32, Checkpoint> = judge_ends(&ends, checkpoints, owned)?.into_iter().collect();
+    if left.is_empty() {
+        return Ok(());
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (p, c) in &left {
+        tpl.add_partition_offset(&kafka.topic, *p, Offset::Offset(c.offset as i64)).map_err(crate::kafka::KafkaSetupError::from)?;
+    }
+    consumer.assign(&tpl).map_err(crate::kafka::KafkaSetupError::from)?;
+    let started = Instant::now();
+    while !left.is_empty() && started.elapsed() < FETCH_WITHIN {
+        let Some(msg) = consumer.poll(Duration::from_millis(200)) else { continue };
+        let msg = msg.map_err(crate::kafka::KafkaSetupError::from)?;
+        let Some(c) = left.remove(&msg.partition()) else { continue };
+        let low = ends.get(msg.partition() as usize).map(|(low, _)| *low);
+        let first = logid::first_after(Some(c), msg.offset(), logid::fingerprint(msg.key(), msg.payload()), low);
+        if let First::Changed(detail) = first {
+            return Err(VerifyError::NotItsLog(IndexError::log_changed(msg.partition(), c.offset, &detail)));
+        }
+    }
+    if !left.is_empty() {
+        let mut partitions: Vec<i32> = left.into_keys().collect();
+        partitions.sort_unstable();
+        return Err(VerifyError::CheckpointUnread { partitions, secs: FETCH_WITHIN.as_secs() });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(pairs: &[(i32, u64)]) -> HashMap<i32, Checkpoint> {
+        pairs.iter().map(|&(p, o)| (p, Checkpoint::new(o, 7))).collect()
+    }
+
+    #[test]
+    fn a_log_trimmed_by_retention_cannot_be_replayed_whole() {
+        let err = judge_ends(&[(0, 10), (4, 10)], &at(&[(0, 5), (1, 5)]), |_| true).unwrap_err();
+        assert!(matches!(err, VerifyError::Retention { partition: 1, low: 4 }), "{err}");
+        assert!(err.to_string().contains("retention deleted offsets 0..3 of partition 1"), "{err}");
+        // A partition another member replays is not this one's concern.
+        assert_eq!(judge_ends(&[(0, 10), (4, 10)], &at(&[(0, 5)]), |p| p == 0).unwrap(), vec![(0, Checkpoint::new(5, 7))]);
+    }
+
+    #[test]
+    fn a_log_shorter_than_the_checkpoints_is_not_the_index_s_log() {
+        let err = judge_ends(&[(0, 10), (0, 3)], &at(&[(0, 5), (1, 5)]), |_| true).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("partition 1: the index's checkpoint is offset 5") && text.contains("ends at offset 3"), "{text}");
+    }
+
+    #[test]
+    fn checkpoints_with_a_fingerprint_are_compared_with_their_message() {
+        let mut cps = at(&[(0, 5)]);
+        cps.insert(1, Checkpoint { offset: 2, fingerprint: None });
+        // Partition 2 has no checkpoint: replayed from 0, nothing to compare.
+        assert_eq!(judge_ends(&[(0, 10), (0, 10), (0, 0)], &cps, |_| true).unwrap(), vec![(0, Checkpoint::new(5, 7))]);
+    }
+}

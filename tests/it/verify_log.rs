@@ -1,0 +1,66 @@
+//! A verify checks the log before it replays it (issue 44, review of
+//! verify F14 g), on both backends: a topic recreated under the index, or
+//! another topic, is refused at once (exit 2, naming the partition and the
+//! fix), where the verify replayed the wrong log and reported every
+//! document (which `--repair` would then have "mended"), or waited its
+//! whole timeout for offsets the log does not have. Retention (F14 d) is
+//! tested in-process (`verify::log`): tansu 0.6's DeleteRecords is a
+//! `todo!()` on its sqlite storage.
+
+use std::time::Duration;
+
+use crate::common::*;
+
+fn a_verify_of_a_recreated_topic_is_refused_at_once(mut r: Rig) {
+    let log = produce(&r.cfg, [files_under("oa", "/a", 60), files_under("ob", "/b", 60)].concat());
+    let w = r.worker(&[]);
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&w]);
+    let (status, text) = w.terminate_with_log();
+    assert!(status.success(), "{text}");
+
+    // Shorter than the index: the checkpoints' offsets are past its end.
+    recreate(&mut r.cfg);
+    produce(&r.cfg, [files_under("na", "/a", 5), files_under("nb", "/b", 5)].concat());
+    let started = std::time::Instant::now();
+    let (code, out, err) = r.run(&["verify", "--json", "--timeout-secs", "30"]);
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(err.contains("not built from this topic's log") && err.contains("before it (it is shorter than the index)"), "{err}");
+    assert!(err.contains("denorm rebuild"), "the fix is not named:\n{err}");
+    assert!(started.elapsed() < Duration::from_secs(30), "refused only after the replay's timeout: {:?}", started.elapsed());
+
+    // Longer: another message at each checkpoint's offset. A `--repair`
+    // must send nothing.
+    produce(&r.cfg, [files_under("xa", "/a", 100), files_under("xb", "/b", 100)].concat());
+    let end = messages(&r);
+    let (code, out, err) = r.run(&["verify", "--repair", "--json", "--timeout-secs", "60"]);
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(err.contains("not built from this topic's log") && err.contains("a different message is at that offset now"), "{err}");
+    assert_eq!(messages(&r), end, "the repair sent commands built from another log");
+}
+
+/// Deletes and creates the command topic again, with 2 partitions, and
+/// the dead-letter topic the deletion took with it (tansu 0.6 deletes
+/// every topic of the cluster when asked to delete one): the command topic
+/// alone is recreated, as an operator's mistake would.
+fn recreate(cfg: &mut denorm::kafka::KafkaConfig) {
+    recreate_topic(cfg, 2);
+    let dlq = denorm::kafka::KafkaConfig { topic: denorm::dlq::default_topic(&cfg.topic), partitions: 1, ..cfg.clone() };
+    rt().block_on(dlq.ensure_topic()).expect("create the dead-letter topic again");
+}
+
+/// The command topic's end offsets, summed.
+fn messages(r: &Rig) -> i64 {
+    denorm::kafka::group_lag(&r.cfg, &r.group).unwrap().partitions.iter().map(|p| p.end).sum()
+}
+
+// A broker of its own each: tansu 0.6 deletes every topic of the cluster
+// when asked to delete one.
+#[test]
+fn a_verify_of_a_recreated_topic_is_refused_at_once_on_the_embedded_index() {
+    a_verify_of_a_recreated_topic_is_refused_at_once(Rig::on(Broker::private(), 2));
+}
+
+#[test]
+fn a_verify_of_a_recreated_topic_is_refused_at_once_on_elasticsearch() {
+    a_verify_of_a_recreated_topic_is_refused_at_once(Rig::elastic_on(Broker::private(), 2));
+}
