@@ -192,7 +192,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
         let timeout = Duration::from_secs(a.timeout_secs);
         tokio::task::spawn_blocking(move || -> anyhow::Result<crate::verify::Report> {
             let scratch = tempfile::Builder::new().prefix("denorm-verify-").tempdir()?;
-            let v = crate::verify::Verify { members: Default::default(), kafka: k, live: live.as_ref(), scratch: scratch.path(), group: g, budget: 64 << 20, max_differences: 20, timeout, keys: None, rounds: 1, delete_group: false, runtime: rt };
+            let v = crate::verify::Verify { members: Default::default(), kafka: k, live: live.as_ref(), scratch: scratch.path(), group: g, budget: 64 << 20, max_differences: 20, for_repair: false, timeout, keys: None, rounds: 1, delete_group: false, runtime: rt };
             Ok(crate::verify::run(v, |_| {})?)
         })
         .await?

@@ -21,13 +21,18 @@ pub struct VerifyArgs {
     /// Print the report as JSON on stdout: {"topic","at":{partition:offset},"keys","sample_percent","checked",
     /// "written_since","unsettled","rounds","differences":[{"kind","id","problem","partition","fields":
     /// [{"field","expected","actual"}],"live_offset","replay_offset","elsewhere"}],"differences_total","seconds",
-    /// with --repair "repair":{"sent","not_repaired","after","error"} and "remaining"}. The replay decides
+    /// with --repair "repair":{"sent","not_repaired","beyond_max_repairs","after","error"} and "remaining"}. The replay decides
     /// each message with the settings the live workers recorded in the index (docs/verify.md)
     #[arg(long)]
     json: bool,
     /// Differences listed in the report (all are counted)
     #[arg(long, default_value_t = 100)]
     max_differences: usize,
+    /// With --repair: differences repaired at most by one run (those beyond are counted, not
+    /// repaired, and the exit status is 1: run it again). Bounds the verify's memory: each is
+    /// held with its two documents
+    #[arg(long, env = "DENORM_VERIFY_MAX_REPAIRS", default_value_t = 10_000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_repairs: usize,
     /// Directory of the scratch index the log is replayed into (default: a temporary
     /// directory, removed afterwards). It needs about the room of an embedded copy of the index
     #[arg(long, env = "DENORM_VERIFY_SCRATCH_DIR")]
@@ -111,12 +116,12 @@ impl Setup {
 
     /// One verify, into the (empty) scratch directory, which it leaves
     /// empty again.
-    async fn verify(&self, keys: Option<crate::worker::KeySample>, max: usize) -> Result<Report, CouldNotVerify> {
+    async fn verify(&self, keys: Option<crate::worker::KeySample>, max: usize, for_repair: bool) -> Result<Report, CouldNotVerify> {
         let (kafka, live, scratch, group, budget, timeout, rounds, members) = (self.kafka.clone(), self.live.clone(), self.scratch.clone(), self.group.clone(), self.budget, self.timeout, self.rounds, self.members);
         let rt = tokio::runtime::Handle::current();
         let report = tokio::task::spawn_blocking(move || {
             let show = std::io::stderr().is_terminal();
-            let v = Verify { kafka, live: live.as_ref(), scratch: &scratch, group, budget, max_differences: max, timeout, keys, rounds, delete_group: true, runtime: rt, members };
+            let v = Verify { kafka, live: live.as_ref(), scratch: &scratch, group, budget, max_differences: max, for_repair, timeout, keys, rounds, delete_group: true, runtime: rt, members };
             let report = crate::verify::run(v, |t| {
                 if show {
                     eprint!("\rreplaying the log up to the live index's offsets: {} of {} commands", t.applied, t.of);
@@ -204,14 +209,18 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
     let keys = (!a.keys.is_empty() || a.sample.is_some()).then(|| crate::worker::KeySample { keys: a.keys.iter().cloned().collect(), percent: a.sample });
     let setup = Setup { kafka, live, scratch, group: cli.group.clone(), budget: (a.index_memory_mb as usize) << 20, timeout: Duration::from_secs(a.timeout_secs), rounds: a.rounds, members };
     let started = std::time::Instant::now();
-    // A repair needs every difference, the report lists the first ones.
-    let mut report = setup.verify(keys, if a.repair { usize::MAX } else { a.max_differences }).await?;
+    // A repair mends at most --max-repairs differences (memory stays
+    // bounded: review F13); the report lists the first ones.
+    let mut report = match a.repair {
+        true => setup.verify(keys, a.max_repairs, true).await?,
+        false => setup.verify(keys, a.max_differences, false).await?,
+    };
     if a.repair && !report.clean() {
         report.repair = Some(repair(&setup, &report, a.max_differences).await?);
     }
     report.outcome.differences.truncate(a.max_differences);
     let left = match &report.repair {
-        Some(r) => r.not_repaired.len() + r.after.as_ref().map_or(0, |after| after.outcome.differences_total),
+        Some(r) => r.left(),
         None => report.outcome.differences_total,
     };
     // With --repair, what the exit status counts (review F18).
@@ -273,6 +282,7 @@ async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<crate::ver
         .map_err(|e| fail(e.into()))?
         .map_err(|e| fail(e.into()))?;
     let plan = crate::verify::repair::plan(&report.outcome.differences, &report.at, &|p| moved.contains(&p));
+    let beyond = report.outcome.differences_total - report.outcome.differences.len();
     let producer = crate::produce::Producer::new(&setup.kafka).map_err(|e| fail(e.into()))?;
     let mut sent = Vec::new();
     for e in &plan.commands {
@@ -294,7 +304,7 @@ async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<crate::ver
                 // The repairs are in the log: the report names them (review
                 // F12: it printed nothing), then the verify exits 2.
                 let error = format!("the live workers did not apply the repair at partition {} offset {} within {} s (are they running?)", s.partition, s.offset, setup.timeout.as_secs());
-                return Ok(crate::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, after: None, error: Some(error) });
+                return Ok(crate::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, beyond_max_repairs: beyond, after: None, error: Some(error) });
             }
             Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
@@ -303,12 +313,12 @@ async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<crate::ver
         true => None,
         false => {
             let keys = crate::worker::KeySample { keys: plan.keys().into_iter().collect(), percent: None };
-            let mut after = setup.verify(Some(keys), max).await?;
-            after.outcome.differences.truncate(max);
+            // Lists every repair that did not take (see `Repaired::left`).
+            let after = setup.verify(Some(keys), max.max(sent.len()), false).await?;
             Some(Box::new(after))
         }
     };
-    Ok(crate::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, after, error: None })
+    Ok(crate::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, beyond_max_repairs: beyond, after, error: None })
 }
 
 /// The report for a terminal.
@@ -368,6 +378,9 @@ fn human(r: &Report) -> String {
         }
         for n in &rep.not_repaired {
             out.push_str(&format!("  {} {}: not repaired: {}\n", n.kind, n.id, n.reason));
+        }
+        if rep.beyond_max_repairs > 0 {
+            out.push_str(&format!("  {} more difference(s) not repaired: beyond --max-repairs (run the repair again)\n", rep.beyond_max_repairs));
         }
         if let Some(after) = &rep.after {
             out.push_str("after the repair, its keys verified again:\n");

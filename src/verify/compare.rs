@@ -132,18 +132,72 @@ pub struct Compared {
     /// cannot be placed against the log (an index restored without its
     /// checkpoints), so the verify cannot judge them (review F4).
     pub without_checkpoint: std::collections::BTreeSet<i32>,
-    /// Every difference found, in merge order: memory grows with the
-    /// differences, not with the indexes.
+    /// The differences kept whole, in merge order: the first ones of each
+    /// [`Class`] (see [`Keep`]), so memory is bounded however many
+    /// documents differ (review of verify, F13).
     candidates: Vec<Difference>,
+    /// Per class, the differences kept and the index of the first one,
+    /// and those found beyond them (counted only).
+    classes: BTreeMap<Class, ClassCount>,
+}
+
+/// Differences [`Compared::settle`] judges alike: of one problem, in one
+/// partition, marked or not by [`Keep::marked`].
+type Class = (u8, i32, bool);
+
+#[derive(Debug, Default, Clone, Copy)]
+struct ClassCount {
+    first: usize,
+    kept: usize,
+    beyond: u64,
+}
+
+/// Which differences a comparison keeps whole: per [`Class`], the first
+/// `per_class` (at least one), and no more than `total` in all but the
+/// first of each class (which judges the class); the others are counted.
+/// Listing the first `max` judged differences needs no more than
+/// `per_class = max` and no `total`: each class is judged as a whole, so a
+/// listed difference is among the first `max` of its class. A repair, which
+/// mends some differences and counts the rest, needs `total` alone.
+pub struct Keep<'a> {
+    pub per_class: usize,
+    pub total: usize,
+    /// What else the judgement depends on, beside the problem and the
+    /// partition (a difference a former round proved).
+    pub marked: &'a dyn Fn(&Difference) -> bool,
+}
+
+impl Keep<'_> {
+    /// Every difference.
+    pub fn all() -> Keep<'static> {
+        Keep { per_class: usize::MAX, total: usize::MAX, marked: &|_| false }
+    }
+}
+
+fn class_of(d: &Difference, marked: bool) -> Class {
+    (d.problem as u8, d.partition, marked)
 }
 
 impl Compared {
+    /// The differences kept whole (see [`Keep`]).
+    pub fn kept(&self) -> usize {
+        self.candidates.len()
+    }
+
     /// Judges the differences: `unsettled` says whether a difference is
     /// not judged (one side may hold effects of commands past the stop
-    /// that leave no position: deletes). At most `max` differences are
-    /// listed; all are counted.
+    /// that leave no position: deletes); it must decide by the problem,
+    /// the partition and the mark of [`Keep`] alone, since the differences
+    /// not kept are judged by the first of their class. At most `max`
+    /// differences are listed; all are counted.
     pub fn settle(self, unsettled: &dyn Fn(&Difference) -> bool, max: usize) -> Outcome {
         let mut out = Outcome { checked: self.checked, written_since: self.written_since, ..Outcome::default() };
+        for c in self.classes.values().filter(|c| c.beyond > 0) {
+            match unsettled(&self.candidates[c.first]) {
+                true => out.unsettled += c.beyond,
+                false => out.differences_total += c.beyond as usize,
+            }
+        }
         for d in self.candidates {
             if unsettled(&d) {
                 out.unsettled += 1;
@@ -160,8 +214,13 @@ impl Compared {
 
 /// Compares `live` with `replay`, both in [`order`] (streams: neither is
 /// held). The replay stopped at `at`; a document either side last wrote
-/// past `at` is not compared (`written_since`).
+/// past `at` is not compared (`written_since`). Every difference is kept.
 pub fn compare(live: impl IntoIterator<Item = Doc>, replay: impl IntoIterator<Item = Doc>, at: &Positions, partitions: i32) -> Compared {
+    compare_kept(live, replay, at, partitions, &Keep::all())
+}
+
+/// [`compare`], keeping the differences `keep` says.
+pub fn compare_kept(live: impl IntoIterator<Item = Doc>, replay: impl IntoIterator<Item = Doc>, at: &Positions, partitions: i32, keep: &Keep<'_>) -> Compared {
     let mut out = Compared::default();
     let (mut l, mut r) = (live.into_iter().peekable(), replay.into_iter().peekable());
     // The documents of one kind and id come together (ordered by key):
@@ -210,18 +269,27 @@ pub fn compare(live: impl IntoIterator<Item = Doc>, replay: impl IntoIterator<It
             (None, None) => unreachable!(),
         };
         out.checked += 1;
-        out.candidates.push(Difference {
+        let mut d = Difference {
             kind: kind.as_str(),
             id,
             problem,
             partition,
-            fields: field_diffs(pair.1.as_ref(), pair.0.as_ref()),
+            fields: Vec::new(),
             live_offset: pair.0.as_ref().map(Doc::pos),
             replay_offset: pair.1.as_ref().map(Doc::pos),
             elsewhere: None,
-            expected: pair.1,
-            actual: pair.0,
-        });
+            expected: None,
+            actual: None,
+        };
+        let class = out.classes.entry(class_of(&d, (keep.marked)(&d))).or_insert(ClassCount { first: out.candidates.len(), ..ClassCount::default() });
+        if class.kept > 0 && (class.kept >= keep.per_class || out.candidates.len() >= keep.total) {
+            class.beyond += 1;
+            continue;
+        }
+        class.kept += 1;
+        d.fields = field_diffs(pair.1.as_ref(), pair.0.as_ref());
+        (d.expected, d.actual) = (pair.1, pair.0);
+        out.candidates.push(d);
     }
     run.close(&mut out.candidates);
     out
@@ -367,6 +435,53 @@ mod tests {
         let out = compare(vec![user("x"), post("x")], vec![user("new"), post("new")], &all_at(10), 4).settle(&|_| false, 1);
         let total = out.differences_total;
         assert_eq!((out.differences.len(), total), (1, 2));
+    }
+
+    /// `n` documents in order, a third of them differing, a third lacking
+    /// live, a third lacking in the replay, under 8 keys.
+    fn differing(n: usize) -> (impl Iterator<Item = Doc>, impl Iterator<Item = Doc>) {
+        let doc = |i: usize, contents: &str| file(&format!("{i:08}"), &format!("/t{}/f.txt", i % 8), contents, 1);
+        let live = (0..n).filter(|i| i % 3 != 1).map(move |i| doc(i, "live"));
+        let replay = (0..n).filter(|i| i % 3 != 2).map(move |i| doc(i, if i % 3 == 0 { "replay" } else { "live" }));
+        (live, replay)
+    }
+
+    /// Review F13: every difference was kept with both its documents until
+    /// the end (a systematic difference over a large index is gigabytes).
+    /// Now the first `max` of each class judged alike are kept, the rest
+    /// counted; the verdict and the differences listed are those of a
+    /// comparison that keeps all.
+    #[test]
+    fn differences_kept_are_bounded_and_the_verdict_is_unchanged() {
+        let moved = partitioner::partition_of("/t3", 4);
+        let unsettled = |d: &Difference| d.problem == Problem::Missing && d.partition == moved;
+        let proven = |d: &Difference| d.id == "00000019";
+        let judge = |d: &Difference| unsettled(d) && !proven(d);
+        let (live, replay) = differing(30_000);
+        let all = compare(live, replay, &all_at(10), 4);
+        assert_eq!(all.kept(), 30_000);
+        let all = all.settle(&judge, 100);
+        let (live, replay) = differing(30_000);
+        let marked = |d: &Difference| d.problem == Problem::Missing && proven(d);
+        let bounded = compare_kept(live, replay, &all_at(10), 4, &Keep { per_class: 100, total: usize::MAX, marked: &marked });
+        // Three problems, four partitions, marked or not.
+        assert!(bounded.kept() <= 100 * 3 * 4 * 2, "{}", bounded.kept());
+        let bounded = bounded.settle(&|d| unsettled(d) && !marked(d), 100);
+        assert_eq!(bounded, all);
+        assert!(all.unsettled > 0 && all.differences.iter().any(|d| d.id == "00000019" && d.problem == Problem::Missing), "the test judges nothing: {:?}", (all.unsettled, all.differences_total));
+
+        // A million documents: what is kept does not grow with them.
+        let (live, replay) = differing(1_000_000);
+        let big = compare_kept(live, replay, &all_at(10), 4, &Keep { per_class: 100, total: usize::MAX, marked: &|_| false });
+        assert!(big.kept() <= 100 * 3 * 4, "{}", big.kept());
+        let big = big.settle(&|_| false, 100);
+        assert_eq!((big.checked, big.differences_total, big.differences.len()), (1_000_000, 1_000_000, 100));
+
+        // For a repair: `total` in all, beside the first of each class.
+        let (live, replay) = differing(30_000);
+        let repair = compare_kept(live, replay, &all_at(10), 4, &Keep { per_class: 50, total: 50, marked: &|_| false });
+        assert!(repair.kept() <= 50 + 3 * 4, "{}", repair.kept());
+        assert_eq!(repair.settle(&|_| false, 50).differences_total, 30_000);
     }
 
     /// Two copies of one id under two keys (an owner change without its

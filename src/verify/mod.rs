@@ -88,8 +88,12 @@ pub struct Verify<'a> {
     pub group: String,
     /// Indexing memory of the scratch index, per partition.
     pub budget: usize,
-    /// Differences kept in the report (all are counted).
+    /// Differences kept in the report (all are counted): the first ones
+    /// (in the comparison's order), or with `for_repair` any ones, for a
+    /// repair to mend (review F13: memory is bounded by this, not by the
+    /// differences found).
     pub max_differences: usize,
+    pub for_repair: bool,
     /// Gives up a replay that has not reached the live offsets by then.
     pub timeout: Duration,
     /// Verify these keys only (`--keys`, `--sample`): the replay applies
@@ -160,8 +164,9 @@ pub fn positions(b: &dyn Backend, partitions: i32) -> Result<Positions, IndexErr
 
 /// Merges the documents of `live` and `replay` (of the keys in `keys`),
 /// each streamed in [`compare::order`] by a thread of its own through a
-/// bounded channel: neither index is held in memory.
-pub(crate) fn merge(live: &dyn Backend, replay: &dyn Backend, keys: Option<&KeySample>, members: Members, at: &Positions, partitions: i32) -> Result<compare::Compared, VerifyError> {
+/// bounded channel: neither index is held in memory, nor more differences
+/// than `keep` says.
+pub(crate) fn merge(live: &dyn Backend, replay: &dyn Backend, keys: Option<&KeySample>, members: Members, at: &Positions, partitions: i32, keep: &compare::Keep<'_>) -> Result<compare::Compared, VerifyError> {
     let stream = |b: &dyn Backend, tx: std::sync::mpsc::SyncSender<Doc>| -> Result<(), IndexError> {
         b.search()?.dump_sorted(&mut |d| {
             let key = d.key();
@@ -175,7 +180,7 @@ pub(crate) fn merge(live: &dyn Backend, replay: &dyn Backend, keys: Option<&KeyS
     std::thread::scope(|s| {
         let l = s.spawn(|| stream(live, live_tx));
         let r = s.spawn(|| stream(replay, replay_tx));
-        let compared = compare::compare(live_rx.iter(), replay_rx.iter(), at, partitions);
+        let compared = compare::compare_kept(live_rx.iter(), replay_rx.iter(), at, partitions, keep);
         // A side that failed ended its stream early: its error, not the
         // comparison, is the answer.
         l.join().map_err(|_| VerifyError::ReaderPanicked)?.map_err(VerifyError::Live)?;
@@ -233,7 +238,14 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         replay_to(&v, &settings, &backend, &at, partitions, &mut progress)?;
         // Both sides streamed and merged; what the live index wrote past
         // `at` meanwhile is not compared.
-        let compared = merge(v.live, backend.as_ref(), v.keys.as_ref(), v.members, &at, partitions)?;
+        // The differences kept whole are bounded (review F13): judged alike
+        // by their problem, partition and whether a former round proved
+        // them, the first `max_differences` of each are enough to list the
+        // first `max_differences` of all; a repair takes any.
+        let marked = |d: &compare::Difference| d.problem == compare::Problem::Missing && proven.contains(&proof(d));
+        let total = if v.for_repair { v.max_differences } else { usize::MAX };
+        let keep = compare::Keep { per_class: v.max_differences, total, marked: &marked };
+        let compared = merge(v.live, backend.as_ref(), v.keys.as_ref(), v.members, &at, partitions, &keep)?;
         if !compared.without_checkpoint.is_empty() {
             return Err(VerifyError::NoCheckpoint { partitions: compared.without_checkpoint.into_iter().collect() });
         }
@@ -250,7 +262,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         // quiet then) stays a difference while the replay's copy is the
         // same one (review F5: a later round dropped it as unsettled once
         // its partition moved on).
-        let unsettled = |d: &compare::Difference| d.problem == compare::Problem::Missing && moved.contains(&d.partition) && !proven.contains(&proof(d));
+        let unsettled = |d: &compare::Difference| d.problem == compare::Problem::Missing && moved.contains(&d.partition) && !marked(d);
         let outcome = compared.settle(&unsettled, v.max_differences);
         proven.extend(outcome.differences.iter().filter(|d| d.problem == compare::Problem::Missing).map(proof));
         // What was written since, or not judged, is checked again at the
@@ -358,10 +370,10 @@ mod tests {
     fn a_failing_scratch_reader_is_not_blamed_on_the_live_index() {
         let dir = tempfile::tempdir().unwrap();
         let live = EmbeddedBackend::new(EmbeddedIndex::open(dir.path(), "t").unwrap(), 16 << 20);
-        let err = merge(&live, &Unreadable, None, Members::default(), &BTreeMap::new(), 1).err().expect("the merge must fail");
+        let err = merge(&live, &Unreadable, None, Members::default(), &BTreeMap::new(), 1, &compare::Keep::all()).err().expect("the merge must fail");
         assert!(matches!(err, VerifyError::ReplayRead(_)), "{err}");
         assert!(err.to_string().starts_with("reading the replay's scratch copy: "), "{err}");
-        let err = merge(&Unreadable, &live, None, Members::default(), &BTreeMap::new(), 1).err().expect("the merge must fail");
+        let err = merge(&Unreadable, &live, None, Members::default(), &BTreeMap::new(), 1, &compare::Keep::all()).err().expect("the merge must fail");
         assert!(err.to_string().starts_with("reading the live index: "), "{err}");
     }
 }

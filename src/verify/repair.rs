@@ -44,6 +44,9 @@ pub struct Sent {
 pub struct Repaired {
     pub sent: Vec<Sent>,
     pub not_repaired: Vec<NotRepaired>,
+    /// Differences found beyond `--max-repairs`: counted, not repaired by
+    /// this run (review F13: a repair holds at most that many).
+    pub beyond_max_repairs: usize,
     /// The verify of the repaired keys once the live workers had applied
     /// the repairs (none when nothing was sent, or they were not applied
     /// in time).
@@ -52,6 +55,23 @@ pub struct Repaired {
     /// apply them in time): the verify exits 2 after printing this.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+impl Repaired {
+    /// The differences left: those not repaired (and beyond
+    /// `--max-repairs`), and the repairs sent whose document the verify
+    /// after them still found different. That verify covers the repaired
+    /// keys whole, so it also finds the differences of those keys not
+    /// repaired: they are counted once. A difference it found beyond those
+    /// it listed counts as a repair that did not take.
+    pub fn left(&self) -> usize {
+        let after = self.after.as_ref().map_or(0, |a| {
+            let sent: std::collections::HashSet<(&str, &str)> = self.sent.iter().map(|s| (s.kind, s.id.as_str())).collect();
+            let o = &a.outcome;
+            o.differences.iter().filter(|d| sent.contains(&(d.kind, d.id.as_str()))).count() + (o.differences_total - o.differences.len())
+        });
+        self.not_repaired.len() + self.beyond_max_repairs + after
+    }
 }
 
 /// The repairs of a verify's differences.

@@ -282,3 +282,43 @@ fn a_difference_proven_in_one_round_is_not_dropped_by_the_next_on_the_embedded_i
 fn a_difference_proven_in_one_round_is_not_dropped_by_the_next_on_elasticsearch() {
     a_difference_proven_in_one_round_is_not_dropped_by_the_next(Rig::elastic(2));
 }
+
+/// Review F13: `--repair` held every difference with both its documents
+/// (memory grew with them). Now one run mends at most `--max-repairs`,
+/// counts the rest in `beyond_max_repairs` and `remaining` (exit 1), and
+/// the next run goes on.
+fn a_repair_mends_at_most_max_repairs_and_counts_the_rest(r: Rig) {
+    let worker = r.worker(&[]);
+    let n = produce(&r.cfg, files_under("k", "/k", 6)).len();
+    wait_applied_by(&r.cfg, &r.group, n, &[&worker]);
+    let log = worker.log();
+    assert!(worker.terminate().success(), "{log}");
+    for i in 0..5 {
+        crate::verify::corrupt(&r, &format!("k{i}"), "/k", "corrupted");
+    }
+    let worker = r.worker(&[]);
+    let repair = |max: &str| {
+        let (code, out, err) = r.run(&["verify", "--json", "--repair", "--max-repairs", max]);
+        let report = report_of(code, &out, &err);
+        let sent = report["repair"]["sent"].as_array().map_or(0, Vec::len);
+        (code, sent, report["repair"]["beyond_max_repairs"].clone(), report["remaining"].clone(), report)
+    };
+    let (code, sent, beyond, remaining, report) = repair("2");
+    assert_eq!((code, sent, beyond, remaining), (1, 2, serde_json::json!(3), serde_json::json!(3)), "{report}");
+    let (code, sent, beyond, remaining, report) = repair("2");
+    assert_eq!((code, sent, beyond, remaining), (1, 2, serde_json::json!(1), serde_json::json!(1)), "{report}");
+    let (code, sent, _, remaining, report) = repair("10");
+    assert_eq!((code, sent, remaining), (0, 1, serde_json::json!(0)), "{report}");
+    let log = worker.log();
+    assert!(worker.terminate().success(), "{log}");
+}
+
+#[test]
+fn a_repair_mends_at_most_max_repairs_and_counts_the_rest_on_the_embedded_index() {
+    a_repair_mends_at_most_max_repairs_and_counts_the_rest(Rig::new(1));
+}
+
+#[test]
+fn a_repair_mends_at_most_max_repairs_and_counts_the_rest_on_elasticsearch() {
+    a_repair_mends_at_most_max_repairs_and_counts_the_rest(Rig::elastic(1));
+}
