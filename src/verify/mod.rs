@@ -46,6 +46,9 @@ pub enum VerifyError {
     /// Review F14 d: the replay needs the whole log.
     #[error("retention deleted offsets 0..{} of partition {partition} (its first offset is {low} now): a verify replays the whole log, which the topic no longer holds, so it cannot judge the index. Keep the topic's messages for ever (retention.ms=-1); `denorm rebuild --accept-gaps` builds an index of what is left", low - 1)]
     Retention { partition: i32, low: i64 },
+    /// Review F16: checkpoints of one generation, documents of another.
+    #[error("a rebuild cut over during the verify (generation {from} to {to}): the checkpoints it read and the documents it compared may be of different generations; verify again")]
+    CutOver { from: u64, to: u64 },
     #[error("the messages at the live index's checkpoints in partition(s) {partitions:?} did not arrive within {secs} s: the log's identity could not be checked")]
     CheckpointUnread { partitions: Vec<i32>, secs: u64 },
     #[error("the scratch index in {dir}: {source}")]
@@ -231,6 +234,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         rounds += 1;
         // Where the live index stands: the replay stops exactly there (a
         // round after the first goes on from where the last one stopped).
+        let generation = v.live.generation().map_err(VerifyError::Live)?;
         let now = positions(v.live, partitions).map_err(VerifyError::Live)?;
         at = now.into_iter().filter(|(p, _)| v.members.owns(*p)).map(|(p, o)| (p, o.max(at.get(&p).copied().unwrap_or(-1)))).collect();
         info!(round = rounds, at = ?at, "replaying the log up to the live index's offsets");
@@ -246,6 +250,10 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         let total = if v.for_repair { v.max_differences } else { usize::MAX };
         let keep = compare::Keep { per_class: v.max_differences, total, marked: &marked };
         let compared = merge(v.live, backend.as_ref(), v.keys.as_ref(), v.members, &at, partitions, &keep)?;
+        match v.live.generation().map_err(VerifyError::Live)? {
+            g if g != generation => return Err(VerifyError::CutOver { from: generation, to: g }),
+            _ => {}
+        }
         if !compared.without_checkpoint.is_empty() {
             return Err(VerifyError::NoCheckpoint { partitions: compared.without_checkpoint.into_iter().collect() });
         }

@@ -61,7 +61,7 @@ pub async fn indexes_of_alias(client: &Elasticsearch, alias: &str) -> Result<Vec
 
 /// The generation the read alias of `kind` points at (`None` before the
 /// first start).
-async fn read_generation(client: &Elasticsearch, prefix: &str, kind: Kind) -> Result<Option<(u64, String)>, ElasticError> {
+pub(super) async fn read_generation(client: &Elasticsearch, prefix: &str, kind: Kind) -> Result<Option<(u64, String)>, ElasticError> {
     let read = alias(prefix, kind);
     let indexes = indexes_of_alias(client, &read).await?;
     match indexes.as_slice() {

@@ -132,6 +132,20 @@ impl ElasticSearch {
         Ok(())
     }
 
+    /// The one index a dump of `kind` reads: the pinned generation's, or
+    /// the one the read alias is on. A read alias on several indexes (an
+    /// operator's mistake) is refused: read through it, every document of
+    /// both would come twice, and a verify would call the copies
+    /// "unexpected" and `--repair` delete the real ones (review of verify,
+    /// F16).
+    fn dumped_index(&self, kind: Kind) -> Result<String, IndexError> {
+        if self.generation.is_some() {
+            return Ok(self.index_of(kind));
+        }
+        let read = self.runtime.block_on(super::generations::read_generation(&self.client, &self.prefix, kind))?;
+        Ok(read.map_or_else(|| self.index_of(kind), |(_, index)| index))
+    }
+
     fn index_of(&self, kind: Kind) -> String {
         match self.generation {
             Some(g) => concrete(&self.prefix, kind, g),
@@ -245,7 +259,8 @@ impl SearchIndex for ElasticSearch {
         kinds.sort_by_key(|k| k.as_str());
         for kind in kinds {
             let query = json!({"bool": {"must_not": [is_deleted()]}});
-            let mut pit = self.runtime.block_on(PitScan::open(&self.client, &self.index_of(kind), query, 1000))?.by_id();
+            let index = self.dumped_index(kind)?;
+            let mut pit = self.runtime.block_on(PitScan::open(&self.client, &index, query, 1000))?.by_id();
             let result = (|| -> Result<(), IndexError> {
                 loop {
                     let page = self.runtime.block_on(pit.next_page())?;
