@@ -301,8 +301,9 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         // The markers of the operators' requests the live run carried out
         // (the rebuild replays the requests: it writes none of them again).
         let dlq = crate::dlq::default_topic(&kafka.topic);
-        let (_, markers) = crate::dlq::admin::read(&kafka, &dlq).map_err(|e| RebuildError::Index(anyhow::Error::new(e).context(format!("reading the markers of {dlq}"))))?;
+        let (letters, markers) = crate::dlq::admin::read(&kafka, &dlq).map_err(|e| RebuildError::Index(anyhow::Error::new(e).context(format!("reading the markers of {dlq}"))))?;
         cfg.markers_written = Arc::new(markers.iter().filter_map(|m| m.id()).collect());
+        cfg.letters_written = Arc::new(crate::worker::letters_written(&letters));
         info!(group = %run_group, member = m.me, members = m.count, "the rebuild's worker joins a consumer group of its own (it commits no offsets there; members of one rebuild share it)");
         let b = build::Build { kafka: &kafka, consumer: &consumer, index, cfg, health, runtime: rt.clone(), partitions, live: same_log.then_some(current), members: m, conflicts_before };
         let reports = loop {

@@ -46,6 +46,8 @@ pub enum VerifyError {
     /// Review F14 d: the replay needs the whole log.
     #[error("retention deleted offsets 0..{} of partition {partition} (its first offset is {low} now): a verify replays the whole log, which the topic no longer holds, so it cannot judge the index. Keep the topic's messages for ever (retention.ms=-1); `denorm rebuild --accept-gaps` builds an index of what is left", low - 1)]
     Retention { partition: i32, low: i64 },
+    #[error("reading the dead-letter topic {topic}: {error}")]
+    DeadLetters { topic: String, error: String },
     /// Review F16: checkpoints of one generation, documents of another.
     #[error("a rebuild cut over during the verify (generation {from} to {to}): the checkpoints it read and the documents it compared may be of different generations; verify again")]
     CutOver { from: u64, to: u64 },
@@ -228,6 +230,11 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     let index = EmbeddedIndex::open(v.scratch, &v.kafka.topic).map_err(scratch_err)?;
     let backend: Arc<dyn Backend> = Arc::new(EmbeddedBackend::new(index, v.budget));
     let mut at: Positions = BTreeMap::new();
+    // The letters the live run wrote: the replay parks keys by their
+    // offsets, as the live run did (review F15).
+    let dlq = crate::dlq::default_topic(&v.kafka.topic);
+    let letters = crate::dlq::admin::read(&v.kafka, &dlq).map_err(|e| VerifyError::DeadLetters { topic: dlq, error: e.to_string() })?.0;
+    let letters = Arc::new(crate::worker::letters_written(&letters));
     let mut rounds = 0;
     let mut proven = std::collections::HashSet::new();
     let outcome = loop {
@@ -239,7 +246,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         at = now.into_iter().filter(|(p, _)| v.members.owns(*p)).map(|(p, o)| (p, o.max(at.get(&p).copied().unwrap_or(-1)))).collect();
         info!(round = rounds, at = ?at, "replaying the log up to the live index's offsets");
         crate::faults::hold("verify.replay");
-        replay_to(&v, &settings, &backend, &at, partitions, &mut progress)?;
+        replay_to(&v, &settings, &letters, &backend, &at, partitions, &mut progress)?;
         // Both sides streamed and merged; what the live index wrote past
         // `at` meanwhile is not compared.
         // The differences kept whole are bounded (review F13): judged alike
@@ -293,7 +300,7 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
 /// Runs the replay's worker on the scratch index `backend` until every
 /// partition has applied exactly up to `at` (it resumes where the scratch
 /// index's checkpoints are), then stops it.
-fn replay_to(v: &Verify<'_>, settings: &ApplySettings, backend: &Arc<dyn Backend>, at: &Positions, partitions: i32, progress: &mut impl FnMut(&Tick)) -> Result<(), VerifyError> {
+fn replay_to(v: &Verify<'_>, settings: &ApplySettings, letters: &Arc<crate::worker::LettersWritten>, backend: &Arc<dyn Backend>, at: &Positions, partitions: i32, progress: &mut impl FnMut(&Tick)) -> Result<(), VerifyError> {
     // Each round's replay has the whole timeout (review F11: measured from
     // the verify's start, a long first round made the second fail at its
     // first poll).
@@ -303,6 +310,7 @@ fn replay_to(v: &Verify<'_>, settings: &ApplySettings, backend: &Arc<dyn Backend
     let mut cfg = WorkerConfig::new(v.kafka.clone(), group.clone());
     cfg.commit_offsets = false;
     cfg.writes_to_kafka = false;
+    cfg.letters_written = letters.clone();
     cfg.until = Some(Arc::new(at.clone()));
     cfg.keys = v.keys.clone().map(Arc::new);
     settings.apply_to(&mut cfg)?;

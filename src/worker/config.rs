@@ -92,6 +92,13 @@ pub struct WorkerConfig {
     /// which replays the operators' control messages, writes none of these
     /// again).
     pub markers_written: std::sync::Arc<std::collections::HashSet<crate::dlq::MarkerId>>,
+    /// The dead-letter offsets of the letters the live run wrote, by the
+    /// command partition and offset whose handling wrote them (a replay's:
+    /// `denorm verify`, `denorm rebuild`). A key parked in a replay records
+    /// the live letter's offset, not the one its own write got: an
+    /// operator's request of an earlier format says which letters it covers
+    /// by dead-letter offset alone (review of verify, F15).
+    pub letters_written: std::sync::Arc<LettersWritten>,
     /// Accept messages in any partition (a topic written with another
     /// partitioner than murmur2), refusing renames across top-level
     /// directories; otherwise (the default) a message whose key does not
@@ -113,6 +120,21 @@ pub struct WorkerConfig {
     /// A replay of some keys only (`denorm verify --keys/--sample`): the
     /// other keys' messages are passed as applied, without effect.
     pub keys: Option<std::sync::Arc<KeySample>>,
+}
+
+/// See [`WorkerConfig::letters_written`].
+pub type LettersWritten = std::collections::HashMap<(i32, i64), i64>;
+
+/// [`LettersWritten`] of the letters `entries` of a dead-letter topic: a
+/// command dead-lettered more than once (re-applied after a crash) keeps
+/// its last letter's offset, as the live run's parking did.
+pub fn letters_written(entries: &[crate::dlq::admin::Entry]) -> LettersWritten {
+    let mut out = LettersWritten::new();
+    for e in entries {
+        let at = out.entry((e.origin_partition, e.at.unwrap_or(e.origin_offset))).or_insert(e.dlq_offset);
+        *at = (*at).max(e.dlq_offset);
+    }
+    out
 }
 
 /// Keys chosen by name, or a share of all keys chosen by a hash of the
@@ -191,6 +213,7 @@ impl WorkerConfig {
             takeover_waits: true,
             commit_offsets: true,
             markers_written: Default::default(),
+            letters_written: Default::default(),
             any_partitioner: false,
             accept_gaps: false,
             until: None,

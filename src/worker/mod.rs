@@ -36,7 +36,7 @@ use crate::index::{Backend, IndexError};
 use crate::kafka::KafkaConfig;
 use crate::metrics as m;
 use applier::{Feed, Partition, Record};
-pub use config::{defaults, KeySample, OnAbort, WorkerConfig};
+pub use config::{defaults, letters_written, KeySample, LettersWritten, OnAbort, WorkerConfig};
 use membership::{Membership, Verdict};
 use outbox::Outbox;
 use probe::{BrokerProbe, LogProbe};

@@ -78,7 +78,7 @@ impl Applier {
             let p = shard.parking().entry(k.into_owned()).or_insert(Parked { behind: String::new(), last_dlq: -1, replayed_through: -1, last_at: -1, since: -1 });
             p.behind = behind;
             p.since = origin.at;
-            p.last_dlq = at;
+            p.last_dlq = self.live_letter(origin).unwrap_or(at);
             p.last_at = origin.at;
         }
         Ok(Handled::Done { fan_out: false })
@@ -89,11 +89,18 @@ impl Applier {
         let detail = format!("its key is parked behind command {behind}");
         let at = self.dead_letter(origin, dlq::reason::PARKED, detail, 0, command_id, Some(behind))?;
         count(kind, outcome::PARKED);
+        let live = self.live_letter(origin);
         if let Some(p) = origin.key().and_then(|k| shard.parking().get_mut(k.as_ref())) {
-            p.last_dlq = at;
+            p.last_dlq = live.unwrap_or(at);
             p.last_at = origin.at;
         }
         Ok(Handled::Done { fan_out: false })
+    }
+
+    /// In a replay, the dead-letter offset of the letter the live run
+    /// wrote for `origin` (see `WorkerConfig::letters_written`).
+    fn live_letter(&self, origin: &Origin<'_>) -> Option<i64> {
+        self.shared.cfg.letters_written.get(&(self.partition, origin.at)).copied()
     }
 
     /// Writes the letter of `origin`, retrying for as long as the

@@ -240,6 +240,45 @@ fn a_key_an_operator_released_is_released_in_a_replay_too() {
     assert!(rebuilt.outbox.markers.lock().unwrap().is_empty());
 }
 
+/// Review of verify, F15: an operator's request of an earlier format (or
+/// one `migrate` copied with expired letters) says which letters it covers
+/// by dead-letter offset alone (`through_at` -1). Live, the key's second
+/// letter is past it and the key stays parked. The verify's replay writes
+/// no letters: its own offsets (counting down from -2) were always
+/// "covered", so it released the key and applied its later commands, which
+/// the verify then reported, and `--repair` had parked live every run. It
+/// now parks by the offsets of the live run's letters.
+#[test]
+fn a_replay_that_writes_no_letters_parks_by_the_live_letters_offsets() {
+    use crate::command::control::{Action, Control};
+    let live = Rig::new(|_| {});
+    let poison = live.append("/p", b"not an avro message".to_vec());
+    let parked = live.produce(upsert("q", "/p/q.txt"));
+    let run = live.start();
+    run.wait_next(parked + 1);
+    // `clear` of the first letter only (dead-letter offset 0), in the
+    // earlier format.
+    let discard = Control { action: Action::Discard, key: "/p".into(), dlq_partition: 0, dlq_offset: -1, through: 0, origin_offset: -1, payload: Vec::new(), requested_at: 0, through_at: -1 };
+    live.append("/p", live.codec.encode_control(&discard));
+    let later = live.produce(upsert("later", "/p/later.txt"));
+    run.wait_next(later + 1);
+    assert_eq!(run.stop(), later + 1);
+    assert!(live.file_ids().is_empty(), "live, the key stays parked: {:?}", live.letters());
+    let letters: Vec<(i64, i64)> = live.letters().iter().enumerate().map(|(i, l)| (l.origin_offset, i as i64)).collect();
+    assert_eq!(letters.len(), 3, "the poison, q and later: {:?}", live.letters());
+    // The verify's replay: no letters written, the live ones' offsets known.
+    let log = Arc::new(Mutex::new(live.log.lock().unwrap().clone()));
+    let written: crate::worker::LettersWritten = letters.iter().map(|&(origin, dlq)| ((0, origin), dlq)).collect();
+    let replay = Rig::on(log, 0, 1, |c| {
+        c.writes_to_kafka = false;
+        c.letters_written = Arc::new(written);
+    });
+    let run = replay.start();
+    run.wait_next(later + 1);
+    assert_eq!(run.stop(), later + 1);
+    assert!(replay.file_ids().is_empty(), "the replay released the key the live run kept parked (poison at {poison})");
+}
+
 /// A top-level directory `/{prefix}{n}` whose murmur2 partition of 4 is,
 /// or (`home` false) is not, 0.
 fn tree(prefix: &str, home: bool) -> String {

@@ -186,13 +186,19 @@ impl Rig {
         let mut cfg = WorkerConfig::new(KafkaConfig::new("127.0.0.1:9", "t"), "g");
         cfg.retry_backoff_max = Duration::from_millis(50);
         tune(&mut cfg);
+        let writes = cfg.writes_to_kafka;
         let outbox = Arc::new(Scripted { log: log.clone(), base, ..Scripted::default() });
         let shared = Arc::new(Shared {
             cfg,
             backend: Arc::new(EmbeddedBackend::new(index, 20 << 20)),
             codec: Codec::new(),
             stats: Arc::new(Stats::default()),
-            outbox: Box::new(outbox.clone()),
+            // As `worker::run` chooses: a replay that writes nothing to
+            // Kafka (a verify's) has the outbox that withholds.
+            outbox: match writes {
+                true => Box::new(outbox.clone()),
+                false => Box::new(crate::worker::outbox::Withheld::new("t.dlq")),
+            },
             health: Arc::default(),
             seeks: Mutex::default(),
             known: Mutex::default(),
