@@ -244,6 +244,7 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
 /// where the workers export it as the `denorm_verify_*` gauges. A failure
 /// to record is a warning: the verdict stands.
 async fn record(setup: &Setup, report: &Report, left: usize, took: Duration, run: &str) {
+    use crate::verify::verdict::Recorded;
     let (live, members, run) = (setup.live.clone(), setup.members, run.to_string());
     let o = &report.outcome;
     let found = crate::verify::verdict::Found {
@@ -256,9 +257,12 @@ async fn record(setup: &Setup, report: &Report, left: usize, took: Duration, run
     };
     let recorded = tokio::task::spawn_blocking(move || crate::verify::verdict::record(live.as_ref(), found, members, &run)).await;
     match recorded {
-        Ok(Ok(Some(v))) if members.count > 1 => tracing::info!(checked = v.checked, differences = v.differences, "every member's verdict is in: recorded the verify's verdict"),
-        Ok(Ok(Some(_))) => {}
-        Ok(Ok(None)) => tracing::info!(member = members.me, "recorded this member's verdict; the verify's is recorded once every member's is in"),
+        Ok(Ok(Recorded::Verdict(v))) if members.count > 1 => tracing::info!(checked = v.checked, differences = v.differences, "every member's verdict is in: recorded the verify's verdict"),
+        Ok(Ok(Recorded::Verdict(_))) => {}
+        Ok(Ok(Recorded::Waiting)) => tracing::info!(member = members.me, "recorded this member's verdict; the verify's is recorded once every member's is in"),
+        Ok(Ok(Recorded::Superseded { by_started_at })) => {
+            tracing::warn!(by_started_at, "not recorded: a verify that started after this one has recorded its verdict already (the workers' denorm_verify_* gauges show that one)")
+        }
         Ok(Err(error)) => tracing::warn!(%error, "the verdict could not be recorded in the index (the workers' denorm_verify_* gauges stay as they were)"),
         Err(error) => tracing::warn!(%error, "recording the verdict failed"),
     }
