@@ -199,11 +199,18 @@ pub(crate) fn merge(live: &dyn Backend, replay: &dyn Backend, keys: Option<&KeyS
 pub(crate) fn moved_past(kafka: &KafkaConfig, partitions: i32, at: &Positions, seen: &[&Positions]) -> Result<std::collections::BTreeSet<i32>, VerifyError> {
     let consumer: rdkafka::consumer::BaseConsumer = kafka.client_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
     let ends = crate::kafka::watermarks(&consumer, &kafka.topic, partitions)?;
-    let moved = (0..partitions).filter(|p| {
-        let stop = at.get(p).copied().unwrap_or(-1);
-        seen.iter().any(|s| s.get(p).copied().unwrap_or(-1) != stop) || ends.get(*p as usize).is_some_and(|(_, high)| *high > stop + 1)
-    });
-    Ok(moved.collect())
+    let stop = |p: &i32| at.get(p).copied().unwrap_or(-1);
+    let (mut moved, mut beyond) = (std::collections::BTreeSet::new(), Vec::new());
+    for p in 0..partitions {
+        if seen.iter().any(|s| s.get(&p).copied().unwrap_or(-1) != stop(&p)) {
+            moved.insert(p);
+        } else if ends.get(p as usize).is_some_and(|(_, high)| *high > stop(&p) + 1) {
+            beyond.push((p, stop(&p) + 1));
+        }
+    }
+    // Offsets past the stop may carry no message (review F6).
+    moved.extend(log::messages_past(kafka, &beyond)?);
+    Ok(moved)
 }
 
 /// What names a missing document across rounds: it, and the replay's copy.
