@@ -139,6 +139,9 @@ pub struct Compared {
     /// Per class, the differences kept and the index of the first one,
     /// and those found beyond them (counted only).
     classes: BTreeMap<Class, ClassCount>,
+    /// Live documents written past the log's end as read before the merge
+    /// (see [`Keep::log_ends`]), counted in `written_since` until judged.
+    past_end: Vec<Difference>,
 }
 
 /// Differences [`Compared::settle`] judges alike: of one problem, in one
@@ -165,12 +168,19 @@ pub struct Keep<'a> {
     /// What else the judgement depends on, beside the problem and the
     /// partition (a difference a former round proved).
     pub marked: &'a dyn Fn(&Difference) -> bool,
+    /// The last offset of each partition's log, read before the merge: a
+    /// live document written past it is kept (the first `per_class` of
+    /// each partition) to be judged by [`Compared::past_the_log`] against
+    /// the log's end read after it: a position no command wrote is forged
+    /// (review of verify: a forged `denorm_pos` hid a document as "written
+    /// since").
+    pub log_ends: Option<&'a Positions>,
 }
 
 impl Keep<'_> {
     /// Every difference.
     pub fn all() -> Keep<'static> {
-        Keep { per_class: usize::MAX, total: usize::MAX, marked: &|_| false }
+        Keep { per_class: usize::MAX, total: usize::MAX, marked: &|_| false, log_ends: None }
     }
 }
 
@@ -179,6 +189,26 @@ fn class_of(d: &Difference, marked: bool) -> Class {
 }
 
 impl Compared {
+    /// Judges the live documents written past the log's end as read
+    /// before the merge against `last` (per partition, the log's last
+    /// offset, read after it): one past it was written by no command, so
+    /// its position is forged, a difference in `denorm_pos`; the others
+    /// were written during the merge.
+    pub fn past_the_log(&mut self, last: &Positions) {
+        for mut d in std::mem::take(&mut self.past_end) {
+            let pos = d.live_offset.unwrap_or(0) as i64;
+            if pos <= last.get(&d.partition).copied().unwrap_or(-1) {
+                continue;
+            }
+            self.written_since -= 1;
+            self.checked += 1;
+            d.fields = vec![Field { field: "denorm_pos".into(), expected: d.replay_offset.map_or(Value::Null, Value::from), actual: Value::from(pos) }];
+            let class = self.classes.entry(class_of(&d, false)).or_insert(ClassCount { first: self.candidates.len(), ..ClassCount::default() });
+            class.kept += 1;
+            self.candidates.push(d);
+        }
+    }
+
     /// The differences kept whole (see [`Keep`]).
     pub fn kept(&self) -> usize {
         self.candidates.len()
@@ -257,6 +287,23 @@ pub fn compare_kept(live: impl IntoIterator<Item = Doc>, replay: impl IntoIterat
         let problem = match &pair {
             (Some(d), _) | (_, Some(d)) if d.pos() as i64 > stop => {
                 out.written_since += 1;
+                let past_end = |d: &Doc| keep.log_ends.is_some_and(|e| d.pos() as i64 > e.get(&partition).copied().unwrap_or(-1));
+                if let Some(live) = pair.0.as_ref().filter(|d| past_end(d)) {
+                    if out.past_end.iter().filter(|d| d.partition == partition).count() < keep.per_class.max(1) {
+                        out.past_end.push(Difference {
+                            kind: kind.as_str(),
+                            id,
+                            problem: Problem::Differs,
+                            partition,
+                            fields: Vec::new(),
+                            live_offset: Some(live.pos()),
+                            replay_offset: pair.1.as_ref().map(Doc::pos),
+                            elsewhere: None,
+                            expected: pair.1.clone(),
+                            actual: pair.0.clone(),
+                        });
+                    }
+                }
                 continue;
             }
             (Some(live), Some(replayed)) if live.clone().without_pos() == replayed.clone().without_pos() => {
@@ -463,7 +510,7 @@ mod tests {
         let all = all.settle(&judge, 100);
         let (live, replay) = differing(30_000);
         let marked = |d: &Difference| d.problem == Problem::Missing && proven(d);
-        let bounded = compare_kept(live, replay, &all_at(10), 4, &Keep { per_class: 100, total: usize::MAX, marked: &marked });
+        let bounded = compare_kept(live, replay, &all_at(10), 4, &Keep { per_class: 100, total: usize::MAX, marked: &marked, log_ends: None });
         // Three problems, four partitions, marked or not.
         assert!(bounded.kept() <= 100 * 3 * 4 * 2, "{}", bounded.kept());
         let bounded = bounded.settle(&|d| unsettled(d) && !marked(d), 100);
@@ -472,16 +519,36 @@ mod tests {
 
         // A million documents: what is kept does not grow with them.
         let (live, replay) = differing(1_000_000);
-        let big = compare_kept(live, replay, &all_at(10), 4, &Keep { per_class: 100, total: usize::MAX, marked: &|_| false });
+        let big = compare_kept(live, replay, &all_at(10), 4, &Keep { per_class: 100, total: usize::MAX, marked: &|_| false, log_ends: None });
         assert!(big.kept() <= 100 * 3 * 4, "{}", big.kept());
         let big = big.settle(&|_| false, 100);
         assert_eq!((big.checked, big.differences_total, big.differences.len()), (1_000_000, 1_000_000, 100));
 
         // For a repair: `total` in all, beside the first of each class.
         let (live, replay) = differing(30_000);
-        let repair = compare_kept(live, replay, &all_at(10), 4, &Keep { per_class: 50, total: 50, marked: &|_| false });
+        let repair = compare_kept(live, replay, &all_at(10), 4, &Keep { per_class: 50, total: 50, marked: &|_| false, log_ends: None });
         assert!(repair.kept() <= 50 + 3 * 4, "{}", repair.kept());
         assert_eq!(repair.settle(&|_| false, 50).differences_total, 30_000);
+    }
+
+    /// A forged `denorm_pos` past the log's end hid a live document as
+    /// "written since": never compared, and a verify of a quiet index
+    /// clean. A position past the log's end read after the merge is a
+    /// difference now; one written during the merge (past the end read
+    /// before it, within the one read after) is still written since.
+    #[test]
+    fn a_position_past_the_end_of_the_log_is_a_difference() {
+        let (p, ends) = (partitioner::partition_of("/t", 4), all_at(20));
+        let live = vec![file("a", "/t/a.txt", "x", 25), file("b", "/t/b.txt", "x", 999), file("c", "/t/c.txt", "x", 15)];
+        let replay = vec![file("a", "/t/a.txt", "x", 3), file("b", "/t/b.txt", "x", 4)];
+        let keep = Keep { log_ends: Some(&ends), ..Keep::all() };
+        let mut compared = compare_kept(live, replay, &all_at(10), 4, &keep);
+        compared.past_the_log(&all_at(30));
+        let out = compared.settle(&|_| false, 10);
+        assert_eq!((out.written_since, out.checked, out.differences_total), (2, 1, 1), "{out:?}");
+        let d = &out.differences[0];
+        assert_eq!((d.id.as_str(), d.problem, d.partition), ("b", Problem::Differs, p));
+        assert_eq!(d.fields, vec![Field { field: "denorm_pos".into(), expected: 4.into(), actual: 999.into() }]);
     }
 
     /// Two copies of one id under two keys (an owner change without its

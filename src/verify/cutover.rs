@@ -31,7 +31,7 @@ pub fn compare_generations(index: &dyn Generations, kafka: &KafkaConfig, current
         }
     }
     let before = positions(live.as_ref(), partitions).map_err(VerifyError::Live)?;
-    let keep = compare::Keep { per_class: max, total: usize::MAX, marked: &|_| false };
+    let keep = compare::Keep { per_class: max, total: usize::MAX, marked: &|_| false, log_ends: None };
     let compared = merge(live.as_ref(), built.as_ref(), None, crate::members::Members::default(), &at, partitions, &keep)?;
     let after = positions(live.as_ref(), partitions).map_err(VerifyError::Live)?;
     // A document one side lacks is judged only in a partition the live

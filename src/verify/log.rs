@@ -81,6 +81,14 @@ pub fn check(kafka: &KafkaConfig, partitions: i32, checkpoints: &HashMap<i32, Ch
     Ok(())
 }
 
+/// Per partition, the last offset of its log (its high watermark minus
+/// one). Blocking.
+pub fn last_offsets(kafka: &KafkaConfig, partitions: i32) -> Result<super::Positions, VerifyError> {
+    let consumer: BaseConsumer = kafka.client_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
+    let ends = crate::kafka::watermarks(&consumer, &kafka.topic, partitions)?;
+    Ok((0..).zip(ends).map(|(p, (_, high))| (p, high - 1)).collect())
+}
+
 /// Of the partitions `from` (partition, offset), those whose log holds a
 /// message at or past the offset. Offsets without a message (a
 /// transaction's markers, an aborted transaction's records, which a

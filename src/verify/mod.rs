@@ -262,8 +262,12 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         // first `max_differences` of all; a repair takes any.
         let marked = |d: &compare::Difference| d.problem == compare::Problem::Missing && proven.contains(&proof(d));
         let total = if v.for_repair { v.max_differences } else { usize::MAX };
-        let keep = compare::Keep { per_class: v.max_differences, total, marked: &marked };
-        let compared = merge(v.live, backend.as_ref(), v.keys.as_ref(), v.members, &at, partitions, &keep)?;
+        let ends = log::last_offsets(&v.kafka, partitions)?;
+        let keep = compare::Keep { per_class: v.max_differences, total, marked: &marked, log_ends: Some(&ends) };
+        let mut compared = merge(v.live, backend.as_ref(), v.keys.as_ref(), v.members, &at, partitions, &keep)?;
+        // A live document written past the log's end as it stands now was
+        // written by no command: its position is forged.
+        compared.past_the_log(&log::last_offsets(&v.kafka, partitions)?);
         match v.live.generation().map_err(VerifyError::Live)? {
             g if g != generation => return Err(VerifyError::CutOver { from: generation, to: g }),
             _ => {}

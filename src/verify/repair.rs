@@ -126,6 +126,13 @@ pub fn plan(differences: &[Difference], at: &Positions, moved: &dyn Fn(i32) -> b
             )));
             continue;
         }
+        if d.fields.iter().any(|f| f.field == "denorm_pos") {
+            plan.not_repaired.push(not(format!(
+                "its position (offset {}) is past the end of the log, written by no command: the workers' position guard refuses every command of it, a repair included. `denorm rebuild` restores it",
+                d.live_offset.unwrap_or(0)
+            )));
+            continue;
+        }
         if d.problem == Problem::Missing && moved(d.partition) {
             plan.not_repaired.push(not(format!("partition {} applied more commands since the verify: verify again", d.partition)));
             continue;
