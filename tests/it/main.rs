@@ -24,6 +24,7 @@ mod registry_contracts;
 mod scenarios;
 mod topics;
 mod verify;
+mod verify_fooled;
 mod verify_log;
 mod verify_repairs;
 mod verify_settings;

@@ -37,6 +37,14 @@ pub fn prefix() -> String {
     p
 }
 
+/// A fresh index prefix for the rest of this test process (a test that
+/// builds several indexes one after another, each of its own topic).
+pub fn new_prefix() -> String {
+    let p = super::unique("dt");
+    std::env::set_var(env::PREFIX, &p);
+    p
+}
+
 impl Elastic {
     /// A noida-db of this test's own, from scripts/install-noida.sh
     /// (installed once per machine).
