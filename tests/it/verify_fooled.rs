@@ -178,7 +178,7 @@ fn fooled(r: Rig, seed: u64) {
     assert!(sent > 0, "no live traffic");
     let (code, _, err) = r.run(&["rebuild", "--metrics-addr", "127.0.0.1:0"]);
     assert_eq!(code, 0, "{err}");
-    let ends: i64 = denorm::kafka::group_lag(&r.cfg, &r.group).unwrap().partitions.iter().map(|p| p.end).sum();
+    let ends = r.topic_end();
     wait_applied_by(&r.cfg, &r.group, ends as usize, &[&worker]);
     let log_text = worker.log();
     assert!(worker.terminate().success(), "{log_text}");

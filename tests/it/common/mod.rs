@@ -237,6 +237,12 @@ impl Rig {
         output(cli(&self.cfg, &self.group, &self.index).args(args))
     }
 
+    /// The command topic's end offsets, summed (messages and offsets
+    /// without one, such as transaction markers).
+    pub fn topic_end(&self) -> i64 {
+        denorm::kafka::group_lag(&self.cfg, &self.group).unwrap().partitions.iter().map(|p| p.end).sum()
+    }
+
     pub fn dlq_count(&self) -> serde_json::Value {
         let (code, out, err) = self.run(&["dlq", "count", "--json"]);
         assert_eq!(code, 0, "{err}");
