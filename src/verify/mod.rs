@@ -48,6 +48,9 @@ pub enum VerifyError {
     Retention { partition: i32, low: i64 },
     #[error("reading the dead-letter topic {topic}: {error}")]
     DeadLetters { topic: String, error: String },
+    /// Review F14 c.
+    #[error("the replay has had a partition retrying a failure, or stopped, for {secs} s (its error is in the log above: a full scratch disk, say): no verdict")]
+    ReplayStuck { secs: u64 },
     /// Review F16: checkpoints of one generation, documents of another.
     #[error("a rebuild cut over during the verify (generation {from} to {to}): the checkpoints it read and the documents it compared may be of different generations; verify again")]
     CutOver { from: u64, to: u64 },
@@ -333,11 +336,16 @@ fn replay_to(v: &Verify<'_>, settings: &ApplySettings, letters: &Arc<crate::work
         cfg.takeover_waits = false;
     }
     let shutdown = Arc::new(AtomicBool::new(false));
-    let (flag, handle, replay) = (shutdown.clone(), v.runtime.clone(), backend.clone());
+    let health = Arc::new(Health::default());
+    let (flag, handle, replay, h) = (shutdown.clone(), v.runtime.clone(), backend.clone(), health.clone());
     let worker = std::thread::spawn(move || {
         let _rt = handle.enter();
-        worker::run(cfg, replay, flag, Arc::new(Health::default()), Arc::new(Stats::default()))
+        worker::run(cfg, replay, flag, h, Arc::new(Stats::default()))
     });
+    // Since when the replay has had a partition retrying a failure or
+    // stopped (review F14 c: a full scratch disk retried until the timeout,
+    // then reported as a timeout).
+    let mut degraded_since: Option<Instant> = None;
     let of = count(at);
     let reached = loop {
         if worker.is_finished() {
@@ -347,8 +355,15 @@ fn replay_to(v: &Verify<'_>, settings: &ApplySettings, letters: &Arc<crate::work
         let now = positions(backend.as_ref(), partitions).map_err(scratch_err)?;
         progress(&Tick { applied: now.iter().filter_map(|(p, o)| Some(o.min(at.get(p)?) + 1)).sum(), of });
         let behind = at.iter().find(|(p, want)| now.get(p).copied().unwrap_or(-1) < **want);
+        degraded_since = match health.degraded.load(Ordering::SeqCst) {
+            0 => None,
+            _ => degraded_since.or(Some(Instant::now())),
+        };
         match behind {
             None => break Ok(()),
+            Some(_) if degraded_since.is_some_and(|since| since.elapsed() >= STUCK_AFTER.min(v.timeout / 2)) => {
+                break Err(VerifyError::ReplayStuck { secs: STUCK_AFTER.min(v.timeout / 2).as_secs() })
+            }
             Some((p, want)) if started.elapsed() >= v.timeout => {
                 break Err(VerifyError::Timeout { secs: v.timeout.as_secs(), partition: *p, at: now.get(p).copied().unwrap_or(-1), want: *want })
             }
@@ -363,6 +378,10 @@ fn replay_to(v: &Verify<'_>, settings: &ApplySettings, letters: &Arc<crate::work
     reached?;
     stopped
 }
+
+/// How long the replay may have a partition retrying a failure, or
+/// stopped, before the verify gives up (at most half its timeout).
+const STUCK_AFTER: Duration = Duration::from_secs(120);
 
 /// The offsets of a map of partitions, for messages: `0:12 1:-1`.
 pub fn describe(at: &BTreeMap<i32, i64>) -> String {

@@ -322,3 +322,32 @@ fn a_repair_mends_at_most_max_repairs_and_counts_the_rest_on_the_embedded_index(
 fn a_repair_mends_at_most_max_repairs_and_counts_the_rest_on_elasticsearch() {
     a_repair_mends_at_most_max_repairs_and_counts_the_rest(Rig::elastic(1));
 }
+
+/// Review F14 c: a replay that cannot go on (here the scratch copy's
+/// shard directory cannot be created, as on a full scratch disk: an I/O
+/// error, retried as transient) was retried until the timeout, then
+/// reported as "did not reach the live index's offsets". Now the verify
+/// ends once its replay has had a partition retrying for the lesser of
+/// 120 s and half its timeout, and says so. The replay is the same embedded
+/// scratch copy for both backends: tested on the embedded index.
+#[test]
+#[cfg(feature = "failpoints")]
+fn a_replay_that_keeps_failing_is_named_not_reported_as_a_timeout() {
+    let r = Rig::new(1);
+    let worker = r.worker(&[]);
+    let n = produce(&r.cfg, files_under("a", "/a", 20)).len();
+    wait_applied_by(&r.cfg, &r.group, n, &[&worker]);
+    let text = worker.log();
+    assert!(worker.terminate().success(), "{text}");
+    let scratch = r.dir().join("scratch");
+    let (faults, mut c) = verify_with_faults(&r, "stuck", &[("verify.replay", "")], &["--timeout-secs", "15", "--scratch-dir", scratch.to_str().unwrap()]);
+    let child = c.spawn().unwrap();
+    eventually(Duration::from_secs(60), || "verify.replay not reached".into(), || faults.join("verify.replay.reached").exists().then_some(()));
+    // Where the replay's shards go, a file: every write there fails.
+    std::fs::write(scratch.join("shards"), "not a directory").unwrap();
+    std::fs::remove_file(faults.join("verify.replay")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (code, err) = (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).to_string());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("the replay has had a partition retrying a failure, or stopped, for 7 s"), "{err}");
+}
