@@ -130,3 +130,34 @@ fn group_by_author_is_a_terms_aggregation_with_top_hits() {
     assert_eq!(groups[0].posts[0].title, "Relationships");
     assert_eq!(groups[0].posts[0].user.name, "John Smith");
 }
+
+/// Review of verify, S8: a dump (`by_id`, what a verify reads) took a page
+/// shorter than the size asked for as the end. A server or proxy that caps
+/// `size` below 1000 ended the dump early, and every later document was
+/// "missing". It reads on until a page is empty now.
+#[test]
+fn a_dump_reads_on_past_a_short_page() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(MockServer::start());
+    rt.block_on(async {
+        Mock::given(method("POST")).and(path("/idx/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1"}))).mount(&server).await;
+        // A server that answers at most two hits a page.
+        for page in [vec![file_hit("a", "/c/a.txt", 1, 1), file_hit("b", "/c/b.txt", 2, 2)], vec![file_hit("c", "/c/c.txt", 3, 3)], vec![]] {
+            Mock::given(path("/_search")).respond_with(ResponseTemplate::new(200).set_body_json(recorded::search_response(Some("pit-1"), page))).up_to_n_times(1).mount(&server).await;
+        }
+    });
+    let transport = elasticsearch::http::transport::Transport::single_node(&server.uri()).unwrap();
+    let client = elasticsearch::Elasticsearch::new(transport);
+    let ids = rt.block_on(async {
+        let mut scan = denorm::index::elastic::docs::PitScan::open(&client, "idx", json!({"match_all": {}}), 1000).await.unwrap().by_id();
+        let mut ids = Vec::new();
+        loop {
+            let page = scan.next_page().await.unwrap();
+            if page.is_empty() {
+                break ids;
+            }
+            ids.extend(page.into_iter().map(|h| h.id));
+        }
+    });
+    assert_eq!(ids, vec!["a", "b", "c"], "the dump ended at the first short page");
+}
