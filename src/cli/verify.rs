@@ -147,12 +147,33 @@ impl Setup {
 /// The file that marks a `--scratch-dir` as a verify's (kept when it is
 /// emptied after a run).
 const SCRATCH_MARK: &str = ".denorm-verify-scratch";
+/// A verify's temporary scratch directory, and the file in it naming the
+/// process that owns it.
+const TEMP_PREFIX: &str = "denorm-verify-";
+const OWNER_FILE: &str = ".denorm-verify-owner";
+
+/// Removes the temporary scratch directories of verifies that were killed
+/// (SIGKILL, OOM, the Job's deadline) on this machine: those whose owner
+/// process is gone (review of verify, F14 b: each held the room of an
+/// embedded copy of the index until someone deleted it). Best effort.
+fn sweep_killed(temp: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(temp) else { return };
+    for dir in entries.flatten().map(|e| e.path()).filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(TEMP_PREFIX))) {
+        let Some(pid) = std::fs::read_to_string(dir.join(OWNER_FILE)).ok().and_then(|t| t.trim().parse::<u32>().ok()) else { continue };
+        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => tracing::warn!(dir = %dir.display(), pid, "removed the scratch directory of a verify that was killed"),
+                Err(error) => tracing::warn!(dir = %dir.display(), %error, "could not remove the scratch directory of a verify that was killed"),
+            }
+        }
+    }
+}
 
 /// Removes what a directory holds (but its mark as a scratch directory).
 fn empty(dir: &std::path::Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
-        if path.file_name().is_some_and(|n| n == SCRATCH_MARK) {
+        if path.file_name().is_some_and(|n| n == SCRATCH_MARK || n == OWNER_FILE) {
             continue;
         }
         if path.is_dir() {
@@ -202,7 +223,9 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
             (dir.clone(), None)
         }
         None => {
-            let t = tempfile::Builder::new().prefix("denorm-verify-").tempdir().map_err(|e| scratch_err(e, "a temporary scratch directory"))?;
+            sweep_killed(&std::env::temp_dir());
+            let t = tempfile::Builder::new().prefix(TEMP_PREFIX).tempdir().map_err(|e| scratch_err(e, "a temporary scratch directory"))?;
+            std::fs::write(t.path().join(OWNER_FILE), std::process::id().to_string()).map_err(|e| scratch_err(e, "a temporary scratch directory"))?;
             (t.path().to_path_buf(), Some(t))
         }
     };

@@ -351,3 +351,31 @@ fn a_replay_that_keeps_failing_is_named_not_reported_as_a_timeout() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("the replay has had a partition retrying a failure, or stopped, for 7 s"), "{err}");
 }
+
+/// Review F14 b: a verify killed (SIGKILL, OOM, the Job's deadline) left
+/// its temporary scratch directory, the room of an embedded copy of the
+/// index, until someone deleted it. The next verify on the machine
+/// removes those whose process is gone.
+#[test]
+#[cfg(feature = "failpoints")]
+fn the_scratch_directory_of_a_killed_verify_is_removed_by_the_next() {
+    let r = Rig::new(1);
+    let worker = r.worker(&[]);
+    let n = produce(&r.cfg, files_under("a", "/a", 5)).len();
+    wait_applied_by(&r.cfg, &r.group, n, &[&worker]);
+    let temp = r.dir().join("tmp");
+    std::fs::create_dir_all(&temp).unwrap();
+    let scratches = || std::fs::read_dir(&temp).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("denorm-verify-")).count();
+    let (faults, mut c) = verify_with_faults(&r, "killed", &[("verify.replay", "")], &[]);
+    let mut child = c.env("TMPDIR", &temp).spawn().unwrap();
+    eventually(Duration::from_secs(60), || "verify.replay not reached".into(), || faults.join("verify.replay.reached").exists().then_some(()));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(scratches(), 1, "the killed verify's scratch directory");
+    let (code, out, err) = output(cli(&r.cfg, &r.group, &r.index).args(["verify"]).env("TMPDIR", &temp));
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(err.contains("removed the scratch directory of a verify that was killed"), "{err}");
+    assert_eq!(scratches(), 0, "a scratch directory is left");
+    let log = worker.log();
+    assert!(worker.terminate().success(), "{log}");
+}
