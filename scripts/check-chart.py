@@ -268,6 +268,10 @@ def check_invariants(name, values, docs):
         sample = verify.get("samplePercent", 100)
         if sample < 100 and cenv.get("DENORM_VERIFY_SAMPLE") != str(sample):
             fail(f"{name}: samplePercent {sample} is not passed as DENORM_VERIFY_SAMPLE: {cenv}")
+        # Review of verify F8: a sample rotates (daily by default).
+        rotation = str(verify.get("sampleRotation", "daily"))
+        if sample < 100 and cenv.get("DENORM_VERIFY_SAMPLE_ROTATION") != rotation:
+            fail(f"{name}: sampleRotation {rotation} is not passed as DENORM_VERIFY_SAMPLE_ROTATION: {cenv}")
 
 
 def check_members(name, what, spec, c, prefix, members):

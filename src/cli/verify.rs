@@ -45,6 +45,11 @@ pub struct VerifyArgs {
     /// every run), each with every document of it; with --keys, those as well
     #[arg(long, env = "DENORM_VERIFY_SAMPLE", value_parser = parse_percent)]
     sample: Option<f64>,
+    /// Which sample --sample takes: a number (0, the default: the same keys every run; another
+    /// number, other keys), or `daily`: the day's number, so that each day's verify looks at
+    /// other keys
+    #[arg(long, env = "DENORM_VERIFY_SAMPLE_ROTATION", default_value = "0", value_parser = parse_rotation)]
+    sample_rotation: Rotation,
     /// Give up (exit 2) when the replay has not reached the live index's offsets by then
     #[arg(long, env = "DENORM_VERIFY_TIMEOUT_SECS", default_value_t = 3600)]
     timeout_secs: u64,
@@ -75,6 +80,30 @@ pub struct VerifyArgs {
     /// Indexing memory budget of the scratch index per partition, in MiB (at least 15)
     #[arg(long, env = "DENORM_INDEX_MEMORY_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(15..=4096))]
     index_memory_mb: u64,
+}
+
+/// `--sample-rotation`.
+#[derive(Debug, Clone, Copy)]
+enum Rotation {
+    Fixed(u64),
+    Daily,
+}
+
+impl Rotation {
+    fn number(self) -> u64 {
+        match self {
+            Rotation::Fixed(n) => n,
+            // Days since the Unix epoch (never 0 again).
+            Rotation::Daily => (crate::clock::now_millis() / 86_400_000) as u64,
+        }
+    }
+}
+
+fn parse_rotation(s: &str) -> Result<Rotation, String> {
+    match s {
+        "daily" => Ok(Rotation::Daily),
+        n => n.parse().map(Rotation::Fixed).map_err(|_| format!("expected a number or `daily`, got {s:?}")),
+    }
 }
 
 fn parse_percent(s: &str) -> Result<f64, String> {
@@ -229,7 +258,7 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
             (t.path().to_path_buf(), Some(t))
         }
     };
-    let keys = (!a.keys.is_empty() || a.sample.is_some()).then(|| crate::worker::KeySample { keys: a.keys.iter().cloned().collect(), percent: a.sample });
+    let keys = (!a.keys.is_empty() || a.sample.is_some()).then(|| crate::worker::KeySample { keys: a.keys.iter().cloned().collect(), percent: a.sample, rotation: a.sample_rotation.number() });
     let setup = Setup { kafka, live, scratch, group: cli.group.clone(), budget: (a.index_memory_mb as usize) << 20, timeout: Duration::from_secs(a.timeout_secs), rounds: a.rounds, members };
     let started = std::time::Instant::now();
     // A repair mends at most --max-repairs differences (memory stays
@@ -339,7 +368,7 @@ async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<crate::ver
     let after = match plan.commands.is_empty() {
         true => None,
         false => {
-            let keys = crate::worker::KeySample { keys: plan.keys().into_iter().collect(), percent: None };
+            let keys = crate::worker::KeySample { keys: plan.keys().into_iter().collect(), percent: None, rotation: 0 };
             // Lists every repair that did not take (see `Repaired::left`).
             let after = setup.verify(Some(keys), max.max(sent.len()), false).await?;
             Some(Box::new(after))
@@ -364,7 +393,7 @@ fn human(r: &Report) -> String {
             of.push(format!("keys {}", r.keys.join(", ")));
         }
         if let Some(p) = r.sample_percent {
-            of.push(format!("{p}% of all keys"));
+            of.push(format!("{p}% of all keys (sample rotation {})", r.sample_rotation));
         }
         out.push_str(&format!("  of {} only, each with every document of it\n", of.join(" and ")));
     }

@@ -138,6 +138,8 @@ pub struct Report {
     /// (`--sample`); neither: all.
     pub keys: Vec<String>,
     pub sample_percent: Option<f64>,
+    /// Which sample of that share (`--sample-rotation`).
+    pub sample_rotation: u64,
     #[serde(flatten)]
     pub outcome: Outcome,
     /// Rounds run (see [`Verify::rounds`]); the outcome is the last one's.
@@ -306,9 +308,9 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     if v.keys.is_some() && outcome.checked + outcome.written_since + outcome.unsettled + outcome.differences_total as u64 == 0 {
         return Err(VerifyError::NothingCompared);
     }
-    let (keys, sample_percent) = v.keys.map_or((Vec::new(), None), |k| (k.keys.into_iter().collect(), k.percent));
+    let (keys, sample_percent, sample_rotation) = v.keys.map_or((Vec::new(), None, 0), |k| (k.keys.into_iter().collect(), k.percent, k.rotation));
     let member = (v.members.count > 1).then_some((v.members.me, v.members.count));
-    Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, outcome, rounds, seconds: started.elapsed().as_secs_f64(), member, repair: None, remaining: None })
+    Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, sample_rotation, outcome, rounds, seconds: started.elapsed().as_secs_f64(), member, repair: None, remaining: None })
 }
 
 /// Runs the replay's worker on the scratch index `backend` until every

@@ -144,6 +144,10 @@ pub struct KeySample {
     pub keys: std::collections::BTreeSet<String>,
     /// Percent of all keys, 0 to 100.
     pub percent: Option<f64>,
+    /// Which sample of that share: another number chooses other keys (0:
+    /// the sample of earlier versions). Review of verify, F8: a sample that
+    /// never rotates never looks at the other keys.
+    pub rotation: u64,
 }
 
 impl KeySample {
@@ -154,7 +158,11 @@ impl KeySample {
         }
         // A hash of its own, not the partitioner's (whose buckets the
         // sample would follow).
-        self.percent.is_some_and(|p| (crate::command::partitioner::partition_of(&format!("denorm-sample:{key}"), 10_000) as f64) < p * 100.0)
+        let salted = match self.rotation {
+            0 => format!("denorm-sample:{key}"),
+            r => format!("denorm-sample:{r}:{key}"),
+        };
+        self.percent.is_some_and(|p| (crate::command::partitioner::partition_of(&salted, 10_000) as f64) < p * 100.0)
     }
 }
 
@@ -305,14 +313,27 @@ mod tests {
     /// the same ones every time.
     #[test]
     fn a_sample_takes_its_named_keys_and_about_its_share_of_the_others() {
-        let named = KeySample { keys: ["/a".to_string()].into(), percent: None };
+        let named = KeySample { keys: ["/a".to_string()].into(), percent: None, rotation: 0 };
         assert!(named.admits("/a") && !named.admits("/b"));
-        let half = KeySample { keys: Default::default(), percent: Some(50.0) };
+        let half = KeySample { keys: Default::default(), percent: Some(50.0), rotation: 0 };
         let chosen: Vec<bool> = (0..2000).map(|i| half.admits(&format!("/k{i}"))).collect();
         let n = chosen.iter().filter(|c| **c).count();
         assert!((850..1150).contains(&n), "{n} of 2000 keys in a 50% sample");
         assert_eq!(chosen, (0..2000).map(|i| half.admits(&format!("/k{i}"))).collect::<Vec<_>>());
-        let all = KeySample { keys: Default::default(), percent: Some(100.0) };
+        let all = KeySample { keys: Default::default(), percent: Some(100.0), rotation: 0 };
         assert!((0..2000).all(|i| all.admits(&format!("/k{i}"))));
+    }
+
+    /// Review of verify, F8: the sample was always the same keys. Another
+    /// rotation takes about the same share of other keys; the same
+    /// rotation, the same keys.
+    #[test]
+    fn another_rotation_of_a_sample_takes_other_keys() {
+        let sample = |rotation| KeySample { keys: Default::default(), percent: Some(10.0), rotation };
+        let chosen = |s: &KeySample| (0..5000).filter(|i| s.admits(&format!("/k{i}"))).collect::<std::collections::BTreeSet<_>>();
+        let (day1, day2) = (chosen(&sample(20_000)), chosen(&sample(20_001)));
+        assert!((400..600).contains(&day1.len()) && (400..600).contains(&day2.len()), "{} {}", day1.len(), day2.len());
+        assert!(day1.intersection(&day2).count() < 100, "two rotations share {} of ~500 keys", day1.intersection(&day2).count());
+        assert_eq!(day1, chosen(&sample(20_000)));
     }
 }

@@ -64,6 +64,8 @@ fn members_flags_are_checked_at_startup() {
         (vec!["rebuild", "--members", "2", "--member", "2"], "members are numbered 0 to 1"),
         (vec!["verify", "--members", "2", "--member", "1"], "--members above 1 needs --run"),
         (vec!["verify", "--members", "3", "--member", "3", "--run", "r"], "members are numbered 0 to 2"),
+        (vec!["verify", "--sample", "10", "--sample-rotation", "weekly"], "expected a number or `daily`"),
+        (vec!["verify", "--repair", "--max-repairs", "0"], "--max-repairs"),
     ] {
         let out = denorm().args(["--brokers", "127.0.0.1:1", "--index"]).arg(dir.path()).args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
