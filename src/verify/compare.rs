@@ -293,7 +293,9 @@ pub fn compare_kept(live: impl IntoIterator<Item = Doc>, replay: impl IntoIterat
                         out.past_end.push(Difference {
                             kind: kind.as_str(),
                             id,
-                            problem: Problem::Differs,
+                            // A stray document with a forged position is no
+                            // less stray.
+                            problem: if pair.1.is_some() { Problem::Differs } else { Problem::Unexpected },
                             partition,
                             fields: Vec::new(),
                             live_offset: Some(live.pos()),
@@ -539,16 +541,18 @@ mod tests {
     #[test]
     fn a_position_past_the_end_of_the_log_is_a_difference() {
         let (p, ends) = (partitioner::partition_of("/t", 4), all_at(20));
-        let live = vec![file("a", "/t/a.txt", "x", 25), file("b", "/t/b.txt", "x", 999), file("c", "/t/c.txt", "x", 15)];
+        let live = vec![file("a", "/t/a.txt", "x", 25), file("b", "/t/b.txt", "x", 999), file("c", "/t/c.txt", "x", 15), file("d", "/t/d.txt", "x", 998)];
         let replay = vec![file("a", "/t/a.txt", "x", 3), file("b", "/t/b.txt", "x", 4)];
         let keep = Keep { log_ends: Some(&ends), ..Keep::all() };
         let mut compared = compare_kept(live, replay, &all_at(10), 4, &keep);
         compared.past_the_log(&all_at(30));
         let out = compared.settle(&|_| false, 10);
-        assert_eq!((out.written_since, out.checked, out.differences_total), (2, 1, 1), "{out:?}");
+        assert_eq!((out.written_since, out.checked, out.differences_total), (2, 2, 2), "{out:?}");
         let d = &out.differences[0];
         assert_eq!((d.id.as_str(), d.problem, d.partition), ("b", Problem::Differs, p));
         assert_eq!(d.fields, vec![Field { field: "denorm_pos".into(), expected: 4.into(), actual: 999.into() }]);
+        // A stray document with a forged position is unexpected.
+        assert_eq!((out.differences[1].id.as_str(), out.differences[1].problem), ("d", Problem::Unexpected));
     }
 
     /// Two copies of one id under two keys (an owner change without its

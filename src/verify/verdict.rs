@@ -113,8 +113,10 @@ pub fn record(live: &dyn Backend, found: Found, members: Members, run: &str) -> 
     }
     let before = live.verified_of(partial)?;
     let verdict = combine(&parts, before.as_ref());
-    let mine = parts.iter().map(|p| p.finished_at - p.seconds).fold(f64::INFINITY, f64::min);
-    if let Some(b) = before.as_ref().filter(|b| started(b) > mine) {
+    // Both starts as the verdicts record them (the last end less the
+    // longest member's time), so that a run's own verdict, recorded again
+    // by a member replaced, is never taken for a later run's.
+    if let Some(b) = before.as_ref().filter(|b| started(b) > started(&verdict)) {
         return Ok(Recorded::Superseded { by_started_at: started(b) });
     }
     live.save_record(crate::index::verified_record(partial), &serde_json::to_value(&verdict).map_err(|e| IndexError::Backend(e.to_string()))?)?;
