@@ -142,6 +142,8 @@ pub struct Compared {
     /// Live documents written past the log's end as read before the merge
     /// (see [`Keep::log_ends`]), counted in `written_since` until judged.
     past_end: Vec<Difference>,
+    /// Per partition, how many of `past_end` are its.
+    past_end_of: BTreeMap<i32, usize>,
 }
 
 /// Differences [`Compared::settle`] judges alike: of one problem, in one
@@ -195,6 +197,7 @@ impl Compared {
     /// its position is forged, a difference in `denorm_pos`; the others
     /// were written during the merge.
     pub fn past_the_log(&mut self, last: &Positions) {
+        self.past_end_of.clear();
         for mut d in std::mem::take(&mut self.past_end) {
             let pos = d.live_offset.unwrap_or(0) as i64;
             if pos <= last.get(&d.partition).copied().unwrap_or(-1) {
@@ -289,7 +292,9 @@ pub fn compare_kept(live: impl IntoIterator<Item = Doc>, replay: impl IntoIterat
                 out.written_since += 1;
                 let past_end = |d: &Doc| keep.log_ends.is_some_and(|e| d.pos() as i64 > e.get(&partition).copied().unwrap_or(-1));
                 if let Some(live) = pair.0.as_ref().filter(|d| past_end(d)) {
-                    if out.past_end.iter().filter(|d| d.partition == partition).count() < keep.per_class.max(1) {
+                    let held = out.past_end_of.entry(partition).or_default();
+                    if *held < keep.per_class.max(1) {
+                        *held += 1;
                         out.past_end.push(Difference {
                             kind: kind.as_str(),
                             id,

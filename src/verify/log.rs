@@ -47,21 +47,34 @@ pub fn judge_ends(ends: &[(i64, i64)], checkpoints: &HashMap<i32, Checkpoint>, o
     Ok(to_fetch)
 }
 
+/// A consumer that reads the topic where it is assigned (never
+/// subscribed: it joins no group and commits nothing), reporting each
+/// partition's end with `eof`.
+fn reader(kafka: &KafkaConfig, eof: bool) -> Result<BaseConsumer, VerifyError> {
+    let mut c = kafka.client_config();
+    c.set("group.id", "denorm-verify-log-check").set("enable.auto.commit", "false").set("enable.partition.eof", eof.to_string());
+    Ok(c.create().map_err(crate::kafka::KafkaSetupError::from)?)
+}
+
+/// Assigns `consumer` the partitions of `from`, each at its offset.
+fn assign(consumer: &BaseConsumer, topic: &str, from: impl IntoIterator<Item = (i32, i64)>) -> Result<(), VerifyError> {
+    let mut tpl = TopicPartitionList::new();
+    for (p, o) in from {
+        tpl.add_partition_offset(topic, p, Offset::Offset(o)).map_err(crate::kafka::KafkaSetupError::from)?;
+    }
+    Ok(consumer.assign(&tpl).map_err(crate::kafka::KafkaSetupError::from)?)
+}
+
 /// Checks the topic of `kafka` against the live index's `checkpoints` for
 /// the partitions `owned` (see the module). Blocking.
 pub fn check(kafka: &KafkaConfig, partitions: i32, checkpoints: &HashMap<i32, Checkpoint>, owned: impl Fn(i32) -> bool) -> Result<(), VerifyError> {
-    // Assigned, never subscribed: the group is not joined and holds nothing.
-    let consumer: BaseConsumer = kafka.client_config().set("group.id", "denorm-verify-log-check").set("enable.auto.commit", "false").create().map_err(crate::kafka::KafkaSetupError::from)?;
+    let consumer = reader(kafka, false)?;
     let ends = crate::kafka::watermarks(&consumer, &kafka.topic, partitions)?;
     let mut left: HashMap<i32, Checkpoint> = judge_ends(&ends, checkpoints, owned)?.into_iter().collect();
     if left.is_empty() {
         return Ok(());
     }
-    let mut tpl = TopicPartitionList::new();
-    for (p, c) in &left {
-        tpl.add_partition_offset(&kafka.topic, *p, Offset::Offset(c.offset as i64)).map_err(crate::kafka::KafkaSetupError::from)?;
-    }
-    consumer.assign(&tpl).map_err(crate::kafka::KafkaSetupError::from)?;
+    assign(&consumer, &kafka.topic, left.iter().map(|(p, c)| (*p, c.offset as i64)))?;
     let started = Instant::now();
     while !left.is_empty() && started.elapsed() < FETCH_WITHIN {
         let Some(msg) = consumer.poll(Duration::from_millis(200)) else { continue };
@@ -102,18 +115,8 @@ pub fn messages_past(kafka: &KafkaConfig, from: &[(i32, i64)]) -> Result<std::co
     if from.is_empty() {
         return Ok(holding);
     }
-    let consumer: BaseConsumer = kafka
-        .client_config()
-        .set("group.id", "denorm-verify-log-check")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()
-        .map_err(crate::kafka::KafkaSetupError::from)?;
-    let mut tpl = TopicPartitionList::new();
-    for (p, o) in from {
-        tpl.add_partition_offset(&kafka.topic, *p, Offset::Offset(*o)).map_err(crate::kafka::KafkaSetupError::from)?;
-    }
-    consumer.assign(&tpl).map_err(crate::kafka::KafkaSetupError::from)?;
+    let consumer = reader(kafka, true)?;
+    assign(&consumer, &kafka.topic, from.iter().copied())?;
     let mut pending: std::collections::BTreeSet<i32> = from.iter().map(|(p, _)| *p).collect();
     let started = Instant::now();
     while !pending.is_empty() && started.elapsed() < FETCH_WITHIN {
