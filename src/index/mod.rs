@@ -639,6 +639,23 @@ pub fn dump_order(d: &Doc) -> (&'static str, String, String) {
     (d.kind().as_str(), d.id().to_string(), d.key())
 }
 
+/// What a backend records beside a document's fields, which a verify
+/// compares too (review of verify, F17): the partition whose shard wrote it
+/// (Elasticsearch, where all partitions write into one index; `None`
+/// where the backend does not record it), and whether its position was
+/// recorded (a version without one reads as position 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    pub owner: Option<i32>,
+    pub pos: bool,
+}
+
+impl Default for Recorded {
+    fn default() -> Self {
+        Recorded { owner: None, pos: true }
+    }
+}
+
 /// Filters of `denorm search files`.
 #[derive(Debug, Clone, Default)]
 pub struct FileQuery {
@@ -686,5 +703,10 @@ pub trait SearchIndex {
         all.sort_by_cached_key(dump_order);
         all.into_iter().for_each(out);
         Ok(())
+    }
+    /// [`SearchIndex::dump_sorted`], each document with what the backend
+    /// records beside its fields. This default records nothing more.
+    fn dump_sorted_recorded(&self, out: &mut dyn FnMut(Doc, Recorded)) -> Result<(), IndexError> {
+        self.dump_sorted(&mut |d| out(d, Recorded::default()))
     }
 }

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::command::partitioner;
-use crate::index::Doc;
+use crate::index::{Doc, Recorded};
 
 /// Per partition, the last offset applied (-1: none): where the replay
 /// stopped, and where the live index stood when it was read.
@@ -84,6 +84,31 @@ pub struct Outcome {
 /// directory, a user's or a post's user id).
 pub fn key_of(doc: &Doc) -> String {
     doc.key()
+}
+
+/// A live document, with what its backend records beside its fields.
+pub struct Live(pub Doc, pub Recorded);
+
+impl From<Doc> for Live {
+    fn from(d: Doc) -> Live {
+        Live(d, Recorded::default())
+    }
+}
+
+/// How the bookkeeping a backend records of a live document differs from
+/// what the replay says of it, a document of `partition` (review of
+/// verify, F17): another partition named as its writer (on Elasticsearch
+/// the workers then refuse its every command as an owner conflict), or a
+/// position lost (any write then wins over it).
+fn bookkeeping_diffs(partition: i32, live: &Recorded, replayed: &Doc) -> Vec<Field> {
+    let mut out = Vec::new();
+    if let Some(owner) = live.owner.filter(|o| *o != partition) {
+        out.push(Field { field: "denorm_partition".into(), expected: Value::from(partition), actual: Value::from(owner) });
+    }
+    if !live.pos {
+        out.push(Field { field: "denorm_pos".into(), expected: Value::from(replayed.pos()), actual: Value::Null });
+    }
+    out
 }
 
 /// A document's fields, without its bookkeeping.
@@ -248,26 +273,28 @@ impl Compared {
 /// Compares `live` with `replay`, both in [`order`] (streams: neither is
 /// held). The replay stopped at `at`; a document either side last wrote
 /// past `at` is not compared (`written_since`). Every difference is kept.
-pub fn compare(live: impl IntoIterator<Item = Doc>, replay: impl IntoIterator<Item = Doc>, at: &Positions, partitions: i32) -> Compared {
+pub fn compare<L: Into<Live>>(live: impl IntoIterator<Item = L>, replay: impl IntoIterator<Item = Doc>, at: &Positions, partitions: i32) -> Compared {
     compare_kept(live, replay, at, partitions, &Keep::all())
 }
 
 /// [`compare`], keeping the differences `keep` says.
-pub fn compare_kept(live: impl IntoIterator<Item = Doc>, replay: impl IntoIterator<Item = Doc>, at: &Positions, partitions: i32, keep: &Keep<'_>) -> Compared {
+pub fn compare_kept<L: Into<Live>>(live: impl IntoIterator<Item = L>, replay: impl IntoIterator<Item = Doc>, at: &Positions, partitions: i32, keep: &Keep<'_>) -> Compared {
     let mut out = Compared::default();
-    let (mut l, mut r) = (live.into_iter().peekable(), replay.into_iter().peekable());
+    let (mut l, mut r) = (live.into_iter().map(Into::into).peekable(), replay.into_iter().peekable());
     // The documents of one kind and id come together (ordered by key):
     // the keys each side holds them under, and where their candidates
     // begin.
     let mut run = Run::default();
     loop {
-        let pair = match (l.peek().map(order), r.peek().map(order)) {
+        let (live, replayed) = match (l.peek().map(|d: &Live| order(&d.0)), r.peek().map(order)) {
             (None, None) => break,
             (Some(a), Some(b)) if a == b => (l.next(), r.next()),
             (Some(a), Some(b)) if a < b => (l.next(), None),
             (Some(_), None) => (l.next(), None),
             _ => (None, r.next()),
         };
+        let (live, recorded) = live.map_or((None, Recorded::default()), |Live(d, rec)| (Some(d), rec));
+        let pair = (live, replayed);
         let doc = pair.0.as_ref().or(pair.1.as_ref()).expect("one side");
         let (kind, id) = (doc.kind(), doc.id().to_string());
         if run.of.as_ref() != Some(&(kind.as_str(), id.clone())) {
@@ -313,7 +340,7 @@ pub fn compare_kept(live: impl IntoIterator<Item = Doc>, replay: impl IntoIterat
                 }
                 continue;
             }
-            (Some(live), Some(replayed)) if live.clone().without_pos() == replayed.clone().without_pos() => {
+            (Some(live), Some(replayed)) if live.clone().without_pos() == replayed.clone().without_pos() && bookkeeping_diffs(partition, &recorded, replayed).is_empty() => {
                 out.checked += 1;
                 continue;
             }
@@ -329,7 +356,7 @@ pub fn compare_kept(live: impl IntoIterator<Item = Doc>, replay: impl IntoIterat
             problem,
             partition,
             fields: Vec::new(),
-            live_offset: pair.0.as_ref().map(Doc::pos),
+            live_offset: pair.0.as_ref().filter(|_| recorded.pos).map(Doc::pos),
             replay_offset: pair.1.as_ref().map(Doc::pos),
             elsewhere: None,
             expected: None,
@@ -342,6 +369,9 @@ pub fn compare_kept(live: impl IntoIterator<Item = Doc>, replay: impl IntoIterat
         }
         class.kept += 1;
         d.fields = field_diffs(pair.1.as_ref(), pair.0.as_ref());
+        if let (Some(_), Some(replayed)) = &pair {
+            d.fields.extend(bookkeeping_diffs(partition, &recorded, replayed));
+        }
         (d.expected, d.actual) = (pair.1, pair.0);
         out.candidates.push(d);
     }
@@ -574,5 +604,29 @@ mod tests {
         let out = compare(live, vec![file("f", "/a/f.txt", "one", 1)], &all_at(10), 4).settle(&|_| false, 10);
         let total = out.differences_total;
         assert_eq!((total, out.differences[0].problem), (1, Problem::Unexpected));
+    }
+    /// Review F17: the writer a backend records (Elasticsearch's
+    /// `denorm_partition`) naming another partition, or a position lost,
+    /// is a difference though the fields are equal; the lost position is
+    /// not reported as offset 0.
+    #[test]
+    fn a_wrong_writer_or_a_lost_position_differs() {
+        let p = partitioner::partition_of("/a", 4);
+        let f = |id: &str| file(id, &format!("/a/{id}.txt"), "c", 3);
+        let live = vec![
+            Live(f("a"), Recorded { owner: Some((p + 1) % 4), pos: true }),
+            Live(f("b"), Recorded { owner: None, pos: false }),
+            Live(f("c"), Recorded { owner: Some(p), pos: true }),
+            Live(f("d"), Recorded::default()),
+        ];
+        let out = compare(live, vec![f("a"), f("b"), f("c"), f("d")], &all_at(5), 4).settle(&|_| false, 10);
+        let got: Vec<(&str, Vec<(&str, Value, Value)>, Option<u64>)> =
+            out.differences.iter().map(|d| (d.id.as_str(), d.fields.iter().map(|x| (x.field.as_str(), x.expected.clone(), x.actual.clone())).collect(), d.live_offset)).collect();
+        let want = vec![
+            ("a", vec![("denorm_partition", Value::from(p), Value::from((p + 1) % 4))], Some(3)),
+            ("b", vec![("denorm_pos", Value::from(3), Value::Null)], None),
+        ];
+        assert_eq!(got, want);
+        assert_eq!((out.checked, out.differences_total), (4, 2));
     }
 }

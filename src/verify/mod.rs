@@ -25,7 +25,7 @@ use tracing::info;
 
 use crate::http::Health;
 use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
-use crate::index::{Backend, Doc, IndexError};
+use crate::index::{Backend, IndexError};
 use crate::kafka::KafkaConfig;
 use crate::members::Members;
 use crate::worker::settings::{self, ApplySettings};
@@ -177,12 +177,12 @@ pub fn positions(b: &dyn Backend, partitions: i32) -> Result<Positions, IndexErr
 /// bounded channel: neither index is held in memory, nor more differences
 /// than `keep` says.
 pub(crate) fn merge(live: &dyn Backend, replay: &dyn Backend, keys: Option<&KeySample>, members: Members, at: &Positions, partitions: i32, keep: &compare::Keep<'_>) -> Result<compare::Compared, VerifyError> {
-    let stream = |b: &dyn Backend, tx: std::sync::mpsc::SyncSender<Doc>| -> Result<(), IndexError> {
-        b.search()?.dump_sorted(&mut |d| {
+    let stream = |b: &dyn Backend, tx: std::sync::mpsc::SyncSender<compare::Live>| -> Result<(), IndexError> {
+        b.search()?.dump_sorted_recorded(&mut |d, recorded| {
             let key = d.key();
             if keys.is_none_or(|k| k.admits(&key)) && (members.count == 1 || members.owns(crate::command::partitioner::partition_of(&key, partitions))) {
                 // The merge hung up only if the other side failed.
-                let _ = tx.send(d);
+                let _ = tx.send(compare::Live(d, recorded));
             }
         })
     };
@@ -190,7 +190,7 @@ pub(crate) fn merge(live: &dyn Backend, replay: &dyn Backend, keys: Option<&KeyS
     std::thread::scope(|s| {
         let l = s.spawn(|| stream(live, live_tx));
         let r = s.spawn(|| stream(replay, replay_tx));
-        let compared = compare::compare_kept(live_rx.iter(), replay_rx.iter(), at, partitions, keep);
+        let compared = compare::compare_kept(live_rx.iter(), replay_rx.iter().map(|l| l.0), at, partitions, keep);
         // A side that failed ended its stream early: its error, not the
         // comparison, is the answer.
         l.join().map_err(|_| VerifyError::ReaderPanicked)?.map_err(VerifyError::Live)?;

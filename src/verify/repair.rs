@@ -126,7 +126,14 @@ pub fn plan(differences: &[Difference], at: &Positions, moved: &dyn Fn(i32) -> b
             )));
             continue;
         }
-        if d.fields.iter().any(|f| f.field == "denorm_pos") {
+        if let Some(f) = d.fields.iter().find(|f| f.field == "denorm_partition") {
+            plan.not_repaired.push(not(format!(
+                "it records partition {} as its writer, not its key's partition {}: the workers refuse every command of it as an owner conflict, a repair included. `denorm rebuild` restores it",
+                f.actual, d.partition
+            )));
+            continue;
+        }
+        if d.fields.iter().any(|f| f.field == "denorm_pos" && !f.actual.is_null()) {
             plan.not_repaired.push(not(format!(
                 "its position (offset {}) is past the end of the log, written by no command: the workers' position guard refuses every command of it, a repair included. `denorm rebuild` restores it",
                 d.live_offset.unwrap_or(0)
@@ -225,5 +232,24 @@ mod tests {
         for e in &plan.commands {
             assert!(crate::apply::repairable(&e.command), "{e:?}");
         }
+    }
+    /// Review F17: a document whose recorded writer is another partition
+    /// is not sent a repair (the workers refuse it as an owner conflict);
+    /// one whose position was lost is.
+    #[test]
+    fn a_wrong_writer_is_left_to_a_rebuild_and_a_lost_position_is_repaired() {
+        use super::super::compare::{Field, Live};
+        use crate::index::Recorded;
+        let file = |id: &str| Doc::File(FileDoc::at(id, &format!("/a/{id}.txt"), "c", 3));
+        let p = crate::command::partitioner::partition_of("/a", 4);
+        let live = vec![Live(file("f1"), Recorded { owner: Some((p + 1) % 4), pos: true }), Live(file("f2"), Recorded { owner: Some(p), pos: false })];
+        let at: Positions = (0..4).map(|p| (p, 5)).collect();
+        let differences = super::super::compare::compare(live, vec![file("f1"), file("f2")], &at, 4).settle(&|_| false, 10).differences;
+        let fields: Vec<&Field> = differences.iter().flat_map(|d| &d.fields).collect();
+        assert_eq!(fields.len(), 2, "{differences:?}");
+        let plan = plan(&differences, &at, &|_| false);
+        assert!(matches!(&plan.commands[..], [e] if matches!(&e.command, Command::UpsertFile { id, .. } if id == "f2")), "{:?}", plan.commands);
+        assert_eq!(plan.not_repaired.len(), 1);
+        assert!(plan.not_repaired[0].id == "f1" && plan.not_repaired[0].reason.contains("denorm rebuild"), "{:?}", plan.not_repaired);
     }
 }

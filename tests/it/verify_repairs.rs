@@ -379,3 +379,58 @@ fn the_scratch_directory_of_a_killed_verify_is_removed_by_the_next() {
     let log = worker.log();
     assert!(worker.terminate().success(), "{log}");
 }
+
+/// Review F17: on Elasticsearch a document records the partition that
+/// wrote it (`denorm_partition`) and its position (`denorm_pos`), and
+/// verify compared neither. A file whose `denorm_partition` names another
+/// partition compared equal, although the workers refuse every later
+/// command of it as an owner conflict; a file whose `denorm_pos` was lost
+/// compared equal, reported at offset 0. Now both are differences: the
+/// first is not repaired (a repair is refused the same way; a rebuild
+/// restores it), the second is.
+#[test]
+fn a_wrong_owner_or_a_lost_position_on_elasticsearch_is_a_difference() {
+    use denorm::index::elastic::names::{alias, PARTITION_FIELD, POS_FIELD};
+    let r = Rig::elastic(2);
+    let worker = r.worker(&[]);
+    let n = produce(&r.cfg, files_under("k", "/k", 4)).len();
+    wait_applied_by(&r.cfg, &r.group, n, &[&worker]);
+    let log = worker.log();
+    assert!(worker.terminate().success(), "{log}");
+    let other = 1 - denorm::command::partitioner::partition_of("/k", 2);
+    let files = alias(&crate::common::elastic::prefix(), Kind::File);
+    let base = r.index.display().to_string();
+    rt().block_on(async {
+        let http = reqwest::Client::new();
+        let url = format!("{base}/{files}/_update/k0?refresh=true");
+        let status = http.post(&url).json(&serde_json::json!({"doc": {PARTITION_FIELD: other}})).send().await.unwrap().status();
+        assert!(status.is_success(), "{url}: {status}");
+        let got: serde_json::Value = http.get(format!("{base}/{files}/_doc/k1")).send().await.unwrap().json().await.unwrap();
+        let (index, mut source) = (got["_index"].as_str().unwrap().to_string(), got["_source"].clone());
+        source.as_object_mut().unwrap().remove(POS_FIELD);
+        let url = format!("{base}/{index}/_doc/k1?refresh=true");
+        let status = http.put(&url).json(&source).send().await.unwrap().status();
+        assert!(status.is_success(), "{url}: {status}");
+    });
+    let fields = |report: &serde_json::Value, id: &str| -> Vec<String> {
+        let d = report["differences"].as_array().unwrap().iter().find(|d| d["id"] == id).unwrap_or_else(|| panic!("no difference {id}: {report}"));
+        d["fields"].as_array().unwrap().iter().map(|f| f["field"].as_str().unwrap().to_string()).collect()
+    };
+    let (code, out, err) = r.run(&["verify", "--json"]);
+    let report = report_of(code, &out, &err);
+    assert_eq!((code, report["differences_total"].clone()), (1, serde_json::json!(2)), "{report}\n{err}");
+    assert_eq!(fields(&report, "k0"), vec![s(PARTITION_FIELD)], "{report}");
+    assert_eq!(fields(&report, "k1"), vec![s(POS_FIELD)], "{report}");
+
+    let worker = r.worker(&[]);
+    let (code, out, err) = r.run(&["verify", "--json", "--repair"]);
+    let report = report_of(code, &out, &err);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let sent: Vec<&str> = report["repair"]["sent"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert_eq!(sent, vec!["k1"], "{report}");
+    assert_eq!(report["repair"]["not_repaired"][0]["id"], "k0", "{report}");
+    assert!(report["repair"]["not_repaired"][0]["reason"].as_str().unwrap().contains("denorm rebuild"), "{report}");
+    assert_eq!(report["remaining"], serde_json::json!(1), "{report}");
+    let log = worker.log();
+    assert!(worker.terminate().success(), "{log}");
+}

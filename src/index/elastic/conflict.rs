@@ -18,8 +18,8 @@
 
 use serde_json::Value;
 
+pub use super::docs::writer;
 use super::docs::{from_source, is_tombstone};
-use super::names::PARTITION_FIELD;
 use crate::index::Kind;
 
 /// Which rule decides a buffered write's conflicts.
@@ -41,12 +41,6 @@ pub enum Write {
     /// before the source's delete lands (it reads the move from the log),
     /// not an owner conflict.
     Departed,
-}
-
-/// The partition whose shard wrote a stored version (document or
-/// tombstone); `None` for versions written before versions recorded it.
-pub fn writer(stored: &Value) -> Option<i32> {
-    stored[PARTITION_FIELD].as_i64().map(|p| p as i32)
 }
 
 /// Whether `stored` was written by a partition other than `partition`.
@@ -102,6 +96,7 @@ pub fn take_over(partition: i32, stored: Option<&Value>, from: Option<i32>) -> T
 
 #[cfg(test)]
 mod tests {
+    use super::super::names::PARTITION_FIELD;
     use super::*;
     use serde_json::json;
 

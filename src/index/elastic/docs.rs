@@ -3,9 +3,9 @@
 use elasticsearch::{Elasticsearch, OpenPointInTimeParts, SearchParts};
 use serde_json::{json, Value};
 
-use super::names::{DELETED_AT_FIELD, DELETED_FIELD, POS_FIELD};
+use super::names::{DELETED_AT_FIELD, DELETED_FIELD, PARTITION_FIELD, POS_FIELD};
 use super::{json_or_status, ElasticError};
-use crate::index::{Author, Doc, FileDoc, Kind, PostDoc, Scan, UserDoc};
+use crate::index::{Author, Doc, FileDoc, Kind, PostDoc, Recorded, Scan, UserDoc};
 
 pub fn to_source(doc: &Doc) -> Value {
     let mut v = match doc {
@@ -18,7 +18,14 @@ pub fn to_source(doc: &Doc) -> Value {
 }
 
 pub fn from_source(kind: Kind, v: &Value) -> Doc {
-    let s = |x: &Value| x.as_str().unwrap_or_default().to_string();
+    // A value that is not a string (written behind the pipeline's back)
+    // reads as its JSON text, so that a verify reports what is there
+    // (review of verify, F17); a missing one reads as "".
+    let s = |x: &Value| match x {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    };
     let pos = v[POS_FIELD].as_u64().unwrap_or(0);
     match kind {
         Kind::File => Doc::File(FileDoc { id: s(&v["id"]), name: s(&v["name"]), path: s(&v["path"]), contents: s(&v["contents"]), pos }),
@@ -31,6 +38,18 @@ pub fn from_source(kind: Kind, v: &Value) -> Doc {
             pos,
         }),
     }
+}
+
+/// What a `_source` records beside the document's fields: the partition
+/// that wrote it and whether its position is there.
+pub fn recorded(v: &Value) -> Recorded {
+    Recorded { owner: writer(v), pos: v[POS_FIELD].is_u64() }
+}
+
+/// The partition whose shard wrote a stored version (document or
+/// tombstone); `None` for versions written before versions recorded it.
+pub fn writer(stored: &Value) -> Option<i32> {
+    stored[PARTITION_FIELD].as_i64().map(|p| p as i32)
 }
 
 /// The `_source` of a tombstone: what deleting `id` at log position `pos`

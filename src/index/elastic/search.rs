@@ -6,10 +6,10 @@ use elasticsearch::{Elasticsearch, SearchParts};
 use serde_json::{json, Value};
 use tokio::runtime::Handle;
 
-use super::docs::{from_source, hits, is_deleted, PitScan};
+use super::docs::{from_source, hits, is_deleted, recorded, PitScan};
 use super::names::{alias, concrete};
 use super::complete_json;
-use crate::index::{AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, SearchIndex};
+use crate::index::{AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, Recorded, SearchIndex};
 
 pub struct ElasticSearch {
     pub client: Elasticsearch,
@@ -254,6 +254,10 @@ impl SearchIndex for ElasticSearch {
     }
 
     fn dump_sorted(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
+        self.dump_sorted_recorded(&mut |d, _| out(d))
+    }
+
+    fn dump_sorted_recorded(&self, out: &mut dyn FnMut(Doc, Recorded)) -> Result<(), IndexError> {
         self.refresh_all()?;
         let mut kinds = [Kind::File, Kind::User, Kind::Post];
         kinds.sort_by_key(|k| k.as_str());
@@ -267,7 +271,7 @@ impl SearchIndex for ElasticSearch {
                     if page.is_empty() {
                         return Ok(());
                     }
-                    page.iter().for_each(|h| out(from_source(kind, &h.source)));
+                    page.iter().for_each(|h| out(from_source(kind, &h.source), recorded(&h.source)));
                 }
             })();
             self.runtime.block_on(pit.close());
