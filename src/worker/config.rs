@@ -233,6 +233,15 @@ impl WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// Whether this worker replays the log into a copy of the index
+    /// (`denorm rebuild`'s, which commits no group offsets, or `denorm
+    /// verify`'s, which writes nothing to Kafka) rather than serving the
+    /// live one: what the live workers count (repairs) it does not count
+    /// again.
+    pub fn is_replay(&self) -> bool {
+        !self.commit_offsets || !self.writes_to_kafka
+    }
+
     /// Every setting checked at once: the first one out of range, named
     /// with its flag. [`run`] refuses a configuration that fails this.
     pub fn validate(&self) -> Result<(), WorkerError> {

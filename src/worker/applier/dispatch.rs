@@ -156,7 +156,11 @@ impl Applier {
                 Err(error) => Some(format!("reading its document: {error}")),
             };
             let outcome = if refusal.is_some() { "refused" } else { outcome::APPLIED };
-            counter!(m::REPAIRS_TOTAL, "outcome" => outcome).increment(1);
+            // Counted live only: a replay applies the repairs the live
+            // workers counted (review of verify, F18).
+            if !self.shared.cfg.is_replay() {
+                counter!(m::REPAIRS_TOTAL, "outcome" => outcome).increment(1);
+            }
             if let Some(detail) = refusal {
                 // Dead-lettered with its reason; its key goes on.
                 warn!(partition, offset = pos, key = cmd.key(), %detail, "repair refused");

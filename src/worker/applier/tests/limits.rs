@@ -38,3 +38,36 @@ fn a_chunk_over_the_topics_limit_gives_its_rename_up_and_the_partition_goes_on()
     let ids = r.file_ids();
     assert_eq!(ids, vec!["big", "later", "small"], "nothing lost");
 }
+
+/// Review of verify, F18: `denorm_repairs_total` was also counted by the
+/// replays (a rebuild's worker exports it), so every rebuild added the
+/// log's repairs again. The live worker counts a repair; a rebuild's and a
+/// verify's replay of the same log do not. (The global recorder is this
+/// test's own: nextest runs each test in a process of its own.)
+#[test]
+fn a_repair_is_counted_by_the_live_worker_and_not_by_a_replay() {
+    let Ok(prometheus) = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() else {
+        panic!("another recorder is installed: run with nextest (a process per test)");
+    };
+    let applied = || {
+        let text = prometheus.render();
+        let line = text.lines().find(|l| l.starts_with(crate::metrics::REPAIRS_TOTAL) && l.contains(r#"outcome="applied""#))?.to_string();
+        line.rsplit(' ').next()?.parse::<f64>().ok()
+    };
+    let r = Rig::new(|_| {});
+    let mut repair = Envelope::new(upsert("a", "/a/a.txt"));
+    repair.repair = Some(crate::command::Repair { unchanged_since: -1, seen: Some(false) });
+    let at = r.append("/a", r.codec.encode(&repair));
+    let run = r.start();
+    run.wait_next(at + 1);
+    run.stop();
+    assert_eq!(applied(), Some(1.0));
+    for tune in [(|c: &mut WorkerConfig| c.commit_offsets = false) as fn(&mut WorkerConfig), |c| c.writes_to_kafka = false] {
+        let replay = Rig::on(Arc::new(Mutex::new(r.log.lock().unwrap().clone())), 0, 1, tune);
+        let run = replay.start();
+        run.wait_next(at + 1);
+        run.stop();
+        assert_eq!(replay.file_ids(), vec!["a"], "the replay applied the repair");
+        assert_eq!(applied(), Some(1.0), "a replay counted the repair again");
+    }
+}
