@@ -441,7 +441,7 @@ pub trait Shard {
     fn progress_mut(&mut self) -> &mut progress::ProgressBook;
     /// Records that every command up to and including `at.offset` is applied.
     fn mark_applied(&mut self, at: Checkpoint) {
-        self.progress_mut().mark_applied(at);
+        self.progress_mut().mark_applied(at, progress::DoneAbove::default());
     }
     /// The last position durably applied (survives restarts), with the
     /// fingerprint of the message there.

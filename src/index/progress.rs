@@ -19,6 +19,8 @@ pub struct Progress {
     pub checkpoint: Option<Checkpoint>,
     pub parked: Parking,
     pub received: Received,
+    /// The commands done above the checkpoint (issue 45).
+    pub done: DoneAbove,
 }
 
 impl Progress {
@@ -42,6 +44,10 @@ impl Progress {
         if !self.received.is_empty() {
             m.insert("received".into(), received_to_json(&self.received));
         }
+        if self.done.through >= 0 {
+            m.insert("done_through".into(), json!(self.done.through));
+            m.insert("pending".into(), json!(self.done.pending.iter().map(|(a, b)| [a, b]).collect::<Vec<_>>()));
+        }
         m
     }
 
@@ -58,7 +64,102 @@ impl Progress {
             Value::Object(o) => o.iter().filter_map(|(p, at)| Some((p.parse().ok()?, at.as_i64()?))).collect(),
             other => received_from_json(other),
         };
-        Progress { checkpoint, parked, received }
+        let done = match v["done_through"].as_i64() {
+            Some(through) => {
+                let pending = v["pending"].as_array().map(Vec::as_slice).unwrap_or_default().iter().filter_map(|r| Some((r[0].as_i64()?, r[1].as_i64()?))).collect();
+                DoneAbove { through, pending }
+            }
+            None => DoneAbove::default(),
+        };
+        Progress { checkpoint, parked, received, done }
+    }
+}
+
+/// The commands applied above the checkpoint, which key lanes finish out
+/// of log order (issue 45): every offset after the checkpoint up to
+/// `through` is applied but those in the ranges `pending` (inclusive,
+/// ascending). A new owner of the partition, reading again from the
+/// checkpoint, skips what is applied: re-application after a rebalance or
+/// a crash is bounded by what was in flight, not by how long ago the
+/// oldest unfinished fan-out began. `through` -1: nothing recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoneAbove {
+    pub through: i64,
+    pub pending: Vec<(i64, i64)>,
+}
+
+impl Default for DoneAbove {
+    fn default() -> Self {
+        DoneAbove { through: -1, pending: Vec::new() }
+    }
+}
+
+impl DoneAbove {
+    /// At most this many pending ranges are recorded (a few kilobytes in
+    /// the commit): past them, only what lies below the first range left
+    /// out is recorded as applied (re-applying the rest is harmless).
+    pub const MAX_RANGES: usize = 256;
+
+    /// What is applied above `low` when every offset received up to
+    /// `through` is applied but `open` (ascending).
+    pub fn new(low: i64, through: i64, open: impl IntoIterator<Item = i64>) -> DoneAbove {
+        Self::from_ranges(low, through, open.into_iter().take_while(|o| *o <= through).map(|o| (o, o)))
+    }
+
+    /// What is applied above `low`, up to `through`, but the offsets of
+    /// `pending` (ascending ranges, inclusive), bounded by
+    /// [`DoneAbove::MAX_RANGES`].
+    fn from_ranges(low: i64, through: i64, pending_ranges: impl IntoIterator<Item = (i64, i64)>) -> DoneAbove {
+        let mut pending: Vec<(i64, i64)> = Vec::new();
+        let mut through = through;
+        for (a, b) in pending_ranges.into_iter().filter(|(_, b)| *b > low) {
+            let a = a.max(low + 1);
+            if a > through {
+                break;
+            }
+            let full = pending.len() == Self::MAX_RANGES;
+            match pending.last_mut() {
+                Some((_, end)) if *end + 1 >= a => *end = (*end).max(b),
+                _ if full => {
+                    through = a - 1;
+                    break;
+                }
+                _ => pending.push((a, b)),
+            }
+        }
+        // Pending up to its end: nothing above the last range is applied.
+        if let Some((start, end)) = pending.last().copied() {
+            if end >= through {
+                pending.pop();
+                through = start - 1;
+            }
+        }
+        match through > low {
+            true => DoneAbove { through, pending },
+            false => DoneAbove::default(),
+        }
+    }
+
+    /// What is applied above `low` as a reader knows it that has received
+    /// every offset up to `seen`, finished all of them up to `through` but
+    /// `open` (ascending), and started from the record `inherited` (what
+    /// the last commit recorded): above `seen`, the inherited record still
+    /// says what is applied (a new owner has not read those offsets yet;
+    /// forgetting them would apply them again).
+    pub fn merged(low: i64, through: i64, seen: i64, open: impl IntoIterator<Item = i64>, inherited: &DoneAbove) -> DoneAbove {
+        if inherited.through <= seen {
+            return Self::new(low, through, open);
+        }
+        let later = inherited.pending.iter().filter(|(_, b)| *b > seen).map(|(a, b)| ((*a).max(seen + 1), *b));
+        Self::from_ranges(low, inherited.through, open.into_iter().map(|o| (o, o)).chain(later))
+    }
+
+    /// Whether the command at `offset` is recorded applied, above the
+    /// checkpoint `applied`.
+    pub fn contains(&self, applied: Option<u64>, offset: i64) -> bool {
+        applied.is_some_and(|a| offset > a as i64)
+            && offset <= self.through
+            && !self.pending.iter().any(|(a, b)| (*a..=*b).contains(&offset))
     }
 }
 
@@ -78,8 +179,20 @@ impl ProgressBook {
         ProgressBook { marked: committed.clone(), committed }
     }
 
-    pub fn mark_applied(&mut self, at: Checkpoint) {
+    pub fn mark_applied(&mut self, at: Checkpoint, done: DoneAbove) {
         self.marked.checkpoint = Some(at);
+        self.marked.done = done;
+    }
+
+    /// What the last commit recorded as applied above its checkpoint.
+    pub fn committed_done(&self) -> &DoneAbove {
+        &self.committed.done
+    }
+
+    /// Whether the last commit recorded the command at `offset` applied
+    /// above its checkpoint ([`DoneAbove`]).
+    pub fn done_above(&self, offset: i64) -> bool {
+        self.committed.done.contains(self.committed.checkpoint.map(|c| c.offset), offset)
     }
 
     /// The last position durably applied.
@@ -222,7 +335,7 @@ mod tests {
         assert!(!book.changed(), "nothing marked");
         book.parking().insert("k".into(), Parked { behind: "c".into(), last_dlq: 0, replayed_through: -1, last_at: 3, since: -1 });
         assert!(book.changed());
-        book.mark_applied(Checkpoint::new(5, 1));
+        book.mark_applied(Checkpoint::new(5, 1), DoneAbove::default());
         assert_eq!(book.marked().checkpoint, Some(Checkpoint::new(5, 1)));
         assert_eq!(book.checkpoint(), None, "not committed yet");
         book.committed();
@@ -240,5 +353,42 @@ mod tests {
         p.insert("u1".into(), Parked { behind: "p3@9".into(), last_dlq: 2, replayed_through: 1, last_at: -1, since: 5 });
         assert_eq!(parking_from_json(&parking_to_json(&p)), p);
         assert!(parking_from_json(&serde_json::Value::Null).is_empty());
+    }
+
+    /// Issue 45: what is applied above the checkpoint is recorded as the
+    /// ranges still pending below the highest offset applied, bounded, and
+    /// read back as it was written.
+    #[test]
+    fn the_commands_done_above_the_checkpoint_are_recorded_bounded() {
+        let d = DoneAbove::new(10, 20, [11, 12, 15, 25]);
+        assert_eq!(d, DoneAbove { through: 20, pending: vec![(11, 12), (15, 15)] });
+        let applied = |o: i64| d.contains(Some(10), o);
+        assert_eq!((9..=22).filter(|o| applied(*o)).collect::<Vec<_>>(), vec![13, 14, 16, 17, 18, 19, 20]);
+        assert!(!d.contains(None, 13), "nothing applied without a checkpoint");
+        // Nothing open below the highest: nothing above the low mark to say.
+        assert_eq!(DoneAbove::new(10, 10, [11]), DoneAbove::default());
+        // Pending up to the highest: the last range is cut off.
+        assert_eq!(DoneAbove::new(10, 20, [15, 19, 20]), DoneAbove { through: 18, pending: vec![(15, 15)] });
+        assert_eq!(DoneAbove::new(10, 12, [11, 12]), DoneAbove::default());
+        // Past the bound, what lies below the first range left out.
+        let open: Vec<i64> = (0..1000).map(|i| 100 + 2 * i).collect();
+        let d = DoneAbove::new(99, 3000, open.iter().copied());
+        assert_eq!(d.pending.len(), DoneAbove::MAX_RANGES);
+        assert_eq!(d.through, open[DoneAbove::MAX_RANGES] - 1);
+        assert!(d.contains(Some(99), 101) && !d.contains(Some(99), 100) && !d.contains(Some(99), d.through + 1));
+        // A new owner that has read up to 41 of a record through 60: above
+        // 41 the record still says what is applied.
+        let inherited = DoneAbove::new(39, 60, [40, 45, 50]);
+        let d = DoneAbove::merged(40, 41, 41, [], &inherited);
+        assert_eq!(d, DoneAbove { through: 60, pending: vec![(45, 45), (50, 50)] });
+        let d = DoneAbove::merged(40, 46, 47, [47], &inherited);
+        assert_eq!(d, DoneAbove { through: 60, pending: vec![(47, 47), (50, 50)] }, "45 finished since, 47 open");
+        assert_eq!(DoneAbove::merged(61, 61, 61, [], &inherited), DoneAbove::default(), "read past the record: the tracker alone");
+        assert_eq!(DoneAbove::merged(40, 61, 61, [40, 45], &inherited), DoneAbove { through: 61, pending: vec![(45, 45)] });
+        // One form, with the rest of the progress.
+        let p = Progress { checkpoint: Some(Checkpoint::new(10, 3)), done: DoneAbove::new(10, 20, [11, 12, 15]), ..Default::default() };
+        let v = Value::Object(p.to_json());
+        assert_eq!((&v["done_through"], &v["pending"]), (&json!(20), &json!([[11, 12], [15, 15]])), "{v}");
+        assert_eq!(Progress::from_json(&v), p);
     }
 }

@@ -19,6 +19,7 @@ mod log_identity;
 mod membership;
 mod moves;
 mod pipeline;
+mod progress;
 mod rebuild;
 mod registry_contracts;
 mod scenarios;

@@ -13,6 +13,15 @@ impl Applier {
             count("unknown", outcome::DUPLICATE);
             return Ok(Handled::Duplicate);
         }
+        // Applied above the checkpoint before (key lanes finish commands
+        // out of order, and a previous owner's last commit recorded which):
+        // not applied again (issue 45).
+        if shard.progress().done_above(offset) {
+            count("unknown", outcome::DUPLICATE);
+            debug!(partition = self.partition, offset, "applied above the checkpoint by the last commit: skipped");
+            self.mark(shard, msg);
+            return Ok(Handled::Done { fan_out: false });
+        }
         let origin = Origin { key: msg.key(), payload: msg.payload(), offset, at: offset };
         let admitted = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
             Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(Transient::Registry(e))),
@@ -130,10 +139,15 @@ impl Applier {
     /// Marks `msg` applied, unless a cross-key move is in flight (nothing
     /// from its first chunk on is, until it ends).
     pub(super) fn mark(&self, shard: &mut dyn Shard, msg: &Record) {
-        // With lanes, the lowest unfinished command's predecessor.
-        let low = self.lanes.borrow_mut().tracker.finish(checkpoint_of(msg));
+        // With lanes, the lowest unfinished command's predecessor, and
+        // what is finished above it.
+        let (low, above) = {
+            let mut lanes = self.lanes.borrow_mut();
+            let low = lanes.tracker.finish(checkpoint_of(msg));
+            (low, lanes.tracker.done_above(shard.progress().committed_done()))
+        };
         if let (None, Some(low)) = (&self.incoming.borrow().active, low) {
-            shard.mark_applied(low);
+            shard.progress_mut().mark_applied(low, above);
         }
     }
 

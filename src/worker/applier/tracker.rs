@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::index::progress::DoneAbove;
 use crate::index::Checkpoint;
 
 /// The offset tracker of one partition's lanes.
@@ -23,6 +24,10 @@ pub(super) struct Tracker {
     done: BTreeMap<i64, Checkpoint>,
     /// The last checkpoint below every open command.
     low: Option<Checkpoint>,
+    /// The highest offset finished.
+    high: i64,
+    /// The highest offset received (deferred or finished).
+    seen: Option<i64>,
 }
 
 impl Tracker {
@@ -45,6 +50,7 @@ impl Tracker {
     pub fn defer(&mut self, offset: i64) {
         debug_assert!(self.open.last().is_none_or(|&o| o < offset), "deferred out of order");
         self.open.insert(offset);
+        self.seen = self.seen.max(Some(offset));
     }
 
     /// The command at `at.offset` is finished (received just now, or
@@ -52,6 +58,8 @@ impl Tracker {
     /// is finished, when there is one.
     pub fn finish(&mut self, at: Checkpoint) -> Option<Checkpoint> {
         let offset = at.offset as i64;
+        self.high = self.high.max(offset);
+        self.seen = self.seen.max(Some(offset));
         if self.open.is_empty() && self.done.is_empty() {
             // Nothing out of order (every message without lanes): no
             // allocation, no search.
@@ -82,6 +90,16 @@ impl Tracker {
         self.low
     }
 
+    /// What is finished above the low mark (issue 45): every offset
+    /// received up to the highest finished, but the open ones; above what
+    /// was received, what `inherited` (the last commit's record) says.
+    pub fn done_above(&self, inherited: &DoneAbove) -> DoneAbove {
+        match (self.low, self.seen) {
+            (Some(low), Some(seen)) => DoneAbove::merged(low.offset as i64, self.high, seen, self.open.iter().copied(), inherited),
+            _ => DoneAbove::default(),
+        }
+    }
+
     /// Entries held (what the memory bound counts).
     #[cfg(test)]
     fn held(&self) -> usize {
@@ -109,6 +127,21 @@ mod tests {
         assert_eq!(t.finish(at(3)), Some(at(0)), "3 finished, 1 still open");
         assert_eq!(t.finish(at(1)), Some(at(4)), "everything up to 4 finished, with 4's fingerprint");
         assert!(!t.busy());
+    }
+
+    /// Issue 45: a new owner's tracker knows only what it has received;
+    /// above that, the last commit's record still says what is applied.
+    /// (A fan-out resumed and finished before the commands applied after it
+    /// were read again forgot them, and they were applied again.)
+    #[test]
+    fn what_the_last_commit_recorded_above_what_was_received_is_kept() {
+        let inherited = DoneAbove::new(39, 41, [40]);
+        let mut t = Tracker::default();
+        t.defer(40);
+        assert_eq!(t.finish(at(40)), Some(at(40)));
+        let done = t.done_above(&inherited);
+        assert!(done.contains(Some(40), 41), "{done:?}");
+        assert_eq!(t.done_above(&DoneAbove::default()), DoneAbove::default());
     }
 
     proptest! {
@@ -143,6 +176,15 @@ mod tests {
                 prop_assert!(low.map(|c| c.offset as i64) >= last_low, "moved back");
                 last_low = low.map(|c| c.offset as i64);
                 prop_assert!(t.held() <= 2 * deferred.len() + 1, "held {} for {} deferred", t.held(), deferred.len());
+                // What is recorded applied above the low mark (issue 45):
+                // exactly the offsets finished, up to the highest one.
+                if let Some(low) = low {
+                    let done = t.done_above(&DoneAbove::default());
+                    let high = finished.iter().next_back().copied().unwrap_or(-1);
+                    for o in low.offset as i64 + 1..=received {
+                        prop_assert_eq!(done.contains(Some(low.offset), o), o <= high && finished.contains(&o), "offset {} in {:?}", o, done);
+                    }
+                }
                 Ok(())
             };
             let mut low = None;
