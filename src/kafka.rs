@@ -1,6 +1,7 @@
 //! Kafka plumbing shared by the producer, the worker and the operator
 //! commands: client configuration, topic creation, consumer-group lag.
 
+use crate::index::progress::DoneAbove;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -366,12 +367,17 @@ pub fn wait_for_deliveries(
         match consumer.committed_offsets(tpl.clone(), left) {
             Ok(committed) => {
                 answered = true;
-                let at: BTreeMap<i32, i64> = need
+                let at: BTreeMap<i32, Committed> = need
                     .keys()
-                    .map(|p| (*p, match committed.find_partition(&cfg.topic, *p).map(|e| e.offset()) {
-                        Some(Offset::Offset(o)) => o,
-                        _ => 0,
-                    }))
+                    .map(|p| {
+                        let e = committed.find_partition(&cfg.topic, *p);
+                        let next = match e.as_ref().map(|e| e.offset()) {
+                            Some(Offset::Offset(o)) => o,
+                            _ => 0,
+                        };
+                        let done = e.map(|e| DoneAbove::from_metadata(e.metadata(), next)).unwrap_or_default();
+                        (*p, Committed { next, done })
+                    })
                     .collect();
                 match lagging(&need, &at).is_empty() {
                     true => Polled::Done(()),
@@ -391,23 +397,41 @@ pub fn wait_for_deliveries(
     }
 }
 
-/// Per partition, the highest of `deliveries`' offsets.
-fn awaited(deliveries: &[crate::command::LogPosition]) -> BTreeMap<i32, i64> {
-    let mut need = BTreeMap::new();
+/// Per partition, `deliveries`' offsets.
+fn awaited(deliveries: &[crate::command::LogPosition]) -> BTreeMap<i32, Vec<i64>> {
+    let mut need: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
     for d in deliveries {
-        let e = need.entry(d.partition).or_insert(d.offset);
-        *e = (*e).max(d.offset);
+        need.entry(d.partition).or_default().push(d.offset);
     }
     need
 }
 
-/// The partitions whose committed offset (`at`; 0 when none) has not passed
-/// the awaited offset: (partition, committed, awaited).
-fn lagging(need: &BTreeMap<i32, i64>, at: &BTreeMap<i32, i64>) -> Vec<(i32, i64, i64)> {
+/// Where a group stands in a partition: its committed offset, and what its
+/// commit's metadata records as applied above it (issue 45; nothing where
+/// the broker does not keep the metadata, tansu 0.6).
+#[derive(Debug, Clone, Default)]
+struct Committed {
+    next: i64,
+    done: DoneAbove,
+}
+
+impl Committed {
+    /// Whether the command at `offset` is applied: below the committed
+    /// offset, or recorded applied above it.
+    fn applied(&self, offset: i64) -> bool {
+        offset < self.next || (self.next > 0 && self.done.contains(Some(self.next as u64 - 1), offset))
+    }
+}
+
+/// The partitions with an awaited offset not applied, judged command by
+/// command (`at`: where the group stands; committed 0 when absent): each
+/// with its committed offset and the highest offset awaited and not
+/// applied.
+fn lagging(need: &BTreeMap<i32, Vec<i64>>, at: &BTreeMap<i32, Committed>) -> Vec<(i32, i64, i64)> {
     need.iter()
-        .filter_map(|(p, o)| {
-            let committed = at.get(p).copied().unwrap_or(0);
-            (committed <= *o).then_some((*p, committed, *o))
+        .filter_map(|(p, offsets)| {
+            let c = at.get(p).cloned().unwrap_or_default();
+            offsets.iter().filter(|o| !c.applied(**o)).max().map(|o| (*p, c.next, *o))
         })
         .collect()
 }
@@ -544,20 +568,29 @@ mod tests {
     }
 
     #[test]
-    fn read_your_writes_waits_for_the_highest_delivery_of_each_partition() {
+    fn read_your_writes_waits_for_each_delivery_command_by_command() {
+        use super::Committed;
+        use crate::index::progress::DoneAbove;
         use crate::command::LogPosition;
+        use std::collections::BTreeMap;
         let at = |partition, offset| LogPosition { partition, offset };
+        let upto = |c: &[(i32, i64)]| -> BTreeMap<i32, Committed> { c.iter().map(|(p, n)| (*p, Committed { next: *n, done: DoneAbove::default() })).collect() };
         let need = super::awaited(&[at(0, 4), at(2, 9), at(0, 7)]);
-        assert_eq!(need.into_iter().collect::<Vec<_>>(), vec![(0, 7), (2, 9)]);
+        assert_eq!(need.into_iter().collect::<Vec<_>>(), vec![(0, vec![4, 7]), (2, vec![9])]);
         let need = super::awaited(&[at(0, 7), at(2, 9)]);
         // Committed 8 on partition 0 (offset 7 applied); nothing on 2.
-        let committed = [(0, 8)].into_iter().collect();
-        assert_eq!(super::lagging(&need, &committed), vec![(2, 0, 9)]);
-        let committed = [(0, 7), (2, 10)].into_iter().collect();
+        assert_eq!(super::lagging(&need, &upto(&[(0, 8)])), vec![(2, 0, 9)]);
+        let committed = upto(&[(0, 7), (2, 10)]);
         assert_eq!(super::lagging(&need, &committed), vec![(0, 7, 7)], "committed 7: offset 7 not applied yet");
         let msg = super::WaitError::Behind(super::lagging(&need, &committed)).to_string();
         assert!(msg.contains("partition 0 applied up to offset 6 (waiting for 7)"), "{msg}");
-        assert!(super::lagging(&need, &[(0, 8), (2, 10)].into_iter().collect()).is_empty());
+        assert!(super::lagging(&need, &upto(&[(0, 8), (2, 10)])).is_empty());
+        // Issue 45: the group's offset held at 5 by a fan-out (5 and 6
+        // unfinished), its commit's metadata recording 7 and 8 applied:
+        // a wait for 7 is over, one for 6 is not.
+        let held: BTreeMap<i32, Committed> = [(0, Committed { next: 5, done: DoneAbove::from_metadata(&DoneAbove::new(4, 8, [5, 6]).to_metadata(5), 5) })].into_iter().collect();
+        assert!(super::lagging(&super::awaited(&[at(0, 7)]), &held).is_empty());
+        assert_eq!(super::lagging(&super::awaited(&[at(0, 6), at(0, 8)]), &held), vec![(0, 5, 6)]);
     }
 
     #[test]

@@ -88,6 +88,10 @@ pub struct DoneAbove {
     pub pending: Vec<(i64, i64)>,
 }
 
+/// The longest [`DoneAbove::to_metadata`] (Kafka's default
+/// `offset.metadata.max.bytes` is 4096).
+pub const METADATA_MAX: usize = 4000;
+
 impl Default for DoneAbove {
     fn default() -> Self {
         DoneAbove { through: -1, pending: Vec::new() }
@@ -152,6 +156,49 @@ impl DoneAbove {
         }
         let later = inherited.pending.iter().filter(|(_, b)| *b > seen).map(|(a, b)| ((*a).max(seen + 1), *b));
         Self::from_ranges(low, inherited.through, open.into_iter().map(|o| (o, o)).chain(later))
+    }
+
+    /// The record as an offset commit's metadata, for the group's offset
+    /// `next` (the checkpoint plus one): `d1:<through>:<ranges>`, offsets
+    /// relative to `next`, a range `a-b` or a single `a`, comma-separated.
+    /// Kafka keeps at most `offset.metadata.max.bytes` (4096 by default):
+    /// past [`METADATA_MAX`] bytes, what lies below the first range left
+    /// out is recorded. Empty when nothing above `next` is recorded.
+    pub fn to_metadata(&self, next: i64) -> String {
+        let mut through = self.through;
+        let mut ranges = String::new();
+        for (a, b) in self.pending.iter().filter(|(_, b)| *b >= next) {
+            let a = (*a).max(next);
+            let item = if a == *b { format!("{}", a - next) } else { format!("{}-{}", a - next, b - next) };
+            if ranges.len() + item.len() + 32 > METADATA_MAX {
+                through = a - 1;
+                break;
+            }
+            if !ranges.is_empty() {
+                ranges.push(',');
+            }
+            ranges.push_str(&item);
+        }
+        match through >= next {
+            true => format!("d1:{}:{ranges}", through - next),
+            false => String::new(),
+        }
+    }
+
+    /// Inverse of [`DoneAbove::to_metadata`] (nothing recorded for
+    /// anything else: a commit of another client, or of an older worker).
+    pub fn from_metadata(metadata: &str, next: i64) -> DoneAbove {
+        let parse = || -> Option<DoneAbove> {
+            let rest = metadata.strip_prefix("d1:")?;
+            let (through, ranges) = rest.split_once(':')?;
+            let mut pending = Vec::new();
+            for item in ranges.split(',').filter(|i| !i.is_empty()) {
+                let (a, b) = item.split_once('-').unwrap_or((item, item));
+                pending.push((next + a.parse::<i64>().ok()?, next + b.parse::<i64>().ok()?));
+            }
+            Some(DoneAbove { through: next + through.parse::<i64>().ok()?, pending })
+        };
+        parse().unwrap_or_default()
     }
 
     /// Whether the command at `offset` is recorded applied, above the
@@ -385,6 +432,18 @@ mod tests {
         assert_eq!(d, DoneAbove { through: 60, pending: vec![(47, 47), (50, 50)] }, "45 finished since, 47 open");
         assert_eq!(DoneAbove::merged(61, 61, 61, [], &inherited), DoneAbove::default(), "read past the record: the tracker alone");
         assert_eq!(DoneAbove::merged(40, 61, 61, [40, 45], &inherited), DoneAbove { through: 61, pending: vec![(45, 45)] });
+        // As an offset commit's metadata, relative to the group's offset.
+        let d = DoneAbove::new(10, 20, [11, 12, 15]);
+        assert_eq!(d.to_metadata(11), "d1:9:0-1,4");
+        assert_eq!(DoneAbove::from_metadata(&d.to_metadata(11), 11), d);
+        assert_eq!(DoneAbove::default().to_metadata(11), "");
+        assert_eq!(DoneAbove::from_metadata("", 11), DoneAbove::default());
+        assert_eq!(DoneAbove::from_metadata("d1:x:", 11), DoneAbove::default());
+        let wide = DoneAbove::new(99, 1 << 60, (0..256).map(|i| 100 + 1_000_000_000_000 * i));
+        let m = wide.to_metadata(100);
+        assert!(m.len() <= METADATA_MAX, "{} bytes", m.len());
+        let back = DoneAbove::from_metadata(&m, 100);
+        assert!(back.through < wide.through && back.through > 100 && back.contains(Some(99), 101) && !back.contains(Some(99), 100));
         // One form, with the rest of the progress.
         let p = Progress { checkpoint: Some(Checkpoint::new(10, 3)), done: DoneAbove::new(10, 20, [11, 12, 15]), ..Default::default() };
         let v = Value::Object(p.to_json());

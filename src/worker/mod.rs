@@ -283,10 +283,10 @@ pub fn run(
         if last_commit.elapsed() >= commit_interval && ctx.commits_in_flight() == 0 {
             last_commit = Instant::now();
             // `committed` moves when the broker confirms (commit_callback).
-            let offsets: Vec<(i32, i64)> = {
-                let parts = ctx.parts.lock().expect("parts lock");
+            let offsets: Vec<(i32, i64, String)> = {
+                let mut parts = ctx.parts.lock().expect("parts lock");
                 ctx.shared.stats.positions.lock().expect("positions lock").extend(parts.iter().map(|(p, part)| (*p, part.next.load(Ordering::SeqCst))));
-                parts.iter().filter_map(|(p, part)| Some((*p, part.to_commit()?))).collect()
+                parts.iter_mut().filter_map(|(p, part)| part.to_commit().map(|(next, metadata)| (*p, next, metadata))).collect()
             };
             commit(&consumer, &topic, &offsets, CommitMode::Async);
         }

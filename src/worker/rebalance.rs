@@ -222,7 +222,7 @@ fn cooperative(consumer: &BaseConsumer<WorkerContext>) -> bool {
 /// is durable. An applier still busy at the deadline (a long fan-out) is left
 /// behind: its uncommitted work is discarded with the process, or fenced by
 /// the shard's writer lock, and the next owner redoes that command.
-pub(super) fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx: &WorkerContext, bound: Duration) -> Vec<(i32, i64)> {
+pub(super) fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx: &WorkerContext, bound: Duration) -> Vec<(i32, i64, String)> {
     for p in partitions {
         if let Some(part) = parts.get(p) {
             part.stop.store(true, Ordering::SeqCst);
@@ -258,8 +258,8 @@ pub(super) fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx
                     "shutdown bound reached: leaving the command in progress to the next owner"
                 );
             }
-            if let Some(next) = part.to_commit() {
-                out.push((*p, next));
+            if let Some((next, metadata)) = part.to_commit() {
+                out.push((*p, next, metadata));
             }
             // Where its shard resumes (its checkpoint's own message), if
             // this process gets the partition back.
@@ -282,15 +282,19 @@ pub(super) fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx
     out
 }
 
-/// Sends a commit of `offsets`; an asynchronous one is confirmed (or not)
-/// in [`WorkerContext::settle_commits`].
-pub(super) fn commit(consumer: &BaseConsumer<WorkerContext>, topic: &str, offsets: &[(i32, i64)], mode: CommitMode) {
+/// Sends a commit of `offsets`, each with its metadata (what is applied
+/// above it, issue 45); an asynchronous one is confirmed (or not) in
+/// [`WorkerContext::settle_commits`].
+pub(super) fn commit(consumer: &BaseConsumer<WorkerContext>, topic: &str, offsets: &[(i32, i64, String)], mode: CommitMode) {
     if offsets.is_empty() {
         return;
     }
     let mut tpl = TopicPartitionList::new();
-    for &(p, o) in offsets {
-        let _ = tpl.add_partition_offset(topic, p, Offset::Offset(o));
+    for (p, o, metadata) in offsets {
+        let _ = tpl.add_partition_offset(topic, *p, Offset::Offset(*o));
+        if let Some(mut e) = tpl.find_partition(topic, *p) {
+            e.set_metadata(metadata.as_str());
+        }
     }
     let label = if matches!(mode, CommitMode::Sync) { "sync" } else { "async" };
     counter!(m::OFFSET_COMMITS_TOTAL, "mode" => label).increment(1);

@@ -417,6 +417,7 @@ impl Applier {
         let Some(next) = self.unpublished.get() else { return };
         match shard.searchable(force) {
             Ok(true) => {
+                *self.done.lock().expect("done lock") = shard.progress().committed_done().clone();
                 self.next.fetch_max(next, Ordering::SeqCst);
                 self.unpublished.set(None);
             }

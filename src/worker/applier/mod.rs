@@ -36,7 +36,7 @@ use crate::apply::apply;
 use crate::command::{Command, Envelope};
 use crate::command::control::{Action, Control};
 use crate::dlq::{self, Letter};
-use crate::index::progress::Parked;
+use crate::index::progress::{DoneAbove, Parked};
 use crate::index::{Checkpoint, IndexError, Shard};
 use crate::metrics::{self as m, outcome};
 
@@ -130,6 +130,10 @@ pub(crate) struct Partition {
     pub stop: Arc<AtomicBool>,
     /// Next offset whose predecessors are durably applied (-1: none yet).
     pub next: Arc<AtomicI64>,
+    /// What is durably applied above `next` (issue 45), published with it.
+    pub done: Arc<std::sync::Mutex<DoneAbove>>,
+    /// The metadata of the last commit sent.
+    sent_metadata: String,
     /// The group's committed offset for the partition, as commits are
     /// confirmed.
     pub committed: i64,
@@ -154,10 +158,11 @@ impl Partition {
         let (tx, rx) = std::sync::mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let next = Arc::new(AtomicI64::new(-1));
+        let done: Arc<std::sync::Mutex<DoneAbove>> = Arc::default();
         let floor = Arc::new(AtomicI64::new(FLOOR_UNKNOWN));
         let queued = Arc::new(Queued::default());
         let busy_since_ms = Arc::new(AtomicI64::new(0));
-        let (s, n, q, f, busy) = (stop.clone(), next.clone(), queued.clone(), floor.clone(), busy_since_ms.clone());
+        let (s, n, q, f, busy, d) = (stop.clone(), next.clone(), queued.clone(), floor.clone(), busy_since_ms.clone(), done.clone());
         let commits = shared.cfg.commit_offsets;
         let join = std::thread::Builder::new()
             .name(format!("denorm-p{partition}"))
@@ -168,6 +173,7 @@ impl Partition {
                     shared,
                     stop: s,
                     next: n,
+                    done: d,
                     floor: f,
                     unpublished: Default::default(),
                     queued: q,
@@ -186,17 +192,28 @@ impl Partition {
                 .run(rx)
             })
             .expect("spawn partition thread");
-        Partition { tx, queued, busy_since_ms, stop, next, committed: -1, floor, pending: Default::default(), paused: false, commits, join: Some(join) }
+        Partition { tx, queued, busy_since_ms, stop, next, done, sent_metadata: String::new(), committed: -1, floor, pending: Default::default(), paused: false, commits, join: Some(join) }
     }
 
-    /// The offset to commit for the partition, if it moved past what the
-    /// group has (nothing while the group's offset is not known yet).
-    pub fn to_commit(&self) -> Option<i64> {
+    /// The offset to commit for the partition, with its metadata (what is
+    /// applied above it, [`DoneAbove::to_metadata`]), if it moved past what
+    /// the group has, or what is applied above it changed (nothing while
+    /// the group's offset is not known yet).
+    pub fn to_commit(&mut self) -> Option<(i64, String)> {
         if !self.commits {
             return None;
         }
         let (next, floor) = (self.next.load(Ordering::SeqCst), self.floor.load(Ordering::SeqCst));
-        (floor != FLOOR_UNKNOWN && next > self.committed.max(floor)).then_some(next)
+        if floor == FLOOR_UNKNOWN || next < self.committed.max(floor) || next < 0 {
+            return None;
+        }
+        let metadata = self.done.lock().expect("done lock").to_metadata(next);
+        let moved = next > self.committed.max(floor);
+        if !moved && metadata == self.sent_metadata {
+            return None;
+        }
+        self.sent_metadata = metadata.clone();
+        Some((next, metadata))
     }
 
     pub fn finished(&self) -> bool {
@@ -224,6 +241,8 @@ struct Applier {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     next: Arc<AtomicI64>,
+    /// See [`Partition::done`].
+    done: Arc<std::sync::Mutex<DoneAbove>>,
     /// See [`Partition::floor`].
     floor: Arc<AtomicI64>,
     /// An offset committed to the index but not published in `next` yet,
