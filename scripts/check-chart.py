@@ -211,6 +211,12 @@ def check_invariants(name, values, docs):
             fail(f"{name}: the ScaledObject does not target the workers")
         if "replicas" in w["spec"]:
             fail(f"{name}: with autoscaling the workload must not set replicas (KEDA owns them)")
+        for t in so["spec"]["triggers"]:
+            want = "prometheus" if values.get("autoscaling", {}).get("prometheus", {}).get("serverAddress") else "kafka"
+            if t["type"] != want:
+                fail(f"{name}: the ScaledObject's trigger is {t['type']}, not {want}")
+            if t["type"] == "prometheus" and "denorm_partition_unapplied_commands{" not in t["metadata"]["query"]:
+                fail(f"{name}: the Prometheus trigger does not scale on the commands not applied yet: {t['metadata']['query']}")
     if values.get("podDisruptionBudget", {}).get("enabled", True) and not by_kind.get("PodDisruptionBudget"):
         fail(f"{name}: no PodDisruptionBudget")
     for cm in by_kind.get("ConfigMap", []):

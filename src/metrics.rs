@@ -7,6 +7,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const CONSUMER_LAG_MESSAGES: &str = "denorm_consumer_lag_messages";
 pub const CONSUMER_LAG_SECONDS: &str = "denorm_consumer_lag_seconds";
+pub const UNAPPLIED_COMMANDS: &str = "denorm_partition_unapplied_commands";
 pub const COMMANDS_TOTAL: &str = "denorm_commands_total";
 pub const COMMAND_DOCUMENTS: &str = "denorm_command_documents";
 pub const COMMAND_SECONDS: &str = "denorm_command_apply_seconds";
@@ -53,6 +54,7 @@ pub const WORKER_SETTINGS_MISMATCH: &str = "denorm_worker_settings_mismatch";
 pub const ALL: &[&str] = &[
     CONSUMER_LAG_MESSAGES,
     CONSUMER_LAG_SECONDS,
+    UNAPPLIED_COMMANDS,
     COMMANDS_TOTAL,
     COMMAND_DOCUMENTS,
     COMMAND_SECONDS,
@@ -119,6 +121,7 @@ pub mod outcome {
 
 fn describe() {
     describe_gauge!(CONSUMER_LAG_MESSAGES, Unit::Count, "Messages in the partition not yet applied (end offset minus next offset to apply).");
+    describe_gauge!(UNAPPLIED_COMMANDS, Unit::Count, "Messages in the partition not applied yet: the lag in offsets less the commands key lanes applied above the group's offset (issue 45). During a fan-out in its lane, the lag in offsets counts every later message; this counts the fan-out and what waits for it.");
     describe_gauge!(CONSUMER_LAG_SECONDS, Unit::Seconds, "Age of the oldest fetched message of the partition not yet applied; 0 when caught up.");
     describe_counter!(COMMANDS_TOTAL, Unit::Count, "Commands handled, by type and outcome.");
     describe_histogram!(COMMAND_DOCUMENTS, Unit::Count, "Documents written per command, by type.");

@@ -158,6 +158,17 @@ impl DoneAbove {
         Self::from_ranges(low, inherited.through, open.into_iter().map(|o| (o, o)).chain(later))
     }
 
+    /// How many offsets from `next` (the checkpoint plus one) up to `end`
+    /// (excluded) it records applied.
+    pub fn applied_in(&self, next: i64, end: i64) -> i64 {
+        let top = self.through.min(end - 1);
+        if top < next {
+            return 0;
+        }
+        let pending: i64 = self.pending.iter().map(|(a, b)| ((*b).min(top) - (*a).max(next) + 1).max(0)).sum();
+        top - next + 1 - pending
+    }
+
     /// The record as an offset commit's metadata, for the group's offset
     /// `next` (the checkpoint plus one): `d1:<through>:<ranges>`, offsets
     /// relative to `next`, a range `a-b` or a single `a`, comma-separated.
@@ -432,6 +443,9 @@ mod tests {
         assert_eq!(d, DoneAbove { through: 60, pending: vec![(47, 47), (50, 50)] }, "45 finished since, 47 open");
         assert_eq!(DoneAbove::merged(61, 61, 61, [], &inherited), DoneAbove::default(), "read past the record: the tracker alone");
         assert_eq!(DoneAbove::merged(40, 61, 61, [40, 45], &inherited), DoneAbove { through: 61, pending: vec![(45, 45)] });
+        // Counted between the checkpoint and the log's end.
+        let d = DoneAbove::new(10, 20, [11, 12, 15]);
+        assert_eq!((d.applied_in(11, 30), d.applied_in(11, 16), d.applied_in(21, 30), d.applied_in(11, 11)), (7, 2, 0, 0));
         // As an offset commit's metadata, relative to the group's offset.
         let d = DoneAbove::new(10, 20, [11, 12, 15]);
         assert_eq!(d.to_metadata(11), "d1:9:0-1,4");

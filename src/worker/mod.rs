@@ -596,6 +596,8 @@ fn update_lag(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
             continue;
         }
         gauge!(m::CONSUMER_LAG_MESSAGES, "partition" => p.to_string()).set((high - next).max(0) as f64);
+        let above = parts.get(&p).map_or(0, |part| part.done.lock().expect("done lock").applied_in(next, high));
+        gauge!(m::UNAPPLIED_COMMANDS, "partition" => p.to_string()).set((high - next - above).max(0) as f64);
     }
 }
 

@@ -274,6 +274,7 @@ pub(super) fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx
             ctx.shared.assigned_at.lock().expect("assigned_at lock").remove(p);
             // The new owner reports this partition from now on.
             gauge!(m::CONSUMER_LAG_SECONDS, "partition" => p.to_string()).set(0.0);
+            gauge!(m::UNAPPLIED_COMMANDS, "partition" => p.to_string()).set(0.0);
             gauge!(m::PARKED_KEYS, "partition" => p.to_string()).set(0.0);
             gauge!(m::WAITING_COMMANDS, "partition" => p.to_string()).set(0.0);
             gauge!(m::OLDEST_UNFINISHED_SECONDS, "partition" => p.to_string()).set(0.0);

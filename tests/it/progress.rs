@@ -105,6 +105,13 @@ fn a_wait_for_another_keys_command_does_not_wait_for_a_held_fan_out(r: Rig) {
     assert!(dump(&r.index).iter().any(|d| d.id() == "other"), "acknowledged, not searchable");
     let lag = denorm::kafka::group_lag(&r.cfg, &r.group).unwrap().total;
     assert!(lag >= 2, "the group's offset passed the unfinished rename: lag {lag}");
+    // The two measures: the lag in offsets counts the other key's file,
+    // the commands not applied do not (only the rename).
+    let p = [("partition", "0")];
+    eventually(Duration::from_secs(30), || w.http_get("/metrics").1, || {
+        let m = w.http_get("/metrics").1;
+        (metric(&m, denorm::metrics::CONSUMER_LAG_MESSAGES, &p) == 2.0 && metric(&m, denorm::metrics::UNAPPLIED_COMMANDS, &p) == 1.0).then_some(())
+    });
     r.off_fault("fanout.hold");
     wait_applied_by(&r.cfg, &r.group, log.len() + 1, &[&w]);
     let log2 = w.log();
