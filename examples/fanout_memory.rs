@@ -98,9 +98,7 @@ fn answer(n: u64, acked: &AtomicU64, method: &str, path: &str, body: &[u8]) -> (
         ("GET", "/denorm-meta/_doc/p0") => (404, json!({"_index": "denorm-meta", "_id": "p0", "found": false})),
         // The shard's claim of its partition when it opens.
         ("POST", "/denorm-meta/_create/p0") => (201, json!({"_index": "denorm-meta", "_id": "p0", "_version": 1, "result": "created", "_seq_no": 0, "_primary_term": 1})),
-        (_, "/denorm-files-g0/_refresh" | "/denorm-files-g0,denorm-users-g0,denorm-posts-g0/_refresh") => {
-            (200, json!({"_shards": {"total": 1, "successful": 1, "failed": 0}}))
-        }
+        (_, "/denorm-files-g0/_refresh" | "/denorm-files-g0,denorm-users-g0,denorm-posts-g0/_refresh") => (200, json!({"_shards": {"total": 1, "successful": 1, "failed": 0}})),
         ("POST", "/denorm-files-g0/_pit") => (200, json!({"id": "pit"})),
         ("DELETE", "/_pit") => (200, json!({"succeeded": true, "num_freed": 1})),
         ("POST", "/_search") => {

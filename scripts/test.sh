@@ -43,6 +43,16 @@ if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
     || echo "promtool unavailable: the metrics test falls back to its own format checks" >&2
 fi
+# Formatting (rustfmt.toml): checked first, it takes a second.
+if ! cargo fmt --version >/dev/null 2>&1 && command -v rustup >/dev/null 2>&1; then
+  rustup component add rustfmt >&2 || true
+fi
+if cargo fmt --version >/dev/null 2>&1; then
+  cargo fmt --check || { echo "cargo fmt --check: the code is not formatted (run cargo fmt)" >&2; exit 1; }
+  echo "cargo fmt --check: formatted"
+else
+  echo "rustfmt unavailable: the formatting check is skipped" >&2
+fi
 python3 scripts/check-compose.py
 if command -v promtool >/dev/null 2>&1; then
   promtool check config deploy/prometheus.yml >/dev/null

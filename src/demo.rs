@@ -12,11 +12,61 @@ pub const TOP_DIRS: &[&str] = &["/clinton", "/bill", "/hillary", "/chelsea", "/a
 const PROJECTS: &[&str] = &["elasticsearch", "kibana", "logstash", "beats", "lucene", "tantivy", "kafka", "denorm"];
 const SECTIONS: &[&str] = &["src", "docs", "tests", "notes", "design"];
 const WORDS: &[&str] = &[
-    "search", "index", "document", "query", "shard", "replica", "cluster", "node", "mapping", "analyzer", "token", "term",
-    "score", "relevance", "filter", "aggregation", "bucket", "rename", "directory", "file", "path", "tree", "lock",
-    "log", "offset", "partition", "consumer", "producer", "broker", "topic", "commit", "replay", "rebuild", "alias",
-    "project", "release", "meeting", "budget", "travel", "garden", "recipe", "family", "weekend", "holiday", "music",
-    "relationships", "complicated", "easy", "starting", "new", "fast", "slow", "simple", "careful", "denormalized",
+    "search",
+    "index",
+    "document",
+    "query",
+    "shard",
+    "replica",
+    "cluster",
+    "node",
+    "mapping",
+    "analyzer",
+    "token",
+    "term",
+    "score",
+    "relevance",
+    "filter",
+    "aggregation",
+    "bucket",
+    "rename",
+    "directory",
+    "file",
+    "path",
+    "tree",
+    "lock",
+    "log",
+    "offset",
+    "partition",
+    "consumer",
+    "producer",
+    "broker",
+    "topic",
+    "commit",
+    "replay",
+    "rebuild",
+    "alias",
+    "project",
+    "release",
+    "meeting",
+    "budget",
+    "travel",
+    "garden",
+    "recipe",
+    "family",
+    "weekend",
+    "holiday",
+    "music",
+    "relationships",
+    "complicated",
+    "easy",
+    "starting",
+    "new",
+    "fast",
+    "slow",
+    "simple",
+    "careful",
+    "denormalized",
 ];
 const FIRST: &[&str] = &["John", "Mary", "Ann", "Bob", "Cy", "Dana", "Eve", "Finn", "Gus", "Hana", "Ivan", "Jo", "Kim", "Lee", "Max", "Nia"];
 const LAST: &[&str] = &["Smith", "Jones", "Brown", "Clark", "Lewis", "Young", "King", "Wright", "Hill", "Green", "Baker", "Adams"];
@@ -81,10 +131,7 @@ pub fn seed(files: usize, users: usize, posts: usize, seed: u64) -> Vec<Command>
 /// The race of the seed: a directory rename of `/clinton/projects` and a
 /// rename of the README inside it, issued concurrently.
 pub fn race() -> (Command, Command) {
-    (
-        Command::RenamePath { from: "/clinton/projects".into(), to: "/clinton/work".into() },
-        Command::RenamePath { from: README.into(), to: "/clinton/projects/elasticsearch/README.md".into() },
-    )
+    (Command::RenamePath { from: "/clinton/projects".into(), to: "/clinton/work".into() }, Command::RenamePath { from: README.into(), to: "/clinton/projects/elasticsearch/README.md".into() })
 }
 
 /// The demo's renames across top-level directories: a subtree moved to
@@ -92,11 +139,7 @@ pub fn race() -> (Command, Command) {
 /// renamed.
 pub fn moves() -> Vec<Command> {
     let r = |from: &str, to: &str| Command::RenamePath { from: from.into(), to: to.into() };
-    vec![
-        r("/hillary/projects", "/bill/hillary-projects"),
-        r("/clinton/work/elasticsearch", "/chelsea/elasticsearch"),
-        r("/al", "/albert"),
-    ]
+    vec![r("/hillary/projects", "/bill/hillary-projects"), r("/clinton/work/elasticsearch", "/chelsea/elasticsearch"), r("/al", "/albert")]
 }
 
 /// Renames of `n` users (user 1 and the next most prolific ones).

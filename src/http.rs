@@ -61,7 +61,6 @@ impl Health {
     }
 }
 
-
 /// Binds `addr` and serves until the process exits. Returns the bound address.
 pub async fn serve(addr: SocketAddr, metrics: PrometheusHandle, health: Arc<Health>) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
@@ -100,10 +99,7 @@ pub async fn serve(addr: SocketAddr, metrics: PrometheusHandle, health: Arc<Heal
                 let head = String::from_utf8_lossy(&buf[..n]);
                 let path = head.split_whitespace().nth(1).unwrap_or("/");
                 let (status, ctype, body) = route(path, &metrics, &health);
-                let resp = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
+                let resp = format!("HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
                 let _ = stream.write_all(resp.as_bytes()).await;
                 let _ = stream.shutdown().await;
             });
@@ -121,11 +117,9 @@ fn route(path: &str, metrics: &PrometheusHandle, health: &Health) -> (&'static s
         }
         "/healthz" if health.alive() => ("200 OK", TEXT, "ok\n".into()),
         "/healthz" => ("503 Service Unavailable", TEXT, "consumer loop stalled\n".into()),
-        "/readyz" if health.degraded.load(Ordering::Relaxed) > 0 => (
-            "503 Service Unavailable",
-            TEXT,
-            format!("degraded: {} partition(s) retrying a transient failure or stopped (see the log)\n", health.degraded.load(Ordering::Relaxed)),
-        ),
+        "/readyz" if health.degraded.load(Ordering::Relaxed) > 0 => {
+            ("503 Service Unavailable", TEXT, format!("degraded: {} partition(s) retrying a transient failure or stopped (see the log)\n", health.degraded.load(Ordering::Relaxed)))
+        }
         "/readyz" if health.ready.load(Ordering::Relaxed) && health.alive() => ("200 OK", TEXT, "ready\n".into()),
         "/readyz" => ("503 Service Unavailable", TEXT, "not ready\n".into()),
         _ => ("404 Not Found", TEXT, "not found\n".into()),

@@ -138,11 +138,7 @@ impl KafkaConfig {
     pub fn topic_partitions(&self) -> Result<Option<i32>, KafkaSetupError> {
         let consumer: BaseConsumer = self.client_config().create()?;
         let md = consumer.fetch_metadata(Some(&self.topic), REQUEST_TIMEOUT)?;
-        Ok(md
-            .topics()
-            .iter()
-            .find(|t| t.name() == self.topic && t.error().is_none() && !t.partitions().is_empty())
-            .map(|t| t.partitions().len() as i32))
+        Ok(md.topics().iter().find(|t| t.name() == self.topic && t.error().is_none() && !t.partitions().is_empty()).map(|t| t.partitions().len() as i32))
     }
 
     /// Creates the topic with `partitions` when it is missing. Returns its
@@ -261,11 +257,7 @@ pub struct LagReport {
 
 /// The low and high watermarks of partitions `0..partitions` of `topic`, in
 /// partition order. Blocking.
-pub fn watermarks<C: rdkafka::consumer::ConsumerContext>(
-    consumer: &BaseConsumer<C>,
-    topic: &str,
-    partitions: i32,
-) -> Result<Vec<(i64, i64)>, KafkaSetupError> {
+pub fn watermarks<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer<C>, topic: &str, partitions: i32) -> Result<Vec<(i64, i64)>, KafkaSetupError> {
     (0..partitions).map(|p| Ok(consumer.fetch_watermarks(topic, p, REQUEST_TIMEOUT)?)).collect()
 }
 
@@ -288,12 +280,7 @@ pub fn group_client(cfg: &KafkaConfig, group: &str) -> Result<BaseConsumer, Kafk
 /// The lag of partitions `0..partitions` of `topic` for the group of
 /// `consumer` (see [`group_client`]), each request waiting at most
 /// `timeout`. Blocking.
-pub fn lag_of<C: rdkafka::consumer::ConsumerContext>(
-    consumer: &BaseConsumer<C>,
-    topic: &str,
-    partitions: i32,
-    timeout: Duration,
-) -> Result<LagReport, KafkaSetupError> {
+pub fn lag_of<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer<C>, topic: &str, partitions: i32, timeout: Duration) -> Result<LagReport, KafkaSetupError> {
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition(topic, p);
@@ -314,13 +301,7 @@ pub fn lag_of<C: rdkafka::consumer::ConsumerContext>(
 /// Polls the group's lag until every partition's committed offset reaches
 /// its end offset and at least `min_end` messages exist in the topic, or
 /// `timeout` passes. `progress` sees each report. Blocking.
-pub fn wait_until_applied(
-    cfg: &KafkaConfig,
-    group: &str,
-    min_end: i64,
-    timeout: Duration,
-    mut progress: impl FnMut(&LagReport),
-) -> Result<LagReport, WaitError> {
+pub fn wait_until_applied(cfg: &KafkaConfig, group: &str, min_end: i64, timeout: Duration, mut progress: impl FnMut(&LagReport)) -> Result<LagReport, WaitError> {
     wait_on_lag(cfg, group, timeout, Duration::from_millis(50), |r| {
         progress(r);
         let end: i64 = r.partitions.iter().map(|p| p.end).sum();
@@ -336,12 +317,7 @@ pub fn wait_until_applied(
 /// offsets of the partitions concerned every 10 ms (one request; no
 /// watermarks, no metadata): it used to make a client and read the lag of
 /// every partition each 100 ms, which cost more than the wait itself.
-pub fn wait_for_deliveries(
-    cfg: &KafkaConfig,
-    group: &str,
-    deliveries: &[crate::command::LogPosition],
-    timeout: Duration,
-) -> Result<(), WaitError> {
+pub fn wait_for_deliveries(cfg: &KafkaConfig, group: &str, deliveries: &[crate::command::LogPosition], timeout: Duration) -> Result<(), WaitError> {
     use crate::retry::{poll_until, Polled};
     let need = awaited(deliveries);
     if need.is_empty() {
@@ -570,8 +546,8 @@ mod tests {
     #[test]
     fn read_your_writes_waits_for_each_delivery_command_by_command() {
         use super::Committed;
-        use crate::index::progress::DoneAbove;
         use crate::command::LogPosition;
+        use crate::index::progress::DoneAbove;
         use std::collections::BTreeMap;
         let at = |partition, offset| LogPosition { partition, offset };
         let upto = |c: &[(i32, i64)]| -> BTreeMap<i32, Committed> { c.iter().map(|(p, n)| (*p, Committed { next: *n, done: DoneAbove::default() })).collect() };

@@ -93,9 +93,7 @@ pub fn first_after(checkpoint: Option<Checkpoint>, offset: i64, fingerprint: u64
 pub fn range_against(checkpoint: Option<Checkpoint>, low: i64, high: i64) -> First {
     let next = checkpoint.map_or(0, |c| c.offset as i64 + 1);
     match checkpoint {
-        Some(c) if c.offset as i64 >= high => {
-            First::Changed(format!("the partition's log ends at offset {high}, before it (it is shorter than the index)"))
-        }
+        Some(c) if c.offset as i64 >= high => First::Changed(format!("the partition's log ends at offset {high}, before it (it is shorter than the index)")),
         _ if low > next => First::Gap { from: next, to: low },
         _ => First::Same,
     }

@@ -132,7 +132,11 @@ fn describe() {
     describe_gauge!(ASSIGNED_PARTITIONS, Unit::Count, "Partitions currently assigned to this worker.");
     describe_gauge!(REBALANCE_SECONDS, Unit::Seconds, "How long the group's rebalance in progress has taken (0: none); past the session timeout a warning is logged.");
     describe_counter!(GROUP_REJOINS_TOTAL, Unit::Count, "Times this worker left the group and joined it again, having held no partition past the session timeout while the group had lag.");
-    describe_counter!(MESSAGES_REJECTED_TOTAL, Unit::Count, "Messages not applied, by reason (empty_payload, oversized, not_single_object, unknown_schema, undecodable, invalid_command, missing_key, key_mismatch).");
+    describe_counter!(
+        MESSAGES_REJECTED_TOTAL,
+        Unit::Count,
+        "Messages not applied, by reason (empty_payload, oversized, not_single_object, unknown_schema, undecodable, invalid_command, missing_key, key_mismatch)."
+    );
     describe_counter!(DEAD_LETTERS_TOTAL, Unit::Count, "Messages written to the dead-letter topic, by reason (the rejection reasons, index_rejected, parked, repair_refused).");
     describe_counter!(
         REPAIRS_TOTAL,
@@ -176,7 +180,11 @@ fn describe() {
     describe_counter!(TAKEOVER_WAITS_TOTAL, Unit::Count, "Take-overs that had to wait for the partition their documents leave (see denorm_takeovers_waiting).");
     describe_gauge!(OWNER_CONFLICTS, Unit::Count, "Embedded index: documents held under more than one key in two owner audits in a row (an owner change sent without its explicit form).");
     describe_counter!(OWNER_CONFLICTS_TOTAL, Unit::Count, "Commands not applied because another key's partition holds their document (an owner change sent without its explicit form, a delete naming the wrong key, or a write of a key the document left, redelivered or replayed): any write on Elasticsearch, a delete on the embedded index.");
-    describe_gauge!(WAITING_COMMANDS, Unit::Count, "Messages fetched for the partition that wait for its applier (queued, waiting in a key's lane behind its fan-out, or held while the partition is paused), not counting those being applied.");
+    describe_gauge!(
+        WAITING_COMMANDS,
+        Unit::Count,
+        "Messages fetched for the partition that wait for its applier (queued, waiting in a key's lane behind its fan-out, or held while the partition is paused), not counting those being applied."
+    );
     describe_gauge!(OLDEST_UNFINISHED_SECONDS, Unit::Seconds, "How long the partition's oldest unfinished command has run (a fan-out in a key lane, or the command being applied, retries and commit included); 0 when idle. With denorm_partition_waiting_commands above 0 and busy lanes at --lanes (or --lanes 1), other keys wait behind it.");
     describe_gauge!(PARTITION_BUSY_LANES, Unit::Count, "Fan-outs of the partition in progress in key lanes (at most --lanes): each holds up only its own key's later commands.");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");

@@ -129,7 +129,11 @@ mod tests {
         let mut n = 0;
         let done: Result<i32, Option<i32>> = poll_until(Duration::from_secs(5), Duration::from_millis(1), || {
             n += 1;
-            if n == 3 { Polled::Done(n) } else { Polled::NotYet(n) }
+            if n == 3 {
+                Polled::Done(n)
+            } else {
+                Polled::NotYet(n)
+            }
         });
         assert_eq!(done, Ok(3));
         let late: Result<(), Option<&str>> = poll_until(Duration::from_millis(20), Duration::from_millis(1), || Polled::NotYet("behind"));

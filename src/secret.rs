@@ -34,9 +34,7 @@ pub fn read_secret(lookup: &impl Fn(&str) -> Option<String>, value: &str, file: 
         return Ok(Some(Secret::new(v)));
     }
     match lookup(file) {
-        Some(path) => std::fs::read_to_string(&path)
-            .map(|s| Some(Secret::new(s.trim_end_matches(['\n', '\r']))))
-            .map_err(|e| format!("cannot read {file} ({path}): {e}")),
+        Some(path) => std::fs::read_to_string(&path).map(|s| Some(Secret::new(s.trim_end_matches(['\n', '\r'])))).map_err(|e| format!("cannot read {file} ({path}): {e}")),
         None => Ok(None),
     }
 }

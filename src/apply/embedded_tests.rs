@@ -16,12 +16,7 @@ fn shard_applies_commits_and_searches() {
     let dir = tempfile::tempdir().unwrap();
     let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
     let mut shard = idx.open_shard(0, 20_000_000).unwrap();
-    let log = [
-        upsert("a", "/c/p/es/README.txt"),
-        upsert("b", "/c/p/x.txt"),
-        Command::RenamePath { from: "/c/p".into(), to: "/c/w".into() },
-        upsert("c", "/c/w/new.txt"),
-    ];
+    let log = [upsert("a", "/c/p/es/README.txt"), upsert("b", "/c/p/x.txt"), Command::RenamePath { from: "/c/p".into(), to: "/c/w".into() }, upsert("c", "/c/w/new.txt")];
     for (pos, c) in log.iter().enumerate() {
         apply(&mut shard, c, pos as u64, FanOut::pages_of(1)).unwrap();
         shard.mark_applied(Checkpoint::new(pos as u64, 0));
@@ -209,13 +204,7 @@ fn a_profile_change_reads_the_batchs_pending_writes_without_a_commit() {
         let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
         let mut shard = idx.open_shard(0, 20_000_000).unwrap();
         let committed = [user("u", "Ann"), post("p1", "u", "one"), post("p3", "u", "three"), post("p4", "u", "four"), post("p5", "u", "five"), post("p6", "u", "six")];
-        let batch = [
-            post("p1", "u", "one, edited"),
-            post("p2", "u", "two, new"),
-            Command::DeletePost { id: "p3".into(), user_id: "u".into() },
-            post("p4", "v", "four, now v's"),
-            user("u", "Bob"),
-        ];
+        let batch = [post("p1", "u", "one, edited"), post("p2", "u", "two, new"), Command::DeletePost { id: "p3".into(), user_id: "u".into() }, post("p4", "v", "four, now v's"), user("u", "Bob")];
         let log: Vec<Command> = committed.iter().chain(&batch).cloned().collect();
         for (pos, c) in committed.iter().enumerate() {
             apply(&mut shard, c, pos as u64, FanOut::pages_of(page)).unwrap();

@@ -297,22 +297,9 @@ mod tests {
 
     #[test]
     fn directory_rename_moves_every_file_beneath_and_nothing_else() {
-        let shard = run(&[
-            upsert("a", "/c/projects/es/README.txt"),
-            upsert("b", "/c/projects/x.txt"),
-            upsert("c", "/c/projectsX/y.txt"),
-            upsert("d", "/c/other.txt"),
-            rename("/c/projects", "/c/work"),
-        ]);
-        assert_eq!(
-            files(&shard),
-            vec![
-                (s("a"), s("/c/work/es/README.txt")),
-                (s("b"), s("/c/work/x.txt")),
-                (s("c"), s("/c/projectsX/y.txt")),
-                (s("d"), s("/c/other.txt")),
-            ]
-        );
+        let shard =
+            run(&[upsert("a", "/c/projects/es/README.txt"), upsert("b", "/c/projects/x.txt"), upsert("c", "/c/projectsX/y.txt"), upsert("d", "/c/other.txt"), rename("/c/projects", "/c/work")]);
+        assert_eq!(files(&shard), vec![(s("a"), s("/c/work/es/README.txt")), (s("b"), s("/c/work/x.txt")), (s("c"), s("/c/projectsX/y.txt")), (s("d"), s("/c/other.txt")),]);
         let Some(Doc::File(a)) = shard.docs.get(&(Kind::File, s("a"))) else { panic!() };
         assert_eq!(a.tree(), vec!["/c", "/c/work", "/c/work/es"]);
         assert_eq!(a.name, "README.txt");
@@ -358,12 +345,7 @@ mod tests {
 
     #[test]
     fn deletes_remove_documents() {
-        let shard = run(&[
-            upsert("a", "/c/a.txt"),
-            post("p", "1"),
-            Command::DeleteFile { id: s("a"), path: s("/c/a.txt") },
-            Command::DeletePost { id: s("p"), user_id: s("1") },
-        ]);
+        let shard = run(&[upsert("a", "/c/a.txt"), post("p", "1"), Command::DeleteFile { id: s("a"), path: s("/c/a.txt") }, Command::DeletePost { id: s("p"), user_id: s("1") }]);
         assert!(shard.docs.is_empty());
     }
 

@@ -29,11 +29,7 @@ pub struct CpuClock {
 impl CpuClock {
     pub fn start(pids: Vec<(&'static str, u32)>) -> CpuClock {
         let start = pids.iter().map(|(_, p)| cpu_seconds(*p)).collect();
-        CpuClock {
-            pids,
-            start,
-            wall: Instant::now(),
-        }
+        CpuClock { pids, start, wall: Instant::now() }
     }
 
     /// {"wall_seconds", "<name>_cpu_seconds"...}; also printed.
@@ -48,11 +44,7 @@ impl CpuClock {
                 text.push(format!("{name} {:.1} s", b - a));
             }
         }
-        eprintln!(
-            "       cpu during {phase}: {} in {wall:.1} s wall on {} cores",
-            text.join(", "),
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-        );
+        eprintln!("       cpu during {phase}: {} in {wall:.1} s wall on {} cores", text.join(", "), std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
         serde_json::Value::Object(out)
     }
 }
@@ -98,15 +90,8 @@ impl Sampler {
 }
 
 pub fn machine() -> serde_json::Value {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
-        s.lines()
-            .find(|l| l.starts_with("model name"))
-            .and_then(|l| l.split(':').nth(1))
-            .map(|m| m.trim().to_string())
-    });
-    let mem_kb = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| s.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<u64>().ok()));
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|m| m.trim().to_string()));
+    let mem_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| s.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<u64>().ok()));
     json!({
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "cpu": cpu,

@@ -15,15 +15,15 @@ use rdkafka::mocking::MockCluster;
 
 use super::Cli;
 use crate::command::Command;
+use crate::command::LogPosition;
+use crate::demo;
 use crate::http::Health;
 use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 use crate::index::{FileQuery, PostQuery, SearchIndex};
 use crate::kafka::{self, KafkaConfig};
 use crate::model;
-use crate::command::LogPosition;
 use crate::produce::Producer;
 use crate::worker::{self, Stats, WorkerConfig};
-use crate::demo;
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -67,12 +67,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     // of librdkafka's mock cluster); the producer's lz4 batches keep the data
     // set well inside it, and `check_retained` fails loudly if it is not.
     let group = cli.group.clone();
-    eprintln!(
-        "denorm demo: in-process Kafka ({} brokers), topic {topic} with {} partitions, index at {}",
-        3,
-        a.partitions,
-        dir.display()
-    );
+    eprintln!("denorm demo: in-process Kafka ({} brokers), topic {topic} with {} partitions, index at {}", 3, a.partitions, dir.display());
 
     step(1, &format!("generating data: {} files in {} top-level trees, {} users, {} posts", a.data.files, demo::TOP_DIRS.len(), a.data.users, a.data.posts));
     let seed = a.data.load();
@@ -122,11 +117,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     let race_secs = wait(&kafka, &group, log.len(), a.timeout_secs, "rewriting").await?;
     let race_total = t.elapsed().as_secs_f64().max(race_secs);
     let docs_after: u64 = stats.iter().map(|s| s.documents.load(Ordering::Relaxed)).sum();
-    let (big_docs, big_us) = stats
-        .iter()
-        .map(|s| (s.largest_fan_out_documents.load(Ordering::Relaxed), s.largest_fan_out_micros.load(Ordering::Relaxed)))
-        .max()
-        .unwrap_or((0, 0));
+    let (big_docs, big_us) = stats.iter().map(|s| (s.largest_fan_out_documents.load(Ordering::Relaxed), s.largest_fan_out_micros.load(Ordering::Relaxed))).max().unwrap_or((0, 0));
     eprintln!(
         "      {} documents rewritten in {race_total:.1}s; largest rename: {big_docs} files in {:.2}s ({:.0} documents/s); lag drained to 0",
         docs_after - docs_before,
@@ -192,7 +183,21 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
         let timeout = Duration::from_secs(a.timeout_secs);
         tokio::task::spawn_blocking(move || -> anyhow::Result<crate::verify::Report> {
             let scratch = tempfile::Builder::new().prefix("denorm-verify-").tempdir()?;
-            let v = crate::verify::Verify { members: Default::default(), kafka: k, live: live.as_ref(), scratch: scratch.path(), group: g, budget: 64 << 20, max_differences: 20, for_repair: false, timeout, keys: None, rounds: 1, delete_group: false, runtime: rt };
+            let v = crate::verify::Verify {
+                members: Default::default(),
+                kafka: k,
+                live: live.as_ref(),
+                scratch: scratch.path(),
+                group: g,
+                budget: 64 << 20,
+                max_differences: 20,
+                for_repair: false,
+                timeout,
+                keys: None,
+                rounds: 1,
+                delete_group: false,
+                runtime: rt,
+            };
             Ok(crate::verify::run(v, |_| {})?)
         })
         .await?
@@ -233,10 +238,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     let (n_expected, n_actual) = (expected.len(), actual.len());
     let diffs = model::diff(expected, actual, 20);
     let applied: u64 = stats.iter().map(|s| s.applied.load(Ordering::Relaxed)).sum();
-    println!(
-        "  commands: {} produced, {applied} applied by 2 workers; documents: {n_actual} in the index, {n_expected} in the model",
-        log.len()
-    );
+    println!("  commands: {} produced, {applied} applied by 2 workers; documents: {n_actual} in the index, {n_expected} in the model", log.len());
     println!("  peak memory (VmHWM): {}", peak_memory());
     println!("  total time: {:.1}s", started.elapsed().as_secs_f64());
     if !diffs.is_empty() {
@@ -246,10 +248,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
         bail!("model check FAILED: the index differs from the reference model");
     }
     println!("model check passed: all {n_actual} documents match the reference model");
-    println!(
-        "denorm verify: {} documents equal to a replay of the log up to the index's checkpoints ({:.1}s; docs/verify.md)",
-        verified.outcome.checked, verified.seconds
-    );
+    println!("denorm verify: {} documents equal to a replay of the log up to the index's checkpoints ({:.1}s; docs/verify.md)", verified.outcome.checked, verified.seconds);
     if !verified.clean() {
         for d in &verified.outcome.differences {
             println!("  VERIFY DIFFERENCE: {} {}: {:?} {:?}", d.kind, d.id, d.problem, d.fields);
@@ -287,17 +286,12 @@ fn check_retained(kafka: &KafkaConfig) -> anyhow::Result<()> {
     for p in 0..kafka.partitions {
         let (low, _) = c.fetch_watermarks(&kafka.topic, p, kafka::REQUEST_TIMEOUT)?;
         if low > 0 {
-            bail!(
-                "the in-process broker dropped the first {low} messages of partition {p} (it keeps at most 5 MiB per partition); use a smaller data set (--files)"
-            );
+            bail!("the in-process broker dropped the first {low} messages of partition {p} (it keeps at most 5 MiB per partition); use a smaller data set (--files)");
         }
     }
     Ok(())
 }
 
 fn peak_memory() -> String {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l["VmHWM:".len()..].trim().to_string()))
-        .unwrap_or_else(|| "unknown".into())
+    std::fs::read_to_string("/proc/self/status").ok().and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l["VmHWM:".len()..].trim().to_string())).unwrap_or_else(|| "unknown".into())
 }

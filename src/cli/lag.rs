@@ -16,9 +16,7 @@ pub struct LagArgs {
 pub async fn run(cli: &Cli, a: &LagArgs) -> anyhow::Result<()> {
     let cfg = cli.kafka();
     let group = cli.group.clone();
-    let report = tokio::task::spawn_blocking(move || kafka::group_lag(&cfg, &group))
-        .await?
-        .with_context(|| format!("reading the lag of group {}", cli.group))?;
+    let report = tokio::task::spawn_blocking(move || kafka::group_lag(&cfg, &group)).await?.with_context(|| format!("reading the lag of group {}", cli.group))?;
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
         return Ok(());

@@ -165,13 +165,7 @@ impl Cli {
     pub fn kafka(&self) -> KafkaConfig {
         let mut options = self.kafka_options_file.as_ref().map(|f| f.options.clone()).unwrap_or_default();
         options.extend(self.kafka_options.iter().cloned());
-        KafkaConfig {
-            brokers: self.brokers.clone(),
-            topic: self.topic.clone(),
-            partitions: self.partitions,
-            replication: self.replication_factor,
-            options,
-        }
+        KafkaConfig { brokers: self.brokers.clone(), topic: self.topic.clone(), partitions: self.partitions, replication: self.replication_factor, options }
     }
 }
 
@@ -313,11 +307,7 @@ impl DataSetArgs {
 /// A progress bar on stderr, hidden when stderr is not a terminal.
 pub(crate) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg:>12} [{bar:30}] {pos}/{len} ({per_sec}, eta {eta})")
-            .expect("template")
-            .progress_chars("=> "),
-    );
+    bar.set_style(indicatif::ProgressStyle::with_template("{msg:>12} [{bar:30}] {pos}/{len} ({per_sec}, eta {eta})").expect("template").progress_chars("=> "));
     bar.set_message(what.to_string());
     bar
 }

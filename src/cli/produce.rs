@@ -125,9 +125,7 @@ impl One {
             One::DeleteFile { id, path } => Command::DeleteFile { id, path },
             One::Rename { from, to } => Command::RenamePath { from, to },
             One::UpsertUser { id, name, email, dob } => Command::UpsertUser { id, name, email, dob },
-            One::UpsertPost { id, user_id, title, body, previous_user_id } => {
-                Command::UpsertPost { id, user_id, title, body, previous_user_id }
-            }
+            One::UpsertPost { id, user_id, title, body, previous_user_id } => Command::UpsertPost { id, user_id, title, body, previous_user_id },
             One::DeletePost { id, user_id } => Command::DeletePost { id, user_id },
         };
         one.validate()?;
@@ -159,9 +157,7 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
         None => Producer::new(&kafka)?,
         Some(r) => {
             let subject = a.subject.clone().unwrap_or_else(|| crate::codec::registry::value_subject(&kafka.topic));
-            let p = Producer::with_registry(&kafka, &r, &subject, !a.no_register_schema)
-                .await
-                .with_context(|| format!("getting the schema id of subject {subject:?} from {}", r.url()))?;
+            let p = Producer::with_registry(&kafka, &r, &subject, !a.no_register_schema).await.with_context(|| format!("getting the schema id of subject {subject:?} from {}", r.url()))?;
             if let crate::produce::Framing::Registry(id) = p.framing() {
                 eprintln!("schema-registry framing: subject {subject}, schema id {id}");
             }
@@ -196,10 +192,7 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
         let n = commands.len();
         let bar = super::progress(n as u64, "produced");
         let start = Instant::now();
-        let (d, dest) = producer
-            .send_ordered(&kafka, &cli.group, commands, a.in_flight, patience, |done| bar.set_position(done as u64))
-            .await
-            .context("sending commands")?;
+        let (d, dest) = producer.send_ordered(&kafka, &cli.group, commands, a.in_flight, patience, |done| bar.set_position(done as u64)).await.context("sending commands")?;
         bar.finish_and_clear();
         let secs = start.elapsed().as_secs_f64();
         eprintln!("produced {n} commands in {secs:.1}s ({:.0}/s)", n as f64 / secs.max(1e-9));

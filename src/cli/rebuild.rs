@@ -10,7 +10,7 @@ use tracing::info;
 
 use super::{Cli, UsageError};
 use crate::http::{self, Health};
-use crate::index::elastic::{setup, backend::ElasticBackend};
+use crate::index::elastic::{backend::ElasticBackend, setup};
 use crate::index::embedded::EmbeddedIndex;
 use crate::index::generations::{ElasticGenerations, EmbeddedGenerations, Generations};
 use crate::kafka::KafkaConfig;
@@ -126,7 +126,8 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     super::topics::check_lifetime(&kafka, "command topic").await?;
     dlq.ensure_topic().await.context("cannot reach or create the dead-letter topic")?;
     tokio::task::spawn_blocking(move || {
-        let r = Rebuild { kafka: k, index: index.as_ref(), group, partitions, keep_old, takeover_waits: waits, any_partitioner, accept_gaps, accept_owner_conflicts, verify, health, runtime: rt, members };
+        let r =
+            Rebuild { kafka: k, index: index.as_ref(), group, partitions, keep_old, takeover_waits: waits, any_partitioner, accept_gaps, accept_owner_conflicts, verify, health, runtime: rt, members };
         rebuild(r)
     })
     .await?
@@ -152,11 +153,7 @@ fn rebuild(r: Rebuild<'_>) -> anyhow::Result<()> {
         }
     };
     let done = crate::rebuild::run(r, shown).map_err(|e| match e {
-        e @ (RebuildError::PartitionsAdded { .. }
-        | RebuildError::OtherLog { .. }
-        | RebuildError::OtherMembers { .. }
-        | RebuildError::OwnerConflicts { .. }
-        | RebuildError::VerifyOtherLog { .. }) => {
+        e @ (RebuildError::PartitionsAdded { .. } | RebuildError::OtherLog { .. } | RebuildError::OtherMembers { .. } | RebuildError::OwnerConflicts { .. } | RebuildError::VerifyOtherLog { .. }) => {
             anyhow::Error::new(UsageError(e.to_string()))
         }
         e => anyhow::Error::new(e),
@@ -218,4 +215,3 @@ fn show_status(kafka: &KafkaConfig, index: &dyn Generations, json: bool) -> anyh
     }
     Ok(())
 }
-

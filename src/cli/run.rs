@@ -12,8 +12,8 @@ use tracing::info;
 use super::Cli;
 use crate::apply::FanOut;
 use crate::http::{self, Health};
-use crate::index::elastic::setup;
 use crate::index::elastic::backend::ElasticBackend;
+use crate::index::elastic::setup;
 use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
 use crate::index::Backend;
 use crate::worker::{self, defaults, OnAbort, Stats, WorkerConfig};
@@ -136,11 +136,9 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     if super::elastic_url(cli).is_some() && a.page_size > window {
         // Every page of every fan-out would be refused (from + size above
         // index.max_result_window): every rename would fail for good.
-        return Err(super::UsageError(format!(
-            "--page-size {} is above Elasticsearch's index.max_result_window ({window}): a page of a fan-out may hold at most {window} documents",
-            a.page_size
-        ))
-        .into());
+        return Err(
+            super::UsageError(format!("--page-size {} is above Elasticsearch's index.max_result_window ({window}): a page of a fan-out may hold at most {window} documents", a.page_size)).into()
+        );
     }
     if super::elastic_url(cli).is_some() {
         crate::index::elastic::docs::check_page_pause(Duration::from_millis(a.fan_out_page_pause_ms)).map_err(super::UsageError)?;
@@ -161,9 +159,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
     let health = Arc::new(Health::default());
     health.beat();
-    let bound = http::serve(a.metrics_addr, handle, health.clone())
-        .await
-        .with_context(|| format!("binding the metrics endpoint {}", a.metrics_addr))?;
+    let bound = http::serve(a.metrics_addr, handle, health.clone()).await.with_context(|| format!("binding the metrics endpoint {}", a.metrics_addr))?;
     info!(addr = %bound, "serving /metrics, /healthz, /readyz");
 
     let registry = a.registry.registry()?;

@@ -79,9 +79,7 @@ pub fn run(cli: &Cli, a: &SearchArgs, runtime: tokio::runtime::Handle) -> anyhow
     match &a.what {
         What::Files { dir, under, text, limit, json } => {
             let q = FileQuery { dir: dir.clone(), under: under.clone(), text: text.clone() };
-            search.files(&q, *limit, &mut |f| {
-                emit(if *json { serde_json::to_string(&f).expect("json") } else { format!("{}\t{}", f.full_path(), f.id) })
-            })?;
+            search.files(&q, *limit, &mut |f| emit(if *json { serde_json::to_string(&f).expect("json") } else { format!("{}\t{}", f.full_path(), f.id) }))?;
         }
         What::Posts { text, author, group_by_author, per_author, limit, json } => {
             let q = PostQuery { text: text.clone(), author: author.clone() };
@@ -97,9 +95,7 @@ pub fn run(cli: &Cli, a: &SearchArgs, runtime: tokio::runtime::Handle) -> anyhow
                     }
                 }
             } else {
-                search.posts(&q, *limit, &mut |p| {
-                    emit(if *json { serde_json::to_string(&p).expect("json") } else { format!("{}\t{}\t{}", p.title, p.user.name, p.id) })
-                })?;
+                search.posts(&q, *limit, &mut |p| emit(if *json { serde_json::to_string(&p).expect("json") } else { format!("{}\t{}\t{}", p.title, p.user.name, p.id) }))?;
             }
         }
     }

@@ -146,7 +146,8 @@ impl Setup {
     /// One verify, into the (empty) scratch directory, which it leaves
     /// empty again.
     async fn verify(&self, keys: Option<crate::worker::KeySample>, max: usize, for_repair: bool) -> Result<Report, CouldNotVerify> {
-        let (kafka, live, scratch, group, budget, timeout, rounds, members) = (self.kafka.clone(), self.live.clone(), self.scratch.clone(), self.group.clone(), self.budget, self.timeout, self.rounds, self.members);
+        let (kafka, live, scratch, group, budget, timeout, rounds, members) =
+            (self.kafka.clone(), self.live.clone(), self.scratch.clone(), self.group.clone(), self.budget, self.timeout, self.rounds, self.members);
         let rt = tokio::runtime::Handle::current();
         let report = tokio::task::spawn_blocking(move || {
             let show = std::io::stderr().is_terminal();
@@ -333,10 +334,7 @@ async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<crate::ver
     // yet: review F3), is not repaired (see `repair::plan`).
     let now = setup.positions(partitions).await?;
     let (kafka, at) = (setup.kafka.clone(), report.at.clone());
-    let moved = tokio::task::spawn_blocking(move || crate::verify::moved_past(&kafka, partitions, &at, &[&now]))
-        .await
-        .map_err(|e| fail(e.into()))?
-        .map_err(|e| fail(e.into()))?;
+    let moved = tokio::task::spawn_blocking(move || crate::verify::moved_past(&kafka, partitions, &at, &[&now])).await.map_err(|e| fail(e.into()))?.map_err(|e| fail(e.into()))?;
     let plan = crate::verify::repair::plan(&report.outcome.differences, &report.at, &|p| moved.contains(&p));
     let beyond = report.outcome.differences_total - report.outcome.differences.len();
     let producer = crate::produce::Producer::new(&setup.kafka).map_err(|e| fail(e.into()))?;
@@ -380,13 +378,7 @@ async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<crate::ver
 /// The report for a terminal.
 fn human(r: &Report) -> String {
     let o = &r.outcome;
-    let mut out = format!(
-        "verified {} document(s) of {} against a replay of its log up to offsets {} ({:.1} s)\n",
-        o.checked,
-        r.topic,
-        crate::verify::describe(&r.at),
-        r.seconds
-    );
+    let mut out = format!("verified {} document(s) of {} against a replay of its log up to offsets {} ({:.1} s)\n", o.checked, r.topic, crate::verify::describe(&r.at), r.seconds);
     if !r.keys.is_empty() || r.sample_percent.is_some() {
         let mut of = Vec::new();
         if !r.keys.is_empty() {

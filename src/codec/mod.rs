@@ -18,8 +18,8 @@ pub mod canonical;
 pub mod registry;
 mod value;
 
-pub use value::{record_name, to_value};
 use value::{control_from_value, from_value, move_from_value};
+pub use value::{record_name, to_value};
 
 use std::collections::HashMap;
 
@@ -27,9 +27,9 @@ use apache_avro::rabin::Rabin;
 use apache_avro::schema::Schema;
 use apache_avro::types::Value;
 
-use crate::command::Envelope;
 use crate::command::control::Control;
 use crate::command::moves::MoveIn;
+use crate::command::Envelope;
 
 /// The current schema (writer schema of this version).
 pub const CURRENT_SCHEMA: &str = include_str!("../../schemas/command.avsc");
@@ -155,14 +155,7 @@ pub struct SchemaFingerprints {
 
 /// Fingerprints of every schema file.
 pub fn schema_fingerprints() -> Vec<SchemaFingerprints> {
-    SCHEMA_FILES
-        .iter()
-        .map(|(file, text)| SchemaFingerprints {
-            file,
-            fingerprint: hex(&fingerprint_of(text)),
-            legacy: hex(&legacy_fingerprint(&parse(text))),
-        })
-        .collect()
+    SCHEMA_FILES.iter().map(|(file, text)| SchemaFingerprints { file, fingerprint: hex(&fingerprint_of(text)), legacy: hex(&legacy_fingerprint(&parse(text))) }).collect()
 }
 
 fn parse(text: &str) -> Schema {
@@ -312,13 +305,7 @@ impl Codec {
         let files = m
             .files
             .iter()
-            .map(|f| {
-                Value::Record(vec![
-                    ("id".into(), Value::String(f.id.clone())),
-                    ("path".into(), Value::String(f.path.clone())),
-                    ("contents".into(), Value::String(f.contents.clone())),
-                ])
-            })
+            .map(|f| Value::Record(vec![("id".into(), Value::String(f.id.clone())), ("path".into(), Value::String(f.path.clone())), ("contents".into(), Value::String(f.contents.clone()))]))
             .collect();
         let value = Value::Record(vec![
             ("move_id".into(), Value::String(m.move_id.clone())),

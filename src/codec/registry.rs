@@ -241,10 +241,7 @@ fn is_transient(status: StatusCode) -> bool {
 }
 
 fn id_of(body: &serde_json::Value) -> Result<u32, RegistryError> {
-    body.get("id")
-        .and_then(|v| v.as_u64())
-        .and_then(|v| u32::try_from(v).ok())
-        .ok_or_else(|| RegistryError::Unavailable(format!("the registry's answer has no schema id: {body}")))
+    body.get("id").and_then(|v| v.as_u64()).and_then(|v| u32::try_from(v).ok()).ok_or_else(|| RegistryError::Unavailable(format!("the registry's answer has no schema id: {body}")))
 }
 
 /// Percent-encodes a subject for a URL path segment.

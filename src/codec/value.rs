@@ -21,17 +21,11 @@ pub fn record_name(c: &Command) -> &'static str {
 
 fn payload_fields(c: &Command) -> (&'static str, Vec<(&'static str, &str)>) {
     match c {
-        Command::UpsertFile { id, path, contents, .. } => {
-            ("UpsertFile", vec![("id", id), ("path", path), ("contents", contents)])
-        }
+        Command::UpsertFile { id, path, contents, .. } => ("UpsertFile", vec![("id", id), ("path", path), ("contents", contents)]),
         Command::DeleteFile { id, path } => ("DeleteFile", vec![("id", id), ("path", path)]),
         Command::RenamePath { from, to } => ("RenamePath", vec![("from", from), ("to", to)]),
-        Command::UpsertUser { id, name, email, dob } => {
-            ("UpsertUser", vec![("id", id), ("name", name), ("email", email), ("dob", dob)])
-        }
-        Command::UpsertPost { id, user_id, title, body, .. } => {
-            ("UpsertPost", vec![("id", id), ("user_id", user_id), ("title", title), ("body", body)])
-        }
+        Command::UpsertUser { id, name, email, dob } => ("UpsertUser", vec![("id", id), ("name", name), ("email", email), ("dob", dob)]),
+        Command::UpsertPost { id, user_id, title, body, .. } => ("UpsertPost", vec![("id", id), ("user_id", user_id), ("title", title), ("body", body)]),
         Command::DeletePost { id, user_id } => ("DeletePost", vec![("id", id), ("user_id", user_id)]),
     }
 }
@@ -81,10 +75,7 @@ pub fn to_value(schema: &Schema, e: &Envelope) -> Value {
     }
     let (branch, payload) = (branch as u32, Value::Record(payload));
     let Schema::Record(r) = schema else { panic!("command schema is a record") };
-    let mut out = vec![
-        ("command_id".to_string(), Value::String(e.command_id.clone())),
-        ("issued_at".to_string(), Value::TimestampMillis(e.issued_at)),
-    ];
+    let mut out = vec![("command_id".to_string(), Value::String(e.command_id.clone())), ("issued_at".to_string(), Value::TimestampMillis(e.issued_at))];
     if r.fields.iter().any(|f| f.name == "tenant") {
         out.push(("tenant".to_string(), optional(e.tenant.as_ref())));
     }
@@ -164,22 +155,13 @@ pub(super) fn from_value(writer: &Schema, value: Value) -> Result<Envelope, Deco
     let mut p: HashMap<String, Value> = p.into_iter().collect();
     let mut f = |k: &'static str| string(p.remove(k), k);
     let command = match name {
-        "UpsertFile" => Command::UpsertFile {
-            id: f("id")?,
-            path: f("path")?,
-            contents: f("contents")?,
-            previous_path: optional_string(p.remove("previous_path"), "previous_path")?,
-        },
+        "UpsertFile" => Command::UpsertFile { id: f("id")?, path: f("path")?, contents: f("contents")?, previous_path: optional_string(p.remove("previous_path"), "previous_path")? },
         "DeleteFile" => Command::DeleteFile { id: f("id")?, path: f("path")? },
         "RenamePath" => Command::RenamePath { from: f("from")?, to: f("to")? },
         "UpsertUser" => Command::UpsertUser { id: f("id")?, name: f("name")?, email: f("email")?, dob: f("dob")? },
-        "UpsertPost" => Command::UpsertPost {
-            id: f("id")?,
-            user_id: f("user_id")?,
-            title: f("title")?,
-            body: f("body")?,
-            previous_user_id: optional_string(p.remove("previous_user_id"), "previous_user_id")?,
-        },
+        "UpsertPost" => {
+            Command::UpsertPost { id: f("id")?, user_id: f("user_id")?, title: f("title")?, body: f("body")?, previous_user_id: optional_string(p.remove("previous_user_id"), "previous_user_id")? }
+        }
         "DeletePost" => Command::DeletePost { id: f("id")?, user_id: f("user_id")? },
         other => return Err(DecodeError::Shape(format!("unknown payload type {other:?}"))),
     };

@@ -55,10 +55,7 @@ mod tests {
     fn parses_the_documented_contract() {
         let cmds = parse_all(CONTRACT.as_bytes()).unwrap();
         let kinds: Vec<_> = cmds.iter().map(Command::kind).collect();
-        assert_eq!(
-            kinds,
-            ["upsert_file", "delete_file", "rename", "rename", "rename", "upsert_user", "upsert_post", "delete_post", "upsert_file", "upsert_post"]
-        );
+        assert_eq!(kinds, ["upsert_file", "delete_file", "rename", "rename", "rename", "upsert_user", "upsert_post", "delete_post", "upsert_file", "upsert_post"]);
         assert_eq!(cmds[2], Command::RenamePath { from: "/clinton/projects".into(), to: "/clinton/work".into() });
         // Across top-level directories: the same format.
         assert_eq!(cmds[3].destination_key(), Some("/bill"));

@@ -45,10 +45,21 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         previous_path: Option<String>,
     },
-    DeleteFile { id: String, path: String },
+    DeleteFile {
+        id: String,
+        path: String,
+    },
     #[serde(rename = "rename")]
-    RenamePath { from: String, to: String },
-    UpsertUser { id: String, name: String, email: String, dob: String },
+    RenamePath {
+        from: String,
+        to: String,
+    },
+    UpsertUser {
+        id: String,
+        name: String,
+        email: String,
+        dob: String,
+    },
     UpsertPost {
         id: String,
         user_id: String,
@@ -60,7 +71,10 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         previous_user_id: Option<String>,
     },
-    DeletePost { id: String, user_id: String },
+    DeletePost {
+        id: String,
+        user_id: String,
+    },
 }
 
 /// A command with its envelope: the unit written to the topic.
@@ -262,11 +276,7 @@ fn check_id(field: &'static str, id: &str) -> Result<(), CommandError> {
 fn check_file_path(field: &'static str, p: &str) -> Result<(), CommandError> {
     path::validate(field, p)?;
     if path::depth(p) < 2 {
-        return Err(CommandError::InvalidPath {
-            field,
-            path: p.to_string(),
-            reason: "must lie inside a top-level directory".into(),
-        });
+        return Err(CommandError::InvalidPath { field, path: p.to_string(), reason: "must lie inside a top-level directory".into() });
     }
     Ok(())
 }
@@ -350,13 +360,7 @@ mod tests {
 
     #[test]
     fn an_owner_change_of_a_post_is_its_delete_under_the_old_user_then_the_upsert() {
-        let post = |prev: Option<&str>| Command::UpsertPost {
-            id: "p".into(),
-            user_id: "7".into(),
-            title: "t".into(),
-            body: "b".into(),
-            previous_user_id: prev.map(Into::into),
-        };
+        let post = |prev: Option<&str>| Command::UpsertPost { id: "p".into(), user_id: "7".into(), title: "t".into(), body: "b".into(), previous_user_id: prev.map(Into::into) };
         assert_eq!(post(Some("3")).key(), "7");
         assert_eq!(post(Some("3")).previous_key(), Some("3"));
         // Naming its own user is no owner change.
@@ -375,10 +379,7 @@ mod tests {
         // Within the same top-level directory it is an ordinary upsert.
         assert_eq!(up(Some("/bill/a.txt")).previous_key(), None);
         assert_eq!(up(Some("/bill/a.txt")).owner_change_delete(), None);
-        assert_eq!(
-            expand_owner_changes(vec![up(Some("/clinton/a.txt"))]),
-            vec![Command::DeleteFile { id: "f".into(), path: "/clinton/a.txt".into() }, up(Some("/clinton/a.txt"))]
-        );
+        assert_eq!(expand_owner_changes(vec![up(Some("/clinton/a.txt"))]), vec![Command::DeleteFile { id: "f".into(), path: "/clinton/a.txt".into() }, up(Some("/clinton/a.txt"))]);
         assert!(up(Some("/a.txt")).validate().is_err());
         assert!(up(Some("relative/a.txt")).validate().is_err());
         assert!(up(Some("/clinton/a.txt")).validate().is_ok());

@@ -6,11 +6,7 @@ use super::CommandError;
 /// Checks that `path` is absolute, has no empty, `.` or `..` segment and no
 /// trailing slash. `what` names the field in the error.
 pub fn validate(what: &'static str, path: &str) -> Result<(), CommandError> {
-    let invalid = |reason: &str| CommandError::InvalidPath {
-        field: what,
-        path: path.to_string(),
-        reason: reason.to_string(),
-    };
+    let invalid = |reason: &str| CommandError::InvalidPath { field: what, path: path.to_string(), reason: reason.to_string() };
     if !path.starts_with('/') {
         return Err(invalid("must be absolute (start with '/')"));
     }
@@ -24,9 +20,7 @@ pub fn validate(what: &'static str, path: &str) -> Result<(), CommandError> {
         match segment {
             "" => return Err(invalid("has an empty segment")),
             "." | ".." => return Err(invalid("has a '.' or '..' segment")),
-            s if s.chars().any(char::is_control) => {
-                return Err(invalid("has a control character"))
-            }
+            s if s.chars().any(char::is_control) => return Err(invalid("has a control character")),
             _ => {}
         }
     }
@@ -72,10 +66,7 @@ pub fn tree(dir: &str) -> Vec<String> {
 
 /// True when `path` is `ancestor` itself or lies beneath it.
 pub fn is_within(path: &str, ancestor: &str) -> bool {
-    path == ancestor
-        || (path.len() > ancestor.len()
-            && path.starts_with(ancestor)
-            && path.as_bytes()[ancestor.len()] == b'/')
+    path == ancestor || (path.len() > ancestor.len() && path.starts_with(ancestor) && path.as_bytes()[ancestor.len()] == b'/')
 }
 
 /// Where the file at full path `path` ends up when `from` is renamed to `to`:

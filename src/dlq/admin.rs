@@ -12,11 +12,11 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
 use super::{header, MarkerKind};
-use crate::command::control::{Action, Control};
 use crate::clock::now_millis;
 use crate::codec::Codec;
-use crate::kafka::{KafkaConfig, KafkaSetupError, REQUEST_TIMEOUT};
+use crate::command::control::{Action, Control};
 use crate::command::LogPosition;
+use crate::kafka::{KafkaConfig, KafkaSetupError, REQUEST_TIMEOUT};
 
 /// A dead letter as read back.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -81,10 +81,8 @@ impl Marker {
     /// wherever it is in the dead-letter topic (a rebuild writes its letters
     /// again, after the marker).
     fn closes(&self, e: &Entry) -> bool {
-        let by_offset = self.dlq_partition == e.dlq_partition
-            && self.key == e.key
-            && self.dlq_offset > e.dlq_offset
-            && if self.dropped() { self.through == e.dlq_offset } else { self.through >= e.dlq_offset };
+        let by_offset =
+            self.dlq_partition == e.dlq_partition && self.key == e.key && self.dlq_offset > e.dlq_offset && if self.dropped() { self.through == e.dlq_offset } else { self.through >= e.dlq_offset };
         let by_position = self.through_at >= 0
             && self.key == e.key
             && self.origin_partition == e.origin_partition
@@ -113,9 +111,7 @@ pub fn read(cfg: &KafkaConfig, dlq: &str) -> Result<(Vec<Entry>, Vec<Marker>), D
     let dcfg = KafkaConfig { topic: dlq.to_string(), ..cfg.clone() };
     let Some(partitions) = dcfg.topic_partitions()? else { return Ok((Vec::new(), Vec::new())) };
     let mut c = cfg.client_config();
-    c.set("group.id", format!("denorm-dlq-reader-{}", uuid::Uuid::new_v4()))
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false");
+    c.set("group.id", format!("denorm-dlq-reader-{}", uuid::Uuid::new_v4())).set("enable.auto.commit", "false").set("enable.partition.eof", "false");
     let consumer: BaseConsumer = c.create()?;
     let mut tpl = TopicPartitionList::new();
     let mut remaining: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
@@ -201,11 +197,7 @@ fn parse(m: &rdkafka::message::BorrowedMessage<'_>, entries: &mut Vec<Entry>, ma
 /// The letters no marker has closed, in dead-letter order, optionally only
 /// those of `key`.
 pub fn open(entries: Vec<Entry>, markers: &[Marker], key: Option<&str>) -> Vec<Entry> {
-    let mut out: Vec<Entry> = entries
-        .into_iter()
-        .filter(|e| key.is_none_or(|k| e.key == k))
-        .filter(|e| !markers.iter().any(|m| m.closes(e)))
-        .collect();
+    let mut out: Vec<Entry> = entries.into_iter().filter(|e| key.is_none_or(|k| e.key == k)).filter(|e| !markers.iter().any(|m| m.closes(e))).collect();
     out.sort_by_key(|e| (e.dlq_partition, e.dlq_offset));
     out
 }
@@ -218,11 +210,7 @@ pub fn pending_drops(markers: &[Marker], key: Option<&str>) -> Vec<Marker> {
     markers
         .iter()
         .filter(|m| m.dropped() && key.is_none_or(|k| m.key == k))
-        .filter(|m| {
-            !markers.iter().any(|r| {
-                !r.dropped() && r.dlq_partition == m.dlq_partition && r.key == m.key && r.dlq_offset > m.dlq_offset && r.through >= m.through
-            })
-        })
+        .filter(|m| !markers.iter().any(|r| !r.dropped() && r.dlq_partition == m.dlq_partition && r.key == m.key && r.dlq_offset > m.dlq_offset && r.through >= m.through))
         .cloned()
         .collect()
 }

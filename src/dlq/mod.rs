@@ -157,7 +157,6 @@ impl MarkerKind {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,22 +165,15 @@ mod tests {
     #[test]
     fn control_messages_round_trip_and_are_told_from_commands() {
         let codec = crate::codec::Codec::new();
-        let c = Control {
-            action: Action::Replay,
-            key: "/docs".into(),
-            dlq_partition: 3,
-            dlq_offset: 17,
-            through: 20,
-            origin_offset: 1234,
-            payload: vec![1, 2, 3],
-            requested_at: 99,
-            through_at: 1300,
-        };
+        let c = Control { action: Action::Replay, key: "/docs".into(), dlq_partition: 3, dlq_offset: 17, through: 20, origin_offset: 1234, payload: vec![1, 2, 3], requested_at: 99, through_at: 1300 };
         let bytes = codec.encode_control(&c);
         assert_eq!(codec.decode_message(&bytes).unwrap(), crate::codec::Decoded::Control(c.clone()));
         // Version 1 (no `through_at`): read as -1, decided by `through`.
         let v1 = apache_avro::Schema::parse_str(crate::codec::CONTROL_HISTORY[0]).unwrap();
-        let apache_avro::types::Value::Record(mut fields) = apache_avro::from_avro_datum(&apache_avro::Schema::parse_str(crate::codec::CONTROL_SCHEMA).unwrap(), &mut &bytes[10..], None).unwrap() else { panic!("a record") };
+        let apache_avro::types::Value::Record(mut fields) = apache_avro::from_avro_datum(&apache_avro::Schema::parse_str(crate::codec::CONTROL_SCHEMA).unwrap(), &mut &bytes[10..], None).unwrap()
+        else {
+            panic!("a record")
+        };
         fields.retain(|(name, _)| name != "through_at");
         let old = crate::codec::encode_value(&v1, crate::codec::canonical::fingerprint(crate::codec::CONTROL_HISTORY[0]).unwrap(), apache_avro::types::Value::Record(fields));
         assert_eq!(codec.decode_message(&old).unwrap(), crate::codec::Decoded::Control(Control { through_at: -1, ..c }));

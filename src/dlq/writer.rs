@@ -58,8 +58,7 @@ impl DeadLetterWriter {
     /// Writes `letter` and waits for the acknowledgement. Returns its
     /// offset in the dead-letter topic.
     pub fn write(&self, l: &Letter<'_>) -> Result<i64, KafkaError> {
-        let (partition, offset, attempts, at, written_at) =
-            (l.origin_partition.to_string(), l.origin_offset.to_string(), l.attempts.to_string(), now_millis().to_string(), l.at.to_string());
+        let (partition, offset, attempts, at, written_at) = (l.origin_partition.to_string(), l.origin_offset.to_string(), l.attempts.to_string(), now_millis().to_string(), l.at.to_string());
         let detail = truncate(&l.detail, MAX_DETAIL);
         let mut h = OwnedHeaders::new();
         for (key, value) in [

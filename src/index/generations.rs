@@ -11,7 +11,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use super::elastic::{bulk_load, generations, meta, names, backend::ElasticBackend, ElasticError};
+use super::elastic::{backend::ElasticBackend, bulk_load, generations, meta, names, ElasticError};
 use super::embedded::{EmbeddedBackend, EmbeddedIndex};
 use super::{Backend, Checkpoint};
 
@@ -353,4 +353,3 @@ impl Generations for ElasticGenerations {
         Ok(())
     }
 }
-

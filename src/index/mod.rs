@@ -168,9 +168,7 @@ impl Scan {
     pub fn matches(&self, doc: &Doc) -> bool {
         match (self, doc) {
             (Scan::FilesWithin { path: p }, Doc::File(f)) => path::is_within(&f.full_path(), p),
-            (Scan::PostsOfUserNotNamed { user_id, name }, Doc::Post(d)) => {
-                &d.user.id == user_id && &d.user.name != name
-            }
+            (Scan::PostsOfUserNotNamed { user_id, name }, Doc::Post(d)) => &d.user.id == user_id && &d.user.name != name,
             _ => false,
         }
     }
@@ -394,12 +392,7 @@ pub trait Shard {
     /// Streams the documents matching `scan` in pages of `page_size` and
     /// replaces each one for which `rewrite` returns a new version. Returns
     /// the number of documents rewritten.
-    fn rewrite(
-        &mut self,
-        scan: &Scan,
-        page_size: usize,
-        rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>,
-    ) -> Result<u64, IndexError>;
+    fn rewrite(&mut self, scan: &Scan, page_size: usize, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError>;
     /// Whether a fan-out's scan of `scan` (in pages of `page_size`) sees
     /// this shard's writes not committed yet, so that the caller need not
     /// commit them first (see docs/architecture.md, "Fan-outs without a

@@ -215,9 +215,7 @@ impl DoneAbove {
     /// Whether the command at `offset` is recorded applied, above the
     /// checkpoint `applied`.
     pub fn contains(&self, applied: Option<u64>, offset: i64) -> bool {
-        applied.is_some_and(|a| offset > a as i64)
-            && offset <= self.through
-            && !self.pending.iter().any(|(a, b)| (*a..=*b).contains(&offset))
+        applied.is_some_and(|a| offset > a as i64) && offset <= self.through && !self.pending.iter().any(|(a, b)| (*a..=*b).contains(&offset))
     }
 }
 

@@ -60,4 +60,3 @@ impl Arrivals {
         std::mem::take(&mut self.passed_over).into_iter().all(|c| self.arrive(c))
     }
 }
-

@@ -298,11 +298,7 @@ fn size(m: &OwnedMessage) -> usize {
 /// topic's, as read by `dlq::admin::read`) name: their origins and where
 /// they were written, which control messages name in turn.
 pub fn lettered(letters: &[crate::dlq::admin::Entry]) -> Vec<LogPosition> {
-    letters
-        .iter()
-        .filter(|e| e.origin_partition >= 0)
-        .flat_map(|e| [Some(e.origin_offset), e.at].into_iter().flatten().map(|offset| LogPosition { partition: e.origin_partition, offset }))
-        .collect()
+    letters.iter().filter(|e| e.origin_partition >= 0).flat_map(|e| [Some(e.origin_offset), e.at].into_iter().flatten().map(|offset| LogPosition { partition: e.origin_partition, offset })).collect()
 }
 
 /// Copies topic `from` (with `partitions` partitions) into the empty topic
@@ -313,9 +309,7 @@ pub fn lettered(letters: &[crate::dlq::admin::Entry]) -> Vec<LogPosition> {
 pub fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig, lettered: &[LogPosition], mut progress: impl FnMut(u64, u64)) -> Result<Migrated, MigrateError> {
     let started = Instant::now();
     let mut cc = from.client_config();
-    cc.set("group.id", format!("denorm-migrate-{}", uuid::Uuid::new_v4().simple()))
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true");
+    cc.set("group.id", format!("denorm-migrate-{}", uuid::Uuid::new_v4().simple())).set("enable.auto.commit", "false").set("enable.partition.eof", "true");
     let consumer: BaseConsumer<crate::kafka::ReadsToEnd> = cc.create_with_context(crate::kafka::ReadsToEnd).map_err(KafkaSetupError::from)?;
     // Watermarks through a client of their own: on the reading one, each
     // request queued behind a fetch waiting at the end of a partition
@@ -334,8 +328,7 @@ pub fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig, lettered: &[L
     }
     consumer.assign(&tpl)?;
     let context = Deliveries { topic: to.topic.clone(), failed: Mutex::new(None) };
-    let producer: ThreadedProducer<Deliveries> =
-        to.producer_config(&[("linger.ms", "5"), ("compression.type", "lz4"), ("message.timeout.ms", "300000")]).create_with_context(context)?;
+    let producer: ThreadedProducer<Deliveries> = to.producer_config(&[("linger.ms", "5"), ("compression.type", "lz4"), ("message.timeout.ms", "300000")]).create_with_context(context)?;
     let codec = Codec::new();
     let mut plan = Plan::new(partitions, to.partitions);
     for at in lettered {
@@ -393,7 +386,11 @@ pub fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig, lettered: &[L
                 if (h.paused && h.messages.is_empty()) || (!h.paused && h.bytes > HELD_BYTES) {
                     let mut t = TopicPartitionList::new();
                     t.add_partition(&from.topic, p);
-                    if h.paused { consumer.resume(&t)? } else { consumer.pause(&t)? }
+                    if h.paused {
+                        consumer.resume(&t)?
+                    } else {
+                        consumer.pause(&t)?
+                    }
                     h.paused = !h.paused;
                 }
             }
@@ -612,10 +609,18 @@ mod tests {
     }
 
     fn chunk_of(codec: &Codec, source: LogPosition, chunk: i32, last: bool) -> (Vec<u8>, Vec<u8>) {
-        let m = MoveIn { chunk, last, ..codec.decode_message(&self::chunk(codec, source).1).ok().and_then(|d| match d {
-            Decoded::Move(m) => Some(m),
-            _ => None,
-        }).expect("a move") };
+        let m = MoveIn {
+            chunk,
+            last,
+            ..codec
+                .decode_message(&self::chunk(codec, source).1)
+                .ok()
+                .and_then(|d| match d {
+                    Decoded::Move(m) => Some(m),
+                    _ => None,
+                })
+                .expect("a move")
+        };
         (b"/d".to_vec(), codec.encode_move(&m))
     }
 

@@ -89,12 +89,7 @@ impl Producer {
     pub fn new(cfg: &KafkaConfig) -> Result<Self, ProduceError> {
         // Java's default partitioner, so producers in any language agree on
         // the partition of a key.
-        let c = cfg.producer_config(&[
-            ("partitioner", "murmur2_random"),
-            ("linger.ms", "5"),
-            ("compression.type", "lz4"),
-            ("message.timeout.ms", "120000"),
-        ]);
+        let c = cfg.producer_config(&[("partitioner", "murmur2_random"), ("linger.ms", "5"), ("compression.type", "lz4"), ("message.timeout.ms", "120000")]);
         Ok(Producer { inner: c.create()?, topic: cfg.topic.clone(), codec: Codec::new(), framing: Framing::SingleObject })
     }
 
@@ -135,10 +130,7 @@ impl Producer {
 
     /// Hands the command to the client (in call order, which is log order per
     /// key) and returns the future of its acknowledgement.
-    async fn enqueue(
-        &self,
-        e: &Envelope,
-    ) -> Result<impl std::future::Future<Output = Result<LogPosition, ProduceError>>, ProduceError> {
+    async fn enqueue(&self, e: &Envelope) -> Result<impl std::future::Future<Output = Result<LogPosition, ProduceError>>, ProduceError> {
         let payload = self.payload(e);
         let key = e.command.key();
         loop {
@@ -172,25 +164,14 @@ impl Producer {
     /// waiting between them ([`Producer::send_ordered`] waits). Deliveries
     /// are returned in the order of the commands sent, and the log order of
     /// the commands of one key is that order.
-    pub async fn send_all(
-        &self,
-        commands: Vec<Command>,
-        in_flight: usize,
-        progress: impl FnMut(usize),
-    ) -> Result<Vec<LogPosition>, ProduceError> {
+    pub async fn send_all(&self, commands: Vec<Command>, in_flight: usize, progress: impl FnMut(usize)) -> Result<Vec<LogPosition>, ProduceError> {
         self.send_expanded(expand_owner_changes(commands), None, in_flight, progress).await
     }
 
     /// [`Producer::send_all`] of commands whose owner changes are expanded;
     /// the first one's envelope says it follows `first_after` (see
     /// [`Envelope::after`]).
-    async fn send_expanded(
-        &self,
-        commands: Vec<Command>,
-        first_after: Option<LogPosition>,
-        in_flight: usize,
-        mut progress: impl FnMut(usize),
-    ) -> Result<Vec<LogPosition>, ProduceError> {
+    async fn send_expanded(&self, commands: Vec<Command>, first_after: Option<LogPosition>, in_flight: usize, mut progress: impl FnMut(usize)) -> Result<Vec<LogPosition>, ProduceError> {
         for c in &commands {
             c.validate()?;
         }
@@ -287,14 +268,7 @@ impl Producer {
             match waited {
                 Ok(dest) => destinations.extend(dest),
                 Err(source) => {
-                    return Err(ProduceError::Barrier {
-                        what: what.description,
-                        partition: d.partition,
-                        offset: d.offset,
-                        group: group.to_string(),
-                        unsent: rest.len(),
-                        source,
-                    });
+                    return Err(ProduceError::Barrier { what: what.description, partition: d.partition, offset: d.offset, group: group.to_string(), unsent: rest.len(), source });
                 }
             }
         }
@@ -329,14 +303,12 @@ fn delete_id(c: &Command) -> &str {
 /// owner (as [`expand_owner_changes`] puts them).
 fn barrier(commands: &[Command], i: usize) -> Option<Barrier> {
     match (&commands[i], commands.get(i + 1)) {
-        (c @ Command::RenamePath { from, to }, _) if c.destination_key().is_some() => Some(Barrier {
-            description: format!("the cross-key rename {from:?} -> {to:?}"),
-            destination: c.destination_key().map(str::to_string),
-        }),
-        (delete, Some(next)) if next.owner_change_delete().as_ref() == Some(delete) => Some(Barrier {
-            description: format!("the {} of {:?} under {:?}, before it goes to {:?},", delete.kind(), delete_id(delete), delete.key(), next.key()),
-            destination: None,
-        }),
+        (c @ Command::RenamePath { from, to }, _) if c.destination_key().is_some() => {
+            Some(Barrier { description: format!("the cross-key rename {from:?} -> {to:?}"), destination: c.destination_key().map(str::to_string) })
+        }
+        (delete, Some(next)) if next.owner_change_delete().as_ref() == Some(delete) => {
+            Some(Barrier { description: format!("the {} of {:?} under {:?}, before it goes to {:?},", delete.kind(), delete_id(delete), delete.key(), next.key()), destination: None })
+        }
         _ => None,
     }
 }

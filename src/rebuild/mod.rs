@@ -72,7 +72,11 @@ pub enum RebuildError {
     #[error(transparent)]
     Kafka(#[from] KafkaSetupError),
     #[error("the broker has not said where the topic ends for {secs}s")]
-    BrokerSilent { secs: u64, #[source] source: KafkaSetupError },
+    BrokerSilent {
+        secs: u64,
+        #[source]
+        source: KafkaSetupError,
+    },
     /// The index's generations could not be read or changed.
     #[error(transparent)]
     Index(#[from] anyhow::Error),

@@ -57,7 +57,11 @@ pub enum VerifyError {
     #[error("the messages at the live index's checkpoints in partition(s) {partitions:?} did not arrive within {secs} s: the log's identity could not be checked")]
     CheckpointUnread { partitions: Vec<i32>, secs: u64 },
     #[error("the scratch index in {dir}: {source}")]
-    Scratch { dir: String, #[source] source: IndexError },
+    Scratch {
+        dir: String,
+        #[source]
+        source: IndexError,
+    },
     #[error(transparent)]
     Kafka(#[from] crate::kafka::KafkaSetupError),
     #[error("no topic {0}")]
@@ -176,7 +180,15 @@ pub fn positions(b: &dyn Backend, partitions: i32) -> Result<Positions, IndexErr
 /// each streamed in [`compare::order`] by a thread of its own through a
 /// bounded channel: neither index is held in memory, nor more differences
 /// than `keep` says.
-pub(crate) fn merge(live: &dyn Backend, replay: &dyn Backend, keys: Option<&KeySample>, members: Members, at: &Positions, partitions: i32, keep: &compare::Keep<'_>) -> Result<compare::Compared, VerifyError> {
+pub(crate) fn merge(
+    live: &dyn Backend,
+    replay: &dyn Backend,
+    keys: Option<&KeySample>,
+    members: Members,
+    at: &Positions,
+    partitions: i32,
+    keep: &compare::Keep<'_>,
+) -> Result<compare::Compared, VerifyError> {
     let stream = |b: &dyn Backend, tx: std::sync::mpsc::SyncSender<compare::Live>| -> Result<(), IndexError> {
         b.search()?.dump_sorted_recorded(&mut |d, recorded| {
             let key = d.key();
@@ -316,7 +328,15 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
 /// Runs the replay's worker on the scratch index `backend` until every
 /// partition has applied exactly up to `at` (it resumes where the scratch
 /// index's checkpoints are), then stops it.
-fn replay_to(v: &Verify<'_>, settings: &ApplySettings, letters: &Arc<crate::worker::LettersWritten>, backend: &Arc<dyn Backend>, at: &Positions, partitions: i32, progress: &mut impl FnMut(&Tick)) -> Result<(), VerifyError> {
+fn replay_to(
+    v: &Verify<'_>,
+    settings: &ApplySettings,
+    letters: &Arc<crate::worker::LettersWritten>,
+    backend: &Arc<dyn Backend>,
+    at: &Positions,
+    partitions: i32,
+    progress: &mut impl FnMut(&Tick),
+) -> Result<(), VerifyError> {
     // Each round's replay has the whole timeout (review F11: measured from
     // the verify's start, a long first round made the second fail at its
     // first poll).
@@ -363,12 +383,8 @@ fn replay_to(v: &Verify<'_>, settings: &ApplySettings, letters: &Arc<crate::work
         };
         match behind {
             None => break Ok(()),
-            Some(_) if degraded_since.is_some_and(|since| since.elapsed() >= STUCK_AFTER.min(v.timeout / 2)) => {
-                break Err(VerifyError::ReplayStuck { secs: STUCK_AFTER.min(v.timeout / 2).as_secs() })
-            }
-            Some((p, want)) if started.elapsed() >= v.timeout => {
-                break Err(VerifyError::Timeout { secs: v.timeout.as_secs(), partition: *p, at: now.get(p).copied().unwrap_or(-1), want: *want })
-            }
+            Some(_) if degraded_since.is_some_and(|since| since.elapsed() >= STUCK_AFTER.min(v.timeout / 2)) => break Err(VerifyError::ReplayStuck { secs: STUCK_AFTER.min(v.timeout / 2).as_secs() }),
+            Some((p, want)) if started.elapsed() >= v.timeout => break Err(VerifyError::Timeout { secs: v.timeout.as_secs(), partition: *p, at: now.get(p).copied().unwrap_or(-1), want: *want }),
             Some(_) => std::thread::sleep(Duration::from_millis(100)),
         }
     };

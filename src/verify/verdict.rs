@@ -96,7 +96,18 @@ impl Recorded {
 /// own already.
 pub fn record(live: &dyn Backend, found: Found, members: Members, run: &str) -> Result<Recorded, IndexError> {
     let now = crate::clock::now_millis() as f64 / 1000.0;
-    let part = Part { run: run.to_string(), member: members.me, members: members.count, finished_at: now, checked: found.checked, differences: found.differences, seconds: found.seconds, partial: found.partial, written_since: found.written_since, unsettled: found.unsettled };
+    let part = Part {
+        run: run.to_string(),
+        member: members.me,
+        members: members.count,
+        finished_at: now,
+        checked: found.checked,
+        differences: found.differences,
+        seconds: found.seconds,
+        partial: found.partial,
+        written_since: found.written_since,
+        unsettled: found.unsettled,
+    };
     let partial = found.partial;
     if members.count > 1 {
         live.save_record(&part_record(members.me, partial), &serde_json::to_value(&part).map_err(|e| IndexError::Backend(e.to_string()))?)?;

@@ -3,8 +3,8 @@
 //! `denorm_messages_rejected_total`, and later the dead-letter reason).
 
 use crate::codec::{Codec, DecodeError, Decoded};
-use crate::command::Envelope;
 use crate::command::control::Control;
+use crate::command::Envelope;
 
 /// An admitted message.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,9 +59,7 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
         // A cross-key move's documents are written by a worker, in chunks
         // sized by its own limit, and an operator's replay carries a
         // command accepted once: never refused for size here.
-        Some(p) if p.len() > max_bytes && !codec.is_denorms_own(p) => {
-            return reject(reason::OVERSIZED, format!("{} bytes, more than the {max_bytes} accepted", p.len()))
-        }
+        Some(p) if p.len() > max_bytes && !codec.is_denorms_own(p) => return reject(reason::OVERSIZED, format!("{} bytes, more than the {max_bytes} accepted", p.len())),
         Some(p) => p,
     };
     let envelope = match codec.decode_message(payload) {
@@ -103,10 +101,7 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
     let expected = envelope.command.key();
     match key {
         None | Some([]) => reject(reason::MISSING_KEY, format!("the message has no key; its command's key is {expected:?}")),
-        Some(k) if k != expected.as_bytes() => reject(
-            reason::KEY_MISMATCH,
-            format!("the message is keyed {:?} but its command's key is {expected:?}", String::from_utf8_lossy(k)),
-        ),
+        Some(k) if k != expected.as_bytes() => reject(reason::KEY_MISMATCH, format!("the message is keyed {:?} but its command's key is {expected:?}", String::from_utf8_lossy(k))),
         Some(_) => Ok(Admitted::Command(envelope)),
     }
 }
@@ -146,7 +141,8 @@ mod tests {
         assert!(admit(&c, Some(b"/a"), Some(&good), 1000).is_ok());
         // A move's documents are never refused for size: a worker wrote them.
         let files = (0..40).map(|i| crate::command::moves::MovedFile { id: format!("f{i}"), path: format!("/d/f{i}"), contents: "x".repeat(50) }).collect();
-        let mv = crate::command::moves::MoveIn { move_id: "m".into(), source_partition: 0, source_offset: 1, from: "/s".into(), to: "/d".into(), chunk: 0, last: true, issued_at: 0, files, aborted: false };
+        let mv =
+            crate::command::moves::MoveIn { move_id: "m".into(), source_partition: 0, source_offset: 1, from: "/s".into(), to: "/d".into(), chunk: 0, last: true, issued_at: 0, files, aborted: false };
         let bytes = c.encode_move(&mv);
         assert!(bytes.len() > 1000);
         assert!(matches!(admit(&c, Some(b"/d"), Some(&bytes), 1000), Ok(Admitted::Move(_))));

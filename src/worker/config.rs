@@ -280,7 +280,6 @@ impl WorkerConfig {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,10 @@ pub(crate) enum Verdict {
     RebalanceStuck(Duration),
     /// No partition held for this long while the group has this much lag:
     /// leave the group and join it again, as a new member would.
-    Rejoin { idle: Duration, lag: i64 },
+    Rejoin {
+        idle: Duration,
+        lag: i64,
+    },
 }
 
 /// The state of this member, as the rebalance callbacks see it.

@@ -155,13 +155,7 @@ pub fn consumer_config(kafka: &KafkaConfig, group: &str, fetch_buffer_kb: usize,
 
 /// Runs a worker until `shutdown` is set, then drains, commits and leaves
 /// the group. Blocking.
-pub fn run(
-    cfg: WorkerConfig,
-    backend: Arc<dyn Backend>,
-    shutdown: Arc<AtomicBool>,
-    health: Arc<Health>,
-    stats: Arc<Stats>,
-) -> Result<(), WorkerError> {
+pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBool>, health: Arc<Health>, stats: Arc<Stats>) -> Result<(), WorkerError> {
     cfg.validate()?;
     let topic = cfg.kafka.topic.clone();
     let session_ms = cfg.session_timeout.as_millis().to_string();
@@ -245,14 +239,10 @@ pub fn run(
             Some(Ok(msg)) => Some((msg.partition(), Feed::Message(Record::of(&msg)))),
             // Read to the end: where the consumer stands (a local call),
             // past transaction markers, which deliver no message.
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => consumer
-                .position()
-                .ok()
-                .and_then(|t| t.find_partition(&topic, p).map(|e| e.offset()))
-                .and_then(|o| match o {
-                    rdkafka::Offset::Offset(o) => Some((p, Feed::End(o))),
-                    _ => None,
-                }),
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => consumer.position().ok().and_then(|t| t.find_partition(&topic, p).map(|e| e.offset())).and_then(|o| match o {
+                rdkafka::Offset::Offset(o) => Some((p, Feed::End(o))),
+                _ => None,
+            }),
             Some(Err(e)) => {
                 warn!(error = %e, "kafka consumer error");
                 None
@@ -535,12 +525,7 @@ fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<(i32, Feed)>) -> bo
             let last = u.get(p).copied().unwrap_or(-1);
             last < 0 || part.next.load(Ordering::SeqCst) > last
         });
-        let want_paused = done
-            || if part.paused {
-                !part.pending.is_empty() || part.queued.bytes() > limit / 2
-            } else {
-                !part.pending.is_empty()
-            };
+        let want_paused = done || if part.paused { !part.pending.is_empty() || part.queued.bytes() > limit / 2 } else { !part.pending.is_empty() };
         if want_paused != part.paused {
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(&ctx.shared.cfg.kafka.topic, *p);
@@ -619,8 +604,6 @@ fn cached_high_watermark(consumer: &BaseConsumer<WorkerContext>, topic: &str, pa
     // SAFETY: the client handle lives as long as `consumer`; the topic is a
     // valid C string for the duration of the call; low and high are valid
     // out-pointers.
-    let err = unsafe {
-        rdkafka::bindings::rd_kafka_get_watermark_offsets(consumer.client().native_ptr(), topic.as_ptr(), partition, &mut low, &mut high)
-    };
+    let err = unsafe { rdkafka::bindings::rd_kafka_get_watermark_offsets(consumer.client().native_ptr(), topic.as_ptr(), partition, &mut low, &mut high) };
     (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
 }

@@ -1,7 +1,6 @@
 //! The benchmark at smoke size (the full sizes run from scripts/bench.sh):
 //! every phase runs against the test broker and reports consistent figures.
 
-
 use crate::common::*;
 
 /// Runs `denorm bench` on the test broker with `args`, its work under
@@ -24,8 +23,37 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
     let dir = tempfile::tempdir().unwrap();
     let v = bench(
         dir.path(),
-        &["--docs", "3000", "--renames", "2000,5000", "--latency-rate", "200", "--latency-secs", "2", "--head-of-line-files", "20000", "--head-of-line-rate", "100", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100", "--profile-users", "100"],
-        &["replay of 3000 commands", "3000 single-document updates", "100 profile changes (5 posts each)", "mixed log of 2100 commands", "rename of a directory of 5000 files", "produce -> searchable at 200/s", "head of line: another key at 100/s during a rename of 20000 files", "key concurrency: 500 single-document commands over 100 key(s)", "verify of "],
+        &[
+            "--docs",
+            "3000",
+            "--renames",
+            "2000,5000",
+            "--latency-rate",
+            "200",
+            "--latency-secs",
+            "2",
+            "--head-of-line-files",
+            "20000",
+            "--head-of-line-rate",
+            "100",
+            "--key-concurrency-commands",
+            "500",
+            "--key-concurrency-keys",
+            "1,100",
+            "--profile-users",
+            "100",
+        ],
+        &[
+            "replay of 3000 commands",
+            "3000 single-document updates",
+            "100 profile changes (5 posts each)",
+            "mixed log of 2100 commands",
+            "rename of a directory of 5000 files",
+            "produce -> searchable at 200/s",
+            "head of line: another key at 100/s during a rename of 20000 files",
+            "key concurrency: 500 single-document commands over 100 key(s)",
+            "verify of ",
+        ],
     );
     let r = &v["results"];
     let positive = |x: &serde_json::Value, what: &str| {
@@ -80,8 +108,41 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
     let dir = tempfile::tempdir().unwrap();
     let v = bench(
         dir.path(),
-        &["--elasticsearch", &es.url, "--skip-verify", "--docs", "2000", "--renames", "1000,3000", "--latency-rate", "100", "--latency-secs", "2", "--head-of-line-files", "5000", "--head-of-line-rate", "100", "--key-concurrency-commands", "500", "--key-concurrency-keys", "1,100", "--profile-users", "40"],
-        &["replay of 2000 commands", "2000 single-document updates", "40 profile changes (5 posts each)", "mixed log of 840 commands", "rename of a directory of 3000 files", "_update_by_query", "plain _bulk", "produce -> searchable at 100/s", "head of line: another key at 100/s during a rename of 5000 files", "key concurrency: 500 single-document commands over 100 key(s)"],
+        &[
+            "--elasticsearch",
+            &es.url,
+            "--skip-verify",
+            "--docs",
+            "2000",
+            "--renames",
+            "1000,3000",
+            "--latency-rate",
+            "100",
+            "--latency-secs",
+            "2",
+            "--head-of-line-files",
+            "5000",
+            "--head-of-line-rate",
+            "100",
+            "--key-concurrency-commands",
+            "500",
+            "--key-concurrency-keys",
+            "1,100",
+            "--profile-users",
+            "40",
+        ],
+        &[
+            "replay of 2000 commands",
+            "2000 single-document updates",
+            "40 profile changes (5 posts each)",
+            "mixed log of 840 commands",
+            "rename of a directory of 3000 files",
+            "_update_by_query",
+            "plain _bulk",
+            "produce -> searchable at 100/s",
+            "head of line: another key at 100/s during a rename of 5000 files",
+            "key concurrency: 500 single-document commands over 100 key(s)",
+        ],
     );
     let r = &v["results"];
     let positive = |x: &serde_json::Value, what: &str| {

@@ -5,7 +5,6 @@
 //! topic's log in partition order. The seed is printed; replay a failure
 //! with `DENORM_CHAOS_SEED=<seed>`.
 
-
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -160,12 +159,7 @@ fn storm(r: Rig, files: usize) {
     let tree = |t: usize| format!("/lane{t}");
     let mut base = Vec::new();
     for t in 0..STORM_TREES {
-        base.extend((0..files).map(|i| Command::UpsertFile {
-            id: format!("t{t}f{i}"),
-            path: format!("{}/a/d{}/f{i}.txt", tree(t), i % 20),
-            contents: format!("file {i}"),
-            previous_path: None,
-        }));
+        base.extend((0..files).map(|i| Command::UpsertFile { id: format!("t{t}f{i}"), path: format!("{}/a/d{}/f{i}.txt", tree(t), i % 20), contents: format!("file {i}"), previous_path: None }));
     }
     let mut log = produce(cfg, base);
     let common: &[&str] = &["--page-size", "150", "--fan-out-page-pause-ms", "20", "--shutdown-timeout-secs", "5"];
@@ -288,4 +282,3 @@ fn a_rebalance_storm_while_fan_outs_run_in_lanes_stalls_no_partition_and_resets_
 fn a_rebalance_storm_while_fan_outs_run_in_lanes_stalls_no_partition_and_resets_no_offset_on_elasticsearch() {
     storm(Rig::elastic(6), 500);
 }
-

@@ -37,7 +37,6 @@
 //! the seeds (both kinds among the suite's), a copy `denorm migrate` made
 //! with twice the partitions, which must give the same documents.
 
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -63,7 +62,6 @@ const REFUSED: &str = "op-refused";
 fn poisoned_tree(seed: u64) -> usize {
     (seed % TREES as u64) as usize
 }
-
 
 fn dir(rng: &mut StdRng, tree: usize, depth: usize) -> String {
     const NAMES: [&str; 4] = ["a", "b", "c", "d"];
@@ -150,13 +148,7 @@ fn commands(seed: u64, producer: u64) -> Vec<Command> {
                 let name = format!("User {u} v{}", rng.random_range(0..1000));
                 Command::UpsertUser { id: format!("u{u}"), name, email: format!("u{u}@example.org"), dob: "1980-01-01".into() }
             }
-            75..=92 => Command::UpsertPost {
-                user_id: format!("u{post_user}"),
-                title: format!("post {post_id}"),
-                body: format!("by p{producer} #{}", out.len()),
-                id: post_id,
-                previous_user_id: None,
-            },
+            75..=92 => Command::UpsertPost { user_id: format!("u{post_user}"), title: format!("post {post_id}"), body: format!("by p{producer} #{}", out.len()), id: post_id, previous_user_id: None },
             93..=99 => Command::DeletePost { id: post_id, user_id: format!("u{post_user}") },
             // A post given to another user, any producer's.
             100..=101 => {
@@ -242,16 +234,7 @@ fn run(seed: u64) {
     // once instead of waiting out its predecessor's session.
     // Small messages, so that many moves take several (the destination
     // holds its other messages back meanwhile).
-    let args: &[&str] = &[
-        "--instance-id",
-        "w0",
-        "--session-timeout-ms",
-        "60000",
-        "--shutdown-timeout-secs",
-        "5",
-        "--max-message-bytes",
-        "2048",
-    ];
+    let args: &[&str] = &["--instance-id", "w0", "--session-timeout-ms", "60000", "--shutdown-timeout-secs", "5", "--max-message-bytes", "2048"];
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5EED);
     r.on_fault("index.reject-commit", REFUSED);
     let producers: Vec<_> = (0..PRODUCERS)
@@ -428,10 +411,7 @@ impl Operated {
             })
             .collect();
         let at = self.refused.offset;
-        assert!(
-            chunks.iter().any(|(o, last)| !last && *o < at) && chunks.iter().any(|(o, last)| *last && *o > at),
-            "the refused command (offset {at}) is not inside its move's chunks {chunks:?}"
-        );
+        assert!(chunks.iter().any(|(o, last)| !last && *o < at) && chunks.iter().any(|(o, last)| *last && *o > at), "the refused command (offset {at}) is not inside its move's chunks {chunks:?}");
     }
 }
 
@@ -469,9 +449,7 @@ fn operate(cfg: &KafkaConfig, faults: &std::path::Path, seed: u64) -> Operated {
     produce(cfg, vec![Command::RenamePath { from: from.clone(), to: to.clone() }]);
     let paused = faults.join("move.pause-between-chunks.reached");
     let moving = format!("{from} -> {to}");
-    eventually(Duration::from_secs(120), || format!("the move {moving} never paused after a chunk"), || {
-        std::fs::read_to_string(&paused).ok().filter(|s| s.lines().any(|l| l == moving))
-    });
+    eventually(Duration::from_secs(120), || format!("the move {moving} never paused after a chunk"), || std::fs::read_to_string(&paused).ok().filter(|s| s.lines().any(|l| l == moving)));
     let x = Command::UpsertFile { id: REFUSED.into(), path: format!("/t{}/kept/refused.txt", TREES + 1), contents: s("refused until the fix"), previous_path: None };
     let refused = produce(cfg, vec![x]).remove(0).0;
     std::fs::remove_file(&pause).unwrap();

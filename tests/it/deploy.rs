@@ -51,7 +51,18 @@ fn dashboard_queries_name_exported_metrics() {
         }
     }
     // The dashboard covers what the issue asks for.
-    for needed in ["denorm_consumer_lag_messages", "denorm_consumer_lag_seconds", "denorm_commands_total", "denorm_command_documents", "denorm_es_bulk_request_seconds", "denorm_es_retries_total", "denorm_moves_total", "denorm_moves_in_flight", "denorm_moves_waiting_messages", "denorm_move_seconds"] {
+    for needed in [
+        "denorm_consumer_lag_messages",
+        "denorm_consumer_lag_seconds",
+        "denorm_commands_total",
+        "denorm_command_documents",
+        "denorm_es_bulk_request_seconds",
+        "denorm_es_retries_total",
+        "denorm_moves_total",
+        "denorm_moves_in_flight",
+        "denorm_moves_waiting_messages",
+        "denorm_move_seconds",
+    ] {
         assert!(used.contains(needed), "dashboard lacks {needed}");
     }
 }
@@ -97,20 +108,28 @@ fn chart_alerts_name_exported_metrics() {
             used.insert(family(&n).unwrap_or_else(|| panic!("an alert queries {n}, which denorm does not export")));
         }
     }
-    for needed in ["denorm_consumer_lag_seconds", "denorm_parked_keys", "denorm_degraded_partitions", "denorm_dead_letters_total", "denorm_consumer_assigned_partitions", "denorm_moves_in_flight", "denorm_owner_conflicts", "denorm_owner_conflicts_total", "denorm_consumer_rebalance_seconds", "denorm_partition_oldest_unfinished_seconds", "denorm_partition_waiting_commands", "denorm_verify_differences", "denorm_verify_last_clean_timestamp_seconds"] {
+    for needed in [
+        "denorm_consumer_lag_seconds",
+        "denorm_parked_keys",
+        "denorm_degraded_partitions",
+        "denorm_dead_letters_total",
+        "denorm_consumer_assigned_partitions",
+        "denorm_moves_in_flight",
+        "denorm_owner_conflicts",
+        "denorm_owner_conflicts_total",
+        "denorm_consumer_rebalance_seconds",
+        "denorm_partition_oldest_unfinished_seconds",
+        "denorm_partition_waiting_commands",
+        "denorm_verify_differences",
+        "denorm_verify_last_clean_timestamp_seconds",
+    ] {
         assert!(used.contains(needed), "no alert on {needed}");
     }
 }
 
 /// GitHub's anchor of a heading: lower case, punctuation dropped, spaces to `-`.
 fn anchor(heading: &str) -> String {
-    heading
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
-        .map(|c| if c == ' ' { '-' } else { c })
-        .collect()
+    heading.trim().to_lowercase().chars().filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_').map(|c| if c == ' ' { '-' } else { c }).collect()
 }
 
 #[test]

@@ -3,7 +3,6 @@
 //! and a broker restart. Faults are injected through the `failpoints`
 //! feature's fault points (`src/faults.rs`), which scripts/test.sh enables.
 
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -191,11 +190,7 @@ fn the_worker_survives_index_io_errors_and_the_result_is_exact() {
     second.push(Command::RenamePath { from: s("/src/d3"), to: s("/src/old/d3") });
     second.extend(files_under("d", "/src", 300));
     log.extend(produce(&r.cfg, second));
-    assert!(
-        worker.wait_for_log("failed, re", Duration::from_secs(60)),
-        "the injected I/O errors were not seen:\n{}",
-        worker.log()
-    );
+    assert!(worker.wait_for_log("failed, re", Duration::from_secs(60)), "the injected I/O errors were not seen:\n{}", worker.log());
     let body = wait_ready_status(&worker, "503");
     assert!(body.contains("degraded"), "{body}");
     assert!(denorm::kafka::group_lag(&r.cfg, &r.group).unwrap().total > 0);
@@ -219,10 +214,14 @@ fn the_worker_rides_out_a_broker_restart_mid_workload() {
     let mut log = produce(&cfg, first);
     let worker = Worker::start(&cfg, &group, &index, &["--retry-backoff-max-ms", "500"]);
     // Stop the broker once the worker is part-way through.
-    eventually(Duration::from_secs(120), || format!("no progress before the outage:\n{}", worker.log()), || {
-        let lag = denorm::kafka::group_lag(&cfg, &group).unwrap();
-        (lag.partitions.iter().map(|p| p.committed).sum::<i64>() > 0).then_some(())
-    });
+    eventually(
+        Duration::from_secs(120),
+        || format!("no progress before the outage:\n{}", worker.log()),
+        || {
+            let lag = denorm::kafka::group_lag(&cfg, &group).unwrap();
+            (lag.partitions.iter().map(|p| p.committed).sum::<i64>() > 0).then_some(())
+        },
+    );
     r.broker.kill();
     let t = Instant::now();
     assert!(worker.wait_for_log("kafka consumer error", Duration::from_secs(60)), "the outage was not noticed:\n{}", worker.log());
@@ -313,10 +312,14 @@ fn a_poison_message_is_dropped_alone_and_the_commands_behind_it_are_replayed_in_
     assert_eq!(code, 0, "{err}");
     assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["still_open"], 0, "{out}\n{err}");
     let docs = dump(&r.index);
-    let mut poison_files: Vec<String> = docs.iter().filter(|d| d.kind() == Kind::File && d.id() != "o1").map(|d| match d {
-        denorm::index::Doc::File(f) => f.full_path(),
-        _ => unreachable!(),
-    }).collect();
+    let mut poison_files: Vec<String> = docs
+        .iter()
+        .filter(|d| d.kind() == Kind::File && d.id() != "o1")
+        .map(|d| match d {
+            denorm::index::Doc::File(f) => f.full_path(),
+            _ => unreachable!(),
+        })
+        .collect();
     poison_files.sort();
     let mut want: Vec<String> = (0..19).map(|i| format!("/poison/e/{i}.txt")).collect();
     want.push(s("/poison/e/late.txt"));

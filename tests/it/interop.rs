@@ -5,7 +5,6 @@
 //! installs them (scripts/test.sh runs it); these tests fail, rather than
 //! skip, when they are missing.
 
-
 use std::path::{Path, PathBuf};
 use std::process::Command as Proc;
 use std::sync::OnceLock;
@@ -16,9 +15,7 @@ use denorm::produce::Producer;
 
 /// Where scripts/install-interop.sh put the tools.
 fn interop() -> PathBuf {
-    let root = std::env::var("DENORM_INTEROP")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/denorm/interop"));
+    let root = std::env::var("DENORM_INTEROP").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/denorm/interop"));
     assert!(root.join("py/bin/python").exists(), "no interop tools in {}: run scripts/install-interop.sh", root.display());
     root
 }
@@ -52,12 +49,7 @@ fn java() -> Proc {
     static CLASSES: OnceLock<tempfile::TempDir> = OnceLock::new();
     let classes = CLASSES.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        let out = Proc::new("javac")
-            .args(["-nowarn", "-cp", &java_classpath(), "-d"])
-            .arg(dir.path())
-            .arg(repo().join("tests/interop/java/DenormInterop.java"))
-            .output()
-            .expect("run javac");
+        let out = Proc::new("javac").args(["-nowarn", "-cp", &java_classpath(), "-d"]).arg(dir.path()).arg(repo().join("tests/interop/java/DenormInterop.java")).output().expect("run javac");
         assert!(out.status.success(), "javac failed:\n{}", String::from_utf8_lossy(&out.stderr));
         dir
     });
@@ -77,7 +69,11 @@ fn stdout_of(cmd: &mut Proc) -> String {
 fn every_schema_fingerprint_equals_fastavro_avsc_and_java() {
     let ours = denorm::codec::schema_fingerprints();
     let files: Vec<&str> = ours.iter().map(|f| f.file).collect();
-    assert_eq!(files.len(), std::fs::read_dir(repo().join("schemas")).unwrap().count() - 1 + std::fs::read_dir(repo().join("schemas/history")).unwrap().count(), "a schema file is missing from codec::SCHEMA_FILES");
+    assert_eq!(
+        files.len(),
+        std::fs::read_dir(repo().join("schemas")).unwrap().count() - 1 + std::fs::read_dir(repo().join("schemas/history")).unwrap().count(),
+        "a schema file is missing from codec::SCHEMA_FILES"
+    );
     for (name, mut cmd) in [("fastavro", python()), ("avsc", node()), ("Apache Avro for Java", java())] {
         let theirs: serde_json::Value = serde_json::from_str(&stdout_of(cmd.arg("fingerprints").args(&files))).unwrap();
         for f in &ours {
@@ -138,13 +134,7 @@ fn assert_scenario_applied(r: &Rig, w: &Worker, prefix: &str, foreign: &str) {
         .map(|p| (p["id"].as_str().unwrap().to_string(), p["user"]["id"].as_str().unwrap().to_string(), p["user"]["name"].as_str().unwrap().to_string()))
         .collect();
     posts.sort();
-    assert_eq!(
-        posts,
-        vec![
-            (format!("{prefix}-p1"), format!("{prefix}-u2"), format!("Grace {prefix}")),
-            (format!("{prefix}-p3"), user.clone(), format!("Ada {prefix} After")),
-        ]
-    );
+    assert_eq!(posts, vec![(format!("{prefix}-p1"), format!("{prefix}-u2"), format!("Grace {prefix}")), (format!("{prefix}-p3"), user.clone(), format!("Ada {prefix} After")),]);
     let (_, metrics) = w.http_get("/metrics");
     assert_eq!(metric(&metrics, "denorm_dead_letters_total", &[]), 0.0, "{metrics}");
 }

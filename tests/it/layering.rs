@@ -52,7 +52,16 @@ fn imports() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
         let words = |prefix: &str| -> Vec<Vec<String>> {
             text.match_indices(prefix)
                 .filter(|(i, _)| *i == 0 || !text.as_bytes()[i - 1].is_ascii_alphanumeric() && text.as_bytes()[i - 1] != b'_')
-                .map(|(i, _)| text[i + prefix.len()..].split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')).next().unwrap().split("::").filter(|s| !s.is_empty() && s.chars().next().unwrap().is_ascii_lowercase()).map(String::from).collect())
+                .map(|(i, _)| {
+                    text[i + prefix.len()..]
+                        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                        .next()
+                        .unwrap()
+                        .split("::")
+                        .filter(|s| !s.is_empty() && s.chars().next().unwrap().is_ascii_lowercase())
+                        .map(String::from)
+                        .collect()
+                })
                 .collect()
         };
         for path in words("crate::") {
@@ -70,9 +79,7 @@ fn imports() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
 /// The edges between modules at `depth` path segments under `within`.
 fn graph(within: &[&str], depth: usize) -> BTreeMap<String, BTreeSet<String>> {
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let name = |p: &[String]| -> Option<String> {
-        (p.len() > within.len() && p.iter().zip(within).all(|(a, b)| a == b)).then(|| p[within.len()..(within.len() + depth).min(p.len())].join("::"))
-    };
+    let name = |p: &[String]| -> Option<String> { (p.len() > within.len() && p.iter().zip(within).all(|(a, b)| a == b)).then(|| p[within.len()..(within.len() + depth).min(p.len())].join("::")) };
     for (m, deps) in imports() {
         let Some(from) = name(&m) else { continue };
         for d in deps {

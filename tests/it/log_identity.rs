@@ -1,7 +1,6 @@
 //! The index decides where each partition resumes, and knows which log it
 //! was built from (issue 10, items 2 and 3): tests on a real broker.
 
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,10 +13,14 @@ use denorm::kafka::group_lag;
 /// the end offset of each partition), whatever the group's offsets say.
 fn wait_index_at(index: &std::path::Path, ends: &[(i32, i64)], worker: &Worker) {
     let at = || EmbeddedIndex::open_existing(index).unwrap().checkpoints().unwrap();
-    eventually(Duration::from_secs(120), || format!("the index never caught up: {:?} of {ends:?}\n{}", at(), worker.log()), || {
-        let at = at();
-        ends.iter().all(|&(p, end)| end == 0 || at.get(&p).is_some_and(|c| c.offset as i64 >= end - 1)).then_some(())
-    });
+    eventually(
+        Duration::from_secs(120),
+        || format!("the index never caught up: {:?} of {ends:?}\n{}", at(), worker.log()),
+        || {
+            let at = at();
+            ends.iter().all(|&(p, end)| end == 0 || at.get(&p).is_some_and(|c| c.offset as i64 >= end - 1)).then_some(())
+        },
+    );
 }
 
 #[test]

@@ -4,7 +4,6 @@
 //! throughout (no rebalance); with dynamic membership, a group whose
 //! members are killed again and again gets going by itself.
 
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -20,13 +19,17 @@ const SESSION_TIMEOUT_MS: &str = "900000";
 
 /// Waits until both workers hold a non-empty share of all `n` partitions.
 fn wait_split(a: &Worker, b: &Worker, n: i32) -> (BTreeSet<i32>, BTreeSet<i32>) {
-    eventually(Duration::from_secs(120), || format!("the group never split the partitions:\n{}\n-----\n{}", a.log(), b.log()), || {
-        if !(a.log_contains("partitions assigned") && b.log_contains("partitions assigned")) {
-            return None;
-        }
-        let (pa, pb) = (last_assignment(a), last_assignment(b));
-        (!pa.is_empty() && !pb.is_empty() && pa.is_disjoint(&pb) && pa.len() + pb.len() == n as usize).then_some((pa, pb))
-    })
+    eventually(
+        Duration::from_secs(120),
+        || format!("the group never split the partitions:\n{}\n-----\n{}", a.log(), b.log()),
+        || {
+            if !(a.log_contains("partitions assigned") && b.log_contains("partitions assigned")) {
+                return None;
+            }
+            let (pa, pb) = (last_assignment(a), last_assignment(b));
+            (!pa.is_empty() && !pb.is_empty() && pa.is_disjoint(&pb) && pa.len() + pb.len() == n as usize).then_some((pa, pb))
+        },
+    )
 }
 
 fn restart_keeps_assignment(how: &str) {
@@ -108,16 +111,19 @@ fn rejoins_and_takes_over(r: Rig) {
         let joined = a.log_contains("partitions assigned") && b.log_contains("partitions assigned");
         joined && last_assignment(a) == BTreeSet::from([0]) && last_assignment(b).is_empty()
     };
-    let owner = eventually(Duration::from_secs(60), || format!("the group never settled:\n{}\n-----\n{}", first.log(), second.log()), || {
-        if settled(&first, &second) {
-            Some(true)
-        } else if settled(&second, &first) {
-            Some(false)
-        } else {
-            None
-        }
-    })
-    ;
+    let owner = eventually(
+        Duration::from_secs(60),
+        || format!("the group never settled:\n{}\n-----\n{}", first.log(), second.log()),
+        || {
+            if settled(&first, &second) {
+                Some(true)
+            } else if settled(&second, &first) {
+                Some(false)
+            } else {
+                None
+            }
+        },
+    );
     let (owner, idle) = if owner { (first, second) } else { (second, first) };
     owner.kill();
     let t = Instant::now();
@@ -195,12 +201,7 @@ fn a_group_whose_members_are_killed_repeatedly_gets_going_again_by_itself() {
     let t = Instant::now();
     let nudges = applied_with_nudges(&cfg, &group, log.len(), start);
     let rejoins = a.metric("denorm_consumer_group_rejoins_total", &[]) + b.metric("denorm_consumer_group_rejoins_total", &[]);
-    eprintln!(
-        "{KILLS} kills, {} commands: applied {:.1}s after the last kill; the live workers rejoined {rejoins} times; {} fresh joins",
-        log.len(),
-        t.elapsed().as_secs_f64(),
-        nudges.len()
-    );
+    eprintln!("{KILLS} kills, {} commands: applied {:.1}s after the last kill; the live workers rejoined {rejoins} times; {} fresh joins", log.len(), t.elapsed().as_secs_f64(), nudges.len());
     // Moves between trees: the model is read from the topic itself (the
     // move chunks the workers wrote included).
     assert_matches_topic_model(&cfg, &index);

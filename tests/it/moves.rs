@@ -4,14 +4,13 @@
 //! destination arriving in the middle, a source crashing after handing its
 //! documents over, moves crossing in opposite directions, and parked keys.
 
-
 use std::time::Duration;
 
 use crate::common::*;
 use denorm::codec::Decoded;
+use denorm::command::partitioner::partition_of;
 use denorm::command::Command;
 use denorm::index::Doc;
-use denorm::command::partitioner::partition_of;
 
 fn rename(from: &str, to: &str) -> Command {
     Command::RenamePath { from: s(from), to: s(to) }
@@ -20,10 +19,7 @@ fn rename(from: &str, to: &str) -> Command {
 /// A top-level directory named `{prefix}{n}` whose partition (of
 /// `partitions`) is none of `avoid`'s.
 fn tree_outside(prefix: &str, partitions: i32, avoid: &[&str]) -> String {
-    (0..)
-        .map(|n| format!("/{prefix}{n}"))
-        .find(|t| avoid.iter().all(|a| partition_of(t, partitions) != partition_of(a, partitions)))
-        .expect("some name lands elsewhere")
+    (0..).map(|n| format!("/{prefix}{n}")).find(|t| avoid.iter().all(|a| partition_of(t, partitions) != partition_of(a, partitions))).expect("some name lands elsewhere")
 }
 
 fn paths(index: &std::path::Path, under: &str) -> Vec<String> {
@@ -122,13 +118,7 @@ fn a_move_spanning_several_messages_holds_the_destinations_later_commands_until_
     assert!(w.wait_for_log("paused between a move's chunks", Duration::from_secs(60)), "{}", w.log());
     // Two commands of the destination land between its first chunk and the
     // others: they wait for the whole move, so they see all of it.
-    produce(
-        &r.cfg,
-        vec![
-            rename(&format!("{dst}/x"), &format!("{dst}/y")),
-            Command::UpsertFile { id: s("late"), path: format!("{dst}/x/late.txt"), contents: s("late"), previous_path: None },
-        ],
-    );
+    produce(&r.cfg, vec![rename(&format!("{dst}/x"), &format!("{dst}/y")), Command::UpsertFile { id: s("late"), path: format!("{dst}/x/late.txt"), contents: s("late"), previous_path: None }]);
     wait_metric(&w, "denorm_moves_waiting_messages", &[], 2.0);
     assert_eq!(w.metric("denorm_moves_in_flight", &[]), 1.0);
     r.off_fault("move.pause-between-chunks");
@@ -312,7 +302,11 @@ fn a_move_out_of_a_parked_tree_waits_with_it_and_one_into_a_parked_tree_is_appli
     // commands apply after the move.
     let (code, _, err) = r.run(&["dlq", "reprocess"]);
     assert_eq!(code, 0, "{err}");
-    eventually(Duration::from_secs(60), || format!("reprocessing did not finish:\n{}", w.log()), || (paths(&r.index, "/other/a").len() >= 10 && !paths(&r.index, "/dst/d1.txt").is_empty()).then_some(()));
+    eventually(
+        Duration::from_secs(60),
+        || format!("reprocessing did not finish:\n{}", w.log()),
+        || (paths(&r.index, "/other/a").len() >= 10 && !paths(&r.index, "/dst/d1.txt").is_empty()).then_some(()),
+    );
     assert!(paths(&r.index, "/src/a").is_empty());
     assert_eq!(paths(&r.index, "/dst").len(), 3, "{:?}", paths(&r.index, "/dst"));
 }
@@ -401,10 +395,13 @@ fn a_rebuild_from_a_migrated_topic_applies_each_move_where_it_was_applied_live_o
         .unwrap();
     });
     let files = |index: &std::path::Path| -> Vec<(String, String, String)> {
-        let mut out: Vec<_> = dump(index).into_iter().filter_map(|d| match d {
-            Doc::File(f) => Some((f.id.clone(), f.full_path(), f.contents.clone())),
-            _ => None,
-        }).collect();
+        let mut out: Vec<_> = dump(index)
+            .into_iter()
+            .filter_map(|d| match d {
+                Doc::File(f) => Some((f.id.clone(), f.full_path(), f.contents.clone())),
+                _ => None,
+            })
+            .collect();
         out.sort();
         out
     };
@@ -452,10 +449,13 @@ fn produce_wait_bounds_the_whole_call_and_names_the_partition_behind() {
     // A command of each key that the worker holds back: the rename waits
     // behind the first, the moved file behind the second.
     r.on_fault("apply.hold", &format!("{src}\n{dst}\n"));
-    produce(&r.cfg, vec![
-        Command::UpsertFile { id: s("h1"), path: format!("{src}/h1.txt"), contents: s(""), previous_path: None },
-        Command::UpsertFile { id: s("h2"), path: format!("{dst}/h2.txt"), contents: s(""), previous_path: None },
-    ]);
+    produce(
+        &r.cfg,
+        vec![
+            Command::UpsertFile { id: s("h1"), path: format!("{src}/h1.txt"), contents: s(""), previous_path: None },
+            Command::UpsertFile { id: s("h2"), path: format!("{dst}/h2.txt"), contents: s(""), previous_path: None },
+        ],
+    );
     let started = std::time::Instant::now();
     let child = cli(&r.cfg, &r.group, &r.index)
         .args(["produce", "--wait", "12", "rename", "--from", &format!("{src}/x.txt"), "--to", &format!("{dst}/x.txt")])

@@ -1,7 +1,6 @@
 //! End-to-end behaviour of the pipeline on a real Kafka-protocol broker
 //! (tansu): produce -> `denorm run` worker processes -> embedded index.
 
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -10,8 +9,6 @@ use denorm::command::Command;
 use denorm::index::{Doc, Kind};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-
-
 
 #[test]
 fn every_command_end_to_end_through_produce_worker_and_search() {
@@ -55,15 +52,8 @@ fn every_command_end_to_end(r: Rig) {
 
     let (code, out, err) = output(cli(&cfg, &group, &index).args(["search", "files", "--under", "/clinton/work", "--limit", "0", "--json"]));
     assert_eq!(code, 0, "{err}");
-    let got: BTreeSet<(String, String, String)> = json_lines(&out)
-        .iter()
-        .map(|v| (v["id"].as_str().unwrap().into(), v["path"].as_str().unwrap().into(), v["name"].as_str().unwrap().into()))
-        .collect();
-    let want: BTreeSet<(String, String, String)> = [
-        (s("f1"), s("/clinton/work/elasticsearch"), s("README.txt")),
-        (s("f2"), s("/clinton/work/kibana"), s("notes.txt")),
-    ]
-    .into();
+    let got: BTreeSet<(String, String, String)> = json_lines(&out).iter().map(|v| (v["id"].as_str().unwrap().into(), v["path"].as_str().unwrap().into(), v["name"].as_str().unwrap().into())).collect();
+    let want: BTreeSet<(String, String, String)> = [(s("f1"), s("/clinton/work/elasticsearch"), s("README.txt")), (s("f2"), s("/clinton/work/kibana"), s("notes.txt"))].into();
     assert_eq!(got, want);
 
     let (_, out, _) = output(cli(&cfg, &group, &index).args(["search", "files", "--dir", "/clinton/work/elasticsearch", "--text", "elasticsearch", "--json"]));
@@ -157,11 +147,7 @@ fn concurrent_renames_of_a_tree_and_a_file_in_it_match_the_model_on(r: Rig) {
     let late = files_under("late", "/clinton/projects/elasticsearch", 200);
     let raced = rt().block_on(async {
         let p = denorm::produce::Producer::new(&cfg).unwrap();
-        let (a, b, c) = tokio::join!(
-            p.send(dir_rename.clone()),
-            p.send(file_rename.clone()),
-            p.send_all(late.clone(), 50, |_| {})
-        );
+        let (a, b, c) = tokio::join!(p.send(dir_rename.clone()), p.send(file_rename.clone()), p.send_all(late.clone(), 50, |_| {}));
         let mut out = vec![(a.unwrap(), dir_rename), (b.unwrap(), file_rename)];
         out.extend(c.unwrap().into_iter().zip(late));
         out
@@ -282,10 +268,14 @@ fn a_rewound_group_changes_nothing_because_the_index_decides_where_to_resume() {
     // rewound range is fetched again. (The group's offset may pass the end
     // before that: the checkpoint is committed as soon as the shard opens.)
     let duplicates = |m: &str| metric(m, "denorm_commands_total", &[("outcome", "duplicate")]);
-    let metrics = eventually(Duration::from_secs(30), || format!("not 3 duplicates:\n{}", worker.http_get("/metrics").1), || {
-        let (_, m) = worker.http_get("/metrics");
-        (duplicates(&m) >= 3.0).then_some(m)
-    });
+    let metrics = eventually(
+        Duration::from_secs(30),
+        || format!("not 3 duplicates:\n{}", worker.http_get("/metrics").1),
+        || {
+            let (_, m) = worker.http_get("/metrics");
+            (duplicates(&m) >= 3.0).then_some(m)
+        },
+    );
     assert_eq!(duplicates(&metrics), 3.0, "{metrics}");
     assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "applied")]), 0.0);
     assert_matches_model(&index, &log);
@@ -331,9 +321,7 @@ fn hostile_messages_are_dead_lettered_with_distinct_reasons_without_stopping_the
     let r = Rig::new(1);
     let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let codec = denorm::codec::Codec::new();
-    let valid = |id: &str| {
-        codec.encode(&denorm::command::Envelope::new(Command::UpsertFile { id: s(id), path: format!("/a/{id}.txt"), contents: s("x"), previous_path: None }))
-    };
+    let valid = |id: &str| codec.encode(&denorm::command::Envelope::new(Command::UpsertFile { id: s(id), path: format!("/a/{id}.txt"), contents: s("x"), previous_path: None }));
     let truncated = valid("t")[..14].to_vec();
     let invalid = codec.encode(&denorm::command::Envelope::new(Command::UpsertFile { id: s("bad"), path: s("/a/../etc"), contents: s("x"), previous_path: None }));
     let unknown_schema = {
@@ -363,16 +351,9 @@ fn hostile_messages_are_dead_lettered_with_distinct_reasons_without_stopping_the
     let ids: BTreeSet<String> = dump(&index).iter().filter(|d| d.kind() == Kind::File).map(|d| d.id().to_string()).collect();
     assert_eq!(ids, BTreeSet::from([s("v1"), s("v2"), s("v3")]));
     let (_, metrics) = worker.http_get("/metrics");
-    for (reason, n) in [
-        ("not_single_object", 1.0),
-        ("undecodable", 1.0),
-        ("empty_payload", 1.0),
-        ("invalid_command", 1.0),
-        ("unknown_schema", 1.0),
-        ("missing_key", 1.0),
-        ("key_mismatch", 1.0),
-        ("oversized", 1.0),
-    ] {
+    for (reason, n) in
+        [("not_single_object", 1.0), ("undecodable", 1.0), ("empty_payload", 1.0), ("invalid_command", 1.0), ("unknown_schema", 1.0), ("missing_key", 1.0), ("key_mismatch", 1.0), ("oversized", 1.0)]
+    {
         assert_eq!(metric(&metrics, "denorm_messages_rejected_total", &[("reason", reason)]), n, "{reason}:\n{metrics}");
     }
     assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "applied")]), 3.0);
@@ -385,19 +366,11 @@ fn hostile_messages_are_dead_lettered_with_distinct_reasons_without_stopping_the
     assert_eq!(code, 0, "{err}");
     let listed = json_lines(&out);
     let got: Vec<(i64, String)> = listed.iter().map(|e| (e["origin_offset"].as_i64().unwrap(), e["reason"].as_str().unwrap().to_string())).collect();
-    let want: Vec<(i64, String)> = [
-        (1, "not_single_object"),
-        (3, "undecodable"),
-        (4, "empty_payload"),
-        (5, "invalid_command"),
-        (6, "unknown_schema"),
-        (7, "missing_key"),
-        (8, "key_mismatch"),
-        (9, "oversized"),
-    ]
-    .iter()
-    .map(|(o, r)| (*o, s(r)))
-    .collect();
+    let want: Vec<(i64, String)> =
+        [(1, "not_single_object"), (3, "undecodable"), (4, "empty_payload"), (5, "invalid_command"), (6, "unknown_schema"), (7, "missing_key"), (8, "key_mismatch"), (9, "oversized")]
+            .iter()
+            .map(|(o, r)| (*o, s(r)))
+            .collect();
     assert_eq!(got, want, "{out}");
     assert!(listed.iter().all(|e| e["attempts"] == 1 && e["origin_partition"] == 0), "{out}");
     let (letters, _) = denorm::dlq::admin::read(&cfg, &denorm::dlq::default_topic(&cfg.topic)).unwrap();
@@ -424,17 +397,15 @@ fn metrics_health_and_readiness_endpoints() {
     assert!(worker.http_get("/nope").0.contains("404"));
     // Lag gauges are refreshed every few seconds: wait for both partitions at 0.
     let at_zero = |m: &str| (0..2).all(|p| m.contains(&format!("denorm_consumer_lag_messages{{partition=\"{p}\"}} 0\n")));
-    let metrics = eventually(Duration::from_secs(30), || format!("lag gauges never reached 0:\n{}", worker.http_get("/metrics").1), || {
-        let (_, m) = worker.http_get("/metrics");
-        at_zero(&m).then_some(m)
-    });
-    for name in [
-        "denorm_consumer_lag_seconds",
-        "denorm_commands_total",
-        "denorm_command_documents_bucket",
-        "denorm_index_commit_seconds_bucket",
-        "denorm_consumer_rebalances_total",
-    ] {
+    let metrics = eventually(
+        Duration::from_secs(30),
+        || format!("lag gauges never reached 0:\n{}", worker.http_get("/metrics").1),
+        || {
+            let (_, m) = worker.http_get("/metrics");
+            at_zero(&m).then_some(m)
+        },
+    );
+    for name in ["denorm_consumer_lag_seconds", "denorm_commands_total", "denorm_command_documents_bucket", "denorm_index_commit_seconds_bucket", "denorm_consumer_rebalances_total"] {
         assert!(metrics.contains(name), "{name} missing:\n{metrics}");
     }
     assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "applied")]), log.len() as f64);
@@ -527,10 +498,14 @@ fn a_fan_out_in_a_lane(r: Rig) {
     assert!(dump(&index).iter().all(|d| d.id() == "other" || d.pos() != log[30].0.offset as u64), "a page of the held rename was written");
     let lag = denorm::kafka::group_lag(&r.cfg, &r.group).unwrap().total;
     assert!(lag >= 3, "the group's offset passed the unfinished rename: lag {lag}");
-    eventually(Duration::from_secs(60), || format!("busy lanes and waiting\n{}", w.http_get("/metrics").1), || {
-        let m = w.http_get("/metrics").1;
-        (metric(&m, PARTITION_BUSY_LANES, &p) == 1.0 && metric(&m, WAITING_COMMANDS, &p) == 1.0).then_some(())
-    });
+    eventually(
+        Duration::from_secs(60),
+        || format!("busy lanes and waiting\n{}", w.http_get("/metrics").1),
+        || {
+            let m = w.http_get("/metrics").1;
+            (metric(&m, PARTITION_BUSY_LANES, &p) == 1.0 && metric(&m, WAITING_COMMANDS, &p) == 1.0).then_some(())
+        },
+    );
     r.off_fault("fanout.hold");
     wait_applied_by(&r.cfg, &r.group, log.len(), &[&w]);
     assert_matches_model(&index, &log);
@@ -628,10 +603,7 @@ fn kafka_secrets_never_reach_the_log() {
     // SASL settings pass through to every client (the broker here speaks
     // no SASL, so commands that work without them fail with them); with
     // debug logging on, the password must still not appear.
-    let sasl = [
-        "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=PLAIN", "-X", "sasl.username=denorm",
-        "-X", &format!("sasl.password={secret}"), "-X", "debug=security,broker",
-    ];
+    let sasl = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=PLAIN", "-X", "sasl.username=denorm", "-X", &format!("sasl.password={secret}"), "-X", "debug=security,broker"];
     let (code, _, err) = output(cli(&cfg, &group, r.dir()).args(["lag"]));
     assert_eq!(code, 0, "{err}");
     for sub in [&["run", "--metrics-addr", "127.0.0.1:0"][..], &["lag"][..]] {
@@ -655,8 +627,7 @@ fn a_backlog_far_beyond_the_queue_bound_drains_without_stalling() {
     // Sizes as the worker counts them against --queue-kb: key, payload and
     // 256 bytes of bookkeeping per message.
     let codec = denorm::codec::Codec::new();
-    let backlog_bytes: usize =
-        commands.iter().map(|c| codec.encode(&denorm::command::Envelope::new(c.clone())).len() + c.key().len() + 256).sum();
+    let backlog_bytes: usize = commands.iter().map(|c| codec.encode(&denorm::command::Envelope::new(c.clone())).len() + c.key().len() + 256).sum();
     let queue_kb = 256;
     assert!(backlog_bytes > 20 * queue_kb * 1024, "the backlog ({backlog_bytes} bytes) is at least 20 times the queue bound");
     let log = produce(&r.cfg, commands);

@@ -108,10 +108,14 @@ fn a_wait_for_another_keys_command_does_not_wait_for_a_held_fan_out(r: Rig) {
     // The two measures: the lag in offsets counts the other key's file,
     // the commands not applied do not (only the rename).
     let p = [("partition", "0")];
-    eventually(Duration::from_secs(30), || w.http_get("/metrics").1, || {
-        let m = w.http_get("/metrics").1;
-        (metric(&m, denorm::metrics::CONSUMER_LAG_MESSAGES, &p) == 2.0 && metric(&m, denorm::metrics::UNAPPLIED_COMMANDS, &p) == 1.0).then_some(())
-    });
+    eventually(
+        Duration::from_secs(30),
+        || w.http_get("/metrics").1,
+        || {
+            let m = w.http_get("/metrics").1;
+            (metric(&m, denorm::metrics::CONSUMER_LAG_MESSAGES, &p) == 2.0 && metric(&m, denorm::metrics::UNAPPLIED_COMMANDS, &p) == 1.0).then_some(())
+        },
+    );
     r.off_fault("fanout.hold");
     wait_applied_by(&r.cfg, &r.group, log.len() + 1, &[&w]);
     let log2 = w.log();

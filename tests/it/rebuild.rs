@@ -2,7 +2,6 @@
 //! throughout, searches running throughout, and crashes in the middle of the
 //! rebuild and of its cutover.
 
-
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,7 +23,13 @@ fn file_counter(index: &std::path::Path) -> Box<dyn FnMut() -> usize + Send> {
         let alias = denorm::index::elastic::names::alias(&b.prefix, denorm::index::Kind::File);
         return Box::new(move || {
             let v: serde_json::Value = rt.block_on(async {
-                let r = b.client.count(elasticsearch::CountParts::Index(&[&alias])).body(serde_json::json!({"query": {"bool": {"must_not": [denorm::index::elastic::docs::is_deleted()]}}})).send().await.unwrap();
+                let r = b
+                    .client
+                    .count(elasticsearch::CountParts::Index(&[&alias]))
+                    .body(serde_json::json!({"query": {"bool": {"must_not": [denorm::index::elastic::docs::is_deleted()]}}}))
+                    .send()
+                    .await
+                    .unwrap();
                 assert!(r.status_code().is_success(), "counting {alias}: {}", r.status_code());
                 r.json().await.unwrap()
             });
@@ -294,9 +299,11 @@ fn a_worker_reopening_its_shard_onto_a_new_generation_resumes_at_that_generation
     eventually(Duration::from_secs(60), || format!("no retries after the cutover:\n{}", live.log()), || (failures() >= before + 3).then_some(()));
     r.off_fault("index.io");
     assert!(live.wait_for_log("the index moved to a new generation during a batch", Duration::from_secs(60)), "{}", live.log());
-    eventually(Duration::from_secs(60), || format!("generation 1 never caught up: {:?}\n{}", index.checkpoints_in(1), live.log()), || {
-        index.checkpoints_in(1).unwrap().get(&0).is_some_and(|c| c.offset >= 1299).then_some(())
-    });
+    eventually(
+        Duration::from_secs(60),
+        || format!("generation 1 never caught up: {:?}\n{}", index.checkpoints_in(1), live.log()),
+        || index.checkpoints_in(1).unwrap().get(&0).is_some_and(|c| c.offset >= 1299).then_some(()),
+    );
     let (status, text) = live.terminate_with_log();
     assert!(status.success(), "{text}");
     // Generation 1 holds the commands between its checkpoint and the batch.
@@ -419,12 +426,7 @@ fn a_rebuild_that_meets_owner_conflicts_names_them_and_does_not_cut_over_on_elas
     let g = generations_of(&r, &rt);
     assert_eq!(g.current().unwrap(), 0, "no cutover");
     assert_eq!(g.state().unwrap().map(|s| s.owner_conflicts), Some(vec![s("file/f")]), "kept for a resumed run");
-    let child = cli(&r.cfg, &r.group, &r.index)
-        .args(["rebuild", "--metrics-addr", "127.0.0.1:0", "--accept-owner-conflicts"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = cli(&r.cfg, &r.group, &r.index).args(["rebuild", "--metrics-addr", "127.0.0.1:0", "--accept-owner-conflicts"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let (status, out) = finish(child);
     assert!(status.success(), "{out}");
     assert_eq!(g.current().unwrap(), 1);
@@ -508,10 +510,14 @@ fn rebuild_by_members(r: Rig, files: usize, batch: usize, pace: Duration) {
     let mut first = member(0, "member-0-faults", &[]);
     let mut second = member(1, "member-1-faults", &[("apply.hold", &hold)]);
     let reached = r.dir().join("member-1-faults").join("apply.hold.reached");
-    eventually(Duration::from_secs(120), || "member 1 never reached its partitions' first command".into(), || {
-        assert!(first.try_wait().unwrap().is_none() && second.try_wait().unwrap().is_none(), "a member exited first");
-        reached.exists().then_some(())
-    });
+    eventually(
+        Duration::from_secs(120),
+        || "member 1 never reached its partitions' first command".into(),
+        || {
+            assert!(first.try_wait().unwrap().is_none() && second.try_wait().unwrap().is_none(), "a member exited first");
+            reached.exists().then_some(())
+        },
+    );
     second.kill().unwrap();
     // On Elasticsearch the generation is built without refreshes or
     // replicas, and served with the live generation's settings.
@@ -574,7 +580,13 @@ fn assigned(log: &str) -> std::collections::BTreeSet<i32> {
 
 /// A thread producing `batch` files under one of `trees` top-level
 /// directories every `pace` until `stop`; it returns what it produced.
-fn produce_throughout(cfg: &denorm::kafka::KafkaConfig, stop: &Arc<AtomicBool>, batch: usize, pace: Duration, trees: usize) -> std::thread::JoinHandle<Vec<(denorm::command::LogPosition, denorm::command::Command)>> {
+fn produce_throughout(
+    cfg: &denorm::kafka::KafkaConfig,
+    stop: &Arc<AtomicBool>,
+    batch: usize,
+    pace: Duration,
+    trees: usize,
+) -> std::thread::JoinHandle<Vec<(denorm::command::LogPosition, denorm::command::Command)>> {
     let (cfg, stop) = (cfg.clone(), stop.clone());
     std::thread::spawn(move || {
         let mut out = Vec::new();
@@ -592,8 +604,12 @@ fn produce_throughout(cfg: &denorm::kafka::KafkaConfig, stop: &Arc<AtomicBool>, 
 /// (the live worker applies what arrived after the cutover to it).
 fn wait_caught_up(r: &Rig, index: &dyn Generations, g: u64, live: &Worker) {
     let lag = denorm::kafka::group_lag(&r.cfg, &r.group).unwrap();
-    eventually(Duration::from_secs(60), || format!("generation {g} never caught up: {:?}\n{}", index.checkpoints_in(g, r.cfg.partitions), live.log()), || {
-        let at = index.checkpoints_in(g, r.cfg.partitions).unwrap();
-        lag.partitions.iter().all(|p| p.end == 0 || at.get(&p.partition).is_some_and(|c| c.offset as i64 >= p.end - 1)).then_some(())
-    });
+    eventually(
+        Duration::from_secs(60),
+        || format!("generation {g} never caught up: {:?}\n{}", index.checkpoints_in(g, r.cfg.partitions), live.log()),
+        || {
+            let at = index.checkpoints_in(g, r.cfg.partitions).unwrap();
+            lag.partitions.iter().all(|p| p.end == 0 || at.get(&p.partition).is_some_and(|c| c.offset as i64 >= p.end - 1)).then_some(())
+        },
+    );
 }

@@ -5,7 +5,6 @@
 //! (wiremock plays it); see docs/producers.md for what that does and does
 //! not prove.
 
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,13 +44,7 @@ async fn produce_looks_the_subject_up_and_registers_only_when_it_is_missing() {
         .expect(1)
         .mount(&server)
         .await;
-    Mock::given(method("POST"))
-        .and(path("/subjects/denorm.commands-value/versions"))
-        .and(body_json(&schema))
-        .respond_with(answer(200, serde_json::json!({"id": 41})))
-        .expect(1)
-        .mount(&server)
-        .await;
+    Mock::given(method("POST")).and(path("/subjects/denorm.commands-value/versions")).and(body_json(&schema)).respond_with(answer(200, serde_json::json!({"id": 41}))).expect(1).mount(&server).await;
     let r = registry(&server, &[]);
     assert_eq!(r.id_for("denorm.commands-value", CURRENT_SCHEMA, true).await.unwrap(), 41);
 
@@ -95,19 +88,9 @@ async fn schema_ids_are_resolved_once_with_credentials_and_unknown_ids_are_final
     let server = MockServer::start().await;
     // Basic auth: "svc:hunter2".
     let auth = ("authorization", "Basic c3ZjOmh1bnRlcjI=");
-    Mock::given(method("GET"))
-        .and(path("/schemas/ids/41"))
-        .and(header(auth.0, auth.1))
-        .respond_with(answer(200, serde_json::json!({ "schema": CURRENT_SCHEMA })))
-        .expect(1)
-        .mount(&server)
-        .await;
+    Mock::given(method("GET")).and(path("/schemas/ids/41")).and(header(auth.0, auth.1)).respond_with(answer(200, serde_json::json!({ "schema": CURRENT_SCHEMA }))).expect(1).mount(&server).await;
     Mock::given(method("GET")).and(path("/schemas/ids/99")).respond_with(error(404, 40403, "Schema 99 not found")).mount(&server).await;
-    Mock::given(method("GET"))
-        .and(path("/schemas/ids/5"))
-        .respond_with(answer(200, serde_json::json!({"schemaType": "PROTOBUF", "schema": "syntax = \"proto3\";"})))
-        .mount(&server)
-        .await;
+    Mock::given(method("GET")).and(path("/schemas/ids/5")).respond_with(answer(200, serde_json::json!({"schemaType": "PROTOBUF", "schema": "syntax = \"proto3\";"}))).mount(&server).await;
     Mock::given(method("GET")).and(path("/schemas/ids/6")).respond_with(error(401, 401, "Unauthorized")).mount(&server).await;
     let r = Arc::new(registry(&server, &[("DENORM_SCHEMA_REGISTRY_USERNAME", "svc"), ("DENORM_SCHEMA_REGISTRY_PASSWORD", "hunter2")]));
     assert!(!format!("{r:?}").contains("hunter2"));

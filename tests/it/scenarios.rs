@@ -3,14 +3,13 @@
 //! the embedded backend and on the Elasticsearch-API server of the suite
 //! (`DENORM_ES_URL`: noida-db from scripts/test.sh, or a cluster of yours).
 
-
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
 use denorm::apply::{apply, FanOut};
 use denorm::command::Command;
-use denorm::index::{Backend, Checkpoint, Shard};
 use denorm::index::elastic::backend::WriteFirst;
+use denorm::index::{Backend, Checkpoint, Shard};
 use denorm::model::{self, Model};
 
 const SHARDS: i32 = 3;

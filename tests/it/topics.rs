@@ -2,7 +2,6 @@
 //! runs before any worker starts), the Kafka options file, and where
 //! `produce --wait` may stand.
 
-
 use crate::common::*;
 use denorm::kafka::KafkaConfig;
 
@@ -71,10 +70,7 @@ fn produce_wait_stands_before_the_command_with_seconds_or_after_its_flags() {
     let cfg = KafkaConfig { partitions: 1, ..KafkaConfig::new(b.brokers.clone(), unique("denorm-wait")) };
     let dir = tempfile::tempdir().unwrap();
     // No worker runs: each form is parsed, sends its command, then waits and times out.
-    for args in [
-        vec!["produce", "--wait", "1", "rename", "--from", "/a/b", "--to", "/a/c"],
-        vec!["produce", "rename", "--from", "/a/b", "--to", "/a/c", "--wait", "1"],
-    ] {
+    for args in [vec!["produce", "--wait", "1", "rename", "--from", "/a/b", "--to", "/a/c"], vec!["produce", "rename", "--from", "/a/b", "--to", "/a/c", "--wait", "1"]] {
         let (code, out, err) = output(cli(&cfg, "g", dir.path()).args(&args));
         assert_eq!(code, 1, "{args:?}: {err}");
         assert!(out.contains("\"key\":\"/a\""), "{args:?}: {out}");

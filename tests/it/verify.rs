@@ -129,10 +129,14 @@ fn verify_names_exactly_what_was_changed_behind_the_pipelines_back(r: Rig) {
                 round += 1;
             }
         });
-        eventually(Duration::from_secs(60), || "the worker applied none of the traffic".into(), || {
-            let lag = denorm::kafka::group_lag(&r.cfg, &r.group).ok()?;
-            (lag.partitions.iter().map(|p| p.committed.max(0)).sum::<i64>() as usize > before + 100).then_some(())
-        });
+        eventually(
+            Duration::from_secs(60),
+            || "the worker applied none of the traffic".into(),
+            || {
+                let lag = denorm::kafka::group_lag(&r.cfg, &r.group).ok()?;
+                (lag.partitions.iter().map(|p| p.committed.max(0)).sum::<i64>() as usize > before + 100).then_some(())
+            },
+        );
         // One round: the rounds are checked in the held fan-out's test; a
         // second round here would compare everything again under traffic.
         let (code, out, err) = r.run(&["verify", "--json", "--rounds", "1"]);
@@ -282,10 +286,7 @@ fn a_delete_beside_a_held_fan_out_is_not_a_false_difference(r: Rig) {
     let mut log = produce(&r.cfg, commands);
     wait_applied_by(&r.cfg, &r.group, log.len(), &[&w]);
     r.on_fault("fanout.hold", "/held\n");
-    log.extend(produce(&r.cfg, vec![
-        Command::RenamePath { from: s("/held/x"), to: s("/held/y") },
-        Command::DeleteFile { id: s("gone"), path: s("/other/gone.txt") },
-    ]));
+    log.extend(produce(&r.cfg, vec![Command::RenamePath { from: s("/held/x"), to: s("/held/y") }, Command::DeleteFile { id: s("gone"), path: s("/other/gone.txt") }]));
     let index = r.index.clone();
     eventually(Duration::from_secs(60), || format!("the other key's delete while the rename is held\n{}", w.log()), || (!dump(&index).iter().any(|d| d.id() == "gone")).then_some(()));
     let (code, report, err) = verify(&r);

@@ -51,7 +51,6 @@ fn recreate(cfg: &mut denorm::kafka::KafkaConfig) {
     rt().block_on(dlq.ensure_topic()).expect("create the dead-letter topic again");
 }
 
-
 // A broker of its own each: tansu 0.6 deletes every topic of the cluster
 // when asked to delete one.
 #[test]
@@ -111,7 +110,7 @@ fn a_read_alias_on_two_indexes_is_refused_and_nothing_is_deleted() {
 /// Sends `commands` in one committed transaction: the partition then ends
 /// in the transaction's commit marker, an offset without a message.
 fn produce_in_a_transaction(cfg: &denorm::kafka::KafkaConfig, commands: Vec<denorm::command::Command>) {
-    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer, DefaultProducerContext};
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
     let codec = denorm::codec::Codec::new();
     let mut c = cfg.client_config();
     c.set("transactional.id", unique("txn"));

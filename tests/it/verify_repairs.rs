@@ -87,7 +87,8 @@ fn a_repair_is_not_sent_for_a_document_a_later_command_in_the_log_may_have_delet
 /// repaired, naming the key that holds it.
 fn a_document_held_under_another_key_is_not_sent_a_repair_run_after_run(r: Rig) {
     let partitions = r.cfg.partitions;
-    let other = (b'b'..=b'z').map(|c| format!("/{}", c as char)).find(|k| denorm::command::partitioner::partition_of(k, partitions) != denorm::command::partitioner::partition_of("/a", partitions)).unwrap();
+    let other =
+        (b'b'..=b'z').map(|c| format!("/{}", c as char)).find(|k| denorm::command::partitioner::partition_of(k, partitions) != denorm::command::partitioner::partition_of("/a", partitions)).unwrap();
     let worker = r.worker(&[]);
     let file = |dir: &str| Command::UpsertFile { id: s("f"), path: format!("{dir}/x.txt"), contents: s("c"), previous_path: None };
     let n = produce(&r.cfg, vec![file("/a"), file(&other)]).len();
@@ -235,15 +236,19 @@ fn a_difference_proven_in_one_round_is_not_dropped_by_the_next(r: Rig) {
     let (faults, mut verify) = verify_with_faults(&r, "round-faults", &[("verify.replay", ""), ("verify.round", "")], &["--json", "--rounds", "2"]);
     let mut child = verify.spawn().unwrap();
     let mut reached = |name: &str| {
-        eventually(Duration::from_secs(60), || format!("the verify never reached {name}"), || {
-            if let Some(status) = child.try_wait().unwrap() {
-                let (mut out, mut err) = (String::new(), String::new());
-                std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
-                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
-                panic!("the verify ended ({status}) before {name}:\n{out}\n{err}");
-            }
-            faults.join(format!("{name}.reached")).exists().then_some(())
-        })
+        eventually(
+            Duration::from_secs(60),
+            || format!("the verify never reached {name}"),
+            || {
+                if let Some(status) = child.try_wait().unwrap() {
+                    let (mut out, mut err) = (String::new(), String::new());
+                    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+                    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+                    panic!("the verify ended ({status}) before {name}:\n{out}\n{err}");
+                }
+                faults.join(format!("{name}.reached")).exists().then_some(())
+            },
+        )
     };
     // Round 1 chose where it stops: the other partition's traffic lands
     // past it (written since), so a second round follows.

@@ -15,7 +15,6 @@ fn files_in(r: &Rig, dir: &str) -> usize {
     dump(&r.index).iter().filter(|d| d.kind() == Kind::File && d.key().starts_with(dir)).count()
 }
 
-
 /// The scenario: workers with `--on-abort skip`, a poison message
 /// under `/k1` between 100 files and 50 more. The 50 are applied, as skip
 /// promises. `verify` called them "unexpected" (exit 1), and `--repair`
@@ -83,11 +82,7 @@ fn workers_that_disagree_are_reported_and_a_verify_without_their_settings_refuse
     wait_applied_by(&r.cfg, &r.group, n, &[&first]);
     assert_eq!(first.metric("denorm_worker_settings_mismatch", &[]), 0.0);
     let second = r.worker(&["--max-message-bytes", "2097152"]);
-    assert!(
-        second.wait_for_log("differ from those the index recorded", Duration::from_secs(30)),
-        "{}",
-        second.log()
-    );
+    assert!(second.wait_for_log("differ from those the index recorded", Duration::from_secs(30)), "{}", second.log());
     assert!(second.log_contains("on_abort: park vs skip") && second.log_contains("max_message_bytes: 2097152 vs 1048576"), "{}", second.log());
     eventually(Duration::from_secs(30), || first.log(), || (first.metric("denorm_worker_settings_mismatch", &[]) == 1.0).then_some(()));
     assert!(first.log_contains("differ from those another worker of this index recorded"), "{}", first.log());

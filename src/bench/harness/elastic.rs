@@ -17,10 +17,10 @@ use serde_json::{json, Map, Value};
 
 use super::{file_doc, moved_dir, per_sec, phase, single_docs, tree, tree_dir, Bench, Probe, Row};
 use crate::command::Command;
+use crate::index::elastic::backend::ElasticBackend;
 use crate::index::elastic::bulk::{self, BulkOp};
 use crate::index::elastic::config::ElasticConfig;
 use crate::index::elastic::docs::{scan_query, to_source};
-use crate::index::elastic::backend::ElasticBackend;
 use crate::index::elastic::{complete_json, generations, mapping, names};
 use crate::index::{Kind, Scan};
 use crate::produce::Producer;
@@ -66,13 +66,7 @@ pub(super) async fn run(b: &Bench<'_>, url: &str, es: &ElasticBackend, producer:
     phase("replay: denorm run into empty indexes");
     let (worker, replay, cpu) = b.catch_up(&group, &index, "the replay").await?;
     let rate = a.docs as f64 / replay.as_secs_f64();
-    rows.push(Row::new(
-        format!("replay of {} commands into empty indexes", a.docs),
-        per_sec(rate, "commands"),
-        format!("plain _bulk {}", per_sec(raw_load, "docs")),
-        Some(rate / raw_load),
-        ">= 80%",
-    ));
+    rows.push(Row::new(format!("replay of {} commands into empty indexes", a.docs), per_sec(rate, "commands"), format!("plain _bulk {}", per_sec(raw_load, "docs")), Some(rate / raw_load), ">= 80%"));
     results.insert("replay".into(), json!({"commands": a.docs, "seconds": replay.as_secs_f64(), "rate": rate, "raw_bulk_rate": raw_load, "ratio": rate / raw_load, "cpu": cpu}));
 
     // 2. Single-document updates of existing documents, as a backlog.
@@ -87,13 +81,7 @@ pub(super) async fn run(b: &Bench<'_>, url: &str, es: &ElasticBackend, producer:
     phase("single-document updates: denorm run catches up");
     let (worker, took, cpu) = b.catch_up(&group, &index, "the updates").await?;
     let rate = a.docs as f64 / took.as_secs_f64();
-    rows.push(Row::new(
-        format!("{} single-document updates", a.docs),
-        per_sec(rate, "commands"),
-        format!("plain _bulk {}", per_sec(raw_updates, "docs")),
-        Some(rate / raw_updates),
-        ">= 80%",
-    ));
+    rows.push(Row::new(format!("{} single-document updates", a.docs), per_sec(rate, "commands"), format!("plain _bulk {}", per_sec(raw_updates, "docs")), Some(rate / raw_updates), ">= 80%"));
     results.insert("single_document".into(), json!({"commands": a.docs, "seconds": took.as_secs_f64(), "rate": rate, "raw_bulk_rate": raw_updates, "ratio": rate / raw_updates, "cpu": cpu}));
     // 3. Profile changes (small fan-outs) and a mixed log.
     let worker = b.profiles_phase(worker, &group, &index, producer, &mut rows, &mut results).await?;

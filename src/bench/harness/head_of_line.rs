@@ -35,7 +35,15 @@ const IDLE: Duration = Duration::from_secs(3);
 impl Bench<'_> {
     /// Runs the phase with lanes and with one lane; adds its rows and
     /// results.
-    pub(super) async fn head_of_line(&self, files: u64, rate: u64, run_id: &str, es_url: Option<&str>, rows: &mut Vec<Row>, results: &mut serde_json::Map<String, serde_json::Value>) -> anyhow::Result<()> {
+    pub(super) async fn head_of_line(
+        &self,
+        files: u64,
+        rate: u64,
+        run_id: &str,
+        es_url: Option<&str>,
+        rows: &mut Vec<Row>,
+        results: &mut serde_json::Map<String, serde_json::Value>,
+    ) -> anyhow::Result<()> {
         let lanes = self.series(files, rate, run_id, es_url, None).await?;
         let one = self.series(files, rate, run_id, es_url, Some(1)).await?;
         let q = |v: &[f64], p: f64| quantile(&mut v.to_vec(), p);
@@ -72,9 +80,8 @@ impl Bench<'_> {
         let producer = Arc::new(Producer::new(&b.kafka)?);
         let extra = lanes_arg(lanes);
         phase(&format!("head of line ({name}): loading a tree of {files} files"));
-        let tree: Vec<Command> = (0..files)
-            .map(|i| Command::UpsertFile { id: format!("t{i}"), path: format!("/hol/tree/d{}/t{i}.txt", i % 100), contents: format!("tree file {i}"), previous_path: None })
-            .collect();
+        let tree: Vec<Command> =
+            (0..files).map(|i| Command::UpsertFile { id: format!("t{i}"), path: format!("/hol/tree/d{}/t{i}.txt", i % 100), contents: format!("tree file {i}"), previous_path: None }).collect();
         producer.send_all(tree, 10_000, |_| {}).await?;
         let worker = b.start_worker_with(&group, &index, &extra).await?;
         b.wait_applied(&worker, &index, None).await?;

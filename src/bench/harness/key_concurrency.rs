@@ -18,7 +18,15 @@ use crate::produce::Producer;
 
 impl Bench<'_> {
     /// Runs the phase for each of `keys`; adds its rows and results.
-    pub(super) async fn key_concurrency(&self, n: u64, keys: &[u64], run_id: &str, es_url: Option<&str>, rows: &mut Vec<Row>, results: &mut serde_json::Map<String, serde_json::Value>) -> anyhow::Result<()> {
+    pub(super) async fn key_concurrency(
+        &self,
+        n: u64,
+        keys: &[u64],
+        run_id: &str,
+        es_url: Option<&str>,
+        rows: &mut Vec<Row>,
+        results: &mut serde_json::Map<String, serde_json::Value>,
+    ) -> anyhow::Result<()> {
         let mut runs = Vec::new();
         for &k in keys {
             let lanes = self.keys_backlog(n, k, run_id, es_url, None).await?;
@@ -44,9 +52,8 @@ impl Bench<'_> {
         let tag = format!("keys{keys}-{name}");
         phase(&format!("key concurrency ({name}): {n} single-document commands over {keys} key(s)"));
         let (b, index) = self.own_partition(&tag, run_id, es_url).await?;
-        let commands: Vec<Command> = (0..n)
-            .map(|i| Command::UpsertFile { id: format!("c{i}"), path: format!("/c{}/d{}/c{i}.txt", i % keys, i % 20), contents: format!("command {i}"), previous_path: None })
-            .collect();
+        let commands: Vec<Command> =
+            (0..n).map(|i| Command::UpsertFile { id: format!("c{i}"), path: format!("/c{}/d{}/c{i}.txt", i % keys, i % 20), contents: format!("command {i}"), previous_path: None }).collect();
         Producer::new(&b.kafka)?.send_all(commands, 10_000, |_| {}).await?;
         let group = format!("denorm-bench-{run_id}-{tag}");
         let worker = b.start_worker_with(&group, &index, &lanes_arg(lanes)).await?;

@@ -21,20 +21,11 @@ impl Latency {
         rows.push(Row::new(
             format!("produce -> searchable at {}/s: p50 / p99 / max", rate),
             format!("{:.1} / {:.1} / {:.1} ms", self.p50, self.p99, self.max),
-            format!(
-                "plain consumer p50 / p99 {:.1} / {:.1} ms (producer ack {:.1} / {:.1})",
-                self.plain_p50, self.plain_p99, self.ack_p50, self.ack_p99
-            ),
+            format!("plain consumer p50 / p99 {:.1} / {:.1} ms (producer ack {:.1} / {:.1})", self.plain_p50, self.plain_p99, self.ack_p50, self.ack_p99),
             None,
             "p99 <= 100 ms",
         ));
-        rows.push(Row::new(
-            "  of which after the plain consumer got it: p50 / p99",
-            format!("{:.1} / {:.1} ms", self.own_p50, self.own_p99),
-            String::new(),
-            None,
-            "",
-        ));
+        rows.push(Row::new("  of which after the plain consumer got it: p50 / p99", format!("{:.1} / {:.1} ms", self.own_p50, self.own_p99), String::new(), None, ""));
         results.insert("latency".into(), json!({"rate": rate, "commands": self.n, "p50_ms": self.p50, "p90_ms": self.p90, "p99_ms": self.p99, "max_ms": self.max, "achieved_rate": self.achieved_rate, "produce_ack_p50_ms": self.ack_p50, "produce_ack_p99_ms": self.ack_p99, "plain_consumer_p50_ms": self.plain_p50, "plain_consumer_p99_ms": self.plain_p99, "added_p50_ms": self.own_p50, "added_p99_ms": self.own_p99}));
     }
 }

@@ -28,15 +28,15 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::json;
 
+use crate::bench::process::{machine, CpuClock};
 use crate::command::Command;
 use crate::index::embedded::{raw, EmbeddedIndex};
 use crate::index::{Doc, FileDoc};
 use crate::kafka::{KafkaConfig, REQUEST_TIMEOUT};
 use crate::produce::Producer;
-use crate::bench::process::{machine, CpuClock};
 use crate::worker::{consumer_config, WorkerConfig};
-use table::{mb, per_sec, phase, print_table, Row};
 use latency::{embedded_probe, watch, Latency, Probe};
+use table::{mb, per_sec, phase, print_table, Row};
 use worker::Worker;
 
 /// Commands of the read-your-writes series (one at a time).
@@ -115,7 +115,6 @@ pub struct BenchArgs {
     elasticsearch: Option<String>,
 }
 
-
 /// How the benchmark reaches the broker, and how its `denorm run` workers
 /// are given the same client options.
 #[derive(Debug, Clone)]
@@ -163,30 +162,13 @@ async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
     let mut kafka = launch.kafka.clone();
     kafka.topic = format!("denorm.bench.{run_id}");
     kafka.partitions = a.partitions;
-    kafka
-        .ensure_topic()
-        .await
-        .with_context(|| format!("cannot reach the broker at {} or create the benchmark topic", kafka.brokers))?;
+    kafka.ensure_topic().await.with_context(|| format!("cannot reach the broker at {} or create the benchmark topic", kafka.brokers))?;
     let es = match &a.elasticsearch {
         Some(url) => Some(elastic::backend(url, &run_id, &kafka.topic)?),
         None => None,
     };
-    let b = Bench {
-        launch,
-        a,
-        kafka,
-        work: work.clone(),
-        timeout: Duration::from_secs(a.timeout_secs),
-        exe: std::env::current_exe()?,
-        es,
-    };
-    eprintln!(
-        "denorm bench: broker {}, topic {} ({} partitions), work directory {}",
-        b.kafka.brokers,
-        b.kafka.topic,
-        a.partitions,
-        work.display()
-    );
+    let b = Bench { launch, a, kafka, work: work.clone(), timeout: Duration::from_secs(a.timeout_secs), exe: std::env::current_exe()?, es };
+    eprintln!("denorm bench: broker {}, topic {} ({} partitions), work directory {}", b.kafka.brokers, b.kafka.topic, a.partitions, work.display());
     let producer = Producer::new(&b.kafka)?;
     if let (Some(url), Some(es)) = (&a.elasticsearch, &b.es) {
         let (rows, results) = elastic::run(&b, url, es, &producer, &run_id).await?;
@@ -278,12 +260,7 @@ async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
         let sampler = worker.sample_peaks();
         let clock = CpuClock::start(b.pids(Some(&worker)));
         let t = Instant::now();
-        producer
-            .send(Command::RenamePath {
-                from: tree_dir(size),
-                to: moved_dir(size),
-            })
-            .await?;
+        producer.send(Command::RenamePath { from: tree_dir(size), to: moved_dir(size) }).await?;
         let took = b.wait_applied(&worker, &index_dir, Some(t)).await?;
         let peak = worker.status_kb("VmHWM:");
         let (peak_anon, peak_file) = sampler.stop();
@@ -294,14 +271,7 @@ async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
         rename_rates.push((size, rate));
         rows.push(Row::new(
             format!("rename of a directory of {size} files"),
-            format!(
-                "{} (peak RSS {}: heap {} (+{} in the rename), mapped index {})",
-                per_sec(rate, "docs"),
-                mb(peak),
-                mb(Some(peak_anon)),
-                mb(Some(rise)),
-                mb(Some(peak_file))
-            ),
+            format!("{} (peak RSS {}: heap {} (+{} in the rename), mapped index {})", per_sec(rate, "docs"), mb(peak), mb(Some(peak_anon)), mb(Some(rise)), mb(Some(peak_file))),
             format!("tantivy {}", per_sec(raw_rate, "docs")),
             Some(rate / raw_rate),
             if Some(&size) == a.renames.iter().max() { ">= 90%" } else { "" },
@@ -345,23 +315,14 @@ async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
                 Some(1.0 + growth),
                 "<= 110%",
             ));
-            rows.push(Row::new(
-                format!("  heap added by the rename itself, {large} vs {small} files"),
-                format!("{} vs {}", mb(Some(r1)), mb(Some(r0))),
-                String::new(),
-                rise_ratio,
-                "",
-            ));
+            rows.push(Row::new(format!("  heap added by the rename itself, {large} vs {small} files"), format!("{} vs {}", mb(Some(r1)), mb(Some(r0))), String::new(), rise_ratio, ""));
             results.insert("rename_memory".into(), json!({"measure": "peak RssAnon sampled every 10 ms", "small": small, "large": large, "small_peak_kb": p0, "large_peak_kb": p1, "growth": growth, "small_rise_kb": r0, "large_rise_kb": r1, "rise_ratio": rise_ratio}));
         }
     }
 
     // 4. Produce -> searchable latency at a steady rate.
     if a.latency_secs > 0 {
-        phase(&format!(
-            "latency: {} commands/s for {} s, produce -> searchable",
-            a.latency_rate, a.latency_secs
-        ));
+        phase(&format!("latency: {} commands/s for {} s, produce -> searchable", a.latency_rate, a.latency_secs));
         let l = b.latency(Producer::new(&b.kafka)?, &index_dir).await?;
         l.report(a.latency_rate, &mut rows, &mut results);
         phase("latency: read-your-writes, one command at a time as `denorm produce --wait` sends it");
@@ -399,7 +360,8 @@ fn single_docs(n: u64, keys: u64, round: u64) -> Vec<Command> {
         .map(|i| Command::UpsertFile {
             id: format!("b{i}"),
             path: format!("/k{}/docs/section{}/file{i}.txt", i % keys, i % 50),
-            contents: crate::demo::words(&mut rng, 8 + (i % 16) as usize), previous_path: None,
+            contents: crate::demo::words(&mut rng, 8 + (i % 16) as usize),
+            previous_path: None,
         })
         .collect()
 }
@@ -419,7 +381,8 @@ fn tree(size: u64) -> Vec<Command> {
         .map(|i| Command::UpsertFile {
             id: format!("r{size}-{i}"),
             path: format!("{}/d{}/file{i}.txt", tree_dir(size), i % 100),
-            contents: crate::demo::words(&mut rng, 8 + (i % 16) as usize), previous_path: None,
+            contents: crate::demo::words(&mut rng, 8 + (i % 16) as usize),
+            previous_path: None,
         })
         .collect()
 }
@@ -501,9 +464,7 @@ impl Bench<'_> {
     /// End offsets of every partition of the topic.
     fn ends(&self) -> anyhow::Result<BTreeMap<i32, i64>> {
         let c: BaseConsumer = self.kafka.client_config().create()?;
-        (0..self.kafka.partitions)
-            .map(|p| Ok((p, c.fetch_watermarks(&self.kafka.topic, p, REQUEST_TIMEOUT)?.1)))
-            .collect()
+        (0..self.kafka.partitions).map(|p| Ok((p, c.fetch_watermarks(&self.kafka.topic, p, REQUEST_TIMEOUT)?.1))).collect()
     }
 
     /// A plain consumer with the worker's settings reads `n` messages from
@@ -638,18 +599,11 @@ impl Bench<'_> {
         for i in 0..n {
             tokio::time::sleep_until((start + Duration::from_secs_f64(i as f64 / rate as f64)).into()).await;
             let id = format!("lat{i}");
-            let cmd = Command::UpsertFile {
-                id: id.clone(),
-                path: format!("/lat{}/file{i}.txt", i % self.a.keys),
-                contents: format!("latency probe {i}"),
-                previous_path: None,
-            };
+            let cmd = Command::UpsertFile { id: id.clone(), path: format!("/lat{}/file{i}.txt", i % self.a.keys), contents: format!("latency probe {i}"), previous_path: None };
             let sent = Instant::now();
             tx.send((id, sent)).ok();
             let p = producer.clone();
-            sends.push(tokio::spawn(async move {
-                p.send(cmd).await.map(|d| (d, sent, sent.elapsed().as_secs_f64() * 1000.0))
-            }));
+            sends.push(tokio::spawn(async move { p.send(cmd).await.map(|d| (d, sent, sent.elapsed().as_secs_f64() * 1000.0)) }));
         }
         let achieved_rate = n as f64 / start.elapsed().as_secs_f64();
         drop(tx);
@@ -660,12 +614,8 @@ impl Bench<'_> {
             acks.push(ack);
             delivered.push((d, sent));
         }
-        let received = tokio::task::spawn_blocking(move || plain.join())
-            .await?
-            .map_err(|_| anyhow::anyhow!("plain consumer panicked"))??;
-        let searchable = tokio::task::spawn_blocking(move || watcher.join())
-            .await?
-            .map_err(|_| anyhow::anyhow!("latency watcher panicked"))??;
+        let received = tokio::task::spawn_blocking(move || plain.join()).await?.map_err(|_| anyhow::anyhow!("plain consumer panicked"))??;
+        let searchable = tokio::task::spawn_blocking(move || watcher.join()).await?.map_err(|_| anyhow::anyhow!("latency watcher panicked"))??;
         let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1000.0;
         let (mut all, mut plain_ms, mut own) = (Vec::new(), Vec::new(), Vec::new());
         for (i, (d, sent)) in delivered.iter().enumerate() {
@@ -694,4 +644,3 @@ impl Bench<'_> {
         })
     }
 }
-

@@ -29,13 +29,7 @@ fn user(i: usize, round: usize) -> Command {
 }
 
 fn post(i: usize, j: usize, round: usize, rng: &mut StdRng) -> Command {
-    Command::UpsertPost {
-        id: format!("pu{i}-p{j}"),
-        user_id: format!("pu{i}"),
-        title: format!("post {j} of user {i}, take {round}"),
-        body: crate::demo::words(rng, 12 + j),
-        previous_user_id: None,
-    }
+    Command::UpsertPost { id: format!("pu{i}-p{j}"), user_id: format!("pu{i}"), title: format!("post {j} of user {i}, take {round}"), body: crate::demo::words(rng, 12 + j), previous_user_id: None }
 }
 
 /// `users` users with [`POSTS_PER_USER`] posts each.

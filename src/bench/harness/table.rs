@@ -12,13 +12,7 @@ pub(super) struct Row {
 
 impl Row {
     pub(super) fn new(name: impl Into<String>, denorm: String, baseline: String, ratio: Option<f64>, target: &'static str) -> Row {
-        Row {
-            name: name.into(),
-            denorm,
-            baseline,
-            ratio,
-            target,
-        }
+        Row { name: name.into(), denorm, baseline, ratio, target }
     }
 }
 

@@ -41,9 +41,7 @@ impl Worker {
     pub(super) async fn stop(mut self) -> anyhow::Result<()> {
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(self.pid as i32, libc::SIGTERM) };
-        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
-            .await
-            .context("the worker did not stop within 60 s")??;
+        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await.context("the worker did not stop within 60 s")??;
         if !status.success() {
             bail!("the worker exited with {status}");
         }
@@ -71,29 +69,16 @@ impl Bench<'_> {
             .stderr(log)
             .kill_on_drop(true);
         let child = cmd.spawn().with_context(|| format!("starting {}", self.exe.display()))?;
-        let w = Worker {
-            pid: child.id().context("worker exited at once")?,
-            child,
-            port,
-        };
+        let w = Worker { pid: child.id().context("worker exited at once")?, child, port };
         let http = reqwest::Client::new();
         let deadline = Instant::now() + self.timeout;
         loop {
-            let ok = http
-                .get(format!("http://127.0.0.1:{}/readyz", w.port))
-                .send()
-                .await
-                .map(|r| r.status().is_success())
-                .unwrap_or(false);
+            let ok = http.get(format!("http://127.0.0.1:{}/readyz", w.port)).send().await.map(|r| r.status().is_success()).unwrap_or(false);
             if ok {
                 return Ok(w);
             }
             if Instant::now() > deadline {
-                bail!(
-                    "the worker was not ready after {:?}; see {}",
-                    self.timeout,
-                    self.work.join("worker.log").display()
-                );
+                bail!("the worker was not ready after {:?}; see {}", self.timeout, self.work.join("worker.log").display());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -103,10 +88,7 @@ impl Bench<'_> {
     /// and `index`: a subcommand and its flags follow.
     pub(super) fn denorm(&self, group: &str, index: &Path) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(&self.exe);
-        cmd.args(["--brokers", &self.kafka.brokers, "--topic", &self.kafka.topic, "--group", group])
-            .arg("--index")
-            .arg(index)
-            .args(["--partitions", &self.kafka.partitions.to_string()]);
+        cmd.args(["--brokers", &self.kafka.brokers, "--topic", &self.kafka.topic, "--group", group]).arg("--index").arg(index).args(["--partitions", &self.kafka.partitions.to_string()]);
         if let Some(f) = &self.launch.kafka_options_file {
             cmd.arg("--kafka-options-file").arg(f);
         }

@@ -17,10 +17,23 @@ use crate::metrics as m;
 pub enum BulkOp {
     /// Create or replace; with `if_seq_no` only if the document is unchanged
     /// since it was read.
-    Index { index: String, id: String, source: Value, if_seq_no: Option<(i64, i64)> },
+    Index {
+        index: String,
+        id: String,
+        source: Value,
+        if_seq_no: Option<(i64, i64)>,
+    },
     /// Create; fails with 409 when the document exists.
-    Create { index: String, id: String, source: Value },
-    Delete { index: String, id: String, if_seq_no: Option<(i64, i64)> },
+    Create {
+        index: String,
+        id: String,
+        source: Value,
+    },
+    Delete {
+        index: String,
+        id: String,
+        if_seq_no: Option<(i64, i64)>,
+    },
 }
 
 impl BulkOp {
@@ -108,7 +121,10 @@ pub enum Outcome {
     /// 429 or 5xx: send again.
     Retry(u16),
     /// Rejected for good (mapping or parse error, ...).
-    Failed { status: u16, reason: String },
+    Failed {
+        status: u16,
+        reason: String,
+    },
     /// The target index or alias is not there (every write requires an
     /// alias): the writer's generation was replaced (see `denorm rebuild`).
     Gone(String),
@@ -141,10 +157,7 @@ fn count_outcomes(counts: &[u64; 5]) {
 /// Per-item outcomes of a bulk response, in request order. A delete of a
 /// missing document is done.
 pub fn classify(response: &Value) -> Result<Vec<Outcome>, ElasticError> {
-    let items = response
-        .get("items")
-        .and_then(Value::as_array)
-        .ok_or_else(|| ElasticError::Transport("bulk response has no items".into()))?;
+    let items = response.get("items").and_then(Value::as_array).ok_or_else(|| ElasticError::Transport("bulk response has no items".into()))?;
     Ok(items
         .iter()
         .map(|item| {
@@ -153,9 +166,7 @@ pub fn classify(response: &Value) -> Result<Vec<Outcome>, ElasticError> {
             let error_type = r["error"].get("type").and_then(Value::as_str);
             match status {
                 200..=299 => Outcome::Done,
-                404 if error_type == Some(super::INDEX_NOT_FOUND) => {
-                    Outcome::Gone(r["error"].get("reason").and_then(Value::as_str).unwrap_or_default().to_string())
-                }
+                404 if error_type == Some(super::INDEX_NOT_FOUND) => Outcome::Gone(r["error"].get("reason").and_then(Value::as_str).unwrap_or_default().to_string()),
                 404 if action == "delete" => Outcome::Done,
                 409 => Outcome::Conflict,
                 s if is_retryable_status(s) => Outcome::Retry(s),
@@ -165,11 +176,7 @@ pub fn classify(response: &Value) -> Result<Vec<Outcome>, ElasticError> {
                 s if error_type.is_some_and(is_operational) => Outcome::Retry(s),
                 s => {
                     let e = &r["error"];
-                    let reason = format!(
-                        "{}: {}",
-                        e.get("type").and_then(Value::as_str).unwrap_or("error"),
-                        e.get("reason").and_then(Value::as_str).unwrap_or("")
-                    );
+                    let reason = format!("{}: {}", e.get("type").and_then(Value::as_str).unwrap_or("error"), e.get("reason").and_then(Value::as_str).unwrap_or(""));
                     Outcome::Failed { status: s, reason }
                 }
             }
@@ -183,14 +190,8 @@ pub fn classify(response: &Value) -> Result<Vec<Outcome>, ElasticError> {
 /// (`security_exception`), a shard not available. Elasticsearch answers
 /// them per item (403, 400 or 503 inside a 200): they are retried, never
 /// dead-lettered.
-pub const OPERATIONAL_ERRORS: &[&str] = &[
-    "cluster_block_exception",
-    "index_closed_exception",
-    "security_exception",
-    "unavailable_shards_exception",
-    "no_shard_available_action_exception",
-    "es_rejected_execution_exception",
-];
+pub const OPERATIONAL_ERRORS: &[&str] =
+    &["cluster_block_exception", "index_closed_exception", "security_exception", "unavailable_shards_exception", "no_shard_available_action_exception", "es_rejected_execution_exception"];
 
 fn is_operational(error_type: &str) -> bool {
     OPERATIONAL_ERRORS.contains(&error_type)
@@ -365,15 +366,7 @@ mod tests {
             item(403, "security_exception"),
             item(400, "document_parsing_exception"),
         ]});
-        assert_eq!(
-            classify(&r).unwrap(),
-            vec![
-                Outcome::Retry(403),
-                Outcome::Retry(400),
-                Outcome::Retry(403),
-                Outcome::Failed { status: 400, reason: "document_parsing_exception: ...".into() },
-            ]
-        );
+        assert_eq!(classify(&r).unwrap(), vec![Outcome::Retry(403), Outcome::Retry(400), Outcome::Retry(403), Outcome::Failed { status: 400, reason: "document_parsing_exception: ...".into() },]);
     }
 
     #[test]

@@ -17,8 +17,14 @@ use crate::secret::{read_secret, Secret};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Auth {
     None,
-    Basic { username: String, password: Secret },
-    ApiKey { id: String, key: Secret },
+    Basic {
+        username: String,
+        password: Secret,
+    },
+    ApiKey {
+        id: String,
+        key: Secret,
+    },
     /// The base64 `id:key` that Elastic's UI and API hand out as `encoded`.
     EncodedApiKey(Secret),
 }
@@ -67,11 +73,7 @@ impl ElasticConfig {
             return Err(ElasticError::Config(format!("{url} must be http:// or https://")));
         }
         if !url.username().is_empty() || url.password().is_some() {
-            return Err(ElasticError::Config(format!(
-                "put credentials in {} / {} (or the _FILE variants), not in the URL",
-                env::USERNAME,
-                env::PASSWORD
-            )));
+            return Err(ElasticError::Config(format!("put credentials in {} / {} (or the _FILE variants), not in the URL", env::USERNAME, env::PASSWORD)));
         }
         let secret = |value: &str, file: &str| read_secret(&lookup, value, file).map_err(ElasticError::Config);
         let username = secret(env::USERNAME, env::USERNAME_FILE)?.map(|u| u.expose().to_string());
@@ -106,13 +108,7 @@ impl ElasticConfig {
             [a] => a.clone(),
             _ => return Err(ElasticError::Config("choose one of basic authentication, an API key id and key, or an encoded API key".into())),
         };
-        Ok(ElasticConfig {
-            url,
-            auth,
-            ca_cert: lookup(env::CA_CERT).map(PathBuf::from),
-            prefix: lookup(env::PREFIX).unwrap_or_else(|| "denorm".into()),
-            timeout: REQUEST_TIMEOUT,
-        })
+        Ok(ElasticConfig { url, auth, ca_cert: lookup(env::CA_CERT).map(PathBuf::from), prefix: lookup(env::PREFIX).unwrap_or_else(|| "denorm".into()), timeout: REQUEST_TIMEOUT })
     }
 
     pub fn from_env(url: &str) -> Result<Self, ElasticError> {

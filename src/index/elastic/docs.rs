@@ -30,13 +30,7 @@ pub fn from_source(kind: Kind, v: &Value) -> Doc {
     match kind {
         Kind::File => Doc::File(FileDoc { id: s(&v["id"]), name: s(&v["name"]), path: s(&v["path"]), contents: s(&v["contents"]), pos }),
         Kind::User => Doc::User(UserDoc { id: s(&v["id"]), name: s(&v["name"]), email: s(&v["email"]), dob: s(&v["dob"]), pos }),
-        Kind::Post => Doc::Post(PostDoc {
-            id: s(&v["id"]),
-            title: s(&v["title"]),
-            body: s(&v["body"]),
-            user: Author { id: s(&v["user"]["id"]), name: s(&v["user"]["name"]) },
-            pos,
-        }),
+        Kind::Post => Doc::Post(PostDoc { id: s(&v["id"]), title: s(&v["title"]), body: s(&v["body"]), user: Author { id: s(&v["user"]["id"]), name: s(&v["user"]["name"]) }, pos }),
     }
 }
 
@@ -78,10 +72,7 @@ pub fn scan_query(scan: &Scan) -> (Kind, Value) {
             let file_itself = json!({"bool": {"filter": [{"term": {"path": dir}}, {"term": {"name": name}}]}});
             (Kind::File, json!({"bool": {"should": [{"term": {"path.tree": path}}, file_itself], "minimum_should_match": 1, "must_not": [is_deleted()]}}))
         }
-        Scan::PostsOfUserNotNamed { user_id, name } => (
-            Kind::Post,
-            json!({"bool": {"filter": [{"term": {"user.id": user_id}}], "must_not": [{"term": {"user.name.raw": name}}, is_deleted()]}}),
-        ),
+        Scan::PostsOfUserNotNamed { user_id, name } => (Kind::Post, json!({"bool": {"filter": [{"term": {"user.id": user_id}}], "must_not": [{"term": {"user.name.raw": name}}, is_deleted()]}})),
     }
 }
 

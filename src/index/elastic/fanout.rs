@@ -8,7 +8,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-
 use super::bulk::{self, BulkOp, BulkReport};
 use super::conflict::Write;
 use super::docs::{from_source, hits, scan_query, to_source, EsWhole, PitScan};
@@ -33,7 +32,6 @@ struct PageWrite {
     kind: Kind,
     written: Vec<(String, String, String)>,
 }
-
 
 /// A fan-out on Elasticsearch in progress ([`Shard::rewrite_begin`]): the
 /// point-in-time scan and the page bulks in flight. Dropped before it is

@@ -23,8 +23,8 @@ use elasticsearch::Elasticsearch;
 use serde_json::{json, Value};
 
 use super::mapping::create_body;
-use super::names::{alias, concrete, generation_of, meta_id, write_alias, KINDS};
 use super::meta::delete_meta;
+use super::names::{alias, concrete, generation_of, meta_id, write_alias, KINDS};
 use super::{json_or_status, ElasticError};
 use crate::index::Kind;
 
@@ -67,8 +67,7 @@ pub(super) async fn read_generation(client: &Elasticsearch, prefix: &str, kind: 
     match indexes.as_slice() {
         [] => Ok(None),
         [index] => {
-            let g = generation_of(prefix, kind, index)
-                .ok_or_else(|| ElasticError::Config(format!("alias {read} points at {index}, which is not an index denorm created ({read}-NNNNNN)")))?;
+            let g = generation_of(prefix, kind, index).ok_or_else(|| ElasticError::Config(format!("alias {read} points at {index}, which is not an index denorm created ({read}-NNNNNN)")))?;
             Ok(Some((g, index.clone())))
         }
         more => Err(ElasticError::Config(format!("alias {read} points at more than one index: {}", more.join(", ")))),

@@ -58,11 +58,7 @@ pub fn mapping(kind: Kind) -> Value {
 /// writing partition), with their mappings: an index that lacks them gets
 /// them added.
 pub fn tombstone_fields() -> [(&'static str, Value); 3] {
-    [
-        (DELETED_FIELD, json!({ "type": "boolean" })),
-        (DELETED_AT_FIELD, json!({ "type": "date", "format": "epoch_millis" })),
-        (PARTITION_FIELD, json!({ "type": "integer" })),
-    ]
+    [(DELETED_FIELD, json!({ "type": "boolean" })), (DELETED_AT_FIELD, json!({ "type": "date", "format": "epoch_millis" })), (PARTITION_FIELD, json!({ "type": "integer" }))]
 }
 
 /// Differences between the mapping denorm needs and one found: (field,

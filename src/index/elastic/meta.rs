@@ -76,13 +76,7 @@ pub async fn put_meta(client: &Elasticsearch, prefix: &str, id: &str, body: Valu
 /// `_seq_no` and `_primary_term` as last read or written), or, for `None`,
 /// only if it does not exist yet. Returns its new version, or `None` when
 /// another writer changed it first (409).
-pub async fn put_meta_if(
-    client: &Elasticsearch,
-    prefix: &str,
-    id: &str,
-    body: Value,
-    version: Option<(i64, i64)>,
-) -> Result<Option<(i64, i64)>, ElasticError> {
+pub async fn put_meta_if(client: &Elasticsearch, prefix: &str, id: &str, body: Value, version: Option<(i64, i64)>) -> Result<Option<(i64, i64)>, ElasticError> {
     let index = meta_index(prefix);
     let r = match version {
         Some((seq, term)) => client.index(IndexParts::IndexId(&index, id)).if_seq_no(seq).if_primary_term(term).body(body).send().await?,

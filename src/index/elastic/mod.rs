@@ -19,8 +19,8 @@
 pub mod backend;
 pub mod bulk;
 pub mod bulk_load;
-pub mod conflict;
 pub mod config;
+pub mod conflict;
 pub mod docs;
 mod fanout;
 pub mod generations;
@@ -70,11 +70,7 @@ impl ElasticError {
         match self {
             // A writer whose generation is gone follows the new one when
             // it retries (see `denorm rebuild`).
-            ElasticError::Transport(_)
-            | ElasticError::RetriesExhausted { .. }
-            | ElasticError::Gone(_)
-            | ElasticError::ScanExpired(_)
-            | ElasticError::Incomplete(_) => true,
+            ElasticError::Transport(_) | ElasticError::RetriesExhausted { .. } | ElasticError::Gone(_) | ElasticError::ScanExpired(_) | ElasticError::Incomplete(_) => true,
             ElasticError::Status { status, .. } => is_retryable_status(*status) || matches!(status, 401 | 403),
             ElasticError::MappingConflict { .. } | ElasticError::Config(_) => false,
         }

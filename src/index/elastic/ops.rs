@@ -42,10 +42,7 @@ impl Backend for ElasticBackend {
                 };
             }
             let body = json!({"topic": self.topic, "partitions": partitions});
-            let r = self
-                .runtime
-                .block_on(self.client.create(CreateParts::IndexId(&index, &id)).body(body).send())
-                .map_err(ElasticError::from)?;
+            let r = self.runtime.block_on(self.client.create(CreateParts::IndexId(&index, &id)).body(body).send()).map_err(ElasticError::from)?;
             if r.status_code().as_u16() == 409 {
                 continue; // another worker created it first: read theirs
             }
@@ -59,10 +56,7 @@ impl Backend for ElasticBackend {
         let g = self.generation()?;
         let ids: Vec<String> = partitions.iter().map(|p| names::meta_id(g, &format!("p{p}"))).collect();
         let index = self.meta_index();
-        let r = self
-            .runtime
-            .block_on(self.client.mget(MgetParts::Index(&index)).body(json!({ "ids": ids })).send())
-            .map_err(ElasticError::from)?;
+        let r = self.runtime.block_on(self.client.mget(MgetParts::Index(&index)).body(json!({ "ids": ids })).send()).map_err(ElasticError::from)?;
         if r.status_code().as_u16() == 404 {
             return Ok(HashMap::new()); // no meta index yet: nothing applied
         }

@@ -65,10 +65,15 @@ impl Recent {
     /// The documents of `scan`'s key written with a version that `scan`
     /// matches (files under its path, posts of its user named otherwise).
     pub(super) fn matching<'a>(&'a self, scan: &'a Scan) -> impl Iterator<Item = &'a (Kind, String)> + 'a {
-        self.by_key.get(scan.key()).into_iter().flatten().filter(move |((kind, _), value)| match scan {
-            Scan::FilesWithin { path: p } => *kind == Kind::File && path::is_within(value, p),
-            Scan::PostsOfUserNotNamed { name, .. } => *kind == Kind::Post && value.as_str() != name.as_str(),
-        }).map(|(id, _)| id)
+        self.by_key
+            .get(scan.key())
+            .into_iter()
+            .flatten()
+            .filter(move |((kind, _), value)| match scan {
+                Scan::FilesWithin { path: p } => *kind == Kind::File && path::is_within(value, p),
+                Scan::PostsOfUserNotNamed { name, .. } => *kind == Kind::Post && value.as_str() != name.as_str(),
+            })
+            .map(|(id, _)| id)
     }
 
     pub(super) fn len(&self) -> usize {

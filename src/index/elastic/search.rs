@@ -6,9 +6,9 @@ use elasticsearch::{Elasticsearch, SearchParts};
 use serde_json::{json, Value};
 use tokio::runtime::Handle;
 
+use super::complete_json;
 use super::docs::{from_source, hits, is_deleted, recorded, PitScan};
 use super::names::{alias, concrete};
-use super::complete_json;
 use crate::index::{AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, Recorded, SearchIndex};
 
 pub struct ElasticSearch {
@@ -209,9 +209,7 @@ impl SearchIndex for ElasticSearch {
 
     fn posts_by_author(&self, q: &PostQuery, limit: usize, per_author: usize) -> Result<Vec<AuthorGroup>, IndexError> {
         if per_author > MAX_INNER_RESULT_WINDOW {
-            return Err(IndexError::Rejected(format!(
-                "--per-author {per_author} is above Elasticsearch's index.max_inner_result_window ({MAX_INNER_RESULT_WINDOW})"
-            )));
+            return Err(IndexError::Rejected(format!("--per-author {per_author} is above Elasticsearch's index.max_inner_result_window ({MAX_INNER_RESULT_WINDOW})")));
         }
         let index = self.index_of(Kind::Post);
         let search = |body: Value| {

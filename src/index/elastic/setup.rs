@@ -34,9 +34,7 @@ pub async fn check_version(client: &Elasticsearch) -> Result<String, ElasticErro
         _ => return Err(ElasticError::Config(format!("the cluster reported no version (GET / answered {v}); {supported}"))),
     };
     if (major, minor) < MIN_VERSION {
-        return Err(ElasticError::Config(format!(
-            "Elasticsearch {number} is too old: {supported} (point-in-time scans in _shard_doc order, require_alias on bulk)"
-        )));
+        return Err(ElasticError::Config(format!("Elasticsearch {number} is too old: {supported} (point-in-time scans in _shard_doc order, require_alias on bulk)")));
     }
     if major > 8 {
         tracing::warn!(version = %number, "Elasticsearch {major}: denorm's requests are verified against the 8.x API only");
@@ -156,8 +154,7 @@ pub async fn inspect(client: &Elasticsearch, prefix: &str) -> Result<Missing, El
         let expected = mapping(kind);
         for (index, m) in found.as_object().into_iter().flatten() {
             let mappings = m.get("mappings").unwrap_or(&Value::Null);
-            let (absent, other): (Vec<_>, Vec<_>) =
-                conflicts(&expected, mappings).into_iter().partition(|(field, _, found)| found == "absent" && tombstone_fields().iter().any(|(f, _)| f == field));
+            let (absent, other): (Vec<_>, Vec<_>) = conflicts(&expected, mappings).into_iter().partition(|(field, _, found)| found == "absent" && tombstone_fields().iter().any(|(f, _)| f == field));
             if let Some((field, expected, found)) = other.into_iter().next() {
                 return Err(ElasticError::MappingConflict { index: index.clone(), field, expected, found });
             }
@@ -214,12 +211,7 @@ async fn create_missing(client: &Elasticsearch, prefix: &str, missing: &Missing)
         // An index created before tombstones: adding fields to a mapping is
         // allowed, once, by a user who may manage it.
         let properties: serde_json::Map<String, Value> = tombstone_fields().into_iter().filter(|(f, _)| fields.contains(f)).map(|(f, m)| (f.to_string(), m)).collect();
-        let r = client
-            .indices()
-            .put_mapping(elasticsearch::indices::IndicesPutMappingParts::Index(&[index.as_str()]))
-            .body(json!({ "properties": properties }))
-            .send()
-            .await?;
+        let r = client.indices().put_mapping(elasticsearch::indices::IndicesPutMappingParts::Index(&[index.as_str()])).body(json!({ "properties": properties })).send().await?;
         json_or_status(&format!("adding the bookkeeping fields to {index} (needs the manage privilege, once)"), r).await?;
         tracing::info!(index = %index, "added the bookkeeping fields (tombstones, writing partition) to the mapping");
     }
@@ -267,7 +259,13 @@ mod tests {
             (Kind::File, |m| m["properties"]["id"]["ignore_above"] = json!(32), "id"),
             (Kind::File, |m| m["properties"]["contents"]["index"] = json!(false), "contents"),
             (Kind::Post, |m| m["dynamic"] = json!("true"), "(dynamic)"),
-            (Kind::Post, |m| { m.as_object_mut().unwrap().remove("dynamic"); }, "(dynamic)"),
+            (
+                Kind::Post,
+                |m| {
+                    m.as_object_mut().unwrap().remove("dynamic");
+                },
+                "(dynamic)",
+            ),
         ];
         for (kind, change, field) in cases {
             let mut found = mapping(kind);
@@ -287,11 +285,9 @@ mod tests {
         let mut filtered = ours.clone();
         filtered["analysis"]["analyzer"]["denorm_path_tree"]["filter"] = json!(["lowercase"]);
         assert_eq!(settings_conflicts(&filtered)[0].0, "setting index.analysis.analyzer.denorm_path_tree.filter");
-        for (change, field) in [
-            (json!({"_source": {"enabled": false}}), "(_source)"),
-            (json!({"_source": {"excludes": ["contents"]}}), "(_source)"),
-            (json!({"_routing": {"required": true}}), "(_routing)"),
-        ] {
+        for (change, field) in
+            [(json!({"_source": {"enabled": false}}), "(_source)"), (json!({"_source": {"excludes": ["contents"]}}), "(_source)"), (json!({"_routing": {"required": true}}), "(_routing)")]
+        {
             let mut found = mapping(Kind::File);
             for (k, v) in change.as_object().unwrap() {
                 found[k] = v.clone();

@@ -19,15 +19,15 @@ use serde_json::{json, Value};
 
 use super::backend::{ElasticBackend, WriteFirst, SEARCHABLE_WITHIN};
 use super::bulk::{self, BulkOp, BulkReport};
-use super::docs::{from_source, is_tombstone, to_source, tombstone, EsWhole};
-use super::names::{self, OWNER_FIELD, PARTITION_FIELD, POS_FIELD};
 use super::conflict::{self, TakeOver, Write};
+use super::docs::{from_source, is_tombstone, to_source, tombstone, EsWhole};
 use super::generations;
-use super::recent::{Recent, MAX_RECENT};
 use super::meta::{self, get_source};
-use crate::index::progress::ProgressBook;
+use super::names::{self, OWNER_FIELD, PARTITION_FIELD, POS_FIELD};
+use super::recent::{Recent, MAX_RECENT};
 use super::tombstones::{self, now_ms};
 use super::ElasticError;
+use crate::index::progress::ProgressBook;
 use crate::index::{Doc, IndexError, Kind, Origin, Pages, Scan, Shard, Wanted};
 
 /// Writing first ([`WriteFirst::WhenAbsent`]) starts after a window of at
@@ -258,8 +258,7 @@ impl ElasticShard {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let kinds: HashMap<String, (Kind, u64, Write)> =
-            self.pending.iter().map(|(k, op, pos, w)| (format!("{}/{}", self.target(*k), op.id()), (*k, *pos, *w))).collect();
+        let kinds: HashMap<String, (Kind, u64, Write)> = self.pending.iter().map(|(k, op, pos, w)| (format!("{}/{}", self.target(*k), op.id()), (*k, *pos, *w))).collect();
         // The buffer is dropped only once Elasticsearch has it: after a
         // failure the next commit sends it again (writes are conditional and
         // guarded, so a partial first attempt is harmless).
@@ -302,12 +301,7 @@ impl ElasticShard {
     ///
     /// `kinds` maps `index/id` to the document's kind and its command's
     /// position.
-    pub(super) fn resolve(
-        &mut self,
-        mut report: BulkReport,
-        kinds: &HashMap<String, (Kind, u64, Write)>,
-        mut rule: Option<&mut dyn FnMut(&Doc) -> Option<Doc>>,
-    ) -> Result<u64, IndexError> {
+    pub(super) fn resolve(&mut self, mut report: BulkReport, kinds: &HashMap<String, (Kind, u64, Write)>, mut rule: Option<&mut dyn FnMut(&Doc) -> Option<Doc>>) -> Result<u64, IndexError> {
         let mut written = report.done as u64;
         for _ in 0..5 {
             report.refused()?;
@@ -676,12 +670,7 @@ impl Shard for ElasticShard {
                     Some(version) => self.meta_version = version,
                     // Retryable: the worker drops this shard; a worker that
                     // still owns the partition claims it again on reopening.
-                    None => {
-                        return Err(IndexError::Fenced(format!(
-                            "{}: the partition was claimed by another owner (this writer's epoch was {})",
-                            self.meta_id, self.owner
-                        )))
-                    }
+                    None => return Err(IndexError::Fenced(format!("{}: the partition was claimed by another owner (this writer's epoch was {})", self.meta_id, self.owner))),
                 }
             }
             self.progress.committed();

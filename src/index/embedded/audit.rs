@@ -33,4 +33,3 @@ pub fn audit_owners(index: &EmbeddedIndex, every: Duration, shutdown: &AtomicBoo
         previous = found.into_iter().map(|(key, _)| key).collect();
     }
 }
-

@@ -24,13 +24,7 @@ pub struct EmbeddedBackend {
 
 impl EmbeddedBackend {
     pub fn new(index: EmbeddedIndex, memory_budget: usize) -> Self {
-        EmbeddedBackend {
-            index,
-            memory_budget,
-            fan_out_commit_every: DEFAULT_FAN_OUT_COMMIT_EVERY,
-            merge_max_docs: DEFAULT_MERGE_MAX_DOCS,
-            pinned: None,
-        }
+        EmbeddedBackend { index, memory_budget, fan_out_commit_every: DEFAULT_FAN_OUT_COMMIT_EVERY, merge_max_docs: DEFAULT_MERGE_MAX_DOCS, pinned: None }
     }
 }
 

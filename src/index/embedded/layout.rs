@@ -190,10 +190,7 @@ impl EmbeddedIndex {
     /// Opens an index directory that must already exist (for searches).
     pub fn open_existing(root: &Path) -> Result<Self, IndexError> {
         if !root.join(MARKER).exists() {
-            return Err(IndexError::Io(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("no denorm index at {} (run `denorm run` or `denorm demo` first, or pass --index)", root.display()),
-            )));
+            return Err(IndexError::Io(std::io::Error::new(std::io::ErrorKind::NotFound, format!("no denorm index at {} (run `denorm run` or `denorm demo` first, or pass --index)", root.display()))));
         }
         Ok(EmbeddedIndex { root: root.to_path_buf(), topic: None })
     }

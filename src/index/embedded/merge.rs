@@ -63,9 +63,9 @@ impl tantivy::indexer::MergePolicy for BoundedMergePolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::embedded::schema::schema;
     use std::collections::HashMap;
     use tantivy::Index;
-    use crate::index::embedded::schema::schema;
 
     #[test]
     fn merges_never_produce_more_than_the_bound_and_take_at_least_two_segments() {

@@ -76,11 +76,7 @@ impl Overlay {
     /// reads nothing else).
     pub(super) fn matching(&self, scan: &Scan) -> Vec<Doc> {
         let Some(ids) = self.by_key.get(scan.key()) else { return Vec::new() };
-        ids.iter()
-            .filter_map(|k| self.writes.get(k)?.doc.as_ref())
-            .filter(|d| scan.matches(d))
-            .cloned()
-            .collect()
+        ids.iter().filter_map(|k| self.writes.get(k)?.doc.as_ref()).filter(|d| scan.matches(d)).cloned().collect()
     }
 
     /// Hands the writes to the writer: one delete of every id that

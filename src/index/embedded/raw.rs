@@ -8,7 +8,7 @@ use tantivy::{Index, IndexWriter, ReloadPolicy};
 
 use crate::index::{Doc, IndexError, Scan};
 
-use super::schema::{Fields, schema, stream};
+use super::schema::{schema, stream, Fields};
 use super::shard::replace_page;
 
 pub(super) const PAGE: usize = 1000;

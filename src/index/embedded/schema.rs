@@ -105,40 +105,24 @@ impl Fields {
         Ok(match s(self.kind).as_str() {
             "file" => Doc::File(FileDoc { id: s(self.id), name: s(self.name), path: s(self.path), contents: s(self.contents), pos }),
             "user" => Doc::User(UserDoc { id: s(self.id), name: s(self.user_name), email: s(self.email), dob: s(self.dob), pos }),
-            "post" => Doc::Post(PostDoc {
-                id: s(self.id),
-                title: s(self.title),
-                body: s(self.body),
-                user: Author { id: s(self.user_id), name: s(self.user_name) },
-                pos,
-            }),
+            "post" => Doc::Post(PostDoc { id: s(self.id), title: s(self.title), body: s(self.body), user: Author { id: s(self.user_id), name: s(self.user_name) }, pos }),
             other => return Err(IndexError::Corrupt(format!("unknown kind {other:?}"))),
         })
     }
 
     pub(super) fn scan_query(&self, scan: &Scan) -> Box<dyn Query> {
         match scan {
-            Scan::FilesWithin { path } => Box::new(BooleanQuery::new(vec![
-                (Occur::Should, self.term(self.path_tree, path)),
-                (Occur::Should, self.term(self.full_path, path)),
-            ])),
+            Scan::FilesWithin { path } => Box::new(BooleanQuery::new(vec![(Occur::Should, self.term(self.path_tree, path)), (Occur::Should, self.term(self.full_path, path))])),
             // Only posts have a `user_id` (a clause on the kind would
             // intersect with every post of the shard).
-            Scan::PostsOfUserNotNamed { user_id, name } => Box::new(BooleanQuery::new(vec![
-                (Occur::Must, self.term(self.user_id, user_id)),
-                (Occur::MustNot, self.term(self.user_name_raw, name)),
-            ])),
+            Scan::PostsOfUserNotNamed { user_id, name } => Box::new(BooleanQuery::new(vec![(Occur::Must, self.term(self.user_id, user_id)), (Occur::MustNot, self.term(self.user_name_raw, name))])),
         }
     }
 }
 
 /// Streams the live documents matching `query` in `searcher`, one segment at
 /// a time (memory does not grow with the number of matches).
-pub(super) fn stream(
-    searcher: &Searcher,
-    query: &dyn Query,
-    visit: &mut dyn FnMut(&StoreReader, DocId) -> Result<(), IndexError>,
-) -> Result<(), IndexError> {
+pub(super) fn stream(searcher: &Searcher, query: &dyn Query, visit: &mut dyn FnMut(&StoreReader, DocId) -> Result<(), IndexError>) -> Result<(), IndexError> {
     let weight = query.weight(EnableScoring::disabled_from_searcher(searcher))?;
     for segment in searcher.segment_readers() {
         let store = segment.get_store_reader(16)?;
@@ -231,11 +215,7 @@ pub(super) fn find(searcher: &Searcher, term: &Term, stores: &mut Stores) -> Res
 }
 
 /// `read` of the first live document with `term` in `searcher`.
-pub(super) fn find_with<T>(
-    searcher: &Searcher,
-    term: &Term,
-    read: &mut dyn FnMut(&tantivy::SegmentReader, DocId) -> Result<T, IndexError>,
-) -> Result<Option<T>, IndexError> {
+pub(super) fn find_with<T>(searcher: &Searcher, term: &Term, read: &mut dyn FnMut(&tantivy::SegmentReader, DocId) -> Result<T, IndexError>) -> Result<Option<T>, IndexError> {
     for segment in searcher.segment_readers() {
         let inverted = segment.inverted_index(term.field())?;
         if let Some(mut postings) = inverted.read_postings(term, IndexRecordOption::Basic)? {

@@ -23,9 +23,7 @@ impl EmbeddedSearch {
     }
 
     fn parse(&self, index: &Index, fields: Vec<Field>, text: &str) -> Result<Box<dyn Query>, IndexError> {
-        QueryParser::for_index(index, fields)
-            .parse_query(text)
-            .map_err(|e| IndexError::Backend(format!("invalid query {text:?}: {e}")))
+        QueryParser::for_index(index, fields).parse_query(text).map_err(|e| IndexError::Backend(format!("invalid query {text:?}: {e}")))
     }
 
     fn file_query(&self, index: &Index, q: &FileQuery) -> Result<Box<dyn Query>, IndexError> {
@@ -56,12 +54,7 @@ impl EmbeddedSearch {
     }
 
     /// Best `limit` (0: all, unordered) matches over every shard.
-    fn matches(
-        &self,
-        build: &dyn Fn(&Index) -> Result<Box<dyn Query>, IndexError>,
-        limit: usize,
-        out: &mut dyn FnMut(f32, Doc),
-    ) -> Result<(), IndexError> {
+    fn matches(&self, build: &dyn Fn(&Index) -> Result<Box<dyn Query>, IndexError>, limit: usize, out: &mut dyn FnMut(f32, Doc)) -> Result<(), IndexError> {
         if limit == 0 {
             for (index, reader) in &self.shards {
                 let q = build(index)?;

@@ -113,11 +113,7 @@ impl EmbeddedShard {
         let index = Index::open_or_create(ShardDirectory(directory), schema)?;
         // One merge thread per shard: concurrent merges each hold per-document
         // state, and the shards of a worker already merge side by side.
-        let options = tantivy::indexer::IndexWriterOptions::builder()
-            .num_worker_threads(1)
-            .num_merge_threads(1)
-            .memory_budget_per_thread(memory_budget.max(15_000_000))
-            .build();
+        let options = tantivy::indexer::IndexWriterOptions::builder().num_worker_threads(1).num_merge_threads(1).memory_budget_per_thread(memory_budget.max(15_000_000)).build();
         let writer: IndexWriter = index.writer_with_options(options)?;
         writer.set_merge_policy(merge_policy(DEFAULT_MERGE_MAX_DOCS));
         // A process killed in the middle of a commit leaves the files it had
@@ -236,12 +232,7 @@ impl Shard for EmbeddedShard {
         Ok(())
     }
 
-    fn rewrite(
-        &mut self,
-        scan: &Scan,
-        page_size: usize,
-        rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>,
-    ) -> Result<u64, IndexError> {
+    fn rewrite(&mut self, scan: &Scan, page_size: usize, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
         crate::index::rewrite_in_pages(self, scan, page_size, rewrite)
     }
 

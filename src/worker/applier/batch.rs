@@ -191,9 +191,17 @@ impl Applier {
                     // Fan-outs are committed on their own so that their
                     // effects are visible and bounded; so are the chunks of
                     // a move in flight once they take `--queue-kb`.
-                    let step = fan_out.and_then(|fan_out| match fan_out || batch.len() >= max_batch || Instant::now() >= d || self.awaited(&batch) || shard.wants_commit() || self.moving() && batch.iter().map(queued_size).sum::<usize>() >= self.shared.cfg.queue_bytes {
-                        true => self.commit(&mut shard, &mut batch).map(|()| deadline = None),
-                        false => Ok(()),
+                    let step = fan_out.and_then(|fan_out| {
+                        match fan_out
+                            || batch.len() >= max_batch
+                            || Instant::now() >= d
+                            || self.awaited(&batch)
+                            || shard.wants_commit()
+                            || self.moving() && batch.iter().map(queued_size).sum::<usize>() >= self.shared.cfg.queue_bytes
+                        {
+                            true => self.commit(&mut shard, &mut batch).map(|()| deadline = None),
+                            false => Ok(()),
+                        }
                     });
                     if let Err(Halt::Moved) = step {
                         checkpoint = self.moved(&mut shard, &mut batch);
@@ -250,7 +258,12 @@ impl Applier {
         // below the lowest unfinished command, which the next owner applies
         // again (docs/architecture.md, "Key lanes").
         if let Some(lowest) = self.lanes.borrow().tracker.lowest_open() {
-            info!(partition = self.partition, fan_outs = self.lane_jobs(), lowest_unfinished = lowest, "stopping between the pages of fan-outs in key lanes: the next owner applies again from the lowest unfinished command");
+            info!(
+                partition = self.partition,
+                fan_outs = self.lane_jobs(),
+                lowest_unfinished = lowest,
+                "stopping between the pages of fan-outs in key lanes: the next owner applies again from the lowest unfinished command"
+            );
         }
         let result = self.commit(&mut shard, &mut batch);
         self.publish_pending(shard.as_mut(), true);

@@ -127,7 +127,12 @@ impl Applier {
                 // the command, which stays in the command topic.
                 Err(e) if crate::dlq::writer::too_large(&e) && letter.payload.is_some() => {
                     let n = letter.payload.take().map_or(0, <[u8]>::len);
-                    warn!(partition = self.partition, offset = origin.offset, bytes = n, "the command is over the dead-letter topic's message limit: its letter carries its place in the command topic instead");
+                    warn!(
+                        partition = self.partition,
+                        offset = origin.offset,
+                        bytes = n,
+                        "the command is over the dead-letter topic's message limit: its letter carries its place in the command topic instead"
+                    );
                     letter.payload_omitted = Some(n);
                     letter.detail = format!("{} (the command, {n} bytes, is not in this letter: over the topic's message limit; it stays in the command topic at its origin)", letter.detail);
                 }

@@ -233,17 +233,19 @@ impl Applier {
                     Some(e) => Err(e),
                     None => Ok(()),
                 };
-                page.and_then(|()| shard.rewrite_page(&mut job.pages, &mut |d| crate::apply::fan_out_rule(cmd, pos, d)).and_then(|(n, done)| {
-                    job.written += n;
-                    let pause = self.shared.cfg.fan_out.page_pause;
-                    if !pause.is_zero() {
-                        job.next_page_at = Instant::now() + pause;
-                    }
-                    match done {
-                        true => crate::apply::fan_out_finish(shard.as_mut(), cmd, pos).map(|n| Some(job.written + n)),
-                        false => Ok(None),
-                    }
-                }))
+                page.and_then(|()| {
+                    shard.rewrite_page(&mut job.pages, &mut |d| crate::apply::fan_out_rule(cmd, pos, d)).and_then(|(n, done)| {
+                        job.written += n;
+                        let pause = self.shared.cfg.fan_out.page_pause;
+                        if !pause.is_zero() {
+                            job.next_page_at = Instant::now() + pause;
+                        }
+                        match done {
+                            true => crate::apply::fan_out_finish(shard.as_mut(), cmd, pos).map(|n| Some(job.written + n)),
+                            false => Ok(None),
+                        }
+                    })
+                })
             }
         };
         match step {

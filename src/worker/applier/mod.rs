@@ -12,9 +12,9 @@ mod lanes;
 mod moves;
 mod position;
 mod retry;
-mod tracker;
 #[cfg(test)]
 mod tests;
+mod tracker;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
@@ -29,16 +29,16 @@ use tracing::{debug, error, info, warn};
 
 use super::admit::{admit, reason, Admitted, NotAdmitted, Rejection};
 use super::{OnAbort, Shared, WorkerError};
-use dead_letter::Origin;
-use crate::retry::Backoff;
-use retry::{Op, Retrying};
 use crate::apply::apply;
-use crate::command::{Command, Envelope};
 use crate::command::control::{Action, Control};
+use crate::command::{Command, Envelope};
 use crate::dlq::{self, Letter};
 use crate::index::progress::{DoneAbove, Parked};
 use crate::index::{Checkpoint, IndexError, Shard};
 use crate::metrics::{self as m, outcome};
+use crate::retry::Backoff;
+use dead_letter::Origin;
+use retry::{Op, Retrying};
 
 /// A message of the command topic as an applier sees it: no client types,
 /// so that the applier runs without a broker (its tests feed it records).

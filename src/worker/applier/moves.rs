@@ -151,9 +151,7 @@ impl Applier {
             warn!(partition, offset, from, "{what} names partition {from}, which the topic does not have: applied without waiting");
             return Ok(());
         }
-        let ready = || -> Result<bool, IndexError> {
-            Ok(crate::moves::departed(self.shared.backend.checkpoints(&[from])?.get(&from).map(|c| c.offset), departure.offset))
-        };
+        let ready = || -> Result<bool, IndexError> { Ok(crate::moves::departed(self.shared.backend.checkpoints(&[from])?.get(&from).map(|c| c.offset), departure.offset)) };
         if ready()? {
             return Ok(());
         }

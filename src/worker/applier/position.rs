@@ -157,7 +157,10 @@ impl Applier {
                 Err(Halt::Fatal(WorkerError::Index(IndexError::log_changed(self.partition, at, &detail))))
             }
             First::Gap { from, to } if self.shared.cfg.accept_gaps => {
-                warn!(partition = self.partition, from, to, "offsets {from}..{to} are no longer in the topic (retention deleted them): applying what is left (--accept-gaps); the index lacks their effects");
+                warn!(
+                    partition = self.partition,
+                    from, to, "offsets {from}..{to} are no longer in the topic (retention deleted them): applying what is left (--accept-gaps); the index lacks their effects"
+                );
                 Ok(())
             }
             First::Gap { from, to } => Err(self.gap(from, to)),

@@ -7,8 +7,8 @@
 
 use std::path::Path;
 
-use denorm::index::elastic::config::{env, ElasticConfig};
 use denorm::index::elastic::backend::ElasticBackend;
+use denorm::index::elastic::config::{env, ElasticConfig};
 use denorm::index::Doc;
 
 /// A server: the suite's, or one of this test's own (stopped on drop).

@@ -6,21 +6,21 @@ pub mod chaos;
 pub mod elastic;
 pub mod ports;
 
+use ports::{listens_itself, on_a_free_port};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use ports::{listens_itself, on_a_free_port};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command as Proc, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use denorm::command::Command;
+use denorm::command::LogPosition;
 use denorm::index::embedded::EmbeddedIndex;
 use denorm::index::{Doc, SearchIndex};
 use denorm::kafka::{self, KafkaConfig};
 use denorm::model::{self, Model};
-use denorm::command::LogPosition;
 use denorm::produce::Producer;
 
 /// A server process of this test's own, with its scratch directory;
@@ -124,9 +124,7 @@ pub fn start_noida(service: &str) -> (u16, Private) {
 }
 
 fn start_tansu(dir: &Path, port: u16) -> Child {
-    let bin = std::env::var("DENORM_TANSU").map(PathBuf::from).unwrap_or_else(|_| {
-        PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/denorm/tansu-0.6.0/bin/tansu")
-    });
+    let bin = std::env::var("DENORM_TANSU").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/denorm/tansu-0.6.0/bin/tansu"));
     assert!(bin.exists(), "no broker: set DENORM_TEST_BROKERS or install tansu with scripts/install-tansu.sh (looked for {})", bin.display());
     let url = format!("tcp://127.0.0.1:{port}");
     Proc::new(&bin)
@@ -539,9 +537,7 @@ pub fn s(x: &str) -> String {
 
 /// `n` files under `dir` (ids `{prefix}{i}`).
 pub fn files_under(prefix: &str, dir: &str, n: usize) -> Vec<Command> {
-    (0..n)
-        .map(|i| Command::UpsertFile { id: format!("{prefix}{i}"), path: format!("{dir}/d{}/file{i}.txt", i % 50), contents: format!("contents {i} lorem ipsum"), previous_path: None })
-        .collect()
+    (0..n).map(|i| Command::UpsertFile { id: format!("{prefix}{i}"), path: format!("{dir}/d{}/file{i}.txt", i % 50), contents: format!("contents {i} lorem ipsum"), previous_path: None }).collect()
 }
 
 /// The JSON report a command printed on stdout (`--json`), or a panic
@@ -567,10 +563,14 @@ pub fn send_raw(cfg: &KafkaConfig, messages: &[(Option<&str>, Vec<u8>)]) {
 
 /// Polls the worker's `/readyz` until its status line contains `want`.
 pub fn wait_ready_status(worker: &Worker, want: &str) -> String {
-    eventually(Duration::from_secs(60), || format!("/readyz never answered {want} (last: {:?})\n{}", worker.http_get("/readyz"), worker.log()), || {
-        let (status, body) = worker.http_get("/readyz");
-        status.contains(want).then_some(body)
-    })
+    eventually(
+        Duration::from_secs(60),
+        || format!("/readyz never answered {want} (last: {:?})\n{}", worker.http_get("/readyz"), worker.log()),
+        || {
+            let (status, body) = worker.http_get("/readyz");
+            status.contains(want).then_some(body)
+        },
+    )
 }
 
 /// The reference model of everything in the topic, in the order the
@@ -634,14 +634,18 @@ pub fn last_assignment(w: &Worker) -> BTreeSet<i32> {
 /// rebalance has completed for every one of them).
 pub fn wait_covered(workers: &[&Worker], n: i32) {
     let logs = || workers.iter().map(|w| w.log()).collect::<Vec<_>>().join("\n----- next worker -----\n");
-    eventually(Duration::from_secs(120), || format!("the group never split the {n} partitions among its {} members:\n{}", workers.len(), logs()), || {
-        // A member whose last word is a revoke is in a rebalance.
-        let settled = |w: &&Worker| w.log().lines().filter(|l| l.contains("partitions assigned") || l.contains("partitions revoked")).last().is_some_and(|l| l.contains("partitions assigned"));
-        if !workers.iter().all(settled) {
-            return None;
-        }
-        let sets: Vec<BTreeSet<i32>> = workers.iter().map(|w| last_assignment(w)).collect();
-        let all: BTreeSet<i32> = sets.iter().flatten().copied().collect();
-        (sets.iter().map(BTreeSet::len).sum::<usize>() == n as usize && all.len() == n as usize).then_some(())
-    })
+    eventually(
+        Duration::from_secs(120),
+        || format!("the group never split the {n} partitions among its {} members:\n{}", workers.len(), logs()),
+        || {
+            // A member whose last word is a revoke is in a rebalance.
+            let settled = |w: &&Worker| w.log().lines().filter(|l| l.contains("partitions assigned") || l.contains("partitions revoked")).last().is_some_and(|l| l.contains("partitions assigned"));
+            if !workers.iter().all(settled) {
+                return None;
+            }
+            let sets: Vec<BTreeSet<i32>> = workers.iter().map(|w| last_assignment(w)).collect();
+            let all: BTreeSet<i32> = sets.iter().flatten().copied().collect();
+            (sets.iter().map(BTreeSet::len).sum::<usize>() == n as usize && all.len() == n as usize).then_some(())
+        },
+    )
 }

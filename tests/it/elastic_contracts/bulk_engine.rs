@@ -12,12 +12,7 @@ async fn retries_only_failed_bulk_items() {
         .up_to_n_times(1)
         .mount(&server)
         .await;
-    Mock::given(method("POST"))
-        .and(path("/_bulk"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(items(&[("d", 201), ("e", 200)])))
-        .up_to_n_times(1)
-        .mount(&server)
-        .await;
+    Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(200).set_body_json(items(&[("d", 201), ("e", 200)]))).up_to_n_times(1).mount(&server).await;
     let client = config(&server, &[]).client().unwrap();
     let ops = ["a", "b", "c", "d", "e"].map(index_op).to_vec();
     let report = bulk::execute(&client, ops, BulkLimits::default(), fast()).await.unwrap();
@@ -39,11 +34,7 @@ async fn whole_request_429_backs_off_and_retries() {
         .up_to_n_times(2)
         .mount(&server)
         .await;
-    Mock::given(method("POST"))
-        .and(path("/_bulk"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(items(&[("a", 201), ("b", 201)])))
-        .mount(&server)
-        .await;
+    Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(200).set_body_json(items(&[("a", 201), ("b", 201)]))).mount(&server).await;
     let client = config(&server, &[]).client().unwrap();
     let report = bulk::execute(&client, vec![index_op("a"), index_op("b")], BulkLimits::default(), fast()).await.unwrap();
     assert_eq!(report.requests, 3);
@@ -56,11 +47,7 @@ async fn whole_request_429_backs_off_and_retries() {
 #[tokio::test]
 async fn permanent_item_failures_are_reported_not_retried() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/_bulk"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(items(&[("a", 201), ("bad", 400)])))
-        .mount(&server)
-        .await;
+    Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(200).set_body_json(items(&[("a", 201), ("bad", 400)]))).mount(&server).await;
     let client = config(&server, &[]).client().unwrap();
     let report = bulk::execute(&client, vec![index_op("a"), index_op("bad")], BulkLimits::default(), fast()).await.unwrap();
     assert_eq!(report.requests, 1);
@@ -82,32 +69,20 @@ async fn gives_up_after_the_attempt_limit_with_a_retryable_error() {
 #[tokio::test]
 async fn splits_requests_by_documents_and_bytes() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/_bulk"))
-        .respond_with(bulk_ok)
-        .mount(&server)
-        .await;
+    Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&server).await;
     let client = config(&server, &[]).client().unwrap();
     let ops: Vec<BulkOp> = (0..25).map(|i| index_op(&format!("d{i}"))).collect();
     let report = bulk::execute(&client, ops, BulkLimits { max_docs: 10, max_bytes: 1 << 20 }, fast()).await.unwrap();
     assert_eq!(report.done, 25);
     let sizes: Vec<usize> = server.received_requests().await.unwrap().iter().map(|r| action_ids(r).len()).collect();
     assert_eq!(sizes, [10, 10, 5]);
-    let big: Vec<BulkOp> = (0..4)
-        .map(|i| BulkOp::Index { index: "i".into(), id: format!("b{i}"), source: json!({"contents": "x".repeat(400)}), if_seq_no: None })
-        .collect();
+    let big: Vec<BulkOp> = (0..4).map(|i| BulkOp::Index { index: "i".into(), id: format!("b{i}"), source: json!({"contents": "x".repeat(400)}), if_seq_no: None }).collect();
     server.reset().await;
-    Mock::given(method("POST"))
-        .and(path("/_bulk"))
-        .respond_with(bulk_ok)
-        .mount(&server)
-        .await;
+    Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&server).await;
     bulk::execute(&client, big, BulkLimits { max_docs: 100, max_bytes: 1000 }, fast()).await.unwrap();
     let sizes: Vec<usize> = server.received_requests().await.unwrap().iter().map(|r| action_ids(r).len()).collect();
     assert_eq!(sizes, [2, 2]);
 }
-
-
 
 /// Applies an upsert of each file `ids[i]` at position `i`, and marks it.
 fn upsert_files(shard: &mut dyn denorm::index::Shard, ids: &[&str]) {

@@ -15,19 +15,10 @@ fn a_conflict_during_a_rename_moves_the_version_found_instead_of_dropping_the_re
     let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
         Mock::given(path("/_search")).respond_with(recorded::search_page(vec![hit("a", "/c/a", 5, 1)])).mount(&server).await;
-        Mock::given(method("POST"))
-            .and(path("/_bulk"))
-            .respond_with(recorded::bulk(vec![recorded::bulk_item_version_conflict("index", "a", 5, 7)]))
-            .up_to_n_times(1)
-            .mount(&server)
-            .await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_version_conflict("index", "a", 5, 7)])).up_to_n_times(1).mount(&server).await;
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_ok("index", "a", 8)])).mount(&server).await;
         // Another writer (an older command, position 8) changed it.
-        Mock::given(method("GET"))
-            .and(path("/denorm-files-g0/_doc/a"))
-            .respond_with(recorded::get_doc("a", 7, file_source("a", "/c/a", "changed", 8)))
-            .mount(&server)
-            .await;
+        Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/a")).respond_with(recorded::get_doc("a", 7, file_source("a", "/c/a", "changed", 8))).mount(&server).await;
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
@@ -107,23 +98,10 @@ fn a_conflicting_delete_never_deletes_a_newer_version() {
     let d = Double::new().scan(0);
     let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        Mock::given(method("GET"))
-            .and(path("/denorm-files-g0/_doc/f1"))
-            .respond_with(recorded::get_doc("f1", 3, file_source("f1", "/c", "old", 5)))
-            .up_to_n_times(1)
-            .mount(&server)
-            .await;
+        Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/f1")).respond_with(recorded::get_doc("f1", 3, file_source("f1", "/c", "old", 5))).up_to_n_times(1).mount(&server).await;
         // Before the delete lands, a newer command (position 50) rewrote it.
-        Mock::given(method("GET"))
-            .and(path("/denorm-files-g0/_doc/f1"))
-            .respond_with(recorded::get_doc("f1", 9, file_source("f1", "/c", "newer", 50)))
-            .mount(&server)
-            .await;
-        Mock::given(method("POST"))
-            .and(path("/_bulk"))
-            .respond_with(recorded::bulk(vec![recorded::bulk_item_version_conflict("index", "f1", 3, 9)]))
-            .mount(&server)
-            .await;
+        Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/f1")).respond_with(recorded::get_doc("f1", 9, file_source("f1", "/c", "newer", 50))).mount(&server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_version_conflict("index", "f1", 3, 9)])).mount(&server).await;
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
@@ -152,13 +130,7 @@ fn an_expired_point_in_time_restarts_the_scan_instead_of_rejecting_the_rename() 
     let mut shard = b.open_shard(0).unwrap();
     let written = apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap();
     assert_eq!(written, 3);
-    let searches: Vec<Value> = rt
-        .block_on(server.received_requests())
-        .unwrap()
-        .iter()
-        .filter(|r| r.url.path() == "/_search")
-        .map(|r| serde_json::from_slice(&r.body).unwrap())
-        .collect();
+    let searches: Vec<Value> = rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path() == "/_search").map(|r| serde_json::from_slice(&r.body).unwrap()).collect();
     assert_eq!(searches.len(), 3);
     assert!(searches[2].get("search_after").is_none(), "the scan starts again from the beginning");
     let pit = rt.block_on(server.received_requests()).unwrap().into_iter().find(|r| r.url.path() == "/denorm-files-g0/_pit").unwrap();
@@ -167,7 +139,8 @@ fn an_expired_point_in_time_restarts_the_scan_instead_of_rejecting_the_rename() 
     // Review F10: a point in time sees the last refresh; the pages
     // rewritten before the expiry are refreshed before the scan starts
     // again, or it would read them as they were and send them again.
-    let order: Vec<String> = rt.block_on(server.received_requests()).unwrap().iter().map(|r| r.url.path().to_string()).filter(|p| p.ends_with("/_pit") || p.ends_with("/_refresh") || p == "/_bulk").collect();
+    let order: Vec<String> =
+        rt.block_on(server.received_requests()).unwrap().iter().map(|r| r.url.path().to_string()).filter(|p| p.ends_with("/_pit") || p.ends_with("/_refresh") || p == "/_bulk").collect();
     // Opened at `/<index>/_pit`, closed at `/_pit`.
     let pits: Vec<usize> = order.iter().enumerate().filter(|(_, p)| p.ends_with("/_pit") && *p != "/_pit").map(|(i, _)| i).collect();
     assert_eq!(pits.len(), 2, "{order:?}");
@@ -219,11 +192,7 @@ fn a_page_missing_shards_fails_the_scan_retryably_instead_of_ending_it() {
     let d = Double::new().scan(1).bulk_ok();
     let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        Mock::given(path("/_search"))
-            .and(query_param("allow_partial_search_results", "false"))
-            .respond_with(recorded::search_page_partial(vec![hit("a", "/c/a", 1, 1)]))
-            .mount(&server)
-            .await;
+        Mock::given(path("/_search")).and(query_param("allow_partial_search_results", "false")).respond_with(recorded::search_page_partial(vec![hit("a", "/c/a", 1, 1)])).mount(&server).await;
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();

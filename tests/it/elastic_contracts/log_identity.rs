@@ -1,7 +1,5 @@
 //! The log document.
 
-
-
 use super::*;
 use denorm::index::{Backend, IndexError};
 
@@ -46,7 +44,8 @@ fn the_partition_count_is_recorded_once_then_compared() {
 fn of_two_workers_creating_the_log_document_the_second_reads_the_first_ones() {
     let d = Double::new();
     let (rt, server) = (&d.rt, &d.server);
-    let conflict = ResponseTemplate::new(409).set_body_json(json!({"error": {"type": "version_conflict_engine_exception", "reason": "[log]: version conflict, document already exists (current version [1])"}, "status": 409}));
+    let conflict = ResponseTemplate::new(409)
+        .set_body_json(json!({"error": {"type": "version_conflict_engine_exception", "reason": "[log]: version conflict, document already exists (current version [1])"}, "status": 409}));
     mount_log_document(&rt, &server, conflict, json!({"topic": "t", "partitions": 4}));
     let b = d.backend();
     assert!(matches!(b.bind_log(6), Err(IndexError::LogMismatch(_))), "the first worker's count wins");

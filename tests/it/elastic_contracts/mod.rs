@@ -43,10 +43,7 @@ fn ndjson(req: &Request) -> Vec<Value> {
 
 /// Ids of the actions of a bulk request body.
 fn action_ids(req: &Request) -> Vec<String> {
-    ndjson(req)
-        .iter()
-        .filter_map(|l| l.as_object()?.values().next()?.get("_id")?.as_str().map(String::from))
-        .collect()
+    ndjson(req).iter().filter_map(|l| l.as_object()?.values().next()?.get("_id")?.as_str().map(String::from)).collect()
 }
 
 /// Answers every action of a bulk request as done.
@@ -157,10 +154,7 @@ async fn mount_scan(server: &MockServer, pit_opens: Option<u64>, pit_closes: Opt
         .respond_with(ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-meta", "_id": "p0", "found": false})))
         .mount(server)
         .await;
-    Mock::given(path("/denorm-files-g0/_refresh"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 2, "successful": 1, "failed": 0}})))
-        .mount(server)
-        .await;
+    Mock::given(path("/denorm-files-g0/_refresh")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 2, "successful": 1, "failed": 0}}))).mount(server).await;
     let open = Mock::given(method("POST"))
         .and(path("/denorm-files-g0/_pit"))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1", "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0}})));
@@ -231,7 +225,6 @@ impl Double {
         backend(&self.server, &self.rt)
     }
 }
-
 
 fn bulks(server: &MockServer, rt: &tokio::runtime::Runtime) -> Vec<Vec<Value>> {
     rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path() == "/_bulk").map(ndjson).collect()

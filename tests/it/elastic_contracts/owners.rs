@@ -1,11 +1,11 @@
 //! Ownership of a partition: a previous owner fenced, tombstones swept by
 //! one writer, the chaos contract of two overlapping owners, privileges.
 
+use super::store::*;
 use super::*;
 use denorm::apply::{apply, FanOut};
 use denorm::command::Command;
 use denorm::index::Backend;
-use super::store::*;
 
 /// Finding 2, the checkpoint: a previous owner that resumes after a new
 /// owner took the partition over (abandoned by a shutdown bound or a
@@ -154,10 +154,7 @@ fn a_refresh_refused_for_lack_of_privileges_is_retried_not_dead_lettered() {
     let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
         Mock::given(method("GET")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::doc_missing("denorm-meta", "p0")).mount(&server).await;
-        Mock::given(path("/denorm-files-g0/_refresh"))
-            .respond_with(recorded::unauthorized("indices:admin/refresh", "denorm-files-000001", "maintenance,manage,all"))
-            .mount(&server)
-            .await;
+        Mock::given(path("/denorm-files-g0/_refresh")).respond_with(recorded::unauthorized("indices:admin/refresh", "denorm-files-000001", "maintenance,manage,all")).mount(&server).await;
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();

@@ -4,8 +4,6 @@
 //! (`bulk_reply` picks an item per action of a request); a later check
 //! against a live cluster can replay the same requests.
 
-
-
 use serde_json::{json, Value};
 use wiremock::ResponseTemplate;
 
@@ -107,8 +105,13 @@ pub fn bulk_item(action: &str, id: &str, status: u16) -> Value {
             return v;
         }
         409 => return bulk_item_version_conflict(action, id, 5, 7),
-        429 => json!({"type": "es_rejected_execution_exception", "reason": "rejected execution of coordinating operation [coordinating_and_primary_bytes=0, replica_bytes=0, all_bytes=0, coordinating_operation_bytes=52428800, max_coordinating_and_primary_bytes=52428800]"}),
-        503 => error("unavailable_shards_exception", "[denorm-files-000001][0] primary shard is not active Timeout: [1m], request: [BulkShardRequest [[denorm-files-000001][0]] containing [1] requests]".into()),
+        429 => {
+            json!({"type": "es_rejected_execution_exception", "reason": "rejected execution of coordinating operation [coordinating_and_primary_bytes=0, replica_bytes=0, all_bytes=0, coordinating_operation_bytes=52428800, max_coordinating_and_primary_bytes=52428800]"})
+        }
+        503 => error(
+            "unavailable_shards_exception",
+            "[denorm-files-000001][0] primary shard is not active Timeout: [1m], request: [BulkShardRequest [[denorm-files-000001][0]] containing [1] requests]".into(),
+        ),
         // Since 8.7 (mapper_parsing_exception before).
         400 => error("document_parsing_exception", format!("[1:21] failed to parse field [dob] of type [date] in document with id '{id}'. Preview of field's value: 'not a date'")),
         other => panic!("no recording of a bulk item with status {other}"),

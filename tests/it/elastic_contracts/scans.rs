@@ -1,7 +1,5 @@
 //! A shard's scans and writes.
 
-
-
 use super::*;
 use denorm::apply::{apply, FanOut};
 use denorm::command::Command;
@@ -14,7 +12,6 @@ fn file_hit(id: &str, path: &str, seq: i64, sort: i64) -> Value {
            "_source": {"id": id, "name": name, "path": dir, "contents": "c", "denorm_pos": 1}, "sort": [sort]})
 }
 
-
 #[test]
 fn rename_pages_through_a_point_in_time_writes_conditionally_and_closes_it() {
     let d = Double::new().pit_scan(1);
@@ -25,10 +22,7 @@ fn rename_pages_through_a_point_in_time_writes_conditionally_and_closes_it() {
             .up_to_n_times(1)
             .mount(&server)
             .await;
-        Mock::given(path("/_search"))
-            .respond_with(ResponseTemplate::new(200).set_body_json(recorded::search_response(Some("pit-2"), vec![file_hit("c", "/c/a/3.txt", 7, 3)])))
-            .mount(&server)
-            .await;
+        Mock::given(path("/_search")).respond_with(ResponseTemplate::new(200).set_body_json(recorded::search_response(Some("pit-2"), vec![file_hit("c", "/c/a/3.txt", 7, 3)]))).mount(&server).await;
         Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&server).await;
     });
     let b = d.backend();
@@ -80,12 +74,7 @@ fn a_stale_write_never_overwrites_a_newer_one() {
     rt.block_on(async {
         // The file is absent when read, then another writer creates it
         // at a later position before our create lands.
-        Mock::given(method("GET"))
-            .and(path("/denorm-files-g0/_doc/f1"))
-            .respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false})))
-            .up_to_n_times(1)
-            .mount(&server)
-            .await;
+        Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/f1")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).up_to_n_times(1).mount(&server).await;
         Mock::given(method("GET"))
             .and(path("/denorm-files-g0/_doc/f1"))
             .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_index": "denorm-files-000001", "_id": "f1", "found": true, "_seq_no": 9, "_primary_term": 1,

@@ -75,8 +75,10 @@ fn a_search_beyond_the_result_window_pages_through_a_point_in_time_best_first() 
                 let size = body["size"].as_u64().unwrap();
                 let from = body["search_after"][1].as_u64().map_or(0, |a| a + 1);
                 let hits = (from..from + size)
-                    .map(|i| json!({"_index": "denorm-files-000001", "_id": format!("f{i}"), "_score": 2.0, "sort": [2.0, i],
-                                     "_source": {"id": format!("f{i}"), "name": "a.txt", "path": "/d", "contents": "x", "denorm_pos": 1}}))
+                    .map(|i| {
+                        json!({"_index": "denorm-files-000001", "_id": format!("f{i}"), "_score": 2.0, "sort": [2.0, i],
+                                     "_source": {"id": format!("f{i}"), "name": "a.txt", "path": "/d", "contents": "x", "denorm_pos": 1}})
+                    })
                     .collect();
                 ResponseTemplate::new(200).set_body_json(recorded::search_response(Some("pit-1"), hits))
             })

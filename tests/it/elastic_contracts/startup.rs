@@ -9,11 +9,7 @@ async fn creates_indexes_behind_aliases_with_the_mapping() {
     let server = MockServer::start().await;
     Mock::given(method("GET")).and(path("/")).respond_with(recorded::root("8.15.0", None)).mount(&server).await;
     for kind in ["files", "users", "posts"] {
-        Mock::given(method("GET"))
-            .and(path(format!("/_alias/denorm-{kind}")))
-            .respond_with(recorded::alias_missing(&format!("denorm-{kind}")))
-            .mount(&server)
-            .await;
+        Mock::given(method("GET")).and(path(format!("/_alias/denorm-{kind}"))).respond_with(recorded::alias_missing(&format!("denorm-{kind}"))).mount(&server).await;
         Mock::given(method("PUT"))
             .and(path(format!("/denorm-{kind}-000001")))
             .respond_with(ResponseTemplate::new(200).set_body_json(json!({"acknowledged": true, "shards_acknowledged": true, "index": format!("denorm-{kind}-000001")})))
@@ -128,11 +124,7 @@ async fn mount_existing_indexes(server: &MockServer, meta_status: u16) {
 async fn mount_existing(server: &MockServer, kind: Kind, mappings: Value) {
     let (read, index) = (names::alias("denorm", kind), names::concrete("denorm", kind, 0));
     mount_read_alias(server, kind, 0).await;
-    Mock::given(method("GET"))
-        .and(path(format!("/{read}/_mapping")))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({ index: {"mappings": mappings} })))
-        .mount(server)
-        .await;
+    Mock::given(method("GET")).and(path(format!("/{read}/_mapping"))).respond_with(ResponseTemplate::new(200).set_body_json(json!({ index: {"mappings": mappings} }))).mount(server).await;
 }
 
 /// An index created before tombstones existed gets their two fields added
@@ -166,12 +158,10 @@ async fn an_index_from_before_tombstones_gets_their_fields_added() {
     Mock::given(method("PUT")).and(path("/denorm-meta")).respond_with(recorded::resource_already_exists("denorm-meta")).mount(&server).await;
     let client = config(&server, &[]).client().unwrap();
     setup::ensure(&client, "denorm").await.unwrap();
-    let puts: Vec<Value> = server.received_requests().await.unwrap().iter().filter(|r| r.url.path().ends_with("/_mapping") && r.method.as_str() == "PUT").map(|r| serde_json::from_slice(&r.body).unwrap()).collect();
+    let puts: Vec<Value> =
+        server.received_requests().await.unwrap().iter().filter(|r| r.url.path().ends_with("/_mapping") && r.method.as_str() == "PUT").map(|r| serde_json::from_slice(&r.body).unwrap()).collect();
     assert_eq!(puts.len(), 3);
-    assert_eq!(
-        puts[0],
-        json!({"properties": {"denorm_deleted": {"type": "boolean"}, "denorm_deleted_at": {"type": "date", "format": "epoch_millis"}, "denorm_partition": {"type": "integer"}}})
-    );
+    assert_eq!(puts[0], json!({"properties": {"denorm_deleted": {"type": "boolean"}, "denorm_deleted_at": {"type": "date", "format": "epoch_millis"}, "denorm_partition": {"type": "integer"}}}));
     assert_eq!(puts[1], json!({"properties": {"denorm_partition": {"type": "integer"}}}), "only what is missing");
     server.verify().await;
 }
@@ -277,16 +267,13 @@ async fn sends_basic_and_api_key_credentials_without_leaking_them() {
     assert!(err.is_retryable(), "credentials are the deployment's: the command waits for them, it is not dead-lettered");
 }
 
-
 /// Review finding 8: the scroll fallback for clusters without point in
 /// time could never trigger (7.x answers the request differently, 7.10
 /// lacks `_shard_doc`); clusters too old for the scans are refused at
 /// startup instead, by version.
 #[tokio::test]
 async fn refuses_clusters_too_old_for_point_in_time_scans_and_opensearch() {
-    for (number, distribution, accepted) in
-        [("7.9.3", None, false), ("7.16.3", None, false), ("7.17.24", None, true), ("8.15.0", None, true), ("2.11.0", Some("opensearch"), false)]
-    {
+    for (number, distribution, accepted) in [("7.9.3", None, false), ("7.16.3", None, false), ("7.17.24", None, true), ("8.15.0", None, true), ("2.11.0", Some("opensearch"), false)] {
         let server = MockServer::start().await;
         Mock::given(method("GET")).and(path("/")).respond_with(recorded::root(number, distribution)).mount(&server).await;
         let client = config(&server, &[]).client().unwrap();

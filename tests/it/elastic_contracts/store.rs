@@ -167,10 +167,7 @@ pub(super) fn matches(q: &Value, source: &Value) -> bool {
         let all = |k: &str| b[k].as_array().into_iter().flatten().all(|c| matches(c, source));
         let should: Vec<&Value> = b["should"].as_array().into_iter().flatten().collect();
         let minimum = b["minimum_should_match"].as_u64().unwrap_or(if should.is_empty() { 0 } else { 1 }) as usize;
-        return all("filter")
-            && all("must")
-            && !b["must_not"].as_array().into_iter().flatten().any(|c| matches(c, source))
-            && should.iter().filter(|c| matches(c, source)).count() >= minimum;
+        return all("filter") && all("must") && !b["must_not"].as_array().into_iter().flatten().any(|c| matches(c, source)) && should.iter().filter(|c| matches(c, source)).count() >= minimum;
     }
     if let Some((name, value)) = q.get("term").and_then(Value::as_object).and_then(|t| t.iter().next()) {
         let value = value.as_str().map_or(value.to_string(), String::from);
@@ -191,15 +188,7 @@ impl wiremock::Respond for Scans {
             (_, [_, "_refresh"]) => ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 1, "successful": 1, "failed": 0}})),
             (_, [_, "_delete_by_query"]) => ResponseTemplate::new(200).set_body_json(json!({"task": "n1:1"})),
             ("POST", [index, "_pit"]) => {
-                let mut snapshot: Vec<(String, Value, i64)> = self
-                    .store
-                    .0
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .filter(|((i, _), _)| i == index)
-                    .map(|((_, id), (v, seq))| (id.clone(), v.clone(), *seq))
-                    .collect();
+                let mut snapshot: Vec<(String, Value, i64)> = self.store.0.lock().unwrap().iter().filter(|((i, _), _)| i == index).map(|((_, id), (v, seq))| (id.clone(), v.clone(), *seq)).collect();
                 snapshot.sort_by(|a, b| a.0.cmp(&b.0));
                 let mut pits = self.pits.lock().unwrap();
                 let id = format!("pit-{}", pits.len());

@@ -1,11 +1,11 @@
 //! Documents changing partition: stale owners, take-overs of the source's
 //! copy, moves and owner changes in either order, chains of take-overs.
 
+use super::store::*;
 use super::*;
 use denorm::apply::{apply, FanOut};
 use denorm::command::Command;
 use denorm::index::Backend;
-use super::store::*;
 
 /// Issue 27 B2 against the stateful test store (and on the server of
 /// the suite in tests/it/scenarios.rs): see tests/it/common/chaos.rs.
@@ -34,8 +34,8 @@ fn a_take_over_replaces_only_its_source_partitions_copy() {
 #[test]
 fn a_move_between_two_partitions_survives_either_order_resends_and_a_stale_source_write() {
     use denorm::apply::{move_in, move_out, remove_moved};
-    use denorm::index::Checkpoint;
     use denorm::command::moves::MoveIn;
+    use denorm::index::Checkpoint;
     for delete_first in [false, true] {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let (server, scans) = scans_server(&rt);
@@ -65,7 +65,8 @@ fn a_move_between_two_partitions_survives_either_order_resends_and_a_stale_sourc
         move_out(src.as_mut(), "/s/a", "/d/a", 106, FanOut::pages_of(2), &mut |f| files.push(f)).unwrap();
         let ids: Vec<String> = files.iter().map(|f| f.id.clone()).collect();
         assert_eq!(files.len(), 6);
-        let mv = MoveIn { move_id: "m".into(), source_partition: 0, source_offset: 106, from: "/s/a".into(), to: "/d/a".into(), chunk: 0, last: true, issued_at: 0, files: files.clone(), aborted: false };
+        let mv =
+            MoveIn { move_id: "m".into(), source_partition: 0, source_offset: 106, from: "/s/a".into(), to: "/d/a".into(), chunk: 0, last: true, issued_at: 0, files: files.clone(), aborted: false };
         let left = model.move_out("/s/a", "/d/a");
         let remove = |src: &mut Box<dyn denorm::index::Shard + Send>| {
             assert_eq!(remove_moved(src.as_mut(), &ids, "/s/a", 106).unwrap(), if delete_first { 6 } else { 0 }, "deleted only where not taken over yet");
@@ -112,23 +113,11 @@ fn an_owner_change_takes_the_document_over_in_either_order_of_its_halves() {
     use denorm::index::Checkpoint;
     let s = |x: &str| x.to_string();
     let user = |id: &str, name: &str| Command::UpsertUser { id: s(id), name: s(name), email: s(""), dob: s("1970-01-01") };
-    let post = |user_id: &str, previous: Option<&str>| Command::UpsertPost {
-        id: s("p"),
-        user_id: s(user_id),
-        title: s("t"),
-        body: s("b"),
-        previous_user_id: previous.map(s),
-    };
+    let post = |user_id: &str, previous: Option<&str>| Command::UpsertPost { id: s("p"), user_id: s(user_id), title: s("t"), body: s("b"), previous_user_id: previous.map(s) };
     let file = |path: &str, previous: Option<&str>| Command::UpsertFile { id: s("f"), path: s(path), contents: s(path), previous_path: previous.map(s) };
     for (kind, change, stale, src_after, dst_after) in [
         (Kind::Post, post("u2", Some("u1")), post("u1", None), user("u1", "One later"), user("u2", "Two later")),
-        (
-            Kind::File,
-            file("/d/a.txt", Some("/s/a.txt")),
-            file("/s/a.txt", None),
-            Command::RenamePath { from: s("/s/b"), to: s("/s/c") },
-            Command::RenamePath { from: s("/d"), to: s("/e") },
-        ),
+        (Kind::File, file("/d/a.txt", Some("/s/a.txt")), file("/s/a.txt", None), Command::RenamePath { from: s("/s/b"), to: s("/s/c") }, Command::RenamePath { from: s("/d"), to: s("/e") }),
     ] {
         for delete_first in [false, true] {
             let rt = tokio::runtime::Runtime::new().unwrap();
@@ -196,10 +185,13 @@ fn an_upsert_without_the_explicit_form_may_reuse_a_deleted_id_but_never_takes_a_
     run(&mut src, &file("held", "/s/held.txt"), 3);
     run(&mut dst, &file("gone", "/d/gone.txt"), 1);
     run(&mut dst, &file("held", "/d/held.txt"), 2);
-    let mut got: Vec<(String, String)> = live_files(&scans).into_iter().map(|d| match d {
-        denorm::index::Doc::File(f) => (f.id.clone(), f.full_path()),
-        _ => unreachable!("files only"),
-    }).collect();
+    let mut got: Vec<(String, String)> = live_files(&scans)
+        .into_iter()
+        .map(|d| match d {
+            denorm::index::Doc::File(f) => (f.id.clone(), f.full_path()),
+            _ => unreachable!("files only"),
+        })
+        .collect();
     got.sort();
     assert_eq!(got, vec![("gone".to_string(), "/d/gone.txt".to_string()), ("held".to_string(), "/s/held.txt".to_string())]);
 }
@@ -218,8 +210,8 @@ fn an_upsert_without_the_explicit_form_may_reuse_a_deleted_id_but_never_takes_a_
 #[test]
 fn a_chain_of_take_overs_replays_in_any_order_the_departures_allow() {
     use denorm::apply::{move_in, move_out, remove_moved};
-    use denorm::index::{Checkpoint, Doc};
     use denorm::command::moves::{MoveIn, MovedFile};
+    use denorm::index::{Checkpoint, Doc};
     use denorm::moves::departed;
     use rand::{Rng, SeedableRng};
     #[derive(Clone)]
@@ -227,31 +219,33 @@ fn a_chain_of_take_overs_replays_in_any_order_the_departures_allow() {
         Command(Command),
         /// A cross-key rename: the source's scan and deletes (its
         /// documents were written to the destination's log live).
-        MoveOut { from: &'static str, to: &'static str },
+        MoveOut {
+            from: &'static str,
+            to: &'static str,
+        },
         /// The destination's chunk, with where its documents left.
-        MoveIn { from: (i32, i64), files: Vec<MovedFile> },
+        MoveIn {
+            from: (i32, i64),
+            files: Vec<MovedFile>,
+        },
         /// An owner change's upsert, after its delete half.
-        TakeOver { command: Command, after: (i32, i64) },
+        TakeOver {
+            command: Command,
+            after: (i32, i64),
+        },
     }
     let s = |x: &str| x.to_string();
     let upsert = |id: &str, path: &str, contents: &str, previous: Option<&str>| Command::UpsertFile { id: s(id), path: s(path), contents: s(contents), previous_path: previous.map(s) };
     let moved = |path: &str, contents: &str| vec![MovedFile { id: s("x"), path: s(path), contents: s(contents) }];
     let logs: Vec<Vec<Step>> = vec![
-        vec![
-            Step::Command(upsert("x", "/a/x.txt", "v1", None)),
-            Step::Command(upsert("y", "/a/y.txt", "y", None)),
-            Step::MoveOut { from: "/a/x.txt", to: "/b/x.txt" },
-        ],
+        vec![Step::Command(upsert("x", "/a/x.txt", "v1", None)), Step::Command(upsert("y", "/a/y.txt", "y", None)), Step::MoveOut { from: "/a/x.txt", to: "/b/x.txt" }],
         vec![
             Step::Command(upsert("z", "/b/z.txt", "z", None)),
             Step::MoveIn { from: (0, 2), files: moved("/b/x.txt", "v1") },
             Step::Command(upsert("x", "/b/x.txt", "v2", None)),
             Step::Command(Command::DeleteFile { id: s("x"), path: s("/b/x.txt") }),
         ],
-        vec![
-            Step::TakeOver { command: upsert("x", "/c/x.txt", "v3", Some("/b/x.txt")), after: (1, 3) },
-            Step::MoveOut { from: "/c/x.txt", to: "/d/x.txt" },
-        ],
+        vec![Step::TakeOver { command: upsert("x", "/c/x.txt", "v3", Some("/b/x.txt")), after: (1, 3) }, Step::MoveOut { from: "/c/x.txt", to: "/d/x.txt" }],
         vec![Step::MoveIn { from: (2, 1), files: moved("/d/x.txt", "v3") }, Step::Command(upsert("x", "/d/x.txt", "v4", None))],
     ];
     let expected = vec![(s("x"), s("/d/x.txt"), s("v4")), (s("y"), s("/a/y.txt"), s("y")), (s("z"), s("/b/z.txt"), s("z"))];
@@ -306,10 +300,8 @@ fn a_chain_of_take_overs_replays_in_any_order_the_departures_allow() {
         let mut order = Vec::new();
         loop {
             let applied = |p: usize, next: &[usize; 4]| next[p].checked_sub(1).map(|a| a as u64);
-            let ready: Vec<usize> = (0..4)
-                .filter(|&p| next[p] < logs[p].len())
-                .filter(|&p| dependency(&logs[p][next[p]]).map_or(true, |(from, offset)| departed(applied(from as usize, &next), offset)))
-                .collect();
+            let ready: Vec<usize> =
+                (0..4).filter(|&p| next[p] < logs[p].len()).filter(|&p| dependency(&logs[p][next[p]]).map_or(true, |(from, offset)| departed(applied(from as usize, &next), offset))).collect();
             if ready.is_empty() {
                 break;
             }

@@ -1,12 +1,12 @@
 //! Writing: prefetched reads after a fan-out, upserts written first while
 //! their documents are absent, page bulks in flight.
 
+use super::store::*;
 use super::*;
 use denorm::apply::{apply, FanOut};
 use denorm::command::Command;
 use denorm::index::Backend;
 use denorm::index::Wanted;
-use super::store::*;
 
 /// The upsert of file `f<i>` at `/a/f<i>.txt`.
 fn upsert(i: usize, contents: &str) -> Command {

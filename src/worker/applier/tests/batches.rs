@@ -147,10 +147,13 @@ fn a_refusal_met_by_a_fan_out_is_traced_to_the_earlier_command_of_its_batch() {
         let mut docs = Vec::new();
         let search = crate::index::embedded::EmbeddedIndex::open_existing(r.dir.path()).unwrap().search().unwrap();
         search.dump(&mut |d| docs.push(d)).unwrap();
-        let paths: Vec<String> = docs.iter().filter_map(|d| match d {
-            crate::index::Doc::File(f) => Some(f.full_path()),
-            _ => None,
-        }).collect();
+        let paths: Vec<String> = docs
+            .iter()
+            .filter_map(|d| match d {
+                crate::index::Doc::File(f) => Some(f.full_path()),
+                _ => None,
+            })
+            .collect();
         assert_eq!(paths.len(), 2, "{docs:?}");
         assert!(paths.iter().all(|p| p.starts_with("/a/y/")), "the rename was applied: {paths:?}");
         assert!(docs.iter().any(|d| matches!(d, crate::index::Doc::User(u) if u.name == "Ada")), "the user was applied: {docs:?}");
@@ -175,13 +178,7 @@ fn an_aborted_command_parks_its_key_and_the_keys_later_commands_wait_in_the_dead
         std::fs::remove_file(faults.path().join("index.reject")).unwrap();
         run.wait_next(3);
         assert_eq!(run.stop(), 3);
-        assert_eq!(
-            r.letters(),
-            vec![
-                Sent { reason: "index_rejected".into(), origin_offset: aborted, key: "/p".into() },
-                Sent { reason: "parked".into(), origin_offset: later, key: "/p".into() },
-            ]
-        );
+        assert_eq!(r.letters(), vec![Sent { reason: "index_rejected".into(), origin_offset: aborted, key: "/p".into() }, Sent { reason: "parked".into(), origin_offset: later, key: "/p".into() },]);
         assert_eq!(r.file_ids(), vec!["q1".to_string()], "other keys flow; the parked key's later command waits");
     }
 }

@@ -141,13 +141,7 @@ fn a_refusal_while_lanes_are_busy_falls_back_to_one_command_at_a_time() {
     let end = r.end();
     run.wait_next(end);
     assert_eq!(run.stop(), end);
-    assert_eq!(
-        r.letters(),
-        vec![
-            Sent { reason: "index_rejected".into(), origin_offset: refused, key: "/c".into() },
-            Sent { reason: "parked".into(), origin_offset: after, key: "/c".into() }
-        ]
-    );
+    assert_eq!(r.letters(), vec![Sent { reason: "index_rejected".into(), origin_offset: refused, key: "/c".into() }, Sent { reason: "parked".into(), origin_offset: after, key: "/c".into() }]);
     let files: Vec<String> = r.files().into_iter().map(|(id, p)| format!("{id} {p}")).collect();
     assert!(files.contains(&"a0 /a/y/a0.txt".to_string()) && files.contains(&"late /a/x/late.txt".to_string()) && files.contains(&"b1 /b/b1.txt".to_string()), "{files:?}");
     assert!(!files.iter().any(|f| f.starts_with("c2 ") || f.starts_with("c3 ")), "{files:?}");

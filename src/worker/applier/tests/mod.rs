@@ -328,7 +328,13 @@ impl Rig {
     fn file_ids(&self) -> Vec<String> {
         let search = EmbeddedIndex::open_existing(self.dir.path()).unwrap().search().unwrap();
         let mut out = Vec::new();
-        search.dump(&mut |d: Doc| if d.kind() == Kind::File { out.push(d.id().to_string()) }).unwrap();
+        search
+            .dump(&mut |d: Doc| {
+                if d.kind() == Kind::File {
+                    out.push(d.id().to_string())
+                }
+            })
+            .unwrap();
         out.sort();
         out
     }
@@ -337,7 +343,13 @@ impl Rig {
     fn files(&self) -> Vec<(String, String)> {
         let search = EmbeddedIndex::open_existing(self.dir.path()).unwrap().search().unwrap();
         let mut out = Vec::new();
-        search.dump(&mut |d: Doc| if let Doc::File(f) = d { out.push((f.id.clone(), f.full_path())) }).unwrap();
+        search
+            .dump(&mut |d: Doc| {
+                if let Doc::File(f) = d {
+                    out.push((f.id.clone(), f.full_path()))
+                }
+            })
+            .unwrap();
         out.sort();
         out
     }
@@ -345,7 +357,8 @@ impl Rig {
     /// The chunks of cross-key moves in the log, in log order: (offset, chunk).
     fn chunks(&self) -> Vec<(i64, MoveIn)> {
         let log = self.log.lock().unwrap();
-        log.records.iter()
+        log.records
+            .iter()
             .filter_map(|r| match self.codec.decode_message(r.payload.as_deref()?) {
                 Ok(crate::codec::Decoded::Move(m)) => Some((r.offset, m)),
                 _ => None,

@@ -84,10 +84,7 @@ fn a_command_the_index_refuses_inside_a_move_is_dead_lettered_and_nothing_behind
         eventually("the rename's chunk is in the log and everything applied", || r.end() == 7 && run.next() == 7);
         assert_eq!(run.stop(), 7);
         assert_eq!(r.letters(), vec![Sent { reason: "index_rejected".into(), origin_offset: bad, key: "/x".into() }]);
-        assert_eq!(
-            r.files(),
-            pairs(&[("m1", "/dst/a/m1.txt"), ("m2", "/dst/a/m2.txt"), ("r", "/w/r.txt"), ("y", "/y/y.txt")])
-        );
+        assert_eq!(r.files(), pairs(&[("m1", "/dst/a/m1.txt"), ("m2", "/dst/a/m2.txt"), ("r", "/w/r.txt"), ("y", "/y/y.txt")]));
     }
 }
 
@@ -107,13 +104,7 @@ fn a_chunk_refused_at_admission_is_dead_lettered_and_its_move_ends() {
     run.wait_next(after + 1);
     assert_eq!(run.stop(), after + 1);
     // The refused chunk parks its key, like any command aborted there.
-    assert_eq!(
-        r.letters(),
-        vec![
-            Sent { reason: "invalid_command".into(), origin_offset: refused, key: "/dst".into() },
-            Sent { reason: "parked".into(), origin_offset: parked, key: "/dst".into() },
-        ]
-    );
+    assert_eq!(r.letters(), vec![Sent { reason: "invalid_command".into(), origin_offset: refused, key: "/dst".into() }, Sent { reason: "parked".into(), origin_offset: parked, key: "/dst".into() },]);
     assert_eq!(r.files(), pairs(&[("later", "/l/later.txt"), ("m1", "/dst/a/m1.txt"), ("x", "/x/x.txt")]));
 }
 
