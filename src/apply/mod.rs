@@ -35,7 +35,7 @@ impl FanOut {
         let mut seen = 0usize;
         shard.rewrite(scan, self.page_size, &mut |d| {
             seen += 1;
-            if !self.page_pause.is_zero() && seen % self.page_size == 0 {
+            if !self.page_pause.is_zero() && seen.is_multiple_of(self.page_size) {
                 std::thread::sleep(self.page_pause);
             }
             rule(d)

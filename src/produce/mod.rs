@@ -182,7 +182,7 @@ impl Producer {
         let mut record = |i: usize, r: Result<LogPosition, ProduceError>, done: &mut usize| -> Result<(), ProduceError> {
             out[i] = r?;
             *done += 1;
-            if *done % 1000 == 0 || *done == n {
+            if done.is_multiple_of(1000) || *done == n {
                 progress(*done);
             }
             Ok(())

@@ -77,7 +77,7 @@ fn chaos_kills_and_rebalances_lose_nothing_and_break_no_order() {
     let r = Rig::new(6);
     let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let mut rng = StdRng::seed_from_u64(seed);
-    let start = |extra: &[&str]| Worker::start(&cfg, &group, &index, extra);
+    let start = |extra: &[&str]| Worker::start(cfg, group, index, extra);
     // A short session timeout: the group notices killed members sooner.
     let args: &[&str] = &["--shutdown-timeout-secs", "5", "-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500"];
     let t = Instant::now();
@@ -124,7 +124,7 @@ fn chaos_kills_and_rebalances_lose_nothing_and_break_no_order() {
     }
     let log = producer.join().unwrap();
     let chaos = t.elapsed();
-    let nudges = applied_with_nudges(&cfg, &group, n, || start(args));
+    let nudges = applied_with_nudges(cfg, group, n, || start(args));
     eprintln!(
         "chaos: {n} commands, {kills} SIGKILLs, {joins} joins, {leaves} graceful leaves over {:.1}s; all applied after {:.1}s ({} fresh joins to get past tansu's orphaned partitions)",
         chaos.as_secs_f64(),
@@ -132,8 +132,8 @@ fn chaos_kills_and_rebalances_lose_nothing_and_break_no_order() {
         nudges.len()
     );
     assert!(kills >= KILLS);
-    assert_matches_model(&index, &log);
-    assert_verify_clean(&cfg, &group, &index);
+    assert_matches_model(index, &log);
+    assert_verify_clean(cfg, group, index);
     drop(main);
     drop(second);
 }

@@ -38,55 +38,55 @@ fn every_command_end_to_end(r: Rig) {
 "#,
     )
     .unwrap();
-    let (code, out, err) = output(cli(&cfg, &group, &index).args(["produce", "--jsonl"]).arg(&jsonl));
+    let (code, out, err) = output(cli(cfg, group, index).args(["produce", "--jsonl"]).arg(&jsonl));
     assert_eq!(code, 0, "{err}");
     assert_eq!(json_lines(&out)[0]["produced"], 10);
-    let (code, out, err) = output(cli(&cfg, &group, &index).args(["produce", "upsert-file", "--id", "f4", "--path", "/bill/b.txt", "--contents", "hello bill"]));
+    let (code, out, err) = output(cli(cfg, group, index).args(["produce", "upsert-file", "--id", "f4", "--path", "/bill/b.txt", "--contents", "hello bill"]));
     assert_eq!(code, 0, "{err}");
     let delivery = &json_lines(&out)[0];
     assert_eq!(delivery["key"], "/bill");
     assert!(delivery["offset"].as_i64().unwrap() >= 0 && delivery["partition"].as_i64().unwrap() >= 0);
 
-    let worker = Worker::start(&cfg, &group, &index, &[]);
-    wait_applied(&cfg, &group, 11);
+    let worker = Worker::start(cfg, group, index, &[]);
+    wait_applied(cfg, group, 11);
 
-    let (code, out, err) = output(cli(&cfg, &group, &index).args(["search", "files", "--under", "/clinton/work", "--limit", "0", "--json"]));
+    let (code, out, err) = output(cli(cfg, group, index).args(["search", "files", "--under", "/clinton/work", "--limit", "0", "--json"]));
     assert_eq!(code, 0, "{err}");
     let got: BTreeSet<(String, String, String)> = json_lines(&out).iter().map(|v| (v["id"].as_str().unwrap().into(), v["path"].as_str().unwrap().into(), v["name"].as_str().unwrap().into())).collect();
     let want: BTreeSet<(String, String, String)> = [(s("f1"), s("/clinton/work/elasticsearch"), s("README.txt")), (s("f2"), s("/clinton/work/kibana"), s("notes.txt"))].into();
     assert_eq!(got, want);
 
-    let (_, out, _) = output(cli(&cfg, &group, &index).args(["search", "files", "--dir", "/clinton/work/elasticsearch", "--text", "elasticsearch", "--json"]));
+    let (_, out, _) = output(cli(cfg, group, index).args(["search", "files", "--dir", "/clinton/work/elasticsearch", "--text", "elasticsearch", "--json"]));
     let hits = json_lines(&out);
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0]["contents"], "Starting a new Elasticsearch project is easy...");
 
-    let (_, out, _) = output(cli(&cfg, &group, &index).args(["search", "files", "--dir", "/bill", "--json"]));
+    let (_, out, _) = output(cli(cfg, group, index).args(["search", "files", "--dir", "/bill", "--json"]));
     let bill: Vec<_> = json_lines(&out).iter().map(|v| v["id"].as_str().unwrap().to_string()).collect();
     assert_eq!(bill, vec!["f4"], "deleted file f3 must be gone");
 
-    let (_, out, _) = output(cli(&cfg, &group, &index).args(["search", "posts", "--author", "johnny", "--json"]));
+    let (_, out, _) = output(cli(cfg, group, index).args(["search", "posts", "--author", "johnny", "--json"]));
     let posts = json_lines(&out);
     assert_eq!(posts.len(), 1, "deleted post 3 must be gone: {out}");
     assert_eq!(posts[0]["id"], "2");
     assert_eq!(posts[0]["user"]["name"], "Johnny Smith");
 
-    let (_, out, _) = output(cli(&cfg, &group, &index).args(["search", "posts", "--text", "relationships", "--group-by-author", "--json"]));
+    let (_, out, _) = output(cli(cfg, group, index).args(["search", "posts", "--text", "relationships", "--group-by-author", "--json"]));
     let groups = json_lines(&out);
     assert_eq!(groups.len(), 1);
     assert_eq!(groups[0]["author"], "Johnny Smith");
     assert_eq!(groups[0]["posts"][0]["title"], "Relationships");
 
     // Read-your-writes: --wait returns once the group has applied the command.
-    let (code, _, err) = output(cli(&cfg, &group, &index).args(["produce", "--wait", "60", "upsert-file", "--id", "f5", "--path", "/bill/c.txt", "--contents", "waited"]));
+    let (code, _, err) = output(cli(cfg, group, index).args(["produce", "--wait", "60", "upsert-file", "--id", "f5", "--path", "/bill/c.txt", "--contents", "waited"]));
     assert_eq!(code, 0, "{err}");
-    let (_, out, _) = output(cli(&cfg, &group, &index).args(["search", "files", "--text", "waited", "--json"]));
+    let (_, out, _) = output(cli(cfg, group, index).args(["search", "files", "--text", "waited", "--json"]));
     assert_eq!(json_lines(&out).len(), 1, "the waited-for write must be searchable at once: {out}");
 
     // SIGTERM: drains, commits, leaves, exits 0.
     let status = worker.terminate();
     assert!(status.success(), "worker exit status {status:?}");
-    let (code, out, _) = output(cli(&cfg, &group, &index).args(["lag", "--json"]));
+    let (code, out, _) = output(cli(cfg, group, index).args(["lag", "--json"]));
     assert_eq!(code, 0);
     let lag = &json_lines(&out)[0];
     assert_eq!(lag["total"], 0);
@@ -110,18 +110,18 @@ fn rejects_invalid_input_before_sending_anything() {
     for (bad, want) in cases {
         let f = r.dir().join("bad.jsonl");
         std::fs::write(&f, format!("{{\"op\":\"upsert_file\",\"id\":\"ok\",\"path\":\"/a/ok.txt\",\"contents\":\"\"}}\n{bad}\n")).unwrap();
-        let (code, _, err) = output(cli(&cfg, "g", &index).args(["produce", "--jsonl"]).arg(&f));
+        let (code, _, err) = output(cli(cfg, "g", index).args(["produce", "--jsonl"]).arg(&f));
         assert_eq!(code, 2, "{bad}: {err}");
         assert!(err.contains(want), "{bad}: stderr {err:?} lacks {want:?}");
     }
-    let (code, _, err) = output(cli(&cfg, "g", &index).args(["produce", "rename", "--from", "/clinton", "--to", "/bill/c"]));
+    let (code, _, err) = output(cli(cfg, "g", index).args(["produce", "rename", "--from", "/clinton", "--to", "/bill/c"]));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("can only be renamed to a top-level directory"), "{err}");
-    let (code, _, _) = output(cli(&cfg, "g", &index).args(["produce", "--no-such-flag"]));
+    let (code, _, _) = output(cli(cfg, "g", index).args(["produce", "--no-such-flag"]));
     assert_eq!(code, 2);
-    let report = denorm::kafka::group_lag(&cfg, "g").unwrap();
+    let report = denorm::kafka::group_lag(cfg, "g").unwrap();
     assert_eq!(report.partitions.iter().map(|p| p.end).sum::<i64>(), 0, "nothing may be produced");
-    let (code, _, err) = output(cli(&cfg, "g", &r.dir().join("missing")).args(["search", "files"]));
+    let (code, _, err) = output(cli(cfg, "g", &r.dir().join("missing")).args(["search", "files"]));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("no denorm index"), "{err}");
 }
@@ -138,24 +138,24 @@ fn concurrent_renames_of_a_tree_and_a_file_in_it_match_the_model_on_elasticsearc
 
 fn concurrent_renames_of_a_tree_and_a_file_in_it_match_the_model_on(r: Rig) {
     let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
-    let _worker = Worker::start(&cfg, &group, &index, &[]);
+    let _worker = Worker::start(cfg, group, index, &[]);
     let mut seed = denorm::demo::seed(4000, 50, 500, 11);
     seed.extend(files_under("b", "/bill/projects", 300));
-    let mut log = produce(&cfg, seed);
+    let mut log = produce(cfg, seed);
     // The race: both renames, plus new files under the old name, concurrently.
     let (dir_rename, file_rename) = denorm::demo::race();
     let late = files_under("late", "/clinton/projects/elasticsearch", 200);
     let raced = rt().block_on(async {
-        let p = denorm::produce::Producer::new(&cfg).unwrap();
+        let p = denorm::produce::Producer::new(cfg).unwrap();
         let (a, b, c) = tokio::join!(p.send(dir_rename.clone()), p.send(file_rename.clone()), p.send_all(late.clone(), 50, |_| {}));
         let mut out = vec![(a.unwrap(), dir_rename), (b.unwrap(), file_rename)];
         out.extend(c.unwrap().into_iter().zip(late));
         out
     });
     log.extend(raced);
-    log.extend(produce(&cfg, denorm::demo::user_renames(10, 11)));
-    wait_applied(&cfg, &group, log.len());
-    assert_matches_model(&index, &log);
+    log.extend(produce(cfg, denorm::demo::user_renames(10, 11)));
+    wait_applied(cfg, group, log.len());
+    assert_matches_model(index, &log);
     let readme = model_of(&log).file_path("f0").unwrap().to_string();
     assert!(readme.starts_with("/clinton/work/elasticsearch/README."), "{readme}");
 }
@@ -181,20 +181,20 @@ fn resumes_after_workers_killed_mid_rename(r: Rig) {
     let (dir_rename, file_rename) = denorm::demo::race();
     files.extend(denorm::demo::seed(1000, 20, 100, 7));
     files.extend([dir_rename, file_rename]);
-    let mut log = produce(&cfg, files);
+    let mut log = produce(cfg, files);
     // A short session timeout: the group notices the killed members sooner.
     let fast = ["-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=500"];
     // Throttled fan-out (200 pages, 10 ms apart): the kill lands mid-rename
     // however loaded the machine is.
     let throttled = ["--page-size", "100", "--fan-out-page-pause-ms", "10"];
     let args = [&fast[..], &throttled[..]].concat();
-    let workers = [Worker::start(&cfg, &group, &index, &args), Worker::start(&cfg, &group, &index, &args)];
-    wait_applied_by(&cfg, &group, log.len(), &[&workers[0], &workers[1]]);
-    assert_matches_model(&index, &log);
-    let before = dump(&index);
+    let workers = [Worker::start(cfg, group, index, &args), Worker::start(cfg, group, index, &args)];
+    wait_applied_by(cfg, group, log.len(), &[&workers[0], &workers[1]]);
+    assert_matches_model(index, &log);
+    let before = dump(index);
 
     log.extend(produce(
-        &cfg,
+        cfg,
         vec![
             Command::RenamePath { from: s("/big/tree"), to: s("/big/moved") },
             // After the rename: a new file at the old name must stay there.
@@ -213,14 +213,14 @@ fn resumes_after_workers_killed_mid_rename(r: Rig) {
         // Nothing of the half-done rename is visible: the embedded index
         // commits a fan-out whole (Elasticsearch shows its pages as they
         // are written: docs/elasticsearch.md).
-        let after_kill = dump(&index);
+        let after_kill = dump(index);
         assert_eq!(denorm::model::diff(before, after_kill, 5), Vec::<String>::new());
     }
 
-    let again = [Worker::start(&cfg, &group, &index, &fast), Worker::start(&cfg, &group, &index, &fast)];
-    wait_applied_by(&cfg, &group, log.len(), &[&again[0], &again[1]]);
-    assert_matches_model(&index, &log);
-    let docs = dump(&index);
+    let again = [Worker::start(cfg, group, index, &fast), Worker::start(cfg, group, index, &fast)];
+    wait_applied_by(cfg, group, log.len(), &[&again[0], &again[1]]);
+    assert_matches_model(index, &log);
+    let docs = dump(index);
     let moved = docs.iter().filter(|d| matches!(d, Doc::File(f) if f.path.starts_with("/big/moved/"))).count();
     assert_eq!(moved, 20_000);
 }
@@ -245,17 +245,17 @@ fn a_rewound_group_changes_nothing_because_the_index_decides_where_to_resume() {
     let (a, r) = denorm::demo::race();
     cmds.extend([a, r]);
     cmds.extend(denorm::demo::user_renames(5, 5));
-    let log = produce(&cfg, cmds);
-    let worker = Worker::start(&cfg, &group, &index, &[]);
-    wait_applied(&cfg, &group, log.len());
+    let log = produce(cfg, cmds);
+    let worker = Worker::start(cfg, group, index, &[]);
+    wait_applied(cfg, group, log.len());
     assert!(worker.terminate().success());
-    let first = dump(&index);
+    let first = dump(index);
 
-    rewind(&cfg, &group);
-    assert_eq!(denorm::kafka::group_lag(&cfg, &group).unwrap().total, log.len() as i64);
-    let worker = Worker::start(&cfg, &group, &index, &[]);
-    wait_applied(&cfg, &group, log.len());
-    let second = dump(&index);
+    rewind(cfg, group);
+    assert_eq!(denorm::kafka::group_lag(cfg, group).unwrap().total, log.len() as i64);
+    let worker = Worker::start(cfg, group, index, &[]);
+    wait_applied(cfg, group, log.len());
+    let second = dump(index);
     // Byte for byte the same documents, bookkeeping included.
     let key = |d: &Doc| (d.kind(), d.id().to_string());
     let mut a = first.clone();
@@ -278,7 +278,7 @@ fn a_rewound_group_changes_nothing_because_the_index_decides_where_to_resume() {
     );
     assert_eq!(duplicates(&metrics), 3.0, "{metrics}");
     assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "applied")]), 0.0);
-    assert_matches_model(&index, &log);
+    assert_matches_model(index, &log);
 }
 
 #[test]
@@ -295,25 +295,25 @@ fn two_workers_share_partitions(r: Rig) {
     let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let seed = denorm::demo::seed(6000, 100, 1000, 3);
     let (first_half, second_half) = seed.split_at(seed.len() / 2);
-    let a = Worker::start(&cfg, &group, &index, &[]);
-    let mut log = produce(&cfg, first_half.to_vec());
+    let a = Worker::start(cfg, group, index, &[]);
+    let mut log = produce(cfg, first_half.to_vec());
     // A second worker joins mid-stream: the group rebalances.
-    let b2 = Worker::start(&cfg, &group, &index, &[]);
-    log.extend(produce(&cfg, second_half.to_vec()));
+    let b2 = Worker::start(cfg, group, index, &[]);
+    log.extend(produce(cfg, second_half.to_vec()));
     let (x, y) = denorm::demo::race();
-    log.extend(produce(&cfg, vec![x, y]));
-    log.extend(produce(&cfg, denorm::demo::user_renames(20, 3)));
-    wait_applied_by(&cfg, &group, log.len(), &[&a, &b2]);
+    log.extend(produce(cfg, vec![x, y]));
+    log.extend(produce(cfg, denorm::demo::user_renames(20, 3)));
+    wait_applied_by(cfg, group, log.len(), &[&a, &b2]);
     assert!(b2.wait_for_log("partitions assigned", Duration::from_secs(30)));
     assert!(a.log_contains("partitions revoked"), "the first worker never gave partitions up:\n{}", a.log());
-    assert_matches_model(&index, &log);
+    assert_matches_model(index, &log);
 
     // The first worker leaves: the second takes every partition over.
     assert!(a.terminate().success());
-    log.extend(produce(&cfg, files_under("x", "/hillary/extra", 500)));
-    log.extend(produce(&cfg, vec![Command::RenamePath { from: s("/hillary/extra"), to: s("/hillary/more") }]));
-    wait_applied_by(&cfg, &group, log.len(), &[&b2]);
-    assert_matches_model(&index, &log);
+    log.extend(produce(cfg, files_under("x", "/hillary/extra", 500)));
+    log.extend(produce(cfg, vec![Command::RenamePath { from: s("/hillary/extra"), to: s("/hillary/more") }]));
+    wait_applied_by(cfg, group, log.len(), &[&b2]);
+    assert_matches_model(index, &log);
 }
 
 #[test]
@@ -346,9 +346,9 @@ fn hostile_messages_are_dead_lettered_with_distinct_reasons_without_stopping_the
     send_raw(cfg, &messages);
     // `skip`: the valid commands of key /a after the hostile ones are
     // applied anyway (parking is tested in tests/it/faults.rs).
-    let worker = Worker::start(&cfg, &group, &index, &["--max-message-bytes", "2048", "--on-abort", "skip"]);
-    wait_applied(&cfg, &group, messages.len());
-    let ids: BTreeSet<String> = dump(&index).iter().filter(|d| d.kind() == Kind::File).map(|d| d.id().to_string()).collect();
+    let worker = Worker::start(cfg, group, index, &["--max-message-bytes", "2048", "--on-abort", "skip"]);
+    wait_applied(cfg, group, messages.len());
+    let ids: BTreeSet<String> = dump(index).iter().filter(|d| d.kind() == Kind::File).map(|d| d.id().to_string()).collect();
     assert_eq!(ids, BTreeSet::from([s("v1"), s("v2"), s("v3")]));
     let (_, metrics) = worker.http_get("/metrics");
     for (reason, n) in
@@ -362,7 +362,7 @@ fn hostile_messages_are_dead_lettered_with_distinct_reasons_without_stopping_the
 
     // The dead-letter topic holds each one with its reason, origin and
     // original bytes, committed only after the letter was written.
-    let (code, out, err) = output(cli(&cfg, &group, &index).args(["dlq", "list", "--json"]));
+    let (code, out, err) = output(cli(cfg, group, index).args(["dlq", "list", "--json"]));
     assert_eq!(code, 0, "{err}");
     let listed = json_lines(&out);
     let got: Vec<(i64, String)> = listed.iter().map(|e| (e["origin_offset"].as_i64().unwrap(), e["reason"].as_str().unwrap().to_string())).collect();
@@ -373,12 +373,12 @@ fn hostile_messages_are_dead_lettered_with_distinct_reasons_without_stopping_the
             .collect();
     assert_eq!(got, want, "{out}");
     assert!(listed.iter().all(|e| e["attempts"] == 1 && e["origin_partition"] == 0), "{out}");
-    let (letters, _) = denorm::dlq::admin::read(&cfg, &denorm::dlq::default_topic(&cfg.topic)).unwrap();
+    let (letters, _) = denorm::dlq::admin::read(cfg, &denorm::dlq::default_topic(&cfg.topic)).unwrap();
     for l in &letters {
         assert_eq!(l.payload, messages[l.origin_offset as usize].1, "letter of offset {} keeps the original bytes", l.origin_offset);
         assert_eq!(l.key, messages[l.origin_offset as usize].0.unwrap_or(""));
     }
-    let (code, out, _) = output(cli(&cfg, &group, &index).args(["dlq", "count", "--json"]));
+    let (code, out, _) = output(cli(cfg, group, index).args(["dlq", "count", "--json"]));
     assert_eq!(code, 0);
     let count: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(count["total"], 8, "{out}");
@@ -389,9 +389,9 @@ fn hostile_messages_are_dead_lettered_with_distinct_reasons_without_stopping_the
 fn metrics_health_and_readiness_endpoints() {
     let r = Rig::new(2);
     let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
-    let worker = Worker::start(&cfg, &group, &index, &[]);
-    let log = produce(&cfg, denorm::demo::seed(200, 5, 20, 1));
-    wait_applied(&cfg, &group, log.len());
+    let worker = Worker::start(cfg, group, index, &[]);
+    let log = produce(cfg, denorm::demo::seed(200, 5, 20, 1));
+    wait_applied(cfg, group, log.len());
     assert!(worker.http_get("/healthz").0.contains("200"));
     assert!(worker.http_get("/readyz").0.contains("200"));
     assert!(worker.http_get("/nope").0.contains("404"));
@@ -570,13 +570,13 @@ fn sigterm_during_a_long_fan_out_in_a_lane_stops_between_its_pages() {
 fn sigterm_during_a_long_fan_out(lanes: &str) {
     let r = Rig::new(1);
     let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
-    let mut log = produce(&cfg, files_under("f", "/big/tree", 10_000));
+    let mut log = produce(cfg, files_under("f", "/big/tree", 10_000));
     // 100 pages, 100 ms apart: a rename of about 10 s, against a 1 s bound.
     let slow = ["--page-size", "100", "--fan-out-page-pause-ms", "100", "--shutdown-timeout-secs", "1", "--lanes", lanes];
-    let worker = Worker::start(&cfg, &group, &index, &slow);
-    wait_applied(&cfg, &group, log.len());
-    let before = dump(&index);
-    log.extend(produce(&cfg, vec![Command::RenamePath { from: s("/big/tree"), to: s("/big/moved") }]));
+    let worker = Worker::start(cfg, group, index, &slow);
+    wait_applied(cfg, group, log.len());
+    let before = dump(index);
+    log.extend(produce(cfg, vec![Command::RenamePath { from: s("/big/tree"), to: s("/big/moved") }]));
     assert!(worker.wait_for_log("fan-out started", Duration::from_secs(60)), "{}", worker.log());
     let started = std::time::Instant::now();
     let (status, log_text) = worker.terminate_with_log();
@@ -588,11 +588,11 @@ fn sigterm_during_a_long_fan_out(lanes: &str) {
         _ => assert!(!log_text.contains("shutdown bound reached") && log_text.contains("worker stopped"), "not stopped between pages:\n{log_text}"),
     }
     // Nothing of the interrupted rename is visible, and its offset was not committed.
-    assert_eq!(denorm::model::diff(before, dump(&index), 5), Vec::<String>::new());
-    assert_eq!(denorm::kafka::group_lag(&cfg, &group).unwrap().total, 1);
-    let _next = Worker::start(&cfg, &group, &index, &[]);
-    wait_applied(&cfg, &group, log.len());
-    assert_matches_model(&index, &log);
+    assert_eq!(denorm::model::diff(before, dump(index), 5), Vec::<String>::new());
+    assert_eq!(denorm::kafka::group_lag(cfg, group).unwrap().total, 1);
+    let _next = Worker::start(cfg, group, index, &[]);
+    wait_applied(cfg, group, log.len());
+    assert_matches_model(index, &log);
 }
 
 #[test]
@@ -604,10 +604,10 @@ fn kafka_secrets_never_reach_the_log() {
     // no SASL, so commands that work without them fail with them); with
     // debug logging on, the password must still not appear.
     let sasl = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=PLAIN", "-X", "sasl.username=denorm", "-X", &format!("sasl.password={secret}"), "-X", "debug=security,broker"];
-    let (code, _, err) = output(cli(&cfg, &group, r.dir()).args(["lag"]));
+    let (code, _, err) = output(cli(cfg, group, r.dir()).args(["lag"]));
     assert_eq!(code, 0, "{err}");
     for sub in [&["run", "--metrics-addr", "127.0.0.1:0"][..], &["lag"][..]] {
-        let (code, out, err) = output(cli(&cfg, &group, &r.dir().join("index")).args(sasl).args(["--log", "debug"]).args(sub));
+        let (code, out, err) = output(cli(cfg, group, &r.dir().join("index")).args(sasl).args(["--log", "debug"]).args(sub));
         assert_ne!(code, 0, "{sub:?}: the SASL settings were not used: {err}");
         assert!(!out.contains(secret) && !err.contains(secret), "{sub:?} logged the password:\n{err}");
     }

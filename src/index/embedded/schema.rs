@@ -169,7 +169,7 @@ impl Paged {
             let mut doc = if self.next == 0 { scorer.doc() } else { scorer.seek(self.next) };
             while doc != TERMINATED && visited < self.page_size {
                 if !segment.is_deleted(doc) {
-                    visit(&store, doc)?;
+                    visit(store, doc)?;
                     visited += 1;
                 }
                 doc = scorer.advance();

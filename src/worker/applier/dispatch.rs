@@ -182,9 +182,9 @@ impl Applier {
                 return Ok(Handled::Done { fan_out: false });
             }
         }
-        if crate::faults::lists("apply.hold", &cmd.key()) {
+        if crate::faults::lists("apply.hold", cmd.key()) {
             crate::faults::reached("apply.hold");
-            while crate::faults::lists("apply.hold", &cmd.key()) && !self.stopping() {
+            while crate::faults::lists("apply.hold", cmd.key()) && !self.stopping() {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
@@ -220,7 +220,7 @@ impl Applier {
         loop {
             attempts += 1;
             let t = Instant::now();
-            let result = if crate::faults::lists("index.reject", &cmd.key()) {
+            let result = if crate::faults::lists("index.reject", cmd.key()) {
                 crate::faults::reached("index.reject");
                 Err(IndexError::Rejected("injected fault index.reject".into()))
             } else if let (Command::RenamePath { from, to }, Some(_)) = (cmd, cmd.destination_key()) {
@@ -277,7 +277,7 @@ impl Applier {
     /// backend that cannot start it now is retried like any write.
     fn lane_for(&self, shard: &mut dyn Shard, cmd: &Command) -> Step<Option<crate::index::Pages>> {
         let free = self.may_defer.get() && self.lane_jobs() < self.shared.cfg.lanes;
-        if !free || cmd.destination_key().is_some() || crate::faults::lists("index.reject", &cmd.key()) {
+        if !free || cmd.destination_key().is_some() || crate::faults::lists("index.reject", cmd.key()) {
             return Ok(None);
         }
         let Some(scan) = crate::apply::fan_out_scan(cmd) else { return Ok(None) };

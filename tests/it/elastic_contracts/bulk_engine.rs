@@ -107,9 +107,9 @@ fn a_failed_commit_keeps_its_writes_and_sends_them_again() {
     let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
         // The cluster is unavailable for the whole first commit (5 attempts).
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(5).mount(&server).await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201)])).mount(&server).await;
-        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(&server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(5).mount(server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201)])).mount(server).await;
+        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(server).await;
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
@@ -135,10 +135,10 @@ fn a_run_of_503_and_429_responses_is_outlasted_and_nothing_is_lost() {
     rt.block_on(async {
         // An outage longer than one commit's attempts (5): 7 x 503, then
         // 4 x 429 (overloaded while recovering), then the cluster is back.
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(7).mount(&server).await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(429)).up_to_n_times(4).mount(&server).await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201), ("f2", 201)])).mount(&server).await;
-        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(&server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(503)).up_to_n_times(7).mount(server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(ResponseTemplate::new(429)).up_to_n_times(4).mount(server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201), ("f2", 201)])).mount(server).await;
+        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(server).await;
     });
     let b = d.backend();
     // What the worker does on a transient failure: a fresh shard writer,
@@ -172,7 +172,7 @@ fn an_item_refused_for_good_fails_the_commit_permanently() {
     let d = Double::new().new_shard(&["f1", "f2"]);
     let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201), ("f2", 400)])).mount(&server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 201), ("f2", 400)])).mount(server).await;
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
@@ -201,8 +201,8 @@ fn a_slow_bulk_is_waited_for_not_sent_again_while_the_server_still_works_on_it()
     let (rt, server) = (&d.rt, &d.server);
     let slow = Duration::from_secs(32);
     rt.block_on(async {
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(move |r: &Request| bulk_reply(r, &[("f1", 201)]).set_delay(slow)).mount(&server).await;
-        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(&server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(move |r: &Request| bulk_reply(r, &[("f1", 201)]).set_delay(slow)).mount(server).await;
+        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(server).await;
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();

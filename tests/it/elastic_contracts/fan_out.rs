@@ -14,17 +14,17 @@ fn a_conflict_during_a_rename_moves_the_version_found_instead_of_dropping_the_re
     let d = Double::new().scan(1);
     let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        Mock::given(path("/_search")).respond_with(recorded::search_page(vec![hit("a", "/c/a", 5, 1)])).mount(&server).await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_version_conflict("index", "a", 5, 7)])).up_to_n_times(1).mount(&server).await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_ok("index", "a", 8)])).mount(&server).await;
+        Mock::given(path("/_search")).respond_with(recorded::search_page(vec![hit("a", "/c/a", 5, 1)])).mount(server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_version_conflict("index", "a", 5, 7)])).up_to_n_times(1).mount(server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_ok("index", "a", 8)])).mount(server).await;
         // Another writer (an older command, position 8) changed it.
-        Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/a")).respond_with(recorded::get_doc("a", 7, file_source("a", "/c/a", "changed", 8))).mount(&server).await;
+        Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/a")).respond_with(recorded::get_doc("a", 7, file_source("a", "/c/a", "changed", 8))).mount(server).await;
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
     let written = apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap();
     assert_eq!(written, 1);
-    let bulks = bulks(&server, &rt);
+    let bulks = bulks(server, rt);
     assert_eq!(bulks.len(), 2, "the conflicting rewrite must be sent again: {bulks:?}");
     assert_eq!(bulks[1][0]["index"]["if_seq_no"], 7, "against the version found");
     assert_eq!(bulks[1][1]["path"], "/c/b");
@@ -48,13 +48,13 @@ fn a_commit_is_searchable_before_its_offset_is_published() {
         Mock::given(method("GET"))
             .and(path("/denorm-meta/_doc/p1"))
             .respond_with(ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-meta", "_id": "p1", "found": false})))
-            .mount(&server)
+            .mount(server)
             .await;
-        Mock::given(path("/_search")).respond_with(recorded::search_page(vec![hit("a", "/c/a", 5, 1)])).mount(&server).await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_ok("index", "a", 8)])).mount(&server).await;
+        Mock::given(path("/_search")).respond_with(recorded::search_page(vec![hit("a", "/c/a", 5, 1)])).mount(server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_ok("index", "a", 8)])).mount(server).await;
         Mock::given(path("/denorm-files-g0,denorm-users-g0,denorm-posts-g0/_refresh"))
             .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 6, "successful": 3, "failed": 0}})))
-            .mount(&server)
+            .mount(server)
             .await;
     });
     let refreshes = || rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path().ends_with("-g0/_refresh")).count();
@@ -98,16 +98,16 @@ fn a_conflicting_delete_never_deletes_a_newer_version() {
     let d = Double::new().scan(0);
     let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/f1")).respond_with(recorded::get_doc("f1", 3, file_source("f1", "/c", "old", 5))).up_to_n_times(1).mount(&server).await;
+        Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/f1")).respond_with(recorded::get_doc("f1", 3, file_source("f1", "/c", "old", 5))).up_to_n_times(1).mount(server).await;
         // Before the delete lands, a newer command (position 50) rewrote it.
-        Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/f1")).respond_with(recorded::get_doc("f1", 9, file_source("f1", "/c", "newer", 50))).mount(&server).await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_version_conflict("index", "f1", 3, 9)])).mount(&server).await;
+        Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/f1")).respond_with(recorded::get_doc("f1", 9, file_source("f1", "/c", "newer", 50))).mount(server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_version_conflict("index", "f1", 3, 9)])).mount(server).await;
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
     apply(shard.as_mut(), &Command::DeleteFile { id: "f1".into(), path: "/c/1.txt".into() }, 20, FanOut::pages_of(2)).unwrap();
     shard.commit().unwrap();
-    let bulks = bulks(&server, &rt);
+    let bulks = bulks(server, rt);
     assert_eq!(bulks.len(), 1, "the newer version (position 50) must not be deleted by position 20: {bulks:?}");
     assert_eq!(bulks[0][0]["index"]["if_seq_no"], 3, "the delete is a tombstone written over the version read");
     assert_eq!((bulks[0][1]["denorm_deleted"].as_bool(), bulks[0][1]["denorm_pos"].as_u64()), (Some(true), Some(20)));
@@ -121,10 +121,10 @@ fn an_expired_point_in_time_restarts_the_scan_instead_of_rejecting_the_rename() 
     let d = Double::new().scan(2).bulk_ok();
     let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        Mock::given(path("/_search")).respond_with(recorded::search_page(vec![hit("a", "/c/a", 1, 1), hit("b", "/c/a", 2, 2)])).up_to_n_times(1).mount(&server).await;
-        Mock::given(path("/_search")).respond_with(recorded::search_context_missing()).up_to_n_times(1).mount(&server).await;
+        Mock::given(path("/_search")).respond_with(recorded::search_page(vec![hit("a", "/c/a", 1, 1), hit("b", "/c/a", 2, 2)])).up_to_n_times(1).mount(server).await;
+        Mock::given(path("/_search")).respond_with(recorded::search_context_missing()).up_to_n_times(1).mount(server).await;
         // After the restart, what was moved no longer matches.
-        Mock::given(path("/_search")).respond_with(recorded::search_page(vec![hit("c", "/c/a", 3, 3)])).mount(&server).await;
+        Mock::given(path("/_search")).respond_with(recorded::search_page(vec![hit("c", "/c/a", 3, 3)])).mount(server).await;
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
@@ -160,12 +160,12 @@ fn a_fan_out_refreshes_only_when_something_written_is_not_searchable_yet() {
     rt.block_on(async {
         // More than a page: each rename scans through a point in time.
         let page = vec![hit("a", "/c/x", 1, 1), hit("b", "/c/x", 2, 2), hit("c", "/c/x", 3, 3)];
-        Mock::given(path("/denorm-files-g0/_search")).respond_with(recorded::search_page(page)).mount(&server).await;
-        Mock::given(path("/_search")).respond_with(recorded::search_page(vec![])).mount(&server).await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_ok("index", "f9", 1)])).mount(&server).await;
+        Mock::given(path("/denorm-files-g0/_search")).respond_with(recorded::search_page(page)).mount(server).await;
+        Mock::given(path("/_search")).respond_with(recorded::search_page(vec![])).mount(server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(recorded::bulk(vec![recorded::bulk_item_ok("index", "f9", 1)])).mount(server).await;
         Mock::given(path("/denorm-files-g0,denorm-users-g0,denorm-posts-g0/_refresh"))
             .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 6, "successful": 3, "failed": 0}})))
-            .mount(&server)
+            .mount(server)
             .await;
     });
     let fan_out_refreshes = || rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path() == "/denorm-files-g0/_refresh").count();
@@ -192,12 +192,12 @@ fn a_page_missing_shards_fails_the_scan_retryably_instead_of_ending_it() {
     let d = Double::new().scan(1).bulk_ok();
     let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        Mock::given(path("/_search")).and(query_param("allow_partial_search_results", "false")).respond_with(recorded::search_page_partial(vec![hit("a", "/c/a", 1, 1)])).mount(&server).await;
+        Mock::given(path("/_search")).and(query_param("allow_partial_search_results", "false")).respond_with(recorded::search_page_partial(vec![hit("a", "/c/a", 1, 1)])).mount(server).await;
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
     let err = apply(shard.as_mut(), &Command::RenamePath { from: "/c/a".into(), to: "/c/b".into() }, 10, FanOut::pages_of(2)).unwrap_err();
     assert_eq!(err.kind(), denorm::retry::Kind::Transient, "retryable, not a rejection: {err:?}");
     assert!(err.to_string().contains("1 of 2 shards failed"), "{err}");
-    assert!(bulks(&server, &rt).is_empty(), "nothing of a partial page is written");
+    assert!(bulks(server, rt).is_empty(), "nothing of a partial page is written");
 }

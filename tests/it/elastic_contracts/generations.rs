@@ -17,27 +17,27 @@ fn file(id: &str, pos: u64) -> Doc {
 fn a_shard_reads_and_writes_only_through_its_generations_write_alias() {
     let d = Double::new();
     let (rt, server) = (&d.rt, &d.server);
-    let b = backend_on(&server, &rt, 2);
+    let b = backend_on(server, rt, 2);
     rt.block_on(async {
         Mock::given(method("POST"))
             .and(path("/denorm-meta/_mget"))
             .respond_with(ok(json!({"docs": [
                 {"_index": "denorm-meta", "_id": "g2-p0", "_version": 1, "_seq_no": 0, "_primary_term": 1, "found": true, "_source": {"topic": "t", "applied": 7, "parked": []}}
             ]})))
-            .mount(&server)
+            .mount(server)
             .await;
         Mock::given(method("GET"))
             .and(path("/denorm-meta/_doc/g2-p0"))
             .respond_with(recorded::get_doc_in("denorm-meta", "g2-p0", 0, json!({"topic": "t", "applied": 7, "parked": []})))
-            .mount(&server)
+            .mount(server)
             .await;
         Mock::given(method("GET"))
             .and(path("/denorm-files-g2/_doc/f1"))
             .respond_with(ResponseTemplate::new(404).set_body_json(json!({"_index": "denorm-files-000003", "_id": "f1", "found": false})))
-            .mount(&server)
+            .mount(server)
             .await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&server).await;
-        Mock::given(method("POST")).and(path("/denorm-meta/_doc/g2-p0")).respond_with(recorded::meta_created("g2-p0")).mount(&server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(server).await;
+        Mock::given(method("POST")).and(path("/denorm-meta/_doc/g2-p0")).respond_with(recorded::meta_created("g2-p0")).mount(server).await;
     });
     assert_eq!(b.generation().unwrap(), 2);
     assert_eq!(b.checkpoints(&[0]).unwrap()[&0].offset, 7, "generation 2's checkpoint");
@@ -69,15 +69,15 @@ fn a_generation_whose_alias_is_gone_fails_retryably_and_is_never_read_as_empty()
     let (rt, server) = (&d.rt, &d.server);
     let b = d.backend();
     rt.block_on(async {
-        Mock::given(method("GET")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::doc_missing("denorm-meta", "p0")).mount(&server).await;
-        Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/f1")).respond_with(recorded::index_not_found("denorm-files-g0")).mount(&server).await;
+        Mock::given(method("GET")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::doc_missing("denorm-meta", "p0")).mount(server).await;
+        Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/f1")).respond_with(recorded::index_not_found("denorm-files-g0")).mount(server).await;
         Mock::given(method("POST"))
             .and(path("/_bulk"))
             .respond_with(ok(json!({"took": 1, "errors": true, "items": [
                 {"index": {"_index": "denorm-files-g0", "_id": "f2", "status": 404, "error": {"type": "index_not_found_exception",
                   "reason": "no such index [[require_alias] request flag is [true] and [denorm-files-g0] is not an alias]", "index": "denorm-files-g0"}}}
             ]})))
-            .mount(&server)
+            .mount(server)
             .await;
     });
     let mut shard = b.open_shard(0).unwrap();
@@ -103,20 +103,20 @@ fn a_rebuild_creates_its_generation_records_its_log_and_swaps_every_alias_in_one
                 .and(path(format!("/denorm-{kind}-000002")))
                 .respond_with(ok(json!({"acknowledged": true, "shards_acknowledged": true, "index": format!("denorm-{kind}-000002")})))
                 .up_to_n_times(1)
-                .mount(&server)
+                .mount(server)
                 .await;
             // A resumed rebuild finds it there.
             Mock::given(method("PUT"))
                 .and(path(format!("/denorm-{kind}-000002")))
                 .respond_with(ResponseTemplate::new(400).set_body_json(json!({"error": {"type": "resource_already_exists_exception",
                     "reason": format!("index [denorm-{kind}-000002/abc] already exists")}, "status": 400})))
-                .mount(&server)
+                .mount(server)
                 .await;
         }
-        Mock::given(method("POST")).and(path("/denorm-meta/_doc/g1-log")).respond_with(recorded::meta_created("g1-log")).mount(&server).await;
-        Mock::given(path("/denorm-files-g1,denorm-users-g1,denorm-posts-g1/_refresh")).respond_with(ok(json!({"_shards": {"total": 6, "successful": 3, "failed": 0}}))).mount(&server).await;
-        Mock::given(method("POST")).and(path("/_aliases")).respond_with(ok(json!({"acknowledged": true, "errors": false}))).mount(&server).await;
-        mount_settings(&server, "1").await;
+        Mock::given(method("POST")).and(path("/denorm-meta/_doc/g1-log")).respond_with(recorded::meta_created("g1-log")).mount(server).await;
+        Mock::given(path("/denorm-files-g1,denorm-users-g1,denorm-posts-g1/_refresh")).respond_with(ok(json!({"_shards": {"total": 6, "successful": 3, "failed": 0}}))).mount(server).await;
+        Mock::given(method("POST")).and(path("/_aliases")).respond_with(ok(json!({"acknowledged": true, "errors": false}))).mount(server).await;
+        mount_settings(server, "1").await;
     });
     gens.prepare(1).unwrap();
     gens.prepare(1).unwrap();
@@ -159,7 +159,7 @@ fn a_rebuild_creates_its_generation_records_its_log_and_swaps_every_alias_in_one
 fn the_old_generation_and_its_meta_documents_are_deleted_and_the_state_survives_a_restart() {
     let d = Double::new();
     let (rt, server) = (&d.rt, &d.server);
-    let gens = ElasticGenerations { backend: backend_on(&server, &rt, 1) };
+    let gens = ElasticGenerations { backend: backend_on(server, rt, 1) };
     rt.block_on(async {
         Mock::given(method("GET"))
             .and(path("/denorm-files-*/_alias"))
@@ -167,18 +167,18 @@ fn the_old_generation_and_its_meta_documents_are_deleted_and_the_state_survives_
                 "denorm-files-000001": {"aliases": {}},
                 "denorm-files-000002": {"aliases": {"denorm-files": {"is_write_index": true}, "denorm-files-g1": {}}}
             })))
-            .mount(&server)
+            .mount(server)
             .await;
-        Mock::given(method("GET")).and(path("/denorm-meta/_doc/log")).respond_with(recorded::get_doc_in("denorm-meta", "log", 0, json!({"topic": "t", "partitions": 2}))).mount(&server).await;
-        Mock::given(method("DELETE")).and(path("/denorm-files-000001,denorm-users-000001,denorm-posts-000001")).respond_with(ok(json!({"acknowledged": true}))).mount(&server).await;
+        Mock::given(method("GET")).and(path("/denorm-meta/_doc/log")).respond_with(recorded::get_doc_in("denorm-meta", "log", 0, json!({"topic": "t", "partitions": 2}))).mount(server).await;
+        Mock::given(method("DELETE")).and(path("/denorm-files-000001,denorm-users-000001,denorm-posts-000001")).respond_with(ok(json!({"acknowledged": true}))).mount(server).await;
         for id in ["p0", "p1", "log"] {
-            Mock::given(method("DELETE")).and(path(format!("/denorm-meta/_doc/{id}"))).respond_with(ok(json!({"_id": id, "result": "deleted"}))).expect(1).mount(&server).await;
+            Mock::given(method("DELETE")).and(path(format!("/denorm-meta/_doc/{id}"))).respond_with(ok(json!({"_id": id, "result": "deleted"}))).expect(1).mount(server).await;
         }
-        Mock::given(method("POST")).and(path("/denorm-meta/_doc/rebuild")).respond_with(recorded::meta_created("rebuild")).mount(&server).await;
+        Mock::given(method("POST")).and(path("/denorm-meta/_doc/rebuild")).respond_with(recorded::meta_created("rebuild")).mount(server).await;
         Mock::given(method("GET"))
             .and(path("/denorm-meta/_doc/rebuild"))
             .respond_with(recorded::get_doc_in("denorm-meta", "rebuild", 0, json!({"generation": 2, "group": "g.rebuild-2"})))
-            .mount(&server)
+            .mount(server)
             .await;
     });
     assert_eq!(gens.current().unwrap(), 1);
@@ -227,10 +227,10 @@ fn a_generation_left_on_its_bulk_load_settings_is_not_cut_over_to() {
             .and(path(format!("/denorm-files-000002/_settings/{names}")))
             .respond_with(ok(json!({"denorm-files-000002": {"settings": {"index.number_of_replicas": "1", "index.refresh_interval": "-1"}}})))
             .with_priority(1)
-            .mount(&server)
+            .mount(server)
             .await;
-        mount_settings(&server, "1").await;
-        Mock::given(method("POST")).and(path("/_aliases")).respond_with(ok(json!({"acknowledged": true, "errors": false}))).expect(0).mount(&server).await;
+        mount_settings(server, "1").await;
+        Mock::given(method("POST")).and(path("/_aliases")).respond_with(ok(json!({"acknowledged": true, "errors": false}))).expect(0).mount(server).await;
     });
     let err = gens.cut_over(0, 1, 4).unwrap_err();
     assert!(format!("{err:#}").contains("denorm-files-000002 kept the settings"), "{err:#}");

@@ -25,7 +25,7 @@ fn the_partition_count_is_recorded_once_then_compared() {
     let d = Double::new();
     let (rt, server) = (&d.rt, &d.server);
     let created = ResponseTemplate::new(201).set_body_json(json!({"_index": "denorm-meta", "_id": "log", "result": "created", "_seq_no": 0, "_primary_term": 1}));
-    mount_log_document(&rt, &server, created, json!({"topic": "t", "partitions": 6}));
+    mount_log_document(rt, server, created, json!({"topic": "t", "partitions": 6}));
     let b = d.backend();
     b.bind_log(6).unwrap();
     let reqs = rt.block_on(server.received_requests()).unwrap();
@@ -46,7 +46,7 @@ fn of_two_workers_creating_the_log_document_the_second_reads_the_first_ones() {
     let (rt, server) = (&d.rt, &d.server);
     let conflict = ResponseTemplate::new(409)
         .set_body_json(json!({"error": {"type": "version_conflict_engine_exception", "reason": "[log]: version conflict, document already exists (current version [1])"}, "status": 409}));
-    mount_log_document(&rt, &server, conflict, json!({"topic": "t", "partitions": 4}));
+    mount_log_document(rt, server, conflict, json!({"topic": "t", "partitions": 4}));
     let b = d.backend();
     assert!(matches!(b.bind_log(6), Err(IndexError::LogMismatch(_))), "the first worker's count wins");
     assert!(matches!(d.backend().bind_log(4), Ok(())));
@@ -66,7 +66,7 @@ fn checkpoints_are_read_in_one_multi_get_without_the_writer() {
                 {"_index": "denorm-meta", "_id": "p2", "_version": 1, "_seq_no": 2, "_primary_term": 1, "found": true,
                  "_source": {"topic": "t", "applied": 5, "parked": []}}
             ]})))
-            .mount(&server)
+            .mount(server)
             .await;
     });
     let c = d.backend().checkpoints(&[0, 1, 2]).unwrap();

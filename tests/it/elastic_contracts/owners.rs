@@ -17,7 +17,7 @@ fn a_previous_owner_that_resumes_cannot_move_the_checkpoint_or_the_parked_keys()
     let d = Double::new();
     let (rt, server) = (&d.rt, &d.server);
     let meta = MetaDoc::default();
-    rt.block_on(Mock::given(path_regex(r"^/denorm-meta/(_doc|_create)/p0$")).respond_with(meta.clone()).with_priority(1).mount(&server));
+    rt.block_on(Mock::given(path_regex(r"^/denorm-meta/(_doc|_create)/p0$")).respond_with(meta.clone()).with_priority(1).mount(server));
     let b = d.backend();
     let mut old = b.open_shard(0).unwrap();
     old.mark_applied(Checkpoint::new(5, 1));
@@ -50,7 +50,7 @@ fn one_writer_of_a_generation_sweeps_expired_tombstones() {
     let d = Double::new();
     let (rt, server) = (&d.rt, &d.server);
     let store = Store::default();
-    rt.block_on(store.mount(&server));
+    rt.block_on(store.mount(server));
     let b = d.backend();
     let upsert = |id: &str| Command::UpsertFile { id: id.into(), path: format!("/d/{id}.txt"), contents: "c".into(), previous_path: None };
     for p in 0..4 {
@@ -74,7 +74,7 @@ fn a_previous_owners_create_cannot_bring_back_a_document_a_newer_command_deleted
     let d = Double::new();
     let (rt, server) = (&d.rt, &d.server);
     let store = Store::default();
-    rt.block_on(store.mount(&server));
+    rt.block_on(store.mount(server));
     let b = d.backend();
     let upsert = Command::UpsertFile { id: "f1".into(), path: "/d/1.txt".into(), contents: "c".into(), previous_path: None };
     // The old owner reads f1 as absent and stages its create (offset 5),
@@ -153,8 +153,8 @@ fn a_refresh_refused_for_lack_of_privileges_is_retried_not_dead_lettered() {
     let d = Double::new();
     let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        Mock::given(method("GET")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::doc_missing("denorm-meta", "p0")).mount(&server).await;
-        Mock::given(path("/denorm-files-g0/_refresh")).respond_with(recorded::unauthorized("indices:admin/refresh", "denorm-files-000001", "maintenance,manage,all")).mount(&server).await;
+        Mock::given(method("GET")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::doc_missing("denorm-meta", "p0")).mount(server).await;
+        Mock::given(path("/denorm-files-g0/_refresh")).respond_with(recorded::unauthorized("indices:admin/refresh", "denorm-files-000001", "maintenance,manage,all")).mount(server).await;
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();

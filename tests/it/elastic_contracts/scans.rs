@@ -20,10 +20,10 @@ fn rename_pages_through_a_point_in_time_writes_conditionally_and_closes_it() {
         Mock::given(path("/_search"))
             .respond_with(ResponseTemplate::new(200).set_body_json(recorded::search_response(Some("pit-2"), vec![file_hit("a", "/c/a/1.txt", 5, 1), file_hit("b", "/c/a/x/2.txt", 6, 2)])))
             .up_to_n_times(1)
-            .mount(&server)
+            .mount(server)
             .await;
-        Mock::given(path("/_search")).respond_with(ResponseTemplate::new(200).set_body_json(recorded::search_response(Some("pit-2"), vec![file_hit("c", "/c/a/3.txt", 7, 3)]))).mount(&server).await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(&server).await;
+        Mock::given(path("/_search")).respond_with(ResponseTemplate::new(200).set_body_json(recorded::search_response(Some("pit-2"), vec![file_hit("c", "/c/a/3.txt", 7, 3)]))).mount(server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(bulk_ok).mount(server).await;
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
@@ -55,7 +55,7 @@ fn closes_the_point_in_time_when_a_page_fails() {
     let d = Double::new().pit_scan(1);
     let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        Mock::given(path("/_search")).respond_with(recorded::search_bad_request()).mount(&server).await;
+        Mock::given(path("/_search")).respond_with(recorded::search_bad_request()).mount(server).await;
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();
@@ -74,15 +74,15 @@ fn a_stale_write_never_overwrites_a_newer_one() {
     rt.block_on(async {
         // The file is absent when read, then another writer creates it
         // at a later position before our create lands.
-        Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/f1")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).up_to_n_times(1).mount(&server).await;
+        Mock::given(method("GET")).and(path("/denorm-files-g0/_doc/f1")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"found": false}))).up_to_n_times(1).mount(server).await;
         Mock::given(method("GET"))
             .and(path("/denorm-files-g0/_doc/f1"))
             .respond_with(ResponseTemplate::new(200).set_body_json(json!({"_index": "denorm-files-000001", "_id": "f1", "found": true, "_seq_no": 9, "_primary_term": 1,
                 "_source": {"id": "f1", "name": "n.txt", "path": "/c", "contents": "newer", "denorm_pos": 50}})))
-            .mount(&server)
+            .mount(server)
             .await;
-        Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 409)])).mount(&server).await;
-        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(&server).await;
+        Mock::given(method("POST")).and(path("/_bulk")).respond_with(|r: &Request| bulk_reply(r, &[("f1", 409)])).mount(server).await;
+        Mock::given(method("POST")).and(path("/denorm-meta/_doc/p0")).respond_with(recorded::meta_written("p0", 1)).mount(server).await;
     });
     let b = d.backend();
     let mut shard = b.open_shard(0).unwrap();

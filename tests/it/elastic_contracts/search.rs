@@ -23,10 +23,10 @@ fn partial_searches_and_refreshes_are_errors_not_short_answers() {
     let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
         for index in ["/denorm-files/_search", "/denorm-posts/_search"] {
-            Mock::given(method("POST")).and(path(index)).respond_with(recorded::search_page_partial(vec![])).mount(&server).await;
+            Mock::given(method("POST")).and(path(index)).respond_with(recorded::search_page_partial(vec![])).mount(server).await;
         }
     });
-    let es = search_index(&server, &rt);
+    let es = search_index(server, rt);
     let err = es.files(&FileQuery { dir: None, under: None, text: Some("x".into()) }, 10, &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("1 of 2 shards failed") && err.to_string().contains("Node not connected"), "{err}");
     let q = PostQuery { text: Some("x".into()), author: None };
@@ -66,8 +66,8 @@ fn a_search_beyond_the_result_window_pages_through_a_point_in_time_best_first() 
     let d = Double::new();
     let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        Mock::given(method("POST")).and(path("/denorm-files/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1"}))).expect(1).mount(&server).await;
-        Mock::given(method("DELETE")).and(path("/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true, "num_freed": 1}))).expect(1).mount(&server).await;
+        Mock::given(method("POST")).and(path("/denorm-files/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1"}))).expect(1).mount(server).await;
+        Mock::given(method("DELETE")).and(path("/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true, "num_freed": 1}))).expect(1).mount(server).await;
         Mock::given(method("POST"))
             .and(path("/_search"))
             .respond_with(|req: &Request| {
@@ -82,14 +82,14 @@ fn a_search_beyond_the_result_window_pages_through_a_point_in_time_best_first() 
                     .collect();
                 ResponseTemplate::new(200).set_body_json(recorded::search_response(Some("pit-1"), hits))
             })
-            .mount(&server)
+            .mount(server)
             .await;
     });
     let mut ids = Vec::new();
-    search_index(&server, &rt).files(&FileQuery { dir: None, under: None, text: Some("x".into()) }, 15_000, &mut |f| ids.push(f.id)).unwrap();
+    search_index(server, rt).files(&FileQuery { dir: None, under: None, text: Some("x".into()) }, 15_000, &mut |f| ids.push(f.id)).unwrap();
     assert_eq!(ids.len(), 15_000);
     assert_eq!((ids[0].as_str(), ids[14_999].as_str()), ("f0", "f14999"));
-    let searches = searches(&server, &rt);
+    let searches = searches(server, rt);
     assert!(searches.iter().all(|s| s["size"].as_u64().unwrap() <= 10_000), "no search above the result window");
     assert_eq!(searches[0]["sort"][0], json!({"_score": "desc"}), "best first, as a single search would be");
     assert_eq!(searches[1]["search_after"], json!([2.0, 9999]));
@@ -103,7 +103,7 @@ fn more_posts_per_author_than_elasticsearch_allows_is_refused_with_the_reason() 
     use denorm::index::{PostQuery, SearchIndex};
     let d = Double::new();
     let (rt, server) = (&d.rt, &d.server);
-    let err = search_index(&server, &rt).posts_by_author(&PostQuery { text: None, author: None }, 5, 101).unwrap_err();
+    let err = search_index(server, rt).posts_by_author(&PostQuery { text: None, author: None }, 5, 101).unwrap_err();
     assert!(err.to_string().contains("index.max_inner_result_window (100)"), "{err}");
     assert!(rt.block_on(server.received_requests()).unwrap().is_empty());
 }
@@ -134,14 +134,14 @@ fn every_author_pages_through_a_composite_aggregation_ordered_by_best_score() {
                 v["aggregations"] = json!({"authors": {"after_key": buckets.last().map(|b| b["key"].clone()), "buckets": buckets}});
                 ResponseTemplate::new(200).set_body_json(v)
             })
-            .mount(&server)
+            .mount(server)
             .await;
     });
-    let groups = search_index(&server, &rt).posts_by_author(&PostQuery { text: None, author: None }, 0, 3).unwrap();
+    let groups = search_index(server, rt).posts_by_author(&PostQuery { text: None, author: None }, 0, 3).unwrap();
     assert_eq!(groups.len(), 1_002, "every author, across pages");
     assert!(groups.windows(2).all(|w| w[0].best_score >= w[1].best_score), "ordered by best score");
     assert_eq!(groups[0].author, "author 00006");
-    let searches = searches(&server, &rt);
+    let searches = searches(server, rt);
     assert_eq!(searches.len(), 2);
     assert_eq!(searches[1]["aggs"]["authors"]["composite"]["after"], json!({"author": "author 00999"}));
 }

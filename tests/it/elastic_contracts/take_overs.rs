@@ -301,7 +301,7 @@ fn a_chain_of_take_overs_replays_in_any_order_the_departures_allow() {
         loop {
             let applied = |p: usize, next: &[usize; 4]| next[p].checked_sub(1).map(|a| a as u64);
             let ready: Vec<usize> =
-                (0..4).filter(|&p| next[p] < logs[p].len()).filter(|&p| dependency(&logs[p][next[p]]).map_or(true, |(from, offset)| departed(applied(from as usize, &next), offset))).collect();
+                (0..4).filter(|&p| next[p] < logs[p].len()).filter(|&p| dependency(&logs[p][next[p]]).is_none_or(|(from, offset)| departed(applied(from as usize, &next), offset))).collect();
             if ready.is_empty() {
                 break;
             }
@@ -313,6 +313,6 @@ fn a_chain_of_take_overs_replays_in_any_order_the_departures_allow() {
         assert_eq!(replay(&order), expected, "seed {seed}: order {order:?}");
     }
     // Without the waits: the last partitions first.
-    let backwards: Vec<i32> = (0..4).rev().flat_map(|p| std::iter::repeat(p).take(logs[p as usize].len())).collect();
+    let backwards: Vec<i32> = (0..4).rev().flat_map(|p| std::iter::repeat_n(p, logs[p as usize].len())).collect();
     assert!(!replay(&backwards).iter().any(|(id, _, _)| id == "x"), "replayed against the departures, the document is lost: the waits are what keeps it");
 }

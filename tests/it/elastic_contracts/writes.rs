@@ -84,7 +84,7 @@ fn upserts_are_written_first_while_their_documents_are_absent() {
     for d in &docs {
         let Doc::File(f) = d else { panic!("{d:?}") };
         let i: usize = f.id[1..].parse().unwrap();
-        let expected = if i < 40 && i % 2 == 0 { ("v2", 100 + i as u64) } else { ("v1", i as u64 + 1) };
+        let expected = if i < 40 && i.is_multiple_of(2) { ("v2", 100 + i as u64) } else { ("v1", i as u64 + 1) };
         assert_eq!((f.contents.as_str(), f.pos), expected, "{}", f.id);
     }
     // Every create of the third window met a document: reading first again.
