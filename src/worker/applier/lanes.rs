@@ -169,6 +169,12 @@ impl Applier {
         let lanes = self.lanes.borrow();
         let (key, fan_out) = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
             Ok(Admitted::Command(e)) if e.command.previous_key().is_none() && e.command.destination_key().is_none() => (e.command.key().to_string(), e.command.is_fan_out()),
+            // A message dead-lettered as it is (undecodable, invalid,
+            // oversized) is no barrier: it goes behind its key's fan-out,
+            // if any, like a command of that key (its abort may park the
+            // key), and is handled now otherwise. It used to wait for
+            // every fan-out of the partition to end.
+            Err(crate::worker::admit::NotAdmitted::Rejected(r)) if r.chunk.is_none() => (String::from_utf8_lossy(msg.key().unwrap_or_default()).into_owned(), false),
             // A barrier.
             _ => return if lanes.jobs() > 0 { Route::Blocked } else { Route::Now },
         };

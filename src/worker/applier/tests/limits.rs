@@ -71,3 +71,30 @@ fn a_repair_is_counted_by_the_live_worker_and_not_by_a_replay() {
         assert_eq!(applied(), Some(1.0), "a replay counted the repair again");
     }
 }
+
+/// A message that is dead-lettered as it is (here undecodable) of another
+/// key, while a fan-out is held in its lane: it was routed as a barrier,
+/// waiting for every fan-out of the partition to end, and every message
+/// after it with it (held here: nothing was dead-lettered, applied after
+/// it, or committed). It is now handled at once, and the partition goes
+/// on.
+#[test]
+#[cfg(feature = "failpoints")]
+fn an_undecodable_message_does_not_wait_for_another_keys_fan_out() {
+    let r = Rig::new(|c| c.fan_out = crate::apply::FanOut::pages_of(10));
+    for i in 0..40 {
+        r.produce(upsert(&format!("a{i}"), &format!("/a/x/a{i}.txt")));
+    }
+    r.produce(Command::RenamePath { from: "/a/x".into(), to: "/a/y".into() });
+    let poison = r.append("/c", b"not a command".to_vec());
+    r.produce(upsert("d", "/d/d.txt"));
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "fanout.hold", "/a");
+    let run = r.start();
+    eventually("the file after the undecodable message applied", || r.file_ids().contains(&"d".to_string()));
+    assert_eq!(r.letters().iter().map(|l| (l.origin_offset, l.key.as_str())).collect::<Vec<_>>(), vec![(poison, "/c")]);
+    std::fs::remove_file(faults.path().join("fanout.hold")).unwrap();
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.stop(), end);
+}
