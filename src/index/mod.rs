@@ -636,17 +636,11 @@ pub fn dump_order(d: &Doc) -> (&'static str, String, String) {
 /// compares too (review of verify, F17): the partition whose shard wrote it
 /// (Elasticsearch, where all partitions write into one index; `None`
 /// where the backend does not record it), and whether its position was
-/// recorded (a version without one reads as position 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// lost (such a version reads as position 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recorded {
     pub owner: Option<i32>,
-    pub pos: bool,
-}
-
-impl Default for Recorded {
-    fn default() -> Self {
-        Recorded { owner: None, pos: true }
-    }
+    pub pos_lost: bool,
 }
 
 /// Filters of `denorm search files`.

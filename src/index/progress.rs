@@ -145,14 +145,14 @@ impl DoneAbove {
     }
 
     /// What is applied above `low` as a reader knows it that has received
-    /// every offset up to `seen`, finished all of them up to `through` but
-    /// `open` (ascending), and started from the record `inherited` (what
-    /// the last commit recorded): above `seen`, the inherited record still
-    /// says what is applied (a new owner has not read those offsets yet;
+    /// every offset up to `seen` and finished all of them but `open`
+    /// (ascending), and started from the record `inherited` (what the last
+    /// commit recorded): above `seen`, the inherited record still says
+    /// what is applied (a new owner has not read those offsets yet;
     /// forgetting them would apply them again).
-    pub fn merged(low: i64, through: i64, seen: i64, open: impl IntoIterator<Item = i64>, inherited: &DoneAbove) -> DoneAbove {
+    pub fn merged(low: i64, seen: i64, open: impl IntoIterator<Item = i64>, inherited: &DoneAbove) -> DoneAbove {
         if inherited.through <= seen {
-            return Self::new(low, through, open);
+            return Self::new(low, seen, open);
         }
         let later = inherited.pending.iter().filter(|(_, b)| *b > seen).map(|(a, b)| ((*a).max(seen + 1), *b));
         Self::from_ranges(low, inherited.through, open.into_iter().map(|o| (o, o)).chain(later))
@@ -435,12 +435,12 @@ mod tests {
         // A new owner that has read up to 41 of a record through 60: above
         // 41 the record still says what is applied.
         let inherited = DoneAbove::new(39, 60, [40, 45, 50]);
-        let d = DoneAbove::merged(40, 41, 41, [], &inherited);
+        let d = DoneAbove::merged(40, 41, [], &inherited);
         assert_eq!(d, DoneAbove { through: 60, pending: vec![(45, 45), (50, 50)] });
-        let d = DoneAbove::merged(40, 46, 47, [47], &inherited);
+        let d = DoneAbove::merged(40, 47, [47], &inherited);
         assert_eq!(d, DoneAbove { through: 60, pending: vec![(47, 47), (50, 50)] }, "45 finished since, 47 open");
-        assert_eq!(DoneAbove::merged(61, 61, 61, [], &inherited), DoneAbove::default(), "read past the record: the tracker alone");
-        assert_eq!(DoneAbove::merged(40, 61, 61, [40, 45], &inherited), DoneAbove { through: 61, pending: vec![(45, 45)] });
+        assert_eq!(DoneAbove::merged(61, 61, [], &inherited), DoneAbove::default(), "read past the record: the tracker alone");
+        assert_eq!(DoneAbove::merged(40, 61, [40, 45], &inherited), DoneAbove { through: 61, pending: vec![(45, 45)] });
         // Counted between the checkpoint and the log's end.
         let d = DoneAbove::new(10, 20, [11, 12, 15]);
         assert_eq!((d.applied_in(11, 30), d.applied_in(11, 16), d.applied_in(21, 30), d.applied_in(11, 11)), (7, 2, 0, 0));

@@ -105,7 +105,7 @@ fn bookkeeping_diffs(partition: i32, live: &Recorded, replayed: &Doc) -> Vec<Fie
     if let Some(owner) = live.owner.filter(|o| *o != partition) {
         out.push(Field { field: "denorm_partition".into(), expected: Value::from(partition), actual: Value::from(owner) });
     }
-    if !live.pos {
+    if live.pos_lost {
         out.push(Field { field: "denorm_pos".into(), expected: Value::from(replayed.pos()), actual: Value::Null });
     }
     out
@@ -356,7 +356,7 @@ pub fn compare_kept<L: Into<Live>>(live: impl IntoIterator<Item = L>, replay: im
             problem,
             partition,
             fields: Vec::new(),
-            live_offset: pair.0.as_ref().filter(|_| recorded.pos).map(Doc::pos),
+            live_offset: pair.0.as_ref().filter(|_| !recorded.pos_lost).map(Doc::pos),
             replay_offset: pair.1.as_ref().map(Doc::pos),
             elsewhere: None,
             expected: None,
@@ -614,9 +614,9 @@ mod tests {
         let p = partitioner::partition_of("/a", 4);
         let f = |id: &str| file(id, &format!("/a/{id}.txt"), "c", 3);
         let live = vec![
-            Live(f("a"), Recorded { owner: Some((p + 1) % 4), pos: true }),
-            Live(f("b"), Recorded { owner: None, pos: false }),
-            Live(f("c"), Recorded { owner: Some(p), pos: true }),
+            Live(f("a"), Recorded { owner: Some((p + 1) % 4), pos_lost: false }),
+            Live(f("b"), Recorded { owner: None, pos_lost: true }),
+            Live(f("c"), Recorded { owner: Some(p), pos_lost: false }),
             Live(f("d"), Recorded::default()),
         ];
         let out = compare(live, vec![f("a"), f("b"), f("c"), f("d")], &all_at(5), 4).settle(&|_| false, 10);

@@ -242,7 +242,7 @@ mod tests {
         use crate::index::Recorded;
         let file = |id: &str| Doc::File(FileDoc::at(id, &format!("/a/{id}.txt"), "c", 3));
         let p = crate::command::partitioner::partition_of("/a", 4);
-        let live = vec![Live(file("f1"), Recorded { owner: Some((p + 1) % 4), pos: true }), Live(file("f2"), Recorded { owner: Some(p), pos: false })];
+        let live = vec![Live(file("f1"), Recorded { owner: Some((p + 1) % 4), pos_lost: false }), Live(file("f2"), Recorded { owner: Some(p), pos_lost: true })];
         let at: Positions = (0..4).map(|p| (p, 5)).collect();
         let differences = super::super::compare::compare(live, vec![file("f1"), file("f2")], &at, 4).settle(&|_| false, 10).differences;
         let fields: Vec<&Field> = differences.iter().flat_map(|d| &d.fields).collect();

@@ -18,8 +18,7 @@
 
 use serde_json::Value;
 
-pub use super::docs::writer;
-use super::docs::{from_source, is_tombstone};
+use super::docs::{from_source, is_tombstone, writer};
 use crate::index::Kind;
 
 /// Which rule decides a buffered write's conflicts.

@@ -37,7 +37,7 @@ pub fn from_source(kind: Kind, v: &Value) -> Doc {
 /// What a `_source` records beside the document's fields: the partition
 /// that wrote it and whether its position is there.
 pub fn recorded(v: &Value) -> Recorded {
-    Recorded { owner: writer(v), pos: v[POS_FIELD].is_u64() }
+    Recorded { owner: writer(v), pos_lost: !v[POS_FIELD].is_u64() }
 }
 
 /// The partition whose shard wrote a stored version (document or

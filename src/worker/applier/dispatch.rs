@@ -141,12 +141,9 @@ impl Applier {
     pub(super) fn mark(&self, shard: &mut dyn Shard, msg: &Record) {
         // With lanes, the lowest unfinished command's predecessor, and
         // what is finished above it.
-        let (low, above) = {
-            let mut lanes = self.lanes.borrow_mut();
-            let low = lanes.tracker.finish(checkpoint_of(msg));
-            (low, lanes.tracker.done_above(shard.progress().committed_done()))
-        };
+        let low = self.lanes.borrow_mut().tracker.finish(checkpoint_of(msg));
         if let (None, Some(low)) = (&self.incoming.borrow().active, low) {
+            let above = self.lanes.borrow().tracker.done_above(shard.progress().committed_done());
             shard.progress_mut().mark_applied(low, above);
         }
     }

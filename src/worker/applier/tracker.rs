@@ -24,8 +24,6 @@ pub(super) struct Tracker {
     done: BTreeMap<i64, Checkpoint>,
     /// The last checkpoint below every open command.
     low: Option<Checkpoint>,
-    /// The highest offset finished.
-    high: i64,
     /// The highest offset received (deferred or finished).
     seen: Option<i64>,
 }
@@ -58,7 +56,6 @@ impl Tracker {
     /// is finished, when there is one.
     pub fn finish(&mut self, at: Checkpoint) -> Option<Checkpoint> {
         let offset = at.offset as i64;
-        self.high = self.high.max(offset);
         self.seen = self.seen.max(Some(offset));
         if self.open.is_empty() && self.done.is_empty() {
             // Nothing out of order (every message without lanes): no
@@ -91,11 +88,11 @@ impl Tracker {
     }
 
     /// What is finished above the low mark (issue 45): every offset
-    /// received up to the highest finished, but the open ones; above what
-    /// was received, what `inherited` (the last commit's record) says.
+    /// received, but the open ones; above what was received, what
+    /// `inherited` (the last commit's record) says.
     pub fn done_above(&self, inherited: &DoneAbove) -> DoneAbove {
         match (self.low, self.seen) {
-            (Some(low), Some(seen)) => DoneAbove::merged(low.offset as i64, self.high, seen, self.open.iter().copied(), inherited),
+            (Some(low), Some(seen)) => DoneAbove::merged(low.offset as i64, seen, self.open.iter().copied(), inherited),
             _ => DoneAbove::default(),
         }
     }
