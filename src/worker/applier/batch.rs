@@ -46,6 +46,8 @@ impl Applier {
         // long; whether the head of `ahead` was taken from the queue to see
         // if anything is ready.
         let (mut blocked, mut share, mut peeked) = (false, lanes::PageShare::default(), false);
+        // The offset of the message last blocked at the head.
+        let mut blocked_at: Option<i64> = None;
         while !self.stopping() {
             if self.fell_back.replace(false) {
                 // A lane failed: read again from the checkpoint.
@@ -133,7 +135,15 @@ impl Applier {
                     if !positioned {
                         continue; // fetched from the group's offset, before the seek
                     }
-                    self.end.set(None);
+                    // A message at or past the end reported makes it
+                    // stale; one before it does not: a lane's waiting
+                    // messages, handled again when its fan-out finishes,
+                    // are older than an end reported meanwhile (review of
+                    // lanes, F1: a tail without messages was never
+                    // published past).
+                    if self.end.get().is_some_and(|e| msg.offset() >= e) {
+                        self.end.set(None);
+                    }
                     // A first message other than the one sought: the seek
                     // came right after the assignment and the client's own
                     // start (from the group's offset) overtook it. Sought
@@ -155,8 +165,26 @@ impl Applier {
                                 }
                                 lanes::Route::Blocked => {
                                     self.queued.add(queued_size(&msg));
+                                    let first_block = blocked_at.replace(msg.offset()) != Some(msg.offset());
                                     ahead.push_front(Feed::Message(msg));
                                     blocked = true;
+                                    // What was applied before it is
+                                    // committed now: while it is blocked
+                                    // the loop never waits, so the quiet
+                                    // and linger commits never come (review
+                                    // of lanes, F2).
+                                    if first_block && !batch.is_empty() {
+                                        match self.commit(&mut shard, &mut batch) {
+                                            Err(Halt::Moved) => {
+                                                checkpoint = self.moved(&mut shard, &mut batch);
+                                                (positioned, first, deadline) = (false, true, None);
+                                            }
+                                            other => {
+                                                other?;
+                                                deadline = None;
+                                            }
+                                        }
+                                    }
                                     continue;
                                 }
                             }

@@ -10,7 +10,7 @@ use crate::apply::FanOut;
 /// fan-out of 4 pages of 10), a file of key `/b`, and a later file of key
 /// `/a` under `/a/x`, which the rename must not move. The offsets of the
 /// rename, of `/b`'s file and of the later file.
-fn rename_with_traffic(r: &Rig) -> (i64, i64, i64) {
+pub(super) fn rename_with_traffic(r: &Rig) -> (i64, i64, i64) {
     for i in 0..40 {
         r.produce(upsert(&format!("a{i}"), &format!("/a/x/a{i}.txt")));
     }

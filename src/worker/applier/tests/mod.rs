@@ -434,5 +434,6 @@ fn fault(dir: &std::path::Path, name: &str, arg: &str) {
 
 mod batches;
 mod lanes;
+mod lanes_review;
 mod limits;
 mod moves;

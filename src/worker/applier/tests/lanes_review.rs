@@ -1,0 +1,68 @@
+//! The findings of the key lanes review (`shared/reviews/lanes.md`), each
+//! with the test that failed before its fix.
+
+use super::lanes::rename_with_traffic;
+use super::*;
+use crate::apply::FanOut;
+
+/// Waits until every message of the log was fed and all but `waiting` were
+/// taken off the queue (those wait in a lane); the end of the partition,
+/// fed right after the last message, is then handled within a few turns of
+/// the loop. That has no effect to observe while lanes are busy (nothing is
+/// published): the short pause after stands for it.
+fn fed_and_handled_but(r: &Rig, run: &Running, waiting: usize) {
+    let records = r.log.lock().unwrap().records.len();
+    eventually("every message fed and handled", || run.sent.load(Ordering::SeqCst) == records && run.part.queued.messages() == waiting);
+    std::thread::sleep(Duration::from_millis(100));
+}
+
+/// F1: when a fan-out finishes, its key's waiting messages (older than the
+/// end of the partition already reported) are handled again; they made the
+/// applier forget that end, and a tail without messages (a transaction's
+/// marker) was never published past: `next` stayed at `end - 1`.
+#[test]
+#[cfg(feature = "failpoints")]
+fn the_end_past_a_marker_is_published_after_a_lanes_waiting_messages() {
+    let r = Rig::new(|c| {
+        c.fan_out = FanOut::pages_of(10);
+        c.commit_quiet = Duration::from_millis(20);
+    });
+    let (rename, _, _late) = rename_with_traffic(&r);
+    r.marker();
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "fanout.hold", "/a");
+    let run = r.start();
+    run.wait_next(rename);
+    // `late` (of `/a`) waits in the rename's lane; the end is reported.
+    fed_and_handled_but(&r, &run, 1);
+    std::fs::remove_file(faults.path().join("fanout.hold")).unwrap();
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.stop(), end);
+}
+
+/// F2: a barrier (here an owner change's upsert) that must wait for the
+/// lanes to drain sat at the head of the queue, and the loop never reached
+/// the quiet and linger commits: the commands applied before it stayed
+/// uncommitted, not searchable, until every lane finished.
+#[test]
+#[cfg(feature = "failpoints")]
+fn commands_before_a_blocked_barrier_are_committed_while_the_lane_is_held() {
+    let r = Rig::new(|c| {
+        c.fan_out = FanOut::pages_of(10);
+        c.commit_quiet = Duration::from_secs(1);
+        c.commit_linger = Duration::from_secs(10);
+    });
+    let (rename, other, _) = rename_with_traffic(&r);
+    let barrier = r.produce(Command::UpsertFile { id: "o1".into(), path: "/c/o1.txt".into(), contents: "o".into(), previous_path: Some("/d/o1.txt".into()) });
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "fanout.hold", "/a");
+    let run = r.start();
+    eventually(&format!("b1 (offset {other}) searchable while /a is held, before the barrier at {barrier}"), || r.file_ids().contains(&"b1".to_string()));
+    assert_eq!(run.next(), rename, "published past the held rename");
+    std::fs::remove_file(faults.path().join("fanout.hold")).unwrap();
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.stop(), end);
+    assert!(r.file_ids().contains(&"o1".to_string()));
+}
