@@ -113,6 +113,13 @@ phase "build the tests"
 tests=0
 TMPDIR="$state/tmp" cargo nextest run --release --features failpoints --no-fail-fast "$@" || tests=$?
 phase "tests (nextest)"
+# The in-process tests again in a debug build, where debug_assert!s run
+# (the suite above is a release build; issue 45: an assertion that normal
+# operation broke went unseen).
+debug=0
+cargo nextest run --features failpoints --lib --no-fail-fast --no-tests=pass "$@" || debug=$?
+phase "in-process tests, debug build"
 report
 [ "$chart" = 0 ] || echo "the chart checks failed (scripts/check-chart.py, above)" >&2
-[ "$chart" = 0 ] && [ "$tests" = 0 ]
+[ "$debug" = 0 ] || echo "the in-process tests failed in the debug build (above)" >&2
+[ "$chart" = 0 ] && [ "$tests" = 0 ] && [ "$debug" = 0 ]

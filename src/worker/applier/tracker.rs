@@ -44,9 +44,14 @@ impl Tracker {
         self.open.first().copied()
     }
 
-    /// The command at `offset`, just received, is finished later.
+    /// The command at `offset`, just received, is finished later. A
+    /// command deferred before and not finished may be deferred again (a
+    /// lane's waiting message handled again when its fan-out ends, which
+    /// starts a lane of its own or waits once more): nothing changes
+    /// (review of lanes, F9: that broke the assertion of increasing
+    /// offsets).
     pub fn defer(&mut self, offset: i64) {
-        debug_assert!(self.open.last().is_none_or(|&o| o < offset), "deferred out of order");
+        debug_assert!(self.open.contains(&offset) || self.open.last().is_none_or(|&o| o < offset), "deferred out of order");
         self.open.insert(offset);
         self.seen = self.seen.max(Some(offset));
     }
@@ -149,8 +154,11 @@ mod tests {
         #[test]
         fn the_low_mark_is_the_last_contiguously_finished_offset(
             // Per received offset: deferred or finished at once, and, after
-            // it, how many deferred commands finish (picked by index).
-            steps in proptest::collection::vec((any::<bool>(), proptest::collection::vec(any::<prop::sample::Index>(), 0..3)), 1..120),
+            // it, how many deferred commands finish (picked by index), and
+            // which one still open is deferred again (a lane's waiting
+            // message handled again and waiting once more: review of
+            // lanes, F9).
+            steps in proptest::collection::vec((any::<bool>(), proptest::collection::vec(any::<prop::sample::Index>(), 0..3), proptest::option::of(any::<prop::sample::Index>())), 1..120),
             start in 0i64..1000,
         ) {
             let mut t = Tracker::default();
@@ -185,7 +193,7 @@ mod tests {
                 Ok(())
             };
             let mut low = None;
-            for (i, (defer, finishing)) in steps.iter().enumerate() {
+            for (i, (defer, finishing, again)) in steps.iter().enumerate() {
                 let offset = start + i as i64;
                 if *defer {
                     t.defer(offset);
@@ -202,6 +210,10 @@ mod tests {
                     let o = deferred.remove(pick.index(deferred.len()));
                     finished.insert(o);
                     low = t.finish(at(o));
+                    check(&mut t, low, &finished, offset, &deferred)?;
+                }
+                if let (Some(pick), false) = (again, deferred.is_empty()) {
+                    t.defer(deferred[pick.index(deferred.len())]);
                     check(&mut t, low, &finished, offset, &deferred)?;
                 }
             }

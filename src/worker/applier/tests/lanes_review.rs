@@ -59,10 +59,40 @@ fn commands_before_a_blocked_barrier_are_committed_while_the_lane_is_held() {
     fault(faults.path(), "fanout.hold", "/a");
     let run = r.start();
     eventually(&format!("b1 (offset {other}) searchable while /a is held, before the barrier at {barrier}"), || r.file_ids().contains(&"b1".to_string()));
+    run.wait_next(rename);
     assert_eq!(run.next(), rename, "published past the held rename");
     std::fs::remove_file(faults.path().join("fanout.hold")).unwrap();
     let end = r.end();
     run.wait_next(end);
     assert_eq!(run.stop(), end);
     assert!(r.file_ids().contains(&"o1".to_string()));
+}
+
+/// F9: a waiting message handled again when its lane finished, and
+/// deferred again (a fan-out starting its own lane, or waiting once more),
+/// broke the tracker's assertion that offsets are deferred in increasing
+/// order: two renames of one key back to back panicked a debug build.
+#[test]
+#[cfg(feature = "failpoints")]
+fn two_fan_outs_of_one_key_back_to_back_are_applied_in_order() {
+    let r = Rig::new(|c| c.fan_out = FanOut::pages_of(10));
+    for i in 0..40 {
+        r.produce(upsert(&format!("a{i}"), &format!("/a/x/a{i}.txt")));
+    }
+    r.produce(Command::RenamePath { from: "/a/x".into(), to: "/a/y".into() });
+    r.produce(Command::RenamePath { from: "/a/y".into(), to: "/a/z".into() });
+    r.produce(upsert("b1", "/b/b1.txt"));
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "fanout.hold", "/a");
+    let run = r.start();
+    // The second rename waits in the first one's lane.
+    fed_and_handled_but(&r, &run, 1);
+    std::fs::remove_file(faults.path().join("fanout.hold")).unwrap();
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.stop(), end);
+    let mut want: Vec<(String, String)> = (0..40).map(|i| (format!("a{i}"), format!("/a/z/a{i}.txt"))).collect();
+    want.push(("b1".into(), "/b/b1.txt".into()));
+    want.sort();
+    assert_eq!(r.files(), want);
 }
