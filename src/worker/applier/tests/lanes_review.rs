@@ -96,3 +96,25 @@ fn two_fan_outs_of_one_key_back_to_back_are_applied_in_order() {
     want.sort();
     assert_eq!(r.files(), want);
 }
+
+/// F8: the end of a move marked the shard applied without the lanes'
+/// tracker, whose low mark stayed before the move: the next command
+/// finished while a lane was busy recorded that stale mark, and the shard's
+/// committed checkpoint went back by the move's span.
+#[test]
+#[cfg(feature = "failpoints")]
+fn the_checkpoint_does_not_go_back_after_a_move_while_a_lane_is_busy() {
+    let r = super::moves::destination(|c| c.fan_out = FanOut::pages_of(10));
+    for i in 0..40 {
+        r.produce(upsert(&format!("a{i}"), &format!("/a/x/a{i}.txt")));
+    }
+    let moved = r.produce_move(&super::moves::chunk(7, 0, true, &["m1"]));
+    r.produce(Command::RenamePath { from: "/a/x".into(), to: "/a/y".into() });
+    r.produce(upsert("b1", "/b/b1.txt"));
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "fanout.hold", "/a");
+    let _run = r.start();
+    eventually("b1 searchable while /a is held", || r.file_ids().contains(&"b1".to_string()));
+    let checkpoint = EmbeddedIndex::open_existing(r.dir.path()).unwrap().checkpoints().unwrap()[&0].offset;
+    assert!(checkpoint as i64 >= moved, "the checkpoint went back to {checkpoint}, before the move at {moved}");
+}

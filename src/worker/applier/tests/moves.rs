@@ -7,7 +7,7 @@ use super::*;
 /// A chunk of the move of `/src/a` to `/dst/a` made by the rename at
 /// offset `source_offset` of partition 1 (not in these tests: no
 /// take-over waits), carrying files `ids` (each at `/dst/a/<id>.txt`).
-fn chunk(source_offset: i64, n: i32, last: bool, ids: &[&str]) -> MoveIn {
+pub(super) fn chunk(source_offset: i64, n: i32, last: bool, ids: &[&str]) -> MoveIn {
     MoveIn {
         move_id: format!("m{source_offset}"),
         source_partition: 1,
@@ -23,7 +23,7 @@ fn chunk(source_offset: i64, n: i32, last: bool, ids: &[&str]) -> MoveIn {
 }
 
 /// A rig whose source partition is elsewhere (no take-over waits).
-fn destination(tune: impl FnOnce(&mut WorkerConfig)) -> Rig {
+pub(super) fn destination(tune: impl FnOnce(&mut WorkerConfig)) -> Rig {
     Rig::new(|c| {
         c.commit_quiet = Duration::from_millis(20);
         c.takeover_waits = false;
