@@ -273,6 +273,7 @@ pub(super) fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx
             gauge!(m::PARKED_KEYS, "partition" => p.to_string()).set(0.0);
             gauge!(m::WAITING_COMMANDS, "partition" => p.to_string()).set(0.0);
             gauge!(m::OLDEST_UNFINISHED_SECONDS, "partition" => p.to_string()).set(0.0);
+            gauge!(m::PARTITION_BUSY_LANES, "partition" => p.to_string()).set(0.0);
         }
     }
     out

@@ -118,3 +118,27 @@ fn the_checkpoint_does_not_go_back_after_a_move_while_a_lane_is_busy() {
     let checkpoint = EmbeddedIndex::open_existing(r.dir.path()).unwrap().checkpoints().unwrap()[&0].offset;
     assert!(checkpoint as i64 >= moved, "the checkpoint went back to {checkpoint}, before the move at {moved}");
 }
+
+/// F14: a partition stopped (revoked) with a fan-out in its lane kept
+/// exporting its busy lanes, beside the next owner's. (The global recorder
+/// is this test's own: nextest runs each test in a process of its own.)
+#[test]
+#[cfg(feature = "failpoints")]
+fn a_stopped_partition_exports_no_busy_lanes() {
+    let Ok(prometheus) = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() else {
+        panic!("another recorder is installed: run with nextest (a process per test)");
+    };
+    let busy = || {
+        let text = prometheus.render();
+        let line = text.lines().find(|l| l.starts_with(crate::metrics::PARTITION_BUSY_LANES) && l.contains(r#"partition="0""#))?.to_string();
+        line.rsplit(' ').next()?.parse::<f64>().ok()
+    };
+    let r = Rig::new(|c| c.fan_out = FanOut::pages_of(10));
+    rename_with_traffic(&r);
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "fanout.hold", "/a");
+    let run = r.start();
+    eventually("the rename's lane busy", || busy() == Some(1.0));
+    run.stop();
+    assert_eq!(busy(), Some(0.0), "the stopped partition still exports its busy lanes");
+}
