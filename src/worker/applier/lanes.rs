@@ -258,7 +258,10 @@ impl Applier {
             Err(e) => {
                 // Its lane goes with the others (its waiting messages
                 // leave the queue's count there).
-                self.fall_back(shard, &format_args!("a fan-out's page at offset {}: {e}", job.record.offset()))?;
+                // The batch goes too: the writer failed, and nothing it
+                // holds may be committed, not even by a stop during the
+                // backoff (review of lanes, F10).
+                self.fall_back_from(shard, batch, &format_args!("a fan-out's page at offset {}: {e}", job.record.offset()))?;
                 Ok(true)
             }
             Ok(None) => {
@@ -329,13 +332,16 @@ impl Applier {
             lanes.serial_until
         };
         warn!(partition = self.partition, error = %why, until, "a failure while key lanes were busy: the partition is read again from the shard's checkpoint, one command at a time up to the offset received");
-        self.retrying(Op::Apply).failed(why)?;
-        self.reopen(shard, &[])?;
         // The end the consumer reported was of the reading before: it is
         // reported again once the partition is read to its end from the
         // checkpoint (published meanwhile, it would pass what is read
-        // again).
+        // again). Forgotten before the backoff: a stop during it publishes
+        // what is committed, and the end published then passed the
+        // unfinished fan-outs (review of lanes, F10).
         self.end.set(None);
+        crate::faults::hold("lanes.fall-back");
+        self.retrying(Op::Apply).failed(why)?;
+        self.reopen(shard, &[])?;
         self.fell_back.set(true);
         Ok(())
     }

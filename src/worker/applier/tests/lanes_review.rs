@@ -142,3 +142,34 @@ fn a_stopped_partition_exports_no_busy_lanes() {
     run.stop();
     assert_eq!(busy(), Some(0.0), "the stopped partition still exports its busy lanes");
 }
+
+/// F10: a page that failed fell back without dropping the batch, so a stop
+/// during the fall-back's backoff (before the writer is reopened) committed
+/// the writer that had just failed, with the other keys' commands applied
+/// on it, and published the end of the partition, past the unfinished
+/// rename (the next owner would have started after it: lost). A failed
+/// writer's state is never committed: what it applied is read again by the
+/// next owner, from before the rename.
+#[test]
+#[cfg(feature = "failpoints")]
+fn a_stop_while_falling_back_from_a_failed_page_commits_nothing_of_the_failed_writer() {
+    let r = Rig::new(|c| {
+        c.fan_out = FanOut::pages_of(10);
+        c.commit_quiet = Duration::from_secs(60);
+        c.commit_linger = Duration::from_secs(60);
+    });
+    let (rename, _, _) = rename_with_traffic(&r);
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "fanout.hold", "/a");
+    fault(faults.path(), "lanes.fall-back", "");
+    let run = r.start();
+    // The files before the rename and b1 applied, b1 not committed.
+    eventually("b1 applied", || r.shared.stats.applied.load(Ordering::SeqCst) == 41);
+    fault(faults.path(), "fanout.page-fail", "/a");
+    std::fs::remove_file(faults.path().join("fanout.hold")).unwrap();
+    eventually("the fall-back reached", || faults.path().join("lanes.fall-back.reached").exists());
+    run.part.stop.store(true, Ordering::SeqCst);
+    std::fs::remove_file(faults.path().join("lanes.fall-back")).unwrap();
+    assert!(run.stop() <= rename);
+    assert!(!r.file_ids().contains(&"b1".to_string()), "the failed writer's batch was committed: {:?}", r.file_ids());
+}
