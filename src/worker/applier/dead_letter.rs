@@ -21,6 +21,23 @@ impl<'a> Origin<'a> {
         self.key.filter(|k| !k.is_empty()).map(String::from_utf8_lossy)
     }
 
+    /// The abort that parked its key, handled again (read again after a
+    /// restart, recorded neither below the checkpoint nor done above it):
+    /// the key is as it was before the abort, parked again only if the
+    /// command aborts again. It stayed parked behind a command that then
+    /// succeeded (review of lanes, F15). Cheap when nothing is parked.
+    pub(super) fn handled_again(&self, shard: &mut dyn Shard) {
+        let parking = shard.parking();
+        if parking.is_empty() {
+            return;
+        }
+        if let Some(k) = self.key() {
+            if parking.get(k.as_ref()).is_some_and(|p| p.since == self.at) {
+                parking.remove(k.as_ref());
+            }
+        }
+    }
+
     /// What the key is parked behind, if it is parked. Cheap when nothing is.
     pub(super) fn parked_behind(&self, shard: &mut dyn Shard) -> Option<String> {
         let parking = shard.parking();

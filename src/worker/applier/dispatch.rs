@@ -77,23 +77,26 @@ impl Applier {
                 self.control(shard, msg, c)?
             }
             Ok(Admitted::Move(mv)) => return self.move_in(shard, msg, &mv),
-            Ok(Admitted::Command(e)) => match origin.parked_behind(shard) {
-                Some(behind) => self.park(shard, &origin, Some(e.command_id.clone()), behind, e.command.kind())?,
-                None => {
-                    if let Some(previous) = e.command.previous_key() {
-                        let id = match &e.command {
-                            Command::UpsertFile { id, .. } | Command::UpsertPost { id, .. } => id.as_str(),
-                            _ => "",
-                        };
-                        let what = format!("the owner change of {id:?} ({}) from {previous:?}", e.command.kind());
-                        match e.after {
-                            Some(at) => self.await_departure(shard, at, offset, &what)?,
-                            None => warn_without_after(self.partition, offset, &what),
+            Ok(Admitted::Command(e)) => {
+                origin.handled_again(shard);
+                match origin.parked_behind(shard) {
+                    Some(behind) => self.park(shard, &origin, Some(e.command_id.clone()), behind, e.command.kind())?,
+                    None => {
+                        if let Some(previous) = e.command.previous_key() {
+                            let id = match &e.command {
+                                Command::UpsertFile { id, .. } | Command::UpsertPost { id, .. } => id.as_str(),
+                                _ => "",
+                            };
+                            let what = format!("the owner change of {id:?} ({}) from {previous:?}", e.command.kind());
+                            match e.after {
+                                Some(at) => self.await_departure(shard, at, offset, &what)?,
+                                None => warn_without_after(self.partition, offset, &what),
+                            }
                         }
+                        self.command(shard, &e, offset, &origin)?
                     }
-                    self.command(shard, &e, offset, &origin)?
                 }
-            },
+            }
         };
         if let Handled::Done { .. } = handled {
             self.mark(shard, msg);

@@ -173,3 +173,30 @@ fn a_stop_while_falling_back_from_a_failed_page_commits_nothing_of_the_failed_wr
     assert!(run.stop() <= rename);
     assert!(!r.file_ids().contains(&"b1".to_string()), "the failed writer's batch was committed: {:?}", r.file_ids());
 }
+
+/// F15: the abort that parked a key, read again after a restart (recorded
+/// neither below the checkpoint nor as done above it), is handled again;
+/// when it now succeeds, the key stayed parked behind a command that was
+/// applied, and its later commands were dead-lettered. The key is now as
+/// it was before the abort: parked again only if the command aborts again.
+#[test]
+fn an_abort_handled_again_that_succeeds_leaves_its_key_unparked() {
+    let r = Rig::new(|c| c.max_attempts = 1);
+    let first = r.produce(upsert("f0", "/f/f0.txt"));
+    let abort = r.produce(upsert("c1", "/c/c1.txt"));
+    let later = r.produce(upsert("c2", "/c/c2.txt"));
+    {
+        let mut shard = r.shared.backend.open_shard(0).unwrap();
+        crate::apply::apply(shard.as_mut(), &upsert("f0", "/f/f0.txt"), first as u64, FanOut::pages_of(10)).unwrap();
+        let parked = crate::index::progress::Parked { behind: "c1-id".into(), last_dlq: 0, replayed_through: -1, last_at: abort, since: abort };
+        shard.parking().insert("/c".into(), parked);
+        shard.mark_applied(crate::index::Checkpoint { offset: first as u64, fingerprint: None });
+        shard.commit().unwrap();
+    }
+    let run = r.start();
+    run.wait_next(later + 1);
+    assert_eq!(run.stop(), later + 1);
+    assert!(r.letters().is_empty(), "{:?}", r.letters());
+    assert_eq!(r.file_ids(), vec!["c1", "c2", "f0"]);
+    assert!(r.shared.backend.open_shard(0).unwrap().parking().is_empty(), "the key stayed parked");
+}
