@@ -270,13 +270,26 @@ impl Applier {
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             }
-            // Between batches (nothing uncommitted), at most every 100 ms: a
-            // rebuild may have switched the index to a new generation.
-            if batch.is_empty() && !self.lanes_busy() && generation_checked.elapsed() >= GENERATION_CHECK {
+            // Between batches (nothing uncommitted), or between the pages of
+            // fan-outs in lanes, at most every 100 ms: a rebuild may have
+            // switched the index to a new generation. While lanes are busy
+            // the worker follows at once, dropping the lanes and what it
+            // applied to the old generation (the new one's checkpoint says
+            // where to resume): it wrote, until every lane drained, a
+            // generation searches no longer read (review of lanes, F5).
+            let lanes_busy = self.lanes_busy();
+            if (batch.is_empty() || lanes_busy) && generation_checked.elapsed() >= GENERATION_CHECK {
                 generation_checked = Instant::now();
                 if self.follow_generation(&mut shard)? {
-                    checkpoint = self.took(shard.as_mut());
-                    (positioned, first) = (self.seek_to(checkpoint), true);
+                    checkpoint = match lanes_busy || !batch.is_empty() {
+                        true => self.moved(&mut shard, &mut batch),
+                        false => {
+                            let c = self.took(shard.as_mut());
+                            self.seek_to(c);
+                            c
+                        }
+                    };
+                    (positioned, first, deadline) = (false, true, None);
                 }
             }
         }

@@ -200,3 +200,30 @@ fn an_abort_handled_again_that_succeeds_leaves_its_key_unparked() {
     assert_eq!(r.file_ids(), vec!["c1", "c2", "f0"]);
     assert!(r.shared.backend.open_shard(0).unwrap().parking().is_empty(), "the key stayed parked");
 }
+
+/// F5: the embedded worker looked for a rebuild's new generation only with
+/// no lane busy, so after a cutover during a long fan-out it kept writing
+/// the generation searches no longer read, and every key of the partition
+/// was invisible until the lanes drained. It now follows between pages.
+#[test]
+#[cfg(feature = "failpoints")]
+fn a_cutover_during_a_lanes_fan_out_is_followed_at_once() {
+    let r = Rig::new(|c| c.fan_out = FanOut::pages_of(10));
+    rename_with_traffic(&r);
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "fanout.hold", "/a");
+    let run = r.start();
+    eventually("the rename's pages held", || faults.path().join("fanout.hold.reached").exists());
+    {
+        // A rebuild's new generation, empty, and its cutover.
+        let index = EmbeddedIndex::open_existing(r.dir.path()).unwrap();
+        let mut shard = index.open_shard_in(1, 0, 20 << 20).unwrap();
+        crate::index::Shard::commit(&mut shard).unwrap();
+        drop(shard);
+        index.cut_over_to(1, 1).unwrap();
+    }
+    r.produce(upsert("c1", "/c/c1.txt"));
+    eventually("c1 searchable in the new generation while /a is held", || r.file_ids().contains(&"c1".to_string()));
+    assert_eq!(EmbeddedIndex::open_existing(r.dir.path()).unwrap().current_generation().unwrap(), 1);
+    drop(run);
+}
