@@ -415,7 +415,12 @@ pub trait Shard {
     /// of what is committed now, with this shard's pending writes where
     /// [`Shard::fan_out_reads_pending`] says so (otherwise the caller
     /// commits what it wrote first), and is not disturbed by later writes
-    /// or commits. The default runs the whole rewrite as one page.
+    /// or commits. A page never undoes a later write: a document written
+    /// since the scan began (moved to another key, deleted) is passed over
+    /// (Elasticsearch: the page's writes are conditional on the versions it
+    /// read; embedded: a document's current position is compared with the
+    /// snapshot's once a write came; review of lanes, F4). The default runs
+    /// the whole rewrite as one page.
     fn rewrite_begin(&mut self, scan: &Scan, page_size: usize) -> Result<Pages, IndexError> {
         Ok(Pages::new(Whole { scan: scan.clone(), page_size }))
     }

@@ -41,12 +41,17 @@ pub(super) enum Cursor {
         pending: HashSet<(Kind, String)>,
         /// The scan's key.
         key: String,
+        /// The shard's count of single-document writes when the scan
+        /// began: a page checks its documents against their current
+        /// versions only once another write came.
+        writes: u64,
     },
 }
 
 impl Cursor {
-    /// Starts the scan of `scan` over `searcher`'s snapshot and `overlay`.
-    pub(super) fn begin(searcher: Searcher, f: &Fields, stores: &mut Stores, scan: &Scan, page_size: usize, overlay: &Overlay) -> Result<Self, IndexError> {
+    /// Starts the scan of `scan` over `searcher`'s snapshot and `overlay`,
+    /// the shard having made `writes` single-document writes so far.
+    pub(super) fn begin(searcher: Searcher, f: &Fields, stores: &mut Stores, scan: &Scan, page_size: usize, overlay: &Overlay, writes: u64) -> Result<Self, IndexError> {
         let mut rest = Paged::new(searcher, f.scan_query(scan).as_ref(), page_size)?;
         let mut first = Vec::new();
         let done = rest.next(stores, &mut |store, doc| {
@@ -61,7 +66,7 @@ impl Cursor {
             true => Cursor::Whole(first),
             false => {
                 first.reverse();
-                Cursor::Paged { ahead: first, page_size, rest, rest_done: done, pending: overlay.ids(), key: scan.key().to_string() }
+                Cursor::Paged { ahead: first, page_size, rest, rest_done: done, pending: overlay.ids(), key: scan.key().to_string(), writes }
             }
         })
     }
@@ -72,6 +77,15 @@ impl Cursor {
         match self {
             Cursor::Whole(_) => None,
             Cursor::Paged { key, .. } => Some(key),
+        }
+    }
+
+    /// The shard's count of single-document writes when a scan of several
+    /// pages began.
+    pub(super) fn writes_at(&self) -> Option<u64> {
+        match self {
+            Cursor::Whole(_) => None,
+            Cursor::Paged { writes, .. } => Some(*writes),
         }
     }
 

@@ -101,6 +101,8 @@ pub struct EmbeddedShard {
     progress: ProgressBook,
     /// Rewritten documents between two commits of a fan-out's progress.
     fan_out_commit_every: u64,
+    /// Single-document writes (put, create, delete) so far.
+    writes: u64,
 }
 
 impl EmbeddedShard {
@@ -144,6 +146,7 @@ impl EmbeddedShard {
             paged_keys: Default::default(),
             progress,
             fan_out_commit_every: DEFAULT_FAN_OUT_COMMIT_EVERY,
+            writes: 0,
         })
     }
 
@@ -211,6 +214,7 @@ impl Shard for EmbeddedShard {
     }
 
     fn put(&mut self, doc: Doc) -> Result<(), IndexError> {
+        self.writes += 1;
         self.stage(doc.kind(), doc.id().to_string(), Some(doc), true);
         Ok(())
     }
@@ -218,6 +222,7 @@ impl Shard for EmbeddedShard {
     fn create(&mut self, doc: Doc) -> Result<(), IndexError> {
         // Nothing committed has this key: no delete unless an earlier
         // write of this batch says otherwise.
+        self.writes += 1;
         self.stage(doc.kind(), doc.id().to_string(), Some(doc), false);
         Ok(())
     }
@@ -228,6 +233,7 @@ impl Shard for EmbeddedShard {
     }
 
     fn delete(&mut self, kind: Kind, id: &str, _pos: u64) -> Result<(), IndexError> {
+        self.writes += 1;
         self.stage(kind, id.to_string(), None, true);
         Ok(())
     }
@@ -251,7 +257,7 @@ impl Shard for EmbeddedShard {
         if self.paged_keys.contains(scan.key()) {
             self.commit()?;
         }
-        Ok(match Cursor::begin(self.reader.searcher(), &self.f, &mut self.stores, scan, page_size, &self.overlay)? {
+        Ok(match Cursor::begin(self.reader.searcher(), &self.f, &mut self.stores, scan, page_size, &self.overlay, self.writes)? {
             whole @ Cursor::Whole(_) => Pages::one(whole),
             paged => Pages::new(paged),
         })
@@ -260,7 +266,22 @@ impl Shard for EmbeddedShard {
     fn rewrite_page(&mut self, pages: &mut Pages, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<(u64, bool), IndexError> {
         let cursor = pages.cursor::<Cursor>().ok_or_else(|| IndexError::Backend("a fan-out's pages of another backend".into()))?;
         let f = self.f;
-        let (page, done) = cursor.next(&f, &mut self.stores)?;
+        let (mut page, done) = cursor.next(&f, &mut self.stores)?;
+        // A page writes by key, over whatever version is there: a document
+        // another command wrote since the scan began (its snapshot) keeps
+        // that write; the page passes over it, as Elasticsearch's page,
+        // conditional on the version it read, does (review of lanes, F4:
+        // the snapshot's version, rewritten, undid a later upsert or
+        // delete of another key). Checked only once a write came.
+        if cursor.writes_at().is_some_and(|w| w != self.writes) {
+            let mut kept = Vec::with_capacity(page.len());
+            for d in page {
+                if self.position(d.kind(), d.id())? == Some(d.pos()) {
+                    kept.push(d);
+                }
+            }
+            page = kept;
+        }
         let new: Vec<Doc> = page.iter().filter_map(|d| rewrite(d)).collect();
         let written = new.len() as u64;
         // A fan-out of one page, and a pending document, stay in the

@@ -227,3 +227,30 @@ fn a_cutover_during_a_lanes_fan_out_is_followed_at_once() {
     assert_eq!(EmbeddedIndex::open_existing(r.dir.path()).unwrap().current_generation().unwrap(), 1);
     drop(run);
 }
+
+/// F4: an embedded page deleted its documents by key and added the
+/// snapshot's versions back, undoing a write to one of them committed after
+/// the scan began (here an upsert of another key, after the rename in the
+/// log, that moves the file out from under the renamed directory).
+/// Elasticsearch's pages are conditional on the version they read.
+#[test]
+#[cfg(feature = "failpoints")]
+fn a_write_of_another_key_to_a_document_under_a_held_rename_is_not_undone_by_its_pages() {
+    let r = Rig::new(|c| {
+        c.fan_out = FanOut::pages_of(10);
+        c.commit_quiet = Duration::from_millis(20);
+    });
+    rename_with_traffic(&r);
+    r.produce(upsert("a3", "/b/a3.txt"));
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "fanout.hold", "/a");
+    let run = r.start();
+    eventually("a3 under /b committed", || r.files().contains(&("a3".into(), "/b/a3.txt".into())));
+    std::fs::remove_file(faults.path().join("fanout.hold")).unwrap();
+    let end = r.end();
+    run.wait_next(end);
+    run.stop();
+    let files = r.files();
+    assert!(files.contains(&("a3".into(), "/b/a3.txt".into())), "{files:?}");
+    assert!(files.contains(&("a4".into(), "/a/y/a4.txt".into())), "{files:?}");
+}
