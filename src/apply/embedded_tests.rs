@@ -338,3 +338,37 @@ mod pending_scans {
         }
     }
 }
+
+/// Review of lanes, F11: under `--fan-out-commit-every 0` the ids of the
+/// documents written by uncommitted pages grew with the fan-out (one entry
+/// per renamed file). They are bounded: past the bound a read of a
+/// document not pending commits first, and still sees the page's write.
+#[test]
+fn the_ids_of_uncommitted_pages_stay_bounded_without_progress_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
+    let mut shard = idx.open_shard(0, 20_000_000).unwrap();
+    shard.set_fan_out_commit_every(0);
+    shard.set_paged_max(100);
+    for i in 0..1000u64 {
+        apply(&mut shard, &upsert(&format!("f{i}"), &format!("/c/old/f{i}.txt")), i, FanOut::pages_of(50)).unwrap();
+    }
+    shard.mark_applied(Checkpoint::new(999, 0));
+    shard.commit().unwrap();
+    let rename = Command::RenamePath { from: "/c/old".into(), to: "/c/new".into() };
+    let scan = crate::apply::fan_out_scan(&rename).unwrap();
+    let mut pages = shard.rewrite_begin(&scan, 50).unwrap();
+    let mut most = 0;
+    loop {
+        let (_, done) = shard.rewrite_page(&mut pages, &mut |d| crate::apply::fan_out_rule(&rename, 1000, d)).unwrap();
+        most = most.max(shard.paged_ids());
+        if done {
+            break;
+        }
+    }
+    assert!(most <= 100, "{most} ids of uncommitted pages kept");
+    // A document a page wrote, read before any commit.
+    let f7 = shard.get(Kind::File, "f7").unwrap().expect("f7");
+    assert_eq!(f7.key(), "/c", "{f7:?}");
+    assert!(matches!(&f7, crate::index::Doc::File(f) if f.full_path() == "/c/new/f7.txt"), "{f7:?}");
+}

@@ -35,6 +35,10 @@ pub(super) fn replace_page(writer: &IndexWriter, f: &Fields, page: &[Doc]) -> Re
     Ok(())
 }
 
+/// Documents of uncommitted pages kept by id, at most (past it, a read of
+/// any document not pending commits first).
+pub const PAGED_MAX: usize = 100_000;
+
 /// Documents a fan-out rewrites between two commits of its progress.
 pub const DEFAULT_FAN_OUT_COMMIT_EVERY: u64 = 50_000;
 
@@ -94,6 +98,11 @@ pub struct EmbeddedShard {
     /// of one of them commits first, so the other keys' commands between
     /// the pages read without a commit.
     paged: std::collections::HashSet<(Kind, String)>,
+    /// More were written than `paged` may hold (`paged_max`): every read
+    /// of a document not pending commits first. `paged` grew with the
+    /// fan-out under `--fan-out-commit-every 0` (review of lanes, F11).
+    paged_overflow: bool,
+    paged_max: usize,
     /// The keys of those fan-outs: a later fan-out of one of them scans
     /// after a commit.
     paged_keys: std::collections::HashSet<String>,
@@ -143,6 +152,8 @@ impl EmbeddedShard {
             stores: Stores::default(),
             dirty: false,
             paged: Default::default(),
+            paged_overflow: false,
+            paged_max: PAGED_MAX,
             paged_keys: Default::default(),
             progress,
             fan_out_commit_every: DEFAULT_FAN_OUT_COMMIT_EVERY,
@@ -175,6 +186,24 @@ impl EmbeddedShard {
     }
 
     /// Records a write in the overlay (see [`Overlay::stage`]).
+    /// Whether an uncommitted page may have written the document (a read
+    /// of it commits first).
+    fn written_by_a_page(&self, kind: Kind, id: &str) -> bool {
+        self.paged_overflow || (!self.paged.is_empty() && self.paged.contains(&(kind, id.to_string())))
+    }
+
+    /// Bounds the documents of uncommitted pages kept by id (tests).
+    #[cfg(test)]
+    pub fn set_paged_max(&mut self, n: usize) {
+        self.paged_max = n;
+    }
+
+    /// The ids of uncommitted pages kept (tests).
+    #[cfg(test)]
+    pub fn paged_ids(&self) -> usize {
+        self.paged.len()
+    }
+
     fn stage(&mut self, kind: Kind, id: String, doc: Option<Doc>, replaces: bool) {
         self.overlay.stage(kind, id, doc, replaces);
         self.dirty = true;
@@ -186,7 +215,7 @@ impl Shard for EmbeddedShard {
         if let Some(p) = self.overlay.get(kind, id) {
             return Ok(p.doc.clone());
         }
-        if self.paged.contains(&(kind, id.to_string())) {
+        if self.written_by_a_page(kind, id) {
             self.commit()?;
         }
         let searcher = self.reader.searcher();
@@ -197,7 +226,7 @@ impl Shard for EmbeddedShard {
         if let Some(p) = self.overlay.get(kind, id) {
             return Ok(p.doc.as_ref().map(Doc::pos));
         }
-        if self.paged.contains(&(kind, id.to_string())) {
+        if self.written_by_a_page(kind, id) {
             self.commit()?;
         }
         // The fast field: no stored document to decompress.
@@ -298,7 +327,13 @@ impl Shard for EmbeddedShard {
         replace_page(&self.writer, &f, &direct)?;
         if let (false, Some(key)) = (direct.is_empty(), cursor.paged_key()) {
             self.dirty = true;
-            self.paged.extend(direct.iter().map(|d| (d.kind(), d.id().to_string())));
+            if self.paged.len() + direct.len() > self.paged_max {
+                self.paged.clear();
+                self.paged_overflow = true;
+            }
+            if !self.paged_overflow {
+                self.paged.extend(direct.iter().map(|d| (d.kind(), d.id().to_string())));
+            }
             if !self.paged_keys.contains(key) {
                 self.paged_keys.insert(key.to_string());
             }
@@ -348,6 +383,7 @@ impl Shard for EmbeddedShard {
         self.overlay.clear();
         self.dirty = false;
         self.paged.clear();
+        self.paged_overflow = false;
         self.paged_keys.clear();
         self.progress.committed();
         Ok(())
