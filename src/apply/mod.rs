@@ -83,7 +83,7 @@ pub fn fan_out_scan(cmd: &Command) -> Option<Scan> {
 pub fn fan_out_rule(cmd: &Command, pos: u64, doc: &Doc) -> Option<Doc> {
     match cmd {
         Command::RenamePath { from, to } => move_file(doc, from, to, pos),
-        Command::UpsertUser { name, .. } => set_author_name(doc, name, pos),
+        Command::UpsertUser { id, name, .. } => set_author_name(doc, id, name, pos),
         _ => None,
     }
 }
@@ -239,9 +239,11 @@ pub fn move_file(doc: &Doc, from: &str, to: &str, pos: u64) -> Option<Doc> {
 }
 
 /// The profile rule: a post of the user gets the user's new name.
-pub fn set_author_name(doc: &Doc, name: &str, pos: u64) -> Option<Doc> {
+pub fn set_author_name(doc: &Doc, user_id: &str, name: &str, pos: u64) -> Option<Doc> {
     let Doc::Post(p) = doc else { return None };
-    if !newer(pos, p.pos) || p.user.name == name {
+    // A post of another user now (its owner changed since the scan read
+    // it) is not this profile change's (review of Elasticsearch, F1).
+    if p.user.id != user_id || !newer(pos, p.pos) || p.user.name == name {
         return None;
     }
     let mut p = p.clone();
@@ -274,6 +276,16 @@ mod tests {
     }
     fn post(id: &str, user: &str) -> Command {
         Command::UpsertPost { id: s(id), user_id: s(user), title: s("t"), body: s("b"), previous_user_id: None }
+    }
+
+    /// Review of Elasticsearch, F1: the profile rule, applied to the post
+    /// there now after a conflict, leaves another user's post alone (its
+    /// owner changed since the scan read it).
+    #[test]
+    fn the_profile_rule_renames_only_the_users_own_posts() {
+        let p = |user_id: &str| Doc::Post(crate::index::PostDoc { id: s("p"), title: s("t"), body: s("b"), user: crate::index::Author { id: s(user_id), name: s("Old") }, pos: 3 });
+        assert!(set_author_name(&p("u1"), "u1", "New", 10).is_some());
+        assert_eq!(set_author_name(&p("u2"), "u1", "New", 10), None);
     }
 
     fn run(log: &[Command]) -> MemoryShard {

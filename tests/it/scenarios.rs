@@ -166,6 +166,14 @@ fn a_take_over_replaces_only_its_source_partitions_copy_on_elasticsearch() {
     crate::common::chaos::a_take_over_replaces_only_its_source_partitions_copy(&b, || live(&b));
 }
 
+/// Review of Elasticsearch, F1: a fan-out's page leaves alone a document
+/// another partition took over since its scan (see tests/it/common/chaos.rs).
+#[test]
+fn a_fan_out_page_does_not_take_over_a_document_another_partition_took_since_its_scan_on_elasticsearch() {
+    let (_es, _rt, b) = own_elastic("pagetake");
+    crate::common::chaos::a_fan_out_page_does_not_take_over_a_document_another_partition_took_since_its_scan(&b, || live(&b));
+}
+
 /// A take-over's read is not one fetched ahead before its departure (a
 /// rebuild from a migrated topic lost two of a move's documents so).
 #[test]

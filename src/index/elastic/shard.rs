@@ -336,6 +336,13 @@ impl ElasticShard {
                 match (current, source, rule.as_mut()) {
                     // Deleted since the scan read it: nothing to move.
                     (Some((cur, _)), Some(_), Some(_)) if is_tombstone(&cur) => {}
+                    // Another partition's document now: taken over since
+                    // the scan read it (an owner change), never rewritten
+                    // by this partition's fan-out. It was: the rule ran on
+                    // it and stamped it with this partition, and the owner
+                    // change's delete half here then deleted it (review of
+                    // Elasticsearch, F1).
+                    (Some((cur, _)), Some(_), Some(_)) if self.foreign(&cur) => {}
                     (Some((cur, seq)), Some(_), Some(rule)) => {
                         if let Some(new) = rule(&from_source(kind, &cur)) {
                             again.push(BulkOp::Index { index, id, source: self.stamp(to_source(&new)), if_seq_no: Some(seq) });

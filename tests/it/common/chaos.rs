@@ -193,3 +193,47 @@ pub fn a_take_over_reads_past_what_was_fetched_ahead_before_its_departure(b: &dy
     let want: Vec<(String, String, String)> = vec![("x".into(), "/d/x.txt".into(), "v1".into()), ("y".into(), "/d/y.txt".into(), "v2".into())];
     assert_eq!(files(&live), want, "the move's documents were not all taken over");
 }
+
+/// Review of Elasticsearch, F1 (review of lanes, F13): a profile change's
+/// page meets a post that another partition took over since its scan read
+/// it (an owner change whose producer skipped the barrier): the conflict's
+/// resolution applied the rename to the document there now, wrote the old
+/// user's new name and this partition's stamp onto the other user's post,
+/// and the owner change's delete half, applied next here, then deleted it.
+/// The post stays the new owner's, with its user's name.
+pub fn a_fan_out_page_does_not_take_over_a_document_another_partition_took_since_its_scan(b: &dyn Backend, live: impl Fn() -> Vec<Doc>) {
+    let s = |x: &str| x.to_string();
+    let user = |id: &str, name: &str| Command::UpsertUser { id: s(id), name: s(name), email: s(""), dob: s("1970-01-01") };
+    let post = |id: &str, user_id: &str, previous: Option<&str>| Command::UpsertPost { id: s(id), user_id: s(user_id), title: s("t"), body: s("b"), previous_user_id: previous.map(s) };
+    let (mut a, mut bb) = (b.open_shard(0).unwrap(), b.open_shard(1).unwrap());
+    let mut model = denorm::model::Model::default();
+    for (pos, c) in [user("u1", "Old"), post("p", "u1", None), post("q1", "u1", None), post("q2", "u1", None)].into_iter().enumerate() {
+        commit_one(&mut a, &c, pos as u64 + 1);
+        model.apply(&c);
+    }
+    let two = user("u2", "Two");
+    commit_one(&mut bb, &two, 1);
+    model.apply(&two);
+    // Partition 0 begins renaming u1 (position 10): its scan reads p.
+    let rename = user("u1", "New");
+    let scan = denorm::apply::fan_out_scan(&rename).unwrap();
+    let mut pages = a.rewrite_begin(&scan, 2).unwrap();
+    // Partition 1 takes p over for u2 (its producer did not wait for the
+    // delete half under u1).
+    let change = post("p", "u2", Some("u1"));
+    commit_one(&mut bb, &change, 2);
+    denorm::apply::fan_out_rest(a.as_mut(), &rename, 10, &mut pages).unwrap();
+    a.mark_applied(Checkpoint::new(10, 10));
+    a.commit().unwrap();
+    let delete = change.owner_change_delete().expect("an owner change");
+    commit_one(&mut a, &delete, 12);
+    for c in [rename, delete, change] {
+        model.apply(&c);
+    }
+    let posts = |docs: Vec<Doc>| -> Vec<(String, String, String)> {
+        let mut out: Vec<_> = docs.into_iter().filter_map(|d| if let Doc::Post(p) = d { Some((p.id, p.user.id, p.user.name)) } else { None }).collect();
+        out.sort();
+        out
+    };
+    assert_eq!(posts(live()), posts(model.docs()), "the posts differ from the model");
+}

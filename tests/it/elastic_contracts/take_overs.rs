@@ -16,6 +16,15 @@ fn a_stale_owner_cannot_bring_back_a_document_that_moved_away() {
     chaos::a_stale_owner_cannot_bring_back_a_document_that_moved_away(&backend(&server, &rt), || live_files(&scans));
 }
 
+/// Review of Elasticsearch, F1, against the stateful test store (and on
+/// the server of the suite in tests/it/scenarios.rs).
+#[test]
+fn a_fan_out_page_does_not_take_over_a_document_another_partition_took_since_its_scan() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (server, scans) = scans_server(&rt);
+    chaos::a_fan_out_page_does_not_take_over_a_document_another_partition_took_since_its_scan(&backend(&server, &rt), || live_docs(&scans, Kind::Post));
+}
+
 #[test]
 fn a_take_over_replaces_only_its_source_partitions_copy() {
     let rt = tokio::runtime::Runtime::new().unwrap();
