@@ -76,6 +76,9 @@ pub struct ElasticShard {
     /// Buffered writes, with the log position of the command each one
     /// belongs to (what decides a conflict).
     pending: Vec<(Kind, BulkOp, u64, Write)>,
+    /// Where each document's write is in `pending`: a document is sent
+    /// once per flush ([`ElasticShard::buffer`]).
+    pending_at: HashMap<(Kind, String), usize>,
     /// Uncommitted writes, so reads see them (`None`: deleted).
     overlay: HashMap<(Kind, String), Option<Doc>>,
     /// What each document was last read as: `Some(seq)`, or `None` when absent.
@@ -120,6 +123,7 @@ impl ElasticShard {
             last_sweep: None,
             meta_version,
             pending: Vec::new(),
+            pending_at: HashMap::new(),
             overlay: HashMap::new(),
             seen: HashMap::new(),
             seen_foreign: HashSet::new(),
@@ -283,6 +287,7 @@ impl ElasticShard {
             self.writing_first = false;
         }
         self.pending.clear();
+        self.pending_at.clear();
         self.overlay.clear();
         self.seen.clear();
         self.seen_foreign.clear();
@@ -384,13 +389,38 @@ impl ElasticShard {
 }
 
 impl ElasticShard {
+    /// Buffers a write of a document until the next flush. A later write
+    /// of a document already buffered replaces it (its condition is the
+    /// one the document was last read with, which the buffered write,
+    /// unsent, did not change): each document is sent once per flush, its
+    /// last version. Two writes of one document were both sent, and judged
+    /// by the last one's position after a conflict, so the first, older,
+    /// could be sent again over another writer's newer version (review of
+    /// Elasticsearch, F2). A take-over stays one: the write replaces what
+    /// it took over.
+    fn buffer(&mut self, kind: Kind, op: BulkOp, pos: u64, write: Write) {
+        match self.pending_at.get(&(kind, op.id().to_string())) {
+            Some(&i) => {
+                let merged = match (self.pending[i].3, write) {
+                    (taken @ Write::TakeOver { .. }, Write::Own | Write::Departed) => taken,
+                    (_, w) => w,
+                };
+                self.pending[i] = (kind, op, pos, merged);
+            }
+            None => {
+                self.pending_at.insert((kind, op.id().to_string()), self.pending.len());
+                self.pending.push((kind, op, pos, write));
+            }
+        }
+    }
+
     /// A delete as a tombstone, not a removal (see `names::DELETED_FIELD`),
     /// decided by `write`'s rule.
     fn tombstone(&mut self, kind: Kind, id: &str, pos: u64, write: Write) -> Result<(), IndexError> {
         self.ready = None;
         self.recent.deleted(kind, id);
         let op = self.write_op(kind, id, tombstone(id, pos, now_ms()));
-        self.pending.push((kind, op, pos, write));
+        self.buffer(kind, op, pos, write);
         self.overlay.insert((kind, id.to_string()), None);
         Ok(())
     }
@@ -570,7 +600,7 @@ impl Shard for ElasticShard {
         self.ready = None;
         self.recent.wrote(&doc);
         let op = self.write_op(doc.kind(), doc.id(), to_source(&doc));
-        self.pending.push((doc.kind(), op, doc.pos(), Write::Own));
+        self.buffer(doc.kind(), op, doc.pos(), Write::Own);
         self.overlay.insert((doc.kind(), doc.id().to_string()), Some(doc));
         if self.pending.len() >= self.b.limits.max_docs {
             // Keep the buffer bounded; the overlay stays valid because GETs
@@ -606,7 +636,7 @@ impl Shard for ElasticShard {
         self.ready = None;
         self.recent.wrote(&doc);
         let op = self.write_op(doc.kind(), doc.id(), to_source(&doc));
-        self.pending.push((doc.kind(), op, doc.pos(), Write::TakeOver { from }));
+        self.buffer(doc.kind(), op, doc.pos(), Write::TakeOver { from });
         self.overlay.insert((doc.kind(), doc.id().to_string()), Some(doc));
         if self.pending.len() >= self.b.limits.max_docs {
             self.flush()?;
