@@ -130,8 +130,11 @@ impl ElasticShard {
             prefetched: HashMap::new(),
             writing_first: b.write_first == WriteFirst::Always,
             assumed: HashSet::new(),
+            // A shard another writer committed: whether a refresh began
+            // after its last writes is not known here, so its checkpoint is
+            // searchable once one does (review of Elasticsearch, F4).
+            unsearchable: progress.checkpoint().map(|_| Instant::now()),
             progress,
-            unsearchable: None,
             recent: Recent::new(),
             ready: None,
         }

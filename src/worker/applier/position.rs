@@ -23,9 +23,15 @@ impl Applier {
         let checkpoint = shard.checkpoint();
         // What a previous writer kept unpublished is below this checkpoint,
         // or of another generation.
+        // Never past it; up to it once the shard says it is searchable: on
+        // Elasticsearch the previous writer's last writes may not be
+        // (review of Elasticsearch, F4: they were published at once); the
+        // embedded index's commits are at once.
         self.unpublished.set(None);
         if let Some(c) = checkpoint {
-            self.next.store(c.offset as i64 + 1, Ordering::SeqCst);
+            self.next.fetch_min(c.offset as i64 + 1, Ordering::SeqCst);
+            self.unpublished.set(Some(c.offset as i64 + 1));
+            self.publish_pending(shard, false);
         }
         self.parked_gauge(shard);
         info!(partition = self.partition, applied = ?checkpoint.map(|c| c.offset), parked = shard.parking().len(), generation = shard.generation(), "partition assigned, shard open");

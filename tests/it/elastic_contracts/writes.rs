@@ -200,3 +200,35 @@ fn two_writes_of_one_document_in_a_flush_never_send_the_older_one_over_a_newer_v
     assert!(older.is_empty(), "the older write was sent: {older:?}");
     assert_eq!(scans.store.get("denorm-files-g0", "f1").unwrap()["contents"], "v7");
 }
+
+/// Review of Elasticsearch, F4 (a): a writer that opens a shard another
+/// writer committed (a rebalance, a reopen after a failure) does not know
+/// whether a refresh began after that writer's last writes: its checkpoint
+/// is searchable only once one did. It was taken as searchable at once, so
+/// the group's offset and `produce --wait` passed commands a search might
+/// not see (for good under `refresh_interval: -1`).
+#[test]
+fn a_shard_opened_after_another_writers_commit_is_searchable_only_after_a_refresh() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (server, _scans) = scans_server(&rt);
+    let refreshes = || rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path().ends_with("/_refresh")).count();
+    {
+        // The previous writer: in another process, whose refreshes this
+        // backend does not know of.
+        let b = backend(&server, &rt);
+        let mut s1 = b.open_shard(0).unwrap();
+        apply(s1.as_mut(), &upsert(1, "v1"), 1, FanOut::pages_of(2)).unwrap();
+        s1.mark_applied(Checkpoint::new(1, 1));
+        s1.commit().unwrap();
+    }
+    let before = refreshes();
+    let b = backend(&server, &rt);
+    let mut s2 = b.open_shard(0).unwrap();
+    assert_eq!(s2.checkpoint().map(|c| c.offset), Some(1));
+    assert!(!s2.searchable(false).unwrap(), "the previous writer's commit taken as searchable without a refresh");
+    assert!(s2.searchable(true).unwrap());
+    assert_eq!(refreshes(), before + 1);
+    // A shard never written to holds nothing a search could miss.
+    let mut fresh = b.open_shard(1).unwrap();
+    assert!(fresh.searchable(false).unwrap());
+}
