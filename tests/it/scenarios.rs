@@ -304,3 +304,48 @@ fn pages_keep_writes_made_since_the_scan_began_on_elasticsearch() {
     let (_es, _rt, backend) = own_elastic("since");
     pages_keep_writes_made_since_the_scan_began(&backend);
 }
+
+/// Review of Elasticsearch, F13: the read alias hides tombstones, so a
+/// reader of the alias other than denorm (Kibana, `_count`) sees what
+/// `denorm search` sees, before and after a cutover to a new generation.
+#[test]
+fn the_read_alias_hides_deleted_documents_on_elasticsearch() {
+    let (es, rt, b) = own_elastic("tombalias");
+    let count = |b: &denorm::index::elastic::backend::ElasticBackend| -> u64 {
+        let alias = denorm::index::elastic::names::alias(&b.prefix, denorm::index::Kind::File);
+        let r = rt.block_on(b.client.count(elasticsearch::CountParts::Index(&[&alias])).send()).unwrap();
+        rt.block_on(r.json::<serde_json::Value>()).unwrap()["count"].as_u64().unwrap()
+    };
+    let file = |id: &str| Command::UpsertFile { id: id.into(), path: format!("/d/{id}"), contents: "c".into(), previous_path: None };
+    let mut shard = b.open_shard(0).unwrap();
+    for (pos, c) in [file("f1"), file("f2"), Command::DeleteFile { id: "f2".into(), path: "/d/f2".into() }].iter().enumerate() {
+        apply(shard.as_mut(), c, pos as u64, FanOut::pages_of(10)).unwrap();
+    }
+    shard.mark_applied(Checkpoint::new(2, 0));
+    shard.commit().unwrap();
+    assert!(shard.searchable(true).unwrap());
+    drop(shard);
+    assert_eq!(live(&b).len(), 1);
+    assert_eq!(count(&b), 1, "the read alias counts the tombstone");
+    // A new generation, cut over to: the moved alias hides them too.
+    rt.block_on(async {
+        for kind in [denorm::index::Kind::File, denorm::index::Kind::User, denorm::index::Kind::Post] {
+            denorm::index::elastic::generations::create(&b.client, &b.prefix, kind, 1, false).await.unwrap();
+        }
+        denorm::index::elastic::generations::cut_over(&b.client, &b.prefix, 0, 1).await.unwrap();
+    });
+    // A backend that reads the current generation afresh.
+    let b = {
+        let mut fresh = es.backend(&rt, "tombalias");
+        fresh.prefix = b.prefix.clone();
+        fresh
+    };
+    let mut shard = b.open_shard(0).unwrap();
+    for (pos, c) in [file("f3"), Command::DeleteFile { id: "f3".into(), path: "/d/f3".into() }].iter().enumerate() {
+        apply(shard.as_mut(), c, pos as u64, FanOut::pages_of(10)).unwrap();
+    }
+    shard.mark_applied(Checkpoint::new(1, 0));
+    shard.commit().unwrap();
+    assert!(shard.searchable(true).unwrap());
+    assert_eq!((live(&b).len(), count(&b)), (0, 0), "after the cutover");
+}

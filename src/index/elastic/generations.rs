@@ -150,7 +150,10 @@ pub fn cutover_actions(prefix: &str, from: u64, to: u64) -> Value {
     for kind in KINDS {
         let read = alias(prefix, kind);
         actions.push(json!({ "remove": { "index": concrete(prefix, kind, from), "alias": read } }));
-        actions.push(json!({ "add": { "index": concrete(prefix, kind, to), "alias": read, "is_write_index": true } }));
+        let mut add = super::mapping::read_alias();
+        add["index"] = json!(concrete(prefix, kind, to));
+        add["alias"] = json!(read);
+        actions.push(json!({ "add": add }));
         actions.push(json!({ "remove": { "index": concrete(prefix, kind, from), "alias": write_alias(prefix, kind, from) } }));
     }
     json!({ "actions": actions })
