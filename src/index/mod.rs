@@ -551,6 +551,12 @@ pub trait Backend: Send + Sync {
     /// read without taking the writer (a worker positions its consumer there
     /// when it is assigned a partition).
     fn checkpoints(&self, partitions: &[i32]) -> Result<std::collections::HashMap<i32, Checkpoint>, IndexError>;
+    /// What each of `partitions`' shards that has a checkpoint records
+    /// applied: the checkpoint and what is done above it (issue 45), read
+    /// like [`Backend::checkpoints`]. By default the checkpoints alone.
+    fn applied(&self, partitions: &[i32]) -> Result<std::collections::HashMap<i32, progress::Applied>, IndexError> {
+        Ok(self.checkpoints(partitions)?.into_iter().map(|(p, c)| (p, progress::Applied { checkpoint: Some(c), done: Default::default() })).collect())
+    }
     /// The generation new shard writers belong to: a worker whose shard is
     /// of another generation moves to this one (see `denorm rebuild`).
     fn generation(&self) -> Result<u64, IndexError> {

@@ -219,6 +219,28 @@ impl DoneAbove {
     }
 }
 
+/// What a shard's last commit records applied: every command up to its
+/// checkpoint, and those done above it (issue 45). What a take-over of
+/// another partition judges its departure by.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Applied {
+    pub checkpoint: Option<Checkpoint>,
+    pub done: DoneAbove,
+}
+
+impl Applied {
+    /// The record of a committed progress.
+    pub fn of(p: &Progress) -> Applied {
+        Applied { checkpoint: p.checkpoint, done: p.done.clone() }
+    }
+
+    /// Whether the command at `offset` is recorded applied.
+    pub fn contains(&self, offset: i64) -> bool {
+        let applied = self.checkpoint.map(|c| c.offset);
+        applied.is_some_and(|a| offset <= a as i64) || self.done.contains(applied, offset)
+    }
+}
+
 /// A shard writer's progress: what its last commit recorded, and what the
 /// next one records ([`crate::index::Shard::mark_applied`],
 /// [`crate::index::Shard::parking`] and [`crate::index::Shard::received`]
@@ -367,6 +389,14 @@ fn received_from_json(v: &serde_json::Value) -> Received {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn applied_is_the_checkpoint_and_what_is_done_above_it() {
+        let a = Applied { checkpoint: Some(Checkpoint { offset: 4, fingerprint: None }), done: DoneAbove::new(4, 9, [5, 8]) };
+        let applied: Vec<i64> = (0..12).filter(|&o| a.contains(o)).collect();
+        assert_eq!(applied, vec![0, 1, 2, 3, 4, 6, 7, 9]);
+        assert!(!Applied::default().contains(0), "nothing applied without a checkpoint");
+    }
 
     #[test]
     fn progress_has_one_form_and_reads_the_embedded_indexs_older_one() {

@@ -114,6 +114,12 @@ pub fn checkpoint_from(meta: &Value) -> Option<Checkpoint> {
 /// documents whose tombstones have expired. Any such error but a missing
 /// index is retryable; a missing index holds no checkpoint.
 pub fn checkpoints_from_mget(partitions: &[i32], v: &Value) -> Result<HashMap<i32, Checkpoint>, ElasticError> {
+    Ok(applied_from_mget(partitions, v)?.into_iter().filter_map(|(p, a)| Some((p, a.checkpoint?))).collect())
+}
+
+/// [`checkpoints_from_mget`], with what each records done above its
+/// checkpoint.
+pub fn applied_from_mget(partitions: &[i32], v: &Value) -> Result<HashMap<i32, crate::index::progress::Applied>, ElasticError> {
     let docs = v["docs"].as_array().map(Vec::as_slice).unwrap_or_default();
     if docs.len() != partitions.len() {
         return Err(ElasticError::Transport(format!("reading the partitions' checkpoints: {} answers for {} partitions", docs.len(), partitions.len())));
@@ -129,8 +135,9 @@ pub fn checkpoints_from_mget(partitions: &[i32], v: &Value) -> Result<HashMap<i3
         }
         match doc["found"].as_bool() {
             Some(true) => {
-                if let Some(c) = checkpoint_from(&doc["_source"]) {
-                    out.insert(*p, c);
+                let progress = crate::index::progress::Progress::from_json(&doc["_source"]);
+                if progress.checkpoint.is_some() {
+                    out.insert(*p, crate::index::progress::Applied::of(&progress));
                 }
             }
             Some(false) => {}

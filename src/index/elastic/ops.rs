@@ -10,7 +10,7 @@ use elasticsearch::{CreateParts, MgetParts};
 use serde_json::json;
 
 use super::backend::{ElasticBackend, GENERATION_TTL};
-use super::meta::{self, checkpoints_from_mget, get_source};
+use super::meta::{self, get_source};
 use super::names::{self, OWNER_FIELD};
 use super::shard::ElasticShard;
 use super::{generations, json_or_status, ElasticError};
@@ -52,7 +52,7 @@ impl Backend for ElasticBackend {
     }
 
     /// One multi-get of the partitions' meta documents.
-    fn checkpoints(&self, partitions: &[i32]) -> Result<HashMap<i32, Checkpoint>, IndexError> {
+    fn applied(&self, partitions: &[i32]) -> Result<HashMap<i32, crate::index::progress::Applied>, IndexError> {
         let g = self.generation()?;
         let ids: Vec<String> = partitions.iter().map(|p| names::meta_id(g, &format!("p{p}"))).collect();
         let index = self.meta_index();
@@ -61,7 +61,11 @@ impl Backend for ElasticBackend {
             return Ok(HashMap::new()); // no meta index yet: nothing applied
         }
         let v = self.runtime.block_on(json_or_status("reading the partitions' checkpoints", r))?;
-        Ok(checkpoints_from_mget(partitions, &v)?)
+        Ok(meta::applied_from_mget(partitions, &v)?)
+    }
+
+    fn checkpoints(&self, partitions: &[i32]) -> Result<HashMap<i32, Checkpoint>, IndexError> {
+        Ok(self.applied(partitions)?.into_iter().filter_map(|(p, a)| Some((p, a.checkpoint?))).collect())
     }
 
     /// The pinned generation, or the one the read alias points at (read

@@ -40,6 +40,9 @@ impl Backend for EmbeddedBackend {
     fn checkpoints(&self, partitions: &[i32]) -> Result<HashMap<i32, Checkpoint>, IndexError> {
         self.index.checkpoints_of(self.generation()?, partitions)
     }
+    fn applied(&self, partitions: &[i32]) -> Result<HashMap<i32, crate::index::progress::Applied>, IndexError> {
+        self.index.applied_of(self.generation()?, partitions)
+    }
     fn generation(&self) -> Result<u64, IndexError> {
         match self.pinned {
             Some(g) => Ok(g),

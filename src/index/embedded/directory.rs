@@ -72,7 +72,12 @@ pub(super) fn committed_progress(index: &Index) -> Result<Progress, IndexError> 
 
 /// The checkpoint a committed shard directory records.
 pub(super) fn shard_checkpoint(dir: &Path) -> Result<Option<Checkpoint>, IndexError> {
-    Ok(committed_progress(&Index::open_in_dir(dir)?)?.checkpoint)
+    Ok(shard_progress(dir)?.checkpoint)
+}
+
+/// The progress a committed shard directory records.
+pub(super) fn shard_progress(dir: &Path) -> Result<Progress, IndexError> {
+    committed_progress(&Index::open_in_dir(dir)?)
 }
 
 /// A reader of a shard directory, reloaded only when asked.

@@ -394,15 +394,21 @@ impl EmbeddedIndex {
         Ok(out)
     }
 
-    /// [`EmbeddedIndex::checkpoints_in`] of `partitions` only (what a
-    /// waiting take-over polls).
+    /// [`EmbeddedIndex::checkpoints_in`] of `partitions` only.
     pub fn checkpoints_of(&self, generation: u64, partitions: &[i32]) -> Result<HashMap<i32, Checkpoint>, IndexError> {
+        Ok(self.applied_of(generation, partitions)?.into_iter().filter_map(|(p, a)| Some((p, a.checkpoint?))).collect())
+    }
+
+    /// What the shards of `partitions` that have a checkpoint record
+    /// applied (what a waiting take-over polls).
+    pub fn applied_of(&self, generation: u64, partitions: &[i32]) -> Result<HashMap<i32, crate::index::progress::Applied>, IndexError> {
         let mut out = HashMap::new();
         for &p in partitions {
             let dir = self.shard_dir(generation, p);
             if dir.join("meta.json").exists() {
-                if let Some(c) = shard_checkpoint(&dir)? {
-                    out.insert(p, c);
+                let progress = super::directory::shard_progress(&dir)?;
+                if progress.checkpoint.is_some() {
+                    out.insert(p, crate::index::progress::Applied::of(&progress));
                 }
             }
         }

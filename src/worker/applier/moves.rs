@@ -72,7 +72,7 @@ impl Applier {
             }
             Arrival::Starts => {
                 let from = crate::command::LogPosition { partition: mv.source_partition, offset: mv.source_offset };
-                self.await_departure(shard, from, msg.offset(), &format!("the move {:?} -> {:?}", mv.from, mv.to))?;
+                self.await_departure(shard, from, msg.offset(), &format!("the move {:?} -> {:?}", mv.from, mv.to), false)?;
                 msg.offset() as u64
             }
         };
@@ -146,7 +146,16 @@ impl Applier {
     /// docs/cross-key.md). Every dependency points at an earlier event of
     /// the live run, so waits never form a cycle; what this partition
     /// applied is committed first, for the partitions that wait for it.
-    pub(super) fn await_departure(&self, shard: &mut dyn Shard, departure: crate::command::LogPosition, offset: i64, what: &str) -> Step<()> {
+    ///
+    /// `itself`: the departure is a command of the key the documents leave
+    /// that comes after all of that key's commands they depend on (an
+    /// owner change's delete half). Once it is recorded applied, so are
+    /// they (a key's commands apply in order), whatever another key's
+    /// fan-out before it in that partition holds back (issue 45: the
+    /// upsert waited for the source's checkpoint, which stays below a
+    /// fan-out held in its lane). A move's rename is not: its source marks
+    /// it applied only after the destination's take-over may have begun.
+    pub(super) fn await_departure(&self, shard: &mut dyn Shard, departure: crate::command::LogPosition, offset: i64, what: &str, itself: bool) -> Step<()> {
         let (from, partition) = (departure.partition, self.partition);
         // This partition's own log orders it.
         if from == partition || !self.shared.cfg.takeover_waits {
@@ -156,7 +165,10 @@ impl Applier {
             warn!(partition, offset, from, "{what} names partition {from}, which the topic does not have: applied without waiting");
             return Ok(());
         }
-        let ready = || -> Result<bool, IndexError> { Ok(crate::moves::departed(self.shared.backend.checkpoints(&[from])?.get(&from).map(|c| c.offset), departure.offset)) };
+        let ready = || -> Result<bool, IndexError> {
+            let applied = self.shared.backend.applied(&[from])?.remove(&from).unwrap_or_default();
+            Ok(crate::moves::departed(applied.checkpoint.map(|c| c.offset), departure.offset) || itself && applied.contains(departure.offset))
+        };
         if ready()? {
             return Ok(());
         }
