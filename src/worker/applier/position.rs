@@ -43,7 +43,7 @@ impl Applier {
     /// one the index applied (see `crate::logid`). Not positioned until the
     /// consumer thread says so ([`Feed::Positioned`]).
     pub(super) fn seek_to(&self, checkpoint: Option<Checkpoint>) -> bool {
-        self.lanes.borrow_mut().tracker.reset();
+        self.lanes.borrow_mut().tracker.reset_at(checkpoint);
         let target = target_of(checkpoint);
         self.reading.set(Reading { asked: Some(target), read_to: None });
         self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target);

@@ -34,6 +34,16 @@ impl Tracker {
         *self = Tracker::default();
     }
 
+    /// Forgets everything; the partition is read again from after
+    /// `checkpoint`, which is the low mark until a command passes it. Without
+    /// it, a first command deferred into a lane left no low mark, and what
+    /// the other keys' commands applied above it was not recorded until it
+    /// finished (a repair applied during a held rename right after a
+    /// restart was never seen applied).
+    pub fn reset_at(&mut self, checkpoint: Option<Checkpoint>) {
+        *self = Tracker { low: checkpoint, seen: checkpoint.map(|c| c.offset as i64), ..Tracker::default() };
+    }
+
     /// Whether a command received is not finished yet.
     pub fn busy(&self) -> bool {
         !self.open.is_empty()
@@ -116,6 +126,16 @@ mod tests {
 
     fn at(offset: i64) -> Checkpoint {
         Checkpoint::new(offset as u64, offset as u64 * 31 + 7)
+    }
+
+    #[test]
+    fn a_first_command_deferred_after_a_seek_leaves_the_checkpoint_as_the_low_mark() {
+        let mut t = Tracker::default();
+        t.reset_at(Some(at(32)));
+        t.defer(33);
+        assert_eq!(t.finish(at(34)), Some(at(32)));
+        let done = t.done_above(&DoneAbove::default());
+        assert!(done.contains(Some(32), 34) && !done.contains(Some(32), 33), "{done:?}");
     }
 
     #[test]
