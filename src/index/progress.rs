@@ -241,6 +241,11 @@ impl Applied {
     }
 }
 
+/// The checkpoints of what partitions' shards record applied.
+pub fn checkpoints(applied: std::collections::HashMap<i32, Applied>) -> std::collections::HashMap<i32, Checkpoint> {
+    applied.into_iter().filter_map(|(p, a)| Some((p, a.checkpoint?))).collect()
+}
+
 /// A shard writer's progress: what its last commit recorded, and what the
 /// next one records ([`crate::index::Shard::mark_applied`],
 /// [`crate::index::Shard::parking`] and [`crate::index::Shard::received`]

@@ -102,11 +102,6 @@ pub async fn delete_meta(client: &Elasticsearch, prefix: &str, id: &str) -> Resu
     Ok(())
 }
 
-/// The checkpoint a partition's meta document holds.
-pub fn checkpoint_from(meta: &Value) -> Option<Checkpoint> {
-    crate::index::progress::Progress::from_json(meta).checkpoint
-}
-
 /// The checkpoints in a `_mget` answer of the partitions' meta documents.
 /// Elasticsearch answers 200 with an `error` in place of each document it
 /// could not read (a meta shard unavailable, say): taking that for "no
@@ -114,7 +109,7 @@ pub fn checkpoint_from(meta: &Value) -> Option<Checkpoint> {
 /// documents whose tombstones have expired. Any such error but a missing
 /// index is retryable; a missing index holds no checkpoint.
 pub fn checkpoints_from_mget(partitions: &[i32], v: &Value) -> Result<HashMap<i32, Checkpoint>, ElasticError> {
-    Ok(applied_from_mget(partitions, v)?.into_iter().filter_map(|(p, a)| Some((p, a.checkpoint?))).collect())
+    Ok(crate::index::progress::checkpoints(applied_from_mget(partitions, v)?))
 }
 
 /// [`checkpoints_from_mget`], with what each records done above its

@@ -65,7 +65,7 @@ impl Backend for ElasticBackend {
     }
 
     fn checkpoints(&self, partitions: &[i32]) -> Result<HashMap<i32, Checkpoint>, IndexError> {
-        Ok(self.applied(partitions)?.into_iter().filter_map(|(p, a)| Some((p, a.checkpoint?))).collect())
+        Ok(crate::index::progress::checkpoints(self.applied(partitions)?))
     }
 
     /// The pinned generation, or the one the read alias points at (read

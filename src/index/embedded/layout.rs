@@ -396,7 +396,7 @@ impl EmbeddedIndex {
 
     /// [`EmbeddedIndex::checkpoints_in`] of `partitions` only.
     pub fn checkpoints_of(&self, generation: u64, partitions: &[i32]) -> Result<HashMap<i32, Checkpoint>, IndexError> {
-        Ok(self.applied_of(generation, partitions)?.into_iter().filter_map(|(p, a)| Some((p, a.checkpoint?))).collect())
+        Ok(crate::index::progress::checkpoints(self.applied_of(generation, partitions)?))
     }
 
     /// What the shards of `partitions` that have a checkpoint record
