@@ -53,6 +53,20 @@ if cargo fmt --version >/dev/null 2>&1; then
 else
   echo "rustfmt unavailable: the formatting check is skipped" >&2
 fi
+# Clippy, warnings as errors, on every target (the library, the binary,
+# the tests, the examples and benchmarks), with the test features and
+# with the shipped feature set (issue 46).
+if ! cargo clippy --version >/dev/null 2>&1 && command -v rustup >/dev/null 2>&1; then
+  rustup component add clippy >&2 || true
+fi
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --release --quiet --all-targets --features failpoints -- -D warnings
+  cargo clippy --release --quiet --all-targets -- -D warnings
+  echo "cargo clippy -D warnings: clean, with and without the test features"
+else
+  echo "clippy unavailable: the lint check is skipped" >&2
+fi
+phase "formatting and clippy"
 python3 scripts/check-compose.py
 if command -v promtool >/dev/null 2>&1; then
   promtool check config deploy/prometheus.yml >/dev/null

@@ -111,9 +111,7 @@ pub fn seed(files: usize, users: usize, posts: usize, seed: u64) -> Vec<Command>
         out.push(Command::UpsertUser { id: u.to_string(), name, email, dob });
     }
     for p in 0..posts {
-        let user = if users == 0 {
-            1
-        } else if p % 10 == 0 {
+        let user = if users == 0 || p % 10 == 0 {
             1
         } else {
             // Skewed: low ids write most.

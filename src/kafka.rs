@@ -439,13 +439,16 @@ fn wait_on_lag(cfg: &KafkaConfig, group: &str, timeout: Duration, every: Duratio
 /// Every message of the topic from its start to its end as of now,
 /// decoded, partition by partition in log order (the demo's and the tests'
 /// model checks). Blocking.
-pub fn read_topic(cfg: &KafkaConfig, codec: &crate::codec::Codec) -> Result<Vec<Vec<(i64, crate::codec::Decoded)>>, String> {
+/// A topic's messages, partition by partition, each with its offset.
+pub type TopicLog<T> = Vec<Vec<(i64, T)>>;
+
+pub fn read_topic(cfg: &KafkaConfig, codec: &crate::codec::Codec) -> Result<TopicLog<crate::codec::Decoded>, String> {
     read_topic_as(cfg, |p, offset, payload| codec.decode_message(payload).map(Some).map_err(|e| format!("partition {p} offset {offset}: {e}")))
 }
 
 /// [`read_topic`] with messages that do not decode left out (a poison
 /// message, which a worker dead-letters), and how many were.
-pub fn read_topic_decodable(cfg: &KafkaConfig, codec: &crate::codec::Codec) -> Result<(Vec<Vec<(i64, crate::codec::Decoded)>>, usize), String> {
+pub fn read_topic_decodable(cfg: &KafkaConfig, codec: &crate::codec::Codec) -> Result<(TopicLog<crate::codec::Decoded>, usize), String> {
     let mut undecodable = 0;
     let logs = read_topic_as(cfg, |_, _, payload| match codec.decode_message(payload) {
         Ok(d) => Ok(Some(d)),
@@ -459,7 +462,7 @@ pub fn read_topic_decodable(cfg: &KafkaConfig, codec: &crate::codec::Codec) -> R
 
 /// Every message of the topic, partition by partition, through `decode`
 /// (partition, offset, payload): `None` leaves the message out.
-fn read_topic_as<T>(cfg: &KafkaConfig, mut decode: impl FnMut(i32, i64, &[u8]) -> Result<Option<T>, String>) -> Result<Vec<Vec<(i64, T)>>, String> {
+fn read_topic_as<T>(cfg: &KafkaConfig, mut decode: impl FnMut(i32, i64, &[u8]) -> Result<Option<T>, String>) -> Result<TopicLog<T>, String> {
     use rdkafka::message::Message;
     let partitions = cfg.topic_partitions().map_err(|e| e.to_string())?.ok_or_else(|| format!("no topic {}", cfg.topic))?;
     let mut c = cfg.client_config();

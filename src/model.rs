@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 use crate::command::{path, Command};
 use crate::index::{Author, Doc, FileDoc, Kind, PostDoc, UserDoc};
 
+/// A file a cross-key move carries: (id, new path, contents).
+pub type MovedFile = (String, String, String);
+
 #[derive(Debug, Default, Clone)]
 pub struct Model {
     /// file id -> (full path, contents)
@@ -56,7 +59,7 @@ impl Model {
     /// The source half of a rename across top-level directories, as the
     /// move protocol splits it (see [`crate::moves`]): the files under
     /// `from` leave, renamed, and are returned as `(id, new path, contents)`.
-    pub fn move_out(&mut self, from: &str, to: &str) -> Vec<(String, String, String)> {
+    pub fn move_out(&mut self, from: &str, to: &str) -> Vec<MovedFile> {
         let mut out = Vec::new();
         self.files.retain(|id, (full, contents)| match path::renamed(full, from, to) {
             Some(new) => {
@@ -69,7 +72,7 @@ impl Model {
     }
 
     /// The destination half: the files [`Model::move_out`] returned arrive.
-    pub fn move_in(&mut self, files: Vec<(String, String, String)>) {
+    pub fn move_in(&mut self, files: Vec<MovedFile>) {
         for (id, full, contents) in files {
             self.files.insert(id, (full, contents));
         }
@@ -142,7 +145,8 @@ pub fn serialized(logs: &[Vec<(i64, crate::codec::Decoded)>]) -> Result<(Model, 
     let mut applied_replays = std::collections::BTreeSet::new();
     let mut m = Model::default();
     let mut cursor = vec![0usize; logs.len()];
-    let mut left: BTreeMap<(i32, i64), Vec<(String, String, String)>> = BTreeMap::new();
+    // The files each move took out of its source, by the move's position.
+    let mut left: BTreeMap<(i32, i64), Vec<MovedFile>> = BTreeMap::new();
     let mut arrived = std::collections::BTreeSet::new();
     let mut chunked = std::collections::BTreeSet::new();
     loop {

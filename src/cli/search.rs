@@ -99,7 +99,6 @@ pub fn run(cli: &Cli, a: &SearchArgs, runtime: tokio::runtime::Handle) -> anyhow
             }
         }
     }
-    drop(emit);
     match write_err {
         Some(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Some(e) => Err(e.into()),

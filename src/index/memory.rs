@@ -31,7 +31,7 @@ impl Shard for MemoryShard {
         Ok(())
     }
     fn rewrite(&mut self, scan: &Scan, _page_size: usize, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {
-        let new: Vec<Doc> = self.docs.values().filter(|d| scan.matches(d)).filter_map(|d| rewrite(d)).collect();
+        let new: Vec<Doc> = self.docs.values().filter(|d| scan.matches(d)).filter_map(&mut *rewrite).collect();
         let n = new.len() as u64;
         for d in new {
             self.put(d)?;

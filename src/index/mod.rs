@@ -296,6 +296,9 @@ pub fn put_guarded<S: Shard + ?Sized>(shard: &mut S, doc: Doc) -> Result<u64, In
     }
 }
 
+/// A fan-out's rule: a document's new version, or `None` to leave it.
+pub type Rewrite<'a> = dyn FnMut(&Doc) -> Option<Doc> + 'a;
+
 /// [`Shard::rewrite`] as [`Shard::rewrite_begin`] and its pages, one after
 /// the other (for a backend whose pages are its fan-out).
 pub fn rewrite_in_pages<S: Shard + ?Sized>(shard: &mut S, scan: &Scan, page_size: usize, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<u64, IndexError> {

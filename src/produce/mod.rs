@@ -24,8 +24,20 @@ pub enum ProduceError {
     /// A cross-key command (a rename across top-level directories, or the
     /// delete half of an owner change) was sent but its source did not
     /// apply it in time: the commands after it were not sent.
-    #[error("{what} (partition {partition}, offset {offset}) was sent, but group {group} did not apply it at its source in time: {source}; the {unsent} command(s) after it were not sent")]
-    Barrier { what: String, partition: i32, offset: i64, group: String, unsent: usize, source: crate::kafka::WaitError },
+    #[error(transparent)]
+    Barrier(Box<BarrierMissed>),
+}
+
+/// A barrier's command was sent but not applied at its source in time.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} (partition {partition}, offset {offset}) was sent, but group {group} did not apply it at its source in time: {source}; the {unsent} command(s) after it were not sent")]
+pub struct BarrierMissed {
+    pub what: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub group: String,
+    pub unsent: usize,
+    pub source: crate::kafka::WaitError,
 }
 
 impl ProduceError {
@@ -34,7 +46,7 @@ impl ProduceError {
             ProduceError::Kafka(_) => true,
             ProduceError::Registry(e) => e.is_retryable(),
             ProduceError::Invalid(_) => false,
-            ProduceError::Barrier { .. } => true,
+            ProduceError::Barrier(_) => true,
         }
     }
 }
@@ -268,7 +280,14 @@ impl Producer {
             match waited {
                 Ok(dest) => destinations.extend(dest),
                 Err(source) => {
-                    return Err(ProduceError::Barrier { what: what.description, partition: d.partition, offset: d.offset, group: group.to_string(), unsent: rest.len(), source });
+                    return Err(ProduceError::Barrier(Box::new(BarrierMissed {
+                        what: what.description,
+                        partition: d.partition,
+                        offset: d.offset,
+                        group: group.to_string(),
+                        unsent: rest.len(),
+                        source,
+                    })));
                 }
             }
         }

@@ -620,8 +620,10 @@ mod tests {
             Live(f("d"), Recorded::default()),
         ];
         let out = compare(live, vec![f("a"), f("b"), f("c"), f("d")], &all_at(5), 4).settle(&|_| false, 10);
-        let got: Vec<(&str, Vec<(&str, Value, Value)>, Option<u64>)> =
-            out.differences.iter().map(|d| (d.id.as_str(), d.fields.iter().map(|x| (x.field.as_str(), x.expected.clone(), x.actual.clone())).collect(), d.live_offset)).collect();
+        // Each difference: the id, its fields (name, expected, actual),
+        // the live offset.
+        type Seen<'a> = (&'a str, Vec<(&'a str, Value, Value)>, Option<u64>);
+        let got: Vec<Seen> = out.differences.iter().map(|d| (d.id.as_str(), d.fields.iter().map(|x| (x.field.as_str(), x.expected.clone(), x.actual.clone())).collect(), d.live_offset)).collect();
         let want = vec![("a", vec![("denorm_partition", Value::from(p), Value::from((p + 1) % 4))], Some(3)), ("b", vec![("denorm_pos", Value::from(3), Value::Null)], None)];
         assert_eq!(got, want);
         assert_eq!((out.checked, out.differences_total), (4, 2));

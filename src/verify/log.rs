@@ -121,11 +121,10 @@ pub fn messages_past(kafka: &KafkaConfig, from: &[(i32, i64)]) -> Result<std::co
     let started = Instant::now();
     while !pending.is_empty() && started.elapsed() < FETCH_WITHIN {
         match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(msg)) => {
-                if pending.remove(&msg.partition()) {
-                    holding.insert(msg.partition());
-                }
+            Some(Ok(msg)) if pending.remove(&msg.partition()) => {
+                holding.insert(msg.partition());
             }
+            Some(Ok(_)) => {}
             Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
                 pending.remove(&p);
             }

@@ -434,10 +434,10 @@ mod tests {
     fn a_failing_scratch_reader_is_not_blamed_on_the_live_index() {
         let dir = tempfile::tempdir().unwrap();
         let live = EmbeddedBackend::new(EmbeddedIndex::open(dir.path(), "t").unwrap(), 16 << 20);
-        let err = merge(&live, &Unreadable, None, Members::default(), &BTreeMap::new(), 1, &compare::Keep::all()).err().expect("the merge must fail");
+        let err = merge(&live, &Unreadable, None, Members::default(), &BTreeMap::new(), 1, &compare::Keep::all()).expect_err("the merge must fail");
         assert!(matches!(err, VerifyError::ReplayRead(_)), "{err}");
         assert!(err.to_string().starts_with("reading the replay's scratch copy: "), "{err}");
-        let err = merge(&Unreadable, &live, None, Members::default(), &BTreeMap::new(), 1, &compare::Keep::all()).err().expect("the merge must fail");
+        let err = merge(&Unreadable, &live, None, Members::default(), &BTreeMap::new(), 1, &compare::Keep::all()).expect_err("the merge must fail");
         assert!(err.to_string().starts_with("reading the live index: "), "{err}");
     }
 }

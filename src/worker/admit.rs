@@ -121,7 +121,9 @@ mod tests {
         let good = file("/a/b.txt");
         let mut unknown = good.clone();
         unknown[3] ^= 0xff;
-        let cases: Vec<(Option<&[u8]>, Option<Vec<u8>>, &str)> = vec![
+        // The key, the payload, the reason expected.
+        type Case<'a> = (Option<&'a [u8]>, Option<Vec<u8>>, &'a str);
+        let cases: Vec<Case> = vec![
             (Some(b"/a"), None, reason::EMPTY_PAYLOAD),
             (Some(b"/a"), Some(vec![0u8; 2000]), reason::OVERSIZED),
             (Some(b"/a"), Some(b"random garbage bytes".to_vec()), reason::NOT_SINGLE_OBJECT),

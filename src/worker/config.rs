@@ -295,7 +295,8 @@ mod tests {
 
     #[test]
     fn each_setting_out_of_range_is_refused_naming_its_flag() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut WorkerConfig)>)> = vec![
+        type Spoil = Box<dyn Fn(&mut WorkerConfig)>;
+        let cases: Vec<(&str, Spoil)> = vec![
             ("--max-batch", Box::new(|c| c.max_batch = 0)),
             ("--queue-kb", Box::new(|c| c.queue_bytes = 0)),
             ("--commit-interval-ms", Box::new(|c| c.commit_interval = Duration::from_millis(1))),

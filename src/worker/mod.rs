@@ -276,7 +276,7 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
             let offsets: Vec<(i32, i64, String)> = {
                 let mut parts = ctx.parts.lock().expect("parts lock");
                 ctx.shared.stats.positions.lock().expect("positions lock").extend(parts.iter().map(|(p, part)| (*p, part.next.load(Ordering::SeqCst))));
-                parts.iter_mut().filter_map(|(p, part)| part.to_commit().map(|(next, metadata)| (*p, next, metadata))).collect()
+                parts.iter_mut().filter_map(|(p, part)| part.next_commit().map(|(next, metadata)| (*p, next, metadata))).collect()
             };
             commit(&consumer, &topic, &offsets, CommitMode::Async);
         }

@@ -253,7 +253,7 @@ pub(super) fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx
             } else {
                 warn!(partition = p, durable_next = part.next.load(Ordering::SeqCst), timeout_secs = bound.as_secs_f64(), "shutdown bound reached: leaving the command in progress to the next owner");
             }
-            if let Some((next, metadata)) = part.to_commit() {
+            if let Some((next, metadata)) = part.next_commit() {
                 out.push((*p, next, metadata));
             }
             // Where its shard resumes (its checkpoint's own message), if

@@ -103,7 +103,7 @@ pub(crate) fn lose_post(r: &Rig, id: &str, user: &str) {
 /// The user of the last upsert of post `id` in a JSONL file.
 fn user_of_post(jsonl: &std::path::Path, id: &str) -> String {
     let text = std::fs::read_to_string(jsonl).unwrap();
-    let line = text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).filter(|v| v["op"] == "upsert_post" && v["id"] == id).next_back();
+    let line = text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).rfind(|v| v["op"] == "upsert_post" && v["id"] == id);
     line.unwrap_or_else(|| panic!("no post {id}"))["user_id"].as_str().unwrap().to_string()
 }
 

@@ -1,9 +1,6 @@
 //! `denorm verify --repair` never brings back what moved on (issue 44,
 //! review of verify F3), on both backends.
 
-use std::process::Stdio;
-use std::time::Duration;
-
 use denorm::command::Command;
 use denorm::index::Kind;
 
@@ -11,6 +8,7 @@ use crate::common::*;
 
 /// `denorm verify <args>` with fault points `points` switched on in a
 /// directory of its own (returned with the command, ready to spawn).
+#[cfg(feature = "failpoints")]
 fn verify_with_faults(r: &Rig, name: &str, points: &[(&str, &str)], args: &[&str]) -> (std::path::PathBuf, std::process::Command) {
     let faults = r.dir().join(name);
     std::fs::create_dir_all(&faults).unwrap();
@@ -18,7 +16,7 @@ fn verify_with_faults(r: &Rig, name: &str, points: &[(&str, &str)], args: &[&str
         std::fs::write(faults.join(point), arg).unwrap();
     }
     let mut c = cli(&r.cfg, &r.group, &r.index);
-    c.arg("verify").args(args).env("DENORM_FAULTS", &faults).env("NO_COLOR", "1").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.arg("verify").args(args).env("DENORM_FAULTS", &faults).env("NO_COLOR", "1").stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     (faults, c)
 }
 
@@ -30,6 +28,7 @@ fn verify_with_faults(r: &Rig, name: &str, points: &[(&str, &str)], args: &[&str
 /// was clean: the replay resurrected it too). Now the plan reads the log's
 /// end as well: nothing is sent, the post is "verify again", and stays
 /// deleted.
+#[cfg(feature = "failpoints")]
 fn a_repair_is_not_sent_for_a_document_a_later_command_in_the_log_may_have_deleted(r: Rig) {
     let worker = r.worker(&[]);
     let user = Command::UpsertUser { id: s("u1"), name: s("Ann"), email: s("ann@example.com"), dob: s("1990-01-01") };
@@ -42,7 +41,7 @@ fn a_repair_is_not_sent_for_a_document_a_later_command_in_the_log_may_have_delet
 
     let (faults, mut verify) = verify_with_faults(&r, "repair-faults", &[("verify.before-plan", "")], &["--json", "--repair", "--timeout-secs", "15"]);
     let child = verify.spawn().unwrap();
-    eventually(Duration::from_secs(60), || "the verify never reached its repair plan".into(), || faults.join("verify.before-plan.reached").exists().then_some(()));
+    eventually(std::time::Duration::from_secs(60), || "the verify never reached its repair plan".into(), || faults.join("verify.before-plan.reached").exists().then_some(()));
     produce(&r.cfg, vec![Command::DeletePost { id: s("p1"), user_id: s("u1") }]);
     std::fs::remove_file(faults.join("verify.before-plan")).unwrap();
     let out = child.wait_with_output().unwrap();
@@ -131,6 +130,7 @@ fn a_document_held_under_another_key_is_not_sent_a_repair_run_after_run_on_elast
 /// with nothing on stdout: the repairs it wrote to the topic were named
 /// nowhere. Now the report names them (with the error), then it exits 2;
 /// and a repair that completes reports `remaining`.
+#[cfg(feature = "failpoints")]
 fn a_repair_wait_that_times_out_still_reports_what_it_sent(r: Rig) {
     let worker = r.worker(&[]);
     let mut n = produce(&r.cfg, files_under("k", "/k", 3)).len();
@@ -143,7 +143,7 @@ fn a_repair_wait_that_times_out_still_reports_what_it_sent(r: Rig) {
     r.on_fault("fanout.hold", "/held\n");
     let worker = r.worker(&["--page-size", "10"]);
     produce(&r.cfg, vec![Command::RenamePath { from: s("/held/big"), to: s("/held/moved") }]);
-    eventually(Duration::from_secs(60), || worker.log(), || r.dir().join("faults/fanout.hold.reached").exists().then_some(()));
+    eventually(std::time::Duration::from_secs(60), || worker.log(), || r.dir().join("faults/fanout.hold.reached").exists().then_some(()));
 
     let (code, out, err) = r.run(&["verify", "--json", "--repair", "--timeout-secs", "5"]);
     let report = report_of(code, &out, &err);
@@ -216,6 +216,7 @@ fn a_verify_that_could_not_decide_leaves_its_scratch_dir_usable_and_setup_errors
 /// command. Round 2 then cannot judge the post (its partition moved), and
 /// the verify used to drop round 1's proof: exit 0. It now keeps it: exit
 /// 1.
+#[cfg(feature = "failpoints")]
 fn a_difference_proven_in_one_round_is_not_dropped_by_the_next(r: Rig) {
     use denorm::command::partitioner::partition_of;
     let n = r.cfg.partitions;
@@ -237,7 +238,7 @@ fn a_difference_proven_in_one_round_is_not_dropped_by_the_next(r: Rig) {
     let mut child = verify.spawn().unwrap();
     let mut reached = |name: &str| {
         eventually(
-            Duration::from_secs(60),
+            std::time::Duration::from_secs(60),
             || format!("the verify never reached {name}"),
             || {
                 if let Some(status) = child.try_wait().unwrap() {
@@ -347,7 +348,7 @@ fn a_replay_that_keeps_failing_is_named_not_reported_as_a_timeout() {
     let scratch = r.dir().join("scratch");
     let (faults, mut c) = verify_with_faults(&r, "stuck", &[("verify.replay", "")], &["--timeout-secs", "15", "--scratch-dir", scratch.to_str().unwrap()]);
     let child = c.spawn().unwrap();
-    eventually(Duration::from_secs(60), || "verify.replay not reached".into(), || faults.join("verify.replay.reached").exists().then_some(()));
+    eventually(std::time::Duration::from_secs(60), || "verify.replay not reached".into(), || faults.join("verify.replay.reached").exists().then_some(()));
     // Where the replay's shards go, a file: every write there fails.
     std::fs::write(scratch.join("shards"), "not a directory").unwrap();
     std::fs::remove_file(faults.join("verify.replay")).unwrap();
@@ -373,7 +374,7 @@ fn the_scratch_directory_of_a_killed_verify_is_removed_by_the_next() {
     let scratches = || std::fs::read_dir(&temp).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("denorm-verify-")).count();
     let (faults, mut c) = verify_with_faults(&r, "killed", &[("verify.replay", "")], &[]);
     let mut child = c.env("TMPDIR", &temp).spawn().unwrap();
-    eventually(Duration::from_secs(60), || "verify.replay not reached".into(), || faults.join("verify.replay.reached").exists().then_some(()));
+    eventually(std::time::Duration::from_secs(60), || "verify.replay not reached".into(), || faults.join("verify.replay.reached").exists().then_some(()));
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(scratches(), 1, "the killed verify's scratch directory");

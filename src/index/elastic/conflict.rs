@@ -21,6 +21,10 @@ use serde_json::Value;
 use super::docs::{from_source, is_tombstone, writer};
 use crate::index::Kind;
 
+/// The writes of one bulk by `index/id`: each document's kind, its
+/// command's position and what the write was.
+pub(super) type Sent = std::collections::HashMap<String, (Kind, u64, Write)>;
+
 /// Which rule decides a buffered write's conflicts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Write {

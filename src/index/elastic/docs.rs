@@ -81,7 +81,9 @@ pub fn scan_query(scan: &Scan) -> (Kind, Value) {
 /// (`None`: the one the writer's read recorded).
 pub struct EsWhole {
     pub(super) kind: Kind,
-    pub(super) docs: Vec<(Doc, Option<Option<(i64, i64)>>)>,
+    /// Each document with its version: `None` not asked, `Some(None)`
+    /// absent, `Some(Some((seq_no, primary_term)))` present.
+    pub(super) docs: Vec<(Doc, Option<Option<super::meta::Version>>)>,
 }
 
 /// One hit with what a conditional write needs.
@@ -151,17 +153,6 @@ pub fn check_page_pause(pause: std::time::Duration) -> Result<(), String> {
     }
 }
 
-#[cfg(test)]
-mod page_pause_tests {
-    #[test]
-    fn a_pause_between_pages_must_leave_the_point_in_time_alive() {
-        use std::time::Duration;
-        assert!(super::check_page_pause(Duration::from_secs(150)).is_ok());
-        let e = super::check_page_pause(Duration::from_secs(300)).unwrap_err();
-        assert!(e.contains("300000") && e.contains("150000") && e.contains("5m"), "{e}");
-    }
-}
-
 impl PitScan {
     pub async fn open(client: &Elasticsearch, index: &str, query: Value, page: usize) -> Result<PitScan, ElasticError> {
         let r = client.open_point_in_time(OpenPointInTimeParts::Index(&[index])).keep_alive(KEEP_ALIVE).send().await?;
@@ -227,5 +218,16 @@ impl PitScan {
         if let Err(e) = self.client.close_point_in_time().body(json!({"id": self.pit})).send().await {
             tracing::warn!(error = %e, "releasing a point in time failed; it expires after {KEEP_ALIVE}");
         }
+    }
+}
+
+#[cfg(test)]
+mod page_pause_tests {
+    #[test]
+    fn a_pause_between_pages_must_leave_the_point_in_time_alive() {
+        use std::time::Duration;
+        assert!(super::check_page_pause(Duration::from_secs(150)).is_ok());
+        let e = super::check_page_pause(Duration::from_secs(300)).unwrap_err();
+        assert!(e.contains("300000") && e.contains("150000") && e.contains("5m"), "{e}");
     }
 }

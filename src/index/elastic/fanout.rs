@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use super::bulk::{self, BulkOp, BulkReport};
-use super::conflict::Write;
+use super::conflict::{Sent, Write};
 use super::docs::{from_source, hits, scan_query, to_source, EsWhole, PitScan};
 use super::shard::ElasticShard;
 use super::ElasticError;
@@ -26,7 +26,7 @@ const FAN_OUT_IN_FLIGHT: usize = 3;
 /// kind and command position of each document it writes.
 struct PageWrite {
     bulk: tokio::task::JoinHandle<Result<BulkReport, ElasticError>>,
-    kinds: HashMap<String, (Kind, u64, Write)>,
+    kinds: Sent,
     /// The kind of its documents, and the key, id and what a scan tests
     /// of each (recorded as written when it settles: see `super::recent`).
     kind: Kind,

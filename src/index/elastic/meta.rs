@@ -11,6 +11,10 @@ use super::names::meta_index;
 use super::{json_or_status, ElasticError};
 use crate::index::Checkpoint;
 
+/// A document's version as a conditional write takes it: (seq_no,
+/// primary_term).
+pub(crate) type Version = (i64, i64);
+
 /// GET a document by id (realtime): its source and (seq_no, primary_term).
 /// A missing document is `None`; a missing index or alias is an error
 /// ([`ElasticError::Gone`]), never taken for an absent document.

@@ -253,7 +253,9 @@ mod tests {
     /// type and analyzer, and so are `dynamic` and the analyzer's settings.
     #[test]
     fn finds_differences_beyond_type_and_analyzer() {
-        let cases: Vec<(Kind, fn(&mut Value), &str)> = vec![
+        // The kind, a change of its expected mapping, the field named.
+        type Case = (Kind, fn(&mut Value), &'static str);
+        let cases: Vec<Case> = vec![
             (Kind::File, |m| m["properties"]["path"]["fields"]["tree"]["search_analyzer"] = json!("standard"), "path.tree"),
             (Kind::User, |m| m["properties"]["dob"]["format"] = json!("strict_date_optional_time"), "dob"),
             (Kind::File, |m| m["properties"]["id"]["ignore_above"] = json!(32), "id"),

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use super::backend::{ElasticBackend, WriteFirst, SEARCHABLE_WITHIN};
 use super::bulk::{self, BulkOp, BulkReport};
-use super::conflict::{self, TakeOver, Write};
+use super::conflict::{self, Sent, TakeOver, Write};
 use super::docs::{from_source, is_tombstone, to_source, tombstone, EsWhole};
 use super::generations;
 use super::meta::{self, get_source};
@@ -28,7 +28,7 @@ use super::recent::{Recent, MAX_RECENT};
 use super::tombstones::{self, now_ms};
 use super::ElasticError;
 use crate::index::progress::ProgressBook;
-use crate::index::{Doc, IndexError, Kind, Origin, Pages, Scan, Shard, Wanted};
+use crate::index::{Doc, IndexError, Kind, Origin, Pages, Rewrite, Scan, Shard, Wanted};
 
 /// Writing first ([`WriteFirst::WhenAbsent`]) starts after a window of at
 /// least this many upsert guard reads...
@@ -87,7 +87,7 @@ pub struct ElasticShard {
     /// taken by its first read; dropped at every flush, before this
     /// writer's writes are sent (the versions they hold may be older than
     /// those writes, a fan-out's included).
-    prefetched: HashMap<(Kind, String), Option<(Value, (i64, i64))>>,
+    prefetched: HashMap<(Kind, String), Option<(Value, meta::Version)>>,
     /// Whether upserts are written first, without a read (see
     /// [`Shard::upsert_position`], [`WriteFirst`]).
     writing_first: bool,
@@ -265,7 +265,7 @@ impl ElasticShard {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let kinds: HashMap<String, (Kind, u64, Write)> = self.pending.iter().map(|(k, op, pos, w)| (format!("{}/{}", self.target(*k), op.id()), (*k, *pos, *w))).collect();
+        let kinds: Sent = self.pending.iter().map(|(k, op, pos, w)| (format!("{}/{}", self.target(*k), op.id()), (*k, *pos, *w))).collect();
         // The buffer is dropped only once Elasticsearch has it: after a
         // failure the next commit sends it again (writes are conditional and
         // guarded, so a partial first attempt is harmless).
@@ -309,7 +309,7 @@ impl ElasticShard {
     ///
     /// `kinds` maps `index/id` to the document's kind and its command's
     /// position.
-    pub(super) fn resolve(&mut self, mut report: BulkReport, kinds: &HashMap<String, (Kind, u64, Write)>, mut rule: Option<&mut dyn FnMut(&Doc) -> Option<Doc>>) -> Result<u64, IndexError> {
+    pub(super) fn resolve(&mut self, mut report: BulkReport, kinds: &Sent, mut rule: Option<&mut Rewrite<'_>>) -> Result<u64, IndexError> {
         let mut written = report.done as u64;
         for _ in 0..5 {
             report.refused()?;

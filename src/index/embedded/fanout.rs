@@ -55,7 +55,7 @@ impl Cursor {
         let mut rest = Paged::new(searcher, f.scan_query(scan).as_ref(), page_size)?;
         let mut first = Vec::new();
         let done = rest.next(stores, &mut |store, doc| {
-            let d = f.from_tantivy(&store.get(doc)?)?;
+            let d = f.doc_of(&store.get(doc)?)?;
             if !overlay.contains(d.kind(), d.id()) {
                 first.push(d);
             }
@@ -103,7 +103,7 @@ impl Cursor {
                 }
                 let mut page = Vec::new();
                 *rest_done = rest.next(stores, &mut |store, doc| {
-                    let d = f.from_tantivy(&store.get(doc)?)?;
+                    let d = f.doc_of(&store.get(doc)?)?;
                     if pending.is_empty() || !pending.contains(&(d.kind(), d.id().to_string())) {
                         page.push(d);
                     }

@@ -90,7 +90,7 @@ impl Overlay {
             writer.delete_query(Box::new(tantivy::query::TermSetQuery::new(replaced)))?;
         }
         for doc in self.writes.values().filter_map(|p| p.doc.as_ref()) {
-            writer.add_document(f.to_tantivy(doc))?;
+            writer.add_document(f.tantivy_doc(doc))?;
         }
         Ok(())
     }

@@ -27,7 +27,7 @@ pub fn index(dir: &Path, memory_budget: usize, docs: impl IntoIterator<Item = Do
     let (_, mut writer, f) = open(dir, memory_budget)?;
     let mut n = 0;
     for d in docs {
-        writer.add_document(f.to_tantivy(&d))?;
+        writer.add_document(f.tantivy_doc(&d))?;
         n += 1;
     }
     writer.commit()?;
@@ -44,7 +44,7 @@ pub fn rename_dir(dir: &Path, memory_budget: usize, from: &str, to: &str) -> Res
     let query = f.scan_query(&Scan::FilesWithin { path: from.to_string() });
     let (mut n, mut page) = (0, Vec::with_capacity(PAGE));
     stream(&searcher, query.as_ref(), &mut |store, doc| {
-        if let Doc::File(mut d) = f.from_tantivy(&store.get(doc)?)? {
+        if let Doc::File(mut d) = f.doc_of(&store.get(doc)?)? {
             let Some(rest) = d.path.strip_prefix(from) else { return Ok(()) };
             d.path = format!("{to}{rest}");
             page.push(Doc::File(d));

@@ -66,7 +66,7 @@ impl Fields {
         Box::new(TermQuery::new(Term::from_field_text(field, value), IndexRecordOption::Basic))
     }
 
-    pub(super) fn to_tantivy(&self, doc: &Doc) -> TantivyDocument {
+    pub(super) fn tantivy_doc(&self, doc: &Doc) -> TantivyDocument {
         let mut t = TantivyDocument::new();
         t.add_text(self.doc_key, doc_key(doc.kind(), doc.id()));
         t.add_text(self.kind, doc.kind().as_str());
@@ -99,7 +99,7 @@ impl Fields {
         t
     }
 
-    pub(super) fn from_tantivy(&self, t: &TantivyDocument) -> Result<Doc, IndexError> {
+    pub(super) fn doc_of(&self, t: &TantivyDocument) -> Result<Doc, IndexError> {
         let s = |f: Field| t.get_first(f).and_then(|v| v.as_str()).unwrap_or("").to_string();
         let pos = t.get_first(self.pos).and_then(|v| v.as_u64()).unwrap_or(0);
         Ok(match s(self.kind).as_str() {

@@ -12,6 +12,9 @@ use crate::index::{AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostD
 use super::schema::{find_with, schema, stream, Fields};
 
 /// Read-only view over every shard.
+/// Builds a shard's query (each shard has its own fields).
+type QueryOf<'a> = dyn Fn(&Index) -> Result<Box<dyn Query>, IndexError> + 'a;
+
 pub struct EmbeddedSearch {
     shards: Vec<(Index, IndexReader)>,
     f: Fields,
@@ -54,12 +57,12 @@ impl EmbeddedSearch {
     }
 
     /// Best `limit` (0: all, unordered) matches over every shard.
-    fn matches(&self, build: &dyn Fn(&Index) -> Result<Box<dyn Query>, IndexError>, limit: usize, out: &mut dyn FnMut(f32, Doc)) -> Result<(), IndexError> {
+    fn matches(&self, build: &QueryOf<'_>, limit: usize, out: &mut dyn FnMut(f32, Doc)) -> Result<(), IndexError> {
         if limit == 0 {
             for (index, reader) in &self.shards {
                 let q = build(index)?;
                 stream(&reader.searcher(), q.as_ref(), &mut |store, doc| {
-                    out(0.0, self.f.from_tantivy(&store.get(doc)?)?);
+                    out(0.0, self.f.doc_of(&store.get(doc)?)?);
                     Ok(())
                 })?;
             }
@@ -70,7 +73,7 @@ impl EmbeddedSearch {
             let searcher = reader.searcher();
             let q = build(index)?;
             for (score, addr) in searcher.search(q.as_ref(), &TopDocs::with_limit(limit))? {
-                hits.push((score, self.f.from_tantivy(&searcher.doc(addr)?)?));
+                hits.push((score, self.f.doc_of(&searcher.doc(addr)?)?));
             }
         }
         hits.sort_by(|a, b| b.0.total_cmp(&a.0));
@@ -100,7 +103,7 @@ impl EmbeddedSearch {
         Ok(false)
     }
 
-    fn count(&self, build: &dyn Fn(&Index) -> Result<Box<dyn Query>, IndexError>) -> Result<usize, IndexError> {
+    fn count(&self, build: &QueryOf<'_>) -> Result<usize, IndexError> {
         let mut n = 0;
         for (index, reader) in &self.shards {
             n += reader.searcher().search(build(index)?.as_ref(), &Count)?;
@@ -149,7 +152,7 @@ impl SearchIndex for EmbeddedSearch {
     fn dump(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
         for (_, reader) in &self.shards {
             stream(&reader.searcher(), &AllQuery, &mut |store, doc| {
-                out(self.f.from_tantivy(&store.get(doc)?)?);
+                out(self.f.doc_of(&store.get(doc)?)?);
                 Ok(())
             })?;
         }

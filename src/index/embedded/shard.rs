@@ -30,7 +30,7 @@ pub(super) fn replace_page(writer: &IndexWriter, f: &Fields, page: &[Doc]) -> Re
     }
     writer.delete_query(Box::new(tantivy::query::TermSetQuery::new(page.iter().map(|d| f.key_term(d.kind(), d.id())))))?;
     for doc in page {
-        writer.add_document(f.to_tantivy(doc))?;
+        writer.add_document(f.tantivy_doc(doc))?;
     }
     Ok(())
 }
@@ -219,7 +219,7 @@ impl Shard for EmbeddedShard {
             self.commit()?;
         }
         let searcher = self.reader.searcher();
-        find(&searcher, &self.f.key_term(kind, id), &mut self.stores)?.map(|t| self.f.from_tantivy(&t)).transpose()
+        find(&searcher, &self.f.key_term(kind, id), &mut self.stores)?.map(|t| self.f.doc_of(&t)).transpose()
     }
 
     fn position(&mut self, kind: Kind, id: &str) -> Result<Option<u64>, IndexError> {
@@ -311,7 +311,7 @@ impl Shard for EmbeddedShard {
             }
             page = kept;
         }
-        let new: Vec<Doc> = page.iter().filter_map(|d| rewrite(d)).collect();
+        let new: Vec<Doc> = page.iter().filter_map(&mut *rewrite).collect();
         let written = new.len() as u64;
         // A fan-out of one page, and a pending document, stay in the
         // overlay (reads see them without a commit); the pages of a longer

@@ -83,7 +83,7 @@ fn head(cursor: &mut Cursor, f: &Fields, i: usize) -> Result<Option<(Head, Doc)>
     match cursor.next()? {
         None => Ok(None),
         Some((term, stored)) => {
-            let doc = f.from_tantivy(&stored)?;
+            let doc = f.doc_of(&stored)?;
             Ok(Some((Reverse((term, doc.key(), i)), doc)))
         }
     }

@@ -199,7 +199,7 @@ impl Partition {
     /// applied above it, [`DoneAbove::to_metadata`]), if it moved past what
     /// the group has, or what is applied above it changed (nothing while
     /// the group's offset is not known yet).
-    pub fn to_commit(&mut self) -> Option<(i64, String)> {
+    pub fn next_commit(&mut self) -> Option<(i64, String)> {
         if !self.commits {
             return None;
         }

@@ -634,7 +634,7 @@ pub fn read_topic(cfg: &KafkaConfig) -> Vec<Vec<(i64, denorm::codec::Decoded)>> 
 /// The partitions of a worker's last "partitions assigned" log line.
 pub fn last_assignment(w: &Worker) -> BTreeSet<i32> {
     let log = w.log();
-    let line = log.lines().filter(|l| l.contains("partitions assigned")).next_back().unwrap_or_else(|| panic!("no assignment:\n{log}"));
+    let line = log.lines().rfind(|l| l.contains("partitions assigned")).unwrap_or_else(|| panic!("no assignment:\n{log}"));
     let list = line.split("partitions=[").nth(1).and_then(|r| r.split(']').next()).unwrap_or_else(|| panic!("unparsed: {line}"));
     list.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect()
 }
@@ -649,8 +649,7 @@ pub fn wait_covered(workers: &[&Worker], n: i32) {
         || format!("the group never split the {n} partitions among its {} members:\n{}", workers.len(), logs()),
         || {
             // A member whose last word is a revoke is in a rebalance.
-            let settled =
-                |w: &&Worker| w.log().lines().filter(|l| l.contains("partitions assigned") || l.contains("partitions revoked")).next_back().is_some_and(|l| l.contains("partitions assigned"));
+            let settled = |w: &&Worker| w.log().lines().rfind(|l| l.contains("partitions assigned") || l.contains("partitions revoked")).is_some_and(|l| l.contains("partitions assigned"));
             if !workers.iter().all(settled) {
                 return None;
             }

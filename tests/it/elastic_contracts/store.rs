@@ -51,7 +51,13 @@ impl wiremock::Respond for MetaDoc {
 /// `if_primary_term` and create-only-if-absent as Elasticsearch does
 /// (409 `version_conflict_engine_exception`). Aliases are names here.
 #[derive(Clone, Default)]
-pub(super) struct Store(pub(super) std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(String, String), (Value, i64)>>>);
+pub(super) struct Store(pub(super) Shared<std::collections::HashMap<(String, String), (Value, i64)>>);
+
+/// A document in a point in time: id, source, seq_no.
+pub(super) type PitDoc = (String, Value, i64);
+
+/// State the test server's handlers share.
+type Shared<T> = std::sync::Arc<std::sync::Mutex<T>>;
 
 impl Store {
     pub(super) fn get(&self, index: &str, id: &str) -> Option<Value> {
@@ -64,8 +70,8 @@ impl Store {
         let key = (index.to_string(), id.to_string());
         let current = docs.get(&key).map(|(_, seq)| *seq);
         let next = docs.values().map(|(_, seq)| *seq).max().map_or(0, |m| m + 1);
-        if action == "create" && current.is_some() {
-            return Err(current.unwrap());
+        if let (true, Some(seq)) = (action == "create", current) {
+            return Err(seq);
         }
         if let Some((seq, term)) = cond {
             if current != Some(seq) || term != 1 {
@@ -154,7 +160,8 @@ impl wiremock::Respond for Store {
 #[derive(Clone, Default)]
 pub(super) struct Scans {
     pub(super) store: Store,
-    pub(super) pits: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<(String, Value, i64)>>>>,
+    /// Each open point in time: its documents (id, source, seq_no).
+    pub(super) pits: Shared<std::collections::HashMap<String, Vec<PitDoc>>>,
 }
 
 pub(super) fn field<'a>(v: &'a Value, dotted: &str) -> &'a Value {
@@ -215,9 +222,6 @@ impl wiremock::Respond for Scans {
         }
     }
 }
-
-/// A log of one key (`/a`): upserts, deletes, and directory and file
-/// renames among three directories, from `seed`.
 
 /// A test server whose documents live in a stateful [`Store`] that
 /// [`Scans`] can search.

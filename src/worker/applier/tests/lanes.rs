@@ -22,6 +22,7 @@ pub(super) fn rename_with_traffic(r: &Rig) -> (i64, i64, i64) {
 
 /// After everything is applied: each renamed file at `/a/y`, the later
 /// file left at `/a/x` (it came after the rename), `/b`'s file.
+#[cfg(feature = "failpoints")]
 fn all_applied(r: &Rig) {
     let mut want: Vec<(String, String)> = (0..40).map(|i| (format!("a{i}"), format!("/a/y/a{i}.txt"))).collect();
     want.push(("b1".into(), "/b/b1.txt".into()));

@@ -1,6 +1,7 @@
 //! The findings of the key lanes review (`shared/reviews/lanes.md`), each
 //! with the test that failed before its fix.
 
+#[cfg(feature = "failpoints")]
 use super::lanes::rename_with_traffic;
 use super::*;
 use crate::apply::FanOut;
@@ -10,6 +11,7 @@ use crate::apply::FanOut;
 /// fed right after the last message, is then handled within a few turns of
 /// the loop. That has no effect to observe while lanes are busy (nothing is
 /// published): the short pause after stands for it.
+#[cfg(feature = "failpoints")]
 fn fed_and_handled_but(r: &Rig, run: &Running, waiting: usize) {
     let records = r.log.lock().unwrap().records.len();
     eventually("every message fed and handled", || run.sent.load(Ordering::SeqCst) == records && run.part.queued.messages() == waiting);
