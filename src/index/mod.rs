@@ -5,11 +5,16 @@
 //! The [`Shard`] trait is what the command logic in `apply/` drives; the
 //! [`SearchIndex`] trait is what `denorm search` and the model checks read.
 
+mod backend;
 pub mod elastic;
 pub mod embedded;
 pub mod generations;
 pub mod memory;
 pub mod progress;
+mod read;
+
+pub use backend::{verified_record, Backend, Verified, VERIFIED_PARTIAL_RECORD, VERIFIED_RECORD};
+pub use read::{dump_order, AuthorGroup, FileQuery, PostQuery, Recorded, SearchIndex};
 
 use serde::Serialize;
 
@@ -540,174 +545,5 @@ pub struct Checkpoint {
 impl Checkpoint {
     pub fn new(offset: u64, fingerprint: u64) -> Self {
         Checkpoint { offset, fingerprint: Some(fingerprint) }
-    }
-}
-
-/// An index backend: hands out shard writers and a read view.
-pub trait Backend: Send + Sync {
-    /// Records the partition count of the topic the index is built from, or
-    /// checks it against the one recorded: a topic whose partitions were
-    /// added moves keys between partitions, and so between shards
-    /// ([`IndexError::LogMismatch`]).
-    fn bind_log(&self, partitions: i32) -> Result<(), IndexError>;
-    /// The durable checkpoint of each of `partitions`' shards that has one,
-    /// read without taking the writer (a worker positions its consumer there
-    /// when it is assigned a partition).
-    fn checkpoints(&self, partitions: &[i32]) -> Result<std::collections::HashMap<i32, Checkpoint>, IndexError>;
-    /// What each of `partitions`' shards that has a checkpoint records
-    /// applied: the checkpoint and what is done above it (issue 45), read
-    /// like [`Backend::checkpoints`]. By default the checkpoints alone.
-    fn applied(&self, partitions: &[i32]) -> Result<std::collections::HashMap<i32, progress::Applied>, IndexError> {
-        Ok(self.checkpoints(partitions)?.into_iter().map(|(p, c)| (p, progress::Applied { checkpoint: Some(c), done: Default::default() })).collect())
-    }
-    /// The generation new shard writers belong to: a worker whose shard is
-    /// of another generation moves to this one (see `denorm rebuild`).
-    fn generation(&self) -> Result<u64, IndexError> {
-        Ok(0)
-    }
-    /// The writer of `partition`'s shard. Fails with a retryable error while
-    /// another owner still holds it.
-    fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError>;
-    /// A read view of everything committed so far (of the generation a
-    /// rebuild's backend is pinned to, or the current one).
-    fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError>;
-    /// A small JSON record kept with the index (a file beside the embedded
-    /// index's generations, a meta document on Elasticsearch): what the
-    /// last `denorm verify` found, a rebuild's state. `None`: none yet, or
-    /// a backend that keeps no records.
-    fn record(&self, _name: &str) -> Result<Option<serde_json::Value>, IndexError> {
-        Ok(None)
-    }
-    /// Writes a record whole.
-    fn save_record(&self, _name: &str, _v: &serde_json::Value) -> Result<(), IndexError> {
-        Ok(())
-    }
-    /// What the last whole `denorm verify` of this index found.
-    fn verified(&self) -> Result<Option<Verified>, IndexError> {
-        self.verified_of(false)
-    }
-    /// What the last whole verify, or the last partial one (`--keys`,
-    /// `--sample`), found.
-    fn verified_of(&self, partial: bool) -> Result<Option<Verified>, IndexError> {
-        let v = self.record(verified_record(partial))?;
-        v.map(|v| serde_json::from_value(v).map_err(|e| IndexError::Corrupt(format!("the record of the last verify: {e}")))).transpose()
-    }
-}
-
-/// The record of [`Backend::verified`].
-pub const VERIFIED_RECORD: &str = "verified";
-/// The record of the last partial verify's verdict (`--keys`, `--sample`):
-/// a partial verify never overwrites the whole one's (review of verify,
-/// F8). The workers export both, with `scope`.
-pub const VERIFIED_PARTIAL_RECORD: &str = "verified-partial";
-
-/// The record of a whole verify's verdict, or of a partial one's.
-pub fn verified_record(partial: bool) -> &'static str {
-    match partial {
-        false => VERIFIED_RECORD,
-        true => VERIFIED_PARTIAL_RECORD,
-    }
-}
-
-/// What the last `denorm verify` of an index found: kept with the index (a
-/// file beside the embedded index's generations, a meta document on
-/// Elasticsearch), and exported by the workers as the `denorm_verify_*`
-/// gauges (a verify's own process is short-lived and not scraped).
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct Verified {
-    /// When it finished, seconds since the Unix epoch.
-    pub finished_at: f64,
-    /// Documents compared.
-    pub checked: u64,
-    /// Documents that differed (with `--repair`: those left after it).
-    pub differences: u64,
-    pub seconds: f64,
-    /// When a verify last found no difference (this one or an earlier one).
-    pub last_clean_at: Option<f64>,
-    /// Whether it verified some keys only (`--keys`, `--sample`).
-    pub partial: bool,
-    /// Documents not compared: written after the verify's offsets, and
-    /// lacking in a partition that moved on (review of verify, F7: a run
-    /// that compared little is told from one that compared all). 0 in
-    /// records of earlier versions.
-    #[serde(default)]
-    pub written_since: u64,
-    #[serde(default)]
-    pub unsettled: u64,
-}
-
-/// The order of [`SearchIndex::dump_sorted`]: the kind's name, the id (as
-/// bytes), then the key. Documents are unique by kind and id but where
-/// shards are separate (embedded): an owner change sent without its
-/// explicit form leaves a copy under each key. The embedded index's
-/// `doc_key` terms (`kind:id`, every kind's name four letters long) and
-/// Elasticsearch's sort on the `id` keyword, kind by kind, give this order.
-pub fn dump_order(d: &Doc) -> (&'static str, String, String) {
-    (d.kind().as_str(), d.id().to_string(), d.key())
-}
-
-/// What a backend records beside a document's fields, which a verify
-/// compares too (review of verify, F17): the partition whose shard wrote it
-/// (Elasticsearch, where all partitions write into one index; `None`
-/// where the backend does not record it), and whether its position was
-/// lost (such a version reads as position 0).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Recorded {
-    pub owner: Option<i32>,
-    pub pos_lost: bool,
-}
-
-/// Filters of `denorm search files`.
-#[derive(Debug, Clone, Default)]
-pub struct FileQuery {
-    /// Exact directory.
-    pub dir: Option<String>,
-    /// Whole subtree.
-    pub under: Option<String>,
-    /// Full text on contents.
-    pub text: Option<String>,
-}
-
-/// Filters of `denorm search posts`.
-#[derive(Debug, Clone, Default)]
-pub struct PostQuery {
-    pub text: Option<String>,
-    pub author: Option<String>,
-}
-
-/// Posts of one author, for group-by-author.
-#[derive(Debug, Clone, Serialize)]
-pub struct AuthorGroup {
-    pub author: String,
-    pub best_score: f32,
-    pub posts: Vec<PostDoc>,
-}
-
-/// Read side of an index: what `denorm search` and the model checks use.
-pub trait SearchIndex {
-    /// Files matching `q`, best first; `limit` 0 streams every match.
-    fn files(&self, q: &FileQuery, limit: usize, out: &mut dyn FnMut(FileDoc)) -> Result<(), IndexError>;
-    /// Posts matching `q`, best first; `limit` 0 streams every match.
-    fn posts(&self, q: &PostQuery, limit: usize, out: &mut dyn FnMut(PostDoc)) -> Result<(), IndexError>;
-    /// Authors ordered by their best-scoring matching post, each with its
-    /// `per_author` best posts; `limit` authors (0: all).
-    fn posts_by_author(&self, q: &PostQuery, limit: usize, per_author: usize) -> Result<Vec<AuthorGroup>, IndexError>;
-    /// Every document of every shard, without bookkeeping.
-    fn dump(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError>;
-    /// Every document in [`dump_order`], a page at a time where the
-    /// backend can (both do): a comparison of two indexes merges two such
-    /// streams, in memory that does not grow with the index. This default
-    /// holds and sorts a whole dump.
-    fn dump_sorted(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
-        let mut all = Vec::new();
-        self.dump(&mut |d| all.push(d))?;
-        all.sort_by_cached_key(dump_order);
-        all.into_iter().for_each(out);
-        Ok(())
-    }
-    /// [`SearchIndex::dump_sorted`], each document with what the backend
-    /// records beside its fields. This default records nothing more.
-    fn dump_sorted_recorded(&self, out: &mut dyn FnMut(Doc, Recorded)) -> Result<(), IndexError> {
-        self.dump_sorted(&mut |d| out(d, Recorded::default()))
     }
 }

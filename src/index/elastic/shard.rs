@@ -12,32 +12,33 @@
 //! Reads are realtime GETs; a fan-out scan refreshes the index first so it
 //! sees every write before it (read-your-writes), one refresh per fan-out.
 
+mod flush;
+
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use serde_json::{json, Value};
 
 use super::backend::{ElasticBackend, WriteFirst, SEARCHABLE_WITHIN};
-use super::bulk::{self, BulkOp, BulkReport};
-use super::conflict::{self, Sent, TakeOver, Write};
-use super::docs::{from_source, is_tombstone, to_source, tombstone, EsWhole};
+use super::bulk::BulkOp;
+use super::conflict::{self, TakeOver, Write};
+use super::docs::{from_source, is_tombstone, to_source, EsWhole};
 use super::generations;
 use super::meta::{self, get_source};
 use super::names::{self, OWNER_FIELD, PARTITION_FIELD, POS_FIELD};
 use super::recent::{Recent, MAX_RECENT};
-use super::tombstones::{self, now_ms};
+use super::tombstones;
 use super::ElasticError;
 use crate::index::progress::ProgressBook;
-use crate::index::{Doc, IndexError, Kind, Origin, Pages, Rewrite, Scan, Shard, Wanted};
+use crate::index::{Doc, IndexError, Kind, Origin, Pages, Scan, Shard, Wanted};
+use flush::owner_conflict;
 
 /// Writing first ([`WriteFirst::WhenAbsent`]) starts after a window of at
 /// least this many upsert guard reads...
 const WRITE_FIRST_MIN_READS: usize = 32;
-/// ...of which at most one in this many found a document,
+/// ...of which at most one in this many found a document (and stops as
+/// `flush::WRITE_FIRST_CONFLICTS_AT_MOST` says).
 const WRITE_FIRST_FOUND_AT_MOST: usize = 20;
-/// and stops after a flush in which more than one in this many of its
-/// creates met an existing document (each costing a read and a resend).
-const WRITE_FIRST_CONFLICTS_AT_MOST: usize = 20;
 
 impl From<ElasticError> for IndexError {
     /// The error is kept as the cause; whether it is retried follows
@@ -254,185 +255,6 @@ impl ElasticShard {
             tracing::warn!(error = %e, "removing expired tombstones failed; tried again later");
         }
     }
-
-    /// Sends the buffered writes; resolves their conflicts by reading again.
-    pub(super) fn flush(&mut self) -> Result<(), IndexError> {
-        // Before any write of this writer's (a flush, a commit, a fan-out,
-        // which flushes first): what was fetched ahead may be older than it,
-        // and so may a scan read ahead.
-        self.prefetched.clear();
-        self.ready = None;
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let kinds: Sent = self.pending.iter().map(|(k, op, pos, w)| (format!("{}/{}", self.target(*k), op.id()), (*k, *pos, *w))).collect();
-        // The buffer is dropped only once Elasticsearch has it: after a
-        // failure the next commit sends it again (writes are conditional and
-        // guarded, so a partial first attempt is harmless).
-        let ops: Vec<BulkOp> = self.pending.iter().map(|(_, op, _, _)| op.clone()).collect();
-        if self.pending.iter().any(|(k, op, _, _)| self.seen_foreign.contains(&(*k, op.id().to_string()))) {
-            self.confirm_owner()?;
-        }
-        let report = self.b.runtime.block_on(bulk::execute(&self.b.client, ops, self.b.limits, self.b.policy))?;
-        // The creates written first that met an existing document.
-        let met = report
-            .conflicts
-            .iter()
-            .filter(|op| match op {
-                BulkOp::Create { index, id, .. } => kinds.get(&format!("{index}/{id}")).is_some_and(|(k, _, _)| self.assumed.contains(&(*k, id.clone()))),
-                _ => false,
-            })
-            .count();
-        self.resolve(report, &kinds, None)?;
-        self.unsearchable = Some(Instant::now());
-        if self.writing_first && self.b.write_first == WriteFirst::WhenAbsent && met * WRITE_FIRST_CONFLICTS_AT_MOST > self.assumed.len() {
-            tracing::debug!(partition = self.partition, creates = self.assumed.len(), existed = met, "upserts found their documents: reading them first again");
-            self.writing_first = false;
-        }
-        self.pending.clear();
-        self.pending_at.clear();
-        self.overlay.clear();
-        self.seen.clear();
-        self.seen_foreign.clear();
-        self.assumed.clear();
-        Ok(())
-    }
-
-    /// 409s: another write got there first. Read the document again and
-    /// let the log positions decide, up to a few rounds:
-    /// - a buffered write or delete (`rule` None) is sent again, against
-    ///   the version just read, only when what is there now is older than
-    ///   its command;
-    /// - a fan-out's rewrite (`rule` Some) applies the rule to what is
-    ///   there now (the rule has its own position guard), never to the
-    ///   version it rewrote before, whose position is already the command's.
-    ///
-    /// `kinds` maps `index/id` to the document's kind and its command's
-    /// position.
-    pub(super) fn resolve(&mut self, mut report: BulkReport, kinds: &Sent, mut rule: Option<&mut Rewrite<'_>>) -> Result<u64, IndexError> {
-        let mut written = report.done as u64;
-        for _ in 0..5 {
-            report.refused()?;
-            if report.conflicts.is_empty() {
-                return Ok(written);
-            }
-            let mut again = Vec::new();
-            // Whether one of `again` replaces another partition's version.
-            let mut over_foreign = false;
-            // The round's conflicts read with one `_mget` (review F9); one
-            // the `_mget` could not answer, or all of them if it failed, is
-            // read with a GET.
-            let targets: Vec<(String, String)> = report.conflicts.iter().map(|op| (op.index().to_string(), op.id().to_string())).collect();
-            let mut read = match self.b.runtime.block_on(meta::mget_sources(&self.b.client, &targets)) {
-                Ok(found) => found.into_iter(),
-                Err(error) => {
-                    tracing::debug!(partition = self.partition, %error, "reading conflicts with one _mget failed; each is read with a GET");
-                    Vec::new().into_iter()
-                }
-            };
-            for op in report.conflicts.drain(..) {
-                let (index, source) = match &op {
-                    BulkOp::Index { index, source, .. } | BulkOp::Create { index, source, .. } => (index.clone(), Some(source.clone())),
-                    BulkOp::Delete { index, .. } => (index.clone(), None),
-                };
-                let (kind, pos, write) = kinds.get(&format!("{index}/{}", op.id())).copied().unwrap_or((Kind::File, 0, Write::Own));
-                let current = match read.next().flatten() {
-                    Some(current) => current,
-                    None => self.b.runtime.block_on(get_source(&self.b.client, &index, op.id()))?,
-                };
-                let id = op.id().to_string();
-                match (current, source, rule.as_mut()) {
-                    // Deleted since the scan read it: nothing to move.
-                    (Some((cur, _)), Some(_), Some(_)) if is_tombstone(&cur) => {}
-                    // Another partition's document now: taken over since
-                    // the scan read it (an owner change), never rewritten
-                    // by this partition's fan-out. It was: the rule ran on
-                    // it and stamped it with this partition, and the owner
-                    // change's delete half here then deleted it (review of
-                    // Elasticsearch, F1).
-                    (Some((cur, _)), Some(_), Some(_)) if self.foreign(&cur) => {}
-                    (Some((cur, seq)), Some(_), Some(rule)) => {
-                        if let Some(new) = rule(&from_source(kind, &cur)) {
-                            again.push(BulkOp::Index { index, id, source: self.stamp(to_source(&new)), if_seq_no: Some(seq) });
-                        }
-                    }
-                    // The document a rewrite read is gone: nothing to move.
-                    (None, Some(_), Some(_)) => {}
-                    (Some((cur, seq)), Some(src), None) => {
-                        if conflict::wins_over(self.partition, &cur, kind, pos, write) {
-                            over_foreign |= self.foreign(&cur);
-                            again.push(BulkOp::Index { index, id, source: src, if_seq_no: Some(seq) });
-                        } else if self.foreign(&cur) && !is_tombstone(&cur) && write != Write::Departed {
-                            // Another partition's document, written since
-                            // this one was read absent (or written first,
-                            // unread): what `position` says of it, said
-                            // here. Which of two owners comes first
-                            // decides; a replay may decide otherwise.
-                            owner_conflict(&self.b, kind, &id, &cur, self.partition);
-                        }
-                    }
-                    (None, Some(src), None) => again.push(BulkOp::Create { index, id, source: src }),
-                    (Some((cur, seq)), None, _) => {
-                        if conflict::wins_over(self.partition, &cur, kind, pos, Write::Own) {
-                            over_foreign |= self.foreign(&cur);
-                            again.push(BulkOp::Delete { index, id, if_seq_no: Some(seq) });
-                        }
-                    }
-                    (None, None, _) => {}
-                }
-            }
-            if over_foreign {
-                self.confirm_owner()?;
-            }
-            report = self.b.runtime.block_on(bulk::execute(&self.b.client, again, self.b.limits, self.b.policy))?;
-            written += report.done as u64;
-        }
-        Err(IndexError::Backend("write conflicts kept recurring; another writer owns these documents".into()))
-    }
-}
-
-impl ElasticShard {
-    /// Buffers a write of a document until the next flush. A later write
-    /// of a document already buffered replaces it (its condition is the
-    /// one the document was last read with, which the buffered write,
-    /// unsent, did not change): each document is sent once per flush, its
-    /// last version. Two writes of one document were both sent, and judged
-    /// by the last one's position after a conflict, so the first, older,
-    /// could be sent again over another writer's newer version (review of
-    /// Elasticsearch, F2). A take-over stays one: the write replaces what
-    /// it took over.
-    fn buffer(&mut self, kind: Kind, op: BulkOp, pos: u64, write: Write) {
-        match self.pending_at.get(&(kind, op.id().to_string())) {
-            Some(&i) => {
-                let merged = match (self.pending[i].3, write) {
-                    (taken @ Write::TakeOver { .. }, Write::Own | Write::Departed) => taken,
-                    (_, w) => w,
-                };
-                self.pending[i] = (kind, op, pos, merged);
-            }
-            None => {
-                self.pending_at.insert((kind, op.id().to_string()), self.pending.len());
-                self.pending.push((kind, op, pos, write));
-            }
-        }
-    }
-
-    /// A delete as a tombstone, not a removal (see `names::DELETED_FIELD`),
-    /// decided by `write`'s rule.
-    fn tombstone(&mut self, kind: Kind, id: &str, pos: u64, write: Write) -> Result<(), IndexError> {
-        self.ready = None;
-        self.recent.deleted(kind, id);
-        let op = self.write_op(kind, id, tombstone(id, pos, now_ms()));
-        self.buffer(kind, op, pos, write);
-        self.overlay.insert((kind, id.to_string()), None);
-        Ok(())
-    }
-}
-
-/// Counts and logs a command of `partition` naming a document `stored`
-/// another partition holds.
-fn owner_conflict(b: &ElasticBackend, kind: Kind, id: &str, stored: &Value, partition: i32) {
-    b.owner_conflict(kind, id, &stored[PARTITION_FIELD], partition, "a command names a document another key's partition holds: an owner change sent without its explicit form (previous_path, previous_user_id), or a redelivery after the document moved; not applied");
 }
 
 impl Shard for ElasticShard {
