@@ -15,6 +15,8 @@
 //! - `index.reject-commit`: a commit holding a write of a document whose id
 //!   is one of the file's lines is rejected (like an Elasticsearch bulk item
 //!   refused at commit time, which cannot be traced to its command at once).
+//!   On Elasticsearch the server refuses it: the document is sent with a
+//!   position its mapping cannot parse.
 //! - `dlq.send`: writes to the dead-letter topic fail.
 //! - `move.send`: a cross-key rename's writes of its documents to the
 //!   destination's partition fail.

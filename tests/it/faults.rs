@@ -97,8 +97,22 @@ fn an_aborted_command_parks_its_key_until_reprocess_and_clear_discards_on(r: Rig
 #[test]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
 fn a_write_refused_at_commit_time_is_traced_to_its_command_and_dead_lettered() {
-    let r = Rig::new(1);
     // Like an Elasticsearch bulk item refused when a batch is committed.
+    a_write_refused_at_commit_time_is_traced_to_its_command_and_dead_lettered_on(Rig::new(1));
+}
+
+/// The same on Elasticsearch, where the server itself refuses the document
+/// (the fault sends it with a position its mapping cannot parse): the
+/// refusal comes from a real bulk answer (issue 46: the abort tests on
+/// Elasticsearch saw only a refusal made up in the worker).
+#[test]
+#[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
+fn a_write_refused_at_commit_time_is_traced_to_its_command_and_dead_lettered_on_elasticsearch() {
+    let r = Rig::elastic(1);
+    a_write_refused_at_commit_time_is_traced_to_its_command_and_dead_lettered_on(r);
+}
+
+fn a_write_refused_at_commit_time_is_traced_to_its_command_and_dead_lettered_on(r: Rig) {
     r.on_fault("index.reject-commit", "bad1\n");
     let mut commands = files_under("a", "/docs", 200);
     commands.insert(100, file("bad1", "/docs/bad.txt"));
@@ -111,8 +125,19 @@ fn a_write_refused_at_commit_time_is_traced_to_its_command_and_dead_lettered() {
     assert_eq!(count["by_reason"]["index_rejected"], 1, "{count}");
     assert_eq!(count["by_reason"]["parked"], 101, "the later commands of /docs wait (a100-a199, late): {count}");
     let ids = file_ids(&r.index);
-    assert!(ids.contains("a99") && ids.contains("s49") && !ids.contains("bad1") && !ids.contains("a100"), "{ids:?}");
+    assert!(ids.contains("a99") && ids.contains("s49") && !ids.contains("bad1"), "{ids:?}");
+    // Known gap on Elasticsearch (docs/elasticsearch.md, "A document
+    // refused at commit time"): the bulk that met the refusal wrote the
+    // batch's other documents, a100 to a199 included, although their
+    // commands are parked. The embedded index commits a batch whole.
+    if !r.is_elastic() {
+        assert!(!ids.contains("a100"), "a parked command's document is visible: {ids:?}");
+    }
     assert!(worker.log_contains("committing its commands one by one"), "{}", worker.log());
+    if r.is_elastic() {
+        // Refused by the server, in its bulk answer.
+        assert!(worker.log().lines().any(|l| l.contains("document rejected by elasticsearch") && l.contains("bad1") && l.contains("400")), "{}", worker.log());
+    }
 
     r.off_fault("index.reject-commit");
     let (code, _, err) = r.run(&["dlq", "reprocess", "--key", "/docs"]);
@@ -261,7 +286,7 @@ fn stopped_while_the_broker_is_gone(mut r: Rig) {
     eprintln!("stopped {:.1}s after SIGTERM with the broker gone", took.as_secs_f64());
     assert!(status.success(), "exit status {status:?}:\n{text}");
     assert!(text.contains("worker stopped"), "not a clean stop:\n{text}");
-    assert!(took < Duration::from_secs(4 + 10), "stopping took {took:?}, against a grace of 4 s:\n{text}");
+    assert!(took < Duration::from_secs(4), "the process exited {took:?} after the SIGTERM, against a grace of 4 s:\n{text}");
     r.broker.restart();
     log.extend(produce(&cfg, vec![Command::RenamePath { from: s("/docs/d1"), to: s("/docs/one") }]));
     let _next = Worker::start(&cfg, &group, &index, &[]);

@@ -51,8 +51,9 @@ fn an_index_restored_from_an_older_copy_is_caught_up_and_the_group_offset_never_
     copy_dir(&copy, &r.index);
     let lowest: Arc<Mutex<Vec<i64>>> = Arc::new(Mutex::new(lag.partitions.iter().map(|p| p.committed).collect()));
     let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let watcher = {
-        let (cfg, group, lowest, stop) = (r.cfg.clone(), r.group.clone(), lowest.clone(), stop.clone());
+        let (cfg, group, lowest, stop, reads) = (r.cfg.clone(), r.group.clone(), lowest.clone(), stop.clone(), reads.clone());
         std::thread::spawn(move || {
             use rdkafka::consumer::{BaseConsumer, Consumer};
             let mut c = cfg.client_config();
@@ -62,10 +63,8 @@ fn an_index_restored_from_an_older_copy_is_caught_up_and_the_group_offset_never_
             for p in 0..cfg.partitions {
                 tpl.add_partition(&cfg.topic, p);
             }
-            let mut reads = 0;
             while !stop.load(Ordering::SeqCst) {
                 if let Ok(committed) = consumer.committed_offsets(tpl.clone(), Duration::from_secs(5)) {
-                    reads += 1;
                     let mut low = lowest.lock().unwrap();
                     for e in committed.elements() {
                         if let rdkafka::Offset::Offset(o) = e.offset() {
@@ -73,24 +72,28 @@ fn an_index_restored_from_an_older_copy_is_caught_up_and_the_group_offset_never_
                             low[i] = low[i].min(o);
                         }
                     }
+                    reads.fetch_add(1, Ordering::SeqCst);
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
-            reads
         })
     };
     let w = r.worker(&[]);
     wait_index_at(&r.index, &ends, &w);
-    // One more commit interval, in which a backwards commit would land.
-    std::thread::sleep(Duration::from_millis(300));
-    stop.store(true, Ordering::SeqCst);
-    let reads = watcher.join().unwrap();
-    assert!(reads > 10, "the watcher read the group's offsets only {reads} times");
     let (_, metrics) = w.http_get("/metrics");
     let applied = metric(&metrics, "denorm_commands_total", &[("outcome", "applied")]);
     assert!(applied >= 20_000.0, "the worker applied {applied} commands: it did not resume at the copy's checkpoints\n{metrics}");
+    // Every commit the worker sent has landed once it exited (its last
+    // ones at its stop): the watcher reads the group's offsets once more
+    // after that.
     let (status, text) = w.terminate_with_log();
     assert!(status.success(), "{text}");
+    let seen = reads.load(Ordering::SeqCst);
+    eventually(Duration::from_secs(30), || "the watcher read the group's offsets no more".into(), || (reads.load(Ordering::SeqCst) > seen).then_some(()));
+    stop.store(true, Ordering::SeqCst);
+    watcher.join().unwrap();
+    let reads = reads.load(Ordering::SeqCst);
+    assert!(reads > 10, "the watcher read the group's offsets only {reads} times");
     assert_matches_model(&r.index, &log);
     let ends_only: Vec<i64> = ends.iter().map(|&(_, e)| e).collect();
     assert_eq!(*lowest.lock().unwrap(), ends_only, "the group's committed offsets moved back while the index caught up");

@@ -224,7 +224,14 @@ impl ElasticShard {
     /// The write of `source` as document `id`: a create when it was read
     /// as absent, conditional on the version read when it was read.
     fn write_op(&self, kind: Kind, id: &str, source: Value) -> BulkOp {
-        let source = self.stamp(source);
+        let mut source = self.stamp(source);
+        if crate::faults::lists("index.reject-commit", id) {
+            // The fault on Elasticsearch: a position the mapping (a long)
+            // refuses, so that the server itself refuses the item at the
+            // flush (a `document_parsing_exception`, 400), and the refusal
+            // takes the real path from the bulk answer to the worker.
+            source[POS_FIELD] = json!("refused: injected fault index.reject-commit");
+        }
         let index = self.target(kind);
         let id = id.to_string();
         match self.seen.get(&(kind, id.clone())) {

@@ -631,6 +631,25 @@ pub fn read_topic(cfg: &KafkaConfig) -> Vec<Vec<(i64, denorm::codec::Decoded)>> 
     kafka::read_topic(cfg, &denorm::codec::Codec::new()).unwrap()
 }
 
+/// The time between the first line of a worker's log containing `from`
+/// and the first one after it containing `to`, by the timestamps the
+/// worker wrote (RFC 3339, UTC): what the worker did, without the
+/// process's start or exit around it.
+pub fn log_gap(log: &str, from: &str, to: &str) -> Duration {
+    let at = |line: &str| -> f64 {
+        // `2026-11-27T05:30:01.123456Z  INFO ...`: seconds of the day.
+        let time = line.split_whitespace().next().and_then(|t| t.split('T').nth(1)).unwrap_or_else(|| panic!("no timestamp: {line}"));
+        let mut hms = time.trim_end_matches('Z').split(':').map(|x| x.parse::<f64>().unwrap_or_else(|_| panic!("no timestamp: {line}")));
+        hms.next().unwrap() * 3600.0 + hms.next().unwrap() * 60.0 + hms.next().unwrap()
+    };
+    let mut lines = log.lines().skip_while(|l| !l.contains(from));
+    let first = lines.next().unwrap_or_else(|| panic!("no {from:?} in the log:\n{log}"));
+    let second = lines.find(|l| l.contains(to)).unwrap_or_else(|| panic!("no {to:?} after {from:?} in the log:\n{log}"));
+    // A midnight between the two lines.
+    let gap = (at(second) - at(first)).rem_euclid(86_400.0);
+    Duration::from_secs_f64(gap)
+}
+
 /// The partitions of a worker's last "partitions assigned" log line.
 pub fn last_assignment(w: &Worker) -> BTreeSet<i32> {
     let log = w.log();
