@@ -75,11 +75,15 @@ fn members_flags_are_checked_at_startup() {
 }
 
 /// Seeds for the fuzzer (`fuzz/README.md`): valid messages of every command,
-/// prefixed by their key length and key as the fuzz target expects.
+/// prefixed by their key length and key as the fuzz target expects. Written
+/// to `DENORM_FUZZ_CORPUS` when it is set, to a scratch directory in the
+/// suite; either way each seed must be admitted whole, split as the fuzz
+/// target splits its input (a seed the target refuses would start the
+/// fuzzer nowhere).
 #[test]
-#[ignore = "writes the fuzz seed corpus: DENORM_FUZZ_CORPUS=fuzz/corpus/admit cargo test --test cli -- --ignored"]
 fn write_fuzz_corpus() {
-    let dir = std::path::PathBuf::from(std::env::var("DENORM_FUZZ_CORPUS").expect("set DENORM_FUZZ_CORPUS"));
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = std::env::var("DENORM_FUZZ_CORPUS").map(std::path::PathBuf::from).unwrap_or_else(|_| scratch.path().to_path_buf());
     std::fs::create_dir_all(&dir).unwrap();
     let codec = denorm::codec::Codec::new();
     let mut commands = denorm::demo::seed(3, 2, 2, 1);
@@ -110,4 +114,14 @@ fn write_fuzz_corpus() {
         bytes.extend(codec.encode_control(&c));
         std::fs::write(dir.join(format!("control{i}")), bytes).unwrap();
     }
+    let mut seeds = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let data = std::fs::read(entry.unwrap().path()).unwrap();
+        let (&n, rest) = data.split_first().unwrap();
+        let (key, payload) = rest.split_at((n as usize).min(rest.len()));
+        let admitted = denorm::worker::admit::admit(&codec, Some(key), Some(payload), 1 << 20);
+        assert!(admitted.is_ok(), "seed {seeds} is refused: {:?}", admitted.err());
+        seeds += 1;
+    }
+    assert!(seeds >= 10, "{seeds} seeds");
 }
