@@ -348,20 +348,19 @@ async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<crate::ver
         eprintln!("sent {} repair(s); waiting for the live workers to apply them", sent.len());
     }
     // Applied once each partition's checkpoint reaches its last repair.
-    let started = std::time::Instant::now();
-    loop {
-        let now = setup.positions(partitions).await?;
-        let behind = sent.iter().find(|s| now.get(&s.partition).copied().unwrap_or(-1) < s.offset);
-        match behind {
-            None => break,
-            Some(s) if started.elapsed() >= setup.timeout => {
-                // The repairs are in the log: the report names them (review
-                // F12: it printed nothing), then the verify exits 2.
-                let error = format!("the live workers did not apply the repair at partition {} offset {} within {} s (are they running?)", s.partition, s.offset, setup.timeout.as_secs());
-                return Ok(crate::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, beyond_max_repairs: beyond, after: None, error: Some(error) });
-            }
-            Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
+    let mut want: std::collections::BTreeMap<i32, i64> = std::collections::BTreeMap::new();
+    for s in &sent {
+        let w = want.entry(s.partition).or_insert(s.offset);
+        *w = (*w).max(s.offset);
+    }
+    let (live, timeout) = (setup.live.clone(), setup.timeout);
+    let want: Vec<(i32, i64)> = want.into_iter().collect();
+    let waited = tokio::task::spawn_blocking(move || crate::verify::reach::until_reached(timeout, Duration::from_millis(200), &want, || crate::verify::positions(live.as_ref(), partitions))).await;
+    if let Err(b) = waited.map_err(|e| CouldNotVerify(e.into()))?.map_err(|e| CouldNotVerify(e.into()))? {
+        // The repairs are in the log: the report names them (review F12: it
+        // printed nothing), then the verify exits 2.
+        let error = format!("the live workers did not apply the repair at partition {} offset {} within {} s (are they running?)", b.partition, b.want, timeout.as_secs());
+        return Ok(crate::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, beyond_max_repairs: beyond, after: None, error: Some(error) });
     }
     let after = match plan.commands.is_empty() {
         true => None,

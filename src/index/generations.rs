@@ -7,13 +7,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use super::elastic::{backend::ElasticBackend, bulk_load, generations, meta, names, ElasticError};
 use super::embedded::{EmbeddedBackend, EmbeddedIndex};
-use super::{Backend, Checkpoint};
+use super::{Backend, Checkpoint, IndexError};
 
 /// The rebuild in progress (`<index>/REBUILD`, or the meta document
 /// `rebuild` on Elasticsearch).
@@ -123,52 +122,52 @@ impl State {
 /// backend.
 pub trait Generations: Send + Sync {
     /// The generation searches and live workers use.
-    fn current(&self) -> anyhow::Result<u64>;
+    fn current(&self) -> Result<u64, IndexError>;
     /// Every generation that exists, in order.
-    fn list(&self) -> anyhow::Result<Vec<u64>>;
+    fn list(&self) -> Result<Vec<u64>, IndexError>;
     /// A record of the rebuild kept with the index (see
     /// [`Backend::record`]): `rebuild` its state, `rebuild-member-I` a
     /// member's report.
-    fn record(&self, name: &str) -> anyhow::Result<Option<serde_json::Value>>;
+    fn record(&self, name: &str) -> Result<Option<serde_json::Value>, IndexError>;
     /// Writes a record whole (a torn one would stop every rebuild).
-    fn save_record(&self, name: &str, v: serde_json::Value) -> anyhow::Result<()>;
-    fn clear_record(&self, name: &str) -> anyhow::Result<()>;
-    fn state(&self) -> anyhow::Result<Option<State>> {
-        self.record(STATE)?.map(|v| serde_json::from_value(v).context("reading the rebuild's state")).transpose()
+    fn save_record(&self, name: &str, v: serde_json::Value) -> Result<(), IndexError>;
+    fn clear_record(&self, name: &str) -> Result<(), IndexError>;
+    fn state(&self) -> Result<Option<State>, IndexError> {
+        self.record(STATE)?.map(|v| serde_json::from_value(v).map_err(|e| IndexError::Corrupt(format!("reading the rebuild's state: {e}")))).transpose()
     }
-    fn save_state(&self, s: &State) -> anyhow::Result<()> {
-        self.save_record(STATE, serde_json::to_value(s)?)
+    fn save_state(&self, s: &State) -> Result<(), IndexError> {
+        self.save_record(STATE, serde_json::to_value(s).map_err(|e| IndexError::Corrupt(format!("writing the rebuild's state: {e}")))?)
     }
-    fn clear_state(&self) -> anyhow::Result<()> {
+    fn clear_state(&self) -> Result<(), IndexError> {
         self.clear_record(STATE)
     }
     /// Member `member`'s report, if it wrote one.
-    fn member_report(&self, member: u32) -> anyhow::Result<Option<MemberReport>> {
+    fn member_report(&self, member: u32) -> Result<Option<MemberReport>, IndexError> {
         let name = member_record(member);
-        self.record(&name)?.map(|v| serde_json::from_value(v).with_context(|| format!("reading the record {name}"))).transpose()
+        self.record(&name)?.map(|v| serde_json::from_value(v).map_err(|e| IndexError::Corrupt(format!("reading the record {name}: {e}")))).transpose()
     }
-    fn save_member_report(&self, r: &MemberReport) -> anyhow::Result<()> {
-        self.save_record(&member_record(r.member), serde_json::to_value(r)?)
+    fn save_member_report(&self, r: &MemberReport) -> Result<(), IndexError> {
+        self.save_record(&member_record(r.member), serde_json::to_value(r).map_err(|e| IndexError::Corrupt(format!("writing a member's report: {e}")))?)
     }
-    fn clear_member_report(&self, member: u32) -> anyhow::Result<()> {
+    fn clear_member_report(&self, member: u32) -> Result<(), IndexError> {
         self.clear_record(&member_record(member))
     }
     /// The topic the current generation was built from.
-    fn recorded_topic(&self) -> anyhow::Result<String>;
+    fn recorded_topic(&self) -> Result<String, IndexError>;
     /// The partition count of that topic when the current generation was
     /// built (`None`: not recorded yet, no worker has run).
-    fn recorded_partitions(&self) -> anyhow::Result<Option<i32>>;
+    fn recorded_partitions(&self) -> Result<Option<i32>, IndexError>;
     /// The checkpoints of generation `g`'s shards (of `partitions`).
-    fn checkpoints_in(&self, g: u64, partitions: i32) -> anyhow::Result<BTreeMap<i32, Checkpoint>>;
+    fn checkpoints_in(&self, g: u64, partitions: i32) -> Result<BTreeMap<i32, Checkpoint>, IndexError>;
     /// Makes generation `g` ready to be written (created when missing).
-    fn prepare(&self, g: u64) -> anyhow::Result<()>;
+    fn prepare(&self, g: u64) -> Result<(), IndexError>;
     /// A backend whose shard writers work on generation `g`.
     fn writer(&self, g: u64) -> Arc<dyn Backend>;
     /// Records the log `to` was built from (this topic, `partitions`), makes
     /// it searchable and switches searches and live workers to it.
-    fn cut_over(&self, from: u64, to: u64, partitions: i32) -> anyhow::Result<()>;
+    fn cut_over(&self, from: u64, to: u64, partitions: i32) -> Result<(), IndexError>;
     /// Deletes generation `g` once nothing writes to it.
-    fn remove(&self, g: u64, partitions: i32) -> anyhow::Result<()>;
+    fn remove(&self, g: u64, partitions: i32) -> Result<(), IndexError>;
     /// The documents the writers of [`Generations::writer`] could not write
     /// because another key's partition held them, as `kind/id`: where
     /// partitions share documents, which writer comes first decides (an
@@ -196,31 +195,31 @@ pub struct EmbeddedGenerations {
 }
 
 impl Generations for EmbeddedGenerations {
-    fn current(&self) -> anyhow::Result<u64> {
-        Ok(self.index.current_generation()?)
+    fn current(&self) -> Result<u64, IndexError> {
+        self.index.current_generation()
     }
-    fn list(&self) -> anyhow::Result<Vec<u64>> {
-        Ok(self.index.generations()?)
+    fn list(&self) -> Result<Vec<u64>, IndexError> {
+        self.index.generations()
     }
-    fn record(&self, name: &str) -> anyhow::Result<Option<serde_json::Value>> {
-        Ok(self.index.record(name)?)
+    fn record(&self, name: &str) -> Result<Option<serde_json::Value>, IndexError> {
+        self.index.record(name)
     }
-    fn save_record(&self, name: &str, v: serde_json::Value) -> anyhow::Result<()> {
-        Ok(self.index.save_record(name, &v)?)
+    fn save_record(&self, name: &str, v: serde_json::Value) -> Result<(), IndexError> {
+        self.index.save_record(name, &v)
     }
-    fn clear_record(&self, name: &str) -> anyhow::Result<()> {
-        Ok(self.index.clear_record(name)?)
+    fn clear_record(&self, name: &str) -> Result<(), IndexError> {
+        self.index.clear_record(name)
     }
-    fn recorded_topic(&self) -> anyhow::Result<String> {
-        Ok(self.index.recorded_topic()?)
+    fn recorded_topic(&self) -> Result<String, IndexError> {
+        self.index.recorded_topic()
     }
-    fn recorded_partitions(&self) -> anyhow::Result<Option<i32>> {
-        Ok(self.index.recorded_partitions()?)
+    fn recorded_partitions(&self) -> Result<Option<i32>, IndexError> {
+        self.index.recorded_partitions()
     }
-    fn checkpoints_in(&self, g: u64, _partitions: i32) -> anyhow::Result<BTreeMap<i32, Checkpoint>> {
-        Ok(self.index.checkpoints_in(g)?)
+    fn checkpoints_in(&self, g: u64, _partitions: i32) -> Result<BTreeMap<i32, Checkpoint>, IndexError> {
+        self.index.checkpoints_in(g)
     }
-    fn prepare(&self, _g: u64) -> anyhow::Result<()> {
+    fn prepare(&self, _g: u64) -> Result<(), IndexError> {
         Ok(()) // shard directories are created as they are opened
     }
     fn writer(&self, g: u64) -> Arc<dyn Backend> {
@@ -228,14 +227,14 @@ impl Generations for EmbeddedGenerations {
         backend.pinned = Some(g);
         Arc::new(backend)
     }
-    fn cut_over(&self, _from: u64, to: u64, partitions: i32) -> anyhow::Result<()> {
+    fn cut_over(&self, _from: u64, to: u64, partitions: i32) -> Result<(), IndexError> {
         // The generation and its log (after `denorm migrate`, the new
         // topic) in one step.
-        Ok(self.index.cut_over_to(to, partitions)?)
+        self.index.cut_over_to(to, partitions)
     }
     /// Waits (at most 60 s) until no writer holds any of `g`'s shards: live
     /// workers release them as they follow the cutover.
-    fn remove(&self, g: u64, _partitions: i32) -> anyhow::Result<()> {
+    fn remove(&self, g: u64, _partitions: i32) -> Result<(), IndexError> {
         let dir = self.index.generation_dir(g);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -251,7 +250,7 @@ impl Generations for EmbeddedGenerations {
                 }
             }
         }
-        std::fs::remove_dir_all(&dir).with_context(|| format!("deleting {}", dir.display()))?;
+        std::fs::remove_dir_all(&dir).map_err(|e| IndexError::Io(std::io::Error::new(e.kind(), format!("deleting {}: {e}", dir.display()))))?;
         info!(generation = g, "old generation deleted");
         Ok(())
     }
@@ -271,53 +270,53 @@ impl ElasticGenerations {
 }
 
 impl ElasticGenerations {
-    fn block<T>(&self, f: impl std::future::Future<Output = Result<T, ElasticError>>) -> anyhow::Result<T> {
+    fn block<T>(&self, f: impl std::future::Future<Output = Result<T, ElasticError>>) -> Result<T, IndexError> {
         Ok(self.backend.runtime.block_on(f)?)
     }
 
-    fn meta(&self, id: &str) -> anyhow::Result<Option<serde_json::Value>> {
+    fn meta(&self, id: &str) -> Result<Option<serde_json::Value>, IndexError> {
         let b = &self.backend;
         self.block(meta::get_meta(&b.client, &b.prefix, id))
     }
 
-    fn put_meta(&self, id: &str, body: serde_json::Value) -> anyhow::Result<()> {
+    fn put_meta(&self, id: &str, body: serde_json::Value) -> Result<(), IndexError> {
         let b = &self.backend;
         self.block(meta::put_meta(&b.client, &b.prefix, id, body))
     }
 }
 
 impl Generations for ElasticGenerations {
-    fn current(&self) -> anyhow::Result<u64> {
+    fn current(&self) -> Result<u64, IndexError> {
         self.block(generations::current(&self.backend.client, &self.backend.prefix))
     }
-    fn list(&self) -> anyhow::Result<Vec<u64>> {
+    fn list(&self) -> Result<Vec<u64>, IndexError> {
         self.block(generations::list(&self.backend.client, &self.backend.prefix))
     }
-    fn record(&self, name: &str) -> anyhow::Result<Option<serde_json::Value>> {
-        Ok(Backend::record(&self.backend, name)?)
+    fn record(&self, name: &str) -> Result<Option<serde_json::Value>, IndexError> {
+        Backend::record(&self.backend, name)
     }
-    fn save_record(&self, name: &str, v: serde_json::Value) -> anyhow::Result<()> {
-        Ok(Backend::save_record(&self.backend, name, &v)?)
+    fn save_record(&self, name: &str, v: serde_json::Value) -> Result<(), IndexError> {
+        Backend::save_record(&self.backend, name, &v)
     }
-    fn clear_record(&self, name: &str) -> anyhow::Result<()> {
+    fn clear_record(&self, name: &str) -> Result<(), IndexError> {
         let b = &self.backend;
         self.block(meta::delete_meta(&b.client, &b.prefix, name))
     }
-    fn recorded_topic(&self) -> anyhow::Result<String> {
+    fn recorded_topic(&self) -> Result<String, IndexError> {
         let log = self.meta(&names::meta_id(self.current()?, "log"))?;
         Ok(log.and_then(|v| v["topic"].as_str().map(String::from)).unwrap_or_else(|| self.backend.topic.clone()))
     }
-    fn recorded_partitions(&self) -> anyhow::Result<Option<i32>> {
+    fn recorded_partitions(&self) -> Result<Option<i32>, IndexError> {
         let log = self.meta(&names::meta_id(self.current()?, "log"))?;
         Ok(log.and_then(|v| v["partitions"].as_i64()).map(|n| n as i32))
     }
-    fn checkpoints_in(&self, g: u64, partitions: i32) -> anyhow::Result<BTreeMap<i32, Checkpoint>> {
+    fn checkpoints_in(&self, g: u64, partitions: i32) -> Result<BTreeMap<i32, Checkpoint>, IndexError> {
         let all: Vec<i32> = (0..partitions).collect();
         Ok(self.writer(g).checkpoints(&all)?.into_iter().collect())
     }
     /// Creates the generation's indexes, on the bulk-load settings (see
     /// [`bulk_load`]) until [`Generations::cut_over`].
-    fn prepare(&self, g: u64) -> anyhow::Result<()> {
+    fn prepare(&self, g: u64) -> Result<(), IndexError> {
         let b = &self.backend;
         for kind in names::KINDS {
             self.block(generations::create(&b.client, &b.prefix, kind, g, false))?;
@@ -330,7 +329,7 @@ impl Generations for ElasticGenerations {
         backend.building = true;
         Arc::new(backend)
     }
-    fn cut_over(&self, from: u64, to: u64, partitions: i32) -> anyhow::Result<()> {
+    fn cut_over(&self, from: u64, to: u64, partitions: i32) -> Result<(), IndexError> {
         let b = &self.backend;
         // The live generation's refreshes and replicas, put back and
         // checked before anything searches the new one.
@@ -344,7 +343,7 @@ impl Generations for ElasticGenerations {
     fn owner_conflicts(&self) -> Vec<String> {
         self.backend.conflicts.as_ref().map(|c| c.lock().expect("conflicts lock").iter().cloned().collect()).unwrap_or_default()
     }
-    fn remove(&self, g: u64, partitions: i32) -> anyhow::Result<()> {
+    fn remove(&self, g: u64, partitions: i32) -> Result<(), IndexError> {
         let recorded = self.meta(&names::meta_id(g, "log"))?.and_then(|v| v["partitions"].as_i64());
         let partitions = recorded.map_or(partitions, |n| n as i32);
         let b = &self.backend;

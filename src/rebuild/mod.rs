@@ -79,7 +79,17 @@ pub enum RebuildError {
     },
     /// The index's generations could not be read or changed.
     #[error(transparent)]
-    Index(#[from] anyhow::Error),
+    Index(#[from] crate::index::IndexError),
+    /// The worker settings the live workers recorded cannot be used.
+    #[error("the worker settings the live workers recorded: {0}")]
+    Settings(#[from] crate::worker::settings::SettingsError),
+    /// The dead-letter topic's markers could not be read.
+    #[error("reading the markers of {topic}: {source}")]
+    Markers {
+        topic: String,
+        #[source]
+        source: crate::dlq::admin::DlqError,
+    },
     #[error("the rebuild's worker failed")]
     Worker(#[source] WorkerError),
     #[error("the rebuild's worker panicked")]
@@ -88,7 +98,7 @@ pub enum RebuildError {
     WorkerStopped,
     /// The state of a rebuild that did not finish cannot be read.
     #[error("the state of the rebuild in progress cannot be read ({0:#}): `denorm rebuild --abandon` removes it, and the generation it was building")]
-    State(#[source] anyhow::Error),
+    State(#[source] crate::index::IndexError),
     /// The rebuild's writers met documents another key's partition held:
     /// the new generation may differ from the live one there.
     #[error(
@@ -227,13 +237,13 @@ const BROKER_SILENCE: Duration = Duration::from_secs(120);
 fn replay_as_recorded(index: &dyn Generations, cfg: &mut WorkerConfig) -> Result<(), RebuildError> {
     use crate::worker::settings;
     let given = settings::ApplySettings::of(cfg);
-    match settings::recorded(index.record(settings::RECORD)?).map_err(|e| RebuildError::Index(e.into()))? {
+    match settings::recorded(index.record(settings::RECORD)?)? {
         Some(recorded) => {
             let differences = given.differences(&recorded);
             if !differences.is_empty() {
                 warn!(differences = %differences.join(", "), "the flags given (first) differ from the settings the live workers recorded (second): the rebuild replays with the recorded ones");
             }
-            recorded.apply_to(cfg).map_err(|e| RebuildError::Index(e.into()))?;
+            recorded.apply_to(cfg)?;
             info!(settings = ?recorded, "replaying with the settings the live workers recorded");
         }
         None => warn!(settings = ?given, "the index records no worker settings (its workers are of an earlier version, or none ran): replaying with these"),
@@ -305,7 +315,7 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         // The markers of the operators' requests the live run carried out
         // (the rebuild replays the requests: it writes none of them again).
         let dlq = crate::dlq::default_topic(&kafka.topic);
-        let (letters, markers) = crate::dlq::admin::read(&kafka, &dlq).map_err(|e| RebuildError::Index(anyhow::Error::new(e).context(format!("reading the markers of {dlq}"))))?;
+        let (letters, markers) = crate::dlq::admin::read(&kafka, &dlq).map_err(|source| RebuildError::Markers { topic: dlq.clone(), source })?;
         cfg.markers_written = Arc::new(markers.iter().filter_map(|m| m.id()).collect());
         cfg.letters_written = Arc::new(crate::worker::letters_written(&letters));
         info!(group = %run_group, member = m.me, members = m.count, "the rebuild's worker joins a consumer group of its own (it commits no offsets there; members of one rebuild share it)");

@@ -6,10 +6,10 @@
 //! with its replay: the new generation plays the replay, stopped at its
 //! checkpoints ([`compare::compare`]).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::compare::{self, Outcome, Positions};
-use super::{merge, moved_past, positions, VerifyError};
+use super::{merge, moved_past, positions, reach, VerifyError};
 use crate::index::generations::Generations;
 use crate::kafka::KafkaConfig;
 
@@ -19,16 +19,9 @@ use crate::kafka::KafkaConfig;
 pub fn compare_generations(index: &dyn Generations, kafka: &KafkaConfig, current: u64, target: u64, partitions: i32, wait: Duration, max: usize) -> Result<(Positions, Outcome), VerifyError> {
     let (built, live) = (index.writer(target), index.writer(current));
     let at = positions(built.as_ref(), partitions).map_err(VerifyError::Live)?;
-    let started = Instant::now();
-    loop {
-        let now = positions(live.as_ref(), partitions).map_err(VerifyError::Live)?;
-        match at.iter().find(|(p, want)| now.get(p).copied().unwrap_or(-1) < **want) {
-            None => break,
-            Some((p, want)) if started.elapsed() >= wait => {
-                return Err(VerifyError::Timeout { secs: wait.as_secs(), partition: *p, at: now.get(p).copied().unwrap_or(-1), want: *want });
-            }
-            Some(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
+    let want: Vec<(i32, i64)> = at.iter().map(|(p, o)| (*p, *o)).collect();
+    if let Err(b) = reach::until_reached(wait, Duration::from_millis(200), &want, || positions(live.as_ref(), partitions)).map_err(VerifyError::Live)? {
+        return Err(VerifyError::Timeout { secs: wait.as_secs(), partition: b.partition, at: b.at, want: b.want });
     }
     let before = positions(live.as_ref(), partitions).map_err(VerifyError::Live)?;
     let keep = compare::Keep { per_class: max, total: usize::MAX, marked: &|_| false, log_ends: None };

@@ -12,6 +12,7 @@
 pub mod compare;
 pub mod cutover;
 pub mod log;
+pub mod reach;
 pub mod repair;
 pub mod verdict;
 
@@ -337,10 +338,6 @@ fn replay_to(
     partitions: i32,
     progress: &mut impl FnMut(&Tick),
 ) -> Result<(), VerifyError> {
-    // Each round's replay has the whole timeout (review F11: measured from
-    // the verify's start, a long first round made the second fail at its
-    // first poll).
-    let started = Instant::now();
     let scratch_err = |source| VerifyError::Scratch { dir: v.scratch.display().to_string(), source };
     let group = format!("{}.verify-{}", v.group, &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let mut cfg = WorkerConfig::new(v.kafka.clone(), group.clone());
@@ -369,23 +366,34 @@ fn replay_to(
     // then reported as a timeout).
     let mut degraded_since: Option<Instant> = None;
     let of = count(at);
-    let reached = loop {
+    let want: Vec<(i32, i64)> = at.iter().map(|(p, o)| (*p, *o)).collect();
+    // Each round's replay has the whole timeout, from its own start (review
+    // F11: measured from the verify's start, a long first round made the
+    // second fail at its first poll).
+    // Ended early: `None` when the replay's worker stopped by itself.
+    let waited = reach::until_reached(v.timeout, Duration::from_millis(100), &want, || {
         if worker.is_finished() {
-            worker.join().map_err(|_| VerifyError::WorkerPanicked)?.map_err(VerifyError::Worker)?;
-            return Err(VerifyError::WorkerStopped);
+            return Err(None);
         }
-        let now = positions(backend.as_ref(), partitions).map_err(scratch_err)?;
+        let now = positions(backend.as_ref(), partitions).map_err(|e| Some(scratch_err(e)))?;
         progress(&Tick { applied: now.iter().filter_map(|(p, o)| Some(o.min(at.get(p)?) + 1)).sum(), of });
-        let behind = at.iter().find(|(p, want)| now.get(p).copied().unwrap_or(-1) < **want);
         degraded_since = match health.degraded.load(Ordering::SeqCst) {
             0 => None,
             _ => degraded_since.or(Some(Instant::now())),
         };
-        match behind {
-            None => break Ok(()),
-            Some(_) if degraded_since.is_some_and(|since| since.elapsed() >= STUCK_AFTER.min(v.timeout / 2)) => break Err(VerifyError::ReplayStuck { secs: STUCK_AFTER.min(v.timeout / 2).as_secs() }),
-            Some((p, want)) if started.elapsed() >= v.timeout => break Err(VerifyError::Timeout { secs: v.timeout.as_secs(), partition: *p, at: now.get(p).copied().unwrap_or(-1), want: *want }),
-            Some(_) => std::thread::sleep(Duration::from_millis(100)),
+        let stuck = STUCK_AFTER.min(v.timeout / 2);
+        if reach::first_behind(&now, want.iter().copied()).is_some() && degraded_since.is_some_and(|since| since.elapsed() >= stuck) {
+            return Err(Some(VerifyError::ReplayStuck { secs: stuck.as_secs() }));
+        }
+        Ok(now)
+    });
+    let reached = match waited {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(b)) => Err(VerifyError::Timeout { secs: v.timeout.as_secs(), partition: b.partition, at: b.at, want: b.want }),
+        Err(Some(e)) => Err(e),
+        Err(None) => {
+            worker.join().map_err(|_| VerifyError::WorkerPanicked)?.map_err(VerifyError::Worker)?;
+            return Err(VerifyError::WorkerStopped);
         }
     };
     shutdown.store(true, Ordering::SeqCst);
