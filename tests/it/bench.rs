@@ -180,8 +180,6 @@ fn profiles_measured(r: &serde_json::Value, users: u64, positive: &dyn Fn(&serde
     assert!((ratio - rate / base).abs() < 1e-9, "mixed log: {ratio} != {rate} / {base}");
 }
 
-/// The head-of-line phase measured the other key idle and during the
-/// rename, with lanes and with one lane, and its ratio is theirs.
 /// The verify phase: a whole verify of at least `documents`, clean (the
 /// phase fails otherwise), its ratio the quotient of its time and the
 /// rebuild's measured in the same run, peak memory sampled.
@@ -193,6 +191,9 @@ fn verify_measured(r: &serde_json::Value, documents: u64) {
     assert!(v["peak_anon_kb"].as_u64().is_some_and(|k| k > 1000) && v["sample_10_seconds"].as_f64().is_some_and(|s| s > 0.0), "{v}");
 }
 
+/// The head-of-line phase measured the other key idle and during the
+/// rename, searchable and with `produce --wait`, with lanes and with one
+/// lane, and its ratio is theirs.
 fn head_of_line_measured(r: &serde_json::Value) {
     let hol = &r["head_of_line"];
     let positive = |x: &serde_json::Value, what: &str| {
@@ -203,7 +204,7 @@ fn head_of_line_measured(r: &serde_json::Value) {
     for run in ["lanes", "one_lane"] {
         // The worker's heap was sampled during the rename.
         assert!(positive(&hol[run]["worker_peak_anon_kb"], "peak heap") >= positive(&hol[run]["worker_anon_before_kb"], "heap before"), "{hol:#}");
-        for series in ["idle", "during"] {
+        for series in ["idle", "during", "wait_idle", "wait_during"] {
             assert!(hol[run][format!("{series}_commands")].as_u64().unwrap_or(0) > 0, "{run} {series}: no command measured in {hol:#}");
             let (p50, p99) = (positive(&hol[run][format!("{series}_p50_ms")], "p50"), positive(&hol[run][format!("{series}_p99_ms")], "p99"));
             assert!(p50 <= p99, "{run} {series}: p50 {p50} > p99 {p99}");

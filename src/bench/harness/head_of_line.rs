@@ -24,6 +24,9 @@ use crate::produce::Producer;
 struct Series {
     idle: Vec<f64>,
     during: Vec<f64>,
+    /// `produce --wait` of the other key (ms), idle and during the rename.
+    wait_idle: Vec<f64>,
+    wait_during: Vec<f64>,
     rename_secs: f64,
     heap_before_kb: u64,
     heap_peak_kb: u64,
@@ -31,6 +34,10 @@ struct Series {
 
 /// Length of the idle series.
 const IDLE: Duration = Duration::from_secs(3);
+
+/// How often the other key sends a `produce --wait` (issue 45: every
+/// 100 ms), beside its steady upserts.
+const WAIT_EVERY: Duration = Duration::from_millis(100);
 
 impl Bench<'_> {
     /// Runs the phase with lanes and with one lane; adds its rows and
@@ -62,8 +69,18 @@ impl Bench<'_> {
             Some(lanes.heap_peak_kb as f64 / one.heap_peak_kb.max(1) as f64),
             "",
         ));
+        let (wait_idle99, wait_during99) = (q(&lanes.wait_idle, 0.99), q(&lanes.wait_during, 0.99));
+        rows.push(Row::new(
+            format!("  the other key's produce --wait every {} ms during the rename, p50/p99", WAIT_EVERY.as_millis()),
+            format!("{:.0}/{:.0} ms with lanes ({} commands)", q(&lanes.wait_during, 0.5), wait_during99, lanes.wait_during.len()),
+            format!("idle {:.0}/{:.0} ms; --lanes 1 during: {:.0}/{:.0} ms", q(&lanes.wait_idle, 0.5), wait_idle99, q(&one.wait_during, 0.5), q(&one.wait_during, 0.99)),
+            Some(wait_during99 / wait_idle99.max(0.001)),
+            "<= 2x idle p99 where the broker keeps commit metadata",
+        ));
         let of = |s: &Series| {
             json!({"idle_commands": s.idle.len(), "idle_p50_ms": q(&s.idle, 0.5), "idle_p99_ms": q(&s.idle, 0.99),
+                   "wait_idle_commands": s.wait_idle.len(), "wait_idle_p50_ms": q(&s.wait_idle, 0.5), "wait_idle_p99_ms": q(&s.wait_idle, 0.99),
+                   "wait_during_commands": s.wait_during.len(), "wait_during_p50_ms": q(&s.wait_during, 0.5), "wait_during_p99_ms": q(&s.wait_during, 0.99),
                    "during_commands": s.during.len(), "during_p50_ms": q(&s.during, 0.5), "during_p99_ms": q(&s.during, 0.99), "rename_seconds": s.rename_secs,
                    "worker_anon_before_kb": s.heap_before_kb, "worker_peak_anon_kb": s.heap_peak_kb})
         };
@@ -86,7 +103,8 @@ impl Bench<'_> {
         let worker = b.start_worker_with(&group, &index, &extra).await?;
         b.wait_applied(&worker, &index, None).await?;
         phase(&format!("head of line ({name}): another key at {rate}/s, idle"));
-        let idle = b.other_key(&producer, &index, rate, "idle", &|| false, IDLE).await?;
+        let (idle, wait_idle) = tokio::join!(b.other_key(&producer, &index, rate, "idle", &|| false, IDLE), b.waits(&producer, &group, "wait-idle", &|| false, IDLE));
+        let (idle, wait_idle) = (idle?, wait_idle?);
         phase(&format!("head of line ({name}): the same during the rename of the tree"));
         producer.send(Command::RenamePath { from: "/hol/tree".into(), to: "/hol/moved".into() }).await?;
         let done = AtomicBool::new(false);
@@ -94,19 +112,52 @@ impl Bench<'_> {
         let heap_before_kb = worker.status_kb("RssAnon:").unwrap_or(0);
         let sampler = worker.sample_peaks();
         let t = Instant::now();
-        let (applied, during) = tokio::join!(
+        let (applied, during, wait_during) = tokio::join!(
             async {
                 let r = b.wait_applied(&worker, &index, None).await;
                 done.store(true, Ordering::SeqCst);
                 r
             },
-            b.other_key(&producer, &index, rate, "during", &is_done, b.timeout)
+            b.other_key(&producer, &index, rate, "during", &is_done, b.timeout),
+            b.waits(&producer, &group, "wait-during", &is_done, b.timeout)
         );
         applied?;
         let rename_secs = t.elapsed().as_secs_f64();
         let (heap_peak_kb, _) = sampler.stop();
         worker.stop().await?;
-        Ok(Series { idle, during: during?, rename_secs, heap_before_kb, heap_peak_kb })
+        Ok(Series { idle, during: during?, wait_idle, wait_during: wait_during?, rename_secs, heap_before_kb, heap_peak_kb })
+    }
+
+    /// Upserts of key `/other`, one every [`WAIT_EVERY`] until `stop` says
+    /// so or `max` has passed, each sent and waited for as `denorm produce
+    /// --wait` does (the group's committed offset, and the record of what
+    /// is applied above it in the commit's metadata where the broker keeps
+    /// it): each one's time from send to the wait's return (ms). The waits
+    /// overlap, as separate `produce --wait` calls would.
+    async fn waits(&self, producer: &Arc<Producer>, group: &str, tag: &str, stop: &(dyn Fn() -> bool + Sync), max: Duration) -> anyhow::Result<Vec<f64>> {
+        let start = Instant::now();
+        let mut waits = Vec::new();
+        for i in 0.. {
+            tokio::time::sleep_until((start + WAIT_EVERY * i).into()).await;
+            if stop() || start.elapsed() >= max {
+                break;
+            }
+            let id = format!("{tag}{i}");
+            let cmd = Command::UpsertFile { id: id.clone(), path: format!("/other/{id}.txt"), contents: format!("{tag} {i}"), previous_path: None };
+            let (p, kafka, group, timeout) = (producer.clone(), self.kafka.clone(), group.to_string(), self.timeout);
+            waits.push(tokio::spawn(async move {
+                let at = Instant::now();
+                let sent = p.send(cmd).await?;
+                tokio::task::spawn_blocking(move || crate::kafka::wait_for_deliveries(&kafka, &group, &[sent], timeout)).await??;
+                anyhow::Ok(at.elapsed().as_secs_f64() * 1000.0)
+            }));
+        }
+        let mut out = Vec::new();
+        for w in waits {
+            out.push(w.await??);
+        }
+        anyhow::ensure!(!out.is_empty(), "no produce --wait samples");
+        Ok(out)
     }
 
     /// Upserts of a file of key `/other` at `rate` until `stop` says so or
