@@ -184,6 +184,20 @@ pub fn classify(response: &Value) -> Result<Vec<Outcome>, ElasticError> {
         .collect())
 }
 
+/// The version (`_seq_no`, `_primary_term`) each item of a bulk answer
+/// wrote, in request order (`None` where it gave none: a failed item, a
+/// delete of a missing document).
+fn written_versions(response: &Value) -> Vec<Option<(i64, i64)>> {
+    let items = response.get("items").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    items
+        .iter()
+        .map(|item| {
+            let r = item.as_object().and_then(|o| o.values().next())?;
+            Some((r.get("_seq_no")?.as_i64()?, r.get("_primary_term")?.as_i64()?))
+        })
+        .collect()
+}
+
 /// Error types of a bulk item that say something about the cluster or
 /// the credentials, not the document: a write block during maintenance
 /// (`cluster_block_exception`), a closed index, privileges removed
@@ -197,10 +211,16 @@ fn is_operational(error_type: &str) -> bool {
     OPERATIONAL_ERRORS.contains(&error_type)
 }
 
+/// An item written: the index or alias, the id, the version written.
+pub type Written = (String, String, Option<(i64, i64)>);
+
 /// What a bulk execution did.
 #[derive(Debug, Default)]
 pub struct BulkReport {
     pub done: usize,
+    /// The items written (index or alias, id, and the version written,
+    /// when the answer gave it), in the order of the answers.
+    pub written: Vec<Written>,
     pub conflicts: Vec<BulkOp>,
     pub failed: Vec<(BulkOp, String)>,
     /// Bulk requests sent, retries included.
@@ -275,16 +295,20 @@ async fn send(client: &Elasticsearch, mut ops: Vec<(BulkOp, Vec<u8>)>, policy: R
                 } else {
                     let json: Value = r.json().await?;
                     let outcomes = classify(&json)?;
+                    let versions = written_versions(&json);
                     if outcomes.len() != ops.len() {
                         return Err(ElasticError::Transport(format!("bulk response has {} items for {} actions", outcomes.len(), ops.len())));
                     }
                     let mut again = Vec::new();
                     // Counted per label once per response, not per item.
                     let mut counts = [0u64; 5];
-                    for ((op, encoded), outcome) in ops.into_iter().zip(outcomes) {
+                    for (((op, encoded), outcome), version) in ops.into_iter().zip(outcomes).zip(versions) {
                         counts[outcome.label_index()] += 1;
                         match outcome {
-                            Outcome::Done => report.done += 1,
+                            Outcome::Done => {
+                                report.done += 1;
+                                report.written.push((op.index().to_string(), op.id().to_string(), version));
+                            }
                             Outcome::Conflict => report.conflicts.push(op),
                             Outcome::Retry(_) => again.push((op, encoded)),
                             Outcome::Failed { status, reason } => {

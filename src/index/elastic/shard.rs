@@ -20,7 +20,7 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use super::backend::{ElasticBackend, WriteFirst, SEARCHABLE_WITHIN};
-use super::bulk::BulkOp;
+use super::bulk::{self, BulkOp};
 use super::conflict::{self, TakeOver, Write};
 use super::docs::{from_source, is_tombstone, to_source, EsWhole};
 use super::generations;
@@ -84,6 +84,13 @@ pub struct ElasticShard {
     overlay: HashMap<(Kind, String), Option<Doc>>,
     /// What each document was last read as: `Some(seq)`, or `None` when absent.
     pub(super) seen: HashMap<(Kind, String), Option<(i64, i64)>>,
+    /// What Elasticsearch held of each document before this flush's writes
+    /// (`None`: absent), as first read since the last flush: what a flush
+    /// that met a refusal puts back ([`Self::undo`]).
+    pre_images: HashMap<(Kind, String), Option<Value>>,
+    /// The writes of the flush under way that Elasticsearch took (see
+    /// [`Self::undo`]).
+    flushed: Vec<bulk::Written>,
     /// Documents fetched ahead of their reads ([`Shard::prefetch`]), each
     /// taken by its first read; dropped at every flush, before this
     /// writer's writes are sent (the versions they hold may be older than
@@ -127,6 +134,8 @@ impl ElasticShard {
             pending_at: HashMap::new(),
             overlay: HashMap::new(),
             seen: HashMap::new(),
+            pre_images: HashMap::new(),
+            flushed: Vec::new(),
             seen_foreign: HashSet::new(),
             prefetched: HashMap::new(),
             writing_first: b.write_first == WriteFirst::Always,
@@ -187,7 +196,8 @@ impl ElasticShard {
         if got.as_ref().is_some_and(|(v, _)| self.foreign(v)) {
             self.seen_foreign.insert(key.clone());
         }
-        self.seen.insert(key, got.as_ref().map(|(_, seq)| *seq));
+        self.seen.insert(key.clone(), got.as_ref().map(|(_, seq)| *seq));
+        self.pre_images.entry(key).or_insert_with(|| got.as_ref().map(|(v, _)| v.clone()));
         Ok(Read::Stored(got.map(|(v, _)| v)))
     }
 
@@ -424,6 +434,8 @@ impl Shard for ElasticShard {
             return self.position(kind, id);
         }
         self.seen.insert(key.clone(), None);
+        // Written as a create: it can only have been absent.
+        self.pre_images.entry(key.clone()).or_insert(None);
         self.assumed.insert(key);
         Ok(None)
     }

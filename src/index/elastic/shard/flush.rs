@@ -39,6 +39,7 @@ impl ElasticShard {
         if self.pending.iter().any(|(k, op, _, _)| self.seen_foreign.contains(&(*k, op.id().to_string()))) {
             self.confirm_owner()?;
         }
+        self.flushed.clear();
         let report = self.b.runtime.block_on(bulk::execute(&self.b.client, ops, self.b.limits, self.b.policy))?;
         // The creates written first that met an existing document.
         let met = report
@@ -49,8 +50,13 @@ impl ElasticShard {
                 _ => false,
             })
             .count();
-        self.resolve(report, &kinds, None)?;
+        let resolved = self.resolve(report, &kinds, None);
         self.unsearchable = Some(Instant::now());
+        if let Err(e @ IndexError::Rejected(_)) = &resolved {
+            tracing::warn!(partition = self.partition, error = %e, "a write of the flush was refused: putting back what its other writes replaced");
+            self.undo(&kinds);
+        }
+        resolved?;
         if self.writing_first && self.b.write_first == WriteFirst::WhenAbsent && met * WRITE_FIRST_CONFLICTS_AT_MOST > self.assumed.len() {
             tracing::debug!(partition = self.partition, creates = self.assumed.len(), existed = met, "upserts found their documents: reading them first again");
             self.writing_first = false;
@@ -59,9 +65,41 @@ impl ElasticShard {
         self.pending_at.clear();
         self.overlay.clear();
         self.seen.clear();
+        self.pre_images.clear();
+        self.flushed.clear();
         self.seen_foreign.clear();
         self.assumed.clear();
         Ok(())
+    }
+
+    /// After a flush met a refusal: puts back what its other writes
+    /// replaced (the versions of [`ElasticShard::pre_images`]), so that a
+    /// refused flush, like a refused commit of the embedded index, leaves
+    /// nothing of its batch. The applier then applies the batch's commands
+    /// one at a time to find the refused one, and the commands it parks
+    /// behind it are not seen applied meanwhile. Each put-back is
+    /// conditional on the version the flush wrote: a document written
+    /// again since is left as it is, and so is one whose former version is
+    /// not known (written without a read). Best effort: what is not put
+    /// back is applied again, each a no-op by its position, when the
+    /// parked commands are reprocessed.
+    fn undo(&mut self, kinds: &Sent) {
+        let mut ops = Vec::new();
+        let mut unknown = 0usize;
+        for (index, id, version) in std::mem::take(&mut self.flushed) {
+            let kind = kinds.get(&format!("{index}/{id}")).map(|(k, _, _)| *k);
+            match (version, kind.and_then(|k| self.pre_images.get(&(k, id.clone())))) {
+                (Some(v), Some(None)) => ops.push(BulkOp::Delete { index, id, if_seq_no: Some(v) }),
+                (Some(v), Some(Some(source))) => ops.push(BulkOp::Index { index, id, source: source.clone(), if_seq_no: Some(v) }),
+                _ => unknown += 1,
+            }
+        }
+        match self.b.runtime.block_on(bulk::execute(&self.b.client, ops, self.b.limits, self.b.policy)) {
+            Ok(r) => {
+                tracing::warn!(partition = self.partition, put_back = r.done, written_since = r.conflicts.len(), failed = r.failed.len(), unknown, "the refused flush's other writes were put back")
+            }
+            Err(error) => tracing::warn!(partition = self.partition, %error, "putting back the refused flush's other writes failed"),
+        }
     }
 
     /// 409s: another write got there first. Read the document again and
@@ -78,6 +116,11 @@ impl ElasticShard {
     pub(in crate::index::elastic) fn resolve(&mut self, mut report: BulkReport, kinds: &Sent, mut rule: Option<&mut Rewrite<'_>>) -> Result<u64, IndexError> {
         let mut written = report.done as u64;
         for _ in 0..5 {
+            // A buffered flush's writes, for a put-back should one be
+            // refused (a fan-out's pages are not put back).
+            if rule.is_none() {
+                self.flushed.append(&mut report.written);
+            }
             report.refused()?;
             if report.conflicts.is_empty() {
                 return Ok(written);
@@ -127,6 +170,7 @@ impl ElasticShard {
                     (Some((cur, seq)), Some(src), None) => {
                         if conflict::wins_over(self.partition, &cur, kind, pos, write) {
                             over_foreign |= self.foreign(&cur);
+                            self.pre_images.insert((kind, id.clone()), Some(cur.clone()));
                             again.push(BulkOp::Index { index, id, source: src, if_seq_no: Some(seq) });
                         } else if self.foreign(&cur) && !is_tombstone(&cur) && write != Write::Departed {
                             // Another partition's document, written since
@@ -137,10 +181,16 @@ impl ElasticShard {
                             owner_conflict(&self.b, kind, &id, &cur, self.partition);
                         }
                     }
-                    (None, Some(src), None) => again.push(BulkOp::Create { index, id, source: src }),
+                    (None, Some(src), None) => {
+                        self.pre_images.insert((kind, id.clone()), None);
+                        again.push(BulkOp::Create { index, id, source: src });
+                    }
                     (Some((cur, seq)), None, _) => {
                         if conflict::wins_over(self.partition, &cur, kind, pos, Write::Own) {
                             over_foreign |= self.foreign(&cur);
+                            if rule.is_none() {
+                                self.pre_images.insert((kind, id.clone()), Some(cur.clone()));
+                            }
                             again.push(BulkOp::Delete { index, id, if_seq_no: Some(seq) });
                         }
                     }
