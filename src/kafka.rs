@@ -247,11 +247,17 @@ pub struct PartitionLag {
     /// End offset (high watermark).
     pub end: i64,
     pub lag: i64,
+    /// Commands not applied: `lag` less what the commit's metadata records
+    /// applied above the committed offset (issue 45; equal to `lag` where
+    /// the broker keeps no metadata, tansu 0.6).
+    pub unapplied: i64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct LagReport {
     pub total: i64,
+    /// Commands not applied, summed ([`PartitionLag::unapplied`]).
+    pub unapplied: i64,
     pub partitions: Vec<PartitionLag>,
 }
 
@@ -289,13 +295,15 @@ pub fn lag_of<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer<C>,
     let mut out = Vec::new();
     for p in 0..partitions {
         let (low, end) = consumer.fetch_watermarks(topic, p, timeout)?;
-        let committed = match committed.find_partition(topic, p).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => o,
-            _ => low.max(0),
+        let entry = committed.find_partition(topic, p);
+        let (committed, done) = match entry.as_ref().map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => (o, entry.map(|e| DoneAbove::from_metadata(e.metadata(), o)).unwrap_or_default()),
+            _ => (low.max(0), DoneAbove::default()),
         };
-        out.push(PartitionLag { partition: p, committed, end, lag: (end - committed).max(0) });
+        let lag = (end - committed).max(0);
+        out.push(PartitionLag { partition: p, committed, end, lag, unapplied: (lag - done.applied_in(committed, end)).max(0) });
     }
-    Ok(LagReport { total: out.iter().map(|p| p.lag).sum(), partitions: out })
+    Ok(LagReport { total: out.iter().map(|p| p.lag).sum(), unapplied: out.iter().map(|p| p.unapplied).sum(), partitions: out })
 }
 
 /// Polls the group's lag until every partition's committed offset reaches
@@ -538,8 +546,8 @@ pub fn delete_group(kafka: &KafkaConfig, group: &str, rt: &tokio::runtime::Handl
 mod tests {
     #[test]
     fn a_wait_timeout_names_the_partitions_behind() {
-        let p = |partition, lag| super::PartitionLag { partition, committed: 10, end: 10 + lag, lag };
-        let r = super::LagReport { total: 3, partitions: vec![p(0, 0), p(4, 3)] };
+        let p = |partition, lag| super::PartitionLag { partition, committed: 10, end: 10 + lag, lag, unapplied: lag };
+        let r = super::LagReport { total: 3, unapplied: 3, partitions: vec![p(0, 0), p(4, 3)] };
         let msg = super::WaitError::Timeout(Some(r)).to_string();
         assert!(msg.contains("partition 4: 3 unapplied"), "{msg}");
         assert!(!msg.contains("partition 0"), "{msg}");

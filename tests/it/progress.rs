@@ -116,6 +116,20 @@ fn a_wait_for_another_keys_command_does_not_wait_for_a_held_fan_out(r: Rig) {
             (metric(&m, denorm::metrics::CONSUMER_LAG_MESSAGES, &p) == 2.0 && metric(&m, denorm::metrics::UNAPPLIED_COMMANDS, &p) == 1.0).then_some(())
         },
     );
+    // `denorm lag` shows both, from the group's commit and its metadata.
+    let lag_json = || {
+        let (code, out, err) = r.run(&["lag", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    eventually(
+        Duration::from_secs(30),
+        || format!("denorm lag: {}", lag_json()),
+        || {
+            let v = lag_json();
+            (v["total"] == 2 && v["unapplied"] == 1 && v["partitions"][0]["unapplied"] == 1).then_some(())
+        },
+    );
     r.off_fault("fanout.hold");
     wait_applied_by(&r.cfg, &r.group, log.len() + 1, &[&w]);
     let log2 = w.log();
