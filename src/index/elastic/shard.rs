@@ -110,6 +110,13 @@ pub struct ElasticShard {
     /// refresh is known to have begun after it (`None`: everything it
     /// wrote is searchable). See [`Shard::searchable`].
     pub(super) unsearchable: Option<Instant>,
+    /// `unsearchable` as of the last commit: the last write that commit
+    /// covers, while no refresh is known to have begun after it. What
+    /// [`Shard::searchable`] waits for: a fan-out's pages written after
+    /// the commit do not hold its publication back (they renewed
+    /// `unsearchable` every page, and a commit during a long rename was
+    /// published only when the rename paused).
+    committed_writes: Option<Instant>,
     /// What this writer wrote that a search may not see yet (see
     /// [`Recent`]): a fan-out's scan reads it by GET.
     pub(super) recent: Recent,
@@ -144,6 +151,7 @@ impl ElasticShard {
             // after its last writes is not known here, so its checkpoint is
             // searchable once one does (review of Elasticsearch, F4).
             unsearchable: progress.checkpoint().map(|_| Instant::now()),
+            committed_writes: progress.checkpoint().map(|_| Instant::now()),
             progress,
             recent: Recent::new(),
             ready: None,
@@ -170,6 +178,9 @@ impl ElasticShard {
     fn published(&mut self, started: Instant) {
         if self.unsearchable.is_some_and(|w| w <= started) {
             self.unsearchable = None;
+        }
+        if self.committed_writes.is_some_and(|w| w <= started) {
+            self.committed_writes = None;
         }
         if self.pending.is_empty() && self.unsearchable.is_none() {
             self.recent.refreshed(started);
@@ -288,7 +299,7 @@ impl Shard for ElasticShard {
     /// offset the group commits (which `produce --wait` and `lag` watch)
     /// never passes a command a search cannot see yet.
     fn searchable(&mut self, force: bool) -> Result<bool, IndexError> {
-        let Some(written) = self.unsearchable else { return Ok(true) };
+        let Some(written) = self.committed_writes else { return Ok(true) };
         if self.b.building {
             // Searched only after its cutover, which refreshes it; what a
             // fan-out's scan must read is refreshed by the scan
@@ -556,6 +567,7 @@ impl Shard for ElasticShard {
             }
             self.progress.committed();
         }
+        self.committed_writes = self.unsearchable;
         // After the checkpoint: a fenced writer does not sweep.
         self.sweep_tombstones();
         Ok(())
