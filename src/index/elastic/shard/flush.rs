@@ -29,6 +29,9 @@ impl ElasticShard {
         self.prefetched.clear();
         self.ready = None;
         if self.pending.is_empty() {
+            // Reads that wrote nothing (a duplicate, a command already
+            // applied): their sources are not kept past the flush.
+            self.pre_images.clear();
             return Ok(());
         }
         let kinds: Sent = self.pending.iter().map(|(k, op, pos, w)| (format!("{}/{}", self.target(*k), op.id()), (*k, *pos, *w))).collect();
