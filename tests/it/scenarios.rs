@@ -373,12 +373,20 @@ fn a_commit_is_searchable_within_the_bound_while_a_fan_out_writes(backend: &dyn 
     shard.mark_applied(Checkpoint::new(61, 0));
     shard.commit().unwrap();
     let committed = std::time::Instant::now();
-    // A page every 100 ms after the commit, for 3 s at most.
+    // A page every 100 ms after the commit, for 3 s at most, and after
+    // each page another commit of the other key (as the applier commits
+    // between pages): each new commit must not put the first one's
+    // publication off either.
     let mut searchable_after = None;
+    let mut pos = 62;
     while committed.elapsed() < Duration::from_secs(3) {
         std::thread::sleep(Duration::from_millis(100));
         let (_, done) = shard.rewrite_page(&mut pages, &mut |d| denorm::apply::fan_out_rule(&rename, 60, d)).unwrap();
         assert!(!done, "the fan-out ran out of pages: make it longer");
+        apply(shard.as_mut(), &file(&format!("other{pos}"), &format!("/o/{pos}")), pos, FanOut::pages_of(10)).unwrap();
+        shard.mark_applied(Checkpoint::new(pos, 0));
+        shard.commit().unwrap();
+        pos += 1;
         if shard.searchable(false).unwrap() {
             searchable_after = Some(committed.elapsed());
             break;

@@ -110,13 +110,14 @@ pub struct ElasticShard {
     /// refresh is known to have begun after it (`None`: everything it
     /// wrote is searchable). See [`Shard::searchable`].
     pub(super) unsearchable: Option<Instant>,
-    /// `unsearchable` as of the last commit: the last write that commit
-    /// covers, while no refresh is known to have begun after it. What
-    /// [`Shard::searchable`] waits for: a fan-out's pages written after
-    /// the commit do not hold its publication back (they renewed
-    /// `unsearchable` every page, and a commit during a long rename was
-    /// published only when the rename paused).
-    committed_writes: Option<Instant>,
+    /// The commits not known searchable: the first write of the oldest of
+    /// them not known refreshed (from when [`Shard::searchable`] counts its
+    /// bound), and the last write the last commit covers (what a refresh
+    /// must have begun after). A fan-out's pages written after a commit do
+    /// not hold its publication back, and neither do later commits: each
+    /// renewed one instant, and during a long rename a commit was
+    /// published only when the rename paused.
+    committed_writes: Option<(Instant, Instant)>,
     /// What this writer wrote that a search may not see yet (see
     /// [`Recent`]): a fan-out's scan reads it by GET.
     pub(super) recent: Recent,
@@ -151,7 +152,7 @@ impl ElasticShard {
             // after its last writes is not known here, so its checkpoint is
             // searchable once one does (review of Elasticsearch, F4).
             unsearchable: progress.checkpoint().map(|_| Instant::now()),
-            committed_writes: progress.checkpoint().map(|_| Instant::now()),
+            committed_writes: progress.checkpoint().map(|_| (Instant::now(), Instant::now())),
             progress,
             recent: Recent::new(),
             ready: None,
@@ -179,9 +180,13 @@ impl ElasticShard {
         if self.unsearchable.is_some_and(|w| w <= started) {
             self.unsearchable = None;
         }
-        if self.committed_writes.is_some_and(|w| w <= started) {
-            self.committed_writes = None;
-        }
+        self.committed_writes = match self.committed_writes {
+            Some((_, last)) if last <= started => None,
+            // What the refresh covered is searchable: the bound counts
+            // from it for the rest.
+            Some((first, last)) => Some((first.max(started), last)),
+            None => None,
+        };
         if self.pending.is_empty() && self.unsearchable.is_none() {
             self.recent.refreshed(started);
         }
@@ -290,16 +295,17 @@ impl Shard for ElasticShard {
         true
     }
 
-    /// Searchable once a refresh of this generation began after this
-    /// writer's last write: one another writer of this backend made
-    /// (shared, [`ElasticBackend::refreshed`]), or one this writer makes
-    /// once the write is [`SEARCHABLE_WITHIN`] old (or at once, `force`).
+    /// Searchable once a refresh of this generation began after the last
+    /// write the last commit covers: one another writer of this backend
+    /// made (shared, [`ElasticBackend::refreshed`]), or one this writer
+    /// makes once the oldest write not known refreshed of the commits not
+    /// published is [`SEARCHABLE_WITHIN`] old (or at once, `force`).
     /// So a worker refreshes at most about once a second whatever its
     /// partitions and commits, no commit waits for a refresh, and the
     /// offset the group commits (which `produce --wait` and `lag` watch)
     /// never passes a command a search cannot see yet.
     fn searchable(&mut self, force: bool) -> Result<bool, IndexError> {
-        let Some(written) = self.committed_writes else { return Ok(true) };
+        let Some((first, written)) = self.committed_writes else { return Ok(true) };
         if self.b.building {
             // Searched only after its cutover, which refreshes it; what a
             // fan-out's scan must read is refreshed by the scan
@@ -310,7 +316,7 @@ impl Shard for ElasticShard {
             self.published(written);
             return Ok(true);
         }
-        if !force && written.elapsed() < SEARCHABLE_WITHIN {
+        if !force && first.elapsed() < SEARCHABLE_WITHIN {
             return Ok(false);
         }
         self.refresh()?;
@@ -567,7 +573,7 @@ impl Shard for ElasticShard {
             }
             self.progress.committed();
         }
-        self.committed_writes = self.unsearchable;
+        self.committed_writes = self.unsearchable.map(|last| (self.committed_writes.map_or(last, |(first, _)| first), last));
         // After the checkpoint: a fenced writer does not sweep.
         self.sweep_tombstones();
         Ok(())
