@@ -83,9 +83,8 @@ fn assert_matches_the_model(backend: &dyn Backend, log: &[Command]) {
 
 #[test]
 fn log_with_redelivered_suffix_matches_the_model_on_the_embedded_backend() {
-    let dir = tempfile::tempdir().unwrap();
-    let index = denorm::index::embedded::EmbeddedIndex::open(dir.path(), "scenario").unwrap();
-    scenario(&denorm::index::embedded::EmbeddedBackend::new(index, 20 << 20));
+    let (_dir, backend) = own_embedded("scenario");
+    scenario(&backend);
 }
 
 #[test]
@@ -143,6 +142,14 @@ fn own_elastic(name: &str) -> (crate::common::elastic::Elastic, tokio::runtime::
     backend.prefix = format!("{}-{name}", crate::common::elastic::prefix());
     rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix)).unwrap();
     (es, rt, backend)
+}
+
+/// An embedded backend in a scratch directory of its own (kept while the
+/// directory lives).
+fn own_embedded(name: &str) -> (tempfile::TempDir, denorm::index::embedded::EmbeddedBackend) {
+    let dir = tempfile::tempdir().unwrap();
+    let index = denorm::index::embedded::EmbeddedIndex::open(dir.path(), name).unwrap();
+    (dir, denorm::index::embedded::EmbeddedBackend::new(index, 20 << 20))
 }
 
 fn live(backend: &dyn Backend) -> Vec<denorm::index::Doc> {
@@ -245,9 +252,8 @@ fn fan_outs_over_pending_writes(backend: &dyn Backend) {
 
 #[test]
 fn fan_outs_over_pending_writes_match_the_model_on_the_embedded_backend() {
-    let dir = tempfile::tempdir().unwrap();
-    let index = denorm::index::embedded::EmbeddedIndex::open(dir.path(), "pending").unwrap();
-    fan_outs_over_pending_writes(&denorm::index::embedded::EmbeddedBackend::new(index, 20 << 20));
+    let (_dir, backend) = own_embedded("pending");
+    fan_outs_over_pending_writes(&backend);
 }
 
 #[test]
@@ -295,9 +301,8 @@ fn pages_keep_writes_made_since_the_scan_began(backend: &dyn Backend) {
 
 #[test]
 fn pages_keep_writes_made_since_the_scan_began_on_the_embedded_backend() {
-    let dir = tempfile::tempdir().unwrap();
-    let index = denorm::index::embedded::EmbeddedIndex::open(dir.path(), "since").unwrap();
-    pages_keep_writes_made_since_the_scan_began(&denorm::index::embedded::EmbeddedBackend::new(index, 20 << 20));
+    let (_dir, backend) = own_embedded("since");
+    pages_keep_writes_made_since_the_scan_began(&backend);
 }
 
 #[test]
@@ -399,9 +404,8 @@ fn a_commit_is_searchable_within_the_bound_while_a_fan_out_writes(backend: &dyn 
 
 #[test]
 fn a_commit_is_searchable_within_the_bound_while_a_fan_out_writes_on_the_embedded_backend() {
-    let dir = tempfile::tempdir().unwrap();
-    let index = denorm::index::embedded::EmbeddedIndex::open(dir.path(), "bound").unwrap();
-    a_commit_is_searchable_within_the_bound_while_a_fan_out_writes(&denorm::index::embedded::EmbeddedBackend::new(index, 20 << 20));
+    let (_dir, backend) = own_embedded("bound");
+    a_commit_is_searchable_within_the_bound_while_a_fan_out_writes(&backend);
 }
 
 #[test]

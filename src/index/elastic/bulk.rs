@@ -43,6 +43,13 @@ impl BulkOp {
         }
     }
 
+    /// Its index (or alias) and id, taken out of it.
+    fn into_target(self) -> (String, String) {
+        match self {
+            BulkOp::Index { index, id, .. } | BulkOp::Create { index, id, .. } | BulkOp::Delete { index, id, .. } => (index, id),
+        }
+    }
+
     /// The index (or alias) it writes.
     pub fn index(&self) -> &str {
         match self {
@@ -307,7 +314,8 @@ async fn send(client: &Elasticsearch, mut ops: Vec<(BulkOp, Vec<u8>)>, policy: R
                         match outcome {
                             Outcome::Done => {
                                 report.done += 1;
-                                report.written.push((op.index().to_string(), op.id().to_string(), version));
+                                let (index, id) = op.into_target();
+                                report.written.push((index, id, version));
                             }
                             Outcome::Conflict => report.conflicts.push(op),
                             Outcome::Retry(_) => again.push((op, encoded)),
