@@ -76,7 +76,7 @@ const TOPICS: &[&str] = &["Relationships", "Cooking", "Travel", "Search engines"
 pub const README: &str = "/clinton/projects/elasticsearch/README.txt";
 
 /// `n` words of the sample vocabulary.
-pub(crate) fn words(rng: &mut StdRng, n: usize) -> String {
+pub fn words(rng: &mut StdRng, n: usize) -> String {
     (0..n).map(|_| WORDS[rng.random_range(0..WORDS.len())]).collect::<Vec<_>>().join(" ")
 }
 

@@ -3,8 +3,6 @@
 
 pub mod alloc;
 pub mod apply;
-pub mod bench;
-pub mod cli;
 pub mod clock;
 pub mod codec;
 pub mod command;

@@ -4,6 +4,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+mod bench;
+mod cli;
+
 /// mimalloc instead of glibc's malloc. glibc gives each allocating thread
 /// its own arena and keeps freed memory there: a worker's threads
 /// (appliers, tantivy's indexer and merge threads, librdkafka's) held two to
@@ -17,8 +20,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     denorm::alloc::tune();
-    let cli = denorm::cli::Cli::parse();
-    denorm::cli::init_tracing(&cli);
+    let cli = cli::Cli::parse();
+    cli::init_tracing(&cli);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -26,11 +29,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(denorm::cli::run(cli)) {
+    match runtime.block_on(cli::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(denorm::cli::exit_code(&e))
+            ExitCode::from(cli::exit_code(&e))
         }
     }
 }

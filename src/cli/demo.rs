@@ -14,16 +14,16 @@ use clap::Args;
 use rdkafka::mocking::MockCluster;
 
 use super::Cli;
-use crate::command::Command;
-use crate::command::LogPosition;
-use crate::demo;
-use crate::http::Health;
-use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
-use crate::index::{FileQuery, PostQuery, SearchIndex};
-use crate::kafka::{self, KafkaConfig};
-use crate::model;
-use crate::produce::Producer;
-use crate::worker::{self, Stats, WorkerConfig};
+use denorm::command::Command;
+use denorm::command::LogPosition;
+use denorm::demo;
+use denorm::http::Health;
+use denorm::index::embedded::{EmbeddedBackend, EmbeddedIndex};
+use denorm::index::{FileQuery, PostQuery, SearchIndex};
+use denorm::kafka::{self, KafkaConfig};
+use denorm::model;
+use denorm::produce::Producer;
+use denorm::worker::{self, Stats, WorkerConfig};
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -60,7 +60,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     let cluster = MockCluster::new(3).context("starting the in-process Kafka cluster")?;
     let topic = "denorm.demo";
     cluster.create_topic(topic, a.partitions, 1).context("creating the demo topic")?;
-    cluster.create_topic(&crate::dlq::default_topic(topic), a.partitions, 1).context("creating the demo's dead-letter topic")?;
+    cluster.create_topic(&denorm::dlq::default_topic(topic), a.partitions, 1).context("creating the demo's dead-letter topic")?;
     let mut kafka = KafkaConfig::new(cluster.bootstrap_servers(), topic);
     kafka.partitions = a.partitions;
     // The in-process broker keeps at most 5 MiB per partition (a fixed limit
@@ -143,14 +143,14 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     });
     let mut moves = demo::moves();
     if let Some((id, path)) = &handed {
-        let to = format!("/tipper/from-bill/{}", crate::command::path::split(path).1);
+        let to = format!("/tipper/from-bill/{}", denorm::command::path::split(path).1);
         moves.push(Command::UpsertFile { id: id.clone(), path: to, contents: "handed over from /bill, then edited".into(), previous_path: Some(path.clone()) });
     }
     if let (Some((id, from, title, body)), Some(to)) = (&reattributed, &to_user) {
         moves.push(Command::UpsertPost { id: id.clone(), user_id: to.clone(), title: title.clone(), body: body.clone(), previous_user_id: Some(from.clone()) });
     }
     let owner_changes = moves.iter().filter(|c| c.previous_key().is_some()).count();
-    let moves = crate::command::expand_owner_changes(moves);
+    let moves = denorm::command::expand_owner_changes(moves);
     let t = Instant::now();
     let (deliveries, _) = producer.send_ordered(&kafka, &group, moves.clone(), 1000, Duration::from_secs(a.timeout_secs), |_| {}).await?;
     log.extend(deliveries.into_iter().zip(moves));
@@ -171,7 +171,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     // partitions' logs serialized the commands and the moves.
     let logs = tokio::task::spawn_blocking({
         let k = kafka.clone();
-        move || kafka::read_topic(&k, &crate::codec::Codec::new())
+        move || kafka::read_topic(&k, &denorm::codec::Codec::new())
     })
     .await?
     .map_err(|e| anyhow::anyhow!("reading the topic back: {e}"))?;
@@ -181,9 +181,9 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     let verified = {
         let (k, g, live, rt) = (kafka.clone(), group.clone(), backend.clone(), tokio::runtime::Handle::current());
         let timeout = Duration::from_secs(a.timeout_secs);
-        tokio::task::spawn_blocking(move || -> anyhow::Result<crate::verify::Report> {
+        tokio::task::spawn_blocking(move || -> anyhow::Result<denorm::verify::Report> {
             let scratch = tempfile::Builder::new().prefix("denorm-verify-").tempdir()?;
-            let v = crate::verify::Verify {
+            let v = denorm::verify::Verify {
                 members: Default::default(),
                 kafka: k,
                 live: live.as_ref(),
@@ -198,7 +198,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
                 delete_group: false,
                 runtime: rt,
             };
-            Ok(crate::verify::run(v, |_| {})?)
+            Ok(denorm::verify::run(v, |_| {})?)
         })
         .await?
         .context("denorm verify")?

@@ -1,5 +1,5 @@
 //! `denorm dlq`: count, list, reprocess or clear dead letters (see
-//! `crate::dlq`). Safe while workers run: reprocess and clear go through the
+//! `denorm::dlq`). Safe while workers run: reprocess and clear go through the
 //! command topic, in order with the commands of the keys concerned.
 
 use std::collections::BTreeSet;
@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use super::{Cli, UsageError};
-use crate::dlq::admin::{self, Entry, Marker};
+use denorm::dlq::admin::{self, Entry, Marker};
 
 #[derive(Debug, Args)]
 pub struct DlqArgs {
@@ -77,7 +77,7 @@ struct Operation {
 
 pub async fn run(cli: &Cli, a: &DlqArgs) -> anyhow::Result<()> {
     let kafka = cli.kafka();
-    let topic = a.dlq_topic.clone().unwrap_or_else(|| crate::dlq::default_topic(&kafka.topic));
+    let topic = a.dlq_topic.clone().unwrap_or_else(|| denorm::dlq::default_topic(&kafka.topic));
     let filter = match &a.action {
         Action::Count(f) | Action::List(f) => f,
         Action::Reprocess(o) | Action::Clear(ClearArgs { op: o, .. }) => &o.filter,
@@ -116,7 +116,7 @@ pub async fn run(cli: &Cli, a: &DlqArgs) -> anyhow::Result<()> {
 
 /// The open letters (of `key`), and the letters dropped one by one whose
 /// key was not resumed since.
-async fn read_open(kafka: &crate::kafka::KafkaConfig, topic: &str, key: Option<String>) -> anyhow::Result<(Vec<Entry>, Vec<Marker>)> {
+async fn read_open(kafka: &denorm::kafka::KafkaConfig, topic: &str, key: Option<String>) -> anyhow::Result<(Vec<Entry>, Vec<Marker>)> {
     let (k, t) = (kafka.clone(), topic.to_string());
     let (entries, markers) = tokio::task::spawn_blocking(move || admin::read(&k, &t)).await?.with_context(|| format!("reading the dead-letter topic {topic}"))?;
     Ok((admin::open(entries, &markers, key.as_deref()), admin::pending_drops(&markers, key.as_deref())))
@@ -240,7 +240,7 @@ async fn operate(cli: &Cli, topic: &str, letters: Vec<Entry>, drops: &[Marker], 
         return Ok(());
     }
     let (k, group, secs) = (kafka.clone(), cli.group.clone(), o.wait);
-    tokio::task::spawn_blocking(move || crate::kafka::wait_for_deliveries(&k, &group, &deliveries, Duration::from_secs(secs)))
+    tokio::task::spawn_blocking(move || denorm::kafka::wait_for_deliveries(&k, &group, &deliveries, Duration::from_secs(secs)))
         .await?
         .context("waiting for the workers (is `denorm run` running for this group?)")?;
     // What is still open for these keys was dead-lettered again (a replay

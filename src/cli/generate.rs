@@ -5,7 +5,7 @@ use std::io::Write;
 
 use clap::Args;
 
-use crate::demo;
+use denorm::demo;
 
 #[derive(Debug, Args)]
 pub struct GenerateArgs {

@@ -5,7 +5,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::Cli;
-use crate::kafka;
+use denorm::kafka;
 
 #[derive(Debug, Args)]
 pub struct LagArgs {

@@ -1,5 +1,5 @@
 //! `denorm migrate`: the arguments and the progress shown; the copy is
-//! [`crate::migrate`].
+//! [`denorm::migrate`].
 
 use std::time::Instant;
 
@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use super::{Cli, UsageError};
-use crate::kafka::KafkaConfig;
+use denorm::kafka::KafkaConfig;
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
@@ -36,16 +36,16 @@ pub async fn run(cli: &Cli, a: &MigrateArgs) -> anyhow::Result<()> {
     if have != a.to_partitions {
         bail!("topic {} exists with {have} partitions, not {}", to.topic, a.to_partitions);
     }
-    let dlq = a.dlq_topic.clone().unwrap_or_else(|| crate::dlq::default_topic(&from.topic));
+    let dlq = a.dlq_topic.clone().unwrap_or_else(|| denorm::dlq::default_topic(&from.topic));
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
-        let (letters, _) = crate::dlq::admin::read(&from, &dlq).with_context(|| format!("reading the dead-letter topic {dlq}"))?;
-        let lettered = crate::migrate::lettered(&letters);
+        let (letters, _) = denorm::dlq::admin::read(&from, &dlq).with_context(|| format!("reading the dead-letter topic {dlq}"))?;
+        let lettered = denorm::migrate::lettered(&letters);
         let bar = super::progress(0, "migrate");
         if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
-        let done = crate::migrate::copy(&from, partitions, &to, &lettered, |copied, total| {
+        let done = denorm::migrate::copy(&from, partitions, &to, &lettered, |copied, total| {
             bar.set_length(total);
             bar.set_position(copied);
         });

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::kafka::KafkaConfig;
+use denorm::kafka::KafkaConfig;
 
 /// denorm: keeps denormalized search documents right, driven by a Kafka log
 /// of commands.
@@ -101,8 +101,8 @@ pub enum Commands {
 /// The variables read besides the flags' own (`[env: ...]`): credentials
 /// and certificates, each secret also from a file (`_FILE`).
 fn environment_help() -> String {
-    use crate::codec::registry::env as sr;
-    use crate::index::elastic::config::env as es;
+    use denorm::codec::registry::env as sr;
+    use denorm::index::elastic::config::env as es;
     let rows: [(&[&str], &str); 7] = [
         (&[es::USERNAME, es::USERNAME_FILE, es::PASSWORD, es::PASSWORD_FILE], "Elasticsearch basic authentication"),
         (&[es::API_KEY_ID, es::API_KEY, es::API_KEY_FILE], "Elasticsearch API key, as an id and a key"),
@@ -229,8 +229,8 @@ pub(crate) fn elastic_url(cli: &Cli) -> Option<String> {
 }
 
 /// Connects to Elasticsearch at `url` (credentials from `DENORM_ES_*`).
-pub(crate) fn elastic_config(url: &str) -> anyhow::Result<crate::index::elastic::config::ElasticConfig> {
-    crate::index::elastic::config::ElasticConfig::from_env(url).map_err(|e| UsageError(e.to_string()).into())
+pub(crate) fn elastic_config(url: &str) -> anyhow::Result<denorm::index::elastic::config::ElasticConfig> {
+    denorm::index::elastic::config::ElasticConfig::from_env(url).map_err(|e| UsageError(e.to_string()).into())
 }
 
 /// How the topic places keys and orders what crosses them (`run`,
@@ -266,10 +266,10 @@ pub struct RegistryArgs {
 
 impl RegistryArgs {
     /// The registry client, when a URL is given.
-    pub fn registry(&self) -> anyhow::Result<Option<std::sync::Arc<crate::codec::registry::Registry>>> {
+    pub fn registry(&self) -> anyhow::Result<Option<std::sync::Arc<denorm::codec::registry::Registry>>> {
         let Some(url) = &self.schema_registry else { return Ok(None) };
-        let cfg = crate::codec::registry::RegistryConfig::from_env(url).map_err(|e| UsageError(e.to_string()))?;
-        Ok(Some(std::sync::Arc::new(crate::codec::registry::Registry::new(cfg).map_err(|e| UsageError(e.to_string()))?)))
+        let cfg = denorm::codec::registry::RegistryConfig::from_env(url).map_err(|e| UsageError(e.to_string()))?;
+        Ok(Some(std::sync::Arc::new(denorm::codec::registry::Registry::new(cfg).map_err(|e| UsageError(e.to_string()))?)))
     }
 }
 
@@ -295,12 +295,12 @@ pub struct DataSetArgs {
 
 impl DataSetArgs {
     /// The load: files, users, posts.
-    pub fn load(&self) -> Vec<crate::command::Command> {
-        crate::demo::seed(self.files, self.users, self.posts, self.seed)
+    pub fn load(&self) -> Vec<denorm::command::Command> {
+        denorm::demo::seed(self.files, self.users, self.posts, self.seed)
     }
     /// The user renames of the race.
-    pub fn user_renames(&self) -> Vec<crate::command::Command> {
-        crate::demo::user_renames(self.renamed_users.min(self.users), self.seed)
+    pub fn user_renames(&self) -> Vec<denorm::command::Command> {
+        denorm::demo::user_renames(self.renamed_users.min(self.users), self.seed)
     }
 }
 

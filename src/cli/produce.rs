@@ -8,8 +8,8 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use super::{Cli, UsageError};
-use crate::command::{jsonl, Command};
-use crate::produce::Producer;
+use denorm::command::{jsonl, Command};
+use denorm::produce::Producer;
 
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
@@ -119,7 +119,7 @@ enum One {
 
 impl One {
     /// The validated command.
-    fn command(self) -> Result<Command, crate::command::CommandError> {
+    fn command(self) -> Result<Command, denorm::command::CommandError> {
         let one = match self {
             One::UpsertFile { id, path, contents, previous_path } => Command::UpsertFile { id, path, contents, previous_path },
             One::DeleteFile { id, path } => Command::DeleteFile { id, path },
@@ -156,9 +156,9 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
     let producer = match a.registry.registry()? {
         None => Producer::new(&kafka)?,
         Some(r) => {
-            let subject = a.subject.clone().unwrap_or_else(|| crate::codec::registry::value_subject(&kafka.topic));
+            let subject = a.subject.clone().unwrap_or_else(|| denorm::codec::registry::value_subject(&kafka.topic));
             let p = Producer::with_registry(&kafka, &r, &subject, !a.no_register_schema).await.with_context(|| format!("getting the schema id of subject {subject:?} from {}", r.url()))?;
-            if let crate::produce::Framing::Registry(id) = p.framing() {
+            if let denorm::produce::Framing::Registry(id) = p.framing() {
                 eprintln!("schema-registry framing: subject {subject}, schema id {id}");
             }
             p
@@ -168,7 +168,7 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
     let owner_changes = commands.iter().filter(|c| c.previous_key().is_some()).count();
     // With --wait, one budget for the whole call; without, 60 s per barrier.
     let patience = match a.wait {
-        Some(secs) => crate::produce::Patience::within(std::time::Duration::from_secs(secs)),
+        Some(secs) => denorm::produce::Patience::within(std::time::Duration::from_secs(secs)),
         None => std::time::Duration::from_secs(60).into(),
     };
     if crossing > 0 {
@@ -178,7 +178,7 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
         eprintln!("{owner_changes} owner change(s): each is sent as the document's delete under its previous key and, once group {} has applied that, the upsert", cli.group);
     }
     // Read-your-writes and the printed deliveries cover both halves.
-    let commands = crate::command::expand_owner_changes(commands);
+    let commands = denorm::command::expand_owner_changes(commands);
     // Without such renames this is `send_all`.
     let (deliveries, destinations) = if a.jsonl.is_none() {
         let keys: Vec<String> = commands.iter().map(|c| c.key().to_string()).collect();
@@ -204,7 +204,7 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
     let deliveries: Vec<_> = deliveries.into_iter().chain(destinations).collect();
     if let Some(secs) = a.wait {
         let (group, left) = (cli.group.clone(), patience.left());
-        tokio::task::spawn_blocking(move || crate::kafka::wait_for_deliveries(&kafka, &group, &deliveries, left))
+        tokio::task::spawn_blocking(move || denorm::kafka::wait_for_deliveries(&kafka, &group, &deliveries, left))
             .await?
             .with_context(|| format!("--wait {secs}: sent, but group {} had not applied everything when the time was up", cli.group))?;
         eprintln!("applied by group {}", cli.group);

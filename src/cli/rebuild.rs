@@ -1,5 +1,5 @@
 //! `denorm rebuild`: the arguments, the backend, the metrics endpoint and
-//! the progress shown; the rebuild itself is [`crate::rebuild`].
+//! the progress shown; the rebuild itself is [`denorm::rebuild`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,12 +9,12 @@ use clap::Args;
 use tracing::info;
 
 use super::{Cli, UsageError};
-use crate::http::{self, Health};
-use crate::index::elastic::{backend::ElasticBackend, setup};
-use crate::index::embedded::EmbeddedIndex;
-use crate::index::generations::{ElasticGenerations, EmbeddedGenerations, Generations};
-use crate::kafka::KafkaConfig;
-use crate::rebuild::{Rebuild, RebuildError, Tick};
+use denorm::http::{self, Health};
+use denorm::index::elastic::{backend::ElasticBackend, setup};
+use denorm::index::embedded::EmbeddedIndex;
+use denorm::index::generations::{ElasticGenerations, EmbeddedGenerations, Generations};
+use denorm::kafka::KafkaConfig;
+use denorm::rebuild::{Rebuild, RebuildError, Tick};
 
 #[derive(Debug, Args)]
 pub struct RebuildArgs {
@@ -75,7 +75,7 @@ pub struct RebuildArgs {
 }
 
 pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
-    let members = crate::members::Members::new(a.members, a.member).map_err(|e| UsageError(format!("--member {} of --members {}: {e}", a.member, a.members)))?;
+    let members = denorm::members::Members::new(a.members, a.member).map_err(|e| UsageError(format!("--member {} of --members {}: {e}", a.member, a.members)))?;
     let kafka = cli.kafka();
     let rt = tokio::runtime::Handle::current();
     let index: Arc<dyn Generations> = match super::elastic_url(cli) {
@@ -105,7 +105,7 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
             // Elasticsearch: the state's, else the topic's.
             let recorded = index.state().ok().flatten().and_then(|s| s.partitions);
             let partitions = recorded.or_else(|| k.topic_partitions().ok().flatten()).unwrap_or(k.partitions);
-            match crate::rebuild::abandon(index.as_ref(), partitions)? {
+            match denorm::rebuild::abandon(index.as_ref(), partitions)? {
                 Some(g) => println!("gave up the rebuild of generation {g}: its generation and state are deleted"),
                 None => println!("no rebuild in progress: nothing to give up"),
             }
@@ -115,13 +115,13 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     }
     let (k, group, keep_old, addr, waits, any_partitioner, accept_gaps, accept_owner_conflicts) =
         (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.cross_key.no_takeover_waits, a.cross_key.any_partitioner, a.accept_gaps, a.accept_owner_conflicts);
-    let verify = a.verify.then_some(crate::rebuild::CutoverCheck { force: a.force, wait: Duration::from_secs(a.verify_wait_secs) });
-    let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
+    let verify = a.verify.then_some(denorm::rebuild::CutoverCheck { force: a.force, wait: Duration::from_secs(a.verify_wait_secs) });
+    let handle = denorm::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
     let health = Arc::new(Health::default());
     health.beat();
     let bound = http::serve(addr, handle, health.clone()).await.with_context(|| format!("binding the metrics endpoint {addr}"))?;
     info!(addr = %bound, "serving /metrics, /healthz, /readyz");
-    let dlq = KafkaConfig { topic: crate::dlq::default_topic(&kafka.topic), ..kafka.clone() };
+    let dlq = KafkaConfig { topic: denorm::dlq::default_topic(&kafka.topic), ..kafka.clone() };
     let partitions = kafka.topic_partitions()?.ok_or_else(|| UsageError(format!("topic {} does not exist", kafka.topic)))?;
     super::topics::check_lifetime(&kafka, "command topic").await?;
     dlq.ensure_topic().await.context("cannot reach or create the dead-letter topic")?;
@@ -152,7 +152,7 @@ fn rebuild(r: Rebuild<'_>) -> anyhow::Result<()> {
             info!(generation = t.generation, applied = t.applied, of = t.of, rate = rate as u64, "rebuild progress");
         }
     };
-    let done = crate::rebuild::run(r, shown).map_err(|e| match e {
+    let done = denorm::rebuild::run(r, shown).map_err(|e| match e {
         e @ (RebuildError::PartitionsAdded { .. } | RebuildError::OtherLog { .. } | RebuildError::OtherMembers { .. } | RebuildError::OwnerConflicts { .. } | RebuildError::VerifyOtherLog { .. }) => {
             anyhow::Error::new(UsageError(e.to_string()))
         }
@@ -167,7 +167,7 @@ fn rebuild(r: Rebuild<'_>) -> anyhow::Result<()> {
             "verified before the cutover: {} document(s) of generation {} compared with the live generation up to offsets {}{}",
             o.checked,
             done.generation,
-            crate::verify::describe(&v.at),
+            denorm::verify::describe(&v.at),
             match o.differences_total {
                 0 => ": equal".to_string(),
                 n => format!(": {n} differed, cut over anyway (--force)"),
@@ -195,7 +195,7 @@ fn rebuild(r: Rebuild<'_>) -> anyhow::Result<()> {
 }
 
 fn show_status(kafka: &KafkaConfig, index: &dyn Generations, json: bool) -> anyhow::Result<()> {
-    let s = crate::rebuild::status(kafka, index)?;
+    let s = denorm::rebuild::status(kafka, index)?;
     if json {
         let v = serde_json::json!({
             "current": s.current,

@@ -10,13 +10,13 @@ use clap::Args;
 use tracing::info;
 
 use super::Cli;
-use crate::apply::FanOut;
-use crate::http::{self, Health};
-use crate::index::elastic::backend::ElasticBackend;
-use crate::index::elastic::setup;
-use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
-use crate::index::Backend;
-use crate::worker::{self, defaults, OnAbort, Stats, WorkerConfig};
+use denorm::apply::FanOut;
+use denorm::http::{self, Health};
+use denorm::index::elastic::backend::ElasticBackend;
+use denorm::index::elastic::setup;
+use denorm::index::embedded::{EmbeddedBackend, EmbeddedIndex};
+use denorm::index::Backend;
+use denorm::worker::{self, defaults, OnAbort, Stats, WorkerConfig};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -36,12 +36,12 @@ pub struct RunArgs {
     commit_quiet_ms: u64,
     /// Documents read per page of a fan-out scan (at most 10000 on Elasticsearch, its
     /// index.max_result_window)
-    #[arg(long, env = "DENORM_PAGE_SIZE", default_value_t = crate::apply::DEFAULT_PAGE_SIZE)]
+    #[arg(long, env = "DENORM_PAGE_SIZE", default_value_t = denorm::apply::DEFAULT_PAGE_SIZE)]
     page_size: usize,
     /// Key lanes per partition: up to this many keys' fan-outs (renames, profile changes) run at
     /// once, a page at a time, and other keys' commands are applied between their pages instead
     /// of waiting; a key's own commands wait behind its fan-out. 1: one command at a time
-    #[arg(long, env = "DENORM_LANES", default_value_t = crate::worker::defaults::LANES)]
+    #[arg(long, env = "DENORM_LANES", default_value_t = denorm::worker::defaults::LANES)]
     lanes: usize,
     /// Pause after each page of a fan-out, in milliseconds, to throttle rewrites
     #[arg(long, env = "DENORM_FAN_OUT_PAGE_PAUSE_MS", default_value_t = 0)]
@@ -49,12 +49,12 @@ pub struct RunArgs {
     /// Embedded index: a fan-out commits its progress after this many rewritten documents, so
     /// what it leaves uncommitted stays bounded (0: only at the end; searches then never see a
     /// rename part-way)
-    #[arg(long, env = "DENORM_FAN_OUT_COMMIT_EVERY", default_value_t = crate::index::embedded::DEFAULT_FAN_OUT_COMMIT_EVERY)]
+    #[arg(long, env = "DENORM_FAN_OUT_COMMIT_EVERY", default_value_t = denorm::index::embedded::DEFAULT_FAN_OUT_COMMIT_EVERY)]
     fan_out_commit_every: u64,
     /// Embedded index: largest segment merge, in documents. A merge holds memory per document
     /// it merges, so this bounds a shard's merge memory whatever its size; a shard then keeps
     /// at least documents / this many segments (0: tantivy's default, unbounded merges)
-    #[arg(long, env = "DENORM_MERGE_MAX_DOCS", default_value_t = crate::index::embedded::DEFAULT_MERGE_MAX_DOCS)]
+    #[arg(long, env = "DENORM_MERGE_MAX_DOCS", default_value_t = denorm::index::embedded::DEFAULT_MERGE_MAX_DOCS)]
     merge_max_docs: u32,
     /// Embedded index: every this many seconds, look for documents that several partitions'
     /// shards hold (an owner change sent without its explicit form); one found in two audits
@@ -97,7 +97,7 @@ pub struct RunArgs {
     /// After a command is aborted, `park` dead-letters its key's later
     /// commands until `denorm dlq reprocess` or `clear` (order kept); `skip`
     /// applies them anyway (availability over order)
-    #[arg(long, env = "DENORM_ON_ABORT", value_enum, default_value = "park")]
+    #[arg(long, env = "DENORM_ON_ABORT", default_value = "park", value_parser = on_abort_parser())]
     on_abort: OnAbort,
     /// Attempts at a command the index rejects before it is aborted
     /// (transient failures such as an unreachable index are retried without limit)
@@ -123,6 +123,12 @@ pub struct RunArgs {
     registry: super::RegistryArgs,
 }
 
+/// `--on-abort`'s values, with their help, from the library's [`OnAbort`].
+fn on_abort_parser() -> impl clap::builder::TypedValueParser<Value = OnAbort> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(OnAbort::ALL.map(|p| PossibleValue::new(p.name()).help(p.summary()))).map(|s| s.parse::<OnAbort>().expect("one of the possible values"))
+}
+
 /// Kafka's rule for a group.instance.id: 1-249 of `[a-zA-Z0-9._-]`.
 fn parse_instance_id(s: &str) -> Result<String, String> {
     if s.is_empty() || s.len() > 249 || !s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
@@ -132,7 +138,7 @@ fn parse_instance_id(s: &str) -> Result<String, String> {
 }
 
 pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
-    let window = crate::index::elastic::search::MAX_RESULT_WINDOW;
+    let window = denorm::index::elastic::search::MAX_RESULT_WINDOW;
     if super::elastic_url(cli).is_some() && a.page_size > window {
         // Every page of every fan-out would be refused (from + size above
         // index.max_result_window): every rename would fail for good.
@@ -141,7 +147,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         );
     }
     if super::elastic_url(cli).is_some() {
-        crate::index::elastic::docs::check_page_pause(Duration::from_millis(a.fan_out_page_pause_ms)).map_err(super::UsageError)?;
+        denorm::index::elastic::docs::check_page_pause(Duration::from_millis(a.fan_out_page_pause_ms)).map_err(super::UsageError)?;
     }
     // Signal handlers first: a SIGTERM during start-up stops the worker
     // cleanly too, instead of killing the process.
@@ -156,7 +162,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         }
         flag.store(true, Ordering::SeqCst);
     });
-    let handle = crate::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
+    let handle = denorm::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
     let health = Arc::new(Health::default());
     health.beat();
     let bound = http::serve(a.metrics_addr, handle, health.clone()).await.with_context(|| format!("binding the metrics endpoint {}", a.metrics_addr))?;
@@ -182,7 +188,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
             if a.owner_audit_secs > 0 {
                 let (audited, flag) = (EmbeddedIndex::open_existing(&cli.index)?, shutdown.clone());
                 let every = Duration::from_secs(a.owner_audit_secs);
-                std::thread::Builder::new().name("owner-audit".into()).spawn(move || crate::index::embedded::audit_owners(&audited, every, &flag))?;
+                std::thread::Builder::new().name("owner-audit".into()).spawn(move || denorm::index::embedded::audit_owners(&audited, every, &flag))?;
             }
             let mut backend = EmbeddedBackend::new(index, (a.index_memory_mb as usize) << 20);
             backend.fan_out_commit_every = a.fan_out_commit_every;

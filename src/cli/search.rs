@@ -3,9 +3,9 @@
 use clap::{Args, Subcommand};
 
 use super::{Cli, UsageError};
-use crate::index::elastic::search::ElasticSearch;
-use crate::index::embedded::EmbeddedIndex;
-use crate::index::{FileQuery, PostQuery, SearchIndex};
+use denorm::index::elastic::search::ElasticSearch;
+use denorm::index::embedded::EmbeddedIndex;
+use denorm::index::{FileQuery, PostQuery, SearchIndex};
 
 #[derive(Debug, Args)]
 pub struct SearchArgs {

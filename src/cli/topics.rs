@@ -7,7 +7,7 @@ use clap::Args;
 use tracing::warn;
 
 use super::Cli;
-use crate::kafka::KafkaConfig;
+use denorm::kafka::KafkaConfig;
 
 #[derive(Debug, Args)]
 pub struct TopicsArgs {
@@ -23,7 +23,7 @@ pub struct TopicsArgs {
 /// topic's configuration.
 pub async fn ensure(kafka: &KafkaConfig, dlq_topic: Option<&str>) -> anyhow::Result<(i32, KafkaConfig)> {
     let partitions = kafka.ensure_topic().await.with_context(|| format!("cannot reach or create the topic {}", kafka.topic))?;
-    let topic = dlq_topic.map(str::to_string).unwrap_or_else(|| crate::dlq::default_topic(&kafka.topic));
+    let topic = dlq_topic.map(str::to_string).unwrap_or_else(|| denorm::dlq::default_topic(&kafka.topic));
     let dlq = KafkaConfig { topic, partitions, ..kafka.clone() };
     dlq.ensure_topic().await.with_context(|| format!("cannot reach or create the dead-letter topic {}", dlq.topic))?;
     check_lifetime(kafka, "command topic").await?;
@@ -35,7 +35,7 @@ pub async fn ensure(kafka: &KafkaConfig, dlq_topic: Option<&str>) -> anyhow::Res
 pub async fn check_lifetime(kafka: &KafkaConfig, what: &str) -> anyhow::Result<()> {
     match kafka.check_lifetime(what).await {
         Ok(_) => Ok(()),
-        Err(e @ crate::kafka::KafkaSetupError::Compacted(_)) => Err(super::UsageError(e.to_string()).into()),
+        Err(e @ denorm::kafka::KafkaSetupError::Compacted(_)) => Err(super::UsageError(e.to_string()).into()),
         Err(e) => Err(anyhow::Error::new(e).context(format!("reading the settings of the {what} {}", kafka.topic))),
     }
 }

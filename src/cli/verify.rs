@@ -1,5 +1,5 @@
 //! `denorm verify`: the arguments, the live index, the progress shown and
-//! the report; the verify itself is [`crate::verify`]. Exits 0 when the
+//! the report; the verify itself is [`denorm::verify`]. Exits 0 when the
 //! live index equals the replay of its log, 1 on differences, 2 when it
 //! could not verify.
 
@@ -10,11 +10,11 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{Cli, UsageError};
-use crate::index::elastic::backend::ElasticBackend;
-use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
-use crate::index::Backend;
-use crate::verify::compare::Problem;
-use crate::verify::{Report, Verify};
+use denorm::index::elastic::backend::ElasticBackend;
+use denorm::index::embedded::{EmbeddedBackend, EmbeddedIndex};
+use denorm::index::Backend;
+use denorm::verify::compare::Problem;
+use denorm::verify::{Report, Verify};
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
@@ -94,7 +94,7 @@ impl Rotation {
         match self {
             Rotation::Fixed(n) => n,
             // Days since the Unix epoch (never 0 again).
-            Rotation::Daily => (crate::clock::now_millis() / 86_400_000) as u64,
+            Rotation::Daily => (denorm::clock::now_millis() / 86_400_000) as u64,
         }
     }
 }
@@ -125,34 +125,34 @@ pub struct CouldNotVerify(pub anyhow::Error);
 
 /// What each verify of one run shares.
 struct Setup {
-    kafka: crate::kafka::KafkaConfig,
+    kafka: denorm::kafka::KafkaConfig,
     live: Arc<dyn Backend>,
     scratch: std::path::PathBuf,
     group: String,
     budget: usize,
     timeout: Duration,
     rounds: u32,
-    members: crate::members::Members,
+    members: denorm::members::Members,
 }
 
 impl Setup {
     /// Where the live index stands now (its reads block).
-    async fn positions(&self, partitions: i32) -> Result<crate::verify::compare::Positions, CouldNotVerify> {
+    async fn positions(&self, partitions: i32) -> Result<denorm::verify::compare::Positions, CouldNotVerify> {
         let live = self.live.clone();
-        let got = tokio::task::spawn_blocking(move || crate::verify::positions(live.as_ref(), partitions)).await;
+        let got = tokio::task::spawn_blocking(move || denorm::verify::positions(live.as_ref(), partitions)).await;
         got.map_err(|e| CouldNotVerify(e.into()))?.map_err(|e| CouldNotVerify(e.into()))
     }
 
     /// One verify, into the (empty) scratch directory, which it leaves
     /// empty again.
-    async fn verify(&self, keys: Option<crate::worker::KeySample>, max: usize, for_repair: bool) -> Result<Report, CouldNotVerify> {
+    async fn verify(&self, keys: Option<denorm::worker::KeySample>, max: usize, for_repair: bool) -> Result<Report, CouldNotVerify> {
         let (kafka, live, scratch, group, budget, timeout, rounds, members) =
             (self.kafka.clone(), self.live.clone(), self.scratch.clone(), self.group.clone(), self.budget, self.timeout, self.rounds, self.members);
         let rt = tokio::runtime::Handle::current();
         let report = tokio::task::spawn_blocking(move || {
             let show = std::io::stderr().is_terminal();
             let v = Verify { kafka, live: live.as_ref(), scratch: &scratch, group, budget, max_differences: max, for_repair, timeout, keys, rounds, delete_group: true, runtime: rt, members };
-            let report = crate::verify::run(v, |t| {
+            let report = denorm::verify::run(v, |t| {
                 if show {
                     eprint!("\rreplaying the log up to the live index's offsets: {} of {} commands", t.applied, t.of);
                 }
@@ -216,7 +216,7 @@ fn empty(dir: &std::path::Path) -> std::io::Result<()> {
 }
 
 pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
-    let members = crate::members::Members::new(a.members, a.member).map_err(|e| UsageError(format!("--member {} of --members {}: {e}", a.member, a.members)))?;
+    let members = denorm::members::Members::new(a.members, a.member).map_err(|e| UsageError(format!("--member {} of --members {}: {e}", a.member, a.members)))?;
     let run = match (&a.run, members.count) {
         (_, 1) => String::new(),
         (Some(run), _) if !run.is_empty() => run.clone(),
@@ -259,7 +259,7 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
             (t.path().to_path_buf(), Some(t))
         }
     };
-    let keys = (!a.keys.is_empty() || a.sample.is_some()).then(|| crate::worker::KeySample { keys: a.keys.iter().cloned().collect(), percent: a.sample, rotation: a.sample_rotation.number() });
+    let keys = (!a.keys.is_empty() || a.sample.is_some()).then(|| denorm::worker::KeySample { keys: a.keys.iter().cloned().collect(), percent: a.sample, rotation: a.sample_rotation.number() });
     let setup = Setup { kafka, live, scratch, group: cli.group.clone(), budget: (a.index_memory_mb as usize) << 20, timeout: Duration::from_secs(a.timeout_secs), rounds: a.rounds, members };
     let started = std::time::Instant::now();
     // A repair mends at most --max-repairs differences (memory stays
@@ -293,14 +293,14 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Records the verdict in the live index (see [`crate::verify::verdict`]),
+/// Records the verdict in the live index (see [`denorm::verify::verdict`]),
 /// where the workers export it as the `denorm_verify_*` gauges. A failure
 /// to record is a warning: the verdict stands.
 async fn record(setup: &Setup, report: &Report, left: usize, took: Duration, run: &str) {
-    use crate::verify::verdict::Recorded;
+    use denorm::verify::verdict::Recorded;
     let (live, members, run) = (setup.live.clone(), setup.members, run.to_string());
     let o = &report.outcome;
-    let found = crate::verify::verdict::Found {
+    let found = denorm::verify::verdict::Found {
         checked: o.checked,
         differences: left as u64,
         seconds: took.as_secs_f64(),
@@ -308,7 +308,7 @@ async fn record(setup: &Setup, report: &Report, left: usize, took: Duration, run
         written_since: o.written_since,
         unsettled: o.unsettled,
     };
-    let recorded = tokio::task::spawn_blocking(move || crate::verify::verdict::record(live.as_ref(), found, members, &run)).await;
+    let recorded = tokio::task::spawn_blocking(move || denorm::verify::verdict::record(live.as_ref(), found, members, &run)).await;
     match recorded {
         Ok(Ok(Recorded::Verdict(v))) if members.count > 1 => tracing::info!(checked = v.checked, differences = v.differences, "every member's verdict is in: recorded the verify's verdict"),
         Ok(Ok(Recorded::Verdict(_))) => {}
@@ -323,26 +323,26 @@ async fn record(setup: &Setup, report: &Report, left: usize, took: Duration, run
 
 /// `--repair`: sends the repairs of `report`'s differences, waits until the
 /// live index has applied them, and verifies their keys again.
-async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<crate::verify::repair::Repaired, CouldNotVerify> {
+async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<denorm::verify::repair::Repaired, CouldNotVerify> {
     let fail = |e: anyhow::Error| CouldNotVerify(e);
     let partitions = setup.kafka.topic_partitions().map_err(|e| fail(e.into()))?.unwrap_or(report.at.len() as i32);
     // Held here by the test of review F3 (fault point verify.before-plan).
-    tokio::task::spawn_blocking(|| crate::faults::hold("verify.before-plan")).await.map_err(|e| fail(e.into()))?;
+    tokio::task::spawn_blocking(|| denorm::faults::hold("verify.before-plan")).await.map_err(|e| fail(e.into()))?;
     // Where the live index and its log stand now: a document missing in a
     // partition whose checkpoint moved since the verify, or whose log holds
     // anything past where the verify compared it (a delete not applied
     // yet: review F3), is not repaired (see `repair::plan`).
     let now = setup.positions(partitions).await?;
     let (kafka, at) = (setup.kafka.clone(), report.at.clone());
-    let moved = tokio::task::spawn_blocking(move || crate::verify::moved_past(&kafka, partitions, &at, &[&now])).await.map_err(|e| fail(e.into()))?.map_err(|e| fail(e.into()))?;
-    let plan = crate::verify::repair::plan(&report.outcome.differences, &report.at, &|p| moved.contains(&p));
+    let moved = tokio::task::spawn_blocking(move || denorm::verify::moved_past(&kafka, partitions, &at, &[&now])).await.map_err(|e| fail(e.into()))?.map_err(|e| fail(e.into()))?;
+    let plan = denorm::verify::repair::plan(&report.outcome.differences, &report.at, &|p| moved.contains(&p));
     let beyond = report.outcome.differences_total - report.outcome.differences.len();
-    let producer = crate::produce::Producer::new(&setup.kafka).map_err(|e| fail(e.into()))?;
+    let producer = denorm::produce::Producer::new(&setup.kafka).map_err(|e| fail(e.into()))?;
     let mut sent = Vec::new();
     for e in &plan.commands {
         let at = producer.send_envelope(e).await.map_err(|e| fail(e.into()))?;
-        let (kind, id) = crate::apply::document(&e.command).expect("a repair has one document");
-        sent.push(crate::verify::repair::Sent { kind: kind.as_str(), id: id.to_string(), key: e.command.key().to_string(), command: e.command.kind(), partition: at.partition, offset: at.offset });
+        let (kind, id) = denorm::apply::document(&e.command).expect("a repair has one document");
+        sent.push(denorm::verify::repair::Sent { kind: kind.as_str(), id: id.to_string(), key: e.command.key().to_string(), command: e.command.kind(), partition: at.partition, offset: at.offset });
     }
     if std::io::stderr().is_terminal() {
         eprintln!("sent {} repair(s); waiting for the live workers to apply them", sent.len());
@@ -355,29 +355,29 @@ async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<crate::ver
     }
     let (live, timeout) = (setup.live.clone(), setup.timeout);
     let want: Vec<(i32, i64)> = want.into_iter().collect();
-    let waited = tokio::task::spawn_blocking(move || crate::verify::reach::until_reached(timeout, Duration::from_millis(200), &want, || crate::verify::positions(live.as_ref(), partitions))).await;
+    let waited = tokio::task::spawn_blocking(move || denorm::verify::reach::until_reached(timeout, Duration::from_millis(200), &want, || denorm::verify::positions(live.as_ref(), partitions))).await;
     if let Err(b) = waited.map_err(|e| CouldNotVerify(e.into()))?.map_err(|e| CouldNotVerify(e.into()))? {
         // The repairs are in the log: the report names them (review F12: it
         // printed nothing), then the verify exits 2.
         let error = format!("the live workers did not apply the repair at partition {} offset {} within {} s (are they running?)", b.partition, b.want, timeout.as_secs());
-        return Ok(crate::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, beyond_max_repairs: beyond, after: None, error: Some(error) });
+        return Ok(denorm::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, beyond_max_repairs: beyond, after: None, error: Some(error) });
     }
     let after = match plan.commands.is_empty() {
         true => None,
         false => {
-            let keys = crate::worker::KeySample { keys: plan.keys().into_iter().collect(), percent: None, rotation: 0 };
+            let keys = denorm::worker::KeySample { keys: plan.keys().into_iter().collect(), percent: None, rotation: 0 };
             // Lists every repair that did not take (see `Repaired::left`).
             let after = setup.verify(Some(keys), max.max(sent.len()), false).await?;
             Some(Box::new(after))
         }
     };
-    Ok(crate::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, beyond_max_repairs: beyond, after, error: None })
+    Ok(denorm::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, beyond_max_repairs: beyond, after, error: None })
 }
 
 /// The report for a terminal.
 fn human(r: &Report) -> String {
     let o = &r.outcome;
-    let mut out = format!("verified {} document(s) of {} against a replay of its log up to offsets {} ({:.1} s)\n", o.checked, r.topic, crate::verify::describe(&r.at), r.seconds);
+    let mut out = format!("verified {} document(s) of {} against a replay of its log up to offsets {} ({:.1} s)\n", o.checked, r.topic, denorm::verify::describe(&r.at), r.seconds);
     if !r.keys.is_empty() || r.sample_percent.is_some() {
         let mut of = Vec::new();
         if !r.keys.is_empty() {

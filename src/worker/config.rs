@@ -167,7 +167,7 @@ impl KeySample {
 }
 
 /// What happens to a key's later commands once one is aborted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnAbort {
     /// Dead-letter them too (reason `parked`) until an operator acts: the
@@ -175,6 +175,35 @@ pub enum OnAbort {
     Park,
     /// Apply them anyway: availability over order.
     Skip,
+}
+
+impl OnAbort {
+    pub const ALL: [OnAbort; 2] = [OnAbort::Park, OnAbort::Skip];
+
+    /// The policy's name on the command line, in the chart and in the
+    /// recorded settings.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnAbort::Park => "park",
+            OnAbort::Skip => "skip",
+        }
+    }
+
+    /// One line on what the policy does (`--help`).
+    pub fn summary(self) -> &'static str {
+        match self {
+            OnAbort::Park => "Dead-letter them too (reason `parked`) until an operator acts: the key's order is never broken",
+            OnAbort::Skip => "Apply them anyway: availability over order",
+        }
+    }
+}
+
+impl std::str::FromStr for OnAbort {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        OnAbort::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| format!("unknown abort policy {s:?} (expected park or skip)"))
+    }
 }
 
 /// The defaults of the worker's settings, once: [`WorkerConfig::new`] and
@@ -291,6 +320,15 @@ mod tests {
     #[test]
     fn the_defaults_are_valid() {
         cfg().validate().unwrap();
+    }
+
+    #[test]
+    fn an_abort_policy_reads_back_from_its_name_and_its_serde_form() {
+        for p in OnAbort::ALL {
+            assert_eq!(p.name().parse::<OnAbort>(), Ok(p));
+            assert_eq!(serde_json::to_string(&p).unwrap(), format!("\"{}\"", p.name()));
+        }
+        assert!("Park".parse::<OnAbort>().unwrap_err().contains("park or skip"));
     }
 
     #[test]

@@ -72,7 +72,7 @@ impl ApplySettings {
                 out.push(format!("{name}: {a} vs {b}"));
             }
         };
-        cmp("on_abort", format!("{:?}", self.on_abort).to_lowercase(), format!("{:?}", other.on_abort).to_lowercase());
+        cmp("on_abort", self.on_abort.name().to_string(), other.on_abort.name().to_string());
         cmp("max_message_bytes", self.max_message_bytes.to_string(), other.max_message_bytes.to_string());
         cmp("max_attempts", self.max_attempts.to_string(), other.max_attempts.to_string());
         let registry = |r: &Option<String>| r.clone().unwrap_or_else(|| "none".into());

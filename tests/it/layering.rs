@@ -64,7 +64,8 @@ fn imports() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
                 })
                 .collect()
         };
-        for path in words("crate::") {
+        // The binary's modules (`cli`, `bench`) name the library as `denorm::`.
+        for path in words("crate::").into_iter().chain(words("denorm::")) {
             deps.insert(path);
         }
         // `super::x` in a file module is a sibling; in a folder module, the parent's.
@@ -152,6 +153,36 @@ fn the_layers_docs_architecture_names_hold() {
     }
     assert!(g.get("retry").is_none_or(|d| d.is_empty()), "retry imports {:?}", g.get("retry"));
     assert!(imports("cli", "rebuild") && !imports("worker", "rebuild"), "{g:#?}");
+}
+
+/// The library has its own error types and takes no command line: `anyhow`
+/// and `clap` are the binary's (`main.rs`, `cli/`, `bench/`), which the
+/// library never imports.
+#[test]
+fn the_library_names_neither_anyhow_nor_clap() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let binary = |m: &[String]| m == ["main"] || m.first().is_some_and(|f| f == "cli" || f == "bench");
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    assert!(!lib.contains("mod cli") && !lib.contains("mod bench"), "lib.rs declares the binary's modules");
+    let mut named = Vec::new();
+    let mut checked = 0;
+    for f in &files {
+        let m = module_of(&src, f);
+        let text = code(&std::fs::read_to_string(f).unwrap());
+        if binary(&m) {
+            continue;
+        }
+        checked += 1;
+        for word in ["anyhow", "clap"] {
+            if text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).any(|w| w == word) {
+                named.push(format!("{} names {word}", f.strip_prefix(&src).unwrap().display()));
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} library files found");
+    assert_eq!(named, Vec::<String>::new());
 }
 
 #[test]

@@ -16,14 +16,14 @@ use elasticsearch::{SearchParts, UpdateByQueryParts};
 use serde_json::{json, Map, Value};
 
 use super::{file_doc, moved_dir, per_sec, phase, single_docs, tree, tree_dir, Bench, Probe, Row};
-use crate::command::Command;
-use crate::index::elastic::backend::ElasticBackend;
-use crate::index::elastic::bulk::{self, BulkOp};
-use crate::index::elastic::config::ElasticConfig;
-use crate::index::elastic::docs::{scan_query, to_source};
-use crate::index::elastic::{complete_json, generations, mapping, names};
-use crate::index::{Kind, Scan};
-use crate::produce::Producer;
+use denorm::command::Command;
+use denorm::index::elastic::backend::ElasticBackend;
+use denorm::index::elastic::bulk::{self, BulkOp};
+use denorm::index::elastic::config::ElasticConfig;
+use denorm::index::elastic::docs::{scan_query, to_source};
+use denorm::index::elastic::{complete_json, generations, mapping, names};
+use denorm::index::{Kind, Scan};
+use denorm::produce::Producer;
 
 /// The benchmark's backend: the cluster at `url` (credentials from
 /// `DENORM_ES_*`), under an index prefix of this run's own.
@@ -189,7 +189,7 @@ async fn raw_bulk(es: &ElasticBackend, raw: &str, commands: &[Command]) -> anyho
 /// its kind's mapping, in one stream of requests of denorm's own size
 /// limits), as a hand-written indexer of the same data would send them;
 /// documents per second. The baseline indexes are deleted afterwards.
-pub(super) async fn raw_bulk_docs(es: &ElasticBackend, docs: &[crate::index::Doc]) -> anyhow::Result<f64> {
+pub(super) async fn raw_bulk_docs(es: &ElasticBackend, docs: &[denorm::index::Doc]) -> anyhow::Result<f64> {
     let raw = |kind: Kind| format!("{}-raw-{}", es.prefix, kind.as_str());
     for kind in [Kind::File, Kind::User, Kind::Post] {
         create_raw_of(es, &raw(kind), kind).await?;

@@ -18,8 +18,8 @@ use serde_json::json;
 use super::latency::{quantile, watch};
 use super::table::{mb, phase, Row};
 use super::{lanes_arg, Bench};
-use crate::command::Command;
-use crate::produce::Producer;
+use denorm::command::Command;
+use denorm::produce::Producer;
 
 /// The other key's latency, idle and during the rename (milliseconds),
 /// and the worker's heap (`RssAnon`, KiB) before and at its peak during
@@ -167,7 +167,7 @@ impl Bench<'_> {
             waits.push(tokio::spawn(async move {
                 let at = Instant::now();
                 let sent = p.send(cmd).await?;
-                tokio::task::spawn_blocking(move || crate::kafka::wait_for_deliveries(&kafka, &group, &[sent], timeout)).await??;
+                tokio::task::spawn_blocking(move || denorm::kafka::wait_for_deliveries(&kafka, &group, &[sent], timeout)).await??;
                 anyhow::Ok(at.elapsed().as_secs_f64() * 1000.0)
             }));
         }

@@ -13,8 +13,8 @@ use serde_json::json;
 
 use super::table::{per_sec, phase, Row};
 use super::{lanes_arg, Bench};
-use crate::command::Command;
-use crate::produce::Producer;
+use denorm::command::Command;
+use denorm::produce::Producer;
 
 impl Bench<'_> {
     /// Runs the phase for each of `keys`; adds its rows and results.

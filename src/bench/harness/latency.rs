@@ -9,11 +9,11 @@ use anyhow::bail;
 use serde_json::json;
 
 use super::Row;
-use crate::command::Command;
-use crate::index::embedded::EmbeddedIndex;
-use crate::index::Kind;
-use crate::kafka::KafkaConfig;
-use crate::produce::Producer;
+use denorm::command::Command;
+use denorm::index::embedded::EmbeddedIndex;
+use denorm::index::Kind;
+use denorm::kafka::KafkaConfig;
+use denorm::produce::Producer;
 
 impl Latency {
     /// The latency rows of the table, and the results' `latency`.
@@ -79,7 +79,7 @@ pub(super) fn quantile(v: &mut [f64], p: f64) -> f64 {
 }
 
 /// Sends `n` commands one at a time, each followed by the read-your-writes
-/// wait `denorm produce --wait` makes ([`crate::kafka::wait_for_deliveries`])
+/// wait `denorm produce --wait` makes ([`denorm::kafka::wait_for_deliveries`])
 /// for `group`, while `probe` finds when each document is searchable.
 pub(super) async fn read_your_writes(kafka: &KafkaConfig, group: &str, producer: &Producer, probe: Probe, every: Duration, n: u64, timeout: Duration) -> anyhow::Result<ReadYourWrites> {
     let (tx, rx) = mpsc::channel::<(String, Instant)>();
@@ -94,7 +94,7 @@ pub(super) async fn read_your_writes(kafka: &KafkaConfig, group: &str, producer:
         let d = producer.send(cmd).await?;
         let acked = Instant::now();
         let (k, g) = (kafka.clone(), group.to_string());
-        tokio::task::spawn_blocking(move || crate::kafka::wait_for_deliveries(&k, &g, &[d], timeout)).await??;
+        tokio::task::spawn_blocking(move || denorm::kafka::wait_for_deliveries(&k, &g, &[d], timeout)).await??;
         times.push((id, sent, acked, Instant::now()));
     }
     drop(tx);
@@ -112,10 +112,10 @@ pub(super) async fn read_your_writes(kafka: &KafkaConfig, group: &str, producer:
 
 /// The broker's part of read-your-writes, `n` times: a plain client of a
 /// group of its own commits an offset and reads it back (what
-/// [`crate::kafka::wait_for_deliveries`] waits on), milliseconds.
+/// [`denorm::kafka::wait_for_deliveries`] waits on), milliseconds.
 fn commit_round_trips(kafka: &KafkaConfig, n: i64) -> anyhow::Result<Vec<f64>> {
     use rdkafka::consumer::{CommitMode, Consumer};
-    let c = crate::kafka::group_client(kafka, &format!("denorm-bench-commit-{}", uuid::Uuid::new_v4().simple()))?;
+    let c = denorm::kafka::group_client(kafka, &format!("denorm-bench-commit-{}", uuid::Uuid::new_v4().simple()))?;
     let mut out = Vec::new();
     for offset in 1..=n {
         let mut tpl = rdkafka::TopicPartitionList::new();
@@ -123,12 +123,12 @@ fn commit_round_trips(kafka: &KafkaConfig, n: i64) -> anyhow::Result<Vec<f64>> {
         let start = Instant::now();
         c.commit(&tpl, CommitMode::Sync)?;
         loop {
-            let got = c.committed_offsets(tpl.clone(), crate::kafka::REQUEST_TIMEOUT)?;
+            let got = c.committed_offsets(tpl.clone(), denorm::kafka::REQUEST_TIMEOUT)?;
             if got.find_partition(&kafka.topic, 0).map(|e| e.offset()) == Some(rdkafka::Offset::Offset(offset)) {
                 break;
             }
-            if start.elapsed() > crate::kafka::REQUEST_TIMEOUT {
-                bail!("a committed offset was not read back within {:?}", crate::kafka::REQUEST_TIMEOUT);
+            if start.elapsed() > denorm::kafka::REQUEST_TIMEOUT {
+                bail!("a committed offset was not read back within {:?}", denorm::kafka::REQUEST_TIMEOUT);
             }
         }
         out.push(start.elapsed().as_secs_f64() * 1000.0);

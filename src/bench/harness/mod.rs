@@ -29,12 +29,12 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde_json::json;
 
 use crate::bench::process::{machine, CpuClock};
-use crate::command::Command;
-use crate::index::embedded::{raw, EmbeddedIndex};
-use crate::index::{Doc, FileDoc};
-use crate::kafka::{KafkaConfig, REQUEST_TIMEOUT};
-use crate::produce::Producer;
-use crate::worker::{consumer_config, WorkerConfig};
+use denorm::command::Command;
+use denorm::index::embedded::{raw, EmbeddedIndex};
+use denorm::index::{Doc, FileDoc};
+use denorm::kafka::{KafkaConfig, REQUEST_TIMEOUT};
+use denorm::produce::Producer;
+use denorm::worker::{consumer_config, WorkerConfig};
 use latency::{embedded_probe, watch, Latency, Probe};
 use table::{mb, per_sec, phase, print_table, Row};
 use worker::Worker;
@@ -360,7 +360,7 @@ fn single_docs(n: u64, keys: u64, round: u64) -> Vec<Command> {
         .map(|i| Command::UpsertFile {
             id: format!("b{i}"),
             path: format!("/k{}/docs/section{}/file{i}.txt", i % keys, i % 50),
-            contents: crate::demo::words(&mut rng, 8 + (i % 16) as usize),
+            contents: denorm::demo::words(&mut rng, 8 + (i % 16) as usize),
             previous_path: None,
         })
         .collect()
@@ -381,7 +381,7 @@ fn tree(size: u64) -> Vec<Command> {
         .map(|i| Command::UpsertFile {
             id: format!("r{size}-{i}"),
             path: format!("{}/d{}/file{i}.txt", tree_dir(size), i % 100),
-            contents: crate::demo::words(&mut rng, 8 + (i % 16) as usize),
+            contents: denorm::demo::words(&mut rng, 8 + (i % 16) as usize),
             previous_path: None,
         })
         .collect()
@@ -413,7 +413,7 @@ struct Bench<'a> {
     exe: PathBuf,
     /// The Elasticsearch the phases run against (`--elasticsearch`); the
     /// embedded index when `None`.
-    es: Option<crate::index::elastic::backend::ElasticBackend>,
+    es: Option<denorm::index::elastic::backend::ElasticBackend>,
 }
 
 impl Bench<'_> {
@@ -445,12 +445,12 @@ impl Bench<'_> {
         let got = match (&self.es, embedded) {
             (Some(es), _) => {
                 let es = es.clone();
-                tokio::task::spawn_blocking(move || crate::index::Backend::checkpoints(&es, &all)).await??.into_iter().collect()
+                tokio::task::spawn_blocking(move || denorm::index::Backend::checkpoints(&es, &all)).await??.into_iter().collect()
             }
             (None, Some(index)) => index.checkpoints()?.into_iter().collect::<HashMap<_, _>>(),
             (None, None) => bail!("no index to read checkpoints from"),
         };
-        Ok(got.into_iter().map(|(p, c): (i32, crate::index::Checkpoint)| (p, c.offset)).collect())
+        Ok(got.into_iter().map(|(p, c): (i32, denorm::index::Checkpoint)| (p, c.offset)).collect())
     }
 
     /// The processes whose CPU time a phase reports.
@@ -523,7 +523,7 @@ impl Bench<'_> {
         kafka.ensure_topic().await?;
         let (es, index) = match (&self.es, es_url) {
             (Some(es), Some(url)) => {
-                let es = crate::index::elastic::backend::ElasticBackend::new(es.client.clone(), &format!("{}-{tag}", es.prefix), &kafka.topic, es.runtime.clone());
+                let es = denorm::index::elastic::backend::ElasticBackend::new(es.client.clone(), &format!("{}-{tag}", es.prefix), &kafka.topic, es.runtime.clone());
                 (Some(es), PathBuf::from(url))
             }
             _ => (None, self.work.join(format!("index-{tag}"))),

@@ -14,9 +14,9 @@ use serde_json::{json, Map, Value};
 use super::table::{per_sec, phase, Row};
 use super::worker::Worker;
 use super::Bench;
-use crate::command::Command;
-use crate::index::{Author, Doc, FileDoc, PostDoc, UserDoc};
-use crate::produce::Producer;
+use denorm::command::Command;
+use denorm::index::{Author, Doc, FileDoc, PostDoc, UserDoc};
+use denorm::produce::Producer;
 
 /// Posts of each user of the profile-change phase.
 pub(super) const POSTS_PER_USER: usize = 5;
@@ -29,7 +29,7 @@ fn user(i: usize, round: usize) -> Command {
 }
 
 fn post(i: usize, j: usize, round: usize, rng: &mut StdRng) -> Command {
-    Command::UpsertPost { id: format!("pu{i}-p{j}"), user_id: format!("pu{i}"), title: format!("post {j} of user {i}, take {round}"), body: crate::demo::words(rng, 12 + j), previous_user_id: None }
+    Command::UpsertPost { id: format!("pu{i}-p{j}"), user_id: format!("pu{i}"), title: format!("post {j} of user {i}, take {round}"), body: denorm::demo::words(rng, 12 + j), previous_user_id: None }
 }
 
 /// `users` users with [`POSTS_PER_USER`] posts each.
@@ -62,12 +62,12 @@ pub(super) fn mixed(users: usize) -> (Vec<Command>, Vec<Doc>) {
         .map(|i| {
             let id = format!("mx{i}");
             let mut rest: Vec<Command> = (0..POSTS_PER_USER)
-                .map(|j| Command::UpsertPost { id: format!("{id}-p{j}"), user_id: id.clone(), title: format!("post {j} of {id}"), body: crate::demo::words(&mut rng, 12 + j), previous_user_id: None })
+                .map(|j| Command::UpsertPost { id: format!("{id}-p{j}"), user_id: id.clone(), title: format!("post {j} of {id}"), body: denorm::demo::words(&mut rng, 12 + j), previous_user_id: None })
                 .collect();
             rest.extend((0..FILES_PER_USER).map(|j| Command::UpsertFile {
                 id: format!("{id}-f{j}"),
                 path: format!("/{id}/d{}/file{j}.txt", j % 3),
-                contents: crate::demo::words(&mut rng, 8 + j),
+                contents: denorm::demo::words(&mut rng, 8 + j),
                 previous_path: None,
             }));
             rest.shuffle(&mut rng);
@@ -200,9 +200,9 @@ mod tests {
             assert!(mine[..change].iter().any(|c| matches!(c, Command::UpsertPost { .. })), "{id}'s profile change renames at least one post");
         }
         // The model's documents are the last of each written.
-        let mut model = crate::model::Model::default();
+        let mut model = denorm::model::Model::default();
         log.iter().for_each(|c| model.apply(c));
-        let mut last: HashMap<(crate::index::Kind, String), Doc> = HashMap::new();
+        let mut last: HashMap<(denorm::index::Kind, String), Doc> = HashMap::new();
         for d in docs {
             last.insert((d.kind(), d.id().to_string()), d.without_pos());
         }

@@ -106,7 +106,7 @@ impl Bench<'_> {
             cmd.env("DENORM_KAFKA_OPTIONS", opts.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(";"));
         }
         if let Some(es) = &self.es {
-            cmd.env(crate::index::elastic::config::env::PREFIX, &es.prefix);
+            cmd.env(denorm::index::elastic::config::env::PREFIX, &es.prefix);
         }
         cmd
     }

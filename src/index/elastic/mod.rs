@@ -102,7 +102,7 @@ pub(crate) async fn json_or_status(what: &str, r: elasticsearch::http::response:
 /// [`json_or_status`] for answers that report shards (searches,
 /// refreshes): one some shards failed to answer, or that timed out, is an
 /// [`ElasticError::Incomplete`], never used as if it were whole.
-pub(crate) async fn complete_json(what: &str, r: elasticsearch::http::response::Response) -> Result<serde_json::Value, ElasticError> {
+pub async fn complete_json(what: &str, r: elasticsearch::http::response::Response) -> Result<serde_json::Value, ElasticError> {
     let v = json_or_status(what, r).await?;
     match incomplete(what, &v) {
         Some(e) => Err(e),
