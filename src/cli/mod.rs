@@ -18,6 +18,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use denorm::index::open::{Location, OpenError};
 use denorm::kafka::KafkaConfig;
 
 /// denorm: keeps denormalized search documents right, driven by a Kafka log
@@ -222,15 +223,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// The Elasticsearch URL when `--index` is one.
-pub(crate) fn elastic_url(cli: &Cli) -> Option<String> {
-    let index = cli.index.to_string_lossy();
-    (index.starts_with("http://") || index.starts_with("https://")).then(|| index.into_owned())
+/// The index `--index` names (see [`denorm::index::open`]). Settings that
+/// are not usable as given exit 2.
+pub(crate) fn location(cli: &Cli) -> anyhow::Result<Location> {
+    Location::parse(&cli.index).map_err(open_error)
 }
 
-/// Connects to Elasticsearch at `url` (credentials from `DENORM_ES_*`).
-pub(crate) fn elastic_config(url: &str) -> anyhow::Result<denorm::index::elastic::config::ElasticConfig> {
-    denorm::index::elastic::config::ElasticConfig::from_env(url).map_err(|e| UsageError(e.to_string()).into())
+/// An index that could not be opened: bad settings exit 2, like a bad flag.
+pub(crate) fn open_error(e: OpenError) -> anyhow::Error {
+    match e {
+        OpenError::Settings(s) => UsageError(s).into(),
+        e => e.into(),
+    }
 }
 
 /// How the topic places keys and orders what crosses them (`run`,

@@ -10,9 +10,7 @@ use tracing::info;
 
 use super::{Cli, UsageError};
 use denorm::http::{self, Health};
-use denorm::index::elastic::{backend::ElasticBackend, setup};
-use denorm::index::embedded::EmbeddedIndex;
-use denorm::index::generations::{ElasticGenerations, EmbeddedGenerations, Generations};
+use denorm::index::generations::Generations;
 use denorm::kafka::KafkaConfig;
 use denorm::rebuild::{Rebuild, RebuildError, Tick};
 
@@ -78,22 +76,10 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     let members = denorm::members::Members::new(a.members, a.member).map_err(|e| UsageError(format!("--member {} of --members {}: {e}", a.member, a.members)))?;
     let kafka = cli.kafka();
     let rt = tokio::runtime::Handle::current();
-    let index: Arc<dyn Generations> = match super::elastic_url(cli) {
-        Some(url) => {
-            let es = super::elastic_config(&url)?;
-            let client = es.client()?;
-            if !a.status && !a.abandon {
-                setup::ensure(&client, &es.prefix).await.context("setting up the Elasticsearch indexes")?;
-                // A rebuild creates indexes and moves aliases.
-                setup::check_privileges(&client, &es.prefix, setup::MANAGE_PRIVILEGES).await?;
-            }
-            Arc::new(ElasticGenerations::new(ElasticBackend::new(client, &es.prefix, &kafka.topic, rt.clone())))
-        }
-        None => {
-            let index = EmbeddedIndex::open_for_rebuild(&cli.index, &kafka.topic).with_context(|| format!("opening the index {}", cli.index.display()))?;
-            Arc::new(EmbeddedGenerations { index, budget: (a.index_memory_mb as usize) << 20 })
-        }
-    };
+    // A rebuild creates indexes and moves aliases; its status and its
+    // abandonment do neither.
+    let manage = !a.status && !a.abandon;
+    let index = super::location(cli)?.generations(&kafka.topic, manage, (a.index_memory_mb as usize) << 20).await.map_err(super::open_error)?;
     if a.status {
         let (k, json) = (kafka.clone(), a.json);
         return tokio::task::spawn_blocking(move || show_status(&k, index.as_ref(), json)).await?;

@@ -12,10 +12,8 @@ use tracing::info;
 use super::Cli;
 use denorm::apply::FanOut;
 use denorm::http::{self, Health};
-use denorm::index::elastic::backend::ElasticBackend;
-use denorm::index::elastic::setup;
-use denorm::index::embedded::{EmbeddedBackend, EmbeddedIndex};
-use denorm::index::Backend;
+use denorm::index::embedded::EmbeddedIndex;
+use denorm::index::open::{Access, Embedded, Location};
 use denorm::worker::{self, defaults, OnAbort, Stats, WorkerConfig};
 
 #[derive(Debug, Args)]
@@ -139,14 +137,15 @@ fn parse_instance_id(s: &str) -> Result<String, String> {
 
 pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let window = denorm::index::elastic::search::MAX_RESULT_WINDOW;
-    if super::elastic_url(cli).is_some() && a.page_size > window {
+    let elastic = Location::names_elastic(&cli.index);
+    if elastic && a.page_size > window {
         // Every page of every fan-out would be refused (from + size above
         // index.max_result_window): every rename would fail for good.
         return Err(
             super::UsageError(format!("--page-size {} is above Elasticsearch's index.max_result_window ({window}): a page of a fan-out may hold at most {window} documents", a.page_size)).into()
         );
     }
-    if super::elastic_url(cli).is_some() {
+    if elastic {
         denorm::index::elastic::docs::check_page_pause(Duration::from_millis(a.fan_out_page_pause_ms)).map_err(super::UsageError)?;
     }
     // Signal handlers first: a SIGTERM during start-up stops the worker
@@ -175,27 +174,14 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let kafka = cli.kafka();
     let (partitions, dlq) = super::topics::ensure(&kafka, a.dlq_topic.as_deref()).await?;
     info!(topic = %kafka.topic, partitions, dead_letters = %dlq.topic, "topics ready");
-    let backend: Arc<dyn Backend> = match super::elastic_url(cli) {
-        Some(url) => {
-            let es = super::elastic_config(&url)?;
-            let client = es.client()?;
-            setup::ensure(&client, &es.prefix).await.context("setting up the Elasticsearch indexes")?;
-            info!(url = %es.url, prefix = %es.prefix, "elasticsearch indexes ready");
-            Arc::new(ElasticBackend::new(client, &es.prefix, &kafka.topic, tokio::runtime::Handle::current()))
-        }
-        None => {
-            let index = EmbeddedIndex::open(&cli.index, &kafka.topic).with_context(|| format!("opening the index {}", cli.index.display()))?;
-            if a.owner_audit_secs > 0 {
-                let (audited, flag) = (EmbeddedIndex::open_existing(&cli.index)?, shutdown.clone());
-                let every = Duration::from_secs(a.owner_audit_secs);
-                std::thread::Builder::new().name("owner-audit".into()).spawn(move || denorm::index::embedded::audit_owners(&audited, every, &flag))?;
-            }
-            let mut backend = EmbeddedBackend::new(index, (a.index_memory_mb as usize) << 20);
-            backend.fan_out_commit_every = a.fan_out_commit_every;
-            backend.merge_max_docs = a.merge_max_docs;
-            Arc::new(backend)
-        }
-    };
+    let location = super::location(cli)?;
+    let tuning = Embedded { memory: (a.index_memory_mb as usize) << 20, fan_out_commit_every: Some(a.fan_out_commit_every), merge_max_docs: Some(a.merge_max_docs) };
+    let backend = location.backend(&kafka.topic, Access::Apply, tuning).await.map_err(super::open_error)?;
+    if let (Location::Embedded(dir), true) = (&location, a.owner_audit_secs > 0) {
+        let (audited, flag) = (EmbeddedIndex::open_existing(dir)?, shutdown.clone());
+        let every = Duration::from_secs(a.owner_audit_secs);
+        std::thread::Builder::new().name("owner-audit".into()).spawn(move || denorm::index::embedded::audit_owners(&audited, every, &flag))?;
+    }
     let mut cfg = WorkerConfig::new(kafka, cli.group.clone());
     cfg.max_batch = a.max_batch;
     cfg.commit_linger = Duration::from_millis(a.commit_linger_ms);

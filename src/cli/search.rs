@@ -3,9 +3,7 @@
 use clap::{Args, Subcommand};
 
 use super::{Cli, UsageError};
-use denorm::index::elastic::search::ElasticSearch;
-use denorm::index::embedded::EmbeddedIndex;
-use denorm::index::{FileQuery, PostQuery, SearchIndex};
+use denorm::index::{FileQuery, PostQuery};
 
 #[derive(Debug, Args)]
 pub struct SearchArgs {
@@ -59,13 +57,8 @@ enum What {
 }
 
 pub fn run(cli: &Cli, a: &SearchArgs, runtime: tokio::runtime::Handle) -> anyhow::Result<()> {
-    let search: Box<dyn SearchIndex> = match super::elastic_url(cli) {
-        Some(url) => {
-            let cfg = super::elastic_config(&url)?;
-            Box::new(ElasticSearch { client: cfg.client()?, prefix: cfg.prefix.clone(), runtime, generation: None })
-        }
-        None => Box::new(EmbeddedIndex::open_existing(&cli.index).map_err(|e| UsageError(e.to_string()))?.search()?),
-    };
+    // An index that is not there exits 2, as a wrong --index would.
+    let search = super::location(cli)?.search(runtime).map_err(|e| UsageError(e.to_string()))?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
     let mut write_err: Option<std::io::Error> = None;

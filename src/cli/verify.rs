@@ -10,8 +10,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{Cli, UsageError};
-use denorm::index::elastic::backend::ElasticBackend;
-use denorm::index::embedded::{EmbeddedBackend, EmbeddedIndex};
+use denorm::index::open::{Access, Embedded};
 use denorm::index::Backend;
 use denorm::verify::compare::Problem;
 use denorm::verify::{Report, Verify};
@@ -223,16 +222,8 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
         _ => return Err(UsageError("--members above 1 needs --run: the name the members of one verify share, by which their verdicts combine".into()).into()),
     };
     let kafka = cli.kafka();
-    let live: Arc<dyn Backend> = match super::elastic_url(cli) {
-        Some(url) => {
-            let es = super::elastic_config(&url)?;
-            Arc::new(ElasticBackend::new(es.client()?, &es.prefix, &kafka.topic, tokio::runtime::Handle::current()))
-        }
-        None => {
-            let index = EmbeddedIndex::open_existing(&cli.index).map_err(|e| UsageError(format!("opening the index {}: {e}", cli.index.display())))?;
-            Arc::new(EmbeddedBackend::new(index, 15 << 20))
-        }
-    };
+    // An index that is not there exits 2: there is nothing to judge.
+    let live = super::location(cli)?.backend(&kafka.topic, Access::Existing, Embedded::with_memory(15 << 20)).await.map_err(|e| UsageError(e.to_string()))?;
     // Its errors exit 2, not 1 (which means differences: review F14).
     let scratch_err = |e: std::io::Error, what: &str| CouldNotVerify(anyhow::Error::new(e).context(what.to_string()));
     let (scratch, _temp) = match &a.scratch_dir {

@@ -10,6 +10,7 @@ pub mod elastic;
 pub mod embedded;
 pub mod generations;
 pub mod memory;
+pub mod open;
 pub mod progress;
 mod read;
 
