@@ -48,7 +48,7 @@ use crate::http::Health;
 use crate::index::generations::{Generations, State};
 use crate::index::Checkpoint;
 use crate::kafka::{watermarks, KafkaConfig, KafkaSetupError};
-use crate::worker::{WorkerConfig, WorkerError};
+use crate::worker::{Mode, Replay, ReplayOf, WorkerConfig, WorkerError};
 
 /// Why a rebuild did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -161,7 +161,7 @@ pub struct Rebuild<'a> {
     /// Accept messages in any partition (see `WorkerConfig::any_partitioner`).
     pub any_partitioner: bool,
     /// Rebuild from what retention left of the topic (see
-    /// `WorkerConfig::accept_gaps`).
+    /// `ReplayOf::Rebuild`).
     pub accept_gaps: bool,
     /// Cut over even if the rebuild's writers met documents another key's
     /// partition held ([`Generations::owner_conflicts`]).
@@ -310,14 +310,15 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         cfg.takeover_waits = takeover_waits;
         cfg.any_partitioner = any_partitioner;
         replay_as_recorded(index, &mut cfg)?;
-        cfg.accept_gaps = accept_gaps;
-        cfg.commit_offsets = false;
         // The markers of the operators' requests the live run carried out
         // (the rebuild replays the requests: it writes none of them again).
         let dlq = crate::dlq::default_topic(&kafka.topic);
         let (letters, markers) = crate::dlq::admin::read(&kafka, &dlq).map_err(|source| RebuildError::Markers { topic: dlq.clone(), source })?;
-        cfg.markers_written = Arc::new(markers.iter().filter_map(|m| m.id()).collect());
-        cfg.letters_written = Arc::new(crate::worker::letters_written(&letters));
+        cfg.mode = Mode::Replay(Replay {
+            markers_written: Arc::new(markers.iter().filter_map(|m| m.id()).collect()),
+            letters_written: Arc::new(crate::worker::letters_written(&letters)),
+            of: ReplayOf::Rebuild { accept_gaps },
+        });
         info!(group = %run_group, member = m.me, members = m.count, "the rebuild's worker joins a consumer group of its own (it commits no offsets there; members of one rebuild share it)");
         let b = build::Build { kafka: &kafka, consumer: &consumer, index, cfg, health, runtime: rt.clone(), partitions, live: same_log.then_some(current), members: m, conflicts_before };
         let reports = loop {

@@ -30,7 +30,7 @@ use crate::index::{Backend, IndexError};
 use crate::kafka::KafkaConfig;
 use crate::members::Members;
 use crate::worker::settings::{self, ApplySettings};
-use crate::worker::{self, KeySample, Stats, WorkerConfig, WorkerError};
+use crate::worker::{self, KeySample, Mode, Replay, ReplayOf, Stats, WorkerConfig, WorkerError};
 use compare::{Outcome, Positions};
 
 /// Why a verify could not decide (exit status 2).
@@ -341,11 +341,7 @@ fn replay_to(
     let scratch_err = |source| VerifyError::Scratch { dir: v.scratch.display().to_string(), source };
     let group = format!("{}.verify-{}", v.group, &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let mut cfg = WorkerConfig::new(v.kafka.clone(), group.clone());
-    cfg.commit_offsets = false;
-    cfg.writes_to_kafka = false;
-    cfg.letters_written = letters.clone();
-    cfg.until = Some(Arc::new(at.clone()));
-    cfg.keys = v.keys.clone().map(Arc::new);
+    cfg.mode = Mode::Replay(Replay { letters_written: letters.clone(), of: ReplayOf::Verify { until: Arc::new(at.clone()), keys: v.keys.clone().map(Arc::new) }, ..Default::default() });
     settings.apply_to(&mut cfg)?;
     // A member replays its share of the partitions only: a take-over
     // would wait for ever for a departure in a partition it does not

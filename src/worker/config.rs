@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::replay::Mode;
 use super::WorkerError;
 use crate::apply::FanOut;
 use crate::kafka::KafkaConfig;
@@ -84,86 +85,14 @@ pub struct WorkerConfig {
     /// applied up to their departure (default true; see
     /// `--no-takeover-waits`).
     pub takeover_waits: bool,
-    /// Whether the group's offsets are committed (default true). A
-    /// rebuild's worker does not: its positions come from the shards'
-    /// checkpoints, and its group is left with nothing behind.
-    pub commit_offsets: bool,
-    /// Markers the dead-letter topic already holds (a rebuild's worker,
-    /// which replays the operators' control messages, writes none of these
-    /// again).
-    pub markers_written: std::sync::Arc<std::collections::HashSet<crate::dlq::MarkerId>>,
-    /// The dead-letter offsets of the letters the live run wrote, by the
-    /// command partition and offset whose handling wrote them (a replay's:
-    /// `denorm verify`, `denorm rebuild`). A key parked in a replay records
-    /// the live letter's offset, not the one its own write got: an
-    /// operator's request of an earlier format says which letters it covers
-    /// by dead-letter offset alone (review of verify, F15).
-    pub letters_written: std::sync::Arc<LettersWritten>,
+    /// What the worker feeds: the live index (default), or a replay of
+    /// the log for `denorm rebuild` or `denorm verify`.
+    pub mode: Mode,
     /// Accept messages in any partition (a topic written with another
     /// partitioner than murmur2), refusing renames across top-level
     /// directories; otherwise (the default) a message whose key does not
     /// hash to its partition is dead-lettered (`--any-partitioner`).
     pub any_partitioner: bool,
-    /// Apply what is left of a partition whose offsets retention deleted
-    /// before the index applied them (`rebuild --accept-gaps`), instead of
-    /// stopping it.
-    pub accept_gaps: bool,
-    /// A replay that stops at these offsets (`denorm verify`'s scratch
-    /// copy): per partition the last offset applied, -1 or absent for
-    /// none; later messages are received and not applied.
-    pub until: Option<std::sync::Arc<std::collections::BTreeMap<i32, i64>>>,
-    /// Whether the worker writes to Kafka: dead letters, markers, a move's
-    /// chunks (default true). A replay that must leave the topics as they
-    /// are (`denorm verify`) does not: what it would write is already there
-    /// (the live run wrote it), so it goes on as if written.
-    pub writes_to_kafka: bool,
-    /// A replay of some keys only (`denorm verify --keys/--sample`): the
-    /// other keys' messages are passed as applied, without effect.
-    pub keys: Option<std::sync::Arc<KeySample>>,
-}
-
-/// See [`WorkerConfig::letters_written`].
-pub type LettersWritten = std::collections::HashMap<(i32, i64), i64>;
-
-/// [`LettersWritten`] of the letters `entries` of a dead-letter topic: a
-/// command dead-lettered more than once (re-applied after a crash) keeps
-/// its last letter's offset, as the live run's parking did.
-pub fn letters_written(entries: &[crate::dlq::admin::Entry]) -> LettersWritten {
-    let mut out = LettersWritten::new();
-    for e in entries {
-        let at = out.entry((e.origin_partition, e.at.unwrap_or(e.origin_offset))).or_insert(e.dlq_offset);
-        *at = (*at).max(e.dlq_offset);
-    }
-    out
-}
-
-/// Keys chosen by name, or a share of all keys chosen by a hash of the
-/// key (the same keys on every run), or both.
-#[derive(Debug, Clone, Default)]
-pub struct KeySample {
-    pub keys: std::collections::BTreeSet<String>,
-    /// Percent of all keys, 0 to 100.
-    pub percent: Option<f64>,
-    /// Which sample of that share: another number chooses other keys (0:
-    /// the sample of earlier versions). Review of verify, F8: a sample that
-    /// never rotates never looks at the other keys.
-    pub rotation: u64,
-}
-
-impl KeySample {
-    /// Whether `key` is in the sample. A message without a key is not.
-    pub fn admits(&self, key: &str) -> bool {
-        if self.keys.contains(key) {
-            return true;
-        }
-        // A hash of its own, not the partitioner's (whose buckets the
-        // sample would follow).
-        let salted = match self.rotation {
-            0 => format!("denorm-sample:{key}"),
-            r => format!("denorm-sample:{r}:{key}"),
-        };
-        self.percent.is_some_and(|p| (crate::command::partitioner::partition_of(&salted, 10_000) as f64) < p * 100.0)
-    }
 }
 
 /// What happens to a key's later commands once one is aborted.
@@ -248,29 +177,14 @@ impl WorkerConfig {
             instance_id: None,
             session_timeout: Duration::from_millis(defaults::SESSION_TIMEOUT_MS as u64),
             takeover_waits: true,
-            commit_offsets: true,
-            markers_written: Default::default(),
-            letters_written: Default::default(),
+            mode: Mode::Live,
             any_partitioner: false,
-            accept_gaps: false,
-            until: None,
-            writes_to_kafka: true,
-            keys: None,
             kafka,
         }
     }
 }
 
 impl WorkerConfig {
-    /// Whether this worker replays the log into a copy of the index
-    /// (`denorm rebuild`'s, which commits no group offsets, or `denorm
-    /// verify`'s, which writes nothing to Kafka) rather than serving the
-    /// live one: what the live workers count (repairs) it does not count
-    /// again.
-    pub fn is_replay(&self) -> bool {
-        !self.commit_offsets || !self.writes_to_kafka
-    }
-
     /// Every setting checked at once: the first one out of range, named
     /// with its flag. [`run`] refuses a configuration that fails this.
     pub fn validate(&self) -> Result<(), WorkerError> {
@@ -354,33 +268,5 @@ mod tests {
             let e = c.validate().expect_err(flag).to_string();
             assert!(e.contains(flag), "{flag}: {e}");
         }
-    }
-
-    /// Named keys are in; a percent takes about that share of all keys,
-    /// the same ones every time.
-    #[test]
-    fn a_sample_takes_its_named_keys_and_about_its_share_of_the_others() {
-        let named = KeySample { keys: ["/a".to_string()].into(), percent: None, rotation: 0 };
-        assert!(named.admits("/a") && !named.admits("/b"));
-        let half = KeySample { keys: Default::default(), percent: Some(50.0), rotation: 0 };
-        let chosen: Vec<bool> = (0..2000).map(|i| half.admits(&format!("/k{i}"))).collect();
-        let n = chosen.iter().filter(|c| **c).count();
-        assert!((850..1150).contains(&n), "{n} of 2000 keys in a 50% sample");
-        assert_eq!(chosen, (0..2000).map(|i| half.admits(&format!("/k{i}"))).collect::<Vec<_>>());
-        let all = KeySample { keys: Default::default(), percent: Some(100.0), rotation: 0 };
-        assert!((0..2000).all(|i| all.admits(&format!("/k{i}"))));
-    }
-
-    /// Review of verify, F8: the sample was always the same keys. Another
-    /// rotation takes about the same share of other keys; the same
-    /// rotation, the same keys.
-    #[test]
-    fn another_rotation_of_a_sample_takes_other_keys() {
-        let sample = |rotation| KeySample { keys: Default::default(), percent: Some(10.0), rotation };
-        let chosen = |s: &KeySample| (0..5000).filter(|i| s.admits(&format!("/k{i}"))).collect::<std::collections::BTreeSet<_>>();
-        let (day1, day2) = (chosen(&sample(20_000)), chosen(&sample(20_001)));
-        assert!((400..600).contains(&day1.len()) && (400..600).contains(&day2.len()), "{} {}", day1.len(), day2.len());
-        assert!(day1.intersection(&day2).count() < 100, "two rotations share {} of ~500 keys", day1.intersection(&day2).count());
-        assert_eq!(day1, chosen(&sample(20_000)));
     }
 }

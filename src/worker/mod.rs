@@ -16,6 +16,7 @@ mod membership;
 mod outbox;
 mod probe;
 mod rebalance;
+pub mod replay;
 pub mod settings;
 
 use std::collections::HashMap;
@@ -36,11 +37,12 @@ use crate::index::{Backend, IndexError};
 use crate::kafka::KafkaConfig;
 use crate::metrics as m;
 use applier::{Feed, Partition, Record};
-pub use config::{defaults, letters_written, KeySample, LettersWritten, OnAbort, WorkerConfig};
+pub use config::{defaults, OnAbort, WorkerConfig};
 use membership::{Membership, Verdict};
 use outbox::Outbox;
 use probe::{BrokerProbe, LogProbe};
 use rebalance::{commit, drain, WorkerContext};
+pub use replay::{letters_written, KeySample, LettersWritten, Mode, Replay, ReplayOf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -169,7 +171,7 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
     let lag_interval = cfg.lag_interval;
     let dlq_cfg = KafkaConfig { topic: cfg.dlq_topic.clone(), ..cfg.kafka.clone() };
     let dlq_partitions = dlq_cfg.topic_partitions()?.ok_or_else(|| WorkerError::MissingDlq(cfg.dlq_topic.clone()))?;
-    let outbox: Box<dyn Outbox> = match cfg.writes_to_kafka {
+    let outbox: Box<dyn Outbox> = match cfg.mode.writes_to_kafka() {
         true => Box::new(DeadLetterWriter::new(&cfg.kafka, &cfg.dlq_topic, dlq_partitions, cfg.max_message_bytes)?),
         false => Box::new(outbox::Withheld::new(&cfg.dlq_topic)),
     };
@@ -521,10 +523,7 @@ fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<(i32, Feed)>) -> bo
         }
         // A replay's partition applied up to where it stops (`until`)
         // reads nothing more: its messages would be dropped.
-        let done = ctx.shared.cfg.until.as_ref().is_some_and(|u| {
-            let last = u.get(p).copied().unwrap_or(-1);
-            last < 0 || part.next.load(Ordering::SeqCst) > last
-        });
+        let done = ctx.shared.cfg.mode.until(*p).is_some_and(|last| last < 0 || part.next.load(Ordering::SeqCst) > last);
         let want_paused = done || if part.paused { !part.pending.is_empty() || part.queued.bytes() > limit / 2 } else { !part.pending.is_empty() };
         if want_paused != part.paused {
             let mut tpl = TopicPartitionList::new();

@@ -39,7 +39,7 @@ impl Outbox for DeadLetterWriter {
 }
 
 /// An outbox that writes nothing (a replay that leaves the topics as they
-/// are: see [`crate::worker::WorkerConfig::writes_to_kafka`]). Each write
+/// are: see [`crate::worker::Mode::writes_to_kafka`]). Each write
 /// "succeeds" at an offset of its own, counting down from -2, which no
 /// topic holds.
 pub(crate) struct Withheld {

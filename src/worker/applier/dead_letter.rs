@@ -115,9 +115,9 @@ impl Applier {
     }
 
     /// In a replay, the dead-letter offset of the letter the live run
-    /// wrote for `origin` (see `WorkerConfig::letters_written`).
+    /// wrote for `origin` (see [`Replay::letters_written`](crate::worker::Replay::letters_written)).
     fn live_letter(&self, origin: &Origin<'_>) -> Option<i64> {
-        self.shared.cfg.letters_written.get(&(self.partition, origin.at)).copied()
+        self.shared.cfg.mode.letter_written(self.partition, origin.at)
     }
 
     /// Writes the letter of `origin`, retrying for as long as the

@@ -49,7 +49,7 @@ impl Applier {
         }
         // A replay of some keys only: the others' messages pass, applied
         // without effect.
-        if let Some(sample) = &self.shared.cfg.keys {
+        if let Some(sample) = self.shared.cfg.mode.keys() {
             if !msg.key().and_then(|k| std::str::from_utf8(k).ok()).is_some_and(|k| sample.admits(k)) {
                 self.mark(shard, msg);
                 return Ok(Handled::Done { fan_out: false });
@@ -172,7 +172,7 @@ impl Applier {
             let outcome = if refusal.is_some() { "refused" } else { outcome::APPLIED };
             // Counted live only: a replay applies the repairs the live
             // workers counted (review of verify, F18).
-            if !self.shared.cfg.is_replay() {
+            if !self.shared.cfg.mode.is_replay() {
                 counter!(m::REPAIRS_TOTAL, "outcome" => outcome).increment(1);
             }
             if let Some(detail) = refusal {
@@ -332,7 +332,7 @@ impl Applier {
                 let kind = c.action.marker();
                 // A rebuild replays the operator's request: the live run
                 // wrote its marker already.
-                if !self.shared.cfg.markers_written.contains(&(c.key.clone(), c.dlq_partition, kind, c.through)) {
+                if !self.shared.cfg.mode.marker_written(&(c.key.clone(), c.dlq_partition, kind, c.through)) {
                     self.retry_dead_letter(|| self.shared.outbox.marker(c.dlq_partition, &c.key, kind, c.through, c.through_at, self.partition))?;
                 }
                 let covered = shard.parking().get(&c.key).map(|p| p.covered_by(c.through, c.through_at));

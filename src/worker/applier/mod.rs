@@ -147,7 +147,7 @@ pub(crate) struct Partition {
     pub pending: std::collections::VecDeque<Feed>,
     pub paused: bool,
     /// Whether the group's offset is committed (see
-    /// [`WorkerConfig::commit_offsets`](crate::worker::WorkerConfig)).
+    /// [`Mode::commits_offsets`](crate::worker::Mode::commits_offsets)).
     commits: bool,
     join: Option<JoinHandle<Result<(), WorkerError>>>,
 }
@@ -163,7 +163,7 @@ impl Partition {
         let queued = Arc::new(Queued::default());
         let busy_since_ms = Arc::new(AtomicI64::new(0));
         let (s, n, q, f, busy, d) = (stop.clone(), next.clone(), queued.clone(), floor.clone(), busy_since_ms.clone(), done.clone());
-        let commits = shared.cfg.commit_offsets;
+        let commits = shared.cfg.mode.commits_offsets();
         let join = std::thread::Builder::new()
             .name(format!("denorm-p{partition}"))
             .spawn(move || {
@@ -387,9 +387,9 @@ impl Applier {
     }
 
     /// Whether a replay that stops at given offsets
-    /// ([`WorkerConfig::until`]) is past this partition's.
+    /// ([`Mode::until`](crate::worker::Mode::until)) is past this partition's.
     fn past_until(&self, offset: i64) -> bool {
-        self.shared.cfg.until.as_ref().is_some_and(|u| offset > u.get(&self.partition).copied().unwrap_or(-1))
+        self.shared.cfg.mode.until(self.partition).is_some_and(|last| offset > last)
     }
 
     fn retrying(&self, op: Op) -> Retrying<'_> {

@@ -162,7 +162,7 @@ impl Applier {
                 let at = checkpoint.map_or(0, |c| c.offset);
                 Err(Halt::Fatal(WorkerError::Index(IndexError::log_changed(self.partition, at, &detail))))
             }
-            First::Gap { from, to } if self.shared.cfg.accept_gaps => {
+            First::Gap { from, to } if self.shared.cfg.mode.accepts_gaps() => {
                 warn!(
                     partition = self.partition,
                     from, to, "offsets {from}..{to} are no longer in the topic (retention deleted them): applying what is left (--accept-gaps); the index lacks their effects"

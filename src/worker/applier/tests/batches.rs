@@ -266,10 +266,8 @@ fn a_replay_that_writes_no_letters_parks_by_the_live_letters_offsets() {
     // The verify's replay: no letters written, the live ones' offsets known.
     let log = Arc::new(Mutex::new(live.log.lock().unwrap().clone()));
     let written: crate::worker::LettersWritten = letters.iter().map(|&(origin, dlq)| ((0, origin), dlq)).collect();
-    let replay = Rig::on(log, 0, 1, |c| {
-        c.writes_to_kafka = false;
-        c.letters_written = Arc::new(written);
-    });
+    let replay =
+        Rig::on(log, 0, 1, |c| c.mode = Mode::Replay(Replay { letters_written: Arc::new(written), of: ReplayOf::Verify { until: Arc::new([(0, later)].into()), keys: None }, ..Default::default() }));
     let run = replay.start();
     run.wait_next(later + 1);
     assert_eq!(run.stop(), later + 1);
@@ -353,7 +351,7 @@ fn a_gap_stops_the_partition_unless_the_loss_is_accepted() {
     eventually("the partition stopped", || run.part.finished());
     let error = run.part.join().unwrap_err();
     assert!(error.to_string().contains("--accept-gaps"), "{error}");
-    let r = Rig::new(|c| c.accept_gaps = true);
+    let r = Rig::new(|c| c.mode = Mode::Replay(Replay { of: ReplayOf::Rebuild { accept_gaps: true }, ..Default::default() }));
     gone(&r);
     let run = r.start();
     run.wait_next(2);

@@ -62,7 +62,9 @@ fn a_repair_is_counted_by_the_live_worker_and_not_by_a_replay() {
     run.wait_next(at + 1);
     run.stop();
     assert_eq!(applied(), Some(1.0));
-    for tune in [(|c: &mut WorkerConfig| c.commit_offsets = false) as fn(&mut WorkerConfig), |c| c.writes_to_kafka = false] {
+    let verify = ReplayOf::Verify { until: Arc::new([(0, at)].into()), keys: None };
+    for of in [ReplayOf::Rebuild { accept_gaps: false }, verify] {
+        let tune = move |c: &mut WorkerConfig| c.mode = Mode::Replay(Replay { of, ..Default::default() });
         let replay = Rig::on(Arc::new(Mutex::new(r.log.lock().unwrap().clone())), 0, 1, tune);
         let run = replay.start();
         run.wait_next(at + 1);

@@ -19,7 +19,7 @@ use crate::index::{Doc, Kind, SearchIndex};
 use crate::kafka::KafkaConfig;
 use crate::worker::outbox::Outbox;
 use crate::worker::probe::LogProbe;
-use crate::worker::{Shared, Stats, WorkerConfig};
+use crate::worker::{Mode, Replay, ReplayOf, Shared, Stats, WorkerConfig};
 
 /// A dead letter as the outbox received it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,7 +177,7 @@ impl Rig {
     /// the markers `markers`.
     fn replay(&self, already: i64, markers: Vec<crate::dlq::MarkerId>) -> Rig {
         let log = Arc::new(Mutex::new(self.log.lock().unwrap().clone()));
-        Rig::on(log, already, 1, |c| c.markers_written = Arc::new(markers.into_iter().collect()))
+        Rig::on(log, already, 1, |c| c.mode = Mode::Replay(Replay { markers_written: Arc::new(markers.into_iter().collect()), ..Default::default() }))
     }
 
     fn on(log: Arc<Mutex<Log>>, base: i64, log_partitions: i32, tune: impl FnOnce(&mut WorkerConfig)) -> Rig {
@@ -186,7 +186,7 @@ impl Rig {
         let mut cfg = WorkerConfig::new(KafkaConfig::new("127.0.0.1:9", "t"), "g");
         cfg.retry_backoff_max = Duration::from_millis(50);
         tune(&mut cfg);
-        let writes = cfg.writes_to_kafka;
+        let writes = cfg.mode.writes_to_kafka();
         let outbox = Arc::new(Scripted { log: log.clone(), base, ..Scripted::default() });
         let shared = Arc::new(Shared {
             cfg,
