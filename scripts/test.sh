@@ -7,12 +7,22 @@
 # run (each test starts a tansu of its own), and runs every test with
 # cargo-nextest. Extra arguments go to nextest.
 #
+# --extended (first argument) also runs, after the suite, every ignored
+# test (the sixteen other consistency seeds and the suite's seeds on
+# Elasticsearch) and fuzzes each fuzz target for DENORM_FUZZ_SECONDS
+# (default 300) with scripts/fuzz.sh (docs/development.md says when).
+#
 # Under CI (CI set) the cargo build cache is kept under the same cache
 # directory, so that a fresh clone compiles only denorm itself; a
 # CARGO_TARGET_DIR given by the caller wins. At the end it prints the time
 # of each phase.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+extended=0
+if [ "${1:-}" = "--extended" ]; then
+  extended=1
+  shift
+fi
 start=$(date +%s)
 phases=()
 phase_start=$start
@@ -133,7 +143,18 @@ phase "tests (nextest)"
 debug=0
 cargo nextest run --features failpoints --lib --no-fail-fast --no-tests=pass "$@" || debug=$?
 phase "in-process tests, debug build"
+ignored=0
+fuzzed=0
+if [ "$extended" = 1 ]; then
+  # requested_seeds runs only the seeds its variables ask for.
+  TMPDIR="$state/tmp" cargo nextest run --release --features failpoints --no-fail-fast --run-ignored only -E 'not test(/requested_seeds/)' || ignored=$?
+  phase "extended: ignored tests"
+  scripts/fuzz.sh "${DENORM_FUZZ_SECONDS:-300}" || fuzzed=$?
+  phase "extended: fuzzing"
+fi
 report
 [ "$chart" = 0 ] || echo "the chart checks failed (scripts/check-chart.py, above)" >&2
 [ "$debug" = 0 ] || echo "the in-process tests failed in the debug build (above)" >&2
-[ "$chart" = 0 ] && [ "$tests" = 0 ] && [ "$debug" = 0 ]
+[ "$ignored" = 0 ] || echo "the extended run's ignored tests failed (above)" >&2
+[ "$fuzzed" = 0 ] || echo "fuzzing found a crash or could not run (above)" >&2
+[ "$chart" = 0 ] && [ "$tests" = 0 ] && [ "$debug" = 0 ] && [ "$ignored" = 0 ] && [ "$fuzzed" = 0 ]

@@ -372,3 +372,23 @@ fn the_ids_of_uncommitted_pages_stay_bounded_without_progress_commits() {
     assert_eq!(f7.key(), "/c", "{f7:?}");
     assert!(matches!(&f7, crate::index::Doc::File(f) if f.full_path() == "/c/new/f7.txt"), "{f7:?}");
 }
+
+/// The page cursor is typed: a shard handed a cursor another backend made
+/// refuses it, naming it, and a fan-out run in one page cannot be run
+/// again; the shard's own cursor runs.
+#[test]
+fn a_shard_refuses_a_fan_outs_pages_it_did_not_make() {
+    use crate::index::{Cursor, Pages, Scan};
+    let dir = tempfile::tempdir().unwrap();
+    let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
+    let mut shard = idx.open_shard(0, 20_000_000).unwrap();
+    apply(&mut shard, &upsert("a", "/c/p/a.txt"), 0, FanOut::pages_of(10)).unwrap();
+    let scan = Scan::FilesWithin { path: "/c/p".into() };
+    let mut foreign = Pages::new(Cursor::Whole { scan: scan.clone(), page_size: 10 });
+    let e = shard.rewrite_page(&mut foreign, &mut |d| Some(d.clone())).unwrap_err();
+    assert!(e.to_string().contains("another backend: a whole scan"), "{e}");
+    let mut own = shard.rewrite_begin(&scan, 10).unwrap();
+    assert_eq!(shard.rewrite_page(&mut own, &mut |d| Some(d.clone())).unwrap(), (1, true));
+    let mut taken = Pages::new(Cursor::Taken);
+    assert!(shard.rewrite_page(&mut taken, &mut |d| Some(d.clone())).unwrap_err().to_string().contains("a finished fan-out's"));
+}

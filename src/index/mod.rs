@@ -431,15 +431,17 @@ pub trait Shard {
     /// snapshot's once a write came; review of lanes, F4). The default runs
     /// the whole rewrite as one page.
     fn rewrite_begin(&mut self, scan: &Scan, page_size: usize) -> Result<Pages, IndexError> {
-        Ok(Pages::new(Whole { scan: scan.clone(), page_size }))
+        Ok(Pages::new(Cursor::Whole { scan: scan.clone(), page_size }))
     }
     /// Rewrites the next page of `pages` (see [`Shard::rewrite`] for
     /// `rewrite`). Returns the documents written and whether the scan is
     /// complete. Dropping `pages` before then abandons the fan-out: the
     /// pages written stay, each guarded by its position.
     fn rewrite_page(&mut self, pages: &mut Pages, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<(u64, bool), IndexError> {
-        let Whole { scan, page_size } = pages.take::<Whole>().ok_or_else(|| IndexError::Backend("a fan-out's pages of another backend".into()))?;
-        Ok((self.rewrite(&scan, page_size, rewrite)?, true))
+        match pages.take() {
+            Cursor::Whole { scan, page_size } => Ok((self.rewrite(&scan, page_size, rewrite)?, true)),
+            other => Err(other.mismatch()),
+        }
     }
     /// The shard's progress: what its last commit recorded, and what the
     /// next one records ([`progress::ProgressBook`], the same for every
@@ -491,46 +493,65 @@ pub trait Shard {
 /// A fan-out in progress ([`Shard::rewrite_begin`]): the backend's cursor
 /// over the snapshot it scans, and whether that scan was read whole when
 /// it began (a fan-out of one page, which the caller runs at once rather
-/// than in a lane).
-pub struct Pages(Option<Box<dyn std::any::Any>>, bool);
+/// than in a lane). Only the backends see the cursor.
+pub struct Pages {
+    cursor: Cursor,
+    one_page: bool,
+}
+
+/// Each backend's cursor over a fan-out's scan, one type each: a backend
+/// handed another's answers [`Cursor::mismatch`].
+pub(crate) enum Cursor {
+    /// A backend that runs a fan-out as one page (the default of
+    /// [`Shard::rewrite_begin`]).
+    Whole { scan: Scan, page_size: usize },
+    /// The embedded index's scan of its snapshot and pending writes.
+    Embedded(embedded::Cursor),
+    /// Elasticsearch: a scan read whole when it began.
+    ElasticWhole(elastic::EsWhole),
+    /// Elasticsearch: a point-in-time scan, a page at a time.
+    Elastic(elastic::EsPages),
+    /// Taken out by the one page of a fan-out that ran it.
+    Taken,
+}
+
+impl Cursor {
+    /// The error of a backend handed a cursor it did not make.
+    pub(crate) fn mismatch(&self) -> IndexError {
+        let what = match self {
+            Cursor::Whole { .. } => "a whole scan",
+            Cursor::Embedded(_) => "the embedded index's",
+            Cursor::ElasticWhole(_) | Cursor::Elastic(_) => "Elasticsearch's",
+            Cursor::Taken => "a finished fan-out's",
+        };
+        IndexError::Backend(format!("a fan-out's pages of another backend: {what}"))
+    }
+}
 
 impl Pages {
-    pub fn new<T: 'static>(cursor: T) -> Self {
-        Pages(Some(Box::new(cursor)), false)
+    pub(crate) fn new(cursor: Cursor) -> Self {
+        Pages { cursor, one_page: false }
     }
 
     /// The pages of a scan read whole when it began.
-    pub fn one<T: 'static>(cursor: T) -> Self {
-        Pages(Some(Box::new(cursor)), true)
+    pub(crate) fn one(cursor: Cursor) -> Self {
+        Pages { cursor, one_page: true }
     }
 
     /// Whether the scan was read whole when it began: its one page writes
     /// what remains of the fan-out.
     pub fn is_one_page(&self) -> bool {
-        self.1
+        self.one_page
     }
 
-    /// The cursor, when it is a `T`.
-    pub fn cursor<T: 'static>(&mut self) -> Option<&mut T> {
-        self.0.as_mut()?.downcast_mut()
+    pub(crate) fn cursor(&mut self) -> &mut Cursor {
+        &mut self.cursor
     }
 
-    /// The cursor taken out, when it is a `T` (a fan-out run in one page).
-    pub fn take<T: 'static>(&mut self) -> Option<T> {
-        match self.0.take()?.downcast::<T>() {
-            Ok(t) => Some(*t),
-            Err(other) => {
-                self.0 = Some(other);
-                None
-            }
-        }
+    /// The cursor taken out (a fan-out run in one page).
+    pub(crate) fn take(&mut self) -> Cursor {
+        std::mem::replace(&mut self.cursor, Cursor::Taken)
     }
-}
-
-/// The cursor of a backend that runs a fan-out as one page.
-struct Whole {
-    scan: Scan,
-    page_size: usize,
 }
 
 /// A shard's durable position in its partition's log: the last offset

@@ -13,7 +13,7 @@ use super::conflict::{Sent, Write};
 use super::docs::{from_source, hits, scan_query, to_source, EsWhole, PitScan};
 use super::shard::ElasticShard;
 use super::ElasticError;
-use crate::index::{Doc, IndexError, Kind, Pages, Scan, Shard, Wanted};
+use crate::index::{Cursor, Doc, IndexError, Kind, Pages, Scan, Shard, Wanted};
 
 /// Times a fan-out's scan starts again after its point in time expired,
 /// before the command fails (retryably).
@@ -38,7 +38,7 @@ struct PageWrite {
 /// complete, it aborts its bulks and releases its point in time.
 ///
 /// [`Shard::rewrite_begin`]: crate::index::Shard::rewrite_begin
-pub(super) struct EsPages {
+pub(crate) struct EsPages {
     index: String,
     kind: Kind,
     query: serde_json::Value,
@@ -63,7 +63,7 @@ impl Drop for EsPages {
 impl ElasticShard {
     /// [`Shard::rewrite_begin`](crate::index::Shard::rewrite_begin).
     pub(super) fn fan_out_pages(&mut self, scan: &Scan, page_size: usize) -> Result<Pages, IndexError> {
-        Ok(Pages::new(self.fan_out_begin(scan, page_size)?))
+        Ok(Pages::new(Cursor::Elastic(self.fan_out_begin(scan, page_size)?)))
     }
 
     /// A fan-out's scan read at once, without a refresh or a point in
@@ -111,23 +111,26 @@ impl ElasticShard {
 
     /// [`Shard::rewrite_page`](crate::index::Shard::rewrite_page).
     pub(super) fn fan_out_next(&mut self, pages: &mut Pages, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<(u64, bool), IndexError> {
-        if let Some(whole) = pages.cursor::<EsWhole>() {
-            // Written with this writer's other writes, each conditional on
-            // the version it was read at.
-            let (kind, docs) = (whole.kind, std::mem::take(&mut whole.docs));
-            let mut written = 0;
-            for (doc, version) in docs {
-                if let Some(new) = rewrite(&doc) {
-                    if let Some(v) = version {
-                        self.seen.insert((kind, doc.id().to_string()), v);
+        let p = match pages.cursor() {
+            Cursor::Elastic(p) => p,
+            Cursor::ElasticWhole(whole) => {
+                // Written with this writer's other writes, each conditional on
+                // the version it was read at.
+                let (kind, docs) = (whole.kind, std::mem::take(&mut whole.docs));
+                let mut written = 0;
+                for (doc, version) in docs {
+                    if let Some(new) = rewrite(&doc) {
+                        if let Some(v) = version {
+                            self.seen.insert((kind, doc.id().to_string()), v);
+                        }
+                        self.put(new)?;
+                        written += 1;
                     }
-                    self.put(new)?;
-                    written += 1;
                 }
+                return Ok((written, true));
             }
-            return Ok((written, true));
-        }
-        let p = pages.cursor::<EsPages>().ok_or_else(|| IndexError::Backend("a fan-out's pages of another backend".into()))?;
+            other => return Err(other.mismatch()),
+        };
         self.fan_out_page(p, rewrite)
     }
 

@@ -34,6 +34,9 @@ pub mod setup;
 pub mod shard;
 pub mod tombstones;
 
+pub use docs::EsWhole;
+pub(crate) use fanout::EsPages;
+
 /// Failures talking to Elasticsearch.
 #[derive(Debug, thiserror::Error)]
 pub enum ElasticError {

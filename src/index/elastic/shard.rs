@@ -525,12 +525,12 @@ impl Shard for ElasticShard {
     fn rewrite_begin(&mut self, scan: &Scan, page_size: usize) -> Result<Pages, IndexError> {
         if let Some((read, whole)) = self.ready.take() {
             if read == *scan {
-                return Ok(Pages::one(whole));
+                return Ok(Pages::one(crate::index::Cursor::ElasticWhole(whole)));
             }
         }
         if self.scans_recent() {
             if let Some(whole) = self.small_scan(scan, page_size)? {
-                return Ok(Pages::one(whole));
+                return Ok(Pages::one(crate::index::Cursor::ElasticWhole(whole)));
             }
         }
         self.fan_out_pages(scan, page_size)

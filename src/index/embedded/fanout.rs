@@ -24,7 +24,7 @@ use super::overlay::Overlay;
 use super::schema::{Fields, Paged, Stores};
 
 /// A fan-out's scan in progress.
-pub(super) enum Cursor {
+pub(crate) enum Cursor {
     /// Every document the scan reads, found when it started: a fan-out of
     /// one page.
     Whole(Vec<Doc>),

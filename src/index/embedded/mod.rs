@@ -20,6 +20,7 @@ mod sorted;
 
 pub use audit::audit_owners;
 pub use backend::EmbeddedBackend;
+pub(crate) use fanout::Cursor;
 pub use layout::{write_atomically, EmbeddedIndex};
 pub use search::EmbeddedSearch;
 pub use shard::{EmbeddedShard, DEFAULT_FAN_OUT_COMMIT_EVERY, DEFAULT_MERGE_MAX_DOCS};

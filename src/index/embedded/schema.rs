@@ -142,7 +142,7 @@ pub(super) fn stream(searcher: &Searcher, query: &dyn Query, visit: &mut dyn FnM
 /// page at a time ([`crate::index::Shard::rewrite_page`]): the snapshot
 /// stays as it was when the scan began, whatever is written or committed
 /// between pages.
-pub(super) struct Paged {
+pub(crate) struct Paged {
     searcher: Searcher,
     weight: Box<dyn tantivy::query::Weight>,
     page_size: usize,

@@ -287,13 +287,16 @@ impl Shard for EmbeddedShard {
             self.commit()?;
         }
         Ok(match Cursor::begin(self.reader.searcher(), &self.f, &mut self.stores, scan, page_size, &self.overlay, self.writes)? {
-            whole @ Cursor::Whole(_) => Pages::one(whole),
-            paged => Pages::new(paged),
+            whole @ Cursor::Whole(_) => Pages::one(crate::index::Cursor::Embedded(whole)),
+            paged => Pages::new(crate::index::Cursor::Embedded(paged)),
         })
     }
 
     fn rewrite_page(&mut self, pages: &mut Pages, rewrite: &mut dyn FnMut(&Doc) -> Option<Doc>) -> Result<(u64, bool), IndexError> {
-        let cursor = pages.cursor::<Cursor>().ok_or_else(|| IndexError::Backend("a fan-out's pages of another backend".into()))?;
+        let cursor = match pages.cursor() {
+            crate::index::Cursor::Embedded(c) => c,
+            other => return Err(other.mismatch()),
+        };
         let f = self.f;
         let (mut page, done) = cursor.next(&f, &mut self.stores)?;
         // A page writes by key, over whatever version is there: a document
