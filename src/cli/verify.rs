@@ -11,9 +11,10 @@ use clap::Args;
 
 use super::{Cli, UsageError};
 use denorm::index::open::{Access, Embedded};
-use denorm::index::Backend;
 use denorm::verify::compare::Problem;
-use denorm::verify::{Report, Verify};
+use denorm::verify::session::{Scratch, ScratchError, Session, Shown};
+use denorm::verify::verdict::Recorded;
+use denorm::verify::{Report, VerifyError};
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
@@ -122,98 +123,6 @@ pub struct Differences(pub usize);
 #[error("could not verify: {0:#}")]
 pub struct CouldNotVerify(pub anyhow::Error);
 
-/// What each verify of one run shares.
-struct Setup {
-    kafka: denorm::kafka::KafkaConfig,
-    live: Arc<dyn Backend>,
-    scratch: std::path::PathBuf,
-    group: String,
-    budget: usize,
-    timeout: Duration,
-    rounds: u32,
-    members: denorm::members::Members,
-}
-
-impl Setup {
-    /// Where the live index stands now (its reads block).
-    async fn positions(&self, partitions: i32) -> Result<denorm::verify::compare::Positions, CouldNotVerify> {
-        let live = self.live.clone();
-        let got = tokio::task::spawn_blocking(move || denorm::verify::positions(live.as_ref(), partitions)).await;
-        got.map_err(|e| CouldNotVerify(e.into()))?.map_err(|e| CouldNotVerify(e.into()))
-    }
-
-    /// One verify, into the (empty) scratch directory, which it leaves
-    /// empty again.
-    async fn verify(&self, keys: Option<denorm::worker::KeySample>, max: usize, for_repair: bool) -> Result<Report, CouldNotVerify> {
-        let (kafka, live, scratch, group, budget, timeout, rounds, members) =
-            (self.kafka.clone(), self.live.clone(), self.scratch.clone(), self.group.clone(), self.budget, self.timeout, self.rounds, self.members);
-        let rt = tokio::runtime::Handle::current();
-        let report = tokio::task::spawn_blocking(move || {
-            let show = std::io::stderr().is_terminal();
-            let v = Verify { kafka, live: live.as_ref(), scratch: &scratch, group, budget, max_differences: max, for_repair, timeout, keys, rounds, delete_group: true, runtime: rt, members };
-            let report = denorm::verify::run(v, |t| {
-                if show {
-                    eprint!("\rreplaying the log up to the live index's offsets: {} of {} commands", t.applied, t.of);
-                }
-            });
-            if show {
-                eprintln!();
-            }
-            report
-        })
-        .await
-        .map_err(|e| CouldNotVerify(e.into()))?;
-        // Emptied whatever the outcome: a --scratch-dir left full by a
-        // verify that could not decide made the next one refuse it (review
-        // F14).
-        let emptied = empty(&self.scratch).map_err(|e| CouldNotVerify(e.into()));
-        let report = report.map_err(|e| CouldNotVerify(e.into()))?;
-        emptied?;
-        Ok(report)
-    }
-}
-
-/// The file that marks a `--scratch-dir` as a verify's (kept when it is
-/// emptied after a run).
-const SCRATCH_MARK: &str = ".denorm-verify-scratch";
-/// A verify's temporary scratch directory, and the file in it naming the
-/// process that owns it.
-const TEMP_PREFIX: &str = "denorm-verify-";
-const OWNER_FILE: &str = ".denorm-verify-owner";
-
-/// Removes the temporary scratch directories of verifies that were killed
-/// (SIGKILL, OOM, the Job's deadline) on this machine: those whose owner
-/// process is gone (review of verify, F14 b: each held the room of an
-/// embedded copy of the index until someone deleted it). Best effort.
-fn sweep_killed(temp: &std::path::Path) {
-    let Ok(entries) = std::fs::read_dir(temp) else { return };
-    for dir in entries.flatten().map(|e| e.path()).filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(TEMP_PREFIX))) {
-        let Some(pid) = std::fs::read_to_string(dir.join(OWNER_FILE)).ok().and_then(|t| t.trim().parse::<u32>().ok()) else { continue };
-        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            match std::fs::remove_dir_all(&dir) {
-                Ok(()) => tracing::warn!(dir = %dir.display(), pid, "removed the scratch directory of a verify that was killed"),
-                Err(error) => tracing::warn!(dir = %dir.display(), %error, "could not remove the scratch directory of a verify that was killed"),
-            }
-        }
-    }
-}
-
-/// Removes what a directory holds (but its mark as a scratch directory).
-fn empty(dir: &std::path::Path) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.file_name().is_some_and(|n| n == SCRATCH_MARK || n == OWNER_FILE) {
-            continue;
-        }
-        if path.is_dir() {
-            std::fs::remove_dir_all(path)?;
-        } else {
-            std::fs::remove_file(path)?;
-        }
-    }
-    Ok(())
-}
-
 pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
     let members = denorm::members::Members::new(a.members, a.member).map_err(|e| UsageError(format!("--member {} of --members {}: {e}", a.member, a.members)))?;
     let run = match (&a.run, members.count) {
@@ -225,42 +134,34 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
     // An index that is not there exits 2: there is nothing to judge.
     let live = super::location(cli)?.backend(&kafka.topic, Access::Existing, Embedded::with_memory(15 << 20)).await.map_err(|e| UsageError(e.to_string()))?;
     // Its errors exit 2, not 1 (which means differences: review F14).
-    let scratch_err = |e: std::io::Error, what: &str| CouldNotVerify(anyhow::Error::new(e).context(what.to_string()));
-    let (scratch, _temp) = match &a.scratch_dir {
-        Some(dir) => {
-            let what = format!("the scratch directory {}", dir.display());
-            if dir.exists() && std::fs::read_dir(dir).map_err(|e| scratch_err(e, &what))?.next().is_some() {
-                // A verify killed (SIGKILL, the Job's deadline) leaves its
-                // scratch copy, marked as such: emptied, it blocks nothing
-                // (review F14). Anything else is not ours to delete.
-                if !dir.join(SCRATCH_MARK).exists() {
-                    return Err(UsageError(format!("--scratch-dir {} is not empty (and not a scratch directory a verify left)", dir.display())).into());
-                }
-                tracing::warn!(dir = %dir.display(), "--scratch-dir holds what an earlier verify left (killed?): emptied");
-                empty(dir).map_err(|e| scratch_err(e, &what))?;
-            }
-            std::fs::create_dir_all(dir).map_err(|e| scratch_err(e, &what))?;
-            std::fs::write(dir.join(SCRATCH_MARK), "a denorm verify's scratch directory: emptied by the next verify\n").map_err(|e| scratch_err(e, &what))?;
-            (dir.clone(), None)
-        }
-        None => {
-            sweep_killed(&std::env::temp_dir());
-            let t = tempfile::Builder::new().prefix(TEMP_PREFIX).tempdir().map_err(|e| scratch_err(e, "a temporary scratch directory"))?;
-            std::fs::write(t.path().join(OWNER_FILE), std::process::id().to_string()).map_err(|e| scratch_err(e, "a temporary scratch directory"))?;
-            (t.path().to_path_buf(), Some(t))
-        }
-    };
+    let scratch = match &a.scratch_dir {
+        Some(dir) => Scratch::given(dir),
+        None => Scratch::temporary(&std::env::temp_dir()),
+    }
+    .map_err(|e| match e {
+        ScratchError::NotOurs(_) => anyhow::Error::new(UsageError(e.to_string())),
+        e => CouldNotVerify(e.into()).into(),
+    })?;
     let keys = (!a.keys.is_empty() || a.sample.is_some()).then(|| denorm::worker::KeySample { keys: a.keys.iter().cloned().collect(), percent: a.sample, rotation: a.sample_rotation.number() });
-    let setup = Setup { kafka, live, scratch, group: cli.group.clone(), budget: (a.index_memory_mb as usize) << 20, timeout: Duration::from_secs(a.timeout_secs), rounds: a.rounds, members };
+    let session = Arc::new(Session {
+        kafka,
+        live,
+        scratch,
+        group: cli.group.clone(),
+        budget: (a.index_memory_mb as usize) << 20,
+        timeout: Duration::from_secs(a.timeout_secs),
+        rounds: a.rounds,
+        members,
+        runtime: tokio::runtime::Handle::current(),
+    });
     let started = std::time::Instant::now();
     // A repair mends at most --max-repairs differences (memory stays
     // bounded: review F13); the report lists the first ones.
-    let mut report = match a.repair {
-        true => setup.verify(keys, a.max_repairs, true).await?,
-        false => setup.verify(keys, a.max_differences, false).await?,
-    };
+    let (max, repair, max_differences) = (if a.repair { a.max_repairs } else { a.max_differences }, a.repair, a.max_differences);
+    let mut report = blocking(&session, move |s| s.verify(keys, max, repair, &mut shown)).await?;
     if a.repair && !report.clean() {
-        report.repair = Some(repair(&setup, &report, a.max_differences).await?);
+        let first = report.clone();
+        report.repair = Some(blocking(&session, move |s| s.repair(&first, max_differences, &mut shown)).await?);
     }
     report.outcome.differences.truncate(a.max_differences);
     let left = match &report.repair {
@@ -277,92 +178,40 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
     if let Some(error) = report.repair.as_ref().and_then(|r| r.error.clone()) {
         return Err(CouldNotVerify(anyhow::anyhow!(error)).into());
     }
-    record(&setup, &report, left, started.elapsed(), &run).await;
+    // A failure to record is a warning: the verdict stands.
+    let (recorded, took, members) = (report.clone(), started.elapsed(), session.members);
+    match blocking(&session, move |s| s.record(&recorded, left, took, &run).map_err(VerifyError::Live)).await {
+        Ok(Recorded::Verdict(v)) if members.count > 1 => tracing::info!(checked = v.checked, differences = v.differences, "every member's verdict is in: recorded the verify's verdict"),
+        Ok(Recorded::Verdict(_)) => {}
+        Ok(Recorded::Waiting) => tracing::info!(member = members.me, "recorded this member's verdict; the verify's is recorded once every member's is in"),
+        Ok(Recorded::Superseded { by_started_at }) => {
+            tracing::warn!(by_started_at, "not recorded: a verify that started after this one has recorded its verdict already (the workers' denorm_verify_* gauges show that one)")
+        }
+        Err(error) => tracing::warn!(%error, "the verdict could not be recorded in the index (the workers' denorm_verify_* gauges stay as they were)"),
+    }
     match left {
         0 => Ok(()),
         n => Err(Differences(n).into()),
     }
 }
 
-/// Records the verdict in the live index (see [`denorm::verify::verdict`]),
-/// where the workers export it as the `denorm_verify_*` gauges. A failure
-/// to record is a warning: the verdict stands.
-async fn record(setup: &Setup, report: &Report, left: usize, took: Duration, run: &str) {
-    use denorm::verify::verdict::Recorded;
-    let (live, members, run) = (setup.live.clone(), setup.members, run.to_string());
-    let o = &report.outcome;
-    let found = denorm::verify::verdict::Found {
-        checked: o.checked,
-        differences: left as u64,
-        seconds: took.as_secs_f64(),
-        partial: !report.keys.is_empty() || report.sample_percent.is_some(),
-        written_since: o.written_since,
-        unsettled: o.unsettled,
-    };
-    let recorded = tokio::task::spawn_blocking(move || denorm::verify::verdict::record(live.as_ref(), found, members, &run)).await;
-    match recorded {
-        Ok(Ok(Recorded::Verdict(v))) if members.count > 1 => tracing::info!(checked = v.checked, differences = v.differences, "every member's verdict is in: recorded the verify's verdict"),
-        Ok(Ok(Recorded::Verdict(_))) => {}
-        Ok(Ok(Recorded::Waiting)) => tracing::info!(member = members.me, "recorded this member's verdict; the verify's is recorded once every member's is in"),
-        Ok(Ok(Recorded::Superseded { by_started_at })) => {
-            tracing::warn!(by_started_at, "not recorded: a verify that started after this one has recorded its verdict already (the workers' denorm_verify_* gauges show that one)")
-        }
-        Ok(Err(error)) => tracing::warn!(%error, "the verdict could not be recorded in the index (the workers' denorm_verify_* gauges stay as they were)"),
-        Err(error) => tracing::warn!(%error, "recording the verdict failed"),
+/// What the session tells a terminal (nothing when stderr is not one).
+fn shown(s: Shown<'_>) {
+    if !std::io::stderr().is_terminal() {
+        return;
+    }
+    match s {
+        Shown::Replay(t) => eprint!("\rreplaying the log up to the live index's offsets: {} of {} commands", t.applied, t.of),
+        Shown::Replayed => eprintln!(),
+        Shown::Sent(n) => eprintln!("sent {n} repair(s); waiting for the live workers to apply them"),
     }
 }
 
-/// `--repair`: sends the repairs of `report`'s differences, waits until the
-/// live index has applied them, and verifies their keys again.
-async fn repair(setup: &Setup, report: &Report, max: usize) -> Result<denorm::verify::repair::Repaired, CouldNotVerify> {
-    let fail = |e: anyhow::Error| CouldNotVerify(e);
-    let partitions = setup.kafka.topic_partitions().map_err(|e| fail(e.into()))?.unwrap_or(report.at.len() as i32);
-    // Held here by the test of review F3 (fault point verify.before-plan).
-    tokio::task::spawn_blocking(|| denorm::faults::hold("verify.before-plan")).await.map_err(|e| fail(e.into()))?;
-    // Where the live index and its log stand now: a document missing in a
-    // partition whose checkpoint moved since the verify, or whose log holds
-    // anything past where the verify compared it (a delete not applied
-    // yet: review F3), is not repaired (see `repair::plan`).
-    let now = setup.positions(partitions).await?;
-    let (kafka, at) = (setup.kafka.clone(), report.at.clone());
-    let moved = tokio::task::spawn_blocking(move || denorm::verify::moved_past(&kafka, partitions, &at, &[&now])).await.map_err(|e| fail(e.into()))?.map_err(|e| fail(e.into()))?;
-    let plan = denorm::verify::repair::plan(&report.outcome.differences, &report.at, &|p| moved.contains(&p));
-    let beyond = report.outcome.differences_total - report.outcome.differences.len();
-    let producer = denorm::produce::Producer::new(&setup.kafka).map_err(|e| fail(e.into()))?;
-    let mut sent = Vec::new();
-    for e in &plan.commands {
-        let at = producer.send_envelope(e).await.map_err(|e| fail(e.into()))?;
-        let (kind, id) = denorm::apply::document(&e.command).expect("a repair has one document");
-        sent.push(denorm::verify::repair::Sent { kind: kind.as_str(), id: id.to_string(), key: e.command.key().to_string(), command: e.command.kind(), partition: at.partition, offset: at.offset });
-    }
-    if std::io::stderr().is_terminal() {
-        eprintln!("sent {} repair(s); waiting for the live workers to apply them", sent.len());
-    }
-    // Applied once each partition's checkpoint reaches its last repair.
-    let mut want: std::collections::BTreeMap<i32, i64> = std::collections::BTreeMap::new();
-    for s in &sent {
-        let w = want.entry(s.partition).or_insert(s.offset);
-        *w = (*w).max(s.offset);
-    }
-    let (live, timeout) = (setup.live.clone(), setup.timeout);
-    let want: Vec<(i32, i64)> = want.into_iter().collect();
-    let waited = tokio::task::spawn_blocking(move || denorm::verify::reach::until_reached(timeout, Duration::from_millis(200), &want, || denorm::verify::positions(live.as_ref(), partitions))).await;
-    if let Err(b) = waited.map_err(|e| CouldNotVerify(e.into()))?.map_err(|e| CouldNotVerify(e.into()))? {
-        // The repairs are in the log: the report names them (review F12: it
-        // printed nothing), then the verify exits 2.
-        let error = format!("the live workers did not apply the repair at partition {} offset {} within {} s (are they running?)", b.partition, b.want, timeout.as_secs());
-        return Ok(denorm::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, beyond_max_repairs: beyond, after: None, error: Some(error) });
-    }
-    let after = match plan.commands.is_empty() {
-        true => None,
-        false => {
-            let keys = denorm::worker::KeySample { keys: plan.keys().into_iter().collect(), percent: None, rotation: 0 };
-            // Lists every repair that did not take (see `Repaired::left`).
-            let after = setup.verify(Some(keys), max.max(sent.len()), false).await?;
-            Some(Box::new(after))
-        }
-    };
-    Ok(denorm::verify::repair::Repaired { sent, not_repaired: plan.not_repaired, beyond_max_repairs: beyond, after, error: None })
+/// Runs one of the session's blocking steps off the runtime's threads; its
+/// failures exit 2 (could not verify).
+async fn blocking<T: Send + 'static>(session: &Arc<Session>, step: impl FnOnce(&Session) -> Result<T, VerifyError> + Send + 'static) -> Result<T, CouldNotVerify> {
+    let s = session.clone();
+    tokio::task::spawn_blocking(move || step(&s)).await.map_err(|e| CouldNotVerify(e.into()))?.map_err(|e| CouldNotVerify(e.into()))
 }
 
 /// The report for a terminal.

@@ -14,6 +14,7 @@ pub mod cutover;
 pub mod log;
 pub mod reach;
 pub mod repair;
+pub mod session;
 pub mod verdict;
 
 use std::collections::BTreeMap;
@@ -85,6 +86,17 @@ pub enum VerifyError {
     NoSettings,
     #[error(transparent)]
     Settings(#[from] crate::worker::settings::SettingsError),
+    /// Review F14: a scratch directory that could not be emptied after a
+    /// verify would make the next one refuse it.
+    #[error("emptying the scratch directory {dir}: {source}")]
+    Emptying {
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A repair could not be sent.
+    #[error("sending a repair: {0}")]
+    Repair(String),
     /// Review F7: `--keys` or `--sample` that matched nothing.
     #[error("no document of the keys asked about was compared (--keys names a key exactly, as /clinton or a user id; a small --sample of few keys may hold none)")]
     NothingCompared,
@@ -214,7 +226,7 @@ pub(crate) fn merge(
 
 /// The partitions that may hold effects past `at`: a checkpoint read in
 /// `seen` is not `at`, or the log (its end offsets, read now) holds more.
-pub fn moved_past(kafka: &KafkaConfig, partitions: i32, at: &Positions, seen: &[&Positions]) -> Result<std::collections::BTreeSet<i32>, VerifyError> {
+pub(crate) fn moved_past(kafka: &KafkaConfig, partitions: i32, at: &Positions, seen: &[&Positions]) -> Result<std::collections::BTreeSet<i32>, VerifyError> {
     let consumer: rdkafka::consumer::BaseConsumer = kafka.client_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
     let ends = crate::kafka::watermarks(&consumer, &kafka.topic, partitions)?;
     let stop = |p: &i32| at.get(p).copied().unwrap_or(-1);
