@@ -24,6 +24,7 @@ fuzz_target!(|data: &[u8]| {
             Ok(Admitted::Control(x)) => {
                 assert_eq!(c.decode_message(&c.encode_control(&x)).unwrap(), denorm::codec::Decoded::Control(x))
             }
+            Ok(Admitted::Move(m)) => assert_eq!(c.decode_message(&c.encode_move(&m)).unwrap(), denorm::codec::Decoded::Move(m)),
             Err(_) => {}
         }
         if let Ok(line) = std::str::from_utf8(payload) {

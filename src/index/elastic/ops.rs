@@ -53,6 +53,10 @@ impl Backend for ElasticBackend {
 
     /// One multi-get of the partitions' meta documents.
     fn applied(&self, partitions: &[i32]) -> Result<HashMap<i32, crate::index::progress::Applied>, IndexError> {
+        if partitions.is_empty() {
+            // A multi-get of nothing is refused (400, "no documents to get").
+            return Ok(HashMap::new());
+        }
         let g = self.generation()?;
         let ids: Vec<String> = partitions.iter().map(|p| names::meta_id(g, &format!("p{p}"))).collect();
         let index = self.meta_index();

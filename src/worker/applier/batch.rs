@@ -22,7 +22,18 @@ impl Applier {
         let mut checkpoint = self.took(shard.as_mut());
         // Started at the checkpoint by the assignment already, or sought now.
         let assigned = self.shared.assigned_at.lock().expect("assigned_at lock").remove(&self.partition);
-        let mut positioned = if assigned == Some(target_of(checkpoint)) { self.positioned(checkpoint)? } else { self.seek_to(checkpoint) };
+        let mut positioned = if assigned == Some(target_of(checkpoint)) {
+            // Read from the checkpoint already: the lanes' low mark starts
+            // there, as after a seek. Without it, a first command deferred
+            // into a lane left no low mark, and what other keys applied
+            // beside it was not recorded until it finished (review of
+            // verify, F12: a repair beside a held rename, right after the
+            // worker started, was never seen applied).
+            self.lanes.borrow_mut().tracker.reset_at(checkpoint);
+            self.positioned(checkpoint)?
+        } else {
+            self.seek_to(checkpoint)
+        };
         let mut first = true;
         // Seeks made again because a stale start overtook them (see below).
         let mut overtaken = 0u32;

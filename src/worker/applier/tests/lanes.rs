@@ -82,6 +82,27 @@ fn messages_read_again_after_a_late_seek_are_not_applied_twice() {
     assert_eq!(r.files(), want);
 }
 
+/// While a fan-out is held in its lane, another key's command after it is
+/// committed as applied above the checkpoint, without a stop: what a wait
+/// on that command alone (a verify's repair, review of verify F12) reads.
+#[test]
+#[cfg(feature = "failpoints")]
+fn a_command_beside_a_held_fan_out_is_committed_as_applied_while_the_fan_out_runs() {
+    let r = Rig::new(|c| c.fan_out = FanOut::pages_of(10));
+    let (rename, other, _) = rename_with_traffic(&r);
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "fanout.hold", "/a");
+    let run = r.start();
+    eventually("the other key's command recorded applied by a commit", || r.shared.backend.applied(&[0]).unwrap().get(&0).is_some_and(|a| a.contains(other)));
+    let applied = r.shared.backend.applied(&[0]).unwrap()[&0].clone();
+    assert!(!applied.contains(rename), "the held rename is recorded applied: {applied:?}");
+    std::fs::remove_file(faults.path().join("fanout.hold")).unwrap();
+    let end = r.end();
+    run.wait_next(end);
+    run.stop();
+    all_applied(&r);
+}
+
 /// Stopped (a revoke, a shutdown, a crash after a commit) during a
 /// fan-out in its lane: what is recorded applied stops before the fan-out,
 /// though a command of another key after it is applied and committed. The
