@@ -49,6 +49,31 @@ pub mod reason {
     pub const ALL: &[&str] = &[EMPTY_PAYLOAD, OVERSIZED, NOT_SINGLE_OBJECT, UNKNOWN_SCHEMA, UNDECODABLE, INVALID_COMMAND, MISSING_KEY, KEY_MISMATCH];
 }
 
+/// One input of the `admit` fuzz target (`fuzz/`): its first byte says how
+/// many of the next bytes are the key, the rest is the payload. Whatever
+/// is admitted must re-encode and decode to itself; a payload that is
+/// UTF-8 goes through the JSONL parser too. Panics where a property fails;
+/// returns whether the input was admitted. Here rather than in `fuzz/`, so
+/// that it compiles with the crate and the suite runs it on the fuzzer's
+/// seeds.
+pub fn fuzz_input(c: &Codec, data: &[u8]) -> bool {
+    let (key, payload) = match data.split_first() {
+        Some((&n, rest)) => rest.split_at((n as usize).min(rest.len())),
+        None => (&[][..], data),
+    };
+    let admitted = admit(c, Some(key), Some(payload), 1 << 20);
+    match &admitted {
+        Ok(Admitted::Command(e)) => assert_eq!(&c.decode(&c.encode(e)).unwrap(), e),
+        Ok(Admitted::Control(x)) => assert_eq!(c.decode_message(&c.encode_control(x)).unwrap(), Decoded::Control(x.clone())),
+        Ok(Admitted::Move(m)) => assert_eq!(c.decode_message(&c.encode_move(m)).unwrap(), Decoded::Move(m.clone())),
+        Err(_) => {}
+    }
+    if let Ok(line) = std::str::from_utf8(payload) {
+        let _ = crate::command::jsonl::parse_line(1, line);
+    }
+    admitted.is_ok()
+}
+
 /// Decodes and validates a message, and checks that it is keyed by its
 /// command's ordering domain (a wrong key would put it in the wrong
 /// partition's order). Control messages must carry their key too.
