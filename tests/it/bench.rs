@@ -51,6 +51,7 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
             "rename of a directory of 5000 files",
             "produce -> searchable at 200/s",
             "head of line: another key at 100/s during a rename of 20000 files",
+            "re-application after a rebalance during a rename of 20000 files",
             "key concurrency: 500 single-document commands over 100 key(s)",
             "verify of ",
         ],
@@ -141,6 +142,7 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
             "plain _bulk",
             "produce -> searchable at 100/s",
             "head of line: another key at 100/s during a rename of 5000 files",
+            "re-application after a rebalance during a rename of 5000 files",
             "key concurrency: 500 single-document commands over 100 key(s)",
         ],
     );
@@ -212,6 +214,18 @@ fn head_of_line_measured(r: &serde_json::Value) {
     }
     let ratio = positive(&hol["ratio"], "head-of-line ratio");
     assert!((ratio - hol["lanes"]["during_p99_ms"].as_f64().unwrap() / hol["lanes"]["idle_p99_ms"].as_f64().unwrap()).abs() < 1e-9);
+    // The restart in the middle of the rename: each command the new owner
+    // reads again it applies again or skips as done; with the rename in
+    // flight, that is every command of the other key.
+    let re = &r["reapply"];
+    positive(&re["other_key_seconds"], "time until another key moves after the restart");
+    positive(&re["idle_restart_other_key_seconds"], "the same after a restart with nothing in flight");
+    let n = |k: &str| re[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {re:#}"));
+    assert!(n("first_worker_applied") >= n("others"), "{re:#}");
+    assert_eq!(n("applied_again") + n("skipped_as_done"), n("read_again"), "{re:#}");
+    if re["rename_running_at_stop"].as_bool().unwrap() {
+        assert!(n("read_again") >= n("others"), "{re:#}");
+    }
 }
 
 /// The key-concurrency phase measured both numbers of keys, with lanes and

@@ -88,7 +88,8 @@ impl Bench<'_> {
                    "worker_anon_before_kb": s.heap_before_kb, "worker_peak_anon_kb": s.heap_peak_kb})
         };
         results.insert("head_of_line".into(), json!({"files": files, "rate": rate, "lanes": of(&lanes), "one_lane": of(&one), "ratio": during99 / idle99.max(0.001)}));
-        Ok(())
+        // The same rename, with a rebalance in its middle.
+        self.reapply(files, run_id, es_url, rows, results).await
     }
 
     /// One run: a topic of one partition, a worker (`lanes` if given), the

@@ -9,6 +9,7 @@ mod head_of_line;
 mod key_concurrency;
 mod latency;
 mod profiles;
+mod reapply;
 mod table;
 mod verify;
 mod worker;
@@ -65,7 +66,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 20)]
     latency_secs: u64,
     /// Files of the tree renamed in the head-of-line phase (0 skips it), which runs on topics of
-    /// one partition of its own, with lanes and with --lanes 1
+    /// one partition of its own, with lanes and with --lanes 1; then the same rename with a
+    /// worker replaced in its middle (re-application after a rebalance)
     #[arg(long, default_value_t = 1_000_000)]
     head_of_line_files: u64,
     /// Steady rate of the other key's commands in the head-of-line phase, per second

@@ -16,6 +16,29 @@ pub(super) struct Worker {
     pub(super) port: u16,
 }
 
+/// `denorm_commands_total` summed over command types, by outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct Commands {
+    pub applied: u64,
+    /// Skipped as applied before (redelivered, or done above the checkpoint).
+    pub duplicate: u64,
+}
+
+impl Commands {
+    fn of(metrics: &str) -> Commands {
+        let mut c = Commands::default();
+        for line in metrics.lines().filter(|l| l.starts_with("denorm_commands_total{")) {
+            let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else { continue };
+            if line.contains("outcome=\"applied\"") {
+                c.applied += value as u64;
+            } else if line.contains("outcome=\"duplicate\"") {
+                c.duplicate += value as u64;
+            }
+        }
+        c
+    }
+}
+
 impl Worker {
     pub(super) fn alive(&self) -> bool {
         Path::new(&format!("/proc/{}/status", self.pid)).exists() && self.status_kb("VmRSS:").is_some()
@@ -35,6 +58,12 @@ impl Worker {
     /// Resets the peak resident set size (VmHWM) to the current one.
     pub(super) fn reset_peak(&self) -> anyhow::Result<()> {
         std::fs::write(format!("/proc/{}/clear_refs", self.pid), "5").context("resetting the worker's peak memory (/proc/<pid>/clear_refs)")
+    }
+
+    /// The commands the worker has handled, from its `/metrics`.
+    pub(super) async fn commands(&self) -> anyhow::Result<Commands> {
+        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.port)).await?.error_for_status()?.text().await?;
+        Ok(Commands::of(&text))
     }
 
     /// SIGTERM, then waits for a clean exit.
@@ -109,5 +138,16 @@ impl Bench<'_> {
             cmd.env(denorm::index::elastic::config::env::PREFIX, &es.prefix);
         }
         cmd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_summed_over_types_by_outcome() {
+        let text = "# TYPE denorm_commands_total counter\ndenorm_commands_total{type=\"upsert_file\",outcome=\"applied\"} 5\ndenorm_commands_total{type=\"rename\",outcome=\"applied\"} 1\ndenorm_commands_total{type=\"unknown\",outcome=\"duplicate\"} 7\ndenorm_commands_total{type=\"upsert_file\",outcome=\"parked\"} 2\ndenorm_commands_applied_other 9\n";
+        assert_eq!(Commands::of(text), Commands { applied: 6, duplicate: 7 });
     }
 }
