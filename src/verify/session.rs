@@ -191,7 +191,9 @@ impl Session {
         show(Shown::Sent(sent.len()));
         let want: Vec<(i32, i64)> = sent.iter().map(|s| (s.partition, s.offset)).collect();
         // Each repair judged on its own offset (review F12).
-        let parts: Vec<i32> = want.iter().map(|w| w.0).collect();
+        let mut parts: Vec<i32> = want.iter().map(|w| w.0).collect();
+        parts.sort_unstable();
+        parts.dedup();
         let waited = super::reach::until_applied(self.timeout, Duration::from_millis(200), &want, || self.live.applied(&parts)).map_err(VerifyError::Live)?;
         if let Err(b) = waited {
             // The repairs are in the log: the report names them (review
