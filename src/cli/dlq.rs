@@ -212,7 +212,7 @@ fn format_millis(ms: i64) -> String {
 }
 
 async fn operate(cli: &Cli, topic: &str, letters: Vec<Entry>, drops: &[Marker], o: &Operation, reprocess: bool) -> anyhow::Result<()> {
-    let mut groups = admin::groups(letters, drops);
+    let groups = admin::groups(letters, drops);
     let n: usize = groups.iter().map(|g| g.entries.len()).sum();
     let verb = if reprocess { "reprocess" } else { "discard" };
     if groups.is_empty() {
@@ -223,33 +223,22 @@ async fn operate(cli: &Cli, topic: &str, letters: Vec<Entry>, drops: &[Marker], 
         return Ok(());
     }
     let kafka = cli.kafka();
-    if reprocess {
-        let k = kafka.clone();
-        let (filled, g) = tokio::task::spawn_blocking(move || admin::fill_omitted(&k, &mut groups).map(|n| (n, groups))).await??;
-        groups = g;
-        if filled > 0 {
-            eprintln!("{filled} letter(s) without their command (over the dead-letter topic's message limit): read from {} at their origin", kafka.topic);
-        }
+    let wait = (o.wait > 0).then(|| Duration::from_secs(o.wait));
+    let done = admin::carry_out(&kafka, topic, &cli.group, groups, reprocess, wait).await?;
+    if done.filled > 0 {
+        eprintln!("{} letter(s) without their command (over the dead-letter topic's message limit): read from {} at their origin", done.filled, kafka.topic);
     }
-    let deliveries = admin::send(&kafka, &groups, reprocess).await.context("writing control messages to the command topic")?;
-    eprintln!("{verb}: {n} dead letters of {} keys handed to the workers (group {})", groups.len(), cli.group);
-    if o.wait == 0 {
+    let keys = done.groups.len();
+    eprintln!("{verb}: {n} dead letters of {keys} keys handed to the workers (group {})", cli.group);
+    let Some(still) = done.still_open else {
         if o.filter.json {
-            println!("{}", serde_json::json!({"action": verb, "letters": n, "keys": groups.len(), "still_open": null}));
+            println!("{}", serde_json::json!({"action": verb, "letters": n, "keys": keys, "still_open": null}));
         }
         return Ok(());
-    }
-    let (k, group, secs) = (kafka.clone(), cli.group.clone(), o.wait);
-    tokio::task::spawn_blocking(move || denorm::kafka::wait_for_deliveries(&k, &group, &deliveries, Duration::from_secs(secs)))
-        .await?
-        .context("waiting for the workers (is `denorm run` running for this group?)")?;
-    // What is still open for these keys was dead-lettered again (a replay
-    // failed, or new commands came meanwhile): the key stays parked.
-    let keys: BTreeSet<String> = groups.iter().map(|g| g.key.clone()).collect();
-    let still: Vec<Entry> = read_open(&kafka, topic, o.filter.key.clone()).await?.0.into_iter().filter(|e| keys.contains(&e.key)).collect();
-    let still = admin::distinct(still);
+    };
     if o.filter.json {
-        println!("{}", serde_json::json!({"action": verb, "letters": n, "keys": keys.len(), "still_open": still.len()}));
+        let distinct: BTreeSet<&str> = done.groups.iter().map(|g| g.key.as_str()).collect();
+        println!("{}", serde_json::json!({"action": verb, "letters": n, "keys": distinct.len(), "still_open": still.len()}));
     }
     if still.is_empty() {
         eprintln!("done: every key resumed");

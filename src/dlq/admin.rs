@@ -103,6 +103,8 @@ pub enum DlqError {
     /// longer holds.
     #[error("the letter at {dlq_partition}@{dlq_offset} does not carry its command (over the topic's message limit), and {topic} no longer holds it at partition {partition}, offset {offset} (retention): `denorm dlq clear --letter {dlq_partition}@{dlq_offset}` drops it")]
     CommandGone { topic: String, partition: i32, offset: i64, dlq_partition: i32, dlq_offset: i64 },
+    #[error("waiting for the workers (is `denorm run` running for this group?): {0}")]
+    Wait(#[from] crate::kafka::WaitError),
 }
 
 /// Reads the whole dead-letter topic `dlq` (up to its current end): letters
@@ -307,6 +309,46 @@ pub fn fill_omitted(cfg: &KafkaConfig, groups: &mut [Group]) -> Result<usize, Dl
         filled += 1;
     }
     Ok(filled)
+}
+
+/// What a reprocess or a clear came to ([`carry_out`]).
+#[derive(Debug)]
+pub struct CarriedOut {
+    /// Letters without their command, read from the command topic at their
+    /// origin (a reprocess).
+    pub filled: usize,
+    /// The groups handed to the workers.
+    pub groups: Vec<Group>,
+    /// Once the workers applied the requests, the letters of those keys
+    /// open again (a replay failed again, or new commands came meanwhile:
+    /// the key stays parked); `None` when not waited for.
+    pub still_open: Option<Vec<Entry>>,
+}
+
+/// Carries out an operator's reprocess (`reprocess`) or clear of `groups`
+/// of the dead-letter topic `dlq`: fills in the letters without their
+/// command (a reprocess), writes the control messages to the command
+/// topic, and with `wait` waits until `group`'s workers have applied them,
+/// then reads what is open again for those keys.
+pub async fn carry_out(cfg: &KafkaConfig, dlq: &str, group: &str, mut groups: Vec<Group>, reprocess: bool, wait: Option<Duration>) -> Result<CarriedOut, DlqError> {
+    let mut filled = 0;
+    if reprocess {
+        let k = cfg.clone();
+        let (n, g) = tokio::task::spawn_blocking(move || fill_omitted(&k, &mut groups).map(|n| (n, groups))).await.expect("the blocking task")?;
+        (filled, groups) = (n, g);
+    }
+    let deliveries = send(cfg, &groups, reprocess).await?;
+    let Some(timeout) = wait else { return Ok(CarriedOut { filled, groups, still_open: None }) };
+    let (k, g, t) = (cfg.clone(), group.to_string(), dlq.to_string());
+    let (entries, markers) = tokio::task::spawn_blocking(move || -> Result<_, DlqError> {
+        crate::kafka::wait_for_deliveries(&k, &g, &deliveries, timeout)?;
+        read(&k, &t)
+    })
+    .await
+    .expect("the blocking task")?;
+    let keys: HashSet<&str> = groups.iter().map(|g| g.key.as_str()).collect();
+    let still = distinct(open(entries, &markers, None).into_iter().filter(|e| keys.contains(e.key.as_str())).collect());
+    Ok(CarriedOut { filled, groups, still_open: Some(still) })
 }
 
 /// Drops `letters` from the dead-letter topic `dlq` one by one (a marker
