@@ -99,10 +99,9 @@ pub struct WorkerConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnAbort {
-    /// Dead-letter them too (reason `parked`) until an operator acts: the
-    /// key's order is never broken.
+    /// See [`OnAbort::summary`] (also `--on-abort`'s help).
     Park,
-    /// Apply them anyway: availability over order.
+    /// See [`OnAbort::summary`].
     Skip,
 }
 

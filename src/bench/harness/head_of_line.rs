@@ -42,6 +42,16 @@ const IDLE: Duration = Duration::from_secs(3);
 /// 100 ms), beside its steady upserts.
 const WAIT_EVERY: Duration = Duration::from_millis(100);
 
+/// A tree of `files` files under `root`, a hundred directories.
+pub(super) fn tree_under(root: &str, files: u64) -> Vec<Command> {
+    (0..files).map(|i| Command::UpsertFile { id: format!("t{i}"), path: format!("{root}/d{}/t{i}.txt", i % 100), contents: format!("tree file {i}"), previous_path: None }).collect()
+}
+
+/// An upsert of file `id` of the other key, `/other`.
+pub(super) fn other_upsert(id: &str, contents: String) -> Command {
+    Command::UpsertFile { id: id.to_string(), path: format!("/other/{id}.txt"), contents, previous_path: None }
+}
+
 impl Bench<'_> {
     /// Runs the phase with lanes and with one lane; adds its rows and
     /// results.
@@ -101,9 +111,7 @@ impl Bench<'_> {
         let producer = Arc::new(Producer::new(&b.kafka)?);
         let extra = lanes_arg(lanes);
         phase(&format!("head of line ({name}): loading a tree of {files} files"));
-        let tree: Vec<Command> =
-            (0..files).map(|i| Command::UpsertFile { id: format!("t{i}"), path: format!("/hol/tree/d{}/t{i}.txt", i % 100), contents: format!("tree file {i}"), previous_path: None }).collect();
-        producer.send_all(tree, 10_000, |_| {}).await?;
+        producer.send_all(tree_under("/hol/tree", files), 10_000, |_| {}).await?;
         let worker = b.start_worker_with(&group, &index, &extra).await?;
         b.wait_applied(&worker, &index, None).await?;
         phase(&format!("head of line ({name}): another key at {rate}/s, idle"));
@@ -163,7 +171,7 @@ impl Bench<'_> {
                 break;
             }
             let id = format!("{tag}{i}");
-            let cmd = Command::UpsertFile { id: id.clone(), path: format!("/other/{id}.txt"), contents: format!("{tag} {i}"), previous_path: None };
+            let cmd = other_upsert(&id, format!("{tag} {i}"));
             let (p, kafka, group, timeout) = (producer.clone(), self.kafka.clone(), group.to_string(), self.timeout);
             waits.push(tokio::spawn(async move {
                 let at = Instant::now();
@@ -196,7 +204,7 @@ impl Bench<'_> {
                 break;
             }
             let id = format!("{tag}{i}");
-            let cmd = Command::UpsertFile { id: id.clone(), path: format!("/other/{id}.txt"), contents: format!("{tag} {i}"), previous_path: None };
+            let cmd = other_upsert(&id, format!("{tag} {i}"));
             let at = Instant::now();
             tx.send((id.clone(), at)).ok();
             sent.push((id, at));

@@ -533,15 +533,21 @@ impl Bench<'_> {
         Ok((Bench { kafka, es, work: self.work.clone(), exe: self.exe.clone(), ..*self }, index))
     }
 
+    /// The embedded index at `index`, to read checkpoints from (`None` on
+    /// Elasticsearch, whose checkpoints [`Bench::applied`] reads itself).
+    fn embedded(&self, index: &Path) -> anyhow::Result<Option<EmbeddedIndex>> {
+        Ok(match self.es {
+            Some(_) => None,
+            None => Some(EmbeddedIndex::open_existing(index)?),
+        })
+    }
+
     /// Waits until the index has applied every message of the topic as of
     /// now; the time since `since` (default: now).
     async fn wait_applied(&self, w: &Worker, index: &Path, since: Option<Instant>) -> anyhow::Result<Duration> {
         let t = since.unwrap_or_else(Instant::now);
         let ends = self.ends()?;
-        let index = match self.es {
-            Some(_) => None,
-            None => Some(EmbeddedIndex::open_existing(index)?),
-        };
+        let index = self.embedded(index)?;
         let deadline = Instant::now() + self.timeout;
         loop {
             let applied = self.applied(index.as_ref()).await?;

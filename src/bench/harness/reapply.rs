@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
+use super::head_of_line::{other_upsert, tree_under};
 use super::latency::watch;
 use super::table::{phase, Row};
 use super::worker::Worker;
@@ -34,7 +35,7 @@ struct Restart {
 }
 
 fn upsert(id: &str) -> Command {
-    Command::UpsertFile { id: id.to_string(), path: format!("/other/{id}.txt"), contents: format!("another key's {id}"), previous_path: None }
+    other_upsert(id, format!("another key's {id}"))
 }
 
 impl Bench<'_> {
@@ -44,9 +45,7 @@ impl Bench<'_> {
         let group = format!("denorm-bench-{run_id}-reapply");
         let producer = Producer::new(&b.kafka)?;
         phase(&format!("re-application after a rebalance: loading a tree of {files} files"));
-        let tree: Vec<Command> =
-            (0..files).map(|i| Command::UpsertFile { id: format!("t{i}"), path: format!("/re/tree/d{}/t{i}.txt", i % 100), contents: format!("tree file {i}"), previous_path: None }).collect();
-        producer.send_all(tree, 10_000, |_| {}).await?;
+        producer.send_all(tree_under("/re/tree", files), 10_000, |_| {}).await?;
         let worker = b.start_worker(&group, &index).await?;
         b.wait_applied(&worker, &index, None).await?;
         phase("re-application after a rebalance: a restart with nothing in flight (the baseline)");
@@ -103,11 +102,7 @@ impl Bench<'_> {
     async fn restart(&self, worker: Worker, group: &str, index: &std::path::Path, producer: &Producer, tag: &str) -> anyhow::Result<(Worker, Restart)> {
         let t = Instant::now();
         worker.stop().await?;
-        let embedded = match self.es {
-            Some(_) => None,
-            None => Some(denorm::index::embedded::EmbeddedIndex::open_existing(index)?),
-        };
-        let resumed_at = self.applied(embedded.as_ref()).await?.get(&0).map_or(-1, |&a| a as i64);
+        let resumed_at = self.applied(self.embedded(index)?.as_ref()).await?.get(&0).map_or(-1, |&a| a as i64);
         let w = self.start_worker(group, index).await?;
         let id = format!("{tag}-after-restart");
         producer.send(upsert(&id)).await?;
