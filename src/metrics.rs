@@ -141,7 +141,7 @@ fn describe() {
     describe_counter!(
         REPAIRS_TOTAL,
         Unit::Count,
-        "Repairs sent by `denorm verify --repair`, by outcome (applied: their document was unchanged since the verify; refused: written since, dead-lettered as repair_refused)."
+        "Repairs sent by `denorm verify --repair`, by outcome (applied: their document was unchanged since the verify; refused: written since, dead-lettered as repair_refused; superseded: a later command of its partition wrote the document already, a redelivery after a crash, skipped without a letter)."
     );
     describe_gauge!(VERIFY_LAST_RUN, Unit::Seconds, "When the index's last `denorm verify` finished (Unix time), as recorded in the index; exported by every worker.");
     describe_gauge!(VERIFY_LAST_CLEAN, Unit::Seconds, "When a `denorm verify` of the index last found no difference (Unix time); 0 when none has been, absent until a verify has run.");

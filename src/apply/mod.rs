@@ -8,7 +8,7 @@
 
 mod repair;
 
-pub use repair::{document, repair_refusal, repairable};
+pub use repair::{document, repair_guard, repairable, RepairGuard};
 
 use crate::command::{path, Command};
 use crate::index::{newer, put_guarded, Author, Doc, FileDoc, IndexError, Kind, Origin, PostDoc, Scan, Shard, UserDoc, Wanted};

@@ -31,39 +31,74 @@ pub fn repairable(cmd: &Command) -> bool {
     cmd.previous_key().is_none() && document(cmd).is_some()
 }
 
-/// Why the repair `cmd` at log position `pos`, made from a verify that
-/// compared the index at offset `repair.unchanged_since` and found the
-/// document present or absent (`repair.seen`), must not be applied: the
-/// document changed since in either direction (review of verify, F2). It
-/// was written after that offset by something other than this repair (a
+/// What the guard of a repair decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RepairGuard {
+    /// The document is as the verify saw it: apply the repair.
+    Apply,
+    /// A later command of this partition wrote the document already: this
+    /// repair is a redelivery after a crash (Elasticsearch's writes outlive
+    /// the checkpoint that would have skipped it), or the document's new
+    /// owner's write came first. Either way the position guard skips it as
+    /// it skips any stale command, and there is nothing to refuse (review
+    /// of verify, S7: such a redelivery was dead-lettered as refused,
+    /// although the repair had been applied).
+    Superseded,
+    /// The document changed since the verify compared it: not applied,
+    /// with the reason.
+    Refuse(String),
+}
+
+/// How to treat the repair `cmd` at log position `pos`, made from a verify
+/// that compared the index at offset `repair.unchanged_since` and found the
+/// document present or absent (`repair.seen`). It must not be applied if
+/// the document changed since in either direction (review of verify, F2):
+/// written after that offset by something other than this repair (a
 /// redelivery of the repair passes; its writes are position-guarded like
-/// any command's); or it was present and is gone (deleted since: an
-/// upsert would bring it back); or it was absent and is here. A delete of
-/// a document that is gone changes nothing and passes. A repair of schema
-/// version 5 (`seen` unknown) is judged by its offset only. `None`: apply
-/// it.
-pub fn repair_refusal<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, repair: Repair, pos: u64) -> Result<Option<String>, IndexError> {
+/// any command's); or present and gone since (an upsert would bring it
+/// back); or absent and here since. A delete of a document that is gone
+/// changes nothing and passes. A repair of schema version 5 (`seen`
+/// unknown) is judged by its offset only.
+pub fn repair_guard<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, repair: Repair, pos: u64) -> Result<RepairGuard, IndexError> {
     let Some((kind, id)) = document(cmd) else {
-        return Ok(Some(format!("a repair cannot carry a {}", cmd.kind())));
+        return Ok(RepairGuard::Refuse(format!("a repair cannot carry a {}", cmd.kind())));
     };
     let since = repair.unchanged_since;
     let what = kind.as_str();
+    // The position of the document, or of the tombstone its delete left
+    // (Elasticsearch); another partition's document reads as newer than
+    // anything here.
+    let at = shard.position(kind, id)?;
+    if matches!(at, Some(at) if at > pos && at != u64::MAX) {
+        return Ok(RepairGuard::Superseded);
+    }
     if shard.get(kind, id)?.is_none() {
         let upsert = !matches!(cmd, Command::DeleteFile { .. } | Command::DeletePost { .. });
-        return Ok((upsert && repair.seen == Some(true))
-            .then(|| format!("{what} {id:?} was deleted after the verify found it at offset {since} or before: the repair would bring it back, and is not applied (verify again)")));
+        return Ok(if upsert && repair.seen == Some(true) {
+            RepairGuard::Refuse(format!("{what} {id:?} was deleted after the verify found it at offset {since} or before: the repair would bring it back, and is not applied (verify again)"))
+        } else {
+            RepairGuard::Apply
+        });
     }
-    // Present: its position (another partition's document reads as newer
-    // than anything here).
-    Ok(match shard.position(kind, id)? {
-        Some(at) if at == pos => None,
-        Some(at) if at as i64 > since => Some(format!(
+    Ok(match at {
+        Some(at) if at == pos => RepairGuard::Apply,
+        Some(at) if at as i64 > since => RepairGuard::Refuse(format!(
             "{what} {id:?} was written at offset {} after the verify compared it at offset {since}: the repair is not applied (verify again)",
             if at == u64::MAX { "(another partition's)".to_string() } else { at.to_string() },
         )),
-        _ if repair.seen == Some(false) => Some(format!("{what} {id:?} is present, and the verify found it absent at offset {since}: the repair is not applied (verify again)")),
-        _ => None,
+        _ if repair.seen == Some(false) => RepairGuard::Refuse(format!("{what} {id:?} is present, and the verify found it absent at offset {since}: the repair is not applied (verify again)")),
+        _ => RepairGuard::Apply,
     })
+}
+
+impl RepairGuard {
+    /// The reason it refuses, if it does.
+    pub fn refusal(&self) -> Option<&str> {
+        match self {
+            RepairGuard::Refuse(why) => Some(why),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -92,20 +127,20 @@ mod tests {
         let fan = FanOut::pages_of(10);
         apply(&mut shard, &upsert("v1"), 3, fan).unwrap();
         // The verify compared at offset 5; a repair at 8.
-        assert_eq!(repair_refusal(&mut shard, &upsert("right"), seen(5, true), 8).unwrap(), None);
+        assert_eq!(repair_guard(&mut shard, &upsert("right"), seen(5, true), 8).unwrap(), RepairGuard::Apply);
         apply(&mut shard, &upsert("right"), 8, fan).unwrap();
         // Its redelivery passes the guard (and writes nothing).
-        assert_eq!(repair_refusal(&mut shard, &upsert("right"), seen(5, true), 8).unwrap(), None);
+        assert_eq!(repair_guard(&mut shard, &upsert("right"), seen(5, true), 8).unwrap(), RepairGuard::Apply);
         assert_eq!(apply(&mut shard, &upsert("right"), 8, fan).unwrap(), 0);
         // Another repair from the same verify, after it: refused.
-        let refused = repair_refusal(&mut shard, &upsert("other"), seen(5, true), 9).unwrap().expect("refused");
+        let refused = repair_guard(&mut shard, &upsert("other"), seen(5, true), 9).unwrap().refusal().expect("refused").to_string();
         assert!(refused.contains("written at offset 8 after the verify compared it at offset 5"), "{refused}");
         // Absent (never written, or deleted): applied, a delete as well.
         let gone = Command::DeleteFile { id: "g".into(), path: "/c/g.txt".into() };
-        assert_eq!(repair_refusal(&mut shard, &gone, seen(5, true), 10).unwrap(), None);
+        assert_eq!(repair_guard(&mut shard, &gone, seen(5, true), 10).unwrap(), RepairGuard::Apply);
         apply(&mut shard, &Command::DeleteFile { id: "f".into(), path: "/c/f.txt".into() }, 11, fan).unwrap();
         apply(&mut shard, &upsert("again"), 12, fan).unwrap();
-        assert!(repair_refusal(&mut shard, &upsert("v1"), seen(5, true), 13).unwrap().is_some());
+        assert!(repair_guard(&mut shard, &upsert("v1"), seen(5, true), 13).unwrap().refusal().is_some());
         match shard.get(Kind::File, "f").unwrap() {
             Some(Doc::File(f)) => assert_eq!((f.contents.as_str(), f.pos), ("again", 12)),
             other => panic!("{other:?}"),
@@ -125,19 +160,44 @@ mod tests {
         let fan = FanOut::pages_of(10);
         apply(&mut shard, &upsert("v1"), 3, fan).unwrap();
         apply(&mut shard, &Command::DeleteFile { id: "f".into(), path: "/c/f.txt".into() }, 6, fan).unwrap();
-        let refused = repair_refusal(&mut shard, &upsert("right"), seen(5, true), 8).unwrap().expect("refused");
+        let refused = repair_guard(&mut shard, &upsert("right"), seen(5, true), 8).unwrap().refusal().expect("refused").to_string();
         assert!(refused.contains("was deleted after the verify found it"), "{refused}");
         // The delete repair of a document gone since changes nothing.
-        assert_eq!(repair_refusal(&mut shard, &Command::DeleteFile { id: "f".into(), path: "/c/f.txt".into() }, seen(5, true), 9).unwrap(), None);
+        assert_eq!(repair_guard(&mut shard, &Command::DeleteFile { id: "f".into(), path: "/c/f.txt".into() }, seen(5, true), 9).unwrap(), RepairGuard::Apply);
         // Missing at the verify, still absent: applied; present at an
         // offset at or before the verify's: refused.
-        assert_eq!(repair_refusal(&mut shard, &upsert("lost"), seen(5, false), 10).unwrap(), None);
+        assert_eq!(repair_guard(&mut shard, &upsert("lost"), seen(5, false), 10).unwrap(), RepairGuard::Apply);
         apply(&mut shard, &Command::UpsertFile { id: "h".into(), path: "/c/h.txt".into(), contents: "x".into(), previous_path: None }, 4, fan).unwrap();
         let h = Command::UpsertFile { id: "h".into(), path: "/c/h.txt".into(), contents: "y".into(), previous_path: None };
-        assert!(repair_refusal(&mut shard, &h, seen(5, false), 11).unwrap().is_some());
+        assert!(repair_guard(&mut shard, &h, seen(5, false), 11).unwrap().refusal().is_some());
         let v5 = Repair { unchanged_since: 5, seen: None };
-        assert_eq!(repair_refusal(&mut shard, &upsert("right"), v5, 12).unwrap(), None, "version 5: offsets only");
-        assert_eq!(repair_refusal(&mut shard, &h, v5, 12).unwrap(), None);
+        assert_eq!(repair_guard(&mut shard, &upsert("right"), v5, 12).unwrap(), RepairGuard::Apply, "version 5: offsets only");
+        assert_eq!(repair_guard(&mut shard, &h, v5, 12).unwrap(), RepairGuard::Apply);
+    }
+
+    /// Review S7: a repair applied, then a producer's write of the same
+    /// document, then a crash before the checkpoint (Elasticsearch keeps
+    /// both writes): the repair's redelivery is superseded, not refused.
+    /// So is one whose document a later owner wrote first. Another
+    /// partition's document is still refused.
+    #[test]
+    fn a_repair_redelivered_after_a_later_write_is_superseded_not_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
+        let mut shard = idx.open_shard(0, 20_000_000).unwrap();
+        let fan = FanOut::pages_of(10);
+        apply(&mut shard, &upsert("v1"), 3, fan).unwrap();
+        apply(&mut shard, &upsert("right"), 8, fan).unwrap();
+        apply(&mut shard, &upsert("later"), 9, fan).unwrap();
+        assert_eq!(repair_guard(&mut shard, &upsert("right"), seen(5, true), 8).unwrap(), RepairGuard::Superseded);
+        assert_eq!(apply(&mut shard, &upsert("right"), 8, fan).unwrap(), 0, "the position guard skips it");
+        match shard.get(Kind::File, "f").unwrap() {
+            Some(Doc::File(f)) => assert_eq!((f.contents.as_str(), f.pos), ("later", 9)),
+            other => panic!("{other:?}"),
+        }
+        // A write before the repair's offset and after the verify's is
+        // still a refusal.
+        assert!(repair_guard(&mut shard, &upsert("x"), seen(5, true), 10).unwrap().refusal().is_some());
     }
 
     #[test]

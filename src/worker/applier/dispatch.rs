@@ -164,18 +164,22 @@ impl Applier {
     pub(super) fn command(&self, shard: &mut dyn Shard, e: &Envelope, pos: i64, origin: &Origin<'_>) -> Step<Handled> {
         let (partition, cmd) = (self.partition, &e.command);
         if let Some(r) = e.repair {
-            let refusal = match crate::apply::repair_refusal(shard, cmd, r, pos as u64) {
-                Ok(refusal) => refusal,
+            let guard = match crate::apply::repair_guard(shard, cmd, r, pos as u64) {
+                Ok(guard) => guard,
                 Err(e) if e.is_retryable() => return Err(Halt::Retry(Transient::Index(e))),
-                Err(error) => Some(format!("reading its document: {error}")),
+                Err(error) => crate::apply::RepairGuard::Refuse(format!("reading its document: {error}")),
             };
-            let outcome = if refusal.is_some() { "refused" } else { outcome::APPLIED };
+            let outcome = match guard {
+                crate::apply::RepairGuard::Apply => outcome::APPLIED,
+                crate::apply::RepairGuard::Superseded => "superseded",
+                crate::apply::RepairGuard::Refuse(_) => "refused",
+            };
             // Counted live only: a replay applies the repairs the live
             // workers counted (review of verify, F18).
             if !self.shared.cfg.mode.is_replay() {
                 counter!(m::REPAIRS_TOTAL, "outcome" => outcome).increment(1);
             }
-            if let Some(detail) = refusal {
+            if let crate::apply::RepairGuard::Refuse(detail) = guard {
                 // Dead-lettered with its reason; its key goes on.
                 warn!(partition, offset = pos, key = cmd.key(), %detail, "repair refused");
                 self.dead_letter(origin, dlq::reason::REPAIR_REFUSED, detail, 1, Some(e.command_id.clone()), None)?;
