@@ -411,3 +411,65 @@ fn a_verify_by_three_members_with_one_killed_midway_names_every_difference_once_
 fn a_verify_by_three_members_with_one_killed_midway_names_every_difference_once_and_records_one_verdict_on_elasticsearch() {
     a_verify_by_members(Rig::elastic(4));
 }
+
+/// The anonymous memory of this process, in KiB.
+fn anon_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Review of verify, S2: the embedded index's sorted dump (a verify's
+/// live side) held a page of 512 stored documents per segment, so its
+/// memory grew with the segments and the documents' size. Eight shards of
+/// one segment each, 100 files of 128 KiB: 100 MiB of contents, which the
+/// dump held whole; now it holds a document per segment. Peak anonymous
+/// memory, sampled while the dump runs, against what it was before.
+#[test]
+fn the_embedded_sorted_dump_holds_a_document_per_segment_not_a_page() {
+    use denorm::index::SearchIndex;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let index = denorm::index::embedded::EmbeddedIndex::open(dir.path(), "t").unwrap();
+    let fan = denorm::apply::FanOut::pages_of(100);
+    let (shards, files, size) = (8, 100, 128 << 10);
+    let mut pos = 0;
+    for p in 0..shards {
+        let mut shard = index.open_shard(p, 64 << 20).unwrap();
+        for i in 0..files {
+            let contents: String = format!("shard {p} file {i} ").repeat(size / 16).chars().take(size).collect();
+            let cmd = denorm::command::Command::UpsertFile { id: format!("f{p}-{i}"), path: format!("/k{p}/f{i}.txt"), contents, previous_path: None };
+            denorm::apply::apply(&mut shard, &cmd, pos, fan).unwrap();
+            pos += 1;
+        }
+        denorm::index::Shard::commit(&mut shard).unwrap();
+    }
+    let search = index.search().unwrap();
+    let before = anon_kib();
+    let (peak, done) = (Arc::new(AtomicU64::new(before)), Arc::new(AtomicBool::new(false)));
+    let sampler = {
+        let (peak, done) = (peak.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                peak.fetch_max(anon_kib(), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    let mut seen = 0;
+    search
+        .dump_sorted(&mut |d| {
+            seen += 1;
+            peak.fetch_max(anon_kib(), Ordering::Relaxed);
+            drop(d);
+        })
+        .unwrap();
+    done.store(true, Ordering::Relaxed);
+    sampler.join().unwrap();
+    assert_eq!(seen, shards as usize * files);
+    let added_mib = peak.load(Ordering::Relaxed).saturating_sub(before) / 1024;
+    let contents_mib = (shards as usize * files * size) >> 20;
+    println!("sorted dump of {contents_mib} MiB of contents: {added_mib} MiB of anonymous memory added at its peak");
+    assert!(added_mib < 24, "the dump added {added_mib} MiB for {contents_mib} MiB of contents in {shards} segments");
+}
