@@ -171,12 +171,16 @@ pub async fn cut_over(client: &Elasticsearch, prefix: &str, from: u64, to: u64) 
 }
 
 /// Deletes generation `g`: its concrete indexes and its meta documents
-/// (`partitions` partition checkpoints and the log binding).
+/// (`partitions` partition checkpoints with the parked keys they name,
+/// and the log binding).
 pub async fn remove(client: &Elasticsearch, prefix: &str, g: u64, partitions: i32) -> Result<(), ElasticError> {
     let names: Vec<String> = KINDS.iter().map(|k| concrete(prefix, *k, g)).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let r = client.indices().delete(IndicesDeleteParts::Index(&refs)).ignore_unavailable(true).send().await?;
     json_or_status(&format!("deleting generation {g}"), r).await?;
+    for p in 0..partitions {
+        super::parked::remove(client, prefix, &meta_id(g, &format!("p{p}"))).await?;
+    }
     for id in (0..partitions).map(|p| meta_id(g, &format!("p{p}"))).chain([meta_id(g, "log"), meta_id(g, super::names::SWEEP)]) {
         delete_meta(client, prefix, &id).await?;
     }

@@ -28,6 +28,7 @@ pub mod mapping;
 pub mod meta;
 pub mod names;
 mod ops;
+pub mod parked;
 mod recent;
 pub mod search;
 pub mod setup;

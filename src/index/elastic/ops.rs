@@ -100,7 +100,7 @@ impl Backend for ElasticBackend {
         let generation = self.generation()?;
         let meta_id = names::meta_id(generation, &format!("p{partition}"));
         let mut attempts = 0;
-        let (progress, owner, meta_version) = loop {
+        let (progress, owner, meta_version, parked) = loop {
             let meta = self.runtime.block_on(get_source(&self.client, &self.meta_index(), &meta_id))?;
             let (mut body, version) = match meta {
                 Some((v, version)) => {
@@ -115,7 +115,8 @@ impl Backend for ElasticBackend {
             let owner = body[OWNER_FIELD].as_u64().unwrap_or(0) + 1;
             body[OWNER_FIELD] = json!(owner);
             if let Some(written) = self.runtime.block_on(meta::put_meta_if(&self.client, &self.prefix, &meta_id, body.clone(), version))? {
-                break (Progress::from_json(&body), owner, written);
+                self.runtime.block_on(super::parked::inline(&self.client, &self.prefix, &mut body))?;
+                break (Progress::from_json(&body), owner, written, super::parked::Spill::opened(&body));
             }
             // Another opener claimed it between the read and the write.
             attempts += 1;
@@ -124,7 +125,7 @@ impl Backend for ElasticBackend {
             }
         };
         tracing::debug!(meta = %meta_id, owner, "claimed the partition's shard");
-        Ok(Box::new(ElasticShard::new(self.clone(), partition, generation, meta_id, owner, meta_version, ProgressBook::new(progress))))
+        Ok(Box::new(ElasticShard::new(self.clone(), partition, generation, (meta_id, parked), owner, meta_version, ProgressBook::new(progress))))
     }
 
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {

@@ -74,6 +74,8 @@ pub struct ElasticShard {
     /// that generation's write aliases only.
     generation: u64,
     meta_id: String,
+    /// The document holding the parked keys the meta document names.
+    parked: super::parked::Spill,
     /// Buffered writes, with the log position of the command each one
     /// belongs to (what decides a conflict).
     pending: Vec<(Kind, BulkOp, u64, Write)>,
@@ -129,12 +131,13 @@ pub struct ElasticShard {
 impl ElasticShard {
     /// The writer of `partition`'s shard of `generation`, claimed as owner
     /// epoch `owner` (its meta document `meta_id` at `meta_version`).
-    pub(super) fn new(b: ElasticBackend, partition: i32, generation: u64, meta_id: String, owner: u64, meta_version: (i64, i64), progress: ProgressBook) -> Self {
+    pub(super) fn new(b: ElasticBackend, partition: i32, generation: u64, (meta_id, parked): (String, super::parked::Spill), owner: u64, meta_version: (i64, i64), progress: ProgressBook) -> Self {
         ElasticShard {
             b: b.clone(),
             partition,
             generation,
             meta_id,
+            parked,
             owner,
             last_sweep: None,
             meta_version,
@@ -562,10 +565,16 @@ impl Shard for ElasticShard {
                 let mut body = marked.to_json();
                 body.insert("topic".into(), json!(self.b.topic));
                 body.insert(OWNER_FIELD.into(), json!(self.owner));
+                // The parked keys in a document of their own, written when
+                // they change (review of Elasticsearch, F12).
+                let prepared = self.b.runtime.block_on(self.parked.prepare(&self.b.client, &self.b.prefix, &self.meta_id, self.owner, &mut body))?;
                 let body = serde_json::Value::Object(body);
                 let written = self.b.runtime.block_on(meta::put_meta_if(&self.b.client, &self.b.prefix, &self.meta_id, body, Some(self.meta_version)))?;
                 match written {
-                    Some(version) => self.meta_version = version,
+                    Some(version) => {
+                        self.meta_version = version;
+                        self.b.runtime.block_on(self.parked.committed(&self.b.client, &self.b.prefix, prepared));
+                    }
                     // Retryable: the worker drops this shard; a worker that
                     // still owns the partition claims it again on reopening.
                     None => return Err(IndexError::Fenced(format!("{}: the partition was claimed by another owner (this writer's epoch was {})", self.meta_id, self.owner))),

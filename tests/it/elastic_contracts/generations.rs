@@ -172,7 +172,15 @@ fn the_old_generation_and_its_meta_documents_are_deleted_and_the_state_survives_
             .await;
         Mock::given(method("GET")).and(path("/denorm-meta/_doc/log")).respond_with(recorded::get_doc_in("denorm-meta", "log", 0, json!({"topic": "t", "partitions": 2}))).mount(server).await;
         Mock::given(method("DELETE")).and(path("/denorm-files-000001,denorm-users-000001,denorm-posts-000001")).respond_with(ok(json!({"acknowledged": true}))).mount(server).await;
-        for id in ["p0", "p1", "log"] {
+        // p0 names its parked keys (review F12), deleted with it; p1 has
+        // no meta document.
+        Mock::given(method("GET"))
+            .and(path("/denorm-meta/_doc/p0"))
+            .respond_with(recorded::get_doc_in("denorm-meta", "p0", 4, json!({"topic": "t", "applied": 9, "parked_ref": "p0-parked-3-1"})))
+            .mount(server)
+            .await;
+        Mock::given(method("GET")).and(path("/denorm-meta/_doc/p1")).respond_with(recorded::doc_missing("denorm-meta", "p1")).mount(server).await;
+        for id in ["p0", "p1", "log", "p0-parked-3-1"] {
             Mock::given(method("DELETE")).and(path(format!("/denorm-meta/_doc/{id}"))).respond_with(ok(json!({"_id": id, "result": "deleted"}))).expect(1).mount(server).await;
         }
         Mock::given(method("POST")).and(path("/denorm-meta/_doc/rebuild")).respond_with(recorded::meta_created("rebuild")).mount(server).await;

@@ -18,6 +18,9 @@ fn a_previous_owner_that_resumes_cannot_move_the_checkpoint_or_the_parked_keys()
     let (rt, server) = (&d.rt, &d.server);
     let meta = MetaDoc::default();
     rt.block_on(Mock::given(path_regex(r"^/denorm-meta/(_doc|_create)/p0$")).respond_with(meta.clone()).with_priority(1).mount(server));
+    // The parked keys' own documents (review F12).
+    let store = Store::default();
+    rt.block_on(Mock::given(path_regex(r"^/denorm-meta/_doc/p0-parked-[0-9-]+$")).respond_with(store.clone()).with_priority(1).mount(server));
     let b = d.backend();
     let mut old = b.open_shard(0).unwrap();
     old.mark_applied(Checkpoint::new(5, 1));
@@ -37,7 +40,69 @@ fn a_previous_owner_that_resumes_cannot_move_the_checkpoint_or_the_parked_keys()
     assert!(err.to_string().contains("claimed by another owner"), "{err}");
     let (stored, _) = meta.0.lock().unwrap().clone().unwrap();
     assert_eq!((stored["applied"].as_u64(), stored["owner"].as_u64()), (Some(9), Some(2)), "{stored}");
-    assert_eq!(stored["parked"][0]["key"], "/d", "{stored}");
+    let parked = store.get("denorm-meta", stored["parked_ref"].as_str().expect("the parked keys' document")).unwrap();
+    assert_eq!(parked["parked"][0]["key"], "/d", "{parked}");
+}
+
+/// Review of Elasticsearch, F12: the partition's meta document is written
+/// at every commit. With 500 keys parked, it carried them all each time
+/// (and every read of the checkpoints read them back). Now they are
+/// written to a document of their own when they change, which the meta
+/// document names in the same conditional write; a new owner reads them
+/// back, and the list no checkpoint names any more is deleted.
+#[test]
+fn the_parked_keys_are_written_when_they_change_not_with_every_checkpoint() {
+    use denorm::index::progress::Parked;
+    use denorm::index::Checkpoint;
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
+    let store = Store::default();
+    rt.block_on(store.mount(server));
+    let b = d.backend();
+    let mut shard = b.open_shard(0).unwrap();
+    for i in 0..500 {
+        shard.parking().insert(format!("/key-{i:03}"), Parked { behind: format!("c-{i}"), last_dlq: i, replayed_through: -1, last_at: i, since: -1 });
+    }
+    for offset in 1..=10 {
+        shard.mark_applied(Checkpoint::new(offset, offset));
+        shard.commit().unwrap();
+    }
+    let writes = |of: &dyn Fn(&str) -> bool| -> Vec<usize> {
+        let requests = rt.block_on(server.received_requests()).unwrap();
+        requests.iter().filter(|r| r.method.as_str() == "POST" && r.url.path().trim_start_matches('/').split('/').nth(2).is_some_and(of)).map(|r| r.body.len()).collect()
+    };
+    let (meta, lists) = (writes(&|d| d == "p0"), writes(&|d| d.starts_with("p0-parked-")));
+    let meta: Vec<usize> = meta.into_iter().skip(1).collect(); // the claim
+    println!(
+        "10 commits with 500 parked keys: {} meta writes of at most {} bytes; {} write(s) of the keys, {} bytes",
+        meta.len(),
+        meta.iter().max().unwrap(),
+        lists.len(),
+        lists.iter().sum::<usize>()
+    );
+    assert_eq!(lists.len(), 1, "the parked keys written once for ten commits");
+    assert!(meta.len() == 10 && meta.iter().all(|n| *n < 1024), "each meta write without the keys: {meta:?}");
+    // One key released: a new list, the old one deleted.
+    shard.parking().remove("/key-000");
+    shard.mark_applied(Checkpoint::new(11, 11));
+    shard.commit().unwrap();
+    let stored = store.get("denorm-meta", "p0").unwrap();
+    let named = stored["parked_ref"].as_str().unwrap().to_string();
+    let lists: Vec<String> = store.0.lock().unwrap().keys().filter(|(_, id)| id.starts_with("p0-parked-")).map(|(_, id)| id.clone()).collect();
+    assert_eq!(lists, vec![named.clone()], "only the list the checkpoint names is kept");
+    // A new owner reads them back.
+    drop(shard);
+    let mut next = b.open_shard(0).unwrap();
+    assert_eq!(next.checkpoint().map(|c| c.offset), Some(11));
+    assert_eq!(next.parking().len(), 499);
+    assert!(next.parking().contains_key("/key-001") && !next.parking().contains_key("/key-000"));
+    // Its claim keeps the same list, and so does its first commit: not
+    // written again.
+    assert_eq!(store.get("denorm-meta", "p0").unwrap()["parked_ref"], json!(named));
+    next.mark_applied(Checkpoint::new(12, 12));
+    next.commit().unwrap();
+    assert_eq!(store.get("denorm-meta", "p0").unwrap()["parked_ref"], json!(named));
+    assert_eq!(writes(&|d| d.starts_with("p0-parked-")).len(), 2, "the first list and the one after the release");
 }
 
 /// Issue 27 B7: the writers of every partition look for expired

@@ -86,6 +86,14 @@ pub fn meta_written(id: &str, seq: i64) -> ResponseTemplate {
         "_shards": {"total": 2, "successful": 1, "failed": 0}, "_seq_no": seq, "_primary_term": 1}))
 }
 
+/// `DELETE /<index>/_doc/<id>`: deleted (200) or not found (404, the
+/// same body with `result: not_found`).
+pub fn doc_deleted(index: &str, id: &str, seq: i64, found: bool) -> ResponseTemplate {
+    let (status, result) = if found { (200, "deleted") } else { (404, "not_found") };
+    ResponseTemplate::new(status).set_body_json(json!({"_index": index, "_id": id, "_version": seq + 1, "result": result,
+        "_shards": {"total": 2, "successful": 1, "failed": 0}, "_seq_no": seq, "_primary_term": 1}))
+}
+
 /// [`meta_written`] of a document created.
 pub fn meta_created(id: &str) -> ResponseTemplate {
     meta_written(id, 0)

@@ -115,6 +115,11 @@ impl wiremock::Respond for Store {
                     }
                 }
             }
+            ("DELETE", [index, "_doc", id]) if self.get(index, id).is_none() => recorded::doc_deleted(index, id, 0, false),
+            ("DELETE", [index, "_doc", id]) => match self.write("delete", index, id, None, None) {
+                Ok(seq) => recorded::doc_deleted(index, id, seq, true),
+                Err(_) => unreachable!("an unconditional delete"),
+            },
             ("POST", ["_mget"]) => {
                 let body: Value = serde_json::from_slice(&req.body).unwrap();
                 let docs: Vec<Value> = body["docs"]
