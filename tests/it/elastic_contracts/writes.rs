@@ -232,3 +232,37 @@ fn a_shard_opened_after_another_writers_commit_is_searchable_only_after_a_refres
     let mut fresh = b.open_shard(1).unwrap();
     assert!(fresh.searchable(false).unwrap());
 }
+
+/// Review of verify, S7, on Elasticsearch, whose writes outlive a crashed
+/// worker's checkpoint: a repair applied, then its document's next write
+/// or delete, then the repair delivered again. The guard finds the later
+/// position (of the document, or of the tombstone its delete left) and
+/// passes the repair as superseded, which the position guard then skips:
+/// before, it was dead-lettered as refused. A repair of a document
+/// written after the verify and before the repair is still refused.
+#[test]
+fn a_repair_delivered_again_after_its_documents_next_write_or_delete_is_superseded() {
+    use denorm::apply::{repair_guard, RepairGuard};
+    use denorm::command::Repair;
+    use denorm::index::{Doc, Kind};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (server, _scans) = scans_server(&rt);
+    let b = backend(&server, &rt);
+    let mut shard = b.open_shard(0).unwrap();
+    // The verify compared the index at offset 5, and found the files.
+    let verified = Repair { unchanged_since: 5, seen: Some(true) };
+    window(&mut shard, &[(1, 3, "v1"), (2, 4, "v1")]);
+    window(&mut shard, &[(1, 8, "repaired"), (2, 10, "repaired"), (3, 6, "written since")]);
+    window(&mut shard, &[(1, 9, "later")]);
+    apply(shard.as_mut(), &Command::DeleteFile { id: "f2".into(), path: "/a/f2.txt".into() }, 11, FanOut::pages_of(10)).unwrap();
+    shard.mark_applied(Checkpoint::new(11, 11));
+    shard.commit().unwrap();
+    assert_eq!(repair_guard(shard.as_mut(), &upsert(1, "repaired"), verified, 8).unwrap(), RepairGuard::Superseded);
+    assert_eq!(repair_guard(shard.as_mut(), &upsert(2, "repaired"), verified, 10).unwrap(), RepairGuard::Superseded, "after its delete");
+    assert_eq!(apply(shard.as_mut(), &upsert(1, "repaired"), 8, FanOut::pages_of(10)).unwrap(), 0);
+    assert_eq!(apply(shard.as_mut(), &upsert(2, "repaired"), 10, FanOut::pages_of(10)).unwrap(), 0, "not brought back");
+    assert!(matches!(shard.get(Kind::File, "f1").unwrap(), Some(Doc::File(f)) if f.contents == "later"));
+    assert!(shard.get(Kind::File, "f2").unwrap().is_none());
+    let refused = repair_guard(shard.as_mut(), &upsert(3, "x"), verified, 12).unwrap();
+    assert!(refused.refusal().is_some_and(|r| r.contains("written at offset 6")), "{refused:?}");
+}
