@@ -41,6 +41,12 @@ pub struct RunArgs {
     /// of waiting; a key's own commands wait behind its fan-out. 1: one command at a time
     #[arg(long, env = "DENORM_LANES", default_value_t = denorm::worker::defaults::LANES)]
     lanes: usize,
+    /// Fan-outs in key lanes in this whole process, all partitions: each partition may always run
+    /// one; it starts another only while fewer than this many run, and its next fan-out waits
+    /// meanwhile. On Elasticsearch each holds a point in time (which keeps the segments it reads
+    /// alive) and up to three page bulks in flight
+    #[arg(long, env = "DENORM_MAX_LANE_FAN_OUTS", default_value_t = denorm::worker::defaults::MAX_LANE_FAN_OUTS)]
+    max_lane_fan_outs: usize,
     /// Pause after each page of a fan-out, in milliseconds, to throttle rewrites
     #[arg(long, env = "DENORM_FAN_OUT_PAGE_PAUSE_MS", default_value_t = 0)]
     fan_out_page_pause_ms: u64,
@@ -192,6 +198,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.shutdown_grace = Duration::from_secs(a.shutdown_grace_secs);
     cfg.max_message_bytes = a.max_message_bytes;
     cfg.lanes = a.lanes;
+    cfg.max_lane_fan_outs = a.max_lane_fan_outs;
     cfg.fan_out = FanOut { page_size: a.page_size, page_pause: Duration::from_millis(a.fan_out_page_pause_ms) };
     cfg.commit_interval = Duration::from_millis(a.commit_interval_ms);
     cfg.dlq_topic = dlq.topic;

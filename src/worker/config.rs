@@ -30,6 +30,9 @@ pub struct WorkerConfig {
     /// between their pages; a key's own commands wait behind its fan-out.
     /// 1: one command at a time in log order.
     pub lanes: usize,
+    /// Fan-outs in key lanes in the whole process (default 32), beyond each
+    /// partition's first (see `LaneFanOuts`; review of Elasticsearch, F11).
+    pub max_lane_fan_outs: usize,
     /// Bytes of messages queued per partition for its applier (default
     /// 16 MiB). A partition whose queue is full is paused, and resumed once
     /// the queue is down to half: pausing makes the client drop what it
@@ -139,6 +142,7 @@ impl std::str::FromStr for OnAbort {
 pub mod defaults {
     pub const MAX_BATCH: usize = 20_000;
     pub const LANES: usize = 8;
+    pub const MAX_LANE_FAN_OUTS: usize = 32;
     pub const COMMIT_LINGER_MS: u64 = 100;
     pub const COMMIT_QUIET_MS: u64 = 5;
     pub const QUEUE_KB: u64 = 16 << 10;
@@ -161,6 +165,7 @@ impl WorkerConfig {
             commit_quiet: Duration::from_millis(defaults::COMMIT_QUIET_MS),
             fan_out: FanOut::pages_of(crate::apply::DEFAULT_PAGE_SIZE),
             lanes: defaults::LANES,
+            max_lane_fan_outs: defaults::MAX_LANE_FAN_OUTS,
             queue_bytes: (defaults::QUEUE_KB << 10) as usize,
             fetch_buffer_kb: defaults::FETCH_BUFFER_KB as usize,
             commit_interval: Duration::from_millis(defaults::COMMIT_INTERVAL_MS),
@@ -197,6 +202,7 @@ impl WorkerConfig {
         at_least("--max-message-bytes", self.max_message_bytes as u128, 1)?;
         at_least("--page-size", self.fan_out.page_size as u128, 1)?;
         at_least("--lanes", self.lanes as u128, 1)?;
+        at_least("--max-lane-fan-outs", self.max_lane_fan_outs as u128, 1)?;
         at_least("--retry-backoff-max-ms", self.retry_backoff_max.as_millis(), 50)?;
         // Kafka's defaults for group.min/max.session.timeout.ms.
         let session = self.session_timeout.as_millis();
@@ -254,6 +260,7 @@ mod tests {
             ("--max-attempts", Box::new(|c| c.max_attempts = 0)),
             ("--page-size", Box::new(|c| c.fan_out.page_size = 0)),
             ("--lanes", Box::new(|c| c.lanes = 0)),
+            ("--max-lane-fan-outs", Box::new(|c| c.max_lane_fan_outs = 0)),
             ("--session-timeout-ms", Box::new(|c| c.session_timeout = Duration::from_millis(500))),
             ("--session-timeout-ms", Box::new(|c| c.session_timeout = Duration::from_secs(7200))),
             ("--shutdown-grace-secs", Box::new(|c| c.shutdown_grace = Duration::from_secs(5))),

@@ -127,6 +127,9 @@ pub(crate) struct Shared {
     awaited: Mutex<Vec<(i32, i64)>>,
     /// How many entries `awaited` has (read for every message, without the lock).
     awaiting: std::sync::atomic::AtomicUsize,
+    /// The fan-outs in lanes of every partition, against
+    /// `--max-lane-fan-outs`.
+    lane_fan_outs: applier::LaneFanOuts,
 }
 
 /// The worker's consumer settings (also the raw consumer's of `denorm
@@ -212,6 +215,7 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
         log_partitions,
         awaited: Mutex::new(Vec::new()),
         awaiting: Default::default(),
+        lane_fan_outs: Default::default(),
     });
     let ctx = WorkerContext {
         shared: shared.clone(),

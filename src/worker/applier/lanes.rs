@@ -69,8 +69,58 @@ impl PageShare {
     }
 }
 
+/// The fan-outs in the lanes of every partition of this process, against
+/// `--max-lane-fan-outs` (review of Elasticsearch, F11). On Elasticsearch
+/// each holds a point in time (which keeps the segments it read alive) and
+/// up to three page bulks in flight; on the embedded index, a snapshot.
+/// A partition may always run one fan-out in a lane; it starts another
+/// only while the process runs fewer than the bound, and its fan-outs wait
+/// at the head of its queue meanwhile, as when its own lanes are full.
+/// A partition never waits for another's lanes: each one's first lane is
+/// not bound, so none can hold the others up (their lanes advance only on
+/// their own threads, which may be waiting for a take-over). Partitions
+/// starting at once may pass the bound by a few.
+#[derive(Debug, Default)]
+pub(crate) struct LaneFanOuts {
+    open: Arc<AtomicUsize>,
+    peak: AtomicUsize,
+}
+
+impl LaneFanOuts {
+    /// Fan-outs in lanes now.
+    pub(crate) fn open(&self) -> usize {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    /// The most fan-outs in lanes at once so far.
+    #[cfg(test)]
+    pub(crate) fn peak(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+
+    fn slot(&self) -> Slot {
+        let now = self.open.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        gauge!(m::LANE_FAN_OUTS).set(now as f64);
+        Slot(self.open.clone())
+    }
+}
+
+/// A fan-out's place in [`LaneFanOuts`], given back when its job ends
+/// (completed, or dropped with the lanes).
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let now = self.0.fetch_sub(1, Ordering::SeqCst) - 1;
+        gauge!(m::LANE_FAN_OUTS).set(now as f64);
+    }
+}
+
 /// A fan-out in progress in its key's lane.
 pub(super) struct Job {
+    /// Its place among the process's fan-outs in lanes.
+    slot: Option<Slot>,
     record: Record,
     envelope: Envelope,
     pages: Pages,
@@ -85,7 +135,7 @@ impl Job {
     pub(super) fn new(origin: &dead_letter::Origin<'_>, envelope: &Envelope, pages: Pages) -> Self {
         let record = Record { offset: origin.offset, key: origin.key.map(<[u8]>::to_vec), payload: origin.payload.map(<[u8]>::to_vec), timestamp_ms: None };
         let now = Instant::now();
-        Job { record, envelope: envelope.clone(), pages, written: 0, started: now, started_ms: crate::clock::now_millis().max(1), next_page_at: now }
+        Job { slot: None, record, envelope: envelope.clone(), pages, written: 0, started: now, started_ms: crate::clock::now_millis().max(1), next_page_at: now }
     }
 }
 
@@ -180,7 +230,7 @@ impl Applier {
         };
         if lanes.lanes.contains_key(&key) {
             Route::Behind(key)
-        } else if fan_out && lanes.jobs() >= self.shared.cfg.lanes {
+        } else if fan_out && (lanes.jobs() >= self.shared.cfg.lanes || lanes.jobs() > 0 && self.shared.lane_fan_outs.open() >= self.shared.cfg.max_lane_fan_outs) {
             Route::Blocked
         } else {
             Route::Now
@@ -196,7 +246,8 @@ impl Applier {
     }
 
     /// A fan-out [`Applier::command`] started in its key's lane.
-    pub(super) fn start_lane(&self, job: Box<Job>) {
+    pub(super) fn start_lane(&self, mut job: Box<Job>) {
+        job.slot = Some(self.shared.lane_fan_outs.slot());
         let mut lanes = self.lanes.borrow_mut();
         let key = job.envelope.command.key().to_string();
         lanes.tracker.defer(job.record.offset());

@@ -16,6 +16,8 @@ mod retry;
 mod tests;
 mod tracker;
 
+pub(crate) use lanes::LaneFanOuts;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};

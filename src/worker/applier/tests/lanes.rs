@@ -259,3 +259,35 @@ fn a_page_is_due_once_the_other_keys_had_as_much_time_as_it_took() {
     }
     assert!(share.due(t0 + Duration::from_millis(300)));
 }
+
+/// Review of Elasticsearch, F11: lanes multiplied the fan-outs a process
+/// runs at once (on Elasticsearch a point in time and page bulks each).
+/// Four renames of four keys, each paused between its pages so that all
+/// four would overlap: with `--max-lane-fan-outs 2` at most two run in
+/// lanes at once, the others wait their turn, and everything is applied.
+#[test]
+fn the_processs_fan_outs_in_lanes_are_bounded() {
+    let r = Rig::new(|c| {
+        c.fan_out = FanOut { page_size: 10, page_pause: Duration::from_millis(30) };
+        c.max_lane_fan_outs = 2;
+    });
+    let keys = ["/a", "/b", "/c", "/d"];
+    for k in keys {
+        for i in 0..40 {
+            r.produce(upsert(&format!("{k}{i}"), &format!("{k}/x/{i}.txt")));
+        }
+    }
+    for k in keys {
+        r.produce(Command::RenamePath { from: format!("{k}/x"), to: format!("{k}/y") });
+    }
+    r.produce(upsert("e1", "/e/e1.txt"));
+    let run = r.start();
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.stop(), end);
+    assert_eq!(r.shared.lane_fan_outs.peak(), 2, "fan-outs in lanes at once");
+    assert_eq!(r.shared.lane_fan_outs.open(), 0, "every slot given back");
+    let files = r.files();
+    assert_eq!(files.len(), 161);
+    assert!(files.iter().all(|(id, p)| id == "e1" || p.contains("/y/")), "{files:?}");
+}

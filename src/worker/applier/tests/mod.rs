@@ -207,6 +207,7 @@ impl Rig {
             log_partitions,
             awaited: Mutex::default(),
             awaiting: Default::default(),
+            lane_fan_outs: Default::default(),
         });
         Rig { dir, log, outbox, shared, codec: Codec::new(), stale_starts: Arc::default(), late_seek: Arc::default() }
     }
