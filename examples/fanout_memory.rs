@@ -23,41 +23,15 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use denorm::apply::{apply, FanOut, DEFAULT_PAGE_SIZE};
 use denorm::command::Command;
 use denorm::index::embedded::EmbeddedIndex;
 use denorm::index::{Backend, Shard};
 use serde_json::{json, Value};
-
-fn anon_kb() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines().find(|l| l.starts_with("RssAnon:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0)
-}
-
-/// Peak `RssAnon` while `f` runs, with the value before it.
-fn peak_during<T>(f: impl FnOnce() -> T) -> (T, u64, u64) {
-    let before = anon_kb();
-    let peak = Arc::new(AtomicU64::new(before));
-    let stop = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let (peak, stop) = (peak.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                peak.fetch_max(anon_kb(), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        })
-    };
-    let out = f();
-    peak.fetch_max(anon_kb(), Ordering::Relaxed);
-    stop.store(true, Ordering::Relaxed);
-    sampler.join().unwrap();
-    (out, before, peak.load(Ordering::Relaxed))
-}
 
 fn rename() -> Command {
     Command::RenamePath { from: "/r/tree".into(), to: "/r/moved".into() }
@@ -80,7 +54,7 @@ fn embedded(n: u64) -> (u64, u64, u64) {
         }
     }
     shard.commit().unwrap();
-    let (written, before, peak) = peak_during(|| {
+    let (written, before, peak) = denorm::alloc::peak_anon_during(|| {
         let w = apply(&mut shard, &rename(), n, FanOut::pages_of(DEFAULT_PAGE_SIZE)).unwrap();
         shard.commit().unwrap();
         w
@@ -188,7 +162,7 @@ fn elastic(n: u64) -> (u64, u64, u64) {
     let config = denorm::index::elastic::config::ElasticConfig::from_lookup(&url, |_| None).unwrap();
     let backend = denorm::index::elastic::backend::ElasticBackend::new(config.client().unwrap(), "denorm", "t", rt.handle().clone());
     let mut shard = backend.open_shard(0).unwrap();
-    let (written, before, peak) = peak_during(|| apply(shard.as_mut(), &rename(), n + 1, FanOut::pages_of(DEFAULT_PAGE_SIZE)).unwrap());
+    let (written, before, peak) = denorm::alloc::peak_anon_during(|| apply(shard.as_mut(), &rename(), n + 1, FanOut::pages_of(DEFAULT_PAGE_SIZE)).unwrap());
     assert_eq!(acked.load(Ordering::Relaxed), n, "every file is rewritten once");
     (written, before, peak)
 }

@@ -1,4 +1,5 @@
-//! Allocator settings for long-running processes.
+//! Allocator settings for long-running processes, and the measure of a
+//! process's heap.
 //!
 //! `denorm` allocates through mimalloc (see `main.rs`). Two of its defaults
 //! made a worker's resident heap grow with the size of the merges tantivy
@@ -38,6 +39,38 @@ pub fn tune() {
         // SAFETY: prctl with integer arguments only.
         unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
     }
+}
+
+/// This process's anonymous resident memory (`RssAnon`, its heap), in
+/// KiB; 0 where `/proc` does not tell.
+pub fn anon_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines().find(|l| l.starts_with("RssAnon:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0)
+}
+
+/// Runs `f`, sampling [`anon_kib`] every 10 ms meanwhile: what `f`
+/// returned, the value before it and the peak (the measurements of
+/// `examples/fanout_memory.rs` and of the verify's memory test).
+pub fn peak_anon_during<T>(f: impl FnOnce() -> T) -> (T, u64, u64) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let before = anon_kib();
+    let peak = Arc::new(AtomicU64::new(before));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (peak, stop) = (peak.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                peak.fetch_max(anon_kib(), Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        })
+    };
+    let out = f();
+    peak.fetch_max(anon_kib(), Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().expect("the memory sampler");
+    (out, before, peak.load(Ordering::Relaxed))
 }
 
 #[cfg(test)]

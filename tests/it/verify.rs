@@ -412,13 +412,6 @@ fn a_verify_by_three_members_with_one_killed_midway_names_every_difference_once_
     a_verify_by_members(Rig::elastic(4));
 }
 
-/// The anonymous memory of this process, in KiB.
-fn anon_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
 /// Review of verify, S2: the embedded index's sorted dump (a verify's
 /// live side) held a page of 512 stored documents per segment, so its
 /// memory grew with the segments and the documents' size. Eight shards of
@@ -428,8 +421,6 @@ fn anon_kib() -> u64 {
 #[test]
 fn the_embedded_sorted_dump_holds_a_document_per_segment_not_a_page() {
     use denorm::index::SearchIndex;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::sync::Arc;
     let dir = tempfile::tempdir().unwrap();
     let index = denorm::index::embedded::EmbeddedIndex::open(dir.path(), "t").unwrap();
     let fan = denorm::apply::FanOut::pages_of(100);
@@ -446,29 +437,10 @@ fn the_embedded_sorted_dump_holds_a_document_per_segment_not_a_page() {
         denorm::index::Shard::commit(&mut shard).unwrap();
     }
     let search = index.search().unwrap();
-    let before = anon_kib();
-    let (peak, done) = (Arc::new(AtomicU64::new(before)), Arc::new(AtomicBool::new(false)));
-    let sampler = {
-        let (peak, done) = (peak.clone(), done.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                peak.fetch_max(anon_kib(), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        })
-    };
     let mut seen = 0;
-    search
-        .dump_sorted(&mut |d| {
-            seen += 1;
-            peak.fetch_max(anon_kib(), Ordering::Relaxed);
-            drop(d);
-        })
-        .unwrap();
-    done.store(true, Ordering::Relaxed);
-    sampler.join().unwrap();
+    let ((), before, peak) = denorm::alloc::peak_anon_during(|| search.dump_sorted(&mut |_| seen += 1).unwrap());
     assert_eq!(seen, shards as usize * files);
-    let added_mib = peak.load(Ordering::Relaxed).saturating_sub(before) / 1024;
+    let added_mib = peak.saturating_sub(before) / 1024;
     let contents_mib = (shards as usize * files * size) >> 20;
     println!("sorted dump of {contents_mib} MiB of contents: {added_mib} MiB of anonymous memory added at its peak");
     assert!(added_mib < 24, "the dump added {added_mib} MiB for {contents_mib} MiB of contents in {shards} segments");

@@ -17,8 +17,11 @@ use crate::command::path;
 use crate::index::{Doc, Kind, Scan};
 
 /// Documents written since the last refresh began, at most this many: past
-/// it, the next fan-out refreshes first (several fan-outs share one
-/// refresh), so that the set stays bounded however long a backlog runs.
+/// it, what they are is no longer kept and the next fan-out refreshes
+/// first (several fan-outs share one refresh), so that the set stays
+/// bounded however long a backlog runs, and however large one fan-out is
+/// (a rename's pages recorded every file until a refresh: 279 MB for a
+/// rename of 1,000,000 files, `examples/fanout_memory.rs`).
 pub(super) const MAX_RECENT: usize = 100_000;
 
 #[derive(Debug)]
@@ -33,11 +36,15 @@ pub(super) struct Recent {
     by_key: HashMap<String, HashMap<(Kind, String), String>>,
     /// Since when this writer knows what was written: its opening.
     pub(super) since: Instant,
+    /// [`MAX_RECENT`] documents or more were written since the last
+    /// refresh: `ids` and `by_key` are dropped, and every document counts
+    /// as written ([`Recent::len`] says so, so no scan relies on them).
+    overflowed: bool,
 }
 
 impl Recent {
     pub(super) fn new() -> Self {
-        Recent { ids: HashSet::new(), by_key: HashMap::new(), since: Instant::now() }
+        Recent { ids: HashSet::new(), by_key: HashMap::new(), since: Instant::now(), overflowed: false }
     }
 
     /// `doc` was written (or is about to be).
@@ -48,23 +55,37 @@ impl Recent {
     /// A document of `key` was written, `scanned` being what a scan tests
     /// of it ([`scanned`]).
     pub(super) fn wrote_of(&mut self, key: String, kind: Kind, id: &str, scanned: String) {
+        if self.overflowed {
+            return;
+        }
         let id = (kind, id.to_string());
         self.by_key.entry(key).or_default().insert(id.clone(), scanned);
         self.ids.insert(id);
+        self.bound();
     }
 
     /// The document `kind`/`id` was deleted.
     pub(super) fn deleted(&mut self, kind: Kind, id: &str) {
-        self.ids.insert((kind, id.to_string()));
+        if !self.overflowed {
+            self.ids.insert((kind, id.to_string()));
+            self.bound();
+        }
+    }
+
+    fn bound(&mut self) {
+        if self.ids.len() >= MAX_RECENT {
+            (self.ids, self.by_key, self.overflowed) = (HashSet::new(), HashMap::new(), true);
+        }
     }
 
     pub(super) fn contains(&self, kind: Kind, id: &str) -> bool {
-        self.ids.contains(&(kind, id.to_string()))
+        self.overflowed || self.ids.contains(&(kind, id.to_string()))
     }
 
     /// The documents of `scan`'s key written with a version that `scan`
     /// matches (files under its path, posts of its user named otherwise).
     pub(super) fn matching<'a>(&'a self, scan: &'a Scan) -> impl Iterator<Item = &'a (Kind, String)> + 'a {
+        debug_assert!(!self.overflowed, "a scan relied on writes no longer kept");
         self.by_key
             .get(scan.key())
             .into_iter()
@@ -76,8 +97,13 @@ impl Recent {
             .map(|(id, _)| id)
     }
 
+    /// Documents written since the last refresh, up to [`MAX_RECENT`].
     pub(super) fn len(&self) -> usize {
-        self.ids.len()
+        if self.overflowed {
+            MAX_RECENT
+        } else {
+            self.ids.len()
+        }
     }
 
     /// A refresh that began at `started` published everything written
@@ -85,6 +111,7 @@ impl Recent {
     pub(super) fn refreshed(&mut self, started: Instant) {
         self.ids.clear();
         self.by_key.clear();
+        self.overflowed = false;
         self.since = self.since.max(started);
     }
 }
@@ -128,5 +155,24 @@ mod tests {
         let started = Instant::now();
         r.refreshed(started);
         assert_eq!((r.len(), r.matching(&posts("u", "m")).count(), r.since), (0, 0, started));
+    }
+
+    /// The bound holds within one fan-out too: past [`MAX_RECENT`] writes,
+    /// nothing more is kept and every document counts as written, until a
+    /// refresh.
+    #[test]
+    fn past_the_bound_nothing_is_kept_until_a_refresh() {
+        let mut r = Recent::new();
+        for i in 0..MAX_RECENT + 10 {
+            r.wrote(&Doc::File(FileDoc::at(&format!("f{i}"), &format!("/top/d/f{i}.txt"), "x", i as u64)));
+        }
+        assert_eq!(r.len(), MAX_RECENT);
+        assert!(r.ids.is_empty() && r.by_key.is_empty(), "what was written is no longer kept");
+        assert!(r.contains(Kind::File, "never-written"), "every document counts as written");
+        r.refreshed(Instant::now());
+        assert_eq!(r.len(), 0);
+        assert!(!r.contains(Kind::File, "f1"));
+        r.deleted(Kind::File, "f1");
+        assert!(r.contains(Kind::File, "f1") && !r.contains(Kind::File, "f2"));
     }
 }
