@@ -177,9 +177,10 @@ mod tests {
 
     /// Review S7: a repair applied, then a producer's write of the same
     /// document, then a crash before the checkpoint (Elasticsearch keeps
-    /// both writes): the repair's redelivery is superseded, not refused.
-    /// So is one whose document a later owner wrote first. Another
-    /// partition's document is still refused.
+    /// both writes): the repair's redelivery is superseded, not refused,
+    /// and the position guard skips it. A write between the verify and
+    /// the repair is still a refusal. (The same on Elasticsearch, with a
+    /// later delete too: `elastic_contracts::writes`.)
     #[test]
     fn a_repair_redelivered_after_a_later_write_is_superseded_not_refused() {
         let dir = tempfile::tempdir().unwrap();

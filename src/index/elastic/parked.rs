@@ -56,8 +56,11 @@ pub struct Spill {
 /// What a commit is about to reference ([`Spill::prepare`]), made current
 /// by [`Spill::committed`] once the meta document is written.
 #[derive(Debug)]
-pub struct Prepared {
-    next: Option<(String, Value)>,
+pub enum Prepared {
+    /// The list named now, unchanged (nothing is cloned or written).
+    Same,
+    /// Another list (`None`: no key is parked).
+    Next(Option<(String, Value)>),
 }
 
 impl Spill {
@@ -73,31 +76,29 @@ impl Spill {
     /// one first when they changed. `meta_id` and `owner` name it.
     pub async fn prepare(&mut self, client: &Elasticsearch, prefix: &str, meta_id: &str, owner: u64, body: &mut Map<String, Value>) -> Result<Prepared, ElasticError> {
         let Some(parked) = body.remove(PARKED) else {
-            return Ok(Prepared { next: None });
+            return Ok(Prepared::Next(None));
         };
         if let Some((id, held)) = &self.current {
             if *held == parked {
                 body.insert(REF_FIELD.into(), json!(id));
-                return Ok(Prepared { next: self.current.clone() });
+                return Ok(Prepared::Same);
             }
         }
         self.written += 1;
         let id = format!("{meta_id}-parked-{owner}-{}", self.written);
         put_meta(client, prefix, &id, json!({ PARKED: parked })).await?;
         body.insert(REF_FIELD.into(), json!(id));
-        Ok(Prepared { next: Some((id, parked)) })
+        Ok(Prepared::Next(Some((id, parked))))
     }
 
     /// The meta document naming `prepared` was written: the list it no
     /// longer names is deleted (best effort: one left behind is only a
     /// small document nothing reads).
     pub async fn committed(&mut self, client: &Elasticsearch, prefix: &str, prepared: Prepared) {
-        let before = std::mem::replace(&mut self.current, prepared.next);
-        if let Some((old, _)) = before {
-            if self.current.as_ref().is_none_or(|(id, _)| *id != old) {
-                if let Err(error) = delete_meta(client, prefix, &old).await {
-                    tracing::warn!(document = %old, %error, "could not delete parked keys no checkpoint names any more");
-                }
+        let Prepared::Next(next) = prepared else { return };
+        if let Some((old, _)) = std::mem::replace(&mut self.current, next) {
+            if let Err(error) = delete_meta(client, prefix, &old).await {
+                tracing::warn!(document = %old, %error, "could not delete parked keys no checkpoint names any more");
             }
         }
     }

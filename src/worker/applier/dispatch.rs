@@ -2,6 +2,7 @@
 //! control message, a move's chunk, or a rejection.
 
 use super::*;
+use crate::apply::RepairGuard;
 
 impl Applier {
     /// Handles one message. `Halt::Retry` is a transient failure (the
@@ -167,19 +168,19 @@ impl Applier {
             let guard = match crate::apply::repair_guard(shard, cmd, r, pos as u64) {
                 Ok(guard) => guard,
                 Err(e) if e.is_retryable() => return Err(Halt::Retry(Transient::Index(e))),
-                Err(error) => crate::apply::RepairGuard::Refuse(format!("reading its document: {error}")),
+                Err(error) => RepairGuard::Refuse(format!("reading its document: {error}")),
             };
             let outcome = match guard {
-                crate::apply::RepairGuard::Apply => outcome::APPLIED,
-                crate::apply::RepairGuard::Superseded => "superseded",
-                crate::apply::RepairGuard::Refuse(_) => "refused",
+                RepairGuard::Apply => outcome::APPLIED,
+                RepairGuard::Superseded => "superseded",
+                RepairGuard::Refuse(_) => "refused",
             };
             // Counted live only: a replay applies the repairs the live
             // workers counted (review of verify, F18).
             if !self.shared.cfg.mode.is_replay() {
                 counter!(m::REPAIRS_TOTAL, "outcome" => outcome).increment(1);
             }
-            if let crate::apply::RepairGuard::Refuse(detail) = guard {
+            if let RepairGuard::Refuse(detail) = guard {
                 // Dead-lettered with its reason; its key goes on.
                 warn!(partition, offset = pos, key = cmd.key(), %detail, "repair refused");
                 self.dead_letter(origin, dlq::reason::REPAIR_REFUSED, detail, 1, Some(e.command_id.clone()), None)?;
