@@ -107,7 +107,7 @@ impl Location {
             Location::Elastic(es) => {
                 let client = es.client().map_err(|e| self.failed(e))?;
                 if access == Access::Apply {
-                    setup::ensure(&client, &es.prefix).await.map_err(|e| self.failed(e))?;
+                    setup::ensure(&client, &es.prefix, es.meta_shards).await.map_err(|e| self.failed(e))?;
                     tracing::info!(url = %es.url, prefix = %es.prefix, "elasticsearch indexes ready");
                 }
                 Arc::new(ElasticBackend::new(client, &es.prefix, topic, Handle::current()))
@@ -134,7 +134,7 @@ impl Location {
             Location::Elastic(es) => {
                 let client = es.client().map_err(|e| self.failed(e))?;
                 if manage {
-                    setup::ensure(&client, &es.prefix).await.map_err(|e| self.failed(e))?;
+                    setup::ensure(&client, &es.prefix, es.meta_shards).await.map_err(|e| self.failed(e))?;
                     setup::check_privileges(&client, &es.prefix, setup::MANAGE_PRIVILEGES).await.map_err(|e| self.failed(e))?;
                 }
                 Arc::new(ElasticGenerations::new(ElasticBackend::new(client, &es.prefix, topic, Handle::current())))

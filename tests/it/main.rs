@@ -17,6 +17,7 @@ mod interop;
 mod layering;
 mod log_identity;
 mod membership;
+mod meta_shards;
 mod moves;
 mod pipeline;
 mod progress;

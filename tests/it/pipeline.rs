@@ -286,8 +286,12 @@ fn two_workers_share_partitions_and_the_result_is_exact() {
     two_workers_share_partitions(Rig::new(6));
 }
 
+/// Also with the meta index over three primaries (review of
+/// Elasticsearch, F12): the partitions' checkpoints are conditional writes
+/// routed by id, read by `_mget` across the shards.
 #[test]
 fn two_workers_share_partitions_and_the_result_is_exact_on_elasticsearch() {
+    std::env::set_var(denorm::index::elastic::config::env::META_SHARDS, "3");
     two_workers_share_partitions(Rig::elastic(6));
 }
 
@@ -314,6 +318,12 @@ fn two_workers_share_partitions(r: Rig) {
     log.extend(produce(cfg, vec![Command::RenamePath { from: s("/hillary/extra"), to: s("/hillary/more") }]));
     wait_applied_by(cfg, group, log.len(), &[&b2]);
     assert_matches_model(index, &log);
+    if r.is_elastic() {
+        let rt = rt();
+        let es = elastic::backend(&index.to_string_lossy(), &rt, "");
+        let shards = rt.block_on(denorm::index::elastic::setup::meta_shards_of(&es.client, &es.prefix)).unwrap();
+        assert_eq!(shards, Some(3), "the meta index's primaries, as DENORM_ES_META_SHARDS asked");
+    }
 }
 
 #[test]

@@ -148,6 +148,8 @@ app.kubernetes.io/component: worker
   value: {{ .Values.elasticsearch.url | quote }}
 - name: DENORM_ES_PREFIX
   value: {{ .Values.elasticsearch.prefix | quote }}
+- name: DENORM_ES_META_SHARDS
+  value: {{ .Values.elasticsearch.metaShards | quote }}
 {{- if eq .Values.elasticsearch.auth.type "basic" }}
 - name: DENORM_ES_USERNAME_FILE
   value: /var/run/secrets/denorm/elasticsearch/username

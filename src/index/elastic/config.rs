@@ -41,6 +41,11 @@ pub struct ElasticConfig {
     pub prefix: String,
     /// Request timeout ([`REQUEST_TIMEOUT`]).
     pub timeout: Duration,
+    /// Primary shards of the meta index when denorm creates it (review of
+    /// Elasticsearch, F12: every commit of every partition is a conditional
+    /// write of its meta document; with more shards they spread over as
+    /// many primaries, routed by id). An existing meta index keeps its own.
+    pub meta_shards: u32,
 }
 
 /// How long the client waits for an answer: above the longest wait a bulk
@@ -62,7 +67,12 @@ pub mod env {
     pub const API_KEY_ENCODED_FILE: &str = "DENORM_ES_API_KEY_ENCODED_FILE";
     pub const CA_CERT: &str = "DENORM_ES_CA_CERT";
     pub const PREFIX: &str = "DENORM_ES_PREFIX";
+    pub const META_SHARDS: &str = "DENORM_ES_META_SHARDS";
 }
+
+/// The most primary shards [`ElasticConfig::meta_shards`] takes: one per
+/// partition's meta document is already more than a commit rate needs.
+pub const MAX_META_SHARDS: u32 = 64;
 
 impl ElasticConfig {
     /// Settings for `url`, credentials from `lookup` (the environment in
@@ -108,7 +118,14 @@ impl ElasticConfig {
             [a] => a.clone(),
             _ => return Err(ElasticError::Config("choose one of basic authentication, an API key id and key, or an encoded API key".into())),
         };
-        Ok(ElasticConfig { url, auth, ca_cert: lookup(env::CA_CERT).map(PathBuf::from), prefix: lookup(env::PREFIX).unwrap_or_else(|| "denorm".into()), timeout: REQUEST_TIMEOUT })
+        let meta_shards = match lookup(env::META_SHARDS) {
+            None => 1,
+            Some(v) => match v.trim().parse::<u32>() {
+                Ok(n) if (1..=MAX_META_SHARDS).contains(&n) => n,
+                _ => return Err(ElasticError::Config(format!("{} must be a number of shards from 1 to {MAX_META_SHARDS}, not {v:?}", env::META_SHARDS))),
+            },
+        };
+        Ok(ElasticConfig { url, auth, ca_cert: lookup(env::CA_CERT).map(PathBuf::from), prefix: lookup(env::PREFIX).unwrap_or_else(|| "denorm".into()), timeout: REQUEST_TIMEOUT, meta_shards })
     }
 
     pub fn from_env(url: &str) -> Result<Self, ElasticError> {
@@ -180,5 +197,15 @@ mod tests {
         assert_eq!(cfg(&[]).unwrap().auth, Auth::None);
         assert!(cfg(&[(env::API_KEY_ID, "i"), (env::API_KEY, "k"), (env::API_KEY_ENCODED, "a2lkOnMzY3JldA==")]).is_err());
         assert!(cfg(&[(env::API_KEY_ENCODED, "not base64!")]).is_err());
+    }
+
+    #[test]
+    fn reads_the_meta_shards_and_refuses_what_is_out_of_range() {
+        assert_eq!(cfg(&[]).unwrap().meta_shards, 1);
+        assert_eq!(cfg(&[(env::META_SHARDS, "6")]).unwrap().meta_shards, 6);
+        for bad in ["0", "65", "two", "-1", ""] {
+            let e = cfg(&[(env::META_SHARDS, bad)]).unwrap_err().to_string();
+            assert!(e.contains(env::META_SHARDS) && e.contains("1 to 64"), "{bad}: {e}");
+        }
     }
 }

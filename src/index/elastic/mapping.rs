@@ -186,10 +186,11 @@ pub fn settings_conflicts(found_index_settings: &Value) -> Vec<(String, String, 
 /// The body that creates the meta index: its documents (checkpoints, log
 /// bindings, rebuild state) are only read by id, so nothing in them is
 /// indexed (`dynamic: false`): no dynamic mapping to guess, say, a parked
-/// key as a date, and no dependence on `action.auto_create_index`.
-pub fn meta_index_body() -> Value {
+/// key as a date, and no dependence on `action.auto_create_index`. Its
+/// documents are routed by id over `shards` primaries (review F12).
+pub fn meta_index_body(shards: u32) -> Value {
     json!({
-        "settings": {"index": {"number_of_shards": 1}},
+        "settings": {"index": {"number_of_shards": shards}},
         "mappings": {"dynamic": false, "properties": {"topic": {"type": "keyword"}}}
     })
 }

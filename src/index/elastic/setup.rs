@@ -122,17 +122,42 @@ impl Missing {
 /// `denorm_worker` role (no `manage`, no `create_index`) starts against
 /// indexes that exist, and `_has_privileges` is asked for `manage` only
 /// when startup will create or change something.
-pub async fn ensure(client: &Elasticsearch, prefix: &str) -> Result<(), ElasticError> {
+///
+/// `meta_shards`: the primary shards of the meta index if it is created
+/// now ([`super::config::ElasticConfig::meta_shards`]); an existing one
+/// keeps its own, said in a warning when they differ.
+pub async fn ensure(client: &Elasticsearch, prefix: &str, meta_shards: u32) -> Result<(), ElasticError> {
     let version = check_version(client).await?;
     tracing::info!(%version, "elasticsearch version");
     check_privileges(client, prefix, WORKER_PRIVILEGES).await?;
     let missing = inspect(client, prefix).await?;
+    if !missing.meta {
+        // A warning only: a failure to read the settings is not the
+        // startup's concern.
+        let found = meta_shards_of(client, prefix).await.ok().flatten();
+        if found.is_some_and(|n| n != meta_shards) {
+            let index = names::meta_index(prefix);
+            tracing::warn!(index = %index, found = ?found, asked = meta_shards, "the meta index exists with another number of primary shards than DENORM_ES_META_SHARDS asks: the setting applies when the meta index is created (docs/elasticsearch.md, \"The meta index's shards\", says how to split an existing one)");
+        }
+    }
     if missing.is_empty() {
         return Ok(());
     }
     tracing::info!(?missing, "creating what is missing");
     check_privileges(client, prefix, MANAGE_PRIVILEGES).await?;
-    create_missing(client, prefix, &missing).await
+    create_missing(client, prefix, &missing, meta_shards).await
+}
+
+/// The primary shards of the meta index (through an alias of that name
+/// too), `None` when its settings do not say.
+pub async fn meta_shards_of(client: &Elasticsearch, prefix: &str) -> Result<Option<u32>, ElasticError> {
+    let index = names::meta_index(prefix);
+    let r = client.indices().get_settings(elasticsearch::indices::IndicesGetSettingsParts::Index(&[&index])).send().await?;
+    let found = json_or_status(&format!("reading the settings of {index}"), r).await?;
+    Ok(found.as_object().into_iter().flatten().find_map(|(_, s)| {
+        let n = &s["settings"]["index"]["number_of_shards"];
+        n.as_str().and_then(|v| v.parse().ok()).or_else(|| n.as_u64().and_then(|v| u32::try_from(v).ok()))
+    }))
 }
 
 /// Reads what exists and what is missing; refuses conflicting mappings and
@@ -185,7 +210,7 @@ pub async fn inspect(client: &Elasticsearch, prefix: &str) -> Result<Missing, El
 }
 
 /// Creates what [`inspect`] found missing.
-async fn create_missing(client: &Elasticsearch, prefix: &str, missing: &Missing) -> Result<(), ElasticError> {
+async fn create_missing(client: &Elasticsearch, prefix: &str, missing: &Missing, meta_shards: u32) -> Result<(), ElasticError> {
     for kind in &missing.indexes {
         let alias = alias(prefix, *kind);
         // Of workers starting together, one creates it (with its aliases,
@@ -217,8 +242,8 @@ async fn create_missing(client: &Elasticsearch, prefix: &str, missing: &Missing)
     }
     if missing.meta {
         let index = names::meta_index(prefix);
-        if generations::create_index(client, &index, meta_index_body()).await? {
-            tracing::info!(index = %index, "created the meta index");
+        if generations::create_index(client, &index, meta_index_body(meta_shards)).await? {
+            tracing::info!(index = %index, shards = meta_shards, "created the meta index");
         }
     }
     Ok(())
