@@ -19,6 +19,7 @@ pub const REBALANCE_SECONDS: &str = "denorm_consumer_rebalance_seconds";
 pub const GROUP_REJOINS_TOTAL: &str = "denorm_consumer_group_rejoins_total";
 pub const OFFSET_COMMITS_TOTAL: &str = "denorm_consumer_offset_commits_total";
 pub const PARTITION_PAUSES_TOTAL: &str = "denorm_consumer_partition_pauses_total";
+pub const PARTITION_PAUSED_SECONDS: &str = "denorm_consumer_partition_paused_seconds";
 pub const MESSAGES_REJECTED_TOTAL: &str = "denorm_messages_rejected_total";
 pub const DEAD_LETTERS_TOTAL: &str = "denorm_dead_letters_total";
 pub const DEAD_LETTER_RETRIES_TOTAL: &str = "denorm_dead_letter_retries_total";
@@ -67,6 +68,7 @@ pub const ALL: &[&str] = &[
     GROUP_REJOINS_TOTAL,
     OFFSET_COMMITS_TOTAL,
     PARTITION_PAUSES_TOTAL,
+    PARTITION_PAUSED_SECONDS,
     MESSAGES_REJECTED_TOTAL,
     DEAD_LETTERS_TOTAL,
     DEAD_LETTER_RETRIES_TOTAL,
@@ -170,6 +172,11 @@ fn describe() {
     describe_counter!(ES_RETRIES_TOTAL, Unit::Count, "Elasticsearch retries by reason (request, items).");
     describe_counter!(SCHEMA_REGISTRY_REQUESTS_TOTAL, Unit::Count, "Schema-registry requests for schema ids not cached yet, by outcome (found, not_found, error).");
     describe_counter!(PARTITION_PAUSES_TOTAL, Unit::Count, "Partitions paused because their applier's queue was full (--queue-kb); resumed at half.");
+    describe_histogram!(
+        PARTITION_PAUSED_SECONDS,
+        Unit::Seconds,
+        "How long each pause of a partition whose applier's queue was full lasted, until it was resumed: the time the consumer was held back by the applier."
+    );
     describe_counter!(
         MOVES_TOTAL,
         Unit::Count,

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use metrics::{counter, gauge};
+use metrics::{counter, gauge, histogram};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -36,7 +36,7 @@ use crate::http::Health;
 use crate::index::{Backend, IndexError};
 use crate::kafka::KafkaConfig;
 use crate::metrics as m;
-use applier::{Feed, Partition, Record};
+use applier::{Feed, Partition, Record, Refused};
 pub use config::{defaults, OnAbort, WorkerConfig};
 use membership::{Membership, Verdict};
 use outbox::Outbox;
@@ -485,7 +485,7 @@ fn seek_as_asked(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
                 // Messages routed before the seek are stale: dropped here,
                 // or by the applier up to the marker.
                 part.pending.clear();
-                let _ = part.tx.send(Feed::Positioned(offset));
+                part.queue.positioned(offset);
                 ctx.shared.seeks.lock().expect("seeks lock").remove(&p);
             }
             Err(e) => debug!(partition = p, error = %e, "seek not possible yet"),
@@ -496,51 +496,53 @@ fn seek_as_asked(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
 /// One pass under one lock: queues the polled message behind its
 /// partition's pending messages, moves pending messages into the appliers'
 /// queues while they hold less than `queue_bytes`, pauses partitions whose
-/// queue is full and resumes them once it is down to half. Returns whether
-/// an applier has ended (only a fatal error ends one).
+/// queue is full and resumes them once it is down to half, counting the
+/// time each stays paused so. Returns whether an applier has ended (only a
+/// fatal error ends one).
 fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<(i32, Feed)>) -> bool {
     let ctx = consumer.context();
-    let limit = ctx.shared.cfg.queue_bytes.max(1);
     let mut parts = ctx.parts.lock().expect("parts lock");
     if let Some((p, msg)) = msg.filter(|(p, _)| !ctx.stopped.lock().expect("stopped lock").contains(p)) {
         let part = parts.entry(p).or_insert_with(|| Partition::spawn(p, ctx.shared.clone()));
-        if let (true, true, Feed::Message(m)) = (part.paused, part.pending.is_empty(), &msg) {
+        if let (true, true, Feed::Message(m)) = (part.paused.is_some(), part.pending.is_empty(), &msg) {
             trace!(partition = p, offset = m.offset(), "message of a paused partition");
         }
         part.pending.push_back(msg);
     }
     let mut ended = false;
     for (p, part) in parts.iter_mut() {
-        while part.queued.bytes() < limit {
-            let Some(feed) = part.pending.pop_front() else { break };
-            let size = match &feed {
-                Feed::Message(m) => Some(applier::queued_size(m)),
-                _ => None,
-            };
-            size.inspect(|s| part.queued.add(*s));
-            if let Err(std::sync::mpsc::SendError(feed)) = part.tx.send(feed) {
-                // The applier has ended; the partition is drained below.
-                size.inspect(|s| part.queued.take(*s));
-                part.pending.push_front(feed);
-                break;
+        while let Some(feed) = part.pending.pop_front() {
+            match part.queue.offer(feed) {
+                Ok(()) => {}
+                // Full, or the applier has ended (the partition is drained
+                // below): held.
+                Err(Refused::Full(feed) | Refused::Ended(feed)) => {
+                    part.pending.push_front(feed);
+                    break;
+                }
             }
         }
         // A replay's partition applied up to where it stops (`until`)
         // reads nothing more: its messages would be dropped.
         let done = ctx.shared.cfg.mode.until(*p).is_some_and(|last| last < 0 || part.next.load(Ordering::SeqCst) > last);
-        let want_paused = done || if part.paused { !part.pending.is_empty() || part.queued.bytes() > limit / 2 } else { !part.pending.is_empty() };
-        if want_paused != part.paused {
+        let full = !part.pending.is_empty() || part.paused.is_some() && !part.queue.below_half();
+        let want_paused = done || full;
+        if want_paused != part.paused.is_some() {
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(&ctx.shared.cfg.kafka.topic, *p);
             let done = if want_paused { consumer.pause(&tpl) } else { consumer.resume(&tpl) };
             if done.is_ok() {
-                part.paused = want_paused;
-                let queued = part.queued.bytes();
+                let queued = part.queue.queued().bytes();
                 if want_paused {
+                    part.paused = Some(Instant::now());
                     counter!(m::PARTITION_PAUSES_TOTAL).increment(1);
                     debug!(partition = p, queued, pending = part.pending.len(), "partition paused: its queue is full");
                 } else {
-                    debug!(partition = p, queued, "partition resumed");
+                    // The time the consumer thread was held back by the
+                    // applier (the queue's bound, issue 45).
+                    let held = part.paused.take().map_or(0.0, |since| since.elapsed().as_secs_f64());
+                    histogram!(m::PARTITION_PAUSED_SECONDS).record(held);
+                    debug!(partition = p, queued, held, "partition resumed");
                 }
             }
         }
@@ -596,7 +598,7 @@ fn occupancy(part: &Partition, now_ms: i64) -> (usize, Duration) {
     let held = part.pending.iter().filter(|f| matches!(f, Feed::Message(_))).count();
     let since = part.busy_since_ms.load(Ordering::SeqCst);
     let busy_for = if since > 0 { Duration::from_millis((now_ms - since).max(0) as u64) } else { Duration::ZERO };
-    (part.queued.messages() + held, busy_for)
+    (part.queue.queued().messages() + held, busy_for)
 }
 
 /// The partition's high watermark as of the last fetch response (librdkafka

@@ -2,6 +2,7 @@
 //! triggers that end a batch (size, time, a fan-out, a queue gone quiet)
 //! in a commit of the index and the publication of the next offset.
 
+use super::triggers::{Idle, Triggers};
 use super::*;
 
 /// How many times a partition is sought again when its first message is
@@ -38,17 +39,13 @@ impl Applier {
         // Seeks made again because a stale start overtook them (see below).
         let mut overtaken = 0u32;
         let mut generation_checked = Instant::now();
-        let max_batch = self.shared.cfg.max_batch.max(1);
-        let linger = self.shared.cfg.commit_linger;
-        let commit_quiet = self.shared.cfg.commit_quiet;
         // Messages handled since the last commit, kept until it succeeds: if
         // the index fails meanwhile, the shard is reopened (dropping whatever
         // state the failure left in the writer) and they are handled again.
         let mut batch: Vec<Record> = Vec::new();
-        let mut deadline: Option<Instant> = None;
-        // When the last message arrived: the batch is committed once the
-        // queue has stayed empty for `quiet` since.
-        let mut last_message = Instant::now();
+        // Its size and time triggers (`triggers.rs`).
+        let cfg = &self.shared.cfg;
+        let mut triggers = Triggers::new(cfg.commit_linger, cfg.commit_quiet, cfg.max_batch, Instant::now());
         // Feeds already received, in order, whose documents were prefetched
         // with those of the message before them (see `prefetch`).
         let mut ahead: VecDeque<Feed> = VecDeque::new();
@@ -64,7 +61,8 @@ impl Applier {
                 // A lane failed: read again from the checkpoint.
                 batch.clear();
                 checkpoint = shard.checkpoint();
-                (positioned, first, deadline) = (self.seek_to(checkpoint), true, None);
+                (positioned, first) = (self.seek_to(checkpoint), true);
+                triggers.reset();
             }
             // A page of a fan-out in a lane whenever nothing else is ready,
             // when the other messages had their share of the time
@@ -83,13 +81,14 @@ impl Applier {
                     share.paged(started, matches!(ran, Ok(true)), Instant::now());
                     // A fan-out that completed without a commit of its own
                     // joined the batch: committed at the batch's deadline.
-                    if !batch.is_empty() && deadline.is_none() {
-                        deadline = Some(Instant::now() + linger);
+                    if !batch.is_empty() {
+                        triggers.started(Instant::now());
                     }
                     match ran {
                         Err(Halt::Moved) => {
                             checkpoint = self.moved(&mut shard, &mut batch);
-                            (positioned, first, deadline) = (false, true, None);
+                            (positioned, first) = (false, true);
+                            triggers.reset();
                         }
                         Err(Halt::Stopped) => break,
                         other => paged = other?,
@@ -109,16 +108,11 @@ impl Applier {
             // pages written since: committing at every pause of light
             // traffic keeps the other keys' latency low, at a price in the
             // fan-out's speed (docs/benchmark.md, "Key lanes").
-            let quiet_at = last_message + commit_quiet;
             // A batch is committed once its queue stays empty for `quiet`
             // (a burst has been applied), or when it is `linger` old. Waits
             // are at most 100 ms, so that a stop is seen within that; none
             // while fan-outs run in lanes (1 ms while they cannot move).
-            let wait = match deadline {
-                Some(d) => d.min(quiet_at).saturating_duration_since(Instant::now()),
-                None => Duration::from_millis(100),
-            }
-            .min(match self.lane_jobs() {
+            let wait = triggers.wait(Instant::now()).min(match self.lane_jobs() {
                 0 => Duration::from_millis(100),
                 _ if paged => Duration::ZERO,
                 _ => Duration::from_millis(1),
@@ -142,7 +136,7 @@ impl Applier {
                     if self.past_until(msg.offset()) {
                         continue; // a replay that stops there (`denorm verify`)
                     }
-                    last_message = Instant::now();
+                    triggers.arrived(Instant::now());
                     if !positioned {
                         continue; // fetched from the group's offset, before the seek
                     }
@@ -188,11 +182,12 @@ impl Applier {
                                         match self.commit(&mut shard, &mut batch) {
                                             Err(Halt::Moved) => {
                                                 checkpoint = self.moved(&mut shard, &mut batch);
-                                                (positioned, first, deadline) = (false, true, None);
+                                                (positioned, first) = (false, true);
+                                                triggers.reset();
                                             }
                                             other => {
                                                 other?;
-                                                deadline = None;
+                                                triggers.reset();
                                             }
                                         }
                                     }
@@ -226,51 +221,47 @@ impl Applier {
                         self.busy_since_ms.store(0, Ordering::SeqCst);
                         continue;
                     }
-                    let d = *deadline.get_or_insert_with(|| Instant::now() + linger);
+                    let due = triggers.joined(batch.len(), Instant::now());
                     // Fan-outs are committed on their own so that their
                     // effects are visible and bounded; so are the chunks of
                     // a move in flight once they take `--queue-kb`.
                     let step = fan_out.and_then(|fan_out| {
-                        match fan_out
-                            || batch.len() >= max_batch
-                            || Instant::now() >= d
-                            || self.awaited(&batch)
-                            || shard.wants_commit()
-                            || self.moving() && batch.iter().map(queued_size).sum::<usize>() >= self.shared.cfg.queue_bytes
-                        {
-                            true => self.commit(&mut shard, &mut batch).map(|()| deadline = None),
+                        match fan_out || due || self.awaited(&batch) || shard.wants_commit() || self.moving() && batch.iter().map(queued_size).sum::<usize>() >= self.shared.cfg.queue_bytes {
+                            true => self.commit(&mut shard, &mut batch).map(|()| triggers.reset()),
                             false => Ok(()),
                         }
                     });
                     if let Err(Halt::Moved) = step {
                         checkpoint = self.moved(&mut shard, &mut batch);
-                        (positioned, first, deadline) = (false, true, None);
+                        (positioned, first) = (false, true);
+                        triggers.reset();
                     } else {
                         step?;
                     }
-                    if self.rewind.replace(false) {
+                    if self.receiving.borrow_mut().take_rewind() {
                         // A move that passed messages over ended (and was
                         // committed): they are read again from the
                         // checkpoint, which is before the move.
                         self.commit(&mut shard, &mut batch)?;
                         checkpoint = shard.checkpoint();
-                        (positioned, first, deadline) = (self.seek_to(checkpoint), true, None);
+                        (positioned, first) = (self.seek_to(checkpoint), true);
+                        triggers.reset();
                     }
                     self.busy_since_ms.store(self.oldest_job_ms(), Ordering::SeqCst);
                 }
-                Err(RecvTimeoutError::Timeout) if deadline.is_none() => {
+                Err(RecvTimeoutError::Timeout) if triggers.timed_out(Instant::now()) == Idle::NoBatch => {
                     // Idle with everything committed: nothing is waiting
                     // but, maybe, the last commit to become searchable.
                     self.lag_seconds.set(0.0);
                     self.publish_pending(shard.as_mut(), false);
                     self.publish_end();
                 }
-                Err(RecvTimeoutError::Timeout) if deadline.is_some_and(|d| Instant::now() < d.min(quiet_at)) => {
+                Err(RecvTimeoutError::Timeout) if triggers.timed_out(Instant::now()) == Idle::Early => {
                     // Neither quiet for long enough nor old enough: the wait
                     // was cut short to look at the stop flag.
                 }
                 Err(RecvTimeoutError::Timeout) => {
-                    deadline = None;
+                    triggers.reset();
                     match self.commit(&mut shard, &mut batch) {
                         Err(Halt::Moved) => {
                             checkpoint = self.moved(&mut shard, &mut batch);
@@ -300,7 +291,8 @@ impl Applier {
                             c
                         }
                     };
-                    (positioned, first, deadline) = (false, true, None);
+                    (positioned, first) = (false, true);
+                    triggers.reset();
                 }
             }
         }
@@ -472,7 +464,7 @@ impl Applier {
     /// and a rebuild's cutover wait for the end).
     pub(super) fn publish_end(&self) {
         if let Some(end) = self.end.get() {
-            if self.unpublished.get().is_none() && !self.moving() && !self.rewind.get() && !self.lanes_busy() {
+            if self.unpublished.get().is_none() && !self.moving() && !self.receiving.borrow().rewind_due() && !self.lanes_busy() {
                 self.next.fetch_max(end, Ordering::SeqCst);
             }
         }

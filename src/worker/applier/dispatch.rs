@@ -34,19 +34,16 @@ impl Applier {
             Err(r) => r.chunk.as_ref().map(|m| m.source()),
             _ => None,
         };
-        // A chunk of an attempt its source gave up, read again: ignored.
-        if let (Some(source), Some((void, end))) = (chunk_of, self.incoming.borrow().void) {
-            if source == void && offset <= end {
+        // A chunk of an attempt its source gave up, read again, is ignored;
+        // the other messages wait while a move is in flight.
+        let admit = self.receiving.borrow_mut().admit(chunk_of, offset);
+        match admit {
+            receiving::Admit::Handle => {}
+            receiving::Admit::Void => {
                 self.mark(shard, msg);
                 return Ok(Handled::Done { fan_out: false });
             }
-        }
-        if let Some(active) = self.incoming.borrow_mut().active.as_mut() {
-            if chunk_of != Some(active.source) {
-                active.passed_over += 1;
-                gauge!(m::MOVES_WAITING, "partition" => self.partition.to_string()).set(active.passed_over as f64);
-                return Ok(Handled::PassedOver);
-            }
+            receiving::Admit::PassOver => return Ok(Handled::PassedOver),
         }
         // A replay of some keys only: the others' messages pass, applied
         // without effect.
@@ -146,7 +143,7 @@ impl Applier {
         // With lanes, the lowest unfinished command's predecessor, and
         // what is finished above it.
         let low = self.lanes.borrow_mut().tracker.finish(checkpoint_of(msg));
-        if let (None, Some(low)) = (&self.incoming.borrow().active, low) {
+        if let (false, Some(low)) = (self.moving(), low) {
             let above = self.lanes.borrow().tracker.done_above(shard.progress().committed_done());
             shard.progress_mut().mark_applied(low, above);
         }

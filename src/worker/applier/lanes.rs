@@ -15,6 +15,7 @@
 //! where it had read.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 
 use super::tracker::Tracker;
 use super::*;
@@ -185,7 +186,7 @@ impl Applier {
     pub(super) fn lanes_on(&self, offset: i64) -> bool {
         let mut lanes = self.lanes.borrow_mut();
         lanes.highest = lanes.highest.max(offset);
-        self.shared.cfg.lanes > 1 && offset > lanes.serial_until && !self.moving() && !self.rewind.get()
+        self.shared.cfg.lanes > 1 && offset > lanes.serial_until && !self.moving() && !self.receiving.borrow().rewind_due()
     }
 
     /// Whether a command is unfinished out of order (a fan-out in progress,

@@ -11,16 +11,20 @@ mod dispatch;
 mod lanes;
 mod moves;
 mod position;
+mod queue;
+mod receiving;
 mod retry;
 #[cfg(test)]
 mod tests;
 mod tracker;
+mod triggers;
 
 pub(crate) use lanes::LaneFanOuts;
+pub(crate) use queue::{queued_size, FeedQueue, Queued, Refused};
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -89,42 +93,10 @@ pub(crate) enum Feed {
 /// [`Partition::floor`] before the group's offset was read.
 pub(crate) const FLOOR_UNKNOWN: i64 = i64::MIN;
 
-/// The messages in an applier's queue not yet taken by it: their bytes
-/// ([`queued_size`] each, what `--queue-kb` bounds) and their number.
-#[derive(Default)]
-pub(crate) struct Queued {
-    bytes: AtomicUsize,
-    messages: AtomicUsize,
-}
-
-impl Queued {
-    /// A message of `size` bytes was queued.
-    pub fn add(&self, size: usize) {
-        self.bytes.fetch_add(size, Ordering::SeqCst);
-        self.messages.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// A message of `size` bytes left the queue.
-    pub fn take(&self, size: usize) {
-        self.bytes.fetch_sub(size, Ordering::SeqCst);
-        self.messages.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    pub fn bytes(&self) -> usize {
-        self.bytes.load(Ordering::SeqCst)
-    }
-
-    pub fn messages(&self) -> usize {
-        self.messages.load(Ordering::SeqCst)
-    }
-}
-
 /// The consumer thread's handle on one partition's applier.
 pub(crate) struct Partition {
-    /// The applier's queue; what it holds is counted in `queued`.
-    pub tx: Sender<Feed>,
-    /// The messages in `tx` not yet taken by the applier.
-    pub queued: Arc<Queued>,
+    /// The applier's queue, bounded by `--queue-kb` (`queue.rs`).
+    pub queue: FeedQueue,
     /// When the applier started on the message it is handling now
     /// (milliseconds since the epoch; 0 while it handles none): what
     /// `denorm_partition_oldest_unfinished_seconds` reports.
@@ -147,7 +119,9 @@ pub(crate) struct Partition {
     /// Messages (and ends of the partition) fetched while the applier's
     /// queue was full.
     pub pending: std::collections::VecDeque<Feed>,
-    pub paused: bool,
+    /// Since when the partition is paused (its queue full, or a replay's
+    /// partition applied up to where it stops).
+    pub paused: Option<Instant>,
     /// Whether the group's offset is committed (see
     /// [`Mode::commits_offsets`](crate::worker::Mode::commits_offsets)).
     commits: bool,
@@ -157,12 +131,12 @@ pub(crate) struct Partition {
 impl Partition {
     /// Starts the applier of `partition`.
     pub fn spawn(partition: i32, shared: Arc<Shared>) -> Self {
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (queue, rx) = queue::feed_queue(shared.cfg.queue_bytes);
         let stop = Arc::new(AtomicBool::new(false));
         let next = Arc::new(AtomicI64::new(-1));
         let done: Arc<std::sync::Mutex<DoneAbove>> = Arc::default();
         let floor = Arc::new(AtomicI64::new(FLOOR_UNKNOWN));
-        let queued = Arc::new(Queued::default());
+        let queued = queue.queued().clone();
         let busy_since_ms = Arc::new(AtomicI64::new(0));
         let (s, n, q, f, busy, d) = (stop.clone(), next.clone(), queued.clone(), floor.clone(), busy_since_ms.clone(), done.clone());
         let commits = shared.cfg.mode.commits_offsets();
@@ -181,9 +155,7 @@ impl Partition {
                     queued: q,
                     busy_since_ms: busy,
                     lag_seconds,
-                    incoming: Default::default(),
-                    committed_incoming: Default::default(),
-                    rewind: Default::default(),
+                    receiving: std::cell::RefCell::new(receiving::Receiving::new(partition)),
                     end: Default::default(),
                     low: Default::default(),
                     lanes: Default::default(),
@@ -194,7 +166,7 @@ impl Partition {
                 .run(rx)
             })
             .expect("spawn partition thread");
-        Partition { tx, queued, busy_since_ms, stop, next, done, sent_metadata: String::new(), committed: -1, floor, pending: Default::default(), paused: false, commits, join: Some(join) }
+        Partition { queue, busy_since_ms, stop, next, done, sent_metadata: String::new(), committed: -1, floor, pending: Default::default(), paused: None, commits, join: Some(join) }
     }
 
     /// The offset to commit for the partition, with its metadata (what is
@@ -232,12 +204,6 @@ impl Partition {
     }
 }
 
-/// What a queued message counts against `--queue-kb`: its key and payload
-/// plus the bookkeeping of one message.
-pub(crate) fn queued_size(m: &Record) -> usize {
-    m.payload().map_or(0, <[u8]>::len) + m.key().map_or(0, <[u8]>::len) + 256
-}
-
 struct Applier {
     partition: i32,
     shared: Arc<Shared>,
@@ -255,14 +221,8 @@ struct Applier {
     busy_since_ms: Arc<AtomicI64>,
     /// `denorm_consumer_lag_seconds` of this partition, resolved once.
     lag_seconds: metrics::Gauge,
-    /// A cross-key move being received.
-    incoming: std::cell::RefCell<Incoming>,
-    /// [`Applier::incoming`] as of the shard's last commit: what a writer
-    /// reopened at that commit goes on from.
-    committed_incoming: std::cell::RefCell<Incoming>,
-    /// A move that passed messages over ended: the partition is to be read
-    /// again from the shard's checkpoint.
-    rewind: std::cell::Cell<bool>,
+    /// The receiving side of a cross-key move (`receiving.rs`).
+    receiving: std::cell::RefCell<receiving::Receiving>,
     /// The end of the partition the consumer last reported ([`Feed::End`]),
     /// while no message came after it: once everything before is applied,
     /// the offset published goes there, past offsets without messages.
@@ -283,41 +243,13 @@ struct Applier {
     reading: std::cell::Cell<position::Reading>,
 }
 
-/// The destination side of a cross-key move that spans several messages
-/// (see `moves.rs`). From its first chunk to its last, the partition
-/// applies the move's chunks only: its other messages are passed over,
-/// neither applied nor kept in memory, and nothing from the first chunk on
-/// is marked applied. The move takes effect at its first chunk. When it
-/// ends, the partition is read again from its checkpoint: the messages
-/// passed over are applied then, in their order, and the move's chunks are
-/// resends. After a crash the whole exchange is read and decided again the
-/// same way. Not persisted: rebuilt from the log.
-#[derive(Default, Clone)]
-struct Incoming {
-    /// The move in flight.
-    active: Option<Active>,
-    /// An attempt its source gave up (its aborted end): (source, offset of
-    /// the aborted end). Its chunks are ignored when read again.
-    void: Option<((i32, i64), i64)>,
-}
-
-#[derive(Clone)]
-struct Active {
-    /// The rename that made it: (partition, offset).
-    source: (i32, i64),
-    /// The position its documents take (its first chunk's offset).
-    pos: u64,
-    /// Messages passed over so far, read again once it ends.
-    passed_over: usize,
-}
-
 /// What became of one message.
 enum Handled {
     /// Applied, dead-lettered or carried out: the offset may be committed.
     Done { fan_out: bool },
     /// Already applied before (redelivery).
     Duplicate,
-    /// Passed over while a cross-key move is in flight (see [`Incoming`]):
+    /// Passed over while a cross-key move is in flight (`receiving.rs`):
     /// read again and handled once it ends.
     PassedOver,
     /// A fan-out started in its key's lane, run a page at a time.

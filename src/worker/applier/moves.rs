@@ -21,40 +21,30 @@ impl Applier {
     /// Forgets the move in flight (the shard moved to another generation:
     /// the partition is read again from its checkpoint there).
     pub(super) fn reset_incoming(&self) {
-        *self.incoming.borrow_mut() = Incoming::default();
-        *self.committed_incoming.borrow_mut() = Incoming::default();
-        self.rewind.set(false);
-        self.move_gauges(0, 0);
+        self.receiving.borrow_mut().reset();
     }
 
     /// The shard committed: a writer reopened from here goes on from the
     /// move state as it is now.
     pub(super) fn committed(&self) {
-        *self.committed_incoming.borrow_mut() = self.incoming.borrow().clone();
+        self.receiving.borrow_mut().committed();
     }
 
     /// The shard was reopened at its last commit: so is the move state.
     pub(super) fn back_at_commit(&self) {
-        *self.incoming.borrow_mut() = self.committed_incoming.borrow().clone();
-        let incoming = self.incoming.borrow();
-        self.move_gauges(usize::from(incoming.active.is_some()), incoming.active.as_ref().map_or(0, |a| a.passed_over));
-    }
-
-    pub(super) fn move_gauges(&self, in_flight: usize, waiting: usize) {
-        gauge!(m::MOVES_IN_FLIGHT, "partition" => self.partition.to_string()).set(in_flight as f64);
-        gauge!(m::MOVES_WAITING, "partition" => self.partition.to_string()).set(waiting as f64);
+        self.receiving.borrow_mut().back_at_commit();
     }
 
     /// Whether a cross-key move spanning several messages is in flight.
     pub(super) fn moving(&self) -> bool {
-        self.incoming.borrow().active.is_some()
+        self.receiving.borrow().moving()
     }
 
     /// The destination side of a cross-key move: applies a chunk of its
-    /// documents (see [`Incoming`] and [`crate::moves::arrival`]).
+    /// documents (see `receiving.rs` and [`crate::moves::arrival`]).
     pub(super) fn move_in(&self, shard: &mut dyn Shard, msg: &Record, mv: &crate::command::moves::MoveIn) -> Step<Handled> {
         use crate::moves::Arrival;
-        let in_flight = self.incoming.borrow().active.as_ref().map(|a| (a.source, a.pos));
+        let in_flight = self.receiving.borrow().in_flight();
         let pos = match crate::moves::arrival(shard.received(), in_flight.map(|(source, _)| source), mv) {
             Arrival::Duplicate => {
                 counter!(m::MOVES_TOTAL, "side" => "destination", "outcome" => "duplicate").increment(1);
@@ -90,20 +80,16 @@ impl Applier {
             };
             counter!(m::MOVES_TOTAL, "side" => "destination", "outcome" => "aborted").increment(1);
             warn!(partition = self.partition, offset = msg.offset(), from = %mv.from, to = %mv.to, source = ?mv.source(), withdrawn, "a cross-key move its source gave up ended here (not received)");
-            self.incoming.borrow_mut().void = Some((mv.source(), msg.offset()));
+            self.receiving.borrow_mut().void(mv.source(), msg.offset());
             self.end_move(shard, msg);
             return Ok(Handled::Done { fan_out: true });
         }
         let docs = crate::apply::move_in(shard, mv, pos)?;
         histogram!(m::COMMAND_DOCUMENTS, "type" => "move_in").record(docs as f64);
         if !mv.last {
-            let mut incoming = self.incoming.borrow_mut();
-            if incoming.active.is_none() {
+            if self.receiving.borrow_mut().chunk(mv.source(), pos) {
                 info!(partition = self.partition, offset = msg.offset(), from = %mv.from, to = %mv.to, source = ?mv.source(), "a cross-key move spanning several messages started: the partition's other messages are passed over until its last chunk, then read again");
-                incoming.active = Some(Active { source: mv.source(), pos, passed_over: 0 });
             }
-            drop(incoming);
-            self.move_gauges(1, self.incoming.borrow().active.as_ref().map_or(0, |a| a.passed_over));
             return Ok(Handled::Done { fan_out: false });
         }
         // The move is complete here.
@@ -120,10 +106,9 @@ impl Applier {
     /// passed nothing over; otherwise the partition is read again from the
     /// checkpoint (before its first chunk), once the shard committed.
     fn end_move(&self, shard: &mut dyn Shard, msg: &Record) {
-        let passed_over = self.incoming.borrow_mut().active.take().map_or(0, |a| a.passed_over);
+        let passed_over = self.receiving.borrow_mut().end();
         if passed_over > 0 {
             debug!(partition = self.partition, offset = msg.offset(), passed_over, "the move ended: reading the messages it passed over again");
-            self.rewind.set(true);
         } else {
             // Through the lanes' tracker, like every other message: marked
             // on the shard alone, the tracker's low mark stayed before the
@@ -132,7 +117,6 @@ impl Applier {
             // lanes, F8).
             self.mark(shard, msg);
         }
-        self.move_gauges(0, 0);
     }
 
     /// Before a take-over (a cross-key move's first chunk, an owner

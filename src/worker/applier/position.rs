@@ -45,42 +45,17 @@ impl Applier {
     pub(super) fn seek_to(&self, checkpoint: Option<Checkpoint>) -> bool {
         self.lanes.borrow_mut().tracker.reset_at(checkpoint);
         let target = target_of(checkpoint);
-        self.reading.set(Reading { asked: Some(target), read_to: None });
+        self.reading.set(Reading::asked(target));
         self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target);
         false
     }
 
     /// What the consumer thread delivers, as received (before it is
-    /// handled): `None` for a message at or below one received since the
-    /// partition was positioned where this applier last asked. Such a
-    /// message was delivered again without a seek of this applier's: a seek
-    /// it asked for, served and seen positioned, that took effect late in
-    /// the client (seen on tansu right after an assignment: the client's
-    /// own start from the group's offset came first, then the seek read
-    /// the same messages again a second later). Handled twice, a fan-out
-    /// already running in its key's lane was started again beside itself
-    /// and the partition never published again.
+    /// handled): `None` for a message delivered again ([`Reading::again`]),
+    /// which leaves the queue's count here.
     pub(super) fn received(&self, feed: Feed) -> Option<Feed> {
         let mut reading = self.reading.get();
-        let again = match &feed {
-            Feed::Positioned(at) => {
-                if reading.asked == Some(*at) {
-                    reading = Reading::default();
-                }
-                false
-            }
-            // Before the positioning asked, what comes is from the old
-            // position: the loop drops it.
-            Feed::Message(_) if reading.asked.is_some() => false,
-            Feed::Message(m) => {
-                let again = reading.read_to.is_some_and(|r| m.offset() <= r);
-                if !again {
-                    reading.read_to = Some(m.offset());
-                }
-                again
-            }
-            Feed::End(_) => false,
-        };
+        let again = reading.again(&feed);
         self.reading.set(reading);
         match (again, feed) {
             (true, Feed::Message(m)) => {
@@ -207,9 +182,88 @@ impl Applier {
 }
 
 /// Where the partition's reading stands: the seek asked and not yet seen
-/// positioned, and the highest offset received since it was.
-#[derive(Clone, Copy, Default)]
+/// positioned, and the highest offset received since it was. A part of
+/// its own (issue 45): it knows nothing of the applier.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub(super) struct Reading {
     asked: Option<Offset>,
     read_to: Option<i64>,
+}
+
+impl Reading {
+    /// A seek to `target` was asked: until the consumer thread says the
+    /// partition is positioned there, what comes is from the old position.
+    pub fn asked(target: Offset) -> Reading {
+        Reading { asked: Some(target), read_to: None }
+    }
+
+    /// Takes in `feed`, as received; whether it is a message at or below
+    /// one received since the partition was positioned where this applier
+    /// last asked. Such a message was delivered again without a seek of
+    /// the applier's: a seek it asked for, served and seen positioned, that
+    /// took effect late in the client (seen on tansu right after an
+    /// assignment: the client's own start from the group's offset came
+    /// first, then the seek read the same messages again a second later).
+    /// Handled twice, a fan-out already running in its key's lane was
+    /// started again beside itself and the partition never published
+    /// again. Messages before the positioning asked are not judged here:
+    /// the loop drops them.
+    pub fn again(&mut self, feed: &Feed) -> bool {
+        match feed {
+            Feed::Positioned(at) => {
+                if self.asked == Some(*at) {
+                    *self = Reading::default();
+                }
+                false
+            }
+            Feed::Message(_) if self.asked.is_some() => false,
+            Feed::Message(m) => {
+                let again = self.read_to.is_some_and(|r| m.offset() <= r);
+                if !again {
+                    self.read_to = Some(m.offset());
+                }
+                again
+            }
+            Feed::End(_) => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod reading_tests {
+    use super::*;
+
+    fn msg(offset: i64) -> Feed {
+        Feed::Message(Record { offset, key: None, payload: None, timestamp_ms: None })
+    }
+
+    #[test]
+    fn a_message_at_or_below_one_read_since_the_positioning_is_delivered_again() {
+        let mut r = Reading::asked(Offset::Offset(10));
+        // From the old position, before the seek took effect: not judged.
+        assert!(!r.again(&msg(3)));
+        assert!(!r.again(&msg(4)));
+        // Positioned elsewhere than asked: still waiting.
+        assert!(!r.again(&Feed::Positioned(Offset::Offset(4))));
+        assert!(!r.again(&msg(4)));
+        assert!(!r.again(&Feed::Positioned(Offset::Offset(10))));
+        assert!(!r.again(&msg(10)));
+        assert!(!r.again(&msg(11)));
+        assert!(!r.again(&Feed::End(12)));
+        // The late seek read 10 and 11 again.
+        assert!(r.again(&msg(10)));
+        assert!(r.again(&msg(11)));
+        assert!(!r.again(&msg(12)));
+    }
+
+    #[test]
+    fn a_new_seek_forgets_what_was_read() {
+        let mut r = Reading::default();
+        assert!(!r.again(&msg(5)));
+        assert!(r.again(&msg(5)));
+        r = Reading::asked(Offset::Offset(2));
+        assert!(!r.again(&Feed::Positioned(Offset::Offset(2))));
+        assert!(!r.again(&msg(2)), "read again because it was asked, not delivered again");
+        assert!(!r.again(&msg(5)));
+    }
 }

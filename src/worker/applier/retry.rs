@@ -167,7 +167,7 @@ impl Applier {
             self.committed();
             self.publish_checkpoint(shard.as_mut());
             batch.remove(0);
-            if self.rewind.get() {
+            if self.receiving.borrow().rewind_due() {
                 // A move ended that passed messages over: they (and what
                 // follows) are read again.
                 batch.clear();

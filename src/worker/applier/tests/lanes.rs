@@ -52,7 +52,7 @@ fn a_fan_out_in_its_lane_holds_up_its_own_key_only() {
     std::fs::remove_file(faults.path().join("fanout.hold")).unwrap();
     let end = r.end();
     run.wait_next(end);
-    assert_eq!(run.part.queued.messages(), 0, "messages still counted as queued");
+    assert_eq!(run.part.queue.queued().messages(), 0, "messages still counted as queued");
     assert_eq!(run.stop(), end);
     all_applied(&r);
 }
@@ -190,7 +190,7 @@ fn a_failed_page_falls_back_to_the_checkpoint_and_loses_nothing() {
     // the shard's pending writes).
     let seeks = run.seeks.lock().unwrap().clone();
     assert!(seeks.len() >= 2 && seeks[1..].iter().all(|&s| s <= rename), "not read again from the checkpoint at or before the rename: seeks {seeks:?}");
-    assert_eq!(run.part.queued.messages(), 0, "messages still counted as queued");
+    assert_eq!(run.part.queue.queued().messages(), 0, "messages still counted as queued");
     assert_eq!(run.stop(), end);
     all_applied(&r);
     assert!(r.letters().is_empty(), "{:?}", r.letters());

@@ -14,7 +14,7 @@ use crate::apply::FanOut;
 #[cfg(feature = "failpoints")]
 fn fed_and_handled_but(r: &Rig, run: &Running, waiting: usize) {
     let records = r.log.lock().unwrap().records.len();
-    eventually("every message fed and handled", || run.sent.load(Ordering::SeqCst) == records && run.part.queued.messages() == waiting);
+    eventually("every message fed and handled", || run.sent.load(Ordering::SeqCst) == records && run.part.queue.queued().messages() == waiting);
     std::thread::sleep(Duration::from_millis(100));
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::Offset;
 
-use super::{queued_size, Feed, Partition, Record};
+use super::{Feed, Partition, Record};
 use crate::codec::Codec;
 use crate::command::moves::{MoveIn, MovedFile};
 use crate::command::{Command, Envelope};
@@ -251,7 +251,7 @@ impl Rig {
     /// appended.
     fn start(&self) -> Running {
         let part = Partition::spawn(0, self.shared.clone());
-        let (tx, queued) = (part.tx.clone(), part.queued.clone());
+        let tx = part.queue.clone();
         let (shared, log) = (self.shared.clone(), self.log.clone());
         let feeding = Arc::new(AtomicBool::new(true));
         let seeks: Arc<Mutex<Vec<i64>>> = Arc::default();
@@ -269,7 +269,7 @@ impl Rig {
                         _ => 0,
                     };
                     asked.lock().unwrap().push(at as i64);
-                    if tx.send(Feed::Positioned(offset)).is_err() {
+                    if !tx.positioned(offset) {
                         return;
                     }
                     // The client's own start overtaking the seek: fetching
@@ -286,7 +286,7 @@ impl Rig {
                     }
                 };
                 if let Some(from) = late_now {
-                    if tx.send(Feed::Positioned(Offset::Offset(from))).is_err() {
+                    if !tx.positioned(Offset::Offset(from)) {
                         return;
                     }
                     cursor = Some(log.lock().unwrap().from(from));
@@ -297,14 +297,13 @@ impl Rig {
                 };
                 if next.is_none() && cursor.is_some() && reported != Some(end) {
                     reported = Some(end);
-                    if tx.send(Feed::End(end)).is_err() {
+                    if !tx.send_unbounded(Feed::End(end)) {
                         return;
                     }
                 }
                 match next {
                     Some(r) => {
-                        queued.add(queued_size(&r));
-                        if tx.send(Feed::Message(r)).is_err() {
+                        if !tx.send_unbounded(Feed::Message(r)) {
                             return;
                         }
                         fed.fetch_add(1, Ordering::SeqCst);

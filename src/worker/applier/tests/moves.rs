@@ -47,7 +47,7 @@ fn a_move_in_several_chunks_holds_the_partitions_other_commands_until_its_last_c
     // the same key that must wait too.
     r.produce(Command::DeleteFile { id: "m1".into(), path: "/dst/a/m1.txt".into() });
     r.produce(upsert("d1", "/dst/new.txt"));
-    eventually("the applier took every message fed", || run.sent.load(Ordering::SeqCst) == 4 && run.part.queued.bytes() == 0);
+    eventually("the applier took every message fed", || run.sent.load(Ordering::SeqCst) == 4 && run.part.queue.queued().bytes() == 0);
     // The partition is revoked while the move is open: nothing from its
     // first chunk on was committed, so the next owner gets it all again.
     assert_eq!(run.stop(), started, "committed past an open move");
