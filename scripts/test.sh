@@ -8,7 +8,7 @@
 # cargo-nextest. Extra arguments go to nextest.
 #
 # --extended (first argument) also runs, after the suite, every ignored
-# test (the sixteen other consistency seeds and the suite's seeds on
+# test (the seventeen other consistency seeds and the suite's seeds on
 # Elasticsearch) and fuzzes each fuzz target for DENORM_FUZZ_SECONDS
 # (default 300) with scripts/fuzz.sh (docs/development.md says when).
 #
@@ -48,6 +48,17 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
   echo "installing cargo-nextest" >&2
   cargo install cargo-nextest --locked
 fi
+# tansu's one-time build (about ten minutes on two cores) runs beside the
+# checks and builds below, which leave the cores idle at times (linking,
+# single-threaded crates); waited for before the first test needs it.
+tansu_job=""
+tansu_out="$(mktemp)"
+tansu_log="$(mktemp)"
+if ! scripts/install-tansu.sh --cached >"$tansu_out" 2>/dev/null; then
+  echo "building tansu in the background (log: $tansu_log)" >&2
+  scripts/install-tansu.sh >"$tansu_out" 2>"$tansu_log" &
+  tansu_job=$!
+fi
 if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing promtool (Debian package prometheus) for the metrics format check" >&2
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
@@ -83,9 +94,6 @@ if command -v promtool >/dev/null 2>&1; then
   echo "deploy/prometheus.yml: promtool check config OK"
 fi
 phase "compose and promtool checks"
-DENORM_TANSU="$(scripts/install-tansu.sh)"
-export DENORM_TANSU
-phase "tansu (cached once built)"
 scripts/install-noida.sh >/dev/null
 DENORM_INTEROP="$(scripts/install-interop.sh)"
 export DENORM_INTEROP
@@ -118,6 +126,19 @@ export DENORM_ES_URL
 # their own.
 cargo build --release --features failpoints --quiet --bin denorm --example fanout_memory
 phase "build the binary and harness"
+cargo nextest run --release --features failpoints --no-run
+phase "build the tests"
+cargo nextest run --features failpoints --lib --no-run
+phase "build the debug in-process tests"
+if [ -n "$tansu_job" ] && ! wait "$tansu_job"; then
+  cat "$tansu_log" >&2
+  echo "building tansu failed (above)" >&2
+  exit 1
+fi
+DENORM_TANSU="$(cat "$tansu_out")"
+rm -f "$tansu_out" "$tansu_log"
+export DENORM_TANSU
+phase "tansu (rest of its build)"
 chart=0
 chart_broker="$(scripts/broker.sh start "$state/kafka")"
 DENORM_TEST_BROKERS="$chart_broker" python3 scripts/check-chart.py "$target/release/denorm" || chart=$?
@@ -127,8 +148,6 @@ phase "chart checks"
 # files, and it fails unless every file was rewritten once.
 "$target/release/examples/fanout_memory" 2000 20000
 phase "fan-out memory harness"
-cargo nextest run --release --features failpoints --no-run
-phase "build the tests"
 # Every test starts a tansu of its own (tests/it/common/mod.rs, from
 # DENORM_TANSU, about 30 ms): tansu 0.6 on SQLite slows as its database
 # grows, until one fetch of a long partition holds the broker past the

@@ -520,12 +520,13 @@ macro_rules! seeds {
 }
 
 // Fixed, so that a failure is reproducible from the test name. The first
-// three run in every suite, and so does every seed that ever failed; the
-// others are an extended run's.
+// two run in every suite, and so does every seed that ever failed; the
+// others are an extended run's (the third moved there when the suite
+// passed its 15 minutes, 2026-11-27).
 seeds! {
     run seed_01 = 0x9E37_79B9;
     run seed_02 = 0x85EB_CA6B;
-    run seed_03 = 0xC2B2_AE35;
+    extended seed_03 = 0xC2B2_AE35;
     extended seed_04 = 0x27D4_EB2F;
     extended seed_05 = 0x1656_67B1;
     extended seed_06 = 0xD3A2_646C;
