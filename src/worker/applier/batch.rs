@@ -125,7 +125,7 @@ impl Applier {
                 Ok(Feed::Positioned(_)) => positioned = self.positioned(checkpoint)?,
                 Ok(Feed::End(at)) => {
                     if positioned {
-                        self.end.set(Some(at));
+                        self.publication.borrow_mut().end_reported(at);
                         if batch.is_empty() {
                             self.publish_end();
                         }
@@ -140,15 +140,9 @@ impl Applier {
                     if !positioned {
                         continue; // fetched from the group's offset, before the seek
                     }
-                    // A message at or past the end reported makes it
-                    // stale; one before it does not: a lane's waiting
-                    // messages, handled again when its fan-out finishes,
-                    // are older than an end reported meanwhile (review of
-                    // lanes, F1: a tail without messages was never
-                    // published past).
-                    if self.end.get().is_some_and(|e| msg.offset() >= e) {
-                        self.end.set(None);
-                    }
+                    // A message at or past the end reported makes it stale
+                    // (`Publication::read`).
+                    self.publication.borrow_mut().read(msg.offset());
                     // A first message other than the one sought: the seek
                     // came right after the assignment and the client's own
                     // start (from the group's offset) overtook it. Sought
@@ -452,7 +446,7 @@ impl Applier {
     /// keeps it for [`Self::publish_pending`].
     pub(super) fn publish_checkpoint(&self, shard: &mut dyn Shard) {
         if let Some(c) = shard.checkpoint() {
-            self.unpublished.set(Some(c.offset as i64 + 1));
+            self.publication.borrow_mut().committed(Some(c));
             self.publish_pending(shard, false);
         }
     }
@@ -463,24 +457,19 @@ impl Applier {
     /// markers: offset end-1 may never be a message, and `produce --wait`
     /// and a rebuild's cutover wait for the end).
     pub(super) fn publish_end(&self) {
-        if let Some(end) = self.end.get() {
-            if self.unpublished.get().is_none() && !self.moving() && !self.receiving.borrow().rewind_due() && !self.lanes_busy() {
-                self.next.fetch_max(end, Ordering::SeqCst);
-            }
-        }
+        let idle = !self.moving() && !self.receiving.borrow().rewind_due() && !self.lanes_busy();
+        self.publication.borrow().publish_end(idle);
     }
 
     /// Publishes the offset kept by [`Self::publish`] if its commit has
     /// become searchable (asked again at every commit and every idle
     /// moment; a failed check is asked again then).
     pub(super) fn publish_pending(&self, shard: &mut dyn Shard, force: bool) {
-        let Some(next) = self.unpublished.get() else { return };
+        if !self.publication.borrow().waiting() {
+            return;
+        }
         match shard.searchable(force) {
-            Ok(true) => {
-                *self.done.lock().expect("done lock") = shard.progress().committed_done().clone();
-                self.next.fetch_max(next, Ordering::SeqCst);
-                self.unpublished.set(None);
-            }
+            Ok(true) => self.publication.borrow_mut().searchable(shard.progress().committed_done()),
             Ok(false) => {}
             Err(error) => warn!(partition = self.partition, %error, "making the last commit searchable failed; tried again"),
         }

@@ -390,7 +390,7 @@ impl Applier {
         // again). Forgotten before the backoff: a stop during it publishes
         // what is committed, and the end published then passed the
         // unfinished fan-outs (review of lanes, F10).
-        self.end.set(None);
+        self.publication.borrow_mut().forget_end();
         crate::faults::hold("lanes.fall-back");
         self.retrying(Op::Apply).failed(why)?;
         self.reopen(shard, &[])?;

@@ -11,6 +11,7 @@ mod dispatch;
 mod lanes;
 mod moves;
 mod position;
+mod publication;
 mod queue;
 mod receiving;
 mod retry;
@@ -148,15 +149,12 @@ impl Partition {
                     partition,
                     shared,
                     stop: s,
-                    next: n,
-                    done: d,
+                    publication: std::cell::RefCell::new(publication::Publication::new(n, d)),
                     floor: f,
-                    unpublished: Default::default(),
                     queued: q,
                     busy_since_ms: busy,
                     lag_seconds,
                     receiving: std::cell::RefCell::new(receiving::Receiving::new(partition)),
-                    end: Default::default(),
                     low: Default::default(),
                     lanes: Default::default(),
                     may_defer: Default::default(),
@@ -208,14 +206,11 @@ struct Applier {
     partition: i32,
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
-    next: Arc<AtomicI64>,
-    /// See [`Partition::done`].
-    done: Arc<std::sync::Mutex<DoneAbove>>,
+    /// What is published to the consumer thread (`publication.rs`): the
+    /// next offset, what is applied above it, the end reported.
+    publication: std::cell::RefCell<publication::Publication>,
     /// See [`Partition::floor`].
     floor: Arc<AtomicI64>,
-    /// An offset committed to the index but not published in `next` yet,
-    /// until its writes are searchable ([`Shard::searchable`]).
-    unpublished: std::cell::Cell<Option<i64>>,
     queued: Arc<Queued>,
     /// See [`Partition::busy_since_ms`].
     busy_since_ms: Arc<AtomicI64>,
@@ -223,10 +218,6 @@ struct Applier {
     lag_seconds: metrics::Gauge,
     /// The receiving side of a cross-key move (`receiving.rs`).
     receiving: std::cell::RefCell<receiving::Receiving>,
-    /// The end of the partition the consumer last reported ([`Feed::End`]),
-    /// while no message came after it: once everything before is applied,
-    /// the offset published goes there, past offsets without messages.
-    end: std::cell::Cell<Option<i64>>,
     /// The partition's low watermark, when read at positioning.
     low: std::cell::Cell<Option<i64>>,
     /// Key lanes: the fan-outs in progress, the messages waiting behind

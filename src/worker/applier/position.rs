@@ -21,16 +21,10 @@ impl Applier {
     /// committed, and where fetching goes on. Returns the checkpoint.
     pub(super) fn took(&self, shard: &mut dyn Shard) -> Option<Checkpoint> {
         let checkpoint = shard.checkpoint();
-        // What a previous writer kept unpublished is below this checkpoint,
-        // or of another generation.
-        // Never past it; up to it once the shard says it is searchable: on
-        // Elasticsearch the previous writer's last writes may not be
-        // (review of Elasticsearch, F4: they were published at once); the
-        // embedded index's commits are at once.
-        self.unpublished.set(None);
-        if let Some(c) = checkpoint {
-            self.next.fetch_min(c.offset as i64 + 1, Ordering::SeqCst);
-            self.unpublished.set(Some(c.offset as i64 + 1));
+        // Published up to it once the shard says it is searchable (the
+        // embedded index's commits are at once).
+        self.publication.borrow_mut().opened(checkpoint);
+        if checkpoint.is_some() {
             self.publish_pending(shard, false);
         }
         self.parked_gauge(shard);
@@ -73,7 +67,7 @@ impl Applier {
     /// rather than an out-of-range error). Read here, on the applier's
     /// thread: the consumer thread never waits on the network.
     pub(super) fn positioned(&self, checkpoint: Option<Checkpoint>) -> Step<bool> {
-        self.end.set(None);
+        self.publication.borrow_mut().forget_end();
         if let Some((low, high)) = self.shared.probe.watermarks(self.partition) {
             self.low.set(Some(low));
             self.judge(checkpoint, crate::logid::range_against(checkpoint, low, high))?;
