@@ -57,7 +57,7 @@ impl Applier {
         // The offset of the message last blocked at the head.
         let mut blocked_at: Option<i64> = None;
         while !self.stopping() {
-            if self.fell_back.replace(false) {
+            if self.lanes.borrow_mut().take_fall_back() {
                 // A lane failed: read again from the checkpoint.
                 batch.clear();
                 checkpoint = shard.checkpoint();
@@ -93,7 +93,7 @@ impl Applier {
                         Err(Halt::Stopped) => break,
                         other => paged = other?,
                     }
-                    if self.fell_back.get() {
+                    if self.lanes.borrow().fell_back() {
                         // Nothing more before the partition is sought.
                         continue;
                     }
@@ -190,7 +190,7 @@ impl Applier {
                             }
                         }
                         share.handled();
-                        self.may_defer.set(true);
+                        self.lanes.borrow_mut().allow_deferring(true);
                     }
                     if fresh && shard.prefetches() {
                         self.prefetch(shard.as_mut(), &msg, &rx, &mut ahead);
@@ -208,8 +208,8 @@ impl Applier {
                         Err(Halt::Stopped) => break,
                         other => other,
                     };
-                    self.may_defer.set(false);
-                    if self.fell_back.get() {
+                    self.lanes.borrow_mut().allow_deferring(false);
+                    if self.lanes.borrow().fell_back() {
                         // A lane failed: nothing more before the partition
                         // is sought again (top of the loop).
                         self.busy_since_ms.store(0, Ordering::SeqCst);

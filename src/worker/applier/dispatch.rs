@@ -71,7 +71,7 @@ impl Applier {
                 handled
             }
             Ok(Admitted::Control(c)) => {
-                self.may_defer.set(false);
+                self.lanes.borrow_mut().allow_deferring(false);
                 self.control(shard, msg, c)?
             }
             Ok(Admitted::Move(mv)) => return self.move_in(shard, msg, &mv),
@@ -278,7 +278,7 @@ impl Applier {
     /// the caller instead. Otherwise (`None`) it runs here, whole. A
     /// backend that cannot start it now is retried like any write.
     fn lane_for(&self, shard: &mut dyn Shard, cmd: &Command) -> Step<Option<crate::index::Pages>> {
-        let free = self.may_defer.get() && self.lane_jobs() < self.shared.cfg.lanes;
+        let free = self.lanes.borrow().may_defer() && self.lane_jobs() < self.shared.cfg.lanes;
         if !free || cmd.destination_key().is_some() || crate::faults::lists("index.reject", cmd.key()) {
             return Ok(None);
         }

@@ -158,11 +158,38 @@ pub(super) struct Lanes {
     highest: i64,
     /// After a fall-back, messages up to here are handled one at a time.
     serial_until: i64,
+    /// Whether the message being handled may start a fan-out in a lane
+    /// (set around the loop's own handling only: never in a re-application).
+    may_defer: bool,
+    /// A lane's failure dropped the lanes: the partition is to be read
+    /// again from the shard's checkpoint.
+    fell_back: bool,
 }
 
 impl Lanes {
     pub(super) fn jobs(&self) -> usize {
         self.turn.len()
+    }
+
+    /// Whether the message about to be handled may start a fan-out in a
+    /// lane: only in the loop's own handling, never in a re-application.
+    pub(super) fn allow_deferring(&mut self, may: bool) {
+        self.may_defer = may;
+    }
+
+    pub(super) fn may_defer(&self) -> bool {
+        self.may_defer
+    }
+
+    /// Whether a lane's failure dropped the lanes since the partition was
+    /// last sought.
+    pub(super) fn fell_back(&self) -> bool {
+        self.fell_back
+    }
+
+    /// Takes the fall-back due: the partition is sought again.
+    pub(super) fn take_fall_back(&mut self) -> bool {
+        std::mem::take(&mut self.fell_back)
     }
 
     fn busy(&self) -> bool {
@@ -394,7 +421,7 @@ impl Applier {
         crate::faults::hold("lanes.fall-back");
         self.retrying(Op::Apply).failed(why)?;
         self.reopen(shard, &[])?;
-        self.fell_back.set(true);
+        self.lanes.borrow_mut().fell_back = true;
         Ok(())
     }
 

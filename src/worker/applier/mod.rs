@@ -157,8 +157,6 @@ impl Partition {
                     receiving: std::cell::RefCell::new(receiving::Receiving::new(partition)),
                     low: Default::default(),
                     lanes: Default::default(),
-                    may_defer: Default::default(),
-                    fell_back: Default::default(),
                     reading: Default::default(),
                 }
                 .run(rx)
@@ -223,12 +221,6 @@ struct Applier {
     /// Key lanes: the fan-outs in progress, the messages waiting behind
     /// them, and which offset may be recorded as applied (`lanes.rs`).
     lanes: std::cell::RefCell<lanes::Lanes>,
-    /// Whether the message being handled may start a fan-out in a lane
-    /// (set around the loop's own handling only: never in a re-application).
-    may_defer: std::cell::Cell<bool>,
-    /// A lane's failure dropped the lanes: the partition is to be read
-    /// again from the shard's checkpoint.
-    fell_back: std::cell::Cell<bool>,
     /// What was received since the last seek asked
     /// ([`Applier::received`]).
     reading: std::cell::Cell<position::Reading>,

@@ -86,7 +86,7 @@ impl Applier {
         let generation = shard.generation();
         // Re-applied one at a time (never into a lane), from the last
         // commit: what was finished since is finished again.
-        self.may_defer.set(false);
+        self.lanes.borrow_mut().allow_deferring(false);
         self.lanes.borrow_mut().tracker.reset();
         'open: loop {
             // The old writer must go first: it holds the shard's lock.
