@@ -9,16 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bound="${1:-2}" files="${2:-3000}"
-cargo build --release --quiet
-target="${CARGO_TARGET_DIR:-target}"
-case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
-bin="$target/release/denorm"
+. scripts/lib.sh
+bin="$(release_binary)"
 state="$(mktemp -d)"
-trap 'kill "${worker:-0}" 2>/dev/null || true; scripts/broker.sh stop "$state/broker" || true; scripts/elastic.sh stop "$state/es" || true; rm -rf "$state"' EXIT
-mkdir -p "$state/broker"
-DENORM_BROKERS="$(scripts/broker.sh start "$state/broker")"
-es="$(scripts/elastic.sh start "$state/es")"
-export DENORM_BROKERS DENORM_INDEX="$es"
+trap 'kill "${worker:-0}" 2>/dev/null || true; stop_servers_in "$state"; rm -rf "$state"' EXIT
+servers_in "$state"
+es="$DENORM_INDEX"
 port=$((20000 + RANDOM % 20000))
 "$bin" topics --partitions 1 >/dev/null
 python3 -c "

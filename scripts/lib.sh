@@ -1,5 +1,7 @@
 # Shared by scripts/broker.sh and scripts/elastic.sh: a free loopback port,
-# waiting until a started server listens, and stopping it.
+# waiting until a started server listens, and stopping it; and by the
+# measurement scripts: the release binary, and a broker and a noida-db of
+# their own.
 
 # A free TCP port on 127.0.0.1.
 free_port() {
@@ -55,4 +57,28 @@ service_main() {
     stop) stop_server "$dir" ;;
     *) echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
   esac
+}
+
+# release_binary: builds denorm (release, shipped features) and prints the
+# binary's path, under CARGO_TARGET_DIR when set (relative or absolute).
+release_binary() {
+  cargo build --release --quiet >&2
+  local target="${CARGO_TARGET_DIR:-target}"
+  case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
+  echo "$target/release/denorm"
+}
+
+# servers_in STATE: starts a tansu broker and a noida-db under STATE and
+# exports DENORM_BROKERS and DENORM_INDEX (the noida-db's URL); the caller
+# stops both with stop_servers_in STATE.
+servers_in() {
+  mkdir -p "$1/broker"
+  DENORM_BROKERS="$(scripts/broker.sh start "$1/broker")"
+  DENORM_INDEX="$(scripts/elastic.sh start "$1/es")"
+  export DENORM_BROKERS DENORM_INDEX
+}
+
+stop_servers_in() {
+  scripts/broker.sh stop "$1/broker" || true
+  scripts/elastic.sh stop "$1/es" || true
 }

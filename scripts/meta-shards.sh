@@ -9,16 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shards="${1:-4}" files="${2:-8000}" users="${3:-800}" posts="${4:-4000}"
-cargo build --release --quiet
-target="${CARGO_TARGET_DIR:-target}"
-case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
-bin="$target/release/denorm"
+. scripts/lib.sh
+bin="$(release_binary)"
 state="$(mktemp -d)"
-trap 'scripts/broker.sh stop "$state/broker" || true; scripts/elastic.sh stop "$state/es" || true; rm -rf "$state"' EXIT
-mkdir -p "$state/broker"
-DENORM_BROKERS="$(scripts/broker.sh start "$state/broker")"
-es="$(scripts/elastic.sh start "$state/es")"
-export DENORM_BROKERS DENORM_INDEX="$es"
+trap 'stop_servers_in "$state"; rm -rf "$state"' EXIT
+servers_in "$state"
+es="$DENORM_INDEX"
 "$bin" topics --partitions 12 >/dev/null
 "$bin" generate --files "$files" --users "$users" --posts "$posts" --renamed-users $((users / 2)) > "$state/data.jsonl"
 "$bin" produce --jsonl "$state/data.jsonl" >/dev/null

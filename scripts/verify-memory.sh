@@ -7,10 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 files="${1:-600000}" users="${2:-20000}" posts="${3:-200000}"
-cargo build --release --quiet
-target="${CARGO_TARGET_DIR:-target}"
-case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
-bin="$target/release/denorm"
+. scripts/lib.sh
+bin="$(release_binary)"
 state="$(mktemp -d)"
 cg=/sys/fs/cgroup/memory/denorm-verify-$$
 trap 'scripts/broker.sh stop "$state/broker" || true; rmdir "$cg" 2>/dev/null || true; rm -rf "$state"' EXIT

@@ -6,8 +6,6 @@
 //! docs/elasticsearch.md says, and the workers go on from their
 //! checkpoints.
 
-use std::time::Duration;
-
 use crate::common::*;
 use denorm::index::elastic::setup::meta_shards_of;
 use elasticsearch::Elasticsearch;
@@ -50,17 +48,7 @@ fn an_existing_meta_index_split_as_documented_keeps_every_checkpoint_on_elastics
     // Each partition resumes at its checkpoint, read from the split index:
     // its own message is read again and skipped, nothing is applied again.
     let worker = Worker::start(cfg, group, index, &[]);
-    let duplicates = |m: &str| metric(m, "denorm_commands_total", &[("outcome", "duplicate")]);
-    let metrics = eventually(
-        Duration::from_secs(30),
-        || format!("not 3 duplicates:\n{}", worker.http_get("/metrics").1),
-        || {
-            let (_, m) = worker.http_get("/metrics");
-            (duplicates(&m) >= 3.0).then_some(m)
-        },
-    );
-    assert_eq!(duplicates(&metrics), 3.0, "{metrics}");
-    assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "applied")]), 0.0);
+    worker.assert_resumed_at_checkpoints(3);
     // And goes on writing its checkpoints there.
     log.extend(produce(cfg, denorm::demo::user_renames(10, 3)));
     wait_applied_by(cfg, group, log.len(), &[&worker]);

@@ -504,6 +504,25 @@ impl Worker {
         http_get(self.metrics_port(), path)
     }
 
+    /// Waits until the worker, started on an index whose every one of
+    /// `partitions` has a checkpoint and nothing after it, has read each
+    /// checkpoint's own message again (to check the log) and skipped it as
+    /// a duplicate; asserts that it applied nothing again.
+    pub fn assert_resumed_at_checkpoints(&self, partitions: usize) {
+        let duplicates = |m: &str| metric(m, "denorm_commands_total", &[("outcome", "duplicate")]);
+        let want = partitions as f64;
+        let metrics = eventually(
+            Duration::from_secs(30),
+            || format!("not {partitions} duplicates:\n{}", self.http_get("/metrics").1),
+            || {
+                let (_, m) = self.http_get("/metrics");
+                (duplicates(&m) >= want).then_some(m)
+            },
+        );
+        assert_eq!(duplicates(&metrics), want, "{metrics}");
+        assert_eq!(metric(&metrics, "denorm_commands_total", &[("outcome", "applied")]), 0.0, "{metrics}");
+    }
+
     /// The port the worker's metrics endpoint bound, from its log.
     pub fn metrics_port(&self) -> u16 {
         const SERVING: &str = "serving /metrics, /healthz, /readyz addr=127.0.0.1:";
