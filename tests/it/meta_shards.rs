@@ -49,6 +49,8 @@ fn an_existing_meta_index_split_as_documented_keeps_every_checkpoint_on_elastics
     // its own message is read again and skipped, nothing is applied again.
     let worker = Worker::start(cfg, group, index, &[]);
     worker.assert_resumed_at_checkpoints(3);
+    // Its DENORM_ES_META_SHARDS (unset: 1) differs from the index's 4: said.
+    assert!(worker.log_contains("the meta index exists with another number of primary shards"), "{}", worker.log());
     // And goes on writing its checkpoints there.
     log.extend(produce(cfg, denorm::demo::user_renames(10, 3)));
     wait_applied_by(cfg, group, log.len(), &[&worker]);

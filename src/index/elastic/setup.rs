@@ -137,7 +137,7 @@ pub async fn ensure(client: &Elasticsearch, prefix: &str, meta_shards: u32) -> R
         let found = meta_shards_of(client, prefix).await.ok().flatten();
         if found.is_some_and(|n| n != meta_shards) {
             let index = names::meta_index(prefix);
-            tracing::warn!(index = %index, found = ?found, asked = meta_shards, "the meta index exists with another number of primary shards than DENORM_ES_META_SHARDS asks: the setting applies when the meta index is created (docs/elasticsearch.md, \"The meta index's shards\", says how to split an existing one)");
+            tracing::warn!(index = %index, found = ?found, asked = meta_shards, "the meta index exists with another number of primary shards than DENORM_ES_META_SHARDS asks: the setting applies when the meta index is created (docs/elasticsearch.md, \"The meta index's primary shards\", says how to split an existing one)");
         }
     }
     if missing.is_empty() {
