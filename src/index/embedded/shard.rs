@@ -81,7 +81,8 @@ pub struct EmbeddedShard {
     /// command of this partition misses.
     siblings: Siblings,
     generation: u64,
-    writer: IndexWriter,
+    /// Closed by `Drop`, after its merges.
+    writer: std::mem::ManuallyDrop<IndexWriter>,
     reader: IndexReader,
     f: Fields,
     /// Uncommitted single-document writes and rewrites of fan-outs of one
@@ -144,7 +145,7 @@ impl EmbeddedShard {
             name: format!("p{partition}"),
             siblings: Siblings { generation_dir, partition, readers: HashMap::new() },
             generation,
-            writer,
+            writer: std::mem::ManuallyDrop::new(writer),
             reader,
             f: fields,
             overlay: Overlay::default(),
@@ -207,6 +208,26 @@ impl EmbeddedShard {
     fn stage(&mut self, kind: Kind, id: String, doc: Option<Doc>, replaces: bool) {
         self.overlay.stage(kind, id, doc, replaces);
         self.dirty = true;
+    }
+}
+
+impl Drop for EmbeddedShard {
+    /// Lets the writer's merges end before the writer goes, and its lock
+    /// with it. Dropped while a merge ran, tantivy's writer let the
+    /// merge's background work go on after the lock was released, and a
+    /// writer opened at once on the same shard (a reopen after a failure;
+    /// a partition assigned back to the same worker) ended with documents
+    /// lost or written twice (`apply::embedded_tests`, a writer dropped
+    /// during merges). Waits at most one merge of `merge_max_docs`
+    /// documents. A killed process leaves nothing running.
+    fn drop(&mut self) {
+        // SAFETY: taken once, here, as the shard goes; never used after.
+        let writer = unsafe { std::mem::ManuallyDrop::take(&mut self.writer) };
+        let started = std::time::Instant::now();
+        match writer.wait_merging_threads() {
+            Ok(()) => tracing::debug!(shard = %self.name, waited_ms = started.elapsed().as_millis() as u64, "shard writer closed after its merges"),
+            Err(error) => tracing::warn!(shard = %self.name, %error, "a merge failed as the shard's writer closed (the committed index is unaffected)"),
+        }
     }
 }
 

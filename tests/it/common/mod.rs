@@ -363,7 +363,21 @@ pub fn model_of(log: &[(LogPosition, Command)]) -> Model {
 /// Asserts that the index equals the model of `log` exactly.
 pub fn assert_matches_model(index: &Path, log: &[(LogPosition, Command)]) {
     let diffs = model::diff(model_of(log).docs(), dump(index), 20);
-    assert!(diffs.is_empty(), "index differs from the model:\n{}", diffs.join("\n"));
+    assert!(diffs.is_empty(), "index differs from the model:\n{}{}", diffs.join("\n"), where_duplicated(index, &diffs));
+}
+
+/// For a difference that names a document held twice (embedded index):
+/// the partitions whose shards hold such documents, so that a failure
+/// says whether one shard holds two copies or two shards one each.
+fn where_duplicated(index: &Path, diffs: &[String]) -> String {
+    if elastic::is_url(index) || !diffs.iter().any(|d| d.ends_with(": duplicated")) {
+        return String::new();
+    }
+    match EmbeddedIndex::open_existing(index).and_then(|i| i.held_by_several_partitions()) {
+        Ok(held) if held.is_empty() => "\nno document is held by several partitions' shards: one shard holds both copies".into(),
+        Ok(held) => format!("\n{} documents are held by several partitions' shards, first: {:?}", held.len(), &held[..held.len().min(5)]),
+        Err(e) => format!("\n(could not read the shards: {e})"),
+    }
 }
 
 /// A `denorm run` process with its stderr captured line by line.
@@ -631,7 +645,7 @@ pub fn assert_matches_topic_model(cfg: &KafkaConfig, index: &Path) -> (usize, us
 pub fn assert_matches_model_of_logs(logs: &[Vec<(i64, denorm::codec::Decoded)>], index: &Path) -> (usize, usize) {
     let (m, moves, chunked) = model_of_logs(logs);
     let diffs = model::diff(m.docs(), dump(index), 20);
-    assert!(diffs.is_empty(), "index differs from the model:\n{}", diffs.join("\n"));
+    assert!(diffs.is_empty(), "index differs from the model:\n{}{}", diffs.join("\n"), where_duplicated(index, &diffs));
     (moves, chunked)
 }
 
