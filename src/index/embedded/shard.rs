@@ -218,8 +218,10 @@ impl Drop for EmbeddedShard {
     /// writer opened at once on the same shard (a reopen after a failure;
     /// a partition assigned back to the same worker) ended with documents
     /// lost or written twice (`apply::embedded_tests`, a writer dropped
-    /// during merges). Waits at most one merge of `merge_max_docs`
-    /// documents. A killed process leaves nothing running.
+    /// during merges). Waits for the merges running then, and for those
+    /// their ends start (each of at most `merge_max_docs` documents); what
+    /// was not committed is written to segments first, then discarded. A
+    /// killed process leaves nothing running.
     fn drop(&mut self) {
         // SAFETY: taken once, here, as the shard goes; never used after.
         let writer = unsafe { std::mem::ManuallyDrop::take(&mut self.writer) };
