@@ -235,6 +235,27 @@ fn the_chunks_of_a_long_move_are_committed_as_they_come_without_passing_its_star
     assert_eq!(r.file_ids(), vec!["d0", "m1", "m2", "m3"]);
 }
 
+/// Issue 45 (review of lanes, F6): a move's first chunk waits for its
+/// rename to be recorded applied at the source, not for the source's
+/// checkpoint, which a fan-out of another key held in its lane keeps below
+/// the rename. The rename (7) is recorded applied above the checkpoint (4);
+/// 5 is the held fan-out. Before, the take-over waited until 5 ended.
+#[test]
+fn a_moves_take_over_waits_for_its_rename_not_for_the_sources_checkpoint() {
+    let r = Rig::of(2, |c| c.commit_quiet = Duration::from_millis(20));
+    {
+        let mut source = r.shared.backend.open_shard(1).unwrap();
+        let done = crate::index::progress::DoneAbove::new(4, 9, [5]);
+        source.progress_mut().mark_applied(crate::index::Checkpoint { offset: 4, fingerprint: None }, done);
+        source.commit().unwrap();
+    }
+    let at = r.produce_move(&chunk(7, 0, true, &["m1"]));
+    let run = r.start();
+    run.wait_next(at + 1);
+    assert_eq!(r.files(), pairs(&[("m1", "/dst/a/m1.txt")]));
+    run.stop();
+}
+
 /// Issue 45: an owner change's upsert waits until the partition its
 /// document leaves has applied the delete half. It judged that by the
 /// source's checkpoint, which stays below any fan-out held in a lane there,
