@@ -445,3 +445,50 @@ fn the_embedded_sorted_dump_holds_a_document_per_segment_not_a_page() {
     println!("sorted dump of {contents_mib} MiB of contents: {added_mib} MiB of anonymous memory added at its peak");
     assert!(added_mib < 24, "the dump added {added_mib} MiB for {contents_mib} MiB of contents in {shards} segments");
 }
+
+/// The Elasticsearch dumps (a verify's sorted one, and the plain one) ask
+/// for pages sized by bytes (`PitScan::bounded`, 16 MiB of
+/// `_source`), not for 1,000 documents whatever their size: 240 files of
+/// 512 KiB (120 MiB) were one page, held three times over (the response,
+/// its JSON, the hits).
+#[test]
+fn the_elasticsearch_sorted_dump_holds_a_page_of_bytes_not_of_documents() {
+    elasticsearch_dump_holds_a_page_of_bytes(true);
+}
+
+#[test]
+fn the_elasticsearch_dump_holds_a_page_of_bytes_not_of_documents() {
+    elasticsearch_dump_holds_a_page_of_bytes(false);
+}
+
+/// One dump per test process: the allocator keeps what a first dump
+/// freed, which a second's peak would not show.
+fn elasticsearch_dump_holds_a_page_of_bytes(sorted: bool) {
+    use denorm::index::Backend;
+    let es = elastic::elastic();
+    let rt = rt();
+    let backend = es.backend(&rt, "t");
+    rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix, 1)).unwrap();
+    let (files, size) = (240, 512 << 10);
+    let mut shard = backend.open_shard(0).unwrap();
+    for i in 0..files {
+        let contents: String = format!("file {i} of the dump ").repeat(size / 16).chars().take(size).collect();
+        let cmd = denorm::command::Command::UpsertFile { id: format!("f{i:03}"), path: format!("/big/f{i}.txt"), contents, previous_path: None };
+        denorm::apply::apply(shard.as_mut(), &cmd, i as u64, denorm::apply::FanOut::pages_of(100)).unwrap();
+        if i % 20 == 19 {
+            shard.commit().unwrap();
+        }
+    }
+    shard.commit().unwrap();
+    let search = backend.search().unwrap();
+    let (contents_mib, what) = ((files * size) >> 20, if sorted { "sorted dump" } else { "dump" });
+    let mut seen = 0;
+    let ((), before, peak) = denorm::alloc::peak_anon_during(|| match sorted {
+        true => search.dump_sorted(&mut |_| seen += 1).unwrap(),
+        false => search.dump(&mut |_| seen += 1).unwrap(),
+    });
+    assert_eq!(seen, files);
+    let added_mib = peak.saturating_sub(before) / 1024;
+    println!("Elasticsearch {what} of {contents_mib} MiB of contents: {added_mib} MiB of anonymous memory added at its peak");
+    assert!(added_mib < 96, "the {what} added {added_mib} MiB for {contents_mib} MiB of contents");
+}

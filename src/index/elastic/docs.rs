@@ -126,6 +126,9 @@ pub struct PitScan {
     done: bool,
     /// Ends at an empty page only, not at a short one (see [`Self::by_id`]).
     to_empty: bool,
+    /// Pages sized by bytes ([`Self::bounded`]): the `_source` bytes a
+    /// page aims at, and the most documents one may ask for.
+    bytes: Option<(usize, usize)>,
 }
 
 /// How long a scan's point in time lives between two pages: longer than
@@ -158,7 +161,7 @@ impl PitScan {
         let r = client.open_point_in_time(OpenPointInTimeParts::Index(&[index])).keep_alive(KEEP_ALIVE).send().await?;
         let v = json_or_status(&format!("opening a point in time on {index}"), r).await?;
         let pit = v["id"].as_str().ok_or_else(|| ElasticError::Transport("point in time response has no id".into()))?.to_string();
-        Ok(PitScan { client: client.clone(), pit, query, sort: json!([{"_shard_doc": "asc"}]), page: page.max(1), after: None, done: false, to_empty: false })
+        Ok(PitScan { client: client.clone(), pit, query, sort: json!([{"_shard_doc": "asc"}]), page: page.max(1), after: None, done: false, to_empty: false, bytes: None })
     }
 
     /// The same scan with matches best first (`_score`, ties in
@@ -177,6 +180,17 @@ impl PitScan {
         // early, and every later document was "missing"): one more request
         // per scan.
         self.to_empty = true;
+        self
+    }
+
+    /// The same scan with pages sized by bytes, for a dump: the first page
+    /// asks for [`FIRST_BOUNDED_PAGE`] documents, and each next one for as
+    /// many as hold `bytes` of `_source` at the last page's average, at
+    /// most the page given to [`Self::open`]. A page of 1,000 documents
+    /// held 1,000 times the largest (review of verify, limits).
+    pub fn bounded(mut self, bytes: usize) -> Self {
+        self.bytes = Some((bytes.max(1), self.page));
+        self.page = self.page.min(FIRST_BOUNDED_PAGE);
         self
     }
 
@@ -209,6 +223,9 @@ impl PitScan {
             Some(last) if page.len() >= self.page || self.to_empty => self.after = Some(last["sort"].clone()),
             _ => self.done = true,
         }
+        if let (Some((bytes, most)), false) = (self.bytes, page.is_empty()) {
+            self.page = sized_page(bytes, most, &page);
+        }
         Ok(page)
     }
 
@@ -218,6 +235,51 @@ impl PitScan {
         if let Err(e) = self.client.close_point_in_time().body(json!({"id": self.pit})).send().await {
             tracing::warn!(error = %e, "releasing a point in time failed; it expires after {KEEP_ALIVE}");
         }
+    }
+}
+
+/// The first page of a scan sized by bytes ([`PitScan::bounded`]).
+pub const FIRST_BOUNDED_PAGE: usize = 10;
+
+/// The `_source` bytes a dump's page aims at ([`PitScan::bounded`]).
+pub const DUMP_PAGE_BYTES: usize = 16 << 20;
+
+/// As many documents as hold `bytes` at the average size of `page`'s
+/// (`_source`, as JSON), between 1 and `most`.
+fn sized_page(bytes: usize, most: usize, page: &[Hit]) -> usize {
+    let held: usize = page.iter().map(|h| json_bytes(&h.source)).sum::<usize>().max(1);
+    (bytes as u128 * page.len() as u128 / held as u128).clamp(1, most.max(1) as u128) as usize
+}
+
+/// About the length of `v` written as JSON, without writing it.
+fn json_bytes(v: &Value) -> usize {
+    match v {
+        Value::Null | Value::Bool(_) | Value::Number(_) => 8,
+        Value::String(s) => s.len() + 2,
+        Value::Array(a) => 2 + a.iter().map(|x| json_bytes(x) + 1).sum::<usize>(),
+        Value::Object(o) => 2 + o.iter().map(|(k, x)| k.len() + 4 + json_bytes(x)).sum::<usize>(),
+    }
+}
+
+#[cfg(test)]
+mod sized_page_tests {
+    use super::*;
+
+    fn page(n: usize, contents: usize) -> Vec<Hit> {
+        (0..n).map(|i| Hit { id: format!("f{i}"), seq: None, source: json!({"id": format!("f{i}"), "contents": "x".repeat(contents)}), score: 0.0 }).collect()
+    }
+
+    #[test]
+    fn a_page_of_large_documents_is_followed_by_fewer_and_small_ones_by_the_most() {
+        // 10 documents of about 1 MiB: 16 MiB hold 15 of them.
+        assert_eq!(sized_page(16 << 20, 1000, &page(10, 1 << 20)), 15);
+        // Of about 8 MiB: 2; of 64 MiB: one at a time.
+        assert_eq!(sized_page(16 << 20, 1000, &page(3, 8 << 20)), 1);
+        assert_eq!(sized_page(16 << 20, 1000, &page(1, 64 << 20)), 1);
+        // Small documents: the most asked for.
+        assert_eq!(sized_page(16 << 20, 1000, &page(10, 100)), 1000);
+        let one = json_bytes(&page(1, 100)[0].source);
+        assert!((100..140).contains(&one), "{one}");
     }
 }
 

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use tokio::runtime::Handle;
 
 use super::complete_json;
-use super::docs::{from_source, hits, is_deleted, recorded, PitScan};
+use super::docs::{from_source, hits, is_deleted, recorded, PitScan, DUMP_PAGE_BYTES};
 use super::names::{alias, concrete};
 use crate::index::{AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, Recorded, SearchIndex};
 
@@ -160,9 +160,10 @@ impl ElasticSearch {
             // return (best first, through a point in time).
             let page = if limit == 0 { 1000 } else { MAX_RESULT_WINDOW };
             let mut pit = self.runtime.block_on(PitScan::open(&self.client, &index, query, page))?;
-            if limit > 0 {
-                pit = pit.by_score();
-            }
+            pit = match limit {
+                0 => pit.bounded(DUMP_PAGE_BYTES),
+                _ => pit.by_score(),
+            };
             let mut left = if limit == 0 { usize::MAX } else { limit };
             let result = (|| -> Result<(), IndexError> {
                 while left > 0 {
@@ -262,7 +263,7 @@ impl SearchIndex for ElasticSearch {
         for kind in kinds {
             let query = json!({"bool": {"must_not": [is_deleted()]}});
             let index = self.dumped_index(kind)?;
-            let mut pit = self.runtime.block_on(PitScan::open(&self.client, &index, query, 1000))?.by_id();
+            let mut pit = self.runtime.block_on(PitScan::open(&self.client, &index, query, 1000))?.by_id().bounded(DUMP_PAGE_BYTES);
             let result = (|| -> Result<(), IndexError> {
                 loop {
                     let page = self.runtime.block_on(pit.next_page())?;
