@@ -273,7 +273,7 @@ mod sized_page_tests {
     fn a_page_of_large_documents_is_followed_by_fewer_and_small_ones_by_the_most() {
         // 10 documents of about 1 MiB: 16 MiB hold 15 of them.
         assert_eq!(sized_page(16 << 20, 1000, &page(10, 1 << 20)), 15);
-        // Of about 8 MiB: 2; of 64 MiB: one at a time.
+        // Of a little over 8 MiB (as JSON), or of 64 MiB: one at a time.
         assert_eq!(sized_page(16 << 20, 1000, &page(3, 8 << 20)), 1);
         assert_eq!(sized_page(16 << 20, 1000, &page(1, 64 << 20)), 1);
         // Small documents: the most asked for.
