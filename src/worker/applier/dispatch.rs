@@ -87,7 +87,7 @@ impl Applier {
                             };
                             let what = format!("the owner change of {id:?} ({}) from {previous:?}", e.command.kind());
                             match e.after {
-                                Some(at) => self.await_departure(shard, at, offset, &what)?,
+                                Some(at) => self.await_departure(shard, at, offset, &what, true)?,
                                 None => warn_without_after(self.partition, offset, &what),
                             }
                         }

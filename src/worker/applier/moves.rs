@@ -62,7 +62,7 @@ impl Applier {
             }
             Arrival::Starts => {
                 let from = crate::command::LogPosition { partition: mv.source_partition, offset: mv.source_offset };
-                self.await_departure(shard, from, msg.offset(), &format!("the move {:?} -> {:?}", mv.from, mv.to))?;
+                self.await_departure(shard, from, msg.offset(), &format!("the move {:?} -> {:?}", mv.from, mv.to), false)?;
                 msg.offset() as u64
             }
         };
@@ -131,17 +131,15 @@ impl Applier {
     /// the live run, so waits never form a cycle; what this partition
     /// applied is committed first, for the partitions that wait for it.
     ///
-    /// The departure is a command of the key the documents leave (an owner
-    /// change's delete half, a move's rename) that comes after all of that
-    /// key's commands they depend on. Once it is recorded applied, so are
+    /// `itself`: the departure is a command of the key the documents leave
+    /// that comes after all of that key's commands they depend on (an
+    /// owner change's delete half). Once it is recorded applied, so are
     /// they (a key's commands apply in order), whatever another key's
-    /// fan-out before it in that partition holds back: the source's
-    /// checkpoint stays below a fan-out held in its lane, and a take-over
-    /// waited for it (issue 45). A move's source records its rename applied
-    /// once it wrote the chunks and deleted its copies: a destination that
-    /// finds the checkpoint short of the rename waits that long, never for
-    /// another key's fan-out.
-    pub(super) fn await_departure(&self, shard: &mut dyn Shard, departure: crate::command::LogPosition, offset: i64, what: &str) -> Step<()> {
+    /// fan-out before it in that partition holds back (issue 45: the
+    /// upsert waited for the source's checkpoint, which stays below a
+    /// fan-out held in its lane). A move's rename is not: its source marks
+    /// it applied only after the destination's take-over may have begun.
+    pub(super) fn await_departure(&self, shard: &mut dyn Shard, departure: crate::command::LogPosition, offset: i64, what: &str, itself: bool) -> Step<()> {
         let (from, partition) = (departure.partition, self.partition);
         // This partition's own log orders it.
         if from == partition || !self.shared.cfg.takeover_waits {
@@ -153,7 +151,7 @@ impl Applier {
         }
         let ready = || -> Result<bool, IndexError> {
             let applied = self.shared.backend.applied(&[from])?.remove(&from).unwrap_or_default();
-            Ok(crate::moves::departed(applied.checkpoint.map(|c| c.offset), departure.offset) || applied.contains(departure.offset))
+            Ok(crate::moves::departed(applied.checkpoint.map(|c| c.offset), departure.offset) || itself && applied.contains(departure.offset))
         };
         if ready()? {
             return Ok(());

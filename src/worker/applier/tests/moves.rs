@@ -248,21 +248,6 @@ fn with_a_fan_out_held_at_the_source() -> Rig {
     r
 }
 
-/// Issue 45 (review of lanes, F6): a move's first chunk waits for its
-/// rename to be recorded applied at the source, not for the source's
-/// checkpoint, which a fan-out of another key held in its lane keeps below
-/// the rename. The rename (7) is recorded applied above the checkpoint (4);
-/// 5 is the held fan-out. Before, the take-over waited until 5 ended.
-#[test]
-fn a_moves_take_over_waits_for_its_rename_not_for_the_sources_checkpoint() {
-    let r = with_a_fan_out_held_at_the_source();
-    let at = r.produce_move(&chunk(7, 0, true, &["m1"]));
-    let run = r.start();
-    run.wait_next(at + 1);
-    assert_eq!(r.files(), pairs(&[("m1", "/dst/a/m1.txt")]));
-    run.stop();
-}
-
 /// Issue 45: an owner change's upsert waits until the partition its
 /// document leaves has applied the delete half. It judged that by the
 /// source's checkpoint, which stays below any fan-out held in a lane there,
