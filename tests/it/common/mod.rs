@@ -362,7 +362,12 @@ pub fn model_of(log: &[(LogPosition, Command)]) -> Model {
 
 /// Asserts that the index equals the model of `log` exactly.
 pub fn assert_matches_model(index: &Path, log: &[(LogPosition, Command)]) {
-    let diffs = model::diff(model_of(log).docs(), dump(index), 20);
+    assert_equals(&model_of(log), index);
+}
+
+/// Asserts that the index holds exactly the model's documents.
+fn assert_equals(m: &Model, index: &Path) {
+    let diffs = model::diff(m.docs(), dump(index), 20);
     assert!(diffs.is_empty(), "index differs from the model:\n{}{}", diffs.join("\n"), where_duplicated(index, &diffs));
 }
 
@@ -644,8 +649,7 @@ pub fn assert_matches_topic_model(cfg: &KafkaConfig, index: &Path) -> (usize, us
 /// [`assert_matches_topic_model`] of logs read already.
 pub fn assert_matches_model_of_logs(logs: &[Vec<(i64, denorm::codec::Decoded)>], index: &Path) -> (usize, usize) {
     let (m, moves, chunked) = model_of_logs(logs);
-    let diffs = model::diff(m.docs(), dump(index), 20);
-    assert!(diffs.is_empty(), "index differs from the model:\n{}{}", diffs.join("\n"), where_duplicated(index, &diffs));
+    assert_equals(&m, index);
     (moves, chunked)
 }
 

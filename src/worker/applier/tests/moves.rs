@@ -235,19 +235,6 @@ fn the_chunks_of_a_long_move_are_committed_as_they_come_without_passing_its_star
     assert_eq!(r.file_ids(), vec!["d0", "m1", "m2", "m3"]);
 }
 
-/// Partition 0's rig, beside a source partition 1 whose shard records
-/// applied everything up to 4, and above it all but 5 (a fan-out held in
-/// its lane) through 9.
-fn with_a_fan_out_held_at_the_source() -> Rig {
-    let r = Rig::of(2, |c| c.commit_quiet = Duration::from_millis(20));
-    let mut source = r.shared.backend.open_shard(1).unwrap();
-    let done = crate::index::progress::DoneAbove::new(4, 9, [5]);
-    source.progress_mut().mark_applied(crate::index::Checkpoint { offset: 4, fingerprint: None }, done);
-    source.commit().unwrap();
-    drop(source);
-    r
-}
-
 /// Issue 45: an owner change's upsert waits until the partition its
 /// document leaves has applied the delete half. It judged that by the
 /// source's checkpoint, which stays below any fan-out held in a lane there,
@@ -256,8 +243,15 @@ fn with_a_fan_out_held_at_the_source() -> Rig {
 /// there is enough (its key's earlier commands are applied before it).
 #[test]
 fn an_owner_change_waits_for_its_delete_half_not_for_the_sources_checkpoint() {
-    // The delete half is at 7.
-    let r = with_a_fan_out_held_at_the_source();
+    let r = Rig::of(2, |c| c.commit_quiet = Duration::from_millis(20));
+    // Partition 1 (the source): applied up to 4, and above it all but 5 (a
+    // fan-out held in its lane), through 9; the delete half is at 7.
+    {
+        let mut source = r.shared.backend.open_shard(1).unwrap();
+        let done = crate::index::progress::DoneAbove::new(4, 9, [5]);
+        source.progress_mut().mark_applied(crate::index::Checkpoint { offset: 4, fingerprint: None }, done);
+        source.commit().unwrap();
+    }
     let user = (0..).map(|i| format!("u{i}")).find(|u| crate::command::partitioner::partition_of(u, 2) == 0).unwrap();
     let mut e = Envelope::new(Command::UpsertPost { id: "p".into(), user_id: user.clone(), title: "t".into(), body: "b".into(), previous_user_id: Some("old".into()) });
     e.after = Some(crate::command::LogPosition { partition: 1, offset: 7 });
