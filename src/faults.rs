@@ -43,6 +43,8 @@
 //!   writes `fanout.page-fail.reached`.
 //! - `kafka.commit`: offset commits are lost before they reach the broker
 //!   (like commits refused by a coordinator that has just restarted).
+//! - `rebuild.verified`: `rebuild --verify` waits after its comparison,
+//!   before it checks the live generation again and cuts over ([`hold`]).
 //! - `verify.replay`, `verify.round`, `verify.before-plan`: `denorm verify`
 //!   waits while the file exists ([`hold`]): once a round chose where it
 //!   stops, before its next round, and before its repair plan.

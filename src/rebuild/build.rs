@@ -111,7 +111,7 @@ pub(super) fn until_stop(b: &Build<'_>, state: &mut State, progress: &mut dyn Fn
                 Some(g) => b.index.checkpoints_in(g, b.partitions)?,
                 None => Default::default(),
             };
-            let behind_live = (0..b.partitions).any(|p| built.get(&p).map_or(-1, |c| c.offset as i64) < live.get(&p).map_or(-1, |c| c.offset as i64));
+            let behind_live = lags(&built, &live, b.partitions);
             if members::behind(&highs, &built, &positions).is_empty() && !behind_live {
                 state.stop_at = Some(highs);
                 b.index.save_state(state)?;
@@ -140,6 +140,13 @@ pub(super) fn until_stop(b: &Build<'_>, state: &mut State, progress: &mut dyn Fn
     stopped(worker)?;
     let positions = stats.positions.lock().expect("positions lock").clone();
     Ok(positions)
+}
+
+/// Whether the generation with checkpoints `built` has applied less of
+/// some partition than the one with `live`.
+pub(super) fn lags(built: &BTreeMap<i32, crate::index::Checkpoint>, live: &BTreeMap<i32, crate::index::Checkpoint>, partitions: i32) -> bool {
+    let at = |c: &BTreeMap<i32, crate::index::Checkpoint>, p: i32| c.get(&p).map_or(-1, |c| c.offset as i64);
+    (0..partitions).any(|p| at(built, p) < at(live, p))
 }
 
 /// This member's report of `state`'s epoch.

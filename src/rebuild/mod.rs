@@ -321,54 +321,73 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         });
         info!(group = %run_group, member = m.me, members = m.count, "the rebuild's worker joins a consumer group of its own (it commits no offsets there; members of one rebuild share it)");
         let b = build::Build { kafka: &kafka, consumer: &consumer, index, cfg, health, runtime: rt.clone(), partitions, live: same_log.then_some(current), members: m, conflicts_before };
-        let reports = loop {
-            let positions = match state.stop_at {
-                None => build::until_stop(&b, &mut state, &mut progress)?,
-                // Resumed after the stop: this run's worker has read nothing.
-                Some(_) => Default::default(),
-            };
-            if !m.leads() {
-                index.save_member_report(&build::report(&b, &state, true, positions))?;
-                info!(generation = target, member = m.me, "stopped: the partitions this member held are committed");
-                match members::await_outcome(index, target, state.epoch)? {
-                    members::Outcome::CutOver => {
-                        let applied = applied_of(&index.checkpoints_in(target, partitions)?, &watermarks(&consumer, &kafka.topic, partitions)?) as u64;
-                        return Ok(Done { generation: target, partitions, applied, elapsed: started.elapsed(), skipped, verified: None, cut_over_by: Some(0) });
-                    }
-                    members::Outcome::Resumed(s) => {
-                        info!(generation = target, epoch = s.epoch, "member 0 withdrew the stop: building on");
-                        state = s;
-                        continue;
+        // Built until caught up, and, after a `--verify`, built on until the
+        // new generation has what the live workers applied meanwhile.
+        'built: loop {
+            let reports = loop {
+                let positions = match state.stop_at {
+                    None => build::until_stop(&b, &mut state, &mut progress)?,
+                    // Resumed after the stop: this run's worker has read nothing.
+                    Some(_) => Default::default(),
+                };
+                if !m.leads() {
+                    index.save_member_report(&build::report(&b, &state, true, positions))?;
+                    info!(generation = target, member = m.me, "stopped: the partitions this member held are committed");
+                    match members::await_outcome(index, target, state.epoch)? {
+                        members::Outcome::CutOver => {
+                            let applied = applied_of(&index.checkpoints_in(target, partitions)?, &watermarks(&consumer, &kafka.topic, partitions)?) as u64;
+                            return Ok(Done { generation: target, partitions, applied, elapsed: started.elapsed(), skipped, verified: None, cut_over_by: Some(0) });
+                        }
+                        members::Outcome::Resumed(s) => {
+                            info!(generation = target, epoch = s.epoch, "member 0 withdrew the stop: building on");
+                            state = s;
+                            continue;
+                        }
                     }
                 }
+                let reports = members::await_stopped(index, &state, m)?;
+                // What was judged caught up must be durable: a member that
+                // died after reporting its position may not have committed.
+                let stop_at = state.stop_at.clone().unwrap_or_default();
+                let positions = members::merged_positions(&positions, &reports);
+                let behind = members::behind(&stop_at, &index.checkpoints_in(target, partitions)?, &positions);
+                if behind.is_empty() {
+                    break reports;
+                }
+                warn!(partitions = ?behind, "after the stop these partitions are behind where they were judged caught up (a member died before it committed): withdrawing the stop");
+                state.stop_at = None;
+                state.epoch += 1;
+                index.save_state(&state)?;
+            };
+            let mut found = index.owner_conflicts();
+            found.extend(reports.iter().flat_map(|r| r.owner_conflicts.iter().cloned()));
+            if state.record_conflicts(&found, conflicts_before) {
+                index.save_state(&state)?;
             }
-            let reports = members::await_stopped(index, &state, m)?;
-            // What was judged caught up must be durable: a member that
-            // died after reporting its position may not have committed.
-            let stop_at = state.stop_at.clone().unwrap_or_default();
-            let positions = members::merged_positions(&positions, &reports);
-            let behind = members::behind(&stop_at, &index.checkpoints_in(target, partitions)?, &positions);
-            if behind.is_empty() {
-                break reports;
+            if state.owner_conflicts_total > 0 && !accept_owner_conflicts {
+                return Err(RebuildError::OwnerConflicts { generation: target, total: state.owner_conflicts_total, documents: state.owner_conflicts.clone() });
             }
-            warn!(partitions = ?behind, "after the stop these partitions are behind where they were judged caught up (a member died before it committed): withdrawing the stop");
-            state.stop_at = None;
-            state.epoch += 1;
-            index.save_state(&state)?;
-        };
+            if let Some(check) = verify.filter(|_| verified.is_none()) {
+                verified = Some(check_before_cutover(index, &kafka, current, target, partitions, check)?);
+                crate::faults::hold("rebuild.verified");
+                // The live workers went on during the verify: cut over now, and
+                // searches would read the new generation without what they
+                // applied meanwhile until they follow it and apply it again
+                // (review of Elasticsearch, F4 b). The stop is withdrawn, as
+                // for a member that died before it committed; the build goes
+                // on until it has caught up with the live generation again.
+                if build::lags(&index.checkpoints_in(target, partitions)?, &index.checkpoints_in(current, partitions)?, partitions) {
+                    info!(generation = target, live = current, "the live workers applied commands during the verify: building on until the new generation has them too, then cutting over");
+                    state.stop_at = None;
+                    state.epoch += 1;
+                    index.save_state(&state)?;
+                    continue 'built;
+                }
+            }
+            break 'built;
+        }
         if m.count == 1 {
             crate::kafka::delete_group(&kafka, &run_group, &rt);
-        }
-        let mut found = index.owner_conflicts();
-        found.extend(reports.iter().flat_map(|r| r.owner_conflicts.iter().cloned()));
-        if state.record_conflicts(&found, conflicts_before) {
-            index.save_state(&state)?;
-        }
-        if state.owner_conflicts_total > 0 && !accept_owner_conflicts {
-            return Err(RebuildError::OwnerConflicts { generation: target, total: state.owner_conflicts_total, documents: state.owner_conflicts.clone() });
-        }
-        if let Some(check) = verify {
-            verified = Some(check_before_cutover(index, &kafka, current, target, partitions, check)?);
         }
         index.cut_over(current, target, partitions)?;
         info!(from = current, to = target, "cut over: searches and live workers use the new generation");

@@ -476,6 +476,44 @@ fn a_rebuild_verifies_the_new_generation_before_its_cutover_on_elasticsearch() {
     a_rebuild_verifies_the_new_generation_before_its_cutover(Rig::elastic(2));
 }
 
+/// Review of Elasticsearch, F4 (b): the live workers go on during
+/// `rebuild --verify`, whose comparison takes about as long as the
+/// rebuild. It cut over at once after the verify, so searches read the new
+/// generation without what they applied meanwhile, until they followed it
+/// and applied it again. Here the live worker applies 40 more files while
+/// the rebuild is held after its verify, and stops before the rebuild goes
+/// on: the new generation must have them when it is cut over to.
+fn a_rebuild_builds_on_after_its_verify_with_what_the_live_workers_applied_meanwhile(r: Rig) {
+    let worker = r.worker(&[]);
+    let log = produce(&r.cfg, files_under("rb", "/rb", 100));
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&worker]);
+    let child = rebuild_with(&r, &[("rebuild.verified", "")], &["--verify"]);
+    let reached = r.dir().join("rebuild-faults").join("rebuild.verified.reached");
+    eventually(Duration::from_secs(120), || "the rebuild never ended its verify".into(), || reached.exists().then_some(()));
+    let late = produce(&r.cfg, files_under("late", "/late", 40));
+    wait_applied_by(&r.cfg, &r.group, log.len() + late.len(), &[&worker]);
+    let worker_log = worker.log();
+    assert!(worker.terminate().success(), "{worker_log}");
+    std::fs::remove_file(r.dir().join("rebuild-faults").join("rebuild.verified")).unwrap();
+    let (status, out) = finish(child);
+    assert!(status.success(), "{out}");
+    assert!(out.contains("building on until the new generation has them too"), "{out}");
+    let rt = crate::common::rt();
+    assert_eq!(generations_of(&r, &rt).current().unwrap(), 1);
+    let late_files = dump(&r.index).into_iter().filter(|d| d.id().starts_with("late")).count();
+    assert_eq!(late_files, 40, "the new generation was cut over to without the files the live worker applied during the verify");
+}
+
+#[test]
+fn a_rebuild_builds_on_after_its_verify_with_what_the_live_workers_applied_meanwhile_on_the_embedded_index() {
+    a_rebuild_builds_on_after_its_verify_with_what_the_live_workers_applied_meanwhile(Rig::new(2));
+}
+
+#[test]
+fn a_rebuild_builds_on_after_its_verify_with_what_the_live_workers_applied_meanwhile_on_elasticsearch() {
+    a_rebuild_builds_on_after_its_verify_with_what_the_live_workers_applied_meanwhile(Rig::elastic(2));
+}
+
 /// Issue 43, 2: `rebuild --members 2`, the two processes a Job with
 /// `parallelism: 2` runs, each building the shards of its partitions, under
 /// load; member 1 is killed (SIGKILL) in the middle and replaced under its
