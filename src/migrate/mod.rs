@@ -34,8 +34,7 @@ use crate::codec::{Codec, Decoded};
 use crate::command::{Command, LogPosition};
 use crate::kafka::{watermarks, KafkaConfig, KafkaSetupError};
 
-mod arrivals;
-use arrivals::{Arrivals, Chunk};
+use crate::moves::arrivals::{Arrivals, Chunk};
 
 /// Why a migration did not finish.
 #[derive(Debug, thiserror::Error)]

@@ -321,7 +321,7 @@ impl Applier {
                     // refused one of its documents): its files are written
                     // as of now, like upserts.
                     Ok(Admitted::Move(mv)) => {
-                        crate::apply::move_in(shard, &mv, msg.offset() as u64)?;
+                        crate::moves::move_in(shard, &mv, msg.offset() as u64)?;
                         Handled::Done { fan_out: false }
                     }
                 };

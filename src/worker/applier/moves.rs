@@ -75,7 +75,7 @@ impl Applier {
             // from the source's copy: they stay here, and a later attempt
             // moves the rest.
             let withdrawn = match mv.source_partition != self.partition && !shard.shares_documents() {
-                true => crate::apply::withdraw_move(shard, mv, pos)?,
+                true => crate::moves::withdraw_move(shard, mv, pos)?,
                 false => 0,
             };
             counter!(m::MOVES_TOTAL, "side" => "destination", "outcome" => "aborted").increment(1);
@@ -84,7 +84,7 @@ impl Applier {
             self.end_move(shard, msg);
             return Ok(Handled::Done { fan_out: true });
         }
-        let docs = crate::apply::move_in(shard, mv, pos)?;
+        let docs = crate::moves::move_in(shard, mv, pos)?;
         histogram!(m::COMMAND_DOCUMENTS, "type" => "move_in").record(docs as f64);
         if !mv.last {
             if self.receiving.borrow_mut().chunk(mv.source(), pos) {
@@ -255,7 +255,7 @@ impl Applier {
         };
         // Chunks are written as the scan fills them: only the files' ids
         // are kept, for the deletes.
-        let scanned = crate::apply::move_out(shard, from, to, pos as u64, self.shared.cfg.fan_out, &mut |f| {
+        let scanned = crate::moves::move_out(shard, from, to, pos as u64, self.shared.cfg.fan_out, &mut |f| {
             if halted.is_some() || refused.is_some() {
                 return;
             }
@@ -297,7 +297,7 @@ impl Applier {
         }
         counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "sent").increment(1);
         info!(partition = self.partition, offset = pos, from, to, files = ids.len(), chunks = sent + 1, to_partition = partition, "cross-key rename: documents handed to the destination");
-        Ok(match crate::apply::remove_moved(shard, &ids, from, pos as u64) {
+        Ok(match crate::moves::remove_moved(shard, &ids, from, pos as u64) {
             Ok(_) => MoveOut::Moved(ids.len() as u64),
             // Every chunk was written: a retry writes the move again, a
             // resend the destination ignores.

@@ -106,7 +106,7 @@ fn commit_one(shard: &mut Box<dyn Shard + Send>, c: &Command, pos: u64) {
 /// `dst` takes them over at its offset `dst_at`, `src` removes what is
 /// left. Returns the chunk `dst` applied, to be replayed.
 fn move_between(src: &mut Box<dyn Shard + Send>, (sp, at): (i32, u64), dst: &mut Box<dyn Shard + Send>, dst_at: u64, from: &str, to: &str) -> denorm::command::moves::MoveIn {
-    use denorm::apply::{move_in, move_out, remove_moved};
+    use denorm::moves::{move_in, move_out, remove_moved};
     let mut files = Vec::new();
     move_out(src.as_mut(), from, to, at, FanOut::pages_of(2), &mut |f| files.push(f)).unwrap();
     let ids: Vec<String> = files.iter().map(|f| f.id.clone()).collect();
@@ -162,7 +162,7 @@ pub fn a_stale_owner_cannot_bring_back_a_document_that_moved_away(b: &dyn Backen
 /// 1's now, so the replay must not take it back, and `x` stays at its last
 /// path, once.
 pub fn a_take_over_replaces_only_its_source_partitions_copy(b: &dyn Backend, live: impl Fn() -> Vec<Doc>) {
-    use denorm::apply::move_in;
+    use denorm::moves::move_in;
     let (mut s0, mut s1, mut s2) = (b.open_shard(0).unwrap(), b.open_shard(1).unwrap(), b.open_shard(2).unwrap());
     commit_one(&mut s0, &upsert("x", "/s/x.txt", "v1"), 1);
     let first = move_between(&mut s0, (0, 2), &mut s2, 1, "/s", "/e");

@@ -42,9 +42,9 @@ fn a_take_over_replaces_only_its_source_partitions_copy() {
 /// equal to the model; the source keeps what it did not move.
 #[test]
 fn a_move_between_two_partitions_survives_either_order_resends_and_a_stale_source_write() {
-    use denorm::apply::{move_in, move_out, remove_moved};
     use denorm::command::moves::MoveIn;
     use denorm::index::Checkpoint;
+    use denorm::moves::{move_in, move_out, remove_moved};
     for delete_first in [false, true] {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let (server, scans) = scans_server(&rt);
@@ -218,10 +218,10 @@ fn an_upsert_without_the_explicit_form_may_reuse_a_deleted_id_but_never_takes_a_
 /// wait no longer matters or no longer suffices).
 #[test]
 fn a_chain_of_take_overs_replays_in_any_order_the_departures_allow() {
-    use denorm::apply::{move_in, move_out, remove_moved};
     use denorm::command::moves::{MoveIn, MovedFile};
     use denorm::index::{Checkpoint, Doc};
     use denorm::moves::departed;
+    use denorm::moves::{move_in, move_out, remove_moved};
     use rand::{Rng, SeedableRng};
     #[derive(Clone)]
     enum Step {

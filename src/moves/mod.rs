@@ -1,5 +1,12 @@
-//! Renames that cross ordering keys: the messages and rules of the move
-//! protocol (see docs/cross-key.md). No I/O.
+//! Renames that cross ordering keys: the move protocol's one home (see
+//! docs/cross-key.md). Here: its rules (this file, no I/O), the writes it
+//! makes on a shard (`effects`), and the check that a copy of the topic
+//! keeps each move where its destination applies it (`arrivals`, no I/O).
+//! Elsewhere, each for a reason: the messages, with the topic's other
+//! messages (`command::moves`); the four `Shard` methods that place a
+//! moved document differently on each backend (`index`); and the
+//! applier's sending, receiving and waiting, which are a partition's
+//! (`worker/applier/moves.rs`, `receiving.rs`).
 //!
 //! A rename whose `from` and `to` lie under different top-level directories
 //! is keyed by its source. The source's worker, applying it in the source's
@@ -10,6 +17,10 @@
 //! the move takes effect there at its first chunk. Every decision depends
 //! only on the worker's own partition's log, so redelivery and replay repeat
 //! it exactly.
+
+pub(crate) mod arrivals;
+pub mod effects;
+pub use effects::{move_in, move_out, remove_moved, withdraw_move};
 
 use crate::command::moves::MoveIn;
 use crate::index::progress::Received;

@@ -9,13 +9,13 @@ use crate::command::LogPosition;
 
 /// One chunk of a move, as [`Arrivals`] sees it.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Chunk {
+pub(crate) struct Chunk {
     /// Its rename's place in the old topic (the move's identity).
-    pub(super) old: LogPosition,
+    pub(crate) old: LogPosition,
     /// Its rename's place in the new topic.
-    pub(super) new: LogPosition,
-    pub(super) last: bool,
-    pub(super) aborted: bool,
+    pub(crate) new: LogPosition,
+    pub(crate) last: bool,
+    pub(crate) aborted: bool,
 }
 
 /// The moves' chunks of one new destination partition, taken by the
@@ -25,7 +25,7 @@ pub(super) struct Chunk {
 /// for a resend. Merging old partitions can put a move behind a later one
 /// of its new source partition: its files would be lost.
 #[derive(Default)]
-pub(super) struct Arrivals {
+pub(crate) struct Arrivals {
     /// Per new source partition, the highest rename offset completed.
     done: std::collections::HashMap<i32, i64>,
     completed: std::collections::HashSet<LogPosition>,
@@ -36,7 +36,7 @@ pub(super) struct Arrivals {
 impl Arrivals {
     /// Takes `c` in log order; false when a first arrival of a move would
     /// be taken for a resend.
-    pub(super) fn arrive(&mut self, c: Chunk) -> bool {
+    pub(crate) fn arrive(&mut self, c: Chunk) -> bool {
         if self.active.is_some_and(|a| a != c.old) {
             self.passed_over.push_back(c);
             return true;
