@@ -69,6 +69,10 @@ impl Backoff {
     }
 }
 
+/// A [`poll_until`] timeout for a wait that ends only by its check (a
+/// hundred years: an `Instant` this far ahead is still representable).
+pub const UNBOUNDED: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// Asks `check` every `every` until it gives a value or `timeout` passes;
 /// the last answer it gave is returned with the timeout (`None` if it
 /// never answered). Blocking.

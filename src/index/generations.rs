@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
@@ -13,6 +13,7 @@ use tracing::{info, warn};
 use super::elastic::{backend::ElasticBackend, bulk_load, generations, meta, names, ElasticError};
 use super::embedded::{EmbeddedBackend, EmbeddedIndex};
 use super::{Backend, Checkpoint, IndexError};
+use crate::retry::Polled;
 
 /// The rebuild in progress (`<index>/REBUILD`, or the meta document
 /// `rebuild` on Elasticsearch).
@@ -236,18 +237,19 @@ impl Generations for EmbeddedGenerations {
     /// workers release them as they follow the cutover.
     fn remove(&self, g: u64, _partitions: i32) -> Result<(), IndexError> {
         let dir = self.index.generation_dir(g);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            match self.index.writers_held(g)? {
-                0 => break,
-                n if Instant::now() < deadline => {
-                    info!(generation = g, writers = n, "waiting for live workers to leave the old generation");
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                n => {
-                    warn!(generation = g, writers = n, dir = %dir.display(), "old generation still written to after 60 s: kept (delete it once every worker has moved)");
-                    return Ok(());
-                }
+        let polled = crate::retry::poll_until(Duration::from_secs(60), Duration::from_millis(200), || match self.index.writers_held(g) {
+            Ok(0) => Polled::Done(Ok(())),
+            Ok(n) => {
+                info!(generation = g, writers = n, "waiting for live workers to leave the old generation");
+                Polled::NotYet(n)
+            }
+            Err(e) => Polled::Done(Err(e)),
+        });
+        match polled {
+            Ok(done) => done?,
+            Err(n) => {
+                warn!(generation = g, writers = n.unwrap_or_default(), dir = %dir.display(), "old generation still written to after 60 s: kept (delete it once every worker has moved)");
+                return Ok(());
             }
         }
         std::fs::remove_dir_all(&dir).map_err(|e| IndexError::Io(std::io::Error::new(e.kind(), format!("deleting {}: {e}", dir.display()))))?;

@@ -31,6 +31,7 @@ use tracing::{info, warn};
 use super::RebuildError;
 use crate::index::generations::{Generations, MemberReport, State};
 use crate::index::Checkpoint;
+use crate::retry::{poll_until, Polled};
 
 pub use crate::members::Members;
 
@@ -41,11 +42,34 @@ pub const BEGIN_WAIT: Duration = Duration::from_secs(600);
 /// How often members read the index's records while they wait.
 const POLL: Duration = Duration::from_millis(250);
 
+/// Reads the index's records every [`POLL`] (on [`poll_until`]) until
+/// `check` gives a value or an error; `Ok(None)` once `timeout` passes.
+/// `check` is told when it is time to say what it waits for (every
+/// `say_every`, the first time at once when `say_first`).
+fn poll_records<T>(timeout: Duration, say_every: Duration, say_first: bool, mut check: impl FnMut(bool) -> Result<Option<T>, RebuildError>) -> Result<Option<T>, RebuildError> {
+    let mut said = if say_first { None } else { Some(Instant::now()) };
+    let polled = poll_until(timeout, POLL, || {
+        let say = said.is_none_or(|t| t.elapsed() >= say_every);
+        match check(say) {
+            Err(e) => Polled::Done(Err(e)),
+            Ok(Some(v)) => Polled::Done(Ok(v)),
+            Ok(None) => {
+                if say {
+                    said = Some(Instant::now());
+                }
+                Polled::NotYet(())
+            }
+        }
+    });
+    match polled {
+        Ok(r) => r.map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
 /// The state member 0 recorded (a member other than 0). Blocking.
 pub fn await_state(index: &dyn Generations, topic: &str, partitions: i32, m: Members, wait: Duration) -> Result<State, RebuildError> {
-    let started = Instant::now();
-    let mut logged = Instant::now() - Duration::from_secs(60);
-    loop {
+    let state = poll_records(wait, Duration::from_secs(30), true, |say| {
         if let Some(s) = index.state().map_err(RebuildError::State)? {
             let (recorded, recorded_partitions) = (s.topic.clone().unwrap_or_else(|| topic.into()), s.partitions.unwrap_or(partitions));
             if recorded != topic || recorded_partitions != partitions {
@@ -55,17 +79,14 @@ pub fn await_state(index: &dyn Generations, topic: &str, partitions: i32, m: Mem
                 return Err(RebuildError::OtherMembers { generation: s.generation, recorded: s.members, members: m.count });
             }
             info!(generation = s.generation, member = m.me, members = m.count, "joining the rebuild member 0 recorded");
-            return Ok(s);
+            return Ok(Some(s));
         }
-        if started.elapsed() >= wait {
-            return Err(RebuildError::NotBegun { secs: wait.as_secs(), member: m.me });
-        }
-        if logged.elapsed() >= Duration::from_secs(30) {
-            logged = Instant::now();
+        if say {
             info!(member = m.me, "waiting for member 0 to begin or resume the rebuild");
         }
-        std::thread::sleep(POLL);
-    }
+        Ok(None)
+    })?;
+    state.ok_or(RebuildError::NotBegun { secs: wait.as_secs(), member: m.me })
 }
 
 /// Per partition, the furthest any of `reports` has read.
@@ -96,8 +117,7 @@ pub fn behind(highs: &[i64], built: &BTreeMap<i32, Checkpoint>, positions: &BTre
 /// The reports of the others for the current stop, once every one has
 /// stopped (member 0). Blocking.
 pub fn await_stopped(index: &dyn Generations, state: &State, m: Members) -> Result<Vec<MemberReport>, RebuildError> {
-    let mut logged = Instant::now();
-    loop {
+    let reports = poll_records(crate::retry::UNBOUNDED, Duration::from_secs(10), false, |say| {
         let mut reports = Vec::new();
         let mut waiting = Vec::new();
         for i in m.others() {
@@ -107,14 +127,14 @@ pub fn await_stopped(index: &dyn Generations, state: &State, m: Members) -> Resu
             }
         }
         if waiting.is_empty() {
-            return Ok(reports);
+            return Ok(Some(reports));
         }
-        if logged.elapsed() >= Duration::from_secs(10) {
-            logged = Instant::now();
+        if say {
             info!(members = ?waiting, "waiting for these members to stop their workers (a member that died stops once it is replaced)");
         }
-        std::thread::sleep(POLL);
-    }
+        Ok(None)
+    })?;
+    Ok(reports.expect("an unbounded wait ends only by its check"))
 }
 
 /// What became of the rebuild a member other than 0 stopped for.
@@ -129,21 +149,20 @@ pub enum Outcome {
 /// Waits for member 0 to cut over or to withdraw the stop of `epoch` (a
 /// member other than 0). Blocking.
 pub fn await_outcome(index: &dyn Generations, target: u64, epoch: u64) -> Result<Outcome, RebuildError> {
-    let mut logged = Instant::now();
-    loop {
+    let outcome = poll_records(crate::retry::UNBOUNDED, Duration::from_secs(30), false, |say| {
         match index.state().map_err(RebuildError::State)? {
-            None if index.current()? == target => return Ok(Outcome::CutOver),
+            None if index.current()? == target => return Ok(Some(Outcome::CutOver)),
             None => return Err(RebuildError::GivenUp { generation: target }),
             Some(s) if s.generation != target => return Err(RebuildError::GivenUp { generation: target }),
-            Some(s) if s.stop_at.is_none() || s.epoch != epoch => return Ok(Outcome::Resumed(s)),
+            Some(s) if s.stop_at.is_none() || s.epoch != epoch => return Ok(Some(Outcome::Resumed(s))),
             Some(_) => {}
         }
-        if logged.elapsed() >= Duration::from_secs(30) {
-            logged = Instant::now();
+        if say {
             info!(generation = target, "stopped: waiting for member 0 to cut over");
         }
-        std::thread::sleep(POLL);
-    }
+        Ok(None)
+    })?;
+    Ok(outcome.expect("an unbounded wait ends only by its check"))
 }
 
 /// Deletes the others' reports (member 0, once the rebuild is done or

@@ -232,9 +232,11 @@ pub(super) fn drain(parts: &mut HashMap<i32, Partition>, partitions: &[i32], ctx
     let mut out = Vec::new();
     for p in partitions {
         if let Some(mut part) = parts.remove(p) {
-            while !part.finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let _ = crate::retry::poll_until(left, Duration::from_millis(10), || match part.finished() {
+                true => crate::retry::Polled::Done(()),
+                false => crate::retry::Polled::NotYet(()),
+            });
             if part.finished() {
                 match part.join() {
                     Ok(()) => {}

@@ -3,6 +3,7 @@
 //! messages until the last chunk; take-overs wait for their departure.
 
 use super::*;
+use crate::retry::Polled;
 
 /// How the source side of a cross-key rename ended.
 pub(super) enum MoveOut {
@@ -166,21 +167,22 @@ impl Applier {
         info!(partition, offset, from, departure = departure.offset, "{what} waits until partition {from} is applied up to its departure (a replay or rebuild)");
         let started = Instant::now();
         let mut said = started;
-        let result = loop {
+        let polled = crate::retry::poll_until(crate::retry::UNBOUNDED, Duration::from_millis(20), || {
             if self.stopping() {
-                break Err(Halt::Stopped);
+                return Polled::Done(Err(Halt::Stopped));
             }
-            std::thread::sleep(Duration::from_millis(20));
             match ready() {
-                Ok(true) => break Ok(()),
+                Ok(true) => return Polled::Done(Ok(())),
                 Ok(false) => {}
-                Err(e) => break Err(e.into()),
+                Err(e) => return Polled::Done(Err(e.into())),
             }
             if said.elapsed() >= Duration::from_secs(60) {
                 said = Instant::now();
                 warn!(partition, offset, from, departure = departure.offset, waited_secs = started.elapsed().as_secs(), "{what} still waits for partition {from}: is a worker applying it?");
             }
-        };
+            Polled::NotYet(())
+        });
+        let result = polled.unwrap_or_else(|_| unreachable!("an unbounded wait ends only by its check"));
         {
             let mut awaited = self.shared.awaited.lock().expect("awaited lock");
             if let Some(i) = awaited.iter().position(|a| *a == target) {
