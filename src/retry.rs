@@ -73,6 +73,15 @@ impl Backoff {
 /// hundred years: an `Instant` this far ahead is still representable).
 pub const UNBOUNDED: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
+/// [`poll_until`] without a deadline: asks `check` every `every` until it
+/// gives a value (a wait that ends only by its check, a stop included).
+pub fn poll_until_done<T, L>(every: Duration, check: impl FnMut() -> Polled<T, L>) -> T {
+    match poll_until(UNBOUNDED, every, check) {
+        Ok(v) => v,
+        Err(_) => unreachable!("an unbounded wait ends only by its check"),
+    }
+}
+
 /// Asks `check` every `every` until it gives a value or `timeout` passes;
 /// the last answer it gave is returned with the timeout (`None` if it
 /// never answered). Blocking.

@@ -67,6 +67,11 @@ fn poll_records<T>(timeout: Duration, say_every: Duration, say_first: bool, mut 
     }
 }
 
+/// [`poll_records`] without a deadline.
+fn await_records<T>(say_every: Duration, check: impl FnMut(bool) -> Result<Option<T>, RebuildError>) -> Result<T, RebuildError> {
+    Ok(poll_records(crate::retry::UNBOUNDED, say_every, false, check)?.expect("an unbounded wait ends only by its check"))
+}
+
 /// The state member 0 recorded (a member other than 0). Blocking.
 pub fn await_state(index: &dyn Generations, topic: &str, partitions: i32, m: Members, wait: Duration) -> Result<State, RebuildError> {
     let state = poll_records(wait, Duration::from_secs(30), true, |say| {
@@ -117,7 +122,7 @@ pub fn behind(highs: &[i64], built: &BTreeMap<i32, Checkpoint>, positions: &BTre
 /// The reports of the others for the current stop, once every one has
 /// stopped (member 0). Blocking.
 pub fn await_stopped(index: &dyn Generations, state: &State, m: Members) -> Result<Vec<MemberReport>, RebuildError> {
-    let reports = poll_records(crate::retry::UNBOUNDED, Duration::from_secs(10), false, |say| {
+    await_records(Duration::from_secs(10), |say| {
         let mut reports = Vec::new();
         let mut waiting = Vec::new();
         for i in m.others() {
@@ -133,8 +138,7 @@ pub fn await_stopped(index: &dyn Generations, state: &State, m: Members) -> Resu
             info!(members = ?waiting, "waiting for these members to stop their workers (a member that died stops once it is replaced)");
         }
         Ok(None)
-    })?;
-    Ok(reports.expect("an unbounded wait ends only by its check"))
+    })
 }
 
 /// What became of the rebuild a member other than 0 stopped for.
@@ -149,7 +153,7 @@ pub enum Outcome {
 /// Waits for member 0 to cut over or to withdraw the stop of `epoch` (a
 /// member other than 0). Blocking.
 pub fn await_outcome(index: &dyn Generations, target: u64, epoch: u64) -> Result<Outcome, RebuildError> {
-    let outcome = poll_records(crate::retry::UNBOUNDED, Duration::from_secs(30), false, |say| {
+    await_records(Duration::from_secs(30), |say| {
         match index.state().map_err(RebuildError::State)? {
             None if index.current()? == target => return Ok(Some(Outcome::CutOver)),
             None => return Err(RebuildError::GivenUp { generation: target }),
@@ -161,8 +165,7 @@ pub fn await_outcome(index: &dyn Generations, target: u64, epoch: u64) -> Result
             info!(generation = target, "stopped: waiting for member 0 to cut over");
         }
         Ok(None)
-    })?;
-    Ok(outcome.expect("an unbounded wait ends only by its check"))
+    })
 }
 
 /// Deletes the others' reports (member 0, once the rebuild is done or

@@ -167,7 +167,7 @@ impl Applier {
         info!(partition, offset, from, departure = departure.offset, "{what} waits until partition {from} is applied up to its departure (a replay or rebuild)");
         let started = Instant::now();
         let mut said = started;
-        let polled = crate::retry::poll_until(crate::retry::UNBOUNDED, Duration::from_millis(20), || {
+        let result = crate::retry::poll_until_done(Duration::from_millis(20), || {
             if self.stopping() {
                 return Polled::Done(Err(Halt::Stopped));
             }
@@ -182,7 +182,6 @@ impl Applier {
             }
             Polled::NotYet(())
         });
-        let result = polled.unwrap_or_else(|_| unreachable!("an unbounded wait ends only by its check"));
         {
             let mut awaited = self.shared.awaited.lock().expect("awaited lock");
             if let Some(i) = awaited.iter().position(|a| *a == target) {
