@@ -241,6 +241,14 @@ impl Rig {
         }
     }
 
+    /// Commits, as another partition's writer would, that `partition`'s
+    /// shard applied everything up to `checkpoint` and `done` above it.
+    fn source_applied(&self, partition: i32, checkpoint: u64, done: crate::index::progress::DoneAbove) {
+        let mut source = self.shared.backend.open_shard(partition).unwrap();
+        source.progress_mut().mark_applied(crate::index::Checkpoint { offset: checkpoint, fingerprint: None }, done);
+        source.commit().unwrap();
+    }
+
     fn produce_move(&self, m: &MoveIn) -> i64 {
         self.append(m.key(), self.codec.encode_move(m))
     }

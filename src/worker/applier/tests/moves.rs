@@ -240,23 +240,18 @@ fn the_chunks_of_a_long_move_are_committed_as_they_come_without_passing_its_star
 /// commit records the rename applied above a checkpoint that a fan-out of
 /// another key (5, held in its lane) keeps below it. Judging it by the
 /// record, as an owner change's upsert is, was tried and failed a rebuild
-/// on Elasticsearch once (docs/cross-key.md). The rename (7) is recorded
+/// on Elasticsearch twice, under load (docs/cross-key.md). The rename (7) is recorded
 /// applied; the take-over waits until the checkpoint passes 6.
 #[test]
 fn a_moves_take_over_waits_for_the_sources_checkpoint_even_with_its_rename_recorded_applied() {
     let r = Rig::of(2, |c| c.commit_quiet = Duration::from_millis(20));
-    let source_at = |checkpoint: u64, done: crate::index::progress::DoneAbove| {
-        let mut source = r.shared.backend.open_shard(1).unwrap();
-        source.progress_mut().mark_applied(crate::index::Checkpoint { offset: checkpoint, fingerprint: None }, done);
-        source.commit().unwrap();
-    };
-    source_at(4, crate::index::progress::DoneAbove::new(4, 9, [5]));
+    r.source_applied(1, 4, crate::index::progress::DoneAbove::new(4, 9, [5]));
     let at = r.produce_move(&chunk(7, 0, true, &["m1"]));
     let run = r.start();
     eventually("the take-over waits for partition 1", || r.shared.awaiting.load(Ordering::SeqCst) == 1);
     assert!(r.files().is_empty(), "taken over before the source's checkpoint reached the rename: {:?}", r.files());
     // The held fan-out ends: the checkpoint passes it and the rename.
-    source_at(9, crate::index::progress::DoneAbove::default());
+    r.source_applied(1, 9, crate::index::progress::DoneAbove::default());
     run.wait_next(at + 1);
     assert_eq!(r.files(), pairs(&[("m1", "/dst/a/m1.txt")]));
     assert_eq!(r.shared.awaiting.load(Ordering::SeqCst), 0);
@@ -274,12 +269,7 @@ fn an_owner_change_waits_for_its_delete_half_not_for_the_sources_checkpoint() {
     let r = Rig::of(2, |c| c.commit_quiet = Duration::from_millis(20));
     // Partition 1 (the source): applied up to 4, and above it all but 5 (a
     // fan-out held in its lane), through 9; the delete half is at 7.
-    {
-        let mut source = r.shared.backend.open_shard(1).unwrap();
-        let done = crate::index::progress::DoneAbove::new(4, 9, [5]);
-        source.progress_mut().mark_applied(crate::index::Checkpoint { offset: 4, fingerprint: None }, done);
-        source.commit().unwrap();
-    }
+    r.source_applied(1, 4, crate::index::progress::DoneAbove::new(4, 9, [5]));
     let user = (0..).map(|i| format!("u{i}")).find(|u| crate::command::partitioner::partition_of(u, 2) == 0).unwrap();
     let mut e = Envelope::new(Command::UpsertPost { id: "p".into(), user_id: user.clone(), title: "t".into(), body: "b".into(), previous_user_id: Some("old".into()) });
     e.after = Some(crate::command::LogPosition { partition: 1, offset: 7 });
