@@ -215,9 +215,9 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     search.files(&FileQuery { text: Some("elasticsearch project".into()), dir: Some("/chelsea/elasticsearch".into()), ..Default::default() }, 3, &mut |f| hits.push(f.full_path()))?;
     println!("  'elasticsearch project' in /chelsea/elasticsearch (moved from /clinton/work): {hits:?}");
     let mut posts = Vec::new();
-    search.posts(&PostQuery { text: Some("relationships".into()), author: Some("John".into()) }, 3, &mut |p| posts.push(format!("{} by {}", p.title, p.user.name)))?;
+    search.posts(&PostQuery { text: Some("relationships".into()), author: Some("John".into()), ..Default::default() }, 3, &mut |p| posts.push(format!("{} by {}", p.title, p.user.name)))?;
     println!("  posts about relationships by someone called John: {posts:?}");
-    let groups = search.posts_by_author(&PostQuery { text: Some("relationships".into()), author: None }, 3, 2)?;
+    let groups = search.posts_by_author(&PostQuery { text: Some("relationships".into()), ..Default::default() }, 3, 2)?;
     for g in groups {
         println!("  author {:?} (best score {:.2}): {:?}", g.author, g.best_score, g.posts.iter().map(|p| &p.title).collect::<Vec<_>>());
     }

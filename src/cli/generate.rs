@@ -20,7 +20,7 @@ pub fn run(a: &GenerateArgs) -> anyhow::Result<()> {
     commands.extend(a.data.user_renames());
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for c in &commands {
-        if let Err(e) = writeln!(out, "{}", serde_json::to_string(c)?) {
+        if let Err(e) = writeln!(out, "{}", denorm::command::jsonl::line(c)) {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 return Ok(());
             }

@@ -17,6 +17,11 @@ pub struct ProduceArgs {
     /// is validated before anything is sent.
     #[arg(long, value_name = "FILE")]
     jsonl: Option<PathBuf>,
+    /// The tenant every command belongs to (a-z, 0-9, '_' and '-', at most
+    /// 64 bytes; see docs/tenants.md). Without it, a command belongs to the
+    /// default tenant, or to the tenant its JSONL line names ("tenant")
+    #[arg(long, global = true, value_name = "TENANT", env = "DENORM_TENANT")]
+    tenant: Option<String>,
     /// After sending, wait until the consumer group (--group) has applied the
     /// commands: read-your-writes (for a rename across top-level
     /// directories, on both sides). The whole call gives up after this many
@@ -133,6 +138,22 @@ impl One {
     }
 }
 
+/// The commands scoped to `tenant`, when given: a command of another
+/// tenant (its JSONL line names one) is a usage error.
+fn in_tenant(commands: Vec<Command>, tenant: Option<&str>) -> Result<Vec<Command>, UsageError> {
+    let Some(t) = tenant else { return Ok(commands) };
+    denorm::command::tenant::validate(t).map_err(|e| UsageError(format!("--tenant: {e}")))?;
+    commands
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| match c.tenant() {
+            None => Ok(c.scoped(Some(t))),
+            Some(x) if x == t => Ok(c),
+            Some(x) => Err(UsageError(format!("command {} names tenant {x:?}, but --tenant is {t:?} (nothing was sent)", i + 1))),
+        })
+        .collect()
+}
+
 /// Reads and validates a JSONL input: every line, before anything is sent.
 fn read_jsonl(path: &PathBuf) -> anyhow::Result<Vec<Command>> {
     let input: Box<dyn BufRead> = if path.as_os_str() == "-" {
@@ -151,6 +172,7 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
         (None, Some(one)) => vec![one.clone().command().map_err(|e| UsageError(format!("invalid command: {e}")))?],
         (None, None) => return Err(UsageError("give a command (see `denorm produce --help`) or --jsonl FILE".into()).into()),
     };
+    let commands = in_tenant(commands, a.tenant.as_deref())?;
     let kafka = cli.kafka();
     kafka.ensure_topic().await.context("cannot reach or create the topic")?;
     let producer = match a.registry.registry()? {

@@ -3,12 +3,43 @@
 use clap::{Args, Subcommand};
 
 use super::{Cli, UsageError};
-use denorm::index::{FileQuery, PostQuery};
+use denorm::index::{FileQuery, PostQuery, SearchIndex};
 
 #[derive(Debug, Args)]
 pub struct SearchArgs {
+    /// Search this tenant's documents (see docs/tenants.md). Once the index
+    /// holds any tenant's documents, a search names its tenant: this, or
+    /// --default-tenant
+    #[arg(long, global = true, value_name = "TENANT", env = "DENORM_TENANT")]
+    tenant: Option<String>,
+    /// Search the default tenant's documents (those of commands that name
+    /// no tenant)
+    #[arg(long, global = true, conflicts_with = "tenant")]
+    default_tenant: bool,
     #[command(subcommand)]
     what: What,
+}
+
+/// The tenant a search reads: the one named, or the default one where no
+/// tenant has documents.
+fn tenant_of(a: &SearchArgs, search: &dyn SearchIndex) -> anyhow::Result<Option<String>> {
+    if let Some(t) = &a.tenant {
+        denorm::command::tenant::validate(t).map_err(|e| UsageError(format!("--tenant: {e}")))?;
+        return Ok(Some(t.clone()));
+    }
+    if a.default_tenant {
+        return Ok(None);
+    }
+    let tenants = search.tenants(6)?;
+    if tenants.is_empty() {
+        return Ok(None);
+    }
+    let more = if tenants.len() > 5 { ", ..." } else { "" };
+    let named = tenants.iter().take(5).map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ");
+    Err(UsageError(format!(
+        "the index holds the documents of several tenants ({named}{more}): name the one to search with --tenant TENANT, or --default-tenant for the documents of commands that name none"
+    ))
+    .into())
 }
 
 #[derive(Debug, Subcommand)]
@@ -59,6 +90,7 @@ enum What {
 pub fn run(cli: &Cli, a: &SearchArgs, runtime: tokio::runtime::Handle) -> anyhow::Result<()> {
     // An index that is not there exits 2, as a wrong --index would.
     let search = super::location(cli)?.search(runtime).map_err(|e| UsageError(e.to_string()))?;
+    let tenant = tenant_of(a, search.as_ref())?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
     let mut write_err: Option<std::io::Error> = None;
@@ -71,13 +103,17 @@ pub fn run(cli: &Cli, a: &SearchArgs, runtime: tokio::runtime::Handle) -> anyhow
     };
     match &a.what {
         What::Files { dir, under, text, limit, json } => {
-            let q = FileQuery { dir: dir.clone(), under: under.clone(), text: text.clone() };
-            search.files(&q, *limit, &mut |f| emit(if *json { serde_json::to_string(&f).expect("json") } else { format!("{}\t{}", f.full_path(), f.id) }))?;
+            let q = FileQuery { tenant, dir: dir.clone(), under: under.clone(), text: text.clone() };
+            search.files(&q, *limit, &mut |f| {
+                let f = f.unscoped();
+                emit(if *json { serde_json::to_string(&f).expect("json") } else { format!("{}\t{}", f.full_path(), f.id) })
+            })?;
         }
         What::Posts { text, author, group_by_author, per_author, limit, json } => {
-            let q = PostQuery { text: text.clone(), author: author.clone() };
+            let q = PostQuery { tenant, text: text.clone(), author: author.clone() };
             if *group_by_author {
-                for g in search.posts_by_author(&q, *limit, *per_author)? {
+                for mut g in search.posts_by_author(&q, *limit, *per_author)? {
+                    g.posts = g.posts.into_iter().map(|p| p.unscoped()).collect();
                     if *json {
                         emit(serde_json::to_string(&g).expect("json"));
                     } else {
@@ -88,7 +124,10 @@ pub fn run(cli: &Cli, a: &SearchArgs, runtime: tokio::runtime::Handle) -> anyhow
                     }
                 }
             } else {
-                search.posts(&q, *limit, &mut |p| emit(if *json { serde_json::to_string(&p).expect("json") } else { format!("{}\t{}\t{}", p.title, p.user.name, p.id) }))?;
+                search.posts(&q, *limit, &mut |p| {
+                    let p = p.unscoped();
+                    emit(if *json { serde_json::to_string(&p).expect("json") } else { format!("{}\t{}\t{}", p.title, p.user.name, p.id) })
+                })?;
             }
         }
     }

@@ -380,8 +380,7 @@ mod tests {
     fn round_trips_every_command() {
         let codec = Codec::new();
         for c in all_commands() {
-            let mut e = Envelope::new(c);
-            e.tenant = Some("acme".into());
+            let mut e = Envelope::new(c).of_tenant(Some("acme"));
             e.after = Some(LogPosition { partition: 5, offset: 1 << 40 });
             e.repair = Some(crate::command::Repair { unchanged_since: 1 << 33, seen: Some(false) });
             let bytes = codec.encode(&e);
@@ -429,8 +428,7 @@ mod tests {
             let fp = canonical::fingerprint(text).unwrap();
             assert_ne!(fp, codec.current_fingerprint);
             for c in all_commands() {
-                let mut e = Envelope::new(c);
-                e.tenant = Some("acme".into());
+                let mut e = Envelope::new(c).of_tenant(Some("acme"));
                 e.after = Some(LogPosition { partition: 1, offset: 9 });
                 e.repair = Some(crate::command::Repair { unchanged_since: 7, seen: Some(true) });
                 // What each version could not say reads as its default.
@@ -443,7 +441,7 @@ mod tests {
                     want.after = None;
                 }
                 if version == 0 {
-                    want.tenant = None;
+                    want = want.of_tenant(None);
                 }
                 match &mut want.command {
                     Command::UpsertPost { previous_user_id: p, .. } | Command::UpsertFile { previous_path: p, .. } if version < 2 => *p = None,

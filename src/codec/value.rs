@@ -59,12 +59,22 @@ fn optional(v: Option<&String>) -> Value {
 /// this version writes; `tenant`, `after` and `repair` are written only when the
 /// schema has them).
 pub fn to_value(schema: &Schema, e: &Envelope) -> Value {
-    let (name, fields) = payload_fields(&e.command);
+    // A tenant's command is held scoped, and written as its producer wrote
+    // it (see `crate::command::tenant`).
+    let unscoped;
+    let command = match e.tenant {
+        None => &e.command,
+        Some(_) => {
+            unscoped = e.command.unscoped();
+            &unscoped
+        }
+    };
+    let (name, fields) = payload_fields(command);
     let branches = payload_branches(schema);
     let branch = branches.iter().position(|b| branch_name(b) == name).expect("known payload");
     let mut payload: Vec<(String, Value)> = fields.into_iter().map(|(k, v)| (k.to_string(), Value::String(v.to_string()))).collect();
     // Written only by the schema versions that have it (3 on).
-    let previous = match &e.command {
+    let previous = match command {
         Command::UpsertFile { previous_path, .. } => Some(("previous_path", previous_path)),
         Command::UpsertPost { previous_user_id, .. } => Some(("previous_user_id", previous_user_id)),
         _ => None,
@@ -165,6 +175,8 @@ pub(super) fn from_value(writer: &Schema, value: Value) -> Result<Envelope, Deco
         "DeletePost" => Command::DeletePost { id: f("id")?, user_id: f("user_id")? },
         other => return Err(DecodeError::Shape(format!("unknown payload type {other:?}"))),
     };
+    // Scoped to its tenant from here on (see `crate::command::tenant`).
+    let command = command.scoped(tenant.as_deref());
     Ok(Envelope { command_id, issued_at, tenant, after, repair, command })
 }
 

@@ -11,15 +11,36 @@ pub struct LineError {
     pub reason: String,
 }
 
-/// Parses and validates one line. Blank lines yield `None`.
+/// Parses and validates one line. Blank lines yield `None`. A line may
+/// name its tenant (`"tenant": "acme"`): its command is then scoped to it
+/// (see [`super::tenant`]).
 pub fn parse_line(line_no: usize, line: &str) -> Result<Option<Command>, LineError> {
     if line.trim().is_empty() {
         return Ok(None);
     }
     let err = |reason: String| LineError { line: line_no, reason };
-    let command: Command = serde_json::from_str(line).map_err(|e| err(e.to_string()))?;
+    let mut fields: serde_json::Map<String, serde_json::Value> = serde_json::from_str(line).map_err(|e| err(e.to_string()))?;
+    let tenant = match fields.remove("tenant") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(t)) => Some(t),
+        Some(other) => return Err(err(format!("tenant {other} is not a string"))),
+    };
+    let command: Command = serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| err(e.to_string()))?;
     command.validate().map_err(|e| err(e.to_string()))?;
-    Ok(Some(command))
+    if let Some(t) = &tenant {
+        super::tenant::validate(t).map_err(|e| err(e.to_string()))?;
+    }
+    Ok(Some(command.scoped(tenant.as_deref())))
+}
+
+/// The JSONL line of a command (scoped or not): what [`parse_line`] reads
+/// back as the same command.
+pub fn line(command: &Command) -> String {
+    let mut v = serde_json::to_value(command.unscoped()).expect("a command serializes");
+    if let Some(t) = command.tenant() {
+        v["tenant"] = serde_json::Value::String(t.to_string());
+    }
+    v.to_string()
 }
 
 /// Parses a whole input; on the first bad line returns its error, so that
@@ -67,6 +88,20 @@ mod tests {
         for c in crate::demo::seed(50, 5, 20, 1) {
             let line = serde_json::to_string(&c).unwrap();
             assert_eq!(parse_line(1, &line).unwrap(), Some(c), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_line_may_name_its_tenant() {
+        let c = parse_line(1, r#"{"op":"rename","from":"/docs/a","to":"/docs/b","tenant":"acme"}"#).unwrap().unwrap();
+        assert_eq!(c, Command::RenamePath { from: "/docs/a".into(), to: "/docs/b".into() }.scoped(Some("acme")));
+        assert_eq!(c.key(), "acme\u{1f}/docs");
+        assert_eq!(parse_line(1, &line(&c)).unwrap(), Some(c));
+        let plain = parse_line(1, r#"{"op":"rename","from":"/docs/a","to":"/docs/b","tenant":null}"#).unwrap().unwrap();
+        assert_eq!(plain.tenant(), None);
+        for (bad, want) in [(r#""Acme""#, "a-z, 0-9"), ("7", "not a string"), (r#""""#, "is empty")] {
+            let e = parse_line(1, &format!(r#"{{"op":"rename","from":"/docs/a","to":"/docs/b","tenant":{bad}}}"#)).unwrap_err();
+            assert!(e.reason.contains(want), "{bad}: {}", e.reason);
         }
     }
 

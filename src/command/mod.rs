@@ -5,6 +5,7 @@ pub mod jsonl;
 pub mod moves;
 pub mod partitioner;
 pub mod path;
+pub mod tenant;
 
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +29,14 @@ pub enum CommandError {
     RenameIntoItself { from: String, to: String },
     #[error("rename {from:?} -> {to:?}: {reason}")]
     TopLevel { from: String, to: String, reason: &'static str },
+    #[error("tenant {tenant:?} {reason}")]
+    InvalidTenant { tenant: String, reason: String },
+    /// A command whose identifiers name two tenants: a move or an owner
+    /// change across tenants, which denorm refuses (see docs/tenants.md).
+    #[error(
+        "{field} belongs to tenant {other:?}, not to the command's tenant {tenant:?} (\"\": the default tenant): a document never moves between tenants; delete it in one and upsert it in the other"
+    )]
+    CrossTenant { field: &'static str, tenant: String, other: String },
 }
 
 /// One command of the log. The envelope travels with it in [`Envelope`].
@@ -120,10 +129,37 @@ pub struct LogPosition {
 }
 
 impl Envelope {
-    /// Wraps `command` with a fresh id and the current time.
+    /// Wraps `command` with a fresh id and the current time, in the tenant
+    /// it is scoped to (see [`tenant`]).
     pub fn new(command: Command) -> Self {
         let issued_at = crate::clock::now_millis();
-        Envelope { command_id: uuid::Uuid::new_v4().to_string(), issued_at, tenant: None, after: None, repair: None, command }
+        let tenant = command.tenant().map(str::to_string);
+        Envelope { command_id: uuid::Uuid::new_v4().to_string(), issued_at, tenant, after: None, repair: None, command }
+    }
+
+    /// The envelope of `tenant` (`None`: the default tenant), its command
+    /// (as its producer wrote it) scoped to it: how envelopes are held
+    /// (see [`tenant`]).
+    pub fn of_tenant(mut self, tenant: Option<&str>) -> Self {
+        self.command = self.command.unscoped().scoped(tenant);
+        self.tenant = tenant.map(str::to_string);
+        self
+    }
+
+    /// Checks the tenant and the command: what a worker admits.
+    pub fn validate(&self) -> Result<(), CommandError> {
+        match &self.tenant {
+            // Unscoped: a control character (such as a scope's separator)
+            // is refused.
+            None => self.command.validate(),
+            Some(t) => {
+                tenant::validate(t)?;
+                if self.command.tenant() != Some(t.as_str()) {
+                    return Err(CommandError::InvalidTenant { tenant: t.clone(), reason: "is not the tenant its command is scoped to".into() });
+                }
+                self.command.validate_scoped()
+            }
+        }
     }
 }
 
@@ -230,7 +266,8 @@ impl Command {
     }
 
     /// The ordering domain: the top-level directory for filesystem commands,
-    /// the user id for user and post commands. Valid commands only.
+    /// the user id for user and post commands, scoped to the command's
+    /// tenant (see [`tenant`]). Valid commands only.
     pub fn key(&self) -> &str {
         match self {
             Command::UpsertFile { path, .. } | Command::DeleteFile { path, .. } => path::top_level(path),

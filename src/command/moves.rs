@@ -36,12 +36,17 @@ impl MoveIn {
         path::top_level(&self.to)
     }
 
-    /// Checks the paths: `to` and every file valid, every file beneath `to`.
+    /// Checks the paths: `to` and every file valid, every file beneath `to`
+    /// (the paths and ids are scoped to their tenant, one tenant for all).
     pub fn validate(&self) -> Result<(), super::CommandError> {
-        path::validate("from", &self.from)?;
-        path::validate("to", &self.to)?;
+        super::tenant::validate_path("from", &self.from)?;
+        super::tenant::validate_path("to", &self.to)?;
+        if super::tenant::of(&self.from) != super::tenant::of(&self.to) {
+            let (tenant, other) = (super::tenant::of(&self.from).unwrap_or("").to_string(), super::tenant::of(&self.to).unwrap_or("").to_string());
+            return Err(super::CommandError::CrossTenant { field: "to", tenant, other });
+        }
         for f in &self.files {
-            super::Command::DeleteFile { id: f.id.clone(), path: f.path.clone() }.validate()?;
+            super::Command::DeleteFile { id: f.id.clone(), path: f.path.clone() }.validate_scoped()?;
             if !path::is_within(&f.path, &self.to) {
                 return Err(super::CommandError::InvalidPath { field: "path", path: f.path.clone(), reason: format!("is not beneath the move's destination {:?}", self.to) });
             }

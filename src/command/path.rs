@@ -1,5 +1,11 @@
 //! Absolute slash-separated paths: validation, top-level directory (the
 //! ordering key of filesystem commands), ancestors (`path.tree`) and renames.
+//!
+//! A tenant's paths are scoped (`acme\u{1f}/docs/a.txt`, see
+//! [`super::tenant`]): the path begins at its first `/`, and everything
+//! here but [`validate`] (which checks what a producer wrote) keeps the
+//! scope in what it returns, so that a top-level directory, an ancestor or
+//! a renamed path stays its tenant's.
 
 use super::CommandError;
 
@@ -27,15 +33,28 @@ pub fn validate(what: &'static str, path: &str) -> Result<(), CommandError> {
     Ok(())
 }
 
+/// Where a valid path's root `/` is: 0, or after its tenant's scope (0
+/// too for a string without a slash, such as a stored field gone
+/// missing, which reads as a relative path).
+fn root(path: &str) -> usize {
+    path.find('/').unwrap_or(0)
+}
+
+/// Whether `dir` is a root: `/`, or a tenant's.
+pub fn is_root(dir: &str) -> bool {
+    dir.len() == root(dir) + 1
+}
+
 /// Number of segments of a valid path (`/a/b` has 2).
 pub fn depth(path: &str) -> usize {
-    path[1..].split('/').count()
+    path[root(path) + 1..].split('/').count()
 }
 
 /// The top-level directory of a valid path: `/clinton/projects` -> `/clinton`.
 pub fn top_level(path: &str) -> &str {
-    match path[1..].find('/') {
-        Some(i) => &path[..i + 1],
+    let r = root(path) + 1;
+    match path[r..].find('/') {
+        Some(i) => &path[..r + i],
         None => path,
     }
 }
@@ -44,18 +63,18 @@ pub fn top_level(path: &str) -> &str {
 /// `/a/b/c.txt` -> (`/a/b`, `c.txt`). A file directly below `/` has directory `/`.
 pub fn split(path: &str) -> (&str, &str) {
     let i = path.rfind('/').expect("valid path has a slash");
-    let dir = if i == 0 { "/" } else { &path[..i] };
+    let dir = if i == root(path) { &path[..i + 1] } else { &path[..i] };
     (dir, &path[i + 1..])
 }
 
 /// Every ancestor directory of `dir` and `dir` itself, outermost first:
 /// `/a/b/c` -> [`/a`, `/a/b`, `/a/b/c`]. The root `/` has none.
 pub fn tree(dir: &str) -> Vec<String> {
-    if dir == "/" {
+    if is_root(dir) {
         return Vec::new();
     }
     let mut out = Vec::with_capacity(depth(dir));
-    for (i, c) in dir.char_indices().skip(1) {
+    for (i, c) in dir.char_indices().skip(root(dir) + 1) {
         if c == '/' {
             out.push(dir[..i].to_string());
         }
@@ -103,6 +122,22 @@ mod tests {
         assert_eq!(split("/c.txt"), ("/", "c.txt"));
         assert_eq!(tree("/clinton/projects/es"), vec!["/clinton", "/clinton/projects", "/clinton/projects/es"]);
         assert!(tree("/").is_empty());
+    }
+
+    #[test]
+    fn a_tenants_paths_keep_their_scope() {
+        let p = "acme\u{1f}/a/b/c.txt";
+        assert_eq!(depth(p), 3);
+        assert_eq!(top_level(p), "acme\u{1f}/a");
+        assert_eq!(top_level("acme\u{1f}/a"), "acme\u{1f}/a");
+        assert_eq!(split(p), ("acme\u{1f}/a/b", "c.txt"));
+        assert_eq!(split("acme\u{1f}/c.txt"), ("acme\u{1f}/", "c.txt"));
+        assert!(is_root("acme\u{1f}/") && is_root("/") && !is_root("acme\u{1f}/a"));
+        assert_eq!(tree("acme\u{1f}/a/b"), vec!["acme\u{1f}/a", "acme\u{1f}/a/b"]);
+        assert!(tree("acme\u{1f}/").is_empty());
+        assert!(is_within(p, "acme\u{1f}/a"));
+        assert!(!is_within(p, "/a"), "the default tenant's /a holds none of acme's");
+        assert!(validate("path", p).is_err(), "a producer's path is never scoped");
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub use read::{dump_order, AuthorGroup, FileQuery, PostQuery, Recorded, SearchIn
 
 use serde::Serialize;
 
-use crate::command::path;
+use crate::command::{path, tenant};
 
 /// The document kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -59,8 +59,8 @@ impl FileDoc {
     }
 
     pub fn full_path(&self) -> String {
-        if self.path == "/" {
-            format!("/{}", self.name)
+        if path::is_root(&self.path) {
+            format!("{}{}", self.path, self.name)
         } else {
             format!("{}/{}", self.path, self.name)
         }
@@ -69,6 +69,14 @@ impl FileDoc {
     /// `path.tree`: every ancestor of `path` and `path` itself.
     pub fn tree(&self) -> Vec<String> {
         path::tree(&self.path)
+    }
+
+    /// The document as its tenant sees it: its id and path as the producer
+    /// wrote them (see [`crate::command::tenant`]).
+    pub fn unscoped(mut self) -> Self {
+        self.id = tenant::unscoped(&self.id).to_string();
+        self.path = tenant::unscoped(&self.path).to_string();
+        self
     }
 }
 
@@ -96,6 +104,16 @@ pub struct PostDoc {
     pub user: Author,
     #[serde(skip)]
     pub pos: u64,
+}
+
+impl PostDoc {
+    /// The post as its tenant sees it: its id and its user's as the
+    /// producer wrote them.
+    pub fn unscoped(mut self) -> Self {
+        self.id = tenant::unscoped(&self.id).to_string();
+        self.user.id = tenant::unscoped(&self.user.id).to_string();
+        self
+    }
 }
 
 /// Any document. `pos` is the log position (offset within the shard's

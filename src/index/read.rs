@@ -5,14 +5,17 @@ use serde::Serialize;
 
 use super::{Doc, FileDoc, IndexError, PostDoc};
 
-/// The order of [`SearchIndex::dump_sorted`]: the kind's name, the id (as
-/// bytes), then the key. Documents are unique by kind and id but where
-/// shards are separate (embedded): an owner change sent without its
-/// explicit form leaves a copy under each key. The embedded index's
-/// `doc_key` terms (`kind:id`, every kind's name four letters long) and
-/// Elasticsearch's sort on the `id` keyword, kind by kind, give this order.
-pub fn dump_order(d: &Doc) -> (&'static str, String, String) {
-    (d.kind().as_str(), d.id().to_string(), d.key())
+/// The order of [`SearchIndex::dump_sorted`]: the kind's name, the tenant
+/// (the default tenant first), the id (as bytes), then the key. Documents
+/// are unique by kind and id but where shards are separate (embedded): an
+/// owner change sent without its explicit form leaves a copy under each
+/// key. The embedded index's `doc_key` terms (`kind:id`, `kind;tenant id`,
+/// every kind's name four letters long) and Elasticsearch's sort on the
+/// `tenant` (missing first) and `id` keywords, kind by kind, give this
+/// order.
+pub fn dump_order(d: &Doc) -> (&'static str, Option<String>, String, String) {
+    let (tenant, id) = crate::command::tenant::split(d.id());
+    (d.kind().as_str(), tenant.map(str::to_string), id.to_string(), d.key())
 }
 
 /// What a backend records beside a document's fields, which a verify
@@ -26,9 +29,11 @@ pub struct Recorded {
     pub pos_lost: bool,
 }
 
-/// Filters of `denorm search files`.
+/// Filters of `denorm search files`. Every search reads one tenant's
+/// documents (`tenant`, `None`: the default tenant's).
 #[derive(Debug, Clone, Default)]
 pub struct FileQuery {
+    pub tenant: Option<String>,
     /// Exact directory.
     pub dir: Option<String>,
     /// Whole subtree.
@@ -40,6 +45,7 @@ pub struct FileQuery {
 /// Filters of `denorm search posts`.
 #[derive(Debug, Clone, Default)]
 pub struct PostQuery {
+    pub tenant: Option<String>,
     pub text: Option<String>,
     pub author: Option<String>,
 }
@@ -61,6 +67,9 @@ pub trait SearchIndex {
     /// Authors ordered by their best-scoring matching post, each with its
     /// `per_author` best posts; `limit` authors (0: all).
     fn posts_by_author(&self, q: &PostQuery, limit: usize, per_author: usize) -> Result<Vec<AuthorGroup>, IndexError>;
+    /// The tenants (other than the default one) that have documents here,
+    /// in order, at most `limit` of them.
+    fn tenants(&self, limit: usize) -> Result<Vec<String>, IndexError>;
     /// Every document of every shard, without bookkeeping.
     fn dump(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError>;
     /// Every document in [`dump_order`], a page at a time where the

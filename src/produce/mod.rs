@@ -129,13 +129,13 @@ impl Producer {
 
     /// Validates and sends one command.
     pub async fn send(&self, command: Command) -> Result<LogPosition, ProduceError> {
-        command.validate()?;
+        command.validate_scoped()?;
         self.send_envelope(&Envelope::new(command)).await
     }
 
     /// Sends a command with a caller-made envelope. The command is validated.
     pub async fn send_envelope(&self, e: &Envelope) -> Result<LogPosition, ProduceError> {
-        e.command.validate()?;
+        e.validate()?;
         let ack = self.enqueue(e).await?;
         ack.await
     }
@@ -185,7 +185,7 @@ impl Producer {
     /// [`Envelope::after`]).
     async fn send_expanded(&self, commands: Vec<Command>, first_after: Option<LogPosition>, in_flight: usize, mut progress: impl FnMut(usize)) -> Result<Vec<LogPosition>, ProduceError> {
         for c in &commands {
-            c.validate()?;
+            c.validate_scoped()?;
         }
         let n = commands.len();
         let mut out = vec![LogPosition { partition: -1, offset: -1 }; n];
@@ -243,7 +243,7 @@ impl Producer {
         let patience = patience.into();
         let commands = expand_owner_changes(commands);
         for c in &commands {
-            c.validate()?;
+            c.validate_scoped()?;
         }
         let n = commands.len();
         let mut out = Vec::with_capacity(n);

@@ -139,8 +139,8 @@ fn field_diffs(expected: Option<&Doc>, actual: Option<&Doc>) -> Vec<Field> {
 }
 
 /// The order both sides are compared in: the order of
-/// [`crate::index::SearchIndex::dump_sorted`] (kind, id, then key).
-pub fn order(d: &Doc) -> (&'static str, String, String) {
+/// [`crate::index::SearchIndex::dump_sorted`] (kind, tenant, id, then key).
+pub fn order(d: &Doc) -> (&'static str, Option<String>, String, String) {
     crate::index::dump_order(d)
 }
 

@@ -46,7 +46,8 @@ pub mod reason {
     pub const INVALID_COMMAND: &str = "invalid_command";
     pub const MISSING_KEY: &str = "missing_key";
     pub const KEY_MISMATCH: &str = "key_mismatch";
-    pub const ALL: &[&str] = &[EMPTY_PAYLOAD, OVERSIZED, NOT_SINGLE_OBJECT, UNKNOWN_SCHEMA, UNDECODABLE, INVALID_COMMAND, MISSING_KEY, KEY_MISMATCH];
+    pub const INVALID_TENANT: &str = "invalid_tenant";
+    pub const ALL: &[&str] = &[EMPTY_PAYLOAD, OVERSIZED, NOT_SINGLE_OBJECT, UNKNOWN_SCHEMA, UNDECODABLE, INVALID_COMMAND, MISSING_KEY, KEY_MISMATCH, INVALID_TENANT];
 }
 
 /// One input of the `admit` fuzz target (`fuzz/`): its first byte says how
@@ -116,8 +117,12 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
             return reject(reason, e.to_string());
         }
     };
-    if let Err(e) = envelope.command.validate() {
-        return reject(reason::INVALID_COMMAND, e.to_string());
+    if let Err(e) = envelope.validate() {
+        let why = match e {
+            crate::command::CommandError::InvalidTenant { .. } => reason::INVALID_TENANT,
+            _ => reason::INVALID_COMMAND,
+        };
+        return reject(why, e.to_string());
     }
     if envelope.repair.is_some() && !crate::apply::repairable(&envelope.command) {
         let detail = format!("a repair carries an upsert or a delete of one document, not an owner change: found {}", envelope.command.kind());
@@ -140,6 +145,35 @@ mod tests {
         Codec::new().encode(&Envelope::new(Command::UpsertFile { id: "f".into(), path: path.into(), contents: "x".into(), previous_path: None }))
     }
 
+    fn tenant_file(tenant: &str, path: &str) -> Vec<u8> {
+        let e = Envelope::new(Command::UpsertFile { id: "f".into(), path: path.into(), contents: "x".into(), previous_path: None });
+        Codec::new().encode(&e.of_tenant(Some(tenant)))
+    }
+
+    /// Issue 47: a tenant's message is keyed by its scoped key, and a
+    /// producer's id that smuggles a scope's separator is refused.
+    #[test]
+    fn a_tenants_command_is_admitted_under_its_scoped_key_only() {
+        let c = Codec::new();
+        let msg = tenant_file("acme", "/a/b.txt");
+        let Ok(Admitted::Command(e)) = admit(&c, Some(b"acme\x1f/a"), Some(&msg), 1000) else { panic!("not admitted") };
+        assert_eq!(e.tenant.as_deref(), Some("acme"));
+        assert_eq!(e.command.key(), "acme\u{1f}/a");
+        let Err(NotAdmitted::Rejected(r)) = admit(&c, Some(b"/a"), Some(&msg), 1000) else { panic!("admitted under the unscoped key") };
+        assert_eq!(r.reason, reason::KEY_MISMATCH);
+        // Written by a producer of the default tenant, with a separator in
+        // its id.
+        let mut e = Envelope::new(Command::UpsertFile { id: "acme\u{1f}f".into(), path: "/a/b.txt".into(), contents: "x".into(), previous_path: None });
+        e.tenant = None;
+        let smuggled = c.encode(&e);
+        let Err(NotAdmitted::Rejected(r)) = admit(&c, Some(b"/a"), Some(&smuggled), 1000) else { panic!("admitted") };
+        assert_eq!(r.reason, reason::INVALID_COMMAND, "{}", r.detail);
+        let long = tenant_file(&"t".repeat(65), "/a/b.txt");
+        let Err(NotAdmitted::Rejected(r)) = admit(&c, Some(b"x"), Some(&long), 1000) else { panic!("admitted") };
+        assert_eq!(r.reason, reason::INVALID_TENANT);
+        assert!(r.detail.contains("longer than 64"), "{}", r.detail);
+    }
+
     #[test]
     fn each_failure_has_its_own_reason() {
         let c = Codec::new();
@@ -157,6 +191,7 @@ mod tests {
             (Some(b"/a"), Some(file("/a/../etc")), reason::INVALID_COMMAND),
             (None, Some(good.clone()), reason::MISSING_KEY),
             (Some(b"/other"), Some(good.clone()), reason::KEY_MISMATCH),
+            (Some(b"Acme\x1f/a"), Some(tenant_file("Acme", "/a/b.txt")), reason::INVALID_TENANT),
         ];
         let mut seen = std::collections::BTreeSet::new();
         for (key, payload, want) in cases {

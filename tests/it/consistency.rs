@@ -27,6 +27,12 @@
 //! delete under the old key, then a take-over upsert); the model applies
 //! such an upsert after that delete.
 //!
+//! Three tenants (issue 47): producer 0 writes the default tenant's
+//! commands, producers 1 and 2 those of tenants `acme` and `globex`, each
+//! its trees and users renamed so that all three tenants have the same
+//! paths and user ids (`/t0`, `u3`, ...), renamed, moved and written at
+//! once. The model keeps them apart as the index must.
+//!
 //! An operator takes part too (issue 29): a poison message parks one
 //! producer's tree, whose later commands wait as letters, and the index
 //! refuses a command that lands between the chunks of a move (its source
@@ -61,6 +67,45 @@ const REFUSED: &str = "op-refused";
 /// The tree the poison parks: one of a producer's.
 fn poisoned_tree(seed: u64) -> usize {
     (seed % TREES as u64) as usize
+}
+
+/// The tenant of producer `p`'s commands.
+fn tenant(p: u64) -> Option<&'static str> {
+    [None, Some("acme"), Some("globex")][p as usize]
+}
+
+/// The name producer `p` gives tree `t` (`/t{n}`) or user `u` (`u{n}`)
+/// in its tenant: shifted by `p`, so that every tenant's own trees and
+/// users have the same names (a bijection of the names: the producer's
+/// bookkeeping holds as it was).
+fn relabel(p: u64, n: usize, of: usize) -> usize {
+    (n + of - p as usize) % of
+}
+
+/// Producer `p`'s command in its tenant: its trees and users renamed
+/// ([`relabel`]), scoped to the tenant.
+fn in_tenant(p: u64, c: Command) -> Command {
+    let tree = |path: String| {
+        let rest = &path[2..];
+        let end = rest.find('/').unwrap_or(rest.len());
+        let n: usize = rest[..end].parse().expect("/t<n>");
+        format!("/t{}{}", relabel(p, n, TREES + SPARE_TREES), &rest[end..])
+    };
+    let user = |id: String| {
+        let (n, rest) = id[1..].split_once('-').map_or((&id[1..], ""), |(n, r)| (n, r));
+        let n: usize = n.parse().expect("u<n>");
+        let sep = if rest.is_empty() { "" } else { "-" };
+        format!("u{}{sep}{rest}", relabel(p, n, USERS))
+    };
+    let c = match c {
+        Command::UpsertFile { id, path, contents, previous_path } => Command::UpsertFile { id, path: tree(path), contents, previous_path: previous_path.map(tree) },
+        Command::DeleteFile { id, path } => Command::DeleteFile { id, path: tree(path) },
+        Command::RenamePath { from, to } => Command::RenamePath { from: tree(from), to: tree(to) },
+        Command::UpsertUser { id, name, email, dob } => Command::UpsertUser { id: user(id), name, email, dob },
+        Command::UpsertPost { id, user_id, title, body, previous_user_id } => Command::UpsertPost { id: user(id), user_id: user(user_id), title, body, previous_user_id: previous_user_id.map(user) },
+        Command::DeletePost { id, user_id } => Command::DeletePost { id: user(id), user_id: user(user_id) },
+    };
+    c.scoped(tenant(p))
 }
 
 fn dir(rng: &mut StdRng, tree: usize, depth: usize) -> String {
@@ -247,7 +292,7 @@ fn run_on(seed: u64, elastic: bool) {
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|p| {
             let (cfg, group) = (r.cfg.clone(), r.group.clone());
-            let all = commands(seed, p);
+            let all: Vec<Command> = commands(seed, p).into_iter().map(|c| in_tenant(p, c)).collect();
             std::thread::spawn(move || {
                 let mut pace = StdRng::seed_from_u64(seed ^ p);
                 rt().block_on(async {
@@ -442,7 +487,9 @@ fn send_poison(cfg: &KafkaConfig, key: &str) -> LogPosition {
 /// to the destination meanwhile, so that it lands between the chunks.
 fn operate(cfg: &KafkaConfig, faults: &std::path::Path, seed: u64) -> Operated {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x0BE7);
-    let poisoned = format!("/t{}", poisoned_tree(seed));
+    // The tree's key in its producer's tenant.
+    let t = poisoned_tree(seed);
+    let poisoned = in_tenant(t as u64 % PRODUCERS, Command::DeleteFile { id: s("x"), path: format!("/t{t}/x") }).key().to_string();
     std::thread::sleep(Duration::from_millis(rng.random_range(200..1500)));
     let poison = send_poison(cfg, &poisoned);
     std::thread::sleep(Duration::from_millis(rng.random_range(200..1500)));
@@ -595,6 +642,19 @@ fn requested_seeds() {
 fn the_suites_seeds_rebuild_both_from_the_topic_and_from_a_migrated_copy() {
     let suite: Vec<u64> = SEEDS.iter().filter(|(_, kind)| *kind == "run").map(|(s, _)| *s).collect();
     assert!(suite.iter().any(|s| migrates(*s)) && suite.iter().any(|s| !migrates(*s)), "{suite:x?}");
+}
+
+#[test]
+fn every_tenant_has_the_same_trees_and_users() {
+    for p in 0..PRODUCERS {
+        let c = |n: usize| in_tenant(p, Command::UpsertPost { id: format!("u{n}-p1"), user_id: format!("u{n}"), title: s("t"), body: s("b"), previous_user_id: None });
+        let own: Vec<Command> = (0..USERS).filter(|u| *u as u64 % PRODUCERS == p).map(c).collect();
+        let want: Vec<Command> =
+            [0, 3, 6, 9].map(|u| Command::UpsertPost { id: format!("u{u}-p1"), user_id: format!("u{u}"), title: s("t"), body: s("b"), previous_user_id: None }.scoped(tenant(p))).to_vec();
+        assert_eq!(own, want);
+        let trees: Vec<String> = (0..TREES).filter(|t| *t as u64 % PRODUCERS == p).map(|t| in_tenant(p, Command::DeleteFile { id: s("x"), path: format!("/t{t}/a/x") }).key().to_string()).collect();
+        assert_eq!(trees, ["/t0", "/t3"].map(|t| denorm::command::tenant::scope(tenant(p), t)));
+    }
 }
 
 #[test]

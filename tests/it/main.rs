@@ -24,6 +24,7 @@ mod progress;
 mod rebuild;
 mod registry_contracts;
 mod scenarios;
+mod tenants;
 mod topics;
 mod verify;
 mod verify_fooled;

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::names::{alias, write_alias, DELETED_AT_FIELD, DELETED_FIELD, PARTITION_FIELD, POS_FIELD};
+use super::names::{alias, write_alias, DELETED_AT_FIELD, DELETED_FIELD, PARTITION_FIELD, POS_FIELD, TENANT_FIELD};
 use crate::index::Kind;
 
 /// Index settings: the `path_hierarchy` analyzer behind `path.tree`.
@@ -54,11 +54,16 @@ pub fn mapping(kind: Kind) -> Value {
     json!({ "dynamic": "strict", "properties": props })
 }
 
-/// The bookkeeping fields added after the first release (tombstones, the
-/// writing partition), with their mappings: an index that lacks them gets
-/// them added.
-pub fn tombstone_fields() -> [(&'static str, Value); 3] {
-    [(DELETED_FIELD, json!({ "type": "boolean" })), (DELETED_AT_FIELD, json!({ "type": "date", "format": "epoch_millis" })), (PARTITION_FIELD, json!({ "type": "integer" }))]
+/// The fields added after the first release (tombstones, the writing
+/// partition, the tenant), with their mappings: an index that lacks them
+/// gets them added.
+pub fn tombstone_fields() -> [(&'static str, Value); 4] {
+    [
+        (DELETED_FIELD, json!({ "type": "boolean" })),
+        (DELETED_AT_FIELD, json!({ "type": "date", "format": "epoch_millis" })),
+        (PARTITION_FIELD, json!({ "type": "integer" })),
+        (TENANT_FIELD, json!({ "type": "keyword" })),
+    ]
 }
 
 /// Differences between the mapping denorm needs and one found: (field,

@@ -22,6 +22,11 @@ pub const PARTITION_FIELD: &str = "denorm_partition";
 /// removed once older than `tombstones::TOMBSTONE_TTL`.
 pub const DELETED_AT_FIELD: &str = "denorm_deleted_at";
 
+/// The tenant a document belongs to (absent: the default tenant's). Its
+/// `id`, `path` and `user.id` are stored as the producer wrote them, and
+/// its `_id` is scoped to the tenant (see `crate::command::tenant`).
+pub const TENANT_FIELD: &str = "tenant";
+
 pub fn kind_name(kind: Kind) -> &'static str {
     match kind {
         Kind::File => "files",

@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 use tokio::runtime::Handle;
 
 use super::complete_json;
-use super::docs::{from_source, hits, is_deleted, recorded, PitScan, DUMP_PAGE_BYTES};
-use super::names::{alias, concrete};
+use super::docs::{from_source, hits, is_deleted, of_tenant, recorded, PitScan, DUMP_PAGE_BYTES};
+use super::names::{alias, concrete, TENANT_FIELD};
 use crate::index::{AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, Recorded, SearchIndex};
 
 pub struct ElasticSearch {
@@ -22,7 +22,7 @@ pub struct ElasticSearch {
 
 /// The query of `denorm search files`.
 pub fn file_query(q: &FileQuery) -> Value {
-    let mut filter = Vec::new();
+    let mut filter = vec![of_tenant(q.tenant.as_deref())];
     let mut must = Vec::new();
     if let Some(d) = &q.dir {
         filter.push(json!({"term": {"path": d}}));
@@ -45,7 +45,7 @@ pub fn post_query(q: &PostQuery) -> Value {
     if let Some(a) = &q.author {
         must.push(json!({"match": {"user.name": a}}));
     }
-    json!({"bool": {"must": must, "must_not": [is_deleted()]}})
+    json!({"bool": {"filter": [of_tenant(q.tenant.as_deref())], "must": must, "must_not": [is_deleted()]}})
 }
 
 /// The aggregation request of group-by-author.
@@ -242,6 +242,18 @@ impl SearchIndex for ElasticSearch {
             groups.truncate(limit);
         }
         Ok(groups)
+    }
+
+    fn tenants(&self, limit: usize) -> Result<Vec<String>, IndexError> {
+        let names: Vec<String> = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.index_of(*k)).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let body = json!({"size": 0, "query": {"bool": {"must_not": [is_deleted()]}}, "aggs": {"tenants": {"terms": {"field": TENANT_FIELD, "size": limit.clamp(1, MAX_RESULT_WINDOW), "order": {"_key": "asc"}}}}});
+        let v = self.runtime.block_on(async {
+            let r = self.client.search(SearchParts::Index(&names)).allow_partial_search_results(false).body(body).send().await?;
+            complete_json("listing the tenants", r).await
+        })?;
+        let buckets = v["aggregations"]["tenants"]["buckets"].as_array().cloned().unwrap_or_default();
+        Ok(buckets.iter().filter_map(|b| b["key"].as_str().map(str::to_string)).take(limit).collect())
     }
 
     fn dump(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {

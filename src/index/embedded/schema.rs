@@ -7,9 +7,14 @@ use tantivy::schema::{Field, IndexRecordOption, Schema, Value, FAST, INDEXED, ST
 use tantivy::store::StoreReader;
 use tantivy::{DocId, DocSet, Searcher, TantivyDocument, Term, TERMINATED};
 
+use crate::command::tenant;
 use crate::index::{Author, Doc, FileDoc, IndexError, Kind, PostDoc, Scan, UserDoc};
 
-/// The tantivy fields. Dotted names of DESIGN.md map to underscores.
+/// The tantivy fields. Dotted names of DESIGN.md map to underscores. A
+/// tenant's documents hold their identifiers scoped (`id`, `path`,
+/// `path_tree`, `full_path`, `user_id`; see [`crate::command::tenant`]),
+/// and their `kind` too ([`kind_term`]): every term a query or a scan
+/// names is its tenant's.
 #[derive(Clone, Copy)]
 pub(super) struct Fields {
     pub(super) doc_key: Field,
@@ -53,8 +58,22 @@ pub(super) fn schema() -> (Schema, Fields) {
     (b.build(), f)
 }
 
+/// A document's unique term: `kind:id`, and `kind;<tenant>\u{1f}<id>` for
+/// a tenant's (scoped) id. So the terms sort in
+/// [`crate::index::dump_order`]: by kind, the default tenant's first
+/// (`:` sorts before `;`), then tenant by tenant, then by id.
 pub(super) fn doc_key(kind: Kind, id: &str) -> String {
-    format!("{}:{id}", kind.as_str())
+    match tenant::of(id) {
+        None => format!("{}:{id}", kind.as_str()),
+        Some(_) => format!("{};{id}", kind.as_str()),
+    }
+}
+
+/// The `kind` term of a document of `kind` whose id is `id`: scoped to
+/// its tenant (`acme\u{1f}file`), so that a query of one tenant's
+/// documents, which always names their kind, names their tenant too.
+pub(super) fn kind_term(kind: Kind, tenant: Option<&str>) -> String {
+    tenant::scope(tenant, kind.as_str())
 }
 
 impl Fields {
@@ -69,7 +88,7 @@ impl Fields {
     pub(super) fn tantivy_doc(&self, doc: &Doc) -> TantivyDocument {
         let mut t = TantivyDocument::new();
         t.add_text(self.doc_key, doc_key(doc.kind(), doc.id()));
-        t.add_text(self.kind, doc.kind().as_str());
+        t.add_text(self.kind, kind_term(doc.kind(), tenant::of(doc.id())));
         t.add_text(self.id, doc.id());
         t.add_u64(self.pos, doc.pos());
         match doc {
@@ -102,7 +121,7 @@ impl Fields {
     pub(super) fn doc_of(&self, t: &TantivyDocument) -> Result<Doc, IndexError> {
         let s = |f: Field| t.get_first(f).and_then(|v| v.as_str()).unwrap_or("").to_string();
         let pos = t.get_first(self.pos).and_then(|v| v.as_u64()).unwrap_or(0);
-        Ok(match s(self.kind).as_str() {
+        Ok(match tenant::unscoped(&s(self.kind)) {
             "file" => Doc::File(FileDoc { id: s(self.id), name: s(self.name), path: s(self.path), contents: s(self.contents), pos }),
             "user" => Doc::User(UserDoc { id: s(self.id), name: s(self.user_name), email: s(self.email), dob: s(self.dob), pos }),
             "post" => Doc::Post(PostDoc { id: s(self.id), title: s(self.title), body: s(self.body), user: Author { id: s(self.user_id), name: s(self.user_name) }, pos }),

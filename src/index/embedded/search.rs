@@ -9,7 +9,8 @@ use tantivy::{Index, IndexReader};
 
 use crate::index::{AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, SearchIndex};
 
-use super::schema::{find_with, schema, stream, Fields};
+use super::schema::{find_with, kind_term, schema, stream, Fields};
+use crate::command::tenant;
 
 /// Read-only view over every shard.
 /// Builds a shard's query (each shard has its own fields).
@@ -31,12 +32,14 @@ impl EmbeddedSearch {
 
     fn file_query(&self, index: &Index, q: &FileQuery) -> Result<Box<dyn Query>, IndexError> {
         let f = &self.f;
-        let mut must = vec![(Occur::Must, f.term(f.kind, "file"))];
+        // The tenant's own terms (see `schema::Fields`).
+        let t = q.tenant.as_deref();
+        let mut must = vec![(Occur::Must, f.term(f.kind, &kind_term(Kind::File, t)))];
         if let Some(d) = &q.dir {
-            must.push((Occur::Must, f.term(f.path, d)));
+            must.push((Occur::Must, f.term(f.path, &tenant::scope(t, d))));
         }
         if let Some(d) = &q.under {
-            must.push((Occur::Must, f.term(f.path_tree, d)));
+            must.push((Occur::Must, f.term(f.path_tree, &tenant::scope(t, d))));
         }
         if let Some(t) = &q.text {
             must.push((Occur::Must, self.parse(index, vec![f.contents], t)?));
@@ -46,7 +49,7 @@ impl EmbeddedSearch {
 
     fn post_query(&self, index: &Index, q: &PostQuery) -> Result<Box<dyn Query>, IndexError> {
         let f = &self.f;
-        let mut must = vec![(Occur::Must, f.term(f.kind, "post"))];
+        let mut must = vec![(Occur::Must, f.term(f.kind, &kind_term(Kind::Post, q.tenant.as_deref())))];
         if let Some(t) = &q.text {
             must.push((Occur::Must, self.parse(index, vec![f.title, f.body], t)?));
         }
@@ -147,6 +150,23 @@ impl SearchIndex for EmbeddedSearch {
             out.truncate(limit);
         }
         Ok(out)
+    }
+
+    fn tenants(&self, limit: usize) -> Result<Vec<String>, IndexError> {
+        // A tenant's documents have their own `kind` terms.
+        let mut out = std::collections::BTreeSet::new();
+        for (_, reader) in &self.shards {
+            for segment in reader.searcher().segment_readers() {
+                let inverted = segment.inverted_index(self.f.kind)?;
+                let mut terms = inverted.terms().stream()?;
+                while terms.advance() {
+                    if let (Some(t), _) = tenant::split(&String::from_utf8_lossy(terms.key())) {
+                        out.insert(t.to_string());
+                    }
+                }
+            }
+        }
+        Ok(out.into_iter().take(limit).collect())
     }
 
     fn dump(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {

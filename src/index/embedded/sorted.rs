@@ -156,7 +156,10 @@ mod tests {
             for batch in 0..3 {
                 for i in 0..700 {
                     let id = format!("f{:04}", (i * 7 + batch * 3 + p as usize * 11) % 1300);
-                    apply(&mut shard, &upsert(&id, &format!("/k{p}/d{i}.txt"), &format!("v{batch}")), pos, fan).unwrap();
+                    // Two tenants' documents among the default tenant's,
+                    // their ids the same ones (issue 47).
+                    let tenant = [None, Some("acme"), Some("b")][i % 3];
+                    apply(&mut shard, &upsert(&id, &format!("/k{p}/d{i}.txt"), &format!("v{batch}")).scoped(tenant), pos, fan).unwrap();
                     pos += 1;
                 }
                 for i in 0..20 {
@@ -168,7 +171,9 @@ mod tests {
             let user = Command::UpsertUser { id: format!("u{p}"), name: "n".into(), email: "e@x".into(), dob: "1970-01-01".into() };
             apply(&mut shard, &user, pos, fan).unwrap();
             apply(&mut shard, &Command::UpsertPost { id: format!("p{p}"), user_id: format!("u{p}"), title: "t".into(), body: "b".into(), previous_user_id: None }, pos + 1, fan).unwrap();
-            pos += 2;
+            apply(&mut shard, &Command::UpsertPost { id: format!("p{p}"), user_id: format!("u{p}"), title: "t".into(), body: "b".into(), previous_user_id: None }.scoped(Some("acme")), pos + 2, fan)
+                .unwrap();
+            pos += 3;
             shard.commit().unwrap();
         }
         let search = idx.search().unwrap();
@@ -179,6 +184,7 @@ mod tests {
         crate::index::SearchIndex::dump_sorted(&search, &mut |d| sorted.push(d)).unwrap();
         assert!(all.len() > 1000, "{}", all.len());
         assert!(all.windows(2).any(|w| (w[0].kind(), w[0].id()) == (w[1].kind(), w[1].id())), "an id under two keys");
+        assert!(all.iter().any(|d| crate::command::tenant::of(d.id()) == Some("acme")) && all.iter().any(|d| crate::command::tenant::of(d.id()) == Some("b")));
         assert_eq!(sorted.len(), all.len());
         assert!(sorted.iter().map(dump_order).collect::<Vec<_>>().windows(2).all(|w| w[0] <= w[1]));
         assert_eq!(sorted, all);

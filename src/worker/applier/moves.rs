@@ -260,7 +260,7 @@ impl Applier {
             if halted.is_some() || refused.is_some() {
                 return;
             }
-            if let Err(err) = crate::command::path::validate("path", &f.path) {
+            if let Err(err) = crate::command::tenant::validate_path("path", &f.path) {
                 refused = Some(MoveOut::Invalid { detail: format!("renaming {from:?} to {to:?} would make the path of file {:?} invalid: {err}", f.id), sent });
                 return;
             }

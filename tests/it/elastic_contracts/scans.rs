@@ -38,7 +38,9 @@ fn rename_pages_through_a_point_in_time_writes_conditionally_and_closes_it() {
     assert!(searches[0].get("search_after").is_none());
     assert_eq!(searches[1]["pit"]["id"], "pit-2", "the newest pit id is used");
     assert_eq!(searches[1]["search_after"], json!([2]));
-    assert_eq!(searches[0]["query"]["bool"]["should"][0]["term"]["path.tree"], "/c/a");
+    assert_eq!(searches[0]["query"]["bool"]["filter"][0]["bool"]["should"][0]["term"]["path.tree"], "/c/a");
+    // The default tenant's documents only (issue 47).
+    assert_eq!(searches[0]["query"]["bool"]["filter"][1], json!({"bool": {"must_not": [{"exists": {"field": "tenant"}}]}}));
     let bulks: Vec<Vec<Value>> = reqs.iter().filter(|r| r.url.path() == "/_bulk").map(ndjson).collect();
     assert_eq!(bulks.len(), 2, "one bulk request per page");
     assert_eq!(bulks[0][0]["index"]["if_seq_no"], 5);
@@ -103,7 +105,7 @@ fn a_stale_write_never_overwrites_a_newer_one() {
 
 #[test]
 fn group_by_author_is_a_terms_aggregation_with_top_hits() {
-    let body = group_by_author_body(&PostQuery { text: Some("relationships".into()), author: None }, 3, 2);
+    let body = group_by_author_body(&PostQuery { text: Some("relationships".into()), ..Default::default() }, 3, 2);
     assert_eq!(body["size"], 0);
     assert_eq!(body["aggs"]["authors"]["terms"]["field"], "user.name.raw");
     assert_eq!(body["aggs"]["authors"]["terms"]["order"], json!({"best_score": "desc"}));

@@ -27,9 +27,9 @@ fn partial_searches_and_refreshes_are_errors_not_short_answers() {
         }
     });
     let es = search_index(server, rt);
-    let err = es.files(&FileQuery { dir: None, under: None, text: Some("x".into()) }, 10, &mut |_| {}).unwrap_err();
+    let err = es.files(&FileQuery { text: Some("x".into()), ..Default::default() }, 10, &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("1 of 2 shards failed") && err.to_string().contains("Node not connected"), "{err}");
-    let q = PostQuery { text: Some("x".into()), author: None };
+    let q = PostQuery { text: Some("x".into()), ..Default::default() };
     let err = es.posts_by_author(&q, 0, 3).unwrap_err();
     assert!(err.to_string().contains("1 of 2 shards failed"), "{err}");
     let asked = rt.block_on(server.received_requests()).unwrap();
@@ -86,7 +86,7 @@ fn a_search_beyond_the_result_window_pages_through_a_point_in_time_best_first() 
             .await;
     });
     let mut ids = Vec::new();
-    search_index(server, rt).files(&FileQuery { dir: None, under: None, text: Some("x".into()) }, 15_000, &mut |f| ids.push(f.id)).unwrap();
+    search_index(server, rt).files(&FileQuery { text: Some("x".into()), ..Default::default() }, 15_000, &mut |f| ids.push(f.id)).unwrap();
     assert_eq!(ids.len(), 15_000);
     assert_eq!((ids[0].as_str(), ids[14_999].as_str()), ("f0", "f14999"));
     let searches = searches(server, rt);
@@ -103,7 +103,7 @@ fn more_posts_per_author_than_elasticsearch_allows_is_refused_with_the_reason() 
     use denorm::index::{PostQuery, SearchIndex};
     let d = Double::new();
     let (rt, server) = (&d.rt, &d.server);
-    let err = search_index(server, rt).posts_by_author(&PostQuery { text: None, author: None }, 5, 101).unwrap_err();
+    let err = search_index(server, rt).posts_by_author(&PostQuery::default(), 5, 101).unwrap_err();
     assert!(err.to_string().contains("index.max_inner_result_window (100)"), "{err}");
     assert!(rt.block_on(server.received_requests()).unwrap().is_empty());
 }
@@ -137,7 +137,7 @@ fn every_author_pages_through_a_composite_aggregation_ordered_by_best_score() {
             .mount(server)
             .await;
     });
-    let groups = search_index(server, rt).posts_by_author(&PostQuery { text: None, author: None }, 0, 3).unwrap();
+    let groups = search_index(server, rt).posts_by_author(&PostQuery::default(), 0, 3).unwrap();
     assert_eq!(groups.len(), 1_002, "every author, across pages");
     assert!(groups.windows(2).all(|w| w[0].best_score >= w[1].best_score), "ordered by best score");
     assert_eq!(groups[0].author, "author 00006");

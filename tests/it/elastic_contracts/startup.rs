@@ -298,7 +298,7 @@ async fn search_cli_queries_elasticsearch_and_prints_the_json_contract() {
         .mount(&server)
         .await;
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_denorm"))
-        .args(["--index", &server.uri(), "search", "files", "--under", "/clinton/work", "--limit", "5", "--json"])
+        .args(["--index", &server.uri(), "search", "--default-tenant", "files", "--under", "/clinton/work", "--limit", "5", "--json"])
         .env_remove("DENORM_ES_USERNAME")
         .output()
         .await
@@ -309,5 +309,6 @@ async fn search_cli_queries_elasticsearch_and_prints_the_json_contract() {
     let req = &server.received_requests().await.unwrap()[0];
     let body: Value = serde_json::from_slice(&req.body).unwrap();
     assert_eq!(body["size"], 5);
-    assert_eq!(body["query"]["bool"]["filter"][0]["term"]["path.tree"], "/clinton/work");
+    assert_eq!(body["query"]["bool"]["filter"][1]["term"]["path.tree"], "/clinton/work");
+    assert_eq!(body["query"]["bool"]["filter"][0], json!({"bool": {"must_not": [{"exists": {"field": "tenant"}}]}}), "the default tenant's documents only");
 }

@@ -190,6 +190,9 @@ pub(super) fn matches(q: &Value, source: &Value) -> bool {
         let found = field(source, name);
         return found.as_str().map_or(found.to_string(), String::from) == value;
     }
+    if let Some(f) = q.get("exists").and_then(|e| e["field"].as_str()) {
+        return !field(source, f).is_null();
+    }
     panic!("the scan test support does not know the clause {q}");
 }
 
