@@ -140,6 +140,26 @@ pub fn moves() -> Vec<Command> {
     vec![r("/hillary/projects", "/bill/hillary-projects"), r("/clinton/work/elasticsearch", "/chelsea/elasticsearch"), r("/al", "/albert")]
 }
 
+/// The demo's two tenants: `acme` and `globex` write the same paths, file
+/// ids and user ids, then `acme` renames its `/clinton/work` and `globex`
+/// renames its user 1 (see docs/tenants.md).
+pub const TENANTS: [&str; 2] = ["acme", "globex"];
+
+/// The commands of [`TENANTS`], scoped to each (every tenant's own copy
+/// of the same names).
+pub fn tenants() -> Vec<Command> {
+    let mut out = Vec::new();
+    for t in TENANTS {
+        let file = |i: usize| Command::UpsertFile { id: format!("t{i}"), path: format!("/clinton/work/notes/{i}.txt"), contents: format!("{t} notes on the project, page {i}"), previous_path: None };
+        out.extend((1..=3).map(|i| file(i).scoped(Some(t))));
+        out.push(Command::UpsertUser { id: "1".into(), name: format!("John {t}"), email: format!("john@{t}.example"), dob: "1970-10-24".into() }.scoped(Some(t)));
+        out.push(Command::UpsertPost { id: "t-p1".into(), user_id: "1".into(), title: format!("{t} relationships"), body: "It's complicated...".into(), previous_user_id: None }.scoped(Some(t)));
+    }
+    out.push(Command::RenamePath { from: "/clinton/work/notes".into(), to: "/clinton/archive".into() }.scoped(Some("acme")));
+    out.push(Command::UpsertUser { id: "1".into(), name: "Jonathan globex".into(), email: "john@globex.example".into(), dob: "1970-10-24".into() }.scoped(Some("globex")));
+    out
+}
+
 /// Renames of `n` users (user 1 and the next most prolific ones).
 pub fn user_renames(n: usize, seed: u64) -> Vec<Command> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0xD15EA5E);
@@ -166,5 +186,14 @@ mod tests {
         assert!(under_projects > 600, "{under_projects}");
         let by_one = a.iter().filter(|c| matches!(c, Command::UpsertPost { user_id, .. } if user_id == "1")).count();
         assert!(by_one >= 50, "{by_one}");
+    }
+
+    #[test]
+    fn the_tenants_share_names_and_nothing_else() {
+        let t = tenants();
+        assert!(t.iter().all(|c| c.validate_scoped().is_ok() && c.tenant().is_some()));
+        let keys = |tenant: &str| t.iter().filter(|c| c.tenant() == Some(tenant)).map(|c| crate::command::tenant::unscoped(c.key()).to_string()).collect::<std::collections::BTreeSet<_>>();
+        assert_eq!(keys("acme"), keys("globex"), "the same names");
+        assert!(keys("acme").contains("/clinton"));
     }
 }

@@ -125,7 +125,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
         big_docs as f64 / (big_us as f64 / 1e6).max(1e-9)
     );
 
-    step(5, "moves between trees: /hillary/projects -> /bill/hillary-projects, the README's directory to /chelsea, /al renamed /albert; owner changes: a file of /bill given to /tipper, a post given to another user");
+    step(5, "moves between trees: /hillary/projects -> /bill/hillary-projects, the README's directory to /chelsea, /al renamed /albert; owner changes: a file of /bill given to /tipper, a post given to another user; two tenants with the same paths");
     // Owner changes in their explicit form: an upsert naming where the
     // document is now (previous_path, previous_user_id). Each is sent as
     // the delete there, acknowledged once applied, then the upsert.
@@ -161,6 +161,12 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
         demo::moves().len(),
         t.elapsed().as_secs_f64()
     );
+
+    let scoped = demo::tenants();
+    let deliveries = producer.send_all(scoped.clone(), 1000, |_| {}).await?;
+    log.extend(deliveries.into_iter().zip(scoped));
+    wait(&kafka, &group, log.len(), a.timeout_secs, "applying the tenants' commands").await?;
+    eprintln!("      two tenants, acme and globex, wrote the same paths, file ids and user ids; acme renamed its /clinton/work/notes, globex its user 1");
 
     shutdown.store(true, Ordering::SeqCst);
     for w in workers {
@@ -229,6 +235,16 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     search.files(&FileQuery { under: Some("/tipper/from-bill".into()), ..Default::default() }, 0, &mut |f| handed_over.push(format!("{} {:?}", f.full_path(), f.contents)))?;
     println!("  the file handed from /bill to /tipper: {handed_over:?}");
 
+    for t in demo::TENANTS {
+        let tenant = Some(t.to_string());
+        let mut notes = Vec::new();
+        search.files(&FileQuery { tenant: tenant.clone(), under: Some("/clinton".into()), ..Default::default() }, 0, &mut |f| notes.push(f.unscoped().full_path()))?;
+        notes.sort();
+        let mut authors = Vec::new();
+        search.posts(&PostQuery { tenant, text: Some("relationships".into()), ..Default::default() }, 0, &mut |p| authors.push(p.user.name))?;
+        println!("  tenant {t}: files under /clinton: {notes:?}; its posts about relationships are by {authors:?}");
+    }
+
     step(7, "comparing the whole index with the reference model of the log, and with a replay of the log (denorm verify)");
     let (m, moves) = model::serialized(&logs).map_err(|e| anyhow::anyhow!("the reference model: {e}"))?;
     println!("  cross-key renames that moved files: {}", moves.arrived);
@@ -256,7 +272,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
         bail!("denorm verify FAILED: {} document(s) differ from the replay of the log", verified.outcome.differences_total);
     }
     if a.dir.is_some() {
-        println!("index kept at {}; try: denorm search files --index {} --under /clinton/work --limit 5", dir.display(), dir.display());
+        println!("index kept at {}; try: denorm search --default-tenant files --index {} --under /clinton/work --limit 5 (or --tenant acme)", dir.display(), dir.display());
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use super::{Cli, UsageError};
+use denorm::command::tenant;
 use denorm::dlq::admin::{self, Entry, Marker};
 
 #[derive(Debug, Args)]
@@ -53,14 +54,57 @@ fn parse_letter(s: &str) -> Result<(i32, i64), String> {
     Ok((p.trim().parse().map_err(|_| bad())?, o.trim().parse().map_err(|_| bad())?))
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Default)]
 struct Filter {
-    /// Only this key (a top-level directory such as /docs, or a user id; "" for keyless messages)
+    /// Only this key (a top-level directory such as /docs, or a user id; "" for keyless messages),
+    /// of --tenant when given
     #[arg(long)]
     key: Option<String>,
+    /// Only this tenant's letters (see docs/tenants.md); without it, every tenant's
+    #[arg(long, value_name = "TENANT", env = "DENORM_TENANT")]
+    tenant: Option<String>,
     /// JSON output (`list`: one object per line)
     #[arg(long)]
     json: bool,
+}
+
+impl Filter {
+    /// The key as it is on the wire: scoped to --tenant.
+    fn wire_key(&self) -> Option<String> {
+        self.key.as_ref().map(|k| tenant::scope(self.tenant.as_deref(), k))
+    }
+
+    /// Whether a letter keyed `key` (on the wire) is one of --tenant's.
+    fn keeps(&self, key: &str) -> bool {
+        self.tenant.as_ref().is_none_or(|t| tenant::of(key) == Some(t.as_str()))
+    }
+
+    fn check(&self) -> Result<(), UsageError> {
+        match &self.tenant {
+            Some(t) => tenant::validate(t).map_err(|e| UsageError(format!("--tenant: {e}"))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// How a letter's key reads: its tenant apart (`None`: the default
+/// tenant's), the key as its producer wrote it.
+fn shown(e: &Entry) -> serde_json::Value {
+    let mut v = serde_json::to_value(e).expect("a letter serializes");
+    let (t, key) = tenant::split(&e.key);
+    v["key"] = key.into();
+    if let Some(t) = t {
+        v["tenant"] = t.into();
+    }
+    v
+}
+
+/// The `--tenant T --key K` that names a key (on the wire) again.
+fn key_args(key: &str) -> String {
+    match tenant::split(key) {
+        (Some(t), k) => format!("--tenant {t} --key {k}"),
+        (None, k) => format!("--key {k}"),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -82,7 +126,8 @@ pub async fn run(cli: &Cli, a: &DlqArgs) -> anyhow::Result<()> {
         Action::Count(f) | Action::List(f) => f,
         Action::Reprocess(o) | Action::Clear(ClearArgs { op: o, .. }) => &o.filter,
     };
-    let (letters, drops) = read_open(&kafka, &topic, filter.key.clone()).await?;
+    filter.check()?;
+    let (letters, drops) = read_open(&kafka, &topic, filter).await?;
     match &a.action {
         Action::Count(f) => {
             let distinct = admin::distinct(letters);
@@ -101,7 +146,7 @@ pub async fn run(cli: &Cli, a: &DlqArgs) -> anyhow::Result<()> {
             let distinct = admin::distinct(letters);
             if f.json {
                 for e in &distinct {
-                    println!("{}", serde_json::to_string(e)?);
+                    println!("{}", shown(e));
                 }
             } else {
                 print_table(&distinct);
@@ -114,12 +159,15 @@ pub async fn run(cli: &Cli, a: &DlqArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The open letters (of `key`), and the letters dropped one by one whose
-/// key was not resumed since.
-async fn read_open(kafka: &denorm::kafka::KafkaConfig, topic: &str, key: Option<String>) -> anyhow::Result<(Vec<Entry>, Vec<Marker>)> {
+/// The open letters (of the filter's key and tenant), and the letters
+/// dropped one by one whose key was not resumed since.
+async fn read_open(kafka: &denorm::kafka::KafkaConfig, topic: &str, filter: &Filter) -> anyhow::Result<(Vec<Entry>, Vec<Marker>)> {
     let (k, t) = (kafka.clone(), topic.to_string());
     let (entries, markers) = tokio::task::spawn_blocking(move || admin::read(&k, &t)).await?.with_context(|| format!("reading the dead-letter topic {topic}"))?;
-    Ok((admin::open(entries, &markers, key.as_deref()), admin::pending_drops(&markers, key.as_deref())))
+    let key = filter.wire_key();
+    let open = admin::open(entries, &markers, key.as_deref()).into_iter().filter(|e| filter.keeps(&e.key)).collect();
+    let drops = admin::pending_drops(&markers, key.as_deref()).into_iter().filter(|m| filter.keeps(&m.key)).collect();
+    Ok((open, drops))
 }
 
 /// Asks before discarding `n` letters; without a terminal, --yes is needed.
@@ -160,7 +208,7 @@ async fn drop_letters(cli: &Cli, topic: &str, open: Vec<Entry>, c: &ClearArgs) -
     }
     let (k, t) = (cli.kafka(), topic.to_string());
     let dropped = tokio::task::spawn_blocking(move || admin::drop_letters(&k, &t, &chosen, &open)).await?.context("writing to the dead-letter topic")?;
-    let (left, _) = read_open(&cli.kafka(), topic, None).await?;
+    let (left, _) = read_open(&cli.kafka(), topic, &Filter::default()).await?;
     let left = admin::distinct(left.into_iter().filter(|e| keys.contains(&e.key)).collect());
     if c.op.filter.json {
         println!("{}", serde_json::json!({"action": "drop", "letters": dropped.len(), "keys": keys.len(), "still_open": left.len()}));
@@ -168,24 +216,26 @@ async fn drop_letters(cli: &Cli, topic: &str, open: Vec<Entry>, c: &ClearArgs) -
     eprintln!("dropped {} dead letters; their keys stay parked", dropped.len());
     for key in &keys {
         let n = left.iter().filter(|e| &e.key == key).count();
-        eprintln!("  key {key:?}: {n} open letters left; `denorm dlq reprocess --key {key}` replays them in their original order and resumes the key");
+        eprintln!("  key {key:?}: {n} open letters left; `denorm dlq reprocess {}` replays them in their original order and resumes the key", key_args(key));
     }
     Ok(())
 }
 
 fn print_table(letters: &[Entry]) {
-    println!("{:<14} {:<18} {:<24} {:<14} {:>8} {:<24} detail", "letter", "reason", "key", "origin", "attempts", "dead-lettered (UTC)");
+    println!("{:<14} {:<18} {:<12} {:<24} {:<14} {:>8} {:<24} detail", "letter", "reason", "tenant", "key", "origin", "attempts", "dead-lettered (UTC)");
     for e in letters {
         let at = format_millis(e.dead_lettered_at);
         let detail = match &e.parked_behind {
             Some(b) => format!("behind {b}"),
             None => e.detail.clone(),
         };
+        let (tenant, key) = tenant::split(&e.key);
         println!(
-            "{:<14} {:<18} {:<24} {:<14} {:>8} {:<24} {}",
+            "{:<14} {:<18} {:<12} {:<24} {:<14} {:>8} {:<24} {}",
             format!("{}@{}", e.dlq_partition, e.dlq_offset),
             e.reason,
-            if e.key.is_empty() { "(none)" } else { &e.key },
+            tenant.unwrap_or("-"),
+            if key.is_empty() { "(none)" } else { key },
             format!("{}@{}", e.origin_partition, e.origin_offset),
             e.attempts,
             at,

@@ -41,6 +41,10 @@ pub struct VerifyArgs {
     /// every document of it: the replay applies their commands only
     #[arg(long, value_delimiter = ',')]
     keys: Vec<String>,
+    /// Verify this tenant's documents only (see docs/tenants.md): all its keys, or, with --keys
+    /// or --sample, those of its keys. With --repair, only its documents are repaired
+    #[arg(long, value_name = "TENANT", env = "DENORM_TENANT")]
+    tenant: Option<String>,
     /// Verify about this percent of all keys (chosen by a hash of the key: the same keys on
     /// every run), each with every document of it; with --keys, those as well
     #[arg(long, env = "DENORM_VERIFY_SAMPLE", value_parser = parse_percent)]
@@ -142,7 +146,15 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
         ScratchError::NotOurs(_) => anyhow::Error::new(UsageError(e.to_string())),
         e => CouldNotVerify(e.into()).into(),
     })?;
-    let keys = (!a.keys.is_empty() || a.sample.is_some()).then(|| denorm::worker::KeySample { keys: a.keys.iter().cloned().collect(), percent: a.sample, rotation: a.sample_rotation.number() });
+    if let Some(t) = &a.tenant {
+        denorm::command::tenant::validate(t).map_err(|e| UsageError(format!("--tenant: {e}")))?;
+    }
+    let keys = (!a.keys.is_empty() || a.sample.is_some() || a.tenant.is_some()).then(|| denorm::worker::KeySample {
+        keys: a.keys.iter().map(|k| denorm::command::tenant::scope(a.tenant.as_deref(), k)).collect(),
+        tenant: a.tenant.clone(),
+        percent: a.sample,
+        rotation: a.sample_rotation.number(),
+    });
     let session = Arc::new(Session {
         kafka,
         live,
@@ -218,8 +230,11 @@ async fn blocking<T: Send + 'static>(session: &Arc<Session>, step: impl FnOnce(&
 fn human(r: &Report) -> String {
     let o = &r.outcome;
     let mut out = format!("verified {} document(s) of {} against a replay of its log up to offsets {} ({:.1} s)\n", o.checked, r.topic, denorm::verify::describe(&r.at), r.seconds);
-    if !r.keys.is_empty() || r.sample_percent.is_some() {
+    if !r.keys.is_empty() || r.sample_percent.is_some() || r.tenant.is_some() {
         let mut of = Vec::new();
+        if let Some(t) = &r.tenant {
+            of.push(format!("tenant {t}"));
+        }
         if !r.keys.is_empty() {
             of.push(format!("keys {}", r.keys.join(", ")));
         }

@@ -10,8 +10,8 @@ use super::{Doc, FileDoc, IndexError, PostDoc};
 /// are unique by kind and id but where shards are separate (embedded): an
 /// owner change sent without its explicit form leaves a copy under each
 /// key. The embedded index's `doc_key` terms (`kind:id`, `kind;tenant id`,
-/// every kind's name four letters long) and Elasticsearch's sort on the
-/// `tenant` (missing first) and `id` keywords, kind by kind, give this
+/// every kind's name four letters long) and Elasticsearch's scans sorted
+/// on the `id` keyword, kind by kind and tenant by tenant, give this
 /// order.
 pub fn dump_order(d: &Doc) -> (&'static str, Option<String>, String, String) {
     let (tenant, id) = crate::command::tenant::split(d.id());

@@ -154,6 +154,9 @@ pub struct Report {
     /// The keys verified (`--keys`), and the percent of all keys
     /// (`--sample`); neither: all.
     pub keys: Vec<String>,
+    /// The tenant verified (`--tenant`): its keys only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     pub sample_percent: Option<f64>,
     /// Which sample of that share (`--sample-rotation`).
     pub sample_rotation: u64,
@@ -333,9 +336,10 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     if v.keys.is_some() && outcome.checked + outcome.written_since + outcome.unsettled + outcome.differences_total as u64 == 0 {
         return Err(VerifyError::NothingCompared);
     }
-    let (keys, sample_percent, sample_rotation) = v.keys.map_or((Vec::new(), None, 0), |k| (k.keys.into_iter().collect(), k.percent, k.rotation));
+    let (keys, tenant, sample_percent, sample_rotation) =
+        v.keys.map_or((Vec::new(), None, None, 0), |k| (k.keys.iter().map(|k| crate::command::tenant::unscoped(k).to_string()).collect(), k.tenant, k.percent, k.rotation));
     let member = (v.members.count > 1).then_some((v.members.me, v.members.count));
-    Ok(Report { topic: v.kafka.topic.clone(), at, keys, sample_percent, sample_rotation, outcome, rounds, seconds: started.elapsed().as_secs_f64(), member, repair: None, remaining: None })
+    Ok(Report { topic: v.kafka.topic.clone(), at, keys, tenant, sample_percent, sample_rotation, outcome, rounds, seconds: started.elapsed().as_secs_f64(), member, repair: None, remaining: None })
 }
 
 /// Runs the replay's worker on the scratch index `backend` until every

@@ -204,7 +204,7 @@ impl Session {
         let after = match plan.commands.is_empty() {
             true => None,
             false => {
-                let keys = KeySample { keys: plan.keys().into_iter().collect(), percent: None, rotation: 0 };
+                let keys = KeySample { keys: plan.keys().into_iter().collect(), ..Default::default() };
                 // Lists every repair that did not take (see `Repaired::left`).
                 Some(Box::new(self.verify(Some(keys), max.max(sent.len()), false, show)?))
             }

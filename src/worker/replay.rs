@@ -150,10 +150,15 @@ pub fn letters_written(entries: &[crate::dlq::admin::Entry]) -> LettersWritten {
 }
 
 /// Keys chosen by name, or a share of all keys chosen by a hash of the
-/// key (the same keys on every run), or both.
+/// key (the same keys on every run), or both; or one tenant's keys, all
+/// of them or those chosen so.
 #[derive(Debug, Clone, Default)]
 pub struct KeySample {
+    /// Keys as they are on the wire (scoped to their tenant).
     pub keys: std::collections::BTreeSet<String>,
+    /// Only this tenant's keys (`--tenant`): all of them, unless `keys`
+    /// or `percent` choose some.
+    pub tenant: Option<String>,
     /// Percent of all keys, 0 to 100.
     pub percent: Option<f64>,
     /// Which sample of that share: another number chooses other keys (0:
@@ -165,6 +170,14 @@ pub struct KeySample {
 impl KeySample {
     /// Whether `key` is in the sample. A message without a key is not.
     pub fn admits(&self, key: &str) -> bool {
+        if let Some(t) = &self.tenant {
+            if crate::command::tenant::of(key) != Some(t.as_str()) {
+                return false;
+            }
+            if self.keys.is_empty() && self.percent.is_none() {
+                return true;
+            }
+        }
         if self.keys.contains(key) {
             return true;
         }
@@ -206,15 +219,28 @@ mod tests {
     /// the same ones every time.
     #[test]
     fn a_sample_takes_its_named_keys_and_about_its_share_of_the_others() {
-        let named = KeySample { keys: ["/a".to_string()].into(), percent: None, rotation: 0 };
+        let named = KeySample { keys: ["/a".to_string()].into(), percent: None, rotation: 0, tenant: None };
         assert!(named.admits("/a") && !named.admits("/b"));
-        let half = KeySample { keys: Default::default(), percent: Some(50.0), rotation: 0 };
+        let half = KeySample { keys: Default::default(), percent: Some(50.0), rotation: 0, tenant: None };
         let chosen: Vec<bool> = (0..2000).map(|i| half.admits(&format!("/k{i}"))).collect();
         let n = chosen.iter().filter(|c| **c).count();
         assert!((850..1150).contains(&n), "{n} of 2000 keys in a 50% sample");
         assert_eq!(chosen, (0..2000).map(|i| half.admits(&format!("/k{i}"))).collect::<Vec<_>>());
-        let all = KeySample { keys: Default::default(), percent: Some(100.0), rotation: 0 };
+        let all = KeySample { keys: Default::default(), percent: Some(100.0), rotation: 0, tenant: None };
         assert!((0..2000).all(|i| all.admits(&format!("/k{i}"))));
+    }
+
+    /// Issue 47: a tenant's sample is its keys, all of them or those
+    /// chosen among them, and never another tenant's or the default's.
+    #[test]
+    fn a_tenants_sample_takes_only_its_keys() {
+        let acme = KeySample { tenant: Some("acme".into()), ..Default::default() };
+        assert!(acme.admits("acme\u{1f}/a") && acme.admits("acme\u{1f}7"));
+        assert!(!acme.admits("/a") && !acme.admits("globex\u{1f}/a") && !acme.admits("acme"));
+        let named = KeySample { tenant: Some("acme".into()), keys: ["acme\u{1f}/a".to_string()].into(), ..Default::default() };
+        assert!(named.admits("acme\u{1f}/a") && !named.admits("acme\u{1f}/b"));
+        let all = KeySample { tenant: Some("acme".into()), percent: Some(100.0), ..Default::default() };
+        assert!(all.admits("acme\u{1f}/b") && !all.admits("/b"));
     }
 
     /// Review of verify, F8: the sample was always the same keys. Another
@@ -222,7 +248,7 @@ mod tests {
     /// rotation, the same keys.
     #[test]
     fn another_rotation_of_a_sample_takes_other_keys() {
-        let sample = |rotation| KeySample { keys: Default::default(), percent: Some(10.0), rotation };
+        let sample = |rotation| KeySample { keys: Default::default(), percent: Some(10.0), rotation, tenant: None };
         let chosen = |s: &KeySample| (0..5000).filter(|i| s.admits(&format!("/k{i}"))).collect::<std::collections::BTreeSet<_>>();
         let (day1, day2) = (chosen(&sample(20_000)), chosen(&sample(20_001)));
         assert!((400..600).contains(&day1.len()) && (400..600).contains(&day2.len()), "{} {}", day1.len(), day2.len());

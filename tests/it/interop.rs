@@ -86,11 +86,12 @@ fn every_schema_fingerprint_equals_fastavro_avsc_and_java() {
 /// What the producers of tests/interop/* write for `prefix`, plus two
 /// commands from denorm's producer on the same keys, whose partitions must
 /// be the ones the foreign producer chose (the same murmur2 partitioner).
-fn assert_scenario_applied(r: &Rig, w: &Worker, prefix: &str, foreign: &str) {
+fn assert_scenario_applied(r: &Rig, w: &Worker, prefix: &str, foreign: &str, tenant: Option<&str>) {
     let deliveries = json_lines(foreign);
     assert_eq!(deliveries.len(), 14, "{foreign}");
     let partition_of = |key: &str| {
-        let ps: Vec<i64> = deliveries.iter().filter(|d| d["key"] == key).map(|d| d["partition"].as_i64().unwrap()).collect();
+        let key = denorm::command::tenant::scope(tenant, key);
+        let ps: Vec<i64> = deliveries.iter().filter(|d| d["key"] == key.as_str()).map(|d| d["partition"].as_i64().unwrap()).collect();
         assert!(!ps.is_empty() && ps.iter().all(|p| *p == ps[0]), "key {key} went to partitions {ps:?}");
         ps[0]
     };
@@ -100,13 +101,20 @@ fn assert_scenario_applied(r: &Rig, w: &Worker, prefix: &str, foreign: &str) {
         vec![
             Command::UpsertFile { id: format!("{prefix}-x"), path: format!("{dir}/x.txt"), contents: s("from denorm"), previous_path: None },
             Command::UpsertPost { id: format!("{prefix}-p3"), user_id: user.clone(), title: s("Later"), body: s("after the rename"), previous_user_id: None },
-        ],
+        ]
+        .into_iter()
+        .map(|c| c.scoped(tenant))
+        .collect(),
     );
+    let search = |args: &[&str]| {
+        let tenant: Vec<&str> = tenant.map_or(vec!["--default-tenant"], |t| vec!["--tenant", t]);
+        r.run(&[&["search"], &tenant[..], args].concat())
+    };
     assert_eq!(ours[0].0.partition as i64, partition_of(&dir), "denorm and the foreign producer chose different partitions for {dir}");
     assert_eq!(ours[1].0.partition as i64, partition_of(&user), "denorm and the foreign producer chose different partitions for {user}");
     wait_applied(&r.cfg, &r.group, 16);
 
-    let (code, out, err) = r.run(&["search", "files", "--under", &dir, "--json"]);
+    let (code, out, err) = search(&["files", "--under", &dir, "--json"]);
     assert_eq!(code, 0, "{err}");
     let mut files: Vec<(String, String)> =
         json_lines(&out).iter().map(|f| (f["id"].as_str().unwrap().to_string(), format!("{}/{}", f["path"].as_str().unwrap(), f["name"].as_str().unwrap()))).collect();
@@ -114,7 +122,7 @@ fn assert_scenario_applied(r: &Rig, w: &Worker, prefix: &str, foreign: &str) {
     // f1 went to another top-level directory (an owner change in the
     // schema's previous_path form): there only.
     assert_eq!(files, vec![(format!("{prefix}-x"), format!("{dir}/x.txt"))]);
-    let (code, out, err) = r.run(&["search", "files", "--under", &format!("{dir}-b"), "--json"]);
+    let (code, out, err) = search(&["files", "--under", &format!("{dir}-b"), "--json"]);
     assert_eq!(code, 0, "{err}");
     let moved: Vec<(String, String, String)> = json_lines(&out)
         .iter()
@@ -126,7 +134,7 @@ fn assert_scenario_applied(r: &Rig, w: &Worker, prefix: &str, foreign: &str) {
     // is in p3 (sent after the rename), and p1 went to another user (an
     // owner change in the schema's previous_user_id form), with no copy
     // left under the first.
-    let (code, out, err) = r.run(&["search", "posts", "--limit", "0", "--json"]);
+    let (code, out, err) = search(&["posts", "--limit", "0", "--json"]);
     assert_eq!(code, 0, "{err}");
     let mut posts: Vec<(String, String, String)> = json_lines(&out)
         .iter()
@@ -144,7 +152,8 @@ fn a_python_producer_written_from_the_schemas_is_applied() {
     let r = Rig::new(6);
     let w = r.worker(&[]);
     let out = stdout_of(python().args(["produce", &r.cfg.brokers, &r.cfg.topic, "schemas", "py"]));
-    assert_scenario_applied(&r, &w, "py", &out);
+    // Tenant acme's (docs/tenants.md).
+    assert_scenario_applied(&r, &w, "py", &out, Some("acme"));
 }
 
 #[test]
@@ -152,7 +161,7 @@ fn a_javascript_producer_written_from_the_schemas_is_applied() {
     let r = Rig::new(6);
     let w = r.worker(&[]);
     let out = stdout_of(node().args(["produce", &r.cfg.brokers, &r.cfg.topic, "schemas", "js"]));
-    assert_scenario_applied(&r, &w, "js", &out);
+    assert_scenario_applied(&r, &w, "js", &out, None);
 }
 
 #[test]
@@ -165,7 +174,7 @@ fn messages_of_javas_reference_encoder_are_applied() {
     // BinaryMessageEncoder's own framing: C3 01 and the spec fingerprint.
     assert!(lines.lines().all(|l| l.split('\t').nth(1).unwrap().starts_with("c30158b76e73ec3a27e2")), "{lines}");
     let out = stdout_of(python().args(["send-lines", &r.cfg.brokers, &r.cfg.topic]).arg(&file));
-    assert_scenario_applied(&r, &w, "java", &out);
+    assert_scenario_applied(&r, &w, "java", &out, None);
 }
 
 #[test]

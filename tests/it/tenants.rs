@@ -111,6 +111,27 @@ fn three_tenants_with_the_same_paths_and_ids_never_meet_on(r: Rig) {
         assert!(groups[0]["posts"].as_array().unwrap().iter().all(|p| p["body"] == mark.as_str()), "{groups:?}");
     }
 
+    // `verify --tenant`: a document of acme's changed behind the
+    // pipeline's back is acme's difference, and no other tenant's.
+    drop(w);
+    crate::verify::corrupt(&r, "acme\u{1f}f1", "acme\u{1f}/docs", "changed behind the pipeline's back");
+    let verify = |t: &str| {
+        let (code, out, err) = r.run(&["verify", "--tenant", t, "--json"]);
+        (code, report_of(code, &out, &err))
+    };
+    let (code, acme) = verify("acme");
+    assert_eq!(code, 1, "{acme}");
+    assert_eq!(acme["differences_total"], 1, "{acme}");
+    assert_eq!(acme["tenant"], "acme", "{acme}");
+    assert!(acme["differences"][0]["id"].as_str().unwrap().ends_with("f1"), "{acme}");
+    // Five files, a user and two posts each (the differing one among them).
+    assert_eq!(acme["checked"], 8, "{acme}");
+    let (code, globex) = verify("globex");
+    assert_eq!((code, globex["checked"].as_u64()), (0, Some(8)), "{globex}");
+    let (code, out, err) = r.run(&["verify", "--json"]);
+    let all = report_of(code, &out, &err);
+    assert_eq!((code, all["differences_total"].as_u64()), (1, Some(1)), "every tenant at once: {all}");
+
     // Once tenants exist, a search names its tenant.
     let (code, _, err) = r.run(&["search", "files", "--text", "shared"]);
     assert_eq!(code, 2, "{err}");
@@ -118,4 +139,53 @@ fn three_tenants_with_the_same_paths_and_ids_never_meet_on(r: Rig) {
     let (code, _, err) = r.run(&["search", "--tenant", "Acme", "files", "--text", "shared"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("a-z, 0-9"), "{err}");
+}
+
+fn file(id: &str, path: &str, tenant: &str) -> denorm::command::Command {
+    denorm::command::Command::UpsertFile { id: s(id), path: s(path), contents: format!("mark-{tenant}"), previous_path: None }.scoped(Some(tenant))
+}
+
+/// `denorm dlq ... --tenant`: a poison in `acme`'s `/docs` parks that key
+/// only; its letters are counted, listed and released as `acme`'s, with
+/// the key as the producer wrote it.
+#[test]
+fn a_tenants_dead_letters_are_counted_listed_and_released_apart() {
+    let r = Rig::new(3);
+    let w = r.worker(&[]);
+    // In the key's partition, as the producers' partitioner puts it.
+    let key = "acme\u{1f}/docs";
+    rt().block_on(async {
+        use rdkafka::producer::{FutureProducer, FutureRecord};
+        let p: FutureProducer = r.cfg.client_config().create().unwrap();
+        let partition = denorm::command::partitioner::partition_of(key, r.cfg.partitions);
+        let record = FutureRecord::to(&r.cfg.topic).key(key).payload(b"a poison: not an avro message".as_slice()).partition(partition);
+        p.send(record, std::time::Duration::from_secs(30)).await.unwrap();
+    });
+    produce(&r.cfg, vec![file("f1", "/docs/a.txt", "acme"), file("f1", "/docs/a.txt", "globex")]);
+    wait_applied(&r.cfg, &r.group, 3);
+    let count = |args: &[&str]| {
+        let (code, out, err) = r.run(&[&["dlq", "count", "--json"], args].concat());
+        report_of(code, &out, &err)["total"].as_u64().unwrap()
+    };
+    assert_eq!(count(&["--tenant", "acme"]), 2, "the poison and the command parked behind it:\n{}", w.log());
+    assert_eq!(count(&["--tenant", "globex"]), 0);
+    assert_eq!(count(&[]), 2);
+    assert_eq!(count(&["--key", "/docs"]), 0, "the default tenant's /docs has none");
+    let (code, out, err) = r.run(&["dlq", "list", "--tenant", "acme", "--key", "/docs", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let letters = json_lines(&out);
+    assert_eq!(letters.len(), 2, "{out}");
+    assert!(letters.iter().all(|e| e["key"] == "/docs" && e["tenant"] == "acme"), "{out}");
+    let poison = letters.iter().find(|e| e["reason"] == "not_single_object").unwrap_or_else(|| panic!("{out}"));
+    let letter = format!("{}@{}", poison["dlq_partition"], poison["dlq_offset"]);
+    let (code, _, err) = r.run(&["dlq", "clear", "--tenant", "acme", "--key", "/docs", "--letter", &letter, "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("--tenant acme --key /docs"), "the hint names the key as the producer wrote it: {err}");
+    let (code, out, err) = r.run(&["dlq", "reprocess", "--tenant", "acme", "--key", "/docs", "--json"]);
+    assert_eq!(report_of(code, &out, &err)["still_open"], 0, "{err}");
+    let (code, out, err) = r.run(&["search", "--tenant", "acme", "files", "--dir", "/docs", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json_lines(&out).len(), 1, "the parked command applied once released: {out}");
+    let (code, _, err) = r.run(&["dlq", "count", "--tenant", "ACME"]);
+    assert_eq!(code, 2, "{err}");
 }

@@ -66,7 +66,8 @@ pub(crate) fn corrupt(r: &Rig, id: &str, key: &str, contents: &str) {
     use denorm::index::{Backend, Doc, Kind};
     if r.is_elastic() {
         let alias = denorm::index::elastic::names::alias(&crate::common::elastic::prefix(), Kind::File);
-        let url = format!("{}/{alias}/_update/{id}?refresh=true", r.index.display());
+        // A tenant's `_id` is scoped: its separator percent-encoded.
+        let url = format!("{}/{alias}/_update/{}?refresh=true", r.index.display(), id.replace('\u{1f}', "%1F"));
         let status = rt().block_on(async { reqwest::Client::new().post(&url).json(&serde_json::json!({"doc": {"contents": contents}})).send().await.unwrap().status() });
         assert!(status.is_success(), "{url}: {status}");
         return;
@@ -271,6 +272,17 @@ fn the_demo_ends_with_a_clean_verify_beside_its_model_check() {
     let checked: usize = line["denorm verify: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
     let in_index: usize = out.lines().find_map(|l| l.strip_prefix("model check passed: all ")).and_then(|r| r.split_whitespace().next()).unwrap().parse().unwrap();
     assert_eq!(checked, in_index, "{out}");
+    // Two tenants with the same paths, searched apart (issue 47).
+    assert!(
+        out.contains(r#"tenant acme: files under /clinton: ["/clinton/archive/1.txt", "/clinton/archive/2.txt", "/clinton/archive/3.txt"]; its posts about relationships are by ["John acme"]"#),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            r#"tenant globex: files under /clinton: ["/clinton/work/notes/1.txt", "/clinton/work/notes/2.txt", "/clinton/work/notes/3.txt"]; its posts about relationships are by ["Jonathan globex"]"#
+        ),
+        "{out}"
+    );
 }
 
 /// A delete of another key applied while a fan-out of its partition is

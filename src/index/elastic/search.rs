@@ -146,6 +146,21 @@ impl ElasticSearch {
         Ok(read.map_or_else(|| self.index_of(kind), |(_, index)| index))
     }
 
+    /// The first tenant after `after` (in order; `None`: the first of all)
+    /// with documents in `index`.
+    fn next_tenant(&self, index: &str, after: Option<&str>) -> Result<Option<String>, IndexError> {
+        let mut filter = vec![json!({"exists": {"field": TENANT_FIELD}})];
+        if let Some(a) = after {
+            filter.push(json!({"range": {TENANT_FIELD: {"gt": a}}}));
+        }
+        let body = json!({"size": 1, "query": {"bool": {"filter": filter, "must_not": [is_deleted()]}}, "sort": [{TENANT_FIELD: "asc"}], "_source": [TENANT_FIELD]});
+        let v = self.runtime.block_on(async {
+            let r = self.client.search(SearchParts::Index(&[index])).allow_partial_search_results(false).body(body).send().await?;
+            complete_json(&format!("finding the next tenant of {index}"), r).await
+        })?;
+        Ok(hits(&v).first().and_then(|h| h.source[TENANT_FIELD].as_str().map(str::to_string)))
+    }
+
     fn index_of(&self, kind: Kind) -> String {
         match self.generation {
             Some(g) => concrete(&self.prefix, kind, g),
@@ -273,20 +288,31 @@ impl SearchIndex for ElasticSearch {
         let mut kinds = [Kind::File, Kind::User, Kind::Post];
         kinds.sort_by_key(|k| k.as_str());
         for kind in kinds {
-            let query = json!({"bool": {"must_not": [is_deleted()]}});
             let index = self.dumped_index(kind)?;
-            let mut pit = self.runtime.block_on(PitScan::open(&self.client, &index, query, 1000))?.by_id().bounded(DUMP_PAGE_BYTES);
-            let result = (|| -> Result<(), IndexError> {
-                loop {
-                    let page = self.runtime.block_on(pit.next_page())?;
-                    if page.is_empty() {
-                        return Ok(());
+            // Tenant by tenant, the default one first (a sort on the
+            // tenant would leave the default tenant's, which have none, to
+            // the server's handling of missing values and of `null` in
+            // `search_after`): each scan sorted by id.
+            let mut tenant: Option<String> = None;
+            loop {
+                let query = json!({"bool": {"filter": [of_tenant(tenant.as_deref())], "must_not": [is_deleted()]}});
+                let mut pit = self.runtime.block_on(PitScan::open(&self.client, &index, query, 1000))?.by_id().bounded(DUMP_PAGE_BYTES);
+                let result = (|| -> Result<(), IndexError> {
+                    loop {
+                        let page = self.runtime.block_on(pit.next_page())?;
+                        if page.is_empty() {
+                            return Ok(());
+                        }
+                        page.iter().for_each(|h| out(from_source(kind, &h.source), recorded(&h.source)));
                     }
-                    page.iter().for_each(|h| out(from_source(kind, &h.source), recorded(&h.source)));
+                })();
+                self.runtime.block_on(pit.close());
+                result?;
+                match self.next_tenant(&index, tenant.as_deref())? {
+                    Some(t) => tenant = Some(t),
+                    None => break,
                 }
-            })();
-            self.runtime.block_on(pit.close());
-            result?;
+            }
         }
         Ok(())
     }

@@ -93,7 +93,9 @@ async def produce(brokers, topic, schemas, prefix):
     try:
         md = None
         for op, fields in commands(prefix):
-            key = key_of(op, fields)
+            # Tenant acme's commands: keyed by the tenant, the unit
+            # separator (0x1f), then the key (docs/producers.md).
+            key = "acme\x1f" + key_of(op, fields)
             # An owner change's upsert names where its delete half landed
             # (the command just before it).
             owner_change = fields.get("previous_user_id") or fields.get("previous_path")
