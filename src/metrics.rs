@@ -53,7 +53,13 @@ pub const VERIFY_NOT_COMPARED: &str = "denorm_verify_documents_not_compared";
 pub const WORKER_SETTINGS_MISMATCH: &str = "denorm_worker_settings_mismatch";
 
 /// Every metric name above (the dashboard check reads this).
+pub mod tenants;
+
 pub const ALL: &[&str] = &[
+    tenants::COMMANDS_TOTAL,
+    tenants::FAN_OUT_DOCUMENTS_TOTAL,
+    tenants::DEAD_LETTERS_TOTAL,
+    tenants::APPLY_DELAY_SECONDS,
     CONSUMER_LAG_MESSAGES,
     CONSUMER_LAG_SECONDS,
     UNAPPLIED_COMMANDS,
@@ -103,7 +109,7 @@ pub const ALL: &[&str] = &[
 ];
 
 /// Names that are histograms (exported as `_bucket`, `_sum`, `_count`).
-pub const HISTOGRAMS: &[&str] = &[COMMAND_DOCUMENTS, COMMAND_SECONDS, INDEX_COMMIT_SECONDS, ES_BULK_SECONDS, MOVE_SECONDS];
+pub const HISTOGRAMS: &[&str] = &[COMMAND_DOCUMENTS, COMMAND_SECONDS, INDEX_COMMIT_SECONDS, ES_BULK_SECONDS, MOVE_SECONDS, tenants::APPLY_DELAY_SECONDS];
 
 /// Outcomes of a command (label `outcome` of [`COMMANDS_TOTAL`]).
 pub mod outcome {
@@ -198,6 +204,7 @@ fn describe() {
     describe_gauge!(LANE_FAN_OUTS, Unit::Count, "Fan-outs in key lanes in this process, all partitions: each partition may run one, and more only while fewer than --max-lane-fan-outs run (on Elasticsearch each holds a point in time and page bulks).");
     describe_gauge!(PARTITION_BUSY_LANES, Unit::Count, "Fan-outs of the partition in progress in key lanes (at most --lanes): each holds up only its own key's later commands.");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");
+    tenants::describe();
 }
 
 /// Installs the global Prometheus recorder and returns its handle.

@@ -11,6 +11,7 @@ mod produce;
 mod rebuild;
 mod run;
 mod search;
+mod tenant;
 mod topics;
 mod verify;
 
@@ -97,6 +98,8 @@ pub enum Commands {
     /// into a scratch copy and compare them document by document, while the workers run.
     /// Exit status 0: equal; 1: differences (listed); 2: could not verify
     Verify(verify::VerifyArgs),
+    /// One tenant's operations (docs/tenants.md): its filtered read aliases on Elasticsearch
+    Tenant(tenant::TenantArgs),
 }
 
 /// The variables read besides the flags' own (`[env: ...]`): credentials
@@ -221,6 +224,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Commands::Migrate(a) => migrate::run(&cli, a).await,
         Commands::Topics(a) => topics::run(&cli, a).await,
         Commands::Verify(a) => verify::run(&cli, a).await,
+        Commands::Tenant(a) => tenant::run(&cli, a).await,
     }
 }
 

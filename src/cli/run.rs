@@ -21,6 +21,11 @@ pub struct RunArgs {
     /// Address of the /metrics, /healthz and /readyz endpoint (loopback by default)
     #[arg(long, env = "DENORM_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     metrics_addr: SocketAddr,
+    /// Tenants with series of their own in the per-tenant metrics (denorm_tenant_*): the first to
+    /// send 100 commands, among the busiest; the others' are summed as tenant `_other` (bounded
+    /// cardinality; docs/tenants.md)
+    #[arg(long, env = "DENORM_METRICS_TENANTS", default_value_t = denorm::metrics::tenants::DEFAULT_LABELED)]
+    metrics_tenants: usize,
     /// Most commands applied between two index commits
     #[arg(long, env = "DENORM_MAX_BATCH", default_value_t = defaults::MAX_BATCH)]
     max_batch: usize,
@@ -168,6 +173,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         flag.store(true, Ordering::SeqCst);
     });
     let handle = denorm::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
+    denorm::metrics::tenants::set_labeled(a.metrics_tenants);
     let health = Arc::new(Health::default());
     health.beat();
     let bound = http::serve(a.metrics_addr, handle, health.clone()).await.with_context(|| format!("binding the metrics endpoint {}", a.metrics_addr))?;

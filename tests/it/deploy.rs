@@ -62,8 +62,24 @@ fn dashboard_queries_name_exported_metrics() {
         "denorm_moves_in_flight",
         "denorm_moves_waiting_messages",
         "denorm_move_seconds",
+        "denorm_tenant_commands_total",
+        "denorm_tenant_apply_delay_seconds",
+        "denorm_tenant_fan_out_documents_total",
+        "denorm_tenant_dead_letters_total",
     ] {
         assert!(used.contains(needed), "dashboard lacks {needed}");
+    }
+    // Issue 47: a tenant selector, from an exported metric, that every
+    // per-tenant panel follows.
+    let vars = dash["templating"]["list"].as_array().expect("the dashboard's variables");
+    let tenant = vars.iter().find(|v| v["name"] == "tenant").expect("a tenant variable");
+    let query = tenant["query"]["query"].as_str().unwrap();
+    assert!(metric_names(query).iter().all(|n| family(n).is_some()) && !metric_names(query).is_empty(), "{query}");
+    for panel in dash["panels"].as_array().unwrap() {
+        let expr = panel["targets"][0]["expr"].as_str().unwrap();
+        if expr.contains("denorm_tenant_") {
+            assert!(expr.contains(r#"tenant=~"$tenant""#), "panel {:?} ignores the tenant selector: {expr}", panel["title"]);
+        }
     }
 }
 

@@ -189,3 +189,75 @@ fn a_tenants_dead_letters_are_counted_listed_and_released_apart() {
     let (code, _, err) = r.run(&["dlq", "count", "--tenant", "ACME"]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// The per-tenant metrics have bounded labels: with `--metrics-tenants 1`,
+/// the busy tenant gets series of its own once it has sent 100 commands,
+/// the quiet ones and the busy one's first 99 are summed as `_other`, and
+/// the default tenant is `_default`.
+#[test]
+fn a_busy_tenant_gets_series_of_its_own_and_the_others_are_summed() {
+    use denorm::command::Command;
+    let r = Rig::new(3);
+    let w = r.worker(&["--metrics-tenants", "1"]);
+    let user = |id: String, t: Option<&str>| Command::UpsertUser { id, name: s("n"), email: s("e@x"), dob: s("1970-01-01") }.scoped(t);
+    let mut commands: Vec<Command> = (0..120).map(|i| user(format!("u{i}"), Some("busy"))).collect();
+    commands.extend((0..5).map(|i| user(format!("u{i}"), Some("quiet-a"))));
+    commands.extend((0..5).map(|i| user(format!("u{i}"), Some("quiet-b"))));
+    commands.extend((0..3).map(|i| user(format!("u{i}"), None)));
+    produce(&r.cfg, commands);
+    wait_applied(&r.cfg, &r.group, 133);
+    let applied = |tenant: &str| w.metric("denorm_tenant_commands_total", &[("tenant", tenant), ("outcome", "applied")]);
+    assert_eq!(applied("busy"), 21.0, "the 100th and later");
+    assert_eq!(applied("_other"), 99.0 + 10.0, "busy's first 99 and the quiet tenants'");
+    assert_eq!(applied("_default"), 3.0);
+    assert_eq!(applied("quiet-a"), 0.0, "no series of its own");
+    assert_eq!(w.metric("denorm_tenant_apply_delay_seconds_count", &[("tenant", "busy")]), 21.0);
+}
+
+/// Elasticsearch: `denorm tenant alias acme` puts acme's filtered read
+/// aliases on the current generation. Read through them as a tenant's own
+/// application would (a plain search request), they hold acme's documents
+/// only, stored as its producer wrote them and routed by the tenant; and
+/// a rebuild's cutover takes them to the new generation.
+#[test]
+fn a_tenants_filtered_aliases_read_its_documents_only_and_follow_a_rebuild_on_elasticsearch() {
+    let r = Rig::elastic(3);
+    let w = r.worker(&[]);
+    let jsonl = r.dir().join("tenants.jsonl");
+    std::fs::write(&jsonl, lines().join("\n")).unwrap();
+    let (code, _, err) = r.run(&["produce", "--wait", "120", "--jsonl", jsonl.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+    let (code, out, err) = r.run(&["tenant", "alias", "acme"]);
+    assert_eq!(code, 0, "{err}");
+    let prefix = crate::common::elastic::prefix();
+    let names: Vec<&str> = out.lines().collect();
+    assert_eq!(names, ["files", "users", "posts"].map(|k| format!("{prefix}-t-acme-{k}")), "{out}");
+    let url = r.index.display().to_string();
+    let read = |alias: &str| -> Vec<serde_json::Value> {
+        let v: serde_json::Value = rt().block_on(async { reqwest::get(format!("{url}/{alias}/_search?size=100")).await.unwrap().json().await.unwrap() });
+        v["hits"]["hits"].as_array().unwrap_or_else(|| panic!("{alias}: {v}")).to_vec()
+    };
+    let check = |when: &str| {
+        let files = read(names[0]);
+        assert_eq!(files.len(), 5, "{when}: {files:?}");
+        for h in &files {
+            assert_eq!(h["_source"]["tenant"], "acme", "{when}: {h}");
+            assert_eq!(h["_source"]["contents"], "shared words mark-acme", "{when}: {h}");
+            assert!(!h["_source"]["id"].as_str().unwrap().contains('\u{1f}') && h["_source"]["path"].as_str().unwrap().starts_with("/docs/"), "stored as the producer wrote it: {h}");
+        }
+        assert_eq!(read(names[1]).len(), 1, "{when}: acme's user");
+        let posts = read(names[2]);
+        assert_eq!(posts.len(), 2, "{when}: {posts:?}");
+        assert!(posts.iter().all(|h| h["_source"]["body"] == "mark-acme"), "{when}: {posts:?}");
+    };
+    check("before the rebuild");
+    let (code, _, err) = r.run(&["rebuild", "--metrics-addr", "127.0.0.1:0"]);
+    assert_eq!(code, 0, "{err}");
+    let on: serde_json::Value = rt().block_on(async { reqwest::get(format!("{url}/_alias/{}", names[0])).await.unwrap().json().await.unwrap() });
+    let indexes: Vec<&String> = on.as_object().unwrap().keys().collect();
+    assert_eq!(indexes, [&format!("{prefix}-files-000002")], "the alias follows the cutover: {on}");
+    check("after the rebuild");
+    // On the embedded index there are no aliases.
+    let (code, _, err) = output(cli(&r.cfg, &r.group, &r.dir().join("embedded")).args(["tenant", "alias", "acme"]));
+    assert_eq!(code, 2, "{err}");
+}

@@ -66,8 +66,10 @@ pub(crate) fn corrupt(r: &Rig, id: &str, key: &str, contents: &str) {
     use denorm::index::{Backend, Doc, Kind};
     if r.is_elastic() {
         let alias = denorm::index::elastic::names::alias(&crate::common::elastic::prefix(), Kind::File);
-        // A tenant's `_id` is scoped: its separator percent-encoded.
-        let url = format!("{}/{alias}/_update/{}?refresh=true", r.index.display(), id.replace('\u{1f}', "%1F"));
+        // A tenant's `_id` is scoped (its separator percent-encoded), and
+        // its document routed by the tenant.
+        let routing = denorm::command::tenant::of(id).map_or(String::new(), |t| format!("&routing={t}"));
+        let url = format!("{}/{alias}/_update/{}?refresh=true{routing}", r.index.display(), id.replace('\u{1f}', "%1F"));
         let status = rt().block_on(async { reqwest::Client::new().post(&url).json(&serde_json::json!({"doc": {"contents": contents}})).send().await.unwrap().status() });
         assert!(status.is_success(), "{url}: {status}");
         return;

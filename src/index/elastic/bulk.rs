@@ -67,6 +67,9 @@ impl BulkOp {
             BulkOp::Delete { index, id, if_seq_no } => ("delete", index, id, if_seq_no, None),
         };
         let mut meta = json!({ "_index": index, "_id": id });
+        if let Some(t) = super::names::routing(id) {
+            meta["routing"] = json!(t);
+        }
         if let Some((seq, term)) = cond {
             meta["if_seq_no"] = json!(seq);
             meta["if_primary_term"] = json!(term);
@@ -414,6 +417,9 @@ mod tests {
         assert_eq!(lines(&create), vec![json!({"create": {"_index": "i", "_id": "2"}}), json!({"b": "x\ny"})]);
         let del = BulkOp::Delete { index: "i".into(), id: "1".into(), if_seq_no: None };
         assert_eq!(lines(&del), vec![json!({"delete": {"_index": "i", "_id": "1"}})]);
+        // A tenant's document is routed by its tenant (issue 47).
+        let routed = BulkOp::Delete { index: "i".into(), id: "acme\u{1f}1".into(), if_seq_no: None };
+        assert_eq!(lines(&routed), vec![json!({"delete": {"_index": "i", "_id": "acme\u{1f}1", "routing": "acme"}})]);
     }
 
     #[test]

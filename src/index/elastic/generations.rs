@@ -144,8 +144,10 @@ pub async fn refresh(client: &Elasticsearch, prefix: &str, g: u64) -> Result<(),
 }
 
 /// The actions of the cutover from generation `from` to `to`: every read
-/// alias moves, and `from`'s write aliases go.
-pub fn cutover_actions(prefix: &str, from: u64, to: u64) -> Value {
+/// alias moves, and `from`'s write aliases go. `found`: the aliases of
+/// `from`'s indexes, whose tenants' filtered aliases move too
+/// ([`super::tenants::moved`]).
+pub fn cutover_actions(prefix: &str, from: u64, to: u64, found: &Value) -> Value {
     let mut actions = Vec::new();
     for kind in KINDS {
         let read = alias(prefix, kind);
@@ -155,6 +157,7 @@ pub fn cutover_actions(prefix: &str, from: u64, to: u64) -> Value {
         add["alias"] = json!(read);
         actions.push(json!({ "add": add }));
         actions.push(json!({ "remove": { "index": concrete(prefix, kind, from), "alias": write_alias(prefix, kind, from) } }));
+        actions.extend(super::tenants::moved(found, prefix, kind, &concrete(prefix, kind, from), &concrete(prefix, kind, to)));
     }
     json!({ "actions": actions })
 }
@@ -162,7 +165,12 @@ pub fn cutover_actions(prefix: &str, from: u64, to: u64) -> Value {
 /// Switches searches and live workers from generation `from` to `to`: one
 /// `_aliases` request, which Elasticsearch applies atomically.
 pub async fn cut_over(client: &Elasticsearch, prefix: &str, from: u64, to: u64) -> Result<(), ElasticError> {
-    let r = client.indices().update_aliases().body(cutover_actions(prefix, from, to)).send().await?;
+    let mut found = json!({});
+    for kind in KINDS {
+        let index = concrete(prefix, kind, from);
+        found[&index] = aliases_of(client, &index).await?[&index].clone();
+    }
+    let r = client.indices().update_aliases().body(cutover_actions(prefix, from, to, &found)).send().await?;
     let v = json_or_status(&format!("moving the aliases from generation {from} to {to}"), r).await?;
     if v["acknowledged"] != json!(true) {
         return Err(ElasticError::Transport(format!("the alias swap was not acknowledged: {v}")));

@@ -19,7 +19,11 @@ pub(crate) type Version = (i64, i64);
 /// A missing document is `None`; a missing index or alias is an error
 /// ([`ElasticError::Gone`]), never taken for an absent document.
 pub(crate) async fn get_source(client: &Elasticsearch, index: &str, id: &str) -> Result<Option<(Value, (i64, i64))>, ElasticError> {
-    let r = client.get(GetParts::IndexId(index, id)).send().await?;
+    let get = client.get(GetParts::IndexId(index, id));
+    let r = match super::names::routing(id) {
+        Some(t) => get.routing(t).send().await?,
+        None => get.send().await?,
+    };
     let what = format!("reading {index}/{id}");
     if r.status_code().as_u16() == 404 {
         let body = r.text().await.unwrap_or_default();
@@ -40,8 +44,16 @@ pub(crate) async fn get_source(client: &Elasticsearch, index: &str, id: &str) ->
 /// version, `None` when absent; an item Elasticsearch could not read
 /// (its own `error`, a missing index among them) is left out of the map,
 /// so its reader falls back to [`get_source`], which reports the error.
+/// One document of an `_mget`: a tenant's with its routing.
+fn mget_doc(index: &str, id: &str) -> Value {
+    match super::names::routing(id) {
+        Some(t) => json!({"_index": index, "_id": id, "routing": t}),
+        None => json!({"_index": index, "_id": id}),
+    }
+}
+
 pub(crate) async fn mget_sources(client: &Elasticsearch, docs: &[(String, String)]) -> Result<Vec<Option<Option<(Value, (i64, i64))>>>, ElasticError> {
-    let body = json!({"docs": docs.iter().map(|(index, id)| json!({"_index": index, "_id": id})).collect::<Vec<_>>()});
+    let body = json!({"docs": docs.iter().map(|(index, id)| mget_doc(index, id)).collect::<Vec<_>>()});
     let r = client.mget(MgetParts::None).body(body).send().await?;
     let v = json_or_status("reading documents (_mget)", r).await?;
     let items = v["docs"].as_array().map(Vec::as_slice).unwrap_or_default();
@@ -148,6 +160,13 @@ pub fn applied_from_mget(partitions: &[i32], v: &Value) -> Result<HashMap<i32, c
 
 #[cfg(test)]
 mod tests {
+    /// Issue 47: a tenant's document is read with its routing.
+    #[test]
+    fn a_tenants_document_is_read_with_its_routing() {
+        assert_eq!(super::mget_doc("i", "acme\u{1f}1"), json!({"_index": "i", "_id": "acme\u{1f}1", "routing": "acme"}));
+        assert_eq!(super::mget_doc("i", "1"), json!({"_index": "i", "_id": "1"}));
+    }
+
     use super::*;
     use crate::index::IndexError;
 

@@ -33,6 +33,7 @@ mod recent;
 pub mod search;
 pub mod setup;
 pub mod shard;
+pub mod tenants;
 pub mod tombstones;
 
 pub use docs::EsWhole;

@@ -27,6 +27,14 @@ pub const DELETED_AT_FIELD: &str = "denorm_deleted_at";
 /// its `_id` is scoped to the tenant (see `crate::command::tenant`).
 pub const TENANT_FIELD: &str = "tenant";
 
+/// The routing of the document `id` (scoped): its tenant, so that a
+/// tenant's documents share a shard of each index and a search through its
+/// filtered alias reads that shard only. The default tenant's documents
+/// are routed by `_id`, as before tenants.
+pub fn routing(id: &str) -> Option<&str> {
+    crate::command::tenant::of(id)
+}
+
 pub fn kind_name(kind: Kind) -> &'static str {
     match kind {
         Kind::File => "files",

@@ -157,6 +157,7 @@ impl Applier {
             }
         };
         counter!(m::DEAD_LETTERS_TOTAL, "reason" => reason).increment(1);
+        m::tenants::dead_lettered(origin.key, reason);
         Ok(at)
     }
 

@@ -249,6 +249,7 @@ impl Applier {
                     histogram!(m::COMMAND_DOCUMENTS, "type" => cmd.kind()).record(docs as f64);
                     histogram!(m::COMMAND_SECONDS, "type" => cmd.kind()).record(elapsed.as_secs_f64());
                     count(cmd.kind(), outcome::APPLIED);
+                    m::tenants::applied(cmd.tenant(), cmd.is_fan_out().then_some(docs), e.issued_at);
                     self.shared.stats.record(docs, cmd.is_fan_out(), elapsed);
                     let alone = cmd.is_fan_out() && self.commits_alone(docs);
                     if alone {

@@ -363,6 +363,7 @@ impl Applier {
         histogram!(m::COMMAND_DOCUMENTS, "type" => cmd.kind()).record(docs as f64);
         histogram!(m::COMMAND_SECONDS, "type" => cmd.kind()).record(elapsed.as_secs_f64());
         count(cmd.kind(), outcome::APPLIED);
+        m::tenants::applied(cmd.tenant(), Some(docs), job.envelope.issued_at);
         self.shared.stats.record(docs, true, elapsed);
         let alone = self.commits_alone(docs);
         match alone {

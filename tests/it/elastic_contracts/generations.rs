@@ -117,6 +117,17 @@ fn a_rebuild_creates_its_generation_records_its_log_and_swaps_every_alias_in_one
         Mock::given(path("/denorm-files-g1,denorm-users-g1,denorm-posts-g1/_refresh")).respond_with(ok(json!({"_shards": {"total": 6, "successful": 3, "failed": 0}}))).mount(server).await;
         Mock::given(method("POST")).and(path("/_aliases")).respond_with(ok(json!({"acknowledged": true, "errors": false}))).mount(server).await;
         mount_settings(server, "1").await;
+        // The old generation's aliases, a tenant's filtered ones among
+        // them (issue 47), as Elasticsearch lists them.
+        for kind in ["files", "users", "posts"] {
+            let index = format!("denorm-{kind}-000001");
+            let aliases = json!({index.clone(): {"aliases": {
+                format!("denorm-{kind}"): {"filter": {"bool": {"must_not": [{"term": {"denorm_deleted": true}}]}}, "is_write_index": true},
+                format!("denorm-{kind}-g0"): {},
+                format!("denorm-t-acme-{kind}"): {"filter": {"term": {"tenant": "acme"}}, "index_routing": "acme", "search_routing": "acme"}
+            }}});
+            Mock::given(method("GET")).and(path(format!("/{index}/_alias"))).respond_with(ok(aliases)).with_priority(1).mount(server).await;
+        }
     });
     gens.prepare(1).unwrap();
     gens.prepare(1).unwrap();
@@ -143,9 +154,12 @@ fn a_rebuild_creates_its_generation_records_its_log_and_swaps_every_alias_in_one
     assert_eq!(swaps.len(), 1, "one atomic request");
     let actions: Value = serde_json::from_slice(&swaps[0].body).unwrap();
     let actions = actions["actions"].as_array().unwrap();
-    assert_eq!(actions.len(), 9);
+    assert_eq!(actions.len(), 15);
     for kind in ["files", "users", "posts"] {
         for expected in [
+            // A tenant's filtered alias moves with its filter and routing.
+            json!({"remove": {"index": format!("denorm-{kind}-000001"), "alias": format!("denorm-t-acme-{kind}")}}),
+            json!({"add": {"index": format!("denorm-{kind}-000002"), "alias": format!("denorm-t-acme-{kind}"), "filter": {"term": {"tenant": "acme"}}, "index_routing": "acme", "search_routing": "acme"}}),
             json!({"remove": {"index": format!("denorm-{kind}-000001"), "alias": format!("denorm-{kind}")}}),
             // The read alias hides tombstones (review of Elasticsearch, F13).
             json!({"add": {"index": format!("denorm-{kind}-000002"), "alias": format!("denorm-{kind}"), "is_write_index": true, "filter": {"bool": {"must_not": [{"term": {"denorm_deleted": true}}]}}}}),

@@ -1,0 +1,99 @@
+//! A tenant's filtered read aliases on Elasticsearch (see docs/tenants.md):
+//! `<prefix>-t-<tenant>-files` (and `-users`, `-posts`) on the current
+//! generation's index, filtered to the tenant's documents and routed by
+//! the tenant. A tenant's own application searches through them, with a
+//! credential that may read those aliases only. A cutover moves them with
+//! the read aliases ([`super::generations::cutover_actions`]).
+
+use elasticsearch::Elasticsearch;
+use serde_json::{json, Value};
+
+use super::names::{alias, concrete, kind_name, KINDS, TENANT_FIELD};
+use super::{json_or_status, ElasticError};
+use crate::index::Kind;
+
+/// The filtered read alias of `tenant`'s documents of `kind`.
+pub fn alias_name(prefix: &str, tenant: &str, kind: Kind) -> String {
+    format!("{prefix}-t-{tenant}-{}", kind_name(kind))
+}
+
+/// The definition of `tenant`'s alias on `index`: its documents only
+/// (tombstones hidden, as the read alias hides them), routed by the tenant
+/// (as denorm writes them).
+pub fn alias_action(index: &str, name: &str, tenant: &str) -> Value {
+    let filter = json!({"bool": {"filter": [{"term": {TENANT_FIELD: tenant}}], "must_not": [super::docs::is_deleted()]}});
+    json!({"add": {"index": index, "alias": name, "filter": filter, "routing": tenant}})
+}
+
+/// The tenant aliases found on `index` of `kind` (an index's aliases as
+/// `GET /<index>/_alias` answers them): the actions that take each off
+/// `index` and put it, with its filter and routing, on `to`.
+pub fn moved(found: &Value, prefix: &str, kind: Kind, index: &str, to: &str) -> Vec<Value> {
+    let own = format!("-{}", kind_name(kind));
+    let start = format!("{prefix}-t-");
+    let aliases = found[index]["aliases"].as_object().into_iter().flatten();
+    aliases
+        .filter(|(name, _)| name.starts_with(&start) && name.ends_with(&own))
+        .map(|(name, def)| {
+            let mut add = json!({"index": to, "alias": name});
+            for field in ["filter", "index_routing", "search_routing"] {
+                if !def[field].is_null() {
+                    add[field] = def[field].clone();
+                }
+            }
+            [json!({"remove": {"index": index, "alias": name}}), json!({"add": add})]
+        })
+        .collect::<Vec<[Value; 2]>>()
+        .concat()
+}
+
+/// Puts `tenant`'s filtered aliases on the current generation's indexes
+/// (again: an alias that exists is replaced). Returns their names.
+pub async fn add_aliases(client: &Elasticsearch, prefix: &str, tenant: &str) -> Result<Vec<String>, ElasticError> {
+    crate::command::tenant::validate(tenant).map_err(|e| ElasticError::Config(e.to_string()))?;
+    let mut actions = Vec::new();
+    let mut names = Vec::new();
+    for kind in KINDS {
+        let index = match super::generations::read_generation(client, prefix, kind).await? {
+            Some((g, _)) => concrete(prefix, kind, g),
+            None => return Err(ElasticError::Config(format!("alias {} does not exist yet: start a worker first, which creates the indexes", alias(prefix, kind)))),
+        };
+        let name = alias_name(prefix, tenant, kind);
+        actions.push(alias_action(&index, &name, tenant));
+        names.push(name);
+    }
+    let r = client.indices().update_aliases().body(json!({"actions": actions})).send().await?;
+    json_or_status(&format!("adding the aliases of tenant {tenant}"), r).await?;
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tenants_aliases_are_named_filtered_and_routed() {
+        assert_eq!(alias_name("denorm", "acme", Kind::Post), "denorm-t-acme-posts");
+        let a = alias_action("denorm-posts-000001", "denorm-t-acme-posts", "acme");
+        assert_eq!(a["add"]["filter"], json!({"bool": {"filter": [{"term": {"tenant": "acme"}}], "must_not": [{"term": {"denorm_deleted": true}}]}}));
+        assert_eq!(a["add"]["routing"], "acme");
+    }
+
+    #[test]
+    fn a_cutover_moves_a_tenants_aliases_with_their_filter_and_routing() {
+        let found = json!({"denorm-files-000001": {"aliases": {
+            "denorm-files": {},
+            "denorm-files-g0": {},
+            "denorm-t-acme-files": {"filter": {"term": {"tenant": "acme"}}, "index_routing": "acme", "search_routing": "acme"},
+            "other-alias": {}
+        }}});
+        let moved = moved(&found, "denorm", Kind::File, "denorm-files-000001", "denorm-files-000002");
+        assert_eq!(
+            moved,
+            vec![
+                json!({"remove": {"index": "denorm-files-000001", "alias": "denorm-t-acme-files"}}),
+                json!({"add": {"index": "denorm-files-000002", "alias": "denorm-t-acme-files", "filter": {"term": {"tenant": "acme"}}, "index_routing": "acme", "search_routing": "acme"}})
+            ]
+        );
+    }
+}
