@@ -33,7 +33,7 @@ pub async fn run(cli: &Cli, a: &TenantArgs) -> anyhow::Result<()> {
                 return Err(UsageError("the embedded index has no aliases: search a tenant's documents with `denorm search --tenant`".into()).into());
             };
             let client = es.client().context("connecting to Elasticsearch")?;
-            let names = denorm::index::elastic::tenants::add_aliases(&client, &es.prefix, tenant).await.with_context(|| format!("adding the aliases of tenant {tenant}"))?;
+            let names = denorm::index::elastic::generations::add_tenant_aliases(&client, &es.prefix, tenant).await.with_context(|| format!("adding the aliases of tenant {tenant}"))?;
             for n in names {
                 println!("{n}");
             }

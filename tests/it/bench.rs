@@ -42,6 +42,8 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
             "1,100",
             "--profile-users",
             "100",
+            "--tenant-flood-commands",
+            "2000",
         ],
         &[
             "replay of 3000 commands",
@@ -54,6 +56,7 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
             "re-application after a rebalance during a rename of 20000 files",
             "key concurrency: 500 single-document commands over 100 key(s)",
             "verify of ",
+            "tenant fairness: a quiet tenant at 100/s while a noisy tenant's backlog of 2000 commands drains",
         ],
     );
     let r = &v["results"];
@@ -87,6 +90,7 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
     assert!(p50 <= p99, "p50 {p50} > p99 {p99}");
     head_of_line_measured(r);
     key_concurrency_measured(r);
+    tenant_flood_measured(r, 2000);
     // The files of the phases above, and the profile phases' users, posts
     // and files.
     verify_measured(r, 3000 + 2000 + 5000 + 100 * 6 + 100 * 20);
@@ -131,6 +135,8 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
             "1,100",
             "--profile-users",
             "40",
+            "--tenant-flood-commands",
+            "1000",
         ],
         &[
             "replay of 2000 commands",
@@ -144,6 +150,7 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
             "head of line: another key at 100/s during a rename of 5000 files",
             "re-application after a rebalance during a rename of 5000 files",
             "key concurrency: 500 single-document commands over 100 key(s)",
+            "tenant fairness: a quiet tenant at 100/s while a noisy tenant's backlog of 1000 commands drains",
         ],
     );
     let r = &v["results"];
@@ -161,12 +168,24 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
     assert_eq!(r["latency"]["commands"], 200);
     head_of_line_measured(r);
     key_concurrency_measured(r);
+    tenant_flood_measured(r, 1000);
     // The renamed tree, through denorm's own search of the run's indexes.
     let prefix = v["index_prefix"].as_str().expect("the run's index prefix");
     let (code, files, err) = output(denorm().env("DENORM_ES_PREFIX", prefix).args(["search", "files", "--under", "/r3000", "--limit", "0", "--index", &es.url]));
     assert_eq!(code, 0, "{err}");
     assert_eq!(files.lines().count(), 3000);
     assert!(files.lines().all(|l| l.starts_with("/r3000/moved/d")), "{files}");
+}
+
+/// The tenant-fairness phase measured the quiet tenant alone and during
+/// the noisy tenant's backlog of `n` commands, beside each other.
+fn tenant_flood_measured(r: &serde_json::Value, n: u64) {
+    let t = &r["tenant_flood"];
+    assert_eq!(t["backlog"], n, "{t}");
+    let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {t}"));
+    assert!(f("alone_commands") > 0.0 && f("during_commands") > 0.0, "{t}");
+    assert!(f("alone_p50_ms") <= f("alone_p99_ms") && f("during_p50_ms") <= f("during_p99_ms"), "{t}");
+    assert!((f("ratio") - f("during_p99_ms") / f("alone_p99_ms")).abs() < 1e-9, "{t}");
 }
 
 /// The profile-change and mixed-log phases ran with `users` users, beside

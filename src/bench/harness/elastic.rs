@@ -135,6 +135,10 @@ pub(super) async fn run(b: &Bench<'_>, url: &str, es: &ElasticBackend, producer:
     if a.key_concurrency_commands > 0 {
         b.key_concurrency(a.key_concurrency_commands, &a.key_concurrency_keys, run_id, Some(url), &mut rows, &mut results).await?;
     }
+    // 7. Tenant fairness: a quiet tenant beside a noisy one's backlog.
+    if a.tenant_flood_commands > 0 {
+        b.tenant_flood(a.tenant_flood_commands, a.head_of_line_rate, run_id, Some(url), &mut rows, &mut results).await?;
+    }
     Ok((rows, results))
 }
 

@@ -115,7 +115,7 @@ impl Bench<'_> {
         let worker = b.start_worker_with(&group, &index, &extra).await?;
         b.wait_applied(&worker, &index, None).await?;
         phase(&format!("head of line ({name}): another key at {rate}/s, idle"));
-        let idle = b.other_key(&producer, &index, rate, "idle", &|| false, IDLE).await?;
+        let idle = b.other_key(&producer, &index, rate, None, "idle", &|| false, IDLE).await?;
         phase(&format!("head of line ({name}): the same during the rename of the tree"));
         producer.send(Command::RenamePath { from: "/hol/tree".into(), to: "/hol/moved".into() }).await?;
         let done = AtomicBool::new(false);
@@ -129,7 +129,7 @@ impl Bench<'_> {
                 done.store(true, Ordering::SeqCst);
                 r
             },
-            b.other_key(&producer, &index, rate, "during", &is_done, b.timeout)
+            b.other_key(&producer, &index, rate, None, "during", &is_done, b.timeout)
         );
         applied?;
         let rename_secs = t.elapsed().as_secs_f64();
@@ -188,9 +188,20 @@ impl Bench<'_> {
         Ok(out)
     }
 
-    /// Upserts of a file of key `/other` at `rate` until `stop` says so or
-    /// `max` has passed: each one's produce -> searchable time (ms).
-    async fn other_key(&self, producer: &Arc<Producer>, index: &std::path::Path, rate: u64, tag: &str, stop: &(dyn Fn() -> bool + Sync), max: Duration) -> anyhow::Result<Vec<f64>> {
+    /// Upserts of a file of key `/other` (of `tenant`) at `rate` until
+    /// `stop` says so or `max` has passed: each one's produce ->
+    /// searchable time (ms).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn other_key(
+        &self,
+        producer: &Arc<Producer>,
+        index: &std::path::Path,
+        rate: u64,
+        tenant: Option<&str>,
+        tag: &str,
+        stop: &(dyn Fn() -> bool + Sync),
+        max: Duration,
+    ) -> anyhow::Result<Vec<f64>> {
         let (tx, rx) = mpsc::channel::<(String, Instant)>();
         let (probe, every) = self.probe(index)?;
         let timeout = self.timeout;
@@ -203,8 +214,9 @@ impl Bench<'_> {
             if stop() || start.elapsed() >= max {
                 break;
             }
-            let id = format!("{tag}{i}");
-            let cmd = other_upsert(&id, format!("{tag} {i}"));
+            let cmd = other_upsert(&format!("{tag}{i}"), format!("{tag} {i}")).scoped(tenant);
+            // The document's id as the index holds it (scoped to its tenant).
+            let id = denorm::command::tenant::scope(tenant, &format!("{tag}{i}"));
             let at = Instant::now();
             tx.send((id.clone(), at)).ok();
             sent.push((id, at));

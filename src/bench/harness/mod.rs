@@ -11,6 +11,7 @@ mod latency;
 mod profiles;
 mod reapply;
 mod table;
+mod tenant_flood;
 mod verify;
 mod worker;
 
@@ -80,6 +81,11 @@ pub struct BenchArgs {
     /// Numbers of keys the key-concurrency phase spreads its commands over (comma-separated)
     #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000", value_parser = clap::value_parser!(u64).range(1..))]
     key_concurrency_keys: Vec<u64>,
+    /// Commands of a noisy tenant's backlog in the tenant-fairness phase (0 skips it): a quiet
+    /// tenant's produce -> searchable latency at --head-of-line-rate, alone and while that
+    /// backlog drains in the same partition (a topic of one partition of its own)
+    #[arg(long, default_value_t = 100_000)]
+    tenant_flood_commands: u64,
     /// Users of the profile-change phase (0 skips it and the mixed-log phase), each with 5 posts:
     /// their profile changes against as many post upserts, then a mixed log of as many users
     /// (a profile, 5 posts, 14 files and a profile change each, interleaved) against a plain
@@ -345,6 +351,10 @@ async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
     // 7. Key concurrency: single-document commands of many keys.
     if a.key_concurrency_commands > 0 {
         b.key_concurrency(a.key_concurrency_commands, &a.key_concurrency_keys, &run_id, None, &mut rows, &mut results).await?;
+    }
+    // 8. Tenant fairness: a quiet tenant beside a noisy one's backlog.
+    if a.tenant_flood_commands > 0 {
+        b.tenant_flood(a.tenant_flood_commands, a.head_of_line_rate, &run_id, None, &mut rows, &mut results).await?;
     }
     b.finish(&rows, results)
 }

@@ -195,6 +195,26 @@ pub async fn remove(client: &Elasticsearch, prefix: &str, g: u64, partitions: i3
     Ok(())
 }
 
+/// Puts `tenant`'s filtered aliases on the current generation's indexes
+/// (again: an alias that exists is replaced). Returns their names.
+pub async fn add_tenant_aliases(client: &Elasticsearch, prefix: &str, tenant: &str) -> Result<Vec<String>, ElasticError> {
+    crate::command::tenant::validate(tenant).map_err(|e| ElasticError::Config(e.to_string()))?;
+    let mut actions = Vec::new();
+    let mut names = Vec::new();
+    for kind in KINDS {
+        let index = match read_generation(client, prefix, kind).await? {
+            Some((g, _)) => concrete(prefix, kind, g),
+            None => return Err(ElasticError::Config(format!("alias {} does not exist yet: start a worker first, which creates the indexes", alias(prefix, kind)))),
+        };
+        let name = super::tenants::alias_name(prefix, tenant, kind);
+        actions.push(super::tenants::alias_action(&index, &name, tenant));
+        names.push(name);
+    }
+    let r = client.indices().update_aliases().body(json!({"actions": actions})).send().await?;
+    json_or_status(&format!("adding the aliases of tenant {tenant}"), r).await?;
+    Ok(names)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,13 +3,12 @@
 //! generation's index, filtered to the tenant's documents and routed by
 //! the tenant. A tenant's own application searches through them, with a
 //! credential that may read those aliases only. A cutover moves them with
-//! the read aliases ([`super::generations::cutover_actions`]).
+//! the read aliases ([`super::generations::cutover_actions`]);
+//! [`super::generations::add_tenant_aliases`] puts them. No I/O.
 
-use elasticsearch::Elasticsearch;
 use serde_json::{json, Value};
 
-use super::names::{alias, concrete, kind_name, KINDS, TENANT_FIELD};
-use super::{json_or_status, ElasticError};
+use super::names::{kind_name, TENANT_FIELD};
 use crate::index::Kind;
 
 /// The filtered read alias of `tenant`'s documents of `kind`.
@@ -45,26 +44,6 @@ pub fn moved(found: &Value, prefix: &str, kind: Kind, index: &str, to: &str) -> 
         })
         .collect::<Vec<[Value; 2]>>()
         .concat()
-}
-
-/// Puts `tenant`'s filtered aliases on the current generation's indexes
-/// (again: an alias that exists is replaced). Returns their names.
-pub async fn add_aliases(client: &Elasticsearch, prefix: &str, tenant: &str) -> Result<Vec<String>, ElasticError> {
-    crate::command::tenant::validate(tenant).map_err(|e| ElasticError::Config(e.to_string()))?;
-    let mut actions = Vec::new();
-    let mut names = Vec::new();
-    for kind in KINDS {
-        let index = match super::generations::read_generation(client, prefix, kind).await? {
-            Some((g, _)) => concrete(prefix, kind, g),
-            None => return Err(ElasticError::Config(format!("alias {} does not exist yet: start a worker first, which creates the indexes", alias(prefix, kind)))),
-        };
-        let name = alias_name(prefix, tenant, kind);
-        actions.push(alias_action(&index, &name, tenant));
-        names.push(name);
-    }
-    let r = client.indices().update_aliases().body(json!({"actions": actions})).send().await?;
-    json_or_status(&format!("adding the aliases of tenant {tenant}"), r).await?;
-    Ok(names)
 }
 
 #[cfg(test)]
