@@ -145,7 +145,7 @@ fn describe() {
     describe_counter!(
         MESSAGES_REJECTED_TOTAL,
         Unit::Count,
-        "Messages not applied, by reason (empty_payload, oversized, not_single_object, unknown_schema, undecodable, invalid_command, missing_key, key_mismatch)."
+        "Messages not applied, by reason (empty_payload, oversized, not_single_object, unknown_schema, undecodable, invalid_command, missing_key, key_mismatch, invalid_tenant)."
     );
     describe_counter!(DEAD_LETTERS_TOTAL, Unit::Count, "Messages written to the dead-letter topic, by reason (the rejection reasons, index_rejected, parked, repair_refused).");
     describe_counter!(

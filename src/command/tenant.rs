@@ -156,6 +156,13 @@ impl Command {
             if of(value) != tenant {
                 return Err(CommandError::CrossTenant { field, tenant: tenant.unwrap_or("").to_string(), other: of(value).unwrap_or("").to_string() });
             }
+            // A scoped id is a document's `_id` on Elasticsearch, at most
+            // 512 bytes there too.
+            let is_id = !matches!(field, "path" | "from" | "to" | "previous_path");
+            if is_id && tenant.is_some() && value.len() > super::MAX_ID_LEN {
+                let reason = format!("is {} bytes with its tenant's scope, longer than {}", value.len(), super::MAX_ID_LEN);
+                return Err(CommandError::InvalidField { field, reason });
+            }
         }
         match tenant {
             None => self.validate(),
@@ -222,6 +229,10 @@ mod tests {
         let e = cross.validate_scoped().unwrap_err();
         assert!(matches!(e, CommandError::CrossTenant { field: "previous_path", .. }), "{e}");
         assert!(e.to_string().contains("tenant"), "{e}");
+        // An id that fits alone, but not with its tenant's scope.
+        let long = upsert(&"x".repeat(510), "/docs/a").scoped(Some("acme"));
+        assert!(matches!(long.validate_scoped(), Err(CommandError::InvalidField { field: "id", .. })), "{:?}", long.validate_scoped());
+        assert!(upsert(&"x".repeat(510), "/docs/a").validate_scoped().is_ok());
         let bad_tenant = upsert("f", "/docs/a").scoped(Some("Acme"));
         assert!(matches!(bad_tenant.validate_scoped(), Err(CommandError::InvalidTenant { .. })));
     }
