@@ -12,9 +12,9 @@
 //! rates. What it did before is in `_other`.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use metrics::{counter, histogram};
+use metrics::{counter, histogram, SharedString};
 
 pub const COMMANDS_TOTAL: &str = "denorm_tenant_commands_total";
 pub const FAN_OUT_DOCUMENTS_TOTAL: &str = "denorm_tenant_fan_out_documents_total";
@@ -35,7 +35,9 @@ pub const PROMOTE_AFTER: u64 = 100;
 #[derive(Debug)]
 pub struct Labels {
     max: usize,
-    labeled: std::collections::HashSet<String>,
+    /// The labelled tenants, each with its label (shared: a command's
+    /// series cost no allocation).
+    labeled: HashMap<String, Arc<str>>,
     /// At most `candidates_max` entries (Space-Saving).
     candidates: HashMap<String, u64>,
     candidates_max: usize,
@@ -47,13 +49,13 @@ impl Labels {
     }
 
     /// The label of one more command of `tenant`.
-    pub fn label(&mut self, tenant: Option<&str>) -> String {
-        let Some(t) = tenant else { return DEFAULT.to_string() };
-        if self.labeled.contains(t) {
-            return t.to_string();
+    pub fn label(&mut self, tenant: Option<&str>) -> SharedString {
+        let Some(t) = tenant else { return SharedString::const_str(DEFAULT) };
+        if let Some(l) = self.labeled.get(t) {
+            return SharedString::from_shared(l.clone());
         }
         if self.labeled.len() >= self.max {
-            return OTHER.to_string();
+            return SharedString::const_str(OTHER);
         }
         let count = match self.candidates.get_mut(t) {
             Some(n) => {
@@ -75,18 +77,19 @@ impl Labels {
         };
         if count >= PROMOTE_AFTER {
             self.candidates.remove(t);
-            self.labeled.insert(t.to_string());
-            return t.to_string();
+            let l: Arc<str> = t.into();
+            self.labeled.insert(t.to_string(), l.clone());
+            return SharedString::from_shared(l);
         }
-        OTHER.to_string()
+        SharedString::const_str(OTHER)
     }
 
     /// The label `tenant` has now, without counting a command.
-    pub fn of(&self, tenant: Option<&str>) -> String {
-        match tenant {
-            None => DEFAULT.to_string(),
-            Some(t) if self.labeled.contains(t) => t.to_string(),
-            Some(_) => OTHER.to_string(),
+    pub fn of(&self, tenant: Option<&str>) -> SharedString {
+        match tenant.map(|t| self.labeled.get(t)) {
+            None => SharedString::const_str(DEFAULT),
+            Some(Some(l)) => SharedString::from_shared(l.clone()),
+            Some(None) => SharedString::const_str(OTHER),
         }
     }
 }
@@ -137,26 +140,26 @@ mod tests {
     #[test]
     fn the_busiest_tenants_get_labels_and_the_rest_share_one() {
         let mut l = Labels::new(2);
-        assert_eq!(l.label(None), DEFAULT);
+        assert_eq!(l.label(None).to_string(), DEFAULT);
         // Many quiet tenants, once each: none gets a label.
         for i in 0..1000 {
-            assert_eq!(l.label(Some(&format!("quiet{i}"))), OTHER);
+            assert_eq!(l.label(Some(&format!("quiet{i}"))).to_string(), OTHER);
         }
         // Two busy ones get theirs once they have sent enough.
         let mut first = Vec::new();
         for _ in 0..PROMOTE_AFTER {
-            first.push(l.label(Some("busy-a")));
+            first.push(l.label(Some("busy-a")).to_string());
             l.label(Some("busy-b"));
         }
         assert_eq!(first.last().map(String::as_str), Some("busy-a"));
         assert_eq!(first[0], OTHER, "counted in _other until it earns its label");
-        assert_eq!(l.label(Some("busy-b")), "busy-b");
+        assert_eq!(l.label(Some("busy-b")).to_string(), "busy-b");
         // The labels are taken: a third busy tenant stays in _other.
         for _ in 0..10 * PROMOTE_AFTER {
-            assert_eq!(l.label(Some("busy-c")), OTHER);
+            assert_eq!(l.label(Some("busy-c")).to_string(), OTHER);
         }
-        assert_eq!(l.of(Some("busy-a")), "busy-a");
-        assert_eq!(l.of(Some("busy-c")), OTHER);
+        assert_eq!(l.of(Some("busy-a")).to_string(), "busy-a");
+        assert_eq!(l.of(Some("busy-c")).to_string(), OTHER);
         assert!(l.candidates.len() <= l.candidates_max);
     }
 
@@ -167,7 +170,7 @@ mod tests {
         for i in 0..100_000u64 {
             // A heavy hitter among a stream of distinct tenants.
             if i % 10 == 0 {
-                got = l.label(Some("heavy"));
+                got = l.label(Some("heavy")).to_string();
             } else {
                 l.label(Some(&format!("t{i}")));
             }
