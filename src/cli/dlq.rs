@@ -61,7 +61,7 @@ struct Filter {
     #[arg(long)]
     key: Option<String>,
     /// Only this tenant's letters (see docs/tenants.md); without it, every tenant's
-    #[arg(long, value_name = "TENANT", env = "DENORM_TENANT")]
+    #[arg(long, value_name = "TENANT", env = "DENORM_TENANT", value_parser = super::parse_tenant)]
     tenant: Option<String>,
     /// JSON output (`list`: one object per line)
     #[arg(long)]
@@ -77,13 +77,6 @@ impl Filter {
     /// Whether a letter keyed `key` (on the wire) is one of --tenant's.
     fn keeps(&self, key: &str) -> bool {
         self.tenant.as_ref().is_none_or(|t| tenant::of(key) == Some(t.as_str()))
-    }
-
-    fn check(&self) -> Result<(), UsageError> {
-        match &self.tenant {
-            Some(t) => tenant::validate(t).map_err(|e| UsageError(format!("--tenant: {e}"))),
-            None => Ok(()),
-        }
     }
 }
 
@@ -126,7 +119,6 @@ pub async fn run(cli: &Cli, a: &DlqArgs) -> anyhow::Result<()> {
         Action::Count(f) | Action::List(f) => f,
         Action::Reprocess(o) | Action::Clear(ClearArgs { op: o, .. }) => &o.filter,
     };
-    filter.check()?;
     let (letters, drops) = read_open(&kafka, &topic, filter).await?;
     match &a.action {
         Action::Count(f) => {

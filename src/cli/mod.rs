@@ -124,6 +124,12 @@ fn environment_help() -> String {
     out
 }
 
+/// A tenant id as a flag's value (`--tenant`): refused by clap, exit 2,
+/// when it is not one (docs/tenants.md).
+pub(crate) fn parse_tenant(s: &str) -> Result<String, String> {
+    denorm::command::tenant::validate(s).map(|()| s.to_string()).map_err(|e| e.to_string())
+}
+
 fn parse_kv(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.trim().to_string(), v.to_string())),

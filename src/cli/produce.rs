@@ -20,7 +20,7 @@ pub struct ProduceArgs {
     /// The tenant every command belongs to (a-z, 0-9, '_' and '-', at most
     /// 64 bytes; see docs/tenants.md). Without it, a command belongs to the
     /// default tenant, or to the tenant its JSONL line names ("tenant")
-    #[arg(long, global = true, value_name = "TENANT", env = "DENORM_TENANT")]
+    #[arg(long, global = true, value_name = "TENANT", env = "DENORM_TENANT", value_parser = super::parse_tenant)]
     tenant: Option<String>,
     /// After sending, wait until the consumer group (--group) has applied the
     /// commands: read-your-writes (for a rename across top-level
@@ -142,7 +142,6 @@ impl One {
 /// tenant (its JSONL line names one) is a usage error.
 fn in_tenant(commands: Vec<Command>, tenant: Option<&str>) -> Result<Vec<Command>, UsageError> {
     let Some(t) = tenant else { return Ok(commands) };
-    denorm::command::tenant::validate(t).map_err(|e| UsageError(format!("--tenant: {e}")))?;
     commands
         .into_iter()
         .enumerate()

@@ -10,7 +10,7 @@ pub struct SearchArgs {
     /// Search this tenant's documents (see docs/tenants.md). Once the index
     /// holds any tenant's documents, a search names its tenant: this, or
     /// --default-tenant
-    #[arg(long, global = true, value_name = "TENANT", env = "DENORM_TENANT")]
+    #[arg(long, global = true, value_name = "TENANT", env = "DENORM_TENANT", value_parser = super::parse_tenant)]
     tenant: Option<String>,
     /// Search the default tenant's documents (those of commands that name
     /// no tenant)
@@ -24,7 +24,6 @@ pub struct SearchArgs {
 /// tenant has documents.
 fn tenant_of(a: &SearchArgs, search: &dyn SearchIndex) -> anyhow::Result<Option<String>> {
     if let Some(t) = &a.tenant {
-        denorm::command::tenant::validate(t).map_err(|e| UsageError(format!("--tenant: {e}")))?;
         return Ok(Some(t.clone()));
     }
     if a.default_tenant {

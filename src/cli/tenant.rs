@@ -21,6 +21,7 @@ enum Action {
     /// these aliases only (docs/tenants.md). Running it again replaces them
     Alias {
         /// The tenant
+        #[arg(value_parser = super::parse_tenant)]
         tenant: String,
     },
 }
@@ -28,7 +29,6 @@ enum Action {
 pub async fn run(cli: &Cli, a: &TenantArgs) -> anyhow::Result<()> {
     match &a.action {
         Action::Alias { tenant } => {
-            denorm::command::tenant::validate(tenant).map_err(|e| UsageError(e.to_string()))?;
             let Location::Elastic(es) = super::location(cli)? else {
                 return Err(UsageError("the embedded index has no aliases: search a tenant's documents with `denorm search --tenant`".into()).into());
             };

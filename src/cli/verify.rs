@@ -43,7 +43,7 @@ pub struct VerifyArgs {
     keys: Vec<String>,
     /// Verify this tenant's documents only (see docs/tenants.md): all its keys, or, with --keys
     /// or --sample, those of its keys. With --repair, only its documents are repaired
-    #[arg(long, value_name = "TENANT", env = "DENORM_TENANT")]
+    #[arg(long, value_name = "TENANT", env = "DENORM_TENANT", value_parser = super::parse_tenant)]
     tenant: Option<String>,
     /// Verify about this percent of all keys (chosen by a hash of the key: the same keys on
     /// every run), each with every document of it; with --keys, those as well
@@ -146,9 +146,6 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
         ScratchError::NotOurs(_) => anyhow::Error::new(UsageError(e.to_string())),
         e => CouldNotVerify(e.into()).into(),
     })?;
-    if let Some(t) = &a.tenant {
-        denorm::command::tenant::validate(t).map_err(|e| UsageError(format!("--tenant: {e}")))?;
-    }
     let keys = (!a.keys.is_empty() || a.sample.is_some() || a.tenant.is_some()).then(|| denorm::worker::KeySample {
         keys: a.keys.iter().map(|k| denorm::command::tenant::scope(a.tenant.as_deref(), k)).collect(),
         tenant: a.tenant.clone(),
