@@ -45,7 +45,10 @@ pub fn from_source(kind: Kind, v: &Value) -> Doc {
     let pos = v[POS_FIELD].as_u64().unwrap_or(0);
     // Scoped to the document's tenant again.
     let t = v[TENANT_FIELD].as_str();
-    let id = |x: &Value| tenant::scope(t, &s(x));
+    let id = |x: &Value| match t {
+        None => s(x),
+        Some(_) => tenant::scope(t, &s(x)),
+    };
     match kind {
         Kind::File => Doc::File(FileDoc { id: id(&v["id"]), name: s(&v["name"]), path: id(&v["path"]), contents: s(&v["contents"]), pos }),
         Kind::User => Doc::User(UserDoc { id: id(&v["id"]), name: s(&v["name"]), email: s(&v["email"]), dob: s(&v["dob"]), pos }),
