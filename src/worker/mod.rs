@@ -82,6 +82,10 @@ pub struct Stats {
     /// carries no message), as of the last commit interval: what a
     /// rebuild's cutover waits for.
     pub positions: std::sync::Mutex<std::collections::BTreeMap<i32, i64>>,
+    /// The offsets of the fan-outs finished in key lanes, in the order
+    /// they finished (the applier's tests).
+    #[cfg(test)]
+    pub lane_fan_outs_finished: std::sync::Mutex<Vec<i64>>,
 }
 
 impl Stats {

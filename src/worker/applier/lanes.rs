@@ -151,8 +151,8 @@ struct Lane {
 #[derive(Default)]
 pub(super) struct Lanes {
     lanes: HashMap<String, Lane>,
-    /// Keys whose fan-out runs, in turn.
-    turn: VecDeque<String>,
+    /// Keys whose fan-out runs, in turn by tenant (`turn.rs`).
+    turn: super::turn::Turn,
     pub(super) tracker: Tracker,
     /// The highest offset received.
     highest: i64,
@@ -279,14 +279,15 @@ impl Applier {
         let mut lanes = self.lanes.borrow_mut();
         let key = job.envelope.command.key().to_string();
         lanes.tracker.defer(job.record.offset());
-        lanes.turn.push_back(key.clone());
+        lanes.turn.push(key.clone());
         let lane = lanes.lanes.entry(key).or_default();
         debug_assert!(lane.job.is_none(), "one fan-out per lane");
         lane.job = Some(*job);
         gauge!(m::PARTITION_BUSY_LANES, "partition" => self.partition.to_string()).set(lanes.jobs() as f64);
     }
 
-    /// Runs one page of the next fan-out in turn. A fan-out that completes
+    /// Runs one page of the next fan-out in turn (the tenants in turn,
+    /// then each one's keys: `turn.rs`). A fan-out that completes
     /// is committed on its own when it is large ([`Applier::commits_alone`])
     /// and joins the batch otherwise; its key's waiting messages go back to
     /// the head of `ahead`, in order. A failure drops the lanes and reads the
@@ -295,7 +296,7 @@ impl Applier {
     pub(super) fn run_page(&self, shard: &mut ShardBox, batch: &mut Vec<Record>, ahead: &mut VecDeque<Feed>) -> Step<bool> {
         let (key, mut job) = {
             let mut lanes = self.lanes.borrow_mut();
-            let Some(key) = lanes.turn.pop_front() else { return Ok(false) };
+            let Some(key) = lanes.turn.next() else { return Ok(false) };
             let job = lanes.lanes.get_mut(&key).and_then(|l| l.job.take()).expect("a lane in turn has its fan-out");
             (key, job)
         };
@@ -345,7 +346,7 @@ impl Applier {
             }
             Ok(None) => {
                 let mut lanes = self.lanes.borrow_mut();
-                lanes.turn.push_back(key.clone());
+                lanes.turn.push(key.clone());
                 lanes.lanes.get_mut(&key).expect("its lane").job = Some(job);
                 Ok(ran)
             }
@@ -365,6 +366,8 @@ impl Applier {
         count(cmd.kind(), outcome::APPLIED);
         m::tenants::applied(cmd.tenant(), Some(docs), job.envelope.issued_at);
         self.shared.stats.record(docs, true, elapsed);
+        #[cfg(test)]
+        self.shared.stats.lane_fan_outs_finished.lock().expect("finished lock").push(pos);
         let alone = self.commits_alone(docs);
         match alone {
             true => info!(partition = self.partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, lane = %key, "fan-out applied"),

@@ -19,6 +19,7 @@ mod retry;
 mod tests;
 mod tracker;
 mod triggers;
+mod turn;
 
 pub(crate) use lanes::LaneFanOuts;
 pub(crate) use queue::{queued_size, FeedQueue, Queued, Refused};
