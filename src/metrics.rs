@@ -42,6 +42,7 @@ pub const OWNER_CONFLICTS_TOTAL: &str = "denorm_owner_conflicts_total";
 pub const WAITING_COMMANDS: &str = "denorm_partition_waiting_commands";
 pub const OLDEST_UNFINISHED_SECONDS: &str = "denorm_partition_oldest_unfinished_seconds";
 pub const PARTITION_BUSY_LANES: &str = "denorm_partition_busy_lanes";
+pub const PARTITION_HELD_MESSAGES: &str = "denorm_partition_held_messages";
 pub const LANE_FAN_OUTS: &str = "denorm_lane_fan_outs";
 pub const REPAIRS_TOTAL: &str = "denorm_repairs_total";
 pub const VERIFY_LAST_RUN: &str = "denorm_verify_last_run_timestamp_seconds";
@@ -97,6 +98,7 @@ pub const ALL: &[&str] = &[
     WAITING_COMMANDS,
     OLDEST_UNFINISHED_SECONDS,
     PARTITION_BUSY_LANES,
+    PARTITION_HELD_MESSAGES,
     LANE_FAN_OUTS,
     REPAIRS_TOTAL,
     VERIFY_LAST_RUN,
@@ -202,6 +204,11 @@ fn describe() {
     );
     describe_gauge!(OLDEST_UNFINISHED_SECONDS, Unit::Seconds, "How long the partition's oldest unfinished command has run (a fan-out in a key lane, or the command being applied, retries and commit included); 0 when idle. With denorm_partition_waiting_commands above 0 and busy lanes at --lanes (or --lanes 1), other keys wait behind it.");
     describe_gauge!(LANE_FAN_OUTS, Unit::Count, "Fan-outs in key lanes in this process, all partitions: each partition may run one, and more only while fewer than --max-lane-fan-outs run (on Elasticsearch each holds a point in time and page bulks).");
+    describe_gauge!(
+        PARTITION_HELD_MESSAGES,
+        Unit::Count,
+        "A flooding tenant's messages the partition holds in memory, read ahead past so that the other tenants' messages behind them are applied first (issue 47; bounded by --queue-kb)."
+    );
     describe_gauge!(PARTITION_BUSY_LANES, Unit::Count, "Fan-outs of the partition in progress in key lanes (at most --lanes): each holds up only its own key's later commands.");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");
     tenants::describe();

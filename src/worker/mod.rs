@@ -86,6 +86,9 @@ pub struct Stats {
     /// they finished (the applier's tests).
     #[cfg(test)]
     pub lane_fan_outs_finished: std::sync::Mutex<Vec<i64>>,
+    /// The most messages a partition held at once (the applier's tests).
+    #[cfg(test)]
+    pub held_peak: AtomicU64,
 }
 
 impl Stats {

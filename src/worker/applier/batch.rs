@@ -117,6 +117,20 @@ impl Applier {
                 _ if paged => Duration::ZERO,
                 _ => Duration::from_millis(1),
             });
+            // A flooding tenant's held messages (`hold.rs`): the next chunk
+            // once nothing else is ready, or once the others had their
+            // share.
+            if self.held_len() > 0 {
+                if ahead.is_empty() {
+                    if let Some(feed) = rx.try_recv().ok().and_then(|f| self.received(f)) {
+                        ahead.push_back(feed);
+                        peeked = true;
+                    }
+                }
+                if ahead.is_empty() || self.release_due() {
+                    self.release(&mut ahead, None);
+                }
+            }
             let (next, fresh) = match ahead.pop_front() {
                 Some(feed) => (Ok(feed), std::mem::take(&mut peeked)),
                 None => (self.receive(&rx, wait), true),
@@ -131,7 +145,7 @@ impl Applier {
                         }
                     }
                 }
-                Ok(Feed::Message(msg)) => {
+                Ok(Feed::Message(mut msg)) => {
                     self.queued.take(queued_size(&msg));
                     if self.past_until(msg.offset()) {
                         continue; // a replay that stops there (`denorm verify`)
@@ -154,9 +168,22 @@ impl Applier {
                         continue;
                     }
                     if self.lanes_on(msg.offset()) {
+                        // Never the first message after positioning: it is
+                        // judged against the checkpoint below.
+                        match self.held(msg, !first) {
+                            Some(m) => msg = m,
+                            None => continue,
+                        }
                         if self.lanes_busy() {
                             match self.route(&msg) {
                                 lanes::Route::Now => {}
+                                lanes::Route::AfterHeld => {
+                                    self.queued.add(queued_size(&msg));
+                                    let offset = msg.offset();
+                                    ahead.push_front(Feed::Message(msg));
+                                    self.release(&mut ahead, Some(offset));
+                                    continue;
+                                }
                                 lanes::Route::Behind(key) => {
                                     self.wait_in_lane(key, msg);
                                     share.handled();

@@ -154,6 +154,8 @@ pub(super) struct Lanes {
     /// Keys whose fan-out runs, in turn by tenant (`turn.rs`).
     turn: super::turn::Turn,
     pub(super) tracker: Tracker,
+    /// A flooding tenant's messages read ahead past (`hold.rs`).
+    pub(super) hold: super::hold::Hold,
     /// The highest offset received.
     highest: i64,
     /// After a fall-back, messages up to here are handled one at a time.
@@ -206,6 +208,8 @@ pub(super) enum Route {
     /// Waits at the head of the queue: a barrier while lanes are busy, or a
     /// fan-out while every lane is.
     Blocked,
+    /// A barrier with messages held before it (`hold.rs`): they go first.
+    AfterHeld,
 }
 
 impl Applier {
@@ -253,7 +257,9 @@ impl Applier {
             // key), and is handled now otherwise. It used to wait for
             // every fan-out of the partition to end.
             Err(crate::worker::admit::NotAdmitted::Rejected(r)) if r.chunk.is_none() => (String::from_utf8_lossy(msg.key().unwrap_or_default()).into_owned(), false),
-            // A barrier.
+            // A barrier: after the messages held before it, and every
+            // fan-out.
+            _ if lanes.hold.holds_before(msg.offset()) => return Route::AfterHeld,
             _ => return if lanes.jobs() > 0 { Route::Blocked } else { Route::Now },
         };
         if lanes.lanes.contains_key(&key) {
@@ -439,6 +445,7 @@ impl Applier {
     /// Drops the lanes without a failure (the partition is positioned anew:
     /// a new generation, a seek).
     pub(super) fn clear_lanes(&self) {
+        self.drop_held();
         let mut lanes = self.lanes.borrow_mut();
         for lane in lanes.lanes.values() {
             for msg in &lane.waiting {

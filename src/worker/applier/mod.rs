@@ -8,6 +8,7 @@
 mod batch;
 mod dead_letter;
 mod dispatch;
+mod hold;
 mod lanes;
 mod moves;
 mod position;

@@ -37,6 +37,7 @@ impl Applier {
     /// one the index applied (see `crate::logid`). Not positioned until the
     /// consumer thread says so ([`Feed::Positioned`]).
     pub(super) fn seek_to(&self, checkpoint: Option<Checkpoint>) -> bool {
+        self.drop_held();
         self.lanes.borrow_mut().tracker.reset_at(checkpoint);
         let target = target_of(checkpoint);
         self.reading.set(Reading::asked(target));

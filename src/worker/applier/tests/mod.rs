@@ -441,6 +441,7 @@ fn fault(dir: &std::path::Path, name: &str, arg: &str) {
 }
 
 mod batches;
+mod hold;
 mod lanes;
 mod lanes_review;
 mod limits;

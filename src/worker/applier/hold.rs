@@ -1,0 +1,349 @@
+//! Reading ahead past one tenant's flood (issue 47). When a partition's
+//! queue is deep and one tenant sent most of what was read lately, while
+//! another tenant was active too, that tenant's messages are *held*: taken
+//! out of the way in memory, in log order, so that the other tenants'
+//! messages behind them are applied as soon as they are read. The held
+//! messages are released, oldest first, in chunks: whenever nothing else
+//! is ready, after every [`RELEASE_EVERY`] other messages, and all of those
+//! before a message that must keep its place in the whole partition's
+//! order (a barrier: a move, an owner change, a control message).
+//!
+//! Per-key order holds: a key belongs to one tenant, and a held tenant's
+//! messages keep their order in the hold. The tracker counts each held
+//! message unfinished, so the offset recorded as applied stays below it.
+//! Held messages stay counted against `--queue-kb` (the consumer pauses
+//! the partition when it is reached): the read-ahead is bounded by it. No
+//! I/O here.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use metrics::gauge;
+
+use super::{queued_size, Applier, Feed, Record};
+use crate::command::tenant;
+use crate::metrics as m;
+
+/// The messages read lately, over which a tenant's share is counted.
+pub(super) const WINDOW: usize = 256;
+
+/// A tenant sending at least this share of [`WINDOW`] is held.
+const SHARE_NUM: usize = 3;
+const SHARE_DEN: usize = 4;
+
+/// Another tenant sent a message this recently: holding is worth it.
+pub(super) const OTHERS_ACTIVE: Duration = Duration::from_secs(30);
+
+/// Messages released at a time, and other messages handled between two
+/// releases while they keep coming.
+pub(super) const RELEASE_EVERY: usize = 256;
+
+/// Distinct tenants remembered as active.
+const REMEMBERED: usize = 64;
+
+type Tenant = Option<String>;
+
+/// The tenant of a message, from its key (`<tenant>\x1f<key>`).
+pub(super) fn tenant_of(msg: &Record) -> Option<&str> {
+    msg.key().and_then(|k| std::str::from_utf8(k).ok()).and_then(tenant::of)
+}
+
+/// See the module's doc.
+#[derive(Debug, Default)]
+pub(super) struct Hold {
+    /// The tenant held, while one is.
+    tenant: Option<Tenant>,
+    held: VecDeque<Record>,
+    /// The highest offset released: a message at or below it was held
+    /// before, and is not held again.
+    released_through: Option<i64>,
+    /// The tenants of the last [`WINDOW`] messages read, and their counts.
+    window: VecDeque<Tenant>,
+    counts: HashMap<Tenant, usize>,
+    /// The tenants seen lately, and when.
+    active: Vec<(Tenant, Instant)>,
+    /// Other messages handled since the last release.
+    since_release: usize,
+}
+
+impl Hold {
+    /// Held messages.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// Whether `msg`, read now with the queue `deep` (half full or more),
+    /// is held. Call it for every message the loop takes, in order: a
+    /// message released before is never held again. It starts holding its
+    /// tenant when that tenant sent at least three quarters of the last
+    /// [`WINDOW`] messages and another tenant was active within
+    /// [`OTHERS_ACTIVE`].
+    pub fn holds(&mut self, msg: &Record, deep: bool, now: Instant) -> bool {
+        if self.released_through.is_some_and(|r| msg.offset() <= r) {
+            return false;
+        }
+        let t = tenant_of(msg).map(str::to_string);
+        self.observe(&t, now);
+        let hold = match &self.tenant {
+            Some(held) => *held == t,
+            None => deep && self.dominant(&t) && self.others_active(&t, now),
+        };
+        if hold {
+            self.tenant = Some(t);
+        } else {
+            self.since_release += 1;
+        }
+        hold
+    }
+
+    /// Holds `msg` (after [`Hold::holds`] said so), in offset order.
+    pub fn push(&mut self, msg: Record) {
+        match self.held.back().is_none_or(|b| b.offset() < msg.offset()) {
+            true => self.held.push_back(msg),
+            false => {
+                let at = self.held.partition_point(|m| m.offset() < msg.offset());
+                self.held.insert(at, msg);
+            }
+        }
+    }
+
+    /// Whether held messages are due for release while other messages
+    /// keep coming.
+    pub fn release_due(&self) -> bool {
+        !self.held.is_empty() && self.since_release >= RELEASE_EVERY
+    }
+
+    /// Releases the oldest [`RELEASE_EVERY`] held messages, in order.
+    pub fn release(&mut self) -> Vec<Record> {
+        let n = self.held.len().min(RELEASE_EVERY);
+        self.take(n)
+    }
+
+    /// Releases the held messages before `offset`, in order.
+    pub fn release_before(&mut self, offset: i64) -> Vec<Record> {
+        let n = self.held.partition_point(|m| m.offset() < offset);
+        self.take(n)
+    }
+
+    /// Whether a message is held before `offset`.
+    pub fn holds_before(&self, offset: i64) -> bool {
+        self.held.front().is_some_and(|m| m.offset() < offset)
+    }
+
+    /// Drops everything held (the partition is read again from the
+    /// checkpoint, which is below it): the messages dropped.
+    pub fn clear(&mut self) -> VecDeque<Record> {
+        self.tenant = None;
+        self.released_through = None;
+        self.since_release = 0;
+        std::mem::take(&mut self.held)
+    }
+
+    fn take(&mut self, n: usize) -> Vec<Record> {
+        let out: Vec<Record> = self.held.drain(..n).collect();
+        if let Some(last) = out.last() {
+            self.released_through = Some(last.offset());
+        }
+        self.since_release = 0;
+        if self.held.is_empty() {
+            // Holding starts again only when it is due again.
+            self.tenant = None;
+        }
+        out
+    }
+
+    fn observe(&mut self, t: &Tenant, now: Instant) {
+        self.window.push_back(t.clone());
+        *self.counts.entry(t.clone()).or_default() += 1;
+        if self.window.len() > WINDOW {
+            let out = self.window.pop_front().expect("over the window");
+            if let Some(c) = self.counts.get_mut(&out) {
+                *c -= 1;
+                if *c == 0 {
+                    self.counts.remove(&out);
+                }
+            }
+        }
+        match self.active.iter_mut().find(|(a, _)| a == t) {
+            Some(entry) => entry.1 = now,
+            None => {
+                if self.active.len() >= REMEMBERED {
+                    // The least recently seen goes.
+                    let oldest = self.active.iter().enumerate().min_by_key(|(_, (_, at))| *at).map(|(i, _)| i).expect("not empty");
+                    self.active.swap_remove(oldest);
+                }
+                self.active.push((t.clone(), now));
+            }
+        }
+    }
+
+    fn dominant(&self, t: &Tenant) -> bool {
+        self.window.len() >= WINDOW && self.counts.get(t).copied().unwrap_or(0) * SHARE_DEN >= self.window.len() * SHARE_NUM
+    }
+
+    fn others_active(&self, t: &Tenant, now: Instant) -> bool {
+        self.active.iter().any(|(a, at)| a != t && now.saturating_duration_since(*at) <= OTHERS_ACTIVE)
+    }
+}
+
+impl Applier {
+    /// Whether `msg`, just taken by the loop, is held ([`Hold::holds`];
+    /// never when it may not be): then it is held, counted as queued
+    /// again and unfinished. Otherwise it is handed back.
+    pub(super) fn held(&self, msg: Record, may: bool) -> Option<Record> {
+        // A hold is never active when a message may not be held (the first
+        // after positioning: every hold was dropped with the seek).
+        let deep = may && self.queued.bytes() >= self.shared.cfg.queue_bytes / 2;
+        let mut lanes = self.lanes.borrow_mut();
+        if !lanes.hold.holds(&msg, deep, Instant::now()) {
+            return Some(msg);
+        }
+        self.queued.add(queued_size(&msg));
+        lanes.tracker.defer(msg.offset());
+        lanes.hold.push(msg);
+        self.held_gauge(lanes.hold.len());
+        #[cfg(test)]
+        self.shared.stats.held_peak.fetch_max(lanes.hold.len() as u64, std::sync::atomic::Ordering::SeqCst);
+        None
+    }
+
+    /// Releases held messages to the head of `ahead` (they come before
+    /// anything there): before `offset` (a barrier there), or the next
+    /// chunk.
+    pub(super) fn release(&self, ahead: &mut VecDeque<Feed>, before: Option<i64>) {
+        let (released, left) = {
+            let mut lanes = self.lanes.borrow_mut();
+            let released = match before {
+                Some(offset) => lanes.hold.release_before(offset),
+                None => lanes.hold.release(),
+            };
+            (released, lanes.hold.len())
+        };
+        for msg in released.into_iter().rev() {
+            ahead.push_front(Feed::Message(msg));
+        }
+        self.held_gauge(left);
+    }
+
+    /// Held messages.
+    pub(super) fn held_len(&self) -> usize {
+        self.lanes.borrow().hold.len()
+    }
+
+    /// Whether held messages are due for release while others keep coming.
+    pub(super) fn release_due(&self) -> bool {
+        self.lanes.borrow().hold.release_due()
+    }
+
+    /// Drops what is held (the partition is read again from the
+    /// checkpoint, below it).
+    pub(super) fn drop_held(&self) {
+        let dropped = self.lanes.borrow_mut().hold.clear();
+        for msg in &dropped {
+            self.queued.take(queued_size(msg));
+        }
+        if !dropped.is_empty() {
+            self.held_gauge(0);
+        }
+    }
+
+    fn held_gauge(&self, n: usize) {
+        gauge!(m::PARTITION_HELD_MESSAGES, "partition" => self.partition.to_string()).set(n as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(offset: i64, tenant: Option<&str>) -> Record {
+        Record { offset, key: Some(tenant::scope(tenant, "/k").into_bytes()), payload: None, timestamp_ms: None }
+    }
+
+    /// Reads `n` messages of `tenant` from `from` on; the offsets held.
+    fn read(h: &mut Hold, from: i64, n: i64, tenant: Option<&str>, deep: bool, now: Instant) -> Vec<i64> {
+        let mut held = Vec::new();
+        for o in from..from + n {
+            let m = msg(o, tenant);
+            if h.holds(&m, deep, now) {
+                held.push(o);
+                h.push(m);
+            }
+        }
+        held
+    }
+
+    #[test]
+    fn a_tenant_sending_most_of_a_deep_queue_is_held_once_another_was_active() {
+        let now = Instant::now();
+        let mut h = Hold::default();
+        assert!(read(&mut h, 0, 1, Some("quiet"), true, now).is_empty());
+        let held = read(&mut h, 1, 1000, Some("noisy"), true, now);
+        // Held from the message that made the window full of it.
+        assert_eq!(held.first(), Some(&(WINDOW as i64 - 1)), "held from where the window filled");
+        assert_eq!(held.len(), 1000 - WINDOW + 2);
+        assert!(read(&mut h, 1001, 1, Some("quiet"), true, now).is_empty(), "the other tenant is not held");
+        assert_eq!(h.len(), held.len());
+    }
+
+    #[test]
+    fn nothing_is_held_alone_or_with_a_shallow_queue_or_without_a_dominant_tenant() {
+        let now = Instant::now();
+        let mut alone = Hold::default();
+        assert!(read(&mut alone, 0, 1000, Some("noisy"), true, now).is_empty(), "no other tenant: holding gains nothing");
+        let mut shallow = Hold::default();
+        read(&mut shallow, 0, 1, None, false, now);
+        assert!(read(&mut shallow, 1, 1000, Some("noisy"), false, now).is_empty(), "the queue is not deep");
+        let mut mixed = Hold::default();
+        for o in 0..1000 {
+            let t = if o % 3 == 0 { "a" } else { "b" };
+            assert!(!mixed.holds(&msg(o, Some(t)), true, now), "b sends two thirds: not held");
+        }
+        let mut stale = Hold::default();
+        read(&mut stale, 0, 1, Some("quiet"), true, now);
+        assert!(read(&mut stale, 1, 1000, Some("noisy"), true, now + OTHERS_ACTIVE + Duration::from_secs(1)).is_empty(), "the other tenant went quiet long ago");
+    }
+
+    #[test]
+    fn held_messages_are_released_in_order_in_chunks_and_never_held_again() {
+        let now = Instant::now();
+        let mut h = Hold::default();
+        read(&mut h, 0, 1, None, true, now);
+        let held = read(&mut h, 1, 1000, Some("noisy"), true, now);
+        assert!(!h.release_due(), "no other message handled yet");
+        read(&mut h, 1001, RELEASE_EVERY as i64, None, true, now);
+        assert!(h.release_due());
+        let first: Vec<i64> = h.release().iter().map(Record::offset).collect();
+        assert_eq!(first, held[..RELEASE_EVERY]);
+        assert!(!h.release_due());
+        // Released messages come back through the loop: not held again.
+        assert!(!h.holds(&msg(first[0], Some("noisy")), true, now));
+        // A barrier at 2000: everything held before it is released.
+        assert!(h.holds_before(2000));
+        let rest: Vec<i64> = h.release_before(2000).iter().map(Record::offset).collect();
+        assert_eq!(rest, held[RELEASE_EVERY..]);
+        assert!(h.is_empty() && !h.holds_before(i64::MAX));
+        // Holding stopped with the hold empty; it starts again when due.
+        assert!(!read(&mut h, 2000, 300, Some("noisy"), true, now).is_empty(), "dominant again");
+        assert!(!h.clear().is_empty());
+        assert!(h.is_empty());
+    }
+
+    #[test]
+    fn release_before_keeps_what_comes_after() {
+        let now = Instant::now();
+        let mut h = Hold::default();
+        read(&mut h, 0, 1, None, true, now);
+        let held = read(&mut h, 1, 600, Some("noisy"), true, now);
+        let at = held[10];
+        let before: Vec<i64> = h.release_before(at).iter().map(Record::offset).collect();
+        assert_eq!(before, held[..10]);
+        assert_eq!(h.len(), held.len() - 10);
+        assert!(!h.holds_before(at));
+    }
+}

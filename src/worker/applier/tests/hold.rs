@@ -1,0 +1,114 @@
+//! Reading ahead past a flooding tenant in-process (issue 47): a quiet
+//! tenant's command behind a noisy tenant's backlog in the same partition
+//! is applied before the backlog is.
+
+use super::*;
+
+/// `quiet` sends one file (at offset 1: offset 0 never uses lanes),
+/// `noisy` a backlog of `backlog` files over 100 keys, then `quiet`
+/// another file. The offset of that last file.
+fn flood(r: &Rig, backlog: usize) -> i64 {
+    r.produce(upsert("first", "/first/first.txt"));
+    r.produce(upsert("q0", "/q/q0.txt").scoped(Some("quiet")));
+    for i in 0..backlog {
+        r.produce(upsert(&format!("n{i}"), &format!("/k{}/n{i}.txt", i % 100)).scoped(Some("noisy")));
+    }
+    r.produce(upsert("q1", "/q/q1.txt").scoped(Some("quiet")))
+}
+
+/// How many of the noisy tenant's files are committed when the quiet
+/// tenant's last file first is.
+fn noisy_when_quiet_is_searchable(r: &Rig) -> usize {
+    let mut noisy = 0;
+    eventually("the quiet tenant's last file searchable", || {
+        let files = r.files();
+        noisy = files.iter().filter(|(id, _)| id.starts_with("noisy\u{1f}")).count();
+        files.iter().any(|(id, _)| id == "quiet\u{1f}q1")
+    });
+    noisy
+}
+
+#[test]
+fn a_quiet_tenants_command_behind_a_noisy_tenants_backlog_is_applied_before_it() {
+    // A queue of 256 KiB: the backlog (some 5,000 messages of 300 bytes
+    // and more) fills it many times over. A commit every 100 commands:
+    // what is applied is soon searchable (a commit of the whole backlog at
+    // once would show nothing of the order).
+    let r = Rig::new(|c| {
+        c.queue_bytes = 256 << 10;
+        c.max_batch = 100;
+    });
+    let backlog = 5000;
+    let last = flood(&r, backlog);
+    let run = r.start();
+    let noisy = noisy_when_quiet_is_searchable(&r);
+    eprintln!("noisy files searchable with the quiet tenant's last: {noisy} of {backlog}; held at most {}", r.shared.stats.held_peak.load(Ordering::SeqCst));
+    assert!(noisy < backlog / 2, "the quiet tenant's file waited for {noisy} of the noisy tenant's {backlog}");
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.part.queue.queued().messages(), 0, "messages still counted as queued");
+    assert_eq!(run.stop(), end);
+    assert_eq!(r.files().len(), backlog + 3, "everything applied (the last at {last})");
+    assert_eq!(r.shared.stats.applied.load(Ordering::SeqCst), backlog as u64 + 3, "a command applied twice, or not at all");
+}
+
+/// With one tenant only nothing is held: the backlog is applied in log
+/// order, and the last file waits for all of it.
+#[test]
+fn one_tenant_alone_is_applied_in_log_order() {
+    let r = Rig::new(|c| {
+        c.queue_bytes = 256 << 10;
+        c.max_batch = 100;
+    });
+    let backlog = 2000;
+    r.produce(upsert("first", "/q/first.txt").scoped(Some("noisy")));
+    for i in 0..backlog {
+        r.produce(upsert(&format!("n{i}"), &format!("/k{}/n{i}.txt", i % 100)).scoped(Some("noisy")));
+    }
+    r.produce(upsert("q1", "/q/q1.txt").scoped(Some("noisy")));
+    let run = r.start();
+    let mut noisy = 0;
+    eventually("the last file searchable", || {
+        let files = r.files();
+        noisy = files.iter().filter(|(id, _)| id.starts_with("noisy\u{1f}n")).count();
+        files.iter().any(|(id, _)| id == "noisy\u{1f}q1")
+    });
+    assert_eq!(noisy, backlog, "the last file overtook the backlog of its own tenant");
+    assert_eq!(r.shared.stats.held_peak.load(Ordering::SeqCst), 0, "held with no other tenant about");
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.stop(), end);
+}
+
+/// Barriers while a tenant is held: the held tenant's own owner change
+/// (its file `n5` moves from `/k5` to `/z`) keeps its place among the held
+/// messages, after `n5`'s upsert; another tenant's (the quiet tenant's
+/// file `q0` moves from `/q` to `/r`) waits for the messages held before
+/// it. Everything is applied once, and right.
+#[test]
+fn barriers_keep_their_place_while_a_tenant_is_held_and_nothing_is_lost() {
+    let r = Rig::new(|c| c.queue_bytes = 256 << 10);
+    let backlog = 3000;
+    flood(&r, backlog);
+    let moves = [("noisy", "n5", "/k5/n5.txt", "/z/n5.txt"), ("quiet", "q0", "/q/q0.txt", "/r/q0.txt")];
+    for (t, id, from, to) in moves {
+        r.produce(Command::UpsertFile { id: id.into(), path: to.into(), contents: "moved".into(), previous_path: Some(from.into()) }.scoped(Some(t)));
+        for i in 0..500 {
+            r.produce(upsert(&format!("{id}-m{i}"), &format!("/k{}/m{i}.txt", i % 100)).scoped(Some("noisy")));
+        }
+    }
+    r.produce(upsert("q2", "/q/q2.txt").scoped(Some("quiet")));
+    let run = r.start();
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.part.queue.queued().messages(), 0);
+    assert_eq!(run.stop(), end);
+    assert!(r.shared.stats.held_peak.load(Ordering::SeqCst) > 500, "the noisy tenant was held");
+    let files = r.files();
+    assert_eq!(files.len(), backlog + 1000 + 4);
+    for (t, id, _, to) in moves {
+        let want = (format!("{t}\u{1f}{id}"), format!("{t}\u{1f}{to}"));
+        assert!(files.contains(&want), "{want:?} not moved: {:?}", files.iter().find(|(i, _)| *i == want.0));
+    }
+    assert_eq!(r.shared.stats.applied.load(Ordering::SeqCst), end as u64, "a command applied twice, or not at all");
+}
