@@ -46,6 +46,12 @@ pub struct RunArgs {
     /// of waiting; a key's own commands wait behind its fan-out. 1: one command at a time
     #[arg(long, env = "DENORM_LANES", default_value_t = denorm::worker::defaults::LANES)]
     lanes: usize,
+    /// Read ahead past a flooding tenant: once a partition's queue holds 1024 messages and one tenant
+    /// sent three quarters of its last 256 messages while another was active, that tenant's
+    /// messages are held in memory (within --queue-kb), in order, and the other tenants'
+    /// messages behind them are applied first (docs/tenants.md). false: strict log order
+    #[arg(long, env = "DENORM_TENANT_READ_AHEAD", default_value_t = true, action = clap::ArgAction::Set)]
+    tenant_read_ahead: bool,
     /// Fan-outs in key lanes in this whole process, all partitions: each partition may always run
     /// one; it starts another only while fewer than this many run, and its next fan-out waits
     /// meanwhile. On Elasticsearch each holds a point in time (which keeps the segments it reads
@@ -204,6 +210,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.shutdown_grace = Duration::from_secs(a.shutdown_grace_secs);
     cfg.max_message_bytes = a.max_message_bytes;
     cfg.lanes = a.lanes;
+    cfg.tenant_read_ahead = a.tenant_read_ahead;
     cfg.max_lane_fan_outs = a.max_lane_fan_outs;
     cfg.fan_out = FanOut { page_size: a.page_size, page_pause: Duration::from_millis(a.fan_out_page_pause_ms) };
     cfg.commit_interval = Duration::from_millis(a.commit_interval_ms);

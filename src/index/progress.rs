@@ -267,6 +267,13 @@ impl ProgressBook {
         self.marked.done = done;
     }
 
+    /// Moves the checkpoint the next commit records to `at`, keeping what
+    /// it records applied above it (a record that lags behind: it says
+    /// less is applied than is, never more).
+    pub fn mark_low(&mut self, at: Checkpoint) {
+        self.marked.checkpoint = Some(at);
+    }
+
     /// What the last commit recorded as applied above its checkpoint.
     pub fn committed_done(&self) -> &DoneAbove {
         &self.committed.done

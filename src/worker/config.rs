@@ -30,6 +30,10 @@ pub struct WorkerConfig {
     /// between their pages; a key's own commands wait behind its fan-out.
     /// 1: one command at a time in log order.
     pub lanes: usize,
+    /// Whether a flooding tenant's messages are held in memory, read ahead
+    /// past so that the other tenants' are applied first (default on;
+    /// `applier/hold.rs`, docs/tenants.md). Off: log order only.
+    pub tenant_read_ahead: bool,
     /// Fan-outs in key lanes in the whole process (default 32), beyond each
     /// partition's first (see `LaneFanOuts`; review of Elasticsearch, F11).
     pub max_lane_fan_outs: usize,
@@ -165,6 +169,7 @@ impl WorkerConfig {
             commit_quiet: Duration::from_millis(defaults::COMMIT_QUIET_MS),
             fan_out: FanOut::pages_of(crate::apply::DEFAULT_PAGE_SIZE),
             lanes: defaults::LANES,
+            tenant_read_ahead: true,
             max_lane_fan_outs: defaults::MAX_LANE_FAN_OUTS,
             queue_bytes: (defaults::QUEUE_KB << 10) as usize,
             fetch_buffer_kb: defaults::FETCH_BUFFER_KB as usize,

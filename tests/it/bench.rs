@@ -57,6 +57,7 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
             "key concurrency: 500 single-document commands over 100 key(s)",
             "verify of ",
             "tenant fairness: a quiet tenant at 100/s while a noisy tenant's backlog of 2000 commands drains",
+            "tenant fairness, log order only (--tenant-read-ahead false)",
         ],
     );
     let r = &v["results"];
@@ -151,6 +152,7 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
             "re-application after a rebalance during a rename of 5000 files",
             "key concurrency: 500 single-document commands over 100 key(s)",
             "tenant fairness: a quiet tenant at 100/s while a noisy tenant's backlog of 1000 commands drains",
+            "tenant fairness, log order only (--tenant-read-ahead false)",
         ],
     );
     let r = &v["results"];
@@ -186,6 +188,10 @@ fn tenant_flood_measured(r: &serde_json::Value, n: u64) {
     assert!(f("alone_commands") > 0.0 && f("during_commands") > 0.0, "{t}");
     assert!(f("alone_p50_ms") <= f("alone_p99_ms") && f("during_p50_ms") <= f("during_p99_ms"), "{t}");
     assert!((f("ratio") - f("during_p99_ms") / f("alone_p99_ms")).abs() < 1e-9, "{t}");
+    let strict = &t["log_order"];
+    let g = |k: &str| strict[k].as_f64().unwrap_or_else(|| panic!("log_order.{k} missing in {t}"));
+    assert!(g("alone_commands") > 0.0 && g("during_commands") > 0.0 && g("during_p50_ms") <= g("during_p99_ms"), "{t}");
+    assert!((g("ratio") - g("during_p99_ms") / g("alone_p99_ms")).abs() < 1e-9, "{t}");
 }
 
 /// The profile-change and mixed-log phases ran with `users` users, beside

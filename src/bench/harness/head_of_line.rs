@@ -52,6 +52,14 @@ pub(super) fn other_upsert(id: &str, contents: String) -> Command {
     Command::UpsertFile { id: id.to_string(), path: format!("/other/{id}.txt"), contents, previous_path: None }
 }
 
+/// Another key's latencies, in milliseconds ([`Bench::other_key`]).
+pub(super) struct Latencies {
+    /// Produce -> searchable, each command.
+    pub searchable: Vec<f64>,
+    /// Produce -> acknowledged by the broker, each command.
+    pub acked: Vec<f64>,
+}
+
 impl Bench<'_> {
     /// Runs the phase with lanes and with one lane; adds its rows and
     /// results.
@@ -115,7 +123,7 @@ impl Bench<'_> {
         let worker = b.start_worker_with(&group, &index, &extra).await?;
         b.wait_applied(&worker, &index, None).await?;
         phase(&format!("head of line ({name}): another key at {rate}/s, idle"));
-        let idle = b.other_key(&producer, &index, rate, None, "idle", &|| false, IDLE).await?;
+        let idle = b.other_key(&producer, &index, rate, None, "idle", &|| false, IDLE).await?.searchable;
         phase(&format!("head of line ({name}): the same during the rename of the tree"));
         producer.send(Command::RenamePath { from: "/hol/tree".into(), to: "/hol/moved".into() }).await?;
         let done = AtomicBool::new(false);
@@ -132,6 +140,7 @@ impl Bench<'_> {
             b.other_key(&producer, &index, rate, None, "during", &is_done, b.timeout)
         );
         applied?;
+        let during = during.map(|s| s.searchable);
         let rename_secs = t.elapsed().as_secs_f64();
         let (heap_peak_kb, _) = sampler.stop();
         // `produce --wait` apart from the series above: its waits poll the
@@ -190,7 +199,7 @@ impl Bench<'_> {
 
     /// Upserts of a file of key `/other` (of `tenant`) at `rate` until
     /// `stop` says so or `max` has passed: each one's produce ->
-    /// searchable time (ms).
+    /// searchable time (ms), and produce -> acknowledged by the broker.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn other_key(
         &self,
@@ -201,7 +210,7 @@ impl Bench<'_> {
         tag: &str,
         stop: &(dyn Fn() -> bool + Sync),
         max: Duration,
-    ) -> anyhow::Result<Vec<f64>> {
+    ) -> anyhow::Result<Latencies> {
         let (tx, rx) = mpsc::channel::<(String, Instant)>();
         let (probe, every) = self.probe(index)?;
         let timeout = self.timeout;
@@ -221,13 +230,14 @@ impl Bench<'_> {
             tx.send((id.clone(), at)).ok();
             sent.push((id, at));
             let p = producer.clone();
-            sends.push(tokio::spawn(async move { p.send(cmd).await }));
+            sends.push(tokio::spawn(async move { p.send(cmd).await.map(|_| at.elapsed().as_secs_f64() * 1000.0) }));
         }
         drop(tx);
+        let mut acked = Vec::with_capacity(sends.len());
         for s in sends {
-            s.await??;
+            acked.push(s.await??);
         }
         let seen = tokio::task::spawn_blocking(move || watcher.join()).await?.map_err(|_| anyhow::anyhow!("the watcher panicked"))??;
-        Ok(sent.iter().map(|(id, at)| seen[id].saturating_duration_since(*at).as_secs_f64() * 1000.0).collect())
+        Ok(Latencies { searchable: sent.iter().map(|(id, at)| seen[id].saturating_duration_since(*at).as_secs_f64() * 1000.0).collect(), acked })
     }
 }

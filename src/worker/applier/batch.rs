@@ -445,6 +445,7 @@ impl Applier {
         let mut retry = self.retrying(Op::Commit);
         loop {
             let t = Instant::now();
+            self.record_done_now(shard.as_mut());
             match shard.commit() {
                 Ok(()) => {
                     histogram!(m::INDEX_COMMIT_SECONDS).record(t.elapsed().as_secs_f64());

@@ -144,8 +144,26 @@ impl Applier {
         // what is finished above it.
         let low = self.lanes.borrow_mut().tracker.finish(checkpoint_of(msg));
         if let (false, Some(low)) = (self.moving(), low) {
-            let above = self.lanes.borrow().tracker.done_above(shard.progress().committed_done());
-            shard.progress_mut().mark_applied(low, above);
+            let due = self.lanes.borrow_mut().tracker.done_above_due();
+            match due {
+                true => self.record_done(shard, low),
+                false => shard.progress_mut().mark_low(low),
+            }
+        }
+    }
+
+    /// Records what is applied: up to `low`, and above it.
+    fn record_done(&self, shard: &mut dyn Shard, low: Checkpoint) {
+        let above = self.lanes.borrow().tracker.done_above(shard.progress().committed_done());
+        shard.progress_mut().mark_applied(low, above);
+    }
+
+    /// Brings the record of what is applied above the low mark up to date
+    /// before a commit ([`tracker::Tracker::done_above_due`]).
+    pub(super) fn record_done_now(&self, shard: &mut dyn Shard) {
+        let low = self.lanes.borrow().tracker.low();
+        if let (false, Some(low)) = (self.moving(), low) {
+            self.record_done(shard, low);
         }
     }
 

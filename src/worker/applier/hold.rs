@@ -1,5 +1,5 @@
 //! Reading ahead past one tenant's flood (issue 47). When a partition's
-//! queue is deep and one tenant sent most of what was read lately, while
+//! queue is deep (at least [`DEEP`] messages) and one tenant sent most of what was read lately, while
 //! another tenant was active too, that tenant's messages are *held*: taken
 //! out of the way in memory, in log order, so that the other tenants'
 //! messages behind them are applied as soon as they are read. The held
@@ -30,6 +30,12 @@ pub(super) const WINDOW: usize = 256;
 /// A tenant sending at least this share of [`WINDOW`] is held.
 const SHARE_NUM: usize = 3;
 const SHARE_DEN: usize = 4;
+
+/// Messages queued for the applier from which its queue counts as deep:
+/// the partition is behind by a backlog worth reading ahead past. (Half of
+/// `--queue-kb` was the first measure: a larger queue then never counted
+/// as deep under a backlog it could hold whole, and nothing was held.)
+pub(super) const DEEP: usize = 4 * WINDOW;
 
 /// Another tenant sent a message this recently: holding is worth it.
 pub(super) const OTHERS_ACTIVE: Duration = Duration::from_secs(30);
@@ -77,7 +83,7 @@ impl Hold {
         self.held.is_empty()
     }
 
-    /// Whether `msg`, read now with the queue `deep` (half full or more),
+    /// Whether `msg`, read now with the queue `deep` (see [`DEEP`]),
     /// is held. Call it for every message the loop takes, in order: a
     /// message released before is never held again. It starts holding its
     /// tenant when that tenant sent at least three quarters of the last
@@ -198,7 +204,7 @@ impl Applier {
     pub(super) fn held(&self, msg: Record, may: bool) -> Option<Record> {
         // A hold is never active when a message may not be held (the first
         // after positioning: every hold was dropped with the seek).
-        let deep = may && self.queued.bytes() >= self.shared.cfg.queue_bytes / 2;
+        let deep = may && self.shared.cfg.tenant_read_ahead && self.queued.messages() >= DEEP;
         let mut lanes = self.lanes.borrow_mut();
         if !lanes.hold.holds(&msg, deep, Instant::now()) {
             return Some(msg);

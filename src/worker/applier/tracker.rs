@@ -26,6 +26,8 @@ pub(super) struct Tracker {
     low: Option<Checkpoint>,
     /// The highest offset received (deferred or finished).
     seen: Option<i64>,
+    /// Commands finished since [`Tracker::done_above_due`] last said yes.
+    finished_since: usize,
 }
 
 impl Tracker {
@@ -110,6 +112,28 @@ impl Tracker {
             (Some(low), Some(seen)) => DoneAbove::merged(low.offset as i64, seen, self.open.iter().copied(), inherited),
             _ => DoneAbove::default(),
         }
+    }
+
+    /// Whether [`Tracker::done_above`] is due again after a command
+    /// finished: its cost grows with the open commands (a flooding
+    /// tenant's held messages are tens of thousands), so with many open it
+    /// is computed once per `open / 256` commands finished, and the last
+    /// record stands meanwhile. A record that lags says less is applied
+    /// than is (what it omits is applied again after a restart, which is
+    /// harmless), never more: a command finished stays finished. The
+    /// applier computes it afresh before each commit of its own.
+    pub fn done_above_due(&mut self) -> bool {
+        self.finished_since += 1;
+        let due = self.finished_since > self.open.len() / DoneAbove::MAX_RANGES;
+        if due {
+            self.finished_since = 0;
+        }
+        due
+    }
+
+    /// The last checkpoint below every open command.
+    pub fn low(&self) -> Option<Checkpoint> {
+        self.low
     }
 
     /// Entries held (what the memory bound counts).
