@@ -153,6 +153,19 @@ mod tests {
     }
 
     #[test]
+    fn the_done_above_record_is_due_at_every_command_with_few_open_and_every_open_over_256_with_many() {
+        let mut t = Tracker::default();
+        t.reset_at(Some(at(0)));
+        t.defer(1);
+        assert!((0..10).all(|_| t.done_above_due()), "one open command: due every time");
+        for o in 2..=1024 {
+            t.defer(o);
+        }
+        let due = (0..40).filter(|_| t.done_above_due()).count();
+        assert_eq!(due, 8, "1,024 open: due once in every 5 commands finished");
+    }
+
+    #[test]
     fn a_first_command_deferred_after_a_seek_leaves_the_checkpoint_as_the_low_mark() {
         let mut t = Tracker::default();
         t.reset_at(Some(at(32)));

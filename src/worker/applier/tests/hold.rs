@@ -42,6 +42,12 @@ fn a_quiet_tenants_command_behind_a_noisy_tenants_backlog_is_applied_before_it()
     let last = flood(&r, backlog);
     let run = r.start();
     let noisy = noisy_when_quiet_is_searchable(&r);
+    // What the commit recorded applied (what a restart skips, and a wait
+    // on the quiet tenant's command reads): its last file, above a
+    // checkpoint that stays below the noisy tenant's held messages.
+    let applied = r.shared.backend.applied(&[0]).unwrap()[&0].clone();
+    assert!(applied.contains(last), "the quiet tenant's file at {last} is not recorded applied: {applied:?}");
+    assert!(!applied.contains(last - 1), "the noisy tenant's last file is recorded applied before it was: {applied:?}");
     eprintln!("noisy files searchable with the quiet tenant's last: {noisy} of {backlog}; held at most {}", r.shared.stats.held_peak.load(Ordering::SeqCst));
     assert!(noisy < backlog / 2, "the quiet tenant's file waited for {noisy} of the noisy tenant's {backlog}");
     let end = r.end();
