@@ -120,7 +120,7 @@ impl Applier {
             // A flooding tenant's held messages (`hold.rs`): the next chunk
             // once nothing else is ready, or once the others had their
             // share.
-            if self.held_len() > 0 {
+            if self.held_len() > 0 && self.may_release() {
                 if ahead.is_empty() {
                     if let Some(feed) = rx.try_recv().ok().and_then(|f| self.received(f)) {
                         ahead.push_back(feed);
@@ -189,7 +189,16 @@ impl Applier {
                                     share.handled();
                                     continue;
                                 }
-                                lanes::Route::Blocked => {
+                                route @ (lanes::Route::Blocked | lanes::Route::NoLane) => {
+                                    // A fan-out with every lane busy: its
+                                    // tenant is held rather than every
+                                    // tenant kept waiting (`hold.rs`).
+                                    if matches!(route, lanes::Route::NoLane) {
+                                        match self.held_for_lane(msg) {
+                                            Some(m) => msg = m,
+                                            None => continue,
+                                        }
+                                    }
                                     self.queued.add(queued_size(&msg));
                                     let first_block = blocked_at.replace(msg.offset()) != Some(msg.offset());
                                     ahead.push_front(Feed::Message(msg));

@@ -70,6 +70,10 @@ pub(super) struct Hold {
     active: Vec<(Tenant, Instant)>,
     /// Other messages handled since the last release.
     since_release: usize,
+    /// The held tenant's first held message is a fan-out that found every
+    /// lane busy ([`Hold::holds_for_lane`]): nothing is released before a
+    /// lane is free.
+    waits_for_lane: bool,
 }
 
 impl Hold {
@@ -105,6 +109,34 @@ impl Hold {
             self.since_release += 1;
         }
         hold
+    }
+
+    /// Whether `msg`, a fan-out that finds every lane of the partition
+    /// busy, is held instead of waiting at the head of the queue (where it
+    /// would hold every tenant up): while no other tenant is held, and
+    /// another tenant was active within [`OTHERS_ACTIVE`]. Its tenant is
+    /// held from then on, and nothing is released before a lane is free.
+    /// A fan-out released before and blocked again is held again, and so
+    /// are its tenant's messages released after it.
+    pub fn holds_for_lane(&mut self, msg: &Record, now: Instant) -> bool {
+        let t = tenant_of(msg).map(str::to_string);
+        let hold = match &self.tenant {
+            Some(held) => *held == t,
+            None => self.others_active(&t, now),
+        };
+        if hold {
+            self.tenant = Some(t);
+            self.waits_for_lane = true;
+            if self.released_through.is_some_and(|r| msg.offset() <= r) {
+                self.released_through = Some(msg.offset() - 1);
+            }
+        }
+        hold
+    }
+
+    /// Whether nothing may be released before a lane is free.
+    pub fn waits_for_lane(&self) -> bool {
+        self.waits_for_lane && !self.held.is_empty()
     }
 
     /// Holds `msg` (after [`Hold::holds`] said so), in offset order.
@@ -147,6 +179,7 @@ impl Hold {
         self.tenant = None;
         self.released_through = None;
         self.since_release = 0;
+        self.waits_for_lane = false;
         std::mem::take(&mut self.held)
     }
 
@@ -156,6 +189,9 @@ impl Hold {
             self.released_through = Some(last.offset());
         }
         self.since_release = 0;
+        // A lane was free: the fan-out at the head takes it (blocked again,
+        // it is held again).
+        self.waits_for_lane = false;
         if self.held.is_empty() {
             // Holding starts again only when it is due again.
             self.tenant = None;
@@ -205,17 +241,32 @@ impl Applier {
         // A hold is never active when a message may not be held (the first
         // after positioning: every hold was dropped with the seek).
         let deep = may && self.shared.cfg.tenant_read_ahead && self.queued.messages() >= DEEP;
-        let mut lanes = self.lanes.borrow_mut();
-        if !lanes.hold.holds(&msg, deep, Instant::now()) {
+        if !self.lanes.borrow_mut().hold.holds(&msg, deep, Instant::now()) {
             return Some(msg);
         }
+        self.hold_now(msg);
+        None
+    }
+
+    /// Whether `msg`, a fan-out that finds every lane busy, is held
+    /// ([`Hold::holds_for_lane`]); then it is.
+    pub(super) fn held_for_lane(&self, msg: Record) -> Option<Record> {
+        if !self.shared.cfg.tenant_read_ahead || !self.lanes.borrow_mut().hold.holds_for_lane(&msg, Instant::now()) {
+            return Some(msg);
+        }
+        self.hold_now(msg);
+        None
+    }
+
+    /// Holds `msg`: counted as queued again, and unfinished.
+    fn hold_now(&self, msg: Record) {
+        let mut lanes = self.lanes.borrow_mut();
         self.queued.add(queued_size(&msg));
         lanes.tracker.defer(msg.offset());
         lanes.hold.push(msg);
         self.held_gauge(lanes.hold.len());
         #[cfg(test)]
         self.shared.stats.held_peak.fetch_max(lanes.hold.len() as u64, std::sync::atomic::Ordering::SeqCst);
-        None
     }
 
     /// Releases held messages to the head of `ahead` (they come before
@@ -338,6 +389,30 @@ mod tests {
         assert!(!read(&mut h, 2000, 300, Some("noisy"), true, now).is_empty(), "dominant again");
         assert!(!h.clear().is_empty());
         assert!(h.is_empty());
+    }
+
+    #[test]
+    fn a_fan_out_without_a_lane_holds_its_tenant_while_another_is_active_and_waits_for_a_lane() {
+        let now = Instant::now();
+        let mut alone = Hold::default();
+        read(&mut alone, 0, 1, Some("acme"), false, now);
+        assert!(!alone.holds_for_lane(&msg(1, Some("acme")), now), "no other tenant: it waits at the head as before");
+        let mut h = Hold::default();
+        read(&mut h, 0, 1, Some("globex"), false, now);
+        assert!(h.holds_for_lane(&msg(1, Some("acme")), now));
+        h.push(msg(1, Some("acme")));
+        assert!(h.waits_for_lane());
+        assert!(h.holds(&msg(2, Some("acme")), false, now), "its tenant's later messages are held behind it");
+        h.push(msg(2, Some("acme")));
+        assert!(!h.holds(&msg(3, Some("globex")), false, now));
+        assert!(!h.holds_for_lane(&msg(4, Some("globex")), now), "one tenant held at a time");
+        // A lane is free: released; the fan-out is blocked again.
+        let released: Vec<i64> = h.release().iter().map(Record::offset).collect();
+        assert_eq!(released, [1, 2]);
+        assert!(!h.waits_for_lane());
+        assert!(h.holds_for_lane(&msg(1, Some("acme")), now), "held again");
+        h.push(msg(1, Some("acme")));
+        assert!(h.holds(&msg(2, Some("acme")), false, now), "what was released after it is held again behind it");
     }
 
     #[test]

@@ -210,6 +210,9 @@ pub(super) enum Route {
     Blocked,
     /// A barrier with messages held before it (`hold.rs`): they go first.
     AfterHeld,
+    /// A fan-out while every lane is busy: its tenant is held (`hold.rs`)
+    /// when another tenant is active, and it waits at the head otherwise.
+    NoLane,
 }
 
 impl Applier {
@@ -257,18 +260,33 @@ impl Applier {
             // key), and is handled now otherwise. It used to wait for
             // every fan-out of the partition to end.
             Err(crate::worker::admit::NotAdmitted::Rejected(r)) if r.chunk.is_none() => (String::from_utf8_lossy(msg.key().unwrap_or_default()).into_owned(), false),
-            // A barrier: after the messages held before it, and every
-            // fan-out.
+            // A barrier: after every fan-out, and the messages held before
+            // it.
+            _ if lanes.jobs() > 0 => return Route::Blocked,
             _ if lanes.hold.holds_before(msg.offset()) => return Route::AfterHeld,
-            _ => return if lanes.jobs() > 0 { Route::Blocked } else { Route::Now },
+            _ => return Route::Now,
         };
         if lanes.lanes.contains_key(&key) {
             Route::Behind(key)
-        } else if fan_out && (lanes.jobs() >= self.shared.cfg.lanes || lanes.jobs() > 0 && self.shared.lane_fan_outs.open() >= self.shared.cfg.max_lane_fan_outs) {
-            Route::Blocked
+        } else if fan_out && !self.lane_free(&lanes) {
+            Route::NoLane
         } else {
             Route::Now
         }
+    }
+
+    /// Whether a fan-out may start in a lane now: one is free in the
+    /// partition, and the process runs fewer than its bound (a partition
+    /// may always run one).
+    fn lane_free(&self, lanes: &Lanes) -> bool {
+        lanes.jobs() < self.shared.cfg.lanes && (lanes.jobs() == 0 || self.shared.lane_fan_outs.open() < self.shared.cfg.max_lane_fan_outs)
+    }
+
+    /// Whether held messages may be released: unless the held tenant's
+    /// first is a fan-out that found every lane busy and none is free yet.
+    pub(super) fn may_release(&self) -> bool {
+        let lanes = self.lanes.borrow();
+        !lanes.hold.waits_for_lane() || self.lane_free(&lanes)
     }
 
     /// `msg` waits behind its key's fan-out; it stays counted as queued.

@@ -118,3 +118,53 @@ fn barriers_keep_their_place_while_a_tenant_is_held_and_nothing_is_lost() {
     }
     assert_eq!(r.shared.stats.applied.load(Ordering::SeqCst), end as u64, "a command applied twice, or not at all");
 }
+
+/// Every lane busy with `acme`'s renames (held between their pages by the
+/// fault `fanout.hold`): `acme`'s next rename does not wait at the head of
+/// the queue, where it kept every tenant waiting; `acme` is held, and
+/// `globex`'s file behind it is applied at once. Released, everything is
+/// applied in each key's order: `acme`'s file after its rename stays
+/// where it was put.
+#[test]
+#[cfg(feature = "failpoints")]
+fn a_fan_out_finding_every_lane_busy_holds_its_tenant_not_the_others() {
+    use crate::apply::FanOut;
+    let r = Rig::new(|c| {
+        c.fan_out = FanOut::pages_of(10);
+        c.lanes = 2;
+    });
+    r.produce(upsert("first", "/first/first.txt"));
+    r.produce(upsert("g0", "/g/g0.txt").scoped(Some("globex")));
+    for d in ["/a1", "/a2", "/a3"] {
+        for i in 0..40 {
+            r.produce(upsert(&format!("{d}-{i}"), &format!("{d}/x/{i}.txt")).scoped(Some("acme")));
+        }
+    }
+    // Committed first: a fan-out over uncommitted writes runs whole.
+    let run = r.start();
+    run.wait_next(r.end());
+    run.stop();
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "fanout.hold", "acme\u{1f}/a1\nacme\u{1f}/a2\nacme\u{1f}/a3");
+    // globex is active (a worker knows only what it read itself).
+    r.produce(upsert("g0b", "/g/g0b.txt").scoped(Some("globex")));
+    for d in ["/a1", "/a2", "/a3"] {
+        r.produce(Command::RenamePath { from: format!("{d}/x"), to: format!("{d}/y") }.scoped(Some("acme")));
+    }
+    r.produce(upsert("late", "/a3/x/late.txt").scoped(Some("acme")));
+    r.produce(upsert("g1", "/g/g1.txt").scoped(Some("globex")));
+    let run = r.start();
+    eventually("globex's file applied while acme's renames are held", || r.file_ids().contains(&"globex\u{1f}g1".to_string()));
+    assert!(r.shared.stats.held_peak.load(Ordering::SeqCst) >= 2, "acme's third rename and its file were held");
+    std::fs::remove_file(faults.path().join("fanout.hold")).unwrap();
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.part.queue.queued().messages(), 0);
+    assert_eq!(run.stop(), end);
+    let files = r.files();
+    assert_eq!(files.len(), 125);
+    for d in ["/a1", "/a2", "/a3"] {
+        assert!(files.iter().filter(|(id, _)| id.starts_with(&format!("acme\u{1f}{d}-"))).all(|(_, p)| p.starts_with(&format!("acme\u{1f}{d}/y/"))), "{d} not renamed: {files:?}");
+    }
+    assert!(files.contains(&("acme\u{1f}late".into(), "acme\u{1f}/a3/x/late.txt".into())), "acme's file after its rename was moved by it");
+}
