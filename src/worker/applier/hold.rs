@@ -366,12 +366,19 @@ mod tests {
         assert!(read(&mut stale, 1, 1000, Some("noisy"), true, now + OTHERS_ACTIVE + Duration::from_secs(1)).is_empty(), "the other tenant went quiet long ago");
     }
 
-    #[test]
-    fn held_messages_are_released_in_order_in_chunks_and_never_held_again() {
+    /// A hold after the default tenant's message at 0 and `noisy`'s `n`
+    /// from 1 on: the hold, the offsets held, and the time of it all.
+    fn flooded(n: i64) -> (Hold, Vec<i64>, Instant) {
         let now = Instant::now();
         let mut h = Hold::default();
         read(&mut h, 0, 1, None, true, now);
-        let held = read(&mut h, 1, 1000, Some("noisy"), true, now);
+        let held = read(&mut h, 1, n, Some("noisy"), true, now);
+        (h, held, now)
+    }
+
+    #[test]
+    fn held_messages_are_released_in_order_in_chunks_and_never_held_again() {
+        let (mut h, held, now) = flooded(1000);
         assert!(!h.release_due(), "no other message handled yet");
         read(&mut h, 1001, RELEASE_EVERY as i64, None, true, now);
         assert!(h.release_due());
@@ -417,10 +424,7 @@ mod tests {
 
     #[test]
     fn release_before_keeps_what_comes_after() {
-        let now = Instant::now();
-        let mut h = Hold::default();
-        read(&mut h, 0, 1, None, true, now);
-        let held = read(&mut h, 1, 600, Some("noisy"), true, now);
+        let (mut h, held, _) = flooded(600);
         let at = held[10];
         let before: Vec<i64> = h.release_before(at).iter().map(Record::offset).collect();
         assert_eq!(before, held[..10]);
