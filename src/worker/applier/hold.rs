@@ -19,6 +19,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use metrics::gauge;
+use tracing::info;
 
 use super::{queued_size, Applier, Feed, Record};
 use crate::command::tenant;
@@ -74,7 +75,14 @@ pub(super) struct Hold {
     /// lane busy ([`Hold::holds_for_lane`]): nothing is released before a
     /// lane is free.
     waits_for_lane: bool,
+    /// A hold started since [`Hold::take_started`] last looked.
+    started: bool,
+    /// The tenant whose hold was last reported, and when.
+    reported: Option<(Tenant, Instant)>,
 }
+
+/// A hold of the tenant last reported is reported again after this long.
+const REPORT_EVERY: Duration = Duration::from_secs(60);
 
 impl Hold {
     /// Held messages.
@@ -101,7 +109,11 @@ impl Hold {
         self.observe(&t, now);
         let hold = match &self.tenant {
             Some(held) => *held == t,
-            None => deep && self.dominant(&t) && self.others_active(&t, now),
+            None => {
+                let start = deep && self.dominant(&t) && self.others_active(&t, now);
+                self.started |= start;
+                start
+            }
         };
         if hold {
             self.tenant = Some(t);
@@ -132,6 +144,23 @@ impl Hold {
             }
         }
         hold
+    }
+
+    /// The tenant held, when a hold started since the last call and is
+    /// worth reporting: another tenant than the last reported, or the same
+    /// after [`REPORT_EVERY`] (a hold stops each time it is released
+    /// whole, and starts again while the flood lasts).
+    pub fn take_started(&mut self, now: Instant) -> Option<Tenant> {
+        if !std::mem::take(&mut self.started) {
+            return None;
+        }
+        let t = self.tenant.clone()?;
+        let again = self.reported.as_ref().is_some_and(|(r, at)| *r == t && now.saturating_duration_since(*at) < REPORT_EVERY);
+        if again {
+            return None;
+        }
+        self.reported = Some((t.clone(), now));
+        Some(t)
     }
 
     /// Whether nothing may be released before a lane is free.
@@ -241,8 +270,22 @@ impl Applier {
         // A hold is never active when a message may not be held (the first
         // after positioning: every hold was dropped with the seek).
         let deep = may && self.shared.cfg.tenant_read_ahead && self.queued.messages() >= DEEP;
-        if !self.lanes.borrow_mut().hold.holds(&msg, deep, Instant::now()) {
-            return Some(msg);
+        let now = Instant::now();
+        let started = {
+            let mut lanes = self.lanes.borrow_mut();
+            if !lanes.hold.holds(&msg, deep, now) {
+                return Some(msg);
+            }
+            lanes.hold.take_started(now)
+        };
+        if let Some(tenant) = started {
+            info!(
+                partition = self.partition,
+                tenant = tenant.as_deref().unwrap_or("(default)"),
+                offset = msg.offset(),
+                queued = self.queued.messages(),
+                "reading ahead past this tenant's flood: its messages are held, the other tenants' behind them applied first (said again after a minute)"
+            );
         }
         self.hold_now(msg);
         None
