@@ -19,7 +19,7 @@ use denorm::verify::{Report, VerifyError};
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     /// Print the report as JSON on stdout: {"topic","at":{partition:offset},"keys","sample_percent","checked",
-    /// "written_since","unsettled","rounds","differences":[{"kind","id","problem","partition","fields":
+    /// "written_since","unsettled","rounds","differences":[{"kind","tenant","id","problem","partition","fields":
     /// [{"field","expected","actual"}],"live_offset","replay_offset","elsewhere"}],"differences_total","seconds",
     /// with --repair "repair":{"sent","not_repaired","beyond_max_repairs","after","error"} and "remaining"}. The replay decides
     /// each message with the settings the live workers recorded in the index (docs/verify.md)
@@ -261,7 +261,11 @@ fn human(r: &Report) -> String {
             Problem::Differs => "differs",
         };
         let at = |o: Option<u64>| o.map_or("-".to_string(), |o| o.to_string());
-        out.push_str(&format!("  {} {}: {what} (partition {}, last written at offset {} live, {} in the replay)\n", d.kind, d.id, d.partition, at(d.live_offset), at(d.replay_offset)));
+        let id = match denorm::command::tenant::split(&d.id) {
+            (Some(t), id) => format!("{id} (tenant {t})"),
+            (None, id) => id.to_string(),
+        };
+        out.push_str(&format!("  {} {id}: {what} (partition {}, last written at offset {} live, {} in the replay)\n", d.kind, d.partition, at(d.live_offset), at(d.replay_offset)));
         for f in &d.fields {
             out.push_str(&format!("    {}: expected {}, found {}\n", f.field, f.expected, f.actual));
         }

@@ -35,8 +35,10 @@ pub enum Problem {
     Differs,
 }
 
-/// One document that differs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One document that differs. Its `id` and `elsewhere` are scoped to
+/// their tenant, as everything inside denorm; a report shows them as the
+/// producer wrote them, with the tenant beside them (see its `Serialize`).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Difference {
     pub kind: &'static str,
     pub id: String,
@@ -52,14 +54,46 @@ pub struct Difference {
     /// the live index does; `unexpected`: the replay does): a document
     /// that changed owners, which a guarded repair of one key cannot
     /// restore (review of verify, F9 and F10).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub elsewhere: Option<String>,
     /// The document in the replay and in the live index (what a repair
     /// restores and replaces).
-    #[serde(skip)]
     pub expected: Option<Doc>,
-    #[serde(skip)]
     pub actual: Option<Doc>,
+}
+
+impl Serialize for Difference {
+    /// `kind`, `tenant` (a named tenant's only), `id` and `elsewhere` as
+    /// the producer wrote them, then the rest.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use crate::command::tenant;
+        #[derive(Serialize)]
+        struct Shown<'a> {
+            kind: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            tenant: Option<&'a str>,
+            id: &'a str,
+            problem: Problem,
+            partition: i32,
+            fields: &'a [Field],
+            live_offset: Option<u64>,
+            replay_offset: Option<u64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            elsewhere: Option<&'a str>,
+        }
+        let (tenant, id) = tenant::split(&self.id);
+        Shown {
+            kind: self.kind,
+            tenant,
+            id,
+            problem: self.problem,
+            partition: self.partition,
+            fields: &self.fields,
+            live_offset: self.live_offset,
+            replay_offset: self.replay_offset,
+            elsewhere: self.elsewhere.as_deref().map(tenant::unscoped),
+        }
+        .serialize(s)
+    }
 }
 
 /// What a comparison found.
@@ -627,5 +661,27 @@ mod tests {
         let want = vec![("a", vec![("denorm_partition", Value::from(p), Value::from((p + 1) % 4))], Some(3)), ("b", vec![("denorm_pos", Value::from(3), Value::Null)], None)];
         assert_eq!(got, want);
         assert_eq!((out.checked, out.differences_total), (4, 2));
+    }
+
+    #[test]
+    fn a_report_shows_a_tenants_ids_as_its_producer_wrote_them_with_the_tenant_beside() {
+        let d = |id: &str, elsewhere: Option<&str>| Difference {
+            kind: "file",
+            id: id.into(),
+            problem: Problem::Missing,
+            partition: 1,
+            fields: Vec::new(),
+            live_offset: None,
+            replay_offset: Some(4),
+            elsewhere: elsewhere.map(str::to_string),
+            expected: None,
+            actual: None,
+        };
+        let acme = serde_json::to_value(d("acme\u{1f}f1", Some("acme\u{1f}/docs"))).unwrap();
+        assert_eq!((&acme["tenant"], &acme["id"], &acme["elsewhere"]), (&serde_json::json!("acme"), &serde_json::json!("f1"), &serde_json::json!("/docs")), "{acme}");
+        assert_eq!(acme["problem"], "missing");
+        let default = serde_json::to_value(d("f1", None)).unwrap();
+        assert!(default.get("tenant").is_none() && default.get("elsewhere").is_none(), "{default}");
+        assert_eq!(default["id"], "f1");
     }
 }
