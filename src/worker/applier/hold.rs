@@ -75,6 +75,10 @@ pub(super) struct Hold {
     /// lane busy ([`Hold::holds_for_lane`]): nothing is released before a
     /// lane is free.
     waits_for_lane: bool,
+    /// The highest offset counted in the window: a message taken again
+    /// (one waiting at the head of the queue is taken at every turn of the
+    /// loop) is counted once.
+    observed_through: Option<i64>,
     /// A hold started since [`Hold::take_started`] last looked.
     started: bool,
     /// The tenant whose hold was last reported, and when.
@@ -106,7 +110,10 @@ impl Hold {
             return false;
         }
         let t = tenant_of(msg).map(str::to_string);
-        self.observe(&t, now);
+        if self.observed_through.is_none_or(|o| msg.offset() > o) {
+            self.observed_through = Some(msg.offset());
+            self.observe(&t, now);
+        }
         let hold = match &self.tenant {
             Some(held) => *held == t,
             None => {
@@ -209,6 +216,7 @@ impl Hold {
         self.released_through = None;
         self.since_release = 0;
         self.waits_for_lane = false;
+        self.observed_through = None;
         std::mem::take(&mut self.held)
     }
 
@@ -463,6 +471,20 @@ mod tests {
         assert!(h.holds_for_lane(&msg(1, Some("acme")), now), "held again");
         h.push(msg(1, Some("acme")));
         assert!(h.holds(&msg(2, Some("acme")), false, now), "what was released after it is held again behind it");
+    }
+
+    #[test]
+    fn a_message_taken_again_counts_once_in_the_window() {
+        let now = Instant::now();
+        let mut h = Hold::default();
+        read(&mut h, 0, 1, Some("quiet"), true, now);
+        read(&mut h, 1, 100, Some("noisy"), true, now);
+        // The quiet tenant's message waits at the head, taken 1,000 times.
+        for _ in 0..1000 {
+            assert!(!h.holds(&msg(101, Some("quiet")), true, now));
+        }
+        assert!(!h.dominant(&Some("quiet".into())), "counted once, not a thousand times");
+        assert_eq!(h.window.len(), 102);
     }
 
     #[test]
