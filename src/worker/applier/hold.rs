@@ -1,12 +1,16 @@
 //! Reading ahead past one tenant's flood (issue 47). When a partition's
-//! queue is deep (at least [`DEEP`] messages) and one tenant sent most of what was read lately, while
-//! another tenant was active too, that tenant's messages are *held*: taken
-//! out of the way in memory, in log order, so that the other tenants'
-//! messages behind them are applied as soon as they are read. The held
-//! messages are released, oldest first, in chunks: whenever nothing else
-//! is ready, after every [`RELEASE_EVERY`] other messages, and all of those
-//! before a message that must keep its place in the whole partition's
-//! order (a barrier: a move, an owner change, a control message).
+//! queue is deep (at least [`DEEP`] messages) and one tenant sent most of
+//! what was read lately, while another tenant was active too, that
+//! tenant's messages are *held*: taken out of the way in memory, in log
+//! order, so that the other tenants' messages behind them are applied as
+//! soon as they are read. A tenant is held too from a fan-out of its own
+//! that finds every key lane busy ([`Hold::holds_for_lane`]), rather than
+//! that fan-out waiting at the head of the queue, where it held every
+//! tenant up. The held messages are released, oldest first, in chunks:
+//! whenever nothing else is ready, after every [`RELEASE_EVERY`] other
+//! messages, and all of those before a message that must keep its place in
+//! the whole partition's order (a barrier: a move, an owner change, a
+//! control message).
 //!
 //! Per-key order holds: a key belongs to one tenant, and a held tenant's
 //! messages keep their order in the hold. The tracker counts each held
