@@ -279,9 +279,13 @@ impl Applier {
     /// never when it may not be): then it is held, counted as queued
     /// again and unfinished. Otherwise it is handed back.
     pub(super) fn held(&self, msg: Record, may: bool) -> Option<Record> {
+        // Switched off: nothing to count either (the loop's hot path).
+        if !self.shared.cfg.tenant_read_ahead {
+            return Some(msg);
+        }
         // A hold is never active when a message may not be held (the first
         // after positioning: every hold was dropped with the seek).
-        let deep = may && self.shared.cfg.tenant_read_ahead && self.queued.messages() >= DEEP;
+        let deep = may && self.queued.messages() >= DEEP;
         let now = Instant::now();
         let started = {
             let mut lanes = self.lanes.borrow_mut();
