@@ -173,6 +173,7 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
     tenant_flood_measured(r, 1000);
     // The renamed tree, through denorm's own search of the run's indexes.
     let prefix = v["index_prefix"].as_str().expect("the run's index prefix");
+    crate::common::elastic::remove_when_done(prefix);
     let (code, files, err) = output(denorm().env("DENORM_ES_PREFIX", prefix).args(["search", "files", "--under", "/r3000", "--limit", "0", "--index", &es.url]));
     assert_eq!(code, 0, "{err}");
     assert_eq!(files.lines().count(), 3000);

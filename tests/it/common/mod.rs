@@ -343,7 +343,10 @@ pub fn dump(index: &Path) -> Vec<Doc> {
 /// the embedded index is not created yet (the worker creates it; a poll
 /// that came first panicked, seen in CI).
 pub fn dump_once_created(index: &Path) -> Vec<Doc> {
-    if !elastic::is_url(index) && EmbeddedIndex::open_existing(index).is_err() {
+    if elastic::is_url(index) {
+        return elastic::dump_once_created(&index.to_string_lossy());
+    }
+    if EmbeddedIndex::open_existing(index).is_err() {
         return Vec::new();
     }
     dump(index)
