@@ -53,6 +53,10 @@ impl Model {
             Command::DeletePost { id, .. } => {
                 self.posts.remove(id);
             }
+            // The profile only: the user's posts keep their copy of the name.
+            Command::DeleteUser { id } => {
+                self.users.remove(id);
+            }
         }
     }
 

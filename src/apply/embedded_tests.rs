@@ -264,7 +264,8 @@ mod pending_scans {
                 .prop_map(|(t, f, to)| Command::RenamePath { from: format!("{t}{f}"), to: format!("{t}{to}") }),
             2 => (u.clone(), prop::sample::select(vec!["Ann", "Bob", "Cy"])).prop_map(|(u, name)| user(u, name)),
             4 => (u.clone(), n.clone(), word).prop_map(|(u, n, w)| post(&format!("u{u}p{n}"), u, w)),
-            1 => (u, n).prop_map(|(u, n)| Command::DeletePost { id: format!("u{u}p{n}"), user_id: u.into() }),
+            1 => (u.clone(), n).prop_map(|(u, n)| Command::DeletePost { id: format!("u{u}p{n}"), user_id: u.into() }),
+            1 => u.prop_map(|u| Command::DeleteUser { id: u.into() }),
         ]
     }
 

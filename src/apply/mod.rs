@@ -63,6 +63,7 @@ pub fn apply<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, fan_out:
             upsert(shard, cmd, Doc::Post(PostDoc { id: id.clone(), title: title.clone(), body: body.clone(), user: author, pos }))
         }
         Command::DeletePost { id, .. } => delete_guarded(shard, Kind::Post, id, pos),
+        Command::DeleteUser { id } => delete_guarded(shard, Kind::User, id, pos),
     }
 }
 
@@ -131,6 +132,7 @@ pub fn reads(cmd: &Command) -> Vec<Wanted> {
         Command::UpsertUser { id, .. } => vec![Wanted::upsert(Kind::User, id)],
         Command::UpsertPost { id, user_id, .. } => vec![Wanted::contents(Kind::User, user_id), own(Kind::Post, id)],
         Command::DeletePost { id, .. } => vec![Wanted::contents(Kind::Post, id)],
+        Command::DeleteUser { id } => vec![Wanted::contents(Kind::User, id)],
         Command::RenamePath { .. } => Vec::new(),
     }
 }
@@ -327,7 +329,8 @@ mod tests {
             3 => (dir.clone(), dir.clone()).prop_filter("valid", |(f, t)| !path::is_within(t, f)).prop_map(|(f, t)| rename(f, t)),
             2 => (id.clone(), name).prop_map(|(i, n)| user(i, n)),
             3 => (id.clone(), id.clone()).prop_map(|(p, u)| post(p, u)),
-            1 => (id.clone(), id).prop_map(|(p, u)| Command::DeletePost { id: s(p), user_id: s(u) }),
+            1 => (id.clone(), id.clone()).prop_map(|(p, u)| Command::DeletePost { id: s(p), user_id: s(u) }),
+            1 => id.prop_map(|u| Command::DeleteUser { id: s(u) }),
         ]
     }
 

@@ -19,7 +19,7 @@ use crate::index::{IndexError, Kind, Shard};
 pub fn document(cmd: &Command) -> Option<(Kind, &str)> {
     match cmd {
         Command::UpsertFile { id, .. } | Command::DeleteFile { id, .. } => Some((Kind::File, id)),
-        Command::UpsertUser { id, .. } => Some((Kind::User, id)),
+        Command::UpsertUser { id, .. } | Command::DeleteUser { id } => Some((Kind::User, id)),
         Command::UpsertPost { id, .. } | Command::DeletePost { id, .. } => Some((Kind::Post, id)),
         Command::RenamePath { .. } => None,
     }
@@ -73,7 +73,7 @@ pub fn repair_guard<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, repair: Rep
         return Ok(RepairGuard::Superseded);
     }
     if shard.get(kind, id)?.is_none() {
-        let upsert = !matches!(cmd, Command::DeleteFile { .. } | Command::DeletePost { .. });
+        let upsert = !matches!(cmd, Command::DeleteFile { .. } | Command::DeletePost { .. } | Command::DeleteUser { .. });
         return Ok(if upsert && repair.seen == Some(true) {
             RepairGuard::Refuse(format!("{what} {id:?} was deleted after the verify found it at offset {since} or before: the repair would bring it back, and is not applied (verify again)"))
         } else {

@@ -120,6 +120,11 @@ enum One {
         #[arg(long)]
         user_id: String,
     },
+    /// Delete a user's profile (their posts stay: delete those first)
+    DeleteUser {
+        #[arg(long)]
+        id: String,
+    },
 }
 
 impl One {
@@ -132,6 +137,7 @@ impl One {
             One::UpsertUser { id, name, email, dob } => Command::UpsertUser { id, name, email, dob },
             One::UpsertPost { id, user_id, title, body, previous_user_id } => Command::UpsertPost { id, user_id, title, body, previous_user_id },
             One::DeletePost { id, user_id } => Command::DeletePost { id, user_id },
+            One::DeleteUser { id } => Command::DeleteUser { id },
         };
         one.validate()?;
         Ok(one)

@@ -44,6 +44,7 @@ pub const HISTORY: &[&str] = &[
     include_str!("../../schemas/history/command-v3.avsc"),
     include_str!("../../schemas/history/command-v4.avsc"),
     include_str!("../../schemas/history/command-v5.avsc"),
+    include_str!("../../schemas/history/command-v6.avsc"),
 ];
 /// Older versions of the move schema this decoder still reads.
 pub const MOVE_HISTORY: &[&str] = &[include_str!("../../schemas/history/move-v1.avsc")];
@@ -57,6 +58,7 @@ pub const SCHEMA_FILES: &[(&str, &str)] = &[
     ("schemas/history/command-v3.avsc", HISTORY[2]),
     ("schemas/history/command-v4.avsc", HISTORY[3]),
     ("schemas/history/command-v5.avsc", HISTORY[4]),
+    ("schemas/history/command-v6.avsc", HISTORY[5]),
     ("schemas/control.avsc", CONTROL_SCHEMA),
     ("schemas/history/control-v1.avsc", CONTROL_HISTORY[0]),
     ("schemas/move.avsc", MOVE_SCHEMA),
@@ -373,6 +375,7 @@ mod tests {
             Command::UpsertPost { id: s("2"), user_id: s("1"), title: s("T"), body: s("B"), previous_user_id: None },
             Command::UpsertPost { id: s("3"), user_id: s("1"), title: s("T"), body: s("B"), previous_user_id: Some(s("4")) },
             Command::DeletePost { id: s("2"), user_id: s("1") },
+            Command::DeleteUser { id: s("1") },
         ]
     }
 
@@ -427,7 +430,8 @@ mod tests {
             let old = Schema::parse_str(text).unwrap();
             let fp = canonical::fingerprint(text).unwrap();
             assert_ne!(fp, codec.current_fingerprint);
-            for c in all_commands() {
+            // A user's delete is of version 7, the current one.
+            for c in all_commands().into_iter().filter(|c| !matches!(c, Command::DeleteUser { .. })) {
                 let mut e = Envelope::new(c).of_tenant(Some("acme"));
                 e.after = Some(LogPosition { partition: 1, offset: 9 });
                 e.repair = Some(crate::command::Repair { unchanged_since: 7, seen: Some(true) });
@@ -435,7 +439,8 @@ mod tests {
                 let mut want = e.clone();
                 match version {
                     0..=3 => want.repair = None,
-                    _ => want.repair = Some(crate::command::Repair { unchanged_since: 7, seen: None }),
+                    4 => want.repair = Some(crate::command::Repair { unchanged_since: 7, seen: None }),
+                    _ => {}
                 }
                 if version < 3 {
                     want.after = None;
@@ -463,12 +468,13 @@ mod tests {
     fn fingerprints_are_pinned() {
         let got: Vec<(&str, String, String)> = schema_fingerprints().into_iter().map(|f| (f.file, f.fingerprint, f.legacy)).collect();
         let want = [
-            ("schemas/command.avsc", "58b76e73ec3a27e2", "3dcbf00f80d817fa"),
+            ("schemas/command.avsc", "8011b193097fef1b", "d8ce3f28ac3a6300"),
             ("schemas/history/command-v1.avsc", "7e1aaf9552f72321", "9f15df64f37ccd90"),
             ("schemas/history/command-v2.avsc", "9c7f9b599fb95260", "d5e0d0c37df914d2"),
             ("schemas/history/command-v3.avsc", "9848ea802671ddab", "56d74f3eaa44aceb"),
             ("schemas/history/command-v4.avsc", "845b46f200295293", "f646b8d14f1d49bd"),
             ("schemas/history/command-v5.avsc", "6adb1d29b2aec4c2", "e9e4af7624899fb4"),
+            ("schemas/history/command-v6.avsc", "58b76e73ec3a27e2", "3dcbf00f80d817fa"),
             ("schemas/control.avsc", "01399534e774ed5d", "4c8686bfb32912d2"),
             ("schemas/history/control-v1.avsc", "2d6e0616c9179c82", "165f90003f878d05"),
             ("schemas/move.avsc", "27d583c379ec962f", "7d99d0db3a8ab38e"),
@@ -483,7 +489,7 @@ mod tests {
         let codec = Codec::new();
         let e = Envelope::new(all_commands().remove(2));
         let bytes = codec.encode(&e);
-        assert_eq!(hex(&bytes[2..10]), "58b76e73ec3a27e2");
+        assert_eq!(hex(&bytes[2..10]), "8011b193097fef1b");
         let current = Schema::parse_str(CURRENT_SCHEMA).unwrap();
         let old = encode_value(&current, legacy_fingerprint(&current), to_value(&current, &e));
         assert_eq!(codec.decode(&old).unwrap(), e);

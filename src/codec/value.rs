@@ -27,6 +27,7 @@ fn payload_fields(c: &Command) -> (&'static str, Vec<(&'static str, &str)>) {
         Command::UpsertUser { id, name, email, dob } => ("UpsertUser", vec![("id", id), ("name", name), ("email", email), ("dob", dob)]),
         Command::UpsertPost { id, user_id, title, body, .. } => ("UpsertPost", vec![("id", id), ("user_id", user_id), ("title", title), ("body", body)]),
         Command::DeletePost { id, user_id } => ("DeletePost", vec![("id", id), ("user_id", user_id)]),
+        Command::DeleteUser { id } => ("DeleteUser", vec![("id", id)]),
     }
 }
 
@@ -173,6 +174,7 @@ pub(super) fn from_value(writer: &Schema, value: Value) -> Result<Envelope, Deco
             Command::UpsertPost { id: f("id")?, user_id: f("user_id")?, title: f("title")?, body: f("body")?, previous_user_id: optional_string(p.remove("previous_user_id"), "previous_user_id")? }
         }
         "DeletePost" => Command::DeletePost { id: f("id")?, user_id: f("user_id")? },
+        "DeleteUser" => Command::DeleteUser { id: f("id")? },
         other => return Err(DecodeError::Shape(format!("unknown payload type {other:?}"))),
     };
     // Scoped to its tenant from here on (see `crate::command::tenant`).

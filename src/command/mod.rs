@@ -84,6 +84,12 @@ pub enum Command {
         id: String,
         user_id: String,
     },
+    /// Deletes a user's profile document (schema version 7); the user's
+    /// posts stay unless deleted on their own (`denorm tenant delete`
+    /// sends their deletes first).
+    DeleteUser {
+        id: String,
+    },
 }
 
 /// A command with its envelope: the unit written to the topic.
@@ -173,6 +179,7 @@ impl Command {
             Command::UpsertUser { .. } => "upsert_user",
             Command::UpsertPost { .. } => "upsert_post",
             Command::DeletePost { .. } => "delete_post",
+            Command::DeleteUser { .. } => "delete_user",
         }
     }
 
@@ -262,6 +269,7 @@ impl Command {
                 check_id("id", id)?;
                 check_id("user_id", user_id)
             }
+            Command::DeleteUser { id } => check_id("id", id),
         }
     }
 
@@ -272,7 +280,7 @@ impl Command {
         match self {
             Command::UpsertFile { path, .. } | Command::DeleteFile { path, .. } => path::top_level(path),
             Command::RenamePath { from, .. } => path::top_level(from),
-            Command::UpsertUser { id, .. } => id,
+            Command::UpsertUser { id, .. } | Command::DeleteUser { id } => id,
             Command::UpsertPost { user_id, .. } | Command::DeletePost { user_id, .. } => user_id,
         }
     }

@@ -94,6 +94,7 @@ impl Command {
             Command::UpsertUser { id, name, email, dob } => Command::UpsertUser { id: s(id), name, email, dob },
             Command::UpsertPost { id, user_id, title, body, previous_user_id } => Command::UpsertPost { id: s(id), user_id: s(user_id), title, body, previous_user_id: previous_user_id.map(s) },
             Command::DeletePost { id, user_id } => Command::DeletePost { id: s(id), user_id: s(user_id) },
+            Command::DeleteUser { id } => Command::DeleteUser { id: s(id) },
         }
     }
 
@@ -102,7 +103,7 @@ impl Command {
         let mut out = match self {
             Command::UpsertFile { id, path, .. } | Command::DeleteFile { id, path } => vec![("id", id.as_str()), ("path", path.as_str())],
             Command::RenamePath { from, to } => vec![("from", from.as_str()), ("to", to.as_str())],
-            Command::UpsertUser { id, .. } => vec![("id", id.as_str())],
+            Command::UpsertUser { id, .. } | Command::DeleteUser { id } => vec![("id", id.as_str())],
             Command::UpsertPost { id, user_id, .. } | Command::DeletePost { id, user_id } => vec![("id", id.as_str()), ("user_id", user_id.as_str())],
         };
         match self {
@@ -117,7 +118,12 @@ impl Command {
     /// as its first identifier says.
     pub fn tenant(&self) -> Option<&str> {
         of(match self {
-            Command::UpsertFile { id, .. } | Command::DeleteFile { id, .. } | Command::UpsertUser { id, .. } | Command::UpsertPost { id, .. } | Command::DeletePost { id, .. } => id,
+            Command::UpsertFile { id, .. }
+            | Command::DeleteFile { id, .. }
+            | Command::UpsertUser { id, .. }
+            | Command::UpsertPost { id, .. }
+            | Command::DeletePost { id, .. }
+            | Command::DeleteUser { id } => id,
             Command::RenamePath { from, .. } => from,
         })
     }
@@ -141,6 +147,7 @@ impl Command {
                 Command::UpsertPost { id: u(id), user_id: u(user_id), title: title.clone(), body: body.clone(), previous_user_id: previous_user_id.as_ref().map(u) }
             }
             Command::DeletePost { id, user_id } => Command::DeletePost { id: u(id), user_id: u(user_id) },
+            Command::DeleteUser { id } => Command::DeleteUser { id: u(id) },
         }
     }
 

@@ -97,7 +97,7 @@ fn command_for(expected: Option<&Doc>, actual: Option<&Doc>) -> Result<Command, 
         (Some(Doc::Post(p)), _) => Command::UpsertPost { id: p.id.clone(), user_id: p.user.id.clone(), title: p.title.clone(), body: p.body.clone(), previous_user_id: None },
         (None, Some(Doc::File(f))) => Command::DeleteFile { id: f.id.clone(), path: f.full_path() },
         (None, Some(Doc::Post(p))) => Command::DeletePost { id: p.id.clone(), user_id: p.user.id.clone() },
-        (None, Some(Doc::User(_))) => return Err("no command deletes a user"),
+        (None, Some(Doc::User(u))) => Command::DeleteUser { id: u.id.clone() },
         (None, None) => return Err("neither side has the document"),
     })
 }
@@ -205,8 +205,9 @@ mod tests {
 
     /// Each difference becomes the command that restores the replay's
     /// version, under its key, marked with its partition's offset; a
-    /// user's upsert follows its posts'; a user the replay lacks and a
-    /// document missing in a partition that moved on are not repaired.
+    /// user's upsert follows its posts'; a user the replay lacks is
+    /// deleted (schema version 7); a document missing in a partition that
+    /// moved on is not repaired.
     #[test]
     fn each_difference_becomes_its_guarded_command() {
         let file = |c: &str| Doc::File(FileDoc::at("f1", "/a/x/f.txt", c, 7));
@@ -222,13 +223,13 @@ mod tests {
         let at: Positions = [(0, 10), (1, 11), (2, 12), (3, 13)].into_iter().collect();
         let plan = plan(&diffs, &at, &|p| p == 3);
         let got: Vec<(String, &str, i64)> = plan.commands.iter().map(|e| (e.command.key().to_string(), e.command.kind(), e.repair.unwrap().unchanged_since)).collect();
-        let want = [("/a", "upsert_file", 10), ("/b", "upsert_file", 12), ("u1", "upsert_post", 11), ("u1", "delete_post", 11), ("u1", "upsert_user", 11)];
+        let want = [("/a", "upsert_file", 10), ("/b", "upsert_file", 12), ("u1", "upsert_post", 11), ("u1", "delete_post", 11), ("u1", "upsert_user", 11), ("u2", "delete_user", 11)];
         assert_eq!(got, want.iter().map(|(k, c, o)| (k.to_string(), *c, *o)).collect::<Vec<_>>());
         assert_eq!(plan.commands[0].command, Command::UpsertFile { id: "f1".into(), path: "/a/x/f.txt".into(), contents: "right".into(), previous_path: None });
         assert!(matches!(&plan.commands[4].command, Command::UpsertUser { name, .. } if name == "Ann"));
         let not: Vec<(&str, &str)> = plan.not_repaired.iter().map(|n| (n.id.as_str(), n.reason.as_str())).collect();
-        assert_eq!(not, vec![("f3", "partition 3 applied more commands since the verify: verify again"), ("u2", "no command deletes a user")]);
-        assert_eq!(plan.keys().into_iter().collect::<Vec<_>>(), vec!["/a", "/b", "u1"]);
+        assert_eq!(not, vec![("f3", "partition 3 applied more commands since the verify: verify again")]);
+        assert_eq!(plan.keys().into_iter().collect::<Vec<_>>(), vec!["/a", "/b", "u1", "u2"]);
         for e in &plan.commands {
             assert!(crate::apply::repairable(&e.command), "{e:?}");
         }

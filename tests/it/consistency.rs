@@ -104,6 +104,7 @@ fn in_tenant(p: u64, c: Command) -> Command {
         Command::UpsertUser { id, name, email, dob } => Command::UpsertUser { id: user(id), name, email, dob },
         Command::UpsertPost { id, user_id, title, body, previous_user_id } => Command::UpsertPost { id: user(id), user_id: user(user_id), title, body, previous_user_id: previous_user_id.map(user) },
         Command::DeletePost { id, user_id } => Command::DeletePost { id: user(id), user_id: user(user_id) },
+        Command::DeleteUser { id } => Command::DeleteUser { id: user(id) },
     };
     c.scoped(tenant(p))
 }
@@ -153,7 +154,7 @@ fn commands(seed: u64, producer: u64) -> Vec<Command> {
             continue;
         }
         let post_user = posts.get(&post_id).copied().unwrap_or(u);
-        let c = match rng.random_range(0..104) {
+        let c = match rng.random_range(0..106) {
             0..=34 => {
                 let d = rng.random_range(1..=3);
                 let id = match mine.is_empty() || rng.random_bool(0.4) {
@@ -216,6 +217,9 @@ fn commands(seed: u64, producer: u64) -> Vec<Command> {
                 let to = format!("{}/{}", dir(&mut rng, other, depth), path::split(&from).1);
                 Command::UpsertFile { id, path: to, contents: format!("p{producer} #{} moved", out.len()), previous_path: Some(from) }
             }
+            // A profile deleted (its posts stay; a later profile change
+            // creates it again).
+            104..=105 => Command::DeleteUser { id: format!("u{u}") },
             _ => continue,
         };
         // Renames into themselves (or of a directory to itself) are invalid.
@@ -685,7 +689,7 @@ fn the_generator_changes_owners_only_in_the_explicit_form() {
                     assert_eq!(post_users.get(id).map_or_else(|| id.split('-').next().unwrap(), String::as_str), user_id, "{c:?} changes the owner of {id}");
                 }
                 Command::RenamePath { .. } => cross += usize::from(c.destination_key().is_some()),
-                Command::UpsertUser { .. } => {}
+                Command::UpsertUser { .. } | Command::DeleteUser { .. } => {}
             }
             if let Command::UpsertPost { id, user_id, .. } = &c {
                 post_users.insert(id.clone(), user_id.clone());

@@ -88,7 +88,7 @@ fn every_schema_fingerprint_equals_fastavro_avsc_and_java() {
 /// be the ones the foreign producer chose (the same murmur2 partitioner).
 fn assert_scenario_applied(r: &Rig, w: &Worker, prefix: &str, foreign: &str, tenant: Option<&str>) {
     let deliveries = json_lines(foreign);
-    assert_eq!(deliveries.len(), 14, "{foreign}");
+    assert_eq!(deliveries.len(), 17, "{foreign}");
     let partition_of = |key: &str| {
         let key = denorm::command::tenant::scope(tenant, key);
         let ps: Vec<i64> = deliveries.iter().filter(|d| d["key"] == key.as_str()).map(|d| d["partition"].as_i64().unwrap()).collect();
@@ -112,7 +112,7 @@ fn assert_scenario_applied(r: &Rig, w: &Worker, prefix: &str, foreign: &str, ten
     };
     assert_eq!(ours[0].0.partition as i64, partition_of(&dir), "denorm and the foreign producer chose different partitions for {dir}");
     assert_eq!(ours[1].0.partition as i64, partition_of(&user), "denorm and the foreign producer chose different partitions for {user}");
-    wait_applied(&r.cfg, &r.group, 16);
+    wait_applied(&r.cfg, &r.group, 19);
 
     let (code, out, err) = search(&["files", "--under", &dir, "--json"]);
     assert_eq!(code, 0, "{err}");
@@ -133,7 +133,8 @@ fn assert_scenario_applied(r: &Rig, w: &Worker, prefix: &str, foreign: &str, ten
     // Every post of this scenario, with its author: the renamed user's name
     // is in p3 (sent after the rename), and p1 went to another user (an
     // owner change in the schema's previous_user_id form), with no copy
-    // left under the first.
+    // left under the first; p4 was sent after its user's delete, and has
+    // no author name to copy.
     let (code, out, err) = search(&["posts", "--limit", "0", "--json"]);
     assert_eq!(code, 0, "{err}");
     let mut posts: Vec<(String, String, String)> = json_lines(&out)
@@ -142,7 +143,14 @@ fn assert_scenario_applied(r: &Rig, w: &Worker, prefix: &str, foreign: &str, ten
         .map(|p| (p["id"].as_str().unwrap().to_string(), p["user"]["id"].as_str().unwrap().to_string(), p["user"]["name"].as_str().unwrap().to_string()))
         .collect();
     posts.sort();
-    assert_eq!(posts, vec![(format!("{prefix}-p1"), format!("{prefix}-u2"), format!("Grace {prefix}")), (format!("{prefix}-p3"), user.clone(), format!("Ada {prefix} After")),]);
+    assert_eq!(
+        posts,
+        vec![
+            (format!("{prefix}-p1"), format!("{prefix}-u2"), format!("Grace {prefix}")),
+            (format!("{prefix}-p3"), user.clone(), format!("Ada {prefix} After")),
+            (format!("{prefix}-p4"), format!("{prefix}-u3"), String::new()),
+        ]
+    );
     let (_, metrics) = w.http_get("/metrics");
     assert_eq!(metric(&metrics, "denorm_dead_letters_total", &[]), 0.0, "{metrics}");
 }
@@ -172,7 +180,7 @@ fn messages_of_javas_reference_encoder_are_applied() {
     let file = r.dir().join("java-messages.tsv");
     std::fs::write(&file, &lines).unwrap();
     // BinaryMessageEncoder's own framing: C3 01 and the spec fingerprint.
-    assert!(lines.lines().all(|l| l.split('\t').nth(1).unwrap().starts_with("c30158b76e73ec3a27e2")), "{lines}");
+    assert!(lines.lines().all(|l| l.split('\t').nth(1).unwrap().starts_with("c3018011b193097fef1b")), "{lines}");
     let out = stdout_of(python().args(["send-lines", &r.cfg.brokers, &r.cfg.topic]).arg(&file));
     assert_scenario_applied(&r, &w, "java", &out, None);
 }
@@ -189,6 +197,7 @@ fn messages_of_denorms_producer_decode_in_python() {
         Command::UpsertPost { id: s("p1"), user_id: s("u1"), title: s("T"), body: s("B"), previous_user_id: None },
         Command::DeletePost { id: s("p1"), user_id: s("u1") },
         Command::UpsertPost { id: s("p1"), user_id: s("u2"), title: s("T"), body: s("B"), previous_user_id: Some(s("u1")) },
+        Command::DeleteUser { id: s("u1") },
     ];
     let sent: Vec<Envelope> = commands
         .into_iter()

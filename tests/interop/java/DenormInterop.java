@@ -44,7 +44,7 @@ public class DenormInterop {
     switch (p.getSchema().getName()) {
       case "UpsertFile": case "DeleteFile": return "/" + p.get("path").toString().split("/")[1];
       case "RenamePath": return "/" + p.get("from").toString().split("/")[1];
-      case "UpsertUser": return p.get("id").toString();
+      case "UpsertUser": case "DeleteUser": return p.get("id").toString();
       default: return p.get("user_id").toString();
     }
   }
@@ -60,7 +60,7 @@ public class DenormInterop {
       return;
     }
     Schema command = new Schema.Parser().parse(new File(args[1] + "/command.avsc"));
-    String p = args[2], d = "/" + p, u = p + "-u1", u2 = p + "-u2";
+    String p = args[2], d = "/" + p, u = p + "-u1", u2 = p + "-u2", u3 = p + "-u3";
     List<GenericRecord> payloads = List.of(
         payload(command, "UpsertFile", "id", p + "-f1", "path", d + "/docs/a.txt", "contents", "alpha from " + p),
         payload(command, "UpsertFile", "id", p + "-f2", "path", d + "/docs/sub/b.txt", "contents", "beta"),
@@ -77,7 +77,11 @@ public class DenormInterop {
         payload(command, "UpsertPost", "id", p + "-p1", "user_id", u2, "title", "Notes", "body", "on the engine", "previous_user_id", u),
         // And f1 to another top-level directory.
         payload(command, "DeleteFile", "id", p + "-f1", "path", d + "/papers/a.txt"),
-        payload(command, "UpsertFile", "id", p + "-f1", "path", d + "-b/a.txt", "contents", "moved", "previous_path", d + "/papers/a.txt"));
+        payload(command, "UpsertFile", "id", p + "-f1", "path", d + "-b/a.txt", "contents", "moved", "previous_path", d + "/papers/a.txt"),
+        // A user deleted (version 7): a post sent after has no author name.
+        payload(command, "UpsertUser", "id", u3, "name", "Gone", "email", "gone@example.com", "dob", "1900-01-01"),
+        payload(command, "DeleteUser", "id", u3),
+        payload(command, "UpsertPost", "id", p + "-p4", "user_id", u3, "title", "Orphan", "body", "after the delete"));
     BinaryMessageEncoder<GenericRecord> encoder = new BinaryMessageEncoder<>(GenericData.get(), command);
     for (GenericRecord payload : payloads) {
       GenericRecord c = new GenericData.Record(command);

@@ -43,7 +43,7 @@ function wireFingerprint(type) {
 function keyOf(op, f) {
   if (op === 'UpsertFile' || op === 'DeleteFile') return '/' + f.path.split('/')[1];
   if (op === 'RenamePath') return '/' + f.from.split('/')[1];
-  if (op === 'UpsertUser') return f.id;
+  if (op === 'UpsertUser' || op === 'DeleteUser') return f.id;
   return f.user_id;
 }
 
@@ -59,7 +59,7 @@ function encode(type, fp, op, fields, after) {
 }
 
 function commands(p) {
-  const d = '/' + p, u = p + '-u1', u2 = p + '-u2';
+  const d = '/' + p, u = p + '-u1', u2 = p + '-u2', u3 = p + '-u3';
   return [
     ['UpsertFile', { id: p + '-f1', path: d + '/docs/a.txt', contents: 'alpha from ' + p }],
     ['UpsertFile', { id: p + '-f2', path: d + '/docs/sub/b.txt', contents: 'beta' }],
@@ -77,6 +77,10 @@ function commands(p) {
     // And f1 to another top-level directory.
     ['DeleteFile', { id: p + '-f1', path: d + '/papers/a.txt' }],
     ['UpsertFile', { id: p + '-f1', path: d + '-b/a.txt', contents: 'moved', previous_path: { string: d + '/papers/a.txt' } }],
+    // A user deleted (version 7): a post sent after has no author name.
+    ['UpsertUser', { id: u3, name: 'Gone', email: 'gone@example.com', dob: '1900-01-01' }],
+    ['DeleteUser', { id: u3 }],
+    ['UpsertPost', { id: p + '-p4', user_id: u3, title: 'Orphan', body: 'after the delete' }],
   ];
 }
 

@@ -42,7 +42,7 @@ def key_of(op, fields):
         return "/" + fields["path"].split("/")[1]
     if op == "RenamePath":
         return "/" + fields["from"].split("/")[1]
-    if op == "UpsertUser":
+    if op in ("UpsertUser", "DeleteUser"):
         return fields["id"]
     return fields["user_id"]
 
@@ -64,7 +64,7 @@ def encode(schema, fp, op, fields, tenant=None, after=None):
 
 def commands(p):
     """Every command type: the same scenario in every language's test."""
-    d, u, u2 = f"/{p}", f"{p}-u1", f"{p}-u2"
+    d, u, u2, u3 = f"/{p}", f"{p}-u1", f"{p}-u2", f"{p}-u3"
     return [
         ("UpsertFile", {"id": f"{p}-f1", "path": f"{d}/docs/a.txt", "contents": "alpha from " + p}),
         ("UpsertFile", {"id": f"{p}-f2", "path": f"{d}/docs/sub/b.txt", "contents": "beta"}),
@@ -82,6 +82,10 @@ def commands(p):
         # And f1 to another top-level directory.
         ("DeleteFile", {"id": f"{p}-f1", "path": f"{d}/papers/a.txt"}),
         ("UpsertFile", {"id": f"{p}-f1", "path": f"{d}-b/a.txt", "contents": "moved", "previous_path": f"{d}/papers/a.txt"}),
+        # A user deleted (version 7): a post sent after has no author name.
+        ("UpsertUser", {"id": u3, "name": "Gone", "email": "gone@example.com", "dob": "1900-01-01"}),
+        ("DeleteUser", {"id": u3}),
+        ("UpsertPost", {"id": f"{p}-p4", "user_id": u3, "title": "Orphan", "body": "after the delete"}),
     ]
 
 
