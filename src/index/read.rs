@@ -72,6 +72,15 @@ pub trait SearchIndex {
     fn tenants(&self, limit: usize) -> Result<Vec<String>, IndexError>;
     /// Every document of every shard, without bookkeeping.
     fn dump(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError>;
+    /// Every document of the named `tenant` (what `denorm tenant delete`
+    /// removes). This default filters a whole [`SearchIndex::dump`].
+    fn dump_tenant(&self, tenant: &str, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
+        self.dump(&mut |d| {
+            if crate::command::tenant::of(d.id()) == Some(tenant) {
+                out(d)
+            }
+        })
+    }
     /// Every document in [`dump_order`], a page at a time where the
     /// backend can (both do): a comparison of two indexes merges two such
     /// streams, in memory that does not grow with the index. This default

@@ -97,7 +97,8 @@ pub enum VerifyError {
     /// A repair could not be sent.
     #[error("sending a repair: {0}")]
     Repair(String),
-    /// Review F7: `--keys` or `--sample` that matched nothing.
+    /// Review F7: `--keys` or `--sample` that matched nothing (`--tenant`
+    /// alone may: a tenant without documents).
     #[error("no document of the keys asked about was compared (--keys names a key exactly, as /clinton or a user id; a small --sample of few keys may hold none)")]
     NothingCompared,
 }
@@ -333,7 +334,11 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
         info!(round = rounds, written_since = outcome.written_since, unsettled = outcome.unsettled, differences = outcome.differences_total, "checking again at the live index's newer offsets");
         crate::faults::hold("verify.round");
     };
-    if v.keys.is_some() && outcome.checked + outcome.written_since + outcome.unsettled + outcome.differences_total as u64 == 0 {
+    // A tenant alone may have no documents (removed by `denorm tenant
+    // delete`): that is its answer. Keys or a sample that matched nothing
+    // are a mistake to report.
+    let chosen = v.keys.as_ref().is_some_and(|k| !k.keys.is_empty() || k.percent.is_some());
+    if chosen && outcome.checked + outcome.written_since + outcome.unsettled + outcome.differences_total as u64 == 0 {
         return Err(VerifyError::NothingCompared);
     }
     let (keys, tenant, sample_percent, sample_rotation) =

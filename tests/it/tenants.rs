@@ -303,3 +303,52 @@ fn a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on(r: Rig) {
     assert_eq!(code, 0, "{err}");
     assert_eq!(json_lines(&out).len(), 16, "{out}");
 }
+
+#[test]
+fn a_tenant_is_deleted_through_the_log_and_nothing_of_it_is_left() {
+    a_tenant_is_deleted_through_the_log_and_nothing_of_it_is_left_on(Rig::new(3));
+}
+
+#[test]
+fn a_tenant_is_deleted_through_the_log_and_nothing_of_it_is_left_on_elasticsearch() {
+    a_tenant_is_deleted_through_the_log_and_nothing_of_it_is_left_on(Rig::elastic(3));
+}
+
+/// `denorm tenant delete`: acme's documents go, through deletes in the log
+/// (the index equals the topic's model, and verify's replay agrees); the
+/// other tenants, with the same paths and ids, keep theirs.
+fn a_tenant_is_deleted_through_the_log_and_nothing_of_it_is_left_on(r: Rig) {
+    let w = r.worker(&[]);
+    let jsonl = r.dir().join("tenants.jsonl");
+    std::fs::write(&jsonl, lines().join("\n")).unwrap();
+    // Sent without waiting: the delete first waits for what the topic holds.
+    let (code, _, err) = r.run(&["produce", "--jsonl", jsonl.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let count = |t: Option<&str>| search(&r, t, &["files", "--text", "shared"]).len() + search(&r, t, &["posts", "--text", "relationships"]).len();
+
+    // Without --yes: the count, nothing sent.
+    let (code, _, err) = r.run(&["tenant", "delete", "acme"]);
+    assert_eq!(code, 2, "{err}\n{}", w.log());
+    assert!(err.contains("tenant acme: 5 files, 1 users, 2 posts") && err.contains("--yes"), "{err}");
+    assert_eq!(count(Some("acme")), 7);
+
+    let (code, out, err) = r.run(&["tenant", "delete", "acme", "--yes", "--wait", "120"]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+    let report = &json_lines(&out)[0];
+    assert_eq!(report["deleted"], serde_json::json!({"files": 5, "users": 1, "posts": 2}), "{out}");
+    assert_eq!(report["left"], 0, "{out}");
+    assert_eq!(count(Some("acme")), 0);
+    for t in [None, Some("globex")] {
+        assert_eq!(count(t), 7, "{t:?} lost documents with acme's");
+    }
+    // The deletes are in the log: the index is the topic's model, and a
+    // replay of the topic (verify's) has nothing of acme's either.
+    assert_matches_topic_model(&r.cfg, &r.index);
+    drop(w);
+    let (code, out, err) = r.run(&["verify", "--tenant", "acme", "--json"]);
+    let acme = report_of(code, &out, &err);
+    assert_eq!((code, acme["checked"].as_u64()), (0, Some(0)), "{acme}");
+    let (code, out, err) = r.run(&["verify", "--json"]);
+    let all = report_of(code, &out, &err);
+    assert_eq!((code, all["checked"].as_u64()), (0, Some(16)), "{all}");
+}

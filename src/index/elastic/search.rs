@@ -279,6 +279,14 @@ impl SearchIndex for ElasticSearch {
         Ok(())
     }
 
+    fn dump_tenant(&self, tenant: &str, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
+        self.refresh_all()?;
+        for kind in [Kind::File, Kind::User, Kind::Post] {
+            self.run(kind, json!({"bool": {"filter": [of_tenant(Some(tenant))], "must_not": [is_deleted()]}}), 0, out)?;
+        }
+        Ok(())
+    }
+
     fn dump_sorted(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
         self.dump_sorted_recorded(&mut |d, _| out(d))
     }
