@@ -175,7 +175,22 @@ impl Applier {
                             None => continue,
                         }
                         if self.lanes_busy() {
-                            match self.route(&msg) {
+                            let mut route = self.route(&msg);
+                            if matches!(route, lanes::Route::NoLane) {
+                                // A fan-out with no lane for it: its tenant
+                                // is held rather than every tenant kept
+                                // waiting (`hold.rs`). One over its
+                                // tenant's share that is not held (another
+                                // tenant is) takes a free lane all the same.
+                                match self.held_for_lane(msg) {
+                                    Some(m) => msg = m,
+                                    None => continue,
+                                }
+                                if self.lane_free() {
+                                    route = lanes::Route::Now;
+                                }
+                            }
+                            match route {
                                 lanes::Route::Now => {}
                                 lanes::Route::AfterHeld => {
                                     self.queued.add(queued_size(&msg));
@@ -189,16 +204,7 @@ impl Applier {
                                     share.handled();
                                     continue;
                                 }
-                                route @ (lanes::Route::Blocked | lanes::Route::NoLane) => {
-                                    // A fan-out with every lane busy: its
-                                    // tenant is held rather than every
-                                    // tenant kept waiting (`hold.rs`).
-                                    if matches!(route, lanes::Route::NoLane) {
-                                        match self.held_for_lane(msg) {
-                                            Some(m) => msg = m,
-                                            None => continue,
-                                        }
-                                    }
+                                lanes::Route::Blocked | lanes::Route::NoLane => {
                                     self.queued.add(queued_size(&msg));
                                     let first_block = blocked_at.replace(msg.offset()) != Some(msg.offset());
                                     ahead.push_front(Feed::Message(msg));

@@ -269,7 +269,13 @@ impl Hold {
         self.window.len() >= WINDOW && self.counts.get(t).copied().unwrap_or(0) * SHARE_DEN >= self.window.len() * SHARE_NUM
     }
 
-    fn others_active(&self, t: &Tenant, now: Instant) -> bool {
+    /// The tenant held, while one is.
+    pub fn held_tenant(&self) -> Option<&Tenant> {
+        self.tenant.as_ref()
+    }
+
+    /// Whether a tenant other than `t` was active within [`OTHERS_ACTIVE`].
+    pub fn others_active(&self, t: &Tenant, now: Instant) -> bool {
         self.active.iter().any(|(a, at)| a != t && now.saturating_duration_since(*at) <= OTHERS_ACTIVE)
     }
 }

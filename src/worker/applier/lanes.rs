@@ -19,6 +19,7 @@ use std::sync::atomic::AtomicUsize;
 
 use super::tracker::Tracker;
 use super::*;
+use crate::command::tenant;
 use crate::index::Pages;
 
 /// Messages handled at least between two pages of the fan-outs in progress
@@ -268,7 +269,7 @@ impl Applier {
         };
         if lanes.lanes.contains_key(&key) {
             Route::Behind(key)
-        } else if fan_out && !self.lane_free(&lanes) {
+        } else if fan_out && !self.lane_free_for(&lanes, tenant::of(&key), Instant::now()) {
             Route::NoLane
         } else {
             Route::Now
@@ -278,15 +279,32 @@ impl Applier {
     /// Whether a fan-out may start in a lane now: one is free in the
     /// partition, and the process runs fewer than its bound (a partition
     /// may always run one).
-    fn lane_free(&self, lanes: &Lanes) -> bool {
-        lanes.jobs() < self.shared.cfg.lanes && (lanes.jobs() == 0 || self.shared.lane_fan_outs.open() < self.shared.cfg.max_lane_fan_outs)
+    pub(super) fn lane_free(&self) -> bool {
+        Self::free(&self.shared, &self.lanes.borrow())
+    }
+
+    fn free(shared: &Shared, lanes: &Lanes) -> bool {
+        lanes.jobs() < shared.cfg.lanes && (lanes.jobs() == 0 || shared.lane_fan_outs.open() < shared.cfg.max_lane_fan_outs)
+    }
+
+    /// [`Applier::lane_free`] for a fan-out of tenant `t`, within its
+    /// share: while another tenant was active lately (`hold.rs`), one
+    /// tenant takes at most all the lanes but one (issue 47: one tenant's
+    /// renames took every lane, and the others' fan-outs waited for them).
+    /// Not with `--tenant-read-ahead false`, nor with one lane.
+    fn lane_free_for(&self, lanes: &Lanes, t: Option<&str>, now: Instant) -> bool {
+        let cfg = &self.shared.cfg;
+        let over_share = cfg.tenant_read_ahead && cfg.lanes > 1 && lanes.turn.of_tenant(t) + 1 >= cfg.lanes && lanes.hold.others_active(&t.map(str::to_string), now);
+        Self::free(&self.shared, lanes) && !over_share
     }
 
     /// Whether held messages may be released: unless the held tenant's
-    /// first is a fan-out that found every lane busy and none is free yet.
+    /// first is a fan-out that found no lane for it (every lane busy, or
+    /// its tenant's share taken) and none is free for it yet.
     pub(super) fn may_release(&self) -> bool {
         let lanes = self.lanes.borrow();
-        !lanes.hold.waits_for_lane() || self.lane_free(&lanes)
+        let held = lanes.hold.held_tenant().cloned().flatten();
+        !lanes.hold.waits_for_lane() || self.lane_free_for(&lanes, held.as_deref(), Instant::now())
     }
 
     /// `msg` waits behind its key's fan-out; it stays counted as queued.

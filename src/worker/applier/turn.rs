@@ -26,6 +26,11 @@ impl Turn {
         self.keys.is_empty()
     }
 
+    /// Keys of tenant `t` in turn (the lanes it takes).
+    pub fn of_tenant(&self, t: Option<&str>) -> usize {
+        self.keys.iter().filter(|k| tenant::of(k) == t).count()
+    }
+
     /// `key`'s fan-out runs (it started, or ran a page and is not done): it
     /// goes behind its tenant's other keys, and its tenant, if it had no
     /// key in turn, behind the other tenants.

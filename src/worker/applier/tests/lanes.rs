@@ -323,3 +323,40 @@ fn the_pages_of_fan_outs_in_lanes_go_to_the_tenants_in_turn() {
     assert_eq!(files.len(), 400);
     assert!(files.iter().all(|(_, p)| p.contains("/y/")), "{files:?}");
 }
+
+/// A tenant's share of the lanes (issue 47): with two lanes, `acme`'s two
+/// renames no longer take both while `globex` is active. `acme`'s second
+/// is held until its first is done, and `globex`'s rename, sent after
+/// both, takes the other lane: it finishes before `acme`'s second. With
+/// every lane `acme`'s, `globex`'s rename waited for a lane and finished
+/// last. Everything is applied.
+#[test]
+fn one_tenant_takes_all_the_lanes_but_one_while_another_is_active() {
+    let r = Rig::new(|c| {
+        c.fan_out = FanOut::pages_of(10);
+        c.lanes = 2;
+    });
+    let dirs = [("acme", "/a1"), ("acme", "/a2"), ("globex", "/b")];
+    for (t, d) in dirs {
+        for i in 0..100 {
+            r.produce(upsert(&format!("{d}-{i}"), &format!("{d}/x/{i}.txt")).scoped(Some(t)));
+        }
+    }
+    let run = r.start();
+    run.wait_next(r.end());
+    run.stop();
+    // globex is active before acme's renames come.
+    r.produce(upsert("b-new", "/b/new.txt").scoped(Some("globex")));
+    let renames: Vec<i64> = dirs.iter().map(|(t, d)| r.produce(Command::RenamePath { from: format!("{d}/x"), to: format!("{d}/y") }.scoped(Some(t)))).collect();
+    let run = r.start();
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.stop(), end);
+    let finished = r.shared.stats.lane_fan_outs_finished.lock().unwrap().clone();
+    assert_eq!(finished.len(), 3, "each rename ran in a lane: {finished:?}");
+    let at = |pos: i64| finished.iter().position(|f| *f == pos).unwrap();
+    assert!(at(renames[2]) < at(renames[1]), "globex's rename (at {}) waited for acme's second (at {}): {finished:?}", renames[2], renames[1]);
+    let files = r.files();
+    assert_eq!(files.len(), 301);
+    assert!(files.iter().filter(|(_, p)| !p.ends_with("new.txt")).all(|(_, p)| p.contains("/y/")), "{files:?}");
+}
