@@ -159,7 +159,7 @@ fn delete_guarded<S: Shard + ?Sized>(shard: &mut S, kind: Kind, id: &str, pos: u
             // (another process may be rewriting the shard it reads).
             if let Ok(Some(holder)) = shard.held_elsewhere(kind, id) {
                 metrics::counter!(crate::metrics::OWNER_CONFLICTS_TOTAL).increment(1);
-                tracing::warn!(kind = kind.as_str(), id, held_by_partition = holder, "a delete names a document another key's partition holds; not applied there (delete it under its own key)");
+                tracing::warn!(kind = kind.as_str(), id = %crate::command::tenant::Shown(id), held_by_partition = holder, "a delete names a document another key's partition holds; not applied there (delete it under its own key)");
             }
             Ok(0)
         }

@@ -261,10 +261,7 @@ fn human(r: &Report) -> String {
             Problem::Differs => "differs",
         };
         let at = |o: Option<u64>| o.map_or("-".to_string(), |o| o.to_string());
-        let id = match denorm::command::tenant::split(&d.id) {
-            (Some(t), id) => format!("{id} (tenant {t})"),
-            (None, id) => id.to_string(),
-        };
+        let id = denorm::command::tenant::Shown(&d.id);
         out.push_str(&format!("  {} {id}: {what} (partition {}, last written at offset {} live, {} in the replay)\n", d.kind, d.partition, at(d.live_offset), at(d.replay_offset)));
         for f in &d.fields {
             out.push_str(&format!("    {}: expected {}, found {}\n", f.field, f.expected, f.actual));

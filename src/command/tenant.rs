@@ -72,6 +72,27 @@ pub fn unscoped(scoped: &str) -> &str {
     split(scoped).1
 }
 
+/// A scoped identifier as people read it (logs, reports): as its producer
+/// wrote it, then its tenant, `/docs (tenant acme)`; the default tenant's
+/// as it is. The separator never shows. Its `Debug` is the same text,
+/// quoted (a log field's `?`, as a `&str`'s would be).
+pub struct Shown<'a>(pub &'a str);
+
+impl std::fmt::Debug for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match split(self.0) {
+            (Some(t), v) => write!(f, "{v} (tenant {t})"),
+            (None, v) => f.write_str(v),
+        }
+    }
+}
+
 /// Checks a scoped path: its tenant and the path as its producer wrote it.
 pub fn validate_path(field: &'static str, scoped: &str) -> Result<(), CommandError> {
     let (tenant, raw) = split(scoped);
@@ -185,6 +206,17 @@ mod tests {
 
     fn upsert(id: &str, p: &str) -> Command {
         Command::UpsertFile { id: id.into(), path: p.into(), contents: "c".into(), previous_path: None }
+    }
+
+    /// Logs and reports show an identifier as its producer wrote it, with
+    /// its tenant beside it, never the separator.
+    #[test]
+    fn a_scoped_identifier_is_shown_without_its_separator() {
+        let k = scope(Some("acme"), "/docs");
+        assert_eq!(Shown(&k).to_string(), "/docs (tenant acme)");
+        assert_eq!(format!("{:?}", Shown(&k)), "\"/docs (tenant acme)\"");
+        assert_eq!(Shown("/docs").to_string(), "/docs");
+        assert_eq!(format!("{:?}", Shown("/docs")), format!("{:?}", "/docs"));
     }
 
     #[test]

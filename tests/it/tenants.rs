@@ -111,6 +111,12 @@ fn three_tenants_with_the_same_paths_and_ids_never_meet_on(r: Rig) {
         assert!(groups[0]["posts"].as_array().unwrap().iter().all(|p| p["body"] == mark.as_str()), "{groups:?}");
     }
 
+    // The worker's log shows a tenant's key as its producer wrote it,
+    // with the tenant beside it, never the separator.
+    let log = w.log();
+    assert!(log.contains(r#"command="rename" key="/docs (tenant acme)""#), "{log}");
+    assert!(!log.contains('\u{1f}') && !log.contains("u{1f}"), "{log}");
+
     // `verify --tenant`: a document of acme's changed behind the
     // pipeline's back is acme's difference, and no other tenant's.
     drop(w);

@@ -97,7 +97,7 @@ impl ElasticBackend {
     /// counted, logged, and recorded for a rebuild.
     pub(super) fn owner_conflict(&self, kind: crate::index::Kind, id: &str, held_by: &dyn std::fmt::Display, partition: i32, what: &str) {
         metrics::counter!(crate::metrics::OWNER_CONFLICTS_TOTAL).increment(1);
-        tracing::warn!(kind = kind.as_str(), id, held_by_partition = %held_by, partition, "{what}");
+        tracing::warn!(kind = kind.as_str(), id = %crate::command::tenant::Shown(id), held_by_partition = %held_by, partition, "{what}");
         if let Some(c) = &self.conflicts {
             c.lock().expect("conflicts lock").insert(format!("{}/{id}", kind.as_str()));
         }

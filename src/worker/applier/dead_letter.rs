@@ -89,9 +89,9 @@ impl Applier {
     pub(super) fn abort(&self, shard: &mut dyn Shard, origin: &Origin<'_>, reason: &'static str, detail: String, attempts: u32, command_id: Option<String>) -> Step<Handled> {
         let behind = command_id.clone().unwrap_or_else(|| format!("p{}@{}", self.partition, origin.offset));
         let at = self.dead_letter(origin, reason, detail.clone(), attempts, command_id, None)?;
-        error!(partition = self.partition, offset = origin.offset, reason, %detail, key = ?origin.key(), dlq_offset = at, "command aborted and dead-lettered");
+        error!(partition = self.partition, offset = origin.offset, reason, %detail, key = ?origin.key().as_deref().map(crate::command::tenant::Shown), dlq_offset = at, "command aborted and dead-lettered");
         if let (OnAbort::Park, Some(k)) = (self.shared.cfg.on_abort, origin.key()) {
-            warn!(partition = self.partition, key = %k, "key parked: its later commands wait in the dead-letter topic for `denorm dlq reprocess` or `clear`");
+            warn!(partition = self.partition, key = %crate::command::tenant::Shown(&k), "key parked: its later commands wait in the dead-letter topic for `denorm dlq reprocess` or `clear`");
             let p = shard.parking().entry(k.into_owned()).or_insert(Parked { behind: String::new(), last_dlq: -1, replayed_through: -1, last_at: -1, since: -1 });
             p.behind = behind;
             p.since = origin.at;

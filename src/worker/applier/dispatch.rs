@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::apply::RepairGuard;
+use crate::command::tenant::Shown;
 
 impl Applier {
     /// Handles one message. `Halt::Retry` is a transient failure (the
@@ -197,7 +198,7 @@ impl Applier {
             }
             if let RepairGuard::Refuse(detail) = guard {
                 // Dead-lettered with its reason; its key goes on.
-                warn!(partition, offset = pos, key = cmd.key(), %detail, "repair refused");
+                warn!(partition, offset = pos, key = ?Shown(cmd.key()), %detail, "repair refused");
                 self.dead_letter(origin, dlq::reason::REPAIR_REFUSED, detail, 1, Some(e.command_id.clone()), None)?;
                 return Ok(Handled::Done { fan_out: false });
             }
@@ -213,8 +214,8 @@ impl Applier {
         if cmd.is_fan_out() {
             match cmd {
                 // A profile change's fan-out is small and frequent.
-                Command::UpsertUser { .. } => debug!(partition, offset = pos, command = cmd.kind(), key = cmd.key(), "fan-out started"),
-                _ => info!(partition, offset = pos, command = cmd.kind(), key = cmd.key(), "fan-out started"),
+                Command::UpsertUser { .. } => debug!(partition, offset = pos, command = cmd.kind(), key = ?Shown(cmd.key()), "fan-out started"),
+                _ => info!(partition, offset = pos, command = cmd.kind(), key = ?Shown(cmd.key()), "fan-out started"),
             }
             // A fan-out's scan must see the batch's earlier writes: the
             // embedded index lays its pending writes over the committed
@@ -360,7 +361,7 @@ impl Applier {
                 match covered {
                     Some(true) => {
                         shard.parking().remove(&c.key);
-                        info!(partition = self.partition, key = %c.key, marker = kind.as_str(), "key resumed");
+                        info!(partition = self.partition, key = %Shown(&c.key), marker = kind.as_str(), "key resumed");
                     }
                     Some(false) => warn!(
                         partition = self.partition,

@@ -412,8 +412,8 @@ impl Applier {
         self.shared.stats.lane_fan_outs_finished.lock().expect("finished lock").push(pos);
         let alone = self.commits_alone(docs);
         match alone {
-            true => info!(partition = self.partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, lane = %key, "fan-out applied"),
-            false => debug!(partition = self.partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, lane = %key, "fan-out applied"),
+            true => info!(partition = self.partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, lane = %tenant::Shown(&key), "fan-out applied"),
+            false => debug!(partition = self.partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, lane = %tenant::Shown(&key), "fan-out applied"),
         }
         let waiting = {
             let mut lanes = self.lanes.borrow_mut();

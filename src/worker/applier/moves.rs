@@ -80,7 +80,7 @@ impl Applier {
                 false => 0,
             };
             counter!(m::MOVES_TOTAL, "side" => "destination", "outcome" => "aborted").increment(1);
-            warn!(partition = self.partition, offset = msg.offset(), from = %mv.from, to = %mv.to, source = ?mv.source(), withdrawn, "a cross-key move its source gave up ended here (not received)");
+            warn!(partition = self.partition, offset = msg.offset(), from = %crate::command::tenant::Shown(&mv.from), to = %crate::command::tenant::Shown(&mv.to), source = ?mv.source(), withdrawn, "a cross-key move its source gave up ended here (not received)");
             self.receiving.borrow_mut().void(mv.source(), msg.offset());
             self.end_move(shard, msg);
             return Ok(Handled::Done { fan_out: true });
@@ -89,7 +89,7 @@ impl Applier {
         histogram!(m::COMMAND_DOCUMENTS, "type" => "move_in").record(docs as f64);
         if !mv.last {
             if self.receiving.borrow_mut().chunk(mv.source(), pos) {
-                info!(partition = self.partition, offset = msg.offset(), from = %mv.from, to = %mv.to, source = ?mv.source(), "a cross-key move spanning several messages started: the partition's other messages are passed over until its last chunk, then read again");
+                info!(partition = self.partition, offset = msg.offset(), from = %crate::command::tenant::Shown(&mv.from), to = %crate::command::tenant::Shown(&mv.to), source = ?mv.source(), "a cross-key move spanning several messages started: the partition's other messages are passed over until its last chunk, then read again");
             }
             return Ok(Handled::Done { fan_out: false });
         }
@@ -98,7 +98,7 @@ impl Applier {
         counter!(m::MOVES_TOTAL, "side" => "destination", "outcome" => "completed").increment(1);
         let age = (crate::clock::now_millis() - mv.issued_at).max(0) as f64 / 1000.0;
         histogram!(m::MOVE_SECONDS).record(age);
-        info!(partition = self.partition, offset = msg.offset(), from = %mv.from, to = %mv.to, source = ?mv.source(), chunks = mv.chunk + 1, "cross-key move received");
+        info!(partition = self.partition, offset = msg.offset(), from = %crate::command::tenant::Shown(&mv.from), to = %crate::command::tenant::Shown(&mv.to), source = ?mv.source(), chunks = mv.chunk + 1, "cross-key move received");
         self.end_move(shard, msg);
         Ok(Handled::Done { fan_out: true })
     }
@@ -297,7 +297,7 @@ impl Applier {
             std::process::abort();
         }
         counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "sent").increment(1);
-        info!(partition = self.partition, offset = pos, from, to, files = ids.len(), chunks = sent + 1, to_partition = partition, "cross-key rename: documents handed to the destination");
+        info!(partition = self.partition, offset = pos, from = %crate::command::tenant::Shown(from), to = %crate::command::tenant::Shown(to), files = ids.len(), chunks = sent + 1, to_partition = partition, "cross-key rename: documents handed to the destination");
         Ok(match crate::moves::remove_moved(shard, &ids, from, pos as u64) {
             Ok(_) => MoveOut::Moved(ids.len() as u64),
             // Every chunk was written: a retry writes the move again, a
@@ -329,7 +329,7 @@ impl Applier {
         // Small (no files): never over a limit.
         self.send_chunk(&end, partition)?.map_err(|e| Halt::Fatal(WorkerError::Index(e)))?;
         counter!(m::MOVES_TOTAL, "side" => "source", "outcome" => "aborted").increment(1);
-        warn!(partition = self.partition, offset = pos, from, to, chunks = sent, "cross-key rename given up after writing some of its documents: the move is ended as aborted at the destination");
+        warn!(partition = self.partition, offset = pos, from = %crate::command::tenant::Shown(from), to = %crate::command::tenant::Shown(to), chunks = sent, "cross-key rename given up after writing some of its documents: the move is ended as aborted at the destination");
         Ok(())
     }
 
