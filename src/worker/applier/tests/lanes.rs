@@ -293,6 +293,37 @@ fn the_processs_fan_outs_in_lanes_are_bounded() {
 }
 
 /// Issue 47: the pages of the fan-outs in lanes go to the tenants in turn.
+/// Loads 100 files into each tenant's directory of `dirs` and commits
+/// them (a fan-out that reads uncommitted writes of its batch runs whole,
+/// not in a lane), produces `before`, then renames each directory's `x` to
+/// `y` and applies everything: the renames' offsets, and the order their
+/// fan-outs finished in. Every file is checked renamed.
+fn renames_in_lanes(r: &Rig, dirs: &[(&str, &str)], before: &[Command]) -> (Vec<i64>, Vec<i64>) {
+    for (t, d) in dirs {
+        for i in 0..100 {
+            r.produce(upsert(&format!("{d}-{i}"), &format!("{d}/x/{i}.txt")).scoped(Some(t)));
+        }
+    }
+    let run = r.start();
+    run.wait_next(r.end());
+    run.stop();
+    for c in before {
+        r.produce(c.clone());
+    }
+    let renames: Vec<i64> = dirs.iter().map(|(t, d)| r.produce(Command::RenamePath { from: format!("{d}/x"), to: format!("{d}/y") }.scoped(Some(t)))).collect();
+    let run = r.start();
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.stop(), end);
+    let files = r.files();
+    assert_eq!(files.len(), dirs.len() * 100 + before.len());
+    let renamed = |id: &str| dirs.iter().any(|(t, d)| id.starts_with(&crate::command::tenant::scope(Some(t), &format!("{d}-"))));
+    assert!(files.iter().filter(|(id, _)| renamed(id)).all(|(_, p)| p.contains("/y/")), "{files:?}");
+    let finished = r.shared.stats.lane_fan_outs_finished.lock().unwrap().clone();
+    assert_eq!(finished.len(), dirs.len(), "each rename ran in a lane: {finished:?}");
+    (renames, finished)
+}
+
 /// `acme` renames three directories and `globex` one, each of 10 pages:
 /// `globex`'s rename finishes first, while `acme`'s three share the other
 /// half of the pages. With the keys alone in turn, `globex` had one page
@@ -300,28 +331,8 @@ fn the_processs_fan_outs_in_lanes_are_bounded() {
 #[test]
 fn the_pages_of_fan_outs_in_lanes_go_to_the_tenants_in_turn() {
     let r = Rig::new(|c| c.fan_out = FanOut::pages_of(10));
-    let dirs = [("acme", "/a1"), ("acme", "/a2"), ("acme", "/a3"), ("globex", "/b")];
-    for (t, d) in dirs {
-        for i in 0..100 {
-            r.produce(upsert(&format!("{d}-{i}"), &format!("{d}/x/{i}.txt")).scoped(Some(t)));
-        }
-    }
-    // The files committed first: a fan-out that reads uncommitted writes
-    // of its batch runs whole, not in a lane.
-    let run = r.start();
-    run.wait_next(r.end());
-    run.stop();
-    let renames: Vec<i64> = dirs.iter().map(|(t, d)| r.produce(Command::RenamePath { from: format!("{d}/x"), to: format!("{d}/y") }.scoped(Some(t)))).collect();
-    let run = r.start();
-    let end = r.end();
-    run.wait_next(end);
-    assert_eq!(run.stop(), end);
-    let finished = r.shared.stats.lane_fan_outs_finished.lock().unwrap().clone();
-    assert_eq!(finished.len(), 4, "each rename ran in a lane: {finished:?}");
+    let (renames, finished) = renames_in_lanes(&r, &[("acme", "/a1"), ("acme", "/a2"), ("acme", "/a3"), ("globex", "/b")], &[]);
     assert_eq!(finished[0], renames[3], "globex's rename (at {}) did not finish first: {finished:?}", renames[3]);
-    let files = r.files();
-    assert_eq!(files.len(), 400);
-    assert!(files.iter().all(|(_, p)| p.contains("/y/")), "{files:?}");
 }
 
 /// A tenant's share of the lanes (issue 47): with two lanes, `acme`'s two
@@ -336,27 +347,9 @@ fn one_tenant_takes_all_the_lanes_but_one_while_another_is_active() {
         c.fan_out = FanOut::pages_of(10);
         c.lanes = 2;
     });
-    let dirs = [("acme", "/a1"), ("acme", "/a2"), ("globex", "/b")];
-    for (t, d) in dirs {
-        for i in 0..100 {
-            r.produce(upsert(&format!("{d}-{i}"), &format!("{d}/x/{i}.txt")).scoped(Some(t)));
-        }
-    }
-    let run = r.start();
-    run.wait_next(r.end());
-    run.stop();
     // globex is active before acme's renames come.
-    r.produce(upsert("b-new", "/b/new.txt").scoped(Some("globex")));
-    let renames: Vec<i64> = dirs.iter().map(|(t, d)| r.produce(Command::RenamePath { from: format!("{d}/x"), to: format!("{d}/y") }.scoped(Some(t)))).collect();
-    let run = r.start();
-    let end = r.end();
-    run.wait_next(end);
-    assert_eq!(run.stop(), end);
-    let finished = r.shared.stats.lane_fan_outs_finished.lock().unwrap().clone();
-    assert_eq!(finished.len(), 3, "each rename ran in a lane: {finished:?}");
+    let active = upsert("b-new", "/b/new.txt").scoped(Some("globex"));
+    let (renames, finished) = renames_in_lanes(&r, &[("acme", "/a1"), ("acme", "/a2"), ("globex", "/b")], &[active]);
     let at = |pos: i64| finished.iter().position(|f| *f == pos).unwrap();
     assert!(at(renames[2]) < at(renames[1]), "globex's rename (at {}) waited for acme's second (at {}): {finished:?}", renames[2], renames[1]);
-    let files = r.files();
-    assert_eq!(files.len(), 301);
-    assert!(files.iter().filter(|(_, p)| !p.ends_with("new.txt")).all(|(_, p)| p.contains("/y/")), "{files:?}");
 }
