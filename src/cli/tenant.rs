@@ -159,7 +159,9 @@ async fn delete(cli: &Cli, tenant: &str, yes: bool, wait: Duration) -> anyhow::R
     let left = deletes_of(cli, tenant).await?.removed.total();
     println!("{}", serde_json::json!({"tenant": tenant, "deleted": removed, "left": left}));
     if left > 0 {
-        anyhow::bail!("{left} documents of tenant {tenant} are left: commands of the tenant were applied after its documents were read (stop its producers, then run this again)");
+        anyhow::bail!(
+            "{left} documents of tenant {tenant} are left: a key of the tenant is parked behind a dead letter, and its deletes wait there (`denorm dlq count --tenant {tenant}`; reprocess or clear them), or commands of the tenant were applied after its documents were read (stop its producers); then run this again"
+        );
     }
     Ok(())
 }

@@ -196,6 +196,49 @@ fn a_tenants_dead_letters_are_counted_listed_and_released_apart() {
     assert_eq!(code, 2, "{err}");
 }
 
+/// `denorm tenant delete` with a key of the tenant parked behind a dead
+/// letter: the deletes of that key's documents are parked too, so those
+/// documents are left, and it says so (exit 1). Once the letters are
+/// released, the deletes are applied in their place and nothing is left.
+#[test]
+fn a_tenant_delete_reports_what_a_parked_key_left() {
+    let r = Rig::new(3);
+    let w = r.worker(&[]);
+    produce(&r.cfg, vec![file("f1", "/docs/a.txt", "acme"), file("f2", "/other/b.txt", "acme"), file("f1", "/docs/a.txt", "globex")]);
+    wait_applied(&r.cfg, &r.group, 3);
+    let key = "acme\u{1f}/docs";
+    rt().block_on(async {
+        use rdkafka::producer::{FutureProducer, FutureRecord};
+        let p: FutureProducer = r.cfg.client_config().create().unwrap();
+        let partition = denorm::command::partitioner::partition_of(key, r.cfg.partitions);
+        let record = FutureRecord::to(&r.cfg.topic).key(key).payload(b"a poison: not an avro message".as_slice()).partition(partition);
+        p.send(record, std::time::Duration::from_secs(30)).await.unwrap();
+    });
+    let (code, out, err) = r.run(&["tenant", "delete", "acme", "--yes", "--wait", "60"]);
+    assert_eq!(code, 1, "{out}\n{err}\n{}", w.log());
+    let report = &json_lines(&out)[0];
+    assert_eq!((&report["deleted"]["files"], &report["left"]), (&serde_json::json!(2), &serde_json::json!(1)), "{out}");
+    assert!(err.contains("parked behind a dead letter") && err.contains("dlq count --tenant acme"), "{err}");
+    let left = search(&r, Some("acme"), &["files", "--text", "mark"]);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0]["path"], "/docs", "{left:?}");
+
+    // The poison dropped and the parked delete released: nothing left.
+    let (code, out, err) = r.run(&["dlq", "list", "--tenant", "acme", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let letters = json_lines(&out);
+    let poison = letters.iter().find(|e| e["reason"] == "not_single_object").unwrap_or_else(|| panic!("{out}"));
+    let letter = format!("{}@{}", poison["dlq_partition"], poison["dlq_offset"]);
+    let (code, _, err) = r.run(&["dlq", "clear", "--tenant", "acme", "--key", "/docs", "--letter", &letter, "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = r.run(&["dlq", "reprocess", "--tenant", "acme", "--key", "/docs", "--json"]);
+    assert_eq!(report_of(code, &out, &err)["still_open"], 0, "{err}");
+    let (code, out, err) = r.run(&["tenant", "delete", "acme", "--yes", "--wait", "60"]);
+    assert_eq!(code, 0, "{out}\n{err}\n{}", w.log());
+    assert_eq!(json_lines(&out)[0]["left"], 0, "{out}");
+    assert_eq!(search(&r, Some("globex"), &["files", "--text", "mark"]).len(), 1, "globex's file stays");
+}
+
 /// The per-tenant metrics have bounded labels: with `--metrics-tenants 1`,
 /// the busy tenant gets series of its own once it has sent 100 commands,
 /// the quiet ones and the busy one's first 99 are summed as `_other`, and
