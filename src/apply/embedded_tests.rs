@@ -326,8 +326,13 @@ mod pending_scans {
         dump(&idx)
     }
 
+    /// Cases of the property below: fewer in the debug build, where each
+    /// takes about four times as long, and the suite runs it again only
+    /// for its debug assertions (scripts/test.sh).
+    const PENDING_SCAN_CASES: u32 = if cfg!(debug_assertions) { 32 } else { 96 };
+
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(96))]
+        #![proptest_config(ProptestConfig::with_cases(PENDING_SCAN_CASES))]
         #[test]
         fn fan_outs_over_pending_writes_agree_with_the_model(
             log in prop::collection::vec(command(), 1..40),

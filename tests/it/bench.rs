@@ -32,6 +32,8 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
             "200",
             "--latency-secs",
             "2",
+            "--read-your-writes",
+            "40",
             "--head-of-line-files",
             "20000",
             "--head-of-line-rate",
@@ -87,6 +89,7 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
     assert_eq!(r["rename_memory"]["large"], 5000);
     // Every probe of the latency phase became searchable and was measured.
     assert_eq!(r["latency"]["commands"], 400);
+    assert_eq!(r["read_your_writes"]["commands"], 40, "--read-your-writes");
     let (p50, p99) = (positive(&r["latency"]["p50_ms"], "p50"), positive(&r["latency"]["p99_ms"], "p99"));
     assert!(p50 <= p99, "p50 {p50} > p99 {p99}");
     head_of_line_measured(r);
@@ -126,6 +129,8 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
             "100",
             "--latency-secs",
             "2",
+            "--read-your-writes",
+            "40",
             "--head-of-line-files",
             "5000",
             "--head-of-line-rate",

@@ -41,9 +41,6 @@ use latency::{embedded_probe, watch, Latency, Probe};
 use table::{mb, per_sec, phase, print_table, Row};
 use worker::Worker;
 
-/// Commands of the read-your-writes series (one at a time).
-const READ_YOUR_WRITES: u64 = 200;
-
 /// Writer memory of the baselines: `denorm run`'s default per shard.
 const MEMORY_BUDGET: usize = 64 << 20;
 
@@ -66,6 +63,10 @@ pub struct BenchArgs {
     /// Length of the latency phase, in seconds (0 skips it)
     #[arg(long, default_value_t = 20)]
     latency_secs: u64,
+    /// Commands of the read-your-writes series after the latency phase, sent one at a time,
+    /// each waited for as `denorm produce --wait` does
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
+    read_your_writes: u64,
     /// Files of the tree renamed in the head-of-line phase (0 skips it), which runs on topics of
     /// one partition of its own, with lanes and with --lanes 1; then the same rename with a
     /// worker replaced in its middle (re-application after a rebalance)
@@ -335,7 +336,7 @@ async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
         l.report(a.latency_rate, &mut rows, &mut results);
         phase("latency: read-your-writes, one command at a time as `denorm produce --wait` sends it");
         let (probe, every) = b.probe(&index_dir)?;
-        let r = latency::read_your_writes(&b.kafka, &group, &producer, probe, every, READ_YOUR_WRITES, b.timeout).await?;
+        let r = latency::read_your_writes(&b.kafka, &group, &producer, probe, every, a.read_your_writes, b.timeout).await?;
         r.report(&mut rows, &mut results);
     }
     // 5. Verify against rebuild: the whole index (every phase's documents),
