@@ -134,9 +134,8 @@ async fn delete(cli: &Cli, tenant: &str, yes: bool, wait: Duration) -> anyhow::R
     let (k, g) = (kafka.clone(), group.clone());
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let partitions = k.topic_partitions().context("reading the topic's metadata")?.ok_or_else(|| UsageError(format!("topic {} does not exist", k.topic)))?;
-        let client = denorm::kafka::group_client(&k, &g)?;
-        let ends = denorm::kafka::watermarks(&client, &k.topic, partitions)?;
-        let last: Vec<LogPosition> = ends.iter().enumerate().filter(|(_, (_, high))| *high > 0).map(|(p, (_, high))| LogPosition { partition: p as i32, offset: high - 1 }).collect();
+        let ends = denorm::verify::log::last_offsets(&k, partitions)?;
+        let last: Vec<LogPosition> = ends.into_iter().filter(|(_, last)| *last >= 0).map(|(partition, offset)| LogPosition { partition, offset }).collect();
         eprintln!("waiting until group {g} has applied what the topic holds now");
         denorm::kafka::wait_for_deliveries(&k, &g, &last, wait).with_context(|| format!("group {g} had not applied the topic's commands after {} s: nothing was sent", wait.as_secs()))
     })

@@ -60,11 +60,16 @@ fn three_tenants_with_the_same_paths_and_ids_never_meet_on_elasticsearch() {
     three_tenants_with_the_same_paths_and_ids_never_meet_on(Rig::elastic(3));
 }
 
-fn three_tenants_with_the_same_paths_and_ids_never_meet_on(r: Rig) {
-    let w = r.worker(&[]);
+/// [`lines`] in a JSONL file of the test's, for `denorm produce --jsonl`.
+fn lines_file(r: &Rig) -> String {
     let jsonl = r.dir().join("tenants.jsonl");
     std::fs::write(&jsonl, lines().join("\n")).unwrap();
-    let (code, _, err) = r.run(&["produce", "--wait", "120", "--jsonl", jsonl.to_str().unwrap()]);
+    jsonl.to_str().unwrap().to_string()
+}
+
+fn three_tenants_with_the_same_paths_and_ids_never_meet_on(r: Rig) {
+    let w = r.worker(&[]);
+    let (code, _, err) = r.run(&["produce", "--wait", "120", "--jsonl", &lines_file(&r)]);
     assert_eq!(code, 0, "{err}\n{}", w.log());
     let (moves, _) = assert_matches_topic_model(&r.cfg, &r.index);
     assert_eq!(moves, 1, "globex's tree moved");
@@ -368,10 +373,8 @@ fn a_tenant_is_deleted_through_the_log_and_nothing_of_it_is_left_on_elasticsearc
 /// other tenants, with the same paths and ids, keep theirs.
 fn a_tenant_is_deleted_through_the_log_and_nothing_of_it_is_left_on(r: Rig) {
     let w = r.worker(&[]);
-    let jsonl = r.dir().join("tenants.jsonl");
-    std::fs::write(&jsonl, lines().join("\n")).unwrap();
     // Sent without waiting: the delete first waits for what the topic holds.
-    let (code, _, err) = r.run(&["produce", "--jsonl", jsonl.to_str().unwrap()]);
+    let (code, _, err) = r.run(&["produce", "--jsonl", &lines_file(&r)]);
     assert_eq!(code, 0, "{err}");
     let count = |t: Option<&str>| search(&r, t, &["files", "--text", "shared"]).len() + search(&r, t, &["posts", "--text", "relationships"]).len();
 

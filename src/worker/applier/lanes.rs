@@ -269,7 +269,7 @@ impl Applier {
         };
         if lanes.lanes.contains_key(&key) {
             Route::Behind(key)
-        } else if fan_out && !self.lane_free_for(&lanes, tenant::of(&key), Instant::now()) {
+        } else if fan_out && !self.lane_free_for(&lanes, &tenant::of(&key).map(str::to_string), Instant::now()) {
             Route::NoLane
         } else {
             Route::Now
@@ -292,9 +292,9 @@ impl Applier {
     /// tenant takes at most all the lanes but one (issue 47: one tenant's
     /// renames took every lane, and the others' fan-outs waited for them).
     /// Not with `--tenant-read-ahead false`, nor with one lane.
-    fn lane_free_for(&self, lanes: &Lanes, t: Option<&str>, now: Instant) -> bool {
+    fn lane_free_for(&self, lanes: &Lanes, t: &Option<String>, now: Instant) -> bool {
         let cfg = &self.shared.cfg;
-        let over_share = cfg.tenant_read_ahead && cfg.lanes > 1 && lanes.turn.of_tenant(t) + 1 >= cfg.lanes && lanes.hold.others_active(&t.map(str::to_string), now);
+        let over_share = cfg.tenant_read_ahead && cfg.lanes > 1 && lanes.turn.of_tenant(t.as_deref()) + 1 >= cfg.lanes && lanes.hold.others_active(t, now);
         Self::free(&self.shared, lanes) && !over_share
     }
 
@@ -303,8 +303,8 @@ impl Applier {
     /// its tenant's share taken) and none is free for it yet.
     pub(super) fn may_release(&self) -> bool {
         let lanes = self.lanes.borrow();
-        let held = lanes.hold.held_tenant().cloned().flatten();
-        !lanes.hold.waits_for_lane() || self.lane_free_for(&lanes, held.as_deref(), Instant::now())
+        let Some(held) = lanes.hold.held_tenant().filter(|_| lanes.hold.waits_for_lane()) else { return true };
+        self.lane_free_for(&lanes, held, Instant::now())
     }
 
     /// `msg` waits behind its key's fan-out; it stays counted as queued.
