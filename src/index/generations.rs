@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use super::elastic::{backend::ElasticBackend, bulk_load, generations, meta, names, ElasticError};
+use super::elastic::{backend::ElasticBackend, bulk_load, generations, meta, names, placement, ElasticError};
 use super::embedded::{EmbeddedBackend, EmbeddedIndex};
 use super::{Backend, Checkpoint, IndexError};
 use crate::retry::Polled;
@@ -318,12 +318,22 @@ impl Generations for ElasticGenerations {
     }
     /// Creates the generation's indexes, on the bulk-load settings (see
     /// [`bulk_load`]) until [`Generations::cut_over`].
+    ///
+    /// Its placement is recorded first (`DENORM_ES_DEDICATED_TENANTS`, or
+    /// the one a rebuild that did not finish recorded: said in a warning
+    /// when they differ), and the tenants' own indexes are created before
+    /// the shared ones.
     fn prepare(&self, g: u64) -> Result<(), IndexError> {
         let b = &self.backend;
+        let placement = self.block(placement::record(&b.client, &b.prefix, g, &b.configured))?;
+        if let Some(line) = placement::differs(&b.configured, &placement, g) {
+            warn!("{line}");
+        }
+        self.block(generations::create_dedicated(&b.client, &b.prefix, g, &placement, false))?;
         for kind in names::KINDS {
             self.block(generations::create(&b.client, &b.prefix, kind, g, false))?;
         }
-        self.block(bulk_load::for_loading(&b.client, &b.prefix, g))
+        self.block(bulk_load::for_loading(&b.client, &b.prefix, g, &placement))
     }
     fn writer(&self, g: u64) -> Arc<dyn Backend> {
         let mut backend = self.backend.clone();
@@ -335,10 +345,11 @@ impl Generations for ElasticGenerations {
         let b = &self.backend;
         // The live generation's refreshes and replicas, put back and
         // checked before anything searches the new one.
-        self.block(bulk_load::restore(&b.client, &b.prefix, from, to))?;
+        let (was, will) = (b.placement(from)?, b.placement(to)?);
+        self.block(bulk_load::restore(&b.client, &b.prefix, from, to, &will))?;
         self.put_meta(&names::meta_id(to, "log"), serde_json::json!({"topic": b.topic, "partitions": partitions}))?;
-        self.block(generations::refresh(&b.client, &b.prefix, to))?;
-        self.block(generations::cut_over(&b.client, &b.prefix, from, to))
+        self.block(generations::refresh(&b.client, &b.prefix, to, &will))?;
+        self.block(generations::cut_over(&b.client, &b.prefix, (from, to), (&was, &will)))
     }
     /// At once: the cutover removed `g`'s write aliases, so no writer can
     /// reach its indexes any more.

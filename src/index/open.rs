@@ -10,6 +10,7 @@ use tokio::runtime::Handle;
 
 use super::elastic::backend::ElasticBackend;
 use super::elastic::config::ElasticConfig;
+use super::elastic::placement::Placement;
 use super::elastic::search::ElasticSearch;
 use super::elastic::setup;
 use super::embedded::{EmbeddedBackend, EmbeddedIndex};
@@ -107,10 +108,12 @@ impl Location {
             Location::Elastic(es) => {
                 let client = es.client().map_err(|e| self.failed(e))?;
                 if access == Access::Apply {
-                    setup::ensure(&client, &es.prefix, es.meta_shards).await.map_err(|e| self.failed(e))?;
+                    setup::ensure(&client, &es.prefix, es.meta_shards, &Placement::new(es.dedicated.clone())).await.map_err(|e| self.failed(e))?;
                     tracing::info!(url = %es.url, prefix = %es.prefix, "elasticsearch indexes ready");
                 }
-                Arc::new(ElasticBackend::new(client, &es.prefix, topic, Handle::current()))
+                let mut backend = ElasticBackend::new(client, &es.prefix, topic, Handle::current());
+                backend.configured = Placement::new(es.dedicated.clone());
+                Arc::new(backend)
             }
             Location::Embedded(dir) => {
                 let index = match access {
@@ -134,10 +137,12 @@ impl Location {
             Location::Elastic(es) => {
                 let client = es.client().map_err(|e| self.failed(e))?;
                 if manage {
-                    setup::ensure(&client, &es.prefix, es.meta_shards).await.map_err(|e| self.failed(e))?;
+                    setup::ensure(&client, &es.prefix, es.meta_shards, &Placement::new(es.dedicated.clone())).await.map_err(|e| self.failed(e))?;
                     setup::check_privileges(&client, &es.prefix, setup::MANAGE_PRIVILEGES).await.map_err(|e| self.failed(e))?;
                 }
-                Arc::new(ElasticGenerations::new(ElasticBackend::new(client, &es.prefix, topic, Handle::current())))
+                let mut backend = ElasticBackend::new(client, &es.prefix, topic, Handle::current());
+                backend.configured = Placement::new(es.dedicated.clone());
+                Arc::new(ElasticGenerations::new(backend))
             }
             Location::Embedded(dir) => {
                 let index = EmbeddedIndex::open_for_rebuild(dir, topic).map_err(|e| self.failed(e))?;

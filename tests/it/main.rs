@@ -20,6 +20,7 @@ mod membership;
 mod meta_shards;
 mod moves;
 mod pipeline;
+mod placements;
 mod progress;
 mod rebuild;
 mod registry_contracts;

@@ -36,7 +36,7 @@ fn lines() -> Vec<String> {
 }
 
 /// `denorm search` as tenant `t` sees it: the JSON lines it printed.
-fn search(r: &Rig, t: Option<&str>, args: &[&str]) -> Vec<serde_json::Value> {
+pub(crate) fn search(r: &Rig, t: Option<&str>, args: &[&str]) -> Vec<serde_json::Value> {
     let tenant: Vec<&str> = match t {
         Some(t) => vec!["--tenant", t],
         None => vec!["--default-tenant"],
@@ -61,7 +61,7 @@ fn three_tenants_with_the_same_paths_and_ids_never_meet_on_elasticsearch() {
 }
 
 /// [`lines`] in a JSONL file of the test's, for `denorm produce --jsonl`.
-fn lines_file(r: &Rig) -> String {
+pub(crate) fn lines_file(r: &Rig) -> String {
     let jsonl = r.dir().join("tenants.jsonl");
     std::fs::write(&jsonl, lines().join("\n")).unwrap();
     jsonl.to_str().unwrap().to_string()

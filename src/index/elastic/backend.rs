@@ -14,6 +14,7 @@ use tokio::runtime::Handle;
 
 use super::bulk::{BulkLimits, RetryPolicy};
 use super::names;
+use super::placement::Placement;
 
 /// Elasticsearch as a [`Backend`].
 #[derive(Clone)]
@@ -49,6 +50,12 @@ pub struct ElasticBackend {
     /// change without its explicit form: which writer comes first decides,
     /// live and in a replay alike), as `kind/id`.
     pub conflicts: Option<Arc<Mutex<std::collections::BTreeSet<String>>>>,
+    /// The placement a generation created by this backend gets (a rebuild's
+    /// [`crate::index::Generations::prepare`]): `DENORM_ES_DEDICATED_TENANTS`.
+    pub configured: Placement,
+    /// Each generation's placement as recorded: read once, as a
+    /// generation's placement never changes.
+    pub(super) placements: Arc<Mutex<HashMap<u64, Arc<Placement>>>>,
 }
 
 /// When a shard writes an upsert as a create without reading the document
@@ -90,7 +97,19 @@ impl ElasticBackend {
             log_partitions: Default::default(),
             write_first: WriteFirst::default(),
             conflicts: None,
+            configured: Placement::default(),
+            placements: Default::default(),
         }
+    }
+
+    /// Generation `g`'s placement (see [`super::placement`]).
+    pub fn placement(&self, g: u64) -> Result<Arc<Placement>, crate::index::IndexError> {
+        if let Some(p) = self.placements.lock().expect("placements lock").get(&g) {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(self.runtime.block_on(super::placement::read(&self.client, &self.prefix, g))?);
+        self.placements.lock().expect("placements lock").insert(g, p.clone());
+        Ok(p)
     }
 
     /// A command of `partition` named a document another partition holds:

@@ -67,7 +67,7 @@ impl BulkOp {
             BulkOp::Delete { index, id, if_seq_no } => ("delete", index, id, if_seq_no, None),
         };
         let mut meta = json!({ "_index": index, "_id": id });
-        if let Some(t) = super::names::routing(id) {
+        if let Some(t) = super::names::routing(index, id) {
             meta["routing"] = json!(t);
         }
         if let Some((seq, term)) = cond {

@@ -16,15 +16,17 @@ use elasticsearch::Elasticsearch;
 use serde_json::{json, Value};
 
 use super::names::{concrete, KINDS};
+use super::placement::Placement;
 use super::{json_or_status, ElasticError};
 
 /// The settings a bulk load changes, as `GET _settings?flat_settings`
 /// names them.
 pub const SERVING: [&str; 2] = ["index.refresh_interval", "index.number_of_replicas"];
 
-/// Puts generation `g` on the bulk-load settings. Idempotent.
-pub async fn for_loading(client: &Elasticsearch, prefix: &str, g: u64) -> Result<(), ElasticError> {
-    let indexes: Vec<String> = KINDS.iter().map(|k| concrete(prefix, *k, g)).collect();
+/// Puts generation `g` (placed as `placement`: the tenants' own indexes
+/// too) on the bulk-load settings. Idempotent.
+pub async fn for_loading(client: &Elasticsearch, prefix: &str, g: u64, placement: &Placement) -> Result<(), ElasticError> {
+    let indexes = placement.all_indexes(prefix, g);
     put(client, &indexes, json!({"index": {"refresh_interval": "-1", "number_of_replicas": 0}})).await
 }
 
@@ -35,17 +37,21 @@ async fn put(client: &Elasticsearch, indexes: &[String], body: Value) -> Result<
     Ok(())
 }
 
-/// Per kind, the [`SERVING`] settings generation `g`'s index has (a
-/// setting absent: the cluster's default).
+/// Per kind, the [`SERVING`] settings generation `g`'s shared index has
+/// (a setting absent: the cluster's default).
 pub async fn serving(client: &Elasticsearch, prefix: &str, g: u64) -> Result<Vec<BTreeMap<String, String>>, ElasticError> {
     let mut out = Vec::new();
     for kind in KINDS {
-        let index = concrete(prefix, kind, g);
-        let r = client.indices().get_settings(IndicesGetSettingsParts::IndexName(&[&index], &SERVING)).flat_settings(true).send().await?;
-        let v = json_or_status(&format!("reading the settings of {index}"), r).await?;
-        out.push(of(&v, &index));
+        out.push(serving_of(client, &concrete(prefix, kind, g)).await?);
     }
     Ok(out)
+}
+
+/// The [`SERVING`] settings `index` has.
+async fn serving_of(client: &Elasticsearch, index: &str) -> Result<BTreeMap<String, String>, ElasticError> {
+    let r = client.indices().get_settings(IndicesGetSettingsParts::IndexName(&[index], &SERVING)).flat_settings(true).send().await?;
+    let v = json_or_status(&format!("reading the settings of {index}"), r).await?;
+    Ok(of(&v, index))
 }
 
 /// The [`SERVING`] settings of `index` in a `GET _settings` answer
@@ -55,21 +61,23 @@ fn of(answer: &Value, index: &str) -> BTreeMap<String, String> {
     set.into_iter().filter(|(k, _)| SERVING.contains(&k.as_str())).map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), String::from))).collect()
 }
 
-/// Copies generation `from`'s [`SERVING`] settings onto generation `to`
-/// and reads them back: an error names what did not take.
-pub async fn restore(client: &Elasticsearch, prefix: &str, from: u64, to: u64) -> Result<(), ElasticError> {
+/// Copies generation `from`'s [`SERVING`] settings (its shared indexes')
+/// onto every index of generation `to` (placed as `placement`) and reads
+/// them back: an error names what did not take.
+pub async fn restore(client: &Elasticsearch, prefix: &str, from: u64, to: u64, placement: &Placement) -> Result<(), ElasticError> {
     let want = serving(client, prefix, from).await?;
     for (kind, settings) in KINDS.iter().zip(&want) {
         let body: serde_json::Map<String, Value> = SERVING.iter().map(|s| (s.to_string(), settings.get(*s).map_or(Value::Null, |v| json!(v)))).collect();
-        put(client, &[concrete(prefix, *kind, to)], Value::Object(body)).await?;
+        put(client, &placement.indexes(prefix, *kind, to), Value::Object(body)).await?;
     }
-    let got = serving(client, prefix, to).await?;
-    for ((kind, want), got) in KINDS.iter().zip(&want).zip(&got) {
-        if want != got {
-            return Err(ElasticError::Config(format!(
-                "{} kept the settings {got:?} after the live generation's {want:?} were put back: it is not cut over to (it would serve without its refreshes or replicas)",
-                concrete(prefix, *kind, to)
-            )));
+    for (kind, want) in KINDS.iter().zip(&want) {
+        for index in placement.indexes(prefix, *kind, to) {
+            let got = serving_of(client, &index).await?;
+            if want != &got {
+                return Err(ElasticError::Config(format!(
+                    "{index} kept the settings {got:?} after the live generation's {want:?} were put back: it is not cut over to (it would serve without its refreshes or replicas)"
+                )));
+            }
         }
     }
     Ok(())

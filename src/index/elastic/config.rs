@@ -46,6 +46,10 @@ pub struct ElasticConfig {
     /// write of its meta document; with more shards they spread over as
     /// many primaries, routed by id). An existing meta index keeps its own.
     pub meta_shards: u32,
+    /// The tenants a new generation gives indexes of their own
+    /// (`DENORM_ES_DEDICATED_TENANTS`; see [`super::placement`]): valid
+    /// tenant ids, in order, each once.
+    pub dedicated: Vec<String>,
 }
 
 /// How long the client waits for an answer: above the longest wait a bulk
@@ -68,11 +72,23 @@ pub mod env {
     pub const CA_CERT: &str = "DENORM_ES_CA_CERT";
     pub const PREFIX: &str = "DENORM_ES_PREFIX";
     pub const META_SHARDS: &str = "DENORM_ES_META_SHARDS";
+    pub const DEDICATED_TENANTS: &str = "DENORM_ES_DEDICATED_TENANTS";
 }
 
 /// The most primary shards [`ElasticConfig::meta_shards`] takes: one per
 /// partition's meta document is already more than a commit rate needs.
 pub const MAX_META_SHARDS: u32 = 64;
+
+/// The tenants of `DENORM_ES_DEDICATED_TENANTS` (comma-separated; blanks
+/// ignored), each a valid tenant id.
+fn dedicated_tenants(list: &str) -> Result<Vec<String>, ElasticError> {
+    let mut out = std::collections::BTreeSet::new();
+    for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        crate::command::tenant::validate(t).map_err(|e| ElasticError::Config(format!("{} names {t:?}: {e}", env::DEDICATED_TENANTS)))?;
+        out.insert(t.to_string());
+    }
+    Ok(out.into_iter().collect())
+}
 
 impl ElasticConfig {
     /// Settings for `url`, credentials from `lookup` (the environment in
@@ -125,7 +141,16 @@ impl ElasticConfig {
                 _ => return Err(ElasticError::Config(format!("{} must be a number of shards from 1 to {MAX_META_SHARDS}, not {v:?}", env::META_SHARDS))),
             },
         };
-        Ok(ElasticConfig { url, auth, ca_cert: lookup(env::CA_CERT).map(PathBuf::from), prefix: lookup(env::PREFIX).unwrap_or_else(|| "denorm".into()), timeout: REQUEST_TIMEOUT, meta_shards })
+        let dedicated = dedicated_tenants(lookup(env::DEDICATED_TENANTS).as_deref().unwrap_or(""))?;
+        Ok(ElasticConfig {
+            url,
+            auth,
+            ca_cert: lookup(env::CA_CERT).map(PathBuf::from),
+            prefix: lookup(env::PREFIX).unwrap_or_else(|| "denorm".into()),
+            timeout: REQUEST_TIMEOUT,
+            meta_shards,
+            dedicated,
+        })
     }
 
     pub fn from_env(url: &str) -> Result<Self, ElasticError> {
@@ -197,6 +222,14 @@ mod tests {
         assert_eq!(cfg(&[]).unwrap().auth, Auth::None);
         assert!(cfg(&[(env::API_KEY_ID, "i"), (env::API_KEY, "k"), (env::API_KEY_ENCODED, "a2lkOnMzY3JldA==")]).is_err());
         assert!(cfg(&[(env::API_KEY_ENCODED, "not base64!")]).is_err());
+    }
+
+    #[test]
+    fn reads_the_dedicated_tenants_and_refuses_an_invalid_one() {
+        assert!(cfg(&[]).unwrap().dedicated.is_empty());
+        assert_eq!(cfg(&[(env::DEDICATED_TENANTS, " globex, acme,,acme ")]).unwrap().dedicated, vec!["acme", "globex"]);
+        let e = cfg(&[(env::DEDICATED_TENANTS, "acme,Big Corp")]).unwrap_err().to_string();
+        assert!(e.contains("DENORM_ES_DEDICATED_TENANTS names \"Big Corp\""), "{e}");
     }
 
     #[test]

@@ -75,7 +75,7 @@ impl ElasticShard {
     /// point in time).
     pub(super) fn small_scan(&mut self, scan: &Scan, page_size: usize) -> Result<Option<EsWhole>, IndexError> {
         let (kind, query) = scan_query(scan);
-        let index = self.target(kind);
+        let index = self.target(kind, scan.key());
         let b = self.b.clone();
         let body = serde_json::json!({"query": query, "size": page_size, "seq_no_primary_term": true, "track_total_hits": false});
         let v = b.runtime.block_on(async {
@@ -154,7 +154,7 @@ impl ElasticShard {
     pub(super) fn fan_out_begin(&mut self, scan: &Scan, page_size: usize) -> Result<EsPages, IndexError> {
         self.flush()?;
         let (kind, query) = scan_query(scan);
-        let index = self.target(kind);
+        let index = self.target(kind, scan.key());
         let b = self.b.clone();
         // Read-your-writes: the scan must see every earlier write.
         self.searchable_for_scan(&index)?;

@@ -24,7 +24,8 @@ use serde_json::{json, Value};
 
 use super::mapping::create_body;
 use super::meta::delete_meta;
-use super::names::{alias, concrete, generation_of, meta_id, write_alias, KINDS};
+use super::names::{alias, concrete, dedicated_concrete, generation_of, meta_id, write_alias, KINDS};
+use super::placement::Placement;
 use super::{json_or_status, ElasticError};
 use crate::index::Kind;
 
@@ -63,7 +64,10 @@ pub async fn indexes_of_alias(client: &Elasticsearch, alias: &str) -> Result<Vec
 /// first start).
 pub(super) async fn read_generation(client: &Elasticsearch, prefix: &str, kind: Kind) -> Result<Option<(u64, String)>, ElasticError> {
     let read = alias(prefix, kind);
-    let indexes = indexes_of_alias(client, &read).await?;
+    // The read alias is on the tenants' own indexes too (see
+    // [`super::placement`]): the generation is the shared index's.
+    let own = format!("{prefix}-t-");
+    let indexes: Vec<String> = indexes_of_alias(client, &read).await?.into_iter().filter(|i| !i.starts_with(&own)).collect();
     match indexes.as_slice() {
         [] => Ok(None),
         [index] => {
@@ -109,6 +113,20 @@ pub async fn create(client: &Elasticsearch, prefix: &str, kind: Kind, g: u64, wi
     Ok(created)
 }
 
+/// Creates the tenants' own indexes of generation `g` (those that exist
+/// are left as they are).
+pub async fn create_dedicated(client: &Elasticsearch, prefix: &str, g: u64, placement: &Placement, with_read_aliases: bool) -> Result<(), ElasticError> {
+    for t in placement.dedicated() {
+        for kind in KINDS {
+            let index = dedicated_concrete(prefix, t, kind, g);
+            if create_index(client, &index, super::placement::create_body(prefix, t, kind, g, with_read_aliases)).await? {
+                tracing::info!(index = %index, tenant = t, generation = g, "created a tenant's own index");
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Creates `index` with `body`: `true` when created, `false` when it
 /// existed already (`resource_already_exists_exception`).
 pub async fn create_index(client: &Elasticsearch, index: &str, body: Value) -> Result<bool, ElasticError> {
@@ -134,20 +152,24 @@ pub async fn add_write_alias(client: &Elasticsearch, prefix: &str, kind: Kind, g
     Ok(())
 }
 
-/// Makes every write to generation `g` searchable.
-pub async fn refresh(client: &Elasticsearch, prefix: &str, g: u64) -> Result<(), ElasticError> {
-    let names: Vec<String> = KINDS.iter().map(|k| write_alias(prefix, *k, g)).collect();
+/// Makes every write to generation `g` (placed as `placement`) searchable.
+pub async fn refresh(client: &Elasticsearch, prefix: &str, g: u64, placement: &Placement) -> Result<(), ElasticError> {
+    let names = placement.write_aliases(prefix, g);
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let r = client.indices().refresh(IndicesRefreshParts::Index(&refs)).send().await?;
     super::complete_json(&format!("refreshing generation {g}"), r).await?;
     Ok(())
 }
 
-/// The actions of the cutover from generation `from` to `to`: every read
-/// alias moves, and `from`'s write aliases go. `found`: the aliases of
-/// `from`'s indexes, whose tenants' filtered aliases move too
-/// ([`super::tenants::moved`]).
-pub fn cutover_actions(prefix: &str, from: u64, to: u64, found: &Value) -> Value {
+/// The actions of the cutover from generation `from` (placed as
+/// `placed.0`) to `to` (placed as `placed.1`): every read alias moves, and
+/// `from`'s write aliases go. `found`: the aliases of `from`'s shared
+/// indexes, whose tenants' filtered aliases move too
+/// ([`super::tenants::moved`]), unless the tenant has indexes of its own in
+/// `to`, which carry its alias. A tenant whose own indexes `to` does not
+/// keep gets its filtered alias on the shared ones.
+pub fn cutover_actions(prefix: &str, (from, to): (u64, u64), found: &Value, placed: (&Placement, &Placement)) -> Value {
+    let (was, will) = placed;
     let mut actions = Vec::new();
     for kind in KINDS {
         let read = alias(prefix, kind);
@@ -157,20 +179,26 @@ pub fn cutover_actions(prefix: &str, from: u64, to: u64, found: &Value) -> Value
         add["alias"] = json!(read);
         actions.push(json!({ "add": add }));
         actions.push(json!({ "remove": { "index": concrete(prefix, kind, from), "alias": write_alias(prefix, kind, from) } }));
-        actions.extend(super::tenants::moved(found, prefix, kind, &concrete(prefix, kind, from), &concrete(prefix, kind, to)));
+        let moved = super::tenants::moved(found, prefix, kind, &concrete(prefix, kind, from), &concrete(prefix, kind, to));
+        let own: Vec<String> = will.dedicated().map(|t| super::tenants::alias_name(prefix, t, kind)).collect();
+        actions.extend(moved.into_iter().filter(|a| a["add"]["alias"].as_str().is_none_or(|name| !own.contains(&name.to_string()))));
+        for t in was.dedicated().filter(|t| !will.is_dedicated(Some(t))) {
+            actions.push(super::tenants::alias_action(&concrete(prefix, kind, to), &super::tenants::alias_name(prefix, t, kind), t));
+        }
     }
+    actions.extend(was.cutover_actions(will, prefix, from, to));
     json!({ "actions": actions })
 }
 
 /// Switches searches and live workers from generation `from` to `to`: one
 /// `_aliases` request, which Elasticsearch applies atomically.
-pub async fn cut_over(client: &Elasticsearch, prefix: &str, from: u64, to: u64) -> Result<(), ElasticError> {
+pub async fn cut_over(client: &Elasticsearch, prefix: &str, (from, to): (u64, u64), placed: (&Placement, &Placement)) -> Result<(), ElasticError> {
     let mut found = json!({});
     for kind in KINDS {
         let index = concrete(prefix, kind, from);
         found[&index] = aliases_of(client, &index).await?[&index].clone();
     }
-    let r = client.indices().update_aliases().body(cutover_actions(prefix, from, to, &found)).send().await?;
+    let r = client.indices().update_aliases().body(cutover_actions(prefix, (from, to), &found, placed)).send().await?;
     let v = json_or_status(&format!("moving the aliases from generation {from} to {to}"), r).await?;
     if v["acknowledged"] != json!(true) {
         return Err(ElasticError::Transport(format!("the alias swap was not acknowledged: {v}")));
@@ -178,27 +206,32 @@ pub async fn cut_over(client: &Elasticsearch, prefix: &str, from: u64, to: u64) 
     Ok(())
 }
 
-/// Deletes generation `g`: its concrete indexes and its meta documents
-/// (`partitions` partition checkpoints with the parked keys they name,
-/// and the log binding).
+/// Deletes generation `g`: its concrete indexes (the tenants' own among
+/// them) and its meta documents (`partitions` partition checkpoints with
+/// the parked keys they name, the log binding, the placement).
 pub async fn remove(client: &Elasticsearch, prefix: &str, g: u64, partitions: i32) -> Result<(), ElasticError> {
-    let names: Vec<String> = KINDS.iter().map(|k| concrete(prefix, *k, g)).collect();
+    let names = super::placement::read(client, prefix, g).await?.all_indexes(prefix, g);
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let r = client.indices().delete(IndicesDeleteParts::Index(&refs)).ignore_unavailable(true).send().await?;
     json_or_status(&format!("deleting generation {g}"), r).await?;
     for p in 0..partitions {
         super::parked::remove(client, prefix, &meta_id(g, &format!("p{p}"))).await?;
     }
-    for id in (0..partitions).map(|p| meta_id(g, &format!("p{p}"))).chain([meta_id(g, "log"), meta_id(g, super::names::SWEEP)]) {
+    for id in (0..partitions).map(|p| meta_id(g, &format!("p{p}"))).chain([meta_id(g, "log"), meta_id(g, super::names::SWEEP), meta_id(g, super::names::PLACEMENT)]) {
         delete_meta(client, prefix, &id).await?;
     }
     Ok(())
 }
 
 /// Puts `tenant`'s filtered aliases on the current generation's indexes
-/// (again: an alias that exists is replaced). Returns their names.
+/// (again: an alias that exists is replaced). Returns their names. A
+/// tenant with indexes of its own has them already.
 pub async fn add_tenant_aliases(client: &Elasticsearch, prefix: &str, tenant: &str) -> Result<Vec<String>, ElasticError> {
     crate::command::tenant::validate(tenant).map_err(|e| ElasticError::Config(e.to_string()))?;
+    let g = current(client, prefix).await?;
+    if super::placement::read(client, prefix, g).await?.is_dedicated(Some(tenant)) {
+        return Ok(KINDS.iter().map(|k| super::tenants::alias_name(prefix, tenant, *k)).collect());
+    }
     let mut actions = Vec::new();
     let mut names = Vec::new();
     for kind in KINDS {

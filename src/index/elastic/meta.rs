@@ -20,7 +20,7 @@ pub(crate) type Version = (i64, i64);
 /// ([`ElasticError::Gone`]), never taken for an absent document.
 pub(crate) async fn get_source(client: &Elasticsearch, index: &str, id: &str) -> Result<Option<(Value, (i64, i64))>, ElasticError> {
     let get = client.get(GetParts::IndexId(index, id));
-    let r = match super::names::routing(id) {
+    let r = match super::names::routing(index, id) {
         Some(t) => get.routing(t).send().await?,
         None => get.send().await?,
     };
@@ -46,7 +46,7 @@ pub(crate) async fn get_source(client: &Elasticsearch, index: &str, id: &str) ->
 /// so its reader falls back to [`get_source`], which reports the error.
 /// One document of an `_mget`: a tenant's with its routing.
 fn mget_doc(index: &str, id: &str) -> Value {
-    match super::names::routing(id) {
+    match super::names::routing(index, id) {
         Some(t) => json!({"_index": index, "_id": id, "routing": t}),
         None => json!({"_index": index, "_id": id}),
     }

@@ -8,7 +8,8 @@
 //! - client helpers: this module (errors, response checks), [`config`]
 //!   (client construction with basic or API-key authentication and a
 //!   custom CA), [`bulk`] (the bulk engine that retries only the failed
-//!   items), [`meta`] (reads by id, meta documents and checkpoints);
+//!   items), [`meta`] (reads by id, meta documents and checkpoints),
+//!   [`placement`] (which tenants have indexes of their own);
 //! - [`generations`] (index generations for `denorm rebuild`), [`setup`]
 //!   (startup: what exists, what is missing, the mapping check),
 //!   [`tombstones`] (the sweep of expired ones), [`search`];
@@ -29,6 +30,7 @@ pub mod meta;
 pub mod names;
 mod ops;
 pub mod parked;
+pub mod placement;
 mod recent;
 pub mod search;
 pub mod setup;

@@ -27,12 +27,18 @@ pub const DELETED_AT_FIELD: &str = "denorm_deleted_at";
 /// its `_id` is scoped to the tenant (see `crate::command::tenant`).
 pub const TENANT_FIELD: &str = "tenant";
 
-/// The routing of the document `id` (scoped): its tenant, so that a
-/// tenant's documents share a shard of each index and a search through its
+/// The routing of the document `id` (scoped) in `index` (the index or
+/// alias it is read or written through): its tenant, so that a tenant's
+/// documents share a shard of each shared index and a search through its
 /// filtered alias reads that shard only. The default tenant's documents
-/// are routed by `_id`, as before tenants.
-pub fn routing(id: &str) -> Option<&str> {
-    crate::command::tenant::of(id)
+/// are routed by `_id`, as before tenants, and so are a tenant's in its
+/// own indexes (`<prefix>-t-<tenant>-...`), which are its alone: a large
+/// tenant's documents spread over their shards. An index's name decides,
+/// so its reads and writes always agree.
+pub fn routing<'a>(index: &str, id: &'a str) -> Option<&'a str> {
+    let tenant = crate::command::tenant::of(id)?;
+    let own = index.split_once("-t-").is_some_and(|(_, rest)| rest.strip_prefix(tenant).is_some_and(|r| r.starts_with('-')));
+    (!own).then_some(tenant)
 }
 
 pub fn kind_name(kind: Kind) -> &'static str {
@@ -88,3 +94,38 @@ pub fn generation_of(prefix: &str, kind: Kind, index: &str) -> Option<u64> {
 
 /// The meta document of a generation's last sweep of expired tombstones.
 pub const SWEEP: &str = "sweep";
+
+/// The meta document naming the tenants with indexes of their own in a
+/// generation (see `super::placement`).
+pub const PLACEMENT: &str = "placement";
+
+/// A tenant's read alias of `kind`: filtered to its documents on the
+/// shared index, or on its own index when the tenant has one.
+pub fn tenant_alias(prefix: &str, tenant: &str, kind: Kind) -> String {
+    format!("{prefix}-t-{tenant}-{}", kind_name(kind))
+}
+
+/// A tenant's own concrete index of `kind` in generation `g`.
+pub fn dedicated_concrete(prefix: &str, tenant: &str, kind: Kind, g: u64) -> String {
+    format!("{}-{:06}", tenant_alias(prefix, tenant, kind), g + 1)
+}
+
+/// The alias generation `g`'s writers read and write a tenant's own index
+/// of `kind` through.
+pub fn dedicated_write_alias(prefix: &str, tenant: &str, kind: Kind, g: u64) -> String {
+    format!("{}-g{g}", tenant_alias(prefix, tenant, kind))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tenants_documents_are_routed_by_the_tenant_in_the_shared_indexes_only() {
+        assert_eq!(routing("denorm-files-g0", "acme\u{1f}f1"), Some("acme"));
+        assert_eq!(routing("denorm-t-acme-files-g0", "acme\u{1f}f1"), None);
+        assert_eq!(routing("denorm-t-acme-files-000001", "acme\u{1f}f1"), None);
+        assert_eq!(routing("denorm-t-acmex-files-g0", "acme\u{1f}f1"), Some("acme"));
+        assert_eq!(routing("denorm-files-g0", "f1"), None);
+    }
+}

@@ -125,7 +125,7 @@ impl Backend for ElasticBackend {
             }
         };
         tracing::debug!(meta = %meta_id, owner, "claimed the partition's shard");
-        Ok(Box::new(ElasticShard::new(self.clone(), partition, generation, (meta_id, parked), owner, meta_version, ProgressBook::new(progress))))
+        Ok(Box::new(ElasticShard::new(self.clone(), partition, (generation, self.placement(generation)?), (meta_id, parked), owner, meta_version, ProgressBook::new(progress))))
     }
 
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {

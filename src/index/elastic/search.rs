@@ -8,7 +8,7 @@ use tokio::runtime::Handle;
 
 use super::complete_json;
 use super::docs::{from_source, hits, is_deleted, of_tenant, recorded, PitScan, DUMP_PAGE_BYTES};
-use super::names::{alias, concrete, TENANT_FIELD};
+use super::names::{alias, TENANT_FIELD};
 use crate::index::{AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, Recorded, SearchIndex};
 
 pub struct ElasticSearch {
@@ -123,7 +123,7 @@ const AUTHOR_PAGE: usize = 1000;
 impl ElasticSearch {
     /// A dump is for exact comparisons: makes every write searchable first.
     fn refresh_all(&self) -> Result<(), IndexError> {
-        let names: Vec<String> = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.index_of(*k)).collect();
+        let names = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.index_of(*k)).collect::<Result<Vec<String>, _>>()?;
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         self.runtime.block_on(async {
             let r = self.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&names)).send().await?;
@@ -132,18 +132,10 @@ impl ElasticSearch {
         Ok(())
     }
 
-    /// The one index a dump of `kind` reads: the pinned generation's, or
-    /// the one the read alias is on. A read alias on several indexes (an
-    /// operator's mistake) is refused: read through it, every document of
-    /// both would come twice, and a verify would call the copies
-    /// "unexpected" and `--repair` delete the real ones (review of verify,
-    /// F16).
-    fn dumped_index(&self, kind: Kind) -> Result<String, IndexError> {
-        if self.generation.is_some() {
-            return Ok(self.index_of(kind));
-        }
-        let read = self.runtime.block_on(super::generations::read_generation(&self.client, &self.prefix, kind))?;
-        Ok(read.map_or_else(|| self.index_of(kind), |(_, index)| index))
+    /// Every index of `kind` in generation `g`, comma-separated.
+    fn indexes_of(&self, kind: Kind, g: u64) -> Result<String, IndexError> {
+        let placement = self.runtime.block_on(super::placement::read(&self.client, &self.prefix, g))?;
+        Ok(placement.indexes(&self.prefix, kind, g).join(","))
     }
 
     /// The first tenant after `after` (in order; `None`: the first of all)
@@ -161,16 +153,39 @@ impl ElasticSearch {
         Ok(hits(&v).first().and_then(|h| h.source[TENANT_FIELD].as_str().map(str::to_string)))
     }
 
-    fn index_of(&self, kind: Kind) -> String {
+    /// What a search of `kind` reads: the pinned generation's indexes
+    /// (comma-separated), or the read alias (on every index of the current
+    /// generation, each tenant's own among them).
+    fn index_of(&self, kind: Kind) -> Result<String, IndexError> {
         match self.generation {
-            Some(g) => concrete(&self.prefix, kind, g),
-            None => alias(&self.prefix, kind),
+            Some(g) => self.indexes_of(kind, g),
+            None => Ok(alias(&self.prefix, kind)),
+        }
+    }
+
+    /// What a point in time over `kind` is opened on (comma-separated):
+    /// the indexes [`Self::index_of`] reads, named one by one.
+    ///
+    /// Not the read alias itself: noida-db opens a point in time on one
+    /// index of an alias that has several (Elasticsearch on all of them;
+    /// docs/elasticsearch.md). And a read alias on several shared indexes
+    /// (an operator's mistake) is refused: read through it, every document
+    /// of both would come twice, and a verify would call the copies
+    /// "unexpected" and `--repair` delete the real ones (review of verify,
+    /// F16).
+    fn scanned_index(&self, kind: Kind) -> Result<String, IndexError> {
+        if self.generation.is_some() {
+            return self.index_of(kind);
+        }
+        match self.runtime.block_on(super::generations::read_generation(&self.client, &self.prefix, kind))? {
+            None => self.index_of(kind),
+            Some((g, _)) => self.indexes_of(kind, g),
         }
     }
 
     fn run(&self, kind: Kind, query: Value, limit: usize, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
-        let index = self.index_of(kind);
         if limit == 0 || limit > MAX_RESULT_WINDOW {
+            let index = self.scanned_index(kind)?;
             // Every match (in index order), or more than one search may
             // return (best first, through a point in time).
             let page = if limit == 0 { 1000 } else { MAX_RESULT_WINDOW };
@@ -196,6 +211,7 @@ impl ElasticSearch {
             self.runtime.block_on(pit.close());
             return result;
         }
+        let index = self.index_of(kind)?;
         let body = json!({"size": limit, "query": query});
         let v = self.runtime.block_on(async {
             let r = self.client.search(SearchParts::Index(&[&index])).allow_partial_search_results(false).body(body).send().await?;
@@ -227,7 +243,7 @@ impl SearchIndex for ElasticSearch {
         if per_author > MAX_INNER_RESULT_WINDOW {
             return Err(IndexError::Rejected(format!("--per-author {per_author} is above Elasticsearch's index.max_inner_result_window ({MAX_INNER_RESULT_WINDOW})")));
         }
-        let index = self.index_of(Kind::Post);
+        let index = self.index_of(Kind::Post)?;
         let search = |body: Value| {
             self.runtime.block_on(async {
                 let r = self.client.search(SearchParts::Index(&[&index])).allow_partial_search_results(false).body(body).send().await?;
@@ -260,7 +276,7 @@ impl SearchIndex for ElasticSearch {
     }
 
     fn tenants(&self, limit: usize) -> Result<Vec<String>, IndexError> {
-        let names: Vec<String> = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.index_of(*k)).collect();
+        let names = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.index_of(*k)).collect::<Result<Vec<String>, _>>()?;
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let body = json!({"size": 0, "query": {"bool": {"must_not": [is_deleted()]}}, "aggs": {"tenants": {"terms": {"field": TENANT_FIELD, "size": limit.clamp(1, MAX_RESULT_WINDOW), "order": {"_key": "asc"}}}}});
         let v = self.runtime.block_on(async {
@@ -296,7 +312,7 @@ impl SearchIndex for ElasticSearch {
         let mut kinds = [Kind::File, Kind::User, Kind::Post];
         kinds.sort_by_key(|k| k.as_str());
         for kind in kinds {
-            let index = self.dumped_index(kind)?;
+            let index = self.scanned_index(kind)?;
             // Tenant by tenant, the default one first (a sort on the
             // tenant would leave the default tenant's, which have none, to
             // the server's handling of missing values and of `null` in

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::mapping::{conflicts, mapping, meta_index_body, settings_conflicts, tombstone_fields};
 use super::names::{self, alias};
+use super::placement::Placement;
 use super::{generations, json_or_status, ElasticError};
 use crate::index::Kind;
 
@@ -125,8 +126,11 @@ impl Missing {
 ///
 /// `meta_shards`: the primary shards of the meta index if it is created
 /// now ([`super::config::ElasticConfig::meta_shards`]); an existing one
-/// keeps its own, said in a warning when they differ.
-pub async fn ensure(client: &Elasticsearch, prefix: &str, meta_shards: u32) -> Result<(), ElasticError> {
+/// keeps its own, said in a warning when they differ. `configured`: the
+/// placement of the first generation if it is created now (see
+/// [`super::placement`]); an existing generation keeps its own, said in a
+/// warning when they differ.
+pub async fn ensure(client: &Elasticsearch, prefix: &str, meta_shards: u32, configured: &Placement) -> Result<(), ElasticError> {
     let version = check_version(client).await?;
     tracing::info!(%version, "elasticsearch version");
     check_privileges(client, prefix, WORKER_PRIVILEGES).await?;
@@ -140,12 +144,20 @@ pub async fn ensure(client: &Elasticsearch, prefix: &str, meta_shards: u32) -> R
             tracing::warn!(index = %index, found = ?found, asked = meta_shards, "the meta index exists with another number of primary shards than DENORM_ES_META_SHARDS asks: the setting applies when the meta index is created (docs/elasticsearch.md, \"The meta index's primary shards\", says how to split an existing one)");
         }
     }
+    if missing.indexes.is_empty() {
+        // A warning only, like the meta index's shards above.
+        if let Ok(g) = generations::current(client, prefix).await {
+            if let Some(line) = super::placement::read(client, prefix, g).await.ok().and_then(|found| super::placement::differs(configured, &found, g)) {
+                tracing::warn!("{line}");
+            }
+        }
+    }
     if missing.is_empty() {
         return Ok(());
     }
     tracing::info!(?missing, "creating what is missing");
     check_privileges(client, prefix, MANAGE_PRIVILEGES).await?;
-    create_missing(client, prefix, &missing, meta_shards).await
+    create_missing(client, prefix, &missing, (meta_shards, configured)).await
 }
 
 /// The primary shards of the meta index (through an alias of that name
@@ -209,8 +221,21 @@ pub async fn inspect(client: &Elasticsearch, prefix: &str) -> Result<Missing, El
     Ok(missing)
 }
 
-/// Creates what [`inspect`] found missing.
-async fn create_missing(client: &Elasticsearch, prefix: &str, missing: &Missing, meta_shards: u32) -> Result<(), ElasticError> {
+/// Creates what [`inspect`] found missing. The meta index first, then a
+/// first generation's placement (`configured`, or what another worker
+/// starting together recorded) and the tenants' own indexes, then the
+/// shared ones: once those exist, so does the rest.
+async fn create_missing(client: &Elasticsearch, prefix: &str, missing: &Missing, (meta_shards, configured): (u32, &Placement)) -> Result<(), ElasticError> {
+    if missing.meta {
+        let index = names::meta_index(prefix);
+        if generations::create_index(client, &index, meta_index_body(meta_shards)).await? {
+            tracing::info!(index = %index, shards = meta_shards, "created the meta index");
+        }
+    }
+    if !missing.indexes.is_empty() {
+        let placement = super::placement::record(client, prefix, 0, configured).await?;
+        generations::create_dedicated(client, prefix, 0, &placement, true).await?;
+    }
     for kind in &missing.indexes {
         let alias = alias(prefix, *kind);
         // Of workers starting together, one creates it (with its aliases,
@@ -239,12 +264,6 @@ async fn create_missing(client: &Elasticsearch, prefix: &str, missing: &Missing,
         let r = client.indices().put_mapping(elasticsearch::indices::IndicesPutMappingParts::Index(&[index.as_str()])).body(json!({ "properties": properties })).send().await?;
         json_or_status(&format!("adding the bookkeeping fields to {index} (needs the manage privilege, once)"), r).await?;
         tracing::info!(index = %index, "added the bookkeeping fields (tombstones, writing partition) to the mapping");
-    }
-    if missing.meta {
-        let index = names::meta_index(prefix);
-        if generations::create_index(client, &index, meta_index_body(meta_shards)).await? {
-            tracing::info!(index = %index, shards = meta_shards, "created the meta index");
-        }
     }
     Ok(())
 }

@@ -25,7 +25,7 @@ use super::conflict::{self, TakeOver, Write};
 use super::docs::{from_source, is_tombstone, to_source, EsWhole};
 use super::generations;
 use super::meta::{self, get_source};
-use super::names::{self, OWNER_FIELD, PARTITION_FIELD, POS_FIELD};
+use super::names::{OWNER_FIELD, PARTITION_FIELD, POS_FIELD};
 use super::recent::{Recent, MAX_RECENT};
 use super::tombstones;
 use super::ElasticError;
@@ -73,6 +73,8 @@ pub struct ElasticShard {
     /// The generation this writer belongs to: it reads and writes through
     /// that generation's write aliases only.
     generation: u64,
+    /// Where that generation keeps each tenant's documents.
+    placement: std::sync::Arc<super::placement::Placement>,
     meta_id: String,
     /// The document holding the parked keys the meta document names.
     parked: super::parked::Spill,
@@ -131,11 +133,20 @@ pub struct ElasticShard {
 impl ElasticShard {
     /// The writer of `partition`'s shard of `generation`, claimed as owner
     /// epoch `owner` (its meta document `meta_id` at `meta_version`).
-    pub(super) fn new(b: ElasticBackend, partition: i32, generation: u64, (meta_id, parked): (String, super::parked::Spill), owner: u64, meta_version: (i64, i64), progress: ProgressBook) -> Self {
+    pub(super) fn new(
+        b: ElasticBackend,
+        partition: i32,
+        (generation, placement): (u64, std::sync::Arc<super::placement::Placement>),
+        (meta_id, parked): (String, super::parked::Spill),
+        owner: u64,
+        meta_version: (i64, i64),
+        progress: ProgressBook,
+    ) -> Self {
         ElasticShard {
             b: b.clone(),
             partition,
             generation,
+            placement,
             meta_id,
             parked,
             owner,
@@ -171,7 +182,7 @@ impl ElasticShard {
     /// Refreshes the generation: every write sent so far is searchable.
     fn refresh(&mut self) -> Result<(), IndexError> {
         let started = Instant::now();
-        self.b.runtime.block_on(generations::refresh(&self.b.client, &self.b.prefix, self.generation))?;
+        self.b.runtime.block_on(generations::refresh(&self.b.client, &self.b.prefix, self.generation, &self.placement))?;
         self.b.record_refresh(self.generation, started);
         self.published(started);
         Ok(())
@@ -195,9 +206,11 @@ impl ElasticShard {
         }
     }
 
-    /// The alias documents of `kind` are read and written through.
-    pub(super) fn target(&self, kind: Kind) -> String {
-        names::write_alias(&self.b.prefix, kind, self.generation)
+    /// The alias the document `id` (scoped) of `kind`, or the documents of
+    /// the key `id`, are read and written through: its tenant's in this
+    /// generation's placement.
+    pub(super) fn target(&self, kind: Kind, id: &str) -> String {
+        self.placement.write_target(&self.b.prefix, kind, self.generation, crate::command::tenant::of(id))
     }
 
     /// The document as this writer sees it: its uncommitted write, or what
@@ -210,7 +223,7 @@ impl ElasticShard {
         }
         let got = match self.prefetched.remove(&key) {
             Some(got) => got,
-            None => self.b.runtime.block_on(get_source(&self.b.client, &self.target(kind), id))?,
+            None => self.b.runtime.block_on(get_source(&self.b.client, &self.target(kind, id), id))?,
         };
         if got.as_ref().is_some_and(|(v, _)| self.foreign(v)) {
             self.seen_foreign.insert(key.clone());
@@ -261,7 +274,7 @@ impl ElasticShard {
             // takes the real path from the bulk answer to the worker.
             source[POS_FIELD] = json!("refused: injected fault index.reject-commit");
         }
-        let index = self.target(kind);
+        let index = self.target(kind, id);
         let id = id.to_string();
         match self.seen.get(&(kind, id.clone())) {
             Some(None) => BulkOp::Create { index, id, source },
@@ -280,7 +293,7 @@ impl ElasticShard {
             return;
         }
         self.last_sweep = Some(std::time::Instant::now());
-        let targets: Vec<String> = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.target(*k)).collect();
+        let targets = self.placement.write_aliases(&self.b.prefix, self.generation);
         let r = self.b.runtime.block_on(async {
             if !tombstones::claim(&self.b.client, &self.b.prefix, self.generation, self.partition).await? {
                 return Ok(());
@@ -418,7 +431,7 @@ impl Shard for ElasticShard {
         if wanted.len() < 2 {
             return Ok(()); // one read is one request either way
         }
-        let targets: Vec<(String, String)> = wanted.iter().map(|((k, id), _)| (self.target(*k), id.clone())).collect();
+        let targets: Vec<(String, String)> = wanted.iter().map(|((k, id), _)| (self.target(*k, id), id.clone())).collect();
         match self.b.runtime.block_on(meta::mget_sources(&self.b.client, &targets)) {
             Ok(found) => {
                 let (mut upserts, mut existing) = (0, 0);

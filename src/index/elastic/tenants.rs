@@ -11,10 +11,7 @@ use serde_json::{json, Value};
 use super::names::{kind_name, TENANT_FIELD};
 use crate::index::Kind;
 
-/// The filtered read alias of `tenant`'s documents of `kind`.
-pub fn alias_name(prefix: &str, tenant: &str, kind: Kind) -> String {
-    format!("{prefix}-t-{tenant}-{}", kind_name(kind))
-}
+pub use super::names::tenant_alias as alias_name;
 
 /// The definition of `tenant`'s alias on `index`: its documents only
 /// (tombstones hidden, as the read alias hides them), routed by the tenant

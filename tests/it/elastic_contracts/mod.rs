@@ -114,8 +114,10 @@ async fn mount_read_alias(server: &MockServer, kind: Kind, g: u64) {
 
 /// Meta document writes answered as Elasticsearch does (created, or the
 /// next version), at a lower priority than a test's own mocks: a shard's
-/// claim when it opens, and its checkpoint writes.
+/// claim when it opens, and its checkpoint writes. A generation's
+/// placement is not recorded (every tenant shared, as before placements).
 async fn mount_meta_writes(server: &MockServer) {
+    Mock::given(method("GET")).and(path_regex(r"^/denorm-meta/_doc/(g[0-9]+-)?placement$")).respond_with(recorded::doc_missing("denorm-meta", "placement")).with_priority(10).mount(server).await;
     Mock::given(method("POST")).and(path_regex(r"^/denorm-meta/_create/[^/]+$")).respond_with(recorded::meta_written("p0", 0)).with_priority(10).mount(server).await;
     Mock::given(method("POST")).and(path_regex(r"^/denorm-meta/_doc/[^/]+$")).respond_with(recorded::meta_written("p0", 1)).with_priority(10).mount(server).await;
 }

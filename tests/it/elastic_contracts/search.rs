@@ -59,14 +59,18 @@ fn partial_searches_and_refreshes_are_errors_not_short_answers() {
 }
 
 /// Finding 9: `--limit` above `index.max_result_window` (10,000) would
-/// be refused with 400; it pages through a point in time, best first.
+/// be refused with 400; it pages through a point in time, best first. The
+/// point in time is opened on the current generation's indexes by name
+/// (noida-db opens one on a single index of an alias on several).
 #[test]
 fn a_search_beyond_the_result_window_pages_through_a_point_in_time_best_first() {
     use denorm::index::{FileQuery, SearchIndex};
     let d = Double::new();
     let (rt, server) = (&d.rt, &d.server);
     rt.block_on(async {
-        Mock::given(method("POST")).and(path("/denorm-files/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1"}))).expect(1).mount(server).await;
+        mount_read_alias(server, Kind::File, 0).await;
+        mount_meta_writes(server).await;
+        Mock::given(method("POST")).and(path("/denorm-files-000001/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": "pit-1"}))).expect(1).mount(server).await;
         Mock::given(method("DELETE")).and(path("/_pit")).respond_with(ResponseTemplate::new(200).set_body_json(json!({"succeeded": true, "num_freed": 1}))).expect(1).mount(server).await;
         Mock::given(method("POST"))
             .and(path("/_search"))

@@ -34,7 +34,7 @@ impl ElasticShard {
             self.pre_images.clear();
             return Ok(());
         }
-        let kinds: Sent = self.pending.iter().map(|(k, op, pos, w)| (format!("{}/{}", self.target(*k), op.id()), (*k, *pos, *w))).collect();
+        let kinds: Sent = self.pending.iter().map(|(k, op, pos, w)| (format!("{}/{}", op.index(), op.id()), (*k, *pos, *w))).collect();
         // The buffer is dropped only once Elasticsearch has it: after a
         // failure the next commit sends it again (writes are conditional and
         // guarded, so a partial first attempt is harmless).

@@ -1,0 +1,235 @@
+//! Where a generation keeps each tenant's documents on Elasticsearch (see
+//! docs/tenants.md, "Placements"):
+//!
+//! - **shared** (every tenant by default): the generation's index of each
+//!   kind, `<prefix>-files-000001`, the tenant's documents routed by the
+//!   tenant and told apart by the `tenant` field;
+//! - **dedicated** (the tenants named in `DENORM_ES_DEDICATED_TENANTS`
+//!   when the generation was created): indexes of the tenant's own,
+//!   `<prefix>-t-<tenant>-files-000001`, written through
+//!   `<prefix>-t-<tenant>-files-g0` and routed by `_id`.
+//!
+//! The placement is a property of a generation, recorded when the
+//! generation is created (the meta document `placement`, `g<g>-placement`
+//! after generation 0) and never changed: every writer of the generation
+//! reads it when it opens a shard. A tenant moves between placements with
+//! a rebuild, whose new generation is created with the placement the
+//! configuration names then.
+//!
+//! A dedicated index carries the generation's read alias `<prefix>-files`
+//! (so that every search, filtered by tenant as always, finds the
+//! tenant's documents where they are) and the tenant's own read alias
+//! `<prefix>-t-<tenant>-files`, the name the shared placement gives its
+//! filtered alias: a tenant's application reads the same alias in either
+//! placement.
+
+use std::collections::BTreeSet;
+
+use elasticsearch::Elasticsearch;
+use serde_json::{json, Value};
+
+use super::mapping::{mapping, settings};
+use super::meta::{get_meta, put_meta_if};
+use super::names::{alias, concrete, dedicated_concrete, dedicated_write_alias, meta_id, tenant_alias, write_alias, KINDS, PLACEMENT};
+use super::ElasticError;
+use crate::index::Kind;
+
+/// The tenants with indexes of their own in a generation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Placement {
+    dedicated: BTreeSet<String>,
+}
+
+impl Placement {
+    /// Every tenant in the shared indexes, except `dedicated`.
+    pub fn new<S: Into<String>>(dedicated: impl IntoIterator<Item = S>) -> Self {
+        Placement { dedicated: dedicated.into_iter().map(Into::into).collect() }
+    }
+
+    /// The tenants with indexes of their own, in order.
+    pub fn dedicated(&self) -> impl Iterator<Item = &str> {
+        self.dedicated.iter().map(String::as_str)
+    }
+
+    /// Whether `tenant` (`None`: the default tenant, always shared) has
+    /// indexes of its own.
+    pub fn is_dedicated(&self, tenant: Option<&str>) -> bool {
+        tenant.is_some_and(|t| self.dedicated.contains(t))
+    }
+
+    /// The alias generation `g`'s writers read and write `tenant`'s
+    /// documents of `kind` through.
+    pub fn write_target(&self, prefix: &str, kind: Kind, g: u64, tenant: Option<&str>) -> String {
+        match tenant {
+            Some(t) if self.dedicated.contains(t) => dedicated_write_alias(prefix, t, kind, g),
+            _ => write_alias(prefix, kind, g),
+        }
+    }
+
+    /// Every concrete index of `kind` in generation `g`: the shared one
+    /// first, then the tenants' own.
+    pub fn indexes(&self, prefix: &str, kind: Kind, g: u64) -> Vec<String> {
+        std::iter::once(concrete(prefix, kind, g)).chain(self.dedicated().map(|t| dedicated_concrete(prefix, t, kind, g))).collect()
+    }
+
+    /// Every concrete index of generation `g`, of every kind.
+    pub fn all_indexes(&self, prefix: &str, g: u64) -> Vec<String> {
+        KINDS.iter().flat_map(|k| self.indexes(prefix, *k, g)).collect()
+    }
+
+    /// Every write alias of generation `g`, of every kind.
+    pub fn write_aliases(&self, prefix: &str, g: u64) -> Vec<String> {
+        let tenants = std::iter::once(None).chain(self.dedicated().map(Some));
+        tenants.flat_map(|t| KINDS.iter().map(move |k| self.write_target(prefix, *k, g, t))).collect()
+    }
+
+    fn to_json(&self) -> Value {
+        json!({ "dedicated": self.dedicated })
+    }
+
+    fn from_json(v: &Value) -> Result<Self, ElasticError> {
+        let names = v["dedicated"].as_array().ok_or_else(|| ElasticError::Config(format!("the placement document has no list of dedicated tenants: {v}")))?;
+        let mut dedicated = BTreeSet::new();
+        for n in names {
+            let t = n.as_str().ok_or_else(|| ElasticError::Config(format!("the placement document names a tenant that is not a string: {n}")))?;
+            dedicated.insert(t.to_string());
+        }
+        Ok(Placement { dedicated })
+    }
+
+    /// The `_aliases` actions of a cutover from generation `from` (placed
+    /// as `self`) to `to` (placed as `next`) on the tenants' own indexes:
+    /// `from`'s lose their aliases, `to`'s get the read aliases. The
+    /// shared indexes' actions are [`super::generations::cutover_actions`].
+    pub fn cutover_actions(&self, next: &Placement, prefix: &str, from: u64, to: u64) -> Vec<Value> {
+        let mut out = Vec::new();
+        for t in self.dedicated() {
+            for kind in KINDS {
+                let index = dedicated_concrete(prefix, t, kind, from);
+                for name in [alias(prefix, kind), tenant_alias(prefix, t, kind), dedicated_write_alias(prefix, t, kind, from)] {
+                    out.push(json!({"remove": {"index": index, "alias": name}}));
+                }
+            }
+        }
+        for t in next.dedicated() {
+            for kind in KINDS {
+                let index = dedicated_concrete(prefix, t, kind, to);
+                for (name, def) in read_aliases(prefix, t, kind) {
+                    let mut add = def;
+                    add["index"] = json!(index);
+                    add["alias"] = json!(name);
+                    out.push(json!({ "add": add }));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The read aliases a tenant's own index of `kind` carries, with their
+/// definitions: the generation's read alias (not its write index: the
+/// shared index is) and the tenant's. Both hide tombstones.
+fn read_aliases(prefix: &str, tenant: &str, kind: Kind) -> [(String, Value); 2] {
+    let filter = super::mapping::read_alias()["filter"].clone();
+    [(alias(prefix, kind), json!({"filter": filter, "is_write_index": false})), (tenant_alias(prefix, tenant, kind), json!({"filter": filter}))]
+}
+
+/// The body that creates `tenant`'s own index of `kind` in generation `g`,
+/// with its write alias and, for a generation searched at once (the first
+/// one), its read aliases.
+pub fn create_body(prefix: &str, tenant: &str, kind: Kind, g: u64, with_read_aliases: bool) -> Value {
+    let mut aliases = json!({ dedicated_write_alias(prefix, tenant, kind, g): {} });
+    if with_read_aliases {
+        for (name, def) in read_aliases(prefix, tenant, kind) {
+            aliases[name] = def;
+        }
+    }
+    json!({ "settings": settings(), "mappings": mapping(kind), "aliases": aliases })
+}
+
+/// Generation `g`'s placement as recorded (none recorded: every tenant
+/// shared, as before placements existed).
+pub async fn read(client: &Elasticsearch, prefix: &str, g: u64) -> Result<Placement, ElasticError> {
+    match get_meta(client, prefix, &meta_id(g, PLACEMENT)).await? {
+        Some(v) => Placement::from_json(&v),
+        None => Ok(Placement::default()),
+    }
+}
+
+/// Records `wanted` as generation `g`'s placement, unless one is recorded
+/// already (another worker's first start, a resumed rebuild): the one
+/// recorded is returned, and it is what the generation is built with.
+pub async fn record(client: &Elasticsearch, prefix: &str, g: u64, wanted: &Placement) -> Result<Placement, ElasticError> {
+    let id = meta_id(g, PLACEMENT);
+    if put_meta_if(client, prefix, &id, wanted.to_json(), None).await?.is_some() {
+        return Ok(wanted.clone());
+    }
+    match get_meta(client, prefix, &id).await? {
+        Some(v) => Placement::from_json(&v),
+        None => Err(ElasticError::Transport(format!("{id}: created by another writer, then gone"))),
+    }
+}
+
+/// Where `DENORM_ES_DEDICATED_TENANTS` differs from the current
+/// generation's placement: a line for the startup's warning (`None`: they
+/// agree).
+pub fn differs(configured: &Placement, current: &Placement, g: u64) -> Option<String> {
+    if configured == current {
+        return None;
+    }
+    let list = |p: &Placement| if p.dedicated.is_empty() { "none".to_string() } else { p.dedicated().collect::<Vec<_>>().join(",") };
+    Some(format!(
+        "DENORM_ES_DEDICATED_TENANTS names {}, but generation {g} gives indexes of their own to {}: a generation keeps the placement it was created with, and `denorm rebuild` builds the next one with the configured placement",
+        list(configured),
+        list(current)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dedicated_tenant_is_written_to_its_own_indexes_and_the_others_to_the_shared_ones() {
+        let p = Placement::new(["acme"]);
+        assert_eq!(p.write_target("denorm", Kind::File, 2, Some("acme")), "denorm-t-acme-files-g2");
+        assert_eq!(p.write_target("denorm", Kind::File, 2, Some("globex")), "denorm-files-g2");
+        assert_eq!(p.write_target("denorm", Kind::Post, 0, None), "denorm-posts-g0");
+        assert!(!p.is_dedicated(None));
+        assert_eq!(p.indexes("denorm", Kind::User, 0), vec!["denorm-users-000001", "denorm-t-acme-users-000001"]);
+        assert_eq!(p.write_aliases("denorm", 1).len(), 6);
+        assert_eq!(Placement::from_json(&p.to_json()).unwrap(), p);
+        assert_eq!(Placement::default().indexes("denorm", Kind::File, 0), vec!["denorm-files-000001"]);
+        assert!(Placement::from_json(&json!({"dedicated": [1]})).is_err());
+    }
+
+    #[test]
+    fn a_cutover_takes_the_aliases_off_the_old_tenants_indexes_and_puts_them_on_the_new() {
+        let from = Placement::new(["acme"]);
+        let to = Placement::new(["globex"]);
+        let actions = from.cutover_actions(&to, "denorm", 0, 1);
+        let files: Vec<&Value> = actions.iter().filter(|a| a.to_string().contains("-files")).collect();
+        assert_eq!(
+            files,
+            vec![
+                &json!({"remove": {"index": "denorm-t-acme-files-000001", "alias": "denorm-files"}}),
+                &json!({"remove": {"index": "denorm-t-acme-files-000001", "alias": "denorm-t-acme-files"}}),
+                &json!({"remove": {"index": "denorm-t-acme-files-000001", "alias": "denorm-t-acme-files-g0"}}),
+                &json!({"add": {"index": "denorm-t-globex-files-000002", "alias": "denorm-files", "is_write_index": false, "filter": {"bool": {"must_not": [{"term": {"denorm_deleted": true}}]}}}}),
+                &json!({"add": {"index": "denorm-t-globex-files-000002", "alias": "denorm-t-globex-files", "filter": {"bool": {"must_not": [{"term": {"denorm_deleted": true}}]}}}}),
+            ]
+        );
+        assert_eq!(actions.len(), 15);
+        let body = create_body("denorm", "acme", Kind::File, 0, true);
+        assert!(body["aliases"]["denorm-t-acme-files-g0"].is_object());
+        assert_eq!(body["aliases"]["denorm-files"]["is_write_index"], json!(false));
+        assert!(create_body("denorm", "acme", Kind::File, 1, false)["aliases"].get("denorm-files").is_none());
+    }
+
+    #[test]
+    fn a_configuration_that_differs_from_the_generation_is_named() {
+        assert_eq!(differs(&Placement::new(["acme"]), &Placement::new(["acme"]), 0), None);
+        let line = differs(&Placement::new(["acme"]), &Placement::default(), 3).unwrap();
+        assert!(line.contains("names acme, but generation 3 gives indexes of their own to none"), "{line}");
+    }
+}

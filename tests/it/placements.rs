@@ -1,0 +1,130 @@
+//! Placements on Elasticsearch (issue 47): a tenant named in
+//! `DENORM_ES_DEDICATED_TENANTS` when a generation is created has indexes
+//! of its own in that generation, and a rebuild moves tenants between the
+//! shared indexes and their own while the others are served and updated.
+//! Checked against the suite's Elasticsearch-API server (noida-db) with
+//! plain HTTP requests, as an operator or a tenant's application would
+//! look.
+
+use std::ffi::OsStr;
+
+use crate::common::*;
+use crate::tenants::{lines_file, search};
+
+const DEDICATED: &str = "DENORM_ES_DEDICATED_TENANTS";
+
+/// `GET <url>/<path>` as JSON, with its status.
+fn get(url: &str, path: &str) -> (u16, serde_json::Value) {
+    rt().block_on(async {
+        let r = reqwest::get(format!("{url}/{path}")).await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    })
+}
+
+/// The documents of `tenant` in `index` (a concrete index or an alias):
+/// their count, or `None` when the index does not exist.
+fn count_of(url: &str, index: &str, tenant: &str) -> Option<u64> {
+    let (status, v) = get(url, &format!("{index}/_count?q=tenant:{tenant}"));
+    match status {
+        404 => None,
+        200 => Some(v["count"].as_u64().unwrap()),
+        other => panic!("{index}: {other} {v}"),
+    }
+}
+
+/// The files a tenant's own alias returns: all of them that tenant's.
+fn files_through_alias(url: &str, alias: &str, tenant: &str) -> usize {
+    let (status, v) = get(url, &format!("{alias}/_search?size=100"));
+    assert_eq!(status, 200, "{alias}: {v}");
+    let hits = v["hits"]["hits"].as_array().unwrap();
+    assert!(hits.iter().all(|h| h["_source"]["tenant"] == tenant), "{alias} returned another tenant's: {v}");
+    hits.len()
+}
+
+/// Every search of files, as each tenant: its own five files only.
+fn each_tenant_finds_its_files(r: &Rig, when: &str) {
+    for t in [None, Some("acme"), Some("globex")] {
+        let got = search(r, t, &["files", "--text", "shared"]);
+        let mark = format!("mark-{}", t.unwrap_or("default"));
+        assert_eq!(got.len(), 5, "{when}: {t:?}: {got:?}");
+        assert!(got.iter().all(|f| f["contents"] == format!("shared words {mark}")), "{when}: {t:?} found another tenant's: {got:?}");
+    }
+}
+
+fn verify_is_clean(r: &Rig, args: &[&str], checked: u64) {
+    let all: Vec<&str> = ["verify", "--json"].into_iter().chain(args.iter().copied()).collect();
+    let (code, out, err) = r.run(&all);
+    let report = report_of(code, &out, &err);
+    assert_eq!((code, report["checked"].as_u64()), (0, Some(checked)), "{all:?}: {report}");
+}
+
+/// acme starts in indexes of its own; a rebuild with `globex` configured
+/// moves acme to the shared indexes and globex to its own, while a worker
+/// started with the old configuration keeps applying (it follows the
+/// generation's placement, not its own configuration) and the default
+/// tenant's producer writes on. Every search, the tenants' aliases,
+/// `verify` and the model agree before and after.
+#[test]
+fn a_dedicated_tenant_lives_in_its_own_indexes_and_moves_by_a_rebuild_on_elasticsearch() {
+    let r = Rig::elastic(3);
+    let url = r.index.display().to_string();
+    let prefix = crate::common::elastic::prefix();
+    let w = Worker::start_env(&r.cfg, &r.group, &r.index, &[], &[(DEDICATED, OsStr::new("acme"))]);
+    let (code, _, err) = r.run(&["produce", "--wait", "120", "--jsonl", &lines_file(&r)]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+    assert_matches_topic_model(&r.cfg, &r.index);
+
+    // acme's documents are in its own indexes, and only there.
+    let own = |t: &str, g: u32| format!("{prefix}-t-{t}-files-{g:06}");
+    let shared = |g: u32| format!("{prefix}-files-{g:06}");
+    assert_eq!(count_of(&url, &own("acme", 1), "acme"), Some(5));
+    assert_eq!(count_of(&url, &shared(1), "acme"), Some(0));
+    assert_eq!(count_of(&url, &shared(1), "globex"), Some(5));
+    assert_eq!(count_of(&url, &own("globex", 1), "globex"), None, "globex is shared");
+    assert_eq!(count_of(&url, &format!("{prefix}-t-acme-posts-000001"), "acme"), Some(2));
+    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-acme-files"), "acme"), 5);
+    each_tenant_finds_its_files(&r, "acme in its own indexes");
+    verify_is_clean(&r, &["--tenant", "acme"], 8);
+    verify_is_clean(&r, &[], 24);
+    // Its aliases exist already: `tenant alias` names them.
+    let (code, out, err) = r.run(&["tenant", "alias", "acme"]);
+    assert_eq!((code, out.lines().next()), (0, Some(format!("{prefix}-t-acme-files").as_str())), "{err}");
+
+    // The move: a rebuild with globex configured, while the default
+    // tenant's producer writes.
+    let extra = r.dir().join("extra.jsonl");
+    let more: Vec<String> = (0..30).map(|i| format!(r#"{{"op":"upsert_file","id":"x{i}","path":"/more/x{i}.txt","contents":"later words"}}"#)).collect();
+    std::fs::write(&extra, more.join("\n")).unwrap();
+    let (rebuilt, produced) = std::thread::scope(|s| {
+        let rebuild = s.spawn(|| output(cli(&r.cfg, &r.group, &r.index).env(DEDICATED, "globex").args(["rebuild", "--metrics-addr", "127.0.0.1:0"])));
+        let produced = r.run(&["produce", "--wait", "120", "--jsonl", extra.to_str().unwrap()]);
+        (rebuild.join().unwrap(), produced)
+    });
+    assert_eq!(rebuilt.0, 0, "{}", rebuilt.2);
+    assert_eq!(produced.0, 0, "{}", produced.2);
+    // After the cutover, a command of each tenant, applied by the worker
+    // started with acme configured.
+    let after = r.dir().join("after.jsonl");
+    let lines = [
+        r#"{"op":"upsert_file","id":"a9","path":"/docs/a9.txt","contents":"after words","tenant":"acme"}"#,
+        r#"{"op":"upsert_file","id":"g9","path":"/docs/g9.txt","contents":"after words","tenant":"globex"}"#,
+    ];
+    std::fs::write(&after, lines.join("\n")).unwrap();
+    let (code, _, err) = r.run(&["produce", "--wait", "120", "--jsonl", after.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+    assert_matches_topic_model(&r.cfg, &r.index);
+
+    assert_eq!(count_of(&url, &shared(2), "acme"), Some(6), "acme moved to the shared indexes");
+    assert_eq!(count_of(&url, &own("acme", 1), "acme"), None, "acme's own indexes deleted with the old generation");
+    assert_eq!(count_of(&url, &own("acme", 2), "acme"), None);
+    assert_eq!(count_of(&url, &own("globex", 2), "globex"), Some(6), "globex moved to its own indexes");
+    assert_eq!(count_of(&url, &shared(2), "globex"), Some(0));
+    // Each tenant's alias reads it where it is now.
+    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-acme-files"), "acme"), 6);
+    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-globex-files"), "globex"), 6);
+    each_tenant_finds_its_files(&r, "after the move");
+    assert_eq!(search(&r, None, &["files", "--text", "later"]).len(), 30, "the default tenant was updated during the rebuild");
+    verify_is_clean(&r, &[], 24 + 30 + 2);
+    drop(w);
+}
