@@ -107,13 +107,14 @@ pub enum Commands {
 fn environment_help() -> String {
     use denorm::codec::registry::env as sr;
     use denorm::index::elastic::config::env as es;
-    let rows: [(&[&str], &str); 8] = [
+    let rows: [(&[&str], &str); 9] = [
         (&[es::USERNAME, es::USERNAME_FILE, es::PASSWORD, es::PASSWORD_FILE], "Elasticsearch basic authentication"),
         (&[es::API_KEY_ID, es::API_KEY, es::API_KEY_FILE], "Elasticsearch API key, as an id and a key"),
         (&[es::API_KEY_ENCODED, es::API_KEY_ENCODED_FILE], "Elasticsearch API key, as the base64 `encoded` value"),
         (&[es::CA_CERT], "PEM file of a CA certificate Elasticsearch's TLS certificate is checked against"),
         (&[es::PREFIX], "Prefix of the Elasticsearch aliases and indexes (default: denorm)"),
         (&[es::META_SHARDS], "Primary shards of the Elasticsearch meta index when it is created (1 to 64, default: 1)"),
+        (&[es::DEDICATED_TENANTS], "Tenants (comma-separated) given Elasticsearch indexes of their own in a generation created from now on: the first start, or `denorm rebuild`, which moves tenants between placements (docs/tenants.md)"),
         (&[sr::USERNAME, sr::PASSWORD, sr::PASSWORD_FILE], "Schema registry basic authentication"),
         (&[sr::CA_CERT], "PEM file of a CA certificate for the schema registry"),
     ];

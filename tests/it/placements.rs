@@ -128,3 +128,35 @@ fn a_dedicated_tenant_lives_in_its_own_indexes_and_moves_by_a_rebuild_on_elastic
     verify_is_clean(&r, &[], 24 + 30 + 2);
     drop(w);
 }
+
+/// The mapping check covers a tenant's own indexes: one found with a
+/// mapping that conflicts with denorm's is refused at startup, named, as
+/// a shared index is.
+#[test]
+fn a_tenants_own_index_with_a_conflicting_mapping_is_refused_at_startup_on_elasticsearch() {
+    let r = Rig::elastic(1);
+    let url = r.index.display().to_string();
+    let prefix = crate::common::elastic::prefix();
+    let acme = [(DEDICATED, OsStr::new("acme"))];
+    let w = Worker::start_env(&r.cfg, &r.group, &r.index, &[], &acme);
+    assert!(w.wait_for_log("elasticsearch indexes ready", std::time::Duration::from_secs(60)), "{}", w.log());
+    w.terminate();
+    let index = format!("{prefix}-t-acme-posts-000001");
+    let (status, v) = get(&url, &format!("{index}/_alias"));
+    assert_eq!(status, 200, "acme's own index was created: {v}");
+    // Replaced by one whose `title` is a number, with the same aliases.
+    let body = serde_json::json!({
+        "mappings": {"properties": {"title": {"type": "integer"}}},
+        "aliases": {format!("{prefix}-posts"): {"is_write_index": false}, format!("{prefix}-t-acme-posts"): {}, format!("{prefix}-t-acme-posts-g0"): {}}
+    });
+    rt().block_on(async {
+        let c = reqwest::Client::new();
+        assert!(c.delete(format!("{url}/{index}")).send().await.unwrap().status().is_success());
+        let r = c.put(format!("{url}/{index}")).json(&body).send().await.unwrap();
+        assert!(r.status().is_success(), "{:?}", r.text().await);
+    });
+    let (status, log) = Worker::start_env(&r.cfg, &r.group, &r.index, &[], &acme).wait_exit(std::time::Duration::from_secs(60));
+    assert!(!status.success(), "{log}");
+    // The first difference named: its `dynamic`, left at the default.
+    assert!(log.contains(&format!("mapping conflict in {index}: field (dynamic) is true (the default), denorm needs strict")), "{log}");
+}

@@ -150,6 +150,8 @@ app.kubernetes.io/component: worker
   value: {{ .Values.elasticsearch.prefix | quote }}
 - name: DENORM_ES_META_SHARDS
   value: {{ .Values.elasticsearch.metaShards | quote }}
+- name: DENORM_ES_DEDICATED_TENANTS
+  value: {{ join "," .Values.elasticsearch.dedicatedTenants | quote }}
 {{- if eq .Values.elasticsearch.auth.type "basic" }}
 - name: DENORM_ES_USERNAME_FILE
   value: /var/run/secrets/denorm/elasticsearch/username
