@@ -45,6 +45,8 @@
 //!   (like commits refused by a coordinator that has just restarted).
 //! - `rebuild.verified`: `rebuild --verify` waits after its comparison,
 //!   before it checks the live generation again and cuts over ([`hold`]).
+//! - `rebuild.fenced`: `rebuild --tenant` waits once it has fenced the
+//!   live workers off the tenant's indexes ([`hold`]).
 //! - `verify.replay`, `verify.round`, `verify.before-plan`: `denorm verify`
 //!   waits while the file exists ([`hold`]): once a round chose where it
 //!   stops, before its next round, and before its repair plan.

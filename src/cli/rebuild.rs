@@ -68,6 +68,12 @@ pub struct RebuildArgs {
     /// number takes its partitions back
     #[arg(long, env = "DENORM_REBUILD_MEMBER", default_value_t = 0)]
     member: u32,
+    /// Rebuild one tenant's own Elasticsearch indexes alone (a tenant named in
+    /// DENORM_ES_DEDICATED_TENANTS when the current generation was created): its commands are
+    /// replayed into a new revision while every tenant is served and updated, then that tenant
+    /// is cut over (with --abandon: give such a rebuild up). See docs/tenants.md
+    #[arg(long, value_parser = super::parse_tenant, conflicts_with_all = ["status", "verify", "accept_gaps", "accept_owner_conflicts"])]
+    tenant: Option<String>,
     #[command(flatten)]
     cross_key: super::CrossKeyArgs,
 }
@@ -79,6 +85,9 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     // A rebuild creates indexes and moves aliases; its status and its
     // abandonment do neither.
     let manage = !a.status && !a.abandon;
+    if let Some(t) = &a.tenant {
+        return tenant_rebuild(cli, a, t, manage).await;
+    }
     let index = super::location(cli)?.generations(&kafka.topic, manage, (a.index_memory_mb as usize) << 20).await.map_err(super::open_error)?;
     if a.status {
         let (k, json) = (kafka.clone(), a.json);
@@ -119,9 +128,54 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     .await?
 }
 
-/// Runs the rebuild with a progress bar on a terminal, a log line every 5 s
-/// otherwise, and prints what it did.
-fn rebuild(r: Rebuild<'_>) -> anyhow::Result<()> {
+/// `rebuild --tenant T`: a new revision of one tenant's own indexes.
+async fn tenant_rebuild(cli: &Cli, a: &RebuildArgs, tenant: &str, manage: bool) -> anyhow::Result<()> {
+    if a.members > 1 {
+        return Err(UsageError("--tenant rebuilds with one process (--members 1)".into()).into());
+    }
+    let kafka = cli.kafka();
+    let Some(index) = super::location(cli)?.tenant_generations(&kafka.topic, tenant, manage).await.map_err(super::open_error)? else {
+        return Err(
+            UsageError("--tenant rebuilds one tenant's own Elasticsearch indexes: the embedded index keeps every tenant in one placement, and `denorm rebuild` rebuilds them all".into()).into()
+        );
+    };
+    let partitions = kafka.topic_partitions()?.ok_or_else(|| UsageError(format!("topic {} does not exist", kafka.topic)))?;
+    if a.abandon {
+        return tokio::task::spawn_blocking(move || {
+            match denorm::rebuild::tenant::abandon(&index, partitions)? {
+                Some(r) => println!("gave up the rebuild of revision {r} of tenant {}'s indexes: it is deleted, and the live workers write the current one", index.tenant),
+                None => println!("no rebuild of tenant {} in progress: nothing to give up", index.tenant),
+            }
+            Ok(())
+        })
+        .await?;
+    }
+    let handle = denorm::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
+    let health = Arc::new(Health::default());
+    health.beat();
+    let bound = http::serve(a.metrics_addr, handle, health.clone()).await.with_context(|| format!("binding the metrics endpoint {}", a.metrics_addr))?;
+    info!(addr = %bound, "serving /metrics, /healthz, /readyz");
+    super::topics::check_lifetime(&kafka, "command topic").await?;
+    let (group, keep_old, takeover_waits, any_partitioner) = (cli.group.clone(), a.keep_old, !a.cross_key.no_takeover_waits, a.cross_key.any_partitioner);
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let r = denorm::rebuild::tenant::TenantRebuild { kafka, index: &index, group, partitions, keep_old, takeover_waits, any_partitioner, health, runtime };
+        let done = with_progress(|shown| denorm::rebuild::tenant::run(r, shown))?;
+        println!(
+            "rebuilt tenant {}'s indexes as revision {} ({} of the log's commands read) in {:.1}s; its searches and live writes now use it",
+            index.tenant,
+            done.generation,
+            done.applied,
+            done.elapsed.as_secs_f64()
+        );
+        Ok(())
+    })
+    .await?
+}
+
+/// Runs a rebuild with a progress bar on a terminal, a log line every 5 s
+/// otherwise; usage errors exit 2.
+fn with_progress(run: impl FnOnce(&mut dyn FnMut(&Tick)) -> Result<denorm::rebuild::Done, RebuildError>) -> anyhow::Result<denorm::rebuild::Done> {
     let started = Instant::now();
     let bar = super::progress(0, "rebuild");
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -129,7 +183,7 @@ fn rebuild(r: Rebuild<'_>) -> anyhow::Result<()> {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     let mut last_report = Instant::now();
-    let shown = |t: &Tick| {
+    let mut shown = |t: &Tick| {
         bar.set_length(t.of.max(0) as u64);
         bar.set_position(t.applied.max(0) as u64);
         if !terminal && last_report.elapsed() >= Duration::from_secs(5) {
@@ -138,14 +192,23 @@ fn rebuild(r: Rebuild<'_>) -> anyhow::Result<()> {
             info!(generation = t.generation, applied = t.applied, of = t.of, rate = rate as u64, "rebuild progress");
         }
     };
-    let done = denorm::rebuild::run(r, shown).map_err(|e| match e {
-        e @ (RebuildError::PartitionsAdded { .. } | RebuildError::OtherLog { .. } | RebuildError::OtherMembers { .. } | RebuildError::OwnerConflicts { .. } | RebuildError::VerifyOtherLog { .. }) => {
-            anyhow::Error::new(UsageError(e.to_string()))
-        }
+    let done = run(&mut shown).map_err(|e| match e {
+        e @ (RebuildError::PartitionsAdded { .. }
+        | RebuildError::OtherLog { .. }
+        | RebuildError::OtherMembers { .. }
+        | RebuildError::OwnerConflicts { .. }
+        | RebuildError::VerifyOtherLog { .. }
+        | RebuildError::TenantOtherLog { .. }
+        | RebuildError::TenantDuringRebuild { .. }) => anyhow::Error::new(UsageError(e.to_string())),
         e => anyhow::Error::new(e),
     });
     bar.finish_and_clear();
-    let done = done?;
+    done
+}
+
+/// Runs the rebuild and prints what it did.
+fn rebuild(r: Rebuild<'_>) -> anyhow::Result<()> {
+    let done = with_progress(|shown| denorm::rebuild::run(r, shown))?;
     let secs = done.elapsed.as_secs_f64();
     if let Some(v) = &done.verified {
         let o = &v.outcome;

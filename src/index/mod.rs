@@ -13,6 +13,7 @@ pub mod memory;
 pub mod open;
 pub mod progress;
 mod read;
+pub mod tenant_generations;
 
 pub use backend::{verified_record, Backend, Verified, VERIFIED_PARTIAL_RECORD, VERIFIED_RECORD};
 pub use read::{dump_order, AuthorGroup, FileQuery, PostQuery, Recorded, SearchIndex};

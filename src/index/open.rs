@@ -15,6 +15,7 @@ use super::elastic::search::ElasticSearch;
 use super::elastic::setup;
 use super::embedded::{EmbeddedBackend, EmbeddedIndex};
 use super::generations::{ElasticGenerations, EmbeddedGenerations, Generations};
+use super::tenant_generations::TenantGenerations;
 use super::{Backend, IndexError, SearchIndex};
 
 /// Where the index is.
@@ -149,6 +150,27 @@ impl Location {
                 Arc::new(EmbeddedGenerations { index, budget: memory })
             }
         })
+    }
+
+    /// One tenant's own indexes on Elasticsearch, revision by revision
+    /// (`denorm rebuild --tenant`). `manage`: it will create indexes and
+    /// move aliases. `None` on the embedded index, which has one placement.
+    pub async fn tenant_generations(&self, topic: &str, tenant: &str, manage: bool) -> Result<Option<TenantGenerations>, OpenError> {
+        let Location::Elastic(es) = self else { return Ok(None) };
+        let client = es.client().map_err(|e| self.failed(e))?;
+        if manage {
+            setup::ensure(&client, &es.prefix, es.meta_shards, &Placement::new(es.dedicated.clone())).await.map_err(|e| self.failed(e))?;
+            setup::check_privileges(&client, &es.prefix, setup::MANAGE_PRIVILEGES).await.map_err(|e| self.failed(e))?;
+        }
+        let backend = ElasticBackend::new(client, &es.prefix, topic, Handle::current());
+        let tenant = tenant.to_string();
+        let opened = tokio::task::spawn_blocking(move || TenantGenerations::new(backend, &tenant)).await.map_err(|e| self.failed(IndexError::Rejected(e.to_string())))?;
+        match opened {
+            Ok(t) => Ok(Some(t)),
+            // The tenant has no indexes of its own: the operator's choice to fix.
+            Err(IndexError::Rejected(why)) => Err(OpenError::Settings(why)),
+            Err(e) => Err(self.failed(e)),
+        }
     }
 
     /// The index's current documents, to search (`denorm search`).

@@ -32,6 +32,10 @@ pub(super) struct Build<'a> {
     pub members: Members,
     /// Owner conflicts earlier runs of this rebuild met.
     pub conflicts_before: usize,
+    /// Called once, the first time every partition has caught up; the
+    /// build then goes on, its worker running, until they have caught up
+    /// again (a tenant's rebuild fences the live workers here).
+    pub on_caught_up: Option<&'a dyn Fn() -> Result<(), RebuildError>>,
 }
 
 /// How often a member other than 0 reports how far its worker has read.
@@ -59,6 +63,7 @@ pub(super) fn until_stop(b: &Build<'_>, state: &mut State, progress: &mut dyn Fn
     };
     let mut unanswered: Option<Instant> = None;
     let mut reported = Instant::now() - REPORT_EVERY;
+    let mut first_catch_up = b.on_caught_up;
     loop {
         if worker.is_finished() {
             worker.join().map_err(|_| RebuildError::WorkerPanicked)?.map_err(RebuildError::Worker)?;
@@ -113,6 +118,13 @@ pub(super) fn until_stop(b: &Build<'_>, state: &mut State, progress: &mut dyn Fn
             };
             let behind_live = lags(&built, &live, b.partitions);
             if members::behind(&highs, &built, &positions).is_empty() && !behind_live {
+                if let Some(caught_up) = first_catch_up.take() {
+                    if let Err(e) = caught_up() {
+                        stopped(worker)?;
+                        return Err(e);
+                    }
+                    continue;
+                }
                 state.stop_at = Some(highs);
                 b.index.save_state(state)?;
                 info!(generation = target, epoch = state.epoch, members = b.members.count, "every partition has caught up: stopping the rebuild's workers");

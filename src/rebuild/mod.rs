@@ -34,6 +34,7 @@
 
 mod build;
 pub mod members;
+pub mod tenant;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -133,6 +134,12 @@ pub enum RebuildError {
          before rebuilding from {topic} ({partitions} partitions)"
     )]
     OtherLog { generation: u64, recorded: String, recorded_partitions: i32, topic: String, partitions: i32 },
+    /// `rebuild --tenant` from another topic than the live generation's.
+    #[error("a rebuild of tenant {tenant} alone replays the topic the live generation was built from ({recorded}), not {topic}: after `denorm migrate`, rebuild every tenant")]
+    TenantOtherLog { tenant: String, recorded: String, topic: String },
+    /// `rebuild --tenant` while a rebuild of every tenant is in progress.
+    #[error("a rebuild of every tenant is in progress: let it finish (or `denorm rebuild --abandon` it) before rebuilding tenant {tenant} alone")]
+    TenantDuringRebuild { tenant: String },
     /// A rebuild begun by another number of members.
     #[error(
         "the rebuild of generation {generation} was begun by {recorded} member(s): resume it with --members {recorded} (and every \
@@ -234,7 +241,7 @@ const BROKER_SILENCE: Duration = Duration::from_secs(120);
 /// size limit, schema registry, partitioner rule, attempts). An index no
 /// worker of this version has recorded them in is built with the defaults
 /// and the flags given, said in a warning.
-fn replay_as_recorded(index: &dyn Generations, cfg: &mut WorkerConfig) -> Result<(), RebuildError> {
+pub(super) fn replay_as_recorded(index: &dyn Generations, cfg: &mut WorkerConfig) -> Result<(), RebuildError> {
     use crate::worker::settings;
     let given = settings::ApplySettings::of(cfg);
     match settings::recorded(index.record(settings::RECORD)?)? {
@@ -320,7 +327,19 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
             of: ReplayOf::Rebuild { accept_gaps },
         });
         info!(group = %run_group, member = m.me, members = m.count, "the rebuild's worker joins a consumer group of its own (it commits no offsets there; members of one rebuild share it)");
-        let b = build::Build { kafka: &kafka, consumer: &consumer, index, cfg, health, runtime: rt.clone(), partitions, live: same_log.then_some(current), members: m, conflicts_before };
+        let b = build::Build {
+            kafka: &kafka,
+            consumer: &consumer,
+            index,
+            cfg,
+            health,
+            runtime: rt.clone(),
+            partitions,
+            live: same_log.then_some(current),
+            members: m,
+            conflicts_before,
+            on_caught_up: None,
+        };
         // Built until caught up, and, after a `--verify`, built on until the
         // new generation has what the live workers applied meanwhile.
         'built: loop {

@@ -52,6 +52,12 @@ pub enum ReplayOf {
         /// of stopping it.
         accept_gaps: bool,
     },
+    /// `denorm rebuild --tenant`'s, into new indexes of one tenant's own:
+    /// the other tenants' messages are passed as applied, without effect.
+    Tenant {
+        /// The tenant's keys (a sample of one tenant, all its keys).
+        keys: Arc<KeySample>,
+    },
     /// `denorm verify`'s, into a scratch copy. It writes nothing to Kafka:
     /// what it would write is already there (the live run wrote it), so it
     /// goes on as if written.
@@ -128,9 +134,13 @@ impl Mode {
         self.verify().map(|(until, _)| until.get(&partition).copied().unwrap_or(-1))
     }
 
-    /// The keys a verify's replay takes, when it takes some only.
+    /// The keys a verify's or a tenant's rebuild's replay takes, when it
+    /// takes some only.
     pub fn keys(&self) -> Option<&KeySample> {
-        self.verify().and_then(|(_, keys)| keys)
+        match self.replay().map(|r| &r.of) {
+            Some(ReplayOf::Tenant { keys }) => Some(keys),
+            _ => self.verify().and_then(|(_, keys)| keys),
+        }
     }
 }
 

@@ -160,3 +160,102 @@ fn a_tenants_own_index_with_a_conflicting_mapping_is_refused_at_startup_on_elast
     // The first difference named: its `dynamic`, left at the default.
     assert!(log.contains(&format!("mapping conflict in {index}: field (dynamic) is true (the default), denorm needs strict")), "{log}");
 }
+
+/// Changes file `id` of `tenant`'s own indexes behind the pipeline's back
+/// (through its alias: one index, routed by `_id`).
+fn corrupt_own(r: &Rig, tenant: &str, id: &str, contents: &str) {
+    let alias = format!("{}-t-{tenant}-files", crate::common::elastic::prefix());
+    let url = format!("{}/{alias}/_update/{tenant}%1F{id}?refresh=true", r.index.display());
+    let status = rt().block_on(async { reqwest::Client::new().post(&url).json(&serde_json::json!({"doc": {"contents": contents}})).send().await.unwrap().status() });
+    assert!(status.is_success(), "{url}: {status}");
+}
+
+/// `denorm rebuild --tenant acme`, acme having indexes of its own: one of
+/// acme's files and one of globex's are changed behind the pipeline's
+/// back; the rebuild, run while every tenant's producer writes (acme's
+/// renames among them), replays acme alone into a new revision of its
+/// indexes and cuts acme over. acme's file is right again, globex's
+/// change is still there (the rebuild did not touch it), the live worker
+/// applies acme's commands after the cutover, and nothing is
+/// dead-lettered. A tenant in the shared indexes, and the embedded
+/// index, are refused.
+#[test]
+fn a_tenant_is_rebuilt_alone_while_every_tenant_is_served_and_updated_on_elasticsearch() {
+    let r = Rig::elastic(3);
+    let url = r.index.display().to_string();
+    let prefix = crate::common::elastic::prefix();
+    let w = Worker::start_env(&r.cfg, &r.group, &r.index, &[], &[(DEDICATED, OsStr::new("acme"))]);
+    let (code, _, err) = r.run(&["produce", "--wait", "120", "--jsonl", &lines_file(&r)]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+    corrupt_own(&r, "acme", "f1", "changed behind the pipeline's back");
+    crate::verify::corrupt(&r, "globex\u{1f}f1", "globex\u{1f}/docs", "changed behind the pipeline's back");
+
+    // Refused: a tenant in the shared indexes; the embedded index.
+    let (code, _, err) = r.run(&["rebuild", "--tenant", "globex", "--metrics-addr", "127.0.0.1:0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("tenant globex is in the shared indexes of generation 0"), "{err}");
+    let (code, _, err) = output(cli(&r.cfg, &r.group, &r.dir().join("embedded")).args(["rebuild", "--tenant", "acme"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("the embedded index keeps every tenant in one placement"), "{err}");
+
+    // Every tenant writes during the rebuild: 20 files each, and acme
+    // renames a directory.
+    let during = r.dir().join("during.jsonl");
+    let mut lines = Vec::new();
+    for i in 0..20 {
+        for t in [None, Some("acme"), Some("globex")] {
+            let tenant = t.map_or(String::new(), |t| format!(r#","tenant":"{t}""#));
+            lines.push(format!(r#"{{"op":"upsert_file","id":"n{i}","path":"/new/n{i}.txt","contents":"during words"{tenant}}}"#));
+        }
+        if i == 10 {
+            lines.push(r#"{"op":"rename","from":"/docs/d1","to":"/docs/e1","tenant":"acme"}"#.to_string());
+        }
+    }
+    std::fs::write(&during, lines.join("\n")).unwrap();
+    // The rebuild is held once it has fenced the live worker off acme's
+    // indexes: acme's commands sent then wait (the worker's writes fail as
+    // "index gone" and are retried) and are applied after the cutover.
+    // (Sent without waiting for them to be applied: a partition holding
+    // one of acme's commands waits while the rebuild is held.)
+    let child = crate::rebuild::rebuild_in(&r, "tenant-faults", &[("rebuild.fenced", "")], &["--tenant", "acme"]);
+    let produced = r.run(&["produce", "--jsonl", during.to_str().unwrap()]);
+    assert_eq!(produced.0, 0, "{}", produced.2);
+    let reached = r.dir().join("tenant-faults").join("rebuild.fenced.reached");
+    eventually(std::time::Duration::from_secs(120), || "the rebuild never fenced".into(), || reached.exists().then_some(()));
+    let fenced = r.dir().join("fenced.jsonl");
+    let held = [r#"{"op":"upsert_file","id":"h1","path":"/docs/e0/h1.txt","contents":"fenced words","tenant":"acme"}"#, r#"{"op":"rename","from":"/docs/e0","to":"/docs/f0","tenant":"acme"}"#];
+    std::fs::write(&fenced, held.join("\n")).unwrap();
+    let (code, _, err) = r.run(&["produce", "--jsonl", fenced.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(w.wait_for_log("index gone", std::time::Duration::from_secs(60)), "the live worker was not fenced off acme's indexes:\n{}", w.log());
+    // Searches are served meanwhile, acme's from its current indexes.
+    assert_eq!(search(&r, Some("globex"), &["files", "--under", "/papers"]).len(), 5);
+    assert!(search(&r, Some("acme"), &["files", "--dir", "/docs/f0"]).is_empty(), "acme's rename sent while fenced is not applied yet");
+    std::fs::remove_file(r.dir().join("tenant-faults").join("rebuild.fenced")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}\n{}", w.log());
+    assert!(stdout.contains("rebuilt tenant acme's indexes as revision 1"), "{stdout}");
+    assert!(stderr.contains("the live workers are fenced off the tenant's indexes"), "{stderr}");
+    // After the cutover: the live worker applies acme's commands to the
+    // new revision.
+    let after = r.dir().join("after.jsonl");
+    std::fs::write(&after, r#"{"op":"upsert_file","id":"a9","path":"/docs/a9.txt","contents":"after words","tenant":"acme"}"#).unwrap();
+    let (code, _, err) = r.run(&["produce", "--wait", "120", "--jsonl", after.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+
+    let (own, rebuilt_own) = (format!("{prefix}-t-acme-files-000001"), format!("{prefix}-t-acme-files-000001-r1"));
+    assert_eq!(count_of(&url, &own, "acme"), None, "the replaced revision is deleted");
+    assert_eq!(count_of(&url, &rebuilt_own, "acme"), Some(5 + 20 + 1 + 1));
+    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-acme-files"), "acme"), 27);
+    let renamed = search(&r, Some("acme"), &["files", "--dir", "/docs/e1"]);
+    assert_eq!(renamed.len(), 2, "acme's rename during the rebuild: {renamed:?}");
+    let moved = search(&r, Some("acme"), &["files", "--dir", "/docs/f0"]);
+    assert_eq!(moved.len(), 4, "acme's file and rename sent while fenced, applied after the cutover: {moved:?}");
+    verify_is_clean(&r, &["--tenant", "acme"], 5 + 20 + 1 + 1 + 3);
+    let (code, out, err) = r.run(&["verify", "--tenant", "globex", "--json"]);
+    let globex = report_of(code, &out, &err);
+    assert_eq!((code, globex["differences_total"].as_u64()), (1, Some(1)), "globex's change is not the rebuild's to mend: {globex}");
+    assert_eq!(r.dlq_count()["total"], 0, "nothing dead-lettered while the live worker was fenced");
+    drop(w);
+}

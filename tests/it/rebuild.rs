@@ -65,7 +65,7 @@ fn rebuild_with(r: &Rig, faults: &[(&str, &str)], args: &[&str]) -> std::process
 }
 
 /// [`rebuild_with`], its faults in a directory of its own.
-fn rebuild_in(r: &Rig, faults_dir: &str, faults: &[(&str, &str)], args: &[&str]) -> std::process::Child {
+pub(crate) fn rebuild_in(r: &Rig, faults_dir: &str, faults: &[(&str, &str)], args: &[&str]) -> std::process::Child {
     let faults_dir = r.dir().join(faults_dir);
     let _ = std::fs::remove_dir_all(&faults_dir);
     std::fs::create_dir_all(&faults_dir).unwrap();

@@ -56,6 +56,10 @@ pub struct ElasticBackend {
     /// Each generation's placement as recorded: read once, as a
     /// generation's placement never changes.
     pub(super) placements: Arc<Mutex<HashMap<u64, Arc<Placement>>>>,
+    /// Prefixed to the names of the partitions' meta documents (`p<N>`):
+    /// a tenant's rebuild keeps its shards' checkpoints apart from the
+    /// live ones of the same generation (empty: the live ones).
+    pub meta_scope: String,
 }
 
 /// When a shard writes an upsert as a create without reading the document
@@ -99,7 +103,24 @@ impl ElasticBackend {
             conflicts: None,
             configured: Placement::default(),
             placements: Default::default(),
+            meta_scope: String::new(),
         }
+    }
+
+    /// This backend writing generation `g` as placed by `placement` (a
+    /// tenant's rebuild), with its checkpoints under `meta_scope`.
+    pub fn placed(&self, g: u64, placement: Placement, meta_scope: &str) -> Self {
+        let mut b = self.clone();
+        b.pinned = Some(g);
+        b.building = true;
+        b.placements = Arc::new(Mutex::new(HashMap::from([(g, Arc::new(placement))])));
+        b.meta_scope = meta_scope.to_string();
+        b
+    }
+
+    /// The name of partition `partition`'s meta document in generation `g`.
+    pub fn partition_meta(&self, g: u64, partition: i32) -> String {
+        names::meta_id(g, &format!("{}p{partition}", self.meta_scope))
     }
 
     /// Generation `g`'s placement (see [`super::placement`]).

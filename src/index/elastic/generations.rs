@@ -118,7 +118,7 @@ pub async fn create(client: &Elasticsearch, prefix: &str, kind: Kind, g: u64, wi
 pub async fn create_dedicated(client: &Elasticsearch, prefix: &str, g: u64, placement: &Placement, with_read_aliases: bool) -> Result<(), ElasticError> {
     for t in placement.dedicated() {
         for kind in KINDS {
-            let index = dedicated_concrete(prefix, t, kind, g);
+            let index = dedicated_concrete(prefix, t, kind, g, placement.revision(t));
             if create_index(client, &index, super::placement::create_body(prefix, t, kind, g, with_read_aliases)).await? {
                 tracing::info!(index = %index, tenant = t, generation = g, "created a tenant's own index");
             }

@@ -105,9 +105,20 @@ pub fn tenant_alias(prefix: &str, tenant: &str, kind: Kind) -> String {
     format!("{prefix}-t-{tenant}-{}", kind_name(kind))
 }
 
-/// A tenant's own concrete index of `kind` in generation `g`.
-pub fn dedicated_concrete(prefix: &str, tenant: &str, kind: Kind, g: u64) -> String {
-    format!("{}-{:06}", tenant_alias(prefix, tenant, kind), g + 1)
+/// A tenant's own concrete index of `kind` in generation `g`, as rebuilt
+/// `rev` times by `denorm rebuild --tenant` (0: as the generation was
+/// created).
+pub fn dedicated_concrete(prefix: &str, tenant: &str, kind: Kind, g: u64, rev: u32) -> String {
+    match rev {
+        0 => format!("{}-{:06}", tenant_alias(prefix, tenant, kind), g + 1),
+        r => format!("{}-{:06}-r{r}", tenant_alias(prefix, tenant, kind), g + 1),
+    }
+}
+
+/// The alias a tenant's rebuild writes revision `rev` of its own index of
+/// `kind` in generation `g` through, until its cutover.
+pub fn rebuild_alias(prefix: &str, tenant: &str, kind: Kind, g: u64, rev: u32) -> String {
+    format!("{}-r{rev}", dedicated_write_alias(prefix, tenant, kind, g))
 }
 
 /// The alias generation `g`'s writers read and write a tenant's own index

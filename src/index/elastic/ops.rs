@@ -58,7 +58,7 @@ impl Backend for ElasticBackend {
             return Ok(HashMap::new());
         }
         let g = self.generation()?;
-        let ids: Vec<String> = partitions.iter().map(|p| names::meta_id(g, &format!("p{p}"))).collect();
+        let ids: Vec<String> = partitions.iter().map(|p| self.partition_meta(g, *p)).collect();
         let index = self.meta_index();
         let r = self.runtime.block_on(self.client.mget(MgetParts::Index(&index)).body(json!({ "ids": ids })).send()).map_err(ElasticError::from)?;
         if r.status_code().as_u16() == 404 {
@@ -98,7 +98,7 @@ impl Backend for ElasticBackend {
     /// and fails as fenced.
     fn open_shard(&self, partition: i32) -> Result<Box<dyn Shard + Send>, IndexError> {
         let generation = self.generation()?;
-        let meta_id = names::meta_id(generation, &format!("p{partition}"));
+        let meta_id = self.partition_meta(generation, partition);
         let mut attempts = 0;
         let (progress, owner, meta_version, parked) = loop {
             let meta = self.runtime.block_on(get_source(&self.client, &self.meta_index(), &meta_id))?;

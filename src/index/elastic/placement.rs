@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 
 use super::mapping::{mapping, settings};
 use super::meta::{get_meta, put_meta_if};
-use super::names::{alias, concrete, dedicated_concrete, dedicated_write_alias, meta_id, tenant_alias, write_alias, KINDS, PLACEMENT};
+use super::names::{alias, concrete, dedicated_concrete, dedicated_write_alias, meta_id, rebuild_alias, tenant_alias, write_alias, KINDS, PLACEMENT};
 use super::ElasticError;
 use crate::index::Kind;
 
@@ -38,12 +38,41 @@ use crate::index::Kind;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Placement {
     dedicated: BTreeSet<String>,
+    /// How many times `denorm rebuild --tenant` replaced a tenant's own
+    /// indexes (absent: never): which of them are current.
+    revisions: std::collections::BTreeMap<String, u32>,
+    /// A tenant's rebuild's writers: that tenant's documents go through
+    /// the rebuild's alias of this revision instead (not recorded).
+    building: Option<(String, u32)>,
 }
 
 impl Placement {
     /// Every tenant in the shared indexes, except `dedicated`.
     pub fn new<S: Into<String>>(dedicated: impl IntoIterator<Item = S>) -> Self {
-        Placement { dedicated: dedicated.into_iter().map(Into::into).collect() }
+        Placement { dedicated: dedicated.into_iter().map(Into::into).collect(), ..Default::default() }
+    }
+
+    /// Whether the two place the same tenants in indexes of their own.
+    pub fn same_tenants(&self, other: &Placement) -> bool {
+        self.dedicated == other.dedicated
+    }
+
+    /// Which of `tenant`'s own indexes are current (see
+    /// [`super::names::dedicated_concrete`]).
+    pub fn revision(&self, tenant: &str) -> u32 {
+        self.revisions.get(tenant).copied().unwrap_or(0)
+    }
+
+    /// The placement with `tenant`'s own indexes replaced by revision `rev`.
+    pub fn with_revision(&self, tenant: &str, rev: u32) -> Placement {
+        let mut p = self.clone();
+        p.revisions.insert(tenant.to_string(), rev);
+        p
+    }
+
+    /// The placement a tenant's rebuild of revision `rev` writes with.
+    pub fn building(&self, tenant: &str, rev: u32) -> Placement {
+        Placement { building: Some((tenant.to_string(), rev)), ..self.clone() }
     }
 
     /// The tenants with indexes of their own, in order.
@@ -60,8 +89,9 @@ impl Placement {
     /// The alias generation `g`'s writers read and write `tenant`'s
     /// documents of `kind` through.
     pub fn write_target(&self, prefix: &str, kind: Kind, g: u64, tenant: Option<&str>) -> String {
-        match tenant {
-            Some(t) if self.dedicated.contains(t) => dedicated_write_alias(prefix, t, kind, g),
+        match (tenant, &self.building) {
+            (Some(t), Some((b, rev))) if t == b => rebuild_alias(prefix, t, kind, g, *rev),
+            (Some(t), _) if self.dedicated.contains(t) => dedicated_write_alias(prefix, t, kind, g),
             _ => write_alias(prefix, kind, g),
         }
     }
@@ -69,7 +99,7 @@ impl Placement {
     /// Every concrete index of `kind` in generation `g`: the shared one
     /// first, then the tenants' own.
     pub fn indexes(&self, prefix: &str, kind: Kind, g: u64) -> Vec<String> {
-        std::iter::once(concrete(prefix, kind, g)).chain(self.dedicated().map(|t| dedicated_concrete(prefix, t, kind, g))).collect()
+        std::iter::once(concrete(prefix, kind, g)).chain(self.dedicated().map(|t| dedicated_concrete(prefix, t, kind, g, self.revision(t)))).collect()
     }
 
     /// Every concrete index of generation `g`, of every kind.
@@ -84,7 +114,7 @@ impl Placement {
     }
 
     fn to_json(&self) -> Value {
-        json!({ "dedicated": self.dedicated })
+        json!({ "dedicated": self.dedicated, "revisions": self.revisions })
     }
 
     fn from_json(v: &Value) -> Result<Self, ElasticError> {
@@ -94,7 +124,8 @@ impl Placement {
             let t = n.as_str().ok_or_else(|| ElasticError::Config(format!("the placement document names a tenant that is not a string: {n}")))?;
             dedicated.insert(t.to_string());
         }
-        Ok(Placement { dedicated })
+        let revisions = serde_json::from_value(v.get("revisions").cloned().unwrap_or(json!({}))).map_err(|e| ElasticError::Config(format!("the placement document's revisions: {e}: {v}")))?;
+        Ok(Placement { dedicated, revisions, building: None })
     }
 
     /// The `_aliases` actions of a cutover from generation `from` (placed
@@ -105,7 +136,7 @@ impl Placement {
         let mut out = Vec::new();
         for t in self.dedicated() {
             for kind in KINDS {
-                let index = dedicated_concrete(prefix, t, kind, from);
+                let index = dedicated_concrete(prefix, t, kind, from, self.revision(t));
                 for name in [alias(prefix, kind), tenant_alias(prefix, t, kind), dedicated_write_alias(prefix, t, kind, from)] {
                     out.push(json!({"remove": {"index": index, "alias": name}}));
                 }
@@ -113,7 +144,7 @@ impl Placement {
         }
         for t in next.dedicated() {
             for kind in KINDS {
-                let index = dedicated_concrete(prefix, t, kind, to);
+                let index = dedicated_concrete(prefix, t, kind, to, next.revision(t));
                 for (name, def) in read_aliases(prefix, t, kind) {
                     let mut add = def;
                     add["index"] = json!(index);
@@ -129,7 +160,7 @@ impl Placement {
 /// The read aliases a tenant's own index of `kind` carries, with their
 /// definitions: the generation's read alias (not its write index: the
 /// shared index is) and the tenant's. Both hide tombstones.
-fn read_aliases(prefix: &str, tenant: &str, kind: Kind) -> [(String, Value); 2] {
+pub fn read_aliases(prefix: &str, tenant: &str, kind: Kind) -> [(String, Value); 2] {
     let filter = super::mapping::read_alias()["filter"].clone();
     [(alias(prefix, kind), json!({"filter": filter, "is_write_index": false})), (tenant_alias(prefix, tenant, kind), json!({"filter": filter}))]
 }
@@ -147,6 +178,13 @@ pub fn create_body(prefix: &str, tenant: &str, kind: Kind, g: u64, with_read_ali
     json!({ "settings": settings(), "mappings": mapping(kind), "aliases": aliases })
 }
 
+/// The body that creates revision `rev` of `tenant`'s own index of `kind`
+/// in generation `g` for its rebuild: written through the rebuild's alias
+/// only, until the cutover gives it the others.
+pub fn rebuild_body(prefix: &str, tenant: &str, kind: Kind, g: u64, rev: u32) -> Value {
+    json!({ "settings": settings(), "mappings": mapping(kind), "aliases": { rebuild_alias(prefix, tenant, kind, g, rev): {} } })
+}
+
 /// Generation `g`'s placement as recorded (none recorded: every tenant
 /// shared, as before placements existed).
 pub async fn read(client: &Elasticsearch, prefix: &str, g: u64) -> Result<Placement, ElasticError> {
@@ -154,6 +192,12 @@ pub async fn read(client: &Elasticsearch, prefix: &str, g: u64) -> Result<Placem
         Some(v) => Placement::from_json(&v),
         None => Ok(Placement::default()),
     }
+}
+
+/// Replaces generation `g`'s recorded placement (a tenant's rebuild's
+/// cutover, which changes a revision).
+pub async fn replace(client: &Elasticsearch, prefix: &str, g: u64, placement: &Placement) -> Result<(), ElasticError> {
+    super::meta::put_meta(client, prefix, &meta_id(g, PLACEMENT), placement.to_json()).await
 }
 
 /// Records `wanted` as generation `g`'s placement, unless one is recorded
@@ -174,7 +218,7 @@ pub async fn record(client: &Elasticsearch, prefix: &str, g: u64, wanted: &Place
 /// generation's placement: a line for the startup's warning (`None`: they
 /// agree).
 pub fn differs(configured: &Placement, current: &Placement, g: u64) -> Option<String> {
-    if configured == current {
+    if configured.same_tenants(current) {
         return None;
     }
     let list = |p: &Placement| if p.dedicated.is_empty() { "none".to_string() } else { p.dedicated().collect::<Vec<_>>().join(",") };
@@ -201,6 +245,14 @@ mod tests {
         assert_eq!(Placement::from_json(&p.to_json()).unwrap(), p);
         assert_eq!(Placement::default().indexes("denorm", Kind::File, 0), vec!["denorm-files-000001"]);
         assert!(Placement::from_json(&json!({"dedicated": [1]})).is_err());
+        // A tenant's rebuild: its writers write through their own alias,
+        // and its cutover makes the new revision the current one.
+        assert_eq!(p.building("acme", 2).write_target("denorm", Kind::File, 1, Some("acme")), "denorm-t-acme-files-g1-r2");
+        assert_eq!(p.building("acme", 2).write_target("denorm", Kind::File, 1, Some("globex")), "denorm-files-g1");
+        let rebuilt = p.with_revision("acme", 2);
+        assert_eq!(rebuilt.indexes("denorm", Kind::File, 1), vec!["denorm-files-000002", "denorm-t-acme-files-000002-r2"]);
+        assert_eq!(Placement::from_json(&rebuilt.to_json()).unwrap(), rebuilt);
+        assert_eq!(Placement::from_json(&json!({"dedicated": ["acme"]})).unwrap(), p, "recorded before revisions");
     }
 
     #[test]

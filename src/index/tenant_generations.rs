@@ -1,0 +1,245 @@
+//! One tenant's own indexes on Elasticsearch as [`Generations`], for
+//! `denorm rebuild --tenant` (see docs/tenants.md, "Rebuilding one
+//! tenant").
+//!
+//! A "generation" here is a **revision** of the tenant's own indexes in
+//! the current shared generation `g`: revision 0 is
+//! `<prefix>-t-<tenant>-files-<g+1>`, revision `r` the same name with
+//! `-r<r>`. The placement document of `g` records which one is current.
+//! A rebuild of revision `r` writes through `<prefix>-t-<tenant>-files-g<g>-r<r>`
+//! with checkpoints of its own (`t-<tenant>-r<r>-p<N>`), while the live
+//! workers go on writing the current revision through
+//! `<prefix>-t-<tenant>-files-g<g>`. Its cutover:
+//!
+//! 1. [`TenantGenerations::fence`] takes the live write aliases off the
+//!    current revision: a live worker's next write of the tenant fails as
+//!    "index gone" and is retried (its partition waits, the tenant's
+//!    commands unapplied), so nothing more of the tenant reaches the old
+//!    revision;
+//! 2. the rebuild applies the log up to its end as read after the fence,
+//!    which holds every command whose effects the old revision has;
+//! 3. [`Generations::cut_over`], one `_aliases` request: the live write
+//!    aliases, the read alias and the tenant's alias go to the new
+//!    revision. The live workers' retries reopen their shards at their
+//!    checkpoints and apply the tenant's commands again from there, after
+//!    the rebuild's: position guards make what was applied twice a no-op.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use elasticsearch::indices::IndicesDeleteParts;
+use serde_json::{json, Value};
+
+use super::elastic::names::{self, alias, dedicated_concrete, dedicated_write_alias, rebuild_alias, tenant_alias, KINDS};
+use super::elastic::placement::{self, Placement};
+use super::elastic::{backend::ElasticBackend, generations, json_or_status, meta, ElasticError};
+use super::generations::Generations;
+use super::Kind;
+use super::{Backend, Checkpoint, IndexError};
+
+/// A tenant's own indexes, revision by revision.
+pub struct TenantGenerations {
+    /// The live backend (the current shared generation).
+    pub backend: ElasticBackend,
+    pub tenant: String,
+    /// The shared generation whose tenant's own indexes are rebuilt.
+    pub shared: u64,
+}
+
+impl TenantGenerations {
+    /// The tenant's own indexes in the current generation; refused when
+    /// the tenant has none (it is in the shared indexes).
+    pub fn new(mut backend: ElasticBackend, tenant: &str) -> Result<Self, IndexError> {
+        crate::command::tenant::validate(tenant).map_err(|e| IndexError::Rejected(e.to_string()))?;
+        backend.conflicts.get_or_insert_with(Default::default);
+        let shared = backend.generation()?;
+        let this = TenantGenerations { backend, tenant: tenant.to_string(), shared };
+        if !this.placement()?.is_dedicated(Some(tenant)) {
+            return Err(IndexError::Rejected(format!(
+                "tenant {tenant} is in the shared indexes of generation {shared}: a rebuild of one tenant replaces its own indexes. Give it indexes of its own first (DENORM_ES_DEDICATED_TENANTS naming it, then `denorm rebuild`, which moves it), or rebuild every tenant (`denorm rebuild`)"
+            )));
+        }
+        Ok(this)
+    }
+
+    fn block<T>(&self, f: impl std::future::Future<Output = Result<T, ElasticError>>) -> Result<T, IndexError> {
+        Ok(self.backend.runtime.block_on(f)?)
+    }
+
+    /// The shared generation's placement, as recorded now.
+    fn placement(&self) -> Result<Placement, IndexError> {
+        self.block(placement::read(&self.backend.client, &self.backend.prefix, self.shared))
+    }
+
+    /// Where revision `rev`'s rebuild keeps its shards' checkpoints.
+    fn scope(&self, rev: u64) -> String {
+        format!("t-{}-r{rev}-", self.tenant)
+    }
+
+    fn rev(g: u64) -> u32 {
+        u32::try_from(g).unwrap_or(u32::MAX)
+    }
+
+    fn update_aliases(&self, actions: Vec<Value>, what: &str) -> Result<(), IndexError> {
+        let b = &self.backend;
+        self.block(async {
+            let r = b.client.indices().update_aliases().body(json!({ "actions": actions })).send().await?;
+            json_or_status(what, r).await.map(drop)
+        })
+    }
+
+    /// Whether the live workers are fenced off the tenant's own indexes:
+    /// its live write alias of files is on no index.
+    pub fn fenced(&self) -> Result<bool, IndexError> {
+        let b = &self.backend;
+        let name = dedicated_write_alias(&b.prefix, &self.tenant, Kind::File, self.shared);
+        Ok(self.block(generations::indexes_of_alias(&b.client, &name))?.is_empty())
+    }
+
+    /// Takes the live write aliases off revision `rev` (step 1 above).
+    pub fn fence(&self, rev: u64) -> Result<(), IndexError> {
+        let b = &self.backend;
+        let actions = KINDS
+            .iter()
+            .map(|k| json!({"remove": {"index": dedicated_concrete(&b.prefix, &self.tenant, *k, self.shared, Self::rev(rev)), "alias": dedicated_write_alias(&b.prefix, &self.tenant, *k, self.shared)}}))
+            .collect();
+        self.update_aliases(actions, &format!("fencing the live writers of tenant {} off its indexes", self.tenant))
+    }
+
+    /// Puts the live write aliases back on revision `rev` (a rebuild given
+    /// up after its fence).
+    pub fn unfence(&self, rev: u64) -> Result<(), IndexError> {
+        let b = &self.backend;
+        let actions = KINDS
+            .iter()
+            .map(|k| json!({"add": {"index": dedicated_concrete(&b.prefix, &self.tenant, *k, self.shared, Self::rev(rev)), "alias": dedicated_write_alias(&b.prefix, &self.tenant, *k, self.shared)}}))
+            .collect();
+        self.update_aliases(actions, &format!("giving the live writers of tenant {} its indexes back", self.tenant))
+    }
+
+    /// Deletes the checkpoints revision `rev`'s rebuild kept.
+    pub fn remove_checkpoints(&self, rev: u64, partitions: i32) -> Result<(), IndexError> {
+        let b = self.backend.placed(self.shared, Placement::default(), &self.scope(rev));
+        for p in 0..partitions {
+            let id = b.partition_meta(self.shared, p);
+            self.block(super::elastic::parked::remove(&b.client, &b.prefix, &id))?;
+            self.block(meta::delete_meta(&b.client, &b.prefix, &id))?;
+        }
+        Ok(())
+    }
+
+    /// The name a rebuild record of this tenant is kept under: its own,
+    /// beside a whole rebuild's (other records, such as the workers'
+    /// settings, are the index's).
+    fn record_name(&self, name: &str) -> String {
+        match name.starts_with("rebuild") {
+            true => format!("t-{}-{name}", self.tenant),
+            false => name.to_string(),
+        }
+    }
+}
+
+impl Generations for TenantGenerations {
+    fn current(&self) -> Result<u64, IndexError> {
+        Ok(u64::from(self.placement()?.revision(&self.tenant)))
+    }
+    fn list(&self) -> Result<Vec<u64>, IndexError> {
+        let mut out = vec![self.current()?];
+        out.extend(self.state()?.map(|s| s.generation));
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+    fn record(&self, name: &str) -> Result<Option<Value>, IndexError> {
+        Backend::record(&self.backend, &self.record_name(name))
+    }
+    fn save_record(&self, name: &str, v: Value) -> Result<(), IndexError> {
+        Backend::save_record(&self.backend, &self.record_name(name), &v)
+    }
+    fn clear_record(&self, name: &str) -> Result<(), IndexError> {
+        let b = &self.backend;
+        self.block(meta::delete_meta(&b.client, &b.prefix, &self.record_name(name)))
+    }
+    fn recorded_topic(&self) -> Result<String, IndexError> {
+        let b = &self.backend;
+        let log = self.block(meta::get_meta(&b.client, &b.prefix, &names::meta_id(self.shared, "log")))?;
+        Ok(log.and_then(|v| v["topic"].as_str().map(String::from)).unwrap_or_else(|| b.topic.clone()))
+    }
+    fn recorded_partitions(&self) -> Result<Option<i32>, IndexError> {
+        let b = &self.backend;
+        let log = self.block(meta::get_meta(&b.client, &b.prefix, &names::meta_id(self.shared, "log")))?;
+        Ok(log.and_then(|v| v["partitions"].as_i64()).map(|n| n as i32))
+    }
+    /// The current revision's are the live workers' (the shared
+    /// generation's); a rebuilt revision's are its rebuild's.
+    fn checkpoints_in(&self, g: u64, partitions: i32) -> Result<BTreeMap<i32, Checkpoint>, IndexError> {
+        let all: Vec<i32> = (0..partitions).collect();
+        let scope = if g == self.current()? { String::new() } else { self.scope(g) };
+        let b = self.backend.placed(self.shared, Placement::default(), &scope);
+        Ok(b.checkpoints(&all)?.into_iter().collect())
+    }
+    /// Creates revision `g`'s indexes, with the rebuild's write aliases only.
+    fn prepare(&self, g: u64) -> Result<(), IndexError> {
+        let b = &self.backend;
+        for kind in KINDS {
+            let index = dedicated_concrete(&b.prefix, &self.tenant, kind, self.shared, Self::rev(g));
+            let body = placement::rebuild_body(&b.prefix, &self.tenant, kind, self.shared, Self::rev(g));
+            if self.block(generations::create_index(&b.client, &index, body))? {
+                tracing::info!(index = %index, tenant = %self.tenant, "created a revision of a tenant's own index");
+            }
+        }
+        Ok(())
+    }
+    fn writer(&self, g: u64) -> Arc<dyn Backend> {
+        let placement = self.placement().unwrap_or_default().building(&self.tenant, Self::rev(g));
+        let mut b = self.backend.placed(self.shared, placement, &self.scope(g));
+        b.conflicts = self.backend.conflicts.clone();
+        Arc::new(b)
+    }
+    /// Step 3 above (the live writers fenced first): one `_aliases`
+    /// request, then the placement records revision `to`.
+    fn cut_over(&self, from: u64, to: u64, _partitions: i32) -> Result<(), IndexError> {
+        let b = &self.backend;
+        let (prefix, t, g) = (b.prefix.as_str(), self.tenant.as_str(), self.shared);
+        let names_of = |rev: u64| KINDS.map(|k| (k, dedicated_concrete(prefix, t, k, g, Self::rev(rev))));
+        let all: Vec<String> = names_of(to).iter().map(|(_, i)| i.clone()).collect();
+        self.block(async {
+            let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+            let r = b.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&refs)).send().await?;
+            super::elastic::complete_json("refreshing a tenant's rebuilt indexes", r).await.map(drop)
+        })?;
+        let mut actions = Vec::new();
+        for ((kind, old), (_, new)) in names_of(from).into_iter().zip(names_of(to)) {
+            for name in [alias(prefix, kind), tenant_alias(prefix, t, kind)] {
+                actions.push(json!({"remove": {"index": old, "alias": name}}));
+            }
+            for (name, def) in placement::read_aliases(prefix, t, kind) {
+                let mut add = def;
+                add["index"] = json!(new);
+                add["alias"] = json!(name);
+                actions.push(json!({ "add": add }));
+            }
+            actions.push(json!({"add": {"index": new, "alias": dedicated_write_alias(prefix, t, kind, g)}}));
+            actions.push(json!({"remove": {"index": new, "alias": rebuild_alias(prefix, t, kind, g, Self::rev(to))}}));
+        }
+        self.update_aliases(actions, &format!("cutting tenant {t} over to revision {to} of its indexes"))?;
+        let placed = self.placement()?.with_revision(t, Self::rev(to));
+        self.block(placement::replace(&b.client, prefix, g, &placed))
+    }
+    /// Deletes revision `g`'s indexes and its rebuild's checkpoints.
+    fn remove(&self, g: u64, partitions: i32) -> Result<(), IndexError> {
+        let b = &self.backend;
+        let names: Vec<String> = KINDS.iter().map(|k| dedicated_concrete(&b.prefix, &self.tenant, *k, self.shared, Self::rev(g))).collect();
+        self.block(async {
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let r = b.client.indices().delete(IndicesDeleteParts::Index(&refs)).ignore_unavailable(true).send().await?;
+            json_or_status(&format!("deleting revision {g} of tenant {}'s indexes", self.tenant), r).await.map(drop)
+        })?;
+        self.remove_checkpoints(g, partitions)?;
+        tracing::info!(tenant = %self.tenant, revision = g, "a revision of a tenant's own indexes deleted");
+        Ok(())
+    }
+    fn owner_conflicts(&self) -> Vec<String> {
+        self.backend.conflicts.as_ref().map(|c| c.lock().expect("conflicts lock").iter().cloned().collect()).unwrap_or_default()
+    }
+}

@@ -1,0 +1,125 @@
+//! `denorm rebuild --tenant T` on Elasticsearch: a new revision of one
+//! tenant's own indexes, replayed from the topic (the tenant's commands
+//! only) while every tenant is served and updated, then cut over for that
+//! tenant alone. How the cutover hands the tenant from the live workers to
+//! the new revision: [`crate::index::tenant_generations`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rdkafka::consumer::BaseConsumer;
+use tracing::info;
+
+use super::{begin, build, replay_as_recorded, Done, Members, RebuildError, Tick};
+use crate::http::Health;
+use crate::index::generations::Generations;
+use crate::index::tenant_generations::TenantGenerations;
+use crate::kafka::{watermarks, KafkaConfig, KafkaSetupError};
+use crate::worker::{KeySample, Mode, Replay, ReplayOf, WorkerConfig};
+
+/// What a tenant's rebuild needs.
+pub struct TenantRebuild<'a> {
+    pub kafka: KafkaConfig,
+    pub index: &'a TenantGenerations,
+    /// The live workers' group (the rebuild's own is named after it).
+    pub group: String,
+    pub partitions: i32,
+    /// Keep the replaced revision of the tenant's indexes.
+    pub keep_old: bool,
+    pub takeover_waits: bool,
+    pub any_partitioner: bool,
+    pub health: Arc<Health>,
+    pub runtime: tokio::runtime::Handle,
+}
+
+/// Rebuilds (or resumes rebuilding) the tenant's next revision and cuts
+/// the tenant over to it. Blocking.
+pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, RebuildError> {
+    let TenantRebuild { kafka, index, group, partitions, keep_old, takeover_waits, any_partitioner, health, runtime } = r;
+    let started = Instant::now();
+    let consumer: BaseConsumer = kafka.client_config().create().map_err(KafkaSetupError::from)?;
+    let marks = watermarks(&consumer, &kafka.topic, partitions)?;
+    if let Some((p, (low, _))) = (0..).zip(&marks).find(|(_, (low, _))| *low > 0) {
+        return Err(RebuildError::Retention { topic: kafka.topic.clone(), partition: p as usize, low: *low });
+    }
+    // The live generation's offsets are the ones the new revision's are
+    // compared with, and its placement is the one rebuilt.
+    let recorded = index.recorded_topic()?;
+    if recorded != kafka.topic {
+        return Err(RebuildError::TenantOtherLog { tenant: index.tenant.clone(), recorded, topic: kafka.topic.clone() });
+    }
+    if let Some(recorded) = index.recorded_partitions()?.filter(|n| *n != partitions) {
+        return Err(RebuildError::PartitionsAdded { topic: kafka.topic.clone(), partitions, recorded });
+    }
+    if crate::index::Backend::record(&index.backend, "rebuild")?.is_some() {
+        return Err(RebuildError::TenantDuringRebuild { tenant: index.tenant.clone() });
+    }
+    let current = index.current()?;
+    let mut state = begin(index, &kafka.topic, partitions, &group, 1)?;
+    let target = state.generation;
+    let conflicts_before = state.owner_conflicts_total;
+    index.prepare(target)?;
+    let run_group = format!("{}-{}", state.group, &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let mut cfg = WorkerConfig::new(kafka.clone(), run_group.clone());
+    cfg.takeover_waits = takeover_waits;
+    cfg.any_partitioner = any_partitioner;
+    replay_as_recorded(index, &mut cfg)?;
+    let dlq = crate::dlq::default_topic(&kafka.topic);
+    let (letters, markers) = crate::dlq::admin::read(&kafka, &dlq).map_err(|source| RebuildError::Markers { topic: dlq.clone(), source })?;
+    let keys = KeySample { tenant: Some(index.tenant.clone()), ..Default::default() };
+    cfg.mode = Mode::Replay(Replay {
+        markers_written: Arc::new(markers.iter().filter_map(|m| m.id()).collect()),
+        letters_written: Arc::new(crate::worker::letters_written(&letters)),
+        of: ReplayOf::Tenant { keys: Arc::new(keys) },
+    });
+    info!(tenant = %index.tenant, revision = target, group = %run_group, "rebuilding a tenant's own indexes into a new revision");
+    // Caught up with the live workers, the rebuild fences them off the
+    // tenant's indexes, its worker running: from then on they apply
+    // nothing of the tenant, and the rebuild goes on until it has applied
+    // what the topic holds after the fence (a run resumed after the fence
+    // fences no more).
+    let fence = || -> Result<(), RebuildError> {
+        index.fence(current)?;
+        info!(tenant = %index.tenant, "the live workers are fenced off the tenant's indexes (their writes of it wait) until the cutover");
+        crate::faults::hold("rebuild.fenced");
+        Ok(())
+    };
+    let fenced = index.fenced()?;
+    let members = Members { count: 1, me: 0 };
+    let on_caught_up: Option<&dyn Fn() -> Result<(), RebuildError>> = if fenced { None } else { Some(&fence) };
+    let b = build::Build { kafka: &kafka, consumer: &consumer, index, cfg, health, runtime: runtime.clone(), partitions, live: Some(current), members, conflicts_before, on_caught_up };
+    build::until_stop(&b, &mut state, &mut progress)?;
+    if state.record_conflicts(&index.owner_conflicts(), conflicts_before) {
+        index.save_state(&state)?;
+    }
+    if state.owner_conflicts_total > 0 {
+        return Err(RebuildError::OwnerConflicts { generation: target, total: state.owner_conflicts_total, documents: state.owner_conflicts.clone() });
+    }
+    crate::kafka::delete_group(&kafka, &run_group, &runtime);
+    index.cut_over(current, target, partitions)?;
+    info!(tenant = %index.tenant, from = current, to = target, "cut over: the tenant's searches and live writes use the new revision");
+    let applied = super::applied_of(&index.checkpoints_in(target, partitions)?, &watermarks(&consumer, &kafka.topic, partitions)?) as u64;
+    if !keep_old {
+        index.remove(current, partitions)?;
+    }
+    index.remove_checkpoints(target, partitions)?;
+    index.clear_state()?;
+    Ok(Done { generation: target, partitions, applied, elapsed: started.elapsed(), skipped: Vec::new(), verified: None, cut_over_by: None })
+}
+
+/// Gives up a tenant's rebuild that did not finish: the live workers get
+/// the tenant's current indexes back if they were fenced off them, and the
+/// revision it was building is deleted. That revision, if any.
+pub fn abandon(index: &TenantGenerations, partitions: i32) -> Result<Option<u64>, RebuildError> {
+    let current = index.current()?;
+    if index.fenced()? {
+        index.unfence(current)?;
+        info!(tenant = %index.tenant, "the live workers have the tenant's indexes back");
+    }
+    let target = index.state().map_err(RebuildError::State)?.map(|s| s.generation).filter(|g| *g != current);
+    if let Some(g) = target {
+        index.remove(g, partitions)?;
+    }
+    index.clear_state()?;
+    Ok(target)
+}
