@@ -30,7 +30,7 @@ use std::sync::Arc;
 use elasticsearch::indices::IndicesDeleteParts;
 use serde_json::{json, Value};
 
-use super::elastic::names::{self, alias, dedicated_concrete, dedicated_write_alias, rebuild_alias, tenant_alias, KINDS};
+use super::elastic::names::{self, dedicated_concrete, dedicated_write_alias, KINDS};
 use super::elastic::placement::{self, Placement};
 use super::elastic::{backend::ElasticBackend, generations, json_or_status, meta, ElasticError};
 use super::generations::Generations;
@@ -98,23 +98,21 @@ impl TenantGenerations {
 
     /// Takes the live write aliases off revision `rev` (step 1 above).
     pub fn fence(&self, rev: u64) -> Result<(), IndexError> {
-        let b = &self.backend;
-        let actions = KINDS
-            .iter()
-            .map(|k| json!({"remove": {"index": dedicated_concrete(&b.prefix, &self.tenant, *k, self.shared, Self::rev(rev)), "alias": dedicated_write_alias(&b.prefix, &self.tenant, *k, self.shared)}}))
-            .collect();
-        self.update_aliases(actions, &format!("fencing the live writers of tenant {} off its indexes", self.tenant))
+        self.live_write_aliases("remove", rev, &format!("fencing the live writers of tenant {} off its indexes", self.tenant))
     }
 
     /// Puts the live write aliases back on revision `rev` (a rebuild given
     /// up after its fence).
     pub fn unfence(&self, rev: u64) -> Result<(), IndexError> {
-        let b = &self.backend;
-        let actions = KINDS
-            .iter()
-            .map(|k| json!({"add": {"index": dedicated_concrete(&b.prefix, &self.tenant, *k, self.shared, Self::rev(rev)), "alias": dedicated_write_alias(&b.prefix, &self.tenant, *k, self.shared)}}))
-            .collect();
-        self.update_aliases(actions, &format!("giving the live writers of tenant {} its indexes back", self.tenant))
+        self.live_write_aliases("add", rev, &format!("giving the live writers of tenant {} its indexes back", self.tenant))
+    }
+
+    /// The live write aliases of revision `rev`'s indexes, each put or
+    /// taken off (`action`) in one request.
+    fn live_write_aliases(&self, action: &str, rev: u64, what: &str) -> Result<(), IndexError> {
+        let (prefix, t, g) = (self.backend.prefix.as_str(), self.tenant.as_str(), self.shared);
+        let actions = KINDS.iter().map(|k| json!({ action: {"index": dedicated_concrete(prefix, t, *k, g, Self::rev(rev)), "alias": dedicated_write_alias(prefix, t, *k, g)} })).collect();
+        self.update_aliases(actions, what)
     }
 
     /// Deletes the checkpoints revision `rev`'s rebuild kept.
@@ -201,27 +199,13 @@ impl Generations for TenantGenerations {
     fn cut_over(&self, from: u64, to: u64, _partitions: i32) -> Result<(), IndexError> {
         let b = &self.backend;
         let (prefix, t, g) = (b.prefix.as_str(), self.tenant.as_str(), self.shared);
-        let names_of = |rev: u64| KINDS.map(|k| (k, dedicated_concrete(prefix, t, k, g, Self::rev(rev))));
-        let all: Vec<String> = names_of(to).iter().map(|(_, i)| i.clone()).collect();
+        let all: Vec<String> = KINDS.iter().map(|k| dedicated_concrete(prefix, t, *k, g, Self::rev(to))).collect();
         self.block(async {
             let refs: Vec<&str> = all.iter().map(String::as_str).collect();
             let r = b.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&refs)).send().await?;
             super::elastic::complete_json("refreshing a tenant's rebuilt indexes", r).await.map(drop)
         })?;
-        let mut actions = Vec::new();
-        for ((kind, old), (_, new)) in names_of(from).into_iter().zip(names_of(to)) {
-            for name in [alias(prefix, kind), tenant_alias(prefix, t, kind)] {
-                actions.push(json!({"remove": {"index": old, "alias": name}}));
-            }
-            for (name, def) in placement::read_aliases(prefix, t, kind) {
-                let mut add = def;
-                add["index"] = json!(new);
-                add["alias"] = json!(name);
-                actions.push(json!({ "add": add }));
-            }
-            actions.push(json!({"add": {"index": new, "alias": dedicated_write_alias(prefix, t, kind, g)}}));
-            actions.push(json!({"remove": {"index": new, "alias": rebuild_alias(prefix, t, kind, g, Self::rev(to))}}));
-        }
+        let actions = placement::revision_cutover_actions(prefix, t, g, (Self::rev(from), Self::rev(to)));
         self.update_aliases(actions, &format!("cutting tenant {t} over to revision {to} of its indexes"))?;
         let placed = self.placement()?.with_revision(t, Self::rev(to));
         self.block(placement::replace(&b.client, prefix, g, &placed))

@@ -59,6 +59,16 @@ fn verify_is_clean(r: &Rig, args: &[&str], checked: u64) {
     assert_eq!((code, report["checked"].as_u64()), (0, Some(checked)), "{all:?}: {report}");
 }
 
+/// A rig on Elasticsearch whose worker started with `acme` dedicated,
+/// once it has applied the three tenants' documents ([`lines_file`]).
+fn acme_dedicated_with_three_tenants() -> (Rig, Worker) {
+    let r = Rig::elastic(3);
+    let w = Worker::start_env(&r.cfg, &r.group, &r.index, &[], &[(DEDICATED, OsStr::new("acme"))]);
+    let (code, _, err) = r.run(&["produce", "--wait", "120", "--jsonl", &lines_file(&r)]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+    (r, w)
+}
+
 /// acme starts in indexes of its own; a rebuild with `globex` configured
 /// moves acme to the shared indexes and globex to its own, while a worker
 /// started with the old configuration keeps applying (it follows the
@@ -67,12 +77,8 @@ fn verify_is_clean(r: &Rig, args: &[&str], checked: u64) {
 /// `verify` and the model agree before and after.
 #[test]
 fn a_dedicated_tenant_lives_in_its_own_indexes_and_moves_by_a_rebuild_on_elasticsearch() {
-    let r = Rig::elastic(3);
-    let url = r.index.display().to_string();
-    let prefix = crate::common::elastic::prefix();
-    let w = Worker::start_env(&r.cfg, &r.group, &r.index, &[], &[(DEDICATED, OsStr::new("acme"))]);
-    let (code, _, err) = r.run(&["produce", "--wait", "120", "--jsonl", &lines_file(&r)]);
-    assert_eq!(code, 0, "{err}\n{}", w.log());
+    let (r, w) = acme_dedicated_with_three_tenants();
+    let (url, prefix) = (r.index.display().to_string(), crate::common::elastic::prefix());
     assert_matches_topic_model(&r.cfg, &r.index);
 
     // acme's documents are in its own indexes, and only there.
@@ -181,12 +187,8 @@ fn corrupt_own(r: &Rig, tenant: &str, id: &str, contents: &str) {
 /// index, are refused.
 #[test]
 fn a_tenant_is_rebuilt_alone_while_every_tenant_is_served_and_updated_on_elasticsearch() {
-    let r = Rig::elastic(3);
-    let url = r.index.display().to_string();
-    let prefix = crate::common::elastic::prefix();
-    let w = Worker::start_env(&r.cfg, &r.group, &r.index, &[], &[(DEDICATED, OsStr::new("acme"))]);
-    let (code, _, err) = r.run(&["produce", "--wait", "120", "--jsonl", &lines_file(&r)]);
-    assert_eq!(code, 0, "{err}\n{}", w.log());
+    let (r, w) = acme_dedicated_with_three_tenants();
+    let (url, prefix) = (r.index.display().to_string(), crate::common::elastic::prefix());
     corrupt_own(&r, "acme", "f1", "changed behind the pipeline's back");
     crate::verify::corrupt(&r, "globex\u{1f}f1", "globex\u{1f}/docs", "changed behind the pipeline's back");
 

@@ -165,6 +165,30 @@ pub fn read_aliases(prefix: &str, tenant: &str, kind: Kind) -> [(String, Value);
     [(alias(prefix, kind), json!({"filter": filter, "is_write_index": false})), (tenant_alias(prefix, tenant, kind), json!({"filter": filter}))]
 }
 
+/// The `_aliases` actions that cut `tenant` over from revision `from` of
+/// its own indexes in generation `g` to revision `to` (the live writers
+/// fenced off `from` already, see `crate::index::tenant_generations`): the
+/// read alias and the tenant's move, the live write alias goes on `to`,
+/// and the rebuild's alias goes.
+pub fn revision_cutover_actions(prefix: &str, tenant: &str, g: u64, (from, to): (u32, u32)) -> Vec<Value> {
+    let mut actions = Vec::new();
+    for kind in KINDS {
+        let (old, new) = (dedicated_concrete(prefix, tenant, kind, g, from), dedicated_concrete(prefix, tenant, kind, g, to));
+        for name in [alias(prefix, kind), tenant_alias(prefix, tenant, kind)] {
+            actions.push(json!({"remove": {"index": old, "alias": name}}));
+        }
+        for (name, def) in read_aliases(prefix, tenant, kind) {
+            let mut add = def;
+            add["index"] = json!(new);
+            add["alias"] = json!(name);
+            actions.push(json!({ "add": add }));
+        }
+        actions.push(json!({"add": {"index": new, "alias": dedicated_write_alias(prefix, tenant, kind, g)}}));
+        actions.push(json!({"remove": {"index": new, "alias": rebuild_alias(prefix, tenant, kind, g, to)}}));
+    }
+    actions
+}
+
 /// The body that creates `tenant`'s own index of `kind` in generation `g`,
 /// with its write alias and, for a generation searched at once (the first
 /// one), its read aliases.
@@ -276,6 +300,31 @@ mod tests {
         assert!(body["aliases"]["denorm-t-acme-files-g0"].is_object());
         assert_eq!(body["aliases"]["denorm-files"]["is_write_index"], json!(false));
         assert!(create_body("denorm", "acme", Kind::File, 1, false)["aliases"].get("denorm-files").is_none());
+    }
+
+    #[test]
+    fn a_tenants_rebuild_cuts_its_aliases_over_from_one_revision_to_the_next() {
+        let actions = revision_cutover_actions("denorm", "acme", 1, (0, 1));
+        let files: Vec<String> = actions
+            .iter()
+            .filter(|a| a.to_string().contains("-files"))
+            .map(|a| {
+                let (op, body) = a.as_object().unwrap().iter().next().unwrap();
+                format!("{op} {} {}", body["alias"].as_str().unwrap(), body["index"].as_str().unwrap())
+            })
+            .collect();
+        assert_eq!(
+            files,
+            [
+                "remove denorm-files denorm-t-acme-files-000002",
+                "remove denorm-t-acme-files denorm-t-acme-files-000002",
+                "add denorm-files denorm-t-acme-files-000002-r1",
+                "add denorm-t-acme-files denorm-t-acme-files-000002-r1",
+                "add denorm-t-acme-files-g1 denorm-t-acme-files-000002-r1",
+                "remove denorm-t-acme-files-g1-r1 denorm-t-acme-files-000002-r1",
+            ]
+        );
+        assert_eq!(actions.len(), 18);
     }
 
     #[test]

@@ -30,7 +30,7 @@ async fn creates_indexes_behind_aliases_with_the_mapping() {
     // The first generation's placement is recorded, before its indexes:
     // every tenant shared.
     let placement = received.iter().position(|r| r.url.path() == "/denorm-meta/_create/placement").expect("the placement recorded");
-    assert_eq!(serde_json::from_slice::<Value>(&received[placement].body).unwrap(), json!({"dedicated": []}));
+    assert_eq!(serde_json::from_slice::<Value>(&received[placement].body).unwrap(), json!({"dedicated": [], "revisions": {}}));
     assert!(received.iter().position(|r| r.url.path() == "/denorm-files-000001").unwrap() > placement);
     let creates: Vec<Request> = received.into_iter().filter(|r| r.method.as_str() == "PUT").collect();
     // Review finding 6: the meta index is created, with nothing in its
