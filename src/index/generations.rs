@@ -177,6 +177,12 @@ pub trait Generations: Send + Sync {
     fn owner_conflicts(&self) -> Vec<String> {
         Vec::new()
     }
+    /// The tenants whose own indexes a rebuild of one tenant
+    /// (`rebuild --tenant`) is rebuilding now: a rebuild of every tenant
+    /// waits for them. None where tenants have no indexes of their own.
+    fn tenant_rebuilds(&self) -> Result<Vec<String>, IndexError> {
+        Ok(Vec::new())
+    }
 }
 
 /// The record of the rebuild's state (`<index>/REBUILD`, the meta
@@ -355,6 +361,17 @@ impl Generations for ElasticGenerations {
     /// reach its indexes any more.
     fn owner_conflicts(&self) -> Vec<String> {
         self.backend.conflicts.as_ref().map(|c| c.lock().expect("conflicts lock").iter().cloned().collect()).unwrap_or_default()
+    }
+    fn tenant_rebuilds(&self) -> Result<Vec<String>, IndexError> {
+        let b = &self.backend;
+        let placement = self.block(placement::read(&b.client, &b.prefix, self.current()?))?;
+        let mut out = Vec::new();
+        for t in placement.dedicated() {
+            if self.meta(&crate::index::tenant_generations::state_record(t))?.is_some() {
+                out.push(t.to_string());
+            }
+        }
+        Ok(out)
     }
     fn remove(&self, g: u64, partitions: i32) -> Result<(), IndexError> {
         let recorded = self.meta(&names::meta_id(g, "log"))?.and_then(|v| v["partitions"].as_i64());

@@ -137,6 +137,14 @@ impl TenantGenerations {
     }
 }
 
+/// The record of the state of `tenant`'s rebuild (present while one is in
+/// progress).
+pub fn state_record(tenant: &str) -> String {
+    format!("t-{tenant}-rebuild")
+}
+
+impl TenantGenerations {}
+
 impl Generations for TenantGenerations {
     fn current(&self) -> Result<u64, IndexError> {
         Ok(u64::from(self.placement()?.revision(&self.tenant)))

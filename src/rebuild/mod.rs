@@ -140,6 +140,9 @@ pub enum RebuildError {
     /// `rebuild --tenant` while a rebuild of every tenant is in progress.
     #[error("a rebuild of every tenant is in progress: let it finish (or `denorm rebuild --abandon` it) before rebuilding tenant {tenant} alone")]
     TenantDuringRebuild { tenant: String },
+    /// A rebuild of every tenant while one tenant's is in progress.
+    #[error("a rebuild of tenant {tenant}'s own indexes is in progress: let it finish (`denorm rebuild --tenant {tenant}` resumes it) or give it up (`denorm rebuild --tenant {tenant} --abandon`) before rebuilding every tenant")]
+    DuringTenantRebuild { tenant: String },
     /// A rebuild begun by another number of members.
     #[error(
         "the rebuild of generation {generation} was begun by {recorded} member(s): resume it with --members {recorded} (and every \
@@ -289,6 +292,9 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         }
     }
     let current = index.current()?;
+    if let Some(t) = index.tenant_rebuilds()?.first() {
+        return Err(RebuildError::DuringTenantRebuild { tenant: t.clone() });
+    }
     let mut verified = None;
     let mut state = match m.leads() {
         true => begin(index, &kafka.topic, partitions, group, m.count)?,

@@ -184,7 +184,7 @@ fn corrupt_own(r: &Rig, tenant: &str, id: &str, contents: &str) {
 /// change is still there (the rebuild did not touch it), the live worker
 /// applies acme's commands after the cutover, and nothing is
 /// dead-lettered. A tenant in the shared indexes, and the embedded
-/// index, are refused.
+/// index, are refused, and so is a rebuild of every tenant meanwhile.
 #[test]
 fn a_tenant_is_rebuilt_alone_while_every_tenant_is_served_and_updated_on_elasticsearch() {
     let (r, w) = acme_dedicated_with_three_tenants();
@@ -233,6 +233,10 @@ fn a_tenant_is_rebuilt_alone_while_every_tenant_is_served_and_updated_on_elastic
     // Searches are served meanwhile, acme's from its current indexes.
     assert_eq!(search(&r, Some("globex"), &["files", "--under", "/papers"]).len(), 5);
     assert!(search(&r, Some("acme"), &["files", "--dir", "/docs/f0"]).is_empty(), "acme's rename sent while fenced is not applied yet");
+    // A rebuild of every tenant waits for it.
+    let (code, _, err) = r.run(&["rebuild", "--metrics-addr", "127.0.0.1:0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("a rebuild of tenant acme's own indexes is in progress"), "{err}");
     std::fs::remove_file(r.dir().join("tenant-faults").join("rebuild.fenced")).unwrap();
     let out = child.wait_with_output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
