@@ -70,6 +70,8 @@ fn answer(n: u64, acked: &AtomicU64, method: &str, path: &str, body: &[u8]) -> (
     match (method, path) {
         ("GET", "/_alias/denorm-files") => (200, json!({"denorm-files-000001": {"aliases": {"denorm-files": {"is_write_index": true}}}})),
         ("GET", "/denorm-meta/_doc/p0") => (404, json!({"_index": "denorm-meta", "_id": "p0", "found": false})),
+        // The generation's placement: none recorded, every tenant shared.
+        ("GET", "/denorm-meta/_doc/placement") => (404, json!({"_index": "denorm-meta", "_id": "placement", "found": false})),
         // The shard's claim of its partition when it opens.
         ("POST", "/denorm-meta/_create/p0") => (201, json!({"_index": "denorm-meta", "_id": "p0", "_version": 1, "result": "created", "_seq_no": 0, "_primary_term": 1})),
         (_, "/denorm-files-g0/_refresh" | "/denorm-files-g0,denorm-users-g0,denorm-posts-g0/_refresh") => (200, json!({"_shards": {"total": 1, "successful": 1, "failed": 0}})),

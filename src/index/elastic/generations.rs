@@ -153,11 +153,21 @@ pub async fn add_write_alias(client: &Elasticsearch, prefix: &str, kind: Kind, g
 }
 
 /// Makes every write to generation `g` (placed as `placement`) searchable.
+/// The shared indexes' write aliases must exist (after a cutover they do
+/// not: the writer follows the new generation). A tenant's own may be
+/// missing while a rebuild of that tenant fences the live writers off
+/// them (see `crate::index::tenant_generations`): nothing of that tenant
+/// is written then, and the other tenants' commits are published.
 pub async fn refresh(client: &Elasticsearch, prefix: &str, g: u64, placement: &Placement) -> Result<(), ElasticError> {
-    let names = placement.write_aliases(prefix, g);
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let r = client.indices().refresh(IndicesRefreshParts::Index(&refs)).send().await?;
-    super::complete_json(&format!("refreshing generation {g}"), r).await?;
+    let (shared, own): (Vec<String>, Vec<String>) = placement.write_aliases(prefix, g).into_iter().partition(|a| !a.starts_with(&format!("{prefix}-t-")));
+    for (names, fenced) in [(shared, false), (own, true)] {
+        if names.is_empty() {
+            continue;
+        }
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let r = client.indices().refresh(IndicesRefreshParts::Index(&refs)).ignore_unavailable(fenced).send().await?;
+        super::complete_json(&format!("refreshing generation {g}"), r).await?;
+    }
     Ok(())
 }
 
