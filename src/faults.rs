@@ -47,6 +47,8 @@
 //!   before it checks the live generation again and cuts over ([`hold`]).
 //! - `rebuild.fenced`: `rebuild --tenant` waits once it has fenced the
 //!   live workers off the tenant's indexes ([`hold`]).
+//! - `rebuild.tenant-aliases`: `rebuild --tenant` aborts between its
+//!   cutover's `_aliases` request and the placement's record of it.
 //! - `verify.replay`, `verify.round`, `verify.before-plan`: `denorm verify`
 //!   waits while the file exists ([`hold`]): once a round chose where it
 //!   stops, before its next round, and before its repair plan.

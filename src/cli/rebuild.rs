@@ -200,7 +200,8 @@ fn with_progress(run: impl FnOnce(&mut dyn FnMut(&Tick)) -> Result<denorm::rebui
         | RebuildError::VerifyOtherLog { .. }
         | RebuildError::TenantOtherLog { .. }
         | RebuildError::TenantDuringRebuild { .. }
-        | RebuildError::DuringTenantRebuild { .. }) => anyhow::Error::new(UsageError(e.to_string())),
+        | RebuildError::DuringTenantRebuild { .. }
+        | RebuildError::TenantCutOver { .. }) => anyhow::Error::new(UsageError(e.to_string())),
         e => anyhow::Error::new(e),
     });
     bar.finish_and_clear();

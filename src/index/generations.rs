@@ -189,6 +189,17 @@ pub trait Generations: Send + Sync {
 /// document `rebuild`).
 const STATE: &str = "rebuild";
 
+/// The name the record `name` of a rebuild of `tenant`'s own indexes
+/// (`rebuild --tenant`) is kept under: the rebuild's own (`rebuild`,
+/// `rebuild-member-I`) beside a rebuild of every tenant's; the others
+/// (the workers' settings) are the index's.
+pub fn tenant_record(tenant: &str, name: &str) -> String {
+    match name.starts_with(STATE) {
+        true => format!("t-{tenant}-{name}"),
+        false => name.to_string(),
+    }
+}
+
 /// The record of a member's report.
 fn member_record(member: u32) -> String {
     format!("{STATE}-member-{member}")
@@ -367,7 +378,7 @@ impl Generations for ElasticGenerations {
         let placement = self.block(placement::read(&b.client, &b.prefix, self.current()?))?;
         let mut out = Vec::new();
         for t in placement.dedicated() {
-            if self.meta(&crate::index::tenant_generations::state_record(t))?.is_some() {
+            if self.meta(&tenant_record(t, STATE))?.is_some() {
                 out.push(t.to_string());
             }
         }

@@ -91,9 +91,30 @@ impl TenantGenerations {
     /// Whether the live workers are fenced off the tenant's own indexes:
     /// its live write alias of files is on no index.
     pub fn fenced(&self) -> Result<bool, IndexError> {
+        Ok(self.live_on()?.is_empty())
+    }
+
+    /// Whether the live write alias of files is on revision `rev`: a
+    /// cutover to it was made (its placement may not say so yet, when the
+    /// rebuild stopped between the two).
+    pub fn live_on_revision(&self, rev: u64) -> Result<bool, IndexError> {
+        let b = &self.backend;
+        Ok(self.live_on()?.contains(&dedicated_concrete(&b.prefix, &self.tenant, Kind::File, self.shared, Self::rev(rev))))
+    }
+
+    /// The indexes the live write alias of files is on.
+    fn live_on(&self) -> Result<Vec<String>, IndexError> {
         let b = &self.backend;
         let name = dedicated_write_alias(&b.prefix, &self.tenant, Kind::File, self.shared);
-        Ok(self.block(generations::indexes_of_alias(&b.client, &name))?.is_empty())
+        self.block(generations::indexes_of_alias(&b.client, &name))
+    }
+
+    /// Records revision `rev` as the tenant's current one (the last step
+    /// of a cutover).
+    pub fn record_revision(&self, rev: u64) -> Result<(), IndexError> {
+        let b = &self.backend;
+        let placed = self.placement()?.with_revision(&self.tenant, Self::rev(rev));
+        self.block(placement::replace(&b.client, &b.prefix, self.shared, &placed))
     }
 
     /// Takes the live write aliases off revision `rev` (step 1 above).
@@ -130,17 +151,8 @@ impl TenantGenerations {
     /// beside a whole rebuild's (other records, such as the workers'
     /// settings, are the index's).
     fn record_name(&self, name: &str) -> String {
-        match name.starts_with("rebuild") {
-            true => format!("t-{}-{name}", self.tenant),
-            false => name.to_string(),
-        }
+        super::generations::tenant_record(&self.tenant, name)
     }
-}
-
-/// The record of the state of `tenant`'s rebuild (present while one is in
-/// progress).
-pub fn state_record(tenant: &str) -> String {
-    format!("t-{tenant}-rebuild")
 }
 
 impl TenantGenerations {}
@@ -215,8 +227,11 @@ impl Generations for TenantGenerations {
         })?;
         let actions = placement::revision_cutover_actions(prefix, t, g, (Self::rev(from), Self::rev(to)));
         self.update_aliases(actions, &format!("cutting tenant {t} over to revision {to} of its indexes"))?;
-        let placed = self.placement()?.with_revision(t, Self::rev(to));
-        self.block(placement::replace(&b.client, prefix, g, &placed))
+        if crate::faults::active("rebuild.tenant-aliases").is_some() {
+            tracing::warn!("injected fault rebuild.tenant-aliases: aborting between the cutover's aliases and its record");
+            std::process::abort();
+        }
+        self.record_revision(to)
     }
     /// Deletes revision `g`'s indexes and its rebuild's checkpoints.
     fn remove(&self, g: u64, partitions: i32) -> Result<(), IndexError> {

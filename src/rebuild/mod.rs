@@ -140,6 +140,9 @@ pub enum RebuildError {
     /// `rebuild --tenant` while a rebuild of every tenant is in progress.
     #[error("a rebuild of every tenant is in progress: let it finish (or `denorm rebuild --abandon` it) before rebuilding tenant {tenant} alone")]
     TenantDuringRebuild { tenant: String },
+    /// `--abandon` of a tenant's rebuild whose cutover was made.
+    #[error("the rebuild of tenant {tenant}'s indexes cut over to revision {revision} already: run `denorm rebuild --tenant {tenant}` to finish it (nothing is given up)")]
+    TenantCutOver { tenant: String, revision: u64 },
     /// A rebuild of every tenant while one tenant's is in progress.
     #[error("a rebuild of tenant {tenant}'s own indexes is in progress: let it finish (`denorm rebuild --tenant {tenant}` resumes it) or give it up (`denorm rebuild --tenant {tenant} --abandon`) before rebuilding every tenant")]
     DuringTenantRebuild { tenant: String },

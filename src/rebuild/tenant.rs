@@ -57,6 +57,20 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
     let current = index.current()?;
     let mut state = begin(index, &kafka.topic, partitions, &group, 1)?;
     let target = state.generation;
+    if target != current && index.live_on_revision(target)? {
+        // Stopped between the cutover's aliases and its record: finished.
+        info!(tenant = %index.tenant, revision = target, "the cutover was made: recording it");
+        index.record_revision(target)?;
+        return finish(index, (current, target), partitions, keep_old).map(|()| Done {
+            generation: target,
+            partitions,
+            applied: 0,
+            elapsed: started.elapsed(),
+            skipped: Vec::new(),
+            verified: None,
+            cut_over_by: None,
+        });
+    }
     let conflicts_before = state.owner_conflicts_total;
     index.prepare(target)?;
     let run_group = format!("{}-{}", state.group, &uuid::Uuid::new_v4().simple().to_string()[..8]);
@@ -96,15 +110,22 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
         return Err(RebuildError::OwnerConflicts { generation: target, total: state.owner_conflicts_total, documents: state.owner_conflicts.clone() });
     }
     crate::kafka::delete_group(&kafka, &run_group, &runtime);
+    let applied = super::applied_of(&index.checkpoints_in(target, partitions)?, &watermarks(&consumer, &kafka.topic, partitions)?) as u64;
     index.cut_over(current, target, partitions)?;
     info!(tenant = %index.tenant, from = current, to = target, "cut over: the tenant's searches and live writes use the new revision");
-    let applied = super::applied_of(&index.checkpoints_in(target, partitions)?, &watermarks(&consumer, &kafka.topic, partitions)?) as u64;
-    if !keep_old {
-        index.remove(current, partitions)?;
-    }
-    index.remove_checkpoints(target, partitions)?;
-    index.clear_state()?;
+    finish(index, (current, target), partitions, keep_old)?;
     Ok(Done { generation: target, partitions, applied, elapsed: started.elapsed(), skipped: Vec::new(), verified: None, cut_over_by: None })
+}
+
+/// After the cutover from revision `from` to `to`: `from` is deleted
+/// (unless kept), and so are the rebuild's checkpoints and state.
+fn finish(index: &TenantGenerations, (from, to): (u64, u64), partitions: i32, keep_old: bool) -> Result<(), RebuildError> {
+    if !keep_old {
+        index.remove(from, partitions)?;
+    }
+    index.remove_checkpoints(to, partitions)?;
+    index.clear_state()?;
+    Ok(())
 }
 
 /// Gives up a tenant's rebuild that did not finish: the live workers get
@@ -117,6 +138,9 @@ pub fn abandon(index: &TenantGenerations, partitions: i32) -> Result<Option<u64>
         info!(tenant = %index.tenant, "the live workers have the tenant's indexes back");
     }
     let target = index.state().map_err(RebuildError::State)?.map(|s| s.generation).filter(|g| *g != current);
+    if let Some(g) = target.filter(|g| index.live_on_revision(*g).unwrap_or(true)) {
+        return Err(RebuildError::TenantCutOver { tenant: index.tenant.clone(), revision: g });
+    }
     if let Some(g) = target {
         index.remove(g, partitions)?;
     }

@@ -268,3 +268,28 @@ fn a_tenant_is_rebuilt_alone_while_every_tenant_is_served_and_updated_on_elastic
     assert_eq!(r.dlq_count()["total"], 0, "nothing dead-lettered while the live worker was fenced");
     drop(w);
 }
+
+/// A tenant's rebuild killed between its cutover's aliases and the
+/// placement's record of them: `--abandon` refuses (it would delete the
+/// indexes the live workers now write), and running the rebuild again
+/// finishes the cutover.
+#[test]
+fn a_tenants_rebuild_killed_in_its_cutover_is_finished_by_running_it_again_on_elasticsearch() {
+    let (r, w) = acme_dedicated_with_three_tenants();
+    let (url, prefix) = (r.index.display().to_string(), crate::common::elastic::prefix());
+    let killed = crate::rebuild::rebuild_in(&r, "tenant-faults", &[("rebuild.tenant-aliases", "")], &["--tenant", "acme"]).wait_with_output().unwrap();
+    assert!(!killed.status.success(), "{}", String::from_utf8_lossy(&killed.stderr));
+    let (code, _, err) = r.run(&["rebuild", "--tenant", "acme", "--abandon"]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("cut over to revision 1 already"), "{err}");
+    let (code, out, err) = r.run(&["rebuild", "--tenant", "acme", "--metrics-addr", "127.0.0.1:0"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("revision 1"), "{out}");
+    assert_eq!(count_of(&url, &format!("{prefix}-t-acme-files-000001"), "acme"), None, "the replaced revision is deleted");
+    assert_eq!(count_of(&url, &format!("{prefix}-t-acme-files-000001-r1"), "acme"), Some(5));
+    let (code, out, err) = r.run(&["rebuild", "--tenant", "acme", "--abandon"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("no rebuild of tenant acme in progress"), "{out}");
+    verify_is_clean(&r, &["--tenant", "acme"], 8);
+    drop(w);
+}

@@ -154,10 +154,16 @@ struct Running {
     sent: Arc<std::sync::atomic::AtomicUsize>,
 }
 
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+fn eventually(what: &str, check: impl FnMut() -> bool) {
+    eventually_within(Duration::from_secs(30), what, check);
+}
+
+/// [`eventually`] with its own bound (a long test in the debug build,
+/// under the suite's load).
+fn eventually_within(bound: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + bound;
     while !check() {
-        assert!(Instant::now() < deadline, "not within 30 s: {what}");
+        assert!(Instant::now() < deadline, "not within {bound:?}: {what}");
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -404,7 +410,12 @@ impl Running {
     }
 
     fn wait_next(&self, at_least: i64) {
-        eventually(&format!("offset {at_least} published (at {})", self.next()), || self.next() >= at_least);
+        self.wait_next_within(Duration::from_secs(30), at_least);
+    }
+
+    /// [`Running::wait_next`] with its own bound.
+    fn wait_next_within(&self, bound: Duration, at_least: i64) {
+        eventually_within(bound, &format!("offset {at_least} published (at {} when the wait began)", self.next()), || self.next() >= at_least);
     }
 
     /// Stops the applier (as a revoke or a shutdown does) and the feed; the
