@@ -362,7 +362,9 @@ impl Generations for ElasticGenerations {
         let b = &self.backend;
         // The live generation's refreshes and replicas, put back and
         // checked before anything searches the new one.
-        let (was, will) = (b.placement(from)?, b.placement(to)?);
+        // Read afresh: a tenant's rebuild may have changed a revision.
+        let was = self.block(placement::read(&b.client, &b.prefix, from))?;
+        let will = self.block(placement::read(&b.client, &b.prefix, to))?;
         self.block(bulk_load::restore(&b.client, &b.prefix, from, to, &will))?;
         self.put_meta(&names::meta_id(to, "log"), serde_json::json!({"topic": b.topic, "partitions": partitions}))?;
         self.block(generations::refresh(&b.client, &b.prefix, to, &will))?;

@@ -53,8 +53,11 @@ pub struct ElasticBackend {
     /// The placement a generation created by this backend gets (a rebuild's
     /// [`crate::index::Generations::prepare`]): `DENORM_ES_DEDICATED_TENANTS`.
     pub configured: Placement,
-    /// Each generation's placement as recorded: read once, as a
-    /// generation's placement never changes.
+    /// Each generation's placement as recorded, read once: its tenants
+    /// never change. A tenant's revision does (`rebuild --tenant`), which
+    /// the writers do not read: they write through aliases, which the
+    /// tenant's cutover moves. What names indexes reads the placement
+    /// afresh (searches, a cutover, deleting a generation).
     pub(super) placements: Arc<Mutex<HashMap<u64, Arc<Placement>>>>,
     /// Prefixed to the names of the partitions' meta documents (`p<N>`):
     /// a tenant's rebuild keeps its shards' checkpoints apart from the
