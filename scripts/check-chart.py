@@ -437,6 +437,7 @@ MUST_FAIL = [
     ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "elasticsearch_password": "x"}, "elasticsearch_password"),
     ({"kafka": {"brokers": "k:9092", "options": {"client.id": "a;b"}}, "elasticsearch": {"url": "http://es:9200"}}, "options"),
     ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://user:pw@es:9200"}}, "url"),
+    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200", "prefix": "search-t-acme"}}, "prefix"),
 ]
 
 

@@ -90,6 +90,31 @@ fn dedicated_tenants(list: &str) -> Result<Vec<String>, ElasticError> {
     Ok(out.into_iter().collect())
 }
 
+/// The longest `DENORM_ES_PREFIX`: a tenant's own index adds up to 150
+/// bytes to it (`-t-<tenant>-files-000001-r<revision>`), and Elasticsearch
+/// takes names of 255.
+pub const MAX_PREFIX_LEN: usize = 100;
+
+/// `DENORM_ES_PREFIX`, as Elasticsearch takes it in an index name
+/// (lowercase letters, digits, `_`, `.` and `-`, not first), and without
+/// [`super::names::TENANT_MARK`]: `<prefix>-t-<tenant>-files-000001` is a
+/// tenant's own index, so a prefix `search-t-acme` would name the shared
+/// index of one deployment and tenant `acme`'s own of the deployment
+/// `search`, and a name alone could not tell them apart.
+fn prefix(value: Option<String>) -> Result<String, ElasticError> {
+    let Some(p) = value else { return Ok("denorm".into()) };
+    let why = if p.is_empty() || p.len() > MAX_PREFIX_LEN {
+        format!("must be 1 to {MAX_PREFIX_LEN} bytes")
+    } else if !p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-')) || !p.as_bytes()[0].is_ascii_alphanumeric() {
+        "may hold only lowercase letters, digits, `_`, `.` and `-`, and must start with a letter or a digit".into()
+    } else if p.contains(super::names::TENANT_MARK) || p.ends_with("-t") {
+        format!("may not contain {:?} (it marks a tenant's own indexes) nor end with \"-t\"", super::names::TENANT_MARK)
+    } else {
+        return Ok(p);
+    };
+    Err(ElasticError::Config(format!("{} {p:?} {why}", env::PREFIX)))
+}
+
 impl ElasticConfig {
     /// Settings for `url`, credentials from `lookup` (the environment in
     /// production; a map in tests).
@@ -142,15 +167,7 @@ impl ElasticConfig {
             },
         };
         let dedicated = dedicated_tenants(lookup(env::DEDICATED_TENANTS).as_deref().unwrap_or(""))?;
-        Ok(ElasticConfig {
-            url,
-            auth,
-            ca_cert: lookup(env::CA_CERT).map(PathBuf::from),
-            prefix: lookup(env::PREFIX).unwrap_or_else(|| "denorm".into()),
-            timeout: REQUEST_TIMEOUT,
-            meta_shards,
-            dedicated,
-        })
+        Ok(ElasticConfig { url, auth, ca_cert: lookup(env::CA_CERT).map(PathBuf::from), prefix: prefix(lookup(env::PREFIX))?, timeout: REQUEST_TIMEOUT, meta_shards, dedicated })
     }
 
     pub fn from_env(url: &str) -> Result<Self, ElasticError> {
@@ -230,6 +247,16 @@ mod tests {
         assert_eq!(cfg(&[(env::DEDICATED_TENANTS, " globex, acme,,acme ")]).unwrap().dedicated, vec!["acme", "globex"]);
         let e = cfg(&[(env::DEDICATED_TENANTS, "acme,Big Corp")]).unwrap_err().to_string();
         assert!(e.contains("DENORM_ES_DEDICATED_TENANTS names \"Big Corp\""), "{e}");
+    }
+
+    #[test]
+    fn refuses_a_prefix_elasticsearch_would_refuse_or_one_that_names_a_tenants_own_indexes() {
+        assert_eq!(cfg(&[]).unwrap().prefix, "denorm");
+        assert_eq!(cfg(&[(env::PREFIX, "search.v2_prod-1")]).unwrap().prefix, "search.v2_prod-1");
+        for bad in ["", "Denorm", "-denorm", "_x", "a b", "a*b", "search-t-acme", "search-t", &"x".repeat(101)] {
+            let e = cfg(&[(env::PREFIX, bad)]).unwrap_err().to_string();
+            assert!(e.contains(env::PREFIX), "{bad}: {e}");
+        }
     }
 
     #[test]

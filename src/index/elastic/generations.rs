@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 
 use super::mapping::create_body;
 use super::meta::delete_meta;
-use super::names::{alias, concrete, dedicated_concrete, generation_of, meta_id, write_alias, KINDS};
+use super::names::{self, alias, concrete, dedicated_concrete, generation_of, meta_id, write_alias, KINDS};
 use super::placement::Placement;
 use super::{json_or_status, ElasticError};
 use crate::index::Kind;
@@ -66,8 +66,7 @@ pub(super) async fn read_generation(client: &Elasticsearch, prefix: &str, kind: 
     let read = alias(prefix, kind);
     // The read alias is on the tenants' own indexes too (see
     // [`super::placement`]): the generation is the shared index's.
-    let own = format!("{prefix}-t-");
-    let indexes: Vec<String> = indexes_of_alias(client, &read).await?.into_iter().filter(|i| !i.starts_with(&own)).collect();
+    let indexes: Vec<String> = indexes_of_alias(client, &read).await?.into_iter().filter(|i| !names::is_tenants_own(i)).collect();
     match indexes.as_slice() {
         [] => Ok(None),
         [index] => {
@@ -159,7 +158,7 @@ pub async fn add_write_alias(client: &Elasticsearch, prefix: &str, kind: Kind, g
 /// them (see `crate::index::tenant_generations`): nothing of that tenant
 /// is written then, and the other tenants' commits are published.
 pub async fn refresh(client: &Elasticsearch, prefix: &str, g: u64, placement: &Placement) -> Result<(), ElasticError> {
-    let (shared, own): (Vec<String>, Vec<String>) = placement.write_aliases(prefix, g).into_iter().partition(|a| !a.starts_with(&format!("{prefix}-t-")));
+    let (shared, own): (Vec<String>, Vec<String>) = placement.write_aliases(prefix, g).into_iter().partition(|a| !names::is_tenants_own(a));
     for (names, fenced) in [(shared, false), (own, true)] {
         if names.is_empty() {
             continue;

@@ -37,8 +37,18 @@ pub const TENANT_FIELD: &str = "tenant";
 /// so its reads and writes always agree.
 pub fn routing<'a>(index: &str, id: &'a str) -> Option<&'a str> {
     let tenant = crate::command::tenant::of(id)?;
-    let own = index.split_once("-t-").is_some_and(|(_, rest)| rest.strip_prefix(tenant).is_some_and(|r| r.starts_with('-')));
+    let own = index.split_once(TENANT_MARK).is_some_and(|(_, rest)| rest.strip_prefix(tenant).is_some_and(|r| r.starts_with('-')));
     (!own).then_some(tenant)
+}
+
+/// What follows the prefix in a tenant's own index or alias:
+/// `<prefix>-t-<tenant>-...`. The configuration refuses a prefix that holds
+/// it, so a name holds it exactly when it names a tenant's own.
+pub const TENANT_MARK: &str = "-t-";
+
+/// Whether `name` (an index or an alias) is a tenant's own, not shared.
+pub fn is_tenants_own(name: &str) -> bool {
+    name.contains(TENANT_MARK)
 }
 
 pub fn kind_name(kind: Kind) -> &'static str {
@@ -102,7 +112,7 @@ pub const PLACEMENT: &str = "placement";
 /// A tenant's read alias of `kind`: filtered to its documents on the
 /// shared index, or on its own index when the tenant has one.
 pub fn tenant_alias(prefix: &str, tenant: &str, kind: Kind) -> String {
-    format!("{prefix}-t-{tenant}-{}", kind_name(kind))
+    format!("{prefix}{TENANT_MARK}{tenant}-{}", kind_name(kind))
 }
 
 /// A tenant's own concrete index of `kind` in generation `g`, as rebuilt

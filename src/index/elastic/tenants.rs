@@ -26,7 +26,7 @@ pub fn alias_action(index: &str, name: &str, tenant: &str) -> Value {
 /// `index` and put it, with its filter and routing, on `to`.
 pub fn moved(found: &Value, prefix: &str, kind: Kind, index: &str, to: &str) -> Vec<Value> {
     let own = format!("-{}", kind_name(kind));
-    let start = format!("{prefix}-t-");
+    let start = format!("{prefix}{}", super::names::TENANT_MARK);
     let aliases = found[index]["aliases"].as_object().into_iter().flatten();
     aliases
         .filter(|(name, _)| name.starts_with(&start) && name.ends_with(&own))
