@@ -139,12 +139,8 @@ impl TenantGenerations {
     /// Deletes the checkpoints revision `rev`'s rebuild kept.
     pub fn remove_checkpoints(&self, rev: u64, partitions: i32) -> Result<(), IndexError> {
         let b = self.backend.placed(self.shared, Placement::default(), &self.scope(rev));
-        for p in 0..partitions {
-            let id = b.partition_meta(self.shared, p);
-            self.block(super::elastic::parked::remove(&b.client, &b.prefix, &id))?;
-            self.block(meta::delete_meta(&b.client, &b.prefix, &id))?;
-        }
-        Ok(())
+        let ids: Vec<String> = (0..partitions).map(|p| b.partition_meta(self.shared, p)).collect();
+        self.block(super::elastic::generations::remove_partition_meta(&b.client, &b.prefix, &ids))
     }
 
     /// The name a rebuild record of this tenant is kept under: its own,
@@ -154,8 +150,6 @@ impl TenantGenerations {
         super::generations::tenant_record(&self.tenant, name)
     }
 }
-
-impl TenantGenerations {}
 
 impl Generations for TenantGenerations {
     fn current(&self) -> Result<u64, IndexError> {

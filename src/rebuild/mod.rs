@@ -242,6 +242,34 @@ pub fn applied_of(checkpoints: &BTreeMap<i32, Checkpoint>, ends: &[(i64, i64)]) 
 /// broker before the rebuild gives up.
 const BROKER_SILENCE: Duration = Duration::from_secs(120);
 
+/// The partitions whose start retention deleted (partition, first offset
+/// left), of a topic with watermarks `marks`: refused unless `accept_gaps`,
+/// as a replay would miss commands.
+pub(super) fn retention_gaps(topic: &str, marks: &[(i64, i64)], accept_gaps: bool) -> Result<Vec<(i32, i64)>, RebuildError> {
+    let skipped: Vec<(i32, i64)> = (0..).zip(marks).filter(|(_, (low, _))| *low > 0).map(|(p, (low, _))| (p, *low)).collect();
+    match skipped.first() {
+        Some(&(p, low)) if !accept_gaps => return Err(RebuildError::Retention { topic: topic.to_string(), partition: p as usize, low }),
+        Some(_) => warn!(topic, skipped = ?skipped, "retention deleted the start of these partitions (partition, first offset left): rebuilding from what is left (--accept-gaps)"),
+        None => {}
+    }
+    Ok(skipped)
+}
+
+/// The configuration of a rebuild's worker in the consumer group
+/// `run_group`: it replays `of` as the live workers decided (below), and
+/// writes none of the operators' requests (dead-letter markers) the live
+/// run carried out again.
+pub(super) fn replay_config(index: &dyn Generations, kafka: &KafkaConfig, run_group: &str, (takeover_waits, any_partitioner): (bool, bool), of: ReplayOf) -> Result<WorkerConfig, RebuildError> {
+    let mut cfg = WorkerConfig::new(kafka.clone(), run_group.to_string());
+    cfg.takeover_waits = takeover_waits;
+    cfg.any_partitioner = any_partitioner;
+    replay_as_recorded(index, &mut cfg)?;
+    let dlq = crate::dlq::default_topic(&kafka.topic);
+    let (letters, markers) = crate::dlq::admin::read(kafka, &dlq).map_err(|source| RebuildError::Markers { topic: dlq.clone(), source })?;
+    cfg.mode = Mode::Replay(Replay { markers_written: Arc::new(markers.iter().filter_map(|m| m.id()).collect()), letters_written: Arc::new(crate::worker::letters_written(&letters)), of });
+    Ok(cfg)
+}
+
 /// The replay decides as the live workers did (review of verify, F20):
 /// with the settings they recorded in the index (abort policy, message
 /// size limit, schema registry, partitioner rule, attempts). An index no
@@ -272,12 +300,7 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
     let started = Instant::now();
     let consumer: BaseConsumer = kafka.client_config().create().map_err(KafkaSetupError::from)?;
     let marks = watermarks(&consumer, &kafka.topic, partitions)?;
-    let skipped: Vec<(i32, i64)> = (0..).zip(&marks).filter(|(_, (low, _))| *low > 0).map(|(p, (low, _))| (p, *low)).collect();
-    match skipped.first() {
-        Some(&(p, low)) if !accept_gaps => return Err(RebuildError::Retention { topic: kafka.topic.clone(), partition: p as usize, low }),
-        Some(_) => warn!(topic = %kafka.topic, skipped = ?skipped, "retention deleted the start of these partitions (partition, first offset left): rebuilding from what is left (--accept-gaps)"),
-        None => {}
-    }
+    let skipped = retention_gaps(&kafka.topic, &marks, accept_gaps)?;
     // Rebuilt from the topic the live generation was built from, the new one
     // must also reach the live one's checkpoints; from another topic (after
     // `denorm migrate`) their offsets are not comparable.
@@ -319,22 +342,10 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
             1 => format!("{}-{}", state.group, &uuid::Uuid::new_v4().simple().to_string()[..8]),
             _ => state.group.clone(),
         };
-        let mut cfg = WorkerConfig::new(kafka.clone(), run_group.clone());
+        let mut cfg = replay_config(index, &kafka, &run_group, (takeover_waits, any_partitioner), ReplayOf::Rebuild { accept_gaps })?;
         if m.count > 1 {
             cfg.instance_id = Some(format!("member-{}", m.me));
         }
-        cfg.takeover_waits = takeover_waits;
-        cfg.any_partitioner = any_partitioner;
-        replay_as_recorded(index, &mut cfg)?;
-        // The markers of the operators' requests the live run carried out
-        // (the rebuild replays the requests: it writes none of them again).
-        let dlq = crate::dlq::default_topic(&kafka.topic);
-        let (letters, markers) = crate::dlq::admin::read(&kafka, &dlq).map_err(|source| RebuildError::Markers { topic: dlq.clone(), source })?;
-        cfg.mode = Mode::Replay(Replay {
-            markers_written: Arc::new(markers.iter().filter_map(|m| m.id()).collect()),
-            letters_written: Arc::new(crate::worker::letters_written(&letters)),
-            of: ReplayOf::Rebuild { accept_gaps },
-        });
         info!(group = %run_group, member = m.me, members = m.count, "the rebuild's worker joins a consumer group of its own (it commits no offsets there; members of one rebuild share it)");
         let b = build::Build {
             kafka: &kafka,

@@ -10,12 +10,12 @@ use std::time::Instant;
 use rdkafka::consumer::BaseConsumer;
 use tracing::info;
 
-use super::{begin, build, replay_as_recorded, Done, Members, RebuildError, Tick};
+use super::{begin, build, Done, Members, RebuildError, Tick};
 use crate::http::Health;
 use crate::index::generations::Generations;
 use crate::index::tenant_generations::TenantGenerations;
 use crate::kafka::{watermarks, KafkaConfig, KafkaSetupError};
-use crate::worker::{KeySample, Mode, Replay, ReplayOf, WorkerConfig};
+use crate::worker::{KeySample, ReplayOf};
 
 /// What a tenant's rebuild needs.
 pub struct TenantRebuild<'a> {
@@ -39,9 +39,7 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
     let started = Instant::now();
     let consumer: BaseConsumer = kafka.client_config().create().map_err(KafkaSetupError::from)?;
     let marks = watermarks(&consumer, &kafka.topic, partitions)?;
-    if let Some((p, (low, _))) = (0..).zip(&marks).find(|(_, (low, _))| *low > 0) {
-        return Err(RebuildError::Retention { topic: kafka.topic.clone(), partition: p as usize, low: *low });
-    }
+    super::retention_gaps(&kafka.topic, &marks, false)?;
     // The live generation's offsets are the ones the new revision's are
     // compared with, and its placement is the one rebuilt.
     let recorded = index.recorded_topic()?;
@@ -74,18 +72,8 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
     let conflicts_before = state.owner_conflicts_total;
     index.prepare(target)?;
     let run_group = format!("{}-{}", state.group, &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let mut cfg = WorkerConfig::new(kafka.clone(), run_group.clone());
-    cfg.takeover_waits = takeover_waits;
-    cfg.any_partitioner = any_partitioner;
-    replay_as_recorded(index, &mut cfg)?;
-    let dlq = crate::dlq::default_topic(&kafka.topic);
-    let (letters, markers) = crate::dlq::admin::read(&kafka, &dlq).map_err(|source| RebuildError::Markers { topic: dlq.clone(), source })?;
     let keys = KeySample { tenant: Some(index.tenant.clone()), ..Default::default() };
-    cfg.mode = Mode::Replay(Replay {
-        markers_written: Arc::new(markers.iter().filter_map(|m| m.id()).collect()),
-        letters_written: Arc::new(crate::worker::letters_written(&letters)),
-        of: ReplayOf::Tenant { keys: Arc::new(keys) },
-    });
+    let cfg = super::replay_config(index, &kafka, &run_group, (takeover_waits, any_partitioner), ReplayOf::Tenant { keys: Arc::new(keys) })?;
     info!(tenant = %index.tenant, revision = target, group = %run_group, "rebuilding a tenant's own indexes into a new revision");
     // Caught up with the live workers, the rebuild fences them off the
     // tenant's indexes, its worker running: from then on they apply

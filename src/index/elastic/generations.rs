@@ -223,11 +223,20 @@ pub async fn remove(client: &Elasticsearch, prefix: &str, g: u64, partitions: i3
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let r = client.indices().delete(IndicesDeleteParts::Index(&refs)).ignore_unavailable(true).send().await?;
     json_or_status(&format!("deleting generation {g}"), r).await?;
-    for p in 0..partitions {
-        super::parked::remove(client, prefix, &meta_id(g, &format!("p{p}"))).await?;
-    }
-    for id in (0..partitions).map(|p| meta_id(g, &format!("p{p}"))).chain([meta_id(g, "log"), meta_id(g, super::names::SWEEP), meta_id(g, super::names::PLACEMENT)]) {
+    let partition_meta: Vec<String> = (0..partitions).map(|p| meta_id(g, &format!("p{p}"))).collect();
+    remove_partition_meta(client, prefix, &partition_meta).await?;
+    for id in [meta_id(g, "log"), meta_id(g, super::names::SWEEP), meta_id(g, super::names::PLACEMENT)] {
         delete_meta(client, prefix, &id).await?;
+    }
+    Ok(())
+}
+
+/// Deletes partitions' meta documents (`ids`: their checkpoints) and the
+/// fan-outs each parked.
+pub async fn remove_partition_meta(client: &Elasticsearch, prefix: &str, ids: &[String]) -> Result<(), ElasticError> {
+    for id in ids {
+        super::parked::remove(client, prefix, id).await?;
+        delete_meta(client, prefix, id).await?;
     }
     Ok(())
 }
