@@ -254,6 +254,7 @@ fn show_status(kafka: &KafkaConfig, index: &dyn Generations, json: bool) -> anyh
             "current_applied": s.current_applied,
             "end": s.end,
             "rebuild": s.rebuild.map(|(g, applied)| serde_json::json!({"generation": g, "applied": applied})),
+            "tenant_rebuilds": s.tenant_rebuilds,
         });
         println!("{v}");
         return Ok(());
@@ -263,6 +264,9 @@ fn show_status(kafka: &KafkaConfig, index: &dyn Generations, json: bool) -> anyh
     match s.rebuild {
         Some((g, applied)) => println!("rebuild in progress: generation {g}, {applied} of {} commands applied (run `denorm rebuild` to resume it)", s.end),
         None => println!("no rebuild in progress"),
+    }
+    for t in &s.tenant_rebuilds {
+        println!("rebuild of tenant {t}'s own indexes in progress (run `denorm rebuild --tenant {t}` to resume it, or add --abandon)");
     }
     Ok(())
 }

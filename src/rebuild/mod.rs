@@ -487,6 +487,8 @@ pub struct Status {
     pub end: i64,
     /// The generation being rebuilt and what it has applied.
     pub rebuild: Option<(u64, i64)>,
+    /// The tenants whose own indexes a `rebuild --tenant` is rebuilding.
+    pub tenant_rebuilds: Vec<String>,
 }
 
 /// The rebuild to resume (its state is recorded: a run that did not finish),
@@ -557,7 +559,8 @@ pub fn status(kafka: &KafkaConfig, index: &dyn Generations) -> Result<Status, Re
         Some(g) => Some((g, applied(g)?)),
         None => None,
     };
-    Ok(Status { current, generations, current_applied, end, rebuild })
+    let tenant_rebuilds = index.tenant_rebuilds()?;
+    Ok(Status { current, generations, current_applied, end, rebuild, tenant_rebuilds })
 }
 
 #[cfg(test)]

@@ -80,8 +80,11 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
     // nothing of the tenant, and the rebuild goes on until it has applied
     // what the topic holds after the fence (a run resumed after the fence
     // fences no more).
+    let fenced_at = std::cell::Cell::new(None);
     let fence = || -> Result<(), RebuildError> {
+        crate::faults::hold("rebuild.caught-up");
         index.fence(current)?;
+        fenced_at.set(Some(Instant::now()));
         info!(tenant = %index.tenant, "the live workers are fenced off the tenant's indexes (their writes of it wait) until the cutover");
         crate::faults::hold("rebuild.fenced");
         Ok(())
@@ -100,7 +103,10 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
     crate::kafka::delete_group(&kafka, &run_group, &runtime);
     let applied = super::applied_of(&index.checkpoints_in(target, partitions)?, &watermarks(&consumer, &kafka.topic, partitions)?) as u64;
     index.cut_over(current, target, partitions)?;
-    info!(tenant = %index.tenant, from = current, to = target, "cut over: the tenant's searches and live writes use the new revision");
+    // How long the live workers' writes of the tenant waited (unknown to
+    // a run resumed after its fence).
+    let fenced_ms = fenced_at.get().map(|t| t.elapsed().as_millis() as u64);
+    info!(tenant = %index.tenant, from = current, to = target, fenced_ms, "cut over: the tenant's searches and live writes use the new revision");
     finish(index, (current, target), partitions, keep_old)?;
     Ok(Done { generation: target, partitions, applied, elapsed: started.elapsed(), skipped: Vec::new(), verified: None, cut_over_by: None })
 }

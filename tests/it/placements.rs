@@ -219,9 +219,20 @@ fn a_tenant_is_rebuilt_alone_while_every_tenant_is_served_and_updated_on_elastic
     // "index gone" and are retried) and are applied after the cutover.
     // (Sent without waiting for them to be applied: a partition holding
     // one of acme's commands waits while the rebuild is held.)
-    let child = crate::rebuild::rebuild_in(&r, "tenant-faults", &[("rebuild.fenced", "")], &["--tenant", "acme"]);
+    let child = crate::rebuild::rebuild_in(&r, "tenant-faults", &[("rebuild.caught-up", ""), ("rebuild.fenced", "")], &["--tenant", "acme"]);
     let produced = r.run(&["produce", "--jsonl", during.to_str().unwrap()]);
     assert_eq!(produced.0, 0, "{}", produced.2);
+    // Between the rebuild's catch-up and its fence, the live worker
+    // applies one of acme's files to the current revision, and commits it:
+    // the new revision must have it too. (The rebuild builds on after its
+    // fence until it has what the live worker committed; its own worker
+    // reads on meanwhile, so this passes without that too: a test that
+    // makes the rebuild's worker lag at that moment is not written.)
+    let reached = r.dir().join("tenant-faults").join("rebuild.caught-up.reached");
+    eventually(std::time::Duration::from_secs(120), || "the rebuild never caught up".into(), || reached.exists().then_some(()));
+    let (code, _, err) = r.run(&["produce", "--tenant", "acme", "--wait", "120", "upsert-file", "--id", "c1", "--path", "/caught/c1.txt", "--contents", "caught words"]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+    std::fs::remove_file(r.dir().join("tenant-faults").join("rebuild.caught-up")).unwrap();
     let reached = r.dir().join("tenant-faults").join("rebuild.fenced.reached");
     eventually(std::time::Duration::from_secs(120), || "the rebuild never fenced".into(), || reached.exists().then_some(()));
     let fenced = r.dir().join("fenced.jsonl");
@@ -240,6 +251,10 @@ fn a_tenant_is_rebuilt_alone_while_every_tenant_is_served_and_updated_on_elastic
     let (code, _, err) = r.run(&["rebuild", "--metrics-addr", "127.0.0.1:0"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("a rebuild of tenant acme's own indexes is in progress"), "{err}");
+    // `rebuild --status` shows it.
+    let (code, out, err) = r.run(&["rebuild", "--status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["tenant_rebuilds"], serde_json::json!(["acme"]), "{out}");
     std::fs::remove_file(r.dir().join("tenant-faults").join("rebuild.fenced")).unwrap();
     let out = child.wait_with_output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -255,13 +270,14 @@ fn a_tenant_is_rebuilt_alone_while_every_tenant_is_served_and_updated_on_elastic
 
     let (own, rebuilt_own) = (format!("{prefix}-t-acme-files-000001"), format!("{prefix}-t-acme-files-000001-r1"));
     assert_eq!(count_of(&url, &own, "acme"), None, "the replaced revision is deleted");
-    assert_eq!(count_of(&url, &rebuilt_own, "acme"), Some(5 + 20 + 1 + 1));
-    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-acme-files"), "acme"), 27);
+    assert_eq!(count_of(&url, &rebuilt_own, "acme"), Some(5 + 20 + 1 + 1 + 1));
+    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-acme-files"), "acme"), 28);
+    assert_eq!(search(&r, Some("acme"), &["files", "--under", "/caught"]).len(), 1, "acme's file applied live between the catch-up and the fence");
     let renamed = search(&r, Some("acme"), &["files", "--dir", "/docs/e1"]);
     assert_eq!(renamed.len(), 2, "acme's rename during the rebuild: {renamed:?}");
     let moved = search(&r, Some("acme"), &["files", "--dir", "/docs/f0"]);
     assert_eq!(moved.len(), 4, "acme's file and rename sent while fenced, applied after the cutover: {moved:?}");
-    verify_is_clean(&r, &["--tenant", "acme"], 5 + 20 + 1 + 1 + 3);
+    verify_is_clean(&r, &["--tenant", "acme"], 5 + 20 + 1 + 1 + 1 + 3);
     let (code, out, err) = r.run(&["verify", "--tenant", "globex", "--json"]);
     let globex = report_of(code, &out, &err);
     assert_eq!((code, globex["differences_total"].as_u64()), (1, Some(1)), "globex's change is not the rebuild's to mend: {globex}");
