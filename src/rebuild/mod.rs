@@ -318,13 +318,14 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         }
     }
     let current = index.current()?;
-    if let Some(t) = index.tenant_rebuilds()?.first() {
-        return Err(RebuildError::DuringTenantRebuild { tenant: t.clone() });
-    }
+    let tenants = || -> Result<Option<RebuildError>, RebuildError> { Ok(index.tenant_rebuilds()?.first().map(|t| RebuildError::DuringTenantRebuild { tenant: t.clone() })) };
     let mut verified = None;
     let mut state = match m.leads() {
-        true => begin(index, &kafka.topic, partitions, group, m.count)?,
-        false => members::await_state(index, &kafka.topic, partitions, m, members::BEGIN_WAIT)?,
+        true => begin_alone(index, (&kafka.topic, partitions, group, m.count), tenants)?,
+        false => match tenants()? {
+            Some(e) => return Err(e),
+            None => members::await_state(index, &kafka.topic, partitions, m, members::BEGIN_WAIT)?,
+        },
     };
     let conflicts_before = state.owner_conflicts_total;
     let target = state.generation;
@@ -489,6 +490,33 @@ pub struct Status {
     pub rebuild: Option<(u64, i64)>,
     /// The tenants whose own indexes a `rebuild --tenant` is rebuilding.
     pub tenant_rebuilds: Vec<String>,
+}
+
+/// [`begin`], where a rebuild of another kind may be in progress (of every
+/// tenant, or of one tenant's own indexes), which `other` reads: refused
+/// while it is. Each kind records its state before it reads the other's,
+/// so of two started at the same moment at least one sees the other (both
+/// may: then both refuse). A state recorded by this call is withdrawn when
+/// it refuses.
+pub(super) fn begin_alone(
+    index: &dyn Generations,
+    (topic, partitions, group, members): (&str, i32, &str, u32),
+    other: impl Fn() -> Result<Option<RebuildError>, RebuildError>,
+) -> Result<State, RebuildError> {
+    if let Some(e) = other()? {
+        return Err(e);
+    }
+    crate::faults::hold("rebuild.checked");
+    let fresh = index.state().map_err(RebuildError::State)?.is_none();
+    let state = begin(index, topic, partitions, group, members)?;
+    crate::faults::hold("rebuild.begun");
+    if let Some(e) = other()? {
+        if fresh {
+            index.clear_state()?;
+        }
+        return Err(e);
+    }
+    Ok(state)
 }
 
 /// The rebuild to resume (its state is recorded: a run that did not finish),

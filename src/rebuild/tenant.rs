@@ -10,7 +10,7 @@ use std::time::Instant;
 use rdkafka::consumer::BaseConsumer;
 use tracing::info;
 
-use super::{begin, build, Done, Members, RebuildError, Tick};
+use super::{build, Done, Members, RebuildError, Tick};
 use crate::http::Health;
 use crate::index::generations::Generations;
 use crate::index::tenant_generations::TenantGenerations;
@@ -49,11 +49,10 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
     if let Some(recorded) = index.recorded_partitions()?.filter(|n| *n != partitions) {
         return Err(RebuildError::PartitionsAdded { topic: kafka.topic.clone(), partitions, recorded });
     }
-    if crate::index::Backend::record(&index.backend, "rebuild")?.is_some() {
-        return Err(RebuildError::TenantDuringRebuild { tenant: index.tenant.clone() });
-    }
     let current = index.current()?;
-    let mut state = begin(index, &kafka.topic, partitions, &group, 1)?;
+    let whole =
+        || -> Result<Option<RebuildError>, RebuildError> { Ok(crate::index::Backend::record(&index.backend, "rebuild")?.map(|_| RebuildError::TenantDuringRebuild { tenant: index.tenant.clone() })) };
+    let mut state = super::begin_alone(index, (&kafka.topic, partitions, &group, 1), whole)?;
     let target = state.generation;
     if target != current && index.live_on_revision(target)? {
         // Stopped between the cutover's aliases and its record: finished.

@@ -307,5 +307,36 @@ fn a_tenants_rebuild_killed_in_its_cutover_is_finished_by_running_it_again_on_el
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("no rebuild of tenant acme in progress"), "{out}");
     verify_is_clean(&r, &["--tenant", "acme"], 8);
+
+    // A rebuild of acme and one of every tenant started at the same moment:
+    // each reads the other's record (none yet), then records its state,
+    // then reads the other's again (both held at each step). They do not
+    // both go on: released first, the rebuild of every tenant sees acme's
+    // and refuses, withdrawing its own; then acme's goes on. (Before, each
+    // read the other's record only before recording its own: both went on.)
+    let faults = [("rebuild.checked", ""), ("rebuild.begun", "")];
+    let tenant = crate::rebuild::rebuild_in(&r, "race-tenant", &faults, &["--tenant", "acme"]);
+    let whole = crate::rebuild::rebuild_in(&r, "race-whole", &faults, &[]);
+    let step = |dir: &str, point: &str| {
+        let reached = r.dir().join(dir).join(format!("{point}.reached"));
+        eventually(std::time::Duration::from_secs(60), || format!("{dir}: never reached {point}"), || reached.exists().then_some(()));
+    };
+    let both = ["race-tenant", "race-whole"];
+    both.iter().for_each(|dir| step(dir, "rebuild.checked"));
+    both.iter().for_each(|dir| std::fs::remove_file(r.dir().join(dir).join("rebuild.checked")).unwrap());
+    both.iter().for_each(|dir| step(dir, "rebuild.begun"));
+    std::fs::remove_file(r.dir().join("race-whole").join("rebuild.begun")).unwrap();
+    let out = whole.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "the rebuild of every tenant went on beside acme's: {err}");
+    assert!(err.contains("a rebuild of tenant acme's own indexes is in progress"), "{err}");
+    std::fs::remove_file(r.dir().join("race-tenant").join("rebuild.begun")).unwrap();
+    let out = tenant.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("revision 2"), "{}", String::from_utf8_lossy(&out.stdout));
+    let (code, out, err) = r.run(&["rebuild", "--status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((&status["rebuild"], &status["tenant_rebuilds"]), (&serde_json::Value::Null, &serde_json::json!([])), "{out}");
     drop(w);
 }

@@ -90,8 +90,8 @@ fn dedicated_tenants(list: &str) -> Result<Vec<String>, ElasticError> {
     Ok(out.into_iter().collect())
 }
 
-/// The longest `DENORM_ES_PREFIX`: a tenant's own index adds up to 150
-/// bytes to it (`-t-<tenant>-files-000001-r<revision>`), and Elasticsearch
+/// The longest `DENORM_ES_PREFIX`: a tenant's own index or alias adds up to 110
+/// bytes to it (`-t-<tenant>-files-g<generation>-r<revision>`), and Elasticsearch
 /// takes names of 255.
 pub const MAX_PREFIX_LEN: usize = 100;
 
