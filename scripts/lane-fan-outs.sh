@@ -10,10 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bound="${1:-2}" files="${2:-3000}"
 . scripts/lib.sh
-bin="$(release_binary)"
-state="$(mktemp -d)"
-trap 'kill "${worker:-0}" 2>/dev/null || true; stop_servers_in "$state"; rm -rf "$state"' EXIT
-servers_in "$state"
+measurement_setup
 es="$DENORM_INDEX"
 port=$((20000 + RANDOM % 20000))
 "$bin" topics --partitions 1 >/dev/null
@@ -28,6 +25,7 @@ for round in 32 "$bound"; do
   "$bin" run --partitions 1 --max-lane-fan-outs "$round" --page-size 250 --fan-out-page-pause-ms 100 \
     --metrics-addr "127.0.0.1:$port" > "$state/worker-$round.log" 2>&1 &
   worker=$!
+  pids="$pids $worker"
   "$bin" produce --jsonl "$state/files.jsonl" >/dev/null
   until "$bin" lag --json 2>/dev/null | grep -q '"total":0,'; do sleep 0.5; done
   for t in 0 1 2 3; do "$bin" produce rename --from "/t$t/a" --to "/t$t/moved" >/dev/null 2>&1; done

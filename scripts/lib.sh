@@ -82,3 +82,15 @@ stop_servers_in() {
   scripts/broker.sh stop "$1/broker" || true
   scripts/elastic.sh stop "$1/es" || true
 }
+
+# measurement_setup: what the measurement scripts start from. Builds the
+# release binary ($bin), makes a state directory ($state), starts a broker
+# and a noida-db in it (servers_in), and on exit kills the processes whose
+# ids the caller adds to $pids, stops both servers and removes $state.
+measurement_setup() {
+  bin="$(release_binary)"
+  state="$(mktemp -d)"
+  pids=""
+  trap 'kill $pids 2>/dev/null || true; stop_servers_in "$state"; rm -rf "$state"' EXIT
+  servers_in "$state"
+}

@@ -10,10 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 shards="${1:-4}" files="${2:-8000}" users="${3:-800}" posts="${4:-4000}"
 . scripts/lib.sh
-bin="$(release_binary)"
-state="$(mktemp -d)"
-trap 'stop_servers_in "$state"; rm -rf "$state"' EXIT
-servers_in "$state"
+measurement_setup
 es="$DENORM_INDEX"
 "$bin" topics --partitions 12 >/dev/null
 "$bin" generate --files "$files" --users "$users" --posts "$posts" --renamed-users $((users / 2)) > "$state/data.jsonl"
@@ -24,6 +21,7 @@ for n in 1 "$shards"; do
   start=$(date +%s.%N)
   "$bin" run --partitions 12 > "$state/worker-$n.log" 2>&1 &
   worker=$!
+  pids="$pids $worker"
   until "$bin" lag --json 2>/dev/null | grep -q '"total":0,'; do sleep 1; done
   took=$(echo "$(date +%s.%N) - $start" | bc)
   kill -TERM "$worker"; wait "$worker" || true

@@ -14,10 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 files="${1:-20000}" rate="${2:-100}"
 . scripts/lib.sh
-bin="$(release_binary)"
-state="$(mktemp -d)"
-trap 'kill "${worker:-0}" "${traffic:-0}" 2>/dev/null || true; stop_servers_in "$state"; rm -rf "$state"' EXIT
-servers_in "$state"
+measurement_setup
 export DENORM_ES_PREFIX=fence DENORM_GROUP=fence DENORM_ES_DEDICATED_TENANTS=acme
 "$bin" topics --partitions 4 >/dev/null
 python3 -c "
@@ -28,6 +25,7 @@ for t in ('acme', 'globex'):
 " > "$state/files.jsonl"
 "$bin" run --partitions 4 --metrics-addr 127.0.0.1:0 > "$state/worker.log" 2>&1 &
 worker=$!
+pids="$pids $worker"
 "$bin" produce --jsonl "$state/files.jsonl" >/dev/null
 until "$bin" lag --json 2>/dev/null | grep -q '"total":0,'; do
   kill -0 "$worker" 2>/dev/null || { echo "the worker exited:" >&2; cat "$state/worker.log" >&2; exit 1; }
@@ -54,6 +52,7 @@ for i in range($rate // 2):
   done
 ) &
 traffic=$!
+pids="$pids $traffic"
 
 # probe TENANT NAME: one file of TENANT; its produce -> searchable time,
 # in seconds, goes to $state/probe-NAME.
