@@ -54,19 +54,12 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
         || -> Result<Option<RebuildError>, RebuildError> { Ok(crate::index::Backend::record(&index.backend, "rebuild")?.map(|_| RebuildError::TenantDuringRebuild { tenant: index.tenant.clone() })) };
     let mut state = super::begin_alone(index, (&kafka.topic, partitions, &group, 1), whole)?;
     let target = state.generation;
+    let done = |applied| Done { generation: target, partitions, applied, elapsed: started.elapsed(), skipped: Vec::new(), verified: None, cut_over_by: None };
     if target != current && index.live_on_revision(target)? {
         // Stopped between the cutover's aliases and its record: finished.
         info!(tenant = %index.tenant, revision = target, "the cutover was made: recording it");
         index.record_revision(target)?;
-        return finish(index, (current, target), partitions, keep_old).map(|()| Done {
-            generation: target,
-            partitions,
-            applied: 0,
-            elapsed: started.elapsed(),
-            skipped: Vec::new(),
-            verified: None,
-            cut_over_by: None,
-        });
+        return finish(index, (current, target), partitions, keep_old).map(|()| done(0));
     }
     let conflicts_before = state.owner_conflicts_total;
     index.prepare(target)?;
@@ -107,7 +100,7 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
     let fenced_ms = fenced_at.get().map(|t| t.elapsed().as_millis() as u64);
     info!(tenant = %index.tenant, from = current, to = target, fenced_ms, "cut over: the tenant's searches and live writes use the new revision");
     finish(index, (current, target), partitions, keep_old)?;
-    Ok(Done { generation: target, partitions, applied, elapsed: started.elapsed(), skipped: Vec::new(), verified: None, cut_over_by: None })
+    Ok(done(applied))
 }
 
 /// After the cutover from revision `from` to `to`: `from` is deleted
@@ -131,10 +124,10 @@ pub fn abandon(index: &TenantGenerations, partitions: i32) -> Result<Option<u64>
         info!(tenant = %index.tenant, "the live workers have the tenant's indexes back");
     }
     let target = index.state().map_err(RebuildError::State)?.map(|s| s.generation).filter(|g| *g != current);
-    if let Some(g) = target.filter(|g| index.live_on_revision(*g).unwrap_or(true)) {
-        return Err(RebuildError::TenantCutOver { tenant: index.tenant.clone(), revision: g });
-    }
     if let Some(g) = target {
+        if index.live_on_revision(g)? {
+            return Err(RebuildError::TenantCutOver { tenant: index.tenant.clone(), revision: g });
+        }
         index.remove(g, partitions)?;
     }
     index.clear_state()?;
