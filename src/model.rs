@@ -171,7 +171,8 @@ pub fn serialized(logs: &[Vec<(i64, crate::codec::Decoded)>]) -> Result<(Model, 
                         Ok(_) => return Err(format!("partition {p} offset {offset}: a replayed move chunk, which the model does not cover")),
                         Err(e) => return Err(format!("partition {p} offset {offset}: a replay of a message that does not decode ({e})")),
                     },
-                    Decoded::Control(c) if c.action == Action::Resolve => None,
+                    // A tenant's move between placements: no effect on documents.
+                    Decoded::Control(c) if matches!(c.action, Action::Resolve | Action::Place) => None,
                     Decoded::Control(_) => return Err(format!("partition {p} offset {offset}: a DISCARD, which the model does not cover")),
                     Decoded::Move(_) => None,
                 };

@@ -71,7 +71,9 @@ pub struct RebuildArgs {
     /// Rebuild one tenant's own Elasticsearch indexes alone (a tenant named in
     /// DENORM_ES_DEDICATED_TENANTS when the current generation was created): its commands are
     /// replayed into a new revision while every tenant is served and updated, then that tenant
-    /// is cut over (with --abandon: give such a rebuild up). See docs/tenants.md
+    /// is cut over (with --abandon: give such a rebuild up). A tenant in the shared indexes
+    /// that DENORM_ES_DEDICATED_TENANTS names now moves into indexes of its own this way.
+    /// See docs/tenants.md
     #[arg(long, value_parser = super::parse_tenant, conflicts_with_all = ["status", "verify", "accept_gaps", "accept_owner_conflicts"])]
     tenant: Option<String>,
     #[command(flatten)]
@@ -158,16 +160,15 @@ async fn tenant_rebuild(cli: &Cli, a: &RebuildArgs, tenant: &str, manage: bool) 
     super::topics::check_lifetime(&kafka, "command topic").await?;
     let (group, keep_old, takeover_waits, any_partitioner) = (cli.group.clone(), a.keep_old, !a.cross_key.no_takeover_waits, a.cross_key.any_partitioner);
     let runtime = tokio::runtime::Handle::current();
+    if index.entering {
+        info!(tenant = %index.tenant, "the tenant is in the shared indexes, and DENORM_ES_DEDICATED_TENANTS names it: moving it into indexes of its own");
+    }
     tokio::task::spawn_blocking(move || {
         let r = denorm::rebuild::tenant::TenantRebuild { kafka, index: &index, group, partitions, keep_old, takeover_waits, any_partitioner, health, runtime };
         let done = with_progress(|shown| denorm::rebuild::tenant::run(r, shown))?;
-        println!(
-            "rebuilt tenant {}'s indexes as revision {} ({} of the log's commands read) in {:.1}s; its searches and live writes now use it",
-            index.tenant,
-            done.generation,
-            done.applied,
-            done.elapsed.as_secs_f64()
-        );
+        let t = &index.tenant;
+        let what = if index.entering { format!("moved tenant {t} from the shared indexes into indexes of its own") } else { format!("rebuilt tenant {t}'s indexes") };
+        println!("{} as revision {} ({} of the log's commands read) in {:.1}s; its searches and live writes now use it", what, done.generation, done.applied, done.elapsed.as_secs_f64());
         Ok(())
     })
     .await?

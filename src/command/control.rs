@@ -1,6 +1,7 @@
 //! Control messages (`schemas/control.avsc`): what an operator asks of the
-//! worker through the command topic (`denorm dlq reprocess` and `clear`;
-//! see [`crate::dlq`]).
+//! worker through the command topic (`denorm dlq reprocess` and `clear`,
+//! see [`crate::dlq`]; `denorm rebuild --tenant`, moving a tenant between
+//! placements).
 
 use serde::Serialize;
 
@@ -10,6 +11,10 @@ pub enum Action {
     Replay,
     Resolve,
     Discard,
+    /// A tenant moved between placements in generation
+    /// `origin_offset`: the live worker takes the placement recorded
+    /// (`through`: its count of moves).
+    Place,
 }
 
 impl Action {
@@ -18,10 +23,11 @@ impl Action {
             Action::Replay => "REPLAY",
             Action::Resolve => "RESOLVE",
             Action::Discard => "DISCARD",
+            Action::Place => "PLACE",
         }
     }
     pub fn parse(s: &str) -> Option<Action> {
-        [Action::Replay, Action::Resolve, Action::Discard].into_iter().find(|a| a.as_str() == s)
+        [Action::Replay, Action::Resolve, Action::Discard, Action::Place].into_iter().find(|a| a.as_str() == s)
     }
 }
 

@@ -480,6 +480,15 @@ pub trait Shard {
     fn generation(&self) -> u64 {
         0
     }
+    /// Whether this writer writes with a placement of tenants of generation
+    /// `generation` counting `moves` moves or more, or writes another
+    /// generation (a `PLACE` control message: a tenant moved between
+    /// placements, see docs/tenants.md). A writer that does not is
+    /// reopened, reading the placement afresh. Backends without placements
+    /// always do.
+    fn placement_taken(&self, _generation: u64, _moves: u64) -> bool {
+        true
+    }
     /// The last offset durably applied.
     fn applied(&self) -> Option<u64> {
         self.checkpoint().map(|c| c.offset)

@@ -162,7 +162,9 @@ impl Location {
             setup::ensure(&client, &es.prefix, es.meta_shards, &Placement::new(es.dedicated.clone())).await.map_err(|e| self.failed(e))?;
             setup::check_privileges(&client, &es.prefix, setup::MANAGE_PRIVILEGES).await.map_err(|e| self.failed(e))?;
         }
-        let backend = ElasticBackend::new(client, &es.prefix, topic, Handle::current());
+        let mut backend = ElasticBackend::new(client, &es.prefix, topic, Handle::current());
+        // What decides whether a tenant in the shared indexes moves.
+        backend.configured = Placement::new(es.dedicated.clone());
         let tenant = tenant.to_string();
         let opened = tokio::task::spawn_blocking(move || TenantGenerations::new(backend, &tenant)).await.map_err(|e| self.failed(IndexError::Rejected(e.to_string())))?;
         match opened {

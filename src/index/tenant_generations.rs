@@ -44,6 +44,9 @@ pub struct TenantGenerations {
     pub tenant: String,
     /// The shared generation whose tenant's own indexes are rebuilt.
     pub shared: u64,
+    /// The tenant is in the shared indexes, and its rebuild moves it into
+    /// indexes of its own (or is moving it: fenced, not cut over).
+    pub entering: bool,
 }
 
 impl TenantGenerations {
@@ -53,11 +56,16 @@ impl TenantGenerations {
         crate::command::tenant::validate(tenant).map_err(|e| IndexError::Rejected(e.to_string()))?;
         backend.conflicts.get_or_insert_with(Default::default);
         let shared = backend.generation()?;
-        let this = TenantGenerations { backend, tenant: tenant.to_string(), shared };
-        if !this.placement()?.is_dedicated(Some(tenant)) {
-            return Err(IndexError::Rejected(format!(
-                "tenant {tenant} is in the shared indexes of generation {shared}: a rebuild of one tenant replaces its own indexes. Give it indexes of its own first (DENORM_ES_DEDICATED_TENANTS naming it, then `denorm rebuild`, which moves it), or rebuild every tenant (`denorm rebuild`)"
-            )));
+        let mut this = TenantGenerations { backend, tenant: tenant.to_string(), shared, entering: false };
+        let placed = this.placement()?;
+        this.entering = placed.is_entering(tenant);
+        if !placed.is_dedicated(Some(tenant)) {
+            if !this.backend.configured.is_dedicated(Some(tenant)) {
+                return Err(IndexError::Rejected(format!(
+                    "tenant {tenant} is in the shared indexes of generation {shared}: a rebuild of one tenant replaces its own indexes, or moves it into indexes of its own when DENORM_ES_DEDICATED_TENANTS names it. Name it there to move it, or rebuild every tenant (`denorm rebuild`)"
+                )));
+            }
+            this.entering = true;
         }
         Ok(this)
     }
@@ -88,10 +96,86 @@ impl TenantGenerations {
         })
     }
 
-    /// Whether the live workers are fenced off the tenant's own indexes:
-    /// its live write alias of files is on no index.
-    pub fn fenced(&self) -> Result<bool, IndexError> {
+    /// Whether the live workers are fenced off the tenant's indexes: its
+    /// live write alias of files is on no index; for a tenant moving in
+    /// from the shared indexes, the placement says it is and the live
+    /// writer of every partition writes with that placement.
+    pub fn fenced(&self, partitions: i32) -> Result<bool, IndexError> {
+        if self.entering {
+            let p = self.placement()?;
+            return Ok(p.is_entering(&self.tenant) && self.unacknowledged(p.moves(), partitions)?.is_empty());
+        }
         Ok(self.live_on()?.is_empty())
+    }
+
+    /// The partitions whose live writer has not said that it writes with a
+    /// placement counting `moves` moves or more (see
+    /// [`placement::acknowledged_id`]).
+    pub fn unacknowledged(&self, moves: u64, partitions: i32) -> Result<Vec<i32>, IndexError> {
+        let b = &self.backend;
+        let mut behind = Vec::new();
+        for p in 0..partitions {
+            let ack = self.block(meta::get_meta(&b.client, &b.prefix, &placement::acknowledged_id(self.shared, p)))?;
+            if ack.and_then(|v| v["moves"].as_u64()).is_none_or(|m| m < moves) {
+                behind.push(p);
+            }
+        }
+        Ok(behind)
+    }
+
+    /// The fence of a tenant moving in from the shared indexes into
+    /// revision `rev` of its own: the placement records it as dedicated and
+    /// entering (unless it does already). The placement's count of moves,
+    /// which the live writers must take (`PLACE` control messages make
+    /// those opened before reopen).
+    pub fn fence_entering(&self, rev: u64) -> Result<u64, IndexError> {
+        let b = &self.backend;
+        let p = self.placement()?;
+        if p.is_entering(&self.tenant) {
+            return Ok(p.moves());
+        }
+        let fenced = p.entering(&self.tenant, Self::rev(rev));
+        self.block(placement::replace(&b.client, &b.prefix, self.shared, &fenced))?;
+        Ok(fenced.moves())
+    }
+
+    /// Gives a tenant moving in from the shared indexes back to them (a
+    /// move given up after its fence): the live writers' next write of it
+    /// fails, and their shards reopen with this placement.
+    pub fn unfence_entering(&self) -> Result<(), IndexError> {
+        let b = &self.backend;
+        let p = self.placement()?;
+        if p.is_entering(&self.tenant) {
+            let back = p.not_entering(&self.tenant, p.revision(&self.tenant).saturating_sub(1));
+            self.block(placement::replace(&b.client, &b.prefix, self.shared, &back))?;
+        }
+        Ok(())
+    }
+
+    /// After a move in from the shared indexes: deletes the tenant's
+    /// documents there (hidden from searches since the cutover).
+    pub fn remove_from_shared(&self) -> Result<(), IndexError> {
+        let b = &self.backend;
+        if !self.placement()?.is_hidden(&self.tenant) {
+            return Ok(());
+        }
+        let names: Vec<String> = KINDS.iter().map(|k| names::concrete(&b.prefix, *k, self.shared)).collect();
+        let t = self.tenant.as_str();
+        let deleted = self.block(async {
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let r = b
+                .client
+                .delete_by_query(elasticsearch::DeleteByQueryParts::Index(&refs))
+                .routing(&[t])
+                .conflicts(elasticsearch::params::Conflicts::Proceed)
+                .refresh(true)
+                .body(json!({"query": {"term": {names::TENANT_FIELD: t}}}))
+                .send()
+                .await?;
+            json_or_status(&format!("deleting tenant {t}'s documents from the shared indexes"), r).await
+        })?;
+        tracing::info!(tenant = t, deleted = deleted["deleted"].as_u64().unwrap_or(0), "the tenant's documents in the shared indexes deleted");
+        Ok(())
     }
 
     /// Whether the live write alias of files is on revision `rev`: a
@@ -113,7 +197,7 @@ impl TenantGenerations {
     /// of a cutover).
     pub fn record_revision(&self, rev: u64) -> Result<(), IndexError> {
         let b = &self.backend;
-        let placed = self.placement()?.with_revision(&self.tenant, Self::rev(rev));
+        let placed = self.placement()?.with_revision(&self.tenant, Self::rev(rev)).entered(&self.tenant);
         self.block(placement::replace(&b.client, &b.prefix, self.shared, &placed))
     }
 
@@ -152,8 +236,11 @@ impl TenantGenerations {
 }
 
 impl Generations for TenantGenerations {
+    /// The tenant's current revision (a tenant moving in from the shared
+    /// indexes: the one below the revision it is moving into).
     fn current(&self) -> Result<u64, IndexError> {
-        Ok(u64::from(self.placement()?.revision(&self.tenant)))
+        let p = self.placement()?;
+        Ok(u64::from(p.revision(&self.tenant)) - u64::from(p.is_entering(&self.tenant)))
     }
     fn list(&self) -> Result<Vec<u64>, IndexError> {
         let mut out = vec![self.current()?];
@@ -219,7 +306,21 @@ impl Generations for TenantGenerations {
             let r = b.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&refs)).send().await?;
             super::elastic::complete_json("refreshing a tenant's rebuilt indexes", r).await.map(drop)
         })?;
-        let actions = placement::revision_cutover_actions(prefix, t, g, (Self::rev(from), Self::rev(to)));
+        let placed = self.placement()?;
+        let actions = if placed.is_entering(t) {
+            // The tenant's filtered aliases on the shared indexes, where
+            // `denorm tenant alias` put them.
+            let mut filtered = Vec::new();
+            for kind in KINDS {
+                let name = names::tenant_alias(prefix, t, kind);
+                if self.block(generations::indexes_of_alias(&b.client, &name))?.contains(&names::concrete(prefix, kind, g)) {
+                    filtered.push(name);
+                }
+            }
+            placement::entering_cutover_actions(prefix, t, g, Self::rev(to), &placed.entered(t).shared_read_alias(), &filtered)
+        } else {
+            placement::revision_cutover_actions(prefix, t, g, (Self::rev(from), Self::rev(to)))
+        };
         self.update_aliases(actions, &format!("cutting tenant {t} over to revision {to} of its indexes"))?;
         if crate::faults::active("rebuild.tenant-aliases").is_some() {
             tracing::warn!("injected fault rebuild.tenant-aliases: aborting between the cutover's aliases and its record");

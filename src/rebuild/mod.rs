@@ -34,6 +34,7 @@
 
 mod build;
 pub mod members;
+mod placing;
 pub mod tenant;
 
 use std::collections::BTreeMap;

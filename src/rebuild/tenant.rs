@@ -1,7 +1,9 @@
 //! `denorm rebuild --tenant T` on Elasticsearch: a new revision of one
 //! tenant's own indexes, replayed from the topic (the tenant's commands
 //! only) while every tenant is served and updated, then cut over for that
-//! tenant alone. How the cutover hands the tenant from the live workers to
+//! tenant alone. A tenant in the shared indexes that the configuration
+//! names dedicated moves into its first own indexes this way (its fence:
+//! [`super::placing`]). How the cutover hands the tenant from the live workers to
 //! the new revision: [`crate::index::tenant_generations`].
 
 use std::sync::Arc;
@@ -75,13 +77,17 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
     let fenced_at = std::cell::Cell::new(None);
     let fence = || -> Result<(), RebuildError> {
         crate::faults::hold("rebuild.caught-up");
-        index.fence(current)?;
+        if index.entering {
+            super::placing::fence(index, &kafka, partitions, target, &runtime)?;
+        } else {
+            index.fence(current)?;
+        }
         fenced_at.set(Some(Instant::now()));
         info!(tenant = %index.tenant, "the live workers are fenced off the tenant's indexes (their writes of it wait) until the cutover");
         crate::faults::hold("rebuild.fenced");
         Ok(())
     };
-    let fenced = index.fenced()?;
+    let fenced = index.fenced(partitions)?;
     let members = Members { count: 1, me: 0 };
     let on_caught_up: Option<&dyn Fn() -> Result<(), RebuildError>> = if fenced { None } else { Some(&fence) };
     let b = build::Build { kafka: &kafka, consumer: &consumer, index, cfg, health, runtime: runtime.clone(), partitions, live: Some(current), members, conflicts_before, on_caught_up };
@@ -99,6 +105,7 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
     // a run resumed after its fence).
     let fenced_ms = fenced_at.get().map(|t| t.elapsed().as_millis() as u64);
     info!(tenant = %index.tenant, from = current, to = target, fenced_ms, "cut over: the tenant's searches and live writes use the new revision");
+    crate::faults::hold("rebuild.cut-over");
     finish(index, (current, target), partitions, keep_old)?;
     Ok(done(applied))
 }
@@ -108,6 +115,8 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
 fn finish(index: &TenantGenerations, (from, to): (u64, u64), partitions: i32, keep_old: bool) -> Result<(), RebuildError> {
     if !keep_old {
         index.remove(from, partitions)?;
+        // Moved in from the shared indexes: its documents there go.
+        index.remove_from_shared()?;
     }
     index.remove_checkpoints(to, partitions)?;
     index.clear_state()?;
@@ -119,7 +128,12 @@ fn finish(index: &TenantGenerations, (from, to): (u64, u64), partitions: i32, ke
 /// revision it was building is deleted. That revision, if any.
 pub fn abandon(index: &TenantGenerations, partitions: i32) -> Result<Option<u64>, RebuildError> {
     let current = index.current()?;
-    if index.fenced()? {
+    if index.entering {
+        // The live writers' next write of the tenant reopens their shards
+        // with the placement that puts it back in the shared indexes.
+        index.unfence_entering()?;
+        info!(tenant = %index.tenant, "the tenant stays in the shared indexes");
+    } else if index.fenced(partitions)? {
         index.unfence(current)?;
         info!(tenant = %index.tenant, "the live workers have the tenant's indexes back");
     }

@@ -340,3 +340,86 @@ fn a_tenants_rebuild_killed_in_its_cutover_is_finished_by_running_it_again_on_el
     assert_eq!((&status["rebuild"], &status["tenant_rebuilds"]), (&serde_json::Value::Null, &serde_json::json!([])), "{out}");
     drop(w);
 }
+
+/// A tenant in the shared indexes moves into indexes of its own by a
+/// rebuild of that tenant alone (`rebuild --tenant globex`, globex named in
+/// `DENORM_ES_DEDICATED_TENANTS`), while the live worker started with the
+/// old configuration applies every tenant. The placement records globex
+/// as moving first; a globex file applied by the live worker then (its
+/// shard opened before) reaches the new indexes too. Once the live worker
+/// has reopened on its `PLACE` message, its writes of globex wait for the
+/// cutover, while searches still read globex in the shared indexes. After
+/// the cutover, globex's documents are in its own indexes only, each
+/// found once by every search, and the shared read alias hides globex.
+#[test]
+fn a_shared_tenant_moves_into_its_own_indexes_alone_while_every_tenant_is_served_on_elasticsearch() {
+    let (r, w) = acme_dedicated_with_three_tenants();
+    let (url, prefix) = (r.index.display().to_string(), crate::common::elastic::prefix());
+    let (code, _, err) = r.run(&["tenant", "alias", "globex"]);
+    assert_eq!(code, 0, "{err}");
+    let (shared, own) = (format!("{prefix}-files-000001"), format!("{prefix}-t-globex-files-000001-r1"));
+
+    let faults = [("rebuild.placed", ""), ("rebuild.fenced", ""), ("rebuild.cut-over", "")];
+    let child = crate::rebuild::rebuild_with_env(&r, "move-faults", &faults, &["--tenant", "globex"], &[(DEDICATED, "acme,globex")]);
+    let dir = r.dir().join("move-faults");
+    let step = |point: &str| {
+        let reached = dir.join(format!("{point}.reached"));
+        eventually(std::time::Duration::from_secs(120), || format!("the move never reached {point}"), || reached.exists().then_some(()));
+    };
+    // Placed, not yet announced: the live worker still writes globex to
+    // the shared indexes, and the rebuild must have that file too.
+    step("rebuild.placed");
+    let (code, _, err) = r.run(&["produce", "--tenant", "globex", "--wait", "120", "upsert-file", "--id", "p1", "--path", "/placed/p1.txt", "--contents", "placed words"]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+    assert_eq!(count_of(&url, &shared, "globex"), Some(6));
+    std::fs::remove_file(dir.join("rebuild.placed")).unwrap();
+    step("rebuild.fenced");
+    assert!(w.wait_for_log("reopening the shard to read the placement", std::time::Duration::from_secs(10)), "{}", w.log());
+    // Fenced: globex's commands wait; searches read it in the shared
+    // indexes meanwhile.
+    let fenced = r.dir().join("fenced.jsonl");
+    let held =
+        [r#"{"op":"upsert_file","id":"h1","path":"/papers/d0/h1.txt","contents":"fenced words","tenant":"globex"}"#, r#"{"op":"rename","from":"/papers/d0","to":"/papers/f0","tenant":"globex"}"#];
+    std::fs::write(&fenced, held.join("\n")).unwrap();
+    let (code, _, err) = r.run(&["produce", "--jsonl", fenced.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(w.wait_for_log("index gone", std::time::Duration::from_secs(60)), "the live worker was not fenced off globex's shared documents:\n{}", w.log());
+    assert_eq!(count_of(&url, &shared, "globex"), Some(6), "nothing more of globex in the shared indexes");
+    assert_eq!(search(&r, Some("globex"), &["files", "--under", "/placed"]).len(), 1);
+    let (code, out, err) = r.run(&["rebuild", "--status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["tenant_rebuilds"], serde_json::json!(["globex"]), "{out}");
+    std::fs::remove_file(dir.join("rebuild.fenced")).unwrap();
+    // Cut over, not cleaned up: globex's documents are in both places,
+    // and every search finds each once (through the read alias, and by
+    // the indexes' names: a verify's dump).
+    step("rebuild.cut-over");
+    assert_eq!(count_of(&url, &shared, "globex"), Some(6));
+    each_tenant_finds_its_files(&r, "globex cut over, its shared documents not deleted yet");
+    verify_is_clean(&r, &["--tenant", "globex"], 5 + 1 + 1 + 3);
+    std::fs::remove_file(dir.join("rebuild.cut-over")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}\n{}", w.log());
+    assert!(stdout.contains("moved tenant globex from the shared indexes into indexes of its own as revision 1"), "{stdout}");
+
+    // After the cutover: the live worker writes globex to its own indexes.
+    let (code, _, err) = r.run(&["produce", "--tenant", "globex", "--wait", "120", "upsert-file", "--id", "a9", "--path", "/docs/a9.txt", "--contents", "after words"]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+    assert_matches_topic_model(&r.cfg, &r.index);
+    assert_eq!(count_of(&url, &shared, "globex"), Some(0), "globex's documents in the shared indexes are deleted");
+    assert_eq!(count_of(&url, &own, "globex"), Some(5 + 1 + 1 + 1));
+    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-globex-files"), "globex"), 8);
+    let (_, aliases) = get(&url, &format!("_alias/{prefix}-t-globex-files"));
+    assert_eq!(aliases.as_object().unwrap().keys().collect::<Vec<_>>(), [&own], "globex's alias is on its own index only: {aliases}");
+    let (_, read) = get(&url, &format!("_alias/{prefix}-files"));
+    assert!(read[&shared]["aliases"][format!("{prefix}-files")]["filter"].to_string().contains("globex"), "the shared read alias hides globex: {read}");
+    each_tenant_finds_its_files(&r, "after globex moved");
+    assert_eq!(search(&r, Some("globex"), &["files", "--dir", "/papers/f0"]).len(), 4, "globex's rename sent while fenced, applied after the cutover");
+    verify_is_clean(&r, &["--tenant", "globex"], 5 + 1 + 1 + 1 + 3);
+    verify_is_clean(&r, &[], 24 + 1 + 1 + 1);
+    let (code, out, err) = r.run(&["rebuild", "--status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["tenant_rebuilds"], serde_json::json!([]), "{out}");
+    drop(w);
+}

@@ -66,6 +66,11 @@ fn rebuild_with(r: &Rig, faults: &[(&str, &str)], args: &[&str]) -> std::process
 
 /// [`rebuild_with`], its faults in a directory of its own.
 pub(crate) fn rebuild_in(r: &Rig, faults_dir: &str, faults: &[(&str, &str)], args: &[&str]) -> std::process::Child {
+    rebuild_with_env(r, faults_dir, faults, args, &[])
+}
+
+/// [`rebuild_in`] with more environment variables.
+pub(crate) fn rebuild_with_env(r: &Rig, faults_dir: &str, faults: &[(&str, &str)], args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
     let faults_dir = r.dir().join(faults_dir);
     let _ = std::fs::remove_dir_all(&faults_dir);
     std::fs::create_dir_all(&faults_dir).unwrap();
@@ -77,6 +82,7 @@ pub(crate) fn rebuild_in(r: &Rig, faults_dir: &str, faults: &[(&str, &str)], arg
         .args(args)
         .env("DENORM_FAULTS", &faults_dir)
         .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

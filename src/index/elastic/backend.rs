@@ -136,6 +136,21 @@ impl ElasticBackend {
         Ok(p)
     }
 
+    /// Generation `g`'s placement read afresh by the live writer of
+    /// `partition` (claimed as owner epoch `owner`) as it opens its shard:
+    /// once a tenant has moved between placements, the writer says in the
+    /// index which placement it writes with, which the move waits for
+    /// (see `crate::index::tenant_generations`).
+    pub(super) fn placement_taken_by(&self, g: u64, partition: i32, owner: u64) -> Result<Arc<Placement>, crate::index::IndexError> {
+        let p = Arc::new(self.runtime.block_on(super::placement::read(&self.client, &self.prefix, g))?);
+        self.placements.lock().expect("placements lock").insert(g, p.clone());
+        if p.moves() > 0 {
+            let id = super::placement::acknowledged_id(g, partition);
+            self.runtime.block_on(super::meta::put_meta(&self.client, &self.prefix, &id, serde_json::json!({"moves": p.moves(), "owner": owner})))?;
+        }
+        Ok(p)
+    }
+
     /// A command of `partition` named a document another partition holds:
     /// counted, logged, and recorded for a rebuild.
     pub(super) fn owner_conflict(&self, kind: crate::index::Kind, id: &str, held_by: &dyn std::fmt::Display, partition: i32, what: &str) {

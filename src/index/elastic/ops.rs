@@ -125,7 +125,8 @@ impl Backend for ElasticBackend {
             }
         };
         tracing::debug!(meta = %meta_id, owner, "claimed the partition's shard");
-        Ok(Box::new(ElasticShard::new(self.clone(), partition, (generation, self.placement(generation)?), (meta_id, parked), owner, meta_version, ProgressBook::new(progress))))
+        let placement = if self.building { self.placement(generation)? } else { self.placement_taken_by(generation, partition, owner)? };
+        Ok(Box::new(ElasticShard::new(self.clone(), partition, (generation, placement), (meta_id, parked), owner, meta_version, ProgressBook::new(progress))))
     }
 
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {

@@ -44,6 +44,17 @@ pub struct Placement {
     /// A tenant's rebuild's writers: that tenant's documents go through
     /// the rebuild's alias of this revision instead (not recorded).
     building: Option<(String, u32)>,
+    /// The tenants moving from the shared indexes into their own, between
+    /// the fence and the cutover of `denorm rebuild --tenant`: dedicated
+    /// (the live workers write them through their own write alias, on no
+    /// index until the cutover), not yet searched there.
+    entering: BTreeSet<String>,
+    /// The tenants moved out of the shared indexes: the shared read alias
+    /// hides their documents there (deleted after the move, unless kept).
+    hidden: BTreeSet<String>,
+    /// How many times a tenant moved: the live workers say in the index
+    /// which placement they write with (see [`acknowledged_id`]).
+    moves: u64,
 }
 
 impl Placement {
@@ -75,6 +86,83 @@ impl Placement {
         Placement { building: Some((tenant.to_string(), rev)), ..self.clone() }
     }
 
+    /// The fence of `tenant`'s move from the shared indexes into revision
+    /// `rev` of its own: dedicated from now on (the live workers' writes of
+    /// it wait for its write alias), entering until the cutover, hidden
+    /// in the shared indexes from the cutover on. A move counted.
+    pub fn entering(&self, tenant: &str, rev: u32) -> Placement {
+        let mut p = self.with_revision(tenant, rev);
+        p.dedicated.insert(tenant.to_string());
+        p.entering.insert(tenant.to_string());
+        p.hidden.insert(tenant.to_string());
+        p.moves += 1;
+        p
+    }
+
+    /// `tenant`'s move cut over: no longer entering.
+    pub fn entered(&self, tenant: &str) -> Placement {
+        let mut p = self.clone();
+        p.entering.remove(tenant);
+        p
+    }
+
+    /// `tenant`'s move given up after its fence: back in the shared
+    /// indexes, its revision back to `rev`. A move counted.
+    pub fn not_entering(&self, tenant: &str, rev: u32) -> Placement {
+        let mut p = self.with_revision(tenant, rev);
+        for set in [&mut p.dedicated, &mut p.entering, &mut p.hidden] {
+            set.remove(tenant);
+        }
+        if rev == 0 {
+            p.revisions.remove(tenant);
+        }
+        p.moves += 1;
+        p
+    }
+
+    /// Whether `tenant` is moving in from the shared indexes (fenced, not
+    /// cut over).
+    pub fn is_entering(&self, tenant: &str) -> bool {
+        self.entering.contains(tenant)
+    }
+
+    /// Whether `tenant` moved out of the shared indexes, its documents
+    /// there hidden.
+    pub fn is_hidden(&self, tenant: &str) -> bool {
+        self.hidden.contains(tenant)
+    }
+
+    /// How many times a tenant moved between placements.
+    pub fn moves(&self) -> u64 {
+        self.moves
+    }
+
+    /// The tenants whose documents in the shared indexes are hidden: moved
+    /// out, and cut over (until its cutover, a tenant moving out is read
+    /// there).
+    fn hidden_now(&self) -> Vec<&str> {
+        self.hidden.iter().filter(|t| !self.entering.contains(*t)).map(String::as_str).collect()
+    }
+
+    /// The shared indexes' read alias: tombstones hidden, and the
+    /// documents of the tenants moved out.
+    pub fn shared_read_alias(&self) -> Value {
+        let mut def = super::mapping::read_alias();
+        let hidden = self.hidden_now();
+        if !hidden.is_empty() {
+            def["filter"]["bool"]["must_not"].as_array_mut().expect("the read alias filters").push(json!({"terms": {super::names::TENANT_FIELD: hidden}}));
+        }
+        def
+    }
+
+    /// What the shared read alias hides, as a clause to exclude from a
+    /// search that names generation `g`'s shared index of `kind` rather
+    /// than the alias (`None`: nothing hidden).
+    pub fn hidden_by_name(&self, prefix: &str, kind: Kind, g: u64) -> Option<Value> {
+        let hidden = self.hidden_now();
+        (!hidden.is_empty()).then(|| json!({"bool": {"filter": [{"terms": {super::names::TENANT_FIELD: hidden}}, {"term": {"_index": concrete(prefix, kind, g)}}]}}))
+    }
+
     /// The tenants with indexes of their own, in order.
     pub fn dedicated(&self) -> impl Iterator<Item = &str> {
         self.dedicated.iter().map(String::as_str)
@@ -102,6 +190,14 @@ impl Placement {
         std::iter::once(concrete(prefix, kind, g)).chain(self.dedicated().map(|t| dedicated_concrete(prefix, t, kind, g, self.revision(t)))).collect()
     }
 
+    /// The indexes of `kind` in generation `g` a search reads: those of
+    /// [`Self::indexes`] but the own indexes of a tenant moving into them,
+    /// read in the shared ones until its cutover.
+    pub fn searched(&self, prefix: &str, kind: Kind, g: u64) -> Vec<String> {
+        let own = self.dedicated().filter(|t| !self.entering.contains(*t));
+        std::iter::once(concrete(prefix, kind, g)).chain(own.map(|t| dedicated_concrete(prefix, t, kind, g, self.revision(t)))).collect()
+    }
+
     /// Every concrete index of generation `g`, of every kind.
     pub fn all_indexes(&self, prefix: &str, g: u64) -> Vec<String> {
         KINDS.iter().flat_map(|k| self.indexes(prefix, *k, g)).collect()
@@ -114,7 +210,7 @@ impl Placement {
     }
 
     fn to_json(&self) -> Value {
-        json!({ "dedicated": self.dedicated, "revisions": self.revisions })
+        json!({ "dedicated": self.dedicated, "revisions": self.revisions, "entering": self.entering, "hidden": self.hidden, "moves": self.moves })
     }
 
     fn from_json(v: &Value) -> Result<Self, ElasticError> {
@@ -124,8 +220,12 @@ impl Placement {
             let t = n.as_str().ok_or_else(|| ElasticError::Config(format!("the placement document names a tenant that is not a string: {n}")))?;
             dedicated.insert(t.to_string());
         }
-        let revisions = serde_json::from_value(v.get("revisions").cloned().unwrap_or(json!({}))).map_err(|e| ElasticError::Config(format!("the placement document's revisions: {e}: {v}")))?;
-        Ok(Placement { dedicated, revisions, building: None })
+        fn field<T: serde::de::DeserializeOwned + Default>(v: &Value, name: &str) -> Result<T, ElasticError> {
+            // Absent in placements recorded before the field existed.
+            v.get(name).map_or(Ok(T::default()), |f| serde_json::from_value(f.clone())).map_err(|e| ElasticError::Config(format!("the placement document's {name}: {e}: {v}")))
+        }
+        let (revisions, entering, hidden, moves) = (field(v, "revisions")?, field(v, "entering")?, field(v, "hidden")?, field(v, "moves")?);
+        Ok(Placement { dedicated, revisions, building: None, entering, hidden, moves })
     }
 
     /// The `_aliases` actions of a cutover from generation `from` (placed
@@ -187,6 +287,43 @@ pub fn revision_cutover_actions(prefix: &str, tenant: &str, g: u64, (from, to): 
         actions.push(json!({"remove": {"index": new, "alias": rebuild_alias(prefix, tenant, kind, g, to)}}));
     }
     actions
+}
+
+/// The `_aliases` actions that cut `tenant` over from generation `g`'s
+/// shared indexes into revision `rev` of its own (the live writers fenced
+/// already, see `crate::index::tenant_generations`): its own indexes get
+/// the read aliases and the live write alias, the rebuild's alias goes,
+/// the shared indexes' read alias becomes `shared_read` (hiding the
+/// tenant), and the tenant's filtered alias leaves the shared indexes
+/// where `filtered` (the names found on them) says it is.
+pub fn entering_cutover_actions(prefix: &str, tenant: &str, g: u64, rev: u32, shared_read: &Value, filtered: &[String]) -> Vec<Value> {
+    let mut actions = Vec::new();
+    for kind in KINDS {
+        let (shared, own) = (concrete(prefix, kind, g), dedicated_concrete(prefix, tenant, kind, g, rev));
+        let name = tenant_alias(prefix, tenant, kind);
+        if filtered.contains(&name) {
+            actions.push(json!({"remove": {"index": shared, "alias": name}}));
+        }
+        let mut read = shared_read.clone();
+        read["index"] = json!(shared);
+        read["alias"] = json!(alias(prefix, kind));
+        actions.push(json!({ "add": read }));
+        for (name, def) in read_aliases(prefix, tenant, kind) {
+            let mut add = def;
+            add["index"] = json!(own);
+            add["alias"] = json!(name);
+            actions.push(json!({ "add": add }));
+        }
+        actions.push(json!({"add": {"index": own, "alias": dedicated_write_alias(prefix, tenant, kind, g)}}));
+        actions.push(json!({"remove": {"index": own, "alias": rebuild_alias(prefix, tenant, kind, g, rev)}}));
+    }
+    actions
+}
+
+/// The meta document in which the live writer of `partition` says which
+/// placement of generation `g` it writes with (its count of moves).
+pub fn acknowledged_id(g: u64, partition: i32) -> String {
+    meta_id(g, &format!("placed-p{partition}"))
 }
 
 /// The body that creates `tenant`'s own index of `kind` in generation `g`,
@@ -325,6 +462,59 @@ mod tests {
             ]
         );
         assert_eq!(actions.len(), 18);
+    }
+
+    #[test]
+    fn a_tenant_moving_in_from_the_shared_indexes_is_fenced_then_cut_over_and_hidden_there() {
+        let shared = Placement::new(["acme"]);
+        let fenced = shared.entering("globex", 1);
+        // Fenced: its live writes go through its own write alias (on no
+        // index until the cutover), routed as its own.
+        assert_eq!(fenced.write_target("denorm", Kind::File, 0, Some("globex")), "denorm-t-globex-files-g0");
+        assert!(fenced.is_entering("globex") && fenced.is_dedicated(Some("globex")));
+        assert_eq!((shared.moves(), fenced.moves()), (0, 1));
+        assert_eq!(Placement::from_json(&fenced.to_json()).unwrap(), fenced);
+        assert_eq!(Placement::from_json(&json!({"dedicated": ["acme"]})).unwrap(), shared, "recorded before moves");
+        // Searched in the shared indexes until its cutover.
+        assert_eq!(fenced.searched("denorm", Kind::File, 0), vec!["denorm-files-000001", "denorm-t-acme-files-000001"]);
+        assert_eq!(fenced.shared_read_alias(), crate::index::elastic::mapping::read_alias());
+        assert_eq!(fenced.hidden_by_name("denorm", Kind::File, 0), None);
+        // The shared read alias hides it once it is cut over, and so does a
+        // search that names the shared index.
+        let moved = fenced.entered("globex");
+        assert_eq!(moved.searched("denorm", Kind::File, 0), moved.indexes("denorm", Kind::File, 0));
+        assert_eq!(moved.searched("denorm", Kind::File, 0)[2], "denorm-t-globex-files-000001-r1");
+        assert_eq!(moved.hidden_by_name("denorm", Kind::Post, 0).unwrap()["bool"]["filter"][1], json!({"term": {"_index": "denorm-posts-000001"}}));
+        assert!(!moved.is_entering("globex") && moved.is_dedicated(Some("globex")));
+        assert_eq!(moved.shared_read_alias()["filter"]["bool"]["must_not"][1], json!({"terms": {"tenant": ["globex"]}}));
+        assert_eq!(shared.shared_read_alias(), crate::index::elastic::mapping::read_alias());
+        // Given up: as before, the move counted.
+        let back = fenced.not_entering("globex", 0);
+        assert!(back.same_tenants(&shared) && back.revision("globex") == 0 && back.moves() == 2);
+        assert_eq!(back.shared_read_alias(), crate::index::elastic::mapping::read_alias());
+
+        let actions = entering_cutover_actions("denorm", "globex", 0, 1, &moved.shared_read_alias(), &["denorm-t-globex-files".into()]);
+        let files: Vec<String> = actions
+            .iter()
+            .filter(|a| a.to_string().contains("-files"))
+            .map(|a| {
+                let (op, body) = a.as_object().unwrap().iter().next().unwrap();
+                format!("{op} {} {}", body["alias"].as_str().unwrap(), body["index"].as_str().unwrap())
+            })
+            .collect();
+        assert_eq!(
+            files,
+            [
+                "remove denorm-t-globex-files denorm-files-000001",
+                "add denorm-files denorm-files-000001",
+                "add denorm-files denorm-t-globex-files-000001-r1",
+                "add denorm-t-globex-files denorm-t-globex-files-000001-r1",
+                "add denorm-t-globex-files-g0 denorm-t-globex-files-000001-r1",
+                "remove denorm-t-globex-files-g0-r1 denorm-t-globex-files-000001-r1",
+            ]
+        );
+        assert_eq!(actions[1]["add"]["is_write_index"], json!(true), "the shared index stays the write index");
+        assert_eq!(actions.len(), 6 + 5 + 5, "the tenant's filtered alias is on the shared files index only");
     }
 
     #[test]

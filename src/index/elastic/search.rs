@@ -109,6 +109,18 @@ pub fn parse_groups(v: &Value) -> Vec<AuthorGroup> {
         .collect()
 }
 
+/// What a search reads: indexes or an alias (comma-separated), and what
+/// it must exclude there.
+type Read = (String, Option<Value>);
+
+/// `query` without what `hidden` matches.
+fn without(query: Value, hidden: Option<Value>) -> Value {
+    match hidden {
+        Some(h) => json!({"bool": {"must": [query], "must_not": [h]}}),
+        None => query,
+    }
+}
+
 /// Elasticsearch's default `index.max_result_window`: `from + size` of one
 /// search may not exceed it.
 pub const MAX_RESULT_WINDOW: usize = 10_000;
@@ -123,7 +135,7 @@ const AUTHOR_PAGE: usize = 1000;
 impl ElasticSearch {
     /// A dump is for exact comparisons: makes every write searchable first.
     fn refresh_all(&self) -> Result<(), IndexError> {
-        let names = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.index_of(*k)).collect::<Result<Vec<String>, _>>()?;
+        let names = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.index_of(*k).map(|(i, _)| i)).collect::<Result<Vec<String>, _>>()?;
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         self.runtime.block_on(async {
             let r = self.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&names)).send().await?;
@@ -132,10 +144,12 @@ impl ElasticSearch {
         Ok(())
     }
 
-    /// Every index of `kind` in generation `g`, comma-separated.
-    fn indexes_of(&self, kind: Kind, g: u64) -> Result<String, IndexError> {
+    /// Every index of `kind` in generation `g` a search reads,
+    /// comma-separated, with the clause that hides what the shared read
+    /// alias hides (see [`super::placement::Placement::hidden_by_name`]).
+    fn indexes_of(&self, kind: Kind, g: u64) -> Result<Read, IndexError> {
         let placement = self.runtime.block_on(super::placement::read(&self.client, &self.prefix, g))?;
-        Ok(placement.indexes(&self.prefix, kind, g).join(","))
+        Ok((placement.searched(&self.prefix, kind, g).join(","), placement.hidden_by_name(&self.prefix, kind, g)))
     }
 
     /// The first tenant after `after` (in order; `None`: the first of all)
@@ -156,10 +170,10 @@ impl ElasticSearch {
     /// What a search of `kind` reads: the pinned generation's indexes
     /// (comma-separated), or the read alias (on every index of the current
     /// generation, each tenant's own among them).
-    fn index_of(&self, kind: Kind) -> Result<String, IndexError> {
+    fn index_of(&self, kind: Kind) -> Result<Read, IndexError> {
         match self.generation {
             Some(g) => self.indexes_of(kind, g),
-            None => Ok(alias(&self.prefix, kind)),
+            None => Ok((alias(&self.prefix, kind), None)),
         }
     }
 
@@ -173,7 +187,7 @@ impl ElasticSearch {
     /// of both would come twice, and a verify would call the copies
     /// "unexpected" and `--repair` delete the real ones (review of verify,
     /// F16).
-    fn scanned_index(&self, kind: Kind) -> Result<String, IndexError> {
+    fn scanned_index(&self, kind: Kind) -> Result<Read, IndexError> {
         if self.generation.is_some() {
             return self.index_of(kind);
         }
@@ -185,7 +199,8 @@ impl ElasticSearch {
 
     fn run(&self, kind: Kind, query: Value, limit: usize, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
         if limit == 0 || limit > MAX_RESULT_WINDOW {
-            let index = self.scanned_index(kind)?;
+            let (index, hidden) = self.scanned_index(kind)?;
+            let query = without(query, hidden);
             // Every match (in index order), or more than one search may
             // return (best first, through a point in time).
             let page = if limit == 0 { 1000 } else { MAX_RESULT_WINDOW };
@@ -211,8 +226,8 @@ impl ElasticSearch {
             self.runtime.block_on(pit.close());
             return result;
         }
-        let index = self.index_of(kind)?;
-        let body = json!({"size": limit, "query": query});
+        let (index, hidden) = self.index_of(kind)?;
+        let body = json!({"size": limit, "query": without(query, hidden)});
         let v = self.runtime.block_on(async {
             let r = self.client.search(SearchParts::Index(&[&index])).allow_partial_search_results(false).body(body).send().await?;
             complete_json(&format!("searching {index}"), r).await
@@ -243,8 +258,9 @@ impl SearchIndex for ElasticSearch {
         if per_author > MAX_INNER_RESULT_WINDOW {
             return Err(IndexError::Rejected(format!("--per-author {per_author} is above Elasticsearch's index.max_inner_result_window ({MAX_INNER_RESULT_WINDOW})")));
         }
-        let index = self.index_of(Kind::Post)?;
-        let search = |body: Value| {
+        let (index, hidden) = self.index_of(Kind::Post)?;
+        let search = |mut body: Value| {
+            body["query"] = without(body["query"].take(), hidden.clone());
             self.runtime.block_on(async {
                 let r = self.client.search(SearchParts::Index(&[&index])).allow_partial_search_results(false).body(body).send().await?;
                 complete_json(&format!("grouping posts of {index}"), r).await
@@ -276,9 +292,11 @@ impl SearchIndex for ElasticSearch {
     }
 
     fn tenants(&self, limit: usize) -> Result<Vec<String>, IndexError> {
-        let names = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.index_of(*k)).collect::<Result<Vec<String>, _>>()?;
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        let body = json!({"size": 0, "query": {"bool": {"must_not": [is_deleted()]}}, "aggs": {"tenants": {"terms": {"field": TENANT_FIELD, "size": limit.clamp(1, MAX_RESULT_WINDOW), "order": {"_key": "asc"}}}}});
+        let read = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.index_of(*k)).collect::<Result<Vec<Read>, _>>()?;
+        let names: Vec<&str> = read.iter().map(|(i, _)| i.as_str()).collect();
+        let must_not: Vec<Value> = std::iter::once(is_deleted()).chain(read.iter().filter_map(|(_, h)| h.clone())).collect();
+        let body =
+            json!({"size": 0, "query": {"bool": {"must_not": must_not}}, "aggs": {"tenants": {"terms": {"field": TENANT_FIELD, "size": limit.clamp(1, MAX_RESULT_WINDOW), "order": {"_key": "asc"}}}}});
         let v = self.runtime.block_on(async {
             let r = self.client.search(SearchParts::Index(&names)).allow_partial_search_results(false).body(body).send().await?;
             complete_json("listing the tenants", r).await
@@ -312,14 +330,14 @@ impl SearchIndex for ElasticSearch {
         let mut kinds = [Kind::File, Kind::User, Kind::Post];
         kinds.sort_by_key(|k| k.as_str());
         for kind in kinds {
-            let index = self.scanned_index(kind)?;
+            let (index, hidden) = self.scanned_index(kind)?;
             // Tenant by tenant, the default one first (a sort on the
             // tenant would leave the default tenant's, which have none, to
             // the server's handling of missing values and of `null` in
             // `search_after`): each scan sorted by id.
             let mut tenant: Option<String> = None;
             loop {
-                let query = json!({"bool": {"filter": [of_tenant(tenant.as_deref())], "must_not": [is_deleted()]}});
+                let query = without(json!({"bool": {"filter": [of_tenant(tenant.as_deref())], "must_not": [is_deleted()]}}), hidden.clone());
                 let mut pit = self.runtime.block_on(PitScan::open(&self.client, &index, query, 1000))?.by_id().bounded(DUMP_PAGE_BYTES);
                 let result = (|| -> Result<(), IndexError> {
                     loop {

@@ -567,6 +567,9 @@ impl Shard for ElasticShard {
     fn generation(&self) -> u64 {
         self.generation
     }
+    fn placement_taken(&self, generation: u64, moves: u64) -> bool {
+        generation != self.generation || self.placement.moves() >= moves
+    }
 
     fn commit(&mut self) -> Result<(), IndexError> {
         self.flush()?;

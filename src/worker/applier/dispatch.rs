@@ -350,6 +350,18 @@ impl Applier {
                 }
                 Ok(handled)
             }
+            Action::Place => {
+                // A tenant moved between placements: a live writer opened
+                // before the move is reopened, reading the placement
+                // afresh (and saying so in the index). A replay writes as
+                // its rebuild placed it.
+                let live = matches!(self.shared.cfg.mode, crate::worker::Mode::Live);
+                if live && !shard.placement_taken(c.origin_offset.max(0) as u64, c.through.max(0) as u64) {
+                    info!(partition = self.partition, generation = c.origin_offset, moves = c.through, "a tenant moved between placements: reopening the shard to read the placement");
+                    return Err(Halt::Retry(Transient::Index(crate::index::IndexError::Fenced(format!("a tenant moved between placements (move {} of generation {})", c.through, c.origin_offset)))));
+                }
+                Ok(Handled::Done { fan_out: false })
+            }
             Action::Resolve | Action::Discard => {
                 let kind = c.action.marker();
                 // A rebuild replays the operator's request: the live run

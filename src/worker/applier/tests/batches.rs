@@ -358,3 +358,28 @@ fn a_gap_stops_the_partition_unless_the_loss_is_accepted() {
     assert_eq!(run.stop(), 2);
     assert_eq!(r.file_ids(), vec!["kept"]);
 }
+
+/// Issue 47: a `PLACE` control message (a tenant moved between placements
+/// on Elasticsearch) is carried out without effect where there are no
+/// placements, live and in a replay: not dead-lettered, the commands
+/// around it applied. The model of the topic passes it too.
+#[test]
+fn a_tenants_move_between_placements_passes_an_index_without_placements() {
+    use crate::command::control::{Action, Control};
+    let live = Rig::new(|_| {});
+    live.produce(upsert("a", "/p/a.txt"));
+    let place = Control { action: Action::Place, key: String::new(), dlq_partition: -1, dlq_offset: -1, through: 1, origin_offset: 0, payload: Vec::new(), requested_at: 0, through_at: -1 };
+    live.append("", live.codec.encode_control(&place));
+    let last = live.produce(upsert("b", "/p/b.txt"));
+    let run = live.start();
+    run.wait_next(last + 1);
+    assert_eq!(run.stop(), last + 1);
+    assert_eq!(live.file_ids(), vec!["a", "b"]);
+    assert!(live.letters().is_empty(), "{:?}", live.letters());
+    let rebuilt = live.replay(3, Vec::new());
+    let run = rebuilt.start();
+    run.wait_next(last + 1);
+    assert_eq!(run.stop(), last + 1);
+    assert_eq!(rebuilt.file_ids(), vec!["a", "b"]);
+    assert!(rebuilt.letters().is_empty());
+}
