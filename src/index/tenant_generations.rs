@@ -129,27 +129,24 @@ impl TenantGenerations {
     /// which the live writers must take (`PLACE` control messages make
     /// those opened before reopen).
     pub fn fence_entering(&self, rev: u64) -> Result<u64, IndexError> {
+        let t = self.tenant.as_str();
+        let placed = self.update_placement(|p| (!p.is_entering(t)).then(|| p.entering(t, Self::rev(rev))))?;
+        Ok(placed.moves())
+    }
+
+    /// Changes the shared generation's recorded placement (see
+    /// [`placement::update`]).
+    fn update_placement(&self, change: impl Fn(&Placement) -> Option<Placement>) -> Result<Placement, IndexError> {
         let b = &self.backend;
-        let p = self.placement()?;
-        if p.is_entering(&self.tenant) {
-            return Ok(p.moves());
-        }
-        let fenced = p.entering(&self.tenant, Self::rev(rev));
-        self.block(placement::replace(&b.client, &b.prefix, self.shared, &fenced))?;
-        Ok(fenced.moves())
+        self.block(placement::update(&b.client, &b.prefix, self.shared, change))
     }
 
     /// Gives a tenant moving in from the shared indexes back to them (a
     /// move given up after its fence): the live writers' next write of it
     /// fails, and their shards reopen with this placement.
     pub fn unfence_entering(&self) -> Result<(), IndexError> {
-        let b = &self.backend;
-        let p = self.placement()?;
-        if p.is_entering(&self.tenant) {
-            let back = p.not_entering(&self.tenant, p.revision(&self.tenant).saturating_sub(1));
-            self.block(placement::replace(&b.client, &b.prefix, self.shared, &back))?;
-        }
-        Ok(())
+        let t = self.tenant.as_str();
+        self.update_placement(|p| p.is_entering(t).then(|| p.not_entering(t, p.revision(t).saturating_sub(1)))).map(drop)
     }
 
     /// After a move in from the shared indexes: deletes the tenant's
@@ -196,9 +193,8 @@ impl TenantGenerations {
     /// Records revision `rev` as the tenant's current one (the last step
     /// of a cutover).
     pub fn record_revision(&self, rev: u64) -> Result<(), IndexError> {
-        let b = &self.backend;
-        let placed = self.placement()?.with_revision(&self.tenant, Self::rev(rev)).entered(&self.tenant);
-        self.block(placement::replace(&b.client, &b.prefix, self.shared, &placed))
+        let t = self.tenant.as_str();
+        self.update_placement(|p| Some(p.with_revision(t, Self::rev(rev)).entered(t))).map(drop)
     }
 
     /// Takes the live write aliases off revision `rev` (step 1 above).

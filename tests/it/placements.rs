@@ -423,3 +423,40 @@ fn a_shared_tenant_moves_into_its_own_indexes_alone_while_every_tenant_is_served
     assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["tenant_rebuilds"], serde_json::json!([]), "{out}");
     drop(w);
 }
+
+/// A move of a shared tenant given up after its fence (`rebuild --tenant
+/// globex --abandon`, the rebuild killed while fenced): the placement puts
+/// globex back in the shared indexes, the live worker's waiting writes of
+/// it reopen its shard with that placement and go there, and the new
+/// indexes are deleted.
+#[test]
+fn a_shared_tenants_move_given_up_after_its_fence_leaves_it_shared_on_elasticsearch() {
+    let (r, w) = acme_dedicated_with_three_tenants();
+    let (url, prefix) = (r.index.display().to_string(), crate::common::elastic::prefix());
+    let (shared, own) = (format!("{prefix}-files-000001"), format!("{prefix}-t-globex-files-000001-r1"));
+    let mut child = crate::rebuild::rebuild_with_env(&r, "move-faults", &[("rebuild.fenced", "")], &["--tenant", "globex"], &[(DEDICATED, "acme,globex")]);
+    let reached = r.dir().join("move-faults").join("rebuild.fenced.reached");
+    eventually(std::time::Duration::from_secs(120), || "the move never fenced".into(), || reached.exists().then_some(()));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Sent while fenced: waits until the move is given up.
+    let fenced = r.dir().join("fenced.jsonl");
+    std::fs::write(&fenced, r#"{"op":"upsert_file","id":"h1","path":"/papers/d0/h1.txt","contents":"fenced words","tenant":"globex"}"#).unwrap();
+    let (code, _, err) = r.run(&["produce", "--jsonl", fenced.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(w.wait_for_log("index gone", std::time::Duration::from_secs(60)), "{}", w.log());
+    let (code, out, err) = r.run(&["rebuild", "--tenant", "globex", "--abandon"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("gave up the rebuild of revision 1 of tenant globex"), "{out}");
+    let (code, _, err) = r.run(&["produce", "--tenant", "globex", "--wait", "120", "upsert-file", "--id", "a9", "--path", "/docs/a9.txt", "--contents", "after words"]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+    assert_matches_topic_model(&r.cfg, &r.index);
+    assert_eq!(count_of(&url, &shared, "globex"), Some(5 + 1 + 1), "globex's writes went on in the shared indexes");
+    assert_eq!(count_of(&url, &own, "globex"), None, "the new indexes are deleted");
+    each_tenant_finds_its_files(&r, "after the move was given up");
+    verify_is_clean(&r, &["--tenant", "globex"], 5 + 1 + 1 + 3);
+    let (code, out, err) = r.run(&["rebuild", "--status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["tenant_rebuilds"], serde_json::json!([]), "{out}");
+    drop(w);
+}

@@ -209,8 +209,16 @@ impl Placement {
         tenants.flat_map(|t| KINDS.iter().map(move |k| self.write_target(prefix, *k, g, t))).collect()
     }
 
+    /// As recorded; the fields of moves only once a tenant has moved (a
+    /// placement without moves reads as before they existed).
     fn to_json(&self) -> Value {
-        json!({ "dedicated": self.dedicated, "revisions": self.revisions, "entering": self.entering, "hidden": self.hidden, "moves": self.moves })
+        let mut v = json!({ "dedicated": self.dedicated, "revisions": self.revisions });
+        if self.moves > 0 {
+            v["entering"] = json!(self.entering);
+            v["hidden"] = json!(self.hidden);
+            v["moves"] = json!(self.moves);
+        }
+        v
     }
 
     fn from_json(v: &Value) -> Result<Self, ElasticError> {
@@ -355,10 +363,22 @@ pub async fn read(client: &Elasticsearch, prefix: &str, g: u64) -> Result<Placem
     }
 }
 
-/// Replaces generation `g`'s recorded placement (a tenant's rebuild's
-/// cutover, which changes a revision).
-pub async fn replace(client: &Elasticsearch, prefix: &str, g: u64, placement: &Placement) -> Result<(), ElasticError> {
-    super::meta::put_meta(client, prefix, &meta_id(g, PLACEMENT), placement.to_json()).await
+/// Changes generation `g`'s recorded placement by `change` (`None`:
+/// nothing to change), written on condition that it is still the version
+/// read: a placement another tenant's rebuild changed meanwhile is read and
+/// changed again, never overwritten. The placement recorded afterwards.
+pub async fn update(client: &Elasticsearch, prefix: &str, g: u64, change: impl Fn(&Placement) -> Option<Placement>) -> Result<Placement, ElasticError> {
+    let id = meta_id(g, PLACEMENT);
+    loop {
+        let (current, version) = match super::meta::get_source(client, &super::names::meta_index(prefix), &id).await? {
+            Some((v, version)) => (Placement::from_json(&v)?, Some(version)),
+            None => (Placement::default(), None),
+        };
+        let Some(next) = change(&current) else { return Ok(current) };
+        if put_meta_if(client, prefix, &id, next.to_json(), version).await?.is_some() {
+            return Ok(next);
+        }
+    }
 }
 
 /// Records `wanted` as generation `g`'s placement, unless one is recorded
