@@ -281,19 +281,29 @@ pub fn read_aliases(prefix: &str, tenant: &str, kind: Kind) -> [(String, Value);
 pub fn revision_cutover_actions(prefix: &str, tenant: &str, g: u64, (from, to): (u32, u32)) -> Vec<Value> {
     let mut actions = Vec::new();
     for kind in KINDS {
-        let (old, new) = (dedicated_concrete(prefix, tenant, kind, g, from), dedicated_concrete(prefix, tenant, kind, g, to));
+        let old = dedicated_concrete(prefix, tenant, kind, g, from);
         for name in [alias(prefix, kind), tenant_alias(prefix, tenant, kind)] {
             actions.push(json!({"remove": {"index": old, "alias": name}}));
         }
-        for (name, def) in read_aliases(prefix, tenant, kind) {
-            let mut add = def;
-            add["index"] = json!(new);
-            add["alias"] = json!(name);
-            actions.push(json!({ "add": add }));
-        }
-        actions.push(json!({"add": {"index": new, "alias": dedicated_write_alias(prefix, tenant, kind, g)}}));
-        actions.push(json!({"remove": {"index": new, "alias": rebuild_alias(prefix, tenant, kind, g, to)}}));
+        actions.extend(onto_rebuilt(prefix, tenant, kind, g, to));
     }
+    actions
+}
+
+/// The `_aliases` actions that give revision `rev` of `tenant`'s own index
+/// of `kind` in generation `g`, rebuilt, what the live revision has: the
+/// read aliases and the live write alias, the rebuild's alias taken off.
+fn onto_rebuilt(prefix: &str, tenant: &str, kind: Kind, g: u64, rev: u32) -> Vec<Value> {
+    let index = dedicated_concrete(prefix, tenant, kind, g, rev);
+    let mut actions = Vec::new();
+    for (name, def) in read_aliases(prefix, tenant, kind) {
+        let mut add = def;
+        add["index"] = json!(index);
+        add["alias"] = json!(name);
+        actions.push(json!({ "add": add }));
+    }
+    actions.push(json!({"add": {"index": index, "alias": dedicated_write_alias(prefix, tenant, kind, g)}}));
+    actions.push(json!({"remove": {"index": index, "alias": rebuild_alias(prefix, tenant, kind, g, rev)}}));
     actions
 }
 
@@ -307,7 +317,7 @@ pub fn revision_cutover_actions(prefix: &str, tenant: &str, g: u64, (from, to): 
 pub fn entering_cutover_actions(prefix: &str, tenant: &str, g: u64, rev: u32, shared_read: &Value, filtered: &[String]) -> Vec<Value> {
     let mut actions = Vec::new();
     for kind in KINDS {
-        let (shared, own) = (concrete(prefix, kind, g), dedicated_concrete(prefix, tenant, kind, g, rev));
+        let shared = concrete(prefix, kind, g);
         let name = tenant_alias(prefix, tenant, kind);
         if filtered.contains(&name) {
             actions.push(json!({"remove": {"index": shared, "alias": name}}));
@@ -316,14 +326,7 @@ pub fn entering_cutover_actions(prefix: &str, tenant: &str, g: u64, rev: u32, sh
         read["index"] = json!(shared);
         read["alias"] = json!(alias(prefix, kind));
         actions.push(json!({ "add": read }));
-        for (name, def) in read_aliases(prefix, tenant, kind) {
-            let mut add = def;
-            add["index"] = json!(own);
-            add["alias"] = json!(name);
-            actions.push(json!({ "add": add }));
-        }
-        actions.push(json!({"add": {"index": own, "alias": dedicated_write_alias(prefix, tenant, kind, g)}}));
-        actions.push(json!({"remove": {"index": own, "alias": rebuild_alias(prefix, tenant, kind, g, rev)}}));
+        actions.extend(onto_rebuilt(prefix, tenant, kind, g, rev));
     }
     actions
 }
@@ -459,17 +462,22 @@ mod tests {
         assert!(create_body("denorm", "acme", Kind::File, 1, false)["aliases"].get("denorm-files").is_none());
     }
 
-    #[test]
-    fn a_tenants_rebuild_cuts_its_aliases_over_from_one_revision_to_the_next() {
-        let actions = revision_cutover_actions("denorm", "acme", 1, (0, 1));
-        let files: Vec<String> = actions
+    /// The actions on files' aliases, as `op alias index`.
+    fn of_files(actions: &[Value]) -> Vec<String> {
+        actions
             .iter()
             .filter(|a| a.to_string().contains("-files"))
             .map(|a| {
                 let (op, body) = a.as_object().unwrap().iter().next().unwrap();
                 format!("{op} {} {}", body["alias"].as_str().unwrap(), body["index"].as_str().unwrap())
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn a_tenants_rebuild_cuts_its_aliases_over_from_one_revision_to_the_next() {
+        let actions = revision_cutover_actions("denorm", "acme", 1, (0, 1));
+        let files = of_files(&actions);
         assert_eq!(
             files,
             [
@@ -514,14 +522,7 @@ mod tests {
         assert_eq!(back.shared_read_alias(), crate::index::elastic::mapping::read_alias());
 
         let actions = entering_cutover_actions("denorm", "globex", 0, 1, &moved.shared_read_alias(), &["denorm-t-globex-files".into()]);
-        let files: Vec<String> = actions
-            .iter()
-            .filter(|a| a.to_string().contains("-files"))
-            .map(|a| {
-                let (op, body) = a.as_object().unwrap().iter().next().unwrap();
-                format!("{op} {} {}", body["alias"].as_str().unwrap(), body["index"].as_str().unwrap())
-            })
-            .collect();
+        let files = of_files(&actions);
         assert_eq!(
             files,
             [
