@@ -8,6 +8,8 @@
 # rebuild's length, its fence's (from its log: `fenced_ms`), the live
 # worker's "index gone" retries, and the produce -> searchable time of a
 # file of each tenant sent before the rebuild and once it has fenced.
+# MOVE=1: globex is moved from the shared indexes into its own instead
+# (its fence counted from the placement's record).
 #   scripts/tenant-fence.sh [FILES [RATE]]   (default 20000; 100)
 # KEEP=DIR keeps the worker's and the rebuild's logs there.
 set -euo pipefail
@@ -76,14 +78,20 @@ fenced_probe() {
 fenced_probe acme & probe_acme=$!
 fenced_probe globex & probe_globex=$!
 start=$(date +%s.%N)
-"$bin" rebuild --tenant acme --metrics-addr 127.0.0.1:0 > "$state/rebuild.log" 2>&1
+if [ -n "${MOVE:-}" ]; then
+  what="a move of globex into its own indexes"
+  DENORM_ES_DEDICATED_TENANTS=acme,globex "$bin" rebuild --tenant globex --metrics-addr 127.0.0.1:0 > "$state/rebuild.log" 2>&1
+else
+  what="rebuild --tenant acme"
+  "$bin" rebuild --tenant acme --metrics-addr 127.0.0.1:0 > "$state/rebuild.log" 2>&1
+fi
 took=$(echo "$(date +%s.%N) - $start" | bc)
 wait "$probe_acme" "$probe_globex"
 kill "$traffic"; wait "$traffic" 2>/dev/null || true
 fenced=$(grep -o 'fenced_ms=[0-9]*' "$state/rebuild.log" | cut -d= -f2)
 gone=$(grep -c "index gone" "$state/worker.log" || true)
 [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$state"/*.log "$KEEP"/
-echo "rebuild --tenant acme of $files files, live traffic $rate commands/s of both tenants:"
+echo "$what of $files files, live traffic $rate commands/s of both tenants:"
 echo "  rebuild ${took:0:5} s; fenced ${fenced:-?} ms; live worker's 'index gone' lines: $gone"
 for p in before fenced; do
   printf '  sent %-7s produce -> searchable: acme %5.2f s, globex %5.2f s\n' "$p:" "$(cat "$state/probe-acme-$p")" "$(cat "$state/probe-globex-$p")"

@@ -77,12 +77,15 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
     let fenced_at = std::cell::Cell::new(None);
     let fence = || -> Result<(), RebuildError> {
         crate::faults::hold("rebuild.caught-up");
+        // From when a live writer may begin to wait: a tenant moving in,
+        // from the placement's record, before every writer has taken it.
+        let began = Instant::now();
         if index.entering {
             super::placing::fence(index, &kafka, partitions, target, &runtime)?;
         } else {
             index.fence(current)?;
         }
-        fenced_at.set(Some(Instant::now()));
+        fenced_at.set(Some(if index.entering { began } else { Instant::now() }));
         info!(tenant = %index.tenant, "the live workers are fenced off the tenant's indexes (their writes of it wait) until the cutover");
         crate::faults::hold("rebuild.fenced");
         Ok(())
