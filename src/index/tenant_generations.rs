@@ -150,7 +150,8 @@ impl TenantGenerations {
     }
 
     /// After a move in from the shared indexes: deletes the tenant's
-    /// documents there (hidden from searches since the cutover).
+    /// documents there (hidden from searches since the cutover), then
+    /// records that none is left.
     pub fn remove_from_shared(&self) -> Result<(), IndexError> {
         let b = &self.backend;
         if !self.placement()?.is_hidden(&self.tenant) {
@@ -172,7 +173,7 @@ impl TenantGenerations {
             json_or_status(&format!("deleting tenant {t}'s documents from the shared indexes"), r).await
         })?;
         tracing::info!(tenant = t, deleted = deleted["deleted"].as_u64().unwrap_or(0), "the tenant's documents in the shared indexes deleted");
-        Ok(())
+        self.update_placement(|p| p.is_hidden(t).then(|| p.unhidden(t))).map(drop)
     }
 
     /// Whether the live write alias of files is on revision `rev`: a

@@ -117,8 +117,12 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
 /// (unless kept), and so are the rebuild's checkpoints and state.
 fn finish(index: &TenantGenerations, (from, to): (u64, u64), partitions: i32, keep_old: bool) -> Result<(), RebuildError> {
     if !keep_old {
-        index.remove(from, partitions)?;
-        // Moved in from the shared indexes: its documents there go.
+        // Moved in from the shared indexes: its documents there go (it had
+        // no indexes of its own); otherwise its replaced revision, and any
+        // documents a move kept in the shared indexes.
+        if !index.entering {
+            index.remove(from, partitions)?;
+        }
         index.remove_from_shared()?;
     }
     index.remove_checkpoints(to, partitions)?;

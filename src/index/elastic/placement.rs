@@ -120,6 +120,14 @@ impl Placement {
         p
     }
 
+    /// `tenant`'s documents deleted from the shared indexes after its move:
+    /// nothing of it left there to hide.
+    pub fn unhidden(&self, tenant: &str) -> Placement {
+        let mut p = self.clone();
+        p.hidden.remove(tenant);
+        p
+    }
+
     /// Whether `tenant` is moving in from the shared indexes (fenced, not
     /// cut over).
     pub fn is_entering(&self, tenant: &str) -> bool {
@@ -516,6 +524,9 @@ mod tests {
         assert!(!moved.is_entering("globex") && moved.is_dedicated(Some("globex")));
         assert_eq!(moved.shared_read_alias()["filter"]["bool"]["must_not"][1], json!({"terms": {"tenant": ["globex"]}}));
         assert_eq!(shared.shared_read_alias(), crate::index::elastic::mapping::read_alias());
+        // Its documents in the shared indexes deleted: nothing left to hide.
+        assert_eq!(moved.unhidden("globex").shared_read_alias(), crate::index::elastic::mapping::read_alias());
+        assert!(moved.unhidden("globex").is_dedicated(Some("globex")));
         // Given up: as before, the move counted.
         let back = fenced.not_entering("globex", 0);
         assert!(back.same_tenants(&shared) && back.revision("globex") == 0 && back.moves() == 2);
