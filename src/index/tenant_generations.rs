@@ -149,6 +149,12 @@ impl TenantGenerations {
         self.update_placement(|p| p.is_entering(t).then(|| p.not_entering(t, p.revision(t).saturating_sub(1)))).map(drop)
     }
 
+    /// Whether the tenant's documents in the shared indexes are hidden
+    /// there, left by its move into its own.
+    pub fn hides_in_shared(&self) -> Result<bool, IndexError> {
+        Ok(self.placement()?.is_hidden(&self.tenant))
+    }
+
     /// After a move in from the shared indexes: deletes the tenant's
     /// documents there (hidden from searches since the cutover), then
     /// records that none is left.
@@ -323,7 +329,12 @@ impl Generations for TenantGenerations {
             tracing::warn!("injected fault rebuild.tenant-aliases: aborting between the cutover's aliases and its record");
             std::process::abort();
         }
-        self.record_revision(to)
+        self.record_revision(to)?;
+        if crate::faults::active("rebuild.tenant-recorded").is_some() {
+            tracing::warn!("injected fault rebuild.tenant-recorded: aborting between the cutover's record and the clean-up");
+            std::process::abort();
+        }
+        Ok(())
     }
     /// Deletes revision `g`'s indexes and its rebuild's checkpoints.
     fn remove(&self, g: u64, partitions: i32) -> Result<(), IndexError> {

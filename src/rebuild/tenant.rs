@@ -61,7 +61,15 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
         // Stopped between the cutover's aliases and its record: finished.
         info!(tenant = %index.tenant, revision = target, "the cutover was made: recording it");
         index.record_revision(target)?;
-        return finish(index, (current, target), partitions, keep_old).map(|()| done(0));
+        return finish(index, (current, target), partitions, keep_old, index.entering).map(|()| done(0));
+    }
+    if target == current {
+        // Stopped after the cutover's record (a new rebuild's target is
+        // above the current revision): only the clean-up is left, of the
+        // revision below, or of the shared indexes a move left.
+        info!(tenant = %index.tenant, revision = target, "the cutover was recorded: cleaning up");
+        let moved_in = index.hides_in_shared()?;
+        return finish(index, (target.saturating_sub(1), target), partitions, keep_old, moved_in).map(|()| done(0));
     }
     let conflicts_before = state.owner_conflicts_total;
     index.prepare(target)?;
@@ -109,18 +117,18 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
     let fenced_ms = fenced_at.get().map(|t| t.elapsed().as_millis() as u64);
     info!(tenant = %index.tenant, from = current, to = target, fenced_ms, "cut over: the tenant's searches and live writes use the new revision");
     crate::faults::hold("rebuild.cut-over");
-    finish(index, (current, target), partitions, keep_old)?;
+    finish(index, (current, target), partitions, keep_old, index.entering)?;
     Ok(done(applied))
 }
 
 /// After the cutover from revision `from` to `to`: `from` is deleted
-/// (unless kept), and so are the rebuild's checkpoints and state.
-fn finish(index: &TenantGenerations, (from, to): (u64, u64), partitions: i32, keep_old: bool) -> Result<(), RebuildError> {
+/// (unless kept), and so are the rebuild's checkpoints and state. A tenant
+/// `moved_in` from the shared indexes had no `from`: its documents there
+/// are deleted instead.
+fn finish(index: &TenantGenerations, (from, to): (u64, u64), partitions: i32, keep_old: bool, moved_in: bool) -> Result<(), RebuildError> {
     if !keep_old {
-        // Moved in from the shared indexes: its documents there go (it had
-        // no indexes of its own); otherwise its replaced revision, and any
-        // documents a move kept in the shared indexes.
-        if !index.entering {
+        // Also any documents an earlier move kept in the shared indexes.
+        if !moved_in {
             index.remove(from, partitions)?;
         }
         index.remove_from_shared()?;

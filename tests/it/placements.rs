@@ -338,6 +338,24 @@ fn a_tenants_rebuild_killed_in_its_cutover_is_finished_by_running_it_again_on_el
     assert_eq!(code, 0, "{err}");
     let status: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!((&status["rebuild"], &status["tenant_rebuilds"]), (&serde_json::Value::Null, &serde_json::json!([])), "{out}");
+
+    // Killed after the cutover's record, before its clean-up: run again,
+    // it cleans up. (Before, the run again took the recorded revision for
+    // its target: it fenced the live worker off it, "cut over" from
+    // revision 3 to itself, and deleted revision 3, the tenant's live
+    // indexes, exiting 0.)
+    let killed = crate::rebuild::rebuild_in(&r, "tenant-faults", &[("rebuild.tenant-recorded", "")], &["--tenant", "acme"]).wait_with_output().unwrap();
+    assert!(!killed.status.success(), "{}", String::from_utf8_lossy(&killed.stderr));
+    let (code, out, err) = r.run(&["rebuild", "--tenant", "acme", "--metrics-addr", "127.0.0.1:0"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("revision 3"), "{out}");
+    assert!(err.contains("the cutover was recorded: cleaning up"), "{err}");
+    assert_eq!(count_of(&url, &format!("{prefix}-t-acme-files-000001-r2"), "acme"), None, "the replaced revision is deleted");
+    assert_eq!(count_of(&url, &format!("{prefix}-t-acme-files-000001-r3"), "acme"), Some(5));
+    let (code, out, err) = r.run(&["rebuild", "--status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["tenant_rebuilds"], serde_json::json!([]), "{out}");
+    verify_is_clean(&r, &["--tenant", "acme"], 8);
     drop(w);
 }
 
