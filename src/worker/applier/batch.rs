@@ -436,6 +436,14 @@ impl Applier {
                     self.isolate(shard, batch)?;
                     return Ok(false);
                 }
+                Err(Halt::Retry(Transient::Placement(_))) => {
+                    // Expected, not a failure: reopened (after the
+                    // backoff's wait, should the placement read be older
+                    // still), the message is handled again.
+                    retry.pause()?;
+                    let n = batch.len() - 1;
+                    self.reopen(shard, &batch[..n])?;
+                }
                 Err(Halt::Retry(e)) => self.recover(&mut retry, shard, batch, &e)?,
                 Err(halt) => {
                     // Stopped within the command (its permanent-failure

@@ -358,7 +358,7 @@ impl Applier {
                 let live = matches!(self.shared.cfg.mode, crate::worker::Mode::Live);
                 if live && !shard.placement_taken(c.origin_offset.max(0) as u64, c.through.max(0) as u64) {
                     info!(partition = self.partition, generation = c.origin_offset, moves = c.through, "a tenant moved between placements: reopening the shard to read the placement");
-                    return Err(Halt::Retry(Transient::Index(crate::index::IndexError::Fenced(format!("a tenant moved between placements (move {} of generation {})", c.through, c.origin_offset)))));
+                    return Err(Halt::Retry(Transient::Placement(format!("a tenant moved between placements (move {} of generation {})", c.through, c.origin_offset))));
                 }
                 Ok(Handled::Done { fan_out: false })
             }

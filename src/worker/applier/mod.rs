@@ -275,6 +275,11 @@ pub(crate) enum Transient {
     /// The schema registry could not resolve a message's schema id now.
     #[error("{0}")]
     Registry(String),
+    /// A tenant moved between placements (a `PLACE` control message) since
+    /// the shard was opened: it is reopened to read the placement. Not a
+    /// failure: the partition is not reported degraded.
+    #[error("{0}")]
+    Placement(String),
 }
 
 impl From<Transient> for WorkerError {
@@ -282,6 +287,7 @@ impl From<Transient> for WorkerError {
         match t {
             Transient::Index(e) => WorkerError::Index(e),
             Transient::Registry(e) => WorkerError::Registry(e),
+            Transient::Placement(e) => WorkerError::Index(IndexError::Fenced(e)),
         }
     }
 }
