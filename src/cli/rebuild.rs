@@ -76,6 +76,10 @@ pub struct RebuildArgs {
     /// See docs/tenants.md
     #[arg(long, value_parser = super::parse_tenant, conflicts_with_all = ["status", "verify", "accept_gaps", "accept_owner_conflicts"])]
     tenant: Option<String>,
+    /// With --tenant: move the tenant from its own indexes into the shared ones, alone (take it
+    /// out of DENORM_ES_DEDICATED_TENANTS first). See docs/tenants.md
+    #[arg(long, requires = "tenant")]
+    to_shared: bool,
     #[command(flatten)]
     cross_key: super::CrossKeyArgs,
 }
@@ -136,7 +140,7 @@ async fn tenant_rebuild(cli: &Cli, a: &RebuildArgs, tenant: &str, manage: bool) 
         return Err(UsageError("--tenant rebuilds with one process (--members 1)".into()).into());
     }
     let kafka = cli.kafka();
-    let Some(index) = super::location(cli)?.tenant_generations(&kafka.topic, tenant, manage).await.map_err(super::open_error)? else {
+    let Some(index) = super::location(cli)?.tenant_generations(&kafka.topic, tenant, manage, a.to_shared).await.map_err(super::open_error)? else {
         return Err(
             UsageError("--tenant rebuilds one tenant's own Elasticsearch indexes: the embedded index keeps every tenant in one placement, and `denorm rebuild` rebuilds them all".into()).into()
         );
@@ -162,13 +166,22 @@ async fn tenant_rebuild(cli: &Cli, a: &RebuildArgs, tenant: &str, manage: bool) 
     let runtime = tokio::runtime::Handle::current();
     if index.entering {
         info!(tenant = %index.tenant, "the tenant is in the shared indexes, and DENORM_ES_DEDICATED_TENANTS names it: moving it into indexes of its own");
+    } else if index.leaving {
+        info!(tenant = %index.tenant, "moving the tenant from its own indexes into the shared ones");
     }
     tokio::task::spawn_blocking(move || {
         let r = denorm::rebuild::tenant::TenantRebuild { kafka, index: &index, group, partitions, keep_old, takeover_waits, any_partitioner, health, runtime };
         let done = with_progress(|shown| denorm::rebuild::tenant::run(r, shown))?;
         let t = &index.tenant;
-        let what = if index.entering { format!("moved tenant {t} from the shared indexes into indexes of its own") } else { format!("rebuilt tenant {t}'s indexes") };
-        println!("{} as revision {} ({} of the log's commands read) in {:.1}s; its searches and live writes now use it", what, done.generation, done.applied, done.elapsed.as_secs_f64());
+        let (g, applied, secs) = (done.generation, done.applied, done.elapsed.as_secs_f64());
+        let what = if index.entering {
+            format!("moved tenant {t} from the shared indexes into indexes of its own as revision {g}")
+        } else if index.leaving {
+            format!("moved tenant {t} from its own indexes into the shared ones")
+        } else {
+            format!("rebuilt tenant {t}'s indexes as revision {g}")
+        };
+        println!("{what} ({applied} of the log's commands read) in {secs:.1}s; its searches and live writes now use it");
         Ok(())
     })
     .await?

@@ -155,7 +155,7 @@ impl Location {
     /// One tenant's own indexes on Elasticsearch, revision by revision
     /// (`denorm rebuild --tenant`). `manage`: it will create indexes and
     /// move aliases. `None` on the embedded index, which has one placement.
-    pub async fn tenant_generations(&self, topic: &str, tenant: &str, manage: bool) -> Result<Option<TenantGenerations>, OpenError> {
+    pub async fn tenant_generations(&self, topic: &str, tenant: &str, manage: bool, to_shared: bool) -> Result<Option<TenantGenerations>, OpenError> {
         let Location::Elastic(es) = self else { return Ok(None) };
         let client = es.client().map_err(|e| self.failed(e))?;
         if manage {
@@ -166,7 +166,7 @@ impl Location {
         // What decides whether a tenant in the shared indexes moves.
         backend.configured = Placement::new(es.dedicated.clone());
         let tenant = tenant.to_string();
-        let opened = tokio::task::spawn_blocking(move || TenantGenerations::new(backend, &tenant)).await.map_err(|e| self.failed(IndexError::Rejected(e.to_string())))?;
+        let opened = tokio::task::spawn_blocking(move || TenantGenerations::new(backend, &tenant, to_shared)).await.map_err(|e| self.failed(IndexError::Rejected(e.to_string())))?;
         match opened {
             Ok(t) => Ok(Some(t)),
             // The tenant has no indexes of its own: the operator's choice to fix.

@@ -47,19 +47,43 @@ pub struct TenantGenerations {
     /// The tenant is in the shared indexes, and its rebuild moves it into
     /// indexes of its own (or is moving it: fenced, not cut over).
     pub entering: bool,
+    /// The tenant's rebuild moves it from its own indexes into the shared
+    /// ones (`--to-shared`, or a move begun).
+    pub leaving: bool,
 }
 
 impl TenantGenerations {
     /// The tenant's own indexes in the current generation; refused when
-    /// the tenant has none (it is in the shared indexes).
-    pub fn new(mut backend: ElasticBackend, tenant: &str) -> Result<Self, IndexError> {
+    /// the tenant has none (it is in the shared indexes) and the
+    /// configuration does not name it, or when it is to move `to_shared`
+    /// and cannot.
+    pub fn new(mut backend: ElasticBackend, tenant: &str, to_shared: bool) -> Result<Self, IndexError> {
         crate::command::tenant::validate(tenant).map_err(|e| IndexError::Rejected(e.to_string()))?;
         backend.conflicts.get_or_insert_with(Default::default);
         let shared = backend.generation()?;
-        let mut this = TenantGenerations { backend, tenant: tenant.to_string(), shared, entering: false };
+        let mut this = TenantGenerations { backend, tenant: tenant.to_string(), shared, entering: false, leaving: false };
         let placed = this.placement()?;
         this.entering = placed.is_entering(tenant);
-        if !placed.is_dedicated(Some(tenant)) {
+        this.leaving = placed.is_leaving(tenant);
+        // A move into the shared indexes stopped after its record has its
+        // state left: run again, it cleans up.
+        let moved_out = !placed.is_dedicated(Some(tenant)) && this.state()?.is_some() && !this.backend.configured.is_dedicated(Some(tenant));
+        if to_shared && !this.leaving && !moved_out {
+            let refused = if !placed.is_dedicated(Some(tenant)) {
+                format!("tenant {tenant} is in the shared indexes of generation {shared} already")
+            } else if this.entering {
+                format!("tenant {tenant} is moving into indexes of its own: finish that move first (`denorm rebuild --tenant {tenant}`), or give it up (add --abandon)")
+            } else if this.backend.configured.is_dedicated(Some(tenant)) {
+                format!("DENORM_ES_DEDICATED_TENANTS names tenant {tenant}: take it out first, or the next `denorm rebuild` moves it back into indexes of its own")
+            } else {
+                String::new()
+            };
+            if !refused.is_empty() {
+                return Err(IndexError::Rejected(refused));
+            }
+            this.leaving = true;
+        }
+        if !placed.is_dedicated(Some(tenant)) && !moved_out {
             if !this.backend.configured.is_dedicated(Some(tenant)) {
                 return Err(IndexError::Rejected(format!(
                     "tenant {tenant} is in the shared indexes of generation {shared}: a rebuild of one tenant replaces its own indexes, or moves it into indexes of its own when DENORM_ES_DEDICATED_TENANTS names it. Name it there to move it, or rebuild every tenant (`denorm rebuild`)"
@@ -159,10 +183,17 @@ impl TenantGenerations {
     /// documents there (hidden from searches since the cutover), then
     /// records that none is left.
     pub fn remove_from_shared(&self) -> Result<(), IndexError> {
-        let b = &self.backend;
         if !self.placement()?.is_hidden(&self.tenant) {
             return Ok(());
         }
+        self.delete_in_shared()?;
+        let t = self.tenant.as_str();
+        self.update_placement(|p| p.is_hidden(t).then(|| p.unhidden(t))).map(drop)
+    }
+
+    /// Deletes the tenant's documents in the shared indexes.
+    fn delete_in_shared(&self) -> Result<(), IndexError> {
+        let b = &self.backend;
         let names: Vec<String> = KINDS.iter().map(|k| names::concrete(&b.prefix, *k, self.shared)).collect();
         let t = self.tenant.as_str();
         let deleted = self.block(async {
@@ -179,7 +210,45 @@ impl TenantGenerations {
             json_or_status(&format!("deleting tenant {t}'s documents from the shared indexes"), r).await
         })?;
         tracing::info!(tenant = t, deleted = deleted["deleted"].as_u64().unwrap_or(0), "the tenant's documents in the shared indexes deleted");
-        self.update_placement(|p| p.is_hidden(t).then(|| p.unhidden(t))).map(drop)
+        Ok(())
+    }
+
+    /// Prepares a move into the shared indexes: the tenant's documents
+    /// left there deleted (not once the move has begun: its rebuild's are
+    /// there), the placement records it leaving, and the shared indexes get
+    /// a read alias that hides it and the alias its rebuild writes through.
+    fn prepare_leaving(&self, rev: u32) -> Result<(), IndexError> {
+        let (b, t) = (&self.backend, self.tenant.as_str());
+        if !self.placement()?.is_leaving(t) {
+            self.delete_in_shared()?;
+        }
+        let placed = self.update_placement(|p| (!p.is_leaving(t)).then(|| p.leaving(t)))?;
+        let mut actions = Vec::new();
+        for kind in KINDS {
+            let shared = names::concrete(&b.prefix, kind, self.shared);
+            actions.push(placement::shared_read_action(&b.prefix, kind, self.shared, &placed.shared_read_alias()));
+            actions.push(json!({"add": {"index": shared, "alias": placement::shared_rebuild_alias(&b.prefix, t, kind, self.shared, rev)}}));
+        }
+        self.update_aliases(actions, &format!("preparing tenant {t}'s move into the shared indexes"))
+    }
+
+    /// Gives up a move into the shared indexes (before its cutover): the
+    /// tenant's documents its rebuild wrote there deleted, the aliases and
+    /// the placement as before.
+    pub fn give_up_leaving(&self, rev: u64) -> Result<(), IndexError> {
+        let (b, t) = (&self.backend, self.tenant.as_str());
+        self.delete_in_shared()?;
+        let placed = self.update_placement(|p| p.is_leaving(t).then(|| p.not_leaving(t)))?;
+        let mut actions = Vec::new();
+        for kind in KINDS {
+            let shared = names::concrete(&b.prefix, kind, self.shared);
+            actions.push(placement::shared_read_action(&b.prefix, kind, self.shared, &placed.shared_read_alias()));
+            let rebuild = placement::shared_rebuild_alias(&b.prefix, t, kind, self.shared, Self::rev(rev));
+            if self.block(generations::indexes_of_alias(&b.client, &rebuild))?.contains(&shared) {
+                actions.push(json!({"remove": {"index": shared, "alias": rebuild}}));
+            }
+        }
+        self.update_aliases(actions, &format!("giving up tenant {t}'s move into the shared indexes"))
     }
 
     /// Whether the live write alias of files is on revision `rev`: a
@@ -187,6 +256,12 @@ impl TenantGenerations {
     /// rebuild stopped between the two).
     pub fn live_on_revision(&self, rev: u64) -> Result<bool, IndexError> {
         let b = &self.backend;
+        if self.leaving {
+            // Moving into the shared indexes: cut over once its filtered
+            // alias is on them.
+            let name = names::tenant_alias(&b.prefix, &self.tenant, Kind::File);
+            return Ok(self.block(generations::indexes_of_alias(&b.client, &name))?.contains(&names::concrete(&b.prefix, Kind::File, self.shared)));
+        }
         Ok(self.live_on()?.contains(&dedicated_concrete(&b.prefix, &self.tenant, Kind::File, self.shared, Self::rev(rev))))
     }
 
@@ -201,7 +276,7 @@ impl TenantGenerations {
     /// of a cutover).
     pub fn record_revision(&self, rev: u64) -> Result<(), IndexError> {
         let t = self.tenant.as_str();
-        self.update_placement(|p| Some(p.with_revision(t, Self::rev(rev)).entered(t))).map(drop)
+        self.update_placement(|p| Some(if p.is_leaving(t) { p.left(t, Self::rev(rev)) } else { p.with_revision(t, Self::rev(rev)).entered(t) })).map(drop)
     }
 
     /// Takes the live write aliases off revision `rev` (step 1 above).
@@ -282,6 +357,9 @@ impl Generations for TenantGenerations {
     }
     /// Creates revision `g`'s indexes, with the rebuild's write aliases only.
     fn prepare(&self, g: u64) -> Result<(), IndexError> {
+        if self.leaving {
+            return self.prepare_leaving(Self::rev(g));
+        }
         let b = &self.backend;
         for kind in KINDS {
             let index = dedicated_concrete(&b.prefix, &self.tenant, kind, self.shared, Self::rev(g));
@@ -303,14 +381,18 @@ impl Generations for TenantGenerations {
     fn cut_over(&self, from: u64, to: u64, _partitions: i32) -> Result<(), IndexError> {
         let b = &self.backend;
         let (prefix, t, g) = (b.prefix.as_str(), self.tenant.as_str(), self.shared);
-        let all: Vec<String> = KINDS.iter().map(|k| dedicated_concrete(prefix, t, *k, g, Self::rev(to))).collect();
+        // What the rebuild wrote: the shared indexes for a tenant moving
+        // into them.
+        let all: Vec<String> = KINDS.iter().map(|k| if self.leaving { names::concrete(prefix, *k, g) } else { dedicated_concrete(prefix, t, *k, g, Self::rev(to)) }).collect();
         self.block(async {
             let refs: Vec<&str> = all.iter().map(String::as_str).collect();
             let r = b.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&refs)).send().await?;
             super::elastic::complete_json("refreshing a tenant's rebuilt indexes", r).await.map(drop)
         })?;
         let placed = self.placement()?;
-        let actions = if placed.is_entering(t) {
+        let actions = if placed.is_leaving(t) {
+            placement::leaving_cutover_actions(prefix, t, g, (Self::rev(from), Self::rev(to)), &placed.left(t, Self::rev(to)).shared_read_alias())
+        } else if placed.is_entering(t) {
             // The tenant's filtered aliases on the shared indexes, where
             // `denorm tenant alias` put them.
             let mut filtered = Vec::new();

@@ -157,6 +157,11 @@ pub fn abandon(index: &TenantGenerations, partitions: i32) -> Result<Option<u64>
         if index.live_on_revision(g)? {
             return Err(RebuildError::TenantCutOver { tenant: index.tenant.clone(), revision: g });
         }
+        if index.leaving {
+            // What its rebuild wrote into the shared indexes goes.
+            index.give_up_leaving(g)?;
+            info!(tenant = %index.tenant, "the tenant stays in its own indexes");
+        }
         index.remove(g, partitions)?;
     }
     index.clear_state()?;

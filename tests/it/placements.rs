@@ -59,6 +59,31 @@ fn verify_is_clean(r: &Rig, args: &[&str], checked: u64) {
     assert_eq!((code, report["checked"].as_u64()), (0, Some(checked)), "{all:?}: {report}");
 }
 
+/// `rebuild --status --json`'s `tenant_rebuilds`.
+fn tenant_rebuilds(r: &Rig) -> serde_json::Value {
+    let (code, out, err) = r.run(&["rebuild", "--status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str::<serde_json::Value>(&out).unwrap()["tenant_rebuilds"].clone()
+}
+
+/// A file of `tenant` (`/docs/a9.txt`), applied by the live worker `w`.
+fn produce_after(r: &Rig, w: &Worker, tenant: &str) {
+    let (code, _, err) = r.run(&["produce", "--tenant", tenant, "--wait", "120", "upsert-file", "--id", "a9", "--path", "/docs/a9.txt", "--contents", "after words"]);
+    assert_eq!(code, 0, "{err}\n{}", w.log());
+}
+
+/// `rebuild --tenant acme --to-shared`, held once fenced, after it has
+/// written acme's five files into the shared index of files `shared` (its
+/// worker goes on while held).
+fn acme_leaving_held(r: &Rig, shared: &str) -> std::process::Child {
+    let child = crate::rebuild::rebuild_in(r, "leave-faults", &[("rebuild.fenced", "")], &["--tenant", "acme", "--to-shared"]);
+    let reached = r.dir().join("leave-faults").join("rebuild.fenced.reached");
+    eventually(std::time::Duration::from_secs(120), || "the move never fenced".into(), || reached.exists().then_some(()));
+    let url = r.index.display().to_string();
+    eventually(std::time::Duration::from_secs(60), || format!("acme's files never reached {shared}"), || (count_of(&url, shared, "acme") == Some(5)).then_some(()));
+    child
+}
+
 /// A rig on Elasticsearch whose worker started with `acme` dedicated,
 /// once it has applied the three tenants' documents ([`lines_file`]).
 fn acme_dedicated_with_three_tenants() -> (Rig, Worker) {
@@ -252,9 +277,7 @@ fn a_tenant_is_rebuilt_alone_while_every_tenant_is_served_and_updated_on_elastic
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("a rebuild of tenant acme's own indexes is in progress"), "{err}");
     // `rebuild --status` shows it.
-    let (code, out, err) = r.run(&["rebuild", "--status", "--json"]);
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["tenant_rebuilds"], serde_json::json!(["acme"]), "{out}");
+    assert_eq!(tenant_rebuilds(&r), serde_json::json!(["acme"]));
     std::fs::remove_file(r.dir().join("tenant-faults").join("rebuild.fenced")).unwrap();
     let out = child.wait_with_output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -352,9 +375,7 @@ fn a_tenants_rebuild_killed_in_its_cutover_is_finished_by_running_it_again_on_el
     assert!(err.contains("the cutover was recorded: cleaning up"), "{err}");
     assert_eq!(count_of(&url, &format!("{prefix}-t-acme-files-000001-r2"), "acme"), None, "the replaced revision is deleted");
     assert_eq!(count_of(&url, &format!("{prefix}-t-acme-files-000001-r3"), "acme"), Some(5));
-    let (code, out, err) = r.run(&["rebuild", "--status", "--json"]);
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["tenant_rebuilds"], serde_json::json!([]), "{out}");
+    assert_eq!(tenant_rebuilds(&r), serde_json::json!([]));
     verify_is_clean(&r, &["--tenant", "acme"], 8);
     drop(w);
 }
@@ -404,9 +425,7 @@ fn a_shared_tenant_moves_into_its_own_indexes_alone_while_every_tenant_is_served
     assert!(w.wait_for_log("index gone", std::time::Duration::from_secs(60)), "the live worker was not fenced off globex's shared documents:\n{}", w.log());
     assert_eq!(count_of(&url, &shared, "globex"), Some(6), "nothing more of globex in the shared indexes");
     assert_eq!(search(&r, Some("globex"), &["files", "--under", "/placed"]).len(), 1);
-    let (code, out, err) = r.run(&["rebuild", "--status", "--json"]);
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["tenant_rebuilds"], serde_json::json!(["globex"]), "{out}");
+    assert_eq!(tenant_rebuilds(&r), serde_json::json!(["globex"]));
     std::fs::remove_file(dir.join("rebuild.fenced")).unwrap();
     // Cut over, not cleaned up: globex's documents are in both places,
     // and every search finds each once (through the read alias, and by
@@ -422,8 +441,7 @@ fn a_shared_tenant_moves_into_its_own_indexes_alone_while_every_tenant_is_served
     assert!(stdout.contains("moved tenant globex from the shared indexes into indexes of its own as revision 1"), "{stdout}");
 
     // After the cutover: the live worker writes globex to its own indexes.
-    let (code, _, err) = r.run(&["produce", "--tenant", "globex", "--wait", "120", "upsert-file", "--id", "a9", "--path", "/docs/a9.txt", "--contents", "after words"]);
-    assert_eq!(code, 0, "{err}\n{}", w.log());
+    produce_after(&r, &w, "globex");
     assert_matches_topic_model(&r.cfg, &r.index);
     assert_eq!(count_of(&url, &shared, "globex"), Some(0), "globex's documents in the shared indexes are deleted");
     assert_eq!(count_of(&url, &own, "globex"), Some(5 + 1 + 1 + 1));
@@ -436,9 +454,7 @@ fn a_shared_tenant_moves_into_its_own_indexes_alone_while_every_tenant_is_served
     assert_eq!(search(&r, Some("globex"), &["files", "--dir", "/papers/f0"]).len(), 4, "globex's rename sent while fenced, applied after the cutover");
     verify_is_clean(&r, &["--tenant", "globex"], 5 + 1 + 1 + 1 + 3);
     verify_is_clean(&r, &[], 24 + 1 + 1 + 1);
-    let (code, out, err) = r.run(&["rebuild", "--status", "--json"]);
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["tenant_rebuilds"], serde_json::json!([]), "{out}");
+    assert_eq!(tenant_rebuilds(&r), serde_json::json!([]));
     drop(w);
 }
 
@@ -466,15 +482,90 @@ fn a_shared_tenants_move_given_up_after_its_fence_leaves_it_shared_on_elasticsea
     let (code, out, err) = r.run(&["rebuild", "--tenant", "globex", "--abandon"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("gave up the rebuild of revision 1 of tenant globex"), "{out}");
-    let (code, _, err) = r.run(&["produce", "--tenant", "globex", "--wait", "120", "upsert-file", "--id", "a9", "--path", "/docs/a9.txt", "--contents", "after words"]);
-    assert_eq!(code, 0, "{err}\n{}", w.log());
+    produce_after(&r, &w, "globex");
     assert_matches_topic_model(&r.cfg, &r.index);
     assert_eq!(count_of(&url, &shared, "globex"), Some(5 + 1 + 1), "globex's writes went on in the shared indexes");
     assert_eq!(count_of(&url, &own, "globex"), None, "the new indexes are deleted");
     each_tenant_finds_its_files(&r, "after the move was given up");
     verify_is_clean(&r, &["--tenant", "globex"], 5 + 1 + 1 + 3);
-    let (code, out, err) = r.run(&["rebuild", "--status", "--json"]);
+    assert_eq!(tenant_rebuilds(&r), serde_json::json!([]));
+    drop(w);
+}
+
+/// A dedicated tenant moves into the shared indexes alone (`rebuild
+/// --tenant acme --to-shared`, acme out of the configuration), while the
+/// live worker started with acme configured applies every tenant. The
+/// rebuild writes acme into the shared indexes, hidden there from every
+/// search until the cutover; its fence is a dedicated tenant's (its own
+/// write aliases removed). After it, acme's documents are in the shared
+/// indexes only, its alias is the filtered one there, its own indexes are
+/// deleted, and every search finds each document once. Refused for a
+/// shared tenant, and while the configuration names the tenant.
+#[test]
+fn a_dedicated_tenant_moves_into_the_shared_indexes_alone_on_elasticsearch() {
+    let (r, w) = acme_dedicated_with_three_tenants();
+    let (url, prefix) = (r.index.display().to_string(), crate::common::elastic::prefix());
+    let (shared, own) = (format!("{prefix}-files-000001"), format!("{prefix}-t-acme-files-000001"));
+    let (code, _, err) = r.run(&["rebuild", "--tenant", "globex", "--to-shared", "--metrics-addr", "127.0.0.1:0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("tenant globex is in the shared indexes of generation 0 already"), "{err}");
+    let (code, _, err) = output(cli(&r.cfg, &r.group, &r.index).env(DEDICATED, "acme").args(["rebuild", "--tenant", "acme", "--to-shared", "--metrics-addr", "127.0.0.1:0"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("DENORM_ES_DEDICATED_TENANTS names tenant acme"), "{err}");
+
+    // Rebuilt into the shared indexes, hidden there: every search finds
+    // acme's documents once, in its own indexes.
+    let child = acme_leaving_held(&r, &shared);
+    each_tenant_finds_its_files(&r, "acme rebuilt into the shared indexes, not cut over");
+    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-acme-files"), "acme"), 5);
+    // A file of acme sent while fenced waits for the cutover.
+    let fenced = r.dir().join("fenced.jsonl");
+    std::fs::write(&fenced, r#"{"op":"upsert_file","id":"h1","path":"/docs/e0/h1.txt","contents":"fenced words","tenant":"acme"}"#).unwrap();
+    let (code, _, err) = r.run(&["produce", "--jsonl", fenced.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["tenant_rebuilds"], serde_json::json!([]), "{out}");
+    assert!(w.wait_for_log("index gone", std::time::Duration::from_secs(60)), "{}", w.log());
+    std::fs::remove_file(r.dir().join("leave-faults").join("rebuild.fenced")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}\n{}", w.log());
+    assert!(stdout.contains("moved tenant acme from its own indexes into the shared ones"), "{stdout}");
+
+    produce_after(&r, &w, "acme");
+    assert_matches_topic_model(&r.cfg, &r.index);
+    assert_eq!(count_of(&url, &shared, "acme"), Some(5 + 1 + 1), "acme's documents are in the shared indexes");
+    assert_eq!(count_of(&url, &own, "acme"), None, "acme's own indexes are deleted");
+    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-acme-files"), "acme"), 7);
+    let (_, aliases) = get(&url, &format!("_alias/{prefix}-t-acme-files"));
+    assert_eq!(aliases.as_object().unwrap().keys().collect::<Vec<_>>(), [&shared], "acme's alias is on the shared index only: {aliases}");
+    each_tenant_finds_its_files(&r, "after acme moved into the shared indexes");
+    verify_is_clean(&r, &["--tenant", "acme"], 8 + 2);
+    verify_is_clean(&r, &[], 24 + 2);
+    assert_eq!(tenant_rebuilds(&r), serde_json::json!([]));
+    drop(w);
+}
+
+/// A move into the shared indexes given up after its fence (the rebuild
+/// killed, then `--abandon`): what it wrote into the shared indexes is
+/// deleted, the live worker gets acme's write aliases back, and acme stays
+/// in its own indexes.
+#[test]
+fn a_move_into_the_shared_indexes_given_up_leaves_the_tenant_in_its_own_on_elasticsearch() {
+    let (r, w) = acme_dedicated_with_three_tenants();
+    let (url, prefix) = (r.index.display().to_string(), crate::common::elastic::prefix());
+    let (shared, own) = (format!("{prefix}-files-000001"), format!("{prefix}-t-acme-files-000001"));
+    let mut child = acme_leaving_held(&r, &shared);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (code, out, err) = r.run(&["rebuild", "--tenant", "acme", "--abandon"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("gave up the rebuild of revision 1 of tenant acme"), "{out}");
+    produce_after(&r, &w, "acme");
+    assert_eq!(count_of(&url, &shared, "acme"), Some(0), "what the move wrote into the shared indexes is deleted");
+    assert_eq!(count_of(&url, &own, "acme"), Some(6));
+    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-acme-files"), "acme"), 6);
+    let (_, read) = get(&url, &format!("_alias/{prefix}-files"));
+    assert!(!read[&shared]["aliases"][format!("{prefix}-files")]["filter"].to_string().contains("acme"), "the shared read alias hides acme no more: {read}");
+    each_tenant_finds_its_files(&r, "after the move into the shared indexes was given up");
+    verify_is_clean(&r, &["--tenant", "acme"], 8 + 1);
     drop(w);
 }

@@ -55,6 +55,10 @@ pub struct Placement {
     /// How many times a tenant moved: the live workers say in the index
     /// which placement they write with (see [`acknowledged_id`]).
     moves: u64,
+    /// The tenants moving from their own indexes into the shared ones:
+    /// dedicated until the cutover, their documents rebuilt into the
+    /// shared indexes meanwhile, hidden there.
+    leaving: BTreeSet<String>,
 }
 
 impl Placement {
@@ -118,6 +122,41 @@ impl Placement {
         }
         p.moves += 1;
         p
+    }
+
+    /// A tenant's move from its own indexes into the shared ones begun: its
+    /// documents rebuilt there are hidden until the cutover.
+    pub fn leaving(&self, tenant: &str) -> Placement {
+        let mut p = self.clone();
+        p.leaving.insert(tenant.to_string());
+        p.hidden.insert(tenant.to_string());
+        p
+    }
+
+    /// `tenant`'s move into the shared indexes cut over: shared, no longer
+    /// hidden there; its revision `rev` (what a later move back names its
+    /// own indexes after). A move counted.
+    pub fn left(&self, tenant: &str, rev: u32) -> Placement {
+        let mut p = self.with_revision(tenant, rev);
+        for set in [&mut p.dedicated, &mut p.leaving, &mut p.hidden] {
+            set.remove(tenant);
+        }
+        p.moves += 1;
+        p
+    }
+
+    /// `tenant`'s move into the shared indexes given up (its documents
+    /// there deleted): as before it began.
+    pub fn not_leaving(&self, tenant: &str) -> Placement {
+        let mut p = self.clone();
+        p.leaving.remove(tenant);
+        p.hidden.remove(tenant);
+        p
+    }
+
+    /// Whether `tenant` is moving from its own indexes into the shared ones.
+    pub fn is_leaving(&self, tenant: &str) -> bool {
+        self.leaving.contains(tenant)
     }
 
     /// `tenant`'s documents deleted from the shared indexes after its move:
@@ -186,6 +225,7 @@ impl Placement {
     /// documents of `kind` through.
     pub fn write_target(&self, prefix: &str, kind: Kind, g: u64, tenant: Option<&str>) -> String {
         match (tenant, &self.building) {
+            (Some(t), Some((b, rev))) if t == b && self.leaving.contains(t) => shared_rebuild_alias(prefix, t, kind, g, *rev),
             (Some(t), Some((b, rev))) if t == b => rebuild_alias(prefix, t, kind, g, *rev),
             (Some(t), _) if self.dedicated.contains(t) => dedicated_write_alias(prefix, t, kind, g),
             _ => write_alias(prefix, kind, g),
@@ -221,10 +261,11 @@ impl Placement {
     /// placement without moves reads as before they existed).
     fn to_json(&self) -> Value {
         let mut v = json!({ "dedicated": self.dedicated, "revisions": self.revisions });
-        if self.moves > 0 {
+        if self.moves > 0 || !self.leaving.is_empty() {
             v["entering"] = json!(self.entering);
             v["hidden"] = json!(self.hidden);
             v["moves"] = json!(self.moves);
+            v["leaving"] = json!(self.leaving);
         }
         v
     }
@@ -240,8 +281,8 @@ impl Placement {
             // Absent in placements recorded before the field existed.
             v.get(name).map_or(Ok(T::default()), |f| serde_json::from_value(f.clone())).map_err(|e| ElasticError::Config(format!("the placement document's {name}: {e}: {v}")))
         }
-        let (revisions, entering, hidden, moves) = (field(v, "revisions")?, field(v, "entering")?, field(v, "hidden")?, field(v, "moves")?);
-        Ok(Placement { dedicated, revisions, building: None, entering, hidden, moves })
+        let (revisions, entering, hidden, moves, leaving) = (field(v, "revisions")?, field(v, "entering")?, field(v, "hidden")?, field(v, "moves")?, field(v, "leaving")?);
+        Ok(Placement { dedicated, revisions, building: None, entering, hidden, moves, leaving })
     }
 
     /// The `_aliases` actions of a cutover from generation `from` (placed
@@ -330,13 +371,46 @@ pub fn entering_cutover_actions(prefix: &str, tenant: &str, g: u64, rev: u32, sh
         if filtered.contains(&name) {
             actions.push(json!({"remove": {"index": shared, "alias": name}}));
         }
-        let mut read = shared_read.clone();
-        read["index"] = json!(shared);
-        read["alias"] = json!(alias(prefix, kind));
-        actions.push(json!({ "add": read }));
+        actions.push(shared_read_action(prefix, kind, g, shared_read));
         actions.extend(onto_rebuilt(prefix, tenant, kind, g, rev));
     }
     actions
+}
+
+/// The `_aliases` actions that cut `tenant` over from revision `rev` of its
+/// own indexes in generation `g` into the shared ones, where its rebuild
+/// wrote it (the live writers fenced already): its own indexes lose the
+/// read aliases, the shared indexes' read alias becomes `shared_read`
+/// (showing the tenant), the tenant's filtered alias goes on them, and the
+/// rebuild's alias of revision `to` goes.
+pub fn leaving_cutover_actions(prefix: &str, tenant: &str, g: u64, (from, to): (u32, u32), shared_read: &Value) -> Vec<Value> {
+    let mut actions = Vec::new();
+    for kind in KINDS {
+        let (shared, own) = (concrete(prefix, kind, g), dedicated_concrete(prefix, tenant, kind, g, from));
+        for name in [alias(prefix, kind), tenant_alias(prefix, tenant, kind)] {
+            actions.push(json!({"remove": {"index": own, "alias": name}}));
+        }
+        actions.push(shared_read_action(prefix, kind, g, shared_read));
+        actions.push(super::tenants::alias_action(&shared, &tenant_alias(prefix, tenant, kind), tenant));
+        actions.push(json!({"remove": {"index": shared, "alias": shared_rebuild_alias(prefix, tenant, kind, g, to)}}));
+    }
+    actions
+}
+
+/// The `_aliases` action that (re)defines the read alias of generation
+/// `g`'s shared index of `kind` as `def`.
+pub fn shared_read_action(prefix: &str, kind: Kind, g: u64, def: &Value) -> Value {
+    let mut add = def.clone();
+    add["index"] = json!(concrete(prefix, kind, g));
+    add["alias"] = json!(alias(prefix, kind));
+    json!({ "add": add })
+}
+
+/// The alias a rebuild moving `tenant` into the shared indexes writes its
+/// documents of `kind` through (on the shared index of generation `g`,
+/// routed by the tenant): not named as a tenant's own.
+pub fn shared_rebuild_alias(prefix: &str, tenant: &str, kind: Kind, g: u64, rev: u32) -> String {
+    format!("{}-r{rev}-for-{tenant}", write_alias(prefix, kind, g))
 }
 
 /// The meta document in which the live writer of `partition` says which
@@ -547,6 +621,39 @@ mod tests {
         );
         assert_eq!(actions[1]["add"]["is_write_index"], json!(true), "the shared index stays the write index");
         assert_eq!(actions.len(), 6 + 5 + 5, "the tenant's filtered alias is on the shared files index only");
+    }
+
+    #[test]
+    fn a_tenant_leaving_its_own_indexes_is_rebuilt_into_the_shared_ones_hidden_until_its_cutover() {
+        let own = Placement::new(["acme"]);
+        let leaving = own.leaving("acme");
+        // Its rebuild writes the shared indexes, through an alias routed by
+        // the tenant (not named as a tenant's own); the live writers still
+        // write its own.
+        let alias = leaving.building("acme", 1).write_target("denorm", Kind::File, 0, Some("acme"));
+        assert_eq!(alias, "denorm-files-g0-r1-for-acme");
+        assert_eq!(super::super::names::routing(&alias, "acme\u{1f}f1"), Some("acme"));
+        assert_eq!(leaving.write_target("denorm", Kind::File, 0, Some("acme")), "denorm-t-acme-files-g0");
+        // Hidden in the shared indexes, searched in its own.
+        assert_eq!(leaving.searched("denorm", Kind::File, 0), own.searched("denorm", Kind::File, 0));
+        assert!(leaving.hidden_by_name("denorm", Kind::File, 0).is_some());
+        assert_eq!(Placement::from_json(&leaving.to_json()).unwrap(), leaving);
+        // Cut over: shared, shown again, a move counted.
+        let left = leaving.left("acme", 1);
+        assert!(!left.is_dedicated(Some("acme")) && !left.is_leaving("acme") && left.moves() == 1 && left.revision("acme") == 1);
+        assert_eq!(left.shared_read_alias(), crate::index::elastic::mapping::read_alias());
+        assert_eq!(leaving.not_leaving("acme"), own);
+        let files = of_files(&leaving_cutover_actions("denorm", "acme", 0, (0, 1), &left.shared_read_alias()));
+        assert_eq!(
+            files,
+            [
+                "remove denorm-files denorm-t-acme-files-000001",
+                "remove denorm-t-acme-files denorm-t-acme-files-000001",
+                "add denorm-files denorm-files-000001",
+                "add denorm-t-acme-files denorm-files-000001",
+                "remove denorm-files-g0-r1-for-acme denorm-files-000001",
+            ]
+        );
     }
 
     #[test]
