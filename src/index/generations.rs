@@ -378,8 +378,13 @@ impl Generations for ElasticGenerations {
     fn tenant_rebuilds(&self) -> Result<Vec<String>, IndexError> {
         let b = &self.backend;
         let placement = self.block(placement::read(&b.client, &b.prefix, self.current()?))?;
+        // A tenant's rebuild may be of a tenant with indexes of its own
+        // now or before (a move into the shared indexes stopped after its
+        // record), or of one the configuration names (a move into its own
+        // stopped before its fence).
+        let candidates: std::collections::BTreeSet<&str> = placement.tenants_placed().chain(b.configured.dedicated()).collect();
         let mut out = Vec::new();
-        for t in placement.dedicated() {
+        for t in candidates {
             if self.meta(&tenant_record(t, STATE))?.is_some() {
                 out.push(t.to_string());
             }

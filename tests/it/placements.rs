@@ -567,5 +567,22 @@ fn a_move_into_the_shared_indexes_given_up_leaves_the_tenant_in_its_own_on_elast
     assert!(!read[&shared]["aliases"][format!("{prefix}-files")]["filter"].to_string().contains("acme"), "the shared read alias hides acme no more: {read}");
     each_tenant_finds_its_files(&r, "after the move into the shared indexes was given up");
     verify_is_clean(&r, &["--tenant", "acme"], 8 + 1);
+
+    // The move again, killed after its cutover's record: acme is shared,
+    // its own indexes are left, and so is the rebuild's state. Run again
+    // (without --to-shared, as acme is shared now), it cleans up.
+    let killed = crate::rebuild::rebuild_in(&r, "leave-faults", &[("rebuild.tenant-recorded", "")], &["--tenant", "acme", "--to-shared"]).wait_with_output().unwrap();
+    assert!(!killed.status.success(), "{}", String::from_utf8_lossy(&killed.stderr));
+    assert_eq!(tenant_rebuilds(&r), serde_json::json!(["acme"]));
+    let (code, out, err) = r.run(&["rebuild", "--tenant", "acme", "--metrics-addr", "127.0.0.1:0"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("the cutover was recorded: cleaning up"), "{err}");
+    assert!(out.contains("rebuilt tenant acme"), "{out}");
+    assert_eq!(count_of(&url, &own, "acme"), None, "acme's own indexes are deleted");
+    assert_eq!(count_of(&url, &shared, "acme"), Some(6));
+    assert_eq!(tenant_rebuilds(&r), serde_json::json!([]));
+    produce_after(&r, &w, "acme");
+    each_tenant_finds_its_files(&r, "after the move into the shared indexes was finished by running it again");
+    verify_is_clean(&r, &["--tenant", "acme"], 8 + 1);
     drop(w);
 }

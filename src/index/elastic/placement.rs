@@ -210,6 +210,12 @@ impl Placement {
         (!hidden.is_empty()).then(|| json!({"bool": {"filter": [{"terms": {super::names::TENANT_FIELD: hidden}}, {"term": {"_index": concrete(prefix, kind, g)}}]}}))
     }
 
+    /// The tenants with indexes of their own in this generation, now or
+    /// before (a revision recorded).
+    pub fn tenants_placed(&self) -> impl Iterator<Item = &str> {
+        self.dedicated().chain(self.revisions.keys().map(String::as_str))
+    }
+
     /// The tenants with indexes of their own, in order.
     pub fn dedicated(&self) -> impl Iterator<Item = &str> {
         self.dedicated.iter().map(String::as_str)
