@@ -135,16 +135,15 @@ impl TenantGenerations {
     /// The partitions whose live writer has not said that it writes with a
     /// placement counting `moves` moves or more (see
     /// [`placement::acknowledged_id`]).
+    /// One `_mget` of every partition's word (one answering with an error
+    /// counts as behind, and is read again at the next call).
     pub fn unacknowledged(&self, moves: u64, partitions: i32) -> Result<Vec<i32>, IndexError> {
         let b = &self.backend;
-        let mut behind = Vec::new();
-        for p in 0..partitions {
-            let ack = self.block(meta::get_meta(&b.client, &b.prefix, &placement::acknowledged_id(self.shared, p)))?;
-            if ack.and_then(|v| v["moves"].as_u64()).is_none_or(|m| m < moves) {
-                behind.push(p);
-            }
-        }
-        Ok(behind)
+        let index = names::meta_index(&b.prefix);
+        let docs: Vec<(String, String)> = (0..partitions).map(|p| (index.clone(), placement::acknowledged_id(self.shared, p))).collect();
+        let found = self.block(meta::mget_sources(&b.client, &docs))?;
+        let taken = |f: &Option<Option<(Value, (i64, i64))>>| f.as_ref().and_then(Option::as_ref).and_then(|(v, _)| v["moves"].as_u64()).is_some_and(|m| m >= moves);
+        Ok((0..partitions).zip(&found).filter(|(_, f)| !taken(f)).map(|(p, _)| p).collect())
     }
 
     /// The fence of a tenant moving in from the shared indexes into
