@@ -43,6 +43,7 @@ pub const WAITING_COMMANDS: &str = "denorm_partition_waiting_commands";
 pub const OLDEST_UNFINISHED_SECONDS: &str = "denorm_partition_oldest_unfinished_seconds";
 pub const PARTITION_BUSY_LANES: &str = "denorm_partition_busy_lanes";
 pub const PARTITION_HELD_MESSAGES: &str = "denorm_partition_held_messages";
+pub const PARTITION_SPILLED_MESSAGES: &str = "denorm_partition_spilled_messages";
 pub const LANE_FAN_OUTS: &str = "denorm_lane_fan_outs";
 pub const REPAIRS_TOTAL: &str = "denorm_repairs_total";
 pub const VERIFY_LAST_RUN: &str = "denorm_verify_last_run_timestamp_seconds";
@@ -99,6 +100,7 @@ pub const ALL: &[&str] = &[
     OLDEST_UNFINISHED_SECONDS,
     PARTITION_BUSY_LANES,
     PARTITION_HELD_MESSAGES,
+    PARTITION_SPILLED_MESSAGES,
     LANE_FAN_OUTS,
     REPAIRS_TOTAL,
     VERIFY_LAST_RUN,
@@ -207,7 +209,12 @@ fn describe() {
     describe_gauge!(
         PARTITION_HELD_MESSAGES,
         Unit::Count,
-        "A flooding tenant's messages the partition holds in memory, read ahead past so that the other tenants' messages behind them are applied first (issue 47; bounded by --queue-kb)."
+        "A flooding tenant's messages the partition holds in memory, read ahead past so that the other tenants' messages behind them are applied first (issue 47; at most three eighths of --queue-kb)."
+    );
+    describe_gauge!(
+        PARTITION_SPILLED_MESSAGES,
+        Unit::Count,
+        "A flooding tenant's messages past what the partition holds in memory: read past, and read again from the broker once the held ones are applied (issue 47)."
     );
     describe_gauge!(PARTITION_BUSY_LANES, Unit::Count, "Fan-outs of the partition in progress in key lanes (at most --lanes): each holds up only its own key's later commands.");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");

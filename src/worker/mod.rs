@@ -89,6 +89,9 @@ pub struct Stats {
     /// The most messages a partition held at once (the applier's tests).
     #[cfg(test)]
     pub held_peak: AtomicU64,
+    /// Messages read past and left to be read again (the applier's tests).
+    #[cfg(test)]
+    pub spilled: AtomicU64,
 }
 
 impl Stats {

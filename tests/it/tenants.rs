@@ -324,15 +324,28 @@ fn a_tenants_filtered_aliases_read_its_documents_only_and_follow_a_rebuild_on_el
 /// the topic into the model and finds no difference.
 #[test]
 fn a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact() {
-    a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on(Rig::new(1));
+    a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on(Rig::new(1), &[]);
 }
 
 #[test]
 fn a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on_elasticsearch() {
-    a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on(Rig::elastic(1));
+    a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on(Rig::elastic(1), &[]);
 }
 
-fn a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on(r: Rig) {
+/// A queue of 640 KiB (some 1,400 of these messages; the hold keeps three
+/// eighths): the flood does not fit, its messages past the hold are read
+/// past and read again from tansu, sought back many times.
+#[test]
+fn a_flood_larger_than_the_queue_is_read_again_from_the_broker_and_the_index_ends_exact() {
+    a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on(Rig::new(1), &["--queue-kb", "640"]);
+}
+
+#[test]
+fn a_flood_larger_than_the_queue_is_read_again_from_the_broker_and_the_index_ends_exact_on_elasticsearch() {
+    a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on(Rig::elastic(1), &["--queue-kb", "640"]);
+}
+
+fn a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on(r: Rig, args: &[&str]) {
     let mut commands = vec![file("q0", "/q/q0.txt", "quiet")];
     for i in 0..3000 {
         commands.push(file(&format!("n{i}"), &format!("/k{}/n{i}.txt", i % 50), "noisy"));
@@ -345,10 +358,12 @@ fn a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on(r: Rig) {
     // A commit every 10 commands: applying is slower than reading, as on
     // a remote index (here the embedded index keeps up with tansu, and
     // nothing would be worth reading ahead of).
-    let w = r.worker(&["--max-batch", "10"]);
+    let w = r.worker(&[&["--max-batch", "10"], args].concat());
     wait_applied(&r.cfg, &r.group, n);
     let log = w.log();
     assert!(log.contains("reading ahead past this tenant's flood") && log.contains("tenant=\"noisy\""), "the noisy tenant was not held:\n{log}");
+    let spilled = log.contains("the flood is larger than the hold");
+    assert_eq!(spilled, !args.is_empty(), "read past and again from the broker with a queue of {args:?}:\n{log}");
     drop(w);
     let (code, out, err) = r.run(&["verify", "--json"]);
     let report = report_of(code, &out, &err);

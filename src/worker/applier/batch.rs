@@ -64,6 +64,11 @@ impl Applier {
                 (positioned, first) = (self.seek_to(checkpoint), true);
                 triggers.reset();
             }
+            // A flooding tenant's messages past the hold's bound (`spill.rs`)
+            // are read again once nothing read waits.
+            if positioned && !first && ahead.is_empty() && self.read_again_due() {
+                positioned = self.read_again();
+            }
             // A page of a fan-out in a lane whenever nothing else is ready,
             // when the other messages had their share of the time
             // (`PageShare`), or when the head waits for a lane.
@@ -139,6 +144,7 @@ impl Applier {
                 Ok(Feed::Positioned(_)) => positioned = self.positioned(checkpoint)?,
                 Ok(Feed::End(at)) => {
                     if positioned {
+                        self.lanes.borrow_mut().spill.ended(at);
                         self.publication.borrow_mut().end_reported(at);
                         if batch.is_empty() {
                             self.publish_end();
@@ -153,6 +159,9 @@ impl Applier {
                     triggers.arrived(Instant::now());
                     if !positioned {
                         continue; // fetched from the group's offset, before the seek
+                    }
+                    if self.cut_off(msg.offset()) {
+                        continue; // read again after the spilled messages (`spill.rs`)
                     }
                     // A message at or past the end reported makes it stale
                     // (`Publication::read`).
@@ -192,6 +201,10 @@ impl Applier {
                             }
                             match route {
                                 lanes::Route::Now => {}
+                                lanes::Route::AfterSpilled => {
+                                    self.cut_at(msg.offset(), &mut ahead);
+                                    continue;
+                                }
                                 lanes::Route::AfterHeld => {
                                     self.queued.add(queued_size(&msg));
                                     let offset = msg.offset();

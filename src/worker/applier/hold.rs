@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use metrics::gauge;
 use tracing::info;
 
-use super::{queued_size, Applier, Feed, Record};
+use super::{queued_size, spill, Applier, Feed, Record};
 use crate::command::tenant;
 use crate::metrics as m;
 
@@ -65,6 +65,8 @@ pub(super) struct Hold {
     /// The tenant held, while one is.
     tenant: Option<Tenant>,
     held: VecDeque<Record>,
+    /// What the held messages count against `--queue-kb`.
+    bytes: usize,
     /// The highest offset released: a message at or below it was held
     /// before, and is not held again.
     released_through: Option<i64>,
@@ -98,7 +100,29 @@ impl Hold {
         self.held.len()
     }
 
-    #[cfg(test)]
+    /// What the held messages count against `--queue-kb`.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether a message of `t` may be held beside what is held: none is,
+    /// or its tenant's.
+    pub fn may_keep(&self, t: &Tenant) -> bool {
+        self.tenant.as_ref().is_none_or(|h| h == t)
+    }
+
+    /// Holds `t`'s messages from now on (a spilled message read again is
+    /// held whatever the window says).
+    pub fn keep(&mut self, t: Tenant) {
+        self.tenant = Some(t);
+    }
+
+    /// Whether the message at `offset` was held and released: it is never
+    /// held (nor spilled) again.
+    pub fn released(&self, offset: i64) -> bool {
+        self.released_through.is_some_and(|r| offset <= r)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.held.is_empty()
     }
@@ -181,6 +205,7 @@ impl Hold {
 
     /// Holds `msg` (after [`Hold::holds`] said so), in offset order.
     pub fn push(&mut self, msg: Record) {
+        self.bytes += queued_size(&msg);
         match self.held.back().is_none_or(|b| b.offset() < msg.offset()) {
             true => self.held.push_back(msg),
             false => {
@@ -221,11 +246,13 @@ impl Hold {
         self.since_release = 0;
         self.waits_for_lane = false;
         self.observed_through = None;
+        self.bytes = 0;
         std::mem::take(&mut self.held)
     }
 
     fn take(&mut self, n: usize) -> Vec<Record> {
         let out: Vec<Record> = self.held.drain(..n).collect();
+        self.bytes -= out.iter().map(queued_size).sum::<usize>();
         if let Some(last) = out.last() {
             self.released_through = Some(last.offset());
         }
@@ -283,15 +310,49 @@ impl Hold {
 impl Applier {
     /// Whether `msg`, just taken by the loop, is held ([`Hold::holds`];
     /// never when it may not be): then it is held, counted as queued
-    /// again and unfinished. Otherwise it is handed back.
+    /// again and unfinished, or spilled past the hold's bound (`spill.rs`).
+    /// A message read again that was handled before is dropped. Otherwise
+    /// it is handed back.
     pub(super) fn held(&self, msg: Record, may: bool) -> Option<Record> {
         // Switched off: nothing to count either (the loop's hot path).
         if !self.shared.cfg.tenant_read_ahead {
             return Some(msg);
         }
+        let (offset, t) = (msg.offset(), tenant_of(&msg).map(str::to_string));
+        let read = {
+            let mut lanes = self.lanes.borrow_mut();
+            match lanes.hold.released(offset) {
+                true => spill::Read::Pass,
+                false => lanes.spill.read(offset, &t),
+            }
+        };
+        match read {
+            spill::Read::Pass => {}
+            spill::Read::Handled => return None,
+            spill::Read::Behind => {
+                self.spilled(&msg);
+                return None;
+            }
+            spill::Read::Oldest => {
+                let mut lanes = self.lanes.borrow_mut();
+                if lanes.hold.may_keep(&t) && self.room(&lanes.hold, &msg) {
+                    lanes.spill.taken(offset);
+                    lanes.hold.keep(t);
+                    drop(lanes);
+                    self.hold_now(msg);
+                } else {
+                    lanes.spill.spill_again(offset);
+                    drop(lanes);
+                    self.spilled(&msg);
+                }
+                return None;
+            }
+        }
         // A hold is never active when a message may not be held (the first
-        // after positioning: every hold was dropped with the seek).
-        let deep = may && self.queued.messages() >= DEEP;
+        // after positioning: every hold was dropped with the seek), nor
+        // starts while another tenant's messages are spilled.
+        let spilling = self.lanes.borrow().spill.active();
+        let deep = may && !spilling && self.queued.messages() >= DEEP;
         let now = Instant::now();
         let started = {
             let mut lanes = self.lanes.borrow_mut();
@@ -309,8 +370,37 @@ impl Applier {
                 "reading ahead past this tenant's flood: its messages are held, the other tenants' behind them applied first (said again after a minute)"
             );
         }
-        self.hold_now(msg);
+        // Past the bound, the held tenant's messages are spilled (a tenant
+        // held for a lane while another is spilled stays in memory).
+        let full = {
+            let lanes = self.lanes.borrow();
+            !spilling && !self.room(&lanes.hold, &msg)
+        };
+        if full {
+            let report = {
+                let mut lanes = self.lanes.borrow_mut();
+                lanes.spill.start(offset, &t);
+                lanes.spill.report(now)
+            };
+            if report {
+                info!(
+                    partition = self.partition,
+                    tenant = t.as_deref().unwrap_or("(default)"),
+                    offset,
+                    held = self.held_len(),
+                    "the flood is larger than the hold: this tenant's later messages are read past, and read again from the broker once the held ones are applied (said again after a minute)"
+                );
+            }
+            self.spilled(&msg);
+        } else {
+            self.hold_now(msg);
+        }
         None
+    }
+
+    /// Whether the hold has room for `msg` (an empty hold always has).
+    fn room(&self, hold: &Hold, msg: &Record) -> bool {
+        hold.is_empty() || hold.bytes() + queued_size(msg) <= spill::Spill::bound(self.shared.cfg.queue_bytes)
     }
 
     /// Whether `msg`, a fan-out that finds every lane busy, is held
@@ -362,9 +452,18 @@ impl Applier {
         self.lanes.borrow().hold.release_due()
     }
 
-    /// Drops what is held (the partition is read again from the
-    /// checkpoint, below it).
+    /// Drops what is held and what is spilled (the partition is read again
+    /// from the checkpoint, below both).
     pub(super) fn drop_held(&self) {
+        let spilled = {
+            let mut lanes = self.lanes.borrow_mut();
+            let spilled = lanes.spill.active();
+            lanes.spill.clear();
+            spilled
+        };
+        if spilled {
+            self.spilled_gauge(0);
+        }
         let dropped = self.lanes.borrow_mut().hold.clear();
         for msg in &dropped {
             self.queued.take(queued_size(msg));

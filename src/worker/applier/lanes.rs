@@ -157,6 +157,8 @@ pub(super) struct Lanes {
     pub(super) tracker: Tracker,
     /// A flooding tenant's messages read ahead past (`hold.rs`).
     pub(super) hold: super::hold::Hold,
+    /// Its messages past the hold's bound, read again later (`spill.rs`).
+    pub(super) spill: super::spill::Spill,
     /// The highest offset received.
     highest: i64,
     /// After a fall-back, messages up to here are handled one at a time.
@@ -198,6 +200,11 @@ impl Lanes {
     fn busy(&self) -> bool {
         !self.turn.is_empty() || self.tracker.busy()
     }
+
+    /// Whether a message waits behind a fan-out in its key's lane.
+    pub(super) fn waiting(&self) -> bool {
+        self.lanes.values().any(|l| !l.waiting.is_empty())
+    }
 }
 
 /// Where a message goes while lanes are busy.
@@ -211,6 +218,9 @@ pub(super) enum Route {
     Blocked,
     /// A barrier with messages held before it (`hold.rs`): they go first.
     AfterHeld,
+    /// A barrier while messages are spilled before it (`spill.rs`): it is
+    /// read again after them.
+    AfterSpilled,
     /// A fan-out while every lane is busy: its tenant is held (`hold.rs`)
     /// when another tenant is active, and it waits at the head otherwise.
     NoLane,
@@ -264,6 +274,7 @@ impl Applier {
             // A barrier: after every fan-out, and the messages held before
             // it.
             _ if lanes.jobs() > 0 => return Route::Blocked,
+            _ if lanes.spill.before(msg.offset()) => return Route::AfterSpilled,
             _ if lanes.hold.holds_before(msg.offset()) => return Route::AfterHeld,
             _ => return Route::Now,
         };

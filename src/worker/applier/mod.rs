@@ -16,6 +16,7 @@ mod publication;
 mod queue;
 mod receiving;
 mod retry;
+mod spill;
 #[cfg(test)]
 mod tests;
 mod tracker;

@@ -39,10 +39,14 @@ impl Applier {
     pub(super) fn seek_to(&self, checkpoint: Option<Checkpoint>) -> bool {
         self.drop_held();
         self.lanes.borrow_mut().tracker.reset_at(checkpoint);
-        let target = target_of(checkpoint);
+        self.seek(target_of(checkpoint));
+        false
+    }
+
+    /// Asks the consumer thread to position the partition at `target`.
+    pub(super) fn seek(&self, target: Offset) {
         self.reading.set(Reading::asked(target));
         self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target);
-        false
     }
 
     /// What the consumer thread delivers, as received (before it is

@@ -41,11 +41,41 @@ fn noisy_when_quiet_is_searchable(r: &Rig) -> usize {
 
 #[test]
 fn a_quiet_tenants_command_behind_a_noisy_tenants_backlog_is_applied_before_it() {
-    let r = rig();
-    let backlog = 5000;
-    let last = flood(&r, backlog);
+    quiet_before_backlog(&rig(), 5000);
+}
+
+/// A rig whose feed waits while the queue is full, as the consumer thread
+/// does (which pauses the partition), with a queue of 512 KiB: some 1,200
+/// messages of these, enough for a tenant to be held (from 1,024 queued),
+/// and a backlog of 8,000 (3.4 MB) does not fit.
+fn bounded_rig() -> Rig {
+    let r = Rig::new(|c| {
+        c.queue_bytes = 512 << 10;
+        c.max_batch = 100;
+    });
+    r.bounded.store(true, Ordering::SeqCst);
+    r
+}
+
+/// A backlog larger than the queue: what does not fit is read past and
+/// read again from the broker later (`spill.rs`), so the quiet tenant's
+/// command is applied long before the backlog is. Before, the partition
+/// paused with the queue full of held messages: the quiet command waited
+/// for all but the last queue's worth of the backlog (7,000 of 8,000).
+#[test]
+fn a_quiet_tenants_command_behind_a_backlog_larger_than_the_queue_is_applied_before_it() {
+    let r = bounded_rig();
+    quiet_before_backlog(&r, 8000);
+    assert!(r.shared.stats.spilled.load(Ordering::SeqCst) > 0, "nothing was read past");
+}
+
+/// [`flood`] of `backlog` on `r`: the quiet tenant's last file is
+/// searchable before half the backlog is, recorded applied, and in the end
+/// every command is applied once.
+fn quiet_before_backlog(r: &Rig, backlog: usize) {
+    let last = flood(r, backlog);
     let run = r.start();
-    let noisy = noisy_when_quiet_is_searchable(&r);
+    let noisy = noisy_when_quiet_is_searchable(r);
     // What the commit recorded applied (what a restart skips, and a wait
     // on the quiet tenant's command reads): its last file, above a
     // checkpoint that stays below the noisy tenant's held messages.
@@ -55,7 +85,11 @@ fn a_quiet_tenants_command_behind_a_noisy_tenants_backlog_is_applied_before_it()
     // applied last) is recorded applied only once it is searchable.
     let noisy_last = format!("noisy\u{1f}n{}", backlog - 1);
     assert!(!applied.contains(last - 1) || r.file_ids().contains(&noisy_last), "{noisy_last} is recorded applied and not in the index: {applied:?}");
-    eprintln!("noisy files searchable with the quiet tenant's last: {noisy} of {backlog}; held at most {}", r.shared.stats.held_peak.load(Ordering::SeqCst));
+    eprintln!(
+        "noisy files searchable with the quiet tenant's last: {noisy} of {backlog}; held at most {}, read past {}",
+        r.shared.stats.held_peak.load(Ordering::SeqCst),
+        r.shared.stats.spilled.load(Ordering::SeqCst)
+    );
     assert!(noisy < backlog / 2, "the quiet tenant's file waited for {noisy} of the noisy tenant's {backlog}");
     let end = r.end();
     run.wait_next(end);
@@ -113,7 +147,8 @@ fn barriers_keep_their_place_while_a_tenant_is_held_and_nothing_is_lost() {
     run.wait_next(end);
     assert_eq!(run.part.queue.queued().messages(), 0);
     assert_eq!(run.stop(), end);
-    assert!(r.shared.stats.held_peak.load(Ordering::SeqCst) > 500, "the noisy tenant was held");
+    assert!(r.shared.stats.held_peak.load(Ordering::SeqCst) > 200, "the noisy tenant was held");
+    assert!(r.shared.stats.spilled.load(Ordering::SeqCst) > 0, "the noisy tenant was read past");
     let files = r.files();
     assert_eq!(files.len(), backlog + 1000 + 4);
     for (t, id, _, to) in moves {
@@ -216,30 +251,51 @@ fn a_held_tenants_mixed_log_ends_as_the_model_says() {
     // from a queue of 1,024 messages): a fan-out of ten documents or more
     // is committed on its own. The debug build took 13.5 s alone, and
     // over 30 s under the suite's load once (CI): it waits up to 120 s.
-    for seed in [1] {
+    let r = Rig::new(|c| {
+        c.queue_bytes = 256 << 10;
+        c.fan_out = crate::apply::FanOut::pages_of(10);
+    });
+    mixed_log_ends_as_the_model(&r, 1, 1500);
+}
+
+/// The same with a queue the log does not fit in, fed as the consumer
+/// thread feeds it: the noisy tenant is held, spilled past the hold's
+/// bound and read again from the log (`spill.rs`), many times over.
+#[test]
+fn a_spilled_tenants_mixed_log_ends_as_the_model_says() {
+    for seed in [2, 3] {
         let r = Rig::new(|c| {
-            c.queue_bytes = 256 << 10;
+            c.queue_bytes = 384 << 10;
             c.fan_out = crate::apply::FanOut::pages_of(10);
         });
-        r.produce(upsert("first", "/first/first.txt"));
-        let log = mixed_log(seed, 1500);
-        for c in &log {
-            r.produce(c.clone());
-        }
-        let run = r.start();
-        let end = r.end();
-        run.wait_next_within(Duration::from_secs(120), end);
-        assert_eq!(run.part.queue.queued().messages(), 0);
-        assert_eq!(run.stop(), end);
-        assert!(r.shared.stats.held_peak.load(Ordering::SeqCst) > 0, "seed {seed}: nothing was held");
-        let mut model = crate::model::Model::default();
-        model.apply(&upsert("first", "/first/first.txt"));
-        log.iter().for_each(|c| model.apply(c));
-        let search = crate::index::embedded::EmbeddedIndex::open_existing(r.dir.path()).unwrap().search().unwrap();
-        let mut docs = Vec::new();
-        search.dump(&mut |d: Doc| docs.push(d)).unwrap();
-        let diff = crate::model::diff(model.docs(), docs, 10);
-        assert!(diff.is_empty(), "seed {seed}: the index differs from the model: {diff:#?}");
-        assert_eq!(r.shared.stats.applied.load(Ordering::SeqCst), end as u64, "seed {seed}: a command applied twice, or not at all");
+        r.bounded.store(true, Ordering::SeqCst);
+        mixed_log_ends_as_the_model(&r, seed, 4000);
+        assert!(r.shared.stats.spilled.load(Ordering::SeqCst) > 0, "seed {seed}: nothing was read past");
     }
+}
+
+/// Runs the [`mixed_log`] of `seed` through `r`: the index equals the
+/// model of the log applied in log order, and every command is applied
+/// once.
+fn mixed_log_ends_as_the_model(r: &Rig, seed: u64, n: usize) {
+    r.produce(upsert("first", "/first/first.txt"));
+    let log = mixed_log(seed, n);
+    for c in &log {
+        r.produce(c.clone());
+    }
+    let run = r.start();
+    let end = r.end();
+    run.wait_next_within(Duration::from_secs(120), end);
+    assert_eq!(run.part.queue.queued().messages(), 0);
+    assert_eq!(run.stop(), end);
+    assert!(r.shared.stats.held_peak.load(Ordering::SeqCst) > 0, "seed {seed}: nothing was held");
+    let mut model = crate::model::Model::default();
+    model.apply(&upsert("first", "/first/first.txt"));
+    log.iter().for_each(|c| model.apply(c));
+    let search = crate::index::embedded::EmbeddedIndex::open_existing(r.dir.path()).unwrap().search().unwrap();
+    let mut docs = Vec::new();
+    search.dump(&mut |d: Doc| docs.push(d)).unwrap();
+    let diff = crate::model::diff(model.docs(), docs, 10);
+    assert!(diff.is_empty(), "seed {seed}: the index differs from the model: {diff:#?}");
+    assert_eq!(r.shared.stats.applied.load(Ordering::SeqCst), end as u64, "seed {seed}: a command applied twice, or not at all");
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::Offset;
 
-use super::{Feed, Partition, Record};
+use super::{Feed, Partition, Record, Refused};
 use crate::codec::Codec;
 use crate::command::moves::{MoveIn, MovedFile};
 use crate::command::{Command, Envelope};
@@ -141,6 +141,10 @@ struct Rig {
     /// many messages were fed, the partition is said positioned again and
     /// served again from the offset given.
     late_seek: Arc<Mutex<Option<(usize, i64)>>>,
+    /// The feed offers each message as the consumer thread does, and waits
+    /// while the queue holds `--queue-kb` (the consumer pauses the
+    /// partition then); otherwise it queues everything at once.
+    bounded: Arc<AtomicBool>,
 }
 
 /// A running applier and the feed that serves it.
@@ -215,7 +219,7 @@ impl Rig {
             awaiting: Default::default(),
             lane_fan_outs: Default::default(),
         });
-        Rig { dir, log, outbox, shared, codec: Codec::new(), stale_starts: Arc::default(), late_seek: Arc::default() }
+        Rig { dir, log, outbox, shared, codec: Codec::new(), stale_starts: Arc::default(), late_seek: Arc::default(), bounded: Arc::default() }
     }
 
     fn append(&self, key: &str, payload: Vec<u8>) -> i64 {
@@ -271,6 +275,7 @@ impl Rig {
         let seeks: Arc<Mutex<Vec<i64>>> = Arc::default();
         let sent: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
         let (go, asked, fed, stale, late) = (feeding.clone(), seeks.clone(), sent.clone(), self.stale_starts.clone(), self.late_seek.clone());
+        let bounded = self.bounded.clone();
         let feeder = std::thread::spawn(move || {
             let mut cursor: Option<usize> = None;
             // The end last reported (`Feed::End`), as a consumer does once
@@ -316,6 +321,15 @@ impl Rig {
                     }
                 }
                 match next {
+                    Some(r) if bounded.load(Ordering::SeqCst) => match tx.offer(Feed::Message(r)) {
+                        Ok(()) => {
+                            fed.fetch_add(1, Ordering::SeqCst);
+                            cursor = cursor.map(|c| c + 1);
+                        }
+                        // Paused until the applier has taken some.
+                        Err(Refused::Full(_)) => std::thread::sleep(Duration::from_millis(1)),
+                        Err(Refused::Ended(_)) => return,
+                    },
                     Some(r) => {
                         if !tx.send_unbounded(Feed::Message(r)) {
                             return;
