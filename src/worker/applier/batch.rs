@@ -72,8 +72,13 @@ impl Applier {
             // A page of a fan-out in a lane whenever nothing else is ready,
             // when the other messages had their share of the time
             // (`PageShare`), or when the head waits for a lane.
+            // Not while the partition is being positioned: a fan-out that
+            // completes hands its key's waiting messages back through
+            // `ahead`, and what comes through it before the positioning is
+            // dropped as read from the old position. (Lanes are dropped by
+            // every seek but those of spilled messages, `spill.rs`.)
             let mut paged = false;
-            if self.lane_jobs() > 0 {
+            if positioned && self.lane_jobs() > 0 {
                 if ahead.is_empty() {
                     if let Some(feed) = rx.try_recv().ok().and_then(|f| self.received(f)) {
                         ahead.push_back(feed);
@@ -125,7 +130,7 @@ impl Applier {
             // A flooding tenant's held messages (`hold.rs`): the next chunk
             // once nothing else is ready, or once the others had their
             // share.
-            if self.held_len() > 0 && self.may_release() {
+            if positioned && self.held_len() > 0 && self.may_release() {
                 if ahead.is_empty() {
                     if let Some(feed) = rx.try_recv().ok().and_then(|f| self.received(f)) {
                         ahead.push_back(feed);
@@ -181,7 +186,12 @@ impl Applier {
                         // judged against the checkpoint below.
                         match self.held(msg, !first) {
                             Some(m) => msg = m,
-                            None => continue,
+                            None => {
+                                if self.skipped() {
+                                    positioned = false;
+                                }
+                                continue;
+                            }
                         }
                         if self.lanes_busy() {
                             let mut route = self.route(&msg);

@@ -66,9 +66,9 @@ pub(super) struct Spill {
     again_until: Option<i64>,
     /// The highest offset read in the reading again.
     again_at: Option<i64>,
-    /// A spilled message read again was spilled again in this reading:
-    /// the ones after it are too.
-    respilled: bool,
+    /// Where the partition is to be read from after a reading again that
+    /// ended early ([`Spill::spill_again`]).
+    skip_to: Option<i64>,
     /// A barrier of another tenant read at this offset: it and what
     /// follows are read again after the spilled messages.
     cut: Option<i64>,
@@ -148,7 +148,6 @@ impl Spill {
                     self.again_until = None;
                 }
                 return match self.spills(tenant) && offset >= self.first {
-                    true if self.respilled => Read::Behind,
                     true => Read::Oldest,
                     false => Read::Handled,
                 };
@@ -171,13 +170,24 @@ impl Spill {
     /// being spilled: the hold is full.
     pub fn start(&mut self, offset: i64, tenant: &Tenant) {
         debug_assert!(!self.active(), "spilling already");
-        (self.tenant, self.first, self.count, self.respilled) = (Some(tenant.clone()), offset, 1, false);
+        (self.tenant, self.first, self.count) = (Some(tenant.clone()), offset, 1);
     }
 
     /// The oldest spilled message, read again ([`Read::Oldest`]), found no
-    /// room in the hold: spilled again, the first still.
+    /// room in the hold: spilled again, the first still. The rest of the
+    /// reading again holds nothing to do (every other message in it was
+    /// handled, every message of the tenant is spilled again): it ends
+    /// here, and the partition is read on from after it
+    /// ([`Spill::take_skip`]), so that a reading again reads about as many
+    /// messages as the hold takes, not the whole backlog each time.
     pub fn spill_again(&mut self, offset: i64) {
-        (self.first, self.respilled) = (offset, true);
+        self.first = offset;
+        self.skip_to = self.again_until.take().map(|u| u + 1);
+    }
+
+    /// Where to read on from, once, after a reading again that ended early.
+    pub fn take_skip(&mut self) -> Option<i64> {
+        self.skip_to.take()
     }
 
     /// The oldest spilled message, read again ([`Read::Oldest`]), was held:
@@ -230,7 +240,7 @@ impl Spill {
     /// offset read is read again as such.
     pub fn read_again(&mut self) -> i64 {
         debug_assert!(self.active(), "nothing spilled");
-        (self.again_until, self.again_at, self.cut, self.respilled, self.caught_up, self.idle_since) = (self.through, None, None, false, false, None);
+        (self.again_until, self.again_at, self.cut, self.skip_to, self.caught_up, self.idle_since) = (self.through, None, None, None, false, None);
         self.first
     }
 
@@ -268,8 +278,22 @@ impl Applier {
     /// read again). `ahead` must be empty too (the caller's).
     pub(super) fn read_again_due(&self) -> bool {
         let mut lanes = self.lanes.borrow_mut();
+        if !lanes.spill.active() {
+            return false; // every message's path: nothing more to look at
+        }
         let held = !lanes.hold.is_empty() || lanes.waiting();
         lanes.spill.due(held, Instant::now())
+    }
+
+    /// After a message handled by [`Applier::held`]: whether a reading
+    /// again ended early ([`Spill::spill_again`]); then the partition is
+    /// sought past it, and is not positioned until the consumer thread
+    /// says so (what was read beyond the message is dropped meanwhile).
+    pub(super) fn skipped(&self) -> bool {
+        let Some(to) = self.lanes.borrow_mut().spill.take_skip() else { return false };
+        debug!(partition = self.partition, offset = to, spilled = self.lanes.borrow().spill.len(), "the hold is full again: reading on from where the partition was read");
+        self.seek(Offset::Offset(to));
+        true
     }
 
     /// Seeks the partition back to its first spilled message
@@ -338,27 +362,28 @@ mod tests {
         assert!(s.spills(&noisy) && !s.spills(&quiet));
         assert_eq!(read(&mut s, [3, 4], &noisy, &mut room), [Read::Behind, Read::Behind]);
         assert_eq!(read(&mut s, [5], &quiet, &mut room), [Read::Pass], "another tenant is handled as it comes");
-        assert_eq!(read(&mut s, [6], &noisy, &mut room), [Read::Behind]);
-        assert_eq!(s.len(), 4);
+        assert_eq!(read(&mut s, [6, 7], &noisy, &mut room), [Read::Behind, Read::Behind]);
+        assert_eq!(read(&mut s, [8], &quiet, &mut room), [Read::Pass]);
+        assert_eq!(s.len(), 5);
         assert_eq!(s.read_again(), 2);
         // Read again from 2: room for two.
         room = 2;
         assert_eq!(read(&mut s, [2, 3], &noisy, &mut room), [Read::Oldest, Read::Oldest]);
         assert_eq!(read(&mut s, [3], &noisy, &mut room), [Read::Pass], "read in this reading, held and handed back");
+        assert_eq!(s.take_skip(), None);
         assert_eq!(read(&mut s, [4], &noisy, &mut room), [Read::Oldest], "no room left: spilled again");
-        assert_eq!(read(&mut s, [5], &quiet, &mut room), [Read::Handled], "handled before");
-        room = 1;
-        assert_eq!(read(&mut s, [6], &noisy, &mut room), [Read::Behind], "behind 4, spilled again: room or not");
-        assert_eq!(read(&mut s, [7], &quiet, &mut room), [Read::Pass], "past what was read before");
-        assert_eq!(read(&mut s, [8], &noisy, &mut room), [Read::Behind]);
-        assert_eq!(s.len(), 3, "4, 6 and 8");
+        assert_eq!(s.take_skip(), Some(9), "the rest of the reading again is skipped: read on after 8");
+        assert_eq!(s.take_skip(), None, "once");
+        assert_eq!(read(&mut s, [9], &quiet, &mut room), [Read::Pass], "past what was read before");
+        assert_eq!(read(&mut s, [10], &noisy, &mut room), [Read::Behind]);
+        assert_eq!(s.len(), 4, "4, 6, 7 and 10");
         assert_eq!(s.read_again(), 4);
         room = 10;
-        let reads: Vec<Read> = [(4, &noisy), (5, &quiet), (6, &noisy), (7, &quiet), (8, &noisy)].into_iter().flat_map(|(o, t)| read(&mut s, [o], t, &mut room)).collect();
-        assert_eq!(reads, [Read::Oldest, Read::Handled, Read::Oldest, Read::Handled, Read::Oldest], "5 and 7 are the quiet tenant's: handled before");
+        let reads: Vec<Read> = [(4, &noisy), (5, &quiet), (6, &noisy), (7, &noisy), (8, &quiet), (9, &quiet), (10, &noisy)].into_iter().flat_map(|(o, t)| read(&mut s, [o], t, &mut room)).collect();
+        assert_eq!(reads, [Read::Oldest, Read::Handled, Read::Oldest, Read::Oldest, Read::Handled, Read::Handled, Read::Oldest], "the quiet tenant's were handled before");
         assert!(!s.active());
-        assert_eq!(read(&mut s, [9], &noisy, &mut room), [Read::Pass], "nothing spilled: as any message");
-        assert_eq!(read(&mut s, [8], &noisy, &mut room), [Read::Pass], "read before and handed back (it waited in a lane)");
+        assert_eq!(read(&mut s, [11], &noisy, &mut room), [Read::Pass], "nothing spilled: as any message");
+        assert_eq!(read(&mut s, [8], &quiet, &mut room), [Read::Pass], "read before and handed back (it waited in a lane)");
     }
 
     #[test]
@@ -407,7 +432,7 @@ mod tests {
         assert!(!s.due(false, now), "being read again");
         assert_eq!(s.read(1, &noisy), Read::Oldest);
         s.spill_again(1);
-        assert_eq!(s.read(2, &quiet), Read::Handled, "the end of what was read before");
+        assert_eq!(s.take_skip(), Some(3), "read on after what was read before");
         assert!(!s.due(false, now), "not read to the end since");
         assert!(s.due(false, now + CATCH_UP), "after a while all the same");
         s.clear();
