@@ -45,6 +45,11 @@
 //!   (like commits refused by a coordinator that has just restarted).
 //! - `rebuild.verified`: `rebuild --verify` waits after its comparison,
 //!   before it checks the live generation again and cuts over ([`hold`]).
+//! - `apply.place`: a live worker waits before it handles a `PLACE`
+//!   control message ([`hold`]): it has not taken the new placement.
+//! - `rebuild.awaits-acks`: not a fault; `rebuild --tenant` writes
+//!   `rebuild.awaits-acks.reached` when its fence first finds a partition
+//!   whose live writer has not taken the new placement.
 //! - `rebuild.fenced`: `rebuild --tenant` waits once it has fenced the
 //!   live workers off the tenant's indexes ([`hold`]).
 //! - `rebuild.tenant-aliases`: `rebuild --tenant` aborts between its

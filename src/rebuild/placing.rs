@@ -42,10 +42,14 @@ pub(super) fn fence(index: &TenantGenerations, kafka: &KafkaConfig, partitions: 
     crate::faults::hold("rebuild.placed");
     announce(kafka, partitions, index, moves, runtime)?;
     let mut logged = Instant::now();
+    let mut waited = false;
     loop {
         let behind = index.unacknowledged(moves, partitions)?;
         if behind.is_empty() {
             return Ok(());
+        }
+        if !std::mem::replace(&mut waited, true) {
+            crate::faults::reached("rebuild.awaits-acks");
         }
         if logged.elapsed() >= LOG_EVERY {
             info!(tenant = %index.tenant, partitions = ?behind, "waiting for the live writers of these partitions to take the placement (a worker that has not read its PLACE message yet, is down, or is older than PLACE and dead-letters it: upgrade it)");

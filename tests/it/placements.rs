@@ -88,7 +88,7 @@ fn acme_leaving_held(r: &Rig, shared: &str) -> std::process::Child {
 /// once it has applied the three tenants' documents ([`lines_file`]).
 fn acme_dedicated_with_three_tenants() -> (Rig, Worker) {
     let r = Rig::elastic(3);
-    let w = Worker::start_env(&r.cfg, &r.group, &r.index, &[], &[(DEDICATED, OsStr::new("acme"))]);
+    let w = Worker::start_env(&r.cfg, &r.group, &r.index, &[], &[(DEDICATED, OsStr::new("acme")), ("DENORM_FAULTS", r.faults_dir().as_os_str())]);
     let (code, _, err) = r.run(&["produce", "--wait", "120", "--jsonl", &lines_file(&r)]);
     assert_eq!(code, 0, "{err}\n{}", w.log());
     (r, w)
@@ -411,7 +411,15 @@ fn a_shared_tenant_moves_into_its_own_indexes_alone_while_every_tenant_is_served
     let (code, _, err) = r.run(&["produce", "--tenant", "globex", "--wait", "120", "upsert-file", "--id", "p1", "--path", "/placed/p1.txt", "--contents", "placed words"]);
     assert_eq!(code, 0, "{err}\n{}", w.log());
     assert_eq!(count_of(&url, &shared, "globex"), Some(6));
+    // Announced, and the live worker held before its PLACE message: the
+    // fence waits for it (it failed to when the wait was skipped).
+    r.on_fault("apply.place", "");
     std::fs::remove_file(dir.join("rebuild.placed")).unwrap();
+    step("rebuild.awaits-acks");
+    let held = r.faults_dir().join("apply.place.reached");
+    eventually(std::time::Duration::from_secs(60), || "the live worker never reached its PLACE message".to_string(), || held.exists().then_some(()));
+    assert!(!dir.join("rebuild.fenced.reached").exists(), "fenced while a live writer had not taken the placement");
+    r.off_fault("apply.place");
     step("rebuild.fenced");
     assert!(w.wait_for_log("reopening the shard to read the placement", std::time::Duration::from_secs(10)), "{}", w.log());
     // Fenced: globex's commands wait; searches read it in the shared

@@ -356,6 +356,9 @@ impl Applier {
                 // afresh (and saying so in the index). A replay writes as
                 // its rebuild placed it.
                 let live = matches!(self.shared.cfg.mode, crate::worker::Mode::Live);
+                if live {
+                    crate::faults::hold("apply.place");
+                }
                 if live && !shard.placement_taken(c.origin_offset.max(0) as u64, c.through.max(0) as u64) {
                     info!(partition = self.partition, generation = c.origin_offset, moves = c.through, "a tenant moved between placements: reopening the shard to read the placement");
                     return Err(Halt::Retry(Transient::Placement(format!("a tenant moved between placements (move {} of generation {})", c.through, c.origin_offset))));

@@ -215,6 +215,11 @@ impl Rig {
         std::fs::write(self.faults.join(name), arg).unwrap();
     }
 
+    /// The directory of this rig's fault switches (`DENORM_FAULTS`).
+    pub fn faults_dir(&self) -> &Path {
+        &self.faults
+    }
+
     pub fn off_fault(&self, name: &str) {
         std::fs::remove_file(self.faults.join(name)).unwrap();
     }
