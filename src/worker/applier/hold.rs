@@ -127,31 +127,39 @@ impl Hold {
         self.held.is_empty()
     }
 
-    /// Whether `msg`, read now with the queue `deep` (see [`DEEP`]),
+    /// [`Hold::holds_of`], the tenant read from `msg`'s key.
+    #[cfg(test)]
+    pub fn holds(&mut self, msg: &Record, deep: bool, now: Instant) -> bool {
+        self.holds_of(msg.offset(), &tenant_of(msg).map(str::to_string), deep, now)
+    }
+
+    /// Whether the message at `offset`, of tenant `t` (read once from its
+    /// key by the caller), read now with the queue `deep` (see [`DEEP`]),
     /// is held. Call it for every message the loop takes, in order: a
     /// message released before is never held again. It starts holding its
     /// tenant when that tenant sent at least three quarters of the last
     /// [`WINDOW`] messages and another tenant was active within
     /// [`OTHERS_ACTIVE`].
-    pub fn holds(&mut self, msg: &Record, deep: bool, now: Instant) -> bool {
-        if self.released_through.is_some_and(|r| msg.offset() <= r) {
+    pub fn holds_of(&mut self, offset: i64, t: &Tenant, deep: bool, now: Instant) -> bool {
+        if self.released_through.is_some_and(|r| offset <= r) {
             return false;
         }
-        let t = tenant_of(msg).map(str::to_string);
-        if self.observed_through.is_none_or(|o| msg.offset() > o) {
-            self.observed_through = Some(msg.offset());
-            self.observe(&t, now);
+        if self.observed_through.is_none_or(|o| offset > o) {
+            self.observed_through = Some(offset);
+            self.observe(t, now);
         }
         let hold = match &self.tenant {
-            Some(held) => *held == t,
+            Some(held) => held == t,
             None => {
-                let start = deep && self.dominant(&t) && self.others_active(&t, now);
+                let start = deep && self.dominant(t) && self.others_active(t, now);
                 self.started |= start;
                 start
             }
         };
         if hold {
-            self.tenant = Some(t);
+            if self.tenant.is_none() {
+                self.tenant = Some(t.clone());
+            }
         } else {
             self.since_release += 1;
         }
@@ -356,7 +364,7 @@ impl Applier {
         let now = Instant::now();
         let started = {
             let mut lanes = self.lanes.borrow_mut();
-            if !lanes.hold.holds(&msg, deep, now) {
+            if !lanes.hold.holds_of(offset, &t, deep, now) {
                 return Some(msg);
             }
             lanes.hold.take_started(now)
