@@ -211,7 +211,7 @@ impl Hold {
         self.waits_for_lane && !self.held.is_empty()
     }
 
-    /// Holds `msg` (after [`Hold::holds`] said so), in offset order.
+    /// Holds `msg` (after [`Hold::holds_of`] said so), in offset order.
     pub fn push(&mut self, msg: Record) {
         self.bytes += queued_size(&msg);
         match self.held.back().is_none_or(|b| b.offset() < msg.offset()) {
@@ -316,7 +316,7 @@ impl Hold {
 }
 
 impl Applier {
-    /// Whether `msg`, just taken by the loop, is held ([`Hold::holds`];
+    /// Whether `msg`, just taken by the loop, is held ([`Hold::holds_of`];
     /// never when it may not be): then it is held, counted as queued
     /// again and unfinished, or spilled past the hold's bound (`spill.rs`).
     /// A message read again that was handled before is dropped. Otherwise
