@@ -37,6 +37,10 @@ use super::generations::Generations;
 use super::Kind;
 use super::{Backend, Checkpoint, IndexError};
 
+/// Rounds of [`TenantGenerations::delete_in_shared`] while documents
+/// change under it.
+const DELETE_ROUNDS: usize = 3;
+
 /// A tenant's own indexes, revision by revision.
 pub struct TenantGenerations {
     /// The live backend (the current shared generation).
@@ -190,26 +194,47 @@ impl TenantGenerations {
         self.update_placement(|p| p.is_hidden(t).then(|| p.unhidden(t))).map(drop)
     }
 
-    /// Deletes the tenant's documents in the shared indexes.
+    /// Deletes the tenant's documents in the shared indexes. A
+    /// `_delete_by_query` deletes what the last refresh shows: the indexes
+    /// are refreshed first, or a write that landed just before (a killed
+    /// rebuild's last bulk, a live writer's before its fence) is left, and
+    /// one changed meanwhile (a version conflict) is deleted by a next
+    /// round. No writer of the tenant writes there by then, so a conflict
+    /// left after [`DELETE_ROUNDS`] is an error, not a document left.
     fn delete_in_shared(&self) -> Result<(), IndexError> {
         let b = &self.backend;
         let names: Vec<String> = KINDS.iter().map(|k| names::concrete(&b.prefix, *k, self.shared)).collect();
         let t = self.tenant.as_str();
-        let deleted = self.block(async {
-            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            let r = b
-                .client
-                .delete_by_query(elasticsearch::DeleteByQueryParts::Index(&refs))
-                .routing(&[t])
-                .conflicts(elasticsearch::params::Conflicts::Proceed)
-                .refresh(true)
-                .body(json!({"query": {"term": {names::TENANT_FIELD: t}}}))
-                .send()
-                .await?;
-            json_or_status(&format!("deleting tenant {t}'s documents from the shared indexes"), r).await
-        })?;
-        tracing::info!(tenant = t, deleted = deleted["deleted"].as_u64().unwrap_or(0), "the tenant's documents in the shared indexes deleted");
-        Ok(())
+        let what = format!("deleting tenant {t}'s documents from the shared indexes");
+        let mut deleted = 0;
+        for _ in 0..DELETE_ROUNDS {
+            let answer = self.block(async {
+                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                let r = b.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&refs)).send().await?;
+                super::elastic::complete_json("refreshing the shared indexes", r).await?;
+                let r = b
+                    .client
+                    .delete_by_query(elasticsearch::DeleteByQueryParts::Index(&refs))
+                    .routing(&[t])
+                    .conflicts(elasticsearch::params::Conflicts::Proceed)
+                    .refresh(true)
+                    .body(json!({"query": {"term": {names::TENANT_FIELD: t}}}))
+                    .send()
+                    .await?;
+                json_or_status(&what, r).await
+            })?;
+            deleted += answer["deleted"].as_u64().unwrap_or(0);
+            let (conflicts, failures) = (answer["version_conflicts"].as_u64().unwrap_or(0), answer["failures"].as_array().map_or(0, Vec::len));
+            if failures > 0 {
+                return Err(ElasticError::Incomplete(format!("{what}: {failures} failed: {}", answer["failures"])).into());
+            }
+            if conflicts == 0 {
+                tracing::info!(tenant = t, deleted, "the tenant's documents in the shared indexes deleted");
+                return Ok(());
+            }
+            tracing::warn!(tenant = t, conflicts, "documents of the tenant changed while they were deleted: deleting again");
+        }
+        Err(ElasticError::Incomplete(format!("{what}: documents still changing after {DELETE_ROUNDS} rounds (a writer of the tenant still running?)")).into())
     }
 
     /// Prepares a move into the shared indexes: the tenant's documents

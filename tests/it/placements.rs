@@ -562,6 +562,14 @@ fn a_move_into_the_shared_indexes_given_up_leaves_the_tenant_in_its_own_on_elast
     let (url, prefix) = (r.index.display().to_string(), crate::common::elastic::prefix());
     let (shared, own) = (format!("{prefix}-files-000001"), format!("{prefix}-t-acme-files-000001"));
     let mut child = acme_leaving_held(&r, &shared);
+    // The rebuild's last write lands just before it is killed: written,
+    // not refreshed yet (Elasticsearch's `_delete_by_query` deletes what
+    // the last refresh shows).
+    let late = rt().block_on(async {
+        let doc = serde_json::json!({"id": "f0", "name": "f0.txt", "path": "/docs/e0", "contents": "late words", "tenant": "acme"});
+        reqwest::Client::new().put(format!("{url}/{shared}/_doc/acme%1Ff0?routing=acme")).json(&doc).send().await.unwrap().status().as_u16()
+    });
+    assert_eq!(late, 200, "the late write");
     child.kill().unwrap();
     child.wait().unwrap();
     let (code, out, err) = r.run(&["rebuild", "--tenant", "acme", "--abandon"]);
