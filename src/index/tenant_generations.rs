@@ -41,6 +41,27 @@ use super::{Backend, Checkpoint, IndexError};
 /// change under it.
 const DELETE_ROUNDS: usize = 3;
 
+/// What one round of [`TenantGenerations::delete_in_shared`] did, from
+/// the `_delete_by_query` answer.
+#[derive(Debug, PartialEq, Eq)]
+enum Deletion {
+    /// Every match deleted (this many).
+    Done(u64),
+    /// Some matches changed between the snapshot and their delete.
+    Again { deleted: u64, conflicts: u64 },
+    /// Some deletes failed (the answer's `failures`).
+    Failed(String),
+}
+
+fn deletion(answer: &Value) -> Deletion {
+    let deleted = answer["deleted"].as_u64().unwrap_or(0);
+    match (answer["failures"].as_array(), answer["version_conflicts"].as_u64().unwrap_or(0)) {
+        (Some(f), _) if !f.is_empty() => Deletion::Failed(format!("{} failed: {}", f.len(), answer["failures"])),
+        (_, 0) => Deletion::Done(deleted),
+        (_, conflicts) => Deletion::Again { deleted, conflicts },
+    }
+}
+
 /// A tenant's own indexes, revision by revision.
 pub struct TenantGenerations {
     /// The live backend (the current shared generation).
@@ -223,16 +244,17 @@ impl TenantGenerations {
                     .await?;
                 json_or_status(&what, r).await
             })?;
-            deleted += answer["deleted"].as_u64().unwrap_or(0);
-            let (conflicts, failures) = (answer["version_conflicts"].as_u64().unwrap_or(0), answer["failures"].as_array().map_or(0, Vec::len));
-            if failures > 0 {
-                return Err(ElasticError::Incomplete(format!("{what}: {failures} failed: {}", answer["failures"])).into());
+            match deletion(&answer) {
+                Deletion::Failed(failures) => return Err(ElasticError::Incomplete(format!("{what}: {failures}")).into()),
+                Deletion::Done(n) => {
+                    tracing::info!(tenant = t, deleted = deleted + n, "the tenant's documents in the shared indexes deleted");
+                    return Ok(());
+                }
+                Deletion::Again { deleted: n, conflicts } => {
+                    deleted += n;
+                    tracing::warn!(tenant = t, conflicts, "documents of the tenant changed while they were deleted: deleting again");
+                }
             }
-            if conflicts == 0 {
-                tracing::info!(tenant = t, deleted, "the tenant's documents in the shared indexes deleted");
-                return Ok(());
-            }
-            tracing::warn!(tenant = t, conflicts, "documents of the tenant changed while they were deleted: deleting again");
         }
         Err(ElasticError::Incomplete(format!("{what}: documents still changing after {DELETE_ROUNDS} rounds (a writer of the tenant still running?)")).into())
     }
@@ -457,5 +479,27 @@ impl Generations for TenantGenerations {
     }
     fn owner_conflicts(&self) -> Vec<String> {
         self.backend.conflicts.as_ref().map(|c| c.lock().expect("conflicts lock").iter().cloned().collect()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{deletion, Deletion};
+    use serde_json::json;
+
+    /// `_delete_by_query` answers as Elasticsearch 8 documents them
+    /// (`conflicts=proceed`: conflicts counted, not failures).
+    fn answer(deleted: u64, conflicts: u64, failures: serde_json::Value) -> serde_json::Value {
+        json!({"took": 147, "timed_out": false, "total": deleted + conflicts, "deleted": deleted, "batches": 1, "version_conflicts": conflicts, "noops": 0,
+               "retries": {"bulk": 0, "search": 0}, "throttled_millis": 0, "requests_per_second": -1.0, "throttled_until_millis": 0, "failures": failures})
+    }
+
+    #[test]
+    fn a_deletion_with_version_conflicts_is_run_again_and_one_with_failures_is_an_error() {
+        assert_eq!(deletion(&answer(8, 0, json!([]))), Deletion::Done(8));
+        assert_eq!(deletion(&answer(5, 3, json!([]))), Deletion::Again { deleted: 5, conflicts: 3 });
+        let failed = json!([{"index": "denorm-files-000001", "id": "acme\u{1f}f0", "cause": {"type": "es_rejected_execution_exception"}, "status": 429}]);
+        let Deletion::Failed(why) = deletion(&answer(7, 0, failed)) else { panic!("a failure is not a deletion done") };
+        assert!(why.starts_with("1 failed") && why.contains("es_rejected_execution_exception"), "{why}");
     }
 }
