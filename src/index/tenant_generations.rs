@@ -62,6 +62,14 @@ fn deletion(answer: &Value) -> Deletion {
     }
 }
 
+/// Refreshes the indexes `names` (all of them there): what was written
+/// becomes searchable, and what a `_delete_by_query` sees.
+async fn refresh(client: &elasticsearch::Elasticsearch, names: &[String], what: &str) -> Result<(), ElasticError> {
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let r = client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&refs)).send().await?;
+    super::elastic::complete_json(what, r).await.map(drop)
+}
+
 /// A tenant's own indexes, revision by revision.
 pub struct TenantGenerations {
     /// The live backend (the current shared generation).
@@ -230,9 +238,8 @@ impl TenantGenerations {
         let mut deleted = 0;
         for _ in 0..DELETE_ROUNDS {
             let answer = self.block(async {
+                refresh(&b.client, &names, "refreshing the shared indexes").await?;
                 let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                let r = b.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&refs)).send().await?;
-                super::elastic::complete_json("refreshing the shared indexes", r).await?;
                 let r = b
                     .client
                     .delete_by_query(elasticsearch::DeleteByQueryParts::Index(&refs))
@@ -430,11 +437,7 @@ impl Generations for TenantGenerations {
         // What the rebuild wrote: the shared indexes for a tenant moving
         // into them.
         let all: Vec<String> = KINDS.iter().map(|k| if self.leaving { names::concrete(prefix, *k, g) } else { dedicated_concrete(prefix, t, *k, g, Self::rev(to)) }).collect();
-        self.block(async {
-            let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-            let r = b.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&refs)).send().await?;
-            super::elastic::complete_json("refreshing a tenant's rebuilt indexes", r).await.map(drop)
-        })?;
+        self.block(refresh(&b.client, &all, "refreshing a tenant's rebuilt indexes"))?;
         let placed = self.placement()?;
         let actions = if placed.is_leaving(t) {
             placement::leaving_cutover_actions(prefix, t, g, (Self::rev(from), Self::rev(to)), &placed.left(t, Self::rev(to)).shared_read_alias())
