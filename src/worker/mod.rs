@@ -17,6 +17,7 @@ mod outbox;
 mod probe;
 mod rebalance;
 pub mod replay;
+mod reread;
 pub mod settings;
 
 use std::collections::HashMap;
@@ -117,6 +118,11 @@ pub(crate) struct Shared {
     /// checkpoint); the consumer thread seeks, then feeds
     /// [`Feed::Positioned`].
     seeks: Mutex<HashMap<i32, Offset>>,
+    /// Where appliers want a flooding tenant's spilled messages reread
+    /// (the rereading's number, the offset), or (`None`) the rereading
+    /// ended; the consumer thread reads with a second client and feeds
+    /// [`Feed::Again`] (`reread.rs`).
+    rereads: Mutex<HashMap<i32, Option<(u64, i64)>>>,
     /// Where each partition's shard resumes, as last known to this process
     /// (read once before joining the group, then left by each applier that
     /// stops): an assignment starts its partitions there, without a request
@@ -219,6 +225,7 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
         outbox,
         health: health.clone(),
         seeks: Mutex::new(HashMap::new()),
+        rereads: Mutex::new(HashMap::new()),
         known: Mutex::new(known),
         assigned_at: Mutex::new(HashMap::new()),
         probe: Box::new(probe),
@@ -241,6 +248,7 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
     consumer.subscribe(&[&topic])?;
     info!(topic = %topic, group = %shared.cfg.group, "worker started");
     let watch = GroupWatch::start(shared.clone(), lag_interval);
+    let mut rereaders = reread::Rereaders::new(&shared);
 
     let mut last_commit = Instant::now();
     let mut last_lag = Instant::now();
@@ -275,6 +283,7 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
             pause_stopped(&consumer, &topic);
         }
         seek_as_asked(&consumer, &topic);
+        rereaders.turn(&ctx.shared, &ctx.parts);
         // Not for every message: answers come at most once per commit.
         if last_settle.elapsed() >= Duration::from_millis(5) {
             last_settle = Instant::now();

@@ -200,11 +200,6 @@ impl Lanes {
     fn busy(&self) -> bool {
         !self.turn.is_empty() || self.tracker.busy()
     }
-
-    /// Whether a message waits behind a fan-out in its key's lane.
-    pub(super) fn waiting(&self) -> bool {
-        self.lanes.values().any(|l| !l.waiting.is_empty())
-    }
 }
 
 /// Where a message goes while lanes are busy.

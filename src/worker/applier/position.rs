@@ -62,6 +62,12 @@ impl Applier {
                 debug!(partition = self.partition, offset = m.offset(), read_to = ?reading.read_to, "a message delivered again after a late seek: dropped");
                 None
             }
+            // Taken (into the hold) or dropped at once: never waits in
+            // `ahead` among the messages read forward.
+            (_, Feed::Again(reread, m)) => {
+                self.reread_message(reread, m);
+                None
+            }
             (_, feed) => Some(feed),
         }
     }
@@ -223,7 +229,7 @@ impl Reading {
                 }
                 again
             }
-            Feed::End(_) => false,
+            Feed::End(_) | Feed::Again(..) => false,
         }
     }
 }
