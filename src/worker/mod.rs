@@ -273,6 +273,7 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
             }
             None => None,
         };
+        let read_forward = msg.is_some();
         if route(&consumer, msg) {
             // An applier only ends by itself on a fatal error.
             let mut parts = ctx.parts.lock().expect("parts lock");
@@ -283,7 +284,7 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
             pause_stopped(&consumer, &topic);
         }
         seek_as_asked(&consumer, &topic);
-        rereaders.turn(&ctx.shared, &ctx.parts);
+        rereaders.turn(&ctx.shared, &ctx.parts, read_forward);
         // Not for every message: answers come at most once per commit.
         if last_settle.elapsed() >= Duration::from_millis(5) {
             last_settle = Instant::now();

@@ -6,8 +6,10 @@
 //! An applier asks for a rereading (its number and the offset to read
 //! from) or for its end through [`Shared::rereads`]; this side starts a
 //! client assigned to that partition at that offset, and hands what it
-//! reads to the applier's queue as [`Feed::Again`], while the queue has
-//! room (the queue's own bound: nothing is kept here). Every rereading has
+//! reads to the applier's queue as [`Feed::Again`], while the queue holds
+//! less than half its bound (where a paused partition resumes: the
+//! partition's own reading is never kept paused by a rereading; nothing is
+//! kept here). Every rereading has
 //! a client of its own, so that nothing read by an earlier one can be
 //! taken for the new one's. The client joins no group and commits nothing:
 //! it has the worker's `group.id` only because librdkafka assigns
@@ -22,11 +24,14 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tracing::{debug, warn};
 
-use super::applier::{Feed, Partition, Record, Refused};
+use super::applier::{rereading_bytes, Feed, Partition, Record, Refused};
 use super::{consumer_config, Shared};
 
-/// Messages handed over from one rereading per turn of the consumer loop.
-const PER_TURN: usize = 256;
+/// Messages handed over from one rereading per turn of the consumer loop
+/// that read nothing forward (a turn that did takes one: the partitions'
+/// own reading, where the other tenants' messages are, goes first, and a
+/// rereading has at least half the turns).
+const PER_IDLE_TURN: usize = 256;
 
 /// The rereadings in progress, one client each.
 pub(super) struct Rereaders {
@@ -39,15 +44,17 @@ pub(super) struct Rereaders {
 impl Rereaders {
     pub fn new(shared: &Shared) -> Rereaders {
         let cfg = &shared.cfg;
-        // Small fetches: a rereading takes about half a hold at a time.
-        let config = consumer_config(&cfg.kafka, &cfg.group, cfg.fetch_buffer_kb, &[]);
+        // A rereading takes at most half a hold: fetched ahead no further
+        // (the broker serves the partition's own reading too).
+        let kb = (rereading_bytes(cfg.queue_bytes) >> 10).clamp(1, cfg.fetch_buffer_kb);
+        let config = consumer_config(&cfg.kafka, &cfg.group, kb, &[]);
         Rereaders { config, topic: cfg.kafka.topic.clone(), active: HashMap::new() }
     }
 
-    /// One turn of the consumer loop: starts and ends the rereadings the
-    /// appliers asked for, and hands over what is read while the partition's
-    /// queue has room.
-    pub fn turn(&mut self, shared: &Shared, parts: &Mutex<HashMap<i32, Partition>>) {
+    /// One turn of the consumer loop, which `read_forward` a message or
+    /// not: starts and ends the rereadings the appliers asked for, and
+    /// hands over what is read while the partition's queue is below half.
+    pub fn turn(&mut self, shared: &Shared, parts: &Mutex<HashMap<i32, Partition>>, read_forward: bool) {
         let asked: Vec<(i32, Option<(u64, i64)>)> = shared.rereads.lock().expect("rereads lock").drain().collect();
         let mut parts = parts.lock().expect("parts lock");
         for (p, ask) in asked {
@@ -76,9 +83,11 @@ impl Rereaders {
         }
         for (p, (reread, client)) in &self.active {
             let Some(part) = parts.get_mut(p) else { continue };
-            for _ in 0..PER_TURN {
-                if !part.pending.is_empty() {
-                    break; // the queue is full
+            for _ in 0..if read_forward { 1 } else { PER_IDLE_TURN } {
+                // At most half the queue, where a paused partition resumes:
+                // the partition's own reading is never kept paused by it.
+                if !part.pending.is_empty() || !part.queue.below_half() {
+                    break;
                 }
                 match client.poll(Duration::ZERO) {
                     Some(Ok(m)) => {

@@ -367,6 +367,8 @@ fn a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on(r: Rig, args
     // Reread by a client of their own (the partition's reading went on).
     let rereads = w.metric("denorm_partition_rereads_total", &[]);
     assert_eq!(rereads > 0.0, spilled, "{rereads} rereadings with a queue of {args:?}:\n{log}");
+    // Each command applied once: none taken both as read and as reread.
+    assert_eq!(w.metric("denorm_commands_total", &[("outcome", "applied")]), n as f64, "{log}");
     drop(w);
     let (code, out, err) = r.run(&["verify", "--json"]);
     let report = report_of(code, &out, &err);

@@ -157,7 +157,7 @@ pub(super) struct Lanes {
     pub(super) tracker: Tracker,
     /// A flooding tenant's messages read ahead past (`hold.rs`).
     pub(super) hold: super::hold::Hold,
-    /// Its messages past the hold's bound, read again later (`spill.rs`).
+    /// Its messages past the hold's bound, reread later (`spill.rs`).
     pub(super) spill: super::spill::Spill,
     /// The highest offset received.
     highest: i64,

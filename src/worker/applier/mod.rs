@@ -25,6 +25,7 @@ mod turn;
 
 pub(crate) use lanes::LaneFanOuts;
 pub(crate) use queue::{queued_size, FeedQueue, Queued, Refused};
+pub(crate) use spill::rereading_bytes;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};

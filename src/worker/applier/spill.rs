@@ -89,6 +89,13 @@ pub(super) struct Spill {
     reported: Option<Instant>,
 }
 
+/// What a rereading takes at most (a rereading starts when the hold has
+/// room for this much, [`Applier::reread_if_due`]): half the hold's bound
+/// of a queue of `queue_bytes`. Also what its client fetches ahead.
+pub(crate) fn rereading_bytes(queue_bytes: usize) -> usize {
+    Spill::bound(queue_bytes) / 2
+}
+
 /// A spill starting is reported again after this long.
 const REPORT_EVERY: Duration = Duration::from_secs(60);
 
@@ -276,7 +283,7 @@ impl Applier {
             return; // every message's path: nothing more to look at
         }
         let hold = &lanes.hold;
-        let room = hold.is_empty() || hold.held_tenant() == lanes.spill.tenant() && hold.bytes() <= Spill::bound(self.shared.cfg.queue_bytes) / 2;
+        let room = hold.is_empty() || hold.held_tenant() == lanes.spill.tenant() && hold.bytes() + rereading_bytes(self.shared.cfg.queue_bytes) <= Spill::bound(self.shared.cfg.queue_bytes);
         if !lanes.spill.due(room) {
             return;
         }
