@@ -44,7 +44,6 @@ pub const OLDEST_UNFINISHED_SECONDS: &str = "denorm_partition_oldest_unfinished_
 pub const PARTITION_BUSY_LANES: &str = "denorm_partition_busy_lanes";
 pub const PARTITION_HELD_MESSAGES: &str = "denorm_partition_held_messages";
 pub const PARTITION_SPILLED_MESSAGES: &str = "denorm_partition_spilled_messages";
-pub const PARTITION_REREADS_TOTAL: &str = "denorm_partition_rereads_total";
 pub const LANE_FAN_OUTS: &str = "denorm_lane_fan_outs";
 pub const REPAIRS_TOTAL: &str = "denorm_repairs_total";
 pub const VERIFY_LAST_RUN: &str = "denorm_verify_last_run_timestamp_seconds";
@@ -102,7 +101,6 @@ pub const ALL: &[&str] = &[
     PARTITION_BUSY_LANES,
     PARTITION_HELD_MESSAGES,
     PARTITION_SPILLED_MESSAGES,
-    PARTITION_REREADS_TOTAL,
     LANE_FAN_OUTS,
     REPAIRS_TOTAL,
     VERIFY_LAST_RUN,
@@ -216,12 +214,7 @@ fn describe() {
     describe_gauge!(
         PARTITION_SPILLED_MESSAGES,
         Unit::Count,
-        "A flooding tenant's messages past what the partition holds in memory: read past, and reread from the broker by a second reader as the hold has room (issue 47)."
-    );
-    describe_counter!(
-        PARTITION_REREADS_TOTAL,
-        Unit::Count,
-        "Rereadings of a flooding tenant's spilled messages started, each with a client of its own that reads them from the broker while the partition reads on (issue 47)."
+        "A flooding tenant's messages past what the partition holds in memory: read past, and read again from the broker once the held ones are applied (issue 47)."
     );
     describe_gauge!(PARTITION_BUSY_LANES, Unit::Count, "Fan-outs of the partition in progress in key lanes (at most --lanes): each holds up only its own key's later commands.");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");

@@ -48,8 +48,7 @@ pub struct RunArgs {
     lanes: usize,
     /// Read ahead past a flooding tenant: once a partition's queue holds 1024 messages and one tenant
     /// sent three quarters of its last 256 messages while another was active, that tenant's
-    /// messages are held in memory, in order (up to three eighths of --queue-kb; past it they
-    /// are read past and reread from the broker by a second client), and the other tenants'
+    /// messages are held in memory (within --queue-kb), in order, and the other tenants'
     /// messages behind them are applied first; and while another tenant is active, a tenant's
     /// fan-outs take at most every key lane but one (docs/tenants.md). false: strict log order
     #[arg(long, env = "DENORM_TENANT_READ_AHEAD", default_value_t = true, action = clap::ArgAction::Set)]

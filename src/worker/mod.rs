@@ -17,7 +17,6 @@ mod outbox;
 mod probe;
 mod rebalance;
 pub mod replay;
-mod reread;
 pub mod settings;
 
 use std::collections::HashMap;
@@ -118,11 +117,6 @@ pub(crate) struct Shared {
     /// checkpoint); the consumer thread seeks, then feeds
     /// [`Feed::Positioned`].
     seeks: Mutex<HashMap<i32, Offset>>,
-    /// Where appliers want a flooding tenant's spilled messages reread
-    /// (the rereading's number, the offset), or (`None`) the rereading
-    /// ended; the consumer thread reads with a second client and feeds
-    /// [`Feed::Again`] (`reread.rs`).
-    rereads: Mutex<HashMap<i32, Option<(u64, i64)>>>,
     /// Where each partition's shard resumes, as last known to this process
     /// (read once before joining the group, then left by each applier that
     /// stops): an assignment starts its partitions there, without a request
@@ -225,7 +219,6 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
         outbox,
         health: health.clone(),
         seeks: Mutex::new(HashMap::new()),
-        rereads: Mutex::new(HashMap::new()),
         known: Mutex::new(known),
         assigned_at: Mutex::new(HashMap::new()),
         probe: Box::new(probe),
@@ -248,7 +241,6 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
     consumer.subscribe(&[&topic])?;
     info!(topic = %topic, group = %shared.cfg.group, "worker started");
     let watch = GroupWatch::start(shared.clone(), lag_interval);
-    let mut rereaders = reread::Rereaders::new(&shared);
 
     let mut last_commit = Instant::now();
     let mut last_lag = Instant::now();
@@ -273,7 +265,6 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
             }
             None => None,
         };
-        let read_forward = msg.is_some();
         if route(&consumer, msg) {
             // An applier only ends by itself on a fatal error.
             let mut parts = ctx.parts.lock().expect("parts lock");
@@ -284,7 +275,6 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
             pause_stopped(&consumer, &topic);
         }
         seek_as_asked(&consumer, &topic);
-        rereaders.turn(&ctx.shared, &ctx.parts, read_forward);
         // Not for every message: answers come at most once per commit.
         if last_settle.elapsed() >= Duration::from_millis(5) {
             last_settle = Instant::now();

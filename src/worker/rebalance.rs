@@ -98,7 +98,6 @@ impl ConsumerContext for WorkerContext {
                 let drained = drain(&mut parts, &revoked, self, self.shared.cfg.shutdown_timeout);
                 drop(parts);
                 self.shared.seeks.lock().expect("seeks lock").retain(|p, _| !revoked.contains(p));
-                self.shared.rereads.lock().expect("rereads lock").retain(|p, _| !revoked.contains(p));
                 let mut stopped = self.stopped.lock().expect("stopped lock");
                 for p in &revoked {
                     if stopped.remove(p) {

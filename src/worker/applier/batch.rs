@@ -65,15 +65,9 @@ impl Applier {
                 triggers.reset();
             }
             // A flooding tenant's messages past the hold's bound (`spill.rs`)
-            // are reread by a second reader as the hold has room; a barrier
-            // cut off behind them is read again once they are all taken,
-            // and nothing released from the hold waits in `ahead` (what
-            // comes through it before the positioning is dropped).
-            if positioned && !first {
-                self.reread_if_due();
-                if ahead.is_empty() && self.sought_to_cut() {
-                    positioned = false;
-                }
+            // are read again once nothing read waits.
+            if positioned && !first && ahead.is_empty() && self.read_again_due() {
+                positioned = self.read_again();
             }
             // A page of a fan-out in a lane whenever nothing else is ready,
             // when the other messages had their share of the time
@@ -82,12 +76,11 @@ impl Applier {
             // completes hands its key's waiting messages back through
             // `ahead`, and what comes through it before the positioning is
             // dropped as read from the old position. (Lanes are dropped by
-            // every seek but the one back to a barrier cut off behind
-            // spilled messages, `spill.rs`.)
+            // every seek but those of spilled messages, `spill.rs`.)
             let mut paged = false;
             if positioned && self.lane_jobs() > 0 {
                 if ahead.is_empty() {
-                    if let Some(feed) = self.ready(&rx) {
+                    if let Some(feed) = rx.try_recv().ok().and_then(|f| self.received(f)) {
                         ahead.push_back(feed);
                         peeked = true;
                     }
@@ -139,7 +132,7 @@ impl Applier {
             // share.
             if positioned && self.held_len() > 0 && self.may_release() {
                 if ahead.is_empty() {
-                    if let Some(feed) = self.ready(&rx) {
+                    if let Some(feed) = rx.try_recv().ok().and_then(|f| self.received(f)) {
                         ahead.push_back(feed);
                         peeked = true;
                     }
@@ -156,14 +149,13 @@ impl Applier {
                 Ok(Feed::Positioned(_)) => positioned = self.positioned(checkpoint)?,
                 Ok(Feed::End(at)) => {
                     if positioned {
+                        self.lanes.borrow_mut().spill.ended(at);
                         self.publication.borrow_mut().end_reported(at);
                         if batch.is_empty() {
                             self.publish_end();
                         }
                     }
                 }
-                // Handled as received (`Applier::received`): never here.
-                Ok(Feed::Again(reread, msg)) => self.reread_message(reread, msg),
                 Ok(Feed::Message(mut msg)) => {
                     self.queued.take(queued_size(&msg));
                     if self.past_until(msg.offset()) {
@@ -194,7 +186,12 @@ impl Applier {
                         // judged against the checkpoint below.
                         match self.held(msg, !first) {
                             Some(m) => msg = m,
-                            None => continue,
+                            None => {
+                                if self.skipped() {
+                                    positioned = false;
+                                }
+                                continue;
+                            }
                         }
                         if self.lanes_busy() {
                             let mut route = self.route(&msg);
@@ -386,17 +383,6 @@ impl Applier {
         loop {
             if let Some(feed) = self.received(rx.recv_timeout(until.saturating_duration_since(Instant::now()))?) {
                 return Ok(feed);
-            }
-        }
-    }
-
-    /// The next feed already waiting, if any: what [`Applier::received`]
-    /// takes by itself (a rereading's message, a message delivered again)
-    /// is passed, so that it never reads as nothing being ready.
-    fn ready(&self, rx: &Receiver<Feed>) -> Option<Feed> {
-        loop {
-            if let Some(feed) = self.received(rx.try_recv().ok()?) {
-                return Some(feed);
             }
         }
     }

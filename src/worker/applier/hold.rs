@@ -319,7 +319,8 @@ impl Applier {
     /// Whether `msg`, just taken by the loop, is held ([`Hold::holds_of`];
     /// never when it may not be): then it is held, counted as queued
     /// again and unfinished, or spilled past the hold's bound (`spill.rs`).
-    /// Otherwise it is handed back.
+    /// A message read again that was handled before is dropped. Otherwise
+    /// it is handed back.
     pub(super) fn held(&self, msg: Record, may: bool) -> Option<Record> {
         // Switched off: nothing to count either (the loop's hot path).
         if !self.shared.cfg.tenant_read_ahead {
@@ -333,9 +334,27 @@ impl Applier {
                 false => lanes.spill.read(offset, &t),
             }
         };
-        if read == spill::Read::Behind {
-            self.spilled(&msg);
-            return None;
+        match read {
+            spill::Read::Pass => {}
+            spill::Read::Handled => return None,
+            spill::Read::Behind => {
+                self.spilled(&msg);
+                return None;
+            }
+            spill::Read::Oldest => {
+                let mut lanes = self.lanes.borrow_mut();
+                if lanes.hold.may_keep(&t) && self.room(&lanes.hold, &msg) {
+                    lanes.spill.taken(offset);
+                    lanes.hold.keep(t);
+                    drop(lanes);
+                    self.hold_now(msg);
+                } else {
+                    lanes.spill.spill_again(offset);
+                    drop(lanes);
+                    self.spilled(&msg);
+                }
+                return None;
+            }
         }
         // A hold is never active when a message may not be held (the first
         // after positioning: every hold was dropped with the seek), nor
@@ -377,7 +396,7 @@ impl Applier {
                     tenant = t.as_deref().unwrap_or("(default)"),
                     offset,
                     held = self.held_len(),
-                    "the flood is larger than the hold: this tenant's later messages are read past, and reread from the broker by a second reader as the hold has room (said again after a minute)"
+                    "the flood is larger than the hold: this tenant's later messages are read past, and read again from the broker once the held ones are applied (said again after a minute)"
                 );
             }
             self.spilled(&msg);
@@ -388,7 +407,7 @@ impl Applier {
     }
 
     /// Whether the hold has room for `msg` (an empty hold always has).
-    pub(super) fn room(&self, hold: &Hold, msg: &Record) -> bool {
+    fn room(&self, hold: &Hold, msg: &Record) -> bool {
         hold.is_empty() || hold.bytes() + queued_size(msg) <= spill::Spill::bound(self.shared.cfg.queue_bytes)
     }
 
@@ -403,7 +422,7 @@ impl Applier {
     }
 
     /// Holds `msg`: counted as queued again, and unfinished.
-    pub(super) fn hold_now(&self, msg: Record) {
+    fn hold_now(&self, msg: Record) {
         let mut lanes = self.lanes.borrow_mut();
         self.queued.add(queued_size(&msg));
         lanes.tracker.defer(msg.offset());
@@ -444,17 +463,14 @@ impl Applier {
     /// Drops what is held and what is spilled (the partition is read again
     /// from the checkpoint, below both).
     pub(super) fn drop_held(&self) {
-        let (spilled, rereading) = {
+        let spilled = {
             let mut lanes = self.lanes.borrow_mut();
-            let was = (lanes.spill.active(), lanes.spill.rereading());
+            let spilled = lanes.spill.active();
             lanes.spill.clear();
-            was
+            spilled
         };
         if spilled {
             self.spilled_gauge(0);
-        }
-        if rereading {
-            self.ask_reread(None);
         }
         let dropped = self.lanes.borrow_mut().hold.clear();
         for msg in &dropped {

@@ -25,7 +25,6 @@ mod turn;
 
 pub(crate) use lanes::LaneFanOuts;
 pub(crate) use queue::{queued_size, FeedQueue, Queued, Refused};
-pub(crate) use spill::rereading_bytes;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -89,10 +88,6 @@ pub(crate) enum Feed {
     /// fetched from the old position and are dropped; the next one comes
     /// from the new.
     Positioned(Offset),
-    /// A message of rereading number `.0` of a flooding tenant's spilled
-    /// messages (`spill.rs`), read by a second reader while the partition
-    /// reads on forward ([`Shared::rereads`]).
-    Again(u64, Record),
     /// The partition was read to its end: the consumer's position, past
     /// offsets that carry no message (transaction markers, aborted
     /// records) as well as every message fed before this.

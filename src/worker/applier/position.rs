@@ -62,12 +62,6 @@ impl Applier {
                 debug!(partition = self.partition, offset = m.offset(), read_to = ?reading.read_to, "a message delivered again after a late seek: dropped");
                 None
             }
-            // Taken (into the hold) or dropped at once: never waits in
-            // `ahead` among the messages read forward.
-            (_, Feed::Again(reread, m)) => {
-                self.reread_message(reread, m);
-                None
-            }
             (_, feed) => Some(feed),
         }
     }
@@ -229,7 +223,7 @@ impl Reading {
                 }
                 again
             }
-            Feed::End(_) | Feed::Again(..) => false,
+            Feed::End(_) => false,
         }
     }
 }

@@ -103,7 +103,7 @@ impl FeedQueue {
 
     fn send(&self, feed: Feed) -> Result<(), Feed> {
         let size = match &feed {
-            Feed::Message(m) | Feed::Again(_, m) => Some(queued_size(m)),
+            Feed::Message(m) => Some(queued_size(m)),
             _ => None,
         };
         size.inspect(|s| self.queued.add(*s));

@@ -3,64 +3,48 @@
 //! `--queue-kb`, [`Spill::bound`]). Past it they are *spilled*: dropped,
 //! and read again from the broker later, so that the partition is never
 //! paused for them and the other tenants' messages behind them are read
-//! and applied as they come.
-//!
-//! The spilled messages are read again by a second reader of their own
-//! (a *rereading*, [`Feed::Again`]): the consumer thread reads the
-//! partition from the first spilled message with another client while the
-//! partition's own reading goes on forward, never sought back. A
-//! rereading starts once the hold has room for half its bound again; it
-//! takes the spilled tenant's messages into the hold in log order, passes
-//! every other message over (handled when it was first read), and ends
-//! when the hold is full again, when every spilled message is taken, or
-//! when it reaches the highest offset the forward reading has handled.
+//! and applied as they come. Once the held messages are released (or
+//! before a barrier of another tenant, which must come after them all),
+//! the partition is sought back to the first spilled message and read
+//! again: the spilled tenant's messages are taken in, held again up to the
+//! bound and spilled again past it; every other message up to the highest
+//! offset read before was handled then, and is passed over.
 //!
 //! Which messages are spilled needs no list: from the first spilled on,
-//! every message of the spilled tenant read forward is spilled (its order
-//! is kept: a message held in memory is always older than every spilled
-//! one), up to the highest offset read. The tracker counts each spilled
-//! message unfinished, so the offset recorded as applied stays below the
-//! first, and a crash or a rebalance reads them again from the checkpoint.
-//! A barrier of another tenant read while messages are spilled must come
-//! after them: it and everything after it are dropped, and the partition
-//! is sought back to it once the spill is over. [`Spill`] does no I/O;
-//! the applier's part follows it.
+//! every message of the spilled tenant read is spilled (its order is kept:
+//! a message held in memory is always older than every spilled one), up to
+//! the highest offset read. The tracker counts each spilled message
+//! unfinished, so the offset recorded as applied stays below the first,
+//! and a crash or a rebalance reads them again from the checkpoint.
+//! [`Spill`] does no I/O; the applier's part follows it.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use metrics::{counter, gauge};
+use metrics::gauge;
 use rdkafka::Offset;
 use tracing::debug;
 
-use super::{hold::tenant_of, queued_size, Applier, Feed, Record};
+use super::{Applier, Feed, Record};
 use crate::metrics as m;
 
 /// A tenant, as [`super::hold`] names it (`None`: the default tenant).
 type Tenant = Option<String>;
 
-/// What becomes of a message read forward ([`Spill::read`]).
+/// What becomes of a message read ([`Spill::read`]).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Read {
     /// Nothing to do with spilling: handled as it would be.
     Pass,
+    /// Read again, and handled before: passed over.
+    Handled,
+    /// The oldest spilled message, read again: held now if the hold has
+    /// room ([`Spill::taken`]), spilled again otherwise
+    /// ([`Spill::spill_again`]).
+    Oldest,
     /// A message of the spilled tenant behind spilled ones: spilled (the
     /// caller drops it).
     Behind,
-}
-
-/// What becomes of a message of a rereading ([`Spill::again`]).
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Again {
-    /// Not a spilled message (another tenant's, handled when read
-    /// forward), or of a rereading that is over: dropped.
-    Drop,
-    /// The oldest spilled message: held now if the hold has room
-    /// ([`Spill::taken`]), spilled again otherwise ([`Spill::spill_again`]).
-    Take,
-    /// Past the highest offset read forward: the rereading caught up with
-    /// the forward reading and is over ([`Spill::reread_over`]).
-    Caught,
 }
 
 /// See the module's doc.
@@ -68,36 +52,42 @@ pub(super) enum Again {
 pub(super) struct Spill {
     /// The tenant spilled, while messages are.
     tenant: Option<Tenant>,
-    /// The oldest spilled message (where a rereading starts), or an offset
-    /// before it with no message of the tenant between.
+    /// The oldest spilled message (where the partition is read again), or
+    /// an offset before it with no message of the tenant between.
     first: i64,
-    /// How many are spilled, not taken back yet.
+    /// How many are spilled, not read again yet.
     count: usize,
-    /// The highest offset read forward (and handled, held or spilled), and
-    /// the one read before it.
+    /// The highest offset read (and handled, held or spilled), and the one
+    /// read before it.
     through: Option<i64>,
     before_through: Option<i64>,
-    /// The rereading in progress, by its number.
-    reread: Option<u64>,
-    /// The number of the last rereading started (never reused, so that a
-    /// message of an earlier one is told apart).
-    rereads: u64,
+    /// While the partition is read again: up to here, everything was read
+    /// before.
+    again_until: Option<i64>,
+    /// The highest offset read in the reading again.
+    again_at: Option<i64>,
+    /// Where the partition is to be read from after a reading again that
+    /// ended early ([`Spill::spill_again`]).
+    skip_to: Option<i64>,
     /// A barrier of another tenant read at this offset: it and what
     /// follows are read again after the spilled messages.
     cut: Option<i64>,
+    /// The partition was read to its end since it was last read again.
+    caught_up: bool,
+    /// Since when nothing is held in memory while messages are spilled.
+    idle_since: Option<Instant>,
     /// When a spill was last reported (kept by [`Spill::clear`]).
     reported: Option<Instant>,
 }
 
-/// What a rereading takes at most (a rereading starts when the hold has
-/// room for this much, [`Applier::reread_if_due`]): half the hold's bound
-/// of a queue of `queue_bytes`. Also what its client fetches ahead.
-pub(crate) fn rereading_bytes(queue_bytes: usize) -> usize {
-    Spill::bound(queue_bytes) / 2
-}
-
 /// A spill starting is reported again after this long.
 const REPORT_EVERY: Duration = Duration::from_secs(60);
+
+/// How long the partition goes on reading forward with nothing held and
+/// messages spilled before it reads them again without having reached the
+/// end of the partition (a flood that never lets it): the spilled tenant's
+/// share while the others keep coming.
+pub(super) const CATCH_UP: Duration = Duration::from_secs(5);
 
 impl Spill {
     /// How many bytes of held messages a partition keeps in memory, of a
@@ -108,12 +98,14 @@ impl Spill {
         queue_bytes / 8 * 3
     }
 
-    /// Whether messages are spilled.
+    /// Whether messages are spilled: then the partition is to be read
+    /// again from the first once nothing is held in memory and nothing
+    /// read waits to be handled.
     pub fn active(&self) -> bool {
         self.count > 0
     }
 
-    /// Spilled messages not taken back yet.
+    /// Spilled messages not read again yet.
     pub fn len(&self) -> usize {
         self.count
     }
@@ -130,23 +122,38 @@ impl Spill {
         self.active() && self.tenant.as_ref() == Some(tenant)
     }
 
-    /// The tenant spilled, while one is.
-    pub fn tenant(&self) -> Option<&Tenant> {
-        self.tenant.as_ref().filter(|_| self.active())
-    }
-
     /// Whether the message at `offset` is dropped unread: at or past a
     /// barrier cut off (it is read again once the spilled messages are).
     pub fn cut_off(&self, offset: i64) -> bool {
         self.cut.is_some_and(|c| offset >= c)
     }
 
-    /// The message at `offset`, of `tenant`, read forward, is taken by the
-    /// applier's loop, before it is held or handled. See [`Read`]. A
-    /// message read before and handed back (released from the hold, or
-    /// after waiting behind a fan-out or for a lane) is [`Read::Pass`]: it
-    /// is at or below the highest offset read.
+    /// The message at `offset`, of `tenant`, is taken by the applier's
+    /// loop, before it is held or handled. See [`Read`]. A message read
+    /// before and handed back (released from the hold, or after waiting
+    /// behind a fan-out or for a lane) is [`Read::Pass`]: it is at or below
+    /// the highest offset read (in a reading again, read in it: the
+    /// partition is read again only when no message waits in a lane).
     pub fn read(&mut self, offset: i64, tenant: &Tenant) -> Read {
+        if let Some(until) = self.again_until {
+            if offset <= until {
+                // Read in this reading and handed back (released from the
+                // hold, or by a lane): offsets come in order from the log.
+                if self.again_at.is_some_and(|a| offset <= a) {
+                    return Read::Pass;
+                }
+                self.again_at = Some(offset);
+                if offset == until {
+                    // Read again to the end of what was read before.
+                    self.again_until = None;
+                }
+                return match self.spills(tenant) && offset >= self.first {
+                    true => Read::Oldest,
+                    false => Read::Handled,
+                };
+            }
+            self.again_until = None;
+        }
         if self.through.is_some_and(|t| offset <= t) {
             return Read::Pass;
         }
@@ -159,23 +166,6 @@ impl Spill {
         Read::Behind
     }
 
-    /// The message at `offset`, of `tenant`, read by rereading number
-    /// `reread`. See [`Again`]. Offsets come in log order from the
-    /// rereading's start at the first spilled message: the first of the
-    /// tenant's at or after it is the oldest spilled.
-    pub fn again(&self, reread: u64, offset: i64, tenant: &Tenant) -> Again {
-        if self.reread != Some(reread) || offset < self.first {
-            return Again::Drop;
-        }
-        if self.through.is_none_or(|t| offset > t) {
-            return Again::Caught;
-        }
-        match self.spills(tenant) {
-            true => Again::Take,
-            false => Again::Drop,
-        }
-    }
-
     /// The message at `offset` of `tenant` is the first spilled, nothing
     /// being spilled: the hold is full.
     pub fn start(&mut self, offset: i64, tenant: &Tenant) {
@@ -183,30 +173,32 @@ impl Spill {
         (self.tenant, self.first, self.count) = (Some(tenant.clone()), offset, 1);
     }
 
-    /// The oldest spilled message, reread ([`Again::Take`]), found no room
-    /// in the hold: spilled again, the first still, and the rereading is
-    /// over (the next starts here).
+    /// The oldest spilled message, read again ([`Read::Oldest`]), found no
+    /// room in the hold: spilled again, the first still. The rest of the
+    /// reading again holds nothing to do (every other message in it was
+    /// handled, every message of the tenant is spilled again): it ends
+    /// here, and the partition is read on from after it
+    /// ([`Spill::take_skip`]), so that a reading again reads about as many
+    /// messages as the hold takes, not the whole backlog each time.
     pub fn spill_again(&mut self, offset: i64) {
         self.first = offset;
-        self.reread = None;
+        self.skip_to = self.again_until.take().map(|u| u + 1);
     }
 
-    /// The oldest spilled message, reread ([`Again::Take`]), was held: the
-    /// next spilled one comes after it. Whether the spill is over (the
-    /// last was taken back: the rereading is over too).
-    pub fn taken(&mut self, offset: i64) -> bool {
+    /// Where to read on from, once, after a reading again that ended early.
+    pub fn take_skip(&mut self) -> Option<i64> {
+        self.skip_to.take()
+    }
+
+    /// The oldest spilled message, read again ([`Read::Oldest`]), was held:
+    /// the next spilled one comes after it.
+    pub fn taken(&mut self, offset: i64) {
         debug_assert!(self.active() && offset >= self.first, "taken {offset}, not spilled");
         self.count -= 1;
         self.first = offset + 1;
         if self.count == 0 {
-            (self.tenant, self.reread) = (None, None);
+            self.tenant = None;
         }
-        self.count == 0
-    }
-
-    /// The rereading caught up with the forward reading ([`Again::Caught`]).
-    pub fn reread_over(&mut self) {
-        self.reread = None;
     }
 
     /// A barrier of another tenant is read at `offset` while messages are
@@ -218,33 +210,38 @@ impl Spill {
         self.through = self.before_through;
     }
 
-    /// Where the partition is to be sought back to, once: the barrier cut
-    /// off, once every spilled message is taken back.
-    pub fn take_cut(&mut self) -> Option<i64> {
-        match self.active() {
-            true => None,
-            false => self.cut.take(),
+    /// Whether the partition is to be read again from the first spilled
+    /// message now, with `held` messages in memory (none: the hold was
+    /// released whole) and nothing read waiting: messages are spilled, the
+    /// last reading again is over, and the partition was read to its end
+    /// since (every other tenant's message read first), or [`CATCH_UP`]
+    /// passed with nothing held.
+    pub fn due(&mut self, held: bool, now: Instant) -> bool {
+        if held || !self.active() {
+            self.idle_since = None;
+            return false;
+        }
+        let idle = *self.idle_since.get_or_insert(now);
+        self.again_until.is_none() && (self.caught_up || now.saturating_duration_since(idle) >= CATCH_UP)
+    }
+
+    /// The partition was read to `end` (the consumer's position): a
+    /// reading again whose last message is gone is over all the same.
+    pub fn ended(&mut self, end: i64) {
+        if self.again_until.is_some_and(|u| u < end) {
+            self.again_until = None;
+        }
+        if self.again_until.is_none() && self.through.is_none_or(|t| t < end) {
+            self.caught_up = true;
         }
     }
 
-    /// Whether a rereading is to start now, with `room` in the hold for
-    /// half its bound of the spilled tenant's messages: messages are
-    /// spilled and none is being reread.
-    pub fn due(&self, room: bool) -> bool {
-        room && self.active() && self.reread.is_none()
-    }
-
-    /// A rereading starts: its number, and where it reads from.
-    pub fn reread(&mut self) -> (u64, i64) {
+    /// The partition is sought back: where to. Everything up to the highest
+    /// offset read is read again as such.
+    pub fn read_again(&mut self) -> i64 {
         debug_assert!(self.active(), "nothing spilled");
-        self.rereads += 1;
-        self.reread = Some(self.rereads);
-        (self.rereads, self.first)
-    }
-
-    /// Whether a rereading is in progress.
-    pub fn rereading(&self) -> bool {
-        self.reread.is_some()
+        (self.again_until, self.again_at, self.cut, self.skip_to, self.caught_up, self.idle_since) = (self.through, None, None, None, false, None);
+        self.first
     }
 
     /// Whether a spill that started now is worth reporting: none was
@@ -258,14 +255,14 @@ impl Spill {
     }
 
     /// Forgets everything (the partition is read again from the checkpoint,
-    /// below every spilled message); the rereadings' numbers go on.
+    /// below every spilled message).
     pub fn clear(&mut self) {
-        *self = Spill { reported: self.reported, rereads: self.rereads, ..Spill::default() };
+        *self = Spill { reported: self.reported, ..Spill::default() };
     }
 }
 
 impl Applier {
-    /// `msg` is spilled: dropped, unfinished until reread.
+    /// `msg` is spilled: dropped, unfinished until read again.
     pub(super) fn spilled(&self, msg: &Record) {
         let mut lanes = self.lanes.borrow_mut();
         lanes.tracker.defer(msg.offset());
@@ -274,73 +271,39 @@ impl Applier {
         self.shared.stats.spilled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Starts a rereading of the spilled messages if one is due
-    /// ([`Spill::due`]): the hold is empty, or holds the spilled tenant's
-    /// messages in at most half its bound.
-    pub(super) fn reread_if_due(&self) {
+    /// Whether the partition is to be read again from its first spilled
+    /// message now: spilled messages wait, nothing is held in memory and no
+    /// message waits in a key's lane (a message handed back from a lane
+    /// while the partition is read again could not be told from its copy
+    /// read again). `ahead` must be empty too (the caller's).
+    pub(super) fn read_again_due(&self) -> bool {
         let mut lanes = self.lanes.borrow_mut();
         if !lanes.spill.active() {
-            return; // every message's path: nothing more to look at
+            return false; // every message's path: nothing more to look at
         }
-        let hold = &lanes.hold;
-        let room = hold.is_empty() || hold.held_tenant() == lanes.spill.tenant() && hold.bytes() + rereading_bytes(self.shared.cfg.queue_bytes) <= Spill::bound(self.shared.cfg.queue_bytes);
-        if !lanes.spill.due(room) {
-            return;
-        }
-        let (reread, from) = lanes.spill.reread();
-        debug!(partition = self.partition, reread, offset = from, spilled = lanes.spill.len(), "rereading the spilled messages");
-        counter!(m::PARTITION_REREADS_TOTAL).increment(1);
-        self.ask_reread(Some((reread, from)));
+        let held = !lanes.hold.is_empty() || lanes.waiting();
+        lanes.spill.due(held, Instant::now())
     }
 
-    /// Asks the consumer thread to start rereading the partition (number,
-    /// offset), or (`None`) to stop.
-    pub(super) fn ask_reread(&self, from: Option<(u64, i64)>) {
-        self.shared.rereads.lock().expect("rereads lock").insert(self.partition, from);
-    }
-
-    /// A message of rereading number `reread` ([`Spill::again`]): the
-    /// oldest spilled message is held if the hold has room, spilled again
-    /// otherwise (and the rereading stops); anything else is dropped. It
-    /// leaves the queue's count either way.
-    pub(super) fn reread_message(&self, reread: u64, msg: Record) {
-        self.queued.take(queued_size(&msg));
-        let (offset, t) = (msg.offset(), tenant_of(&msg).map(str::to_string));
-        let mut lanes = self.lanes.borrow_mut();
-        match lanes.spill.again(reread, offset, &t) {
-            Again::Drop => {}
-            Again::Caught => {
-                lanes.spill.reread_over();
-                drop(lanes);
-                self.ask_reread(None);
-            }
-            Again::Take if lanes.hold.may_keep(&t) && self.room(&lanes.hold, &msg) => {
-                let over = lanes.spill.taken(offset);
-                lanes.hold.keep(t);
-                self.spilled_gauge(lanes.spill.len());
-                drop(lanes);
-                self.hold_now(msg);
-                if over {
-                    self.ask_reread(None);
-                }
-            }
-            Again::Take => {
-                lanes.spill.spill_again(offset);
-                drop(lanes);
-                debug!(partition = self.partition, offset, spilled = self.lanes.borrow().spill.len(), "the hold is full again: the rereading stops");
-                self.ask_reread(None);
-            }
-        }
-    }
-
-    /// Once the spill is over, a barrier cut off ([`Applier::cut_at`]) is
-    /// read again: the partition is sought back to it (not positioned
-    /// until the consumer thread says so). Whether it was.
-    pub(super) fn sought_to_cut(&self) -> bool {
-        let Some(at) = self.lanes.borrow_mut().spill.take_cut() else { return false };
-        debug!(partition = self.partition, offset = at, "the spilled messages are taken back: reading again from the barrier cut off");
-        self.seek(Offset::Offset(at));
+    /// After a message handled by [`Applier::held`]: whether a reading
+    /// again ended early ([`Spill::spill_again`]); then the partition is
+    /// sought past it, and is not positioned until the consumer thread
+    /// says so (what was read beyond the message is dropped meanwhile).
+    pub(super) fn skipped(&self) -> bool {
+        let Some(to) = self.lanes.borrow_mut().spill.take_skip() else { return false };
+        debug!(partition = self.partition, offset = to, spilled = self.lanes.borrow().spill.len(), "the hold is full again: reading on from where the partition was read");
+        self.seek(Offset::Offset(to));
         true
+    }
+
+    /// Seeks the partition back to its first spilled message
+    /// ([`Applier::read_again_due`]): not positioned until the consumer
+    /// thread says so.
+    pub(super) fn read_again(&self) -> bool {
+        let first = self.lanes.borrow_mut().spill.read_again();
+        debug!(partition = self.partition, offset = first, spilled = self.lanes.borrow().spill.len(), "reading the spilled messages again");
+        self.seek(Offset::Offset(first));
+        false
     }
 
     /// A barrier at `offset` comes after the spilled messages: it and what
@@ -368,89 +331,59 @@ mod tests {
         Some(name.to_string())
     }
 
-    /// Rereads `offsets` of `tenant` in rereading `reread`: what became of
-    /// each, taking each [`Again::Take`] while `room` lasts and spilling it
-    /// again after.
-    fn again(s: &mut Spill, reread: u64, offsets: impl IntoIterator<Item = i64>, tenant: &Tenant, room: &mut usize) -> Vec<Again> {
+    /// Reads `offsets` of `tenant`: what became of each, taking each
+    /// [`Read::Oldest`] while `room` lasts and spilling it again after.
+    fn read(s: &mut Spill, offsets: impl IntoIterator<Item = i64>, tenant: &Tenant, room: &mut usize) -> Vec<Read> {
         offsets
             .into_iter()
             .map(|o| {
-                let a = s.again(reread, o, tenant);
-                match (&a, *room > 0) {
-                    (Again::Take, true) => {
-                        *room -= 1;
-                        s.taken(o);
+                let r = s.read(o, tenant);
+                if r == Read::Oldest {
+                    match *room > 0 {
+                        true => {
+                            *room -= 1;
+                            s.taken(o);
+                        }
+                        false => s.spill_again(o),
                     }
-                    (Again::Take, false) => s.spill_again(o),
-                    (Again::Caught, _) => s.reread_over(),
-                    (Again::Drop, _) => {}
                 }
-                a
+                r
             })
             .collect()
     }
 
     #[test]
-    fn a_spilled_tenants_later_messages_are_spilled_and_reread_from_the_first_while_the_others_are_read_on() {
+    fn a_spilled_tenants_later_messages_are_spilled_and_read_again_from_the_first() {
         let (noisy, quiet) = (t("noisy"), t("quiet"));
         let mut s = Spill::default();
-        assert_eq!([0, 1, 2].map(|o| s.read(o, &noisy)), [Read::Pass, Read::Pass, Read::Pass], "nothing spilled yet");
+        let mut room = 0;
+        assert_eq!(read(&mut s, [0, 1, 2], &noisy, &mut room), [Read::Pass, Read::Pass, Read::Pass], "nothing spilled yet");
         s.start(2, &noisy);
         assert!(s.spills(&noisy) && !s.spills(&quiet));
-        assert_eq!([3, 4].map(|o| s.read(o, &noisy)), [Read::Behind, Read::Behind]);
-        assert_eq!(s.read(5, &quiet), Read::Pass, "another tenant is handled as it comes");
-        assert_eq!([6, 7].map(|o| s.read(o, &noisy)), [Read::Behind, Read::Behind]);
-        assert_eq!(s.read(8, &quiet), Read::Pass);
+        assert_eq!(read(&mut s, [3, 4], &noisy, &mut room), [Read::Behind, Read::Behind]);
+        assert_eq!(read(&mut s, [5], &quiet, &mut room), [Read::Pass], "another tenant is handled as it comes");
+        assert_eq!(read(&mut s, [6, 7], &noisy, &mut room), [Read::Behind, Read::Behind]);
+        assert_eq!(read(&mut s, [8], &quiet, &mut room), [Read::Pass]);
         assert_eq!(s.len(), 5);
-        assert!(!s.due(false), "no room in the hold");
-        assert!(s.due(true));
-        assert_eq!(s.reread(), (1, 2), "reread from the first spilled");
-        assert!(!s.due(true), "being reread");
-        let mut room = 2;
-        assert_eq!(again(&mut s, 1, [2, 3, 4], &noisy, &mut room), [Again::Take, Again::Take, Again::Take]);
-        assert!(!s.rereading(), "no room for 4: spilled again, the rereading over");
-        assert_eq!(again(&mut s, 1, [5], &quiet, &mut room), [Again::Drop], "of a rereading that is over");
-        // The forward reading went on meanwhile.
-        assert_eq!(s.read(9, &quiet), Read::Pass);
-        assert_eq!(s.read(10, &noisy), Read::Behind);
+        assert_eq!(s.read_again(), 2);
+        // Read again from 2: room for two.
+        room = 2;
+        assert_eq!(read(&mut s, [2, 3], &noisy, &mut room), [Read::Oldest, Read::Oldest]);
+        assert_eq!(read(&mut s, [3], &noisy, &mut room), [Read::Pass], "read in this reading, held and handed back");
+        assert_eq!(s.take_skip(), None);
+        assert_eq!(read(&mut s, [4], &noisy, &mut room), [Read::Oldest], "no room left: spilled again");
+        assert_eq!(s.take_skip(), Some(9), "the rest of the reading again is skipped: read on after 8");
+        assert_eq!(s.take_skip(), None, "once");
+        assert_eq!(read(&mut s, [9], &quiet, &mut room), [Read::Pass], "past what was read before");
+        assert_eq!(read(&mut s, [10], &noisy, &mut room), [Read::Behind]);
         assert_eq!(s.len(), 4, "4, 6, 7 and 10");
-        assert_eq!(s.reread(), (2, 4));
+        assert_eq!(s.read_again(), 4);
         room = 10;
-        let reads: Vec<Again> =
-            [(4, &noisy), (5, &quiet), (6, &noisy), (7, &noisy), (8, &quiet), (9, &quiet), (10, &noisy)].into_iter().flat_map(|(o, t)| again(&mut s, 2, [o], t, &mut room)).collect();
-        assert_eq!(reads, [Again::Take, Again::Drop, Again::Take, Again::Take, Again::Drop, Again::Drop, Again::Take], "the quiet tenant's were handled when read forward");
-        assert!(!s.active() && !s.rereading(), "every spilled message taken back");
-        assert_eq!(s.again(2, 11, &noisy), Again::Drop);
-        assert_eq!(s.read(11, &noisy), Read::Pass, "nothing spilled: as any message");
-        assert_eq!(s.read(8, &quiet), Read::Pass, "read before and handed back (it waited in a lane)");
-    }
-
-    #[test]
-    fn a_rereading_ends_where_the_forward_reading_is() {
-        let noisy = t("noisy");
-        let mut s = Spill::default();
-        s.read(1, &noisy);
-        s.start(1, &noisy);
-        s.read(2, &noisy);
-        let (n, from) = s.reread();
-        assert_eq!(from, 1);
-        assert_eq!(s.again(n, 1, &noisy), Again::Take);
-        assert!(!s.taken(1));
-        assert_eq!(s.again(n, 2, &noisy), Again::Take);
-        s.spill_again(2);
-        // Read forward only now: the rereading is not to take it before.
-        let (n, _) = s.reread();
-        assert_eq!(s.again(n, 2, &noisy), Again::Take);
-        assert!(s.taken(2));
-        assert_eq!(s.again(n, 3, &noisy), Again::Drop, "over");
-        s.read(3, &t("quiet"));
-        s.start(4, &noisy);
-        assert_eq!(s.read(4, &noisy), Read::Behind);
-        let (n, _) = s.reread();
-        assert_eq!(s.again(n, 5, &noisy), Again::Caught, "not read forward yet: it will be spilled when it is");
-        s.reread_over();
-        assert!(s.due(true), "the spilled message 4 is reread again");
-        assert_eq!(s.reread().1, 4);
+        let reads: Vec<Read> = [(4, &noisy), (5, &quiet), (6, &noisy), (7, &noisy), (8, &quiet), (9, &quiet), (10, &noisy)].into_iter().flat_map(|(o, t)| read(&mut s, [o], t, &mut room)).collect();
+        assert_eq!(reads, [Read::Oldest, Read::Handled, Read::Oldest, Read::Oldest, Read::Handled, Read::Handled, Read::Oldest], "the quiet tenant's were handled before");
+        assert!(!s.active());
+        assert_eq!(read(&mut s, [11], &noisy, &mut room), [Read::Pass], "nothing spilled: as any message");
+        assert_eq!(read(&mut s, [8], &quiet, &mut room), [Read::Pass], "read before and handed back (it waited in a lane)");
     }
 
     #[test]
@@ -463,14 +396,11 @@ mod tests {
         assert_eq!(s.read(12, &quiet), Read::Pass, "the barrier is read");
         s.cut(12);
         assert!(s.cut_off(12) && s.cut_off(13) && !s.cut_off(11));
-        assert_eq!(s.take_cut(), None, "not while messages are spilled");
-        let (n, from) = s.reread();
-        assert_eq!(from, 10);
-        assert_eq!(s.again(n, 10, &noisy), Again::Take);
-        assert!(s.taken(10));
-        assert_eq!(s.take_cut(), Some(12), "sought back to the barrier");
-        assert_eq!(s.take_cut(), None, "once");
-        assert!(!s.cut_off(12));
+        assert_eq!(s.read_again(), 10);
+        assert!(!s.cut_off(12), "read again");
+        assert_eq!(s.read(10, &noisy), Read::Oldest);
+        s.taken(10);
+        assert_eq!(s.read(11, &quiet), Read::Handled);
         assert_eq!(s.read(12, &quiet), Read::Pass, "the barrier cut off is read as new");
     }
 
@@ -488,18 +418,24 @@ mod tests {
     }
 
     #[test]
-    fn a_message_of_a_rereading_before_a_clear_is_never_taken() {
-        let noisy = t("noisy");
+    fn spilled_messages_are_read_again_once_the_partition_was_read_to_its_end_or_after_a_while() {
+        let (noisy, quiet, now) = (t("noisy"), t("quiet"), Instant::now());
         let mut s = Spill::default();
-        s.read(3, &noisy);
-        s.start(3, &noisy);
-        let (old, _) = s.reread();
+        s.read(1, &noisy);
+        s.start(1, &noisy);
+        s.read(2, &quiet);
+        assert!(!s.due(true, now), "messages held in memory go first");
+        assert!(!s.due(false, now), "not read to the end: the other tenants' messages behind come first");
+        s.ended(3);
+        assert!(s.due(false, now));
+        assert_eq!(s.read_again(), 1);
+        assert!(!s.due(false, now), "being read again");
+        assert_eq!(s.read(1, &noisy), Read::Oldest);
+        s.spill_again(1);
+        assert_eq!(s.take_skip(), Some(3), "read on after what was read before");
+        assert!(!s.due(false, now), "not read to the end since");
+        assert!(s.due(false, now + CATCH_UP), "after a while all the same");
         s.clear();
-        s.read(3, &noisy);
-        s.start(3, &noisy);
-        let (new, _) = s.reread();
-        assert_ne!(old, new, "numbers are not reused");
-        assert_eq!(s.again(old, 3, &noisy), Again::Drop);
-        assert_eq!(s.again(new, 3, &noisy), Again::Take);
+        assert!(!s.due(false, now + CATCH_UP));
     }
 }

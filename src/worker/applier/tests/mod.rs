@@ -1,6 +1,6 @@
 //! The applier's scenarios in-process: a scripted feed plays the consumer
-//! thread (it serves the seeks and rereadings the applier asks for, from a
-//! log held in memory), a scripted outbox takes the dead letters and move chunks, and
+//! thread (it serves the seeks the applier asks for, from a log held in
+//! memory), a scripted outbox takes the dead letters and move chunks, and
 //! the index is the embedded one in a temporary directory. No broker.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -145,8 +145,6 @@ struct Rig {
     /// while the queue holds `--queue-kb` (the consumer pauses the
     /// partition then); otherwise it queues everything at once.
     bounded: Arc<AtomicBool>,
-    /// Messages fed by rereadings (`spill.rs`).
-    rereads: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A running applier and the feed that serves it.
@@ -213,7 +211,6 @@ impl Rig {
             },
             health: Arc::default(),
             seeks: Mutex::default(),
-            rereads: Mutex::default(),
             known: Mutex::default(),
             assigned_at: Mutex::default(),
             probe: Box::new(LogOf(log.clone())),
@@ -222,7 +219,7 @@ impl Rig {
             awaiting: Default::default(),
             lane_fan_outs: Default::default(),
         });
-        Rig { dir, log, outbox, shared, codec: Codec::new(), stale_starts: Arc::default(), late_seek: Arc::default(), bounded: Arc::default(), rereads: Arc::default() }
+        Rig { dir, log, outbox, shared, codec: Codec::new(), stale_starts: Arc::default(), late_seek: Arc::default(), bounded: Arc::default() }
     }
 
     fn append(&self, key: &str, payload: Vec<u8>) -> i64 {
@@ -269,8 +266,7 @@ impl Rig {
     /// Starts an applier of partition 0, and the feed that plays the
     /// consumer thread: at each seek the applier asks for it says the
     /// partition is positioned and serves the log from there, then what is
-    /// appended; a rereading it asks for is served from a second cursor,
-    /// interleaved with the first.
+    /// appended.
     fn start(&self) -> Running {
         let part = Partition::spawn(0, self.shared.clone());
         let tx = part.queue.clone();
@@ -279,11 +275,9 @@ impl Rig {
         let seeks: Arc<Mutex<Vec<i64>>> = Arc::default();
         let sent: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
         let (go, asked, fed, stale, late) = (feeding.clone(), seeks.clone(), sent.clone(), self.stale_starts.clone(), self.late_seek.clone());
-        let (bounded, rereads) = (self.bounded.clone(), self.rereads.clone());
+        let bounded = self.bounded.clone();
         let feeder = std::thread::spawn(move || {
             let mut cursor: Option<usize> = None;
-            // The rereading in progress: its number and cursor.
-            let mut reread: Option<(u64, usize)> = None;
             // The end last reported (`Feed::End`), as a consumer does once
             // it has read everything.
             let mut reported: Option<i64> = None;
@@ -316,29 +310,6 @@ impl Rig {
                     }
                     cursor = Some(log.lock().unwrap().from(from));
                 }
-                // A rereading (`spill.rs`): a second cursor on the log,
-                // one message of it offered for each read forward.
-                if let Some(ask) = shared.rereads.lock().unwrap().remove(&0) {
-                    reread = ask.map(|(n, from)| (n, log.lock().unwrap().from(from)));
-                }
-                let mut reread_offered = false;
-                if let Some((n, c)) = reread {
-                    let again = log.lock().unwrap().records.get(c).cloned();
-                    let offered = match again {
-                        Some(r) if bounded.load(Ordering::SeqCst) => match tx.offer(Feed::Again(n, r)) {
-                            Ok(()) => true,
-                            Err(Refused::Full(_)) => false,
-                            Err(Refused::Ended(_)) => return,
-                        },
-                        Some(r) => tx.send_unbounded(Feed::Again(n, r)),
-                        None => false,
-                    };
-                    if offered {
-                        rereads.fetch_add(1, Ordering::SeqCst);
-                        reread = Some((n, c + 1));
-                        reread_offered = true;
-                    }
-                }
                 let (next, end) = {
                     let log = log.lock().unwrap();
                     (cursor.and_then(|c| log.records.get(c).cloned()), log.end)
@@ -366,8 +337,7 @@ impl Rig {
                         fed.fetch_add(1, Ordering::SeqCst);
                         cursor = cursor.map(|c| c + 1);
                     }
-                    None if !reread_offered => std::thread::sleep(Duration::from_millis(2)),
-                    None => {}
+                    None => std::thread::sleep(Duration::from_millis(2)),
                 }
             }
         });
@@ -427,11 +397,6 @@ impl Rig {
     /// The offset the next message appended gets.
     fn end(&self) -> i64 {
         self.log.lock().unwrap().end
-    }
-
-    /// Messages spilled (`spill.rs`).
-    fn spilled(&self) -> u64 {
-        self.shared.stats.spilled.load(Ordering::SeqCst)
     }
 
     fn letters(&self) -> Vec<Sent> {
