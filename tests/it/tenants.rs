@@ -367,6 +367,9 @@ fn a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on(r: Rig, args
     // Each command applied once: none taken both as handled before and as
     // read again.
     assert_eq!(w.metric("denorm_commands_total", &[("outcome", "applied")]), n as f64, "{log}");
+    // Everything read again: nothing is left spilled (the gauge stayed at
+    // its last spill before).
+    assert_eq!(w.metric("denorm_partition_spilled_messages", &[]), 0.0, "{log}");
     drop(w);
     let (code, out, err) = r.run(&["verify", "--json"]);
     let report = report_of(code, &out, &err);

@@ -345,6 +345,9 @@ impl Applier {
                 let mut lanes = self.lanes.borrow_mut();
                 if lanes.hold.may_keep(&t) && self.room(&lanes.hold, &msg) {
                     lanes.spill.taken(offset);
+                    // Taken back: the gauge follows (it stayed at the last
+                    // spill's count before).
+                    self.spilled_gauge(lanes.spill.len());
                     lanes.hold.keep(t);
                     drop(lanes);
                     self.hold_now(msg);
