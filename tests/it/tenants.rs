@@ -364,9 +364,10 @@ fn a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on(r: Rig, args
     assert!(log.contains("reading ahead past this tenant's flood") && log.contains("tenant=\"noisy\""), "the noisy tenant was not held:\n{log}");
     let spilled = log.contains("the flood is larger than the hold");
     assert_eq!(spilled, !args.is_empty(), "read past and again from the broker with a queue of {args:?}:\n{log}");
-    // Each command applied once: none taken both as handled before and as
-    // read again.
+    // Each command handled once: none taken both as handled before and as
+    // read again (the index would skip the second as a duplicate).
     assert_eq!(w.metric("denorm_commands_total", &[("outcome", "applied")]), n as f64, "{log}");
+    assert_eq!(w.metric("denorm_commands_total", &[("outcome", "duplicate")]), 0.0, "{log}");
     // Everything read again: nothing is left spilled (the gauge stayed at
     // its last spill before).
     assert_eq!(w.metric("denorm_partition_spilled_messages", &[]), 0.0, "{log}");
