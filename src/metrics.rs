@@ -211,11 +211,7 @@ fn describe() {
         Unit::Count,
         "A flooding tenant's messages the partition holds in memory, read ahead past so that the other tenants' messages behind them are applied first (issue 47; at most three eighths of --queue-kb)."
     );
-    describe_gauge!(
-        PARTITION_SPILLED_MESSAGES,
-        Unit::Count,
-        "A flooding tenant's messages past what the partition holds in memory: read past, and read again from the broker once the held ones are applied (issue 47)."
-    );
+    describe_gauge!(PARTITION_SPILLED_MESSAGES, Unit::Count, "A flooding tenant's messages past what the partition holds in memory: kept in a file until the hold has room for them (issue 47).");
     describe_gauge!(PARTITION_BUSY_LANES, Unit::Count, "Fan-outs of the partition in progress in key lanes (at most --lanes): each holds up only its own key's later commands.");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");
     tenants::describe();

@@ -53,6 +53,15 @@ pub struct RunArgs {
     /// fan-outs take at most every key lane but one (docs/tenants.md). false: strict log order
     #[arg(long, env = "DENORM_TENANT_READ_AHEAD", default_value_t = true, action = clap::ArgAction::Set)]
     tenant_read_ahead: bool,
+    /// Where a flooding tenant's messages past what --tenant-read-ahead holds in memory are kept,
+    /// in an unnamed file per partition (gone with the process), until they are applied
+    /// [default: the system's temporary directory]
+    #[arg(long, env = "DENORM_SPILL_DIR")]
+    spill_dir: Option<std::path::PathBuf>,
+    /// MiB kept in that file per partition at most; past it the flooding tenant's next message
+    /// waits, and the partition with it, until the file has room
+    #[arg(long, env = "DENORM_SPILL_MB", default_value_t = defaults::SPILL_MB, value_parser = clap::value_parser!(u64).range(1..=(1 << 20)))]
+    spill_mb: u64,
     /// Fan-outs in key lanes in this whole process, all partitions: each partition may always run
     /// one; it starts another only while fewer than this many run, and its next fan-out waits
     /// meanwhile. On Elasticsearch each holds a point in time (which keeps the segments it reads
@@ -212,6 +221,10 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.max_message_bytes = a.max_message_bytes;
     cfg.lanes = a.lanes;
     cfg.tenant_read_ahead = a.tenant_read_ahead;
+    if let Some(dir) = &a.spill_dir {
+        cfg.spill_dir = dir.clone();
+    }
+    cfg.spill_bytes = a.spill_mb << 20;
     cfg.max_lane_fan_outs = a.max_lane_fan_outs;
     cfg.fan_out = FanOut { page_size: a.page_size, page_pause: Duration::from_millis(a.fan_out_page_pause_ms) };
     cfg.commit_interval = Duration::from_millis(a.commit_interval_ms);

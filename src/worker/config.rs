@@ -34,6 +34,13 @@ pub struct WorkerConfig {
     /// past so that the other tenants' are applied first (default on;
     /// `applier/hold.rs`, docs/tenants.md). Off: log order only.
     pub tenant_read_ahead: bool,
+    /// Where a flooding tenant's messages past the hold are kept, in an
+    /// unnamed file per partition (default: the system's temporary
+    /// directory; `applier/spill.rs`).
+    pub spill_dir: std::path::PathBuf,
+    /// Bytes kept there per partition at most (default 256 MiB): past
+    /// them the partition waits for the spilled messages to be applied.
+    pub spill_bytes: u64,
     /// Fan-outs in key lanes in the whole process (default 32), beyond each
     /// partition's first (see `LaneFanOuts`; review of Elasticsearch, F11).
     pub max_lane_fan_outs: usize,
@@ -150,6 +157,7 @@ pub mod defaults {
     pub const COMMIT_LINGER_MS: u64 = 100;
     pub const COMMIT_QUIET_MS: u64 = 5;
     pub const QUEUE_KB: u64 = 16 << 10;
+    pub const SPILL_MB: u64 = 256;
     pub const FETCH_BUFFER_KB: u64 = 16 << 10;
     pub const COMMIT_INTERVAL_MS: u64 = 20;
     pub const RETRY_BACKOFF_MAX_MS: u64 = 30_000;
@@ -170,6 +178,8 @@ impl WorkerConfig {
             fan_out: FanOut::pages_of(crate::apply::DEFAULT_PAGE_SIZE),
             lanes: defaults::LANES,
             tenant_read_ahead: true,
+            spill_dir: std::env::temp_dir(),
+            spill_bytes: defaults::SPILL_MB << 20,
             max_lane_fan_outs: defaults::MAX_LANE_FAN_OUTS,
             queue_bytes: (defaults::QUEUE_KB << 10) as usize,
             fetch_buffer_kb: defaults::FETCH_BUFFER_KB as usize,

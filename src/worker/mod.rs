@@ -92,6 +92,10 @@ pub struct Stats {
     /// Messages read past and left to be read again (the applier's tests).
     #[cfg(test)]
     pub spilled: AtomicU64,
+    /// Messages of a spilled tenant that found the spill file full and
+    /// waited (the applier's tests).
+    #[cfg(test)]
+    pub spill_full: AtomicU64,
 }
 
 impl Stats {

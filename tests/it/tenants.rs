@@ -333,15 +333,15 @@ fn a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on_elasticsearc
 }
 
 /// A queue of 640 KiB (some 1,400 of these messages; the hold keeps three
-/// eighths): the flood does not fit, its messages past the hold are read
-/// past and read again from tansu, sought back many times.
+/// eighths): the flood does not fit, its messages past the hold are
+/// spilled to a file and taken back from it, many times over.
 #[test]
-fn a_flood_larger_than_the_queue_is_read_again_from_the_broker_and_the_index_ends_exact() {
+fn a_flood_larger_than_the_queue_is_spilled_to_a_file_and_the_index_ends_exact() {
     a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on(Rig::new(1), &["--queue-kb", "640"]);
 }
 
 #[test]
-fn a_flood_larger_than_the_queue_is_read_again_from_the_broker_and_the_index_ends_exact_on_elasticsearch() {
+fn a_flood_larger_than_the_queue_is_spilled_to_a_file_and_the_index_ends_exact_on_elasticsearch() {
     a_flooding_tenant_is_read_ahead_past_and_the_index_ends_exact_on(Rig::elastic(1), &["--queue-kb", "640"]);
 }
 

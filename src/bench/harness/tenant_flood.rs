@@ -37,6 +37,12 @@ struct Series {
     /// broker adds, which no scheduling in the worker can take back.
     during_acked: Vec<f64>,
     drain_secs: f64,
+    /// How long the backlog took to produce (every message acknowledged):
+    /// the quiet tenant's commands sent until then met a broker busy
+    /// taking the backlog in; those sent after it, only the worker's
+    /// draining of it.
+    produced_secs: f64,
+    rate: u64,
 }
 
 fn q(v: &[f64], p: f64) -> f64 {
@@ -47,18 +53,34 @@ impl Series {
     fn json(&self) -> serde_json::Value {
         json!({"alone_commands": self.alone.len(), "alone_p50_ms": q(&self.alone, 0.5), "alone_p99_ms": q(&self.alone, 0.99),
                "during_commands": self.during.len(), "during_p50_ms": q(&self.during, 0.5), "during_p99_ms": q(&self.during, 0.99),
-               "during_acked_p50_ms": q(&self.during_acked, 0.5), "during_acked_p99_ms": q(&self.during_acked, 0.99), "drain_seconds": self.drain_secs, "ratio": q(&self.during, 0.99) / q(&self.alone, 0.99).max(0.001)})
+               "during_acked_p50_ms": q(&self.during_acked, 0.5), "during_acked_p99_ms": q(&self.during_acked, 0.99), "drain_seconds": self.drain_secs, "produced_seconds": self.produced_secs,
+               "after_produced_commands": self.split().1.len(), "after_produced_p50_ms": q(self.split().1, 0.5), "after_produced_p99_ms": q(self.split().1, 0.99), "ratio": q(&self.during, 0.99) / q(&self.alone, 0.99).max(0.001)})
+    }
+
+    /// The quiet tenant's latencies during the flood sent while the backlog
+    /// was being produced, and after (they are sent at `rate` per second
+    /// from the flood's start).
+    fn split(&self) -> (&[f64], &[f64]) {
+        let at = ((self.produced_secs * self.rate as f64) as usize).min(self.during.len());
+        self.during.split_at(at)
     }
 
     fn during(&self) -> String {
+        let (producing, after) = self.split();
+        let pq = |v: &[f64]| if v.is_empty() { "-".to_string() } else { format!("{:.0}/{:.0} ms", q(v, 0.5), q(v, 0.99)) };
         format!(
-            "{:.0}/{:.0} ms ({} commands; acknowledged by the broker {:.0}/{:.0} ms; backlog drained in {:.1} s)",
+            "{:.0}/{:.0} ms ({} commands; acknowledged by the broker {:.0}/{:.0} ms; backlog produced in {:.1} s, drained in {:.1} s; sent while it was produced {} ({}), after {} ({}))",
             q(&self.during, 0.5),
             q(&self.during, 0.99),
             self.during.len(),
             q(&self.during_acked, 0.5),
             q(&self.during_acked, 0.99),
-            self.drain_secs
+            self.produced_secs,
+            self.drain_secs,
+            pq(producing),
+            producing.len(),
+            pq(after),
+            after.len()
         )
     }
 }
@@ -121,10 +143,12 @@ impl Bench<'_> {
         let done = AtomicBool::new(false);
         let is_done = || done.load(Ordering::SeqCst);
         let t = Instant::now();
+        let mut produced_secs = 0.0;
         let (drained, during) = tokio::join!(
             async {
                 let r = async {
                     noisy.send_all(backlog(n), 10_000, |_| {}).await?;
+                    produced_secs = t.elapsed().as_secs_f64();
                     b.wait_applied(&worker, &index, None).await
                 }
                 .await;
@@ -137,6 +161,6 @@ impl Bench<'_> {
         let drain_secs = t.elapsed().as_secs_f64();
         let during = during?;
         worker.stop().await?;
-        Ok(Series { alone, during: during.searchable, during_acked: during.acked, drain_secs })
+        Ok(Series { alone, during: during.searchable, during_acked: during.acked, drain_secs, produced_secs, rate })
     }
 }

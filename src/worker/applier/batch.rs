@@ -57,6 +57,10 @@ impl Applier {
         // The offset of the message last blocked at the head.
         let mut blocked_at: Option<i64> = None;
         while !self.stopping() {
+            if let Some(e) = self.spill_failure() {
+                // A spilled message could not be read back (`spill.rs`).
+                self.fall_back_from(&mut shard, &mut batch, &format!("reading a spilled message back: {e}"))?;
+            }
             if self.lanes.borrow_mut().take_fall_back() {
                 // A lane failed: read again from the checkpoint.
                 batch.clear();
@@ -65,9 +69,9 @@ impl Applier {
                 triggers.reset();
             }
             // A flooding tenant's messages past the hold's bound (`spill.rs`)
-            // are read again once nothing read waits.
-            if positioned && !first && ahead.is_empty() && self.read_again_due() {
-                positioned = self.read_again();
+            // are taken back into the hold as it has room.
+            if positioned && self.spilling() {
+                self.take_back();
             }
             // A page of a fan-out in a lane whenever nothing else is ready,
             // when the other messages had their share of the time
@@ -76,7 +80,7 @@ impl Applier {
             // completes hands its key's waiting messages back through
             // `ahead`, and what comes through it before the positioning is
             // dropped as read from the old position. (Lanes are dropped by
-            // every seek but those of spilled messages, `spill.rs`.)
+            // every seek.)
             let mut paged = false;
             if positioned && self.lane_jobs() > 0 {
                 if ahead.is_empty() {
@@ -149,7 +153,6 @@ impl Applier {
                 Ok(Feed::Positioned(_)) => positioned = self.positioned(checkpoint)?,
                 Ok(Feed::End(at)) => {
                     if positioned {
-                        self.lanes.borrow_mut().spill.ended(at);
                         self.publication.borrow_mut().end_reported(at);
                         if batch.is_empty() {
                             self.publish_end();
@@ -164,9 +167,6 @@ impl Applier {
                     triggers.arrived(Instant::now());
                     if !positioned {
                         continue; // fetched from the group's offset, before the seek
-                    }
-                    if self.cut_off(msg.offset()) {
-                        continue; // read again after the spilled messages (`spill.rs`)
                     }
                     // A message at or past the end reported makes it stale
                     // (`Publication::read`).
@@ -184,14 +184,9 @@ impl Applier {
                     if self.lanes_on(msg.offset()) {
                         // Never the first message after positioning: it is
                         // judged against the checkpoint below.
-                        match self.held(msg, !first) {
+                        match self.held(msg, !first, &mut ahead) {
                             Some(m) => msg = m,
-                            None => {
-                                if self.skipped() {
-                                    positioned = false;
-                                }
-                                continue;
-                            }
+                            None => continue,
                         }
                         if self.lanes_busy() {
                             let mut route = self.route(&msg);
@@ -212,7 +207,7 @@ impl Applier {
                             match route {
                                 lanes::Route::Now => {}
                                 lanes::Route::AfterSpilled => {
-                                    self.cut_at(msg.offset(), &mut ahead);
+                                    self.after_spilled(msg, &mut ahead);
                                     continue;
                                 }
                                 lanes::Route::AfterHeld => {

@@ -23,7 +23,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use metrics::gauge;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::{queued_size, spill, Applier, Feed, Record};
 use crate::command::tenant;
@@ -111,7 +111,7 @@ impl Hold {
         self.tenant.as_ref().is_none_or(|h| h == t)
     }
 
-    /// Holds `t`'s messages from now on (a spilled message read again is
+    /// Holds `t`'s messages from now on (a spilled message taken back is
     /// held whatever the window says).
     pub fn keep(&mut self, t: Tenant) {
         self.tenant = Some(t);
@@ -318,10 +318,11 @@ impl Hold {
 impl Applier {
     /// Whether `msg`, just taken by the loop, is held ([`Hold::holds_of`];
     /// never when it may not be): then it is held, counted as queued
-    /// again and unfinished, or spilled past the hold's bound (`spill.rs`).
-    /// A message read again that was handled before is dropped. Otherwise
+    /// again and unfinished, or spilled past the hold's bound (`spill.rs`);
+    /// one of the spilled tenant that finds the spill file full goes back
+    /// to the head of `ahead`, behind spilled messages taken back. Otherwise
     /// it is handed back.
-    pub(super) fn held(&self, msg: Record, may: bool) -> Option<Record> {
+    pub(super) fn held(&self, msg: Record, may: bool, ahead: &mut VecDeque<Feed>) -> Option<Record> {
         // Switched off: nothing to count either (the loop's hot path).
         if !self.shared.cfg.tenant_read_ahead {
             return Some(msg);
@@ -331,31 +332,19 @@ impl Applier {
             let mut lanes = self.lanes.borrow_mut();
             match lanes.hold.released(offset) {
                 true => spill::Read::Pass,
-                false => lanes.spill.read(offset, &t),
+                false => lanes.spill.read(offset, &t, self.shared.cfg.spill_bytes),
             }
         };
         match read {
             spill::Read::Pass => {}
-            spill::Read::Handled => return None,
             spill::Read::Behind => {
-                self.spilled(&msg);
+                self.spilled(&msg, &t);
                 return None;
             }
-            spill::Read::Oldest => {
-                let mut lanes = self.lanes.borrow_mut();
-                if lanes.hold.may_keep(&t) && self.room(&lanes.hold, &msg) {
-                    lanes.spill.taken(offset);
-                    // Taken back: the gauge follows (it stayed at the last
-                    // spill's count before).
-                    self.spilled_gauge(lanes.spill.len());
-                    lanes.hold.keep(t);
-                    drop(lanes);
-                    self.hold_now(msg);
-                } else {
-                    lanes.spill.spill_again(offset);
-                    drop(lanes);
-                    self.spilled(&msg);
-                }
+            spill::Read::Full => {
+                #[cfg(test)]
+                self.shared.stats.spill_full.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                self.after_spilled(msg, ahead);
                 return None;
             }
         }
@@ -388,21 +377,17 @@ impl Applier {
             !spilling && !self.room(&lanes.hold, &msg)
         };
         if full {
-            let report = {
-                let mut lanes = self.lanes.borrow_mut();
-                lanes.spill.start(offset, &t);
-                lanes.spill.report(now)
-            };
+            let report = self.lanes.borrow_mut().spill.report(now);
             if report {
                 info!(
                     partition = self.partition,
                     tenant = t.as_deref().unwrap_or("(default)"),
                     offset,
                     held = self.held_len(),
-                    "the flood is larger than the hold: this tenant's later messages are read past, and read again from the broker once the held ones are applied (said again after a minute)"
+                    "the flood is larger than the hold: this tenant's later messages are read past, kept in a file, and taken back as the held ones are applied (said again after a minute)"
                 );
             }
-            self.spilled(&msg);
+            self.spilled(&msg, &t);
         } else {
             self.hold_now(msg);
         }
@@ -425,7 +410,7 @@ impl Applier {
     }
 
     /// Holds `msg`: counted as queued again, and unfinished.
-    fn hold_now(&self, msg: Record) {
+    pub(super) fn hold_now(&self, msg: Record) {
         let mut lanes = self.lanes.borrow_mut();
         self.queued.add(queued_size(&msg));
         lanes.tracker.defer(msg.offset());
@@ -466,12 +451,13 @@ impl Applier {
     /// Drops what is held and what is spilled (the partition is read again
     /// from the checkpoint, below both).
     pub(super) fn drop_held(&self) {
-        let spilled = {
+        let (spilled, cleared) = {
             let mut lanes = self.lanes.borrow_mut();
-            let spilled = lanes.spill.active();
-            lanes.spill.clear();
-            spilled
+            (lanes.spill.active(), lanes.spill.clear())
         };
+        if let Err(e) = cleared {
+            warn!(partition = self.partition, error = %e, "emptying the file of spilled messages failed");
+        }
         if spilled {
             self.spilled_gauge(0);
         }

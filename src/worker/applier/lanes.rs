@@ -157,7 +157,7 @@ pub(super) struct Lanes {
     pub(super) tracker: Tracker,
     /// A flooding tenant's messages read ahead past (`hold.rs`).
     pub(super) hold: super::hold::Hold,
-    /// Its messages past the hold's bound, read again later (`spill.rs`).
+    /// Its messages past the hold's bound, kept in a file (`spill.rs`).
     pub(super) spill: super::spill::Spill,
     /// The highest offset received.
     highest: i64,
@@ -199,11 +199,6 @@ impl Lanes {
 
     fn busy(&self) -> bool {
         !self.turn.is_empty() || self.tracker.busy()
-    }
-
-    /// Whether a message waits behind a fan-out in its key's lane.
-    pub(super) fn waiting(&self) -> bool {
-        self.lanes.values().any(|l| !l.waiting.is_empty())
     }
 }
 

@@ -17,6 +17,7 @@ mod queue;
 mod receiving;
 mod retry;
 mod spill;
+mod spill_file;
 #[cfg(test)]
 mod tests;
 mod tracker;

@@ -58,21 +58,25 @@ fn bounded_rig() -> Rig {
 }
 
 /// A backlog larger than the queue: what does not fit is read past and
-/// read again from the broker later (`spill.rs`), so the quiet tenant's
+/// kept in a file until the hold has room (`spill.rs`), so the quiet tenant's
 /// command is applied long before the backlog is. Before, the partition
 /// paused with the queue full of held messages: the quiet command waited
 /// for all but the last queue's worth of the backlog (7,000 of 8,000).
 #[test]
 fn a_quiet_tenants_command_behind_a_backlog_larger_than_the_queue_is_applied_before_it() {
     let r = bounded_rig();
-    quiet_before_backlog(&r, 8000);
+    let seeks = quiet_before_backlog(&r, 8000);
     assert!(r.shared.stats.spilled.load(Ordering::SeqCst) > 0, "nothing was read past");
+    // Each message is read once: the partition is positioned at its start
+    // and never sought back to spilled messages (until 2026-11-29 they
+    // were read again from the broker).
+    assert_eq!(seeks.len(), 1, "sought {seeks:?}");
 }
 
 /// [`flood`] of `backlog` on `r`: the quiet tenant's last file is
 /// searchable before half the backlog is, recorded applied, and in the end
-/// every command is applied once.
-fn quiet_before_backlog(r: &Rig, backlog: usize) {
+/// every command is applied once. Returns where the partition was sought.
+fn quiet_before_backlog(r: &Rig, backlog: usize) -> Vec<i64> {
     let last = flood(r, backlog);
     let run = r.start();
     let noisy = noisy_when_quiet_is_searchable(r);
@@ -94,9 +98,11 @@ fn quiet_before_backlog(r: &Rig, backlog: usize) {
     let end = r.end();
     run.wait_next(end);
     assert_eq!(run.part.queue.queued().messages(), 0, "messages still counted as queued");
+    let seeks = run.seeks.lock().unwrap().clone();
     assert_eq!(run.stop(), end);
     assert_eq!(r.files().len(), backlog + 3, "everything applied (the last at {last})");
     assert_eq!(r.shared.stats.applied.load(Ordering::SeqCst), backlog as u64 + 3, "a command applied twice, or not at all");
+    seeks
 }
 
 /// With one tenant only nothing is held: the backlog is applied in log
@@ -260,17 +266,22 @@ fn a_held_tenants_mixed_log_ends_as_the_model_says() {
 
 /// The same with a queue the log does not fit in, fed as the consumer
 /// thread feeds it: the noisy tenant is held, spilled past the hold's
-/// bound and read again from the log (`spill.rs`), many times over.
+/// bound to a file and taken back from it (`spill.rs`), many times over;
+/// with seed 4 the file holds 16 KiB only, so the spilled tenant's
+/// messages wait for room at the head again and again.
 #[test]
 fn a_spilled_tenants_mixed_log_ends_as_the_model_says() {
-    for seed in [2, 3] {
+    for (seed, spill_bytes) in [(2, 1 << 30), (3, 1 << 30), (4, 16 << 10)] {
         let r = Rig::new(|c| {
             c.queue_bytes = 384 << 10;
             c.fan_out = crate::apply::FanOut::pages_of(10);
+            c.spill_bytes = spill_bytes;
         });
         r.bounded.store(true, Ordering::SeqCst);
         mixed_log_ends_as_the_model(&r, seed, 4000);
         assert!(r.shared.stats.spilled.load(Ordering::SeqCst) > 0, "seed {seed}: nothing was read past");
+        let full = r.shared.stats.spill_full.load(Ordering::SeqCst);
+        assert_eq!(full > 0, spill_bytes < 1 << 20, "seed {seed}: messages that found the file full: {full}");
     }
 }
 
