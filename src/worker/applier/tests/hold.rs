@@ -267,11 +267,11 @@ fn a_held_tenants_mixed_log_ends_as_the_model_says() {
 /// The same with a queue the log does not fit in, fed as the consumer
 /// thread feeds it: the noisy tenant is held, spilled past the hold's
 /// bound to a file and taken back from it (`spill.rs`), many times over;
-/// with seed 4 the file holds 16 KiB only, so the spilled tenant's
+/// with seed 4 the file holds 64 KiB only, so the spilled tenant's
 /// messages wait for room at the head again and again.
 #[test]
 fn a_spilled_tenants_mixed_log_ends_as_the_model_says() {
-    for (seed, spill_bytes) in [(2, 1 << 30), (3, 1 << 30), (4, 16 << 10)] {
+    for (seed, spill_bytes) in [(2, 1 << 30), (3, 1 << 30), (4, 64 << 10)] {
         let r = Rig::new(|c| {
             c.queue_bytes = 384 << 10;
             c.fan_out = crate::apply::FanOut::pages_of(10);
