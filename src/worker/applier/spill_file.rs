@@ -144,7 +144,12 @@ impl SpillFile {
         }
         if self.file.is_none() {
             std::fs::create_dir_all(&self.dir)?;
-            self.file = Some(tempfile::tempfile_in(&self.dir)?);
+            let file = tempfile::tempfile_in(&self.dir)?;
+            // Tenants' commands: for the worker's user only (an unnamed
+            // file came out 0644 here).
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            self.file = Some(file);
         }
         let file = self.file.as_ref().expect("created");
         file.write_all_at(&self.pending, self.written)?;
@@ -241,6 +246,10 @@ mod tests {
         assert_eq!(next_out, next_in);
         assert_eq!(f.bytes(), 0);
         assert!(f.file.is_some(), "the test wrote to the file, not only memory");
+        // Without a name, and readable by its owner only.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the spill file has a name in the directory");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(f.file.as_ref().unwrap().metadata().unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(f.file.as_ref().unwrap().metadata().unwrap().len(), 0, "emptied once everything was taken back");
     }
 
