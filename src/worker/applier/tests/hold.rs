@@ -105,6 +105,32 @@ fn quiet_before_backlog(r: &Rig, backlog: usize) -> Vec<i64> {
     seeks
 }
 
+/// A spill directory that cannot be written (here: under a file; a full
+/// disk alike): what failed to be written stays in memory, the spilled
+/// tenant's next messages wait at the head (the partition with them) until
+/// the spilled ones are taken back, and nothing is lost or applied twice.
+#[test]
+fn a_spill_file_that_cannot_be_written_makes_the_partition_wait_and_loses_nothing() {
+    let not_a_dir = tempfile::NamedTempFile::new().unwrap();
+    let spill_dir = not_a_dir.path().join("spill");
+    let r = Rig::new(|c| {
+        c.queue_bytes = 512 << 10;
+        c.max_batch = 100;
+        c.spill_dir = spill_dir.clone();
+    });
+    r.bounded.store(true, Ordering::SeqCst);
+    let backlog = 8000;
+    flood(&r, backlog);
+    let run = r.start();
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.part.queue.queued().messages(), 0, "messages still counted as queued");
+    assert_eq!(run.stop(), end);
+    assert!(r.shared.stats.spill_full.load(Ordering::SeqCst) > 0, "no message waited for the file");
+    assert_eq!(r.files().len(), backlog + 3, "everything applied");
+    assert_eq!(r.shared.stats.applied.load(Ordering::SeqCst), backlog as u64 + 3, "a command applied twice, or not at all");
+}
+
 /// With one tenant only nothing is held: the backlog is applied in log
 /// order, and the last file waits for all of it.
 #[test]
