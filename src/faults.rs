@@ -54,6 +54,8 @@
 //!   live workers off the tenant's indexes ([`hold`]).
 //! - `rebuild.tenant-aliases`: `rebuild --tenant` aborts between its
 //!   cutover's `_aliases` request and the placement's record of it.
+//! - `spill.read`: reading a spilled message back from its file fails
+//!   (recorded reached), while the file exists.
 //! - `verify.replay`, `verify.round`, `verify.before-plan`: `denorm verify`
 //!   waits while the file exists ([`hold`]): once a round chose where it
 //!   stops, before its next round, and before its repair plan.

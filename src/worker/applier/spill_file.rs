@@ -111,6 +111,10 @@ impl SpillFile {
         if self.count == 0 {
             return Ok(None);
         }
+        if let Err(e) = crate::faults::io("spill.read") {
+            crate::faults::reached("spill.read");
+            return Err(e);
+        }
         let len = u32::from_le_bytes(self.bytes_at(4)?.try_into().expect("four bytes")) as usize;
         let body = self.bytes_at(len)?;
         self.count -= 1;

@@ -131,6 +131,30 @@ fn a_spill_file_that_cannot_be_written_makes_the_partition_wait_and_loses_nothin
     assert_eq!(r.shared.stats.applied.load(Ordering::SeqCst), backlog as u64 + 3, "a command applied twice, or not at all");
 }
 
+/// A spilled message that cannot be read back from its file: the partition
+/// is read again from its checkpoint (below every spilled message), and
+/// the index ends with every file.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_spilled_message_that_cannot_be_read_back_sends_the_partition_back_to_its_checkpoint() {
+    let faults = tempfile::tempdir().unwrap();
+    fault(faults.path(), "spill.read", "");
+    let r = bounded_rig();
+    let backlog = 8000;
+    flood(&r, backlog);
+    let run = r.start();
+    eventually("the spill file failing", || faults.path().join("spill.read.reached").exists());
+    std::fs::remove_file(faults.path().join("spill.read")).unwrap();
+    let end = r.end();
+    run.wait_next_within(Duration::from_secs(120), end);
+    let seeks = run.seeks.lock().unwrap().clone();
+    assert_eq!(run.stop(), end);
+    assert!(seeks.len() >= 2, "not sought back to the checkpoint: {seeks:?}");
+    assert!(seeks[1] < 8000, "sought to {} (the checkpoint is below the spilled messages)", seeks[1]);
+    let files: std::collections::BTreeSet<String> = r.file_ids().into_iter().collect();
+    assert_eq!(files.len(), backlog + 3, "a file is missing");
+}
+
 /// With one tenant only nothing is held: the backlog is applied in log
 /// order, and the last file waits for all of it.
 #[test]
