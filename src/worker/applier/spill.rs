@@ -46,7 +46,7 @@ pub(super) enum Read {
 }
 
 /// See the module's doc.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct Spill {
     /// The tenant spilled, while messages are.
     tenant: Option<Tenant>,
@@ -60,12 +60,6 @@ pub(super) struct Spill {
     reported: Option<Instant>,
     /// Reading the file back failed.
     unreadable: Option<std::io::Error>,
-}
-
-impl Default for Spill {
-    fn default() -> Self {
-        Spill { tenant: None, file: SpillFile::new(&std::env::temp_dir()), through: None, failed: false, reported: None, unreadable: None }
-    }
 }
 
 /// A spill starting is reported again after this long.
@@ -126,14 +120,15 @@ impl Spill {
         }
     }
 
-    /// `msg`, of `tenant`, is spilled (the first one: the hold is full).
-    /// An error writing is reported once; the message is kept all the same.
-    pub fn push(&mut self, msg: &Record, tenant: &Tenant) -> std::io::Result<()> {
+    /// `msg`, of `tenant`, is spilled (the first one: the hold is full),
+    /// to a file in `dir`. An error writing is reported once; the message
+    /// is kept all the same.
+    pub fn push(&mut self, msg: &Record, tenant: &Tenant, dir: &Path) -> std::io::Result<()> {
         if !self.active() {
             self.tenant = Some(tenant.clone());
         }
         debug_assert_eq!(self.tenant.as_ref(), Some(tenant), "one tenant spilled at a time");
-        let written = self.file.push(msg);
+        let written = self.file.push(msg, dir);
         if written.is_err() {
             self.failed = true;
         }
@@ -147,11 +142,6 @@ impl Spill {
             (self.tenant, self.failed) = (None, false);
         }
         Ok(msg)
-    }
-
-    /// The directory the file is made in (where none is yet).
-    pub fn dir(&mut self, dir: &Path) {
-        self.file.dir(dir);
     }
 
     /// Whether a spill that started now is worth reporting: none was
@@ -176,8 +166,7 @@ impl Applier {
     /// `msg`, of `t`, is spilled: unfinished until taken back.
     pub(super) fn spilled(&self, msg: &Record, t: &Tenant) {
         let mut lanes = self.lanes.borrow_mut();
-        lanes.spill.dir(&self.shared.cfg.spill_dir);
-        if let Err(e) = lanes.spill.push(msg, t) {
+        if let Err(e) = lanes.spill.push(msg, t, &self.shared.cfg.spill_dir) {
             warn!(partition = self.partition, error = %e, dir = %self.shared.cfg.spill_dir.display(), "writing a spilled message failed: it is kept in memory, and the tenant's next messages wait until the spilled ones are taken back");
         }
         lanes.tracker.defer(msg.offset());
@@ -195,10 +184,10 @@ impl Applier {
     /// holds no other tenant). Returns how many.
     pub(super) fn take_back(&self) -> usize {
         let bound = Spill::bound(self.shared.cfg.queue_bytes);
+        let Some(t) = self.lanes.borrow().spill.tenant().cloned() else { return 0 };
         let mut taken = 0;
         loop {
             let mut lanes = self.lanes.borrow_mut();
-            let Some(t) = lanes.spill.tenant().cloned() else { break };
             if !lanes.hold.may_keep(&t) || (!lanes.hold.is_empty() && lanes.hold.bytes() >= bound) {
                 break;
             }
@@ -212,7 +201,9 @@ impl Applier {
                     break;
                 }
             };
-            lanes.hold.keep(t);
+            if taken == 0 {
+                lanes.hold.keep(t.clone());
+            }
             drop(lanes);
             self.hold_now(msg);
             taken += 1;
@@ -266,7 +257,7 @@ mod tests {
             .map(|o| {
                 let r = s.read(o, tenant, cap);
                 if r == Read::Behind {
-                    s.push(&rec(o), tenant).unwrap();
+                    s.push(&rec(o), tenant, &std::env::temp_dir()).unwrap();
                 }
                 r
             })
@@ -279,13 +270,11 @@ mod tests {
 
     #[test]
     fn a_spilled_tenants_later_messages_are_spilled_and_taken_back_in_order() {
-        let dir = tempfile::tempdir().unwrap();
         let (noisy, quiet) = (t("noisy"), t("quiet"));
         let mut s = Spill::default();
-        s.dir(dir.path());
         assert_eq!(read(&mut s, [0, 1], &noisy, CAP), [Read::Pass, Read::Pass], "nothing spilled yet");
         assert_eq!(s.read(2, &noisy, CAP), Read::Pass);
-        s.push(&rec(2), &noisy).unwrap(); // the first: the hold is full
+        s.push(&rec(2), &noisy, &std::env::temp_dir()).unwrap(); // the first: the hold is full
         assert!(s.spills(&noisy) && !s.spills(&quiet));
         assert_eq!(read(&mut s, [3, 4], &noisy, CAP), [Read::Behind, Read::Behind]);
         assert_eq!(read(&mut s, [5], &quiet, CAP), [Read::Pass], "another tenant is handled as it comes");
@@ -304,7 +293,7 @@ mod tests {
         let mut s = Spill::default();
         let cap = 250; // two records of ~140 bytes
         s.read(0, &noisy, cap);
-        s.push(&rec(0), &noisy).unwrap();
+        s.push(&rec(0), &noisy, &std::env::temp_dir()).unwrap();
         assert_eq!(read(&mut s, [1], &noisy, cap), [Read::Behind]);
         assert_eq!(read(&mut s, [2], &noisy, cap), [Read::Full]);
         assert_eq!(read(&mut s, [2], &noisy, cap), [Read::Full], "not counted as read: still full");
@@ -318,7 +307,7 @@ mod tests {
     fn a_message_of_the_default_tenant_is_spilled_as_any_tenants_and_clear_forgets() {
         let mut s = Spill::default();
         s.read(3, &None, CAP);
-        s.push(&rec(3), &None).unwrap();
+        s.push(&rec(3), &None, &std::env::temp_dir()).unwrap();
         assert!(s.spills(&None));
         assert_eq!(read(&mut s, [4], &None, CAP), [Read::Behind]);
         assert_eq!(read(&mut s, [5], &t("a"), CAP), [Read::Pass]);

@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::Record;
 
@@ -27,10 +27,9 @@ const READ_AHEAD: usize = 1 << 20;
 const NONE: u32 = u32::MAX;
 
 /// See the module's doc.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct SpillFile {
-    dir: PathBuf,
-    /// Created at the first write.
+    /// Created at the first write, in the directory that write names.
     file: Option<File>,
     /// Bytes written to the file.
     written: u64,
@@ -47,18 +46,6 @@ pub(super) struct SpillFile {
 }
 
 impl SpillFile {
-    /// A spill file in `dir`, created at the first write.
-    pub fn new(dir: &Path) -> SpillFile {
-        SpillFile { dir: dir.to_path_buf(), file: None, written: 0, pending: Vec::new(), read: 0, ahead: VecDeque::new(), count: 0, offsets: VecDeque::new() }
-    }
-
-    /// Sets the directory the file is made in, where none is yet.
-    pub fn dir(&mut self, dir: &Path) {
-        if self.file.is_none() && self.dir != dir {
-            self.dir = dir.to_path_buf();
-        }
-    }
-
     /// Records not taken back.
     pub fn len(&self) -> usize {
         self.count
@@ -74,9 +61,10 @@ impl SpillFile {
         self.offsets.front().copied()
     }
 
-    /// Appends `msg`. An error writing leaves the record in memory, to be
-    /// written at the next append.
-    pub fn push(&mut self, msg: &Record) -> io::Result<()> {
+    /// Appends `msg`; the file is made in `dir` if it is not yet. An error
+    /// writing leaves the record in memory, to be written at the next
+    /// append.
+    pub fn push(&mut self, msg: &Record, dir: &Path) -> io::Result<()> {
         let start = self.pending.len();
         self.pending.extend_from_slice(&0u32.to_le_bytes());
         self.pending.extend_from_slice(&msg.offset.to_le_bytes());
@@ -101,7 +89,7 @@ impl SpillFile {
         self.count += 1;
         self.offsets.push_back(msg.offset);
         if self.pending.len() >= FLUSH_AT {
-            self.flush()?;
+            self.flush(dir)?;
         }
         Ok(())
     }
@@ -142,13 +130,13 @@ impl SpillFile {
         }
     }
 
-    fn flush(&mut self) -> io::Result<()> {
+    fn flush(&mut self, dir: &Path) -> io::Result<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
         if self.file.is_none() {
-            std::fs::create_dir_all(&self.dir)?;
-            let file = tempfile::tempfile_in(&self.dir)?;
+            std::fs::create_dir_all(dir)?;
+            let file = tempfile::tempfile_in(dir)?;
             // Tenants' commands: for the worker's user only (an unnamed
             // file came out 0644 here).
             use std::os::unix::fs::PermissionsExt;
@@ -226,12 +214,12 @@ mod tests {
     #[test]
     fn records_come_back_in_order_across_writes_reads_and_interleaving() {
         let dir = tempfile::tempdir().unwrap();
-        let mut f = SpillFile::new(dir.path());
+        let mut f = SpillFile::default();
         let (mut next_in, mut next_out) = (0i64, 0i64);
         // Sizes that cross FLUSH_AT and READ_AHEAD many times.
         for round in 0..40 {
             for _ in 0..(round * 37 % 300 + 1) {
-                f.push(&rec(next_in, (next_in as usize * 7919) % 9000)).unwrap();
+                f.push(&rec(next_in, (next_in as usize * 7919) % 9000), dir.path()).unwrap();
                 next_in += 1;
             }
             assert_eq!(f.first(), Some(next_out));
@@ -260,15 +248,15 @@ mod tests {
     #[test]
     fn cleared_it_holds_nothing_and_takes_records_again() {
         let dir = tempfile::tempdir().unwrap();
-        let mut f = SpillFile::new(dir.path());
+        let mut f = SpillFile::default();
         for o in 0..1000 {
-            f.push(&rec(o, 600)).unwrap();
+            f.push(&rec(o, 600), dir.path()).unwrap();
         }
         assert!(f.bytes() > FLUSH_AT as u64);
         f.clear().unwrap();
         assert_eq!((f.len(), f.bytes(), f.first()), (0, 0, None));
         assert!(f.pop().unwrap().is_none());
-        f.push(&rec(5000, 10)).unwrap();
+        f.push(&rec(5000, 10), dir.path()).unwrap();
         assert_eq!(f.pop().unwrap().map(|r| r.offset), Some(5000));
     }
 }
