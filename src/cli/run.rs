@@ -53,6 +53,12 @@ pub struct RunArgs {
     /// fan-outs take at most every key lane but one (docs/tenants.md). false: strict log order
     #[arg(long, env = "DENORM_TENANT_READ_AHEAD", default_value_t = true, action = clap::ArgAction::Set)]
     tenant_read_ahead: bool,
+    /// While --tenant-read-ahead holds a flooding tenant's messages back, a batch holding another
+    /// tenant's command is committed at most this many milliseconds after the command joined it
+    /// (instead of --commit-linger-ms): the others' commands are searchable sooner, and the
+    /// flood's drain takes more, smaller commits
+    #[arg(long, env = "DENORM_TENANT_COMMIT_MS", default_value_t = defaults::TENANT_COMMIT_MS)]
+    tenant_commit_ms: u64,
     /// Where a flooding tenant's messages past what --tenant-read-ahead holds in memory are kept,
     /// in an unnamed file per partition (gone with the process), until they are applied
     /// [default: the system's temporary directory]
@@ -221,6 +227,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.max_message_bytes = a.max_message_bytes;
     cfg.lanes = a.lanes;
     cfg.tenant_read_ahead = a.tenant_read_ahead;
+    cfg.tenant_commit = Duration::from_millis(a.tenant_commit_ms);
     if let Some(dir) = &a.spill_dir {
         cfg.spill_dir = dir.clone();
     }

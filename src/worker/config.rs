@@ -34,6 +34,12 @@ pub struct WorkerConfig {
     /// past so that the other tenants' are applied first (default on;
     /// `applier/hold.rs`, docs/tenants.md). Off: log order only.
     pub tenant_read_ahead: bool,
+    /// While a tenant's messages are held back, a batch holding another
+    /// tenant's command is committed at most this long after the command
+    /// joined it (default 20 ms), not `commit_linger`: the flood's
+    /// commands keep the batch from ever being quiet, and the others'
+    /// would wait for its linger and its commit (`triggers.rs`).
+    pub tenant_commit: Duration,
     /// Where a flooding tenant's messages past the hold are kept, in an
     /// unnamed file per partition (default: the system's temporary
     /// directory; `applier/spill.rs`).
@@ -156,6 +162,7 @@ pub mod defaults {
     pub const MAX_LANE_FAN_OUTS: usize = 32;
     pub const COMMIT_LINGER_MS: u64 = 100;
     pub const COMMIT_QUIET_MS: u64 = 5;
+    pub const TENANT_COMMIT_MS: u64 = 20;
     pub const QUEUE_KB: u64 = 16 << 10;
     pub const SPILL_MB: u64 = 256;
     pub const FETCH_BUFFER_KB: u64 = 16 << 10;
@@ -178,6 +185,7 @@ impl WorkerConfig {
             fan_out: FanOut::pages_of(crate::apply::DEFAULT_PAGE_SIZE),
             lanes: defaults::LANES,
             tenant_read_ahead: true,
+            tenant_commit: Duration::from_millis(defaults::TENANT_COMMIT_MS),
             spill_dir: std::env::temp_dir(),
             spill_bytes: defaults::SPILL_MB << 20,
             max_lane_fan_outs: defaults::MAX_LANE_FAN_OUTS,

@@ -263,6 +263,9 @@ impl Applier {
                     self.lag_seconds.set(age_seconds(&msg));
                     let oldest = self.oldest_job_ms();
                     self.busy_since_ms.store(if oldest > 0 { oldest } else { crate::clock::now_millis().max(1) }, Ordering::SeqCst);
+                    if self.beside_a_flood(&msg) {
+                        triggers.hurry(Instant::now(), self.shared.cfg.tenant_commit);
+                    }
                     batch.push(msg);
                     let fan_out = match self.handle_last(&mut shard, &mut batch) {
                         Err(Halt::Stopped) => break,

@@ -316,6 +316,17 @@ impl Hold {
 }
 
 impl Applier {
+    /// Whether `msg` is of a tenant other than the one whose messages are
+    /// held back (held or spilled), while one's are: its batch is
+    /// committed within `--tenant-commit-ms` (`triggers.rs`).
+    pub(super) fn beside_a_flood(&self, msg: &Record) -> bool {
+        if !self.shared.cfg.tenant_read_ahead {
+            return false;
+        }
+        let lanes = self.lanes.borrow();
+        lanes.hold.held_tenant().or(lanes.spill.tenant()).is_some_and(|t| t.as_deref() != tenant_of(msg))
+    }
+
     /// Whether `msg`, just taken by the loop, is held ([`Hold::holds_of`];
     /// never when it may not be): then it is held, counted as queued
     /// again and unfinished, or spilled past the hold's bound (`spill.rs`);

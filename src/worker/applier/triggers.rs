@@ -48,6 +48,13 @@ impl Triggers {
         self.deadline.get_or_insert(now + self.linger);
     }
 
+    /// Something that must not wait for the whole linger joined the batch
+    /// at `now`: the batch is due `within` of it at the latest.
+    pub fn hurry(&mut self, now: Instant, within: Duration) {
+        let d = now + within;
+        self.deadline = Some(self.deadline.map_or(d, |x| x.min(d)));
+    }
+
     /// A message joined the batch, which now holds `len`: whether the batch
     /// is due by its size or its age.
     pub fn joined(&mut self, len: usize, now: Instant) -> bool {
@@ -97,6 +104,20 @@ mod tests {
         t.reset();
         assert!(!t.joined(1, t0 + 70 * MS));
         assert!(t.joined(2, t0 + 170 * MS), "100 ms old");
+    }
+
+    #[test]
+    fn a_hurried_batch_is_due_within_the_time_asked_and_never_later_than_its_age() {
+        let t0 = Instant::now();
+        let mut t = Triggers::new(100 * MS, 1000 * MS, 1000, t0);
+        t.hurry(t0, 20 * MS);
+        assert!(!t.joined(1, t0), "the first message of a hurried batch starts no longer wait");
+        assert_eq!(t.wait(t0 + 5 * MS), 15 * MS);
+        assert!(t.joined(2, t0 + 20 * MS), "due 20 ms after the hurry");
+        t.reset();
+        assert!(!t.joined(1, t0 + 30 * MS));
+        t.hurry(t0 + 120 * MS, 20 * MS);
+        assert!(t.joined(2, t0 + 130 * MS), "a hurry never makes a batch due later than its age (100 ms from t0 + 30)");
     }
 
     #[test]

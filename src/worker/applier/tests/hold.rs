@@ -44,6 +44,27 @@ fn a_quiet_tenants_command_behind_a_noisy_tenants_backlog_is_applied_before_it()
     quiet_before_backlog(&rig(), 5000);
 }
 
+/// While a noisy tenant's messages are held back, the quiet tenant's
+/// command is committed within `--tenant-commit-ms` of joining a batch:
+/// the flood's messages keep the batch from ever being quiet, and before
+/// it waited for `--commit-linger-ms`. Here neither the linger, nor the
+/// quiet time, nor the batch's size ever comes.
+#[test]
+fn a_quiet_tenants_command_beside_a_held_flood_is_committed_within_the_tenant_commit_time() {
+    let r = Rig::new(|c| {
+        c.queue_bytes = 256 << 10;
+        c.max_batch = 1 << 30;
+        c.commit_linger = Duration::from_secs(600);
+        c.commit_quiet = Duration::from_secs(600);
+        c.tenant_commit = Duration::from_millis(20);
+    });
+    flood(&r, 5000);
+    let run = r.start();
+    eventually("the quiet tenant's last file searchable", || r.files().iter().any(|(id, _)| id == "quiet\u{1f}q1"));
+    assert!(r.shared.stats.held_peak.load(Ordering::SeqCst) > 0, "the noisy tenant was never held");
+    run.stop();
+}
+
 /// A rig whose feed waits while the queue is full, as the consumer thread
 /// does (which pauses the partition), with a queue of 512 KiB: some 1,200
 /// messages of these, enough for a tenant to be held (from 1,024 queued),
