@@ -56,9 +56,11 @@ pub struct RunArgs {
     /// While --tenant-read-ahead holds a flooding tenant's messages back, a batch holding another
     /// tenant's command is committed at most this many milliseconds after the command joined it
     /// (instead of --commit-linger-ms): the others' commands are searchable sooner, and the
-    /// flood's drain takes more, smaller commits
-    #[arg(long, env = "DENORM_TENANT_COMMIT_MS", default_value_t = defaults::TENANT_COMMIT_MS)]
-    tenant_commit_ms: u64,
+    /// flood's drain takes more, smaller commits [default: 20 on the embedded index; on
+    /// Elasticsearch --commit-linger-ms, i.e. off: there each commit is requests to a shared
+    /// server, and measured slower]
+    #[arg(long, env = "DENORM_TENANT_COMMIT_MS")]
+    tenant_commit_ms: Option<u64>,
     /// Where a flooding tenant's messages past what --tenant-read-ahead holds in memory are kept,
     /// in an unnamed file per partition (gone with the process), until they are applied
     /// [default: the system's temporary directory]
@@ -227,7 +229,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.max_message_bytes = a.max_message_bytes;
     cfg.lanes = a.lanes;
     cfg.tenant_read_ahead = a.tenant_read_ahead;
-    cfg.tenant_commit = Duration::from_millis(a.tenant_commit_ms);
+    cfg.tenant_commit = tenant_commit(a.tenant_commit_ms, elastic, a.commit_linger_ms);
     if let Some(dir) = &a.spill_dir {
         cfg.spill_dir = dir.clone();
     }
@@ -258,4 +260,25 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     .await?
     .context("worker failed")?;
     Ok(())
+}
+
+/// `--tenant-commit-ms`, or its default: 20 ms on the embedded index; on
+/// Elasticsearch the linger, which turns it off (a commit there is a bulk
+/// request and a checkpoint write to a shared server, measured slower:
+/// docs/benchmark.md).
+fn tenant_commit(flag: Option<u64>, elastic: bool, linger_ms: u64) -> Duration {
+    Duration::from_millis(flag.unwrap_or(if elastic { linger_ms } else { defaults::TENANT_COMMIT_MS }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tenant_commit_is_20_ms_on_the_embedded_index_and_off_on_elasticsearch_unless_set() {
+        assert_eq!(tenant_commit(None, false, 100), Duration::from_millis(20));
+        assert_eq!(tenant_commit(None, true, 100), Duration::from_millis(100), "the linger: no sooner than without it");
+        assert_eq!(tenant_commit(Some(5), true, 100), Duration::from_millis(5));
+        assert_eq!(tenant_commit(Some(50), false, 100), Duration::from_millis(50));
+    }
 }

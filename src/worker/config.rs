@@ -36,9 +36,10 @@ pub struct WorkerConfig {
     pub tenant_read_ahead: bool,
     /// While a tenant's messages are held back, a batch holding another
     /// tenant's command is committed at most this long after the command
-    /// joined it (default 20 ms), not `commit_linger`: the flood's
-    /// commands keep the batch from ever being quiet, and the others'
-    /// would wait for its linger and its commit (`triggers.rs`).
+    /// joined it (default 20 ms; `denorm run` on Elasticsearch defaults
+    /// it to `commit_linger`, which turns it off), not `commit_linger`:
+    /// the flood's commands keep the batch from ever being quiet, and the
+    /// others' would wait for its linger and its commit (`triggers.rs`).
     pub tenant_commit: Duration,
     /// Where a flooding tenant's messages past the hold are kept, in an
     /// unnamed file per partition (default: the system's temporary
