@@ -1,7 +1,9 @@
 //! When a batch is committed by its size or its time, a part of the
 //! applier with its own state (issue 45): a batch is committed once it
 //! holds `--max-batch` messages, once it is `--commit-linger` old, or once
-//! its queue stays empty for `--commit-quiet` (a burst has been applied).
+//! its queue stays empty for `--commit-quiet` (a burst has been applied),
+//! or `--tenant-commit-ms` after another tenant's command joined it while
+//! a flooding tenant is held back ([`Triggers::hurry`]).
 //! The other triggers (a fan-out, an awaited offset, the shard's own wish,
 //! a move's chunks) are the loop's, which knows what they depend on.
 
