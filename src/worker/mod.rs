@@ -96,6 +96,10 @@ pub struct Stats {
     /// waited (the applier's tests).
     #[cfg(test)]
     pub spill_full: AtomicU64,
+    /// Batches hurried by a command beside a held tenant (the applier's
+    /// tests).
+    #[cfg(test)]
+    pub hurried: AtomicU64,
 }
 
 impl Stats {

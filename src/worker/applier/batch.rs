@@ -264,6 +264,8 @@ impl Applier {
                     let oldest = self.oldest_job_ms();
                     self.busy_since_ms.store(if oldest > 0 { oldest } else { crate::clock::now_millis().max(1) }, Ordering::SeqCst);
                     if self.beside_a_flood(&msg) {
+                        #[cfg(test)]
+                        self.shared.stats.hurried.fetch_add(1, Ordering::SeqCst);
                         triggers.hurry(Instant::now(), self.shared.cfg.tenant_commit);
                     }
                     batch.push(msg);

@@ -62,6 +62,10 @@ fn a_quiet_tenants_command_beside_a_held_flood_is_committed_within_the_tenant_co
     let run = r.start();
     eventually("the quiet tenant's last file searchable", || r.files().iter().any(|(id, _)| id == "quiet\u{1f}q1"));
     assert!(r.shared.stats.held_peak.load(Ordering::SeqCst) > 0, "the noisy tenant was never held");
+    // Only the quiet tenant's command read while the noisy tenant is held
+    // hurries its batch: never the flood's own (which would commit the
+    // flood in batches of one).
+    assert_eq!(r.shared.stats.hurried.load(Ordering::SeqCst), 1, "batches hurried");
     run.stop();
 }
 
