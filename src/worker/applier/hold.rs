@@ -22,12 +22,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use metrics::gauge;
 use tracing::{info, warn};
 
 use super::{queued_size, spill, Applier, Feed, Record};
 use crate::command::tenant;
-use crate::metrics as m;
 
 /// The messages read lately, over which a tenant's share is counted.
 pub(super) const WINDOW: usize = 256;
@@ -482,7 +480,7 @@ impl Applier {
     }
 
     fn held_gauge(&self, n: usize) {
-        gauge!(m::PARTITION_HELD_MESSAGES, "partition" => self.partition.to_string()).set(n as f64);
+        self.held_messages.set(n as f64);
     }
 }
 

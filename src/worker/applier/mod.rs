@@ -148,7 +148,10 @@ impl Partition {
         let join = std::thread::Builder::new()
             .name(format!("denorm-p{partition}"))
             .spawn(move || {
-                let lag_seconds = gauge!(m::CONSUMER_LAG_SECONDS, "partition" => partition.to_string());
+                let label = partition.to_string();
+                let lag_seconds = gauge!(m::CONSUMER_LAG_SECONDS, "partition" => label.clone());
+                let held_messages = gauge!(m::PARTITION_HELD_MESSAGES, "partition" => label.clone());
+                let spilled_messages = gauge!(m::PARTITION_SPILLED_MESSAGES, "partition" => label);
                 Applier {
                     partition,
                     shared,
@@ -158,6 +161,8 @@ impl Partition {
                     queued: q,
                     busy_since_ms: busy,
                     lag_seconds,
+                    held_messages,
+                    spilled_messages,
                     receiving: std::cell::RefCell::new(receiving::Receiving::new(partition)),
                     low: Default::default(),
                     lanes: Default::default(),
@@ -218,6 +223,10 @@ struct Applier {
     busy_since_ms: Arc<AtomicI64>,
     /// `denorm_consumer_lag_seconds` of this partition, resolved once.
     lag_seconds: metrics::Gauge,
+    /// `denorm_partition_held_messages` and `_spilled_messages` of this
+    /// partition, resolved once (set at every held or spilled message).
+    held_messages: metrics::Gauge,
+    spilled_messages: metrics::Gauge,
     /// The receiving side of a cross-key move (`receiving.rs`).
     receiving: std::cell::RefCell<receiving::Receiving>,
     /// The partition's low watermark, when read at positioning.

@@ -24,12 +24,10 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use metrics::gauge;
 use tracing::warn;
 
 use super::spill_file::SpillFile;
 use super::{queued_size, Applier, Feed, Record};
-use crate::metrics as m;
 
 /// A tenant, as [`super::hold`] names it (`None`: the default tenant).
 type Tenant = Option<String>;
@@ -232,7 +230,7 @@ impl Applier {
     }
 
     pub(super) fn spilled_gauge(&self, n: usize) {
-        gauge!(m::PARTITION_SPILLED_MESSAGES, "partition" => self.partition.to_string()).set(n as f64);
+        self.spilled_messages.set(n as f64);
     }
 }
 
