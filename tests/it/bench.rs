@@ -60,6 +60,7 @@ fn bench_smoke_runs_every_phase_and_writes_its_results() {
             "verify of ",
             "tenant fairness: a quiet tenant at 100/s while a noisy tenant's backlog of 2000 commands drains",
             "tenant fairness, log order only (--tenant-read-ahead false)",
+            "tenant fairness, the broker's part: the same produced with no worker",
         ],
     );
     let r = &v["results"];
@@ -158,6 +159,7 @@ fn bench_smoke_on_elasticsearch_runs_every_phase_beside_bulk_and_update_by_query
             "key concurrency: 500 single-document commands over 100 key(s)",
             "tenant fairness: a quiet tenant at 100/s while a noisy tenant's backlog of 1000 commands drains",
             "tenant fairness, log order only (--tenant-read-ahead false)",
+            "tenant fairness, the broker's part: the same produced with no worker",
         ],
     );
     let r = &v["results"];
@@ -198,6 +200,13 @@ fn tenant_flood_measured(r: &serde_json::Value, n: u64) {
     let g = |k: &str| strict[k].as_f64().unwrap_or_else(|| panic!("log_order.{k} missing in {t}"));
     assert!(g("alone_commands") > 0.0 && g("during_commands") > 0.0 && g("during_p50_ms") <= g("during_p99_ms"), "{t}");
     assert!((g("ratio") - g("during_p99_ms") / g("alone_p99_ms")).abs() < 1e-9, "{t}");
+    // The broker's part: every quiet command sent during the flood was
+    // read by the plain consumer and measured.
+    let broker = &t["broker"];
+    let h = |k: &str| broker[k].as_f64().unwrap_or_else(|| panic!("broker.{k} missing in {t}"));
+    assert!(h("sent_during") > 0.0 && h("during_commands") == h("sent_during"), "{t}");
+    assert!(h("alone_p50_ms") <= h("alone_p99_ms") && h("during_p50_ms") <= h("during_p99_ms"), "{t}");
+    assert!(h("read_seconds") >= h("produced_seconds"), "{t}");
 }
 
 /// The profile-change and mixed-log phases ran with `users` users, beside

@@ -58,6 +58,17 @@ pub(super) struct Latencies {
     pub searchable: Vec<f64>,
     /// Produce -> acknowledged by the broker, each command.
     pub acked: Vec<f64>,
+    /// Where each command was written (partition, offset) and when it was
+    /// sent: for [`Latencies::read`].
+    pub sent: Vec<((i32, i64), Instant)>,
+}
+
+impl Latencies {
+    /// Produce -> read by the plain consumer whose reads are `at`, for
+    /// each command it read.
+    pub fn read(&self, at: &super::latency::ReadAt) -> Vec<f64> {
+        self.sent.iter().filter_map(|(pos, sent)| at.get(pos).map(|r| r.saturating_duration_since(*sent).as_secs_f64() * 1000.0)).collect()
+    }
 }
 
 impl Bench<'_> {
@@ -123,7 +134,7 @@ impl Bench<'_> {
         let worker = b.start_worker_with(&group, &index, &extra).await?;
         b.wait_applied(&worker, &index, None).await?;
         phase(&format!("head of line ({name}): another key at {rate}/s, idle"));
-        let idle = b.other_key(&producer, &index, rate, None, "idle", &|| false, IDLE).await?.searchable;
+        let idle = b.other_key(&producer, Some(&index), rate, None, "idle", &|| false, IDLE).await?.searchable;
         phase(&format!("head of line ({name}): the same during the rename of the tree"));
         producer.send(Command::RenamePath { from: "/hol/tree".into(), to: "/hol/moved".into() }).await?;
         let done = AtomicBool::new(false);
@@ -137,7 +148,7 @@ impl Bench<'_> {
                 done.store(true, Ordering::SeqCst);
                 r
             },
-            b.other_key(&producer, &index, rate, None, "during", &is_done, b.timeout)
+            b.other_key(&producer, Some(&index), rate, None, "during", &is_done, b.timeout)
         );
         applied?;
         let during = during.map(|s| s.searchable);
@@ -199,12 +210,13 @@ impl Bench<'_> {
 
     /// Upserts of a file of key `/other` (of `tenant`) at `rate` until
     /// `stop` says so or `max` has passed: each one's produce ->
-    /// searchable time (ms), and produce -> acknowledged by the broker.
+    /// searchable time (ms) in `index` (none without one), and produce ->
+    /// acknowledged by the broker.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn other_key(
         &self,
         producer: &Arc<Producer>,
-        index: &std::path::Path,
+        index: Option<&std::path::Path>,
         rate: u64,
         tenant: Option<&str>,
         tag: &str,
@@ -212,9 +224,14 @@ impl Bench<'_> {
         max: Duration,
     ) -> anyhow::Result<Latencies> {
         let (tx, rx) = mpsc::channel::<(String, Instant)>();
-        let (probe, every) = self.probe(index)?;
         let timeout = self.timeout;
-        let watcher = std::thread::spawn(move || watch(probe, every, rx, timeout));
+        let watcher = match index {
+            Some(index) => {
+                let (probe, every) = self.probe(index)?;
+                Some(std::thread::spawn(move || watch(probe, every, rx, timeout)))
+            }
+            None => None,
+        };
         let start = Instant::now();
         let mut sent = Vec::new();
         let mut sends = Vec::new();
@@ -230,14 +247,17 @@ impl Bench<'_> {
             tx.send((id.clone(), at)).ok();
             sent.push((id, at));
             let p = producer.clone();
-            sends.push(tokio::spawn(async move { p.send(cmd).await.map(|_| at.elapsed().as_secs_f64() * 1000.0) }));
+            sends.push(tokio::spawn(async move { p.send(cmd).await.map(|d| ((d.partition, d.offset), at, at.elapsed().as_secs_f64() * 1000.0)) }));
         }
         drop(tx);
-        let mut acked = Vec::with_capacity(sends.len());
+        let (mut acked, mut written) = (Vec::with_capacity(sends.len()), Vec::with_capacity(sends.len()));
         for s in sends {
-            acked.push(s.await??);
+            let (pos, at, ms) = s.await??;
+            acked.push(ms);
+            written.push((pos, at));
         }
+        let Some(watcher) = watcher else { return Ok(Latencies { searchable: Vec::new(), acked, sent: written }) };
         let seen = tokio::task::spawn_blocking(move || watcher.join()).await?.map_err(|_| anyhow::anyhow!("the watcher panicked"))??;
-        Ok(Latencies { searchable: sent.iter().map(|(id, at)| seen[id].saturating_duration_since(*at).as_secs_f64() * 1000.0).collect(), acked })
+        Ok(Latencies { searchable: sent.iter().map(|(id, at)| seen[id].saturating_duration_since(*at).as_secs_f64() * 1000.0).collect(), acked, sent: written })
     }
 }

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{bail, Context};
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::message::Message;
 use serde_json::json;
 
 use super::Row;
@@ -219,4 +221,35 @@ pub(super) fn watch(mut probe: Probe, every: Duration, rx: mpsc::Receiver<(Strin
         bail!("no latency samples");
     }
     Ok(out)
+}
+
+/// When a plain consumer read each message, by partition and offset.
+pub(super) type ReadAt = HashMap<(i32, i64), Instant>;
+
+/// When a plain consumer (`c`, already assigned) reads each message: the
+/// baseline of what the broker lets any consumer see. Reads on a thread of
+/// its own until `done(messages read)`, and fails when no message comes
+/// for `timeout` before that.
+pub(super) fn read_log(c: BaseConsumer, timeout: Duration, done: impl Fn(usize) -> bool + Send + 'static) -> std::thread::JoinHandle<anyhow::Result<ReadAt>> {
+    std::thread::spawn(move || {
+        let mut seen = HashMap::new();
+        let mut last = Instant::now();
+        while !done(seen.len()) {
+            match c.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => {
+                    last = Instant::now();
+                    seen.insert((m.partition(), m.offset()), last);
+                }
+                Some(Err(e)) => return Err(e).context("plain consumer"),
+                None if last.elapsed() > timeout => bail!("the plain consumer read {} messages, then nothing for {timeout:?}", seen.len()),
+                None => {}
+            }
+        }
+        Ok(seen)
+    })
+}
+
+/// Joins a [`read_log`] thread.
+pub(super) async fn read_log_end(reader: std::thread::JoinHandle<anyhow::Result<ReadAt>>) -> anyhow::Result<ReadAt> {
+    tokio::task::spawn_blocking(move || reader.join()).await?.map_err(|_| anyhow::anyhow!("the plain consumer panicked"))?
 }

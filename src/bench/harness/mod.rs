@@ -594,24 +594,7 @@ impl Bench<'_> {
         let timeout = self.timeout;
         let watcher = std::thread::spawn(move || watch(probe, every, rx, timeout));
         // The baseline: a plain consumer of the same messages, alongside.
-        let plain = {
-            let c = self.plain_consumer(&self.ends()?)?;
-            std::thread::spawn(move || -> anyhow::Result<HashMap<(i32, i64), Instant>> {
-                let mut seen = HashMap::new();
-                let deadline = Instant::now() + timeout;
-                while (seen.len() as u64) < n {
-                    match c.poll(Duration::from_millis(100)) {
-                        Some(Ok(m)) => {
-                            seen.insert((m.partition(), m.offset()), Instant::now());
-                        }
-                        Some(Err(e)) => return Err(e).context("plain consumer"),
-                        None if Instant::now() > deadline => bail!("the plain consumer saw {} of {n} messages", seen.len()),
-                        None => {}
-                    }
-                }
-                Ok(seen)
-            })
-        };
+        let plain = latency::read_log(self.plain_consumer(&self.ends()?)?, timeout, move |seen| seen as u64 >= n);
         let producer = Arc::new(producer);
         let start = Instant::now();
         let mut sends = Vec::with_capacity(n as usize);
@@ -633,7 +616,7 @@ impl Bench<'_> {
             acks.push(ack);
             delivered.push((d, sent));
         }
-        let received = tokio::task::spawn_blocking(move || plain.join()).await?.map_err(|_| anyhow::anyhow!("plain consumer panicked"))??;
+        let received = latency::read_log_end(plain).await?;
         let searchable = tokio::task::spawn_blocking(move || watcher.join()).await?.map_err(|_| anyhow::anyhow!("latency watcher panicked"))??;
         let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1000.0;
         let (mut all, mut plain_ms, mut own) = (Vec::new(), Vec::new(), Vec::new());

@@ -7,14 +7,14 @@
 //! of its own: with the worker's read-ahead past a flooding tenant (its
 //! default), and with `--tenant-read-ahead false` (log order only).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use super::head_of_line::other_upsert;
-use super::latency::quantile;
+use super::latency::{quantile, read_log, read_log_end};
 use super::table::{phase, Row};
 use super::Bench;
 use crate::bench::process::CpuClock;
@@ -62,6 +62,25 @@ struct Series {
     /// draining of it.
     produced_secs: f64,
     rate: u64,
+}
+
+/// The broker's part ([`Bench::broker_series`]): produce -> read by a
+/// plain consumer (ms), alone and during the flood.
+struct BrokerPart {
+    alone: Vec<f64>,
+    during: Vec<f64>,
+    /// The quiet tenant's commands sent during the flood (all read).
+    sent_during: usize,
+    produced_secs: f64,
+    /// From the flood's start until the consumer had read the backlog.
+    read_secs: f64,
+}
+
+impl BrokerPart {
+    fn json(&self) -> serde_json::Value {
+        json!({"alone_p50_ms": q(&self.alone, 0.5), "alone_p99_ms": q(&self.alone, 0.99), "during_commands": self.during.len(), "sent_during": self.sent_during,
+               "during_p50_ms": q(&self.during, 0.5), "during_p99_ms": q(&self.during, 0.99), "produced_seconds": self.produced_secs, "read_seconds": self.read_secs})
+    }
 }
 
 fn q(v: &[f64], p: f64) -> f64 {
@@ -133,6 +152,7 @@ impl Bench<'_> {
     ) -> anyhow::Result<()> {
         let fair = self.flood_series(n, rate, run_id, es_url, true).await?;
         let strict = self.flood_series(n, rate, run_id, es_url, false).await?;
+        let broker = self.broker_series(n, rate, run_id).await?;
         let (alone99, during99) = (q(&fair.alone, 0.99), q(&fair.during, 0.99));
         rows.push(Row::new(
             format!("tenant fairness: a quiet tenant at {rate}/s while a noisy tenant's backlog of {n} commands drains, p50/p99 produce -> searchable"),
@@ -148,13 +168,63 @@ impl Bench<'_> {
             Some(q(&strict.during, 0.99) / q(&strict.alone, 0.99).max(0.001)),
             "",
         ));
+        rows.push(Row::new(
+            "tenant fairness, the broker's part: the same produced with no worker, p50/p99 produce -> read by a plain consumer".to_string(),
+            format!("{} (backlog produced in {:.1} s, read in {:.1} s)", pq(&broker.during), broker.produced_secs, broker.read_secs),
+            format!("alone {}", pq(&broker.alone)),
+            Some(q(&broker.during, 0.99) / q(&broker.alone, 0.99).max(0.001)),
+            "",
+        ));
         let mut t = fair.json();
-        let extra = json!({"backlog": n, "rate": rate, "log_order": strict.json()});
+        let extra = json!({"backlog": n, "rate": rate, "log_order": strict.json(), "broker": broker.json()});
         if let (Some(t), serde_json::Value::Object(extra)) = (t.as_object_mut(), extra) {
             t.extend(extra);
         }
         results.insert("tenant_flood".into(), t);
         Ok(())
+    }
+
+    /// The broker's part, on a topic of its own: the same two services'
+    /// commands with no worker, read by a plain consumer (the worker's
+    /// consumer settings) from the topic's end. How soon any consumer can
+    /// read the quiet tenant's commands, alone and while the backlog is
+    /// produced and read: what no worker can do better than.
+    async fn broker_series(&self, n: u64, rate: u64, run_id: &str) -> anyhow::Result<BrokerPart> {
+        let (b, _) = self.own_partition("flood-broker", run_id, None).await?;
+        let k = services(&b.kafka);
+        let (quiet, noisy) = (Arc::new(Producer::new(&k)?), Producer::new(&k)?);
+        // Read until `target` messages are (known once everything is sent).
+        let (read, target) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(usize::MAX)));
+        let reader = {
+            let (read, target) = (read.clone(), target.clone());
+            read_log(b.plain_consumer(&b.ends()?)?, b.timeout, move |seen| {
+                read.store(seen, Ordering::SeqCst);
+                seen >= target.load(Ordering::SeqCst)
+            })
+        };
+        phase("tenant fairness, the broker's part: a quiet tenant's commands read by a plain consumer, alone");
+        let alone = b.other_key(&quiet, None, rate, Some("quiet"), "alone", &|| false, ALONE).await?;
+        phase(&format!("tenant fairness, the broker's part: the same while a noisy tenant's backlog of {n} commands is produced and read"));
+        let t = Instant::now();
+        let produced = Arc::new(AtomicBool::new(false));
+        // On a task of its own: a broker that takes the backlog at once
+        // would otherwise have it produced before the quiet tenant sends.
+        let flood = {
+            let produced = produced.clone();
+            tokio::spawn(async move {
+                let r = noisy.send_all(backlog(n), 10_000, |_| {}).await;
+                produced.store(true, Ordering::SeqCst);
+                r.map(|_| t.elapsed().as_secs_f64())
+            })
+        };
+        let read_all = alone.sent.len() + n as usize;
+        let is_done = || produced.load(Ordering::SeqCst) && read.load(Ordering::SeqCst) >= read_all;
+        let during = b.other_key(&quiet, None, rate, Some("quiet"), "during", &is_done, b.timeout).await?;
+        let produced_secs = flood.await??;
+        let read_secs = t.elapsed().as_secs_f64();
+        target.store(read_all + during.sent.len(), Ordering::SeqCst);
+        let at = read_log_end(reader).await?;
+        Ok(BrokerPart { alone: alone.read(&at), during: during.read(&at), sent_during: during.sent.len(), produced_secs, read_secs })
     }
 
     /// One run on a topic and index of its own, with the worker's
@@ -174,7 +244,7 @@ impl Bench<'_> {
         b.wait_applied(&worker, &index, None).await?;
         let how = if read_ahead { "" } else { " (log order only)" };
         phase(&format!("tenant fairness{how}: a quiet tenant at {rate}/s, alone"));
-        let alone = b.other_key(&quiet, &index, rate, Some("quiet"), "alone", &|| false, ALONE).await?.searchable;
+        let alone = b.other_key(&quiet, Some(&index), rate, Some("quiet"), "alone", &|| false, ALONE).await?;
         phase(&format!("tenant fairness{how}: the same while a noisy tenant's backlog of {n} commands drains, in the same partition"));
         let done = AtomicBool::new(false);
         let is_done = || done.load(Ordering::SeqCst);
@@ -192,13 +262,13 @@ impl Bench<'_> {
                 done.store(true, Ordering::SeqCst);
                 r
             },
-            b.other_key(&quiet, &index, rate, Some("quiet"), "during", &is_done, b.timeout)
+            b.other_key(&quiet, Some(&index), rate, Some("quiet"), "during", &is_done, b.timeout)
         );
         drained?;
         let drain_secs = t.elapsed().as_secs_f64();
         let cpu = clock.stop(&format!("the flood{how}"));
         let during = during?;
         worker.stop().await?;
-        Ok(Series { alone, during: during.searchable, during_acked: during.acked, drain_secs, cpu, produced_secs, rate })
+        Ok(Series { alone: alone.searchable, during: during.searchable, during_acked: during.acked, drain_secs, cpu, produced_secs, rate })
     }
 }
