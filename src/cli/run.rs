@@ -229,7 +229,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.max_message_bytes = a.max_message_bytes;
     cfg.lanes = a.lanes;
     cfg.tenant_read_ahead = a.tenant_read_ahead;
-    cfg.tenant_commit = tenant_commit(a.tenant_commit_ms, elastic, a.commit_linger_ms);
+    cfg.tenant_commit = a.tenant_commit_ms.map(Duration::from_millis);
     if let Some(dir) = &a.spill_dir {
         cfg.spill_dir = dir.clone();
     }
@@ -260,25 +260,4 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     .await?
     .context("worker failed")?;
     Ok(())
-}
-
-/// `--tenant-commit-ms`, or its default: 20 ms on the embedded index; on
-/// Elasticsearch the linger, which turns it off (a commit there is a bulk
-/// request and a checkpoint write to a shared server, measured slower:
-/// docs/benchmark.md).
-fn tenant_commit(flag: Option<u64>, elastic: bool, linger_ms: u64) -> Duration {
-    Duration::from_millis(flag.unwrap_or(if elastic { linger_ms } else { defaults::TENANT_COMMIT_MS }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_tenant_commit_is_20_ms_on_the_embedded_index_and_off_on_elasticsearch_unless_set() {
-        assert_eq!(tenant_commit(None, false, 100), Duration::from_millis(20));
-        assert_eq!(tenant_commit(None, true, 100), Duration::from_millis(100), "the linger: no sooner than without it");
-        assert_eq!(tenant_commit(Some(5), true, 100), Duration::from_millis(5));
-        assert_eq!(tenant_commit(Some(50), false, 100), Duration::from_millis(50));
-    }
 }

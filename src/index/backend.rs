@@ -33,6 +33,14 @@ pub trait Backend: Send + Sync {
     /// A read view of everything committed so far (of the generation a
     /// rebuild's backend is pinned to, or the current one).
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError>;
+    /// Whether a shard's commit is requests to a server that every shard
+    /// and tenant share (Elasticsearch), rather than local work: more,
+    /// smaller commits there take from what the others get of it, so the
+    /// worker's commits beside a flooding tenant are off by default
+    /// ([`crate::worker::WorkerConfig::tenant_commit`]).
+    fn commits_are_shared(&self) -> bool {
+        false
+    }
     /// A small JSON record kept with the index (a file beside the embedded
     /// index's generations, a meta document on Elasticsearch): what the
     /// last `denorm verify` found, a rebuild's state. `None`: none yet, or

@@ -36,11 +36,11 @@ pub struct WorkerConfig {
     pub tenant_read_ahead: bool,
     /// While a tenant's messages are held back, a batch holding another
     /// tenant's command is committed at most this long after the command
-    /// joined it (default 20 ms; `denorm run` on Elasticsearch defaults
-    /// it to `commit_linger`, which turns it off), not `commit_linger`:
-    /// the flood's commands keep the batch from ever being quiet, and the
-    /// others' would wait for its linger and its commit (`triggers.rs`).
-    pub tenant_commit: Duration,
+    /// joined it, not `commit_linger`: the flood's commands keep the batch
+    /// from ever being quiet, and the others' would wait for its linger
+    /// and its commit (`triggers.rs`). `None` (the default): the
+    /// backend's, [`WorkerConfig::tenant_commit_on`].
+    pub tenant_commit: Option<Duration>,
     /// Where a flooding tenant's messages past the hold are kept, in an
     /// unnamed file per partition (default: the system's temporary
     /// directory; `applier/spill.rs`).
@@ -177,6 +177,19 @@ pub mod defaults {
 }
 
 impl WorkerConfig {
+    /// The time of [`WorkerConfig::tenant_commit`] on a backend whose
+    /// commits are shared or not ([`crate::index::Backend::commits_are_shared`]):
+    /// the one set, else 20 ms where commits are local (the embedded
+    /// index), and `commit_linger` where they are shared, which turns it
+    /// off (on noida-db's Elasticsearch API it measured slower:
+    /// docs/benchmark.md).
+    pub fn tenant_commit_on(&self, shared_commits: bool) -> Duration {
+        self.tenant_commit.unwrap_or(match shared_commits {
+            true => self.commit_linger,
+            false => Duration::from_millis(defaults::TENANT_COMMIT_MS),
+        })
+    }
+
     pub fn new(kafka: KafkaConfig, group: impl Into<String>) -> Self {
         WorkerConfig {
             group: group.into(),
@@ -186,7 +199,7 @@ impl WorkerConfig {
             fan_out: FanOut::pages_of(crate::apply::DEFAULT_PAGE_SIZE),
             lanes: defaults::LANES,
             tenant_read_ahead: true,
-            tenant_commit: Duration::from_millis(defaults::TENANT_COMMIT_MS),
+            tenant_commit: None,
             spill_dir: std::env::temp_dir(),
             spill_bytes: defaults::SPILL_MB << 20,
             max_lane_fan_outs: defaults::MAX_LANE_FAN_OUTS,
@@ -263,6 +276,22 @@ mod tests {
     #[test]
     fn the_defaults_are_valid() {
         cfg().validate().unwrap();
+    }
+
+    #[test]
+    fn the_tenant_commit_is_20_ms_on_the_embedded_index_and_off_on_elasticsearch_unless_set() {
+        use crate::index::Backend;
+        let dir = tempfile::tempdir().unwrap();
+        let embedded = crate::index::embedded::EmbeddedBackend::new(crate::index::embedded::EmbeddedIndex::open(dir.path(), "t").unwrap(), 20 << 20);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let elastic = crate::index::elastic::backend::ElasticBackend::new(elasticsearch::Elasticsearch::default(), "p", "t", rt.handle().clone());
+        let mut c = cfg();
+        c.commit_linger = Duration::from_millis(150);
+        assert_eq!(c.tenant_commit_on(embedded.commits_are_shared()), Duration::from_millis(20));
+        assert_eq!(c.tenant_commit_on(elastic.commits_are_shared()), Duration::from_millis(150), "the linger: no sooner than without it");
+        c.tenant_commit = Some(Duration::from_millis(5));
+        assert_eq!(c.tenant_commit_on(embedded.commits_are_shared()), Duration::from_millis(5));
+        assert_eq!(c.tenant_commit_on(elastic.commits_are_shared()), Duration::from_millis(5));
     }
 
     #[test]

@@ -129,6 +129,10 @@ impl Backend for ElasticBackend {
         Ok(Box::new(ElasticShard::new(self.clone(), partition, (generation, placement), (meta_id, parked), owner, meta_version, ProgressBook::new(progress))))
     }
 
+    fn commits_are_shared(&self) -> bool {
+        true
+    }
+
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {
         Ok(Box::new(super::search::ElasticSearch { client: self.client.clone(), prefix: self.prefix.clone(), runtime: self.runtime.clone(), generation: self.pinned }))
     }

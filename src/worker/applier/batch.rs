@@ -46,6 +46,8 @@ impl Applier {
         // Its size and time triggers (`triggers.rs`).
         let cfg = &self.shared.cfg;
         let mut triggers = Triggers::new(cfg.commit_linger, cfg.commit_quiet, cfg.max_batch, Instant::now());
+        // How soon a batch beside a flooding tenant is committed.
+        let tenant_commit = cfg.tenant_commit_on(self.shared.backend.commits_are_shared());
         // Feeds already received, in order, whose documents were prefetched
         // with those of the message before them (see `prefetch`).
         let mut ahead: VecDeque<Feed> = VecDeque::new();
@@ -266,7 +268,7 @@ impl Applier {
                     if self.beside_a_flood(&msg) {
                         #[cfg(test)]
                         self.shared.stats.hurried.fetch_add(1, Ordering::SeqCst);
-                        triggers.hurry(Instant::now(), self.shared.cfg.tenant_commit);
+                        triggers.hurry(Instant::now(), tenant_commit);
                     }
                     batch.push(msg);
                     let fan_out = match self.handle_last(&mut shard, &mut batch) {

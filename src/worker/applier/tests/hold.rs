@@ -56,7 +56,7 @@ fn a_quiet_tenants_command_beside_a_held_flood_is_committed_within_the_tenant_co
         c.max_batch = 1 << 30;
         c.commit_linger = Duration::from_secs(600);
         c.commit_quiet = Duration::from_secs(600);
-        c.tenant_commit = Duration::from_millis(20);
+        c.tenant_commit = Some(Duration::from_millis(20));
     });
     flood(&r, 5000);
     let run = r.start();
