@@ -85,12 +85,7 @@ impl Applier {
             // every seek.)
             let mut paged = false;
             if positioned && self.lane_jobs() > 0 {
-                if ahead.is_empty() {
-                    if let Some(feed) = rx.try_recv().ok().and_then(|f| self.received(f)) {
-                        ahead.push_back(feed);
-                        peeked = true;
-                    }
-                }
+                peeked |= self.peek(&rx, &mut ahead);
                 if std::mem::take(&mut blocked) || ahead.is_empty() || share.due(Instant::now()) {
                     let started = Instant::now();
                     let ran = self.run_page(&mut shard, &mut batch, &mut ahead);
@@ -137,12 +132,7 @@ impl Applier {
             // once nothing else is ready, or once the others had their
             // share.
             if positioned && self.held_len() > 0 && self.may_release() {
-                if ahead.is_empty() {
-                    if let Some(feed) = rx.try_recv().ok().and_then(|f| self.received(f)) {
-                        ahead.push_back(feed);
-                        peeked = true;
-                    }
-                }
+                peeked |= self.peek(&rx, &mut ahead);
                 if ahead.is_empty() || self.release_due() {
                     self.release(&mut ahead, None);
                 }
@@ -486,6 +476,21 @@ impl Applier {
     /// `batch` is published when stopped meanwhile. While a cross-key move
     /// is in flight, the commit makes its documents durable; the checkpoint
     /// stays before it.
+    /// With nothing ahead, takes the next feed from the queue if one is
+    /// there without waiting, to see what is ready: whether it took one.
+    fn peek(&self, rx: &Receiver<Feed>, ahead: &mut VecDeque<Feed>) -> bool {
+        if !ahead.is_empty() {
+            return false;
+        }
+        match rx.try_recv().ok().and_then(|f| self.received(f)) {
+            Some(feed) => {
+                ahead.push_back(feed);
+                true
+            }
+            None => false,
+        }
+    }
+
     pub(super) fn commit(&self, shard: &mut ShardBox, batch: &mut Vec<Record>) -> Step<()> {
         if batch.is_empty() {
             return Ok(());
