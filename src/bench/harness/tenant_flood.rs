@@ -5,7 +5,9 @@
 //! -> searchable latency, alone (the baseline, measured in the same run)
 //! and during the flood; the whole is run twice, each on a topic and index
 //! of its own: with the worker's read-ahead past a flooding tenant (its
-//! default), and with `--tenant-read-ahead false` (log order only).
+//! default), and with `--tenant-read-ahead false` (log order only). Then
+//! the broker's part, on a third topic: the same produced with no worker,
+//! read by a plain consumer (what any consumer gets from the broker).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
