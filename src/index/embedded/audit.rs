@@ -28,7 +28,14 @@ pub fn audit_owners(index: &EmbeddedIndex, every: Duration, shutdown: &AtomicBoo
         let lasting: Vec<_> = found.iter().filter(|(key, _)| previous.contains(key)).collect();
         metrics::gauge!(crate::metrics::OWNER_CONFLICTS).set(lasting.len() as f64);
         for (key, partitions) in lasting.iter().take(20) {
-            tracing::warn!(document = %key, ?partitions, "a document is held under several keys: an owner change was sent without its explicit form (previous_path, previous_user_id); see docs/cross-key.md");
+            // Named as the delete's warning names one (`apply`).
+            let (kind, id) = super::schema::shown_doc_key(key);
+            tracing::warn!(
+                kind,
+                id = %id,
+                ?partitions,
+                "a document is held under several keys: an owner change was sent without its explicit form (previous_path, previous_user_id); see docs/cross-key.md"
+            );
         }
         previous = found.into_iter().map(|(key, _)| key).collect();
     }

@@ -69,6 +69,14 @@ pub(super) fn doc_key(kind: Kind, id: &str) -> String {
     }
 }
 
+/// A [`doc_key`] as people read it (logs): its kind, and its id as its
+/// producer wrote it with its tenant beside it ([`tenant::Shown`]); the
+/// separators never show.
+pub(super) fn shown_doc_key(key: &str) -> (&str, tenant::Shown<'_>) {
+    let (kind, id) = key.split_at(key.find([':', ';']).unwrap_or(key.len()));
+    (kind, tenant::Shown(id.get(1..).unwrap_or("")))
+}
+
 /// The `kind` term of a document of `kind` whose id is `id`: scoped to
 /// its tenant (`acme\u{1f}file`), so that a query of one tenant's
 /// documents, which always names their kind, names their tenant too.
@@ -248,4 +256,20 @@ pub(super) fn find_with<T>(searcher: &Searcher, term: &Term, read: &mut dyn FnMu
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_document_key_is_shown_as_its_kind_and_its_id_with_the_tenant_beside_it() {
+        let scoped = doc_key(Kind::File, &tenant::scope(Some("acme"), "f"));
+        let (kind, id) = shown_doc_key(&scoped);
+        assert_eq!((kind, id.to_string().as_str()), ("file", "f (tenant acme)"));
+        assert!(!format!("{kind} {id} {id:?}").contains(['\u{1f}', ';', ':']), "{scoped:?}");
+        let plain = doc_key(Kind::User, "u:1");
+        let (kind, id) = shown_doc_key(&plain);
+        assert_eq!((kind, id.to_string().as_str()), ("user", "u:1"));
+    }
 }
