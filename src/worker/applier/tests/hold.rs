@@ -342,22 +342,35 @@ fn a_held_tenants_mixed_log_ends_as_the_model_says() {
 /// The same with a queue the log does not fit in, fed as the consumer
 /// thread feeds it: the noisy tenant is held, spilled past the hold's
 /// bound to a file and taken back from it (`spill.rs`), many times over;
-/// with seed 4 the file holds 64 KiB only, so the spilled tenant's
-/// messages wait for room at the head again and again.
+/// when the file holds 64 KiB only, the spilled tenant's messages wait
+/// for room at the head again and again. One test per seed, so that they
+/// run side by side (each takes tens of seconds in a debug build).
 #[test]
-fn a_spilled_tenants_mixed_log_ends_as_the_model_says() {
-    for (seed, spill_bytes) in [(2, 1 << 30), (3, 1 << 30), (4, 64 << 10)] {
-        let r = Rig::new(|c| {
-            c.queue_bytes = 384 << 10;
-            c.fan_out = crate::apply::FanOut::pages_of(10);
-            c.spill_bytes = spill_bytes;
-        });
-        r.bounded.store(true, Ordering::SeqCst);
-        mixed_log_ends_as_the_model(&r, seed, 4000);
-        assert!(r.shared.stats.spilled.load(Ordering::SeqCst) > 0, "seed {seed}: nothing was read past");
-        let full = r.shared.stats.spill_full.load(Ordering::SeqCst);
-        assert_eq!(full > 0, spill_bytes < 1 << 20, "seed {seed}: messages that found the file full: {full}");
-    }
+fn a_spilled_tenants_mixed_log_ends_as_the_model_says_seed_2() {
+    spilled_mixed_log_ends_as_the_model(2, 1 << 30);
+}
+
+#[test]
+fn a_spilled_tenants_mixed_log_ends_as_the_model_says_seed_3() {
+    spilled_mixed_log_ends_as_the_model(3, 1 << 30);
+}
+
+#[test]
+fn a_spilled_tenants_mixed_log_ends_as_the_model_says_when_the_file_fills() {
+    spilled_mixed_log_ends_as_the_model(4, 64 << 10);
+}
+
+fn spilled_mixed_log_ends_as_the_model(seed: u64, spill_bytes: u64) {
+    let r = Rig::new(|c| {
+        c.queue_bytes = 384 << 10;
+        c.fan_out = crate::apply::FanOut::pages_of(10);
+        c.spill_bytes = spill_bytes;
+    });
+    r.bounded.store(true, Ordering::SeqCst);
+    mixed_log_ends_as_the_model(&r, seed, 4000);
+    assert!(r.shared.stats.spilled.load(Ordering::SeqCst) > 0, "seed {seed}: nothing was read past");
+    let full = r.shared.stats.spill_full.load(Ordering::SeqCst);
+    assert_eq!(full > 0, spill_bytes < 1 << 20, "seed {seed}: messages that found the file full: {full}");
 }
 
 /// Runs the [`mixed_log`] of `seed` through `r`: the index equals the
