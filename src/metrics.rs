@@ -18,6 +18,7 @@ pub const ASSIGNED_PARTITIONS: &str = "denorm_consumer_assigned_partitions";
 pub const REBALANCE_SECONDS: &str = "denorm_consumer_rebalance_seconds";
 pub const GROUP_REJOINS_TOTAL: &str = "denorm_consumer_group_rejoins_total";
 pub const OFFSET_COMMITS_TOTAL: &str = "denorm_consumer_offset_commits_total";
+pub const OFFSET_COMMIT_FAILURES_TOTAL: &str = "denorm_consumer_offset_commit_failures_total";
 pub const PARTITION_PAUSES_TOTAL: &str = "denorm_consumer_partition_pauses_total";
 pub const PARTITION_PAUSED_SECONDS: &str = "denorm_consumer_partition_paused_seconds";
 pub const MESSAGES_REJECTED_TOTAL: &str = "denorm_messages_rejected_total";
@@ -75,6 +76,7 @@ pub const ALL: &[&str] = &[
     REBALANCE_SECONDS,
     GROUP_REJOINS_TOTAL,
     OFFSET_COMMITS_TOTAL,
+    OFFSET_COMMIT_FAILURES_TOTAL,
     PARTITION_PAUSES_TOTAL,
     PARTITION_PAUSED_SECONDS,
     MESSAGES_REJECTED_TOTAL,
@@ -214,6 +216,11 @@ fn describe() {
     describe_gauge!(PARTITION_SPILLED_MESSAGES, Unit::Count, "A flooding tenant's messages past what the partition holds in memory: kept in a file until the hold has room for them (issue 47).");
     describe_gauge!(PARTITION_BUSY_LANES, Unit::Count, "Fan-outs of the partition in progress in key lanes (at most --lanes): each holds up only its own key's later commands.");
     describe_counter!(OFFSET_COMMITS_TOTAL, Unit::Count, "Offset commits sent to Kafka, by mode (async, sync).");
+    describe_counter!(
+        OFFSET_COMMIT_FAILURES_TOTAL,
+        Unit::Count,
+        "Periodic offset commits (or a partition's part of one) the broker refused, for example during a rebalance; each is sent again at the next interval."
+    );
     tenants::describe();
 }
 

@@ -84,6 +84,29 @@ impl CommitQueue {
     }
 }
 
+/// Failed offset commits in a row. While a rebalance is in progress every
+/// commit fails (`RebalanceInProgress`) until the member has rejoined: at
+/// the default interval that is 50 failures a second. The first of a run is
+/// worth a warning; the rest are counted, and the count is told when a
+/// commit succeeds again.
+#[derive(Debug, Default)]
+pub(crate) struct FailureRun {
+    failed: u64,
+}
+
+impl FailureRun {
+    /// Counts a failure; true for the first of a run (the one to tell).
+    pub(crate) fn failed(&mut self) -> bool {
+        self.failed += 1;
+        self.failed == 1
+    }
+
+    /// Ends a run: how many commits had failed in it, if any.
+    pub(crate) fn succeeded(&mut self) -> Option<u64> {
+        (self.failed > 0).then(|| std::mem::take(&mut self.failed))
+    }
+}
+
 /// The entries of a librdkafka partition list.
 ///
 /// # Safety
@@ -107,5 +130,20 @@ impl Drop for CommitQueue {
         // SAFETY: the queue was created by rd_kafka_queue_new and is
         // destroyed once.
         unsafe { rd::rd_kafka_queue_destroy(self.queue) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FailureRun;
+
+    #[test]
+    fn the_first_failure_of_a_run_is_told_and_the_run_is_counted_when_a_commit_succeeds() {
+        let mut run = FailureRun::default();
+        assert_eq!(run.succeeded(), None, "no run yet");
+        assert_eq!([run.failed(), run.failed(), run.failed()], [true, false, false]);
+        assert_eq!(run.succeeded(), Some(3));
+        assert_eq!(run.succeeded(), None, "the run ended");
+        assert!(run.failed(), "a new run is told again");
     }
 }

@@ -243,6 +243,7 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
         stopped: Mutex::new(Default::default()),
         membership: Mutex::new(Membership::joining(Instant::now(), patience)),
         commits: Mutex::new(None),
+        commit_failures: Mutex::new(Default::default()),
     };
     let consumer: BaseConsumer<WorkerContext> = cc.create_with_context(ctx)?;
     *consumer.context().commits.lock().expect("commits lock") = Some(commits::CommitQueue::new(&consumer));

@@ -12,10 +12,10 @@ use metrics::{counter, gauge};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, RebalanceProtocol};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::applier::Partition;
-use super::commits::CommitQueue;
+use super::commits::{CommitQueue, FailureRun};
 use super::membership::Membership;
 use super::{Shared, WorkerError};
 use crate::http::Health;
@@ -36,6 +36,8 @@ pub(super) struct WorkerContext {
     /// Where the answers to asynchronous offset commits arrive (set once
     /// the consumer exists; taken before it is dropped).
     pub(super) commits: Mutex<Option<CommitQueue>>,
+    /// Failed commits in a row (told once per run, see [`FailureRun`]).
+    pub(super) commit_failures: Mutex<FailureRun>,
 }
 
 impl ClientContext for WorkerContext {
@@ -154,6 +156,16 @@ impl ConsumerContext for WorkerContext {
     }
 }
 
+/// Counts a failed commit; logs the first of a run of failures.
+fn commit_failed(run: &mut FailureRun, partition: Option<i32>, error: &str) {
+    counter!(m::OFFSET_COMMIT_FAILURES_TOTAL).increment(1);
+    if run.failed() {
+        warn!(?partition, error, "offset commit failed (sent again at the next interval; until one succeeds, further failures are counted, not logged)");
+    } else {
+        debug!(?partition, error, "offset commit failed again");
+    }
+}
+
 impl WorkerContext {
     /// Takes the answers to asynchronous commits that arrived, without
     /// waiting. A commit counts only once the broker has confirmed it: an
@@ -169,10 +181,12 @@ impl WorkerContext {
             return;
         }
         let mut parts = self.parts.lock().expect("parts lock");
+        let mut run = self.commit_failures.lock().expect("commit failures lock");
         for answer in answers {
             match answer {
-                Err(e) => warn!(error = %e, "offset commit failed (retried at the next interval)"),
+                Err(e) => commit_failed(&mut run, None, &e),
                 Ok(list) => {
+                    let mut all_taken = true;
                     for a in list {
                         match a.error {
                             None => {
@@ -180,7 +194,15 @@ impl WorkerContext {
                                     part.committed = part.committed.max(a.offset);
                                 }
                             }
-                            Some(err) => warn!(partition = a.partition, error = %err, "offset commit of a partition failed (retried at the next interval)"),
+                            Some(err) => {
+                                all_taken = false;
+                                commit_failed(&mut run, Some(a.partition), &err);
+                            }
+                        }
+                    }
+                    if all_taken {
+                        if let Some(n) = run.succeeded() {
+                            info!(failed_in_a_row = n, "offset commits succeed again");
                         }
                     }
                 }
