@@ -81,9 +81,10 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
     for _ in 0..2 {
         let mut cfg = WorkerConfig::new(kafka.clone(), group.clone());
         // The in-process broker loses no heartbeat to a network. Under load
-        // its coordinator has held the group's first rebalance until exactly
-        // one session timeout after the workers started, as if waiting for
-        // a member that never heartbeats: at the default 45 s the demo took
+        // its coordinator has answered the follower's first SyncGroup with
+        // INVALID_REQUEST, then held the join that followed for a whole
+        // session timeout, though both workers had joined again within 3 s
+        // (librdkafka's cgrp debug log): at the default 45 s the demo took
         // 54 s instead of 12 (one run in six, six demos at once), and 142 s
         // in the test suite. 6 s is the least brokers accept.
         cfg.session_timeout = Duration::from_secs(6);
