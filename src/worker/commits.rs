@@ -135,7 +135,77 @@ impl Drop for CommitQueue {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
     use super::FailureRun;
+    use crate::command::Command;
+    use crate::http::Health;
+    use crate::index::embedded::{EmbeddedBackend, EmbeddedIndex};
+    use crate::kafka::KafkaConfig;
+    use crate::worker::{self, Stats, WorkerConfig};
+
+    /// On librdkafka's in-process broker, told to refuse the next three
+    /// offset commits: the worker counts each refusal
+    /// (`denorm_consumer_offset_commit_failures_total`, which
+    /// `DenormOffsetCommitsFailing` alerts on), sends the offset again at
+    /// each interval, and it is committed once the broker takes it.
+    /// The log lines of every thread, kept for the test to read.
+    #[derive(Clone, Default)]
+    struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Log {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn refused_offset_commits_are_counted_and_sent_again_until_one_is_taken() {
+        let log = Log::default();
+        let writer = log.clone();
+        tracing::subscriber::set_global_default(tracing_subscriber::fmt().with_ansi(false).with_max_level(tracing::Level::INFO).with_writer(move || writer.clone()).finish()).unwrap();
+        let metrics = crate::metrics::install().unwrap();
+        let cluster = MockCluster::new(1).unwrap();
+        let topic = "commits";
+        cluster.create_topic(topic, 1, 1).unwrap();
+        cluster.create_topic(&crate::dlq::default_topic(topic), 1, 1).unwrap();
+        let mut kafka = KafkaConfig::new(cluster.bootstrap_servers(), topic);
+        kafka.partitions = 1;
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let file = Command::UpsertFile { id: "f".into(), path: "/a/f.txt".into(), contents: "x".into(), previous_path: None };
+        rt.block_on(async { crate::produce::Producer::new(&kafka).unwrap().send_all(vec![file], 10, |_| {}).await.unwrap() });
+        cluster.request_errors(RDKafkaApiKey::OffsetCommit, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_METADATA_TOO_LARGE; 3]);
+
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Arc::new(EmbeddedBackend::new(EmbeddedIndex::open(dir.path(), topic).unwrap(), 64 << 20));
+        let cfg = WorkerConfig::new(kafka.clone(), "commits");
+        worker::settings::announce(backend.as_ref(), &cfg).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let w = {
+            let stop = stop.clone();
+            std::thread::spawn(move || worker::run(cfg, backend, stop, Arc::new(Health::default()), Arc::new(Stats::default())))
+        };
+        let applied = crate::kafka::wait_until_applied(&kafka, "commits", 1, Duration::from_secs(60), |_| {});
+        stop.store(true, Ordering::SeqCst);
+        w.join().unwrap().unwrap();
+        applied.expect("the group's offset committed once the broker took it");
+        let text = metrics.render();
+        let refused = text.lines().find_map(|l| l.strip_prefix("denorm_consumer_offset_commit_failures_total ")).unwrap_or_else(|| panic!("no refusal counted:\n{text}"));
+        assert_eq!(refused.trim(), "3", "{text}");
+        // One warning for the run, and its count once a commit is taken.
+        let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(log.matches("offset commit failed").count(), 1, "{log}");
+        assert!(log.contains("offset commits succeed again failed_in_a_row=3"), "{log}");
+    }
 
     #[test]
     fn the_first_failure_of_a_run_is_told_and_the_run_is_counted_when_a_commit_succeeds() {

@@ -159,10 +159,11 @@ impl ConsumerContext for WorkerContext {
 /// Counts a failed commit; logs the first of a run of failures.
 fn commit_failed(run: &mut FailureRun, partition: Option<i32>, error: &str) {
     counter!(m::OFFSET_COMMIT_FAILURES_TOTAL).increment(1);
-    if run.failed() {
-        warn!(?partition, error, "offset commit failed (sent again at the next interval; until one succeeds, further failures are counted, not logged)");
-    } else {
-        debug!(?partition, error, "offset commit failed again");
+    const FIRST: &str = "offset commit failed (sent again at the next interval; until one succeeds, further failures are counted, not logged)";
+    match (run.failed(), partition) {
+        (true, Some(p)) => warn!(partition = p, error, "{FIRST}"),
+        (true, None) => warn!(error, "{FIRST}"),
+        (false, _) => debug!(?partition, error, "offset commit failed again"),
     }
 }
 
