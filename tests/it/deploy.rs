@@ -66,6 +66,7 @@ fn dashboard_queries_name_exported_metrics() {
         "denorm_tenant_apply_delay_seconds",
         "denorm_tenant_fan_out_documents_total",
         "denorm_tenant_dead_letters_total",
+        "denorm_consumer_offset_commit_failures_total",
     ] {
         assert!(used.contains(needed), "dashboard lacks {needed}");
     }
