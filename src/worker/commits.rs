@@ -149,11 +149,6 @@ mod tests {
     use crate::kafka::KafkaConfig;
     use crate::worker::{self, Stats, WorkerConfig};
 
-    /// On librdkafka's in-process broker, told to refuse the next three
-    /// offset commits: the worker counts each refusal
-    /// (`denorm_consumer_offset_commit_failures_total`, which
-    /// `DenormOffsetCommitsFailing` alerts on), sends the offset again at
-    /// each interval, and it is committed once the broker takes it.
     /// The log lines of every thread, kept for the test to read.
     #[derive(Clone, Default)]
     struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
@@ -168,6 +163,12 @@ mod tests {
         }
     }
 
+    /// On librdkafka's in-process broker, told to refuse the next three
+    /// offset commits: the worker counts each refusal
+    /// (`denorm_consumer_offset_commit_failures_total`, which
+    /// `DenormOffsetCommitsFailing` alerts on), sends the offset again at
+    /// each interval, and it is committed once the broker takes it. Both
+    /// backends share this path (it is the Kafka side of the worker).
     #[test]
     fn refused_offset_commits_are_counted_and_sent_again_until_one_is_taken() {
         let log = Log::default();

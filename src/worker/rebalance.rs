@@ -158,8 +158,8 @@ impl ConsumerContext for WorkerContext {
 
 /// Counts a failed commit; logs the first of a run of failures.
 fn commit_failed(run: &mut FailureRun, partition: Option<i32>, error: &str) {
-    counter!(m::OFFSET_COMMIT_FAILURES_TOTAL).increment(1);
     const FIRST: &str = "offset commit failed (sent again at the next interval; until one succeeds, further failures are counted, not logged)";
+    counter!(m::OFFSET_COMMIT_FAILURES_TOTAL).increment(1);
     match (run.failed(), partition) {
         (true, Some(p)) => warn!(partition = p, error, "{FIRST}"),
         (true, None) => warn!(error, "{FIRST}"),
