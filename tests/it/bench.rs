@@ -212,6 +212,10 @@ fn tenant_flood_measured(r: &serde_json::Value, n: u64) {
     // the plain consumer's p99 during the flood.
     let bound = f("alone_p99_ms").max(h("during_p99_ms"));
     assert!((f("broker_bounded_ratio") - f("during_p99_ms") / bound).abs() < 1e-9, "{t}");
+    // What the index took during the flood, both tenants' commands.
+    let rate = (n as f64 + f("during_commands")) / f("drain_seconds");
+    assert!((f("index_commands_per_sec") - rate).abs() < 1e-6 * rate, "{t}");
+    assert!((f("quiet_share_of_index") - t["rate"].as_f64().unwrap() / rate).abs() < 1e-9, "{t}");
 }
 
 /// The profile-change and mixed-log phases ran with `users` users, beside

@@ -64,6 +64,8 @@ struct Series {
     /// draining of it.
     produced_secs: f64,
     rate: u64,
+    /// The noisy tenant's backlog.
+    backlog: u64,
 }
 
 /// The broker's part ([`Bench::broker_series`]): produce -> read by a
@@ -112,7 +114,8 @@ impl Series {
                "during_commands": self.during.len(), "during_p50_ms": q(&self.during, 0.5), "during_p99_ms": q(&self.during, 0.99),
                "during_acked_p50_ms": q(&self.during_acked, 0.5), "during_acked_p99_ms": q(&self.during_acked, 0.99), "drain_seconds": self.drain_secs, "produced_seconds": self.produced_secs,
                "after_produced_commands": self.split().1.len(), "after_produced_p50_ms": q(self.split().1, 0.5), "after_produced_p99_ms": q(self.split().1, 0.99),
-               "worker_part_p50_ms": q(&self.worker_part(), 0.5), "worker_part_p99_ms": q(&self.worker_part(), 0.99), "cpu": self.cpu, "ratio": q(&self.during, 0.99) / q(&self.alone, 0.99).max(0.001)})
+               "worker_part_p50_ms": q(&self.worker_part(), 0.5), "worker_part_p99_ms": q(&self.worker_part(), 0.99), "cpu": self.cpu, "ratio": q(&self.during, 0.99) / q(&self.alone, 0.99).max(0.001),
+               "index_commands_per_sec": self.index_rate(), "quiet_share_of_index": self.quiet_share()})
     }
 
     /// The quiet tenant's latencies during the flood sent while the backlog
@@ -129,10 +132,24 @@ impl Series {
         self.during.iter().zip(&self.during_acked).map(|(s, a)| (s - a).max(0.0)).collect()
     }
 
+    /// Commands applied per second while the backlog drained, both
+    /// tenants' (every quiet command sent then is applied by its end).
+    fn index_rate(&self) -> f64 {
+        (self.backlog as f64 + self.during.len() as f64) / self.drain_secs.max(0.001)
+    }
+
+    /// The quiet tenant's rate as a share of what the index took during
+    /// the flood. Above one half, the quiet tenant asks for more than a
+    /// fair share of the index: its commands queue up however the worker
+    /// schedules, and its p99 grows with the flood.
+    fn quiet_share(&self) -> f64 {
+        self.rate as f64 / self.index_rate().max(0.001)
+    }
+
     fn during(&self) -> String {
         let (producing, after) = self.split();
         format!(
-            "{:.0}/{:.0} ms ({} commands; acknowledged by the broker {:.0}/{:.0} ms, then searchable {}; backlog produced in {:.1} s, drained in {:.1} s; sent while it was produced {} ({}), after {} ({}))",
+            "{:.0}/{:.0} ms ({} commands; acknowledged by the broker {:.0}/{:.0} ms, then searchable {}; backlog produced in {:.1} s, drained in {:.1} s; sent while it was produced {} ({}), after {} ({}); the index took {:.0} commands/s during the flood, the quiet tenant's {} being {:.0} % of it)",
             q(&self.during, 0.5),
             q(&self.during, 0.99),
             self.during.len(),
@@ -144,7 +161,10 @@ impl Series {
             pq(producing),
             producing.len(),
             pq(after),
-            after.len()
+            after.len(),
+            self.index_rate(),
+            self.rate,
+            self.quiet_share() * 100.0
         )
     }
 }
@@ -287,7 +307,7 @@ impl Bench<'_> {
         let cpu = clock.stop(&format!("the flood{how}"));
         let during = during?;
         worker.stop().await?;
-        Ok(Series { alone: alone.searchable, during: during.searchable, during_acked: during.acked, drain_secs, cpu, produced_secs, rate })
+        Ok(Series { alone: alone.searchable, during: during.searchable, during_acked: during.acked, drain_secs, cpu, produced_secs, rate, backlog: n })
     }
 }
 
@@ -303,5 +323,14 @@ mod tests {
         assert_eq!(against_the_broker(135.0, 3796.0), 3796.0);
         // Nothing measured: no division by zero.
         assert!(against_the_broker(0.0, 0.0) > 0.0);
+    }
+
+    #[test]
+    fn the_quiet_tenants_share_of_the_index_counts_both_tenants_commands_over_the_drain() {
+        // 100,000 of the flood and 80,000 quiet commands in 600 s: the index
+        // took 300 a second, and the quiet tenant's 200 are two thirds.
+        let s = super::Series { alone: vec![], during: vec![1.0; 80_000], during_acked: vec![], drain_secs: 600.0, cpu: serde_json::Value::Null, produced_secs: 1.0, rate: 200, backlog: 100_000 };
+        assert!((s.index_rate() - 300.0).abs() < 1e-9, "{}", s.index_rate());
+        assert!((s.quiet_share() - 2.0 / 3.0).abs() < 1e-9, "{}", s.quiet_share());
     }
 }
