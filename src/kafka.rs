@@ -544,6 +544,44 @@ pub fn delete_group(kafka: &KafkaConfig, group: &str, rt: &tokio::runtime::Handl
 
 #[cfg(test)]
 mod tests {
+    use rdkafka::consumer::BaseConsumer;
+    use rdkafka::producer::BaseProducer;
+
+    /// The transports and codecs managed clusters need are compiled into
+    /// librdkafka: a client with each of them is created (no broker is
+    /// reached; creation is where librdkafka refuses what it lacks).
+    #[test]
+    fn tls_sasl_and_every_compression_codec_are_compiled_in() {
+        let cfg = super::KafkaConfig::new("127.0.0.1:9", "t");
+        let features = rdkafka::util::get_rdkafka_version();
+        for (protocol, mechanism) in [
+            ("ssl", None),
+            ("sasl_ssl", Some("PLAIN")),
+            ("sasl_ssl", Some("SCRAM-SHA-256")),
+            ("sasl_ssl", Some("SCRAM-SHA-512")),
+            ("sasl_ssl", Some("OAUTHBEARER")),
+            ("sasl_plaintext", Some("SCRAM-SHA-512")),
+        ] {
+            let mut c = cfg.client_config();
+            c.set("security.protocol", protocol).set("sasl.username", "u").set("sasl.password", "p");
+            if let Some(m) = mechanism {
+                c.set("sasl.mechanism", m);
+            }
+            if mechanism == Some("OAUTHBEARER") {
+                c.remove("sasl.username").remove("sasl.password").set("sasl.oauthbearer.config", "principal=denorm");
+                c.set("enable.sasl.oauthbearer.unsecure.jwt", "true");
+            }
+            if let Err(e) = c.create::<BaseConsumer>() {
+                panic!("{protocol} with {mechanism:?} refused by librdkafka {features:?}: {e}");
+            }
+        }
+        for codec in ["gzip", "snappy", "lz4", "zstd"] {
+            if let Err(e) = cfg.producer_config(&[("compression.type", codec)]).create::<BaseProducer>() {
+                panic!("compression.type={codec} refused by librdkafka {features:?}: {e}");
+            }
+        }
+    }
+
     #[test]
     fn a_wait_timeout_names_the_partitions_behind() {
         let p = |partition, lag| super::PartitionLag { partition, committed: 10, end: 10 + lag, lag, unapplied: lag };

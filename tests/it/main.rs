@@ -27,6 +27,7 @@ mod registry_contracts;
 mod scenarios;
 mod tenants;
 mod topics;
+mod transport;
 mod verify;
 mod verify_fooled;
 mod verify_log;

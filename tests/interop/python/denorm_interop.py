@@ -3,9 +3,10 @@ and aiokafka: the Python example of docs/producers.md, run by
 tests/it/interop.rs.
 
     python denorm_interop.py fingerprints SCHEMA_FILE...
-    python denorm_interop.py produce BROKERS TOPIC SCHEMAS_DIR PREFIX
+    python denorm_interop.py produce BROKERS TOPIC SCHEMAS_DIR PREFIX [COMPRESSION]
     python denorm_interop.py decode BROKERS TOPIC SCHEMAS_DIR COUNT
     python denorm_interop.py send-lines BROKERS TOPIC FILE
+    python denorm_interop.py scram-user BROKERS CA_FILE USER PASSWORD
 
 tansu 0.6 (the test broker) dies on the InitProducerId request that
 aiokafka's idempotent producer sends, so idempotence is off here; against
@@ -89,10 +90,11 @@ def commands(p):
     ]
 
 
-async def produce(brokers, topic, schemas, prefix):
+async def produce(brokers, topic, schemas, prefix, compression=None):
     schema = load(f"{schemas}/command.avsc")
     fp = wire_fingerprint(schema)
-    producer = AIOKafkaProducer(bootstrap_servers=brokers, acks="all", enable_idempotence=False)
+    # compression: gzip, snappy, lz4 or zstd batches (cramjam's codecs).
+    producer = AIOKafkaProducer(bootstrap_servers=brokers, acks="all", enable_idempotence=False, compression_type=compression)
     await producer.start()
     try:
         md = None
@@ -153,15 +155,31 @@ async def send_lines(brokers, topic, path):
         await producer.stop()
 
 
+def scram_user(brokers, ca, user, password):
+    """Creates a SCRAM-SHA-256 and -512 user over SASL_SSL with librdkafka's
+    own Python client, authenticating with PLAIN (which tansu 0.6 takes
+    with any password)."""
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    admin = AdminClient({"bootstrap.servers": brokers, "security.protocol": "SASL_SSL", "ssl.ca.location": ca,
+                         "sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin"})
+    upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(m, 8192), password.encode())
+               for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]
+    for future in admin.alter_user_scram_credentials(upserts).values():
+        future.result(timeout=30)
+    print(json.dumps({"user": user, "mechanisms": ["SCRAM-SHA-256", "SCRAM-SHA-512"]}), flush=True)
+
+
 def main(argv):
     if argv[:1] == ["fingerprints"]:
         print(json.dumps({f: wire_fingerprint(load(f)).hex() for f in argv[1:]}))
     elif argv[:1] == ["produce"]:
-        asyncio.run(produce(argv[1], argv[2], argv[3], argv[4]))
+        asyncio.run(produce(argv[1], argv[2], argv[3], argv[4], argv[5] if len(argv) > 5 else None))
     elif argv[:1] == ["decode"]:
         asyncio.run(decode(argv[1], argv[2], argv[3], int(argv[4])))
     elif argv[:1] == ["send-lines"]:
         asyncio.run(send_lines(argv[1], argv[2], argv[3]))
+    elif argv[:1] == ["scram-user"]:
+        scram_user(argv[1], argv[2], argv[3], argv[4])
     else:
         raise SystemExit(__doc__)
 

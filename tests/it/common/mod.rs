@@ -5,6 +5,7 @@
 pub mod chaos;
 pub mod elastic;
 pub mod ports;
+pub mod tls;
 
 use ports::{listens_itself, on_a_free_port};
 use std::collections::BTreeSet;
@@ -59,11 +60,14 @@ pub fn eventually<T>(timeout: Duration, what: impl FnOnce() -> String, mut check
 pub struct Broker {
     pub brokers: String,
     private: Option<Private>,
+    /// The TLS endpoint clients reach the broker through
+    /// ([`Broker::private_tls`]).
+    pub front: Option<tls::Front>,
 }
 
 pub fn broker() -> Broker {
     if let Ok(b) = std::env::var("DENORM_TEST_BROKERS") {
-        return Broker { brokers: b, private: None };
+        return Broker { brokers: b, private: None, front: None };
     }
     Broker::private()
 }
@@ -74,7 +78,21 @@ impl Broker {
     pub fn private() -> Broker {
         let dir = tempfile::tempdir().unwrap();
         let (port, child) = on_a_free_port("tansu", |port| start_tansu(dir.path(), port));
-        Broker { brokers: format!("127.0.0.1:{port}"), private: Some(Private { child, dir }) }
+        Broker { brokers: format!("127.0.0.1:{port}"), private: Some(Private { child, dir }), front: None }
+    }
+
+    /// A tansu of this test's own reached over TLS only: it advertises the
+    /// port of a TLS endpoint ([`tls::Front`]) that forwards to its own
+    /// plaintext listener (tansu 0.6 parses `--cert` but never uses it).
+    /// With `authentication`, tansu requires SASL (`--authentication`).
+    pub fn private_tls(certs: &tls::Certs, authentication: bool) -> Broker {
+        let dir = tempfile::tempdir().unwrap();
+        let endpoint = tls::Endpoint::bind();
+        let advertised = format!("tcp://127.0.0.1:{}", endpoint.port);
+        let auth: &[&str] = if authentication { &["--authentication"] } else { &[] };
+        let (port, child) = on_a_free_port("tansu", |port| start_tansu_as(dir.path(), port, &advertised, auth));
+        let front = endpoint.forward_to(certs, port);
+        Broker { brokers: format!("127.0.0.1:{}", front.port), private: Some(Private { child, dir }), front: Some(front) }
     }
 
     /// noida-db's Kafka-protocol broker, of this test's own: a broker
@@ -82,7 +100,7 @@ impl Broker {
     /// partitions to a topic).
     pub fn noida() -> Broker {
         let (port, private) = start_noida("kafka");
-        Broker { brokers: format!("127.0.0.1:{port}"), private: Some(private) }
+        Broker { brokers: format!("127.0.0.1:{port}"), private: Some(private), front: None }
     }
 
     /// SIGKILLs a private broker.
@@ -124,12 +142,18 @@ pub fn start_noida(service: &str) -> (u16, Private) {
 }
 
 fn start_tansu(dir: &Path, port: u16) -> Child {
+    start_tansu_as(dir, port, &format!("tcp://127.0.0.1:{port}"), &[])
+}
+
+/// tansu listening on `port`, advertising `advertised`, with `extra` flags.
+fn start_tansu_as(dir: &Path, port: u16, advertised: &str, extra: &[&str]) -> Child {
     let bin = std::env::var("DENORM_TANSU").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/denorm/tansu-0.6.0/bin/tansu"));
     assert!(bin.exists(), "no broker: set DENORM_TEST_BROKERS or install tansu with scripts/install-tansu.sh (looked for {})", bin.display());
     let url = format!("tcp://127.0.0.1:{port}");
     Proc::new(&bin)
-        .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+        .args(["broker", "--listener-url", &url, "--advertised-listener-url", advertised])
         .args(["--storage-engine", "sqlite://broker.db"])
+        .args(extra)
         .current_dir(dir)
         .env_remove("LISTENER_URL")
         .env_remove("ADVERTISED_LISTENER_URL")
