@@ -74,7 +74,16 @@ pub async fn serve(addr: SocketAddr, metrics: PrometheusHandle, health: Arc<Heal
     });
     tokio::spawn(async move {
         loop {
-            let Ok((mut stream, _)) = listener.accept().await else { continue };
+            let mut stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors, typically: accepting again at
+                    // once would spin a core until one is free.
+                    tracing::debug!(error = %e, "accepting a connection to the metrics endpoint failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
             let metrics = metrics.clone();
             let health = health.clone();
             tokio::spawn(async move {

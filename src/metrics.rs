@@ -25,6 +25,7 @@ pub const MESSAGES_REJECTED_TOTAL: &str = "denorm_messages_rejected_total";
 pub const DEAD_LETTERS_TOTAL: &str = "denorm_dead_letters_total";
 pub const DEAD_LETTER_RETRIES_TOTAL: &str = "denorm_dead_letter_retries_total";
 pub const PARKED_KEYS: &str = "denorm_parked_keys";
+pub const PARKING_REFUSED_TOTAL: &str = "denorm_parking_refused_total";
 pub const DEGRADED_PARTITIONS: &str = "denorm_degraded_partitions";
 pub const PARTITION_STOPPED: &str = "denorm_partition_stopped";
 pub const ES_BULK_SECONDS: &str = "denorm_es_bulk_request_seconds";
@@ -83,6 +84,7 @@ pub const ALL: &[&str] = &[
     DEAD_LETTERS_TOTAL,
     DEAD_LETTER_RETRIES_TOTAL,
     PARKED_KEYS,
+    PARKING_REFUSED_TOTAL,
     DEGRADED_PARTITIONS,
     PARTITION_STOPPED,
     ES_BULK_SECONDS,
@@ -176,6 +178,11 @@ fn describe() {
     );
     describe_counter!(DEAD_LETTER_RETRIES_TOTAL, Unit::Count, "Failed writes to the dead-letter topic, retried (nothing is committed past them meanwhile).");
     describe_gauge!(PARKED_KEYS, Unit::Count, "Keys of the partition parked behind an aborted command, waiting for `denorm dlq reprocess` or `clear`.");
+    describe_counter!(
+        PARKING_REFUSED_TOTAL,
+        Unit::Count,
+        "Aborted commands whose key was not parked because the partition parks --max-parked-keys keys already: their keys' later commands are applied."
+    );
     describe_gauge!(DEGRADED_PARTITIONS, Unit::Count, "Partitions retrying a transient failure (index or dead-letter topic unavailable); /readyz fails while it is above 0.");
     describe_gauge!(PARTITION_STOPPED, Unit::Count, "1 while the partition is stopped because retention deleted commands its shard never applied (a gap that is never skipped); 0 once revoked.");
     describe_histogram!(ES_BULK_SECONDS, Unit::Seconds, "Latency of Elasticsearch bulk requests.");

@@ -150,6 +150,18 @@ pub struct RunArgs {
     /// With --instance-id it is also how long a restart may take without a rebalance
     #[arg(long, env = "DENORM_SESSION_TIMEOUT_MS", default_value_t = defaults::SESSION_TIMEOUT_MS, value_parser = clap::value_parser!(u32).range(1000..=3_600_000))]
     session_timeout_ms: u32,
+    /// The longest a message waits on another partition or on the rest of a cross-key move, in
+    /// seconds: an owner change's upsert or a move's first chunk waiting for the partition its
+    /// documents leave, a move spanning several messages waiting for its next chunk. Past it the
+    /// message is dead-lettered (reason takeover_timeout or move_incomplete) and its key parked;
+    /// the partition's other keys go on
+    #[arg(long, env = "DENORM_WAIT_LIMIT_SECS", default_value_t = defaults::WAIT_LIMIT_SECS, value_parser = clap::value_parser!(u64).range(1..))]
+    wait_limit_secs: u64,
+    /// Keys a partition parks at most: parked keys are kept in every checkpoint, and any producer
+    /// can make them. A command aborted past it is dead-lettered without parking its key, whose
+    /// later commands are then applied (counted by denorm_parking_refused_total)
+    #[arg(long, env = "DENORM_MAX_PARKED_KEYS", default_value_t = defaults::MAX_PARKED_KEYS)]
+    max_parked_keys: usize,
     #[command(flatten)]
     pub cross_key: super::CrossKeyArgs,
     #[command(flatten)]
@@ -245,6 +257,8 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.instance_id = a.instance_id.clone();
     cfg.session_timeout = Duration::from_millis(a.session_timeout_ms.into());
     cfg.takeover_waits = !a.cross_key.no_takeover_waits;
+    cfg.wait_limit = Duration::from_secs(a.wait_limit_secs);
+    cfg.max_parked_keys = a.max_parked_keys;
     cfg.any_partitioner = a.cross_key.any_partitioner;
     if let Some(id) = &cfg.instance_id {
         // What the consumer will use: an -X session.timeout.ms wins over the flag.

@@ -30,7 +30,10 @@ pub fn parse_line(line_no: usize, line: &str) -> Result<Option<Command>, LineErr
     if let Some(t) = &tenant {
         super::tenant::validate(t).map_err(|e| err(e.to_string()))?;
     }
-    Ok(Some(command.scoped(tenant.as_deref())))
+    let scoped = command.scoped(tenant.as_deref());
+    // Scoped, an id is longer by its tenant's: checked here, at its line.
+    scoped.validate_scoped().map_err(|e| err(e.to_string()))?;
+    Ok(Some(scoped))
 }
 
 /// The JSONL line of a command (scoped or not): what [`parse_line`] reads
@@ -89,6 +92,17 @@ mod tests {
             let line = serde_json::to_string(&c).unwrap();
             assert_eq!(parse_line(1, &line).unwrap(), Some(c), "{line}");
         }
+    }
+
+    #[test]
+    fn an_id_too_long_once_scoped_by_its_tenant_is_refused_at_its_line() {
+        let id = "i".repeat(508);
+        let line = format!(r#"{{"op":"upsert_user","id":"{id}","name":"n","email":"","dob":"1970-01-01","tenant":"acme"}}"#);
+        let e = parse_line(7, &line).unwrap_err();
+        assert_eq!(e.line, 7);
+        assert!(e.reason.contains("with its tenant's scope"), "{}", e.reason);
+        let plain = format!(r#"{{"op":"upsert_user","id":"{id}","name":"n","email":"","dob":"1970-01-01"}}"#);
+        assert!(parse_line(7, &plain).unwrap().is_some(), "508 bytes is a valid id of the default tenant");
     }
 
     #[test]

@@ -312,6 +312,10 @@ fn check_id(field: &'static str, id: &str) -> Result<(), CommandError> {
         "is longer than 512 bytes"
     } else if id.chars().any(char::is_control) {
         "has a control character"
+    } else if id == "." || id == ".." {
+        // An id is a path segment of Elasticsearch's document URLs, which
+        // resolve these.
+        "is '.' or '..'"
     } else {
         return Ok(());
     };
@@ -466,5 +470,33 @@ mod tests {
         assert!(user("x".repeat(MAX_TERM_LEN + 1), String::new()).is_err());
         assert!(user("n".into(), "e".repeat(MAX_TERM_LEN + 1)).is_err());
         assert!(user("x".repeat(MAX_TERM_LEN), "e".repeat(MAX_TERM_LEN)).is_ok());
+    }
+
+    /// Each ancestor of a file is a term of it: a path's depth is bounded.
+    #[test]
+    fn paths_deeper_than_the_limit_are_refused() {
+        let file = |path: String| Command::UpsertFile { id: "f".into(), path, contents: String::new(), previous_path: None }.validate();
+        let deepest = format!("{}/f", "/a".repeat(path::MAX_DEPTH - 1));
+        assert_eq!(path::depth(&deepest), path::MAX_DEPTH);
+        assert!(file(deepest.clone()).is_ok());
+        let e = file(format!("/a{deepest}")).unwrap_err().to_string();
+        assert!(e.contains("more than 256 segments"), "{e}");
+        assert!(file(format!("{}/f", "/a".repeat(2000))).is_err(), "2,001 segments in 4,002 bytes");
+        assert!(rename("/a/b", &format!("/a{deepest}")).validate().is_err());
+    }
+
+    /// Document ids are path segments of Elasticsearch's URLs: `.` and `..`
+    /// would address the index itself.
+    #[test]
+    fn ids_that_urls_resolve_are_refused() {
+        for id in [".", ".."] {
+            let e = Command::UpsertFile { id: id.into(), path: "/a/b".into(), contents: String::new(), previous_path: None }.validate().unwrap_err().to_string();
+            assert!(e.contains("'.' or '..'"), "{id}: {e}");
+            assert!(Command::UpsertUser { id: id.into(), name: "n".into(), email: String::new(), dob: "1970-01-01".into() }.validate().is_err());
+            assert!(Command::DeletePost { id: id.into(), user_id: "u".into() }.validate().is_err());
+        }
+        for id in ["...", ".a", "a.", "a..b"] {
+            assert!(Command::UpsertFile { id: id.into(), path: "/a/b".into(), contents: String::new(), previous_path: None }.validate().is_ok(), "{id}");
+        }
     }
 }

@@ -9,8 +9,13 @@
 
 use super::CommandError;
 
-/// Checks that `path` is absolute, has no empty, `.` or `..` segment and no
-/// trailing slash. `what` names the field in the error.
+/// Most segments a path has: every ancestor is an indexed term of its
+/// file (`path.tree`), so depth multiplies what one command writes.
+pub const MAX_DEPTH: usize = 256;
+
+/// Checks that `path` is absolute, has no empty, `.` or `..` segment, no
+/// trailing slash and at most [`MAX_DEPTH`] segments. `what` names the
+/// field in the error.
 pub fn validate(what: &'static str, path: &str) -> Result<(), CommandError> {
     let invalid = |reason: &str| CommandError::InvalidPath { field: what, path: path.to_string(), reason: reason.to_string() };
     if !path.starts_with('/') {
@@ -22,7 +27,10 @@ pub fn validate(what: &'static str, path: &str) -> Result<(), CommandError> {
     if path.len() > super::MAX_TERM_LEN {
         return Err(invalid(&format!("is {} bytes, longer than {}", path.len(), super::MAX_TERM_LEN)));
     }
-    for segment in path[1..].split('/') {
+    for (n, segment) in path[1..].split('/').enumerate() {
+        if n == MAX_DEPTH {
+            return Err(invalid(&format!("has more than {MAX_DEPTH} segments")));
+        }
         match segment {
             "" => return Err(invalid("has an empty segment")),
             "." | ".." => return Err(invalid("has a '.' or '..' segment")),

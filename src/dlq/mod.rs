@@ -91,6 +91,19 @@ pub mod reason {
     /// A repair (`denorm verify --repair`) whose document was written
     /// after the verify compared it: not applied. Its key is not parked.
     pub const REPAIR_REFUSED: &str = "repair_refused";
+    /// A take-over (an owner change's upsert, a move's first chunk) whose
+    /// departure the partition it waited for did not reach within
+    /// `--wait-limit-secs`: an `after` or a source position that names a
+    /// place the log never reaches, or a partition nobody applies.
+    pub const TAKEOVER_TIMEOUT: &str = "takeover_timeout";
+    /// A chunk of a move spanning several messages whose next chunk did
+    /// not come within `--wait-limit-secs`: the move is ended, its
+    /// documents withdrawn, and each of its chunks read so far
+    /// dead-lettered with its files.
+    pub const MOVE_INCOMPLETE: &str = "move_incomplete";
+    /// A control message that cannot be carried out as it stands (a
+    /// `PLACE` naming a placement move that was never recorded).
+    pub const INVALID_CONTROL: &str = "invalid_control";
 }
 
 impl Action {

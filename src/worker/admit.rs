@@ -35,6 +35,10 @@ pub struct Rejection {
     /// destination dead-letters it and still plays its part in its move
     /// (without its files), so that the move ends.
     pub chunk: Option<Box<crate::command::moves::MoveIn>>,
+    /// Whether the message's key is parked behind it (with `--on-abort
+    /// park`): not when the message names another tenant than its key's,
+    /// since a producer of one tenant must not hold another tenant's key.
+    pub parks: bool,
 }
 
 pub mod reason {
@@ -47,7 +51,25 @@ pub mod reason {
     pub const MISSING_KEY: &str = "missing_key";
     pub const KEY_MISMATCH: &str = "key_mismatch";
     pub const INVALID_TENANT: &str = "invalid_tenant";
-    pub const ALL: &[&str] = &[EMPTY_PAYLOAD, OVERSIZED, NOT_SINGLE_OBJECT, UNKNOWN_SCHEMA, UNDECODABLE, INVALID_COMMAND, MISSING_KEY, KEY_MISMATCH, INVALID_TENANT];
+    /// A key longer than any valid command's ([`super::MAX_KEY_BYTES`]):
+    /// dead-lettered without it, and no key is parked.
+    pub const OVERSIZED_KEY: &str = "oversized_key";
+    pub const ALL: &[&str] = &[EMPTY_PAYLOAD, OVERSIZED, NOT_SINGLE_OBJECT, UNKNOWN_SCHEMA, UNDECODABLE, INVALID_COMMAND, MISSING_KEY, KEY_MISMATCH, INVALID_TENANT, OVERSIZED_KEY];
+}
+
+/// The longest key a valid message has: a path's top-level directory (at
+/// most a whole path, [`crate::command::MAX_TERM_LEN`] bytes) scoped by
+/// the longest tenant and its separator.
+pub const MAX_KEY_BYTES: usize = crate::command::MAX_TERM_LEN + crate::command::tenant::MAX_TENANT_LEN + 1;
+
+/// A key for messages and letters: the key itself when it is short, else
+/// its length and its first bytes (a key over [`MAX_KEY_BYTES`] is never
+/// shown or kept whole).
+pub fn shown_key(key: &[u8]) -> String {
+    match key.len() {
+        n if n > MAX_KEY_BYTES => format!("{:?}... ({n} bytes)", String::from_utf8_lossy(&key[..64])),
+        _ => format!("{:?}", String::from_utf8_lossy(key)),
+    }
 }
 
 /// One input of the `admit` fuzz target (`fuzz/`): its first byte says how
@@ -79,7 +101,10 @@ pub fn fuzz_input(c: &Codec, data: &[u8]) -> bool {
 /// command's ordering domain (a wrong key would put it in the wrong
 /// partition's order). Control messages must carry their key too.
 pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_bytes: usize) -> Result<Admitted, NotAdmitted> {
-    let reject = |reason, detail: String| Err(NotAdmitted::Rejected(Rejection { reason, detail, chunk: None }));
+    let reject = |reason, detail: String| Err(NotAdmitted::Rejected(Rejection { reason, detail, chunk: None, parks: true }));
+    if let Some(k) = key.filter(|k| k.len() > MAX_KEY_BYTES) {
+        return reject(reason::OVERSIZED_KEY, format!("the key is {} bytes, more than the {MAX_KEY_BYTES} of the longest valid key: {}", k.len(), shown_key(k)));
+    }
     let payload = match payload {
         None | Some([]) => return reject(reason::EMPTY_PAYLOAD, "the message has no payload".into()),
         // A cross-key move's documents are written by a worker, in chunks
@@ -105,7 +130,8 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
                 Ok(()) => (reason::KEY_MISMATCH, format!("a move into {:?} is keyed {:?}", m.to, String::from_utf8_lossy(got))),
                 Err(e) => (reason::INVALID_COMMAND, e.to_string()),
             };
-            return Err(NotAdmitted::Rejected(Rejection { reason, detail, chunk: Some(Box::new(m)) }));
+            let parks = key_tenant(key) == crate::command::tenant::of(m.to.as_str());
+            return Err(NotAdmitted::Rejected(Rejection { reason, detail, chunk: Some(Box::new(m)), parks }));
         }
         Err(e) if e.is_retryable() => return Err(NotAdmitted::Unavailable(e.to_string())),
         Err(e) => {
@@ -117,6 +143,10 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
             return reject(reason, e.to_string());
         }
     };
+    // From here on the envelope names its tenant: a message of another
+    // tenant than its key's parks nothing.
+    let parks = key_tenant(key) == envelope.tenant.as_deref();
+    let reject = |reason, detail: String| Err(NotAdmitted::Rejected(Rejection { reason, detail, chunk: None, parks }));
     if let Err(e) = envelope.validate() {
         let why = match e {
             crate::command::CommandError::InvalidTenant { .. } => reason::INVALID_TENANT,
@@ -134,6 +164,12 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
         Some(k) if k != expected.as_bytes() => reject(reason::KEY_MISMATCH, format!("the message is keyed {:?} but its command's key is {expected:?}", String::from_utf8_lossy(k))),
         Some(_) => Ok(Admitted::Command(envelope)),
     }
+}
+
+/// The tenant a message's key names (`None`: the default tenant's, or a
+/// key that is not UTF-8).
+fn key_tenant(key: Option<&[u8]>) -> Option<&str> {
+    key.and_then(|k| std::str::from_utf8(k).ok()).and_then(crate::command::tenant::of)
 }
 
 #[cfg(test)]
@@ -174,6 +210,23 @@ mod tests {
         assert!(r.detail.contains("longer than 64"), "{}", r.detail);
     }
 
+    /// The bound on keys lets every valid key through: a tenant's rename
+    /// of a top-level directory, with the longest tenant and path allowed.
+    #[test]
+    fn the_longest_valid_key_is_admitted_and_one_byte_more_is_not() {
+        let c = Codec::new();
+        let (tenant, path) = ("t".repeat(crate::command::tenant::MAX_TENANT_LEN), format!("/{}", "p".repeat(crate::command::MAX_TERM_LEN - 1)));
+        let rename = Envelope::new(Command::RenamePath { from: path.clone(), to: "/q".into() }).of_tenant(Some(&tenant));
+        let msg = c.encode(&rename);
+        let key = format!("{tenant}\u{1f}{path}");
+        assert_eq!(key.len(), MAX_KEY_BYTES);
+        assert!(matches!(admit(&c, Some(key.as_bytes()), Some(&msg), 1 << 20), Ok(Admitted::Command(_))), "{:?}", admit(&c, Some(key.as_bytes()), Some(&msg), 1 << 20));
+        let longer = format!("{key}p");
+        let Err(NotAdmitted::Rejected(r)) = admit(&c, Some(longer.as_bytes()), Some(&msg), 1 << 20) else { panic!("admitted") };
+        assert_eq!(r.reason, reason::OVERSIZED_KEY);
+        assert!(r.detail.len() < 300, "the key is not repeated whole: {}", r.detail);
+    }
+
     #[test]
     fn each_failure_has_its_own_reason() {
         let c = Codec::new();
@@ -181,6 +234,7 @@ mod tests {
         let mut unknown = good.clone();
         unknown[3] ^= 0xff;
         // The key, the payload, the reason expected.
+        let long_key = vec![b'k'; MAX_KEY_BYTES + 1];
         type Case<'a> = (Option<&'a [u8]>, Option<Vec<u8>>, &'a str);
         let cases: Vec<Case> = vec![
             (Some(b"/a"), None, reason::EMPTY_PAYLOAD),
@@ -192,6 +246,7 @@ mod tests {
             (None, Some(good.clone()), reason::MISSING_KEY),
             (Some(b"/other"), Some(good.clone()), reason::KEY_MISMATCH),
             (Some(b"Acme\x1f/a"), Some(tenant_file("Acme", "/a/b.txt")), reason::INVALID_TENANT),
+            (Some(&long_key), Some(good.clone()), reason::OVERSIZED_KEY),
         ];
         let mut seen = std::collections::BTreeSet::new();
         for (key, payload, want) in cases {

@@ -106,6 +106,20 @@ pub struct WorkerConfig {
     /// applied up to their departure (default true; see
     /// `--no-takeover-waits`).
     pub takeover_waits: bool,
+    /// The longest a message waits on another partition or on the rest of
+    /// a move (default 10 minutes): an owner change's upsert or a move's
+    /// first chunk waiting for the partition its documents leave, and a
+    /// move spanning several messages waiting for its next chunk. Past it
+    /// the message is dead-lettered with a reason of its own
+    /// (`takeover_timeout`, `move_incomplete`) and its key parked; the
+    /// partition goes on. Live, a take-over's limit counts from the start
+    /// of its wait; in a replay, from the last progress of the partition
+    /// it waits for, which runs at its own pace.
+    pub wait_limit: Duration,
+    /// Keys a partition parks at most (default 10,000): parked keys are
+    /// kept in every checkpoint. An abort past it dead-letters its command
+    /// without parking its key (`denorm_parking_refused_total`).
+    pub max_parked_keys: usize,
     /// What the worker feeds: the live index (default), or a replay of
     /// the log for `denorm rebuild` or `denorm verify`.
     pub mode: Mode,
@@ -174,6 +188,8 @@ pub mod defaults {
     pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
     pub const MAX_ATTEMPTS: u32 = 3;
     pub const SESSION_TIMEOUT_MS: u32 = 45_000;
+    pub const WAIT_LIMIT_SECS: u64 = 600;
+    pub const MAX_PARKED_KEYS: usize = 10_000;
 }
 
 impl WorkerConfig {
@@ -218,6 +234,8 @@ impl WorkerConfig {
             instance_id: None,
             session_timeout: Duration::from_millis(defaults::SESSION_TIMEOUT_MS as u64),
             takeover_waits: true,
+            wait_limit: Duration::from_secs(defaults::WAIT_LIMIT_SECS),
+            max_parked_keys: defaults::MAX_PARKED_KEYS,
             mode: Mode::Live,
             any_partitioner: false,
             kafka,
@@ -241,6 +259,8 @@ impl WorkerConfig {
         at_least("--lanes", self.lanes as u128, 1)?;
         at_least("--max-lane-fan-outs", self.max_lane_fan_outs as u128, 1)?;
         at_least("--retry-backoff-max-ms", self.retry_backoff_max.as_millis(), 50)?;
+        at_least("--wait-limit-secs (ms)", self.wait_limit.as_millis(), 100)?;
+        at_least("--max-parked-keys", self.max_parked_keys as u128, 1)?;
         // Kafka's defaults for group.min/max.session.timeout.ms.
         let session = self.session_timeout.as_millis();
         if !(6_000..=1_800_000).contains(&session) {
@@ -320,6 +340,8 @@ mod tests {
             ("--dlq-topic", Box::new(|c| c.dlq_topic = "t".into())),
             ("--group", Box::new(|c| c.group = " ".into())),
             ("--instance-id", Box::new(|c| c.instance_id = Some(String::new()))),
+            ("--wait-limit-secs", Box::new(|c| c.wait_limit = Duration::ZERO)),
+            ("--max-parked-keys", Box::new(|c| c.max_parked_keys = 0)),
         ];
         for (flag, spoil) in cases {
             let mut c = cfg();

@@ -10,6 +10,7 @@ use std::ffi::OsStr;
 
 use crate::common::*;
 use crate::tenants::{lines_file, search};
+use denorm::command::Command;
 
 const DEDICATED: &str = "DENORM_ES_DEDICATED_TENANTS";
 
@@ -601,4 +602,28 @@ fn a_move_into_the_shared_indexes_given_up_leaves_the_tenant_in_its_own_on_elast
     each_tenant_finds_its_files(&r, "after the move into the shared indexes was finished by running it again");
     verify_is_clean(&r, &["--tenant", "acme"], 8 + 1);
     drop(w);
+}
+
+/// A `PLACE` control that names a placement move the index never recorded
+/// (any producer can write one) would have the live worker reopen its
+/// shard for ever: the shard is reopened once to read the placement
+/// afresh, then the control is dead-lettered as `invalid_control`, parking
+/// nothing, and the partition's commands after it are applied.
+#[test]
+fn a_place_naming_a_move_never_recorded_is_dead_lettered_on_elasticsearch() {
+    use denorm::command::control::{Action, Control};
+    let r = Rig::elastic(1);
+    let w = r.worker(&[]);
+    let before = produce(&r.cfg, vec![Command::UpsertFile { id: "a".into(), path: "/p/a.txt".into(), contents: "before".into(), previous_path: None }]);
+    wait_applied_by(&r.cfg, &r.group, before.len(), &[&w]);
+    let place =
+        Control { action: Action::Place, key: String::new(), dlq_partition: -1, dlq_offset: -1, through: 1_000_000_000, origin_offset: 0, payload: Vec::new(), requested_at: 0, through_at: -1 };
+    send_raw(&r.cfg, &[(None, denorm::codec::Codec::new().encode_control(&place))]);
+    let after = produce(&r.cfg, vec![Command::UpsertFile { id: "b".into(), path: "/p/b.txt".into(), contents: "after".into(), previous_path: None }]);
+    wait_applied_by(&r.cfg, &r.group, 3, &[&w]);
+    let mut ids: Vec<String> = dump(&r.index).iter().map(|d| d.id().to_string()).collect();
+    ids.sort();
+    assert_eq!(ids, vec!["a", "b"], "the command after the control applied ({after:?})");
+    let count = r.dlq_count();
+    assert_eq!((count["total"].as_u64(), count["by_reason"]["invalid_control"].as_u64()), (Some(1), Some(1)), "{count}\n{}", w.log());
 }

@@ -63,6 +63,15 @@ impl Applier {
                 // A spilled message could not be read back (`spill.rs`).
                 self.fall_back_from(&mut shard, &mut batch, &format!("reading a spilled message back: {e}"))?;
             }
+            if positioned && self.moving() && self.expire_move(shard.as_mut())? {
+                // A move whose rest never came: read again from the
+                // checkpoint, before it (`Applier::expire_move`).
+                self.receiving.borrow_mut().take_rewind();
+                self.commit(&mut shard, &mut batch)?;
+                checkpoint = shard.checkpoint();
+                (positioned, first) = (self.seek_to(checkpoint), true);
+                triggers.reset();
+            }
             if self.lanes.borrow_mut().take_fall_back() {
                 // A lane failed: read again from the checkpoint.
                 batch.clear();

@@ -87,10 +87,29 @@ impl Applier {
     /// Dead-letters a command given up on and, with `--on-abort=park`,
     /// parks its key.
     pub(super) fn abort(&self, shard: &mut dyn Shard, origin: &Origin<'_>, reason: &'static str, detail: String, attempts: u32, command_id: Option<String>) -> Step<Handled> {
+        self.abort_parking(shard, origin, reason, detail, attempts, command_id, true)
+    }
+
+    /// [`Applier::abort`], parking the key only if `parks` (a rejected
+    /// message that names another tenant than its key's parks nothing).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn abort_parking(&self, shard: &mut dyn Shard, origin: &Origin<'_>, reason: &'static str, detail: String, attempts: u32, command_id: Option<String>, parks: bool) -> Step<Handled> {
         let behind = command_id.clone().unwrap_or_else(|| format!("p{}@{}", self.partition, origin.offset));
+        // Parked keys are kept in every checkpoint: a partition parks at
+        // most `--max-parked-keys`, whoever writes the keys.
+        let (cap, parking) = (self.shared.cfg.max_parked_keys, shard.parking());
+        let full = parks && origin.key().is_some_and(|k| parking.len() >= cap && parking.get(k.as_ref()).is_none());
+        let detail = match full {
+            true => format!("{detail} (its key is not parked: the partition parks {cap} keys already, --max-parked-keys; its later commands are applied)"),
+            false => detail,
+        };
         let at = self.dead_letter(origin, reason, detail.clone(), attempts, command_id, None)?;
         error!(partition = self.partition, offset = origin.offset, reason, %detail, key = ?origin.key().as_deref().map(crate::command::tenant::Shown), dlq_offset = at, "command aborted and dead-lettered");
-        if let (OnAbort::Park, Some(k)) = (self.shared.cfg.on_abort, origin.key()) {
+        if full {
+            counter!(m::PARKING_REFUSED_TOTAL, "partition" => self.partition.to_string()).increment(1);
+            return Ok(Handled::Done { fan_out: false });
+        }
+        if let (OnAbort::Park, Some(k), true) = (self.shared.cfg.on_abort, origin.key(), parks) {
             warn!(partition = self.partition, key = %crate::command::tenant::Shown(&k), "key parked: its later commands wait in the dead-letter topic for `denorm dlq reprocess` or `clear`");
             let p = shard.parking().entry(k.into_owned()).or_insert(Parked { behind: String::new(), last_dlq: -1, replayed_through: -1, last_at: -1, since: -1 });
             p.behind = behind;

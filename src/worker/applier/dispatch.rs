@@ -45,6 +45,12 @@ impl Applier {
                 return Ok(Handled::Done { fan_out: false });
             }
             receiving::Admit::PassOver => return Ok(Handled::PassedOver),
+            receiving::Admit::Expired => {
+                let detail = format!("a chunk of a cross-key move whose next chunk did not come within --wait-limit-secs ({} s): the move was ended here, its documents withdrawn; reprocessing writes this chunk's files as of then", self.shared.cfg.wait_limit.as_secs());
+                let handled = self.abort(shard, &origin, dlq::reason::MOVE_INCOMPLETE, detail, 1, None)?;
+                self.mark(shard, msg);
+                return Ok(handled);
+            }
         }
         // A replay of some keys only: the others' messages pass, applied
         // without effect.
@@ -63,7 +69,17 @@ impl Applier {
                     self.mark(shard, msg);
                     return Ok(Handled::Done { fan_out: false });
                 }
-                let handled = self.reject(shard, &origin, r)?;
+                // A key no valid message has is neither parked nor kept
+                // in the letter: its length is hostile input.
+                let keyless;
+                let origin = match r.reason == reason::OVERSIZED_KEY {
+                    true => {
+                        keyless = Origin { key: None, ..origin };
+                        &keyless
+                    }
+                    false => &origin,
+                };
+                let handled = self.reject(shard, origin, r)?;
                 if let Some(mv) = chunk {
                     // Dead-lettered with its files; its part in the move is
                     // played without them, so that the move ends.
@@ -88,7 +104,13 @@ impl Applier {
                             };
                             let what = format!("the owner change of {id:?} ({}) from {previous:?}", e.command.kind());
                             match e.after {
-                                Some(at) => self.await_departure(shard, at, offset, &what, true)?,
+                                Some(at) => {
+                                    if let moves::Awaited::TimedOut(detail) = self.await_departure(shard, at, offset, &what, true)? {
+                                        let handled = self.abort(shard, &origin, dlq::reason::TAKEOVER_TIMEOUT, detail, 1, Some(e.command_id.clone()))?;
+                                        self.mark(shard, msg);
+                                        return Ok(handled);
+                                    }
+                                }
                                 None => warn_without_after(self.partition, offset, &what),
                             }
                         }
@@ -116,6 +138,7 @@ impl Applier {
                     reason: reason::INVALID_COMMAND,
                     detail: "a rename across top-level directories needs the topic's keys placed by murmur2 (the Java client's partitioner): refused with --any-partitioner".into(),
                     chunk: None,
+                    parks: true,
                 }),
                 _ => Ok(a),
             };
@@ -135,7 +158,7 @@ impl Applier {
             Admitted::Move(m) => Some(Box::new(m)),
             _ => None,
         };
-        Err(Rejection { reason: crate::dlq::reason::WRONG_PARTITION, detail, chunk })
+        Err(Rejection { reason: crate::dlq::reason::WRONG_PARTITION, detail, chunk, parks: true })
     }
 
     /// Marks `msg` applied, unless a cross-key move is in flight (nothing
@@ -173,7 +196,7 @@ impl Applier {
     pub(super) fn reject(&self, shard: &mut dyn Shard, origin: &Origin<'_>, r: Rejection) -> Step<Handled> {
         counter!(m::MESSAGES_REJECTED_TOTAL, "reason" => r.reason).increment(1);
         count("unknown", if r.reason == reason::INVALID_COMMAND { outcome::INVALID } else { outcome::UNDECODABLE });
-        self.abort(shard, origin, r.reason, r.detail, 1, None)
+        self.abort_parking(shard, origin, r.reason, r.detail, 1, None, r.parks)
     }
 
     /// Applies a command, retrying a permanent index failure up to
@@ -333,7 +356,7 @@ impl Applier {
                     Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(Transient::Registry(e))),
                     Err(NotAdmitted::Rejected(r)) => self.reject(shard, &origin, r)?,
                     Ok(Admitted::Control(_)) => {
-                        let r = Rejection { reason: reason::INVALID_COMMAND, detail: "a control message cannot be replayed".into(), chunk: None };
+                        let r = Rejection { reason: reason::INVALID_COMMAND, detail: "a control message cannot be replayed".into(), chunk: None, parks: true };
                         self.reject(shard, &origin, r)?
                     }
                     Ok(Admitted::Command(e)) => self.command(shard, &e, msg.offset(), &origin)?,
@@ -360,6 +383,15 @@ impl Applier {
                     crate::faults::hold("apply.place");
                 }
                 if live && !shard.placement_taken(c.origin_offset.max(0) as u64, c.through.max(0) as u64) {
+                    if self.place_reread.replace(None) == Some(msg.offset()) {
+                        // Reopened, the placement read afresh, and still
+                        // not taken: the move it names was never recorded
+                        // (the mover records it before it writes this).
+                        let origin = Origin { key: msg.key(), payload: msg.payload(), offset: msg.offset(), at: msg.offset() };
+                        let detail = format!("PLACE names move {} of generation {}, which the index's placement does not record (read afresh): not carried out", c.through, c.origin_offset);
+                        return self.reject(shard, &origin, Rejection { reason: dlq::reason::INVALID_CONTROL, detail, chunk: None, parks: false });
+                    }
+                    self.place_reread.set(Some(msg.offset()));
                     info!(partition = self.partition, generation = c.origin_offset, moves = c.through, "a tenant moved between placements: reopening the shard to read the placement");
                     return Err(Halt::Retry(Transient::Placement(format!("a tenant moved between placements (move {} of generation {})", c.through, c.origin_offset))));
                 }

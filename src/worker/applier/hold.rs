@@ -52,10 +52,18 @@ const REMEMBERED: usize = 64;
 
 type Tenant = Option<String>;
 
-/// The tenant of a message, from its key (`<tenant>\x1f<key>`).
+/// The tenant of a message, from its key (`<tenant>\x1f<key>`). Read
+/// before the message is admitted: a prefix that is no valid tenant id
+/// (of any length a producer chose) is one bucket, [`NOT_A_TENANT`], so
+/// that what the read-ahead remembers is bounded by the tenant ids' size.
 pub(super) fn tenant_of(msg: &Record) -> Option<&str> {
-    msg.key().and_then(|k| std::str::from_utf8(k).ok()).and_then(tenant::of)
+    let t = msg.key().and_then(|k| std::str::from_utf8(k).ok()).and_then(tenant::of)?;
+    Some(if tenant::validate(t).is_ok() { t } else { NOT_A_TENANT })
 }
+
+/// The bucket of every key prefix that is no valid tenant id (no tenant
+/// id has `<`).
+pub(super) const NOT_A_TENANT: &str = "<not a tenant>";
 
 /// See the module's doc.
 #[derive(Debug, Default)]
@@ -503,6 +511,26 @@ mod tests {
             }
         }
         held
+    }
+
+    /// Key prefixes are read before admission: 256 messages keyed by a
+    /// megabyte of letters before the separator cost the read-ahead no
+    /// copy of them (they are one bucket, not a tenant).
+    #[test]
+    fn key_prefixes_that_are_no_tenant_cost_the_read_ahead_nothing() {
+        let now = Instant::now();
+        let (_, before, peak) = crate::alloc::peak_anon_during(|| {
+            let mut h = Hold::default();
+            for o in 0..256 {
+                h.holds(&Record { offset: o, key: Some(format!("{}{o}\u{1f}/k", "t".repeat(1 << 20)).into_bytes()), payload: None, timestamp_ms: None }, false, now);
+            }
+            h
+        });
+        assert!(peak.saturating_sub(before) < 16 << 10, "the read-ahead grew by {} KiB", peak.saturating_sub(before));
+        let m = Record { offset: 0, key: Some(b"Not-A-Tenant\x1f/k".to_vec()), payload: None, timestamp_ms: None };
+        assert_eq!(tenant_of(&m), Some(NOT_A_TENANT));
+        assert_eq!(tenant_of(&msg(1, Some("acme"))), Some("acme"));
+        assert_eq!(tenant_of(&msg(1, None)), None);
     }
 
     #[test]

@@ -167,6 +167,7 @@ impl Partition {
                     low: Default::default(),
                     lanes: Default::default(),
                     reading: Default::default(),
+                    place_reread: Default::default(),
                 }
                 .run(rx)
             })
@@ -237,6 +238,10 @@ struct Applier {
     /// What was received since the last seek asked
     /// ([`Applier::received`]).
     reading: std::cell::Cell<position::Reading>,
+    /// The offset of a `PLACE` control handled again after the shard was
+    /// reopened to read the placement afresh: not taken then either, it
+    /// names a placement move that was never recorded.
+    place_reread: std::cell::Cell<Option<i64>>,
 }
 
 /// What became of one message.

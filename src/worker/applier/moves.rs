@@ -5,6 +5,15 @@
 use super::*;
 use crate::retry::Polled;
 
+/// How a take-over's wait for the partition its documents leave ended.
+#[derive(Debug)]
+pub(super) enum Awaited {
+    /// The departure is applied there (or needs no wait).
+    Departed,
+    /// Not within `--wait-limit-secs`: why, for the dead letter.
+    TimedOut(String),
+}
+
 /// How the source side of a cross-key rename ended.
 pub(super) enum MoveOut {
     /// The files were handed over and deleted here: how many.
@@ -45,6 +54,9 @@ impl Applier {
     /// documents (see `receiving.rs` and [`crate::moves::arrival`]).
     pub(super) fn move_in(&self, shard: &mut dyn Shard, msg: &Record, mv: &crate::command::moves::MoveIn) -> Step<Handled> {
         use crate::moves::Arrival;
+        // The chunk as applied: without its files if its take-over timed out.
+        let emptied;
+        let mut mv = mv;
         let in_flight = self.receiving.borrow().in_flight();
         let pos = match crate::moves::arrival(shard.received(), in_flight.map(|(source, _)| source), mv) {
             Arrival::Duplicate => {
@@ -63,7 +75,15 @@ impl Applier {
             }
             Arrival::Starts => {
                 let from = crate::command::LogPosition { partition: mv.source_partition, offset: mv.source_offset };
-                self.await_departure(shard, from, msg.offset(), &format!("the move {:?} -> {:?}", mv.from, mv.to), false)?;
+                if let Awaited::TimedOut(detail) = self.await_departure(shard, from, msg.offset(), &format!("the move {:?} -> {:?}", mv.from, mv.to), false)? {
+                    // Dead-lettered with its files; its part in the move is
+                    // played without them (and without waiting), so that
+                    // the move ends.
+                    let origin = Origin { key: msg.key(), payload: msg.payload(), offset: msg.offset(), at: msg.offset() };
+                    self.abort(shard, &origin, dlq::reason::TAKEOVER_TIMEOUT, detail, 1, None)?;
+                    emptied = crate::command::moves::MoveIn { files: Vec::new(), ..mv.clone() };
+                    mv = &emptied;
+                }
                 msg.offset() as u64
             }
         };
@@ -88,7 +108,7 @@ impl Applier {
         let docs = crate::moves::move_in(shard, mv, pos)?;
         histogram!(m::COMMAND_DOCUMENTS, "type" => "move_in").record(docs as f64);
         if !mv.last {
-            if self.receiving.borrow_mut().chunk(mv.source(), pos) {
+            if self.receiving.borrow_mut().chunk(mv.source(), pos, &mv.to, Instant::now()) {
                 info!(partition = self.partition, offset = msg.offset(), from = %crate::command::tenant::Shown(&mv.from), to = %crate::command::tenant::Shown(&mv.to), source = ?mv.source(), "a cross-key move spanning several messages started: the partition's other messages are passed over until its last chunk, then read again");
             }
             return Ok(Handled::Done { fan_out: false });
@@ -101,6 +121,45 @@ impl Applier {
         info!(partition = self.partition, offset = msg.offset(), from = %crate::command::tenant::Shown(&mv.from), to = %crate::command::tenant::Shown(&mv.to), source = ?mv.source(), chunks = mv.chunk + 1, "cross-key move received");
         self.end_move(shard, msg);
         Ok(Handled::Done { fan_out: true })
+    }
+
+    /// Ends the move in flight if its next chunk has not come within
+    /// `--wait-limit-secs` (a chunk `last: false` whose rest never comes,
+    /// or a source that stopped writing): its documents are withdrawn
+    /// where the source still holds them, as for an aborted end, and the
+    /// partition is to be read again from its checkpoint, before the move,
+    /// where its chunks are dead-lettered (`move_incomplete`) and the
+    /// messages it passed over applied. Whether a move expired.
+    pub(super) fn expire_move(&self, shard: &mut dyn Shard) -> Step<bool> {
+        let Some(e) = self.receiving.borrow_mut().expire(Instant::now(), self.shared.cfg.wait_limit) else { return Ok(false) };
+        let withdrawn = match e.source.0 != self.partition && !shard.shares_documents() {
+            true => {
+                let header = crate::command::moves::MoveIn {
+                    move_id: String::new(),
+                    source_partition: e.source.0,
+                    source_offset: e.source.1,
+                    from: String::new(),
+                    to: e.to.clone(),
+                    chunk: 0,
+                    last: true,
+                    issued_at: 0,
+                    files: Vec::new(),
+                    aborted: true,
+                };
+                crate::moves::withdraw_move(shard, &header, e.pos)?
+            }
+            false => 0,
+        };
+        counter!(m::MOVES_TOTAL, "side" => "destination", "outcome" => "expired").increment(1);
+        warn!(
+            partition = self.partition,
+            to = %crate::command::tenant::Shown(&e.to),
+            source = ?e.source,
+            waited_secs = e.waited.as_secs(),
+            withdrawn,
+            "a cross-key move's next chunk did not come within --wait-limit-secs: the move is ended, its chunks are dead-lettered (move_incomplete) and the messages it held back applied"
+        );
+        Ok(true)
     }
 
     /// The move in flight ended at `msg`. Marked applied up to it if it
@@ -140,22 +199,25 @@ impl Applier {
     /// upsert waited for the source's checkpoint, which stays below a
     /// fan-out held in its lane). A move's rename is not: its source marks
     /// it applied only after the destination's take-over may have begun.
-    pub(super) fn await_departure(&self, shard: &mut dyn Shard, departure: crate::command::LogPosition, offset: i64, what: &str, itself: bool) -> Step<()> {
+    pub(super) fn await_departure(&self, shard: &mut dyn Shard, departure: crate::command::LogPosition, offset: i64, what: &str, itself: bool) -> Step<Awaited> {
         let (from, partition) = (departure.partition, self.partition);
         // This partition's own log orders it.
         if from == partition || !self.shared.cfg.takeover_waits {
-            return Ok(());
+            return Ok(Awaited::Departed);
         }
         if !(0..self.shared.log_partitions).contains(&from) {
             warn!(partition, offset, from, "{what} names partition {from}, which the topic does not have: applied without waiting");
-            return Ok(());
+            return Ok(Awaited::Departed);
         }
-        let ready = || -> Result<bool, IndexError> {
+        // Whether the departure is applied, and the source's checkpoint.
+        let ready = || -> Result<(bool, Option<u64>), IndexError> {
             let applied = self.shared.backend.applied(&[from])?.remove(&from).unwrap_or_default();
-            Ok(crate::moves::departed(applied.checkpoint.map(|c| c.offset), departure.offset) || itself && applied.contains(departure.offset))
+            let checkpoint = applied.checkpoint.map(|c| c.offset);
+            Ok((crate::moves::departed(checkpoint, departure.offset) || itself && applied.contains(departure.offset), checkpoint))
         };
-        if ready()? {
-            return Ok(());
+        let (done, mut seen) = ready()?;
+        if done {
+            return Ok(Awaited::Departed);
         }
         self.commit_before(shard)?;
         counter!(m::TAKEOVER_WAITS_TOTAL).increment(1);
@@ -165,16 +227,32 @@ impl Applier {
         let waiting = gauge!(m::TAKEOVERS_WAITING, "partition" => partition.to_string());
         waiting.set(1.0);
         info!(partition, offset, from, departure = departure.offset, "{what} waits until partition {from} is applied up to its departure (a replay or rebuild)");
+        // Live, the limit counts from the start of the wait: the producer's
+        // barrier makes a live departure applied already, so a long wait
+        // means a position the log never reaches. In a replay it counts
+        // from the source's last progress, since partitions run at their
+        // own pace.
+        let (limit, live) = (self.shared.cfg.wait_limit, matches!(self.shared.cfg.mode, crate::worker::Mode::Live));
         let started = Instant::now();
-        let mut said = started;
+        let (mut said, mut progressed) = (started, started);
         let result = crate::retry::poll_until_done(Duration::from_millis(20), || {
             if self.stopping() {
                 return Polled::Done(Err(Halt::Stopped));
             }
             match ready() {
-                Ok(true) => return Polled::Done(Ok(())),
-                Ok(false) => {}
+                Ok((true, _)) => return Polled::Done(Ok(Awaited::Departed)),
+                Ok((false, checkpoint)) if checkpoint != seen => (seen, progressed) = (checkpoint, Instant::now()),
+                Ok((false, _)) => {}
                 Err(e) => return Polled::Done(Err(e.into())),
+            }
+            if (if live { started } else { progressed }).elapsed() >= limit {
+                let applied = seen.map_or_else(|| "nothing".to_string(), |c| format!("up to offset {c}"));
+                let since = if live { "" } else { " without progress" };
+                return Polled::Done(Ok(Awaited::TimedOut(format!(
+                    "{what} waited {} s{since} for partition {from} to be applied up to offset {} (its departure), past --wait-limit-secs; partition {from} is applied {applied}",
+                    started.elapsed().as_secs(),
+                    departure.offset - 1
+                ))));
             }
             if said.elapsed() >= Duration::from_secs(60) {
                 said = Instant::now();
@@ -190,8 +268,10 @@ impl Applier {
             self.shared.awaiting.fetch_sub(1, Ordering::SeqCst);
         }
         waiting.set(0.0);
-        if result.is_ok() {
-            info!(partition, offset, from, ms = started.elapsed().as_millis() as u64, "{what}: partition {from} reached the departure, taking over");
+        match &result {
+            Ok(Awaited::Departed) => info!(partition, offset, from, ms = started.elapsed().as_millis() as u64, "{what}: partition {from} reached the departure, taking over"),
+            Ok(Awaited::TimedOut(detail)) => warn!(partition, offset, from, "{detail}: dead-lettered"),
+            Err(_) => {}
         }
         result
     }

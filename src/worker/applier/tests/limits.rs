@@ -100,3 +100,46 @@ fn an_undecodable_message_does_not_wait_for_another_keys_fan_out() {
     run.wait_next(end);
     assert_eq!(run.stop(), end);
 }
+
+/// Garbage keyed by keys no valid message has (64 KiB each) is
+/// dead-lettered without its key and parks nothing; garbage under valid
+/// but distinct keys parks at most `--max-parked-keys` of them, and the
+/// commands of a key past that bound are applied.
+#[test]
+fn hostile_keys_park_at_most_the_bound_and_oversized_ones_nothing() {
+    let r = Rig::new(|c| c.max_parked_keys = 5);
+    let long = "k".repeat(64 << 10);
+    for i in 0..50 {
+        r.append(&format!("{i}-{long}"), b"junk".to_vec());
+    }
+    for i in 0..8 {
+        r.append(&format!("/junk{i}"), b"junk".to_vec());
+    }
+    let after = r.produce(upsert("j7", "/junk7/f.txt"));
+    let run = r.start();
+    run.wait_next(after + 1);
+    assert_eq!(run.stop(), after + 1);
+    let letters = r.letters();
+    assert_eq!(letters.iter().filter(|l| l.reason == "oversized_key").count(), 50, "{letters:?}");
+    assert!(letters.iter().filter(|l| l.reason == "oversized_key").all(|l| l.key.is_empty()), "a letter kept an oversized key");
+    let parked = r.shared.backend.open_shard(0).unwrap().parking().len();
+    assert_eq!(parked, 5, "parked keys: the bound");
+    assert_eq!(r.file_ids(), vec!["j7"], "a key past the bound is not parked: its later command applied");
+}
+
+/// A command of the default tenant keyed with tenant globex's key (any
+/// producer can write one) is dead-lettered, and does not park globex's
+/// key: globex's own command behind it is applied.
+#[test]
+fn a_command_keyed_with_another_tenants_key_parks_nothing() {
+    let r = Rig::new(|_| {});
+    let user = |name: &str| Command::UpsertUser { id: "u8".into(), name: name.into(), email: String::new(), dob: "1970-01-01".into() };
+    let forged = r.append("globex\u{1f}u8", r.codec.encode(&Envelope::new(user("Mallory"))));
+    let own = r.append("globex\u{1f}u8", r.codec.encode(&Envelope::new(user("Grace")).of_tenant(Some("globex"))));
+    let run = r.start();
+    run.wait_next(own + 1);
+    assert_eq!(run.stop(), own + 1);
+    assert_eq!(r.letters(), vec![Sent { reason: "key_mismatch".into(), origin_offset: forged, key: "globex\u{1f}u8".into() }]);
+    assert!(r.shared.backend.open_shard(0).unwrap().parking().is_empty(), "globex's key parked by another tenant's message");
+    assert_eq!(r.docs().len(), 1, "globex's user applied: {:?}", r.docs());
+}

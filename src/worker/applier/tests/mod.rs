@@ -471,3 +471,4 @@ mod lanes;
 mod lanes_review;
 mod limits;
 mod moves;
+mod stalls;
