@@ -21,8 +21,10 @@ pub struct TenantArgs {
 enum Action {
     /// Elasticsearch: put the tenant's filtered read aliases (<prefix>-t-<tenant>-files, -users,
     /// -posts: its documents only, routed by the tenant) on the current generation; a rebuild's
-    /// cutover moves them along. Give the tenant's own application a credential that may read
-    /// these aliases only (docs/tenants.md). Running it again replaces them
+    /// cutover moves them along. Running it again replaces them. An alias is a view, not an
+    /// access boundary (a GET or _mget by id ignores its filter): give the tenant's own
+    /// application a credential with document-level security, a role whose query is the
+    /// tenant's term (docs/tenants.md)
     Alias {
         /// The tenant
         #[arg(value_parser = super::parse_tenant)]

@@ -17,6 +17,17 @@ fn help_never_shows_secrets_from_the_environment() {
     }
 }
 
+/// A filtered alias is no access boundary (a GET by id ignores its
+/// filter): the help sends operators to document-level security.
+#[test]
+fn tenant_alias_help_recommends_document_level_security_not_alias_only_credentials() {
+    let out = denorm().args(["tenant", "alias", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout).replace('\n', " ").split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(text.contains("document-level security"), "{text}");
+    assert!(!text.contains("may read these aliases only"), "{text}");
+}
+
 #[test]
 fn metrics_listener_defaults_to_loopback() {
     let out = denorm().args(["run", "--help"]).env_remove("DENORM_METRICS_ADDR").output().unwrap();

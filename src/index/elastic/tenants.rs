@@ -1,8 +1,9 @@
 //! A tenant's filtered read aliases on Elasticsearch (see docs/tenants.md):
 //! `<prefix>-t-<tenant>-files` (and `-users`, `-posts`) on the current
 //! generation's index, filtered to the tenant's documents and routed by
-//! the tenant. A tenant's own application searches through them, with a
-//! credential that may read those aliases only. A cutover moves them with
+//! the tenant. A tenant's own application searches through them; they are
+//! a view, not an access boundary (a GET by id ignores an alias's filter),
+//! so its credential needs document-level security. A cutover moves them with
 //! the read aliases ([`super::generations::cutover_actions`]);
 //! [`super::generations::add_tenant_aliases`] puts them. No I/O.
 
