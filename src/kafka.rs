@@ -52,6 +52,21 @@ impl rdkafka::ClientContext for ReadsToEnd {
 
 impl rdkafka::consumer::ConsumerContext for ReadsToEnd {}
 
+/// `e`, once `consumer` has served what it queued: librdkafka's logs and
+/// errors travel on the client's queue, and they say why a request failed
+/// (a certificate refused, an authentication failed), where the error
+/// says only "broker transport failure". A one-shot client that never
+/// polls would exit without them.
+pub fn told<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer<C>, e: KafkaError) -> KafkaError {
+    let deadline = std::time::Instant::now() + Duration::from_millis(200);
+    while std::time::Instant::now() < deadline {
+        if consumer.poll(Duration::from_millis(20)).is_none() {
+            break;
+        }
+    }
+    e
+}
+
 /// Whether a librdkafka option holds a secret (passwords, keys, tokens).
 pub fn is_secret_option(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
@@ -137,7 +152,7 @@ impl KafkaConfig {
     /// Number of partitions of the topic, `None` when it does not exist.
     pub fn topic_partitions(&self) -> Result<Option<i32>, KafkaSetupError> {
         let consumer: BaseConsumer = self.client_config().create()?;
-        let md = consumer.fetch_metadata(Some(&self.topic), REQUEST_TIMEOUT)?;
+        let md = consumer.fetch_metadata(Some(&self.topic), REQUEST_TIMEOUT).map_err(|e| told(&consumer, e))?;
         Ok(md.topics().iter().find(|t| t.name() == self.topic && t.error().is_none() && !t.partitions().is_empty()).map(|t| t.partitions().len() as i32))
     }
 
@@ -291,10 +306,10 @@ pub fn lag_of<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer<C>,
     for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
-    let committed = consumer.committed_offsets(tpl, timeout)?;
+    let committed = consumer.committed_offsets(tpl, timeout).map_err(|e| told(consumer, e))?;
     let mut out = Vec::new();
     for p in 0..partitions {
-        let (low, end) = consumer.fetch_watermarks(topic, p, timeout)?;
+        let (low, end) = consumer.fetch_watermarks(topic, p, timeout).map_err(|e| told(consumer, e))?;
         let entry = committed.find_partition(topic, p);
         let (committed, done) = match entry.as_ref().map(|e| e.offset()) {
             Some(Offset::Offset(o)) => (o, entry.map(|e| DoneAbove::from_metadata(e.metadata(), o)).unwrap_or_default()),

@@ -167,8 +167,8 @@ fn a_python_producer_written_from_the_schemas_is_applied() {
 /// Batches compressed by a producer denorm did not write (aiokafka, with
 /// cramjam's codecs) are decompressed by the worker's librdkafka and
 /// applied: a codec it lacks would stall the partition instead.
-fn compressed_batches_of_python_are_applied(codec: &str) {
-    let r = Rig::new(6);
+fn compressed_batches_of_python_are_applied(broker: Broker, codec: &str) {
+    let r = Rig::on(broker, 6);
     let w = r.worker(&[]);
     let out = stdout_of(python().args(["produce", &r.cfg.brokers, &r.cfg.topic, "schemas", codec, codec]));
     assert_scenario_applied(&r, &w, codec, &out, Some("acme"));
@@ -176,22 +176,24 @@ fn compressed_batches_of_python_are_applied(codec: &str) {
 
 #[test]
 fn a_python_producers_zstd_batches_are_applied() {
-    compressed_batches_of_python_are_applied("zstd");
+    compressed_batches_of_python_are_applied(broker(), "zstd");
 }
 
 #[test]
 fn a_python_producers_lz4_batches_are_applied() {
-    compressed_batches_of_python_are_applied("lz4");
+    compressed_batches_of_python_are_applied(broker(), "lz4");
 }
 
 #[test]
 fn a_python_producers_gzip_batches_are_applied() {
-    compressed_batches_of_python_are_applied("gzip");
+    compressed_batches_of_python_are_applied(broker(), "gzip");
 }
 
+/// On noida-db's broker: tansu 0.6 cannot serve a snappy batch (its
+/// fetch fails with `UnexpectedType("Snappy")` and drops the connection).
 #[test]
 fn a_python_producers_snappy_batches_are_applied() {
-    compressed_batches_of_python_are_applied("snappy");
+    compressed_batches_of_python_are_applied(Broker::noida(), "snappy");
 }
 
 #[test]

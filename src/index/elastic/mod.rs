@@ -90,9 +90,26 @@ pub fn is_retryable_status(status: u16) -> bool {
 }
 
 impl From<elasticsearch::Error> for ElasticError {
+    /// The error with its causes, which say what failed under "error
+    /// sending request" (a refused certificate, a refused connection).
     fn from(e: elasticsearch::Error) -> Self {
-        ElasticError::Transport(e.to_string())
+        ElasticError::Transport(with_causes(&e))
     }
+}
+
+/// An error's message followed by each of its sources' that adds to it.
+pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
 }
 
 /// Reads a response: JSON body on 2xx, [`ElasticError::Gone`] on a missing
@@ -146,4 +163,28 @@ pub(crate) fn incomplete(what: &str, v: &serde_json::Value) -> Option<ElasticErr
         return Some(ElasticError::Incomplete(format!("{what}: the search timed out")));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug)]
+    struct Outer(std::io::Error);
+
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("error sending request")
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn an_error_is_told_with_its_causes() {
+        let e = Outer(std::io::Error::other("invalid peer certificate: UnknownIssuer"));
+        assert_eq!(super::with_causes(&e), "error sending request: invalid peer certificate: UnknownIssuer");
+    }
 }

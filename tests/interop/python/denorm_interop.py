@@ -156,12 +156,10 @@ async def send_lines(brokers, topic, path):
 
 
 def scram_user(brokers, ca, user, password):
-    """Creates a SCRAM-SHA-256 and -512 user over SASL_SSL with librdkafka's
-    own Python client, authenticating with PLAIN (which tansu 0.6 takes
-    with any password)."""
+    """Creates a SCRAM-SHA-256 and -512 user over TLS (no SASL: the broker
+    does not require it yet) with librdkafka's own Python client."""
     from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
-    admin = AdminClient({"bootstrap.servers": brokers, "security.protocol": "SASL_SSL", "ssl.ca.location": ca,
-                         "sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin"})
+    admin = AdminClient({"bootstrap.servers": brokers, "security.protocol": "SSL", "ssl.ca.location": ca})
     upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(m, 8192), password.encode())
                for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]
     for future in admin.alter_user_scram_credentials(upserts).values():

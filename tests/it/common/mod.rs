@@ -84,15 +84,27 @@ impl Broker {
     /// A tansu of this test's own reached over TLS only: it advertises the
     /// port of a TLS endpoint ([`tls::Front`]) that forwards to its own
     /// plaintext listener (tansu 0.6 parses `--cert` but never uses it).
-    /// With `authentication`, tansu requires SASL (`--authentication`).
-    pub fn private_tls(certs: &tls::Certs, authentication: bool) -> Broker {
+    /// With `scram` (a user and a password), tansu then requires SASL
+    /// (`--authentication`): it is started first without, the user made
+    /// over TLS by librdkafka's Python client (`scram`, which runs it with
+    /// the broker's address and the CA file), then restarted with it on
+    /// the same database, since tansu 0.6 offers SCRAM only and so admits
+    /// nobody before a user exists.
+    pub fn private_tls(certs: &tls::Certs, scram: Option<&dyn Fn(&str, &Path)>) -> Broker {
         let dir = tempfile::tempdir().unwrap();
         let endpoint = tls::Endpoint::bind();
         let advertised = format!("tcp://127.0.0.1:{}", endpoint.port);
-        let auth: &[&str] = if authentication { &["--authentication"] } else { &[] };
-        let (port, child) = on_a_free_port("tansu", |port| start_tansu_as(dir.path(), port, &advertised, auth));
+        let (port, mut child) = on_a_free_port("tansu", |port| start_tansu_as(dir.path(), port, &advertised, &[]));
         let front = endpoint.forward_to(certs, port);
-        Broker { brokers: format!("127.0.0.1:{}", front.port), private: Some(Private { child, dir }), front: Some(front) }
+        let brokers = format!("127.0.0.1:{}", front.port);
+        if let Some(make_user) = scram {
+            make_user(&brokers, &certs.ca());
+            child.kill().unwrap();
+            child.wait().unwrap();
+            child = start_tansu_as(dir.path(), port, &advertised, &["--authentication"]);
+            assert!(listens_itself(&mut child, port), "tansu did not listen on port {port} again with --authentication");
+        }
+        Broker { brokers, private: Some(Private { child, dir }), front: Some(front) }
     }
 
     /// noida-db's Kafka-protocol broker, of this test's own: a broker
