@@ -24,6 +24,10 @@ use denorm::kafka::{self, KafkaConfig};
 use denorm::model::{self, Model};
 use denorm::produce::Producer;
 
+/// Makes a SCRAM user on a broker reached at an address (`host:port`) over
+/// TLS with a CA file ([`Broker::private_tls`]).
+pub type MakeUser<'a> = &'a dyn Fn(&str, &Path);
+
 /// A server process of this test's own, with its scratch directory;
 /// killed when dropped.
 pub struct Private {
@@ -90,7 +94,7 @@ impl Broker {
     /// the broker's address and the CA file), then restarted with it on
     /// the same database, since tansu 0.6 offers SCRAM only and so admits
     /// nobody before a user exists.
-    pub fn private_tls(certs: &tls::Certs, scram: Option<&dyn Fn(&str, &Path)>) -> Broker {
+    pub fn private_tls(certs: &tls::Certs, scram: Option<MakeUser>) -> Broker {
         let dir = tempfile::tempdir().unwrap();
         let endpoint = tls::Endpoint::bind();
         let advertised = format!("tcp://127.0.0.1:{}", endpoint.port);
