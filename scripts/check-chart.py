@@ -438,6 +438,8 @@ MUST_FAIL = [
     ({"kafka": {"brokers": "k:9092", "options": {"client.id": "a;b"}}, "elasticsearch": {"url": "http://es:9200"}}, "options"),
     ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://user:pw@es:9200"}}, "url"),
     ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200", "prefix": "search-t-acme"}}, "prefix"),
+    ({"kafka": {"brokers": "k:9092", "partitions": 12}, "elasticsearch": {"url": "http://es:9200"}, "worker": {"spillMb": 256, "spillVolumeSize": "2Gi"}}, "below worker.spillMb (256) times kafka.partitions (12)"),
+    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "worker": {"spillVolumeSize": "4G"}}, "give it in Mi, Gi or Ti"),
 ]
 
 

@@ -131,10 +131,12 @@ pub(crate) fn parse_tenant(s: &str) -> Result<String, String> {
     denorm::command::tenant::validate(s).map(|()| s.to_string()).map_err(|e| e.to_string())
 }
 
+/// A `KEY=VALUE` option. What is refused is never echoed: it may be the
+/// tail of a secret cut at a `;` (the separator of DENORM_KAFKA_OPTIONS).
 fn parse_kv(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.trim().to_string(), v.to_string())),
-        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+        _ => Err(format!("expected KEY=VALUE, got {} bytes without a key (not shown: if an option's value holds a ';', which separates options, put the option in --kafka-options-file)", s.len())),
     }
 }
 

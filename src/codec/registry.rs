@@ -200,6 +200,11 @@ impl Registry {
         }
         let text = body.get("schema").and_then(|s| s.as_str()).ok_or_else(|| bad("the registry's answer has no \"schema\"".into()))?;
         let schema = Arc::new(Schema::parse_str(text).map_err(|e| bad(format!("not a valid Avro schema: {e}")))?);
+        if let Some(name) = recursive_record(&schema) {
+            // A datum of it may nest without bound, and Avro decoding
+            // recurses: a deep one would overflow the applier's stack.
+            return Err(bad(format!("is recursive (record {name} contains itself), which no command schema is: refused")));
+        }
         self.cache.lock().expect("cache lock").insert(id, schema.clone());
         Ok(schema)
     }
@@ -272,9 +277,53 @@ pub fn frame(id: u32, datum: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The first record of `schema` that contains itself (through a field, an
+/// array, a map or a union), by its full name.
+pub fn recursive_record(schema: &Schema) -> Option<String> {
+    fn walk<'a>(s: &'a Schema, enclosing: &mut Vec<&'a apache_avro::schema::Name>) -> Option<String> {
+        match s {
+            Schema::Record(r) => {
+                enclosing.push(&r.name);
+                let found = r.fields.iter().find_map(|f| walk(&f.schema, enclosing));
+                enclosing.pop();
+                found
+            }
+            Schema::Array(a) => walk(&a.items, enclosing),
+            Schema::Map(m) => walk(&m.types, enclosing),
+            Schema::Union(u) => u.variants().iter().find_map(|v| walk(v, enclosing)),
+            Schema::Ref { name } => enclosing.iter().any(|e| e.fullname(None) == name.fullname(None)).then(|| name.fullname(None)),
+            _ => None,
+        }
+    }
+    walk(schema, &mut Vec::new())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recursive_writer_schemas_are_told_apart_from_shared_named_types() {
+        let linked = Schema::parse_str(r#"{"type":"record","name":"N","namespace":"x","fields":[{"name":"n","type":["null","N"]}]}"#).unwrap();
+        assert_eq!(recursive_record(&linked).as_deref(), Some("x.N"));
+        let deep = Schema::parse_str(
+            r#"{"type":"record","name":"T","fields":[{"name":"kids","type":{"type":"array","items":{"type":"record","name":"K","fields":[{"name":"t","type":{"type":"map","values":"T"}}]}}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(recursive_record(&deep).as_deref(), Some("T"));
+        // A named type used twice is not recursion.
+        let shared =
+            Schema::parse_str(r#"{"type":"record","name":"P","fields":[{"name":"a","type":{"type":"record","name":"Q","fields":[{"name":"v","type":"int"}]}},{"name":"b","type":"Q"}]}"#).unwrap();
+        assert_eq!(recursive_record(&shared), None);
+        // denorm's own schemas, every version: none is recursive.
+        let ours = [crate::codec::CURRENT_SCHEMA, crate::codec::CONTROL_SCHEMA, crate::codec::MOVE_SCHEMA]
+            .into_iter()
+            .chain(crate::codec::HISTORY.iter().copied())
+            .chain(crate::codec::MOVE_HISTORY.iter().copied());
+        for text in ours {
+            assert_eq!(recursive_record(&Schema::parse_str(text).unwrap()), None, "{text}");
+        }
+    }
 
     #[test]
     fn config_reads_credentials_from_the_environment_only() {

@@ -62,6 +62,15 @@ pub mod reason {
 /// the longest tenant and its separator.
 pub const MAX_KEY_BYTES: usize = crate::command::MAX_TERM_LEN + crate::command::tenant::MAX_TENANT_LEN + 1;
 
+/// The largest of denorm's own messages (a move's chunk, a control
+/// message) a worker with `--max-message-bytes` `max_bytes` takes: a chunk
+/// is at most [`crate::command::moves::MAX_CHUNK_BYTES`] of files, a
+/// `REPLAY` a command of at most `max_bytes`, each with 64 KiB for its
+/// framing, paths and key.
+pub fn own_message_bytes(max_bytes: usize) -> usize {
+    max_bytes.max(crate::command::moves::MAX_CHUNK_BYTES) + (64 << 10)
+}
+
 /// A key for messages and letters: the key itself when it is short, else
 /// its length and its first bytes (a key over [`MAX_KEY_BYTES`] is never
 /// shown or kept whole).
@@ -108,9 +117,13 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
     let payload = match payload {
         None | Some([]) => return reject(reason::EMPTY_PAYLOAD, "the message has no payload".into()),
         // A cross-key move's documents are written by a worker, in chunks
-        // sized by its own limit, and an operator's replay carries a
-        // command accepted once: never refused for size here.
+        // of at most MAX_CHUNK_BYTES, and an operator's replay carries a
+        // command accepted once: held to the larger bound of
+        // `own_message_bytes`, checked before they are decoded.
         Some(p) if p.len() > max_bytes && !codec.is_denorms_own(p) => return reject(reason::OVERSIZED, format!("{} bytes, more than the {max_bytes} accepted", p.len())),
+        Some(p) if p.len() > own_message_bytes(max_bytes) => {
+            return reject(reason::OVERSIZED, format!("{} bytes, more than the {} a move's chunk or a control message of denorm's may take", p.len(), own_message_bytes(max_bytes)))
+        }
         Some(p) => p,
     };
     let envelope = match codec.decode_message(payload) {
@@ -261,6 +274,15 @@ mod tests {
         let mv =
             crate::command::moves::MoveIn { move_id: "m".into(), source_partition: 0, source_offset: 1, from: "/s".into(), to: "/d".into(), chunk: 0, last: true, issued_at: 0, files, aborted: false };
         let bytes = c.encode_move(&mv);
+        // Its bound is checked before decoding: a forged move's files
+        // would decode at many times their size.
+        let mut forged = bytes[..10].to_vec();
+        forged.resize(own_message_bytes(1000) + 1, 0x02);
+        let Err(NotAdmitted::Rejected(r)) = admit(&c, Some(b"/d"), Some(&forged), 1000) else { panic!("a forged move over the bound admitted") };
+        assert_eq!(r.reason, reason::OVERSIZED, "{}", r.detail);
+        forged.truncate(own_message_bytes(1000));
+        let Err(NotAdmitted::Rejected(r)) = admit(&c, Some(b"/d"), Some(&forged), 1000) else { panic!("garbage admitted") };
+        assert_eq!(r.reason, reason::UNDECODABLE, "within the bound it is decoded, and refused for what it is: {}", r.detail);
         assert!(bytes.len() > 1000);
         assert!(matches!(admit(&c, Some(b"/d"), Some(&bytes), 1000), Ok(Admitted::Move(_))));
         let Err(NotAdmitted::Rejected(r)) = admit(&c, Some(b"/s"), Some(&bytes), 1000) else { panic!("a move under the wrong key admitted") };

@@ -17,6 +17,17 @@ fn help_never_shows_secrets_from_the_environment() {
     }
 }
 
+/// A secret holding the options' separator is cut there; what is refused
+/// is not echoed.
+#[test]
+fn an_option_cut_at_a_separator_is_refused_without_echoing_it() {
+    let out = denorm().arg("lag").env("DENORM_KAFKA_OPTIONS", "sasl.password=first-half;second-half-of-the-secret").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("expected KEY=VALUE") && err.contains("--kafka-options-file"), "{err}");
+    assert!(!err.contains("second-half") && !err.contains("first-half"), "the secret was echoed: {err}");
+}
+
 /// A filtered alias is no access boundary (a GET by id ignores its
 /// filter): the help sends operators to document-level security.
 #[test]

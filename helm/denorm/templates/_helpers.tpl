@@ -85,6 +85,20 @@ app.kubernetes.io/component: worker
 {{- if and (ne .Values.elasticsearch.auth.type "none") (not .Values.elasticsearch.auth.existingSecret) }}
 {{- fail "elasticsearch.auth.existingSecret is required when elasticsearch.auth.type is not none" }}
 {{- end }}
+{{- /* One worker may own every partition (a rolling update, one replica):
+     the kubelet evicts a pod past its emptyDir's sizeLimit, where the
+     worker expects a write that fails and a partition that waits. */}}
+{{- $spill := .Values.worker.spillVolumeSize | toString }}
+{{- $mib := 0 }}
+{{- if regexMatch "^[0-9]+Ti$" $spill }}{{- $mib = mul (trimSuffix "Ti" $spill | int64) 1048576 }}
+{{- else if regexMatch "^[0-9]+Gi$" $spill }}{{- $mib = mul (trimSuffix "Gi" $spill | int64) 1024 }}
+{{- else if regexMatch "^[0-9]+Mi$" $spill }}{{- $mib = trimSuffix "Mi" $spill | int64 }}
+{{- else }}{{- fail (printf "worker.spillVolumeSize %q: give it in Mi, Gi or Ti" $spill) }}
+{{- end }}
+{{- $need := mul (.Values.worker.spillMb | int64) (.Values.kafka.partitions | int64) }}
+{{- if lt (int64 $mib) (int64 $need) }}
+{{- fail (printf "worker.spillVolumeSize %s is below worker.spillMb (%d) times kafka.partitions (%d), %dMi: one worker may own every partition, and past its emptyDir's size the kubelet evicts the pod" $spill (.Values.worker.spillMb | int64) (.Values.kafka.partitions | int64) $need) }}
+{{- end }}
 {{- range $k, $v := .Values.kafka.options }}
 {{- if or (contains "password" $k) (contains "secret" $k) (hasSuffix ".pem" $k) }}
 {{- fail (printf "kafka.options.%s looks like a secret: put it in the Secret named by kafka.existingSecret" $k) }}

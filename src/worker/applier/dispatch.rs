@@ -412,7 +412,7 @@ impl Applier {
                     }
                     Some(false) => warn!(
                         partition = self.partition,
-                        key = %c.key,
+                        key = %Shown(&c.key),
                         "key stays parked: more of its commands were dead-lettered after the operator's request; run `denorm dlq reprocess` again"
                     ),
                     None => {}
