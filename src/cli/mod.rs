@@ -131,12 +131,27 @@ pub(crate) fn parse_tenant(s: &str) -> Result<String, String> {
     denorm::command::tenant::validate(s).map(|()| s.to_string()).map_err(|e| e.to_string())
 }
 
-/// A `KEY=VALUE` option. What is refused is never echoed: it may be the
-/// tail of a secret cut at a `;` (the separator of DENORM_KAFKA_OPTIONS).
+/// A `KEY=VALUE` option. One without a key is kept with an empty key and
+/// refused by [`Cli::check_options`], not here: clap would echo it, and it
+/// may be the tail of a secret cut at a `;` (the separator of
+/// DENORM_KAFKA_OPTIONS).
 fn parse_kv(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.trim().to_string(), v.to_string())),
-        _ => Err(format!("expected KEY=VALUE, got {} bytes without a key (not shown: if an option's value holds a ';', which separates options, put the option in --kafka-options-file)", s.len())),
+    Ok(match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => (k.trim().to_string(), v.to_string()),
+        _ => (String::new(), s.to_string()),
+    })
+}
+
+impl Cli {
+    /// Refuses a `--kafka-option` without a key, without showing it.
+    pub fn check_options(&self) -> Result<(), UsageError> {
+        match self.kafka_options.iter().find(|(k, _)| k.is_empty()) {
+            Some((_, v)) => Err(UsageError(format!(
+                "--kafka-option (or DENORM_KAFKA_OPTIONS): expected KEY=VALUE, got {} bytes without a key, not shown: if an option's value holds a ';', which separates options, put the option in --kafka-options-file",
+                v.len()
+            ))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -213,6 +228,7 @@ pub fn init_tracing(cli: &Cli) {
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    cli.check_options()?;
     match &cli.command {
         Commands::Demo(a) => demo::run(&cli, a).await,
         Commands::Produce(a) => produce::run(&cli, a).await,
