@@ -439,7 +439,7 @@ MUST_FAIL = [
     ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://user:pw@es:9200"}}, "url"),
     ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200", "prefix": "search-t-acme"}}, "prefix"),
     ({"kafka": {"brokers": "k:9092", "partitions": 12}, "elasticsearch": {"url": "http://es:9200"}, "worker": {"spillMb": 256, "spillVolumeSize": "2Gi"}}, "below worker.spillMb (256) times kafka.partitions (12)"),
-    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "worker": {"spillVolumeSize": "4G"}}, "give it in Mi, Gi or Ti"),
+    ({"kafka": {"brokers": "k:9092", "partitions": 2}, "elasticsearch": {"url": "http://es:9200"}, "worker": {"spillMb": 1, "spillVolumeSize": "1023Ki"}}, "below worker.spillMb (1) times kafka.partitions (2)"),
 ]
 
 

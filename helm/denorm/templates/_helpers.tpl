@@ -90,10 +90,12 @@ app.kubernetes.io/component: worker
      worker expects a write that fails and a partition that waits. */}}
 {{- $spill := .Values.worker.spillVolumeSize | toString }}
 {{- $mib := 0 }}
-{{- if regexMatch "^[0-9]+Ti$" $spill }}{{- $mib = mul (trimSuffix "Ti" $spill | int64) 1048576 }}
-{{- else if regexMatch "^[0-9]+Gi$" $spill }}{{- $mib = mul (trimSuffix "Gi" $spill | int64) 1024 }}
-{{- else if regexMatch "^[0-9]+Mi$" $spill }}{{- $mib = trimSuffix "Mi" $spill | int64 }}
-{{- else }}{{- fail (printf "worker.spillVolumeSize %q: give it in Mi, Gi or Ti" $spill) }}
+{{- /* values.schema.json admits digits with Ki, Mi, Gi, Ti or nothing (bytes). */}}
+{{- if hasSuffix "Ti" $spill }}{{- $mib = mul (trimSuffix "Ti" $spill | int64) 1048576 }}
+{{- else if hasSuffix "Gi" $spill }}{{- $mib = mul (trimSuffix "Gi" $spill | int64) 1024 }}
+{{- else if hasSuffix "Mi" $spill }}{{- $mib = trimSuffix "Mi" $spill | int64 }}
+{{- else if hasSuffix "Ki" $spill }}{{- $mib = div (trimSuffix "Ki" $spill | int64) 1024 }}
+{{- else }}{{- $mib = div ($spill | int64) 1048576 }}
 {{- end }}
 {{- $need := mul (.Values.worker.spillMb | int64) (.Values.kafka.partitions | int64) }}
 {{- if lt (int64 $mib) (int64 $need) }}
