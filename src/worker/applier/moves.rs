@@ -66,6 +66,15 @@ impl Applier {
                 return Ok(Handled::Done { fan_out: false });
             }
             Arrival::Waits => unreachable!("passed over by handle"),
+            Arrival::Continues if self.receiving.borrow().destination() != Some(mv.to.as_str()) => {
+                // Its source's, but not its destination: not a chunk of this
+                // move (a worker writes one move's chunks alike).
+                let origin = Origin { key: msg.key(), payload: msg.payload(), offset: msg.offset(), at: msg.offset() };
+                let detail = format!("a chunk naming the source {:?} of the move in flight, but the destination {:?}, not the move's: not a part of it", mv.source(), mv.to);
+                let handled = self.abort(shard, &origin, reason::INVALID_COMMAND, detail, 1, None)?;
+                self.mark(shard, msg);
+                return Ok(handled);
+            }
             Arrival::Continues => in_flight.map(|(_, pos)| pos).expect("in flight"),
             Arrival::Starts if mv.aborted => {
                 // The end of an attempt none of whose chunks is in flight

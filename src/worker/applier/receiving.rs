@@ -138,6 +138,11 @@ impl Receiving {
         self.now.active.is_some()
     }
 
+    /// Where the move in flight takes its documents.
+    pub fn destination(&self) -> Option<&str> {
+        self.now.active.as_ref().map(|a| a.to.as_str())
+    }
+
     /// The move in flight: its source and the position its documents take.
     pub fn in_flight(&self) -> Option<(Source, u64)> {
         self.now.active.as_ref().map(|a| (a.source, a.pos))

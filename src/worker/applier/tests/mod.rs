@@ -467,6 +467,7 @@ fn fault(dir: &std::path::Path, name: &str, arg: &str) {
 
 mod batches;
 mod hold;
+mod hostile;
 mod lanes;
 mod lanes_review;
 mod limits;

@@ -279,3 +279,23 @@ fn an_owner_change_waits_for_its_delete_half_not_for_the_sources_checkpoint() {
     assert!(r.docs().iter().any(|(id, _)| id == "p"));
     run.stop();
 }
+
+/// A chunk that names the source of the move in flight but another
+/// destination (any producer can write one) is not part of that move: it
+/// is dead-lettered, its files are not written, and the move completes.
+#[test]
+fn a_chunk_naming_the_moves_source_but_another_destination_is_not_part_of_it() {
+    let r = destination(|_| {});
+    let run = r.start();
+    r.produce_move(&chunk(7, 0, false, &["m1"]));
+    let mut forged = chunk(7, 1, true, &["evil"]);
+    forged.to = "/elsewhere/a".into();
+    forged.files[0].path = "/elsewhere/a/evil.txt".into();
+    let refused = r.produce_move(&forged);
+    r.produce_move(&chunk(7, 1, true, &["m2"]));
+    let end = r.end();
+    run.wait_next(end);
+    assert_eq!(run.stop(), end);
+    assert_eq!(r.letters(), vec![Sent { reason: "invalid_command".into(), origin_offset: refused, key: "/elsewhere".into() }]);
+    assert_eq!(r.file_ids(), vec!["m1", "m2"]);
+}
