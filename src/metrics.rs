@@ -26,6 +26,7 @@ pub const DEAD_LETTERS_TOTAL: &str = "denorm_dead_letters_total";
 pub const DEAD_LETTER_RETRIES_TOTAL: &str = "denorm_dead_letter_retries_total";
 pub const PARKED_KEYS: &str = "denorm_parked_keys";
 pub const PARKING_REFUSED_TOTAL: &str = "denorm_parking_refused_total";
+pub const PARTITION_FETCH_STALLED: &str = "denorm_partition_fetch_stalled";
 pub const DEGRADED_PARTITIONS: &str = "denorm_degraded_partitions";
 pub const PARTITION_STOPPED: &str = "denorm_partition_stopped";
 pub const ES_BULK_SECONDS: &str = "denorm_es_bulk_request_seconds";
@@ -85,6 +86,7 @@ pub const ALL: &[&str] = &[
     DEAD_LETTER_RETRIES_TOTAL,
     PARKED_KEYS,
     PARKING_REFUSED_TOTAL,
+    PARTITION_FETCH_STALLED,
     DEGRADED_PARTITIONS,
     PARTITION_STOPPED,
     ES_BULK_SECONDS,
@@ -178,6 +180,11 @@ fn describe() {
     );
     describe_counter!(DEAD_LETTER_RETRIES_TOTAL, Unit::Count, "Failed writes to the dead-letter topic, retried (nothing is committed past them meanwhile).");
     describe_gauge!(PARKED_KEYS, Unit::Count, "Keys of the partition parked behind an aborted command, waiting for `denorm dlq reprocess` or `clear`.");
+    describe_gauge!(
+        PARTITION_FETCH_STALLED,
+        Unit::Count,
+        "1 while the consumer reads nothing of the partition although the broker holds more and nothing waits for its applier (a batch it cannot fetch or decode)."
+    );
     describe_counter!(
         PARKING_REFUSED_TOTAL,
         Unit::Count,

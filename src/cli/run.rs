@@ -162,6 +162,12 @@ pub struct RunArgs {
     /// later commands are then applied (counted by denorm_parking_refused_total)
     #[arg(long, env = "DENORM_MAX_PARKED_KEYS", default_value_t = defaults::MAX_PARKED_KEYS)]
     max_parked_keys: usize,
+    /// Seconds a partition's fetch position may stay below the broker's end while nothing waits
+    /// for its applier before the partition is reported stalled: degraded in /readyz and
+    /// denorm_partition_fetch_stalled, with an error naming the offset (a batch the consumer
+    /// cannot fetch or decode is fetched again for ever, and librdkafka's error names no partition)
+    #[arg(long, env = "DENORM_FETCH_STALL_SECS", default_value_t = defaults::FETCH_STALL_SECS, value_parser = clap::value_parser!(u64).range(1..))]
+    fetch_stall_secs: u64,
     #[command(flatten)]
     pub cross_key: super::CrossKeyArgs,
     #[command(flatten)]
@@ -259,6 +265,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.takeover_waits = !a.cross_key.no_takeover_waits;
     cfg.wait_limit = Duration::from_secs(a.wait_limit_secs);
     cfg.max_parked_keys = a.max_parked_keys;
+    cfg.fetch_stall_after = Duration::from_secs(a.fetch_stall_secs);
     cfg.any_partitioner = a.cross_key.any_partitioner;
     if let Some(id) = &cfg.instance_id {
         // What the consumer will use: an -X session.timeout.ms wins over the flag.

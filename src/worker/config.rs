@@ -116,6 +116,10 @@ pub struct WorkerConfig {
     /// of its wait; in a replay, from the last progress of the partition
     /// it waits for, which runs at its own pace.
     pub wait_limit: Duration,
+    /// How long a partition's fetch position may stay below the broker's
+    /// end with nothing waiting for its applier before it is reported
+    /// stalled (default 60 s; `fetch_stall.rs`).
+    pub fetch_stall_after: Duration,
     /// Keys a partition parks at most (default 10,000): parked keys are
     /// kept in every checkpoint. An abort past it dead-letters its command
     /// without parking its key (`denorm_parking_refused_total`).
@@ -190,6 +194,7 @@ pub mod defaults {
     pub const SESSION_TIMEOUT_MS: u32 = 45_000;
     pub const WAIT_LIMIT_SECS: u64 = 600;
     pub const MAX_PARKED_KEYS: usize = 10_000;
+    pub const FETCH_STALL_SECS: u64 = 60;
 }
 
 impl WorkerConfig {
@@ -236,6 +241,7 @@ impl WorkerConfig {
             takeover_waits: true,
             wait_limit: Duration::from_secs(defaults::WAIT_LIMIT_SECS),
             max_parked_keys: defaults::MAX_PARKED_KEYS,
+            fetch_stall_after: Duration::from_secs(defaults::FETCH_STALL_SECS),
             mode: Mode::Live,
             any_partitioner: false,
             kafka,
@@ -261,6 +267,7 @@ impl WorkerConfig {
         at_least("--retry-backoff-max-ms", self.retry_backoff_max.as_millis(), 50)?;
         at_least("--wait-limit-secs (ms)", self.wait_limit.as_millis(), 100)?;
         at_least("--max-parked-keys", self.max_parked_keys as u128, 1)?;
+        at_least("--fetch-stall-secs (ms)", self.fetch_stall_after.as_millis(), 1000)?;
         // Kafka's defaults for group.min/max.session.timeout.ms.
         let session = self.session_timeout.as_millis();
         if !(6_000..=1_800_000).contains(&session) {
@@ -342,6 +349,7 @@ mod tests {
             ("--instance-id", Box::new(|c| c.instance_id = Some(String::new()))),
             ("--wait-limit-secs", Box::new(|c| c.wait_limit = Duration::ZERO)),
             ("--max-parked-keys", Box::new(|c| c.max_parked_keys = 0)),
+            ("--fetch-stall-secs", Box::new(|c| c.fetch_stall_after = Duration::ZERO)),
         ];
         for (flag, spoil) in cases {
             let mut c = cfg();

@@ -12,6 +12,7 @@ pub mod admit;
 mod applier;
 mod commits;
 mod config;
+mod fetch_stall;
 mod membership;
 mod outbox;
 mod probe;
@@ -28,7 +29,7 @@ use metrics::{counter, gauge, histogram};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use tracing::{debug, info, trace, warn};
+use tracing::{debug, error, info, trace, warn};
 
 use crate::codec::Codec;
 use crate::dlq::writer::DeadLetterWriter;
@@ -253,6 +254,10 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
 
     let mut last_commit = Instant::now();
     let mut last_lag = Instant::now();
+    let mut stalls = fetch_stall::FetchStalls::new(shared.cfg.fetch_stall_after);
+    // The consumer's last error: librdkafka names no partition in it, the
+    // stall detector does (`fetch_stall.rs`).
+    let mut last_error: Option<String> = None;
     let mut last_settle = Instant::now();
     while !shutdown.load(Ordering::SeqCst) {
         health.beat();
@@ -270,6 +275,8 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
             }),
             Some(Err(e)) => {
                 warn!(error = %e, "kafka consumer error");
+                last_error = Some(e.to_string());
+                watch.troubled.store(true, Ordering::SeqCst);
                 None
             }
             None => None,
@@ -307,7 +314,8 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
         }
         if last_lag.elapsed() >= lag_interval {
             last_lag = Instant::now();
-            update_lag(&consumer, &topic);
+            let ends = watch.ends.lock().expect("ends lock").clone();
+            update_lag(&consumer, &topic, &mut stalls, &ends, last_error.as_deref());
             watch_membership(&consumer, &topic, &watch);
         }
     }
@@ -412,24 +420,36 @@ struct GroupWatch {
     wanted: Arc<AtomicBool>,
     /// The group's lag as last read; -1: not known.
     lag: Arc<AtomicI64>,
+    /// Set by the consumer loop at a consumer error: the partitions' ends
+    /// are then read from the broker (`ends`), since a partition whose
+    /// fetch fails learns its end from no fetch response.
+    troubled: Arc<AtomicBool>,
+    /// The partitions' ends as last read while troubled.
+    ends: Arc<Mutex<HashMap<i32, i64>>>,
     stop: Arc<AtomicBool>,
 }
 
 impl GroupWatch {
     fn start(shared: Arc<Shared>, every: Duration) -> Self {
         let (wanted, lag, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicI64::new(-1)), Arc::new(AtomicBool::new(false)));
-        let (w, l, s) = (wanted.clone(), lag.clone(), stop.clone());
+        let (troubled, ends) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(HashMap::new())));
+        let (w, l, s, t, e) = (wanted.clone(), lag.clone(), stop.clone(), troubled.clone(), ends.clone());
         std::thread::Builder::new()
             .name("denorm-group-watch".into())
             .spawn(move || {
                 let tick = Duration::from_millis(100).min(every);
-                let (mut last, mut last_verified): (Option<Instant>, Option<Instant>) = (None, None);
+                let (mut last, mut last_verified, mut last_ends): (Option<Instant>, Option<Instant>, Option<Instant>) = (None, None, None);
                 let (mine, mut mismatch) = (settings::ApplySettings::of(&shared.cfg), Vec::new());
                 while !s.load(Ordering::SeqCst) {
                     if last_verified.is_none_or(|t| t.elapsed() >= every) {
                         last_verified = Some(Instant::now());
                         export_verified(shared.backend.as_ref());
                         settings::check(shared.backend.as_ref(), &mine, &mut mismatch);
+                    }
+                    if last_ends.is_none_or(|t| t.elapsed() >= every) && t.swap(false, Ordering::SeqCst) {
+                        last_ends = Some(Instant::now());
+                        let read: Vec<(i32, i64)> = (0..shared.log_partitions).filter_map(|p| shared.probe.watermarks(p).map(|(_, high)| (p, high))).collect();
+                        e.lock().expect("ends lock").extend(read);
                     }
                     if !w.load(Ordering::SeqCst) {
                         l.store(-1, Ordering::SeqCst);
@@ -442,7 +462,7 @@ impl GroupWatch {
                 }
             })
             .expect("spawn the group watch");
-        GroupWatch { wanted, lag, stop }
+        GroupWatch { wanted, lag, troubled, ends, stop }
     }
 
     fn stop(&self) {
@@ -578,12 +598,15 @@ fn route(consumer: &BaseConsumer<WorkerContext>, msg: Option<(i32, Feed)>) -> bo
 /// from feeding every partition (seen on tansu: 12 watermark requests took
 /// longer than the refresh interval, and the worker routed one message per
 /// refresh).
-fn update_lag(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
+fn update_lag(consumer: &BaseConsumer<WorkerContext>, topic: &str, stalls: &mut fetch_stall::FetchStalls, ends: &HashMap<i32, i64>, last_error: Option<&str>) {
     let Ok(assignment) = consumer.assignment() else { return };
     let ctx = consumer.context();
     let parts = ctx.parts.lock().expect("parts lock");
     let position = consumer.position().ok();
     let now = crate::clock::now_millis();
+    for p in stalls.forget_unassigned(|p| assignment.find_partition(topic, p).is_some()) {
+        fetch_stall_ended(ctx, p, "revoked");
+    }
     for e in assignment.elements() {
         let p = e.partition();
         if let Some(part) = parts.get(&p) {
@@ -592,6 +615,32 @@ fn update_lag(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
             gauge!(m::OLDEST_UNFINISHED_SECONDS, "partition" => p.to_string()).set(busy_for.as_secs_f64());
         }
         let Some(high) = cached_high_watermark(consumer, topic, p) else { continue };
+        // A partition whose fetches fail learns its end from no response:
+        // the end the watch read from the broker then.
+        let high = high.max(ends.get(&p).copied().unwrap_or(-1));
+        let fetched = position.as_ref().and_then(|t| t.find_partition(topic, p)).and_then(|e| match e.offset() {
+            Offset::Offset(o) => Some(o),
+            _ => None,
+        });
+        if let (Some(part), Some(at)) = (parts.get(&p), fetched) {
+            let idle = part.paused.is_none() && occupancy(part, now).0 == 0;
+            match stalls.observe(p, at, high, idle, Instant::now()) {
+                fetch_stall::Verdict::Stalled { position, high, waited } => {
+                    error!(
+                        partition = p,
+                        position,
+                        high,
+                        waited_secs = waited.as_secs(),
+                        last_consumer_error = last_error.unwrap_or("none"),
+                        "the consumer reads nothing of this partition although the broker holds offsets up to {high}: a batch at {position} that cannot be fetched or decoded (a compression codec, a corrupt batch, a broker failing to serve it); the partition is degraded (runbook: docs/kubernetes.md, DenormPartitionFetchStalled)"
+                    );
+                    gauge!(m::PARTITION_FETCH_STALLED, "partition" => p.to_string()).set(1.0);
+                    ctx.health.degraded_one();
+                }
+                fetch_stall::Verdict::Recovered => fetch_stall_ended(ctx, p, "reads again"),
+                fetch_stall::Verdict::Same => {}
+            }
+        }
         // The next offset to apply: what the applier made durable, what was
         // committed, or (before the first message) the fetch position.
         let next = match parts.get(&p) {
@@ -608,6 +657,13 @@ fn update_lag(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
         let above = parts.get(&p).map_or(0, |part| part.done.lock().expect("done lock").applied_in(next, high));
         gauge!(m::UNAPPLIED_COMMANDS, "partition" => p.to_string()).set((high - next - above).max(0) as f64);
     }
+}
+
+/// A partition reported stalled ([`fetch_stall`]) is no longer: `why`.
+fn fetch_stall_ended(ctx: &WorkerContext, partition: i32, why: &str) {
+    info!(partition, "the partition's fetch stall ended: {why}");
+    gauge!(m::PARTITION_FETCH_STALLED, "partition" => partition.to_string()).set(0.0);
+    ctx.health.recovered();
 }
 
 /// What waits for a partition's applier (messages queued for it, or held

@@ -196,6 +196,31 @@ fn a_python_producers_snappy_batches_are_applied() {
     compressed_batches_of_python_are_applied(Broker::noida(), "snappy");
 }
 
+/// A batch the consumer cannot fetch is fetched again for ever, and
+/// librdkafka's error names no partition: tansu 0.6 fails every fetch of a
+/// snappy batch. The worker reports that partition stalled (degraded in
+/// `/readyz`, its gauge at 1, an error naming the offset); the partition
+/// read to its end is not.
+#[test]
+fn a_partition_whose_batch_cannot_be_fetched_is_reported_stalled() {
+    let r = Rig::new(2);
+    let dir = |p: i32| (0..).map(|i| format!("/stall{i}")).find(|d| denorm::command::partitioner::partition_of(d, 2) == p).unwrap();
+    let (stuck, fine) = (dir(0), dir(1));
+    let file = |d: &str, id: &str| Command::UpsertFile { id: id.into(), path: format!("{d}/{id}.txt"), contents: s("x"), previous_path: None };
+    let w = r.worker(&["--fetch-stall-secs", "2"]);
+    let log = produce(&r.cfg, vec![file(&stuck, "a"), file(&fine, "b")]);
+    wait_applied_by(&r.cfg, &r.group, log.len(), &[&w]);
+    let line = format!("{stuck}\t{}\n", denorm::codec::Codec::new().encode(&Envelope::new(file(&stuck, "c"))).iter().map(|b| format!("{b:02x}")).collect::<String>());
+    let lines = r.dir().join("snappy.tsv");
+    std::fs::write(&lines, line).unwrap();
+    stdout_of(python().args(["send-lines", &r.cfg.brokers, &r.cfg.topic]).arg(&lines).arg("snappy"));
+    let body = wait_ready_status(&w, "503");
+    assert!(body.contains("degraded"), "{body}");
+    assert_eq!(w.metric("denorm_partition_fetch_stalled", &[("partition", "0")]), 1.0, "{}", w.log());
+    assert_eq!(w.metric("denorm_partition_fetch_stalled", &[("partition", "1")]), 0.0, "the partition read to its end is not stalled");
+    assert!(w.log().contains("the consumer reads nothing of this partition"), "{}", w.log());
+}
+
 #[test]
 fn a_javascript_producer_written_from_the_schemas_is_applied() {
     let r = Rig::new(6);

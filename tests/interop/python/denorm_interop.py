@@ -5,7 +5,7 @@ tests/it/interop.rs.
     python denorm_interop.py fingerprints SCHEMA_FILE...
     python denorm_interop.py produce BROKERS TOPIC SCHEMAS_DIR PREFIX [COMPRESSION]
     python denorm_interop.py decode BROKERS TOPIC SCHEMAS_DIR COUNT
-    python denorm_interop.py send-lines BROKERS TOPIC FILE
+    python denorm_interop.py send-lines BROKERS TOPIC FILE [COMPRESSION]
     python denorm_interop.py scram-user BROKERS CA_FILE USER PASSWORD
 
 tansu 0.6 (the test broker) dies on the InitProducerId request that
@@ -141,9 +141,9 @@ async def decode(brokers, topic, schemas, count):
         await consumer.stop()
 
 
-async def send_lines(brokers, topic, path):
+async def send_lines(brokers, topic, path, compression=None):
     """Sends `key<TAB>hex bytes` lines in order (the Java encoder's output)."""
-    producer = AIOKafkaProducer(bootstrap_servers=brokers, acks="all", enable_idempotence=False)
+    producer = AIOKafkaProducer(bootstrap_servers=brokers, acks="all", enable_idempotence=False, compression_type=compression)
     await producer.start()
     try:
         with open(path) as f:
@@ -175,7 +175,7 @@ def main(argv):
     elif argv[:1] == ["decode"]:
         asyncio.run(decode(argv[1], argv[2], argv[3], int(argv[4])))
     elif argv[:1] == ["send-lines"]:
-        asyncio.run(send_lines(argv[1], argv[2], argv[3]))
+        asyncio.run(send_lines(argv[1], argv[2], argv[3], argv[4] if len(argv) > 4 else None))
     elif argv[:1] == ["scram-user"]:
         scram_user(argv[1], argv[2], argv[3], argv[4])
     else:
