@@ -28,6 +28,9 @@ pub struct KafkaConfig {
     pub replication: i32,
     /// Raw librdkafka options passed through (`key=value`).
     pub options: Vec<(String, String)>,
+    /// Keys that sign and verify denorm's own messages on the topic
+    /// ([`crate::signing`]); none: they are accepted from any writer.
+    pub signing: Option<std::sync::Arc<crate::signing::Signing>>,
 }
 
 /// librdkafka's errors logged as rust-rdkafka logs them, but for the end of
@@ -86,6 +89,7 @@ impl std::fmt::Debug for KafkaConfig {
             .field("partitions", &self.partitions)
             .field("replication", &self.replication)
             .field("options", &redacted(&self.options))
+            .field("signing", &self.signing)
             .finish()
     }
 }
@@ -109,7 +113,7 @@ pub enum KafkaSetupError {
 
 impl KafkaConfig {
     pub fn new(brokers: impl Into<String>, topic: impl Into<String>) -> Self {
-        KafkaConfig { brokers: brokers.into(), topic: topic.into(), partitions: 12, replication: 1, options: Vec::new() }
+        KafkaConfig { brokers: brokers.into(), topic: topic.into(), partitions: 12, replication: 1, options: Vec::new(), signing: None }
     }
 
     /// Base client configuration: bootstrap servers plus the pass-through options.

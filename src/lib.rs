@@ -22,5 +22,6 @@ pub mod produce;
 pub mod rebuild;
 pub mod retry;
 pub mod secret;
+pub mod signing;
 pub mod verify;
 pub mod worker;

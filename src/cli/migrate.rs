@@ -22,6 +22,17 @@ pub struct MigrateArgs {
     /// the copy rewrites to the new topic's
     #[arg(long, env = "DENORM_DLQ_TOPIC")]
     dlq_topic: Option<String>,
+    /// Leave out every message of this tenant (repeatable): its commands, its move chunks
+    /// and control messages. For off-boarding or erasure: after `tenant delete`, copy the
+    /// topic without the tenant, rebuild from the copy, then delete the old topic and its
+    /// dead-letter topic (docs/tenants.md)
+    #[arg(long = "drop-tenant", value_name = "TENANT", value_parser = super::parse_tenant)]
+    drop_tenants: Vec<String>,
+    /// With --signing-key-file: sign the move chunks and control messages that carry no valid
+    /// signature in --topic (turning signing on for a history you trust). Without it they are
+    /// copied unsigned, and workers dead-letter them as forged
+    #[arg(long)]
+    sign_unsigned: bool,
 }
 
 pub async fn run(cli: &Cli, a: &MigrateArgs) -> anyhow::Result<()> {
@@ -36,6 +47,10 @@ pub async fn run(cli: &Cli, a: &MigrateArgs) -> anyhow::Result<()> {
     if have != a.to_partitions {
         bail!("topic {} exists with {have} partitions, not {}", to.topic, a.to_partitions);
     }
+    if a.sign_unsigned && from.signing.is_none() {
+        return Err(UsageError("--sign-unsigned needs --signing-key-file (the keys to sign with)".into()).into());
+    }
+    let selection = denorm::migrate::Selection { drop_tenants: a.drop_tenants.iter().cloned().collect(), sign_unsigned: a.sign_unsigned };
     let dlq = a.dlq_topic.clone().unwrap_or_else(|| denorm::dlq::default_topic(&from.topic));
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
@@ -45,12 +60,19 @@ pub async fn run(cli: &Cli, a: &MigrateArgs) -> anyhow::Result<()> {
         if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
-        let done = denorm::migrate::copy(&from, partitions, &to, &lettered, |copied, total| {
+        let done = denorm::migrate::copy(&from, partitions, &to, &lettered, &selection, |copied, total| {
             bar.set_length(total);
             bar.set_position(copied);
         });
         bar.finish_and_clear();
         let done = done?;
+        if done.tenant_messages_dropped > 0 || !selection.drop_tenants.is_empty() {
+            let names: Vec<&str> = selection.drop_tenants.iter().map(String::as_str).collect();
+            println!("left out {} message(s) of tenant(s) {}: {} and its dead-letter topic still hold them until you delete those topics", done.tenant_messages_dropped, names.join(", "), from.topic);
+        }
+        if from.signing.is_some() {
+            println!("signatures: {} kept, {} signed anew (--sign-unsigned), {} copied unsigned (workers dead-letter these as forged)", done.signed, done.signed_anew, done.unsigned);
+        }
         println!(
             "copied {} messages from {} ({partitions} partitions) to {} ({} partitions) in {:.1}s, per-key order kept; \
              {} chunk(s) of cross-key moves, {} owner change(s) and {} operator request(s) (dlq reprocess, clear) name their new places{}{}. \

@@ -58,6 +58,13 @@ pub struct Cli {
     /// sasl.password, mounted from a Kubernetes Secret. Applied before the --kafka-option ones
     #[arg(long, global = true, help_heading = "Global options", env = "DENORM_KAFKA_OPTIONS_FILE", value_name = "PATH", value_parser = parse_options_file)]
     pub kafka_options_file: Option<OptionsFile>,
+    /// File of keys that sign denorm's own messages (move chunks, REPLAY/DISCARD/RESOLVE/PLACE), one
+    /// per line, at least 32 bytes each: the first signs, every one verifies. With it, workers
+    /// dead-letter such messages without a valid signature (reason `forged`); mount it from a Secret
+    /// that producers do not have. Every worker, `dlq`, `rebuild`, `verify` and `migrate` of a
+    /// topic needs the same file
+    #[arg(long, global = true, help_heading = "Global options", env = "DENORM_SIGNING_KEY_FILE", value_name = "PATH", value_parser = parse_signing_file)]
+    pub signing_key_file: Option<SigningFile>,
     /// Log filter (tracing syntax, e.g. `info` or `denorm=debug`)
     #[arg(long, global = true, help_heading = "Global options", env = "DENORM_LOG")]
     pub log: Option<String>,
@@ -168,6 +175,16 @@ impl std::fmt::Debug for OptionsFile {
     }
 }
 
+/// Signing keys read from a file; its Debug form shows how many.
+#[derive(Clone, Debug)]
+pub struct SigningFile {
+    pub keys: std::sync::Arc<denorm::signing::Signing>,
+}
+
+fn parse_signing_file(path: &str) -> Result<SigningFile, String> {
+    denorm::signing::Signing::read(std::path::Path::new(path)).map(|k| SigningFile { keys: std::sync::Arc::new(k) })
+}
+
 fn parse_options_file(path: &str) -> Result<OptionsFile, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
     options_from_text(&text).map(|options| OptionsFile { path: path.into(), options }).map_err(|e| format!("{path}: {e}"))
@@ -194,7 +211,14 @@ impl Cli {
     pub fn kafka(&self) -> KafkaConfig {
         let mut options = self.kafka_options_file.as_ref().map(|f| f.options.clone()).unwrap_or_default();
         options.extend(self.kafka_options.iter().cloned());
-        KafkaConfig { brokers: self.brokers.clone(), topic: self.topic.clone(), partitions: self.partitions, replication: self.replication_factor, options }
+        KafkaConfig {
+            brokers: self.brokers.clone(),
+            topic: self.topic.clone(),
+            partitions: self.partitions,
+            replication: self.replication_factor,
+            options,
+            signing: self.signing_key_file.as_ref().map(|f| f.keys.clone()),
+        }
     }
 }
 

@@ -399,9 +399,11 @@ pub async fn send(cfg: &KafkaConfig, groups: &[Group], reprocess: bool) -> Resul
         let last = messages.len() - 1;
         for (i, m) in messages.iter().enumerate() {
             let bytes = codec.encode_control(m);
-            let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&cfg.topic).partition(g.origin_partition).payload(&bytes);
-            if !g.key.is_empty() {
-                record = record.key(g.key.as_bytes());
+            let key = (!g.key.is_empty()).then_some(g.key.as_bytes());
+            let headers = crate::signing::headers(cfg.signing.as_deref(), &cfg.topic, key, &bytes);
+            let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&cfg.topic).partition(g.origin_partition).payload(&bytes[..]).headers(headers);
+            if let Some(k) = key {
+                record = record.key(k);
             }
             // In order per partition: each is enqueued before the next.
             let ack = producer.send_result(record).map_err(|(e, _)| e)?;

@@ -104,6 +104,10 @@ pub mod reason {
     /// A control message that cannot be carried out as it stands (a
     /// `PLACE` naming a placement move that was never recorded).
     pub const INVALID_CONTROL: &str = "invalid_control";
+    /// A move's chunk or a control message without a valid signature
+    /// while the workers have signing keys (`--signing-key-file`): not
+    /// written by a worker or an operator. No key is parked.
+    pub const FORGED: &str = "forged";
 }
 
 impl Action {

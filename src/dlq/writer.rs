@@ -33,6 +33,8 @@ pub struct DeadLetterWriter {
     pub topic: String,
     origin_topic: String,
     partitions: i32,
+    /// Signs the messages written to the command topic.
+    signing: Option<std::sync::Arc<crate::signing::Signing>>,
 }
 
 impl DeadLetterWriter {
@@ -47,7 +49,7 @@ impl DeadLetterWriter {
         let max = (max_message_bytes + OVERHEAD).max(1_000_000).to_string();
         // lz4: a cross-key move's documents are large, repetitive messages.
         let c = cfg.producer_config(&[("linger.ms", "0"), ("message.timeout.ms", &timeout), ("compression.type", "lz4"), ("message.max.bytes", &max)]);
-        Ok(DeadLetterWriter { producer: c.create()?, topic: topic.into(), origin_topic: cfg.topic.clone(), partitions })
+        Ok(DeadLetterWriter { producer: c.create()?, topic: topic.into(), origin_topic: cfg.topic.clone(), partitions, signing: cfg.signing.clone() })
     }
 
     /// The dead-letter partition of letters from `origin`.
@@ -104,11 +106,12 @@ impl DeadLetterWriter {
     }
 
     /// Writes a message of the worker's own to the command topic (a
-    /// cross-key move's documents) and waits for the acknowledgement. Its
-    /// offset there.
+    /// cross-key move's documents), signed when there are keys, and waits
+    /// for the acknowledgement. Its offset there.
     pub fn send_command(&self, partition: i32, key: &[u8], payload: &[u8]) -> Result<i64, KafkaError> {
         crate::faults::io("move.send").map_err(|_| KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::BrokerTransportFailure))?;
-        self.send_to(&self.origin_topic, partition, Some(key), Some(payload), OwnedHeaders::new())
+        let headers = crate::signing::headers(self.signing.as_deref(), &self.origin_topic, Some(key), payload);
+        self.send_to(&self.origin_topic, partition, Some(key), Some(payload), headers)
     }
 
     fn send(&self, partition: i32, key: Option<&[u8]>, payload: Option<&[u8]>, headers: OwnedHeaders) -> Result<i64, KafkaError> {

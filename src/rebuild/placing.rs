@@ -81,7 +81,8 @@ fn announce(kafka: &KafkaConfig, partitions: i32, index: &TenantGenerations, mov
     let sent: Result<(), rdkafka::error::KafkaError> = runtime.block_on(async {
         let mut acks = Vec::new();
         for p in 0..partitions {
-            let record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&kafka.topic).partition(p).payload(&bytes);
+            let headers = crate::signing::headers(kafka.signing.as_deref(), &kafka.topic, None, &bytes);
+            let record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&kafka.topic).partition(p).payload(&bytes[..]).headers(headers);
             acks.push(producer.send_result(record).map_err(|(e, _)| e)?);
         }
         for ack in acks {

@@ -25,7 +25,7 @@ impl Applier {
             return Ok(Handled::Done { fan_out: false });
         }
         let origin = Origin { key: msg.key(), payload: msg.payload(), offset, at: offset };
-        let admitted = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
+        let admitted = match self.admitted(msg) {
             Err(NotAdmitted::Unavailable(e)) => return Err(Halt::Retry(Transient::Registry(e))),
             Err(NotAdmitted::Rejected(r)) => Err(r),
             Ok(a) => self.placed(msg, a),
@@ -123,6 +123,30 @@ impl Applier {
             self.mark(shard, msg);
         }
         Ok(handled)
+    }
+
+    /// `msg` decoded and validated ([`admit`]); with signing keys, a
+    /// move's chunk or a control message must carry a valid signature,
+    /// or it is refused as forged, parking nothing (the key it names is
+    /// another writer's).
+    pub(super) fn admitted(&self, msg: &Record) -> Result<Admitted, NotAdmitted> {
+        let a = admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes)?;
+        let (Some(keys), Admitted::Control(_) | Admitted::Move(_)) = (&self.shared.cfg.kafka.signing, &a) else { return Ok(a) };
+        let kafka = &self.shared.cfg.kafka;
+        let why = match keys.check(&kafka.topic, msg.key(), msg.payload().unwrap_or_default(), msg.signature.as_deref()) {
+            crate::signing::Provenance::Signed => return Ok(a),
+            crate::signing::Provenance::Unsigned => "no",
+            crate::signing::Provenance::BadSignature => "an invalid",
+        };
+        let what = match a {
+            Admitted::Move(_) => "a cross-key move's chunk",
+            _ => "a control message",
+        };
+        let detail = format!(
+            "{what} with {why} {} header, while the workers check signatures (--signing-key-file): not written by a worker or an operator of this topic; not carried out",
+            crate::signing::HEADER
+        );
+        Err(NotAdmitted::Rejected(Rejection { reason: dlq::reason::FORGED, detail, chunk: None, parks: false }))
     }
 
     /// Checks where a command or a move's chunk is: its key must hash

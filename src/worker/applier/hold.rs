@@ -497,7 +497,7 @@ mod tests {
     use super::*;
 
     fn msg(offset: i64, tenant: Option<&str>) -> Record {
-        Record { offset, key: Some(tenant::scope(tenant, "/k").into_bytes()), payload: None, timestamp_ms: None }
+        Record { offset, key: Some(tenant::scope(tenant, "/k").into_bytes()), payload: None, timestamp_ms: None, signature: None }
     }
 
     /// Reads `n` messages of `tenant` from `from` on; the offsets held.
@@ -522,12 +522,12 @@ mod tests {
         let (_, before, peak) = crate::alloc::peak_anon_during(|| {
             let mut h = Hold::default();
             for o in 0..256 {
-                h.holds(&Record { offset: o, key: Some(format!("{}{o}\u{1f}/k", "t".repeat(1 << 20)).into_bytes()), payload: None, timestamp_ms: None }, false, now);
+                h.holds(&Record { offset: o, key: Some(format!("{}{o}\u{1f}/k", "t".repeat(1 << 20)).into_bytes()), payload: None, timestamp_ms: None, signature: None }, false, now);
             }
             h
         });
         assert!(peak.saturating_sub(before) < 16 << 10, "the read-ahead grew by {} KiB", peak.saturating_sub(before));
-        let m = Record { offset: 0, key: Some(b"Not-A-Tenant\x1f/k".to_vec()), payload: None, timestamp_ms: None };
+        let m = Record { offset: 0, key: Some(b"Not-A-Tenant\x1f/k".to_vec()), payload: None, timestamp_ms: None, signature: None };
         assert_eq!(tenant_of(&m), Some(NOT_A_TENANT));
         assert_eq!(tenant_of(&msg(1, Some("acme"))), Some("acme"));
         assert_eq!(tenant_of(&msg(1, None)), None);

@@ -135,7 +135,7 @@ pub(super) struct Job {
 
 impl Job {
     pub(super) fn new(origin: &dead_letter::Origin<'_>, envelope: &Envelope, pages: Pages) -> Self {
-        let record = Record { offset: origin.offset, key: origin.key.map(<[u8]>::to_vec), payload: origin.payload.map(<[u8]>::to_vec), timestamp_ms: None };
+        let record = Record { offset: origin.offset, key: origin.key.map(<[u8]>::to_vec), payload: origin.payload.map(<[u8]>::to_vec), timestamp_ms: None, signature: None };
         let now = Instant::now();
         Job { slot: None, record, envelope: envelope.clone(), pages, written: 0, started: now, started_ms: crate::clock::now_millis().max(1), next_page_at: now }
     }
@@ -258,7 +258,7 @@ impl Applier {
     /// Where `msg` goes while lanes are busy.
     pub(super) fn route(&self, msg: &Record) -> Route {
         let lanes = self.lanes.borrow();
-        let (key, fan_out) = match admit(&self.shared.codec, msg.key(), msg.payload(), self.shared.cfg.max_message_bytes) {
+        let (key, fan_out) = match self.admitted(msg) {
             Ok(Admitted::Command(e)) if e.command.previous_key().is_none() && e.command.destination_key().is_none() => (e.command.key().to_string(), e.command.is_fan_out()),
             // A message dead-lettered as it is (undecodable, invalid,
             // oversized) is no barrier: it goes behind its key's fan-out,

@@ -60,12 +60,15 @@ pub(crate) struct Record {
     pub payload: Option<Vec<u8>>,
     /// When it was produced (the message's timestamp), in milliseconds.
     pub timestamp_ms: Option<i64>,
+    /// Its `denorm-signature` header ([`crate::signing`]), if any.
+    pub signature: Option<Vec<u8>>,
 }
 
 impl Record {
     /// A copy of a client message.
     pub fn of(m: &impl rdkafka::message::Message) -> Record {
-        Record { offset: m.offset(), key: m.key().map(<[u8]>::to_vec), payload: m.payload().map(<[u8]>::to_vec), timestamp_ms: m.timestamp().to_millis() }
+        let signature = crate::signing::signature_in(m.headers());
+        Record { offset: m.offset(), key: m.key().map(<[u8]>::to_vec), payload: m.payload().map(<[u8]>::to_vec), timestamp_ms: m.timestamp().to_millis(), signature }
     }
 
     pub fn offset(&self) -> i64 {

@@ -233,7 +233,7 @@ mod reading_tests {
     use super::*;
 
     fn msg(offset: i64) -> Feed {
-        Feed::Message(Record { offset, key: None, payload: None, timestamp_ms: None })
+        Feed::Message(Record { offset, key: None, payload: None, timestamp_ms: None, signature: None })
     }
 
     #[test]

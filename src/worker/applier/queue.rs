@@ -126,7 +126,7 @@ mod tests {
     use super::*;
 
     fn msg(offset: i64, bytes: usize) -> Feed {
-        Feed::Message(Record { offset, key: None, payload: Some(vec![0; bytes]), timestamp_ms: None })
+        Feed::Message(Record { offset, key: None, payload: Some(vec![0; bytes]), timestamp_ms: None, signature: None })
     }
 
     fn offset_of(f: Feed) -> i64 {

@@ -245,7 +245,7 @@ mod tests {
     }
 
     fn rec(offset: i64) -> Record {
-        Record { offset, key: Some(format!("k{offset}").into_bytes()), payload: Some(vec![7; 100]), timestamp_ms: None }
+        Record { offset, key: Some(format!("k{offset}").into_bytes()), payload: Some(vec![7; 100]), timestamp_ms: None, signature: None }
     }
 
     /// Reads `offsets` of `tenant`, spilling each [`Read::Behind`].

@@ -75,7 +75,7 @@ impl SpillFile {
             }
             None => self.pending.extend_from_slice(&[0; 9]),
         }
-        for part in [&msg.key, &msg.payload] {
+        for part in [&msg.key, &msg.payload, &msg.signature] {
             match part {
                 Some(b) => {
                     self.pending.extend_from_slice(&(b.len() as u32).to_le_bytes());
@@ -195,7 +195,8 @@ fn decode(b: &[u8]) -> Record {
     };
     let key = part();
     let payload = part();
-    Record { offset, key, payload, timestamp_ms }
+    let signature = part();
+    Record { offset, key, payload, timestamp_ms, signature }
 }
 
 #[cfg(test)]
@@ -208,6 +209,7 @@ mod tests {
             key: (offset % 3 != 0).then(|| format!("k{offset}").into_bytes()),
             payload: (offset % 5 != 0).then(|| vec![offset as u8; size]),
             timestamp_ms: (offset % 2 == 0).then_some(offset * 1000),
+            signature: (offset % 7 == 0).then(|| vec![b'a'; 64]),
         }
     }
 

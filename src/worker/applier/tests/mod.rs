@@ -45,8 +45,12 @@ struct Log {
 
 impl Log {
     fn append(&mut self, key: &[u8], payload: Vec<u8>) -> i64 {
+        self.append_signed(key, payload, None)
+    }
+
+    fn append_signed(&mut self, key: &[u8], payload: Vec<u8>, signature: Option<Vec<u8>>) -> i64 {
         let offset = self.end;
-        self.records.push(Record { offset, key: Some(key.to_vec()), payload: Some(payload), timestamp_ms: None });
+        self.records.push(Record { offset, key: Some(key.to_vec()), payload: Some(payload), timestamp_ms: None, signature });
         self.end += 1;
         offset
     }
@@ -88,6 +92,8 @@ struct Scripted {
     base: i64,
     /// Markers written: (key, kind).
     markers: Mutex<Vec<(String, MarkerKind)>>,
+    /// Signs the messages for the command topic, as a worker does.
+    signing: Option<Arc<crate::signing::Signing>>,
 }
 
 impl Scripted {
@@ -122,7 +128,8 @@ impl Outbox for Arc<Scripted> {
 
     fn command(&self, _: i32, key: &[u8], payload: &[u8]) -> Result<i64, rdkafka::error::KafkaError> {
         self.refuse_over(payload.len())?;
-        Ok(self.log.lock().unwrap().append(key, payload.to_vec()))
+        let signature = self.signing.as_ref().map(|s| s.sign("t", Some(key), payload).into_bytes());
+        Ok(self.log.lock().unwrap().append_signed(key, payload.to_vec(), signature))
     }
 }
 
@@ -197,7 +204,7 @@ impl Rig {
         cfg.retry_backoff_max = Duration::from_millis(50);
         tune(&mut cfg);
         let writes = cfg.mode.writes_to_kafka();
-        let outbox = Arc::new(Scripted { log: log.clone(), base, ..Scripted::default() });
+        let outbox = Arc::new(Scripted { log: log.clone(), base, signing: cfg.kafka.signing.clone(), ..Scripted::default() });
         let shared = Arc::new(Shared {
             cfg,
             backend: Arc::new(EmbeddedBackend::new(index, 20 << 20)),
@@ -224,6 +231,13 @@ impl Rig {
 
     fn append(&self, key: &str, payload: Vec<u8>) -> i64 {
         self.log.lock().unwrap().append(key.as_bytes(), payload)
+    }
+
+    /// Appends a message signed with `signing`'s first key, as a worker or
+    /// an operator with the keys writes one.
+    fn append_signed(&self, key: &str, payload: Vec<u8>, signing: &crate::signing::Signing) -> i64 {
+        let signature = signing.sign("t", Some(key.as_bytes()), &payload).into_bytes();
+        self.log.lock().unwrap().append_signed(key.as_bytes(), payload, Some(signature))
     }
 
     /// An offset without a message (a transaction's marker).
@@ -472,4 +486,5 @@ mod lanes;
 mod lanes_review;
 mod limits;
 mod moves;
+mod provenance;
 mod stalls;
