@@ -15,7 +15,12 @@ did not write:
     subcommand reads (`denorm <command> --help`), and with DENORM_TEST_BROKERS
     the embedded values' topics hook and worker run as rendered until ready.
 
-Usage: check-chart.py DENORM_BINARY
+Usage: check-chart.py DENORM_BINARY [--boot NAME]
+
+With --boot NAME, only helm/denorm/ci/NAME-values.yaml is rendered and its
+topics hook and worker booted against DENORM_TEST_BROKERS, their Secrets
+read from DENORM_TEST_SECRETS/<secret name>/<key> (tests/it/transport.rs
+boots the SASL_SSL values so).
 Installs its Python packages once into $HOME/.cache/denorm/k8s."""
 import json
 import os
@@ -57,7 +62,7 @@ def venv_python():
 
 
 if __name__ == "__main__" and os.environ.get("DENORM_CHECK_CHART_IN_VENV") != "1":
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 4) or (len(sys.argv) == 4 and sys.argv[2] != "--boot"):
         sys.exit(__doc__)
     py = venv_python()
     env = dict(os.environ, DENORM_CHECK_CHART_IN_VENV="1")
@@ -167,6 +172,37 @@ def check_env(name, doc):
 
 
 # --- Invariants the schemas cannot express -----------------------------------
+
+ROLES = {"run": "worker", "topics": "topics", "rebuild": "rebuild", "verify": "verify"}
+
+
+def check_roles(name, values, docs):
+    """Each role's pods mount their own Secrets (jobs.<role>.kafkaSecret and
+    elasticsearchSecret over the workers'), the topics Job no Elasticsearch
+    credential and no signing keys, and a variable names each Secret mounted."""
+    jobs = values.get("jobs", {})
+    es_auth = values.get("backend") == "elasticsearch" and values["elasticsearch"]["auth"]["type"] != "none"
+    for _, d in docs:
+        pod = pod_spec(d)
+        if pod is None:
+            continue
+        role = ROLES[pod["containers"][0]["args"][0]]
+        own = jobs.get(role, {}) if role != "worker" else {}
+        want = {
+            "kafka-options": own.get("kafkaSecret") or values["kafka"]["existingSecret"],
+            "elasticsearch-auth": (own.get("elasticsearchSecret") or values["elasticsearch"]["auth"]["existingSecret"]) if es_auth and role != "topics" else "",
+            "signing-keys": values["signing"]["existingSecret"] if role != "topics" else "",
+        }
+        got = {v["name"]: v["secret"]["secretName"] for v in pod.get("volumes", []) if "secret" in v}
+        env = {e["name"] for e in pod["containers"][0]["env"]}
+        for volume, secret in want.items():
+            if got.get(volume, "") != secret:
+                fail(f"{name}: the {role} pod ({d['kind']}) mounts {got.get(volume) or 'no Secret'} as {volume}, not {secret or 'none'}")
+        for volume, var in [("kafka-options", "DENORM_KAFKA_OPTIONS_FILE"), ("signing-keys", "DENORM_SIGNING_KEY_FILE")]:
+            if bool(want[volume]) != (var in env):
+                fail(f"{name}: the {role} pod sets {var} {'without' if var in env else 'but not'} its Secret")
+        if role == "topics" and any(n.startswith("DENORM_ES_") and n.endswith("_FILE") for n in env):
+            fail(f"{name}: the topics Job is given an Elasticsearch credential")
 
 def check_invariants(name, values, docs):
     by_kind = {}
@@ -342,11 +378,27 @@ def boot(name, docs, brokers, workdir):
         port = s.getsockname()[1]
     topic = f"chart-{uuid.uuid4().hex[:12]}"
 
+    secrets = os.environ.get("DENORM_TEST_SECRETS")
+
+    def local(doc, value):
+        """A path in a mounted Secret, as the local copy of the Secret."""
+        if not secrets:
+            return value
+        pod = pod_spec(doc)
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        for m in pod["containers"][0].get("volumeMounts", []):
+            secret = volumes.get(m["name"], {}).get("secret")
+            if secret and value.startswith(m["mountPath"] + "/"):
+                return str(pathlib.Path(secrets) / secret["secretName"] / value[len(m["mountPath"]) + 1:])
+        return value
+
     def env_of(doc, command):
         out = {}
         for n, e in container_env(doc, command).items():
-            if "value" in e:
-                out[n] = e["value"]
+            if "value" in e and n == "DENORM_KAFKA_OPTIONS":
+                out[n] = ";".join(o.split("=", 1)[0] + "=" + local(doc, o.split("=", 1)[1]) for o in e["value"].split(";"))
+            elif "value" in e:
+                out[n] = local(doc, e["value"])
             elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
                 out[n] = f"{workload['metadata']['name']}-0"
             else:
@@ -381,9 +433,10 @@ def boot(name, docs, brokers, workdir):
         text = log.read()
         if code != 0:
             return fail(f"{name}: the worker exited {code} on SIGTERM:\n{text[-3000:]}")
-        if "static group membership" not in text:
+        if workload["kind"] == "StatefulSet" and "static group membership" not in text:
             fail(f"{name}: the worker did not use its pod name as instance id:\n{text[-3000:]}")
         print(f"{name}: the rendered topics hook and worker ran against the test broker: ready, then a clean SIGTERM stop")
+        return text
     finally:
         if worker.poll() is None:
             worker.kill()
@@ -468,7 +521,18 @@ def check_readme():
     print(f"chart README documents all {len(keys)} values")
 
 
+def boot_only(name):
+    chart = helm.Chart.load(str(CHART))
+    values = yaml.safe_load((CHART / "ci" / f"{name}-values.yaml").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        boot(name, render(chart, values), os.environ["DENORM_TEST_BROKERS"], pathlib.Path(tmp))
+    if failed:
+        sys.exit(1)
+
+
 def main():
+    if len(sys.argv) == 4:
+        return boot_only(sys.argv[3])
     check_readme()
     chart = helm.Chart.load(str(CHART))
     print(f"Helm {helm.helm_sdk_version()} (helm-python-sdk), chart {chart.name} {chart.version}")
@@ -496,6 +560,7 @@ def main():
                 check_env(name, d)
             merged = chart.merge_values(values)
             check_invariants(name, merged, docs)
+            check_roles(name, merged, docs)
             check_alerts(name, docs, tmp)
             out = tmp / "manifests" / name
             out.mkdir(parents=True)

@@ -25,6 +25,7 @@ mod progress;
 mod rebuild;
 mod registry_contracts;
 mod scenarios;
+mod signing;
 mod tenants;
 mod topics;
 mod transport;

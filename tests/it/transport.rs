@@ -168,3 +168,46 @@ fn elasticsearch_over_https_with_a_ca_file_and_an_api_key() {
     assert!(err.to_lowercase().contains("certificate"), "the error does not say the certificate was refused:\n{err}");
     drop(w);
 }
+
+/// The chart's documented SASL_SSL values (helm/denorm/ci/elasticsearch-values.yaml:
+/// SCRAM-SHA-512, the broker's CA and the password each from a Secret, a
+/// Kafka credential of its own for the topics Job, signing keys) start a
+/// worker: `scripts/check-chart.py --boot` renders them with Helm and runs
+/// the topics hook and the worker as rendered against this broker, their
+/// Secrets' files written here.
+#[test]
+fn the_charts_documented_sasl_ssl_values_start_a_worker() {
+    let certs = Certs::new();
+    let broker = scram_broker(&certs);
+    let secrets = tempfile::tempdir().unwrap();
+    let ca = std::fs::read(certs.ca()).unwrap();
+    let credential = format!("sasl.username=denorm\nsasl.password={PASSWORD}\n");
+    let keys = format!("{}\n", uuid::Uuid::new_v4().simple().to_string().repeat(2));
+    for (secret, file, text) in [
+        ("denorm-kafka", "kafka.properties", credential.as_bytes()),
+        ("denorm-kafka-admin", "kafka.properties", credential.as_bytes()),
+        ("denorm-kafka-ca", "ca.crt", &ca[..]),
+        ("denorm-signing", "signing.keys", keys.as_bytes()),
+        ("denorm-es", "username", b"denorm"),
+        ("denorm-es", "password", b"unused-here"),
+        ("denorm-es-ca", "ca.crt", &ca[..]),
+    ] {
+        std::fs::create_dir_all(secrets.path().join(secret)).unwrap();
+        std::fs::write(secrets.path().join(secret).join(file), text).unwrap();
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Proc::new("python3")
+        .arg(repo.join("scripts/check-chart.py"))
+        .args([env!("CARGO_BIN_EXE_denorm"), "--boot", "elasticsearch"])
+        .env("DENORM_TEST_BROKERS", &broker.brokers)
+        .env("DENORM_TEST_SECRETS", secrets.path())
+        .output()
+        .expect("run scripts/check-chart.py");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the chart's SASL_SSL values did not start a worker:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("ran against the test broker: ready, then a clean SIGTERM stop"), "{stdout}\n{stderr}");
+    let front = broker.front.as_ref().unwrap();
+    assert!(front.saw(b"SCRAM-SHA-512"), "no SCRAM-SHA-512 handshake went through the TLS endpoint");
+    assert_eq!(front.refused.load(std::sync::atomic::Ordering::SeqCst), 0, "a handshake failed");
+    assert!(!stdout.contains(PASSWORD) && !stderr.contains(PASSWORD), "the password was shown");
+}

@@ -129,60 +129,99 @@ app.kubernetes.io/component: worker
 {{- join ";" $opts }}
 {{- end }}
 
+{{/* The Secret of librdkafka options of a role (.role: worker, topics,
+     rebuild or verify): the Job's own jobs.<role>.kafkaSecret, else
+     kafka.existingSecret. */}}
+{{- define "denorm.kafkaSecret" -}}
+{{- $own := "" }}
+{{- if ne .role "worker" }}
+{{- $own = (index .root.Values.jobs .role).kafkaSecret | default "" }}
+{{- end }}
+{{- default .root.Values.kafka.existingSecret $own }}
+{{- end }}
+
+{{/* The Elasticsearch credential's Secret of a role: none for the topics
+     Job (it never reads the index) or without auth; the Job's own
+     jobs.<role>.elasticsearchSecret, else elasticsearch.auth.existingSecret. */}}
+{{- define "denorm.esSecret" -}}
+{{- if and (eq .root.Values.backend "elasticsearch") (ne .root.Values.elasticsearch.auth.type "none") (ne .role "topics") }}
+{{- $own := "" }}
+{{- if ne .role "worker" }}
+{{- $own = (index .root.Values.jobs .role).elasticsearchSecret | default "" }}
+{{- end }}
+{{- default .root.Values.elasticsearch.auth.existingSecret $own }}
+{{- end }}
+{{- end }}
+
+{{/* The signing keys' Secret of a role: every role that reads or writes
+     denorm's own messages (not the topics Job). */}}
+{{- define "denorm.signingSecret" -}}
+{{- if ne .role "topics" }}
+{{- .root.Values.signing.existingSecret | default "" }}
+{{- end }}
+{{- end }}
+
 {{/* What every denorm container needs: where the topic, the group and the
      index are, and the credentials as files. */}}
 {{- define "denorm.commonEnv" -}}
+{{- $kafka := include "denorm.kafkaSecret" . }}
+{{- $es := include "denorm.esSecret" . }}
+{{- $signing := include "denorm.signingSecret" . }}
 - name: DENORM_BROKERS
-  value: {{ .Values.kafka.brokers | quote }}
+  value: {{ .root.Values.kafka.brokers | quote }}
 - name: DENORM_TOPIC
-  value: {{ .Values.kafka.topic | quote }}
+  value: {{ .root.Values.kafka.topic | quote }}
 - name: DENORM_GROUP
-  value: {{ .Values.kafka.group | quote }}
+  value: {{ .root.Values.kafka.group | quote }}
 - name: DENORM_PARTITIONS
-  value: {{ .Values.kafka.partitions | int64 | quote }}
+  value: {{ .root.Values.kafka.partitions | int64 | quote }}
 - name: DENORM_REPLICATION_FACTOR
-  value: {{ .Values.kafka.replicationFactor | int64 | quote }}
-{{- with .Values.kafka.dlqTopic }}
+  value: {{ .root.Values.kafka.replicationFactor | int64 | quote }}
+{{- with .root.Values.kafka.dlqTopic }}
 - name: DENORM_DLQ_TOPIC
   value: {{ . | quote }}
 {{- end }}
-{{- with (include "denorm.kafkaOptions" .) }}
+{{- with (include "denorm.kafkaOptions" .root) }}
 - name: DENORM_KAFKA_OPTIONS
   value: {{ . | quote }}
 {{- end }}
-{{- if .Values.kafka.existingSecret }}
+{{- if $kafka }}
 - name: DENORM_KAFKA_OPTIONS_FILE
-  value: /var/run/secrets/denorm/kafka/{{ .Values.kafka.existingSecretKey }}
+  value: /var/run/secrets/denorm/kafka/{{ .root.Values.kafka.existingSecretKey }}
+{{- end }}
+{{- if $signing }}
+- name: DENORM_SIGNING_KEY_FILE
+  value: /var/run/secrets/denorm/signing/{{ .root.Values.signing.existingSecretKey }}
 {{- end }}
 - name: DENORM_LOG
-  value: {{ .Values.worker.log | quote }}
-{{- if eq .Values.backend "embedded" }}
+  value: {{ .root.Values.worker.log | quote }}
+{{- if eq .root.Values.backend "embedded" }}
 - name: DENORM_INDEX
   value: /data/index
 {{- else }}
 - name: DENORM_INDEX
-  value: {{ .Values.elasticsearch.url | quote }}
+  value: {{ .root.Values.elasticsearch.url | quote }}
 - name: DENORM_ES_PREFIX
-  value: {{ .Values.elasticsearch.prefix | quote }}
+  value: {{ .root.Values.elasticsearch.prefix | quote }}
 - name: DENORM_ES_META_SHARDS
-  value: {{ .Values.elasticsearch.metaShards | quote }}
+  value: {{ .root.Values.elasticsearch.metaShards | quote }}
 - name: DENORM_ES_DEDICATED_TENANTS
-  value: {{ join "," .Values.elasticsearch.dedicatedTenants | quote }}
-{{- if eq .Values.elasticsearch.auth.type "basic" }}
+  value: {{ join "," .root.Values.elasticsearch.dedicatedTenants | quote }}
+{{- if and $es (eq .root.Values.elasticsearch.auth.type "basic") }}
 - name: DENORM_ES_USERNAME_FILE
   value: /var/run/secrets/denorm/elasticsearch/username
 - name: DENORM_ES_PASSWORD_FILE
   value: /var/run/secrets/denorm/elasticsearch/password
-{{- else if eq .Values.elasticsearch.auth.type "apiKey" }}
+{{- else if and $es (eq .root.Values.elasticsearch.auth.type "apiKey") }}
 - name: DENORM_ES_API_KEY_ENCODED_FILE
   value: /var/run/secrets/denorm/elasticsearch/api-key
 {{- end }}
-{{- if .Values.elasticsearch.caSecret }}
+{{- if .root.Values.elasticsearch.caSecret }}
 - name: DENORM_ES_CA_CERT
   value: /var/run/secrets/denorm/elasticsearch-ca/ca.crt
 {{- end }}
 {{- end }}
-{{- with .Values.worker.schemaRegistryUrl }}
+{{- with .root.Values.worker.schemaRegistryUrl }}
 - name: DENORM_SCHEMA_REGISTRY_URL
   value: {{ . | quote }}
 {{- end }}
@@ -191,24 +230,32 @@ app.kubernetes.io/component: worker
 {{/* The Secrets, mounted read-only; /tmp is the only writable path besides
      the index volume. */}}
 {{- define "denorm.secretVolumeMounts" -}}
+{{- $kafka := include "denorm.kafkaSecret" . }}
+{{- $es := include "denorm.esSecret" . }}
+{{- $signing := include "denorm.signingSecret" . }}
 - name: tmp
   mountPath: /tmp
-{{- if .Values.kafka.existingSecret }}
+{{- if $kafka }}
 - name: kafka-options
   mountPath: /var/run/secrets/denorm/kafka
   readOnly: true
 {{- end }}
-{{- if .Values.kafka.tls.existingSecret }}
+{{- if $signing }}
+- name: signing-keys
+  mountPath: /var/run/secrets/denorm/signing
+  readOnly: true
+{{- end }}
+{{- if .root.Values.kafka.tls.existingSecret }}
 - name: kafka-tls
   mountPath: /var/run/secrets/denorm/kafka-tls
   readOnly: true
 {{- end }}
-{{- if and (eq .Values.backend "elasticsearch") (ne .Values.elasticsearch.auth.type "none") }}
+{{- if $es }}
 - name: elasticsearch-auth
   mountPath: /var/run/secrets/denorm/elasticsearch
   readOnly: true
 {{- end }}
-{{- if and (eq .Values.backend "elasticsearch") .Values.elasticsearch.caSecret }}
+{{- if and (eq .root.Values.backend "elasticsearch") .root.Values.elasticsearch.caSecret }}
 - name: elasticsearch-ca
   mountPath: /var/run/secrets/denorm/elasticsearch-ca
   readOnly: true
@@ -216,31 +263,43 @@ app.kubernetes.io/component: worker
 {{- end }}
 
 {{- define "denorm.secretVolumes" -}}
+{{- $kafka := include "denorm.kafkaSecret" . }}
+{{- $es := include "denorm.esSecret" . }}
+{{- $signing := include "denorm.signingSecret" . }}
 - name: tmp
   emptyDir:
     sizeLimit: 64Mi
-{{- if .Values.kafka.existingSecret }}
+{{- if $kafka }}
 - name: kafka-options
   secret:
-    secretName: {{ .Values.kafka.existingSecret }}
+    secretName: {{ $kafka }}
     defaultMode: 0400
     items:
-      - key: {{ .Values.kafka.existingSecretKey }}
-        path: {{ .Values.kafka.existingSecretKey }}
+      - key: {{ .root.Values.kafka.existingSecretKey }}
+        path: {{ .root.Values.kafka.existingSecretKey }}
 {{- end }}
-{{- if .Values.kafka.tls.existingSecret }}
+{{- if .root.Values.kafka.tls.existingSecret }}
 - name: kafka-tls
   secret:
-    secretName: {{ .Values.kafka.tls.existingSecret }}
+    secretName: {{ .root.Values.kafka.tls.existingSecret }}
     defaultMode: 0400
 {{- end }}
-{{- if and (eq .Values.backend "elasticsearch") (ne .Values.elasticsearch.auth.type "none") }}
-- name: elasticsearch-auth
+{{- if $signing }}
+- name: signing-keys
   secret:
-    secretName: {{ .Values.elasticsearch.auth.existingSecret }}
+    secretName: {{ $signing }}
     defaultMode: 0400
     items:
-{{- if eq .Values.elasticsearch.auth.type "basic" }}
+      - key: {{ .root.Values.signing.existingSecretKey }}
+        path: {{ .root.Values.signing.existingSecretKey }}
+{{- end }}
+{{- if $es }}
+- name: elasticsearch-auth
+  secret:
+    secretName: {{ $es }}
+    defaultMode: 0400
+    items:
+{{- if eq .root.Values.elasticsearch.auth.type "basic" }}
       - key: username
         path: username
       - key: password
@@ -250,10 +309,10 @@ app.kubernetes.io/component: worker
         path: api-key
 {{- end }}
 {{- end }}
-{{- if and (eq .Values.backend "elasticsearch") .Values.elasticsearch.caSecret }}
+{{- if and (eq .root.Values.backend "elasticsearch") .root.Values.elasticsearch.caSecret }}
 - name: elasticsearch-ca
   secret:
-    secretName: {{ .Values.elasticsearch.caSecret }}
+    secretName: {{ .root.Values.elasticsearch.caSecret }}
     defaultMode: 0444
     items:
       - key: ca.crt
@@ -283,8 +342,9 @@ priorityClassName: {{ . }}
 {{- end }}
 {{- end }}
 
-{{/* A one-shot denorm container (the jobs): $ is the root context, .args
-     the command line, .extraEnv more variables. */}}
+{{/* A one-shot denorm container (the jobs): .root is the root context,
+     .role the Job's (topics, rebuild, verify), .args the command line,
+     .extraEnv more variables. */}}
 {{- define "denorm.jobPod" -}}
 {{- $root := .root -}}
 restartPolicy: Never
@@ -295,7 +355,7 @@ containers:
     imagePullPolicy: {{ $root.Values.image.pullPolicy }}
     args: {{ toJson .args }}
     env:
-      {{- include "denorm.commonEnv" $root | nindent 6 }}
+      {{- include "denorm.commonEnv" (dict "root" $root "role" .role) | nindent 6 }}
       {{- with .extraEnv }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
@@ -304,12 +364,12 @@ containers:
     resources:
       {{- toYaml $root.Values.jobs.resources | nindent 6 }}
     volumeMounts:
-      {{- include "denorm.secretVolumeMounts" $root | nindent 6 }}
+      {{- include "denorm.secretVolumeMounts" (dict "root" $root "role" .role) | nindent 6 }}
       {{- with .extraMounts }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
 volumes:
-  {{- include "denorm.secretVolumes" $root | nindent 2 }}
+  {{- include "denorm.secretVolumes" (dict "root" $root "role" .role) | nindent 2 }}
   {{- with .extraVolumes }}
   {{- toYaml . | nindent 2 }}
   {{- end }}

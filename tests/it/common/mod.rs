@@ -638,3 +638,31 @@ pub fn wait_covered(workers: &[&Worker], n: i32) {
         },
     )
 }
+
+/// Every message of the topic by key, each key's payloads in log order.
+pub fn per_key(cfg: &denorm::kafka::KafkaConfig) -> std::collections::BTreeMap<Vec<u8>, Vec<Vec<u8>>> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    let mut c = cfg.client_config();
+    c.set("group.id", unique("read")).set("enable.auto.commit", "false");
+    let consumer: BaseConsumer = c.create().unwrap();
+    let partitions = cfg.topic_partitions().unwrap().unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    let mut left = 0;
+    for p in 0..partitions {
+        tpl.add_partition_offset(&cfg.topic, p, rdkafka::Offset::Beginning).unwrap();
+        left += consumer.fetch_watermarks(&cfg.topic, p, Duration::from_secs(10)).unwrap().1;
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut out: std::collections::BTreeMap<Vec<u8>, Vec<Vec<u8>>> = Default::default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while left > 0 {
+        assert!(Instant::now() < deadline, "{left} messages of {} not read", cfg.topic);
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.unwrap();
+            out.entry(m.key().unwrap_or_default().to_vec()).or_default().push(m.payload().unwrap_or_default().to_vec());
+            left -= 1;
+        }
+    }
+    out
+}
