@@ -36,6 +36,12 @@ impl Drop for Degraded<'_> {
 
 /// The consumer loop is considered stuck after this long without an iteration.
 pub const STALL_AFTER: Duration = Duration::from_secs(60);
+/// Connections served at once; more wait in the listen backlog until one
+/// ends (each ends within [`REQUEST_TIMEOUT`]), so that idle connections
+/// cannot make the endpoint hold a task and a buffer each without bound.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Longest a connection may take to send its request head.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Health {
     pub fn beat(&self) {
@@ -72,8 +78,10 @@ pub async fn serve(addr: SocketAddr, metrics: PrometheusHandle, health: Arc<Heal
             upkeep.run_upkeep();
         }
     });
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
         loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else { return };
             let mut stream = match listener.accept().await {
                 Ok((stream, _)) => stream,
                 Err(e) => {
@@ -87,10 +95,11 @@ pub async fn serve(addr: SocketAddr, metrics: PrometheusHandle, health: Arc<Heal
             let metrics = metrics.clone();
             let health = health.clone();
             tokio::spawn(async move {
+                let _slot = slot;
                 let mut buf = vec![0u8; 4096];
                 let mut n = 0;
                 // Read the request head (bounded in size and time).
-                let read = tokio::time::timeout(Duration::from_secs(5), async {
+                let read = tokio::time::timeout(REQUEST_TIMEOUT, async {
                     while n < buf.len() {
                         match stream.read(&mut buf[n..]).await {
                             Ok(0) | Err(_) => break,
@@ -132,5 +141,39 @@ fn route(path: &str, metrics: &PrometheusHandle, health: &Health) -> (&'static s
         "/readyz" if health.ready.load(Ordering::Relaxed) && health.alive() => ("200 OK", TEXT, "ready\n".into()),
         "/readyz" => ("503 Service Unavailable", TEXT, "not ready\n".into()),
         _ => ("404 Not Found", TEXT, "not found\n".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// [`MAX_CONNECTIONS`] idle connections hold the endpoint's every slot:
+    /// the next request is not served (its connection waits in the
+    /// backlog) until one of them closes, then it is.
+    #[test]
+    fn idle_connections_take_at_most_the_bound_and_a_request_waits_for_a_slot() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let handle = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder().handle();
+        let addr = rt.block_on(serve("127.0.0.1:0".parse().unwrap(), handle, Arc::default())).unwrap();
+        let get = |s: &mut std::net::TcpStream| s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        // Each idle connection is served (holds a slot) once a request on
+        // another is answered after it: accepted in order.
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            idle.push(std::net::TcpStream::connect(addr).unwrap());
+        }
+        let mut waiting = std::net::TcpStream::connect(addr).unwrap();
+        get(&mut waiting);
+        waiting.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        let mut byte = [0u8; 1];
+        let e = waiting.read(&mut byte).expect_err("answered while every slot is held");
+        assert!(matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut), "{e}");
+        drop(idle.pop());
+        waiting.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut answer = String::new();
+        waiting.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
     }
 }

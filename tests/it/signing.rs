@@ -52,7 +52,8 @@ fn own_messages_are_signed_and_a_producers_forged_discard_is_refused_on(r: Rig) 
     messages.push((Some("/p"), upsert("q", "/p/q.txt".into())));
     // What a producer without the keys can write: a DISCARD of every
     // letter of /p.
-    let forged = Control { action: Action::Discard, key: "/p".into(), dlq_partition: -1, dlq_offset: -1, through: i64::MAX, origin_offset: -1, payload: Vec::new(), requested_at: 0, through_at: i64::MAX };
+    let forged =
+        Control { action: Action::Discard, key: "/p".into(), dlq_partition: -1, dlq_offset: -1, through: i64::MAX, origin_offset: -1, payload: Vec::new(), requested_at: 0, through_at: i64::MAX };
     messages.push((Some("/p"), codec.encode_control(&forged)));
     messages.push((Some("/p"), upsert("later", "/p/later.txt".into())));
     let w = r.worker(&signed);
@@ -71,7 +72,7 @@ fn own_messages_are_signed_and_a_producers_forged_discard_is_refused_on(r: Rig) 
     let (code, _, err) = r.run(&[&signed[..], &["dlq", "clear", "--key", "/p", "--yes"]].concat());
     assert_eq!(code, 0, "{err}");
     send_raw(&r.cfg, &[(Some("/p"), upsert("after", "/p/after.txt".into()))]);
-    eventually(std::time::Duration::from_secs(60), || format!("/p not released:\n{}", w.log()), || files(&r).contains_key("after"));
+    eventually(std::time::Duration::from_secs(60), || format!("/p not released:\n{}", w.log()), || files(&r).contains_key("after").then_some(()));
     drop(w);
     let (code, out, err) = r.run(&[&signed[..], &["verify", "--json"]].concat());
     let report = report_of(code, &out, &err);
