@@ -192,8 +192,8 @@ if [ "$extended" = 1 ]; then
   DENORM_FOOL_SEED=2 DENORM_FOOL_SEEDS="${DENORM_FOOL_SEEDS:-10}" TMPDIR="$state/tmp" \
     cargo nextest run --release --features failpoints --no-fail-fast -E 'test(/randomized_attempt_to_fool/)' || ignored=$?
   phase "extended: verify_fooled seeds"
-  # The randomized hostile log (in-process): seeds 4 to 53.
-  DENORM_HOSTILE_SEEDS="${DENORM_HOSTILE_SEEDS:-50}" TMPDIR="$state/tmp" \
+  # The randomized hostile log (in-process): seeds 4 to 43.
+  DENORM_HOSTILE_SEEDS="${DENORM_HOSTILE_SEEDS:-40}" TMPDIR="$state/tmp" \
     cargo nextest run --release --features failpoints --no-fail-fast --run-ignored only -E 'test(/hostile_message_dead_lettered_requested_seeds/)' || ignored=$?
   phase "extended: hostile log seeds"
   scripts/fuzz.sh "${DENORM_FUZZ_SECONDS:-300}" || fuzzed=$?

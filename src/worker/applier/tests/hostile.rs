@@ -9,7 +9,7 @@
 //! bound.
 //!
 //! Seeds: 1 to 3 in the suite; `DENORM_HOSTILE_SEEDS` more from 4 on
-//! (the extended run: 50).
+//! (the extended run: 40).
 
 use super::moves::chunk;
 use super::*;
