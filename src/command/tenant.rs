@@ -67,6 +67,12 @@ pub fn of(scoped: &str) -> Option<&str> {
     split(scoped).0
 }
 
+/// The tenant a message's key names (`None`: the default tenant's, no
+/// key, or a key that is not UTF-8).
+pub fn of_key(key: Option<&[u8]>) -> Option<&str> {
+    key.and_then(|k| std::str::from_utf8(k).ok()).and_then(of)
+}
+
 /// The identifier as the producer wrote it, without its tenant.
 pub fn unscoped(scoped: &str) -> &str {
     split(scoped).1

@@ -44,8 +44,7 @@ impl Selection {
         if self.drop_tenants.is_empty() {
             return false;
         }
-        let tenant = key.and_then(|k| std::str::from_utf8(k).ok()).and_then(crate::command::tenant::of);
-        tenant.is_some_and(|t| self.drop_tenants.contains(t))
+        crate::command::tenant::of_key(key).is_some_and(|t| self.drop_tenants.contains(t))
     }
 
     /// The headers of `m`'s copy into `to`, carrying `payload` (the copy's

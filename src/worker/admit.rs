@@ -143,7 +143,7 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
                 Ok(()) => (reason::KEY_MISMATCH, format!("a move into {:?} is keyed {:?}", m.to, String::from_utf8_lossy(got))),
                 Err(e) => (reason::INVALID_COMMAND, e.to_string()),
             };
-            let parks = key_tenant(key) == crate::command::tenant::of(m.to.as_str());
+            let parks = crate::command::tenant::of_key(key) == crate::command::tenant::of(m.to.as_str());
             return Err(NotAdmitted::Rejected(Rejection { reason, detail, chunk: Some(Box::new(m)), parks }));
         }
         Err(e) if e.is_retryable() => return Err(NotAdmitted::Unavailable(e.to_string())),
@@ -158,7 +158,7 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
     };
     // From here on the envelope names its tenant: a message of another
     // tenant than its key's parks nothing.
-    let parks = key_tenant(key) == envelope.tenant.as_deref();
+    let parks = crate::command::tenant::of_key(key) == envelope.tenant.as_deref();
     let reject = |reason, detail: String| Err(NotAdmitted::Rejected(Rejection { reason, detail, chunk: None, parks }));
     if let Err(e) = envelope.validate() {
         let why = match e {
@@ -177,12 +177,6 @@ pub fn admit(codec: &Codec, key: Option<&[u8]>, payload: Option<&[u8]>, max_byte
         Some(k) if k != expected.as_bytes() => reject(reason::KEY_MISMATCH, format!("the message is keyed {:?} but its command's key is {expected:?}", String::from_utf8_lossy(k))),
         Some(_) => Ok(Admitted::Command(envelope)),
     }
-}
-
-/// The tenant a message's key names (`None`: the default tenant's, or a
-/// key that is not UTF-8).
-fn key_tenant(key: Option<&[u8]>) -> Option<&str> {
-    key.and_then(|k| std::str::from_utf8(k).ok()).and_then(crate::command::tenant::of)
 }
 
 #[cfg(test)]

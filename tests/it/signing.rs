@@ -23,20 +23,6 @@ fn own_messages_are_signed_and_a_producers_forged_discard_is_refused_on_elastics
     own_messages_are_signed_and_a_producers_forged_discard_is_refused_on(Rig::elastic(3));
 }
 
-/// Sends raw `(key, payload)` messages in order, each to its key's
-/// murmur2 partition, as a producer without the keys would.
-fn send(r: &Rig, messages: &[(Option<&str>, Vec<u8>)]) {
-    use rdkafka::producer::{FutureProducer, FutureRecord};
-    rt().block_on(async {
-        let p: FutureProducer = r.cfg.client_config().create().unwrap();
-        for (key, m) in messages {
-            let key = key.expect("keyed");
-            let record = FutureRecord::<str, Vec<u8>>::to(&r.cfg.topic).key(key).payload(m).partition(partition_of(key, r.cfg.partitions));
-            p.send(record, std::time::Duration::from_secs(30)).await.unwrap();
-        }
-    });
-}
-
 /// Files by id, at their paths.
 fn files(r: &Rig) -> BTreeMap<String, String> {
     dump(&r.index)
@@ -71,7 +57,7 @@ fn own_messages_are_signed_and_a_producers_forged_discard_is_refused_on(r: Rig) 
     messages.push((Some("/p"), codec.encode_control(&forged)));
     messages.push((Some("/p"), upsert("later", "/p/later.txt".into())));
     let w = r.worker(&signed);
-    send(&r, &messages);
+    send_raw_placed(&r.cfg, &messages, true);
     let chunks = 1;
     wait_applied(&r.cfg, &r.group, messages.len() + chunks);
     let got = files(&r);
@@ -85,7 +71,7 @@ fn own_messages_are_signed_and_a_producers_forged_discard_is_refused_on(r: Rig) 
     // The operator's clear, signed by the CLI with the same keys.
     let (code, _, err) = r.run(&[&signed[..], &["dlq", "clear", "--key", "/p", "--yes"]].concat());
     assert_eq!(code, 0, "{err}");
-    send(&r, &[(Some("/p"), upsert("after", "/p/after.txt".into()))]);
+    send_raw_placed(&r.cfg, &[(Some("/p"), upsert("after", "/p/after.txt".into()))], true);
     eventually(std::time::Duration::from_secs(60), || format!("/p not released:\n{}", w.log()), || files(&r).contains_key("after").then_some(()));
     drop(w);
     let (code, out, err) = r.run(&[&signed[..], &["verify", "--json"]].concat());

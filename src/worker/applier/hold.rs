@@ -57,7 +57,7 @@ type Tenant = Option<String>;
 /// (of any length a producer chose) is one bucket, [`NOT_A_TENANT`], so
 /// that what the read-ahead remembers is bounded by the tenant ids' size.
 pub(super) fn tenant_of(msg: &Record) -> Option<&str> {
-    let t = msg.key().and_then(|k| std::str::from_utf8(k).ok()).and_then(tenant::of)?;
+    let t = tenant::of_key(msg.key())?;
     Some(if tenant::validate(t).is_ok() { t } else { NOT_A_TENANT })
 }
 

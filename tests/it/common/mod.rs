@@ -519,6 +519,12 @@ pub fn report_of(code: i32, out: &str, err: &str) -> serde_json::Value {
 
 /// Sends raw `(key, payload)` messages in order, as a foreign producer would.
 pub fn send_raw(cfg: &KafkaConfig, messages: &[(Option<&str>, Vec<u8>)]) {
+    send_raw_placed(cfg, messages, false)
+}
+
+/// [`send_raw`]; with `murmur2`, each keyed message goes to its key's
+/// partition as the Java client's partitioner places it (as denorm expects).
+pub fn send_raw_placed(cfg: &KafkaConfig, messages: &[(Option<&str>, Vec<u8>)], murmur2: bool) {
     use rdkafka::producer::{FutureProducer, FutureRecord};
     rt().block_on(async {
         let p: FutureProducer = cfg.client_config().create().unwrap();
@@ -526,6 +532,9 @@ pub fn send_raw(cfg: &KafkaConfig, messages: &[(Option<&str>, Vec<u8>)]) {
             let mut r = FutureRecord::<str, Vec<u8>>::to(&cfg.topic).payload(m);
             if let Some(k) = key {
                 r = r.key(*k);
+                if murmur2 {
+                    r = r.partition(denorm::command::partitioner::partition_of(k, cfg.partitions));
+                }
             }
             p.send(r, Duration::from_secs(30)).await.unwrap();
         }
