@@ -118,6 +118,11 @@ else
   state="$(mktemp -d)"
 fi
 echo "the tests' files: $state" >&2
+# What a failed test of the running system leaves (its report, every
+# worker's log, the dead letters; tests/it/common/forensics.rs): kept after
+# the run, unlike the tests' files.
+DENORM_TEST_ARTIFACTS="${DENORM_TEST_ARTIFACTS:-$PWD/test-artifacts}"
+export DENORM_TEST_ARTIFACTS
 mkdir -p "$state/tmp"
 # stop_private_brokers: a test stops its own tansu when it ends; one whose
 # test process was killed is stopped here (its working directory lies
@@ -200,6 +205,9 @@ if [ "$extended" = 1 ]; then
   phase "extended: fuzzing"
 fi
 report
+if [ -d "$DENORM_TEST_ARTIFACTS" ] && [ -n "$(ls -A "$DENORM_TEST_ARTIFACTS")" ]; then
+  echo "failure reports of tests (worker logs, dead letters, progress): $DENORM_TEST_ARTIFACTS" >&2
+fi
 [ "$chart" = 0 ] || echo "the chart checks failed (scripts/check-chart.py, above)" >&2
 [ "$debug" = 0 ] || echo "the in-process tests failed in the debug build (above)" >&2
 [ "$ignored" = 0 ] || echo "the extended run's ignored tests failed (above)" >&2

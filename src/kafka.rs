@@ -118,8 +118,24 @@ impl KafkaConfig {
 
     /// Base client configuration: bootstrap servers plus the pass-through options.
     pub fn client_config(&self) -> ClientConfig {
+        self.config_with(&[])
+    }
+
+    /// The configuration of every client that reads messages: [`KafkaConfig::client_config`]
+    /// with `check.crcs=true`, so that librdkafka checks each record batch's
+    /// CRC-32C and reports a damaged batch as an error (`BadMessage`)
+    /// instead of delivering its bytes. A pass-through `-X check.crcs=false`
+    /// still wins.
+    pub fn consumer_config(&self) -> ClientConfig {
+        self.config_with(&[("check.crcs", "true")])
+    }
+
+    fn config_with(&self, settings: &[(&str, &str)]) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.brokers);
+        for (k, v) in settings {
+            c.set(*k, *v);
+        }
         for (k, v) in &self.options {
             c.set(k, v);
         }
@@ -155,7 +171,7 @@ impl KafkaConfig {
 
     /// Number of partitions of the topic, `None` when it does not exist.
     pub fn topic_partitions(&self) -> Result<Option<i32>, KafkaSetupError> {
-        let consumer: BaseConsumer = self.client_config().create()?;
+        let consumer: BaseConsumer = self.consumer_config().create()?;
         let md = consumer.fetch_metadata(Some(&self.topic), REQUEST_TIMEOUT).map_err(|e| told(&consumer, e))?;
         Ok(md.topics().iter().find(|t| t.name() == self.topic && t.error().is_none() && !t.partitions().is_empty()).map(|t| t.partitions().len() as i32))
     }
@@ -294,10 +310,18 @@ pub fn group_lag(cfg: &KafkaConfig, group: &str) -> Result<LagReport, KafkaSetup
     lag_of(&consumer, &cfg.topic, partitions, REQUEST_TIMEOUT)
 }
 
+/// Whether a consumer error reports a damaged record batch: a CRC
+/// mismatch (`check.crcs`, see [`KafkaConfig::consumer_config`]) or bytes
+/// librdkafka cannot parse. librdkafka skips such a batch and reads on, so
+/// a reader that goes on reads the partition with a hole in it.
+pub fn is_damaged(e: &KafkaError) -> bool {
+    matches!(e, KafkaError::MessageConsumption(c) | KafkaError::MessageConsumptionFatal(c) if *c == RDKafkaErrorCode::BadMessage)
+}
+
 /// A client that carries `group`'s id, to read its offsets, and never joins
 /// the group.
 pub fn group_client(cfg: &KafkaConfig, group: &str) -> Result<BaseConsumer, KafkaSetupError> {
-    let mut c = cfg.client_config();
+    let mut c = cfg.consumer_config();
     c.set("group.id", group).set("enable.auto.commit", "false");
     Ok(c.create()?)
 }
@@ -492,7 +516,7 @@ pub fn read_topic_decodable(cfg: &KafkaConfig, codec: &crate::codec::Codec) -> R
 fn read_topic_as<T>(cfg: &KafkaConfig, mut decode: impl FnMut(i32, i64, &[u8]) -> Result<Option<T>, String>) -> Result<TopicLog<T>, String> {
     use rdkafka::message::Message;
     let partitions = cfg.topic_partitions().map_err(|e| e.to_string())?.ok_or_else(|| format!("no topic {}", cfg.topic))?;
-    let mut c = cfg.client_config();
+    let mut c = cfg.consumer_config();
     c.set("group.id", "denorm-reader").set("enable.auto.commit", "false");
     let consumer: BaseConsumer = c.create().map_err(|e| e.to_string())?;
     let mut out = Vec::new();
@@ -581,7 +605,7 @@ mod tests {
             ("sasl_ssl", Some("OAUTHBEARER")),
             ("sasl_plaintext", Some("SCRAM-SHA-512")),
         ] {
-            let mut c = cfg.client_config();
+            let mut c = cfg.consumer_config();
             c.set("security.protocol", protocol).set("sasl.username", "u").set("sasl.password", "p");
             if let Some(m) = mechanism {
                 c.set("sasl.mechanism", m);
@@ -635,6 +659,20 @@ mod tests {
         let held: BTreeMap<i32, Committed> = [(0, Committed { next: 5, done: DoneAbove::from_metadata(&DoneAbove::new(4, 8, [5, 6]).to_metadata(5), 5) })].into_iter().collect();
         assert!(super::lagging(&super::awaited(&[at(0, 7)]), &held).is_empty());
         assert_eq!(super::lagging(&super::awaited(&[at(0, 6), at(0, 8)]), &held), vec![(0, 5, 6)]);
+    }
+
+    #[test]
+    fn readers_check_crcs_unless_told_not_to_and_a_damaged_batch_is_told_apart() {
+        let mut c = super::KafkaConfig::new("b:9092", "t");
+        assert_eq!(c.consumer_config().get("check.crcs"), Some("true"));
+        assert_eq!(c.client_config().get("check.crcs"), None, "producers and admin clients do not take the consumer property");
+        c.options = vec![("check.crcs".into(), "false".into())];
+        assert_eq!(c.consumer_config().get("check.crcs"), Some("false"));
+        use rdkafka::error::KafkaError;
+        use rdkafka::types::RDKafkaErrorCode;
+        assert!(super::is_damaged(&KafkaError::MessageConsumption(RDKafkaErrorCode::BadMessage)));
+        assert!(super::is_damaged(&KafkaError::MessageConsumptionFatal(RDKafkaErrorCode::BadMessage)));
+        assert!(!super::is_damaged(&KafkaError::MessageConsumption(RDKafkaErrorCode::BrokerTransportFailure)));
     }
 
     #[test]

@@ -53,6 +53,11 @@ pub enum First {
     Changed(String),
     /// Offsets `from..to` (exclusive) are gone before the index applied them.
     Gap { from: i64, to: i64 },
+    /// The read did not start where it was positioned: the checkpoint's
+    /// own message (`sought`) is in the log (the low watermark is at or
+    /// below it), yet the first message came from `offset`, past the one
+    /// after it. Taking it would skip the offsets between.
+    Misplaced { sought: i64, offset: i64 },
 }
 
 /// Classifies the first message (`offset`, `fingerprint`) fetched after
@@ -62,6 +67,13 @@ pub enum First {
 /// aborted transactions' records), which is no gap.
 pub fn first_after(checkpoint: Option<Checkpoint>, offset: i64, fingerprint: u64, low: Option<i64>) -> First {
     let next = checkpoint.map_or(0, |c| c.offset as i64 + 1);
+    // A checkpoint names a message the index applied: while the log keeps
+    // it, a read from it starts there, and no marker explains a later start.
+    if let (Some(c), Some(l)) = (checkpoint, low) {
+        if l <= c.offset as i64 && offset > next {
+            return First::Misplaced { sought: c.offset as i64, offset };
+        }
+    }
     if low.is_some_and(|l| l <= next) && offset > next {
         return match checkpoint {
             None => First::Same,
@@ -138,8 +150,19 @@ mod tests {
         assert_eq!(first_after(None, 3, 1, Some(3)), First::Gap { from: 0, to: 3 }, "retention");
         let c = Some(Checkpoint::new(10, 7));
         assert_eq!(first_after(c, 10, 7, Some(0)), First::Same);
-        assert_eq!(first_after(c, 12, 1, Some(0)), First::Unverifiable, "a marker after the checkpoint");
+        assert_eq!(first_after(c, 12, 1, Some(11)), First::Unverifiable, "retention took the checkpoint's message; a marker after it");
+        assert_eq!(first_after(c, 11, 1, Some(0)), First::Unverifiable, "read from the message after the checkpoint: nothing skipped");
         assert_eq!(first_after(c, 15, 1, Some(14)), First::Gap { from: 11, to: 15 });
+    }
+
+    /// A read that did not start at the checkpoint the log still keeps is
+    /// no marker: the offsets between would be skipped.
+    #[test]
+    fn a_first_message_past_a_checkpoint_the_log_keeps_is_misplaced() {
+        let c = Some(Checkpoint::new(10, 7));
+        assert_eq!(first_after(c, 15, 1, Some(0)), First::Misplaced { sought: 10, offset: 15 });
+        assert_eq!(first_after(c, 12, 1, Some(10)), First::Misplaced { sought: 10, offset: 12 });
+        assert_eq!(first_after(c, 15, 1, Some(11)), First::Unverifiable, "retention took 10: markers may follow");
     }
 
     #[test]

@@ -306,7 +306,7 @@ async fn wait(kafka: &KafkaConfig, group: &str, produced: usize, timeout: u64, w
 /// Fails when the in-process broker has dropped the start of a partition.
 fn check_retained(kafka: &KafkaConfig) -> anyhow::Result<()> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
-    let c: BaseConsumer = kafka.client_config().create()?;
+    let c: BaseConsumer = kafka.consumer_config().create()?;
     for p in 0..kafka.partitions {
         let (low, _) = c.fetch_watermarks(&kafka.topic, p, kafka::REQUEST_TIMEOUT)?;
         if low > 0 {

@@ -112,7 +112,7 @@ pub enum DlqError {
 pub fn read(cfg: &KafkaConfig, dlq: &str) -> Result<(Vec<Entry>, Vec<Marker>), DlqError> {
     let dcfg = KafkaConfig { topic: dlq.to_string(), ..cfg.clone() };
     let Some(partitions) = dcfg.topic_partitions()? else { return Ok((Vec::new(), Vec::new())) };
-    let mut c = cfg.client_config();
+    let mut c = cfg.consumer_config();
     c.set("group.id", format!("denorm-dlq-reader-{}", uuid::Uuid::new_v4())).set("enable.auto.commit", "false").set("enable.partition.eof", "false");
     let consumer: BaseConsumer = c.create()?;
     let mut tpl = TopicPartitionList::new();
@@ -285,7 +285,7 @@ pub fn fill_omitted(cfg: &KafkaConfig, groups: &mut [Group]) -> Result<usize, Dl
         let c = match &consumer {
             Some(c) => c,
             None => {
-                let mut c = cfg.client_config();
+                let mut c = cfg.consumer_config();
                 c.set("group.id", format!("denorm-dlq-reader-{}", uuid::Uuid::new_v4())).set("enable.auto.commit", "false");
                 consumer.insert(c.create()?)
             }

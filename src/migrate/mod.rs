@@ -328,7 +328,7 @@ pub fn lettered(letters: &[crate::dlq::admin::Entry]) -> Vec<LogPosition> {
 /// total)` sees the copy go on. Blocking.
 pub fn copy(from: &KafkaConfig, partitions: i32, to: &KafkaConfig, lettered: &[LogPosition], selection: &Selection, mut progress: impl FnMut(u64, u64)) -> Result<Migrated, MigrateError> {
     let started = Instant::now();
-    let mut cc = from.client_config();
+    let mut cc = from.consumer_config();
     cc.set("group.id", format!("denorm-migrate-{}", uuid::Uuid::new_v4().simple())).set("enable.auto.commit", "false").set("enable.partition.eof", "true");
     let consumer: BaseConsumer<crate::kafka::ReadsToEnd> = cc.create_with_context(crate::kafka::ReadsToEnd).map_err(KafkaSetupError::from)?;
     // Watermarks through a client of their own: on the reading one, each

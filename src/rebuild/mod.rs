@@ -299,7 +299,7 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
     let Rebuild { kafka, index, group, partitions, keep_old, takeover_waits, any_partitioner, accept_gaps, accept_owner_conflicts, verify, health, runtime: rt, members: m } = r;
     let group = group.as_str();
     let started = Instant::now();
-    let consumer: BaseConsumer = kafka.client_config().create().map_err(KafkaSetupError::from)?;
+    let consumer: BaseConsumer = kafka.consumer_config().create().map_err(KafkaSetupError::from)?;
     let marks = watermarks(&consumer, &kafka.topic, partitions)?;
     let skipped = retention_gaps(&kafka.topic, &marks, accept_gaps)?;
     // Rebuilt from the topic the live generation was built from, the new one
@@ -579,7 +579,7 @@ pub fn status(kafka: &KafkaConfig, index: &dyn Generations) -> Result<Status, Re
     let generations = index.list()?;
     let target = index.state().map_err(RebuildError::State)?.map(|s| s.generation);
     let partitions = kafka.topic_partitions()?.unwrap_or(0);
-    let consumer: BaseConsumer = kafka.client_config().create().map_err(KafkaSetupError::from)?;
+    let consumer: BaseConsumer = kafka.consumer_config().create().map_err(KafkaSetupError::from)?;
     let ends = watermarks(&consumer, &kafka.topic, partitions)?;
     let end = ends.iter().map(|(_, h)| h).sum();
     let applied = |g: u64| -> Result<i64, RebuildError> { Ok(applied_of(&index.checkpoints_in(g, partitions)?, &ends)) };

@@ -39,7 +39,7 @@ pub struct TenantRebuild<'a> {
 pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, RebuildError> {
     let TenantRebuild { kafka, index, group, partitions, keep_old, takeover_waits, any_partitioner, health, runtime } = r;
     let started = Instant::now();
-    let consumer: BaseConsumer = kafka.client_config().create().map_err(KafkaSetupError::from)?;
+    let consumer: BaseConsumer = kafka.consumer_config().create().map_err(KafkaSetupError::from)?;
     let marks = watermarks(&consumer, &kafka.topic, partitions)?;
     super::retention_gaps(&kafka.topic, &marks, false)?;
     // The live generation's offsets are the ones the new revision's are

@@ -51,7 +51,7 @@ pub fn judge_ends(ends: &[(i64, i64)], checkpoints: &HashMap<i32, Checkpoint>, o
 /// subscribed: it joins no group and commits nothing), reporting each
 /// partition's end with `eof`.
 fn reader(kafka: &KafkaConfig, eof: bool) -> Result<BaseConsumer, VerifyError> {
-    let mut c = kafka.client_config();
+    let mut c = kafka.consumer_config();
     c.set("group.id", "denorm-verify-log-check").set("enable.auto.commit", "false").set("enable.partition.eof", eof.to_string());
     Ok(c.create().map_err(crate::kafka::KafkaSetupError::from)?)
 }
@@ -97,7 +97,7 @@ pub fn check(kafka: &KafkaConfig, partitions: i32, checkpoints: &HashMap<i32, Ch
 /// Per partition, the last offset of its log (its high watermark minus
 /// one). Blocking.
 pub fn last_offsets(kafka: &KafkaConfig, partitions: i32) -> Result<super::Positions, VerifyError> {
-    let consumer: BaseConsumer = kafka.client_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
+    let consumer: BaseConsumer = kafka.consumer_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
     let ends = crate::kafka::watermarks(&consumer, &kafka.topic, partitions)?;
     Ok((0..).zip(ends).map(|(p, (_, high))| (p, high - 1)).collect())
 }

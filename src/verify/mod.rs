@@ -231,7 +231,7 @@ pub(crate) fn merge(
 /// The partitions that may hold effects past `at`: a checkpoint read in
 /// `seen` is not `at`, or the log (its end offsets, read now) holds more.
 pub(crate) fn moved_past(kafka: &KafkaConfig, partitions: i32, at: &Positions, seen: &[&Positions]) -> Result<std::collections::BTreeSet<i32>, VerifyError> {
-    let consumer: rdkafka::consumer::BaseConsumer = kafka.client_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
+    let consumer: rdkafka::consumer::BaseConsumer = kafka.consumer_config().create().map_err(crate::kafka::KafkaSetupError::from)?;
     let ends = crate::kafka::watermarks(&consumer, &kafka.topic, partitions)?;
     let stop = |p: &i32| at.get(p).copied().unwrap_or(-1);
     let (mut moved, mut beyond) = (std::collections::BTreeSet::new(), Vec::new());

@@ -63,6 +63,10 @@ pub enum WorkerError {
     /// One partition cannot go on (the rest of the worker does).
     #[error("partition {partition} stopped: {detail}")]
     Gap { partition: i32, detail: String },
+    /// The broker delivered a record batch whose CRC does not match its
+    /// bytes (`check.crcs`): the worker stops before reading past it.
+    #[error("damaged record batch from the broker: {0}")]
+    Corrupt(String),
     /// The schema registry could not resolve a schema id (retried while
     /// the worker runs; this is what is left at its end).
     #[error("schema registry: {0}")]
@@ -123,9 +127,10 @@ pub(crate) struct Shared {
     outbox: Box<dyn Outbox>,
     health: Arc<Health>,
     /// Where appliers want their partition positioned (their shard's
-    /// checkpoint); the consumer thread seeks, then feeds
-    /// [`Feed::Positioned`].
-    seeks: Mutex<HashMap<i32, Offset>>,
+    /// checkpoint), with the asking applier's [`Partition::id`]; the
+    /// consumer thread seeks, then feeds [`Feed::Positioned`], for the
+    /// applier that holds the partition now only.
+    seeks: Mutex<HashMap<i32, (u64, Offset)>>,
     /// Where each partition's shard resumes, as last known to this process
     /// (read once before joining the group, then left by each applier that
     /// stops): an assignment starts its partitions there, without a request
@@ -156,7 +161,7 @@ pub(crate) struct Shared {
 /// earliest offset, prefetch bounded to `fetch_buffer_kb`, then `extra`
 /// settings; the pass-through options come last, so they win.
 pub fn consumer_config(kafka: &KafkaConfig, group: &str, fetch_buffer_kb: usize, extra: &[(&str, &str)]) -> rdkafka::ClientConfig {
-    let mut cc = kafka.client_config();
+    let mut cc = kafka.consumer_config();
     cc.set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
@@ -273,6 +278,13 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
                 rdkafka::Offset::Offset(o) => Some((p, Feed::End(o))),
                 _ => None,
             }),
+            Some(Err(e)) if crate::kafka::is_damaged(&e) => {
+                // librdkafka skips the damaged batch and reads on: going on
+                // would apply the partition with a hole in it.
+                error!(error = %e, "a record batch failed its CRC check: stopping without reading past it (the broker served damaged bytes)");
+                ctx.fatal.lock().expect("fatal lock").get_or_insert(WorkerError::Corrupt(e.to_string()));
+                break;
+            }
             Some(Err(e)) => {
                 warn!(error = %e, "kafka consumer error");
                 last_error = Some(e.to_string());
@@ -511,11 +523,17 @@ fn pause_stopped(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
 /// next turn of the loop.
 fn seek_as_asked(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
     let ctx = consumer.context();
-    let asked: Vec<(i32, Offset)> = ctx.shared.seeks.lock().expect("seeks lock").iter().map(|(p, o)| (*p, *o)).collect();
-    for (p, offset) in asked {
+    let asked: Vec<(i32, u64, Offset)> = ctx.shared.seeks.lock().expect("seeks lock").iter().map(|(p, (id, o))| (*p, *id, *o)).collect();
+    for (p, id, offset) in asked {
         let mut parts = ctx.parts.lock().expect("parts lock");
-        let Some(part) = parts.get_mut(&p) else {
-            ctx.shared.seeks.lock().expect("seeks lock").remove(&p); // revoked meanwhile
+        let Some(part) = parts.get_mut(&p).filter(|part| part.id == id) else {
+            // Revoked meanwhile, or asked by an applier left behind by a
+            // drain: the partition's applier now did not ask for it.
+            debug!(partition = p, ?offset, "a seek of an applier that no longer holds the partition: dropped");
+            let mut seeks = ctx.shared.seeks.lock().expect("seeks lock");
+            if seeks.get(&p).is_some_and(|(asker, _)| *asker == id) {
+                seeks.remove(&p);
+            }
             continue;
         };
         match consumer.seek(topic, p, offset, Duration::from_secs(1)) {
@@ -525,7 +543,10 @@ fn seek_as_asked(consumer: &BaseConsumer<WorkerContext>, topic: &str) {
                 // or by the applier up to the marker.
                 part.pending.clear();
                 part.queue.positioned(offset);
-                ctx.shared.seeks.lock().expect("seeks lock").remove(&p);
+                let mut seeks = ctx.shared.seeks.lock().expect("seeks lock");
+                if seeks.get(&p) == Some(&(id, offset)) {
+                    seeks.remove(&p);
+                }
             }
             Err(e) => debug!(partition = p, error = %e, "seek not possible yet"),
         }

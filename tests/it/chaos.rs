@@ -132,6 +132,9 @@ fn chaos_kills_and_rebalances_lose_nothing_and_break_no_order() {
         nudges.len()
     );
     assert!(kills >= KILLS);
+    // The workload holds no invalid command: a dead letter means a message
+    // refused, and its key parked (the failure report lists them).
+    assert_eq!(r.dlq_count()["total"], 0, "dead letters in a workload without an invalid command");
     assert_matches_model(index, &log);
     assert_verify_clean(cfg, group, index);
     drop(main);
@@ -269,6 +272,7 @@ fn storm(r: Rig, files: usize) {
     assert!(samples > 10, "the committed offsets were sampled {samples} times");
     assert!(stopped_in_lanes >= 2, "{stopped_in_lanes} partitions were revoked while a fan-out ran in a lane: the held one alone is revoked at the joins and at each leave");
     drop(first);
+    assert_eq!(r.dlq_count()["total"], 0, "dead letters in a workload without an invalid command");
     assert_matches_model(&r.index, &log);
     assert_verify_clean(&r.cfg, &r.group, &r.index);
 }

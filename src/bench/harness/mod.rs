@@ -476,7 +476,7 @@ impl Bench<'_> {
 
     /// End offsets of every partition of the topic.
     fn ends(&self) -> anyhow::Result<BTreeMap<i32, i64>> {
-        let c: BaseConsumer = self.kafka.client_config().create()?;
+        let c: BaseConsumer = self.kafka.consumer_config().create()?;
         (0..self.kafka.partitions).map(|p| Ok((p, c.fetch_watermarks(&self.kafka.topic, p, REQUEST_TIMEOUT)?.1))).collect()
     }
 

@@ -7,7 +7,7 @@ use super::*;
 
 /// How many times a partition is sought again when its first message is
 /// not the one sought, before that message is taken as what the log holds.
-const RESEEKS: u32 = 3;
+pub(super) const RESEEKS: u32 = 3;
 
 impl Applier {
     pub(super) fn apply_until_stopped(&self, rx: Receiver<Feed>) -> Step<()> {
@@ -31,6 +31,7 @@ impl Applier {
             // verify, F12: a repair beside a held rename, right after the
             // worker started, was never seen applied).
             self.lanes.borrow_mut().tracker.reset_at(checkpoint);
+            self.reading.set(position::Reading::started_at(target_of(checkpoint)));
             self.positioned(checkpoint)?
         } else {
             self.seek_to(checkpoint)
@@ -151,7 +152,7 @@ impl Applier {
                 None => (self.receive(&rx, wait), true),
             };
             match next {
-                Ok(Feed::Positioned(_)) => positioned = self.positioned(checkpoint)?,
+                Ok(Feed::Positioned(at)) => positioned = self.positioned_by(at, checkpoint)?,
                 Ok(Feed::End(at)) => {
                     if positioned {
                         self.publication.borrow_mut().end_reported(at);

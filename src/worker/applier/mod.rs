@@ -28,7 +28,7 @@ pub(crate) use lanes::LaneFanOuts;
 pub(crate) use queue::{queued_size, FeedQueue, Queued, Refused};
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -103,6 +103,8 @@ pub(crate) const FLOOR_UNKNOWN: i64 = i64::MIN;
 
 /// The consumer thread's handle on one partition's applier.
 pub(crate) struct Partition {
+    /// This applier's identity, unique in the process: its seeks carry it.
+    pub id: u64,
     /// The applier's queue, bounded by `--queue-kb` (`queue.rs`).
     pub queue: FeedQueue,
     /// When the applier started on the message it is handling now
@@ -139,6 +141,8 @@ pub(crate) struct Partition {
 impl Partition {
     /// Starts the applier of `partition`.
     pub fn spawn(partition: i32, shared: Arc<Shared>) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let (queue, rx) = queue::feed_queue(shared.cfg.queue_bytes);
         let stop = Arc::new(AtomicBool::new(false));
         let next = Arc::new(AtomicI64::new(-1));
@@ -157,6 +161,7 @@ impl Partition {
                 let spilled_messages = gauge!(m::PARTITION_SPILLED_MESSAGES, "partition" => label);
                 Applier {
                     partition,
+                    id,
                     shared,
                     stop: s,
                     publication: std::cell::RefCell::new(publication::Publication::new(n, d)),
@@ -175,7 +180,7 @@ impl Partition {
                 .run(rx)
             })
             .expect("spawn partition thread");
-        Partition { queue, busy_since_ms, stop, next, done, sent_metadata: String::new(), committed: -1, floor, pending: Default::default(), paused: None, commits, join: Some(join) }
+        Partition { id, queue, busy_since_ms, stop, next, done, sent_metadata: String::new(), committed: -1, floor, pending: Default::default(), paused: None, commits, join: Some(join) }
     }
 
     /// The offset to commit for the partition, with its metadata (what is
@@ -238,6 +243,8 @@ struct Applier {
     /// Key lanes: the fan-outs in progress, the messages waiting behind
     /// them, and which offset may be recorded as applied (`lanes.rs`).
     lanes: std::cell::RefCell<lanes::Lanes>,
+    /// See [`Partition::id`].
+    id: u64,
     /// What was received since the last seek asked
     /// ([`Applier::received`]).
     reading: std::cell::Cell<position::Reading>,

@@ -46,7 +46,7 @@ impl Applier {
     /// Asks the consumer thread to position the partition at `target`.
     pub(super) fn seek(&self, target: Offset) {
         self.reading.set(Reading::asked(target));
-        self.shared.seeks.lock().expect("seeks lock").insert(self.partition, target);
+        self.shared.seeks.lock().expect("seeks lock").insert(self.partition, (self.id, target));
     }
 
     /// What the consumer thread delivers, as received (before it is
@@ -54,16 +54,38 @@ impl Applier {
     /// which leaves the queue's count here.
     pub(super) fn received(&self, feed: Feed) -> Option<Feed> {
         let mut reading = self.reading.get();
-        let again = reading.again(&feed);
+        let taken = reading.take(&feed);
         self.reading.set(reading);
-        match (again, feed) {
-            (true, Feed::Message(m)) => {
+        match (taken, feed) {
+            (Taken::Again, Feed::Message(m)) => {
                 self.queued.take(queued_size(&m));
                 debug!(partition = self.partition, offset = m.offset(), read_to = ?reading.read_to, "a message delivered again after a late seek: dropped");
                 None
             }
+            (Taken::Superseded | Taken::Behind, Feed::Positioned(at)) => {
+                debug!(partition = self.partition, ?at, asked = ?reading.asked, read_to = ?reading.read_to, "a positioning not the one awaited, at or before what was read: ignored");
+                None
+            }
             (_, feed) => Some(feed),
         }
+    }
+
+    /// A [`Feed::Positioned`] as the loop takes it: where the reading was
+    /// positioned by a seek this applier did not ask for, past the offset
+    /// it needs next, the partition stops (reading on would skip the
+    /// offsets between); otherwise the partition is positioned.
+    pub(super) fn positioned_by(&self, at: Offset, checkpoint: Option<Checkpoint>) -> Step<bool> {
+        if let Some(next) = self.reading.get().stray {
+            return Err(Halt::Fatal(WorkerError::Gap {
+                partition: self.partition,
+                detail: format!(
+                    "the consumer positioned the partition at {at:?}, which this applier did not ask for, past the offset it needs next ({}): \
+                     reading on from there would skip the offsets between, so the partition stops",
+                    next.map_or("unknown".to_string(), |n| n.to_string())
+                ),
+            }));
+        }
+        self.positioned(checkpoint)
     }
 
     /// The partition fetches from the checkpoint now; its watermarks, when
@@ -144,6 +166,15 @@ impl Applier {
                 Ok(())
             }
             First::Gap { from, to } => Err(self.gap(from, to)),
+            First::Misplaced { sought, offset } => Err(Halt::Fatal(WorkerError::Gap {
+                partition: self.partition,
+                detail: format!(
+                    "sought at the checkpoint's offset {sought}, which the log keeps, the partition was read from offset {offset} after {} seeks: \
+                     the consumer did not start where it was positioned, and taking it would skip offsets {}..{offset}; the partition stops",
+                    batch::RESEEKS + 1,
+                    sought + 1
+                ),
+            })),
         }
     }
 
@@ -186,14 +217,42 @@ impl Applier {
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub(super) struct Reading {
     asked: Option<Offset>,
+    /// Where the partition was last positioned as asked (`None` for the
+    /// log's beginning, or when not known).
+    from: Option<i64>,
     read_to: Option<i64>,
+    /// Set by a positioning nobody asked for past what was read: the offset
+    /// that was needed next (`None`: not known).
+    stray: Option<Option<i64>>,
+}
+
+/// What [`Reading::take`] made of a feed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Taken {
+    /// To handle: a message not read before, the positioning awaited, an end.
+    New,
+    /// A message at or below one read since the positioning.
+    Again,
+    /// A positioning of an earlier seek of this applier's, which a later
+    /// one replaced: the reading waits for the later one.
+    Superseded,
+    /// A positioning nobody awaited, at or before the offset needed next:
+    /// what it delivers again is [`Taken::Again`].
+    Behind,
+    /// A positioning nobody awaited, past the offset needed next.
+    Stray,
 }
 
 impl Reading {
     /// A seek to `target` was asked: until the consumer thread says the
     /// partition is positioned there, what comes is from the old position.
     pub fn asked(target: Offset) -> Reading {
-        Reading { asked: Some(target), read_to: None }
+        Reading { asked: Some(target), ..Reading::default() }
+    }
+
+    /// Positioned at `target` without a seek (the assignment started it there).
+    pub fn started_at(target: Offset) -> Reading {
+        Reading { from: offset_of(target), ..Reading::default() }
     }
 
     /// Takes in `feed`, as received; whether it is a message at or below
@@ -207,24 +266,51 @@ impl Reading {
     /// started again beside itself and the partition never published
     /// again. Messages before the positioning asked are not judged here:
     /// the loop drops them.
+    #[cfg(test)]
     pub fn again(&mut self, feed: &Feed) -> bool {
+        self.take(feed) == Taken::Again
+    }
+
+    /// Takes in `feed`, as received: see [`Taken`]. A positioning at the
+    /// seek asked starts a new reading there; one nobody asked for (a seek
+    /// served late, or asked by another applier of the partition) is
+    /// harmless at or before the offset needed next, and a skip after it.
+    pub fn take(&mut self, feed: &Feed) -> Taken {
         match feed {
+            Feed::Positioned(at) if self.asked == Some(*at) => {
+                *self = Reading::started_at(*at);
+                Taken::New
+            }
+            Feed::Positioned(_) if self.asked.is_some() => Taken::Superseded,
             Feed::Positioned(at) => {
-                if self.asked == Some(*at) {
-                    *self = Reading::default();
+                let next = self.read_to.map(|r| r + 1).or(self.from);
+                match (offset_of(*at), next) {
+                    (None, _) => Taken::Behind,
+                    (Some(o), Some(n)) if o <= n => Taken::Behind,
+                    _ => {
+                        self.stray = Some(next);
+                        Taken::Stray
+                    }
                 }
-                false
             }
-            Feed::Message(_) if self.asked.is_some() => false,
+            Feed::Message(_) if self.asked.is_some() => Taken::New,
             Feed::Message(m) => {
-                let again = self.read_to.is_some_and(|r| m.offset() <= r);
-                if !again {
-                    self.read_to = Some(m.offset());
+                if self.read_to.is_some_and(|r| m.offset() <= r) {
+                    return Taken::Again;
                 }
-                again
+                self.read_to = Some(m.offset());
+                Taken::New
             }
-            Feed::End(_) => false,
+            Feed::End(_) => Taken::New,
         }
+    }
+}
+
+/// The offset `target` names (`None` for the log's beginning or end).
+fn offset_of(target: Offset) -> Option<i64> {
+    match target {
+        Offset::Offset(o) => Some(o),
+        _ => None,
     }
 }
 
@@ -253,6 +339,23 @@ mod reading_tests {
         assert!(r.again(&msg(10)));
         assert!(r.again(&msg(11)));
         assert!(!r.again(&msg(12)));
+    }
+
+    #[test]
+    fn a_positioning_nobody_asked_for_is_harmless_behind_the_reading_and_a_stray_past_it() {
+        let mut r = Reading::asked(Offset::Offset(10));
+        assert_eq!(r.take(&Feed::Positioned(Offset::Offset(4))), Taken::Superseded, "an earlier seek's");
+        assert_eq!(r.take(&Feed::Positioned(Offset::Offset(10))), Taken::New);
+        assert_eq!(r.take(&Feed::Positioned(Offset::Offset(10))), Taken::Behind, "nothing read yet: at the offset needed");
+        assert!(!r.again(&msg(10)));
+        assert!(!r.again(&msg(11)));
+        assert_eq!(r.take(&Feed::Positioned(Offset::Offset(12))), Taken::Behind, "at the offset needed next");
+        assert_eq!(r.take(&Feed::Positioned(Offset::Beginning)), Taken::Behind);
+        assert_eq!(r.stray, None);
+        assert_eq!(r.take(&Feed::Positioned(Offset::Offset(13))), Taken::Stray, "12 would be skipped");
+        assert_eq!(r.stray, Some(Some(12)));
+        let mut started = Reading::started_at(Offset::Offset(7));
+        assert_eq!(started.take(&Feed::Positioned(Offset::Offset(9))), Taken::Stray);
     }
 
     #[test]

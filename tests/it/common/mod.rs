@@ -5,6 +5,7 @@
 pub mod broker;
 pub mod chaos;
 pub mod elastic;
+pub mod forensics;
 pub mod ports;
 pub mod tls;
 
@@ -97,7 +98,9 @@ impl Rig {
         let dir = tempfile::tempdir().unwrap();
         let faults = dir.path().join("faults");
         std::fs::create_dir_all(&faults).unwrap();
-        Rig { broker, cfg, group: unique("g"), index: dir.path().join("index"), faults, dir, _es: None }
+        let r = Rig { broker, cfg, group: unique("g"), index: dir.path().join("index"), faults, dir, _es: None };
+        forensics::watch(&r.cfg, &r.group, &r.index);
+        r
     }
 
     /// On the test's broker, with the Elasticsearch-API server of the suite
@@ -112,6 +115,7 @@ impl Rig {
         let mut r = Rig::on(broker, partitions);
         r.index = PathBuf::from(&es.url);
         r._es = Some(es);
+        forensics::watch(&r.cfg, &r.group, &r.index);
         r
     }
 
@@ -285,12 +289,24 @@ pub fn model_of(log: &[(LogPosition, Command)]) -> Model {
 
 /// Asserts that the index equals the model of `log` exactly.
 pub fn assert_matches_model(index: &Path, log: &[(LogPosition, Command)]) {
-    assert_equals(&model_of(log), index);
+    let commands: Vec<(LogPosition, &Command)> = log.iter().map(|(at, c)| (*at, c)).collect();
+    assert_equals(&model_of(log), index, &commands);
 }
 
-/// Asserts that the index holds exactly the model's documents.
-fn assert_equals(m: &Model, index: &Path) {
+/// Asserts that the index holds exactly the model's documents; a failure
+/// names, for the first differing documents, the commands of `log` that
+/// wrote their key (in the failure report, see [`forensics`]).
+fn assert_equals(m: &Model, index: &Path, log: &[(LogPosition, &Command)]) {
     let diffs = model::diff(m.docs(), dump(index), 20);
+    if !diffs.is_empty() {
+        let mut text = String::new();
+        for d in diffs.iter().take(3) {
+            // "<kind> <id>: ..."
+            let id = d.split(':').next().and_then(|h| h.split(' ').nth(1)).unwrap_or_default();
+            text.push_str(&format!("  {d}\n    written by:{}\n", forensics::writers_of(id, log)));
+        }
+        forensics::differences(text);
+    }
     assert!(diffs.is_empty(), "index differs from the model:\n{}{}", diffs.join("\n"), where_duplicated(index, &diffs));
 }
 
@@ -364,6 +380,8 @@ impl Worker {
         let stderr = child.stderr.take().unwrap();
         let pid = child.id();
         let lines: Arc<(Mutex<Vec<String>>, Condvar)> = Arc::default();
+        forensics::watch(cfg, group, index);
+        forensics::keep_log(pid, format!("denorm run {}", extra.join(" ")), lines.clone());
         let l = lines.clone();
         let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -581,7 +599,15 @@ pub fn assert_matches_topic_model(cfg: &KafkaConfig, index: &Path) -> (usize, us
 /// [`assert_matches_topic_model`] of logs read already.
 pub fn assert_matches_model_of_logs(logs: &[Vec<(i64, denorm::codec::Decoded)>], index: &Path) -> (usize, usize) {
     let (m, moves, chunked) = model_of_logs(logs);
-    assert_equals(&m, index);
+    let commands: Vec<(LogPosition, &Command)> = logs
+        .iter()
+        .enumerate()
+        .flat_map(|(p, l)| l.iter().filter_map(move |(o, d)| match d {
+            denorm::codec::Decoded::Command(e) => Some((LogPosition { partition: p as i32, offset: *o }, &e.command)),
+            _ => None,
+        }))
+        .collect();
+    assert_equals(&m, index, &commands);
     (moves, chunked)
 }
 

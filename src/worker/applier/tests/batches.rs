@@ -56,6 +56,41 @@ fn a_new_owner_resumes_at_the_checkpoint_itself_and_applies_nothing_twice() {
     assert_eq!(r.docs().len(), 25);
 }
 
+/// Starts overtaken more often than the applier seeks again, from a group
+/// offset ahead of the shard's checkpoint (an index restored from an older
+/// copy): the first message is past the checkpoint the log keeps. The
+/// partition stops and says why, rather than skip what lies between.
+#[test]
+fn a_fourth_overtaken_seek_stops_the_partition_rather_than_skip_a_range() {
+    let r = Rig::new(|_| {});
+    r.produce_files(0..20);
+    let first = r.start();
+    first.wait_next(20);
+    assert_eq!(first.stop(), 20);
+    r.produce_files(20..30);
+    r.stale_from.store(25, Ordering::SeqCst);
+    r.stale_starts.store(4, Ordering::SeqCst);
+    let second = r.start();
+    let error = second.stopped_by_itself().to_string();
+    assert!(error.contains("read from offset 25") && error.contains("skip offsets 20..25"), "{error}");
+    assert_eq!(r.docs().len(), 20, "nothing past the checkpoint applied: {:?}", r.docs());
+}
+
+/// A positioning the applier did not ask for, ahead of what it read (a
+/// seek of another applier of the partition served to this one): the
+/// partition stops, rather than read on from there over a hole.
+#[test]
+fn a_positioning_the_applier_did_not_ask_for_past_its_reading_stops_the_partition() {
+    let r = Rig::new(|_| {});
+    r.produce_files(0..30);
+    *r.late_seek.lock().unwrap() = Some((10, 20));
+    let run = r.start();
+    let error = run.stopped_by_itself().to_string();
+    assert!(error.contains("did not ask for"), "{error}");
+    let docs = r.docs();
+    assert!(docs.iter().all(|(id, _)| id[1..].parse::<usize>().unwrap() < 20), "applied from the stray position: {docs:?}");
+}
+
 /// A seek right after an assignment can be overtaken by the client's own
 /// start from the group's offset (here: the beginning): the first message
 /// is then not the one sought. The applier seeks again rather than taking

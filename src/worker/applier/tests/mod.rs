@@ -143,6 +143,8 @@ struct Rig {
     /// Seeks still to be overtaken by the partition's own start (served
     /// from offset 0 instead of where they asked).
     stale_starts: Arc<std::sync::atomic::AtomicUsize>,
+    /// Where a stale start fetches from (the group's offset; 0 unless set).
+    stale_from: Arc<std::sync::atomic::AtomicI64>,
     /// A seek served late, as the client may serve one made right after an
     /// assignment once it has fetched from the group's offset: once this
     /// many messages were fed, the partition is said positioned again and
@@ -226,7 +228,7 @@ impl Rig {
             awaiting: Default::default(),
             lane_fan_outs: Default::default(),
         });
-        Rig { dir, log, outbox, shared, codec: Codec::new(), stale_starts: Arc::default(), late_seek: Arc::default(), bounded: Arc::default() }
+        Rig { dir, log, outbox, shared, codec: Codec::new(), stale_starts: Arc::default(), stale_from: Arc::default(), late_seek: Arc::default(), bounded: Arc::default() }
     }
 
     fn append(&self, key: &str, payload: Vec<u8>) -> i64 {
@@ -289,6 +291,7 @@ impl Rig {
         let seeks: Arc<Mutex<Vec<i64>>> = Arc::default();
         let sent: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
         let (go, asked, fed, stale, late) = (feeding.clone(), seeks.clone(), sent.clone(), self.stale_starts.clone(), self.late_seek.clone());
+        let stale_from = self.stale_from.clone();
         let bounded = self.bounded.clone();
         let feeder = std::thread::spawn(move || {
             let mut cursor: Option<usize> = None;
@@ -296,7 +299,7 @@ impl Rig {
             // it has read everything.
             let mut reported: Option<i64> = None;
             while go.load(Ordering::SeqCst) {
-                if let Some(offset) = shared.seeks.lock().unwrap().remove(&0) {
+                if let Some((_, offset)) = shared.seeks.lock().unwrap().remove(&0) {
                     let at = match offset {
                         Offset::Offset(o) => o as usize,
                         _ => 0,
@@ -308,7 +311,7 @@ impl Rig {
                     // The client's own start overtaking the seek: fetching
                     // from the beginning all the same.
                     let stale = stale.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
-                    cursor = Some(log.lock().unwrap().from(if stale { 0 } else { at as i64 }));
+                    cursor = Some(log.lock().unwrap().from(if stale { stale_from.load(Ordering::SeqCst) } else { at as i64 }));
                     reported = None;
                 }
                 let late_now = {
@@ -444,6 +447,13 @@ impl Running {
     /// [`Running::wait_next`] with its own bound.
     fn wait_next_within(&self, bound: Duration, at_least: i64) {
         eventually_within(bound, &format!("offset {at_least} published (at {} when the wait began)", self.next()), || self.next() >= at_least);
+    }
+
+    /// Waits for the applier to end by itself; its error.
+    fn stopped_by_itself(mut self) -> crate::worker::WorkerError {
+        eventually("the partition stopped by itself", || self.part.finished());
+        self.feeding.store(false, Ordering::SeqCst);
+        self.part.join().expect_err("the applier ended without an error")
     }
 
     /// Stops the applier (as a revoke or a shutdown does) and the feed; the
