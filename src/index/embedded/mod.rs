@@ -17,6 +17,7 @@ mod schema;
 mod search;
 mod shard;
 mod sorted;
+mod writer_lock;
 
 pub use audit::audit_owners;
 pub use backend::EmbeddedBackend;

@@ -17,6 +17,7 @@ use super::fanout::Cursor;
 use super::merge::merge_policy;
 use super::overlay::Overlay;
 use super::schema::{find, find_with, schema, Fields, Stores};
+use super::writer_lock::WriterLock;
 
 /// Replaces the documents of one page: a single delete of all their keys,
 /// then the new versions (added after the delete, so they stay). One
@@ -109,6 +110,8 @@ pub struct EmbeddedShard {
     paged_keys: std::collections::HashSet<String>,
     /// What the last commit recorded and what the next one records.
     progress: ProgressBook,
+    /// Held until the writer's merges have ended (`writer_lock.rs`).
+    lock: Option<WriterLock>,
     /// Rewritten documents between two commits of a fan-out's progress.
     fan_out_commit_every: u64,
     /// Single-document writes (put, create, delete) so far.
@@ -120,6 +123,9 @@ impl EmbeddedShard {
     /// in `generation_dir`), clearing what a commit a crash cut short left.
     pub(super) fn open(dir: &Path, generation_dir: PathBuf, generation: u64, partition: i32, memory_budget: usize) -> Result<Self, IndexError> {
         std::fs::create_dir_all(dir)?;
+        // Before the index is opened: it reads the managed-file list, which
+        // only the lock's holder may rely on (`writer_lock.rs`).
+        let lock = WriterLock::take(dir)?;
         let (schema, fields) = schema();
         let directory = tantivy::directory::MmapDirectory::open(dir).map_err(|e| IndexError::Backend(e.to_string()))?;
         let index = Index::open_or_create(ShardDirectory(directory), schema)?;
@@ -146,6 +152,7 @@ impl EmbeddedShard {
             siblings: Siblings { generation_dir, partition, readers: HashMap::new() },
             generation,
             writer: std::mem::ManuallyDrop::new(writer),
+            lock: Some(lock),
             reader,
             f: fields,
             overlay: Overlay::default(),
@@ -226,9 +233,19 @@ impl Drop for EmbeddedShard {
         // SAFETY: taken once, here, as the shard goes; never used after.
         let writer = unsafe { std::mem::ManuallyDrop::take(&mut self.writer) };
         let started = std::time::Instant::now();
-        match writer.wait_merging_threads() {
+        let closed = writer.wait_merging_threads().map_err(|e| e.to_string());
+        #[cfg(feature = "failpoints")]
+        let closed = closed.and_then(|()| crate::faults::active("shard.close_fails").map_or(Ok(()), |_| Err("fault point shard.close_fails".to_string())));
+        match closed {
             Ok(()) => tracing::debug!(shard = %self.name, waited_ms = started.elapsed().as_millis() as u64, "shard writer closed after its merges"),
-            Err(error) => tracing::warn!(shard = %self.name, %error, "a merge failed as the shard's writer closed (the committed index is unaffected)"),
+            Err(error) => {
+                // tantivy returned before waiting for the merges: they may
+                // still write to the shard.
+                tracing::error!(shard = %self.name, %error, "the shard's writer failed as it closed, its merges perhaps still running: the shard stays locked until this process ends (the committed index is unaffected)");
+                if let Some(lock) = self.lock.take() {
+                    lock.keep_until_exit();
+                }
+            }
         }
     }
 }

@@ -331,8 +331,10 @@ pub struct Worker {
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
+/// The `denorm` binary of this build (`DENORM_TEST_BIN` names another: a
+/// copy, for a long loop of tests while the tree is rebuilt).
 pub fn denorm() -> Proc {
-    Proc::new(env!("CARGO_BIN_EXE_denorm"))
+    Proc::new(std::env::var_os("DENORM_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_denorm").into()))
 }
 
 /// Runs a denorm command: (exit code, stdout, stderr).
