@@ -297,8 +297,14 @@ fn the_processs_fan_outs_in_lanes_are_bounded() {
 /// them (a fan-out that reads uncommitted writes of its batch runs whole,
 /// not in a lane), produces `before`, then renames each directory's `x` to
 /// `y` and applies everything: the renames' offsets, and the order their
-/// fan-outs finished in. Every file is checked renamed.
-fn renames_in_lanes(r: &Rig, dirs: &[(&str, &str)], before: &[Command]) -> (Vec<i64>, Vec<i64>) {
+/// fan-outs finished in. Every file is checked renamed. The renames' pages
+/// are held (fault `fanout.hold`) until `together` of them are in lanes at
+/// once: which one finishes first is then decided by the turns alone, not
+/// by how soon the feed delivers the later renames (the applier ran the
+/// first rename's pages alone while a loaded machine delivered the others
+/// late, and it finished first).
+#[cfg(feature = "failpoints")]
+fn renames_in_lanes(r: &Rig, dirs: &[(&str, &str)], before: &[Command], together: usize) -> (Vec<i64>, Vec<i64>) {
     for (t, d) in dirs {
         for i in 0..100 {
             r.produce(upsert(&format!("{d}-{i}"), &format!("{d}/x/{i}.txt")).scoped(Some(t)));
@@ -311,7 +317,12 @@ fn renames_in_lanes(r: &Rig, dirs: &[(&str, &str)], before: &[Command]) -> (Vec<
         r.produce(c.clone());
     }
     let renames: Vec<i64> = dirs.iter().map(|(t, d)| r.produce(Command::RenamePath { from: format!("{d}/x"), to: format!("{d}/y") }.scoped(Some(t)))).collect();
+    let faults = tempfile::tempdir().unwrap();
+    let keys: Vec<String> = dirs.iter().map(|(t, d)| crate::command::tenant::scope(Some(t), d)).collect();
+    fault(faults.path(), "fanout.hold", &keys.join("\n"));
     let run = r.start();
+    eventually(&format!("{together} renames in lanes at once"), || r.shared.lane_fan_outs.open() >= together);
+    std::fs::remove_file(faults.path().join("fanout.hold")).unwrap();
     let end = r.end();
     run.wait_next(end);
     assert_eq!(run.stop(), end);
@@ -329,9 +340,10 @@ fn renames_in_lanes(r: &Rig, dirs: &[(&str, &str)], before: &[Command]) -> (Vec<
 /// half of the pages. With the keys alone in turn, `globex` had one page
 /// in four and finished last (it started last). Everything is applied.
 #[test]
+#[cfg(feature = "failpoints")]
 fn the_pages_of_fan_outs_in_lanes_go_to_the_tenants_in_turn() {
     let r = Rig::new(|c| c.fan_out = FanOut::pages_of(10));
-    let (renames, finished) = renames_in_lanes(&r, &[("acme", "/a1"), ("acme", "/a2"), ("acme", "/a3"), ("globex", "/b")], &[]);
+    let (renames, finished) = renames_in_lanes(&r, &[("acme", "/a1"), ("acme", "/a2"), ("acme", "/a3"), ("globex", "/b")], &[], 4);
     assert_eq!(finished[0], renames[3], "globex's rename (at {}) did not finish first: {finished:?}", renames[3]);
 }
 
@@ -342,6 +354,7 @@ fn the_pages_of_fan_outs_in_lanes_go_to_the_tenants_in_turn() {
 /// every lane `acme`'s, `globex`'s rename waited for a lane and finished
 /// last. Everything is applied.
 #[test]
+#[cfg(feature = "failpoints")]
 fn one_tenant_takes_all_the_lanes_but_one_while_another_is_active() {
     let r = Rig::new(|c| {
         c.fan_out = FanOut::pages_of(10);
@@ -349,7 +362,8 @@ fn one_tenant_takes_all_the_lanes_but_one_while_another_is_active() {
     });
     // globex is active before acme's renames come.
     let active = upsert("b-new", "/b/new.txt").scoped(Some("globex"));
-    let (renames, finished) = renames_in_lanes(&r, &[("acme", "/a1"), ("acme", "/a2"), ("globex", "/b")], &[active]);
+    // acme's first and globex's rename in the two lanes; acme's second held.
+    let (renames, finished) = renames_in_lanes(&r, &[("acme", "/a1"), ("acme", "/a2"), ("globex", "/b")], &[active], 2);
     let at = |pos: i64| finished.iter().position(|f| *f == pos).unwrap();
     assert!(at(renames[2]) < at(renames[1]), "globex's rename (at {}) waited for acme's second (at {}): {finished:?}", renames[2], renames[1]);
 }
