@@ -199,6 +199,16 @@ async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
     let clock = CpuClock::start(b.pids(None));
     let consume1 = b.raw_consume(&start, a.docs)?;
     let cpu_consume = clock.stop("the plain consumer");
+    // What checking every batch's CRC costs (every reader of denorm's does).
+    let unchecked = b.raw_consume_with(&start, a.docs, &[("check.crcs", "false")])?;
+    rows.push(Row::new(
+        format!("plain consumer of {} commands, CRCs checked", a.docs),
+        per_sec(consume1, "messages"),
+        format!("unchecked {}", per_sec(unchecked, "")),
+        Some(consume1 / unchecked),
+        "reported",
+    ));
+    results.insert("crc_check".into(), json!({"messages": a.docs, "checked_rate": consume1, "unchecked_rate": unchecked, "ratio": consume1 / unchecked}));
     let index_rate = raw_index_rate(&work.join("raw-load"), &load)?;
     phase("replay: denorm run into an empty index");
     let (worker, replay, cpu_replay) = b.catch_up(&group, &index_dir, "the replay").await?;
@@ -483,7 +493,12 @@ impl Bench<'_> {
     /// A plain consumer with the worker's settings reads `n` messages from
     /// `from`; messages per second from its assignment to its last message.
     fn raw_consume(&self, from: &BTreeMap<i32, i64>, n: u64) -> anyhow::Result<f64> {
-        let c = self.plain_consumer(from)?;
+        self.raw_consume_with(from, n, &[])
+    }
+
+    /// [`Bench::raw_consume`] with `extra` consumer settings.
+    fn raw_consume_with(&self, from: &BTreeMap<i32, i64>, n: u64, extra: &[(&str, &str)]) -> anyhow::Result<f64> {
+        let c = self.plain_consumer_with(from, extra)?;
         let start = Instant::now();
         let deadline = start + self.timeout;
         let (mut got, mut bytes) = (0u64, 0usize);
@@ -505,8 +520,14 @@ impl Bench<'_> {
 
     /// A consumer with the worker's settings, connected, reading from `from`.
     fn plain_consumer(&self, from: &BTreeMap<i32, i64>) -> anyhow::Result<BaseConsumer> {
+        self.plain_consumer_with(from, &[])
+    }
+
+    /// [`Bench::plain_consumer`] with `extra` settings; the pass-through
+    /// options still win.
+    fn plain_consumer_with(&self, from: &BTreeMap<i32, i64>, extra: &[(&str, &str)]) -> anyhow::Result<BaseConsumer> {
         let fetch_kb = WorkerConfig::new(self.kafka.clone(), "").fetch_buffer_kb;
-        let c: BaseConsumer = consumer_config(&self.kafka, &format!("denorm-bench-raw-{}", uuid::Uuid::new_v4().simple()), fetch_kb, &[]).create()?;
+        let c: BaseConsumer = consumer_config(&self.kafka, &format!("denorm-bench-raw-{}", uuid::Uuid::new_v4().simple()), fetch_kb, extra).create()?;
         let mut tpl = TopicPartitionList::new();
         for (&p, &o) in from {
             tpl.add_partition_offset(&self.kafka.topic, p, Offset::Offset(o))?;

@@ -38,6 +38,9 @@ impl Publication {
     /// Elasticsearch, F4).
     pub fn opened(&mut self, checkpoint: Option<Checkpoint>) {
         self.unpublished = None;
+        // The end reported was of the reading of the shard before (another
+        // generation's, whose checkpoint may be ahead of this one's).
+        self.end = None;
         if let Some(c) = checkpoint {
             self.next.fetch_min(c.offset as i64 + 1, Ordering::SeqCst);
             self.unpublished = Some(c.offset as i64 + 1);
@@ -140,6 +143,21 @@ mod tests {
         p.forget_end();
         p.publish_end(true);
         assert_eq!(next.load(Ordering::SeqCst), 12);
+    }
+
+    /// A shard of a new generation opened while the old reading's end is
+    /// known: the idle partition publishes nothing past the new checkpoint
+    /// before it is read again.
+    #[test]
+    fn an_end_reported_before_a_shard_is_opened_is_not_published_after_it() {
+        let (mut p, next) = part();
+        p.committed(at(49));
+        p.searchable(&DoneAbove::default());
+        p.end_reported(60);
+        p.opened(at(9));
+        p.searchable(&DoneAbove::default());
+        p.publish_end(true);
+        assert_eq!(next.load(Ordering::SeqCst), 10, "the old reading's end published past the new shard's checkpoint");
     }
 
     #[test]
