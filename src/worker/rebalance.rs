@@ -77,9 +77,17 @@ impl ConsumerContext for WorkerContext {
                 r
             }
             other => {
-                // As rust-rdkafka does: give the assignment up.
+                // As rust-rdkafka does: give the assignment up, drained and
+                // committed as a revoke is, so that no applier keeps its
+                // shard locked or is reused unpositioned by the next
+                // assignment.
+                let given_up: Vec<i32> = match cooperative {
+                    true => tpl.elements().iter().map(|e| e.partition()).collect(),
+                    false => self.parts.lock().expect("parts lock").keys().copied().collect(),
+                };
                 let rebalance = Rebalance::Error(rdkafka::error::KafkaError::Rebalance(other.into()));
                 self.pre_rebalance(consumer, &rebalance);
+                self.give_up(consumer, &given_up);
                 let r = if cooperative { consumer.incremental_unassign(tpl) } else { consumer.unassign() };
                 self.post_rebalance(consumer, &rebalance);
                 r
@@ -96,33 +104,14 @@ impl ConsumerContext for WorkerContext {
                 counter!(m::REBALANCES_TOTAL, "kind" => "revoke").increment(1);
                 let revoked: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
                 info!(partitions = ?revoked, "partitions revoked, draining");
-                let mut parts = self.parts.lock().expect("parts lock");
-                let drained = drain(&mut parts, &revoked, self, self.shared.cfg.shutdown_timeout);
-                drop(parts);
-                self.shared.seeks.lock().expect("seeks lock").retain(|p, _| !revoked.contains(p));
-                let mut stopped = self.stopped.lock().expect("stopped lock");
-                for p in &revoked {
-                    if stopped.remove(p) {
-                        gauge!(m::PARTITION_STOPPED, "partition" => p.to_string()).set(0.0);
-                        self.health.recovered();
-                    }
-                }
-                drop(stopped);
-                // The one wait on the network here, as the rebalance
-                // protocol means it: the revoked partitions' offsets are
-                // committed before they are released (an asynchronous commit
-                // landing after the new owner's would move the group back).
-                commit(consumer, &self.shared.cfg.kafka.topic, &drained, CommitMode::Sync);
-                self.health.ready.store(false, Ordering::SeqCst);
-                let holding = consumer.assignment().map_or(0, |a| a.count().saturating_sub(revoked.len()));
-                self.membership.lock().expect("membership lock").revoked(Instant::now(), if cooperative(consumer) { holding } else { 0 });
+                self.give_up(consumer, &revoked);
             }
             Rebalance::Assign(tpl) => {
                 counter!(m::REBALANCES_TOTAL, "kind" => "assign").increment(1);
                 let assigned: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
                 info!(partitions = ?assigned, "partitions assigned");
             }
-            Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
+            Rebalance::Error(e) => warn!(error = %e, "rebalance error: giving the assignment up, drained as a revoke"),
         }
     }
 
@@ -168,6 +157,32 @@ fn commit_failed(run: &mut FailureRun, partition: Option<i32>, error: &str) {
 }
 
 impl WorkerContext {
+    /// Drains the appliers of `revoked` and commits what they applied
+    /// before the partitions are released (a revoke, or an assignment given
+    /// up on a rebalance error).
+    fn give_up(&self, consumer: &BaseConsumer<Self>, revoked: &[i32]) {
+        let mut parts = self.parts.lock().expect("parts lock");
+        let drained = drain(&mut parts, revoked, self, self.shared.cfg.shutdown_timeout);
+        drop(parts);
+        self.shared.seeks.lock().expect("seeks lock").retain(|p, _| !revoked.contains(p));
+        let mut stopped = self.stopped.lock().expect("stopped lock");
+        for p in revoked {
+            if stopped.remove(p) {
+                gauge!(m::PARTITION_STOPPED, "partition" => p.to_string()).set(0.0);
+                self.health.recovered();
+            }
+        }
+        drop(stopped);
+        // The one wait on the network here, as the rebalance
+        // protocol means it: the revoked partitions' offsets are
+        // committed before they are released (an asynchronous commit
+        // landing after the new owner's would move the group back).
+        commit(consumer, &self.shared.cfg.kafka.topic, &drained, CommitMode::Sync);
+        self.health.ready.store(false, Ordering::SeqCst);
+        let holding = consumer.assignment().map_or(0, |a| a.count().saturating_sub(revoked.len()));
+        self.membership.lock().expect("membership lock").revoked(Instant::now(), if cooperative(consumer) { holding } else { 0 });
+    }
+
     /// Takes the answers to asynchronous commits that arrived, without
     /// waiting. A commit counts only once the broker has confirmed it: an
     /// offset whose commit failed (for example refused by a coordinator that

@@ -11,6 +11,7 @@ mod chaos;
 mod cli;
 mod consistency;
 mod deploy;
+mod diagnostics;
 mod elastic_contracts;
 mod faults;
 mod interop;

@@ -5,7 +5,7 @@
 //! `$TMPDIR/denorm-artifacts`), one directory per failed test:
 //! - the dead-letter topic's count by reason, and its letters;
 //! - every worker's log, killed ones included (one file each; their WARN
-//!   and ERROR lines printed);
+//!   and ERROR lines printed: refusals, parked keys, stops);
 //! - per partition: the shard's checkpoint and done-above record and the
 //!   group's committed offset and end;
 //! - the first differing documents of a model comparison, with the
@@ -37,6 +37,12 @@ struct Scene {
 static SCENE: Mutex<Option<Scene>> = Mutex::new(None);
 static HOOK: Once = Once::new();
 static REPORTED: AtomicBool = AtomicBool::new(false);
+static LAST: Mutex<Option<String>> = Mutex::new(None);
+
+/// The report the hook printed, if a panic made one (a test of the report).
+pub fn last_report() -> Option<String> {
+    LAST.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
 
 fn with_scene(f: impl FnOnce(&mut Scene)) {
     HOOK.call_once(install);
@@ -101,6 +107,7 @@ fn install() {
         // runtime, where another cannot start.
         let text = std::thread::spawn(move || report(&test)).join().unwrap_or_else(|_| "(the failure report itself failed)".into());
         eprintln!("{text}");
+        *LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
     }));
 }
 
@@ -132,8 +139,8 @@ fn report(test: &str) -> String {
         let text = lines.0.lock().unwrap_or_else(|e| e.into_inner()).join("\n");
         let file = dir.join(format!("worker-{n}-{pid}.log"));
         let _ = std::fs::write(&file, format!("{what}\n{text}\n"));
-        let notable: Vec<&str> = text.lines().filter(|l| l.contains(" WARN ") || l.contains("ERROR") || l.contains("parked") || l.contains("dead-lettered")).collect();
-        let _ = write!(out, "\n--- worker {n} (pid {pid}, {what}): {} lines in {}, {} WARN/ERROR/parked", text.lines().count(), file.display(), notable.len());
+        let notable: Vec<&str> = text.lines().filter(|l| l.contains(" WARN ") || l.contains("ERROR")).collect();
+        let _ = write!(out, "\n--- worker {n} (pid {pid}, {what}): {} lines in {}, {} WARN/ERROR", text.lines().count(), file.display(), notable.len());
         for l in notable.iter().take(30) {
             let _ = write!(out, "\n    {l}");
         }
