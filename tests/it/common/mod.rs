@@ -604,10 +604,12 @@ pub fn assert_matches_model_of_logs(logs: &[Vec<(i64, denorm::codec::Decoded)>],
     let commands: Vec<(LogPosition, &Command)> = logs
         .iter()
         .enumerate()
-        .flat_map(|(p, l)| l.iter().filter_map(move |(o, d)| match d {
-            denorm::codec::Decoded::Command(e) => Some((LogPosition { partition: p as i32, offset: *o }, &e.command)),
-            _ => None,
-        }))
+        .flat_map(|(p, l)| {
+            l.iter().filter_map(move |(o, d)| match d {
+                denorm::codec::Decoded::Command(e) => Some((LogPosition { partition: p as i32, offset: *o }, &e.command)),
+                _ => None,
+            })
+        })
         .collect();
     assert_equals(&m, index, &commands);
     (moves, chunked)
