@@ -80,14 +80,12 @@ pub fn writers_of(id: &str, log: &[(LogPosition, &Command)]) -> String {
     };
     let keys: std::collections::BTreeSet<&str> = log.iter().filter(|(_, c)| names(c)).map(|(_, c)| c.key()).collect();
     let mut out = String::new();
-    let mut shown = 0;
-    for (at, c) in log.iter().filter(|(_, c)| names(c) || (matches!(c, Command::RenamePath { .. }) && keys.contains(c.key()))) {
+    for (shown, (at, c)) in log.iter().filter(|(_, c)| names(c) || (matches!(c, Command::RenamePath { .. }) && keys.contains(c.key()))).enumerate() {
         if shown == 40 {
             out.push_str("\n      ...");
             break;
         }
         let _ = write!(out, "\n      {}@{} key {:?}: {c:?}", at.partition, at.offset, c.key());
-        shown += 1;
     }
     if out.is_empty() {
         out.push_str("\n      (no command of the log names it)");
