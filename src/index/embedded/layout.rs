@@ -428,24 +428,6 @@ mod tests {
         assert!(matches!(idx.open_shard(3, 20_000_000), Err(IndexError::Locked(_))));
     }
 
-    /// A writer that closed with its merges perhaps running (tantivy's
-    /// close failed) is never followed by another in the same process.
-    #[test]
-    #[cfg(feature = "failpoints")]
-    fn a_shard_whose_writer_failed_to_close_is_not_opened_again_by_the_process() {
-        let dir = tempfile::tempdir().unwrap();
-        let faults = tempfile::tempdir().unwrap();
-        let idx = EmbeddedIndex::open(dir.path(), "t").unwrap();
-        let shard = idx.open_shard(3, 20_000_000).unwrap();
-        std::env::set_var("DENORM_FAULTS", faults.path());
-        std::fs::write(faults.path().join("shard.close_fails"), "").unwrap();
-        drop(shard);
-        std::fs::remove_file(faults.path().join("shard.close_fails")).unwrap();
-        let e = idx.open_shard(3, 20_000_000).err().expect("opened again at once");
-        assert_eq!(e.kind(), crate::retry::Kind::Fatal, "{e}");
-        idx.open_shard(4, 20_000_000).expect("the other shards open");
-    }
-
     #[test]
     fn concurrent_opens_of_a_new_index_all_succeed() {
         let dir = tempfile::tempdir().unwrap();

@@ -62,6 +62,7 @@ impl WriterLock {
 
     /// Keeps the lock until the process ends, and refuses any later
     /// [`WriterLock::take`] of this shard by this process.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn keep_until_exit(mut self) {
         KEPT.lock().expect("kept lock").get_or_insert_with(HashSet::new).insert(self.dir.clone());
         if let Some(f) = self.file.take() {
