@@ -9,6 +9,9 @@
 //! Fault points:
 //! - `index.io`: every write of the embedded index's directory fails with an
 //!   I/O error (a full or failing disk).
+//! - `shard.close-early`: an embedded shard's writer is dropped without
+//!   waiting for its merges, as tantivy's close does when an indexing
+//!   thread failed (its merges go on as the next writer opens).
 //! - `index.reject`: commands whose key is one of the file's lines are
 //!   rejected by the index (a permanent failure, like a mapping conflict);
 //!   it writes `index.reject.reached` when it rejects one.

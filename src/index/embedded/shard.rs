@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tantivy::collector::Count;
 use tantivy::query::TermQuery;
@@ -12,7 +13,7 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, Term};
 use crate::index::progress::ProgressBook;
 use crate::index::{Doc, IndexError, Kind, Pages, Scan, Shard};
 
-use super::directory::{committed_progress, committed_shards, open_reader, ShardDirectory};
+use super::directory::{committed_progress, committed_shards, open_reader, Fence, ShardDirectory};
 use super::fanout::Cursor;
 use super::merge::merge_policy;
 use super::overlay::Overlay;
@@ -110,8 +111,11 @@ pub struct EmbeddedShard {
     paged_keys: std::collections::HashSet<String>,
     /// What the last commit recorded and what the next one records.
     progress: ProgressBook,
-    /// Held until the writer's merges have ended (`writer_lock.rs`).
+    /// Held until the writer's merges have ended or its directory is
+    /// closed to them (`writer_lock.rs`).
     lock: Option<WriterLock>,
+    /// Closes the writer's directory to writes once the writer is let go.
+    fence: Arc<Fence>,
     /// Rewritten documents between two commits of a fan-out's progress.
     fan_out_commit_every: u64,
     /// Single-document writes (put, create, delete) so far.
@@ -128,7 +132,8 @@ impl EmbeddedShard {
         let lock = WriterLock::take(dir)?;
         let (schema, fields) = schema();
         let directory = tantivy::directory::MmapDirectory::open(dir).map_err(|e| IndexError::Backend(e.to_string()))?;
-        let index = Index::open_or_create(ShardDirectory(directory), schema)?;
+        let fence = Arc::new(Fence::default());
+        let index = Index::open_or_create(ShardDirectory::new(directory, fence.clone()), schema)?;
         // One merge thread per shard: concurrent merges each hold per-document
         // state, and the shards of a worker already merge side by side.
         let options = tantivy::indexer::IndexWriterOptions::builder().num_worker_threads(1).num_merge_threads(1).memory_budget_per_thread(memory_budget.max(15_000_000)).build();
@@ -145,6 +150,14 @@ impl EmbeddedShard {
         if cleared > 0 {
             tracing::info!(partition, generation, files = cleared, "deleted files the last commit does not list (left by a commit a crash cut short)");
         }
+        // A new writer's first operation takes the opstamp of the last
+        // commit, and a segment whose deletes are up to date at that opstamp
+        // counts a delete of that opstamp as applied: a merge of it before
+        // this writer's first commit kept the documents that delete removed
+        // (the replaced versions of a whole commit's upserts, live beside
+        // the new ones; `apply::embedded_tests`, a writer reopened at once).
+        // An empty batch takes that opstamp, so no operation carries it.
+        writer.run(Vec::<tantivy::indexer::UserOperation>::new())?;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
         let progress = ProgressBook::new(committed_progress(&index)?);
         Ok(EmbeddedShard {
@@ -153,6 +166,7 @@ impl EmbeddedShard {
             generation,
             writer: std::mem::ManuallyDrop::new(writer),
             lock: Some(lock),
+            fence,
             reader,
             f: fields,
             overlay: Overlay::default(),
@@ -227,20 +241,35 @@ impl Drop for EmbeddedShard {
     /// lost or written twice (`apply::embedded_tests`, a writer dropped
     /// during merges). Waits for the merges running then, and for those
     /// their ends start (each of at most `merge_max_docs` documents); what
-    /// was not committed is written to segments first, then discarded. A
-    /// killed process leaves nothing running.
+    /// was not committed is written to segments first, then discarded.
+    /// tantivy's close returns before the merges when an indexing thread
+    /// failed: the directory's fence then closes it to whatever they would
+    /// still write, before the lock goes. A killed process leaves nothing
+    /// running.
     fn drop(&mut self) {
         // SAFETY: taken once, here, as the shard goes; never used after.
         let writer = unsafe { std::mem::ManuallyDrop::take(&mut self.writer) };
         let started = std::time::Instant::now();
-        match writer.wait_merging_threads() {
-            Ok(()) => tracing::debug!(shard = %self.name, waited_ms = started.elapsed().as_millis() as u64, "shard writer closed after its merges"),
-            // tantivy returned before waiting for the merges. Keeping the
-            // shard locked until the process ends (`WriterLock::keep_until_exit`)
-            // would turn every transient disk error into a stopped worker,
-            // since such an error is what fails the close.
-            Err(error) => tracing::warn!(shard = %self.name, %error, "the shard's writer failed as it closed, its merges perhaps still running (the committed index is unaffected)"),
+        #[cfg(feature = "failpoints")]
+        let writer = match crate::faults::active("shard.close-early") {
+            // What tantivy's close does when an indexing thread failed.
+            Some(_) => {
+                drop(writer);
+                None
+            }
+            None => Some(writer),
+        };
+        #[cfg(not(feature = "failpoints"))]
+        let writer = Some(writer);
+        match writer.map(IndexWriter::wait_merging_threads) {
+            Some(Ok(())) => tracing::debug!(shard = %self.name, waited_ms = started.elapsed().as_millis() as u64, "shard writer closed after its merges"),
+            Some(Err(error)) => {
+                tracing::warn!(shard = %self.name, %error, "the shard's writer failed as it closed, its merges perhaps still running: its directory is closed to them (the committed index is unaffected)")
+            }
+            None => {}
         }
+        self.fence.close();
+        drop(self.lock.take());
     }
 }
 

@@ -449,9 +449,7 @@ impl Applier {
             };
             (released, lanes.hold.len())
         };
-        for msg in released.into_iter().rev() {
-            ahead.push_front(Feed::Message(msg));
-        }
+        put_back(ahead, released);
         self.held_gauge(left);
     }
 
@@ -492,6 +490,24 @@ impl Applier {
     }
 }
 
+/// Puts `messages` (in offset order) back at the head of `ahead`, each
+/// after the messages there of lower offsets: held messages released come
+/// after a lane's waiting messages handed back before them (older, and of
+/// the same keys), and before whatever was received after them.
+pub(super) fn put_back(ahead: &mut VecDeque<Feed>, messages: impl IntoIterator<Item = Record>) {
+    let mut rest = std::mem::take(ahead);
+    for msg in messages {
+        while let Some(Feed::Message(m)) = rest.front() {
+            if m.offset() >= msg.offset() {
+                break;
+            }
+            ahead.push_back(rest.pop_front().expect("a front"));
+        }
+        ahead.push_back(Feed::Message(msg));
+    }
+    ahead.append(&mut rest);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -511,6 +527,31 @@ mod tests {
             }
         }
         held
+    }
+
+    /// A lane's waiting messages handed back to `ahead` come before held
+    /// messages released after them: they are older, of the same keys.
+    /// (Released to the head of `ahead`, a post's later upsert, held,
+    /// was applied before its earlier one waiting behind its author's
+    /// profile change.)
+    #[test]
+    fn released_messages_go_after_the_older_messages_at_the_head() {
+        let mut ahead: VecDeque<Feed> = [150, 160].into_iter().map(|o| Feed::Message(msg(o, Some("t")))).collect();
+        ahead.push_back(Feed::End(401));
+        ahead.push_back(Feed::Message(msg(400, None)));
+        put_back(&mut ahead, [300, 310].map(|o| msg(o, Some("t"))));
+        let order: Vec<String> = ahead
+            .iter()
+            .map(|f| match f {
+                Feed::Message(m) => m.offset().to_string(),
+                Feed::End(at) => format!("end {at}"),
+                Feed::Positioned(_) => "positioned".into(),
+            })
+            .collect();
+        assert_eq!(order, ["150", "160", "300", "310", "end 401", "400"]);
+        let mut empty = VecDeque::new();
+        put_back(&mut empty, [msg(5, None), msg(7, None)]);
+        assert_eq!(empty.iter().filter_map(|f| if let Feed::Message(m) = f { Some(m.offset()) } else { None }).collect::<Vec<_>>(), [5, 7]);
     }
 
     /// Key prefixes are read before admission: 256 messages keyed by a

@@ -428,9 +428,7 @@ impl Applier {
             lane.waiting
         };
         // Handled next, before anything received after them.
-        for msg in waiting.into_iter().rev() {
-            ahead.push_front(Feed::Message(msg));
-        }
+        super::hold::put_back(ahead, waiting);
         self.mark(shard.as_mut(), &job.record);
         batch.push(job.record);
         match alone {
