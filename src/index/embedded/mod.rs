@@ -11,6 +11,8 @@ mod directory;
 mod fanout;
 mod layout;
 mod merge;
+#[cfg(test)]
+mod opstamp_tests;
 mod overlay;
 pub mod raw;
 mod schema;
