@@ -49,6 +49,11 @@ impl Fence {
     pub(super) fn close(&self) {
         *self.0.write().unwrap_or_else(|e| e.into_inner()) = true;
     }
+
+    #[cfg(test)]
+    pub(super) fn is_closed(&self) -> bool {
+        *self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// A file being written through a [`ShardDirectory`]: each write passes
@@ -81,30 +86,17 @@ impl tantivy::Directory for ShardDirectory {
         self.inner.get_file_handle(path)
     }
     fn delete(&self, path: &Path) -> Result<(), tantivy::directory::error::DeleteError> {
-        use tantivy::directory::error::DeleteError;
-        let mut result = Ok(());
-        self.fence
-            .pass(|| {
-                result = self.inner.delete(path);
-                Ok(())
-            })
-            .map_err(|e| DeleteError::IoError { io_error: Arc::new(e), filepath: path.to_path_buf() })?;
-        result
+        let refused = |e| tantivy::directory::error::DeleteError::IoError { io_error: Arc::new(e), filepath: path.to_path_buf() };
+        self.fence.pass(|| Ok(self.inner.delete(path))).map_err(refused)?
     }
     fn exists(&self, path: &Path) -> Result<bool, tantivy::directory::error::OpenReadError> {
         self.inner.exists(path)
     }
     fn open_write(&self, path: &Path) -> Result<tantivy::directory::WritePtr, tantivy::directory::error::OpenWriteError> {
         use tantivy::directory::error::OpenWriteError;
-        let mut result = None;
-        self.fence
-            .pass(|| {
-                crate::faults::io("index.io")?;
-                result = Some(self.inner.open_write(path));
-                Ok(())
-            })
-            .map_err(|e| OpenWriteError::wrap_io_error(e, path.to_path_buf()))?;
-        let file = result.expect("opened")?.into_inner().map_err(|e| OpenWriteError::wrap_io_error(e.into_error(), path.to_path_buf()))?;
+        let refused = |e| OpenWriteError::wrap_io_error(e, path.to_path_buf());
+        let opened = self.fence.pass(|| crate::faults::io("index.io").map(|()| self.inner.open_write(path))).map_err(refused)?;
+        let file = opened?.into_inner().map_err(|e| refused(e.into_error()))?;
         Ok(std::io::BufWriter::new(Box::new(FencedWrite { inner: file, fence: self.fence.clone() })))
     }
     fn atomic_read(&self, path: &Path) -> Result<Vec<u8>, tantivy::directory::error::OpenReadError> {

@@ -111,9 +111,9 @@ pub struct EmbeddedShard {
     paged_keys: std::collections::HashSet<String>,
     /// What the last commit recorded and what the next one records.
     progress: ProgressBook,
-    /// Held until the writer's merges have ended or its directory is
-    /// closed to them (`writer_lock.rs`).
-    lock: Option<WriterLock>,
+    /// Released as the shard goes, after [`Drop`] has let the writer's
+    /// merges end or closed its directory to them (`writer_lock.rs`).
+    _lock: WriterLock,
     /// Closes the writer's directory to writes once the writer is let go.
     fence: Arc<Fence>,
     /// Rewritten documents between two commits of a fan-out's progress.
@@ -165,7 +165,7 @@ impl EmbeddedShard {
             siblings: Siblings { generation_dir, partition, readers: HashMap::new() },
             generation,
             writer: std::mem::ManuallyDrop::new(writer),
-            lock: Some(lock),
+            _lock: lock,
             fence,
             reader,
             f: fields,
@@ -250,26 +250,18 @@ impl Drop for EmbeddedShard {
         // SAFETY: taken once, here, as the shard goes; never used after.
         let writer = unsafe { std::mem::ManuallyDrop::take(&mut self.writer) };
         let started = std::time::Instant::now();
-        #[cfg(feature = "failpoints")]
-        let writer = match crate::faults::active("shard.close-early") {
+        if crate::faults::active("shard.close-early").is_some() {
             // What tantivy's close does when an indexing thread failed.
-            Some(_) => {
-                drop(writer);
-                None
+            drop(writer);
+        } else {
+            match writer.wait_merging_threads() {
+                Ok(()) => tracing::debug!(shard = %self.name, waited_ms = started.elapsed().as_millis() as u64, "shard writer closed after its merges"),
+                Err(error) => {
+                    tracing::warn!(shard = %self.name, %error, "the shard's writer failed as it closed, its merges perhaps still running: its directory is closed to them (the committed index is unaffected)")
+                }
             }
-            None => Some(writer),
-        };
-        #[cfg(not(feature = "failpoints"))]
-        let writer = Some(writer);
-        match writer.map(IndexWriter::wait_merging_threads) {
-            Some(Ok(())) => tracing::debug!(shard = %self.name, waited_ms = started.elapsed().as_millis() as u64, "shard writer closed after its merges"),
-            Some(Err(error)) => {
-                tracing::warn!(shard = %self.name, %error, "the shard's writer failed as it closed, its merges perhaps still running: its directory is closed to them (the committed index is unaffected)")
-            }
-            None => {}
         }
         self.fence.close();
-        drop(self.lock.take());
     }
 }
 
@@ -453,5 +445,22 @@ impl Shard for EmbeddedShard {
         self.paged_keys.clear();
         self.progress.committed();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A shard that goes closes its writer's directory before its lock
+    /// goes: the next writer may take the lock at once.
+    #[test]
+    fn a_shard_that_goes_closes_its_directory_and_frees_its_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = super::super::EmbeddedIndex::open(dir.path(), "t").unwrap();
+        let shard = idx.open_shard(0, 20_000_000).unwrap();
+        let fence = shard.fence.clone();
+        assert!(!fence.is_closed());
+        drop(shard);
+        assert!(fence.is_closed(), "the directory of a writer let go still takes writes");
+        drop(idx.open_shard(0, 20_000_000).expect("the lock went with the shard"));
     }
 }

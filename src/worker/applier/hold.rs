@@ -530,10 +530,9 @@ mod tests {
     }
 
     /// A lane's waiting messages handed back to `ahead` come before held
-    /// messages released after them: they are older, of the same keys.
-    /// (Released to the head of `ahead`, a post's later upsert, held,
-    /// was applied before its earlier one waiting behind its author's
-    /// profile change.)
+    /// messages released after them: they are older, of the same keys (a
+    /// post's earlier upsert behind its author's profile change, its later
+    /// one held).
     #[test]
     fn released_messages_go_after_the_older_messages_at_the_head() {
         let mut ahead: VecDeque<Feed> = [150, 160].into_iter().map(|o| Feed::Message(msg(o, Some("t")))).collect();
