@@ -444,9 +444,24 @@ impl Running {
         self.wait_next_within(Duration::from_secs(30), at_least);
     }
 
-    /// [`Running::wait_next`] with its own bound.
+    /// Waits for `at_least` to be published, failing once nothing more is
+    /// published for `bound`: a stall, told apart from a slow run (a debug
+    /// build under the suite's load applies a long log several times slower
+    /// than alone).
     fn wait_next_within(&self, bound: Duration, at_least: i64) {
-        eventually_within(bound, &format!("offset {at_least} published (at {} when the wait began)", self.next()), || self.next() >= at_least);
+        let began = self.next();
+        let (mut seen, mut since) = (began, Instant::now());
+        loop {
+            let now = self.next();
+            if now >= at_least {
+                return;
+            }
+            if now > seen {
+                (seen, since) = (now, Instant::now());
+            }
+            assert!(since.elapsed() < bound, "offset {at_least} not published: nothing published past {seen} for {bound:?} (at {began} when the wait began)");
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Waits for the applier to end by itself; its error.
