@@ -91,6 +91,14 @@ pub struct Stats {
     /// they finished (the applier's tests).
     #[cfg(test)]
     pub lane_fan_outs_finished: std::sync::Mutex<Vec<i64>>,
+    /// The offsets of the commands applied, in the order they were (the
+    /// applier's tests: a key's commands out of order).
+    #[cfg(test)]
+    pub applied_offsets: std::sync::Mutex<Vec<i64>>,
+    /// What became of each message, in order: its offset and the step (the
+    /// applier's tests trace a message's way through the loop).
+    #[cfg(test)]
+    pub events: std::sync::Mutex<Vec<(i64, &'static str)>>,
     /// The most messages a partition held at once (the applier's tests).
     #[cfg(test)]
     pub held_peak: AtomicU64,

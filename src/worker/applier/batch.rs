@@ -152,7 +152,10 @@ impl Applier {
                 None => (self.receive(&rx, wait), true),
             };
             match next {
-                Ok(Feed::Positioned(at)) => positioned = self.positioned_by(at, checkpoint)?,
+                Ok(Feed::Positioned(at)) => {
+                    self.trace(-1, "positioned");
+                    positioned = self.positioned_by(at, checkpoint)?
+                }
                 Ok(Feed::End(at)) => {
                     if positioned {
                         self.publication.borrow_mut().end_reported(at);
@@ -162,6 +165,7 @@ impl Applier {
                     }
                 }
                 Ok(Feed::Message(mut msg)) => {
+                    self.trace(msg.offset(), "taken");
                     self.queued.take(queued_size(&msg));
                     if self.past_until(msg.offset()) {
                         continue; // a replay that stops there (`denorm verify`)
@@ -183,7 +187,11 @@ impl Applier {
                         positioned = self.seek_to(checkpoint);
                         continue;
                     }
-                    if self.lanes_on(msg.offset()) {
+                    let in_lanes = self.lanes_on(msg.offset());
+                    if !in_lanes {
+                        self.trace(msg.offset(), "handled without lanes");
+                    }
+                    if in_lanes {
                         // Never the first message after positioning: it is
                         // judged against the checkpoint below.
                         match self.held(msg, !first, &mut ahead) {
@@ -213,6 +221,7 @@ impl Applier {
                                     continue;
                                 }
                                 lanes::Route::AfterHeld => {
+                                    self.trace(msg.offset(), "after the held");
                                     self.queued.add(queued_size(&msg));
                                     let offset = msg.offset();
                                     ahead.push_front(Feed::Message(msg));
@@ -225,6 +234,7 @@ impl Applier {
                                     continue;
                                 }
                                 lanes::Route::Blocked | lanes::Route::NoLane => {
+                                    self.trace(msg.offset(), "blocked");
                                     self.queued.add(queued_size(&msg));
                                     let first_block = blocked_at.replace(msg.offset()) != Some(msg.offset());
                                     ahead.push_front(Feed::Message(msg));

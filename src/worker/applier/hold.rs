@@ -348,12 +348,12 @@ impl Applier {
         let read = {
             let mut lanes = self.lanes.borrow_mut();
             match lanes.hold.released(offset) {
-                true => spill::Read::Pass,
+                true => spill::Read::Again,
                 false => lanes.spill.read(offset, &t, self.shared.cfg.spill_bytes),
             }
         };
         match read {
-            spill::Read::Pass => {}
+            spill::Read::Pass | spill::Read::Again => {}
             spill::Read::Behind => {
                 self.spilled(&msg, &t);
                 return None;
@@ -387,11 +387,14 @@ impl Applier {
                 "reading ahead past this tenant's flood: its messages are held, the other tenants' behind them applied first (said again after a minute)"
             );
         }
-        // Past the bound, the held tenant's messages are spilled (a tenant
-        // held for a lane while another is spilled stays in memory).
+        // Past the bound, the held tenant's messages read for the first
+        // time are spilled (a tenant held for a lane while another is
+        // spilled stays in memory). One read before and held again stays in
+        // memory, where it was already: messages read after it may be held
+        // now, and it must come before them.
         let full = {
             let lanes = self.lanes.borrow();
-            !spilling && !self.room(&lanes.hold, &msg)
+            read == spill::Read::Pass && !spilling && !self.room(&lanes.hold, &msg)
         };
         if full {
             let report = self.lanes.borrow_mut().spill.report(now);
@@ -428,6 +431,7 @@ impl Applier {
 
     /// Holds `msg`: counted as queued again, and unfinished.
     pub(super) fn hold_now(&self, msg: Record) {
+        self.trace(msg.offset(), "held");
         let mut lanes = self.lanes.borrow_mut();
         self.queued.add(queued_size(&msg));
         lanes.tracker.defer(msg.offset());
@@ -449,6 +453,7 @@ impl Applier {
             };
             (released, lanes.hold.len())
         };
+        released.iter().for_each(|m| self.trace(m.offset(), "released"));
         put_back(ahead, released);
         self.held_gauge(left);
     }
@@ -487,6 +492,16 @@ impl Applier {
 
     fn held_gauge(&self, n: usize) {
         self.held_messages.set(n as f64);
+    }
+
+    /// Records the step `what` of the message at `offset` (the applier's
+    /// tests trace a message's way through the loop; nothing otherwise).
+    #[inline]
+    pub(super) fn trace(&self, offset: i64, what: &'static str) {
+        #[cfg(test)]
+        self.shared.stats.events.lock().expect("events lock").push((offset, what));
+        #[cfg(not(test))]
+        let _ = (offset, what);
     }
 }
 

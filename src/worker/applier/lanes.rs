@@ -315,6 +315,7 @@ impl Applier {
 
     /// `msg` waits behind its key's fan-out; it stays counted as queued.
     pub(super) fn wait_in_lane(&self, key: String, msg: Record) {
+        self.trace(msg.offset(), "waits in its lane");
         self.queued.add(queued_size(&msg));
         let mut lanes = self.lanes.borrow_mut();
         lanes.tracker.defer(msg.offset());
@@ -415,6 +416,9 @@ impl Applier {
         m::tenants::applied(cmd.tenant(), Some(docs), job.envelope.issued_at);
         self.shared.stats.record(docs, true, elapsed);
         #[cfg(test)]
+        self.shared.stats.applied_offsets.lock().expect("applied lock").push(pos);
+        self.trace(pos, "applied (its lane's fan-out)");
+        #[cfg(test)]
         self.shared.stats.lane_fan_outs_finished.lock().expect("finished lock").push(pos);
         let alone = self.commits_alone(docs);
         match alone {
@@ -428,6 +432,7 @@ impl Applier {
             lane.waiting
         };
         // Handled next, before anything received after them.
+        waiting.iter().for_each(|m| self.trace(m.offset(), "back from its lane"));
         super::hold::put_back(ahead, waiting);
         self.mark(shard.as_mut(), &job.record);
         batch.push(job.record);

@@ -48,6 +48,7 @@ use crate::index::progress::{DoneAbove, Parked};
 use crate::index::{Checkpoint, IndexError, Shard};
 use crate::metrics::{self as m, outcome};
 use crate::retry::Backoff;
+use publication::Publication;
 use dead_letter::Origin;
 use retry::{Op, Retrying};
 
@@ -154,31 +155,7 @@ impl Partition {
         let commits = shared.cfg.mode.commits_offsets();
         let join = std::thread::Builder::new()
             .name(format!("denorm-p{partition}"))
-            .spawn(move || {
-                let label = partition.to_string();
-                let lag_seconds = gauge!(m::CONSUMER_LAG_SECONDS, "partition" => label.clone());
-                let held_messages = gauge!(m::PARTITION_HELD_MESSAGES, "partition" => label.clone());
-                let spilled_messages = gauge!(m::PARTITION_SPILLED_MESSAGES, "partition" => label);
-                Applier {
-                    partition,
-                    id,
-                    shared,
-                    stop: s,
-                    publication: std::cell::RefCell::new(publication::Publication::new(n, d)),
-                    floor: f,
-                    queued: q,
-                    busy_since_ms: busy,
-                    lag_seconds,
-                    held_messages,
-                    spilled_messages,
-                    receiving: std::cell::RefCell::new(receiving::Receiving::new(partition)),
-                    low: Default::default(),
-                    lanes: Default::default(),
-                    reading: Default::default(),
-                    place_reread: Default::default(),
-                }
-                .run(rx)
-            })
+            .spawn(move || Applier::new(partition, id, shared, s, Publication::new(n, d), f, q, busy).run(rx))
             .expect("spawn partition thread");
         Partition { id, queue, busy_since_ms, stop, next, done, sent_metadata: String::new(), committed: -1, floor, pending: Default::default(), paused: None, commits, join: Some(join) }
     }
@@ -252,6 +229,39 @@ struct Applier {
     /// reopened to read the placement afresh: not taken then either, it
     /// names a placement move that was never recorded.
     place_reread: std::cell::Cell<Option<i64>>,
+}
+
+impl Applier {
+    #[allow(clippy::too_many_arguments)]
+    fn new(partition: i32, id: u64, shared: Arc<Shared>, stop: Arc<AtomicBool>, publication: Publication, floor: Arc<AtomicI64>, queued: Arc<Queued>, busy_since_ms: Arc<AtomicI64>) -> Applier {
+        let label = partition.to_string();
+        Applier {
+            partition,
+            id,
+            shared,
+            stop,
+            publication: std::cell::RefCell::new(publication),
+            floor,
+            queued,
+            busy_since_ms,
+            lag_seconds: gauge!(m::CONSUMER_LAG_SECONDS, "partition" => label.clone()),
+            held_messages: gauge!(m::PARTITION_HELD_MESSAGES, "partition" => label.clone()),
+            spilled_messages: gauge!(m::PARTITION_SPILLED_MESSAGES, "partition" => label),
+            receiving: std::cell::RefCell::new(receiving::Receiving::new(partition)),
+            low: Default::default(),
+            lanes: Default::default(),
+            reading: Default::default(),
+            place_reread: Default::default(),
+        }
+    }
+
+    /// An applier of partition 0 on `shared` that no thread runs: the
+    /// tests call its steps one by one.
+    #[cfg(test)]
+    fn idle(shared: Arc<Shared>) -> Applier {
+        let publication = Publication::new(Arc::new(AtomicI64::new(-1)), Arc::default());
+        Applier::new(0, 0, shared, Arc::default(), publication, Arc::new(AtomicI64::new(FLOOR_UNKNOWN)), Arc::default(), Arc::default())
+    }
 }
 
 /// What became of one message.

@@ -35,8 +35,14 @@ type Tenant = Option<String>;
 /// What becomes of a message read ([`Spill::read`]).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Read {
-    /// Nothing to do with spilling: handled as it would be.
+    /// Read for the first time, not behind spilled messages: handled as it
+    /// would be.
     Pass,
+    /// Read before and handed back (released from the hold, or after
+    /// waiting behind a fan-out or for a lane): handled as it would be,
+    /// and never spilled. It may be older than messages held since (taken
+    /// back from the file): written to the file, it would come after them.
+    Again,
     /// A message of the spilled tenant behind spilled ones: spilled.
     Behind,
     /// The same, with the file full: it waits for room at the head.
@@ -103,10 +109,10 @@ impl Spill {
     /// loop, before it is held or handled, with the file holding at most
     /// `cap` bytes. See [`Read`]. A message read before and handed back
     /// (released from the hold, or after waiting behind a fan-out or for a
-    /// lane) is [`Read::Pass`]: it is at or below the highest offset read.
+    /// lane) is [`Read::Again`]: it is at or below the highest offset read.
     pub fn read(&mut self, offset: i64, tenant: &Tenant, cap: u64) -> Read {
         if self.through.is_some_and(|t| offset <= t) {
-            return Read::Pass;
+            return Read::Again;
         }
         if self.spills(tenant) && (self.failed || self.file.bytes() >= cap) {
             return Read::Full; // read again, as new, once there is room
@@ -169,6 +175,7 @@ impl Applier {
         }
         lanes.tracker.defer(msg.offset());
         self.spilled_gauge(lanes.spill.len());
+        self.trace(msg.offset(), "spilled");
         #[cfg(test)]
         self.shared.stats.spilled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
@@ -203,6 +210,7 @@ impl Applier {
                 lanes.hold.keep(t.clone());
             }
             drop(lanes);
+            self.trace(msg.offset(), "taken back");
             self.hold_now(msg);
             taken += 1;
         }
@@ -217,6 +225,7 @@ impl Applier {
     /// head of `ahead`, and a hold's worth of them, taken back, before it.
     pub(super) fn after_spilled(&self, msg: Record, ahead: &mut VecDeque<Feed>) {
         let offset = msg.offset();
+        self.trace(offset, "after the spilled");
         self.queued.add(queued_size(&msg));
         ahead.push_front(Feed::Message(msg));
         self.take_back();
@@ -277,7 +286,7 @@ mod tests {
         assert_eq!(read(&mut s, [3, 4], &noisy, CAP), [Read::Behind, Read::Behind]);
         assert_eq!(read(&mut s, [5], &quiet, CAP), [Read::Pass], "another tenant is handled as it comes");
         assert!(s.before(5) && !s.before(2), "a barrier at 5 comes after the spilled 2");
-        assert_eq!(read(&mut s, [3], &noisy, CAP), [Read::Pass], "read before and handed back");
+        assert_eq!(read(&mut s, [3], &noisy, CAP), [Read::Again], "read before and handed back");
         assert_eq!((s.len(), pop(&mut s), pop(&mut s)), (3, Some(2), Some(3)));
         assert_eq!(read(&mut s, [6], &noisy, CAP), [Read::Behind], "still spilled: behind 4");
         assert_eq!((pop(&mut s), pop(&mut s), pop(&mut s)), (Some(4), Some(6), None));

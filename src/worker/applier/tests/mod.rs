@@ -512,4 +512,5 @@ mod lanes_review;
 mod limits;
 mod moves;
 mod provenance;
+mod rebalances;
 mod stalls;
