@@ -27,6 +27,7 @@ mod rebuild;
 mod registry_contracts;
 mod scenarios;
 mod signing;
+mod soak;
 mod tenants;
 mod topics;
 mod transport;

@@ -4,6 +4,7 @@
 
 pub mod broker;
 pub mod chaos;
+pub mod cut;
 pub mod elastic;
 pub mod forensics;
 pub mod ports;
