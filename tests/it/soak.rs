@@ -1,5 +1,6 @@
 //! The soak (extended run): for `DENORM_SOAK_SECS` (default 1,800), a
-//! producer keeps writing a mixed log as producers do while the chaos
+//! producer keeps writing a mixed log as producers do, at
+//! `DENORM_SOAK_RATE` commands a second (default 100), while the chaos
 //! test's faults go on (workers SIGKILLed and restarted, a second worker
 //! joining, killed and leaving gracefully), and every few minutes the
 //! broker is SIGKILLed and restarted on its storage, and the index is out
@@ -73,6 +74,8 @@ struct Counts {
 
 fn soak(mut r: Rig) {
     let secs: u64 = std::env::var("DENORM_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_800);
+    // Commands per second (the first chunk, the files, goes at once).
+    let rate: f64 = std::env::var("DENORM_SOAK_RATE").ok().and_then(|s| s.parse().ok()).unwrap_or(100.0);
     let seed: u64 = std::env::var("DENORM_SOAK_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
     eprintln!("soak seed: {seed} (DENORM_SOAK_SEED={seed}), {secs} s, on {}", if r.is_elastic() { "Elasticsearch" } else { "the embedded index" });
     let (cfg, group, index) = (r.cfg.clone(), r.group.clone(), r.index.clone());
@@ -93,10 +96,16 @@ fn soak(mut r: Rig) {
         std::thread::spawn(move || {
             let mut rng = StdRng::seed_from_u64(seed ^ 0x50A4);
             let mut log = Vec::new();
+            let began = Instant::now();
             let mut round = 0;
             while producing.load(Ordering::SeqCst) {
                 log.extend(produce(&cfg, chunk(&mut rng, round)));
                 round += 1;
+                // A steady rate, as producers write, not a backlog.
+                let due = began + Duration::from_secs_f64(log.len() as f64 / rate);
+                while producing.load(Ordering::SeqCst) && Instant::now() < due {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
             }
             log
         })
@@ -168,7 +177,7 @@ fn soak(mut r: Rig) {
     let drained = Instant::now();
     let nudges = applied_with_nudges(&cfg, &group, log.len(), || start(args));
     eprintln!(
-        "soak: {} commands over {:.0} s; {counts:?}; all applied {:.1} s after the last fault ({} fresh joins past tansu's orphaned partitions){}",
+        "soak: {} commands over {:.0} s (at {rate} a second asked); {counts:?}; all applied {:.1} s after the last fault ({} fresh joins past tansu's orphaned partitions){}",
         log.len(),
         faulted.as_secs_f64(),
         drained.elapsed().as_secs_f64(),
