@@ -57,3 +57,23 @@ fn a_rebalance_error_drains_the_appliers_as_a_revoke_does() {
     assert_eq!(run.stop(), end);
     assert_eq!(r.files().len(), 5);
 }
+
+/// A seek asked by an applier that no longer holds the partition (one
+/// left behind by a drain, the partition assigned back meanwhile) is
+/// dropped, never served to the partition's new applier; the new
+/// applier's own seek waits until the partition can be sought.
+#[test]
+fn a_seek_asked_by_an_applier_that_no_longer_holds_the_partition_is_dropped() {
+    let r = Rig::new(|_| {});
+    let consumer = consumer_holding(&r, &[0]);
+    eventually("the applier asks its position", || r.shared.seeks.lock().unwrap().contains_key(&0));
+    let holder = consumer.context().parts.lock().unwrap()[&0].id;
+    let own = r.shared.seeks.lock().unwrap()[&0];
+    assert_eq!(own.0, holder);
+    // Not assigned here: the holder's seek cannot be served yet, and stays.
+    crate::worker::seek_as_asked(&consumer, "t");
+    assert_eq!(r.shared.seeks.lock().unwrap().get(&0), Some(&own), "the holder's seek was dropped");
+    r.shared.seeks.lock().unwrap().insert(0, (holder + 1000, rdkafka::Offset::Offset(5)));
+    crate::worker::seek_as_asked(&consumer, "t");
+    assert_eq!(r.shared.seeks.lock().unwrap().get(&0), None, "another applier's seek was kept for the holder");
+}
