@@ -48,8 +48,8 @@ use crate::index::progress::{DoneAbove, Parked};
 use crate::index::{Checkpoint, IndexError, Shard};
 use crate::metrics::{self as m, outcome};
 use crate::retry::Backoff;
-use publication::Publication;
 use dead_letter::Origin;
+use publication::Publication;
 use retry::{Op, Retrying};
 
 /// A message of the command topic as an applier sees it: no client types,

@@ -449,7 +449,8 @@ fn a_message_held_again_in_a_full_hold_keeps_its_place_before_what_was_taken_bac
         c.spill_dir = spill.path().into();
     });
     let a = Applier::idle(r.shared.clone());
-    let msg = |offset: i64, tenant: &str| Record { offset, key: Some(crate::command::tenant::scope(Some(tenant), "/k").into_bytes()), payload: Some(vec![0; 200]), timestamp_ms: None, signature: None };
+    let msg =
+        |offset: i64, tenant: &str| Record { offset, key: Some(crate::command::tenant::scope(Some(tenant), "/k").into_bytes()), payload: Some(vec![0; 200]), timestamp_ms: None, signature: None };
     let mut ahead = std::collections::VecDeque::new();
     // Another tenant is active: the flooding one may be held.
     assert!(a.held(msg(0, "quiet"), true, &mut ahead).is_some());
