@@ -193,7 +193,7 @@ fn soak(mut r: Rig) {
 }
 
 #[test]
-#[ignore = "extended run (about 30 minutes; DENORM_SOAK_SECS)"]
+#[cfg_attr(feature = "failpoints", ignore = "extended run (about 30 minutes; DENORM_SOAK_SECS)")]
 #[cfg_attr(not(feature = "failpoints"), ignore = "needs --features failpoints (scripts/test.sh enables it)")]
 fn soak_on_the_embedded_index() {
     soak(Rig::on(Broker::private(), 6));
