@@ -19,7 +19,7 @@ mod retry;
 mod spill;
 mod spill_file;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 mod tracker;
 mod triggers;
 mod turn;

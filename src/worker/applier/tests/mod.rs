@@ -134,11 +134,11 @@ impl Outbox for Arc<Scripted> {
 }
 
 /// One partition's log, an index, and what an applier shares.
-struct Rig {
+pub(in crate::worker) struct Rig {
     dir: tempfile::TempDir,
     log: Arc<Mutex<Log>>,
     outbox: Arc<Scripted>,
-    shared: Arc<Shared>,
+    pub(in crate::worker) shared: Arc<Shared>,
     codec: Codec,
     /// Seeks still to be overtaken by the partition's own start (served
     /// from offset 0 instead of where they asked).
@@ -157,7 +157,7 @@ struct Rig {
 }
 
 /// A running applier and the feed that serves it.
-struct Running {
+pub(in crate::worker) struct Running {
     part: Partition,
     feeding: Arc<AtomicBool>,
     feeder: Option<std::thread::JoinHandle<()>>,
@@ -167,7 +167,7 @@ struct Running {
     sent: Arc<std::sync::atomic::AtomicUsize>,
 }
 
-fn eventually(what: &str, check: impl FnMut() -> bool) {
+pub(in crate::worker) fn eventually(what: &str, check: impl FnMut() -> bool) {
     eventually_within(Duration::from_secs(30), what, check);
 }
 
@@ -182,7 +182,7 @@ fn eventually_within(bound: Duration, what: &str, mut check: impl FnMut() -> boo
 }
 
 impl Rig {
-    fn new(tune: impl FnOnce(&mut WorkerConfig)) -> Rig {
+    pub(in crate::worker) fn new(tune: impl FnOnce(&mut WorkerConfig)) -> Rig {
         Rig::on(Arc::default(), 0, 1, tune)
     }
 
@@ -261,7 +261,7 @@ impl Rig {
     }
 
     /// Upserts of files `f{i}` at `/a/f{i}.txt` for each `i` of `ids`.
-    fn produce_files(&self, ids: std::ops::Range<usize>) {
+    pub(in crate::worker) fn produce_files(&self, ids: std::ops::Range<usize>) {
         for i in ids {
             self.produce(upsert(&format!("f{i}"), &format!("/a/f{i}.txt")));
         }
@@ -283,7 +283,7 @@ impl Rig {
     /// consumer thread: at each seek the applier asks for it says the
     /// partition is positioned and serves the log from there, then what is
     /// appended.
-    fn start(&self) -> Running {
+    pub(in crate::worker) fn start(&self) -> Running {
         let part = Partition::spawn(0, self.shared.clone());
         let tx = part.queue.clone();
         let (shared, log) = (self.shared.clone(), self.log.clone());
@@ -385,7 +385,7 @@ impl Rig {
     }
 
     /// The files of the index, as committed: (id, full path), by id.
-    fn files(&self) -> Vec<(String, String)> {
+    pub(in crate::worker) fn files(&self) -> Vec<(String, String)> {
         let search = EmbeddedIndex::open_existing(self.dir.path()).unwrap().search().unwrap();
         let mut out = Vec::new();
         search
@@ -412,7 +412,7 @@ impl Rig {
     }
 
     /// The offset the next message appended gets.
-    fn end(&self) -> i64 {
+    pub(in crate::worker) fn end(&self) -> i64 {
         self.log.lock().unwrap().end
     }
 
@@ -440,7 +440,7 @@ impl Running {
         self.part.next.load(Ordering::SeqCst)
     }
 
-    fn wait_next(&self, at_least: i64) {
+    pub(in crate::worker) fn wait_next(&self, at_least: i64) {
         self.wait_next_within(Duration::from_secs(30), at_least);
     }
 
@@ -473,7 +473,7 @@ impl Running {
 
     /// Stops the applier (as a revoke or a shutdown does) and the feed; the
     /// next committable offset.
-    fn stop(mut self) -> i64 {
+    pub(in crate::worker) fn stop(mut self) -> i64 {
         self.part.stop.store(true, Ordering::SeqCst);
         self.part.join().expect("the applier ended without error");
         let next = self.part.next.load(Ordering::SeqCst);
@@ -512,5 +512,4 @@ mod lanes_review;
 mod limits;
 mod moves;
 mod provenance;
-mod rebalances;
 mod stalls;
