@@ -15,7 +15,8 @@
 //! always older than every spilled one), until every spilled message was
 //! taken back. Only messages read for the first time are: one released and
 //! held again stays in memory, past the bound if need be (it was in memory
-//! already, and is older than what was taken back meanwhile). The file is bounded (`--spill-mb`): once it is full, the
+//! already, and is older than what was taken back meanwhile). The file is
+//! bounded (`--spill-mb`): once it is full, the
 //! next message of the spilled tenant waits at the head as a barrier does,
 //! and the partition reads on once it found room. The tracker counts each
 //! spilled message unfinished, so the offset recorded as applied stays
