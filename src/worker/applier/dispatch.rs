@@ -317,9 +317,7 @@ impl Applier {
                     count(cmd.kind(), outcome::APPLIED);
                     m::tenants::applied(cmd.tenant(), cmd.is_fan_out().then_some(docs), e.issued_at);
                     self.shared.stats.record(docs, cmd.is_fan_out(), elapsed);
-                    #[cfg(test)]
-                    self.shared.stats.applied_offsets.lock().expect("applied lock").push(pos);
-                    self.trace(pos, "applied");
+                    self.trace(pos, APPLIED);
                     let alone = cmd.is_fan_out() && self.commits_alone(docs);
                     if alone {
                         info!(partition, offset = pos, command = cmd.kind(), documents = docs, ms = elapsed.as_millis() as u64, "fan-out applied");

@@ -493,16 +493,6 @@ impl Applier {
     fn held_gauge(&self, n: usize) {
         self.held_messages.set(n as f64);
     }
-
-    /// Records the step `what` of the message at `offset` (the applier's
-    /// tests trace a message's way through the loop; nothing otherwise).
-    #[inline]
-    pub(super) fn trace(&self, offset: i64, what: &'static str) {
-        #[cfg(test)]
-        self.shared.stats.events.lock().expect("events lock").push((offset, what));
-        #[cfg(not(test))]
-        let _ = (offset, what);
-    }
 }
 
 /// Puts `messages` (in offset order) back at the head of `ahead`, each

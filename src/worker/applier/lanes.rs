@@ -415,9 +415,7 @@ impl Applier {
         count(cmd.kind(), outcome::APPLIED);
         m::tenants::applied(cmd.tenant(), Some(docs), job.envelope.issued_at);
         self.shared.stats.record(docs, true, elapsed);
-        #[cfg(test)]
-        self.shared.stats.applied_offsets.lock().expect("applied lock").push(pos);
-        self.trace(pos, "applied (its lane's fan-out)");
+        self.trace(pos, super::APPLIED);
         #[cfg(test)]
         self.shared.stats.lane_fan_outs_finished.lock().expect("finished lock").push(pos);
         let alone = self.commits_alone(docs);

@@ -376,32 +376,36 @@ fn spilled_mixed_log_ends_as_the_model(seed: u64, spill_bytes: u64) {
     assert_eq!(full > 0, spill_bytes < 1 << 20, "seed {seed}: messages that found the file full: {full}");
 }
 
-/// The first key whose commands were applied out of log order, given
-/// each offset's key and the offsets in the order they were applied: the
-/// key, and its offsets as applied.
-fn out_of_order(keys: &[(i64, String)], applied: &[i64]) -> Option<String> {
+/// The first key whose commands were applied out of log order (or a
+/// command applied twice), given each offset's key and the offsets in the
+/// order they were applied: what was found, and the offsets it names.
+fn out_of_order(keys: &[(i64, String)], applied: &[i64]) -> Option<(String, Vec<i64>)> {
     let key_of: std::collections::HashMap<i64, &str> = keys.iter().map(|(o, k)| (*o, k.as_str())).collect();
     let mut seen = std::collections::HashMap::new();
     for (i, o) in applied.iter().enumerate() {
         if let Some(first) = seen.insert(*o, i) {
-            return Some(format!("the command at {o} (key {}) was applied twice: {first}th and {i}th of {} applications", key_of.get(o).unwrap_or(&"?"), applied.len()));
+            return Some((format!("the command at {o} (key {}) was applied twice: {first}th and {i}th of {} applications", key_of.get(o).unwrap_or(&"?"), applied.len()), vec![*o]));
         }
     }
     let mut per_key: std::collections::BTreeMap<&str, Vec<i64>> = Default::default();
     applied.iter().filter_map(|o| Some((key_of.get(o)?, *o))).for_each(|(k, o)| per_key.entry(k).or_default().push(o));
     let (key, offsets) = per_key.into_iter().find(|(_, offsets)| offsets.windows(2).any(|w| w[0] >= w[1]))?;
     let first = offsets.windows(2).position(|w| w[0] >= w[1]).expect("out of order");
-    let around = &offsets[first.saturating_sub(5)..(first + 6).min(offsets.len())];
+    let around = offsets[first.saturating_sub(5)..(first + 6).min(offsets.len())].to_vec();
     let (early, late) = (offsets[first], offsets[first + 1]);
-    Some(format!("key {key}'s commands were applied out of log order: {late} after {early} (around it: {around:?})"))
+    Some((format!("key {key}'s commands were applied out of log order: {late} after {early} (around it: {around:?})"), around))
 }
 
-/// The way through the loop of each offset named in `found` (and every
-/// positioning), in order.
-fn ways(r: &Rig, found: &str) -> String {
-    let named: std::collections::BTreeSet<i64> = found.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok()).collect();
+/// The order commands were applied in, from the applier's trace.
+fn applied_order(r: &Rig) -> Vec<i64> {
+    r.shared.stats.events.lock().unwrap().iter().filter(|(_, what)| *what == super::super::APPLIED).map(|(o, _)| *o).collect()
+}
+
+/// The way through the loop of each of `offsets` (and every positioning),
+/// in order.
+fn ways(r: &Rig, offsets: &[i64]) -> String {
     let events = r.shared.stats.events.lock().unwrap();
-    events.iter().enumerate().filter(|(_, (o, _))| *o == -1 || named.contains(o)).map(|(i, (o, what))| format!("  #{i} {o}: {what}\n")).collect()
+    events.iter().enumerate().filter(|(_, (o, _))| *o == -1 || offsets.contains(o)).map(|(i, (o, what))| format!("  #{i} {o}: {what}\n")).collect()
 }
 
 /// Runs the [`mixed_log`] of `seed` through `r`: the index equals the
@@ -426,11 +430,10 @@ fn mixed_log_ends_as_the_model(r: &Rig, seed: u64, n: usize) {
     let mut docs = Vec::new();
     search.dump(&mut |d: Doc| docs.push(d)).unwrap();
     let diff = crate::model::diff(model.docs(), docs, 10);
-    let order = r.shared.stats.applied_offsets.lock().unwrap().clone();
-    assert!(diff.is_empty(), "seed {seed}: the index differs from the model: {diff:#?}\n{}", out_of_order(&keys, &order).unwrap_or_default());
-    if let Some(found) = out_of_order(&keys, &order) {
-        panic!("seed {seed}: the index equals the model, but {found}\n{}", ways(r, &found));
-    }
+    let found = out_of_order(&keys, &applied_order(r));
+    let shown = found.as_ref().map(|(what, offsets)| format!("{what}\n{}", ways(r, offsets))).unwrap_or_default();
+    assert!(diff.is_empty(), "seed {seed}: the index differs from the model: {diff:#?}\n{shown}");
+    assert!(found.is_none(), "seed {seed}: the index equals the model, but {shown}");
     assert_eq!(r.shared.stats.applied.load(Ordering::SeqCst), end as u64, "seed {seed}: a command applied twice, or not at all");
 }
 
