@@ -3,9 +3,9 @@
 # produce and decode with, once per machine, cached outside the repository
 # (default: $HOME/.cache/denorm/interop):
 #   - Python: fastavro + aiokafka (PyPI) in a virtualenv, with cramjam
-#     (aiokafka's zstd, lz4 and snappy codecs) and confluent-kafka
+#     (aiokafka's zstd, lz4 and snappy codecs), confluent-kafka
 #     (librdkafka's own Python client, for the SCRAM users of the transport
-#     tests);
+#     tests) and jsonschema (the model file's JSON Schema checked);
 #   - JavaScript: avsc + kafkajs (npm), for the machine's Node.js;
 #   - Java: Apache Avro's reference implementation (Debian's libavro-java),
 #     compiled against with the machine's javac.
@@ -14,15 +14,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="${DENORM_INTEROP:-$HOME/.cache/denorm/interop}"
-FASTAVRO=1.13.1 AIOKAFKA=0.14.0 CRAMJAM=2.14.0 CONFLUENT_KAFKA=2.16.1 AVSC=5.7.9 KAFKAJS=2.2.4
+FASTAVRO=1.13.1 AIOKAFKA=0.14.0 CRAMJAM=2.14.0 CONFLUENT_KAFKA=2.16.1 JSONSCHEMA=4.23.0 AVSC=5.7.9 KAFKAJS=2.2.4
 mkdir -p "$ROOT"
 
-stamp="$ROOT/py/.fastavro-$FASTAVRO-aiokafka-$AIOKAFKA-cramjam-$CRAMJAM-confluent-kafka-$CONFLUENT_KAFKA"
+stamp="$ROOT/py/.fastavro-$FASTAVRO-aiokafka-$AIOKAFKA-cramjam-$CRAMJAM-confluent-kafka-$CONFLUENT_KAFKA-jsonschema-$JSONSCHEMA"
 if [ ! -e "$stamp" ]; then
-  echo "installing fastavro $FASTAVRO, aiokafka $AIOKAFKA, cramjam $CRAMJAM and confluent-kafka $CONFLUENT_KAFKA into $ROOT/py" >&2
+  echo "installing fastavro $FASTAVRO, aiokafka $AIOKAFKA, cramjam $CRAMJAM, confluent-kafka $CONFLUENT_KAFKA and jsonschema $JSONSCHEMA into $ROOT/py" >&2
   rm -rf "$ROOT/py"
   python3 -m venv "$ROOT/py"
-  "$ROOT/py/bin/pip" install -q --disable-pip-version-check "fastavro==$FASTAVRO" "aiokafka==$AIOKAFKA" "cramjam==$CRAMJAM" "confluent-kafka==$CONFLUENT_KAFKA" >&2
+  "$ROOT/py/bin/pip" install -q --disable-pip-version-check "fastavro==$FASTAVRO" "aiokafka==$AIOKAFKA" "cramjam==$CRAMJAM" "confluent-kafka==$CONFLUENT_KAFKA" "jsonschema==$JSONSCHEMA" >&2
   touch "$stamp"
 fi
 

@@ -8,6 +8,7 @@ pub mod codec;
 pub mod command;
 pub mod demo;
 pub mod dlq;
+pub mod domain;
 pub mod faults;
 pub mod http;
 pub mod index;

@@ -7,6 +7,7 @@ mod dlq;
 mod generate;
 mod lag;
 mod migrate;
+mod model;
 mod produce;
 mod rebuild;
 mod run;
@@ -107,6 +108,8 @@ pub enum Commands {
     Verify(verify::VerifyArgs),
     /// One tenant's operations (docs/tenants.md): its filtered read aliases on Elasticsearch
     Tenant(tenant::TenantArgs),
+    /// Model files (docs/model.md): check one and show what it declares
+    Model(model::ModelArgs),
 }
 
 /// The variables read besides the flags' own (`[env: ...]`): credentials
@@ -274,6 +277,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Commands::Topics(a) => topics::run(&cli, a).await,
         Commands::Verify(a) => verify::run(&cli, a).await,
         Commands::Tenant(a) => tenant::run(&cli, a).await,
+        Commands::Model(a) => model::run(a),
     }
 }
 

@@ -53,6 +53,34 @@ fn usage_errors_exit_with_status_2() {
     assert_eq!(denorm().args(["-X", "no-equals-sign", "lag"]).output().unwrap().status.code(), Some(2));
 }
 
+/// `denorm model check`: the shipped models pass and show what they
+/// declare; a bad one exits 2 naming its file, line and field.
+#[test]
+fn model_check_shows_a_shipped_model_and_names_a_bad_models_line() {
+    let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    let out = denorm().args(["model", "check"]).arg(models.join("shop.toml")).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    for line in [
+        "model shop version 1 (4 kinds), fingerprint ",
+        "order: keyed by its owner customer (customer_id)",
+        "copies from customer through customer_id: customer.name, customer.plan",
+        "nested list lines: price (float), quantity (integer), sku (keyword)",
+        "product: keyed by the top segment of path",
+    ] {
+        assert!(text.contains(line), "{line:?} not in:\n{text}");
+    }
+    let out = denorm().args(["model", "check"]).arg(models.join("files-and-posts.toml")).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("post: keyed by its owner user (user_id)"));
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "name = \"x\"\nversion = 1\n[kinds.a]\nkey = \"id\"\nfields.n = \"txt\"\n").unwrap();
+    let out = denorm().args(["model", "check"]).arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:5:12: kinds.a.fields.n: unknown type `txt`", bad.display())), "{err}");
+}
+
 /// Issue 27 B6: a page size Elasticsearch refuses for every page of every
 /// fan-out is refused at startup, before anything is contacted (the URL
 /// below has no server).

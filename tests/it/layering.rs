@@ -153,6 +153,7 @@ fn the_layers_docs_architecture_names_hold() {
         assert!(m == "cli" || m == "main" || !deps.contains("cli"), "{m} imports cli");
     }
     assert!(g.get("retry").is_none_or(|d| d.is_empty()), "retry imports {:?}", g.get("retry"));
+    assert!(g.get("domain").is_none_or(|d| d.is_empty()), "domain imports {:?}", g.get("domain"));
     assert!(imports("cli", "rebuild") && !imports("worker", "rebuild"), "{g:#?}");
 }
 
