@@ -47,7 +47,7 @@ pub(super) struct FieldFile {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FieldTable {
+pub(super) struct FieldTable {
     #[serde(rename = "type")]
     ty: Option<Spanned<String>>,
     analyzer: Option<Spanned<String>>,
@@ -57,24 +57,21 @@ struct FieldTable {
     reference: Option<Spanned<String>>,
 }
 
+impl StrOrTable for FieldFile {
+    type Table = FieldTable;
+    const EXPECTING: &'static str = "a type (\"keyword\") or a table ({ type = \"text\", analyzer = \"english\" })";
+    fn from_str(s: &str) -> Self {
+        // A bare type has no place of its own: the check names the field's.
+        FieldFile { ty: Some(Spanned::new(0..0, s.to_owned())), ..FieldFile::default() }
+    }
+    fn from_table(t: FieldTable) -> Self {
+        FieldFile { ty: t.ty, analyzer: t.analyzer, exact: t.exact, optional: t.optional, reference: t.reference }
+    }
+}
+
 impl<'de> Deserialize<'de> for FieldFile {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = FieldFile;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a type (\"keyword\") or a table ({ type = \"text\", analyzer = \"english\" })")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<FieldFile, E> {
-                // A bare type has no place of its own: the check names the field's.
-                Ok(FieldFile { ty: Some(Spanned::new(0..0, s.to_owned())), ..FieldFile::default() })
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<FieldFile, A::Error> {
-                let t = FieldTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(FieldFile { ty: t.ty, analyzer: t.analyzer, exact: t.exact, optional: t.optional, reference: t.reference })
-            }
-        }
-        d.deserialize_any(V)
+        str_or_table(d)
     }
 }
 
@@ -88,28 +85,25 @@ pub(super) enum KeyFile {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct KeyTable {
+pub(super) struct KeyTable {
     owner: Option<Spanned<String>>,
     path: Option<Spanned<String>>,
 }
 
+impl StrOrTable for KeyFile {
+    type Table = KeyTable;
+    const EXPECTING: &'static str = "\"id\", { owner = \"<a ref field>\" } or { path = \"<a path field>\" }";
+    fn from_str(s: &str) -> Self {
+        KeyFile::Named(s.to_owned())
+    }
+    fn from_table(t: KeyTable) -> Self {
+        KeyFile::Table { owner: t.owner, path: t.path }
+    }
+}
+
 impl<'de> Deserialize<'de> for KeyFile {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = KeyFile;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("\"id\", { owner = \"<a ref field>\" } or { path = \"<a path field>\" }")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<KeyFile, E> {
-                Ok(KeyFile::Named(s.to_owned()))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<KeyFile, A::Error> {
-                let t = KeyTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(KeyFile::Table { owner: t.owner, path: t.path })
-            }
-        }
-        d.deserialize_any(V)
+        str_or_table(d)
     }
 }
 
@@ -119,4 +113,30 @@ impl<'de> Deserialize<'de> for KeyFile {
 pub(super) struct CopyFile {
     pub via: Spanned<String>,
     pub fields: Spanned<Vec<Spanned<String>>>,
+}
+
+/// A declaration written either as a string (the shorthand) or as a table.
+pub(super) trait StrOrTable: Sized {
+    type Table: de::DeserializeOwned;
+    /// What the error for any other value says is expected.
+    const EXPECTING: &'static str;
+    fn from_str(s: &str) -> Self;
+    fn from_table(t: Self::Table) -> Self;
+}
+
+fn str_or_table<'de, D: de::Deserializer<'de>, T: StrOrTable>(d: D) -> Result<T, D::Error> {
+    struct V<T>(std::marker::PhantomData<T>);
+    impl<'de, T: StrOrTable> Visitor<'de> for V<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str(T::EXPECTING)
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<T, E> {
+            Ok(T::from_str(s))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::Table::deserialize(de::value::MapAccessDeserializer::new(map)).map(T::from_table)
+        }
+    }
+    d.deserialize_any(V(std::marker::PhantomData))
 }
