@@ -113,11 +113,15 @@ fn field(src: &Source, raw: &File, f: &Spanned<FieldFile>, at: &str) -> Result<F
     let decl = f.get_ref();
     // A bare type (`total = "float"`) has no span of its own: the field's.
     let place = |s: &Spanned<String>| if s.span().is_empty() { f.span() } else { s.span() };
-    let Some(ty) = &decl.ty else {
-        return match &decl.reference {
-            Some(r) => Ok(Field { name: last(at), ty: reference(src, raw, r, at)?, optional: flag(&decl.optional) }),
-            None => Err(src.error(f.span(), at, "a field needs a type: keyword, text, integer, float, boolean, date, keywords or path")),
-        };
+    // `{ ref = "customer" }` alone is a keyword.
+    let implied;
+    let ty = match (&decl.ty, &decl.reference) {
+        (Some(ty), _) => ty,
+        (None, Some(_)) => {
+            implied = Spanned::new(0..0, "keyword".to_owned());
+            &implied
+        }
+        (None, None) => return Err(src.error(f.span(), at, "a field needs a type: keyword, text, integer, float, boolean, date, keywords or path")),
     };
     let only = |what: &str, v: Option<Range<usize>>| -> Result<(), ModelError> {
         match v {

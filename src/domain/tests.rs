@@ -110,6 +110,7 @@ fn a_bad_model_is_refused_with_its_line_and_field() {
     refused(r#"fields = ["plan", "name"]"#, r#"fields = ["plan", "plan"]"#, 11, "kinds.order.copies.customer", "copied twice");
     refused(r#"fields = ["plan", "name"]"#, r#"fields = []"#, 11, "kinds.order.copies.customer", "a copy carries 1 to 32 fields");
     refused(r#"via = "customer_id""#, r#"via = "buyer_id""#, 11, "kinds.order.copies.customer", "not a field of this kind");
+    refused(r#"{ type = "keyword", ref = "customer" }"#, r#"{ ref = "customer", exact = true }"#, 10, "kinds.order.fields.customer_id", "`exact` is for text fields only");
     refused(r#"version = 1"#, r#"version = 0"#, 3, "version", "starts at 1");
     refused(r#"name = "small""#, r#"name = "Small Shop""#, 2, "name", "is not a name");
     refused(
