@@ -46,7 +46,7 @@ fn shown(d: &Domain) -> String {
         for f in &k.fields {
             let ty = match &f.ty {
                 FieldType::Ref { kind } => format!("keyword, the id of a {kind}"),
-                FieldType::Text { analyzer, exact } => format!("text ({analyzer:?} analyzer{})", if *exact { ", exact value indexed" } else { "" }).to_lowercase(),
+                FieldType::Text { analyzer, exact } => format!("text ({} analyzer{})", analyzer.name(), if *exact { ", exact value indexed" } else { "" }),
                 FieldType::Path => "path (ancestors indexed)".to_string(),
                 other => other.name().to_string(),
             };

@@ -7,7 +7,7 @@ use std::ops::Range;
 use toml::Spanned;
 
 use super::file::{CopyFile, FieldFile, FieldsFile, File, KeyFile, KindFile};
-use super::{limits, Analyzer, Copy, Domain, Field, FieldType, Kind, ModelError, Nested, OrderingKey, RESERVED};
+use super::{limits, Analyzer, Domain, Field, FieldType, Kind, ModelError, Nested, OrderingKey, OwnerCopy, RESERVED};
 
 /// The file's text and name, for turning a span into a line and a column.
 struct Source<'a> {
@@ -121,7 +121,7 @@ fn field(src: &Source, raw: &File, f: &Spanned<FieldFile>, at: &str) -> Result<F
             implied = Spanned::new(0..0, "keyword".to_owned());
             &implied
         }
-        (None, None) => return Err(src.error(f.span(), at, "a field needs a type: keyword, text, integer, float, boolean, date, keywords or path")),
+        (None, None) => return Err(src.error(f.span(), at, format!("a field needs a type: {}", FieldType::NAMES))),
     };
     let only = |what: &str, v: Option<Range<usize>>| -> Result<(), ModelError> {
         match v {
@@ -133,9 +133,9 @@ fn field(src: &Source, raw: &File, f: &Spanned<FieldFile>, at: &str) -> Result<F
         "text" => {
             let analyzer = match &decl.analyzer {
                 None => Analyzer::Standard,
-                Some(a) => match Analyzer::ALL.iter().find(|(n, _)| n == a.get_ref()) {
-                    Some((_, a)) => *a,
-                    None => return Err(src.error(a.span(), at, format!("unknown analyzer `{}`: standard, whitespace or english", a.get_ref()))),
+                Some(a) => match Analyzer::ALL.into_iter().find(|n| n.name() == a.get_ref()) {
+                    Some(a) => a,
+                    None => return Err(src.error(a.span(), at, format!("unknown analyzer `{}`: {}", a.get_ref(), Analyzer::ALL.map(Analyzer::name).join(", ")))),
                 },
             };
             only("ref", decl.reference.as_ref().map(|r| r.span()))?;
@@ -152,7 +152,7 @@ fn field(src: &Source, raw: &File, f: &Spanned<FieldFile>, at: &str) -> Result<F
                 "date" => FieldType::Date,
                 "keywords" => FieldType::Keywords,
                 "path" => FieldType::Path,
-                _ => return Err(src.error(place(ty), at, format!("unknown type `{other}`: keyword, text, integer, float, boolean, date, keywords or path"))),
+                _ => return Err(src.error(place(ty), at, format!("unknown type `{other}`: {}", FieldType::NAMES))),
             };
             match (&decl.reference, t) {
                 (Some(r), FieldType::Keyword) => reference(src, raw, r, at)?,
@@ -228,7 +228,7 @@ fn nested(src: &Source, raw: &File, decl: &KindFile, kind: &Kind, place: Range<u
     Ok(out)
 }
 
-fn copies(src: &Source, decl: &KindFile, kind: &Kind, typed: &BTreeMap<String, Vec<Field>>, place: Range<usize>, at: &str) -> Result<Vec<Copy>, ModelError> {
+fn copies(src: &Source, decl: &KindFile, kind: &Kind, typed: &BTreeMap<String, Vec<Field>>, place: Range<usize>, at: &str) -> Result<Vec<OwnerCopy>, ModelError> {
     if decl.copies.len() > limits::COPIES {
         return Err(src.error(place, &format!("{at}.copies"), format!("{} copies; at most {}", decl.copies.len(), limits::COPIES)));
     }
@@ -244,7 +244,7 @@ fn copies(src: &Source, decl: &KindFile, kind: &Kind, typed: &BTreeMap<String, V
     Ok(out)
 }
 
-fn copy(src: &Source, c: &Spanned<CopyFile>, kind: &Kind, typed: &BTreeMap<String, Vec<Field>>, at: &str) -> Result<Copy, ModelError> {
+fn copy(src: &Source, c: &Spanned<CopyFile>, kind: &Kind, typed: &BTreeMap<String, Vec<Field>>, at: &str) -> Result<OwnerCopy, ModelError> {
     let CopyFile { via, fields } = c.get_ref();
     let owner = match kind.field(via.get_ref()).map(|f| &f.ty) {
         Some(FieldType::Ref { kind }) => kind.clone(),
@@ -284,7 +284,7 @@ fn copy(src: &Source, c: &Spanned<CopyFile>, kind: &Kind, typed: &BTreeMap<Strin
             Some(_) => names.push(f.get_ref().clone()),
         }
     }
-    Ok(Copy { name: last(at), via: via.get_ref().clone(), owner, fields: names })
+    Ok(OwnerCopy { name: last(at), via: via.get_ref().clone(), owner, fields: names })
 }
 
 /// An owner key names a kind keyed by its own id, so that the owner and its

@@ -51,7 +51,7 @@ pub struct Kind {
     pub key: OrderingKey,
     /// By name.
     pub fields: Vec<Field>,
-    pub copies: Vec<Copy>,
+    pub copies: Vec<OwnerCopy>,
     pub nested: Vec<Nested>,
 }
 
@@ -105,6 +105,9 @@ pub enum FieldType {
 }
 
 impl FieldType {
+    /// The types' names, as a model file writes them.
+    pub const NAMES: &'static str = "keyword, text, integer, float, boolean, date, keywords or path";
+
     /// The name a model file gives the type.
     pub fn name(&self) -> &'static str {
         match self {
@@ -139,13 +142,22 @@ pub enum Analyzer {
 }
 
 impl Analyzer {
-    pub const ALL: [(&'static str, Analyzer); 3] = [("standard", Analyzer::Standard), ("whitespace", Analyzer::Whitespace), ("english", Analyzer::English)];
+    pub const ALL: [Analyzer; 3] = [Analyzer::Standard, Analyzer::Whitespace, Analyzer::English];
+
+    /// The name a model file gives the analyzer.
+    pub fn name(self) -> &'static str {
+        match self {
+            Analyzer::Standard => "standard",
+            Analyzer::Whitespace => "whitespace",
+            Analyzer::English => "english",
+        }
+    }
 }
 
 /// Fields of an owner that a dependent carries, indexed as
 /// `<name>.<field>` and rewritten by a fan-out when the owner changes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Copy {
+pub struct OwnerCopy {
     pub name: String,
     /// The dependent's ref field naming the owner.
     pub via: String,

@@ -15,7 +15,7 @@ fn the_shipped_files_and_posts_model_declares_todays_domain() {
     assert_eq!(file.field("path").unwrap().ty, FieldType::Path);
     let post = d.kind("post").unwrap();
     assert_eq!(post.key, OrderingKey::Owner { field: "user_id".into(), owner: "user".into() });
-    assert_eq!(post.copies, [Copy { name: "user".into(), via: "user_id".into(), owner: "user".into(), fields: vec!["name".into()] }]);
+    assert_eq!(post.copies, [OwnerCopy { name: "user".into(), via: "user_id".into(), owner: "user".into(), fields: vec!["name".into()] }]);
     assert_eq!(d.kind("user").unwrap().field("name").unwrap().ty, FieldType::Text { analyzer: Analyzer::Standard, exact: true });
 }
 

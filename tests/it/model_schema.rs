@@ -82,3 +82,29 @@ fn the_json_schema_accepts_the_shipped_models_and_refuses_malformed_ones_as_the_
         assert!(Domain::parse(name, &files[*name]).is_err(), "the loader accepts {name}");
     }
 }
+
+/// The schema's bounds are the loader's limits (`domain::limits`), and its
+/// names of types and analyzers the loader's.
+#[test]
+fn the_json_schemas_bounds_and_names_are_the_loaders() {
+    use denorm::domain::{limits, Analyzer, FieldType};
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo().join("schemas/model.schema.json")).unwrap()).unwrap();
+    let d = &s["$defs"];
+    let kind = &d["kind"]["properties"];
+    let copy = &kind["copies"]["additionalProperties"]["properties"]["fields"];
+    for (what, got, want) in [
+        ("kinds", &s["properties"]["kinds"]["maxProperties"], limits::KINDS),
+        ("fields", &d["fields"]["maxProperties"], limits::FIELDS),
+        ("copies", &kind["copies"]["maxProperties"], limits::COPIES),
+        ("copied fields", &copy["maxItems"], limits::COPIED_FIELDS),
+        ("nested lists", &kind["nested"]["maxProperties"], limits::NESTED),
+    ] {
+        assert_eq!(got.as_u64(), Some(want as u64), "the schema's bound on {what}");
+    }
+    assert_eq!(d["name"]["pattern"], format!("^[a-z][a-z0-9_]{{0,{}}}$", limits::NAME - 1));
+    assert_eq!(d["fieldName"]["allOf"][1]["not"]["enum"], serde_json::json!(denorm::domain::RESERVED));
+    let types: Vec<&str> = d["type"]["enum"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(types.join(", "), FieldType::NAMES.replace(" or ", ", "));
+    let analyzers = &d["field"]["oneOf"][1]["properties"]["analyzer"]["enum"];
+    assert_eq!(analyzers, &serde_json::json!(Analyzer::ALL.map(Analyzer::name)));
+}
