@@ -371,6 +371,14 @@ pub trait Shard {
     fn prefetch(&mut self, _docs: &[Wanted]) -> Result<(), IndexError> {
         Ok(())
     }
+    /// A hint: the fan-outs about to run scan these
+    /// ([`crate::apply::fan_out_scan`]). A backend whose scans are round
+    /// trips (Elasticsearch) reads the dependents of many owners (a
+    /// profile change's posts) in one request, which the scans that follow
+    /// take instead of a search each. Others ignore it.
+    fn prefetch_scans(&mut self, _scans: &[Scan]) -> Result<(), IndexError> {
+        Ok(())
+    }
     /// Whether [`Shard::prefetch`] does anything (the caller then spends
     /// the decoding of the commands ahead only where it pays).
     fn prefetches(&self) -> bool {

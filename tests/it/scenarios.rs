@@ -262,6 +262,23 @@ fn fan_outs_over_pending_writes_match_the_model_on_elasticsearch() {
     fan_outs_over_pending_writes(&backend);
 }
 
+/// Profile changes whose owners' posts were read ahead in one request
+/// (`Shard::prefetch_scans`), with writes of their keys in between
+/// (tests/it/common/read_ahead.rs), match the model on both backends.
+#[test]
+fn profile_changes_read_ahead_match_the_model_on_the_embedded_backend() {
+    let (_dir, backend) = own_embedded("ahead");
+    let log = crate::common::read_ahead::profile_changes_read_ahead(&backend, &mut || {});
+    assert_matches_the_model(&backend, &log);
+}
+
+#[test]
+fn profile_changes_read_ahead_match_the_model_on_elasticsearch() {
+    let (_es, _rt, backend) = own_elastic("ahead");
+    let log = crate::common::read_ahead::profile_changes_read_ahead(&backend, &mut || {});
+    assert_matches_the_model(&backend, &log);
+}
+
 /// A fan-out's page does not undo a write made since its scan began (review
 /// of lanes, F4): while a rename of several pages is in progress (in a key
 /// lane, other keys' commands are applied between its pages), files under

@@ -68,21 +68,29 @@ impl ElasticShard {
 
     /// A fan-out's scan read at once, without a refresh or a point in
     /// time, when it holds at most a page: a search (which sees what the
-    /// last refresh published), and a GET (one `_mget`) of every document
+    /// last refresh published; or what a search of many owners' dependents
+    /// found since the last refresh began, [`super::dependents`]), and a GET (one `_mget`) of every document
     /// this writer wrote since then that the search found or that belongs
     /// to the scan's key ([`super::recent`]), judged by the scan's
     /// predicate. `None`: more than a page matched (the caller scans a
     /// point in time).
     pub(super) fn small_scan(&mut self, scan: &Scan, page_size: usize) -> Result<Option<EsWhole>, IndexError> {
         let (kind, query) = scan_query(scan);
-        let index = self.target(kind, scan.key());
-        let b = self.b.clone();
-        let body = serde_json::json!({"query": query, "size": page_size, "seq_no_primary_term": true, "track_total_hits": false});
-        let v = b.runtime.block_on(async {
-            let r = b.client.search(elasticsearch::SearchParts::Index(&[&index])).allow_partial_search_results(false).body(body).send().await?;
-            super::complete_json("a fan-out's search", r).await
-        })?;
-        let found = hits(&v);
+        self.before_scan(scan);
+        // Read ahead with other owners' (`super::dependents`), or searched.
+        let found = match self.recent.ahead_of(scan) {
+            Some(read) => read.iter().filter(|h| scan.matches(&from_source(kind, &h.source))).cloned().collect(),
+            None => {
+                let index = self.target(kind, scan.key());
+                let b = self.b.clone();
+                let body = serde_json::json!({"query": query, "size": page_size, "seq_no_primary_term": true, "track_total_hits": false});
+                let v = b.runtime.block_on(async {
+                    let r = b.client.search(elasticsearch::SearchParts::Index(&[&index])).allow_partial_search_results(false).body(body).send().await?;
+                    super::complete_json("a fan-out's search", r).await
+                })?;
+                hits(&v)
+            }
+        };
         if found.len() >= page_size {
             return Ok(None);
         }

@@ -22,6 +22,7 @@ pub mod bulk;
 pub mod bulk_load;
 pub mod config;
 pub mod conflict;
+mod dependents;
 pub mod docs;
 mod fanout;
 pub mod generations;

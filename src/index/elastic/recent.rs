@@ -13,6 +13,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
+use super::docs::Hit;
 use crate::command::path;
 use crate::index::{Doc, Kind, Scan};
 
@@ -23,6 +24,10 @@ use crate::index::{Doc, Kind, Scan};
 /// (a rename's pages recorded every file until a refresh: 279 MB for a
 /// rename of 1,000,000 files, `examples/fanout_memory.rs`).
 pub(super) const MAX_RECENT: usize = 100_000;
+
+/// Dependents read ahead and kept until the next refresh, at most this
+/// many hits: past it, the owners that follow are searched on their own.
+pub(super) const MAX_AHEAD: usize = 50_000;
 
 #[derive(Debug)]
 pub(super) struct Recent {
@@ -40,11 +45,18 @@ pub(super) struct Recent {
     /// refresh: `ids` and `by_key` are dropped, and every document counts
     /// as written ([`Recent::len`] says so, so no scan relies on them).
     overflowed: bool,
+    /// What a search of many owners' dependents found, by owner (a scan's
+    /// key), since the last refresh began ([`Recent::read_ahead`]): with
+    /// what was written since, what a search of one owner's would find.
+    /// Dropped whenever the writes are, so that the two stay complete
+    /// together.
+    ahead: HashMap<String, Vec<Hit>>,
+    ahead_hits: usize,
 }
 
 impl Recent {
     pub(super) fn new() -> Self {
-        Recent { ids: HashSet::new(), by_key: HashMap::new(), since: Instant::now(), overflowed: false }
+        Recent { ids: HashSet::new(), by_key: HashMap::new(), since: Instant::now(), overflowed: false, ahead: HashMap::new(), ahead_hits: 0 }
     }
 
     /// `doc` was written (or is about to be).
@@ -75,7 +87,37 @@ impl Recent {
     fn bound(&mut self) {
         if self.ids.len() >= MAX_RECENT {
             (self.ids, self.by_key, self.overflowed) = (HashSet::new(), HashMap::new(), true);
+            self.forget_ahead();
         }
+    }
+
+    /// A search that began while nothing written since the last refresh
+    /// began was forgotten found `hits` of the owner `key` (complete: not
+    /// cut at a page). Kept up to [`MAX_AHEAD`] hits.
+    pub(super) fn read_ahead(&mut self, key: String, hits: Vec<Hit>) {
+        if self.overflowed || self.ahead_hits + hits.len() > MAX_AHEAD {
+            return;
+        }
+        self.ahead_hits += hits.len();
+        if let Some(old) = self.ahead.insert(key, hits) {
+            self.ahead_hits -= old.len();
+        }
+    }
+
+    /// Whether the dependents of the owner `key` were read ahead.
+    pub(super) fn has_ahead(&self, key: &str) -> bool {
+        self.ahead.contains_key(key)
+    }
+
+    /// The dependents of `scan`'s owner read ahead, if they were: what a
+    /// search would have found then, before `scan`'s own test.
+    pub(super) fn ahead_of(&self, scan: &Scan) -> Option<&[Hit]> {
+        self.ahead.get(scan.key()).map(Vec::as_slice)
+    }
+
+    fn forget_ahead(&mut self) {
+        self.ahead.clear();
+        self.ahead_hits = 0;
     }
 
     pub(super) fn contains(&self, kind: Kind, id: &str) -> bool {
@@ -111,6 +153,7 @@ impl Recent {
     pub(super) fn refreshed(&mut self, started: Instant) {
         self.ids.clear();
         self.by_key.clear();
+        self.forget_ahead();
         self.overflowed = false;
         self.since = self.since.max(started);
     }

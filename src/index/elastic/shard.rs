@@ -60,7 +60,7 @@ enum Read {
 pub struct ElasticShard {
     pub(super) b: ElasticBackend,
     /// The partition this shard applies: stamped on every write.
-    partition: i32,
+    pub(super) partition: i32,
     /// This writer's owner epoch of the partition.
     owner: u64,
     /// When this writer last removed expired tombstones (`None`: not yet;
@@ -128,6 +128,8 @@ pub struct ElasticShard {
     /// The scan [`Shard::fan_out_reads_pending`] read, for the fan-out that
     /// begins next (dropped by any write before it).
     ready: Option<(Scan, EsWhole)>,
+    /// The owners whose fan-outs are coming ([`Shard::prefetch_scans`]).
+    pub(super) coming: super::dependents::Coming,
 }
 
 impl ElasticShard {
@@ -170,6 +172,7 @@ impl ElasticShard {
             progress,
             recent: Recent::new(),
             ready: None,
+            coming: Default::default(),
         }
     }
 
@@ -407,6 +410,10 @@ impl Shard for ElasticShard {
     /// reading again.
     fn prefetches(&self) -> bool {
         true
+    }
+
+    fn prefetch_scans(&mut self, scans: &[Scan]) -> Result<(), IndexError> {
+        self.expect_scans(scans)
     }
 
     /// While writing first, the upserts' own documents are not fetched

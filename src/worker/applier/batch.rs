@@ -423,14 +423,20 @@ impl Applier {
             Feed::Message(m) => Some(m),
             _ => None,
         }));
-        let mut reads = Vec::new();
+        let (mut reads, mut scans) = (Vec::new(), Vec::new());
         for m in messages {
             if let Ok(Admitted::Command(e)) = admit(&self.shared.codec, m.key(), m.payload(), self.shared.cfg.max_message_bytes) {
                 reads.extend(crate::apply::reads(&e.command));
+                scans.extend(crate::apply::fan_out_scan(&e.command));
             }
         }
         if let Err(e) = shard.prefetch(&reads) {
             debug!(partition = self.partition, error = %e, "prefetching failed; each command reads its documents on its own");
+        }
+        if !scans.is_empty() {
+            if let Err(e) = shard.prefetch_scans(&scans) {
+                debug!(partition = self.partition, error = %e, "reading the fan-outs' dependents ahead failed; each fan-out searches on its own");
+            }
         }
     }
 

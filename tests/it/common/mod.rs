@@ -8,6 +8,7 @@ pub mod cut;
 pub mod elastic;
 pub mod forensics;
 pub mod ports;
+pub mod read_ahead;
 pub mod tls;
 
 pub use broker::{broker, start_noida, Broker};

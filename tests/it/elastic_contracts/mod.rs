@@ -4,6 +4,7 @@
 //! split by behaviour.
 
 mod bulk_engine;
+mod dependents;
 mod fan_out;
 mod generations;
 mod log_identity;

@@ -160,13 +160,16 @@ impl wiremock::Respond for Store {
 
 /// Point-in-time scans over a [`Store`]: a snapshot of the index at
 /// opening, filtered by the scan queries' clauses (`bool`, `term`, with
-/// `path.tree` as the `path_hierarchy` analyzer indexes it), in id
-/// order. Test support for the chaos test, not Elasticsearch.
+/// `path.tree` as the `path_hierarchy` analyzer indexes it, `terms`), in
+/// id order; and searches of an index, over what its last refresh
+/// published. Test support for the chaos test, not Elasticsearch.
 #[derive(Clone, Default)]
 pub(super) struct Scans {
     pub(super) store: Store,
     /// Each open point in time: its documents (id, source, seq_no).
     pub(super) pits: Shared<std::collections::HashMap<String, Vec<PitDoc>>>,
+    /// What each index's last refresh published: what a search of it sees.
+    pub(super) refreshed: Shared<std::collections::HashMap<String, Vec<PitDoc>>>,
 }
 
 pub(super) fn field<'a>(v: &'a Value, dotted: &str) -> &'a Value {
@@ -190,6 +193,10 @@ pub(super) fn matches(q: &Value, source: &Value) -> bool {
         let found = field(source, name);
         return found.as_str().map_or(found.to_string(), String::from) == value;
     }
+    if let Some((name, values)) = q.get("terms").and_then(Value::as_object).and_then(|t| t.iter().next()) {
+        let found = field(source, name);
+        return values.as_array().unwrap().iter().any(|v| v == found);
+    }
     if let Some(f) = q.get("exists").and_then(|e| e["field"].as_str()) {
         return !field(source, f).is_null();
     }
@@ -200,7 +207,15 @@ impl wiremock::Respond for Scans {
     fn respond(&self, req: &Request) -> ResponseTemplate {
         let segments: Vec<&str> = req.url.path().trim_start_matches('/').split('/').collect();
         match (req.method.as_str(), segments.as_slice()) {
-            (_, [_, "_refresh"]) => ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 1, "successful": 1, "failed": 0}})),
+            (_, [indexes, "_refresh"]) => {
+                let store = self.store.0.lock().unwrap();
+                let mut refreshed = self.refreshed.lock().unwrap();
+                for index in indexes.split(',') {
+                    let docs = store.iter().filter(|((i, _), _)| i == index).map(|((_, id), (v, seq))| (id.clone(), v.clone(), *seq)).collect();
+                    refreshed.insert(index.to_string(), docs);
+                }
+                ResponseTemplate::new(200).set_body_json(json!({"_shards": {"total": 1, "successful": 1, "failed": 0}}))
+            }
             (_, [_, "_delete_by_query"]) => ResponseTemplate::new(200).set_body_json(json!({"task": "n1:1"})),
             ("POST", [index, "_pit"]) => {
                 let mut snapshot: Vec<(String, Value, i64)> = self.store.0.lock().unwrap().iter().filter(|((i, _), _)| i == index).map(|((_, id), (v, seq))| (id.clone(), v.clone(), *seq)).collect();
@@ -211,6 +226,21 @@ impl wiremock::Respond for Scans {
                 ResponseTemplate::new(200).set_body_json(json!({"id": id}))
             }
             ("DELETE", ["_pit"]) => ResponseTemplate::new(200).set_body_json(json!({"succeeded": true, "num_freed": 1})),
+            // A search of an index, not of a point in time: what its last
+            // refresh published, in id order.
+            ("POST", [index, "_search"]) => {
+                let body: Value = serde_json::from_slice(&req.body).unwrap();
+                let refreshed = self.refreshed.lock().unwrap();
+                let mut docs: Vec<(&String, &Value, i64)> = refreshed.get(*index).into_iter().flatten().map(|(id, v, seq)| (id, v, *seq)).collect();
+                docs.sort_by(|a, b| a.0.cmp(b.0));
+                let hits: Vec<Value> = docs
+                    .into_iter()
+                    .filter(|(_, v, _)| matches(&body["query"], v))
+                    .take(body["size"].as_u64().unwrap_or(10) as usize)
+                    .map(|(id, v, seq)| json!({"_index": index, "_id": id, "_seq_no": seq, "_primary_term": 1, "_score": 1.0, "_source": v}))
+                    .collect();
+                ResponseTemplate::new(200).set_body_json(recorded::search_response(None, hits))
+            }
             ("POST", ["_search"]) => {
                 let body: Value = serde_json::from_slice(&req.body).unwrap();
                 let pits = self.pits.lock().unwrap();
@@ -241,7 +271,7 @@ pub(super) fn scans_server(rt: &tokio::runtime::Runtime) -> (MockServer, Scans) 
 pub(super) fn scans_server_on(rt: &tokio::runtime::Runtime, server: MockServer, scans: Scans) -> (MockServer, Scans) {
     rt.block_on(async {
         scans.store.mount(&server).await;
-        Mock::given(path_regex(r"^/([a-z0-9,-]+/(_refresh|_pit|_delete_by_query)|_pit|_search)$")).respond_with(scans.clone()).with_priority(1).mount(&server).await;
+        Mock::given(path_regex(r"^/([a-z0-9,-]+/(_refresh|_pit|_delete_by_query|_search)|_pit|_search)$")).respond_with(scans.clone()).with_priority(1).mount(&server).await;
     });
     (server, scans)
 }
