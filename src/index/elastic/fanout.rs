@@ -68,8 +68,9 @@ impl ElasticShard {
 
     /// A fan-out's scan read at once, without a refresh or a point in
     /// time, when it holds at most a page: a search (which sees what the
-    /// last refresh published; or what a search of many owners' dependents
-    /// found since the last refresh began, [`super::dependents`]), and a GET (one `_mget`) of every document
+    /// last refresh published), or what a search of many owners'
+    /// dependents found since the last refresh began
+    /// ([`super::dependents`]); and a GET (one `_mget`) of every document
     /// this writer wrote since then that the search found or that belongs
     /// to the scan's key ([`super::recent`]), judged by the scan's
     /// predicate. `None`: more than a page matched (the caller scans a

@@ -91,9 +91,9 @@ impl Recent {
         }
     }
 
-    /// A search that began while nothing written since the last refresh
-    /// began was forgotten found `hits` of the owner `key` (complete: not
-    /// cut at a page). Kept up to [`MAX_AHEAD`] hits.
+    /// `hits`: all the dependents of the owner `key` that a search found,
+    /// made while this record held every write since the last refresh
+    /// began. Kept up to [`MAX_AHEAD`] hits, until the writes are dropped.
     pub(super) fn read_ahead(&mut self, key: String, hits: Vec<Hit>) {
         if self.overflowed || self.ahead_hits + hits.len() > MAX_AHEAD {
             return;
