@@ -22,47 +22,12 @@ pub(super) const OWNERS_PER_SEARCH: usize = 256;
 /// its owners are searched on their own.
 pub(super) const DEPENDENTS_PER_SEARCH: usize = 10_000;
 
-/// The owners whose fan-outs the shard was told are coming
-/// ([`Shard::prefetch_scans`]), in log order, until each one's scan runs:
-/// when a refresh dropped what was read ahead before an owner's scan, the
-/// owners still to come are read again together instead of one by one.
-///
-/// [`Shard::prefetch_scans`]: crate::index::Shard::prefetch_scans
-#[derive(Debug, Default)]
-pub(super) struct Coming(Vec<String>);
-
-impl Coming {
-    /// The owners of the fan-outs about to run: those that read an owner's
-    /// dependents (`Scan::PostsOfUserNotNamed`), each once.
-    pub(super) fn expect(&mut self, scans: &[Scan]) {
-        self.0.clear();
-        for scan in scans {
-            if let Scan::PostsOfUserNotNamed { user_id, .. } = scan {
-                if !self.0.contains(user_id) {
-                    self.0.push(user_id.clone());
-                }
-            }
-        }
-    }
-
-    /// `owner`'s scan runs now: whether it was expected.
-    fn arrived(&mut self, owner: &str) -> bool {
-        match self.0.iter().position(|o| o == owner) {
-            Some(i) => {
-                self.0.remove(i);
-                true
-            }
-            None => false,
-        }
-    }
-}
-
 impl ElasticShard {
     /// [`Shard::prefetch_scans`](crate::index::Shard::prefetch_scans):
     /// the owners of `scans` are expected, and their dependents read.
     pub(super) fn expect_scans(&mut self, scans: &[Scan]) -> Result<(), IndexError> {
         self.coming.expect(scans);
-        let owners = self.coming.0.clone();
+        let owners = self.coming.owners().to_vec();
         self.read_dependents_ahead(&owners)
     }
 
@@ -73,11 +38,11 @@ impl ElasticShard {
     pub(super) fn before_scan(&mut self, scan: &Scan) {
         let Scan::PostsOfUserNotNamed { user_id, .. } = scan else { return };
         let expected = self.coming.arrived(user_id);
-        if !expected || self.recent.has_ahead(user_id) || self.coming.0.is_empty() {
+        if !expected || self.recent.has_ahead(user_id) || self.coming.owners().is_empty() {
             return;
         }
         let mut owners = vec![user_id.clone()];
-        owners.extend(self.coming.0.iter().take(OWNERS_PER_SEARCH - 1).cloned());
+        owners.extend(self.coming.owners().iter().take(OWNERS_PER_SEARCH - 1).cloned());
         if let Err(error) = self.read_dependents_ahead(&owners) {
             tracing::debug!(partition = self.partition, %error, "reading the coming owners' dependents again failed: each searches on its own");
         }
@@ -187,17 +152,5 @@ mod tests {
         // The default tenant's owner is not another tenant's of the same id.
         let by = group_by_owner(&["u1".to_string()], vec![post("p1", "u1")]);
         assert!(by["u1"].is_empty());
-    }
-
-    #[test]
-    fn the_coming_owners_are_each_expected_once_and_leave_as_their_scans_run() {
-        let posts = |u: &str| Scan::PostsOfUserNotNamed { user_id: u.into(), name: "N".into() };
-        let mut c = Coming::default();
-        c.expect(&[posts("u1"), Scan::FilesWithin { path: "/d".into() }, posts("u2"), posts("u1")]);
-        assert_eq!(c.0, ["u1", "u2"]);
-        assert!(c.arrived("u1") && !c.arrived("u1"), "once");
-        assert!(!c.arrived("u7"), "not expected");
-        c.expect(&[posts("u3")]);
-        assert_eq!(c.0, ["u3"], "a new window replaces the last");
     }
 }

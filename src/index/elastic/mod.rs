@@ -20,6 +20,7 @@
 pub mod backend;
 pub mod bulk;
 pub mod bulk_load;
+mod coming;
 pub mod config;
 pub mod conflict;
 mod dependents;

@@ -129,7 +129,7 @@ pub struct ElasticShard {
     /// begins next (dropped by any write before it).
     ready: Option<(Scan, EsWhole)>,
     /// The owners whose fan-outs are coming ([`Shard::prefetch_scans`]).
-    pub(super) coming: super::dependents::Coming,
+    pub(super) coming: super::coming::Coming,
 }
 
 impl ElasticShard {
