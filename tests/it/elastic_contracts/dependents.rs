@@ -11,7 +11,7 @@ fn index_searches(server: &MockServer, rt: &tokio::runtime::Runtime) -> usize {
     rt.block_on(server.received_requests()).unwrap().iter().filter(|r| r.url.path().ends_with("/_search") && r.url.path() != "/_search").count()
 }
 
-/// Issue 75, item 5: 13 profile changes of 9 users in one window, with
+/// 13 profile changes of 9 users in one window, with
 /// writes of their keys between the read and the changes, and a refresh
 /// in the middle of the window. On the stateful
 /// store, whose searches see only what a refresh published.
