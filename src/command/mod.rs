@@ -1,6 +1,7 @@
 //! The domain commands, their ordering keys and validation. No I/O.
 
 pub mod control;
+pub mod generic;
 pub mod jsonl;
 pub mod moves;
 pub mod partitioner;
@@ -306,20 +307,27 @@ pub fn expand_owner_changes(commands: Vec<Command>) -> Vec<Command> {
 }
 
 fn check_id(field: &'static str, id: &str) -> Result<(), CommandError> {
-    let reason = if id.is_empty() {
-        "is empty"
+    match id_problem(id) {
+        None => Ok(()),
+        Some(reason) => Err(CommandError::InvalidField { field, reason: reason.into() }),
+    }
+}
+
+/// What makes `id` unfit to name a document, if anything.
+pub(crate) fn id_problem(id: &str) -> Option<&'static str> {
+    if id.is_empty() {
+        Some("is empty")
     } else if id.len() > MAX_ID_LEN {
-        "is longer than 512 bytes"
+        Some("is longer than 512 bytes")
     } else if id.chars().any(char::is_control) {
-        "has a control character"
+        Some("has a control character")
     } else if id == "." || id == ".." {
         // An id is a path segment of Elasticsearch's document URLs, which
         // resolve these.
-        "is '.' or '..'"
+        Some("is '.' or '..'")
     } else {
-        return Ok(());
-    };
-    Err(CommandError::InvalidField { field, reason: reason.into() })
+        None
+    }
 }
 
 fn check_file_path(field: &'static str, p: &str) -> Result<(), CommandError> {
@@ -337,16 +345,22 @@ fn check_term(field: &'static str, s: &str) -> Result<(), CommandError> {
     Ok(())
 }
 
-/// A date of the proleptic Gregorian calendar as `YYYY-MM-DD`, years 0001
-/// to 9999 (Elasticsearch's `yyyy-MM-dd` counts years of the era: there is
-/// no year 0000).
 fn check_date(field: &'static str, s: &str) -> Result<(), CommandError> {
+    match date_problem(s) {
+        None => Ok(()),
+        Some(why) => Err(CommandError::InvalidField { field, reason: format!("{s:?} {why}") }),
+    }
+}
+
+/// What keeps `s` from being a date of the proleptic Gregorian calendar as
+/// `YYYY-MM-DD`, years 0001 to 9999 (Elasticsearch's `yyyy-MM-dd` counts
+/// years of the era: there is no year 0000), if anything.
+pub(crate) fn date_problem(s: &str) -> Option<&'static str> {
     let b = s.as_bytes();
     let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
     let shaped = b.len() == 10 && b[4] == b'-' && b[7] == b'-' && digits(0..4) && digits(5..7) && digits(8..10);
-    let invalid = |why: &str| Err(CommandError::InvalidField { field, reason: format!("{s:?} {why}") });
     if !shaped {
-        return invalid("is not a YYYY-MM-DD date");
+        return Some("is not a YYYY-MM-DD date");
     }
     let num = |r: std::ops::Range<usize>| s[r].parse::<u32>().expect("digits");
     let (y, m, d) = (num(0..4), num(5..7), num(8..10));
@@ -356,15 +370,15 @@ fn check_date(field: &'static str, s: &str) -> Result<(), CommandError> {
         4 | 6 | 9 | 11 => 30,
         2 if leap => 29,
         2 => 28,
-        _ => return invalid("has no such month"),
+        _ => return Some("has no such month"),
     };
     if y == 0 {
-        return invalid("is in year 0000, which the calendar does not have");
+        return Some("is in year 0000, which the calendar does not have");
     }
     if d == 0 || d > days {
-        return invalid("is not a day of the calendar");
+        return Some("is not a day of the calendar");
     }
-    Ok(())
+    None
 }
 
 #[cfg(test)]

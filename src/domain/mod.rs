@@ -235,4 +235,17 @@ impl Kind {
     pub fn field(&self, name: &str) -> Option<&Field> {
         self.fields.iter().find(|f| f.name == name)
     }
+
+    pub fn nested_list(&self, name: &str) -> Option<&Nested> {
+        self.nested.iter().find(|n| n.name == name)
+    }
+
+    /// The field whose value is the kind's ordering key (the owner's ref
+    /// field, the path field); `None` for a kind keyed by its own id.
+    pub fn key_field(&self) -> Option<&str> {
+        match &self.key {
+            OrderingKey::Id => None,
+            OrderingKey::Owner { field, .. } | OrderingKey::PathTop { field } => Some(field),
+        }
+    }
 }

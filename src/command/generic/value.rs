@@ -1,0 +1,252 @@
+//! The values of a model's fields, typed by the model: read from JSON (a
+//! JSONL line) or built by the Avro decoder, and checked against the
+//! field's type either way, since both come from producers.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value as Json;
+
+use crate::command::{date_problem, id_problem, path, CommandError, MAX_TERM_LEN};
+use crate::domain::{Field, FieldType};
+
+/// Most items in one keyword list, or objects in one nested list: each is
+/// indexed, so a list multiplies what one document writes.
+pub const MAX_LIST: usize = 1024;
+
+/// A field's value. Which variant a field holds follows from its type:
+/// strings for keyword, text, date, path and ref fields.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Str(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    /// A `keywords` field.
+    List(Vec<String>),
+    /// A nested list of objects.
+    Objects(Vec<Object>),
+}
+
+/// Fields by name: a document's, a patch's, or a nested object's.
+pub type Object = BTreeMap<String, Value>;
+
+/// What is wrong with a field of a command.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} {reason}")]
+pub struct Invalid {
+    /// Dotted: `fields.customer_id`, `set.lines[2].sku`.
+    pub field: String,
+    pub reason: String,
+}
+
+impl Invalid {
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Invalid { field: field.into(), reason: reason.into() }
+    }
+}
+
+/// Checks a document id, or a ref field's.
+pub fn check_id(field: &str, id: &str) -> Result<(), Invalid> {
+    id_problem(id).map_or(Ok(()), |r| Err(Invalid::new(field, r)))
+}
+
+/// Checks a path as a producer writes it (absolute, no empty or dot
+/// segments, at most [`path::MAX_DEPTH`] deep).
+pub fn check_path(field: &str, p: &str) -> Result<(), Invalid> {
+    path::validate("path", p).map_err(|e| match e {
+        CommandError::InvalidPath { path, reason, .. } => Invalid::new(field, format!("{path:?} {reason}")),
+        other => Invalid::new(field, other.to_string()),
+    })
+}
+
+/// Checks a value against the field declaring it. `at` names the field.
+pub fn check(at: &str, f: &Field, v: &Value) -> Result<(), Invalid> {
+    let wrong = || Err(Invalid::new(at, format!("is not a{} {} value", if f.ty.name().starts_with(['a', 'e', 'i', 'o', 'u']) { "n" } else { "" }, f.ty.name())));
+    match (&f.ty, v) {
+        (FieldType::Keyword, Value::Str(s)) => check_term(at, s),
+        (FieldType::Ref { .. }, Value::Str(s)) => check_id(at, s),
+        // An exact value is also indexed as one term.
+        (FieldType::Text { exact: true, .. }, Value::Str(s)) => check_term(at, s),
+        (FieldType::Text { exact: false, .. }, Value::Str(_)) => Ok(()),
+        (FieldType::Date, Value::Str(s)) => check_date(at, s),
+        (FieldType::Path, Value::Str(s)) => check_path(at, s),
+        (FieldType::Integer, Value::Int(_)) | (FieldType::Boolean, Value::Bool(_)) => Ok(()),
+        (FieldType::Float, Value::Float(x)) if x.is_finite() => Ok(()),
+        (FieldType::Float, Value::Float(_)) => Err(Invalid::new(at, "is not a finite number")),
+        (FieldType::Keywords, Value::List(items)) => {
+            if items.len() > MAX_LIST {
+                return Err(Invalid::new(at, format!("has {} items, more than {MAX_LIST}", items.len())));
+            }
+            items.iter().enumerate().try_for_each(|(i, s)| check_term(&format!("{at}[{i}]"), s))
+        }
+        _ => wrong(),
+    }
+}
+
+/// Checks a nested list's objects against the list's fields: each object
+/// has every required field, no undeclared one, and values of their types.
+pub fn check_objects(at: &str, fields: &[Field], v: &Value) -> Result<(), Invalid> {
+    let Value::Objects(objects) = v else { return Err(Invalid::new(at, "is not a list of objects")) };
+    if objects.len() > MAX_LIST {
+        return Err(Invalid::new(at, format!("has {} objects, more than {MAX_LIST}", objects.len())));
+    }
+    for (i, o) in objects.iter().enumerate() {
+        check_object(&format!("{at}[{i}]"), fields, o, true)?;
+    }
+    Ok(())
+}
+
+/// Checks an object's fields against `fields`; `whole`: every required
+/// field must be there (an upsert's document, a nested object), otherwise
+/// any may be left out (a patch).
+pub fn check_object(at: &str, fields: &[Field], o: &Object, whole: bool) -> Result<(), Invalid> {
+    for (name, v) in o {
+        let f = fields.iter().find(|f| &f.name == name).ok_or_else(|| Invalid::new(format!("{at}.{name}"), "is not a field of the kind"))?;
+        check(&format!("{at}.{name}"), f, v)?;
+    }
+    if whole {
+        if let Some(f) = fields.iter().find(|f| !f.optional && !o.contains_key(&f.name)) {
+            return Err(Invalid::new(format!("{at}.{}", f.name), "is required"));
+        }
+    }
+    Ok(())
+}
+
+fn check_term(at: &str, s: &str) -> Result<(), Invalid> {
+    if s.len() > MAX_TERM_LEN {
+        return Err(Invalid::new(at, format!("is {} bytes, longer than {MAX_TERM_LEN}", s.len())));
+    }
+    Ok(())
+}
+
+/// A date (`YYYY-MM-DD`) or a date and time
+/// (`YYYY-MM-DDTHH:MM:SS`, an optional fraction of up to 9 digits, an
+/// optional `Z` or `±HH:MM`): what Elasticsearch's
+/// `strict_date_optional_time` takes with seconds.
+pub fn check_date(at: &str, s: &str) -> Result<(), Invalid> {
+    let bad = |why: &str| Err(Invalid::new(at, format!("{s:?} {why}")));
+    if s.len() < 10 || !s.is_char_boundary(10) {
+        return bad("is not a YYYY-MM-DD date");
+    }
+    let (date, rest) = s.split_at(10);
+    if let Some(why) = date_problem(date) {
+        return bad(why);
+    }
+    if rest.is_empty() {
+        return Ok(());
+    }
+    let time_problem = time_problem(rest);
+    time_problem.map_or(Ok(()), bad)
+}
+
+/// What keeps `t` from being `THH:MM:SS[.fraction][Z|±HH:MM]`.
+fn time_problem(t: &str) -> Option<&'static str> {
+    let b = t.as_bytes();
+    let two = |i: usize, max: u32| b.len() >= i + 2 && b[i].is_ascii_digit() && b[i + 1].is_ascii_digit() && u32::from(b[i] - b'0') * 10 + u32::from(b[i + 1] - b'0') <= max;
+    let shaped = b.len() >= 9 && b[0] == b'T' && two(1, 23) && b[3] == b':' && two(4, 59) && b[6] == b':' && two(7, 59);
+    if !shaped {
+        return Some("has no THH:MM:SS time after its date");
+    }
+    let mut i = 9;
+    if b.get(i) == Some(&b'.') {
+        let digits = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if digits == 0 || digits > 9 {
+            return Some("has a fraction of a second of other than 1 to 9 digits");
+        }
+        i += 1 + digits;
+    }
+    match &b[i..] {
+        [] | [b'Z'] => None,
+        [b'+' | b'-', ..] if b.len() == i + 6 && two(i + 1, 23) && b[i + 3] == b':' && two(i + 4, 59) => None,
+        _ => Some("has a time zone other than Z or ±HH:MM"),
+    }
+}
+
+/// Reads a JSON value as the field's type: what a JSONL line holds. An
+/// integer is taken for a float field; nothing else is converted.
+pub fn from_json(at: &str, f: &Field, j: &Json) -> Result<Value, Invalid> {
+    let v = match (&f.ty, j) {
+        (FieldType::Integer, Json::Number(n)) => Value::Int(n.as_i64().ok_or_else(|| Invalid::new(at, "is not a 64-bit integer"))?),
+        (FieldType::Float, Json::Number(n)) => Value::Float(n.as_f64().ok_or_else(|| Invalid::new(at, "is not a number"))?),
+        (FieldType::Boolean, Json::Bool(b)) => Value::Bool(*b),
+        (FieldType::Keywords, Json::Array(items)) => Value::List(
+            items.iter().enumerate().map(|(i, s)| s.as_str().map(str::to_string).ok_or_else(|| Invalid::new(format!("{at}[{i}]"), "is not a string"))).collect::<Result<_, _>>()?,
+        ),
+        (FieldType::Keyword | FieldType::Ref { .. } | FieldType::Text { .. } | FieldType::Date | FieldType::Path, Json::String(s)) => Value::Str(s.clone()),
+        _ => return Err(Invalid::new(at, format!("is not a JSON value of a {} field", f.ty.name()))),
+    };
+    check(at, f, &v)?;
+    Ok(v)
+}
+
+/// Reads a JSON object's fields as `fields` declare them.
+pub fn object_from_json(at: &str, fields: &[Field], j: &Json) -> Result<Object, Invalid> {
+    let Json::Object(m) = j else { return Err(Invalid::new(at, "is not an object")) };
+    let mut out = Object::new();
+    for (name, v) in m {
+        let f = fields.iter().find(|f| &f.name == name).ok_or_else(|| Invalid::new(format!("{at}.{name}"), "is not a field of the kind"))?;
+        out.insert(name.clone(), from_json(&format!("{at}.{name}"), f, v)?);
+    }
+    Ok(out)
+}
+
+/// The JSON a value is written as in a JSONL line.
+pub fn to_json(v: &Value) -> Json {
+    match v {
+        Value::Str(s) => Json::String(s.clone()),
+        Value::Int(i) => Json::from(*i),
+        Value::Float(x) => Json::from(*x),
+        Value::Bool(b) => Json::Bool(*b),
+        Value::List(items) => Json::Array(items.iter().cloned().map(Json::String).collect()),
+        Value::Objects(objects) => Json::Array(objects.iter().map(object_to_json).collect()),
+    }
+}
+
+pub fn object_to_json(o: &Object) -> Json {
+    Json::Object(o.iter().map(|(k, v)| (k.clone(), to_json(v))).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(ty: FieldType) -> Field {
+        Field { name: "f".into(), ty, optional: false }
+    }
+
+    #[test]
+    fn dates_and_times_of_iso_8601_are_taken_and_others_refused() {
+        for ok in ["2026-12-04", "2026-12-04T10:00:00", "2026-12-04T23:59:59.123Z", "2024-02-29T00:00:00.123456789+05:30", "2026-12-04T10:00:00-08:00"] {
+            assert_eq!(check_date("d", ok), Ok(()), "{ok}");
+        }
+        for bad in ["2026-13-01", "2023-02-29", "2026-12-04T24:00:00", "2026-12-04T10:00", "2026-12-04T10:00:00.Z", "2026-12-04T10:00:00+0530", "2026-12-04 10:00:00", "2026-12-04T10:00:00.1234567890Z", "04/12/2026", "2026-12-0é"] {
+            assert!(check_date("d", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn json_values_are_read_as_their_fields_type() {
+        assert_eq!(from_json("f", &field(FieldType::Float), &serde_json::json!(3)), Ok(Value::Float(3.0)));
+        assert_eq!(from_json("f", &field(FieldType::Integer), &serde_json::json!(3)), Ok(Value::Int(3)));
+        assert!(from_json("f", &field(FieldType::Integer), &serde_json::json!(3.5)).is_err());
+        assert!(from_json("f", &field(FieldType::Keyword), &serde_json::json!(3)).is_err());
+        assert!(from_json("f", &field(FieldType::Boolean), &serde_json::json!("true")).is_err());
+        let e = from_json("fields.tags", &field(FieldType::Keywords), &serde_json::json!(["a", 1])).unwrap_err();
+        assert_eq!(e.field, "fields.tags[1]");
+        assert!(from_json("f", &field(FieldType::Path), &serde_json::json!("relative/p")).is_err());
+        assert!(from_json("f", &field(FieldType::Ref { kind: "user".into() }), &serde_json::json!("")).is_err());
+    }
+
+    #[test]
+    fn values_past_the_limits_are_refused() {
+        let long = Value::Str("x".repeat(MAX_TERM_LEN + 1));
+        assert!(check("f", &field(FieldType::Keyword), &long).is_err());
+        let text = |exact| field(FieldType::Text { analyzer: crate::domain::Analyzer::Standard, exact });
+        assert_eq!(check("f", &text(false), &long), Ok(()));
+        assert!(check("f", &text(true), &long).is_err());
+        assert!(check("f", &field(FieldType::Keywords), &Value::List(vec![String::new(); MAX_LIST + 1])).is_err());
+        assert!(check("f", &field(FieldType::Float), &Value::Float(f64::NAN)).is_err());
+        let objects = Value::Objects(vec![Object::new(); MAX_LIST + 1]);
+        assert!(check_objects("f", &[], &objects).unwrap_err().reason.contains("more than 1024"));
+    }
+}
