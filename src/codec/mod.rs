@@ -15,6 +15,7 @@
 //! specification's fingerprints are written.
 
 pub mod canonical;
+pub mod model;
 pub mod registry;
 mod value;
 
@@ -171,9 +172,7 @@ fn fingerprint_of(text: &str) -> [u8; 8] {
 
 impl Codec {
     pub fn new() -> Self {
-        // A corrupt length prefix must not make the decoder allocate gigabytes:
-        // no command is larger than a Kafka message (1 MiB by default).
-        apache_avro::util::max_allocation_bytes(MAX_ALLOCATION);
+        limit_allocations();
         let mut known = HashMap::new();
         for (_, text) in SCHEMA_FILES {
             let schema = parse(text);
@@ -239,15 +238,9 @@ impl Codec {
         if bytes.first() == Some(&0) {
             return self.decode_registry_framed(bytes);
         }
-        if bytes.len() < 10 {
-            return Err(DecodeError::TooShort(bytes.len()));
-        }
-        if bytes[..2] != MAGIC {
-            return Err(DecodeError::BadMarker(bytes[0], bytes[1]));
-        }
-        let fp: [u8; 8] = bytes[2..10].try_into().expect("8 bytes");
+        let (fp, datum) = single_object(bytes)?;
         let known = self.known.get(&fp).ok_or_else(|| DecodeError::UnknownFingerprint(hex(&fp)))?;
-        decode_datum(&known.schema, known.family, &bytes[10..])
+        decode_datum(&known.schema, known.family, datum)
     }
 
     /// Schema-registry framing: `0`, the schema id (4 bytes, big-endian),
@@ -325,12 +318,37 @@ impl Codec {
     }
 }
 
-/// Decodes one binary datum written with `writer` (all of `datum`).
-fn decode_datum(writer: &Schema, family: Family, mut datum: &[u8]) -> Result<Decoded, DecodeError> {
+/// Bounds what the Avro decoder allocates at once: a corrupt length prefix
+/// must not make it allocate gigabytes, and no command is larger than a
+/// Kafka message (1 MiB by default).
+fn limit_allocations() {
+    apache_avro::util::max_allocation_bytes(MAX_ALLOCATION);
+}
+
+/// The writer schema's fingerprint and the datum of a message in
+/// single-object encoding.
+fn single_object(bytes: &[u8]) -> Result<([u8; 8], &[u8]), DecodeError> {
+    if bytes.len() < 10 {
+        return Err(DecodeError::TooShort(bytes.len()));
+    }
+    if bytes[..2] != MAGIC {
+        return Err(DecodeError::BadMarker(bytes[0], bytes[1]));
+    }
+    Ok((bytes[2..10].try_into().expect("8 bytes"), &bytes[10..]))
+}
+
+/// Reads all of `datum` as one binary datum written with `writer`.
+fn read_datum(writer: &Schema, mut datum: &[u8]) -> Result<Value, DecodeError> {
     let value = apache_avro::from_avro_datum(writer, &mut datum, None).map_err(|e| DecodeError::Datum(e.to_string()))?;
     if !datum.is_empty() {
         return Err(DecodeError::TrailingBytes(datum.len()));
     }
+    Ok(value)
+}
+
+/// Decodes one binary datum written with `writer` (all of `datum`).
+fn decode_datum(writer: &Schema, family: Family, datum: &[u8]) -> Result<Decoded, DecodeError> {
+    let value = read_datum(writer, datum)?;
     match family {
         Family::Control => control_from_value(value).map(Decoded::Control),
         Family::Move => move_from_value(value).map(Decoded::Move),

@@ -85,13 +85,59 @@ pub fn to_value(schema: &Schema, e: &Envelope) -> Value {
         payload.push((field.to_string(), optional(value.as_ref())));
     }
     let (branch, payload) = (branch as u32, Value::Record(payload));
+    let mut out = head_values(schema, &e.command_id, e.issued_at, e.tenant.as_ref(), e.after, e.repair);
+    out.push(("payload".to_string(), Value::Union(branch, Box::new(payload))));
+    Value::Record(out)
+}
+
+pub(super) fn from_value(writer: &Schema, value: Value) -> Result<Envelope, DecodeError> {
+    let shape = |m: &str| DecodeError::Shape(m.to_string());
+    let Value::Record(fields) = value else { return Err(shape("not a record")) };
+    let mut fields: HashMap<String, Value> = fields.into_iter().collect();
+    let Head { command_id, issued_at, tenant, after, repair } = head_from(&mut fields)?;
+    let Some(Value::Union(i, payload)) = fields.remove("payload") else {
+        return Err(shape("payload is missing or not a union"));
+    };
+    let name = payload_branches(writer).get(i as usize).map_or("", branch_name);
+    let Value::Record(p) = *payload else { return Err(shape("payload is not a record")) };
+    let mut p: HashMap<String, Value> = p.into_iter().collect();
+    let mut f = |k: &'static str| string(p.remove(k), k);
+    let command = match name {
+        "UpsertFile" => Command::UpsertFile { id: f("id")?, path: f("path")?, contents: f("contents")?, previous_path: optional_string(p.remove("previous_path"), "previous_path")? },
+        "DeleteFile" => Command::DeleteFile { id: f("id")?, path: f("path")? },
+        "RenamePath" => Command::RenamePath { from: f("from")?, to: f("to")? },
+        "UpsertUser" => Command::UpsertUser { id: f("id")?, name: f("name")?, email: f("email")?, dob: f("dob")? },
+        "UpsertPost" => {
+            Command::UpsertPost { id: f("id")?, user_id: f("user_id")?, title: f("title")?, body: f("body")?, previous_user_id: optional_string(p.remove("previous_user_id"), "previous_user_id")? }
+        }
+        "DeletePost" => Command::DeletePost { id: f("id")?, user_id: f("user_id")? },
+        "DeleteUser" => Command::DeleteUser { id: f("id")? },
+        other => return Err(DecodeError::Shape(format!("unknown payload type {other:?}"))),
+    };
+    // Scoped to its tenant from here on (see `crate::command::tenant`).
+    let command = command.scoped(tenant.as_deref());
+    Ok(Envelope { command_id, issued_at, tenant, after, repair, command })
+}
+
+/// What every command's envelope carries besides its payload.
+pub(super) struct Head {
+    pub command_id: String,
+    pub issued_at: i64,
+    pub tenant: Option<String>,
+    pub after: Option<LogPosition>,
+    pub repair: Option<Repair>,
+}
+
+/// The envelope's fields before its payload, as `schema` (a command
+/// schema, of any version) has them.
+pub(super) fn head_values(schema: &Schema, command_id: &str, issued_at: i64, tenant: Option<&String>, after: Option<LogPosition>, repair: Option<Repair>) -> Vec<(String, Value)> {
     let Schema::Record(r) = schema else { panic!("command schema is a record") };
-    let mut out = vec![("command_id".to_string(), Value::String(e.command_id.clone())), ("issued_at".to_string(), Value::TimestampMillis(e.issued_at))];
+    let mut out = vec![("command_id".to_string(), Value::String(command_id.to_string())), ("issued_at".to_string(), Value::TimestampMillis(issued_at))];
     if r.fields.iter().any(|f| f.name == "tenant") {
-        out.push(("tenant".to_string(), optional(e.tenant.as_ref())));
+        out.push(("tenant".to_string(), optional(tenant)));
     }
     if r.fields.iter().any(|f| f.name == "after") {
-        let after = match e.after {
+        let after = match after {
             None => Value::Union(0, Box::new(Value::Null)),
             Some(at) => Value::Union(1, Box::new(Value::Record(vec![("partition".into(), Value::Int(at.partition)), ("offset".into(), Value::Long(at.offset))]))),
         };
@@ -100,7 +146,7 @@ pub fn to_value(schema: &Schema, e: &Envelope) -> Value {
     if let Some(field) = r.fields.iter().find(|f| f.name == "repair") {
         // `seen` from version 6 on.
         let says_seen = matches!(&field.schema, Schema::Union(u) if u.variants().iter().any(|v| matches!(v, Schema::Record(rr) if rr.fields.iter().any(|f| f.name == "seen"))));
-        let repair = match e.repair {
+        let repair = match repair {
             None => Value::Union(0, Box::new(Value::Null)),
             Some(rep) => {
                 let mut fields = vec![("unchanged_since".to_string(), Value::Long(rep.unchanged_since))];
@@ -116,14 +162,13 @@ pub fn to_value(schema: &Schema, e: &Envelope) -> Value {
         };
         out.push(("repair".to_string(), repair));
     }
-    out.push(("payload".to_string(), Value::Union(branch, Box::new(payload))));
-    Value::Record(out)
+    out
 }
 
-pub(super) fn from_value(writer: &Schema, value: Value) -> Result<Envelope, DecodeError> {
+/// The envelope's fields before its payload, taken out of a decoded
+/// command's fields.
+pub(super) fn head_from(fields: &mut HashMap<String, Value>) -> Result<Head, DecodeError> {
     let shape = |m: &str| DecodeError::Shape(m.to_string());
-    let Value::Record(fields) = value else { return Err(shape("not a record")) };
-    let mut fields: HashMap<String, Value> = fields.into_iter().collect();
     let command_id = string(fields.remove("command_id"), "command_id")?;
     let issued_at = match fields.remove("issued_at") {
         Some(Value::TimestampMillis(t)) | Some(Value::Long(t)) => t,
@@ -158,28 +203,7 @@ pub(super) fn from_value(writer: &Schema, value: Value) -> Result<Envelope, Deco
         }
         Some(_) => return Err(shape("repair is not a union")),
     };
-    let Some(Value::Union(i, payload)) = fields.remove("payload") else {
-        return Err(shape("payload is missing or not a union"));
-    };
-    let name = payload_branches(writer).get(i as usize).map_or("", branch_name);
-    let Value::Record(p) = *payload else { return Err(shape("payload is not a record")) };
-    let mut p: HashMap<String, Value> = p.into_iter().collect();
-    let mut f = |k: &'static str| string(p.remove(k), k);
-    let command = match name {
-        "UpsertFile" => Command::UpsertFile { id: f("id")?, path: f("path")?, contents: f("contents")?, previous_path: optional_string(p.remove("previous_path"), "previous_path")? },
-        "DeleteFile" => Command::DeleteFile { id: f("id")?, path: f("path")? },
-        "RenamePath" => Command::RenamePath { from: f("from")?, to: f("to")? },
-        "UpsertUser" => Command::UpsertUser { id: f("id")?, name: f("name")?, email: f("email")?, dob: f("dob")? },
-        "UpsertPost" => {
-            Command::UpsertPost { id: f("id")?, user_id: f("user_id")?, title: f("title")?, body: f("body")?, previous_user_id: optional_string(p.remove("previous_user_id"), "previous_user_id")? }
-        }
-        "DeletePost" => Command::DeletePost { id: f("id")?, user_id: f("user_id")? },
-        "DeleteUser" => Command::DeleteUser { id: f("id")? },
-        other => return Err(DecodeError::Shape(format!("unknown payload type {other:?}"))),
-    };
-    // Scoped to its tenant from here on (see `crate::command::tenant`).
-    let command = command.scoped(tenant.as_deref());
-    Ok(Envelope { command_id, issued_at, tenant, after, repair, command })
+    Ok(Head { command_id, issued_at, tenant, after, repair })
 }
 
 /// The fields of a record `what` is, by name.

@@ -52,7 +52,15 @@ fn envelope(d: &Domain, mut m: Map<String, Json>) -> Result<ModelEnvelope, Inval
         Some(f) => take(m, &format!("{prefix}{f}")),
     };
     let op = match op.as_str() {
-        "upsert" => Op::Upsert { id: id(&mut m)?, previous: key_value(&mut m, "previous_")?, fields: fields_from_json(kind, "fields", m.remove("fields"))? },
+        "upsert" => {
+            let (id, previous) = (id(&mut m)?, key_value(&mut m, "previous_")?);
+            let mut fields = fields_from_json(kind, "fields", m.remove("fields"))?;
+            // A nested list left out of a document is empty.
+            for n in &kind.nested {
+                fields.entry(n.name.clone()).or_insert_with(|| Value::Objects(Vec::new()));
+            }
+            Op::Upsert { id, previous, fields }
+        }
         "patch" => Op::Patch { id: id(&mut m)?, at: key_value(&mut m, "")?, set: fields_from_json(kind, "set", m.remove("set"))? },
         "delete" => Op::Delete { id: id(&mut m)?, at: key_value(&mut m, "")? },
         "rename_prefix" => {

@@ -7,16 +7,7 @@ fn shop() -> Domain {
 }
 
 /// One line of each operation, of kinds keyed each way.
-const SHOP: &str = r#"{"op":"upsert","kind":"customer","id":"c1","fields":{"name":"Ann Lee","plan":"free","since":"2026-01-02"}}
-{"op":"upsert","kind":"order","id":"o1","fields":{"customer_id":"c1","placed":"2026-12-04T10:00:00Z","status":"open","total":9,"lines":[{"sku":"a-1","quantity":2,"price":4.5}]}}
-{"op":"patch","kind":"customer","id":"c1","set":{"plan":"gold"}}
-{"op":"patch","kind":"order","id":"o1","customer_id":"c1","set":{"status":"shipped","lines":[]}}
-{"op":"upsert","kind":"order","id":"o1","previous_customer_id":"c1","fields":{"customer_id":"c2","placed":"2026-12-04","status":"open","total":9.5}}
-{"op":"delete","kind":"order","id":"o1","customer_id":"c2","tenant":"acme"}
-{"op":"upsert","kind":"product","id":"p7","fields":{"path":"/garden/tools/p-7","title":"Rake","price":12.5,"stock":3,"tags":["steel","long"]}}
-{"op":"rename_prefix","kind":"product","from":"/garden/tools","to":"/garden/kit"}
-{"op":"delete","kind":"customer","id":"c1"}
-"#;
+const SHOP: &str = include_str!("../../../models/shop.jsonl");
 
 #[test]
 fn a_models_commands_parse_and_write_back_as_the_same_lines() {
