@@ -11,6 +11,7 @@ mod model;
 mod produce;
 mod rebuild;
 mod run;
+mod schema;
 mod search;
 mod tenant;
 mod topics;
@@ -110,6 +111,9 @@ pub enum Commands {
     Tenant(tenant::TenantArgs),
     /// Model files (docs/model.md): check one and show what it declares
     Model(model::ModelArgs),
+    /// Print the Avro schema of the commands, the compiled-in domain's or a model's
+    /// (--model): for a schema registry, or a producer in any language
+    Schema(schema::SchemaArgs),
 }
 
 /// The variables read besides the flags' own (`[env: ...]`): credentials
@@ -278,6 +282,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Commands::Verify(a) => verify::run(&cli, a).await,
         Commands::Tenant(a) => tenant::run(&cli, a).await,
         Commands::Model(a) => model::run(a),
+        Commands::Schema(a) => schema::run(a),
     }
 }
 

@@ -30,7 +30,7 @@ pub struct ModelCodec {
 impl ModelCodec {
     pub fn new(domain: Domain) -> Self {
         super::limit_allocations();
-        let text = serde_json::to_string_pretty(&schema::schema(&domain)).expect("JSON serializes");
+        let text = schema::to_text(&schema::schema(&domain));
         let schema = Schema::parse_str(&text).unwrap_or_else(|e| panic!("the schema of a checked model is valid Avro: {e}\n{text}"));
         let fingerprint = canonical::fingerprint(&text).expect("a valid schema has a canonical form");
         let branches = domain.kinds.iter().enumerate().flat_map(|(i, k)| schema::branches(k).iter().map(move |b| (i, *b))).collect();

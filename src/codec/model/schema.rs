@@ -39,6 +39,7 @@ pub fn schema(d: &Domain) -> Json {
         // The envelope's own words name the compiled-in commands; these
         // are a model's.
         let doc = match f["name"].as_str() {
+            Some("tenant") => "The tenant (docs/tenants.md); null: the default tenant.",
             Some("after") => "Set on the upsert of an owner change (previous_<key field>): the partition and offset of its delete half under the key the document leaves, as the producer's delivery report gave them. A worker applies the upsert once that partition has been applied up to there. See docs/cross-key.md.",
             Some("repair") => "Set on a repair sent by `denorm verify --repair`: the command restores one document to its state in the replay of the log. See docs/verify.md.",
             _ => continue,
@@ -54,6 +55,44 @@ pub fn schema(d: &Domain) -> Json {
         "doc": format!("A command of model {} version {} (fingerprint {}), written by `denorm schema --model`. Wire format: Avro single-object encoding (C3 01, CRC-64-AVRO fingerprint little-endian, binary datum), or a schema registry's framing.", d.name, d.version, d.fingerprint()),
         "fields": fields,
     })
+}
+
+/// A schema as indented JSON text, each object's members in the order a
+/// reader expects (`name`, `type`, ... `fields` last) rather than
+/// alphabetical.
+pub fn to_text(j: &Json) -> String {
+    let mut out = String::new();
+    write(j, 0, &mut out);
+    out.push('\n');
+    out
+}
+
+fn write(j: &Json, depth: usize, out: &mut String) {
+    const ORDER: [&str; 8] = ["name", "type", "namespace", "logicalType", "items", "default", "doc", "fields"];
+    let indent = |d: usize| "  ".repeat(d);
+    match j {
+        Json::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort_by_key(|k| ORDER.iter().position(|o| o == k).unwrap_or(ORDER.len()));
+            out.push_str("{\n");
+            for (i, k) in keys.iter().enumerate() {
+                out.push_str(&format!("{}{}: ", indent(depth + 1), Json::String(k.to_string())));
+                write(&m[k.as_str()], depth + 1, out);
+                out.push_str(if i + 1 < keys.len() { ",\n" } else { "\n" });
+            }
+            out.push_str(&format!("{}}}", indent(depth)));
+        }
+        Json::Array(items) if items.iter().any(|i| i.is_object() || i.is_array()) => {
+            out.push_str("[\n");
+            for (i, item) in items.iter().enumerate() {
+                out.push_str(&indent(depth + 1));
+                write(item, depth + 1, out);
+                out.push_str(if i + 1 < items.len() { ",\n" } else { "\n" });
+            }
+            out.push_str(&format!("{}]", indent(depth)));
+        }
+        other => out.push_str(&other.to_string()),
+    }
 }
 
 fn branch(d: &Domain, kind: &Kind, b: Branch) -> Json {
@@ -72,7 +111,7 @@ fn branch(d: &Domain, kind: &Kind, b: Branch) -> Json {
             let document = json!({ "name": "fields", "type": { "type": "record", "name": "Fields", "fields": document } });
             (
                 "Upsert",
-                format!("Create or replace a {}{}.", kind.name, copies_doc(kind)),
+                format!("Create or replace a document of kind {}{}.", kind.name, copies_doc(kind)),
                 [Some(id), previous, Some(document)].into_iter().flatten().collect(),
             )
         }
@@ -80,21 +119,21 @@ fn branch(d: &Domain, kind: &Kind, b: Branch) -> Json {
             let mut set: Vec<Json> = kind.fields.iter().filter(|f| Some(f.name.as_str()) != key).map(|f| field(f, true)).collect();
             set.extend(kind.nested.iter().map(|n| json!({ "name": n.name, "type": ["null", { "type": "array", "items": format!("{ns}.{}.Item", n.name) }], "default": null })));
             let set = json!({ "name": "set", "type": { "type": "record", "name": "Changes", "fields": set }, "doc": "The fields set (null: left as they are)." });
-            ("Patch", format!("Set some fields of a {}, leaving the others; a patch of fields its dependents copy rewrites their copies.", kind.name), [Some(id), key_value("The document's (a patch cannot change it)."), Some(set)].into_iter().flatten().collect())
+            ("Patch", format!("Set some fields of a document of kind {}, leaving the others; a patch of fields that dependents copy rewrites their copies.", kind.name), [Some(id), key_value("The document's: its ordering key, which a patch cannot change."), Some(set)].into_iter().flatten().collect())
         }
-        Branch::Delete => ("Delete", format!("Delete a {}.", kind.name), [Some(id), key_value("The document's, its ordering key.")].into_iter().flatten().collect()),
+        Branch::Delete => ("Delete", format!("Delete a document of kind {}.", kind.name), [Some(id), key_value("The document's: its ordering key.")].into_iter().flatten().collect()),
         Branch::RenamePrefix => (
             "RenamePrefix",
-            format!("Rename a prefix of the path of every {} beneath it, within one top segment.", kind.name),
+            format!("Rename a prefix of the path of every document of kind {} beneath it, within one top segment.", kind.name),
             vec![json!({ "name": "from", "type": "string" }), json!({ "name": "to", "type": "string" })],
         ),
     };
     let key_doc = match &kind.key {
-        OrderingKey::Id => "its id".to_string(),
-        OrderingKey::Owner { field, .. } => field.clone(),
+        OrderingKey::Id => "the id".to_string(),
+        OrderingKey::Owner { field, .. } => format!("the {field}"),
         OrderingKey::PathTop { field } => format!("the top segment of {field}"),
     };
-    json!({ "type": "record", "name": name, "namespace": ns, "doc": format!("{doc} Key: {key_doc}."), "fields": fields })
+    json!({ "type": "record", "name": name, "namespace": ns, "doc": format!("{doc} Kafka key: {key_doc}."), "fields": fields })
 }
 
 /// What a kind's upsert copies from its owners, for its doc.
