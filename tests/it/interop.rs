@@ -25,9 +25,7 @@ fn repo() -> &'static Path {
 }
 
 fn python() -> Proc {
-    let mut p = Proc::new(interop().join("py/bin/python"));
-    p.arg(repo().join("tests/interop/python/denorm_interop.py")).current_dir(repo());
-    p
+    python_script("denorm_interop.py")
 }
 
 /// Another script of tests/interop/python, run by the interop venv.
@@ -37,10 +35,15 @@ fn python_script(name: &str) -> Proc {
     p
 }
 
-fn node() -> Proc {
+/// Another script of tests/interop/js, run by node with the interop packages.
+fn node_script(name: &str) -> Proc {
     let mut p = Proc::new("node");
-    p.arg(repo().join("tests/interop/js/denorm_interop.js")).env("NODE_PATH", interop().join("node/node_modules")).current_dir(repo());
+    p.arg(repo().join("tests/interop/js").join(name)).env("NODE_PATH", interop().join("node/node_modules")).current_dir(repo());
     p
+}
+
+fn node() -> Proc {
+    node_script("denorm_interop.js")
 }
 
 /// Apache Avro for Java (Debian's jars) and its dependencies.
@@ -312,12 +315,22 @@ fn messages_of_denorms_producer_decode_in_python() {
     }
 }
 
-/// A model's commands (models/shop.jsonl) through fastavro, with the
-/// schema `denorm schema --model` prints and nothing else: written by
-/// fastavro, they decode in denorm as the same commands; written by
-/// denorm, fastavro reads them back as the same JSONL lines.
 #[test]
 fn a_models_commands_pass_between_fastavro_and_denorm_both_ways() {
+    a_models_commands_pass_both_ways(|| python_script("model_commands.py"));
+}
+
+#[test]
+fn a_models_commands_pass_between_avsc_and_denorm_both_ways() {
+    a_models_commands_pass_both_ways(|| node_script("model_commands.js"));
+}
+
+/// A model's commands (models/shop.jsonl) through another Avro library,
+/// with the schema `denorm schema --model` prints and nothing else:
+/// written by it, they decode in denorm as the same commands; written by
+/// denorm, it reads them back as the same JSONL lines. `script` runs
+/// `model_commands.* encode|decode SCHEMA`.
+fn a_models_commands_pass_both_ways(script: impl Fn() -> Proc) {
     use denorm::codec::model::ModelCodec;
     use denorm::command::generic::jsonl;
     use denorm::domain::Domain;
@@ -331,15 +344,15 @@ fn a_models_commands_pass_between_fastavro_and_denorm_both_ways() {
     assert_eq!(printed, codec.schema_text());
     let lines = std::fs::read_to_string(repo().join("models/shop.jsonl")).unwrap();
     let expected = jsonl::parse_all(codec.domain(), lines.as_bytes()).unwrap();
-    let through_python = |action: &str, input: String| {
-        let mut child = python_script("model_commands.py").args([action]).arg(schema.path()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let through = |action: &str, input: String| {
+        let mut child = script().args([action]).arg(schema.path()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
         let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "model_commands.py {action} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{:?} {action} failed:\n{}", script().get_args().collect::<Vec<_>>(), String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
 
-    let written = through_python("encode", lines.clone());
+    let written = through("encode", lines.clone());
     let decoded: Vec<_> = written.lines().map(|hex| codec.decode(&(0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect::<Vec<_>>()).unwrap()).collect();
     assert_eq!(decoded.len(), expected.len());
     for (got, want) in decoded.iter().zip(&expected) {
@@ -348,7 +361,7 @@ fn a_models_commands_pass_between_fastavro_and_denorm_both_ways() {
     }
 
     let ours: String = expected.iter().map(|e| codec.encode(e).iter().map(|b| format!("{b:02x}")).collect::<String>() + "\n").collect();
-    let read = through_python("decode", ours);
+    let read = through("decode", ours);
     let back = jsonl::parse_all(codec.domain(), read.as_bytes()).unwrap();
     assert_eq!(back.iter().map(|e| (&e.command, &e.tenant)).collect::<Vec<_>>(), expected.iter().map(|e| (&e.command, &e.tenant)).collect::<Vec<_>>());
 }

@@ -13,18 +13,7 @@ const crypto = require('crypto');
 const avro = require('avsc');
 const { Kafka, Partitioners, logLevel } = require('kafkajs');
 
-// CRC-64-AVRO, as the Avro specification defines it.
-const EMPTY = 0xc15d213aa4d7a795n;
-const TABLE = Array.from({ length: 256 }, (_, i) => {
-  let fp = BigInt(i);
-  for (let j = 0; j < 8; j++) fp = (fp >> 1n) ^ (EMPTY & -(fp & 1n));
-  return fp & 0xffffffffffffffffn;
-});
-function crc64avro(buf) {
-  let fp = EMPTY;
-  for (const b of buf) fp = (fp >> 8n) ^ TABLE[Number((fp ^ BigInt(b)) & 0xffn)];
-  return fp;
-}
+const { crc64avro } = require('./crc64avro');
 
 function load(path) {
   // wrapUnions: a union value names its branch, {"denorm.UpsertFile": {...}}.
