@@ -7,6 +7,7 @@
 //! ordering key.
 
 pub mod jsonl;
+pub mod legacy;
 pub mod value;
 
 use crate::command::{path, tenant, LogPosition, Repair};

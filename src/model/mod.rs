@@ -2,6 +2,8 @@
 //! semantics, independent of `apply/` and of any index. The demo and the
 //! tests compare the real index against it.
 
+pub mod generic;
+
 use std::collections::BTreeMap;
 
 use crate::command::{path, Command};
