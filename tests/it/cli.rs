@@ -81,6 +81,29 @@ fn model_check_shows_a_shipped_model_and_names_a_bad_models_line() {
     assert!(err.contains(&format!("{}:5:12: kinds.a.fields.n: unknown type `txt`", bad.display())), "{err}");
 }
 
+/// `denorm schema`: the compiled-in schema as the repository has it, a
+/// model's as the codec writes with it, their fingerprints, and a bad
+/// model refused as `model check` refuses it.
+#[test]
+fn schema_prints_the_compiled_in_schema_or_a_models_and_their_fingerprints() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let run = |args: &[&str]| {
+        let out = denorm().args(args).current_dir(repo).output().unwrap();
+        (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    assert_eq!(run(&["schema"]), (Some(0), std::fs::read_to_string(repo.join("schemas/command.avsc")).unwrap(), String::new()));
+    assert_eq!(run(&["schema", "--fingerprint"]).1.trim(), denorm::codec::Codec::new().current_fingerprint());
+    let codec = denorm::codec::model::ModelCodec::new(denorm::domain::Domain::load(&repo.join("models/shop.toml")).unwrap());
+    assert_eq!(run(&["schema", "--model", "models/shop.toml"]).1, codec.schema_text());
+    assert_eq!(run(&["schema", "--model", "models/shop.toml", "--fingerprint"]).1.trim(), codec.fingerprint());
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "name = \"x\"\nversion = 1\n[kinds.a]\nkey = \"id\"\nfields.n = \"txt\"\n").unwrap();
+    let (code, out, err) = run(&["schema", "--model", bad.to_str().unwrap()]);
+    assert_eq!((code, out.as_str()), (Some(2), ""));
+    assert!(err.contains("5:12: kinds.a.fields.n: unknown type `txt`"), "{err}");
+}
+
 /// Issue 27 B6: a page size Elasticsearch refuses for every page of every
 /// fan-out is refused at startup, before anything is contacted (the URL
 /// below has no server).
