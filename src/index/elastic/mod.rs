@@ -29,6 +29,7 @@ mod fanout;
 pub mod generations;
 pub mod mapping;
 pub mod meta;
+pub mod model;
 pub mod names;
 mod ops;
 pub mod parked;

@@ -1,0 +1,83 @@
+//! The Elasticsearch mapping of a declared model's kinds, and a model
+//! document's `_source` (docs/model.md, "On Elasticsearch"). No I/O.
+//!
+//! A kind's fields map by type; a copy is an object of the owner's
+//! fields' mappings (`customer.name`); a nested list is `nested`, so that
+//! one query matches within one object; a path has its ancestors as
+//! `<path>.tree`, as a file's path does. Strict, so that stray fields are
+//! refused.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value as Json};
+
+use super::mapping::tombstone_fields;
+use super::names::POS_FIELD;
+use crate::command::generic::{value, Object};
+use crate::domain::{Domain, Field, FieldType, Kind};
+
+/// The mapping of `kind` of model `d`.
+pub fn mapping(d: &Domain, kind: &Kind) -> Json {
+    let mut props = properties(&kind.fields);
+    for c in &kind.copies {
+        let owner = d.kind(&c.owner).expect("a checked model's copies name kinds");
+        let copied: Vec<Field> = c.fields.iter().map(|f| owner.field(f).expect("a checked copy names its owner's fields").clone()).collect();
+        props.insert(c.name.clone(), json!({ "properties": properties(&copied) }));
+    }
+    for n in &kind.nested {
+        props.insert(n.name.clone(), json!({ "type": "nested", "properties": properties(&n.fields) }));
+    }
+    props.insert("id".into(), json!({ "type": "keyword" }));
+    props.insert(POS_FIELD.into(), json!({ "type": "long" }));
+    for (field, m) in tombstone_fields() {
+        props.insert(field.into(), m);
+    }
+    json!({ "dynamic": "strict", "properties": props })
+}
+
+fn properties(fields: &[Field]) -> Map<String, Json> {
+    fields.iter().map(|f| (f.name.clone(), field(&f.ty))).collect()
+}
+
+fn field(ty: &FieldType) -> Json {
+    match ty {
+        FieldType::Keyword | FieldType::Ref { .. } | FieldType::Keywords => json!({ "type": "keyword" }),
+        FieldType::Text { analyzer, exact } => {
+            // The model's analyzers are Elasticsearch's built-in ones of
+            // the same names.
+            let mut m = json!({ "type": "text", "analyzer": analyzer.name() });
+            if *exact {
+                m["fields"] = json!({ "raw": { "type": "keyword" } });
+            }
+            m
+        }
+        FieldType::Integer => json!({ "type": "long" }),
+        FieldType::Float => json!({ "type": "double" }),
+        FieldType::Boolean => json!({ "type": "boolean" }),
+        // What a model's dates are (docs/model.md): a date, or a date and
+        // a time with seconds.
+        FieldType::Date => json!({ "type": "date", "format": "strict_date_optional_time" }),
+        FieldType::Path => json!({
+            "type": "keyword",
+            "fields": { "tree": { "type": "text", "analyzer": "denorm_path_tree", "search_analyzer": "keyword" } }
+        }),
+    }
+}
+
+/// A model document's `_source`: its id, its fields and nested lists, and
+/// each copy as an object of the fields the owner has.
+pub fn source(id: &str, fields: &Object, copies: &BTreeMap<String, Object>) -> Json {
+    let mut out = object(fields);
+    for (name, copy) in copies {
+        out.insert(name.clone(), Json::Object(object(copy)));
+    }
+    out.insert("id".into(), id.into());
+    Json::Object(out)
+}
+
+fn object(o: &Object) -> Map<String, Json> {
+    match value::object_to_json(o) {
+        Json::Object(m) => m,
+        _ => unreachable!("an object is written as one"),
+    }
+}
