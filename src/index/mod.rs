@@ -8,6 +8,7 @@
 mod backend;
 pub mod elastic;
 pub mod embedded;
+pub mod filter;
 pub mod generations;
 pub mod memory;
 pub mod open;

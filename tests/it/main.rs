@@ -19,7 +19,7 @@ mod layering;
 mod log_identity;
 mod membership;
 mod meta_shards;
-mod model_elastic;
+mod model_search;
 mod model_schema;
 mod moves;
 mod pipeline;

@@ -206,6 +206,18 @@ pub fn object_to_json(o: &Object) -> Json {
     Json::Object(o.iter().map(|(k, v)| (k.clone(), to_json(v))).collect())
 }
 
+/// A model document as JSON (an index's `_source`): its id, its fields
+/// and nested lists, and each copy as an object of the fields its owner
+/// has.
+pub fn document_json(id: &str, fields: &Object, copies: &BTreeMap<String, Object>) -> Json {
+    let mut out: serde_json::Map<String, Json> = fields.iter().map(|(k, v)| (k.clone(), to_json(v))).collect();
+    for (name, copy) in copies {
+        out.insert(name.clone(), object_to_json(copy));
+    }
+    out.insert("id".into(), id.into());
+    Json::Object(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

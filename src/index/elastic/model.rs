@@ -15,6 +15,7 @@ use super::mapping::tombstone_fields;
 use super::names::POS_FIELD;
 use crate::command::generic::{value, Object};
 use crate::domain::{Domain, Field, FieldType, Kind};
+use crate::index::filter::Filter;
 
 /// The mapping of `kind` of model `d`.
 pub fn mapping(d: &Domain, kind: &Kind) -> Json {
@@ -67,17 +68,23 @@ fn field(ty: &FieldType) -> Json {
 /// A model document's `_source`: its id, its fields and nested lists, and
 /// each copy as an object of the fields the owner has.
 pub fn source(id: &str, fields: &Object, copies: &BTreeMap<String, Object>) -> Json {
-    let mut out = object(fields);
-    for (name, copy) in copies {
-        out.insert(name.clone(), Json::Object(object(copy)));
-    }
-    out.insert("id".into(), id.into());
-    Json::Object(out)
+    value::document_json(id, fields, copies)
 }
 
-fn object(o: &Object) -> Map<String, Json> {
-    match value::object_to_json(o) {
-        Json::Object(m) => m,
-        _ => unreachable!("an object is written as one"),
+/// The query of a search of one kind's documents: every filter holds.
+pub fn query(filters: &[Filter]) -> Json {
+    json!({ "bool": { "filter": filters.iter().map(|f| filter("", f)).collect::<Vec<_>>() } })
+}
+
+/// One filter; `within`: the nested list it is inside (`lines.`), or "".
+fn filter(within: &str, f: &Filter) -> Json {
+    match f {
+        Filter::Term { field, value } => json!({ "term": { format!("{within}{field}"): value } }),
+        Filter::Match { field, text } => json!({ "match": { format!("{within}{field}"): { "query": text, "operator": "and" } } }),
+        Filter::Above { field, gt } => json!({ "range": { format!("{within}{field}"): { "gt": gt } } }),
+        Filter::Nested { list, all } => {
+            let inner = format!("{within}{list}.");
+            json!({ "nested": { "path": format!("{within}{list}"), "query": { "bool": { "filter": all.iter().map(|f| filter(&inner, f)).collect::<Vec<_>>() } } } })
+        }
     }
 }

@@ -11,6 +11,7 @@ mod directory;
 mod fanout;
 mod layout;
 mod merge;
+pub mod model;
 #[cfg(test)]
 mod opstamp_tests;
 mod overlay;

@@ -1,0 +1,250 @@
+//! The tantivy schema of a declared model (docs/model.md, "On the embedded
+//! index"), a model document's tantivy documents, and the searches a model
+//! promises ([`Filter`]): a term, a text match, a numeric range, and a
+//! nested match within one object of a list.
+//!
+//! A kind's field is the tantivy field `<kind>.<field>`; a copy's
+//! `<kind>.<copy>.<field>`; a path's ancestors `<kind>.<path>.tree`; a
+//! text's exact value `<kind>.<field>.raw`. A nested list's objects are
+//! documents of their own beside their parent's (`<kind>.<list>.<field>`,
+//! naming the parent), so that a nested match is one object's: the
+//! equivalent of Elasticsearch's `nested`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+
+use tantivy::collector::DocSetCollector;
+use tantivy::query::{BooleanQuery, Occur, Query, QueryParser, RangeQuery, TermQuery};
+use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value as _, FAST, INDEXED, STORED, STRING};
+use tantivy::{Searcher, TantivyDocument, Term};
+
+use crate::command::generic::{value, Object, Value};
+use crate::command::{path, tenant};
+use crate::domain::{Analyzer, Domain, Field as Declared, FieldType};
+use crate::index::filter::Filter;
+
+/// What a field of the schema holds, for building its terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holds {
+    Str,
+    Text,
+    I64,
+    F64,
+    Bool,
+}
+
+/// The schema of one model, with its fields by name.
+pub struct ModelSchema {
+    schema: Schema,
+    /// A document's place: `<kind term>:<id>`, the kind term scoped to its tenant.
+    key: Field,
+    /// The kind term (`order`, `acme\u{1f}order`; a nested list's objects:
+    /// `order.lines`).
+    kind: Field,
+    id: Field,
+    /// A nested object's parent's key.
+    parent: Field,
+    /// The document as JSON.
+    source: Field,
+    fields: BTreeMap<String, (Field, Holds)>,
+}
+
+impl ModelSchema {
+    pub fn new(d: &Domain) -> Self {
+        let mut b = Schema::builder();
+        let (key, kind, id) = (b.add_text_field("_key", STRING), b.add_text_field("_kind", STRING), b.add_text_field("_id", STRING | STORED));
+        let (parent, source) = (b.add_text_field("_parent", STRING | STORED), b.add_text_field("_source", STORED));
+        let mut fields = BTreeMap::new();
+        let mut add = |name: String, f: &Declared| {
+            let (field, holds) = match &f.ty {
+                FieldType::Text { analyzer, exact } => {
+                    let tokenizer = match analyzer {
+                        Analyzer::Standard => "default",
+                        Analyzer::Whitespace => "whitespace",
+                        Analyzer::English => "en_stem",
+                    };
+                    let indexing = TextFieldIndexing::default().set_tokenizer(tokenizer).set_index_option(IndexRecordOption::WithFreqsAndPositions);
+                    if *exact {
+                        fields.insert(format!("{name}.raw"), (b.add_text_field(&format!("{name}.raw"), STRING), Holds::Str));
+                    }
+                    (b.add_text_field(&name, TextOptions::default().set_indexing_options(indexing)), Holds::Text)
+                }
+                FieldType::Integer => (b.add_i64_field(&name, INDEXED | FAST), Holds::I64),
+                FieldType::Float => (b.add_f64_field(&name, INDEXED | FAST), Holds::F64),
+                FieldType::Boolean => (b.add_bool_field(&name, INDEXED), Holds::Bool),
+                FieldType::Path => {
+                    fields.insert(format!("{name}.tree"), (b.add_text_field(&format!("{name}.tree"), STRING), Holds::Str));
+                    (b.add_text_field(&name, STRING), Holds::Str)
+                }
+                FieldType::Keyword | FieldType::Ref { .. } | FieldType::Keywords | FieldType::Date => (b.add_text_field(&name, STRING), Holds::Str),
+            };
+            fields.insert(name, (field, holds));
+        };
+        for k in &d.kinds {
+            for f in &k.fields {
+                add(format!("{}.{}", k.name, f.name), f);
+            }
+            for c in &k.copies {
+                let owner = d.kind(&c.owner).expect("a checked model's copies name kinds");
+                for f in &c.fields {
+                    add(format!("{}.{}.{f}", k.name, c.name), owner.field(f).expect("a checked copy names its owner's fields"));
+                }
+            }
+            for n in &k.nested {
+                for f in &n.fields {
+                    add(format!("{}.{}.{}", k.name, n.name, f.name), f);
+                }
+            }
+        }
+        ModelSchema { schema: b.build(), key, kind, id, parent, source, fields }
+    }
+
+    pub fn schema(&self) -> Schema {
+        self.schema.clone()
+    }
+
+    /// The term of a document's place.
+    pub fn key_term(&self, tenant: Option<&str>, kind: &str, id: &str) -> Term {
+        Term::from_field_text(self.key, &doc_key(tenant, kind, id))
+    }
+
+    /// The tantivy documents of one model document: its own, then one per
+    /// object of its nested lists. Delete them all by [`Self::key_term`]
+    /// and the parent term ([`Self::parent_term`]) before a rewrite.
+    pub fn documents(&self, tenant: Option<&str>, kind: &str, id: &str, fields: &Object, copies: &BTreeMap<String, Object>) -> Vec<TantivyDocument> {
+        let key = doc_key(tenant, kind, id);
+        let mut own = TantivyDocument::new();
+        own.add_text(self.key, &key);
+        own.add_text(self.kind, tenant::scope(tenant, kind));
+        own.add_text(self.id, id);
+        own.add_text(self.source, value::document_json(id, fields, copies).to_string());
+        let mut out = Vec::new();
+        for (name, v) in fields {
+            match v {
+                Value::Objects(objects) => {
+                    for o in objects {
+                        let mut child = TantivyDocument::new();
+                        child.add_text(self.kind, tenant::scope(tenant, &format!("{kind}.{name}")));
+                        child.add_text(self.parent, &key);
+                        self.add_all(&mut child, &format!("{kind}.{name}"), o);
+                        out.push(child);
+                    }
+                }
+                _ => self.add(&mut own, &format!("{kind}.{name}"), v),
+            }
+        }
+        for (copy, o) in copies {
+            self.add_all(&mut own, &format!("{kind}.{copy}"), o);
+        }
+        out.insert(0, own);
+        out
+    }
+
+    /// The term of every nested object of the document at `key`'s place.
+    pub fn parent_term(&self, tenant: Option<&str>, kind: &str, id: &str) -> Term {
+        Term::from_field_text(self.parent, &doc_key(tenant, kind, id))
+    }
+
+    fn add_all(&self, t: &mut TantivyDocument, prefix: &str, o: &Object) {
+        for (name, v) in o {
+            self.add(t, &format!("{prefix}.{name}"), v);
+        }
+    }
+
+    fn add(&self, t: &mut TantivyDocument, name: &str, v: &Value) {
+        let Some(&(field, _)) = self.fields.get(name) else { return };
+        match v {
+            Value::Str(s) => {
+                t.add_text(field, s);
+                if let Some(&(raw, _)) = self.fields.get(&format!("{name}.raw")) {
+                    t.add_text(raw, s);
+                }
+                if let Some(&(tree, _)) = self.fields.get(&format!("{name}.tree")) {
+                    for a in path::tree(s) {
+                        t.add_text(tree, a);
+                    }
+                }
+            }
+            Value::Int(i) => t.add_i64(field, *i),
+            Value::Float(x) => t.add_f64(field, *x),
+            Value::Bool(b) => t.add_bool(field, *b),
+            Value::List(items) => items.iter().for_each(|s| t.add_text(field, s)),
+            Value::Objects(_) => {}
+        }
+    }
+
+    /// The ids of the documents of `kind` in `tenant` that every filter
+    /// matches, sorted.
+    pub fn search(&self, searcher: &Searcher, tenant: Option<&str>, kind: &str, filters: &[Filter]) -> tantivy::Result<Vec<String>> {
+        let mut all: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, self.term(self.kind, &tenant::scope(tenant, kind)))];
+        for f in filters {
+            all.push((Occur::Must, self.query(searcher, tenant, kind, f)?));
+        }
+        let mut out = Vec::new();
+        for a in searcher.search(&BooleanQuery::new(all), &DocSetCollector)? {
+            let doc: TantivyDocument = searcher.doc(a)?;
+            out.extend(doc.get_first(self.id).and_then(|v| v.as_str()).map(str::to_string));
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn term(&self, field: Field, value: &str) -> Box<dyn Query> {
+        Box::new(TermQuery::new(Term::from_field_text(field, value), IndexRecordOption::Basic))
+    }
+
+    fn field(&self, name: &str) -> tantivy::Result<(Field, Holds)> {
+        self.fields.get(name).copied().ok_or_else(|| tantivy::TantivyError::FieldNotFound(name.to_string()))
+    }
+
+    /// The query of one filter on the documents of `scope` (a kind, or a
+    /// kind's nested list).
+    fn query(&self, searcher: &Searcher, tenant: Option<&str>, scope: &str, f: &Filter) -> tantivy::Result<Box<dyn Query>> {
+        Ok(match f {
+            Filter::Term { field, value } => {
+                let (fd, holds) = self.field(&format!("{scope}.{field}"))?;
+                match holds {
+                    Holds::Bool => Box::new(TermQuery::new(Term::from_field_bool(fd, value == "true"), IndexRecordOption::Basic)),
+                    _ => self.term(fd, value),
+                }
+            }
+            Filter::Match { field, text } => {
+                let (fd, _) = self.field(&format!("{scope}.{field}"))?;
+                let mut parser = QueryParser::new(self.schema.clone(), vec![fd], tantivy::tokenizer::TokenizerManager::default());
+                parser.set_conjunction_by_default();
+                // Words only: the parser's syntax is not the model's.
+                let words: String = text.chars().map(|c| if c.is_alphanumeric() { c } else { ' ' }).collect();
+                parser.parse_query(&words).map_err(|e| tantivy::TantivyError::InvalidArgument(e.to_string()))?
+            }
+            Filter::Above { field, gt } => {
+                let (fd, holds) = self.field(&format!("{scope}.{field}"))?;
+                let lower = match holds {
+                    Holds::I64 => Term::from_field_i64(fd, gt.floor() as i64 + 1),
+                    Holds::F64 => Term::from_field_f64(fd, gt.next_up()),
+                    _ => return Err(tantivy::TantivyError::InvalidArgument(format!("{field} is not a number"))),
+                };
+                Box::new(RangeQuery::new(Bound::Included(lower), Bound::Unbounded))
+            }
+            Filter::Nested { list, all } => {
+                let within = format!("{scope}.{list}");
+                let mut q: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, self.term(self.kind, &tenant::scope(tenant, &within)))];
+                for f in all {
+                    q.push((Occur::Must, self.query(searcher, tenant, &within, f)?));
+                }
+                let mut parents = BTreeSet::new();
+                for a in searcher.search(&BooleanQuery::new(q), &DocSetCollector)? {
+                    let doc: TantivyDocument = searcher.doc(a)?;
+                    parents.extend(doc.get_first(self.parent).and_then(|v| v.as_str()).map(str::to_string));
+                }
+                let keys: Vec<(Occur, Box<dyn Query>)> = parents.iter().map(|k| (Occur::Should, self.term(self.key, k))).collect();
+                Box::new(BooleanQuery::new(keys))
+            }
+        })
+    }
+}
+
+/// A document's place as one term.
+fn doc_key(tenant: Option<&str>, kind: &str, id: &str) -> String {
+    format!("{}:{id}", tenant::scope(tenant, kind))
+}
+
