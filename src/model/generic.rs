@@ -103,15 +103,10 @@ impl ModelReference {
 
     /// Rewrites the copies of every document that copies from `owner`.
     fn rewrite_dependents(&mut self, owner: &DocKey) {
-        let copying: Vec<(String, OwnerCopy)> =
-            self.domain.kinds.iter().flat_map(|k| k.copies.iter().filter(|c| c.owner == owner.kind).map(move |c| (k.name.clone(), c.clone()))).collect();
+        let copying: Vec<(String, OwnerCopy)> = self.domain.kinds.iter().flat_map(|k| k.copies.iter().filter(|c| c.owner == owner.kind).map(move |c| (k.name.clone(), c.clone()))).collect();
         for (kind, c) in copying {
-            let dependents: Vec<DocKey> = self
-                .docs
-                .iter()
-                .filter(|(k, d)| k.tenant == owner.tenant && k.kind == kind && d.fields.get(&c.via) == Some(&Value::Str(owner.id.clone())))
-                .map(|(k, _)| k.clone())
-                .collect();
+            let dependents: Vec<DocKey> =
+                self.docs.iter().filter(|(k, d)| k.tenant == owner.tenant && k.kind == kind && d.fields.get(&c.via) == Some(&Value::Str(owner.id.clone()))).map(|(k, _)| k.clone()).collect();
             for k in dependents {
                 let copy = self.copy_from(&owner.tenant, &c, &self.docs[&k].fields);
                 self.docs.get_mut(&k).expect("listed").copies.insert(c.name.clone(), copy);

@@ -109,17 +109,17 @@ fn branch(d: &Domain, kind: &Kind, b: Branch) -> Json {
                 json!({ "name": n.name, "type": { "type": "array", "items": item }, "default": [] })
             }));
             let document = json!({ "name": "fields", "type": { "type": "record", "name": "Fields", "fields": document } });
-            (
-                "Upsert",
-                format!("Create or replace a document of kind {}{}.", kind.name, copies_doc(kind)),
-                [Some(id), previous, Some(document)].into_iter().flatten().collect(),
-            )
+            ("Upsert", format!("Create or replace a document of kind {}{}.", kind.name, copies_doc(kind)), [Some(id), previous, Some(document)].into_iter().flatten().collect())
         }
         Branch::Patch => {
             let mut set: Vec<Json> = kind.fields.iter().filter(|f| Some(f.name.as_str()) != key).map(|f| field(f, true)).collect();
             set.extend(kind.nested.iter().map(|n| json!({ "name": n.name, "type": ["null", { "type": "array", "items": format!("{ns}.{}.Item", n.name) }], "default": null })));
             let set = json!({ "name": "set", "type": { "type": "record", "name": "Changes", "fields": set }, "doc": "The fields set (null: left as they are)." });
-            ("Patch", format!("Set some fields of a document of kind {}, leaving the others; a patch of fields that dependents copy rewrites their copies.", kind.name), [Some(id), key_value("The document's: its ordering key, which a patch cannot change."), Some(set)].into_iter().flatten().collect())
+            (
+                "Patch",
+                format!("Set some fields of a document of kind {}, leaving the others; a patch of fields that dependents copy rewrites their copies.", kind.name),
+                [Some(id), key_value("The document's: its ordering key, which a patch cannot change."), Some(set)].into_iter().flatten().collect(),
+            )
         }
         Branch::Delete => ("Delete", format!("Delete a document of kind {}.", kind.name), [Some(id), key_value("The document's: its ordering key.")].into_iter().flatten().collect()),
         Branch::RenamePrefix => (

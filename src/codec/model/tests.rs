@@ -32,10 +32,24 @@ fn the_schema_names_each_kinds_operations_in_the_models_namespace() {
     assert_eq!(json["namespace"], "denorm.model.shop");
     let payload = json["fields"].as_array().unwrap().iter().find(|f| f["name"] == "payload").unwrap();
     let names: Vec<String> = payload["type"].as_array().unwrap().iter().map(|b| format!("{}.{}", b["namespace"].as_str().unwrap(), b["name"].as_str().unwrap())).collect();
-    let expected: Vec<String> = [("customer", "Upsert"), ("customer", "Patch"), ("customer", "Delete"), ("order", "Upsert"), ("order", "Patch"), ("order", "Delete"), ("product", "Upsert"), ("product", "Patch"), ("product", "Delete"), ("product", "RenamePrefix"), ("ticket", "Upsert"), ("ticket", "Patch"), ("ticket", "Delete")]
-        .iter()
-        .map(|(k, op)| format!("denorm.model.shop.{k}.{op}"))
-        .collect();
+    let expected: Vec<String> = [
+        ("customer", "Upsert"),
+        ("customer", "Patch"),
+        ("customer", "Delete"),
+        ("order", "Upsert"),
+        ("order", "Patch"),
+        ("order", "Delete"),
+        ("product", "Upsert"),
+        ("product", "Patch"),
+        ("product", "Delete"),
+        ("product", "RenamePrefix"),
+        ("ticket", "Upsert"),
+        ("ticket", "Patch"),
+        ("ticket", "Delete"),
+    ]
+    .iter()
+    .map(|(k, op)| format!("denorm.model.shop.{k}.{op}"))
+    .collect();
     assert_eq!(names, expected);
     let envelope: Vec<&str> = json["fields"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
     assert_eq!(envelope, ["command_id", "issued_at", "tenant", "after", "repair", "payload"]);

@@ -13,8 +13,8 @@ pub mod value;
 use crate::command::{path, tenant, LogPosition, Repair};
 use crate::domain::{Domain, Kind, OrderingKey};
 
-pub use value::{Invalid, Object, Value};
 use value::{check_id, check_object, check_objects, check_path};
+pub use value::{Invalid, Object, Value};
 
 /// One command of a model's log: what it does to a document of `kind`.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,16 +29,30 @@ pub enum Op {
     /// and nested lists (a list left out is empty). `previous` makes it an
     /// owner change: the value the kind's key field had (the owner's id, the
     /// path), when that is another ordering key.
-    Upsert { id: String, fields: Object, previous: Option<String> },
+    Upsert {
+        id: String,
+        fields: Object,
+        previous: Option<String>,
+    },
     /// Set some fields of a document, leaving the others. `at` is the value
     /// of the kind's key field (`None` for a kind keyed by its id), which
     /// a patch cannot change. A patch of fields that dependents copy is
     /// what fans out to them.
-    Patch { id: String, at: Option<String>, set: Object },
-    Delete { id: String, at: Option<String> },
+    Patch {
+        id: String,
+        at: Option<String>,
+        set: Object,
+    },
+    Delete {
+        id: String,
+        at: Option<String>,
+    },
     /// Rename a prefix of the path of every document of a kind keyed by
     /// its path that lies beneath it (or is it), within one top segment.
-    RenamePrefix { from: String, to: String },
+    RenamePrefix {
+        from: String,
+        to: String,
+    },
 }
 
 impl Op {

@@ -44,9 +44,14 @@ fn an_owner_change_is_the_delete_under_the_key_it_leaves_then_the_upsert() {
     assert_eq!(commands[1].command.previous_key(order), None);
 
     let product = d.kind("product").unwrap();
-    let within_its_top = parse_line(&d, 1, r#"{"op":"upsert","kind":"product","id":"p7","previous_path":"/garden/p-7","fields":{"path":"/garden/tools/p-7","title":"Rake","price":1,"stock":1,"tags":[]}}"#).unwrap().unwrap();
+    let within_its_top =
+        parse_line(&d, 1, r#"{"op":"upsert","kind":"product","id":"p7","previous_path":"/garden/p-7","fields":{"path":"/garden/tools/p-7","title":"Rake","price":1,"stock":1,"tags":[]}}"#)
+            .unwrap()
+            .unwrap();
     assert_eq!(within_its_top.command.previous_key(product), None, "the same top segment is the same key");
-    let across = parse_line(&d, 1, r#"{"op":"upsert","kind":"product","id":"p7","previous_path":"/yard/p-7","fields":{"path":"/garden/tools/p-7","title":"Rake","price":1,"stock":1,"tags":[]}}"#).unwrap().unwrap();
+    let across = parse_line(&d, 1, r#"{"op":"upsert","kind":"product","id":"p7","previous_path":"/yard/p-7","fields":{"path":"/garden/tools/p-7","title":"Rake","price":1,"stock":1,"tags":[]}}"#)
+        .unwrap()
+        .unwrap();
     assert_eq!(across.command.previous_key(product), Some("/yard"));
 }
 
@@ -60,8 +65,14 @@ fn commands_that_do_not_fit_the_model_are_refused_with_the_field_at_fault() {
         (r#"{"op":"upsert","kind":"customer","id":"c1","fields":{"name":"A","since":"2026-01-02"}}"#, "fields.plan is required"),
         (r#"{"op":"upsert","kind":"customer","id":"c1","fields":{"name":"A","plan":"p","since":"2026-02-30"}}"#, "fields.since \"2026-02-30\" is not a day of the calendar"),
         (r#"{"op":"upsert","kind":"order","id":"o1","fields":{"customer_id":"c1","placed":"2026-12-04","status":"s","total":"9"}}"#, "fields.total is not a JSON value of a float field"),
-        (r#"{"op":"upsert","kind":"order","id":"o1","fields":{"customer_id":"c1","placed":"2026-12-04","status":"s","total":1,"lines":[{"sku":"a","quantity":1,"price":1},{"skux":"b"}]}}"#, "fields.lines[1].skux is not a field of the kind"),
-        (r#"{"op":"upsert","kind":"order","id":"o1","fields":{"customer_id":"c1","placed":"2026-12-04","status":"s","total":1,"lines":[{"sku":"a","price":1}]}}"#, "fields.lines[0].quantity is required"),
+        (
+            r#"{"op":"upsert","kind":"order","id":"o1","fields":{"customer_id":"c1","placed":"2026-12-04","status":"s","total":1,"lines":[{"sku":"a","quantity":1,"price":1},{"skux":"b"}]}}"#,
+            "fields.lines[1].skux is not a field of the kind",
+        ),
+        (
+            r#"{"op":"upsert","kind":"order","id":"o1","fields":{"customer_id":"c1","placed":"2026-12-04","status":"s","total":1,"lines":[{"sku":"a","price":1}]}}"#,
+            "fields.lines[0].quantity is required",
+        ),
         (r#"{"op":"upsert","kind":"customer","id":"c1","previous_id":"c0","fields":{"name":"A","plan":"p","since":"2026-01-02"}}"#, "previous_id is not a field of upsert commands of customer"),
         (r#"{"op":"patch","kind":"order","id":"o1","customer_id":"c1","set":{}}"#, "set is empty"),
         (r#"{"op":"patch","kind":"order","id":"o1","customer_id":"c1","set":{"customer_id":"c2"}}"#, "set.customer_id is the ordering key of order"),

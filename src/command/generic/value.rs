@@ -169,9 +169,9 @@ pub fn from_json(at: &str, f: &Field, j: &Json) -> Result<Value, Invalid> {
         (FieldType::Integer, Json::Number(n)) => Value::Int(n.as_i64().ok_or_else(|| Invalid::new(at, "is not a 64-bit integer"))?),
         (FieldType::Float, Json::Number(n)) => Value::Float(n.as_f64().ok_or_else(|| Invalid::new(at, "is not a number"))?),
         (FieldType::Boolean, Json::Bool(b)) => Value::Bool(*b),
-        (FieldType::Keywords, Json::Array(items)) => Value::List(
-            items.iter().enumerate().map(|(i, s)| s.as_str().map(str::to_string).ok_or_else(|| Invalid::new(format!("{at}[{i}]"), "is not a string"))).collect::<Result<_, _>>()?,
-        ),
+        (FieldType::Keywords, Json::Array(items)) => {
+            Value::List(items.iter().enumerate().map(|(i, s)| s.as_str().map(str::to_string).ok_or_else(|| Invalid::new(format!("{at}[{i}]"), "is not a string"))).collect::<Result<_, _>>()?)
+        }
         (FieldType::Keyword | FieldType::Ref { .. } | FieldType::Text { .. } | FieldType::Date | FieldType::Path, Json::String(s)) => Value::Str(s.clone()),
         _ => return Err(Invalid::new(at, format!("is not a JSON value of a {} field", f.ty.name()))),
     };
@@ -231,7 +231,18 @@ mod tests {
         for ok in ["2026-12-04", "2026-12-04T10:00:00", "2026-12-04T23:59:59.123Z", "2024-02-29T00:00:00.123456789+05:30", "2026-12-04T10:00:00-08:00"] {
             assert_eq!(check_date("d", ok), Ok(()), "{ok}");
         }
-        for bad in ["2026-13-01", "2023-02-29", "2026-12-04T24:00:00", "2026-12-04T10:00", "2026-12-04T10:00:00.Z", "2026-12-04T10:00:00+0530", "2026-12-04 10:00:00", "2026-12-04T10:00:00.1234567890Z", "04/12/2026", "2026-12-0é"] {
+        for bad in [
+            "2026-13-01",
+            "2023-02-29",
+            "2026-12-04T24:00:00",
+            "2026-12-04T10:00",
+            "2026-12-04T10:00:00.Z",
+            "2026-12-04T10:00:00+0530",
+            "2026-12-04 10:00:00",
+            "2026-12-04T10:00:00.1234567890Z",
+            "04/12/2026",
+            "2026-12-0é",
+        ] {
             assert!(check_date("d", bad).is_err(), "{bad}");
         }
     }

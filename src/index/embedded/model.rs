@@ -247,4 +247,3 @@ impl ModelSchema {
 fn doc_key(tenant: Option<&str>, kind: &str, id: &str) -> String {
     format!("{}:{id}", tenant::scope(tenant, kind))
 }
-

@@ -63,7 +63,13 @@ fn a_dependent_written_before_its_owner_takes_the_copy_when_the_owner_is_written
 fn a_rename_of_a_prefix_moves_the_documents_beneath_it_only() {
     let d = shop();
     let product = |id: &str, p: &str| format!(r#"{{"op":"upsert","kind":"product","id":"{id}","fields":{{"path":"{p}","title":"T","price":1,"stock":1,"tags":[]}}}}"#);
-    let log = [product("p1", "/garden/tools/rake"), product("p2", "/garden/toolshed/door"), product("p3", "/garden/tools"), r#"{"op":"rename_prefix","kind":"product","from":"/garden/tools","to":"/garden/kit"}"#.into()].join("\n");
+    let log = [
+        product("p1", "/garden/tools/rake"),
+        product("p2", "/garden/toolshed/door"),
+        product("p3", "/garden/tools"),
+        r#"{"op":"rename_prefix","kind":"product","from":"/garden/tools","to":"/garden/kit"}"#.into(),
+    ]
+    .join("\n");
     let r = applied(&d, &log);
     let path = |id: &str| doc(&r, None, "product", id).unwrap().fields["path"].clone();
     assert_eq!([path("p1"), path("p2"), path("p3")], [s("/garden/kit/rake"), s("/garden/toolshed/door"), s("/garden/kit")]);
