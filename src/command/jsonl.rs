@@ -49,12 +49,16 @@ pub fn line(command: &Command) -> String {
 /// Parses a whole input; on the first bad line returns its error, so that
 /// nothing from a rejected input is produced.
 pub fn parse_all(input: impl std::io::BufRead) -> Result<Vec<Command>, LineError> {
+    parse_lines(input, parse_line)
+}
+
+/// Every line of `input` read by `parse` (given the 1-based line number),
+/// stopping at the first error.
+pub fn parse_lines<T>(input: impl std::io::BufRead, mut parse: impl FnMut(usize, &str) -> Result<Option<T>, LineError>) -> Result<Vec<T>, LineError> {
     let mut out = Vec::new();
     for (i, line) in input.lines().enumerate() {
         let line = line.map_err(|e| LineError { line: i + 1, reason: format!("cannot read: {e}") })?;
-        if let Some(c) = parse_line(i + 1, &line)? {
-            out.push(c);
-        }
+        out.extend(parse(i + 1, &line)?);
     }
     Ok(out)
 }

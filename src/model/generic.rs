@@ -53,18 +53,12 @@ impl ModelReference {
         let ModelCommand { kind, op } = &e.command;
         let key = |id: &String| DocKey { tenant: e.tenant.clone(), kind: kind.clone(), id: id.clone() };
         match op {
-            Op::Upsert { id, fields, .. } => {
-                let copies = self.copies_for(&e.tenant, kind, fields);
-                self.docs.insert(key(id), StoredDoc { fields: fields.clone(), copies });
-                self.rewrite_dependents(&key(id));
-            }
+            Op::Upsert { id, fields, .. } => self.write(key(id), fields.clone()),
             Op::Patch { id, set, .. } => {
-                let Some(doc) = self.docs.get_mut(&key(id)) else { return };
-                doc.fields.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
-                let fields = doc.fields.clone();
-                let copies = self.copies_for(&e.tenant, kind, &fields);
-                self.docs.get_mut(&key(id)).expect("patched").copies = copies;
-                self.rewrite_dependents(&key(id));
+                let Some(doc) = self.docs.get(&key(id)) else { return };
+                let mut fields = doc.fields.clone();
+                fields.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+                self.write(key(id), fields);
             }
             Op::Delete { id, .. } => {
                 self.docs.remove(&key(id));
@@ -80,6 +74,14 @@ impl ModelReference {
                 }
             }
         }
+    }
+
+    /// Writes a document with the copies it takes from its owners now, then
+    /// rewrites the copies of the documents that copy from it.
+    fn write(&mut self, key: DocKey, fields: Object) {
+        let copies = self.copies_for(&key.tenant, &key.kind, &fields);
+        self.docs.insert(key.clone(), StoredDoc { fields, copies });
+        self.rewrite_dependents(&key);
     }
 
     /// Every document, by its place.

@@ -19,6 +19,7 @@ use serde_json::{json, Value as Json};
 use crate::common::elastic::{elastic, prefix};
 use crate::common::rt;
 use denorm::command::generic::jsonl::parse_all;
+use denorm::command::generic::value::document_json;
 use denorm::command::generic::Value;
 use denorm::domain::Domain;
 use denorm::index::elastic::{mapping::settings, model};
@@ -63,7 +64,7 @@ fn a_models_mapping_indexes_its_documents_and_answers_its_searches() {
         assert_eq!(status, 200, "{}: {body}", kind.name);
     }
     for (k, doc) in reference.docs() {
-        let (status, body) = send(reqwest::Method::PUT, format!("{}/_doc/{}?refresh=true", index(&k.kind), k.id), model::source(&k.id, &doc.fields, &doc.copies));
+        let (status, body) = send(reqwest::Method::PUT, format!("{}/_doc/{}?refresh=true", index(&k.kind), k.id), document_json(&k.id, &doc.fields, &doc.copies));
         assert!(status == 200 || status == 201, "{k:?}: {body}");
     }
     let ids = |kind: &str, query: Json| -> Vec<String> {
@@ -80,7 +81,7 @@ fn a_models_mapping_indexes_its_documents_and_answers_its_searches() {
     }
     // What the shared searches do not say: a date's range.
     assert_eq!(ids("order", json!({ "range": { "placed": { "gte": "2026-12-01" } } })), ["o1"]);
-    let stray = model::source("c9", &BTreeMap::from([("name".into(), Value::Str("X".into())), ("nickname".into(), Value::Str("x".into()))]), &BTreeMap::new());
+    let stray = document_json("c9", &BTreeMap::from([("name".into(), Value::Str("X".into())), ("nickname".into(), Value::Str("x".into()))]), &BTreeMap::new());
     let (status, body) = send(reqwest::Method::PUT, format!("{}/_doc/c9", index("customer")), stray);
     assert_eq!(status, 400, "a field the model does not declare is refused: {body}");
 }

@@ -231,7 +231,7 @@ fn from_avro(f: &Field, v: Avro, at: &str) -> Result<Value, DecodeError> {
                 })
                 .collect::<Result<_, _>>()?,
         ),
-        (_, Avro::String(s)) if !matches!(f.ty, FieldType::Integer | FieldType::Float | FieldType::Boolean | FieldType::Keywords) => Value::Str(s),
+        (FieldType::Keyword | FieldType::Ref { .. } | FieldType::Text { .. } | FieldType::Date | FieldType::Path, Avro::String(s)) => Value::Str(s),
         _ => return Err(DecodeError::Shape(format!("{at} is not a {} value", f.ty.name()))),
     })
 }

@@ -13,10 +13,10 @@
 
 use serde_json::{Map, Value as Json};
 
-use super::value::{from_json, object_from_json, object_to_json, Invalid};
-use super::{ModelCommand, ModelEnvelope, Object, Op, Value};
-use crate::command::jsonl::LineError;
-use crate::domain::{Domain, Kind};
+use super::value::{object_from_json, object_to_json, Invalid};
+use super::{kind_named, ModelCommand, ModelEnvelope, Op, Value};
+use crate::command::jsonl::{parse_lines, LineError};
+use crate::domain::Domain;
 
 /// Parses and checks one line against the model. Blank lines yield `None`.
 pub fn parse_line(d: &Domain, line_no: usize, line: &str) -> Result<Option<ModelEnvelope>, LineError> {
@@ -33,19 +33,14 @@ pub fn parse_line(d: &Domain, line_no: usize, line: &str) -> Result<Option<Model
 /// Parses a whole input; on the first bad line returns its error, so that
 /// nothing from a rejected input is produced.
 pub fn parse_all(d: &Domain, input: impl std::io::BufRead) -> Result<Vec<ModelEnvelope>, LineError> {
-    let mut out = Vec::new();
-    for (i, line) in input.lines().enumerate() {
-        let line = line.map_err(|e| LineError { line: i + 1, reason: format!("cannot read: {e}") })?;
-        out.extend(parse_line(d, i + 1, &line)?);
-    }
-    Ok(out)
+    parse_lines(input, |n, line| parse_line(d, n, line))
 }
 
 fn envelope(d: &Domain, mut m: Map<String, Json>) -> Result<ModelEnvelope, Invalid> {
     let tenant = take(&mut m, "tenant")?;
     let op = take(&mut m, "op")?.ok_or_else(|| Invalid::new("op", "is missing: upsert, patch, delete or rename_prefix"))?;
     let kind_name = take(&mut m, "kind")?.ok_or_else(|| Invalid::new("kind", "is missing"))?;
-    let kind = d.kind(&kind_name).ok_or_else(|| Invalid::new("kind", format!("{kind_name:?} is not a kind of model {}", d.name)))?;
+    let kind = kind_named(d, &kind_name)?;
     let id = |m: &mut Map<String, Json>| take(m, "id")?.ok_or_else(|| Invalid::new("id", "is missing"));
     let key_value = |m: &mut Map<String, Json>, prefix: &str| match kind.key_field() {
         None => Ok(None),
@@ -54,14 +49,14 @@ fn envelope(d: &Domain, mut m: Map<String, Json>) -> Result<ModelEnvelope, Inval
     let op = match op.as_str() {
         "upsert" => {
             let (id, previous) = (id(&mut m)?, key_value(&mut m, "previous_")?);
-            let mut fields = fields_from_json(kind, "fields", m.remove("fields"))?;
+            let mut fields = object_from_json("fields", &kind.fields, &kind.nested, &m.remove("fields").unwrap_or_default())?;
             // A nested list left out of a document is empty.
             for n in &kind.nested {
                 fields.entry(n.name.clone()).or_insert_with(|| Value::Objects(Vec::new()));
             }
             Op::Upsert { id, previous, fields }
         }
-        "patch" => Op::Patch { id: id(&mut m)?, at: key_value(&mut m, "")?, set: fields_from_json(kind, "set", m.remove("set"))? },
+        "patch" => Op::Patch { id: id(&mut m)?, at: key_value(&mut m, "")?, set: object_from_json("set", &kind.fields, &kind.nested, &m.remove("set").unwrap_or_default())? },
         "delete" => Op::Delete { id: id(&mut m)?, at: key_value(&mut m, "")? },
         "rename_prefix" => {
             let from = take(&mut m, "from")?.ok_or_else(|| Invalid::new("from", "is missing"))?;
@@ -82,24 +77,6 @@ fn take(m: &mut Map<String, Json>, name: &str) -> Result<Option<String>, Invalid
         Some(Json::String(s)) => Ok(Some(s)),
         Some(_) => Err(Invalid::new(name, "is not a string")),
     }
-}
-
-/// A document's fields or a patch's, read as the kind declares them.
-fn fields_from_json(kind: &Kind, at: &str, j: Option<Json>) -> Result<Object, Invalid> {
-    let Some(Json::Object(m)) = j else { return Err(Invalid::new(at, "is missing or not an object")) };
-    let mut out = Object::new();
-    for (name, v) in m {
-        let here = format!("{at}.{name}");
-        let value = if let Some(list) = kind.nested_list(&name) {
-            let Json::Array(items) = v else { return Err(Invalid::new(here, "is not a list of objects")) };
-            Value::Objects(items.iter().enumerate().map(|(i, o)| object_from_json(&format!("{here}[{i}]"), &list.fields, o)).collect::<Result<_, _>>()?)
-        } else {
-            let f = kind.field(&name).ok_or_else(|| Invalid::new(here.as_str(), "is not a field of the kind"))?;
-            from_json(&here, f, &v)?
-        };
-        out.insert(name, value);
-    }
-    Ok(out)
 }
 
 /// The JSONL line of a command: what [`parse_line`] reads back as it.

@@ -13,7 +13,7 @@ pub mod value;
 use crate::command::{path, tenant, LogPosition, Repair};
 use crate::domain::{Domain, Kind, OrderingKey};
 
-use value::{check_id, check_object, check_objects, check_path};
+use value::{check_id, check_object, check_path};
 pub use value::{Invalid, Object, Value};
 
 /// One command of a model's log: what it does to a document of `kind`.
@@ -99,7 +99,7 @@ impl ModelEnvelope {
 impl ModelCommand {
     /// The declaration of the command's kind.
     pub fn kind_in<'d>(&self, d: &'d Domain) -> Result<&'d Kind, Invalid> {
-        d.kind(&self.kind).ok_or_else(|| Invalid::new("kind", format!("{:?} is not a kind of model {}", self.kind, d.name)))
+        kind_named(d, &self.kind)
     }
 
     /// Checks every field against the model.
@@ -109,7 +109,7 @@ impl ModelCommand {
         match &self.op {
             Op::Upsert { id, fields, previous } => {
                 check_id("id", id)?;
-                check_fields(kind, "fields", fields, true)?;
+                check_object("fields", &kind.fields, &kind.nested, fields, true)?;
                 if let OrderingKey::PathTop { field } = &kind.key {
                     below_top(&format!("fields.{field}"), key_value(kind, fields))?;
                 }
@@ -128,7 +128,7 @@ impl ModelCommand {
                 if let Some(f) = key_field.filter(|f| set.contains_key(*f)) {
                     return Err(Invalid::new(format!("set.{f}"), format!("is the ordering key of {}: an upsert with previous_{f} changes it", kind.name)));
                 }
-                check_fields(kind, "set", set, false)
+                check_object("set", &kind.fields, &kind.nested, set, false)
             }
             Op::Delete { id, at } => {
                 check_id("id", id)?;
@@ -190,22 +190,17 @@ impl ModelCommand {
     }
 }
 
+/// The declaration of the kind `name`, or why a command cannot name it.
+pub fn kind_named<'d>(d: &'d Domain, name: &str) -> Result<&'d Kind, Invalid> {
+    d.kind(name).ok_or_else(|| Invalid::new("kind", format!("{name:?} is not a kind of model {}", d.name)))
+}
+
 /// The key field's value in a checked upsert's fields.
 fn key_value<'f>(kind: &Kind, fields: &'f Object) -> &'f str {
     match kind.key_field().and_then(|f| fields.get(f)) {
         Some(Value::Str(s)) => s,
         _ => unreachable!("a checked upsert has its key field, a string"),
     }
-}
-
-/// Checks a document's fields (`whole`) or a patch's: declared fields and
-/// nested lists only, each of its type.
-fn check_fields(kind: &Kind, at: &str, fields: &Object, whole: bool) -> Result<(), Invalid> {
-    let (lists, plain): (Object, Object) = fields.iter().map(|(k, v)| (k.clone(), v.clone())).partition(|(k, _)| kind.nested_list(k).is_some());
-    for (name, v) in &lists {
-        check_objects(&format!("{at}.{name}"), &kind.nested_list(name).expect("partitioned").fields, v)?;
-    }
-    check_object(at, &kind.fields, &plain, whole)
 }
 
 /// Checks `at` of a patch or a delete: there for a kind keyed by a field,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::Value as Json;
 
 use crate::command::{date_problem, id_problem, path, CommandError, MAX_TERM_LEN};
-use crate::domain::{Field, FieldType};
+use crate::domain::{Field, FieldType, Nested};
 
 /// Most items in one keyword list, or objects in one nested list: each is
 /// indexed, so a list multiplies what one document writes.
@@ -91,18 +91,24 @@ pub fn check_objects(at: &str, fields: &[Field], v: &Value) -> Result<(), Invali
         return Err(Invalid::new(at, format!("has {} objects, more than {MAX_LIST}", objects.len())));
     }
     for (i, o) in objects.iter().enumerate() {
-        check_object(&format!("{at}[{i}]"), fields, o, true)?;
+        check_object(&format!("{at}[{i}]"), fields, &[], o, true)?;
     }
     Ok(())
 }
 
-/// Checks an object's fields against `fields`; `whole`: every required
-/// field must be there (an upsert's document, a nested object), otherwise
-/// any may be left out (a patch).
-pub fn check_object(at: &str, fields: &[Field], o: &Object, whole: bool) -> Result<(), Invalid> {
+/// Checks an object's members against `fields` and the nested `lists`
+/// (none inside a nested object); `whole`: every required field must be
+/// there (an upsert's document, a nested object), otherwise any may be
+/// left out (a patch).
+pub fn check_object(at: &str, fields: &[Field], lists: &[Nested], o: &Object, whole: bool) -> Result<(), Invalid> {
     for (name, v) in o {
-        let f = fields.iter().find(|f| &f.name == name).ok_or_else(|| Invalid::new(format!("{at}.{name}"), "is not a field of the kind"))?;
-        check(&format!("{at}.{name}"), f, v)?;
+        let here = || format!("{at}.{name}");
+        if let Some(list) = lists.iter().find(|l| &l.name == name) {
+            check_objects(&here(), &list.fields, v)?;
+        } else {
+            let f = fields.iter().find(|f| &f.name == name).ok_or_else(|| Invalid::new(here(), "is not a field of the kind"))?;
+            check(&here(), f, v)?;
+        }
     }
     if whole {
         if let Some(f) = fields.iter().find(|f| !f.optional && !o.contains_key(&f.name)) {
@@ -179,13 +185,21 @@ pub fn from_json(at: &str, f: &Field, j: &Json) -> Result<Value, Invalid> {
     Ok(v)
 }
 
-/// Reads a JSON object's fields as `fields` declare them.
-pub fn object_from_json(at: &str, fields: &[Field], j: &Json) -> Result<Object, Invalid> {
-    let Json::Object(m) = j else { return Err(Invalid::new(at, "is not an object")) };
+/// Reads a JSON object's members as `fields` and the nested `lists`
+/// declare them.
+pub fn object_from_json(at: &str, fields: &[Field], lists: &[Nested], j: &Json) -> Result<Object, Invalid> {
+    let Json::Object(m) = j else { return Err(Invalid::new(at, "is missing or not an object")) };
     let mut out = Object::new();
     for (name, v) in m {
-        let f = fields.iter().find(|f| &f.name == name).ok_or_else(|| Invalid::new(format!("{at}.{name}"), "is not a field of the kind"))?;
-        out.insert(name.clone(), from_json(&format!("{at}.{name}"), f, v)?);
+        let here = format!("{at}.{name}");
+        let value = if let Some(list) = lists.iter().find(|l| &l.name == name) {
+            let Json::Array(items) = v else { return Err(Invalid::new(here, "is not a list of objects")) };
+            Value::Objects(items.iter().enumerate().map(|(i, o)| object_from_json(&format!("{here}[{i}]"), &list.fields, &[], o)).collect::<Result<_, _>>()?)
+        } else {
+            let f = fields.iter().find(|f| &f.name == name).ok_or_else(|| Invalid::new(here.as_str(), "is not a field of the kind"))?;
+            from_json(&here, f, v)?
+        };
+        out.insert(name.clone(), value);
     }
     Ok(out)
 }

@@ -1,5 +1,6 @@
-//! The Elasticsearch mapping of a declared model's kinds, and a model
-//! document's `_source` (docs/model.md, "On Elasticsearch"). No I/O.
+//! The Elasticsearch mapping of a declared model's kinds, and the query of
+//! a model's search (docs/model.md, "On Elasticsearch"). A document's
+//! `_source` is `command::generic::value::document_json`. No I/O.
 //!
 //! A kind's fields map by type; a copy is an object of the owner's
 //! fields' mappings (`customer.name`); a nested list is `nested`, so that
@@ -7,13 +8,10 @@
 //! `<path>.tree`, as a file's path does. Strict, so that stray fields are
 //! refused.
 
-use std::collections::BTreeMap;
-
 use serde_json::{json, Map, Value as Json};
 
 use super::mapping::tombstone_fields;
 use super::names::POS_FIELD;
-use crate::command::generic::{value, Object};
 use crate::domain::{Domain, Field, FieldType, Kind};
 use crate::index::filter::Filter;
 
@@ -63,12 +61,6 @@ fn field(ty: &FieldType) -> Json {
             "fields": { "tree": { "type": "text", "analyzer": "denorm_path_tree", "search_analyzer": "keyword" } }
         }),
     }
-}
-
-/// A model document's `_source`: its id, its fields and nested lists, and
-/// each copy as an object of the fields the owner has.
-pub fn source(id: &str, fields: &Object, copies: &BTreeMap<String, Object>) -> Json {
-    value::document_json(id, fields, copies)
 }
 
 /// The query of a search of one kind's documents: every filter holds.
