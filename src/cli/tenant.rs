@@ -87,6 +87,10 @@ impl Deletes {
                 self.removed.users += 1;
                 self.users.push(Command::DeleteUser { id: u.id });
             }
+            // The listing reads the compiled-in kinds only: a model's
+            // tenants are not deleted by `denorm tenant delete` yet
+            // (docs/model.md, "Status").
+            Doc::Model(_) => {}
         }
     }
 

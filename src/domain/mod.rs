@@ -220,6 +220,21 @@ impl Domain {
         self.kinds.iter().find(|k| k.name == name)
     }
 
+    /// The model for the rest of the process: what a worker's commands and
+    /// documents point to. One per fingerprint, however often a model is
+    /// loaded.
+    pub fn interned(self) -> &'static Domain {
+        static MODELS: std::sync::Mutex<Vec<(String, &'static Domain)>> = std::sync::Mutex::new(Vec::new());
+        let fingerprint = self.fingerprint();
+        let mut models = MODELS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, d)) = models.iter().find(|(f, _)| *f == fingerprint) {
+            return d;
+        }
+        let d: &'static Domain = Box::leak(Box::new(self));
+        models.push((fingerprint, d));
+        d
+    }
+
     /// A fingerprint of everything the index depends on: equal for two
     /// files that declare the same model, however written (comments,
     /// order, shorthands), and different otherwise. An index records it;

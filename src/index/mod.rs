@@ -11,24 +11,27 @@ pub mod embedded;
 pub mod filter;
 pub mod generations;
 pub mod memory;
+pub mod model_doc;
 pub mod open;
 pub mod progress;
 mod read;
 pub mod tenant_generations;
 
 pub use backend::{verified_record, Backend, Verified, VERIFIED_PARTIAL_RECORD, VERIFIED_RECORD};
+pub use model_doc::{CopyTarget, ModelDoc, ModelKind, ModelScan};
 pub use read::{dump_order, AuthorGroup, FileQuery, PostQuery, Recorded, SearchIndex};
 
 use serde::Serialize;
 
 use crate::command::{path, tenant};
 
-/// The document kinds.
+/// The document kinds: the compiled-in ones, and a declared model's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     File,
     User,
     Post,
+    Model(ModelKind),
 }
 
 impl Kind {
@@ -37,6 +40,7 @@ impl Kind {
             Kind::File => "file",
             Kind::User => "user",
             Kind::Post => "post",
+            Kind::Model(k) => k.as_str(),
         }
     }
 }
@@ -125,6 +129,7 @@ pub enum Doc {
     File(FileDoc),
     User(UserDoc),
     Post(PostDoc),
+    Model(Box<ModelDoc>),
 }
 
 impl Doc {
@@ -133,6 +138,7 @@ impl Doc {
             Doc::File(_) => Kind::File,
             Doc::User(_) => Kind::User,
             Doc::Post(_) => Kind::Post,
+            Doc::Model(d) => Kind::Model(d.kind),
         }
     }
     pub fn id(&self) -> &str {
@@ -140,6 +146,7 @@ impl Doc {
             Doc::File(d) => &d.id,
             Doc::User(d) => &d.id,
             Doc::Post(d) => &d.id,
+            Doc::Model(d) => &d.id,
         }
     }
     pub fn pos(&self) -> u64 {
@@ -147,6 +154,7 @@ impl Doc {
             Doc::File(d) => d.pos,
             Doc::User(d) => d.pos,
             Doc::Post(d) => d.pos,
+            Doc::Model(d) => d.pos,
         }
     }
     /// The key that orders its commands: a file's top-level directory, a
@@ -156,6 +164,7 @@ impl Doc {
             Doc::File(f) => crate::command::path::top_level(&f.full_path()).to_string(),
             Doc::User(u) => u.id.clone(),
             Doc::Post(p) => p.user.id.clone(),
+            Doc::Model(d) => d.key.clone(),
         }
     }
     /// The same document without its bookkeeping, for comparisons.
@@ -164,6 +173,7 @@ impl Doc {
             Doc::File(d) => d.pos = 0,
             Doc::User(d) => d.pos = 0,
             Doc::Post(d) => d.pos = 0,
+            Doc::Model(d) => d.pos = 0,
         }
         self
     }
@@ -176,6 +186,8 @@ pub enum Scan {
     FilesWithin { path: String },
     /// Posts of `user_id` whose copied author name differs from `name`.
     PostsOfUserNotNamed { user_id: String, name: String },
+    /// A declared model's fan-out.
+    Model(ModelScan),
 }
 
 impl Scan {
@@ -186,6 +198,7 @@ impl Scan {
         match self {
             Scan::FilesWithin { path: p } => path::top_level(p),
             Scan::PostsOfUserNotNamed { user_id, .. } => user_id,
+            Scan::Model(m) => m.key(),
         }
     }
 
@@ -195,6 +208,7 @@ impl Scan {
         match (self, doc) {
             (Scan::FilesWithin { path: p }, Doc::File(f)) => path::is_within(&f.full_path(), p),
             (Scan::PostsOfUserNotNamed { user_id, name }, Doc::Post(d)) => &d.user.id == user_id && &d.user.name != name,
+            (Scan::Model(m), Doc::Model(d)) => m.matches(d),
             _ => false,
         }
     }

@@ -151,6 +151,7 @@ fn fields(doc: &Doc) -> BTreeMap<String, Value> {
         Doc::File(f) => serde_json::to_value(f),
         Doc::User(u) => serde_json::to_value(u),
         Doc::Post(p) => serde_json::to_value(p),
+        Doc::Model(d) => Ok(crate::command::generic::value::document_json(d.unscoped_id(), &d.fields, &d.copies)),
     };
     match v {
         Ok(Value::Object(m)) => m.into_iter().collect(),

@@ -59,9 +59,10 @@ fn a_models_mapping_indexes_its_documents_and_answers_its_searches() {
             (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {status} with a body that is not JSON ({e}): {text}")))
         })
     };
-    for kind in &d.kinds {
-        let (status, body) = send(reqwest::Method::PUT, index(&kind.name), json!({ "settings": settings(), "mappings": model::mapping(&d, kind) }));
-        assert_eq!(status, 200, "{}: {body}", kind.name);
+    for kind in denorm::index::ModelKind::all(d.clone().interned()) {
+        let (status, body) =
+            send(reqwest::Method::PUT, index(kind.as_str()), json!({ "settings": settings(), "mappings": denorm::index::elastic::mapping::mapping(denorm::index::Kind::Model(kind)) }));
+        assert_eq!(status, 200, "{}: {body}", kind.as_str());
     }
     for (k, doc) in reference.docs() {
         let (status, body) = send(reqwest::Method::PUT, format!("{}/_doc/{}?refresh=true", index(&k.kind), k.id), document_json(&k.id, &doc.fields, &doc.copies));
@@ -97,7 +98,7 @@ fn the_shop_models_searches_find_on_the_embedded_index_what_they_find_on_elastic
     for e in parse_all(&d, log.as_bytes()).unwrap().into_iter().chain(parse_all(&d, acme.as_bytes()).unwrap()) {
         reference.apply(&e);
     }
-    let schema = denorm::index::embedded::model::ModelSchema::new(&d);
+    let schema = denorm::index::embedded::model_schema(d.clone().interned());
     let index = tantivy::Index::create_in_ram(schema.schema());
     let mut writer: tantivy::IndexWriter = index.writer(15_000_000).unwrap();
     for (k, doc) in reference.docs() {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::Value as Json;
 
 use crate::command::{date_problem, id_problem, path, CommandError, MAX_TERM_LEN};
-use crate::domain::{Field, FieldType, Nested};
+use crate::domain::{Domain, Field, FieldType, Kind, Nested};
 
 /// Most items in one keyword list, or objects in one nested list: each is
 /// indexed, so a list multiplies what one document writes.
@@ -230,6 +230,27 @@ pub fn document_json(id: &str, fields: &Object, copies: &BTreeMap<String, Object
     }
     out.insert("id".into(), id.into());
     Json::Object(out)
+}
+
+/// A model document's JSON ([`document_json`]) read back: its id, its
+/// fields and nested lists, and its copies. Members `store` names are the
+/// store's own bookkeeping, passed over.
+pub fn document_from_json(d: &Domain, kind: &Kind, j: &Json, store: &dyn Fn(&str) -> bool) -> Result<(String, Object, BTreeMap<String, Object>), Invalid> {
+    let Json::Object(m) = j else { return Err(Invalid::new(&kind.name, "is not a JSON object")) };
+    let (mut id, mut fields, mut copies) = (None, serde_json::Map::new(), BTreeMap::new());
+    for (name, v) in m {
+        if name == "id" {
+            id = v.as_str().map(str::to_string);
+        } else if let Some(c) = kind.copies.iter().find(|c| &c.name == name) {
+            let owner = d.kind(&c.owner).ok_or_else(|| Invalid::new(name, "copies a kind the model does not have"))?;
+            let copied: Vec<Field> = owner.fields.iter().filter(|f| c.fields.contains(&f.name)).cloned().collect();
+            copies.insert(name.clone(), object_from_json(name, &copied, &[], v)?);
+        } else if !store(name) {
+            fields.insert(name.clone(), v.clone());
+        }
+    }
+    let id = id.ok_or_else(|| Invalid::new("id", "is missing or not a string"))?;
+    Ok((id, object_from_json(&kind.name, &kind.fields, &kind.nested, &Json::Object(fields))?, copies))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use super::names::{DELETED_AT_FIELD, DELETED_FIELD, PARTITION_FIELD, POS_FIELD, TENANT_FIELD};
 use super::{json_or_status, ElasticError};
 use crate::command::tenant::{self, unscoped};
-use crate::index::{Author, Doc, FileDoc, Kind, PostDoc, Recorded, Scan, UserDoc};
+use crate::index::{Author, Doc, FileDoc, Kind, ModelDoc, ModelScan, PostDoc, Recorded, Scan, UserDoc};
 
 /// The `_source` of a document: its fields as the producer wrote them, and
 /// its tenant in [`TENANT_FIELD`] (its `_id`, the document's scoped id,
@@ -16,6 +16,7 @@ pub fn to_source(doc: &Doc) -> Value {
         Doc::File(f) => json!({"id": unscoped(&f.id), "name": f.name, "path": unscoped(&f.path), "contents": f.contents}),
         Doc::User(u) => json!({"id": unscoped(&u.id), "name": u.name, "email": u.email, "dob": u.dob}),
         Doc::Post(p) => json!({"id": unscoped(&p.id), "title": p.title, "body": p.body, "user": {"id": unscoped(&p.user.id), "name": p.user.name}}),
+        Doc::Model(d) => crate::command::generic::value::document_json(d.unscoped_id(), &d.fields, &d.copies),
     };
     if let Some(t) = tenant::of(doc.id()) {
         v[TENANT_FIELD] = json!(t);
@@ -53,6 +54,14 @@ pub fn from_source(kind: Kind, v: &Value) -> Doc {
         Kind::File => Doc::File(FileDoc { id: id(&v["id"]), name: s(&v["name"]), path: id(&v["path"]), contents: s(&v["contents"]), pos }),
         Kind::User => Doc::User(UserDoc { id: id(&v["id"]), name: s(&v["name"]), email: s(&v["email"]), dob: s(&v["dob"]), pos }),
         Kind::Post => Doc::Post(PostDoc { id: id(&v["id"]), title: s(&v["title"]), body: s(&v["body"]), user: Author { id: id(&v["user"]["id"]), name: s(&v["user"]["name"]) }, pos }),
+        Kind::Model(k) => {
+            let own = |name: &str| name == TENANT_FIELD || name.starts_with("denorm_");
+            // A source the model does not read (written behind the
+            // pipeline's back) reads as a document without fields, so
+            // that a verify reports it.
+            let (doc_id, fields, copies) = crate::command::generic::value::document_from_json(k.domain(), k.decl(), v, &own).unwrap_or_else(|_| (s(&v["id"]), Default::default(), Default::default()));
+            Doc::Model(Box::new(ModelDoc::new(k, id(&Value::String(doc_id)), fields, copies, pos)))
+        }
     }
 }
 
@@ -103,6 +112,16 @@ pub fn scan_query(scan: &Scan) -> (Kind, Value) {
         Scan::PostsOfUserNotNamed { user_id, name } => {
             let filter = [json!({"term": {"user.id": unscoped(user_id)}}), of_tenant(tenant::of(user_id))];
             (Kind::Post, json!({"bool": {"filter": filter, "must_not": [{"term": {"user.name.raw": name}}, is_deleted()]}}))
+        }
+        // A model's dependents whatever copy they carry (the rule tests
+        // it), and a path's documents by its ancestors or itself.
+        Scan::Model(m @ ModelScan::Dependents { owner, target, .. }) => {
+            let filter = [json!({"term": {target.via.as_str(): owner}}), of_tenant(m.tenant())];
+            (Kind::Model(m.kind()), json!({"bool": {"filter": filter, "must_not": [is_deleted()]}}))
+        }
+        Scan::Model(m @ ModelScan::Within { field, path, .. }) => {
+            let within = json!({"bool": {"should": [{"term": {format!("{field}.tree"): path}}, {"term": {field.as_str(): path}}], "minimum_should_match": 1}});
+            (Kind::Model(m.kind()), json!({"bool": {"filter": [within, of_tenant(m.tenant())], "must_not": [is_deleted()]}}))
         }
     }
 }

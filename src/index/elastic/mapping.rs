@@ -24,6 +24,7 @@ fn name_with_raw() -> Value {
 /// are refused.
 pub fn mapping(kind: Kind) -> Value {
     let props = match kind {
+        Kind::Model(k) => super::model::properties_of(k.domain(), k.decl()),
         Kind::File => json!({
             "id": { "type": "keyword" },
             "name": { "type": "keyword" },

@@ -10,13 +10,12 @@
 
 use serde_json::{json, Map, Value as Json};
 
-use super::mapping::tombstone_fields;
-use super::names::POS_FIELD;
 use crate::domain::{Domain, Field, FieldType, Kind};
 use crate::index::filter::Filter;
 
-/// The mapping of `kind` of model `d`.
-pub fn mapping(d: &Domain, kind: &Kind) -> Json {
+/// The properties of `kind` of model `d` (`super::mapping::mapping`
+/// adds the bookkeeping every document has).
+pub fn properties_of(d: &Domain, kind: &Kind) -> Json {
     let mut props = properties(&kind.fields);
     for c in &kind.copies {
         let owner = d.kind(&c.owner).expect("a checked model's copies name kinds");
@@ -27,11 +26,7 @@ pub fn mapping(d: &Domain, kind: &Kind) -> Json {
         props.insert(n.name.clone(), json!({ "type": "nested", "properties": properties(&n.fields) }));
     }
     props.insert("id".into(), json!({ "type": "keyword" }));
-    props.insert(POS_FIELD.into(), json!({ "type": "long" }));
-    for (field, m) in tombstone_fields() {
-        props.insert(field.into(), m);
-    }
-    json!({ "dynamic": "strict", "properties": props })
+    Json::Object(props)
 }
 
 fn properties(fields: &[Field]) -> Map<String, Json> {

@@ -56,6 +56,8 @@ pub fn kind_name(kind: Kind) -> &'static str {
         Kind::File => "files",
         Kind::User => "users",
         Kind::Post => "posts",
+        // Singular: never one of the compiled-in names.
+        Kind::Model(k) => k.as_str(),
     }
 }
 

@@ -135,6 +135,9 @@ impl Recent {
             .filter(move |((kind, _), value)| match scan {
                 Scan::FilesWithin { path: p } => *kind == Kind::File && path::is_within(value, p),
                 Scan::PostsOfUserNotNamed { name, .. } => *kind == Kind::Post && value.as_str() != name.as_str(),
+                // Every document of the scan's kind in its key: the
+                // fan-out's rule tests each.
+                Scan::Model(m) => *kind == Kind::Model(m.kind()),
             })
             .map(|(id, _)| id)
     }
@@ -165,7 +168,7 @@ pub(super) fn scanned(doc: &Doc) -> String {
     match doc {
         Doc::File(f) => f.full_path(),
         Doc::Post(p) => p.user.name.clone(),
-        Doc::User(_) => String::new(),
+        Doc::User(_) | Doc::Model(_) => String::new(),
     }
 }
 

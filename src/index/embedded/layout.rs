@@ -10,6 +10,7 @@ use tantivy::query::TermQuery;
 use tantivy::schema::IndexRecordOption;
 use tantivy::{Index, ReloadPolicy, Searcher, Term};
 
+use crate::domain::Domain;
 use crate::index::{Checkpoint, IndexError};
 
 use super::directory::{committed_shards, open_reader, shard_checkpoint};
@@ -58,6 +59,9 @@ pub struct EmbeddedIndex {
     /// The topic this handle works on, when it writes (checked against the
     /// marker by [`EmbeddedIndex::bind_log`]).
     topic: Option<String>,
+    /// The declared model whose documents the shards hold beside the
+    /// compiled-in kinds ([`EmbeddedIndex::with_model`]).
+    model: Option<&'static Domain>,
 }
 
 impl EmbeddedIndex {
@@ -65,7 +69,7 @@ impl EmbeddedIndex {
     /// refuses one that belongs to another topic.
     pub fn open(root: &Path, topic: &str) -> Result<Self, IndexError> {
         std::fs::create_dir_all(root)?;
-        let index = EmbeddedIndex { root: root.to_path_buf(), topic: Some(topic.into()) };
+        let index = EmbeddedIndex { root: root.to_path_buf(), topic: Some(topic.into()), model: None };
         match index.marker().and_then(|m| index.binding_of(m)) {
             Ok(m) if m.topic != topic => Err(IndexError::WrongTopic { path: root.display().to_string(), found: m.topic, expected: topic.into() }),
             Ok(_) => Ok(index),
@@ -122,7 +126,7 @@ impl EmbeddedIndex {
     /// (after `denorm migrate`): the cutover records the new one.
     pub fn open_for_rebuild(root: &Path, topic: &str) -> Result<Self, IndexError> {
         match Self::open(root, topic) {
-            Err(IndexError::WrongTopic { .. }) => Ok(EmbeddedIndex { root: root.to_path_buf(), topic: Some(topic.into()) }),
+            Err(IndexError::WrongTopic { .. }) => Ok(EmbeddedIndex { root: root.to_path_buf(), topic: Some(topic.into()), model: None }),
             other => other,
         }
     }
@@ -192,7 +196,7 @@ impl EmbeddedIndex {
         if !root.join(MARKER).exists() {
             return Err(IndexError::Io(std::io::Error::new(std::io::ErrorKind::NotFound, format!("no denorm index at {} (run `denorm run` or `denorm demo` first, or pass --index)", root.display()))));
         }
-        Ok(EmbeddedIndex { root: root.to_path_buf(), topic: None })
+        Ok(EmbeddedIndex { root: root.to_path_buf(), topic: None, model: None })
     }
 
     pub fn root(&self) -> &Path {
@@ -289,7 +293,40 @@ impl EmbeddedIndex {
 
     /// [`EmbeddedIndex::open_shard`] in `generation`.
     pub fn open_shard_in(&self, generation: u64, partition: i32, memory_budget: usize) -> Result<EmbeddedShard, IndexError> {
-        EmbeddedShard::open(&self.shard_dir(generation, partition), self.generation_dir(generation), generation, partition, memory_budget)
+        self.check_model(generation, true)?;
+        EmbeddedShard::open(&self.shard_dir(generation, partition), self.generation_dir(generation), generation, partition, memory_budget, self.model)
+    }
+
+    /// This handle for the documents of `model` (`None`: the compiled-in
+    /// kinds only). Each generation records the model it was first written
+    /// with; a writer or a reader with another is refused.
+    pub fn with_model(mut self, model: Option<&'static Domain>) -> Self {
+        self.model = model;
+        self
+    }
+
+    /// Refuses a generation written with another model than this handle's;
+    /// `record`: a writer's, which records its model in a generation that
+    /// has none yet.
+    fn check_model(&self, generation: u64, record: bool) -> Result<(), IndexError> {
+        let name = format!("model-g{generation}");
+        let shown = |v: &serde_json::Value| format!("model {} version {} (fingerprint {})", v["name"].as_str().unwrap_or("?"), v["version"], v["fingerprint"].as_str().unwrap_or("?"));
+        let ours = self.model.map(|d| serde_json::json!({"name": d.name, "version": d.version, "fingerprint": d.fingerprint()}));
+        let refuse = |held: String, wanted: String| {
+            Err(IndexError::LogMismatch(format!(
+                "generation {generation} of the index at {} holds {held}, not {wanted}: a model is changed by a rebuild into a new generation (`denorm rebuild --model`, docs/model.md)",
+                self.root.display()
+            )))
+        };
+        match (self.record(&name)?, ours) {
+            (None, None) => Ok(()),
+            (Some(held), None) => refuse(shown(&held), "the compiled-in kinds alone (pass its --model)".into()),
+            (Some(held), Some(ours)) if held["fingerprint"] == ours["fingerprint"] => Ok(()),
+            (Some(held), Some(ours)) => refuse(shown(&held), shown(&ours)),
+            (None, Some(ours)) if !committed_shards(&self.generation_dir(generation))?.is_empty() => refuse("the compiled-in kinds alone".into(), shown(&ours)),
+            (None, Some(ours)) if record => self.save_record(&name, &ours),
+            (None, Some(ours)) => refuse("nothing written yet".into(), shown(&ours)),
+        }
     }
 
     /// A read-only view of every shard of the current generation, as
@@ -300,13 +337,16 @@ impl EmbeddedIndex {
 
     /// A read view of generation `g`.
     pub fn search_in(&self, g: u64) -> Result<EmbeddedSearch, IndexError> {
+        if self.model.is_some() || self.record(&format!("model-g{g}"))?.is_some() {
+            self.check_model(g, false)?;
+        }
         let mut shards = Vec::new();
         for (_, dir) in committed_shards(&self.generation_dir(g))? {
             let index = Index::open_in_dir(&dir)?;
             let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
             shards.push((index, reader));
         }
-        Ok(EmbeddedSearch::over(shards))
+        Ok(EmbeddedSearch::over(shards, self.model))
     }
 }
 
@@ -320,7 +360,7 @@ impl EmbeddedIndex {
     /// live document (deleted documents keep their terms until a merge).
     pub fn held_by_several_partitions(&self) -> Result<Vec<(String, Vec<i32>)>, IndexError> {
         use std::cmp::Reverse;
-        let f = schema().1;
+        let f = schema(None).1;
         let mut shards: Vec<(i32, Searcher)> = Vec::new();
         for (partition, dir) in committed_shards(&self.generation_dir(self.current_generation()?))? {
             shards.push((partition, open_reader(&dir)?.searcher()));

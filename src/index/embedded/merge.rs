@@ -70,7 +70,7 @@ mod tests {
     #[test]
     fn merges_never_produce_more_than_the_bound_and_take_at_least_two_segments() {
         use tantivy::indexer::MergePolicy;
-        let index = Index::create_in_ram(schema().0);
+        let index = Index::create_in_ram(schema(None).0);
         // Many small segments (one level for tantivy's policy), a few
         // large ones, and one over the bound.
         let sizes = [9_000u32; 30].iter().chain(&[40_000, 45_000, 48_000, 150_000]).copied().collect::<Vec<_>>();

@@ -40,3 +40,9 @@ impl From<tantivy::TantivyError> for IndexError {
         }
     }
 }
+
+/// The shards' schema with the fields of model `d`: what a shard opened
+/// with the model holds its documents in.
+pub fn model_schema(d: &'static crate::domain::Domain) -> &'static model::ModelSchema {
+    schema::schema(Some(d)).1.model.expect("a model's schema")
+}

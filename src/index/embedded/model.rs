@@ -15,12 +15,12 @@ use std::ops::Bound;
 
 use tantivy::collector::DocSetCollector;
 use tantivy::query::{BooleanQuery, Occur, Query, QueryParser, RangeQuery, TermQuery};
-use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value as _, FAST, INDEXED, STORED, STRING};
+use tantivy::schema::{Field, IndexRecordOption, Schema, SchemaBuilder, TextFieldIndexing, TextOptions, Value as _, FAST, INDEXED, STORED, STRING};
 use tantivy::{Searcher, TantivyDocument, Term};
 
 use crate::command::generic::{value, Object, Value};
 use crate::command::{path, tenant};
-use crate::domain::{Analyzer, Domain, Field as Declared, FieldType};
+use crate::domain::{Analyzer, Domain, Field as DeclaredField, FieldType};
 use crate::index::filter::Filter;
 
 /// What a field of the schema holds, for building its terms.
@@ -33,14 +33,19 @@ enum Holds {
     Bool,
 }
 
-/// The schema of one model, with its fields by name.
+/// A model's part of the shards' schema, with its fields by name: a
+/// model's document uses the shards' own key, kind and id fields
+/// (`super::schema`), so that every read and write of a shard finds it as
+/// it finds a compiled-in kind's.
 pub struct ModelSchema {
+    domain: &'static Domain,
     schema: Schema,
-    /// A document's place: `<kind term>:<id>`, the kind term scoped to its tenant.
+    /// A document's place ([`doc_key_of`]).
     key: Field,
     /// The kind term (`order`, `acme\u{1f}order`; a nested list's objects:
     /// `order.lines`).
     kind: Field,
+    /// The id, scoped to its tenant.
     id: Field,
     /// A nested object's parent's key.
     parent: Field,
@@ -49,13 +54,26 @@ pub struct ModelSchema {
     fields: BTreeMap<String, (Field, Holds)>,
 }
 
+/// What [`ModelSchema::declare`] adds to the shards' schema builder.
+pub(super) struct Declared {
+    parent: Field,
+    source: Field,
+    fields: BTreeMap<String, (Field, Holds)>,
+}
+
+/// The shards' fields a model's documents share.
+pub(super) struct Shared {
+    pub(super) key: Field,
+    pub(super) kind: Field,
+    pub(super) id: Field,
+}
+
 impl ModelSchema {
-    pub fn new(d: &Domain) -> Self {
-        let mut b = Schema::builder();
-        let (key, kind, id) = (b.add_text_field("_key", STRING), b.add_text_field("_kind", STRING), b.add_text_field("_id", STRING | STORED));
+    /// Adds the fields of `d` to the shards' schema builder `b`.
+    pub(super) fn declare(b: &mut SchemaBuilder, d: &Domain) -> Declared {
         let (parent, source) = (b.add_text_field("_parent", STRING | STORED), b.add_text_field("_source", STORED));
         let mut fields = BTreeMap::new();
-        let mut add = |name: String, f: &Declared| {
+        let mut add = |name: String, f: &DeclaredField| {
             let (field, holds) = match &f.ty {
                 FieldType::Text { analyzer, exact } => {
                     let tokenizer = match analyzer {
@@ -96,7 +114,12 @@ impl ModelSchema {
                 }
             }
         }
-        ModelSchema { schema: b.build(), key, kind, id, parent, source, fields }
+        Declared { parent, source, fields }
+    }
+
+    pub(super) fn finish(domain: &'static Domain, schema: Schema, shared: Shared, declared: Declared) -> Self {
+        let Declared { parent, source, fields } = declared;
+        ModelSchema { domain, schema, key: shared.key, kind: shared.kind, id: shared.id, parent, source, fields }
     }
 
     pub fn schema(&self) -> Schema {
@@ -105,18 +128,18 @@ impl ModelSchema {
 
     /// The term of a document's place.
     pub fn key_term(&self, tenant: Option<&str>, kind: &str, id: &str) -> Term {
-        Term::from_field_text(self.key, &doc_key(tenant, kind, id))
+        Term::from_field_text(self.key, &doc_key_of(kind, &tenant::scope(tenant, id)))
     }
 
     /// The tantivy documents of one model document: its own, then one per
     /// object of its nested lists. Delete them all by [`Self::key_term`]
     /// and the parent term ([`Self::parent_term`]) before a rewrite.
     pub fn documents(&self, tenant: Option<&str>, kind: &str, id: &str, fields: &Object, copies: &BTreeMap<String, Object>) -> Vec<TantivyDocument> {
-        let key = doc_key(tenant, kind, id);
+        let key = doc_key_of(kind, &tenant::scope(tenant, id));
         let mut own = TantivyDocument::new();
         own.add_text(self.key, &key);
         own.add_text(self.kind, tenant::scope(tenant, kind));
-        own.add_text(self.id, id);
+        own.add_text(self.id, tenant::scope(tenant, id));
         own.add_text(self.source, value::document_json(id, fields, copies).to_string());
         let mut out = Vec::new();
         for (name, v) in fields {
@@ -142,7 +165,28 @@ impl ModelSchema {
 
     /// The term of every nested object of the document at `key`'s place.
     pub fn parent_term(&self, tenant: Option<&str>, kind: &str, id: &str) -> Term {
-        Term::from_field_text(self.parent, &doc_key(tenant, kind, id))
+        Term::from_field_text(self.parent, &doc_key_of(kind, &tenant::scope(tenant, id)))
+    }
+
+    /// The kind `name` of the model.
+    pub(super) fn kind_named(&self, name: &str) -> Option<crate::index::ModelKind> {
+        crate::index::ModelKind::of(self.domain, name)
+    }
+
+    /// Whether `kind` has nested lists, whose objects are documents of
+    /// their own beside their parent's.
+    pub(super) fn has_nested(&self, kind: &crate::domain::Kind) -> bool {
+        !kind.nested.is_empty()
+    }
+
+    /// The stored JSON of a model document.
+    pub(super) fn source_of<'t>(&self, t: &'t TantivyDocument) -> Option<&'t str> {
+        t.get_first(self.source).and_then(|v| v.as_str())
+    }
+
+    /// The field `<kind>.<field>` (a path's ancestors: `<kind>.<field>.tree`).
+    pub(super) fn field_named(&self, name: &str) -> Option<Field> {
+        self.fields.get(name).map(|(f, _)| *f)
     }
 
     fn add_all(&self, t: &mut TantivyDocument, prefix: &str, o: &Object) {
@@ -183,7 +227,7 @@ impl ModelSchema {
         let mut out = Vec::new();
         for a in searcher.search(&BooleanQuery::new(all), &DocSetCollector)? {
             let doc: TantivyDocument = searcher.doc(a)?;
-            out.extend(doc.get_first(self.id).and_then(|v| v.as_str()).map(str::to_string));
+            out.extend(doc.get_first(self.id).and_then(|v| v.as_str()).map(|id| tenant::unscoped(id).to_string()));
         }
         out.sort();
         Ok(out)
@@ -243,7 +287,11 @@ impl ModelSchema {
     }
 }
 
-/// A document's place as one term.
-fn doc_key(tenant: Option<&str>, kind: &str, id: &str) -> String {
-    format!("{}:{id}", tenant::scope(tenant, kind))
+/// A document's place as one term (`super::schema::doc_key`) for a kind
+/// by name: `kind:id`, and `kind;<tenant>\u{1f}<id>` for a tenant's.
+pub(super) fn doc_key_of(kind: &str, id: &str) -> String {
+    match tenant::of(id) {
+        None => format!("{kind}:{id}"),
+        Some(_) => format!("{kind};{id}"),
+    }
 }

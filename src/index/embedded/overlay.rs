@@ -85,12 +85,15 @@ impl Overlay {
     /// including those being merged, has seen them) made memory grow with
     /// the batch and with merge times.
     pub(super) fn flush(&self, writer: &IndexWriter, f: &Fields) -> Result<(), IndexError> {
-        let replaced: Vec<Term> = self.writes.iter().filter(|(_, p)| p.replaces).map(|((kind, id), _)| f.key_term(*kind, id)).collect();
+        let mut replaced: Vec<Term> = Vec::new();
+        for ((kind, id), _) in self.writes.iter().filter(|(_, p)| p.replaces) {
+            f.key_terms(*kind, id, &mut replaced);
+        }
         if !replaced.is_empty() {
             writer.delete_query(Box::new(tantivy::query::TermSetQuery::new(replaced)))?;
         }
         for doc in self.writes.values().filter_map(|p| p.doc.as_ref()) {
-            writer.add_document(f.tantivy_doc(doc))?;
+            f.add(writer, doc)?;
         }
         Ok(())
     }

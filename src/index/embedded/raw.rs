@@ -15,7 +15,7 @@ pub(super) const PAGE: usize = 1000;
 
 pub(super) fn open(dir: &Path, memory_budget: usize) -> Result<(Index, IndexWriter, Fields), IndexError> {
     std::fs::create_dir_all(dir)?;
-    let (schema, f) = schema();
+    let (schema, f) = schema(None);
     let index = Index::open_or_create(tantivy::directory::MmapDirectory::open(dir).map_err(|e| IndexError::Backend(e.to_string()))?, schema)?;
     let writer = index.writer_with_num_threads(1, memory_budget.max(15_000_000))?;
     Ok((index, writer, f))
@@ -27,7 +27,7 @@ pub fn index(dir: &Path, memory_budget: usize, docs: impl IntoIterator<Item = Do
     let (_, mut writer, f) = open(dir, memory_budget)?;
     let mut n = 0;
     for d in docs {
-        writer.add_document(f.tantivy_doc(&d))?;
+        f.add(&writer, &d)?;
         n += 1;
     }
     writer.commit()?;

@@ -8,7 +8,10 @@ use tantivy::store::StoreReader;
 use tantivy::{DocId, DocSet, Searcher, TantivyDocument, Term, TERMINATED};
 
 use crate::command::tenant;
-use crate::index::{Author, Doc, FileDoc, IndexError, Kind, PostDoc, Scan, UserDoc};
+use crate::domain::Domain;
+use crate::index::{Author, Doc, FileDoc, IndexError, Kind, ModelDoc, ModelScan, PostDoc, Scan, UserDoc};
+
+use super::model::{doc_key_of, ModelSchema, Shared};
 
 /// The tantivy fields. Dotted names of DESIGN.md map to underscores. A
 /// tenant's documents hold their identifiers scoped (`id`, `path`,
@@ -33,11 +36,15 @@ pub(super) struct Fields {
     pub(super) title: Field,
     pub(super) body: Field,
     pub(super) pos: Field,
+    /// The fields of the model the shards hold beside the compiled-in
+    /// kinds, if any.
+    pub(super) model: Option<&'static ModelSchema>,
 }
 
-pub(super) fn schema() -> (Schema, Fields) {
+/// The shards' schema: the compiled-in kinds' fields, and `model`'s.
+pub(super) fn schema(model: Option<&'static Domain>) -> (Schema, Fields) {
     let mut b = Schema::builder();
-    let f = Fields {
+    let mut f = Fields {
         doc_key: b.add_text_field("doc_key", STRING),
         kind: b.add_text_field("kind", STRING | STORED),
         id: b.add_text_field("id", STRING | STORED),
@@ -54,8 +61,27 @@ pub(super) fn schema() -> (Schema, Fields) {
         title: b.add_text_field("title", TEXT | STORED),
         body: b.add_text_field("body", TEXT | STORED),
         pos: b.add_u64_field("pos", INDEXED | STORED | FAST),
+        model: None,
     };
-    (b.build(), f)
+    let Some(d) = model else { return (b.build(), f) };
+    let declared = ModelSchema::declare(&mut b, d);
+    let schema = b.build();
+    f.model = Some(interned(d, || ModelSchema::finish(d, schema.clone(), Shared { key: f.doc_key, kind: f.kind, id: f.id }, declared)));
+    (schema, f)
+}
+
+/// One [`ModelSchema`] per model for the process (a shard opened again
+/// finds its model's).
+fn interned(d: &'static Domain, make: impl FnOnce() -> ModelSchema) -> &'static ModelSchema {
+    static SCHEMAS: std::sync::Mutex<Vec<(usize, &'static ModelSchema)>> = std::sync::Mutex::new(Vec::new());
+    let mut all = SCHEMAS.lock().unwrap_or_else(|e| e.into_inner());
+    let at = d as *const Domain as usize;
+    if let Some((_, m)) = all.iter().find(|(p, _)| *p == at) {
+        return m;
+    }
+    let m: &'static ModelSchema = Box::leak(Box::new(make()));
+    all.push((at, m));
+    m
 }
 
 /// A document's unique term: `kind:id`, and `kind;<tenant>\u{1f}<id>` for
@@ -63,10 +89,7 @@ pub(super) fn schema() -> (Schema, Fields) {
 /// [`crate::index::dump_order`]: by kind, the default tenant's first
 /// (`:` sorts before `;`), then tenant by tenant, then by id.
 pub(super) fn doc_key(kind: Kind, id: &str) -> String {
-    match tenant::of(id) {
-        None => format!("{}:{id}", kind.as_str()),
-        Some(_) => format!("{};{id}", kind.as_str()),
-    }
+    doc_key_of(kind.as_str(), id)
 }
 
 /// A [`doc_key`] as people read it (logs): its kind, and its id as its
@@ -87,6 +110,37 @@ pub(super) fn kind_term(kind: Kind, tenant: Option<&str>) -> String {
 impl Fields {
     pub(super) fn key_term(&self, kind: Kind, id: &str) -> Term {
         Term::from_field_text(self.doc_key, &doc_key(kind, id))
+    }
+
+    /// The terms of every tantivy document of `kind`/`id`: its own, and
+    /// the objects of its nested lists.
+    pub(super) fn key_terms(&self, kind: Kind, id: &str, out: &mut Vec<Term>) {
+        out.push(self.key_term(kind, id));
+        if let (Kind::Model(k), Some(m)) = (kind, self.model) {
+            if m.has_nested(k.decl()) {
+                out.push(m.parent_term(tenant::of(id), k.as_str(), tenant::unscoped(id)));
+            }
+        }
+    }
+
+    /// Adds the tantivy documents of `doc` to `writer`.
+    pub(super) fn add(&self, writer: &tantivy::IndexWriter, doc: &Doc) -> Result<(), IndexError> {
+        match (doc, self.model) {
+            (Doc::Model(d), Some(m)) => {
+                let mut docs = m.documents(d.tenant(), d.kind.as_str(), d.unscoped_id(), &d.fields, &d.copies).into_iter();
+                let mut own = docs.next().expect("a document's own");
+                own.add_u64(self.pos, d.pos);
+                writer.add_document(own)?;
+                for child in docs {
+                    writer.add_document(child)?;
+                }
+            }
+            (Doc::Model(d), None) => return Err(IndexError::Backend(format!("a document of model {} in a shard opened without it", d.kind.domain().name))),
+            _ => {
+                writer.add_document(self.tantivy_doc(doc))?;
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn term(&self, field: Field, value: &str) -> Box<dyn Query> {
@@ -122,6 +176,8 @@ impl Fields {
                 t.add_text(self.title, &d.title);
                 t.add_text(self.body, &d.body);
             }
+            // Written by `add`, with its nested objects.
+            Doc::Model(_) => {}
         }
         t
     }
@@ -133,8 +189,18 @@ impl Fields {
             "file" => Doc::File(FileDoc { id: s(self.id), name: s(self.name), path: s(self.path), contents: s(self.contents), pos }),
             "user" => Doc::User(UserDoc { id: s(self.id), name: s(self.user_name), email: s(self.email), dob: s(self.dob), pos }),
             "post" => Doc::Post(PostDoc { id: s(self.id), title: s(self.title), body: s(self.body), user: Author { id: s(self.user_id), name: s(self.user_name) }, pos }),
-            other => return Err(IndexError::Corrupt(format!("unknown kind {other:?}"))),
+            other => return self.model_doc_of(other, t, s(self.id), pos),
         })
+    }
+
+    fn model_doc_of(&self, kind: &str, t: &TantivyDocument, id: String, pos: u64) -> Result<Doc, IndexError> {
+        let corrupt = |why: String| IndexError::Corrupt(format!("{kind} {:?}: {why}", tenant::Shown(&id)));
+        let Some(m) = self.model else { return Err(IndexError::Corrupt(format!("unknown kind {kind:?} (a model's, in an index opened without its model?)"))) };
+        let Some(k) = m.kind_named(kind) else { return Err(IndexError::Corrupt(format!("unknown kind {kind:?}"))) };
+        let source = m.source_of(t).ok_or_else(|| corrupt("no stored source".into()))?;
+        let json: serde_json::Value = serde_json::from_str(source).map_err(|e| corrupt(e.to_string()))?;
+        let (_, fields, copies) = crate::command::generic::value::document_from_json(k.domain(), k.decl(), &json, &|_| false).map_err(|e| corrupt(e.to_string()))?;
+        Ok(Doc::Model(Box::new(ModelDoc::new(k, id, fields, copies, pos))))
     }
 
     pub(super) fn scan_query(&self, scan: &Scan) -> Box<dyn Query> {
@@ -143,7 +209,24 @@ impl Fields {
             // Only posts have a `user_id` (a clause on the kind would
             // intersect with every post of the shard).
             Scan::PostsOfUserNotNamed { user_id, name } => Box::new(BooleanQuery::new(vec![(Occur::Must, self.term(self.user_id, user_id)), (Occur::MustNot, self.term(self.user_name_raw, name))])),
+            Scan::Model(m) => self.model_scan_query(m),
         }
+    }
+
+    /// A model's scan: the documents of its kind and tenant that name the
+    /// owner, or whose path has the prefix among its ancestors. A shard
+    /// without the model matches nothing.
+    fn model_scan_query(&self, scan: &ModelScan) -> Box<dyn Query> {
+        let kind = scan.kind();
+        let named = |field: String, value: &str| match self.model.and_then(|m| m.field_named(&field)) {
+            Some(f) => self.term(f, value),
+            None => Box::new(tantivy::query::EmptyQuery),
+        };
+        let on = match scan {
+            ModelScan::Dependents { owner, target, .. } => named(format!("{}.{}", kind.as_str(), target.via), owner),
+            ModelScan::Within { field, path, .. } => named(format!("{}.{field}.tree", kind.as_str()), path),
+        };
+        Box::new(BooleanQuery::new(vec![(Occur::Must, self.term(self.kind, &kind_term(Kind::Model(kind), scan.tenant()))), (Occur::Must, on)]))
     }
 }
 

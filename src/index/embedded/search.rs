@@ -22,8 +22,8 @@ pub struct EmbeddedSearch {
 }
 
 impl EmbeddedSearch {
-    pub(super) fn over(shards: Vec<(Index, IndexReader)>) -> Self {
-        EmbeddedSearch { shards, f: schema().1 }
+    pub(super) fn over(shards: Vec<(Index, IndexReader)>, model: Option<&'static crate::domain::Domain>) -> Self {
+        EmbeddedSearch { shards, f: schema(model).1 }
     }
 
     fn parse(&self, index: &Index, fields: Vec<Field>, text: &str) -> Result<Box<dyn Query>, IndexError> {

@@ -30,9 +30,13 @@ pub(super) fn replace_page(writer: &IndexWriter, f: &Fields, page: &[Doc]) -> Re
     if page.is_empty() {
         return Ok(());
     }
-    writer.delete_query(Box::new(tantivy::query::TermSetQuery::new(page.iter().map(|d| f.key_term(d.kind(), d.id())))))?;
+    let mut keys = Vec::with_capacity(page.len());
+    for d in page {
+        f.key_terms(d.kind(), d.id(), &mut keys);
+    }
+    writer.delete_query(Box::new(tantivy::query::TermSetQuery::new(keys)))?;
     for doc in page {
-        writer.add_document(f.tantivy_doc(doc))?;
+        f.add(writer, doc)?;
     }
     Ok(())
 }
@@ -125,12 +129,12 @@ pub struct EmbeddedShard {
 impl EmbeddedShard {
     /// Opens the writer of the shard in `dir` (of generation `generation`,
     /// in `generation_dir`), clearing what a commit a crash cut short left.
-    pub(super) fn open(dir: &Path, generation_dir: PathBuf, generation: u64, partition: i32, memory_budget: usize) -> Result<Self, IndexError> {
+    pub(super) fn open(dir: &Path, generation_dir: PathBuf, generation: u64, partition: i32, memory_budget: usize, model: Option<&'static crate::domain::Domain>) -> Result<Self, IndexError> {
         std::fs::create_dir_all(dir)?;
         // Before the index is opened: it reads the managed-file list, which
         // only the lock's holder may rely on (`writer_lock.rs`).
         let lock = WriterLock::take(dir)?;
-        let (schema, fields) = schema();
+        let (schema, fields) = schema(model);
         let directory = tantivy::directory::MmapDirectory::open(dir).map_err(|e| IndexError::Backend(e.to_string()))?;
         let fence = Arc::new(Fence::default());
         let index = Index::open_or_create(ShardDirectory::new(directory, fence.clone()), schema)?;
