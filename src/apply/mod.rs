@@ -6,6 +6,7 @@
 //! it. So re-applying any suffix of the log (crash redelivery, or a command
 //! cut short after a backend's intermediate commit) changes nothing.
 
+mod model;
 mod repair;
 
 pub use repair::{document, repair_guard, repairable, RepairGuard};
@@ -64,6 +65,7 @@ pub fn apply<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64, fan_out:
         }
         Command::DeletePost { id, .. } => delete_guarded(shard, Kind::Post, id, pos),
         Command::DeleteUser { id } => delete_guarded(shard, Kind::User, id, pos),
+        Command::Model(b) => model::apply(shard, b, pos, fan_out),
     }
 }
 
@@ -75,6 +77,7 @@ pub fn fan_out_scan(cmd: &Command) -> Option<Scan> {
     match cmd {
         Command::RenamePath { from, .. } => Some(Scan::FilesWithin { path: from.clone() }),
         Command::UpsertUser { id, name, .. } => Some(Scan::PostsOfUserNotNamed { user_id: id.clone(), name: name.clone() }),
+        Command::Model(b) => model::fan_out_scan(b),
         _ => None,
     }
 }
@@ -85,6 +88,7 @@ pub fn fan_out_rule(cmd: &Command, pos: u64, doc: &Doc) -> Option<Doc> {
     match cmd {
         Command::RenamePath { from, to } => move_file(doc, from, to, pos),
         Command::UpsertUser { id, name, .. } => set_author_name(doc, id, name, pos),
+        Command::Model(b) => model::fan_out_rule(b, pos, doc),
         _ => None,
     }
 }
@@ -111,6 +115,7 @@ pub fn fan_out_finish<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, pos: u64)
             let user = UserDoc { id: id.clone(), name: name.clone(), email: email.clone(), dob: dob.clone(), pos };
             put_guarded(shard, Doc::User(user))
         }
+        Command::Model(b) => model::fan_out_finish(shard, b, pos),
         _ => Ok(0),
     }
 }
@@ -134,6 +139,7 @@ pub fn reads(cmd: &Command) -> Vec<Wanted> {
         Command::DeletePost { id, .. } => vec![Wanted::contents(Kind::Post, id)],
         Command::DeleteUser { id } => vec![Wanted::contents(Kind::User, id)],
         Command::RenamePath { .. } => Vec::new(),
+        Command::Model(b) => model::reads(b),
     }
 }
 
@@ -147,7 +153,7 @@ fn upsert<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, doc: Doc) -> Result<u
     }
 }
 
-fn delete_guarded<S: Shard + ?Sized>(shard: &mut S, kind: Kind, id: &str, pos: u64) -> Result<u64, IndexError> {
+pub(crate) fn delete_guarded<S: Shard + ?Sized>(shard: &mut S, kind: Kind, id: &str, pos: u64) -> Result<u64, IndexError> {
     match shard.position(kind, id)? {
         Some(existing) if newer(pos, existing) => shard.delete(kind, id, pos).map(|_| 1),
         Some(_) => Ok(0),

@@ -21,7 +21,8 @@ pub fn document(cmd: &Command) -> Option<(Kind, &str)> {
         Command::UpsertFile { id, .. } | Command::DeleteFile { id, .. } => Some((Kind::File, id)),
         Command::UpsertUser { id, .. } | Command::DeleteUser { id } => Some((Kind::User, id)),
         Command::UpsertPost { id, .. } | Command::DeletePost { id, .. } => Some((Kind::Post, id)),
-        Command::RenamePath { .. } => None,
+        // Not repaired (`repairable`).
+        Command::RenamePath { .. } | Command::Model(_) => None,
     }
 }
 

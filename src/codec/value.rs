@@ -28,6 +28,7 @@ fn payload_fields(c: &Command) -> (&'static str, Vec<(&'static str, &str)>) {
         Command::UpsertPost { id, user_id, title, body, .. } => ("UpsertPost", vec![("id", id), ("user_id", user_id), ("title", title), ("body", body)]),
         Command::DeletePost { id, user_id } => ("DeletePost", vec![("id", id), ("user_id", user_id)]),
         Command::DeleteUser { id } => ("DeleteUser", vec![("id", id)]),
+        Command::Model(_) => unreachable!("a model's commands are written by its codec (`Codec::encode`)"),
     }
 }
 

@@ -32,6 +32,9 @@ pub enum CommandError {
     TopLevel { from: String, to: String, reason: &'static str },
     #[error("tenant {tenant:?} {reason}")]
     InvalidTenant { tenant: String, reason: String },
+    /// A declared model's command that its model refuses.
+    #[error("{0}")]
+    Model(generic::Invalid),
     /// A command whose identifiers name two tenants: a move or an owner
     /// change across tenants, which denorm refuses (see docs/tenants.md).
     #[error(
@@ -91,6 +94,10 @@ pub enum Command {
     DeleteUser {
         id: String,
     },
+    /// A declared model's command (docs/model.md): written and read by
+    /// the model's codec, never by this enum's serde form.
+    #[serde(skip)]
+    Model(Box<generic::bound::Bound>),
 }
 
 /// A command with its envelope: the unit written to the topic.
@@ -181,6 +188,7 @@ impl Command {
             Command::UpsertPost { .. } => "upsert_post",
             Command::DeletePost { .. } => "delete_post",
             Command::DeleteUser { .. } => "delete_user",
+            Command::Model(b) => b.command.op.name(),
         }
     }
 
@@ -204,6 +212,7 @@ impl Command {
         match self {
             Command::UpsertFile { path, previous_path: Some(p), .. } if path::top_level(p) != path::top_level(path) => Some(path::top_level(p)),
             Command::UpsertPost { user_id, previous_user_id: Some(p), .. } if p != user_id => Some(p),
+            Command::Model(b) => b.previous_key(),
             _ => None,
         }
     }
@@ -215,13 +224,17 @@ impl Command {
         match self {
             Command::UpsertFile { id, previous_path: Some(p), .. } => Some(Command::DeleteFile { id: id.clone(), path: p.clone() }),
             Command::UpsertPost { id, previous_user_id: Some(u), .. } => Some(Command::DeletePost { id: id.clone(), user_id: u.clone() }),
+            Command::Model(b) => b.owner_change_delete().map(|d| Command::Model(Box::new(d))),
             _ => None,
         }
     }
 
     /// True for commands that rewrite an unbounded number of documents.
     pub fn is_fan_out(&self) -> bool {
-        matches!(self, Command::RenamePath { .. } | Command::UpsertUser { .. })
+        match self {
+            Command::Model(b) => b.is_fan_out(),
+            _ => matches!(self, Command::RenamePath { .. } | Command::UpsertUser { .. }),
+        }
     }
 
     /// Checks every field. A command that passes can be keyed and applied.
@@ -271,6 +284,7 @@ impl Command {
                 check_id("user_id", user_id)
             }
             Command::DeleteUser { id } => check_id("id", id),
+            Command::Model(b) => b.validate().map_err(CommandError::Model),
         }
     }
 
@@ -283,6 +297,7 @@ impl Command {
             Command::RenamePath { from, .. } => path::top_level(from),
             Command::UpsertUser { id, .. } | Command::DeleteUser { id } => id,
             Command::UpsertPost { user_id, .. } | Command::DeletePost { user_id, .. } => user_id,
+            Command::Model(b) => b.key(),
         }
     }
 }

@@ -122,6 +122,7 @@ impl Command {
             Command::UpsertPost { id, user_id, title, body, previous_user_id } => Command::UpsertPost { id: s(id), user_id: s(user_id), title, body, previous_user_id: previous_user_id.map(s) },
             Command::DeletePost { id, user_id } => Command::DeletePost { id: s(id), user_id: s(user_id) },
             Command::DeleteUser { id } => Command::DeleteUser { id: s(id) },
+            Command::Model(b) => Command::Model(Box::new(b.in_tenant(Some(t)))),
         }
     }
 
@@ -132,6 +133,8 @@ impl Command {
             Command::RenamePath { from, to } => vec![("from", from.as_str()), ("to", to.as_str())],
             Command::UpsertUser { id, .. } | Command::DeleteUser { id } => vec![("id", id.as_str())],
             Command::UpsertPost { id, user_id, .. } | Command::DeletePost { id, user_id } => vec![("id", id.as_str()), ("user_id", user_id.as_str())],
+            // Its identifiers are its producer's; the tenant travels beside them.
+            Command::Model(_) => Vec::new(),
         };
         match self {
             Command::UpsertFile { previous_path: Some(p), .. } => out.push(("previous_path", p)),
@@ -144,6 +147,9 @@ impl Command {
     /// The tenant a scoped command belongs to (`None`: the default tenant),
     /// as its first identifier says.
     pub fn tenant(&self) -> Option<&str> {
+        if let Command::Model(b) = self {
+            return b.tenant.as_deref();
+        }
         of(match self {
             Command::UpsertFile { id, .. }
             | Command::DeleteFile { id, .. }
@@ -152,6 +158,7 @@ impl Command {
             | Command::DeletePost { id, .. }
             | Command::DeleteUser { id } => id,
             Command::RenamePath { from, .. } => from,
+            Command::Model(_) => unreachable!("answered above"),
         })
     }
 
@@ -175,6 +182,7 @@ impl Command {
             }
             Command::DeletePost { id, user_id } => Command::DeletePost { id: u(id), user_id: u(user_id) },
             Command::DeleteUser { id } => Command::DeleteUser { id: u(id) },
+            Command::Model(b) => Command::Model(Box::new(b.as_ref().clone().in_tenant(None))),
         }
     }
 

@@ -59,6 +59,8 @@ impl Model {
             Command::DeleteUser { id } => {
                 self.users.remove(id);
             }
+            // A declared model's meaning is `generic::ModelReference`'s.
+            Command::Model(_) => {}
         }
     }
 

@@ -105,6 +105,7 @@ fn in_tenant(p: u64, c: Command) -> Command {
         Command::UpsertPost { id, user_id, title, body, previous_user_id } => Command::UpsertPost { id: user(id), user_id: user(user_id), title, body, previous_user_id: previous_user_id.map(user) },
         Command::DeletePost { id, user_id } => Command::DeletePost { id: user(id), user_id: user(user_id) },
         Command::DeleteUser { id } => Command::DeleteUser { id: user(id) },
+        Command::Model(_) => unreachable!("the generator writes compiled-in commands"),
     };
     c.scoped(tenant(p))
 }
@@ -689,7 +690,7 @@ fn the_generator_changes_owners_only_in_the_explicit_form() {
                     assert_eq!(post_users.get(id).map_or_else(|| id.split('-').next().unwrap(), String::as_str), user_id, "{c:?} changes the owner of {id}");
                 }
                 Command::RenamePath { .. } => cross += usize::from(c.destination_key().is_some()),
-                Command::UpsertUser { .. } | Command::DeleteUser { .. } => {}
+                Command::UpsertUser { .. } | Command::DeleteUser { .. } | Command::Model(_) => {}
             }
             if let Command::UpsertPost { id, user_id, .. } = &c {
                 post_users.insert(id.clone(), user_id.clone());

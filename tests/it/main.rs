@@ -19,6 +19,7 @@ mod layering;
 mod log_identity;
 mod membership;
 mod meta_shards;
+mod model_apply;
 mod model_schema;
 mod model_search;
 mod moves;

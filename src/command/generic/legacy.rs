@@ -18,6 +18,9 @@ pub const MODEL: &str = "files_and_posts";
 pub fn to_model(e: &Envelope) -> ModelEnvelope {
     let s = |v: &String| Value::Str(v.clone());
     let fields = |pairs: &[(&str, &String)]| -> Object { pairs.iter().map(|(k, v)| (k.to_string(), s(v))).collect() };
+    if let Some(m) = super::bound::Bound::model_envelope(e) {
+        return m;
+    }
     let (kind, op) = match e.command.unscoped() {
         Command::UpsertFile { id, path, contents, previous_path } => ("file", Op::Upsert { fields: fields(&[("path", &path), ("contents", &contents)]), id, previous: previous_path }),
         Command::DeleteFile { id, path } => ("file", Op::Delete { id, at: Some(path) }),
@@ -28,6 +31,7 @@ pub fn to_model(e: &Envelope) -> ModelEnvelope {
         }
         Command::DeletePost { id, user_id } => ("post", Op::Delete { id, at: Some(user_id) }),
         Command::DeleteUser { id } => ("user", Op::Delete { id, at: None }),
+        Command::Model(_) => unreachable!("answered above"),
     };
     ModelEnvelope { command_id: e.command_id.clone(), issued_at: e.issued_at, tenant: e.tenant.clone(), after: e.after, repair: e.repair, command: ModelCommand { kind: kind.into(), op } }
 }

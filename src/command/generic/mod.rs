@@ -6,6 +6,7 @@
 //! only fields it declares, with values of their types, and has an
 //! ordering key.
 
+pub mod bound;
 pub mod jsonl;
 pub mod legacy;
 pub mod value;
@@ -56,6 +57,14 @@ pub enum Op {
 }
 
 impl Op {
+    /// The document it writes (none for a rename).
+    pub fn id(&self) -> Option<&str> {
+        match self {
+            Op::Upsert { id, .. } | Op::Patch { id, .. } | Op::Delete { id, .. } => Some(id),
+            Op::RenamePrefix { .. } => None,
+        }
+    }
+
     /// The name a JSONL line gives the operation (and a metrics label).
     pub fn name(&self) -> &'static str {
         match self {

@@ -42,8 +42,8 @@ pub struct ModelSchema {
     schema: Schema,
     /// A document's place ([`doc_key_of`]).
     key: Field,
-    /// The kind term (`order`, `acme\u{1f}order`; a nested list's objects:
-    /// `order.lines`).
+    /// The kind term ([`marked`]: `@order`, `acme\u{1f}@order`; a nested
+    /// list's objects: `@order.lines`).
     kind: Field,
     /// The id, scoped to its tenant.
     id: Field,
@@ -128,17 +128,17 @@ impl ModelSchema {
 
     /// The term of a document's place.
     pub fn key_term(&self, tenant: Option<&str>, kind: &str, id: &str) -> Term {
-        Term::from_field_text(self.key, &doc_key_of(kind, &tenant::scope(tenant, id)))
+        Term::from_field_text(self.key, &doc_key_of(&marked(kind), &tenant::scope(tenant, id)))
     }
 
     /// The tantivy documents of one model document: its own, then one per
     /// object of its nested lists. Delete them all by [`Self::key_term`]
     /// and the parent term ([`Self::parent_term`]) before a rewrite.
     pub fn documents(&self, tenant: Option<&str>, kind: &str, id: &str, fields: &Object, copies: &BTreeMap<String, Object>) -> Vec<TantivyDocument> {
-        let key = doc_key_of(kind, &tenant::scope(tenant, id));
+        let key = doc_key_of(&marked(kind), &tenant::scope(tenant, id));
         let mut own = TantivyDocument::new();
         own.add_text(self.key, &key);
-        own.add_text(self.kind, tenant::scope(tenant, kind));
+        own.add_text(self.kind, tenant::scope(tenant, &marked(kind)));
         own.add_text(self.id, tenant::scope(tenant, id));
         own.add_text(self.source, value::document_json(id, fields, copies).to_string());
         let mut out = Vec::new();
@@ -147,7 +147,7 @@ impl ModelSchema {
                 Value::Objects(objects) => {
                     for o in objects {
                         let mut child = TantivyDocument::new();
-                        child.add_text(self.kind, tenant::scope(tenant, &format!("{kind}.{name}")));
+                        child.add_text(self.kind, tenant::scope(tenant, &marked(&format!("{kind}.{name}"))));
                         child.add_text(self.parent, &key);
                         self.add_all(&mut child, &format!("{kind}.{name}"), o);
                         out.push(child);
@@ -165,7 +165,7 @@ impl ModelSchema {
 
     /// The term of every nested object of the document at `key`'s place.
     pub fn parent_term(&self, tenant: Option<&str>, kind: &str, id: &str) -> Term {
-        Term::from_field_text(self.parent, &doc_key_of(kind, &tenant::scope(tenant, id)))
+        Term::from_field_text(self.parent, &doc_key_of(&marked(kind), &tenant::scope(tenant, id)))
     }
 
     /// The kind `name` of the model.
@@ -220,7 +220,7 @@ impl ModelSchema {
     /// The ids of the documents of `kind` in `tenant` that every filter
     /// matches, sorted.
     pub fn search(&self, searcher: &Searcher, tenant: Option<&str>, kind: &str, filters: &[Filter]) -> tantivy::Result<Vec<String>> {
-        let mut all: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, self.term(self.kind, &tenant::scope(tenant, kind)))];
+        let mut all: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, self.term(self.kind, &tenant::scope(tenant, &marked(kind))))];
         for f in filters {
             all.push((Occur::Must, self.query(searcher, tenant, kind, f)?));
         }
@@ -271,7 +271,7 @@ impl ModelSchema {
             }
             Filter::Nested { list, all } => {
                 let within = format!("{scope}.{list}");
-                let mut q: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, self.term(self.kind, &tenant::scope(tenant, &within)))];
+                let mut q: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, self.term(self.kind, &tenant::scope(tenant, &marked(&within))))];
                 for f in all {
                     q.push((Occur::Must, self.query(searcher, tenant, &within, f)?));
                 }
@@ -295,3 +295,12 @@ pub(super) fn doc_key_of(kind: &str, id: &str) -> String {
         Some(_) => format!("{kind};{id}"),
     }
 }
+
+/// A model's kind as the shards' `kind` and key terms name it: marked, so
+/// that a model's `file` is never the compiled-in kind of that name.
+pub(super) fn marked(kind: &str) -> String {
+    format!("{MARK}{kind}")
+}
+
+/// What [`marked`] puts before a model's kind.
+pub(super) const MARK: char = '@';

@@ -11,7 +11,7 @@ use crate::command::tenant;
 use crate::domain::Domain;
 use crate::index::{Author, Doc, FileDoc, IndexError, Kind, ModelDoc, ModelScan, PostDoc, Scan, UserDoc};
 
-use super::model::{doc_key_of, ModelSchema, Shared};
+use super::model::{doc_key_of, marked, ModelSchema, Shared, MARK};
 
 /// The tantivy fields. Dotted names of DESIGN.md map to underscores. A
 /// tenant's documents hold their identifiers scoped (`id`, `path`,
@@ -89,7 +89,10 @@ fn interned(d: &'static Domain, make: impl FnOnce() -> ModelSchema) -> &'static 
 /// [`crate::index::dump_order`]: by kind, the default tenant's first
 /// (`:` sorts before `;`), then tenant by tenant, then by id.
 pub(super) fn doc_key(kind: Kind, id: &str) -> String {
-    doc_key_of(kind.as_str(), id)
+    match kind {
+        Kind::Model(k) => doc_key_of(&marked(k.as_str()), id),
+        _ => doc_key_of(kind.as_str(), id),
+    }
 }
 
 /// A [`doc_key`] as people read it (logs): its kind, and its id as its
@@ -104,7 +107,10 @@ pub(super) fn shown_doc_key(key: &str) -> (&str, tenant::Shown<'_>) {
 /// its tenant (`acme\u{1f}file`), so that a query of one tenant's
 /// documents, which always names their kind, names their tenant too.
 pub(super) fn kind_term(kind: Kind, tenant: Option<&str>) -> String {
-    tenant::scope(tenant, kind.as_str())
+    match kind {
+        Kind::Model(k) => tenant::scope(tenant, &marked(k.as_str())),
+        _ => tenant::scope(tenant, kind.as_str()),
+    }
 }
 
 impl Fields {
@@ -189,7 +195,10 @@ impl Fields {
             "file" => Doc::File(FileDoc { id: s(self.id), name: s(self.name), path: s(self.path), contents: s(self.contents), pos }),
             "user" => Doc::User(UserDoc { id: s(self.id), name: s(self.user_name), email: s(self.email), dob: s(self.dob), pos }),
             "post" => Doc::Post(PostDoc { id: s(self.id), title: s(self.title), body: s(self.body), user: Author { id: s(self.user_id), name: s(self.user_name) }, pos }),
-            other => return self.model_doc_of(other, t, s(self.id), pos),
+            other => match other.strip_prefix(MARK) {
+                Some(kind) => return self.model_doc_of(kind, t, s(self.id), pos),
+                None => return Err(IndexError::Corrupt(format!("unknown kind {other:?}"))),
+            },
         })
     }
 

@@ -9,6 +9,7 @@ pub mod elastic;
 pub mod forensics;
 pub mod ports;
 pub mod read_ahead;
+pub mod shop;
 pub mod tls;
 
 pub use broker::{broker, start_noida, Broker};
