@@ -67,6 +67,11 @@ pub struct Cli {
     /// topic needs the same file
     #[arg(long, global = true, help_heading = "Global options", env = "DENORM_SIGNING_KEY_FILE", value_name = "PATH", value_parser = parse_signing_file)]
     pub signing_key_file: Option<SigningFile>,
+    /// A model file (docs/model.md): its kinds' commands are produced, applied and searched beside
+    /// the compiled-in ones, and the index records it (a worker with another is refused). The
+    /// embedded index only, for now
+    #[arg(long, global = true, help_heading = "Global options", env = "DENORM_MODEL", value_name = "PATH")]
+    pub model: Option<PathBuf>,
     /// Log filter (tracing syntax, e.g. `info` or `denorm=debug`)
     #[arg(long, global = true, help_heading = "Global options", env = "DENORM_LOG")]
     pub log: Option<String>,
@@ -215,6 +220,24 @@ pub fn options_from_text(text: &str) -> Result<Vec<(String, String)>, String> {
 }
 
 impl Cli {
+    /// The model of `--model`, read and checked (`None`: the compiled-in
+    /// kinds only).
+    pub fn domain(&self) -> Result<Option<&'static denorm::domain::Domain>, UsageError> {
+        let Some(path) = &self.model else { return Ok(None) };
+        let d = denorm::domain::Domain::load(path).map_err(|e| UsageError(e.to_string()))?;
+        Ok(Some(d.interned()))
+    }
+
+    /// [`Cli::domain`] for a command that opens the index: refused on
+    /// Elasticsearch, which does not hold a model's documents yet.
+    pub fn index_domain(&self) -> Result<Option<&'static denorm::domain::Domain>, UsageError> {
+        let d = self.domain()?;
+        if d.is_some() && Location::names_elastic(&self.index) {
+            return Err(UsageError("--model: a model's documents are held by the embedded index only for now; Elasticsearch holds the compiled-in kinds (docs/model.md, \"Status\")".into()));
+        }
+        Ok(d)
+    }
+
     pub fn kafka(&self) -> KafkaConfig {
         let mut options = self.kafka_options_file.as_ref().map(|f| f.options.clone()).unwrap_or_default();
         options.extend(self.kafka_options.iter().cloned());
@@ -282,7 +305,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Commands::Verify(a) => verify::run(&cli, a).await,
         Commands::Tenant(a) => tenant::run(&cli, a).await,
         Commands::Model(a) => model::run(a),
-        Commands::Schema(a) => schema::run(a),
+        Commands::Schema(a) => schema::run(&cli, a),
     }
 }
 

@@ -8,7 +8,9 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use super::{Cli, UsageError};
+use denorm::command::generic::bound::Bound;
 use denorm::command::{jsonl, Command};
+use denorm::domain::Domain;
 use denorm::produce::Producer;
 
 #[derive(Debug, Args)]
@@ -160,20 +162,32 @@ fn in_tenant(commands: Vec<Command>, tenant: Option<&str>) -> Result<Vec<Command
 }
 
 /// Reads and validates a JSONL input: every line, before anything is sent.
-fn read_jsonl(path: &PathBuf) -> anyhow::Result<Vec<Command>> {
+/// With `model`, its commands (docs/model.md, "JSONL").
+fn read_jsonl(path: &PathBuf, model: Option<&'static Domain>) -> anyhow::Result<Vec<Command>> {
     let input: Box<dyn BufRead> = if path.as_os_str() == "-" {
         Box::new(std::io::stdin().lock())
     } else {
         let f = std::fs::File::open(path).map_err(|e| UsageError(format!("cannot open {}: {e}", path.display())))?;
         Box::new(std::io::BufReader::new(f))
     };
-    jsonl::parse_all(input).map_err(|e| UsageError(format!("{}: {e} (nothing was sent)", path.display())).into())
+    let refused = |e: &dyn std::fmt::Display| UsageError(format!("{}: {e} (nothing was sent)", path.display()));
+    match model {
+        None => jsonl::parse_all(input).map_err(|e| refused(&e).into()),
+        Some(d) => {
+            let commands = denorm::command::generic::jsonl::parse_all(d, input).map_err(|e| refused(&e))?;
+            Ok(commands.into_iter().map(|e| Command::Model(Box::new(Bound::new(d, e.tenant, e.command)))).collect())
+        }
+    }
 }
 
 pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
+    let model = cli.domain()?;
     let commands = match (&a.jsonl, &a.command) {
         (Some(_), Some(_)) => return Err(UsageError("give either --jsonl FILE or one command, not both".into()).into()),
-        (Some(path), None) => read_jsonl(path)?,
+        (Some(path), None) => read_jsonl(path, model)?,
+        (None, Some(_)) if model.is_some() => {
+            return Err(UsageError("--model: a model's commands are read from --jsonl FILE (docs/model.md, \"JSONL\"); the one-command form is the compiled-in kinds'".into()).into())
+        }
         (None, Some(one)) => vec![one.clone().command().map_err(|e| UsageError(format!("invalid command: {e}")))?],
         (None, None) => return Err(UsageError("give a command (see `denorm produce --help`) or --jsonl FILE".into()).into()),
     };
@@ -181,7 +195,11 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
     let kafka = cli.kafka();
     kafka.ensure_topic().await.context("cannot reach or create the topic")?;
     let producer = match a.registry.registry()? {
-        None => Producer::new(&kafka)?,
+        None => match model {
+            Some(d) => Producer::new(&kafka)?.with_model(d),
+            None => Producer::new(&kafka)?,
+        },
+        Some(_) if model.is_some() => return Err(UsageError("--model with --schema-registry: a model's commands are written in single-object encoding only for now".into()).into()),
         Some(r) => {
             let subject = a.subject.clone().unwrap_or_else(|| denorm::codec::registry::value_subject(&kafka.topic));
             let p = Producer::with_registry(&kafka, &r, &subject, !a.no_register_schema).await.with_context(|| format!("getting the schema id of subject {subject:?} from {}", r.url()))?;

@@ -229,7 +229,11 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let (partitions, dlq) = super::topics::ensure(&kafka, a.dlq_topic.as_deref()).await?;
     info!(topic = %kafka.topic, partitions, dead_letters = %dlq.topic, "topics ready");
     let location = super::location(cli)?;
-    let tuning = Embedded { memory: (a.index_memory_mb as usize) << 20, fan_out_commit_every: Some(a.fan_out_commit_every), merge_max_docs: Some(a.merge_max_docs) };
+    let model = cli.index_domain()?;
+    if let Some(d) = model {
+        info!(model = %d.name, version = d.version, fingerprint = %d.fingerprint(), "applying the model's commands beside the compiled-in ones");
+    }
+    let tuning = Embedded { memory: (a.index_memory_mb as usize) << 20, fan_out_commit_every: Some(a.fan_out_commit_every), merge_max_docs: Some(a.merge_max_docs), model };
     let backend = location.backend(&kafka.topic, Access::Apply, tuning).await.map_err(super::open_error)?;
     if let (Location::Embedded(dir), true) = (&location, a.owner_audit_secs > 0) {
         let (audited, flag) = (EmbeddedIndex::open_existing(dir)?, shutdown.clone());
@@ -260,6 +264,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     cfg.max_attempts = a.max_attempts;
     cfg.retry_backoff_max = Duration::from_millis(a.retry_backoff_max_ms);
     cfg.registry = registry;
+    cfg.model = model;
     cfg.instance_id = a.instance_id.clone();
     cfg.session_timeout = Duration::from_millis(a.session_timeout_ms.into());
     cfg.takeover_waits = !a.cross_key.no_takeover_waits;

@@ -1,8 +1,10 @@
-//! `denorm search files|posts`.
+//! `denorm search files|posts`, and `denorm search KIND` of a model's kind
+//! (with `--model`).
 
 use clap::{Args, Subcommand};
 
 use super::{Cli, UsageError};
+use denorm::index::filter::Filter;
 use denorm::index::{FileQuery, PostQuery, SearchIndex};
 
 #[derive(Debug, Args)]
@@ -84,12 +86,81 @@ enum What {
         #[arg(long)]
         json: bool,
     },
+    /// KIND [FILTERS]: the documents of a kind of the model (--model; embedded index), every
+    /// filter holding; `denorm search KIND --help` lists the filters
+    #[command(external_subcommand)]
+    Kind(Vec<String>),
+}
+
+/// The filters of a search of a model's kind (docs/model.md, "Searches").
+#[derive(Debug, clap::Parser)]
+struct KindSearch {
+    /// FIELD=VALUE: the whole value of a keyword, ref, date, boolean (`true`, `false`) or
+    /// keywords field, a path or one of its ancestors (`path.tree=/garden`), a copy's field
+    /// (`customer.plan=gold`), a text's exact value (`name.raw=Ann Lee`); repeatable
+    #[arg(long, value_name = "FIELD=VALUE", value_parser = super::parse_kv)]
+    term: Vec<(String, String)>,
+    /// PATH-FIELD=PREFIX: documents whose path lies beneath PREFIX (or is it); repeatable
+    #[arg(long, value_name = "FIELD=PREFIX", value_parser = super::parse_kv)]
+    under: Vec<(String, String)>,
+    /// FIELD=WORDS: every word, analyzed as the text field is; repeatable
+    #[arg(long = "match", value_name = "FIELD=WORDS", value_parser = super::parse_kv)]
+    matches: Vec<(String, String)>,
+    /// FIELD=NUMBER: an integer or float field above NUMBER; repeatable
+    #[arg(long, value_name = "FIELD=NUMBER", value_parser = super::parse_kv)]
+    above: Vec<(String, String)>,
+    /// A filter as JSON (docs/model.md, "Searches"), such as one object of a nested list:
+    /// '{"nested":{"list":"lines","all":[{"term":{"field":"sku","value":"a-1"}}]}}'; repeatable
+    #[arg(long, value_name = "JSON")]
+    filter: Vec<String>,
+    /// Most results (0: all)
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// One JSON object per line: the document as the index holds it (its fields, nested lists
+    /// and copies)
+    #[arg(long)]
+    json: bool,
+}
+
+impl KindSearch {
+    fn filters(&self) -> Result<Vec<Filter>, UsageError> {
+        let mut out: Vec<Filter> = Vec::new();
+        out.extend(self.term.iter().map(|(field, value)| Filter::Term { field: field.clone(), value: value.clone() }));
+        out.extend(self.under.iter().map(|(field, value)| Filter::Term { field: format!("{field}.tree"), value: value.clone() }));
+        out.extend(self.matches.iter().map(|(field, text)| Filter::Match { field: field.clone(), text: text.clone() }));
+        for (field, n) in &self.above {
+            let gt = n.parse().map_err(|_| UsageError(format!("--above {field}={n}: {n:?} is not a number")))?;
+            out.push(Filter::Above { field: field.clone(), gt });
+        }
+        for f in &self.filter {
+            out.push(serde_json::from_str(f).map_err(|e| UsageError(format!("--filter {f}: {e}")))?);
+        }
+        Ok(out)
+    }
+}
+
+/// `denorm search KIND`: `args` are the kind and its filters.
+fn kind_search(cli: &Cli, a: &SearchArgs, args: &[String], emit: &mut dyn FnMut(String)) -> anyhow::Result<()> {
+    let kind = &args[0];
+    let Some(model) = cli.index_domain()? else {
+        return Err(UsageError(format!("no search {kind:?}: `denorm search` knows files and posts, and with --model the model's kinds")).into());
+    };
+    if model.kind(kind).is_none() {
+        let kinds: Vec<&str> = model.kinds.iter().map(|k| k.name.as_str()).collect();
+        return Err(UsageError(format!("{kind:?} is not a kind of model {}: its kinds are {}", model.name, kinds.join(", "))).into());
+    }
+    let q = <KindSearch as clap::Parser>::try_parse_from(std::iter::once(format!("denorm search {kind}")).chain(args[1..].iter().cloned()))?;
+    let filters = q.filters()?;
+    let index = denorm::index::embedded::EmbeddedIndex::open_existing(&cli.index).map_err(|e| UsageError(e.to_string()))?.with_model(Some(model));
+    let docs = index.search()?.model_documents(a.tenant.as_deref(), kind, &filters).map_err(|e| UsageError(e.to_string()))?;
+    let limit = if q.limit == 0 { usize::MAX } else { q.limit };
+    for (id, source) in docs.into_iter().take(limit) {
+        emit(if q.json { source } else { id });
+    }
+    Ok(())
 }
 
 pub fn run(cli: &Cli, a: &SearchArgs, runtime: tokio::runtime::Handle) -> anyhow::Result<()> {
-    // An index that is not there exits 2, as a wrong --index would.
-    let search = super::location(cli)?.search(runtime).map_err(|e| UsageError(e.to_string()))?;
-    let tenant = tenant_of(a, search.as_ref())?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     use std::io::Write;
     let mut write_err: Option<std::io::Error> = None;
@@ -100,7 +171,15 @@ pub fn run(cli: &Cli, a: &SearchArgs, runtime: tokio::runtime::Handle) -> anyhow
             }
         }
     };
+    if let What::Kind(args) = &a.what {
+        kind_search(cli, a, args, &mut emit)?;
+        return finish(out, write_err);
+    }
+    // An index that is not there exits 2, as a wrong --index would.
+    let search = super::location(cli)?.search(runtime).map_err(|e| UsageError(e.to_string()))?;
+    let tenant = tenant_of(a, search.as_ref())?;
     match &a.what {
+        What::Kind(_) => unreachable!("searched above"),
         What::Files { dir, under, text, limit, json } => {
             let q = FileQuery { tenant, dir: dir.clone(), under: under.clone(), text: text.clone() };
             search.files(&q, *limit, &mut |f| {
@@ -130,6 +209,11 @@ pub fn run(cli: &Cli, a: &SearchArgs, runtime: tokio::runtime::Handle) -> anyhow
             }
         }
     }
+    finish(out, write_err)
+}
+
+/// Flushes the results; a reader that went away (`| head`) is no error.
+fn finish(mut out: impl std::io::Write, write_err: Option<std::io::Error>) -> anyhow::Result<()> {
     match write_err {
         Some(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Some(e) => Err(e.into()),

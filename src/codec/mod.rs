@@ -126,6 +126,8 @@ pub struct Codec {
     known: HashMap<[u8; 8], std::sync::Arc<Known>>,
     /// Resolves schema-registry framing (`--schema-registry`).
     registry: Option<(std::sync::Arc<registry::Registry>, tokio::runtime::Handle)>,
+    /// A declared model's commands (`--model`), beside the compiled-in ones.
+    model: Option<(model::ModelCodec, &'static crate::domain::Domain)>,
 }
 
 /// A message of the command topic: a command, or an operator's control
@@ -197,7 +199,15 @@ impl Codec {
             move_fingerprint: fingerprint_of(MOVE_SCHEMA),
             known,
             registry: None,
+            model: None,
         }
+    }
+
+    /// Also writes and reads the commands of `model`, with its schema
+    /// (`denorm schema --model`).
+    pub fn with_model(mut self, model: &'static crate::domain::Domain) -> Self {
+        self.model = Some((model::ModelCodec::new(model.clone()), model));
+        self
     }
 
     /// Also decodes schema-registry framing, resolving ids with `registry`
@@ -214,6 +224,10 @@ impl Codec {
 
     /// Encodes with the current schema.
     pub fn encode(&self, envelope: &Envelope) -> Vec<u8> {
+        if let Some(m) = crate::command::generic::bound::Bound::model_envelope(envelope) {
+            let (codec, _) = self.model.as_ref().expect("a model's command is encoded by a codec of its model (`Codec::with_model`)");
+            return codec.encode(&m);
+        }
         encode_value(&self.current, self.current_fingerprint, to_value(&self.current, envelope))
     }
 
@@ -239,6 +253,9 @@ impl Codec {
             return self.decode_registry_framed(bytes);
         }
         let (fp, datum) = single_object(bytes)?;
+        if let Some((codec, domain)) = self.model.as_ref().filter(|(c, _)| c.writes(&fp)) {
+            return Ok(Decoded::Command(crate::command::generic::bound::Bound::envelope(domain, codec.decode(bytes)?)));
+        }
         let known = self.known.get(&fp).ok_or_else(|| DecodeError::UnknownFingerprint(hex(&fp)))?;
         decode_datum(&known.schema, known.family, datum)
     }

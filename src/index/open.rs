@@ -61,11 +61,14 @@ pub struct Embedded {
     pub fan_out_commit_every: Option<u64>,
     /// See [`EmbeddedBackend::merge_max_docs`] (`None`: its default).
     pub merge_max_docs: Option<u32>,
+    /// The declared model whose documents the shards hold
+    /// ([`EmbeddedIndex::with_model`]).
+    pub model: Option<&'static crate::domain::Domain>,
 }
 
 impl Embedded {
     pub fn with_memory(memory: usize) -> Self {
-        Embedded { memory, fan_out_commit_every: None, merge_max_docs: None }
+        Embedded { memory, fan_out_commit_every: None, merge_max_docs: None, model: None }
     }
 }
 
@@ -121,7 +124,11 @@ impl Location {
                     Access::Apply => EmbeddedIndex::open(dir, topic),
                     Access::Existing => EmbeddedIndex::open_existing(dir),
                 }
-                .map_err(|e| self.failed(e))?;
+                .map_err(|e| self.failed(e))?
+                .with_model(tuning.model);
+                if access == Access::Apply {
+                    index.check_current_model().map_err(|e| self.failed(e))?;
+                }
                 let mut backend = EmbeddedBackend::new(index, tuning.memory);
                 backend.fan_out_commit_every = tuning.fan_out_commit_every.unwrap_or(backend.fan_out_commit_every);
                 backend.merge_max_docs = tuning.merge_max_docs.unwrap_or(backend.merge_max_docs);

@@ -115,6 +115,13 @@ impl Producer {
         Ok(p)
     }
 
+    /// Also writes the commands of `model`, in single-object encoding with
+    /// its schema.
+    pub fn with_model(mut self, model: &'static crate::domain::Domain) -> Self {
+        self.codec = Codec::new().with_model(model);
+        self
+    }
+
     pub fn framing(&self) -> Framing {
         self.framing
     }

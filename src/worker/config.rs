@@ -95,6 +95,9 @@ pub struct WorkerConfig {
     /// Resolves schema-registry framed messages (none: only single-object
     /// encoding is accepted).
     pub registry: Option<Arc<crate::codec::registry::Registry>>,
+    /// A declared model whose commands are decoded and applied beside the
+    /// compiled-in ones.
+    pub model: Option<&'static crate::domain::Domain>,
     /// Static group membership (`group.instance.id`): a worker restarted
     /// with the same id within the session timeout gets its partitions
     /// back without a rebalance.
@@ -236,6 +239,7 @@ impl WorkerConfig {
             on_abort: OnAbort::Park,
             max_attempts: defaults::MAX_ATTEMPTS,
             registry: None,
+            model: None,
             instance_id: None,
             session_timeout: Duration::from_millis(defaults::SESSION_TIMEOUT_MS as u64),
             takeover_waits: true,

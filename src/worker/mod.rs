@@ -164,6 +164,10 @@ pub fn run(cfg: WorkerConfig, backend: Arc<dyn Backend>, shutdown: Arc<AtomicBoo
         Some(r) => Codec::new().with_registry(r.clone(), tokio::runtime::Handle::current()),
         None => Codec::new(),
     };
+    let codec = match cfg.model {
+        Some(d) => codec.with_model(d),
+        None => codec,
+    };
     // The index must be built from this topic as it is now.
     let log_partitions = cfg.kafka.topic_partitions()?.ok_or_else(|| crate::kafka::KafkaSetupError::MissingTopic(topic.clone()))?;
     backend.bind_log(log_partitions).map_err(WorkerError::Index)?;

@@ -51,6 +51,12 @@ impl ModelCodec {
         hex(&self.fingerprint)
     }
 
+    /// Whether a single-object message of fingerprint `fp` is this
+    /// model's.
+    pub fn writes(&self, fp: &[u8; 8]) -> bool {
+        *fp == self.fingerprint
+    }
+
     /// Encodes a command checked against the model.
     pub fn encode(&self, e: &ModelEnvelope) -> Vec<u8> {
         let k = self.domain.kinds.iter().position(|k| k.name == e.command.kind).expect("a checked command's kind");

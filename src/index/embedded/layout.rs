@@ -305,6 +305,13 @@ impl EmbeddedIndex {
         self
     }
 
+    /// Refuses a current generation written with another model than this
+    /// handle's, and records this handle's in one that has none yet: what a
+    /// worker checks as it starts.
+    pub fn check_current_model(&self) -> Result<(), IndexError> {
+        self.check_model(self.current_generation()?, true)
+    }
+
     /// Refuses a generation written with another model than this handle's;
     /// `record`: a writer's, which records its model in a generation that
     /// has none yet.

@@ -220,6 +220,14 @@ impl ModelSchema {
     /// The ids of the documents of `kind` in `tenant` that every filter
     /// matches, sorted.
     pub fn search(&self, searcher: &Searcher, tenant: Option<&str>, kind: &str, filters: &[Filter]) -> tantivy::Result<Vec<String>> {
+        Ok(self.matching(searcher, tenant, kind, filters)?.into_iter().map(|(id, _)| id).collect())
+    }
+
+    /// [`Self::search`]'s documents: each id with its stored JSON, by id.
+    pub fn matching(&self, searcher: &Searcher, tenant: Option<&str>, kind: &str, filters: &[Filter]) -> tantivy::Result<Vec<(String, String)>> {
+        if !self.domain.kinds.iter().any(|k| k.name == kind) {
+            return Err(tantivy::TantivyError::InvalidArgument(format!("{kind:?} is not a kind of model {}", self.domain.name)));
+        }
         let mut all: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, self.term(self.kind, &tenant::scope(tenant, &marked(kind))))];
         for f in filters {
             all.push((Occur::Must, self.query(searcher, tenant, kind, f)?));
@@ -227,7 +235,10 @@ impl ModelSchema {
         let mut out = Vec::new();
         for a in searcher.search(&BooleanQuery::new(all), &DocSetCollector)? {
             let doc: TantivyDocument = searcher.doc(a)?;
-            out.extend(doc.get_first(self.id).and_then(|v| v.as_str()).map(|id| tenant::unscoped(id).to_string()));
+            let id = doc.get_first(self.id).and_then(|v| v.as_str()).map(|id| tenant::unscoped(id).to_string());
+            if let Some(id) = id {
+                out.push((id, self.source_of(&doc).unwrap_or("{}").to_string()));
+            }
         }
         out.sort();
         Ok(out)

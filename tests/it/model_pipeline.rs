@@ -1,0 +1,84 @@
+//! A declared model end to end on a real Kafka-protocol broker (tansu):
+//! `denorm produce --model` -> `denorm run --model` -> embedded index ->
+//! `denorm search KIND`, with the searches the model promises
+//! (`tests/fixtures/shop-searches.json`) giving the listed documents.
+
+use crate::common::*;
+
+const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/shop.toml");
+
+#[derive(serde::Deserialize)]
+struct Search {
+    kind: String,
+    filters: Vec<serde_json::Value>,
+    ids: Vec<String>,
+}
+
+#[test]
+fn a_models_commands_are_produced_applied_and_searched_through_the_pipeline() {
+    let r = Rig::new(3);
+    let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
+    let with_model = |args: &[&str]| {
+        let mut c = cli(cfg, group, index);
+        c.args(["--model", MODEL]).args(args);
+        c
+    };
+    let log = r.dir().join("shop.jsonl");
+    // The searches' log, then an owner change of an order between two
+    // customers no search names (two messages: its delete under the
+    // customer it leaves, then its upsert).
+    let mut text = include_str!("../fixtures/shop-searches.jsonl").to_string();
+    for line in [
+        r#"{"op":"upsert","kind":"customer","id":"c3","fields":{"name":"Cy","plan":"team","since":"2026-03-01"}}"#,
+        r#"{"op":"upsert","kind":"customer","id":"c4","fields":{"name":"Di","plan":"team","since":"2026-03-02"}}"#,
+        r#"{"op":"upsert","kind":"order","id":"o9","fields":{"customer_id":"c3","placed":"2026-12-01","status":"held","total":1}}"#,
+        r#"{"op":"upsert","kind":"order","id":"o9","previous_customer_id":"c3","fields":{"customer_id":"c4","placed":"2026-12-01","status":"held","total":1}}"#,
+    ] {
+        text.push_str(line);
+        text.push('\n');
+    }
+    std::fs::write(&log, &text).unwrap();
+    let sent = text.lines().count() + 1;
+
+    let worker = Worker::start(cfg, group, index, &["--model", MODEL]);
+    let (code, out, err) = output(&mut with_model(&["produce", "--wait", "120", "--jsonl"]).arg(&log));
+    assert_eq!(code, 0, "{err}\n{}", worker.log());
+    assert_eq!(json_lines(&out)[0]["produced"], sent as i64, "{out}");
+    wait_applied_by(cfg, group, sent, &[&worker]);
+
+    let searches: Vec<Search> = serde_json::from_str(include_str!("../fixtures/shop-searches.json")).unwrap();
+    for s in &searches {
+        let mut args = vec!["search".to_string(), s.kind.clone(), "--limit".into(), "0".into()];
+        for f in &s.filters {
+            args.extend(["--filter".to_string(), f.to_string()]);
+        }
+        let (code, out, err) = output(&mut with_model(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let ids: Vec<&str> = out.lines().collect();
+        assert_eq!(ids, s.ids, "{args:?}");
+    }
+    // The owner change: o9 is c4's now, with c4's copy, and c3 has none.
+    let (code, out, err) = output(&mut with_model(&["search", "order", "--term", "customer_id=c4", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let o9 = json_lines(&out);
+    assert_eq!((o9.len(), &o9[0]["id"], &o9[0]["customer"]["name"], &o9[0]["customer"]["plan"]), (1, &"o9".into(), &"Di".into(), &"team".into()), "{out}");
+    let (_, out, _) = output(&mut with_model(&["search", "order", "--term", "customer_id=c3"]));
+    assert_eq!(out, "", "o9 left c3");
+    let (code, _, err) = output(&mut with_model(&["search", "order", "--under", "status=/x"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("status.tree"), "a field the kind does not have is named: {err}");
+
+    // Usage errors name what is wrong.
+    let (code, _, err) = output(&mut with_model(&["search", "invoice"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is not a kind of model shop") && err.contains("customer"), "{err}");
+    let (code, _, err) = output(cli(cfg, group, index).args(["search", "order"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--model"), "{err}");
+    // An index written with a model refuses a worker without it.
+    let status = worker.terminate();
+    assert!(status.success(), "{status:?}");
+    let (code, _, err) = output(cli(cfg, group, index).args(["run", "--metrics-addr", "127.0.0.1:0"]));
+    assert_ne!(code, 0);
+    assert!(err.contains("holds model shop"), "{err}");
+}
