@@ -561,7 +561,7 @@ pub(crate) enum Cursor {
     /// Elasticsearch: a scan read whole when it began.
     ElasticWhole(elastic::EsWhole),
     /// Elasticsearch: a point-in-time scan, a page at a time.
-    Elastic(elastic::EsPages),
+    Elastic(Box<elastic::EsPages>),
     /// Taken out by the one page of a fan-out that ran it.
     Taken,
 }

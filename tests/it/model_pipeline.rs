@@ -41,7 +41,7 @@ fn a_models_commands_are_produced_applied_and_searched_through_the_pipeline() {
     let sent = text.lines().count() + 1;
 
     let worker = Worker::start(cfg, group, index, &["--model", MODEL]);
-    let (code, out, err) = output(&mut with_model(&["produce", "--wait", "120", "--jsonl"]).arg(&log));
+    let (code, out, err) = output(with_model(&["produce", "--wait", "120", "--jsonl"]).arg(&log));
     assert_eq!(code, 0, "{err}\n{}", worker.log());
     assert_eq!(json_lines(&out)[0]["produced"], sent as i64, "{out}");
     wait_applied_by(cfg, group, sent, &[&worker]);

@@ -63,7 +63,7 @@ impl Drop for EsPages {
 impl ElasticShard {
     /// [`Shard::rewrite_begin`](crate::index::Shard::rewrite_begin).
     pub(super) fn fan_out_pages(&mut self, scan: &Scan, page_size: usize) -> Result<Pages, IndexError> {
-        Ok(Pages::new(Cursor::Elastic(self.fan_out_begin(scan, page_size)?)))
+        Ok(Pages::new(Cursor::Elastic(Box::new(self.fan_out_begin(scan, page_size)?))))
     }
 
     /// A fan-out's scan read at once, without a refresh or a point in
