@@ -365,3 +365,43 @@ fn a_models_commands_pass_both_ways(script: impl Fn() -> Proc) {
     let back = jsonl::parse_all(codec.domain(), read.as_bytes()).unwrap();
     assert_eq!(back.iter().map(|e| (&e.command, &e.tenant)).collect::<Vec<_>>(), expected.iter().map(|e| (&e.command, &e.tenant)).collect::<Vec<_>>());
 }
+
+/// A Python producer of the shop model, written from the model file and
+/// the schema `denorm schema --model` prints (model_commands.py produce):
+/// its keys are the ones the worker expects (no dead letter), its owner
+/// change is the delete under the key it leaves, then the upsert naming
+/// it, and `denorm run --model` indexes what every search of the fixture
+/// finds.
+#[test]
+fn a_python_producer_of_a_model_is_applied_and_searched() {
+    use crate::model_pipeline::{assert_shop_searched, shop_log, shop_log_messages, MODEL};
+    use std::io::Write;
+    use std::process::Stdio;
+
+    let r = Rig::new(3);
+    let worker = Worker::start(&r.cfg, &r.group, &r.index, &["--model", MODEL]);
+    let schema = r.dir().join("shop.avsc");
+    std::fs::write(&schema, stdout_of(denorm().args(["schema", "--model", MODEL]))).unwrap();
+    let text = shop_log();
+    let mut child = python_script("model_commands.py")
+        .arg("produce")
+        .args([schema.as_os_str(), MODEL.as_ref()])
+        .args([&r.cfg.brokers, &r.cfg.topic])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "model_commands.py produce failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let deliveries = json_lines(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(deliveries.len(), shop_log_messages(&text));
+    // The product tree is keyed by its top segment, orders by their customer.
+    assert!(deliveries.iter().any(|d| d["key"] == "/garden") && deliveries.iter().any(|d| d["key"] == "c1"), "{deliveries:?}");
+
+    wait_applied_by(&r.cfg, &r.group, deliveries.len(), &[&worker]);
+    assert_shop_searched(&r);
+    let (_, metrics) = worker.http_get("/metrics");
+    assert_eq!(metric(&metrics, "denorm_dead_letters_total", &[]), 0.0, "{metrics}");
+}

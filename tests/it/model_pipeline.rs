@@ -5,7 +5,7 @@
 
 use crate::common::*;
 
-const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/shop.toml");
+pub(crate) const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/shop.toml");
 
 #[derive(serde::Deserialize)]
 struct Search {
@@ -14,20 +14,11 @@ struct Search {
     ids: Vec<String>,
 }
 
-#[test]
-fn a_models_commands_are_produced_applied_and_searched_through_the_pipeline() {
-    let r = Rig::new(3);
-    let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
-    let with_model = |args: &[&str]| {
-        let mut c = cli(cfg, group, index);
-        c.args(["--model", MODEL]).args(args);
-        c
-    };
-    let log = r.dir().join("shop.jsonl");
-    // The searches' log, then an owner change of an order between two
-    // customers no search names (two messages: its delete under the
-    // customer it leaves, then its upsert).
-    let mut text = include_str!("../fixtures/shop-searches.jsonl").to_string();
+/// The log of the searches' fixture, then an owner change of an order
+/// between two customers no search names (two messages: its delete under
+/// the customer it leaves, then its upsert).
+pub(crate) fn shop_log() -> String {
+    let mut text = include_str!("../../models/shop-example.jsonl").to_string();
     for line in [
         r#"{"op":"upsert","kind":"customer","id":"c3","fields":{"name":"Cy","plan":"team","since":"2026-03-01"}}"#,
         r#"{"op":"upsert","kind":"customer","id":"c4","fields":{"name":"Di","plan":"team","since":"2026-03-02"}}"#,
@@ -37,33 +28,60 @@ fn a_models_commands_are_produced_applied_and_searched_through_the_pipeline() {
         text.push_str(line);
         text.push('\n');
     }
-    std::fs::write(&log, &text).unwrap();
-    let sent = text.lines().count() + 1;
+    text
+}
 
-    let worker = Worker::start(cfg, group, index, &["--model", MODEL]);
-    let (code, out, err) = output(with_model(&["produce", "--wait", "120", "--jsonl"]).arg(&log));
-    assert_eq!(code, 0, "{err}\n{}", worker.log());
-    assert_eq!(json_lines(&out)[0]["produced"], sent as i64, "{out}");
-    wait_applied_by(cfg, group, sent, &[&worker]);
+/// How many messages [`shop_log`] is: a line each, and two for the owner
+/// change.
+pub(crate) fn shop_log_messages(text: &str) -> usize {
+    text.lines().count() + 1
+}
 
+/// `denorm` with the shop model, on the rig's broker, group and index.
+pub(crate) fn with_model(r: &Rig, args: &[&str]) -> std::process::Command {
+    let mut c = cli(&r.cfg, &r.group, &r.index);
+    c.args(["--model", MODEL]).args(args);
+    c
+}
+
+/// Every search of the fixture gives its documents, and the owner change
+/// of [`shop_log`] left o9 with c4 and its copy, nothing under c3.
+pub(crate) fn assert_shop_searched(r: &Rig) {
     let searches: Vec<Search> = serde_json::from_str(include_str!("../fixtures/shop-searches.json")).unwrap();
     for s in &searches {
         let mut args = vec!["search".to_string(), s.kind.clone(), "--limit".into(), "0".into()];
         for f in &s.filters {
             args.extend(["--filter".to_string(), f.to_string()]);
         }
-        let (code, out, err) = output(&mut with_model(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+        let (code, out, err) = output(&mut with_model(r, &args.iter().map(String::as_str).collect::<Vec<_>>()));
         assert_eq!(code, 0, "{args:?}: {err}");
         let ids: Vec<&str> = out.lines().collect();
         assert_eq!(ids, s.ids, "{args:?}");
     }
-    // The owner change: o9 is c4's now, with c4's copy, and c3 has none.
-    let (code, out, err) = output(&mut with_model(&["search", "order", "--term", "customer_id=c4", "--json"]));
+    let (code, out, err) = output(&mut with_model(r, &["search", "order", "--term", "customer_id=c4", "--json"]));
     assert_eq!(code, 0, "{err}");
     let o9 = json_lines(&out);
     assert_eq!((o9.len(), &o9[0]["id"], &o9[0]["customer"]["name"], &o9[0]["customer"]["plan"]), (1, &"o9".into(), &"Di".into(), &"team".into()), "{out}");
-    let (_, out, _) = output(&mut with_model(&["search", "order", "--term", "customer_id=c3"]));
+    let (_, out, _) = output(&mut with_model(r, &["search", "order", "--term", "customer_id=c3"]));
     assert_eq!(out, "", "o9 left c3");
+}
+
+#[test]
+fn a_models_commands_are_produced_applied_and_searched_through_the_pipeline() {
+    let r = Rig::new(3);
+    let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
+    let with_model = |args: &[&str]| with_model(&r, args);
+    let log = r.dir().join("shop.jsonl");
+    let text = shop_log();
+    std::fs::write(&log, &text).unwrap();
+    let sent = shop_log_messages(&text);
+
+    let worker = Worker::start(cfg, group, index, &["--model", MODEL]);
+    let (code, out, err) = output(with_model(&["produce", "--wait", "120", "--jsonl"]).arg(&log));
+    assert_eq!(code, 0, "{err}\n{}", worker.log());
+    assert_eq!(json_lines(&out)[0]["produced"], sent as i64, "{out}");
+    wait_applied_by(cfg, group, sent, &[&worker]);
+    assert_shop_searched(&r);
     let (code, _, err) = output(&mut with_model(&["search", "order", "--under", "status=/x"]));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("status.tree"), "a field the kind does not have is named: {err}");

@@ -41,7 +41,7 @@ fn a_models_mapping_indexes_its_documents_and_answers_its_searches() {
     let es = elastic();
     let d = Domain::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/shop.toml")).unwrap();
     let mut reference = ModelReference::new(d.clone());
-    let log = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/shop-searches.jsonl")).unwrap();
+    let log = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/shop-example.jsonl")).unwrap();
     for e in parse_all(&d, log.as_bytes()).unwrap() {
         reference.apply(&e);
     }
@@ -91,7 +91,7 @@ fn a_models_mapping_indexes_its_documents_and_answers_its_searches() {
 fn the_shop_models_searches_find_on_the_embedded_index_what_they_find_on_elasticsearch() {
     let d = Domain::parse("shop.toml", include_str!("../../models/shop.toml")).unwrap();
     let mut reference = ModelReference::new(d.clone());
-    let log = include_str!("../fixtures/shop-searches.jsonl");
+    let log = include_str!("../../models/shop-example.jsonl");
     // The same log in tenant acme, whose documents no search of the
     // default tenant may find.
     let acme: String = log.lines().map(|l| l.replacen("{", r#"{"tenant":"acme","#, 1) + "\n").collect();
