@@ -210,6 +210,7 @@ pub async fn run(cli: &Cli, a: &DemoArgs) -> anyhow::Result<()> {
                 keys: None,
                 rounds: 1,
                 delete_group: false,
+                model: None,
                 runtime: rt,
             };
             Ok(denorm::verify::run(v, |_| {})?)

@@ -68,8 +68,8 @@ pub struct Cli {
     #[arg(long, global = true, help_heading = "Global options", env = "DENORM_SIGNING_KEY_FILE", value_name = "PATH", value_parser = parse_signing_file)]
     pub signing_key_file: Option<SigningFile>,
     /// A model file (docs/model.md): its kinds' commands are produced, applied and searched beside
-    /// the compiled-in ones, and the index records it (a worker with another is refused). The
-    /// embedded index only, for now
+    /// the compiled-in ones, and the index records it (a worker with another is refused). On
+    /// Elasticsearch, each of its kinds is an index of its own
     #[arg(long, global = true, help_heading = "Global options", env = "DENORM_MODEL", value_name = "PATH")]
     pub model: Option<PathBuf>,
     /// Log filter (tracing syntax, e.g. `info` or `denorm=debug`)
@@ -226,16 +226,6 @@ impl Cli {
         let Some(path) = &self.model else { return Ok(None) };
         let d = denorm::domain::Domain::load(path).map_err(|e| UsageError(e.to_string()))?;
         Ok(Some(d.interned()))
-    }
-
-    /// [`Cli::domain`] for a command that opens the index: refused on
-    /// Elasticsearch, which does not hold a model's documents yet.
-    pub fn index_domain(&self) -> Result<Option<&'static denorm::domain::Domain>, UsageError> {
-        let d = self.domain()?;
-        if d.is_some() && Location::names_elastic(&self.index) {
-            return Err(UsageError("--model: a model's documents are held by the embedded index only for now; Elasticsearch holds the compiled-in kinds (docs/model.md, \"Status\")".into()));
-        }
-        Ok(d)
     }
 
     pub fn kafka(&self) -> KafkaConfig {

@@ -229,7 +229,7 @@ pub async fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let (partitions, dlq) = super::topics::ensure(&kafka, a.dlq_topic.as_deref()).await?;
     info!(topic = %kafka.topic, partitions, dead_letters = %dlq.topic, "topics ready");
     let location = super::location(cli)?;
-    let model = cli.index_domain()?;
+    let model = cli.domain()?;
     if let Some(d) = model {
         info!(model = %d.name, version = d.version, fingerprint = %d.fingerprint(), "applying the model's commands beside the compiled-in ones");
     }

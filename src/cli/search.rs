@@ -86,7 +86,7 @@ enum What {
         #[arg(long)]
         json: bool,
     },
-    /// KIND [FILTERS]: the documents of a kind of the model (--model; embedded index), every
+    /// KIND [FILTERS]: the documents of a kind of the model (--model), every
     /// filter holding; `denorm search KIND --help` lists the filters
     #[command(external_subcommand)]
     Kind(Vec<String>),
@@ -140,19 +140,20 @@ impl KindSearch {
 }
 
 /// `denorm search KIND`: `args` are the kind and its filters.
-fn kind_search(cli: &Cli, a: &SearchArgs, args: &[String], emit: &mut dyn FnMut(String)) -> anyhow::Result<()> {
+fn kind_search(cli: &Cli, a: &SearchArgs, args: &[String], runtime: tokio::runtime::Handle, emit: &mut dyn FnMut(String)) -> anyhow::Result<()> {
     let kind = &args[0];
-    let Some(model) = cli.index_domain()? else {
+    let Some(model) = cli.domain()? else {
         return Err(UsageError(format!("no search {kind:?}: `denorm search` knows files and posts, and with --model the model's kinds")).into());
     };
-    if model.kind(kind).is_none() {
+    let Some(declared) = model.kind(kind) else {
         let kinds: Vec<&str> = model.kinds.iter().map(|k| k.name.as_str()).collect();
         return Err(UsageError(format!("{kind:?} is not a kind of model {}: its kinds are {}", model.name, kinds.join(", "))).into());
-    }
+    };
     let q = <KindSearch as clap::Parser>::try_parse_from(std::iter::once(format!("denorm search {kind}")).chain(args[1..].iter().cloned()))?;
     let filters = q.filters()?;
-    let index = denorm::index::embedded::EmbeddedIndex::open_existing(&cli.index).map_err(|e| UsageError(e.to_string()))?.with_model(Some(model));
-    let docs = index.search()?.model_documents(a.tenant.as_deref(), kind, &filters).map_err(|e| UsageError(e.to_string()))?;
+    filters.iter().try_for_each(|f| f.check(model, declared)).map_err(UsageError)?;
+    let search = super::location(cli)?.search(runtime, Some(model)).map_err(|e| UsageError(e.to_string()))?;
+    let docs = search.model_documents(a.tenant.as_deref(), kind, &filters).map_err(|e| UsageError(e.to_string()))?;
     let limit = if q.limit == 0 { usize::MAX } else { q.limit };
     for (id, source) in docs.into_iter().take(limit) {
         emit(if q.json { source } else { id });
@@ -172,11 +173,11 @@ pub fn run(cli: &Cli, a: &SearchArgs, runtime: tokio::runtime::Handle) -> anyhow
         }
     };
     if let What::Kind(args) = &a.what {
-        kind_search(cli, a, args, &mut emit)?;
+        kind_search(cli, a, args, runtime, &mut emit)?;
         return finish(out, write_err);
     }
     // An index that is not there exits 2, as a wrong --index would.
-    let search = super::location(cli)?.search(runtime).map_err(|e| UsageError(e.to_string()))?;
+    let search = super::location(cli)?.search(runtime, cli.domain()?).map_err(|e| UsageError(e.to_string()))?;
     let tenant = tenant_of(a, search.as_ref())?;
     match &a.what {
         What::Kind(_) => unreachable!("searched above"),

@@ -124,7 +124,7 @@ async fn deletes_of(cli: &Cli, tenant: &str) -> anyhow::Result<Deletes> {
     let location = super::location(cli)?;
     let (tenant, runtime) = (tenant.to_string(), tokio::runtime::Handle::current());
     tokio::task::spawn_blocking(move || -> anyhow::Result<Deletes> {
-        let search = location.search(runtime).map_err(|e| UsageError(e.to_string()))?;
+        let search = location.search(runtime, None).map_err(|e| UsageError(e.to_string()))?;
         let mut deletes = Deletes::default();
         search.dump_tenant(&tenant, &mut |d| deletes.add(d)).with_context(|| format!("reading the documents of tenant {tenant}"))?;
         Ok(deletes)

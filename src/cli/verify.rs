@@ -136,7 +136,8 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
     };
     let kafka = cli.kafka();
     // An index that is not there exits 2: there is nothing to judge.
-    let live = super::location(cli)?.backend(&kafka.topic, Access::Existing, Embedded::with_memory(15 << 20)).await.map_err(|e| UsageError(e.to_string()))?;
+    let model = cli.domain()?;
+    let live = super::location(cli)?.backend(&kafka.topic, Access::Existing, Embedded { model, ..Embedded::with_memory(15 << 20) }).await.map_err(|e| UsageError(e.to_string()))?;
     // Its errors exit 2, not 1 (which means differences: review F14).
     let scratch = match &a.scratch_dir {
         Some(dir) => Scratch::given(dir),
@@ -162,6 +163,7 @@ pub async fn run(cli: &Cli, a: &VerifyArgs) -> anyhow::Result<()> {
         rounds: a.rounds,
         members,
         runtime: tokio::runtime::Handle::current(),
+        model,
     });
     let started = std::time::Instant::now();
     // A repair mends at most --max-repairs differences (memory stays

@@ -367,7 +367,7 @@ impl Generations for ElasticGenerations {
         let will = self.block(placement::read(&b.client, &b.prefix, to))?;
         self.block(bulk_load::restore(&b.client, &b.prefix, from, to, &will))?;
         self.put_meta(&names::meta_id(to, "log"), serde_json::json!({"topic": b.topic, "partitions": partitions}))?;
-        self.block(generations::refresh(&b.client, &b.prefix, to, &will))?;
+        self.block(generations::refresh(&b.client, &b.prefix, to, &will, &names::KINDS))?;
         self.block(generations::cut_over(&b.client, &b.prefix, (from, to), (&was, &will)))
     }
     /// At once: the cutover removed `g`'s write aliases, so no writer can

@@ -15,6 +15,7 @@ pub mod model_doc;
 pub mod open;
 pub mod progress;
 mod read;
+pub mod recorded_model;
 pub mod tenant_generations;
 
 pub use backend::{verified_record, Backend, Verified, VERIFIED_PARTIAL_RECORD, VERIFIED_RECORD};

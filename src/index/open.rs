@@ -15,6 +15,7 @@ use super::elastic::search::ElasticSearch;
 use super::elastic::setup;
 use super::embedded::{EmbeddedBackend, EmbeddedIndex};
 use super::generations::{ElasticGenerations, EmbeddedGenerations, Generations};
+use super::recorded_model::Decision;
 use super::tenant_generations::TenantGenerations;
 use super::{Backend, IndexError, SearchIndex};
 
@@ -52,7 +53,8 @@ pub enum Access {
     Existing,
 }
 
-/// The embedded index's tuning (ignored by Elasticsearch).
+/// The embedded index's tuning (ignored by Elasticsearch), and the model
+/// the index holds (both backends).
 #[derive(Debug, Clone, Copy)]
 pub struct Embedded {
     /// Indexing memory of each shard writer, in bytes.
@@ -61,8 +63,8 @@ pub struct Embedded {
     pub fan_out_commit_every: Option<u64>,
     /// See [`EmbeddedBackend::merge_max_docs`] (`None`: its default).
     pub merge_max_docs: Option<u32>,
-    /// The declared model whose documents the shards hold
-    /// ([`EmbeddedIndex::with_model`]).
+    /// The declared model whose documents the index holds
+    /// ([`EmbeddedIndex::with_model`], [`ElasticBackend::model`]).
     pub model: Option<&'static crate::domain::Domain>,
 }
 
@@ -111,12 +113,19 @@ impl Location {
         Ok(match self {
             Location::Elastic(es) => {
                 let client = es.client().map_err(|e| self.failed(e))?;
+                // Refused before anything is created: another model than
+                // the one the indexes hold.
+                let decision = setup::model_decision(&client, &es.prefix, tuning.model, access == Access::Apply).await.map_err(|e| self.failed(e))?;
                 if access == Access::Apply {
-                    setup::ensure(&client, &es.prefix, es.meta_shards, &Placement::new(es.dedicated.clone())).await.map_err(|e| self.failed(e))?;
+                    setup::ensure(&client, &es.prefix, es.meta_shards, &Placement::new(es.dedicated.clone()), tuning.model).await.map_err(|e| self.failed(e))?;
+                    if let (Decision::Record(ours), Some(model)) = (decision, tuning.model) {
+                        setup::record_model(&client, &es.prefix, model, ours).await.map_err(|e| self.failed(e))?;
+                    }
                     tracing::info!(url = %es.url, prefix = %es.prefix, "elasticsearch indexes ready");
                 }
                 let mut backend = ElasticBackend::new(client, &es.prefix, topic, Handle::current());
                 backend.configured = Placement::new(es.dedicated.clone());
+                backend.model = tuning.model;
                 Arc::new(backend)
             }
             Location::Embedded(dir) => {
@@ -126,9 +135,9 @@ impl Location {
                 }
                 .map_err(|e| self.failed(e))?
                 .with_model(tuning.model);
-                if access == Access::Apply {
-                    index.check_current_model().map_err(|e| self.failed(e))?;
-                }
+                // A writer records its model in a generation that has none
+                // yet; a reader is refused one written with another model.
+                index.check_current_model(access == Access::Apply).map_err(|e| self.failed(e))?;
                 let mut backend = EmbeddedBackend::new(index, tuning.memory);
                 backend.fan_out_commit_every = tuning.fan_out_commit_every.unwrap_or(backend.fan_out_commit_every);
                 backend.merge_max_docs = tuning.merge_max_docs.unwrap_or(backend.merge_max_docs);
@@ -140,12 +149,17 @@ impl Location {
     /// The index's generations (`denorm rebuild`). `manage`: it will create
     /// a generation and cut over, so Elasticsearch's indexes are set up and
     /// the credentials' privileges to manage them checked first.
+    ///
+    /// An index holding a declared model is refused: a rebuild builds the
+    /// compiled-in kinds only, and its cutover would leave the model's
+    /// documents behind.
     pub async fn generations(&self, topic: &str, manage: bool, memory: usize) -> Result<Arc<dyn Generations>, OpenError> {
         Ok(match self {
             Location::Elastic(es) => {
                 let client = es.client().map_err(|e| self.failed(e))?;
+                setup::model_decision(&client, &es.prefix, None, false).await.map_err(|e| self.failed(e))?;
                 if manage {
-                    setup::ensure(&client, &es.prefix, es.meta_shards, &Placement::new(es.dedicated.clone())).await.map_err(|e| self.failed(e))?;
+                    setup::ensure(&client, &es.prefix, es.meta_shards, &Placement::new(es.dedicated.clone()), None).await.map_err(|e| self.failed(e))?;
                     setup::check_privileges(&client, &es.prefix, setup::MANAGE_PRIVILEGES).await.map_err(|e| self.failed(e))?;
                 }
                 let mut backend = ElasticBackend::new(client, &es.prefix, topic, Handle::current());
@@ -154,6 +168,7 @@ impl Location {
             }
             Location::Embedded(dir) => {
                 let index = EmbeddedIndex::open_for_rebuild(dir, topic).map_err(|e| self.failed(e))?;
+                index.check_current_model(false).map_err(|e| self.failed(e))?;
                 Arc::new(EmbeddedGenerations { index, budget: memory })
             }
         })
@@ -166,7 +181,7 @@ impl Location {
         let Location::Elastic(es) = self else { return Ok(None) };
         let client = es.client().map_err(|e| self.failed(e))?;
         if manage {
-            setup::ensure(&client, &es.prefix, es.meta_shards, &Placement::new(es.dedicated.clone())).await.map_err(|e| self.failed(e))?;
+            setup::ensure(&client, &es.prefix, es.meta_shards, &Placement::new(es.dedicated.clone()), None).await.map_err(|e| self.failed(e))?;
             setup::check_privileges(&client, &es.prefix, setup::MANAGE_PRIVILEGES).await.map_err(|e| self.failed(e))?;
         }
         let mut backend = ElasticBackend::new(client, &es.prefix, topic, Handle::current());
@@ -182,11 +197,20 @@ impl Location {
         }
     }
 
-    /// The index's current documents, to search (`denorm search`).
-    pub fn search(&self, runtime: Handle) -> Result<Box<dyn SearchIndex>, OpenError> {
+    /// The index's current documents, to search (`denorm search`), read
+    /// with `model` (refused when the index holds another).
+    pub fn search(&self, runtime: Handle, model: Option<&'static crate::domain::Domain>) -> Result<Box<dyn SearchIndex>, OpenError> {
         Ok(match self {
-            Location::Elastic(es) => Box::new(ElasticSearch { client: es.client().map_err(|e| self.failed(e))?, prefix: es.prefix.clone(), runtime, generation: None }),
-            Location::Embedded(dir) => Box::new(EmbeddedIndex::open_existing(dir).and_then(|i| i.search()).map_err(|e| self.failed(e))?),
+            Location::Elastic(es) => {
+                let client = es.client().map_err(|e| self.failed(e))?;
+                // A search of the compiled-in kinds reads their indexes
+                // alone, whatever model the others hold.
+                if model.is_some() {
+                    runtime.block_on(setup::model_decision(&client, &es.prefix, model, false)).map_err(|e| self.failed(e))?;
+                }
+                Box::new(ElasticSearch { client, prefix: es.prefix.clone(), runtime, generation: None, model })
+            }
+            Location::Embedded(dir) => Box::new(EmbeddedIndex::open_existing(dir).map(|i| i.with_model(model)).and_then(|i| i.search()).map_err(|e| self.failed(e))?),
         })
     }
 }
@@ -216,7 +240,7 @@ mod tests {
         assert!(matches!(e, OpenError::Settings(_)), "{e:?}");
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nothing-here");
-        let e = Location::parse(&missing).unwrap().search(tokio::runtime::Runtime::new().unwrap().handle().clone()).err().unwrap();
+        let e = Location::parse(&missing).unwrap().search(tokio::runtime::Runtime::new().unwrap().handle().clone(), None).err().unwrap();
         assert!(matches!(&e, OpenError::Open { what, .. } if what == &missing.display().to_string()), "{e:?}");
         assert!(!missing.exists(), "a search created the index");
     }

@@ -92,6 +92,10 @@ pub trait SearchIndex {
         all.into_iter().for_each(out);
         Ok(())
     }
+    /// The documents of the declared model's `kind` of `tenant` that every
+    /// filter matches, as (id, source), in id order (docs/model.md,
+    /// "Searches").
+    fn model_documents(&self, tenant: Option<&str>, kind: &str, filters: &[crate::index::filter::Filter]) -> Result<Vec<(String, String)>, IndexError>;
     /// [`SearchIndex::dump_sorted`], each document with what the backend
     /// records beside its fields. This default records nothing more.
     fn dump_sorted_recorded(&self, out: &mut dyn FnMut(Doc, Recorded)) -> Result<(), IndexError> {

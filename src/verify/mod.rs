@@ -137,6 +137,9 @@ pub struct Verify<'a> {
     /// Which member of a verify run as several processes this is: it
     /// verifies its share of the partitions ([`Members::owns`]).
     pub members: Members,
+    /// The declared model the live index holds, if any: the replay decodes
+    /// and applies its commands, and the scratch index records it.
+    pub model: Option<&'static crate::domain::Domain>,
 }
 
 /// Where a replay stands, at each turn of its progress poll.
@@ -268,7 +271,8 @@ pub fn run(v: Verify<'_>, mut progress: impl FnMut(&Tick)) -> Result<Report, Ver
     let checkpoints = v.live.checkpoints(&all).map_err(VerifyError::Live)?;
     log::check(&v.kafka, partitions, &checkpoints, |p| v.members.owns(p))?;
     let scratch_err = |source| VerifyError::Scratch { dir: v.scratch.display().to_string(), source };
-    let index = EmbeddedIndex::open(v.scratch, &v.kafka.topic).map_err(scratch_err)?;
+    let index = EmbeddedIndex::open(v.scratch, &v.kafka.topic).map_err(scratch_err)?.with_model(v.model);
+    index.check_current_model(true).map_err(scratch_err)?;
     let backend: Arc<dyn Backend> = Arc::new(EmbeddedBackend::new(index, v.budget));
     let mut at: Positions = BTreeMap::new();
     // The letters the live run wrote: the replay parks keys by their
@@ -364,6 +368,7 @@ fn replay_to(
     let mut cfg = WorkerConfig::new(v.kafka.clone(), group.clone());
     cfg.mode = Mode::Replay(Replay { letters_written: letters.clone(), of: ReplayOf::Verify { until: Arc::new(at.clone()), keys: v.keys.clone().map(Arc::new) }, ..Default::default() });
     settings.apply_to(&mut cfg)?;
+    cfg.model = v.model;
     // A member replays its share of the partitions only: a take-over
     // would wait for ever for a departure in a partition it does not
     // replay. The scratch index's shards are separate, which replay right

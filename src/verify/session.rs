@@ -134,6 +134,8 @@ pub struct Session {
     pub rounds: u32,
     pub members: Members,
     pub runtime: tokio::runtime::Handle,
+    /// The declared model of the live index (`--model`).
+    pub model: Option<&'static crate::domain::Domain>,
 }
 
 impl Session {
@@ -156,6 +158,7 @@ impl Session {
             delete_group: true,
             runtime: self.runtime.clone(),
             members: self.members,
+            model: self.model,
         };
         let report = super::run(v, |t| show(Shown::Replay(t)));
         show(Shown::Replayed);

@@ -1,8 +1,9 @@
 //! A declared model's commands applied to a shard, through the same
 //! `apply` the worker runs, give the documents of the model's reference
-//! (`model::generic`), on the in-memory shard and on the embedded index's,
-//! whether its fan-outs run whole or a page at a time, and again when the
-//! end of the log is applied twice.
+//! (`model::generic`), on the in-memory shard, the embedded index's and
+//! Elasticsearch's (the suite's Elasticsearch-API server), whether its
+//! fan-outs run whole or a page at a time, and again when the end of the
+//! log is applied twice.
 
 use denorm::apply::{apply, fan_out_rest, fan_out_scan, FanOut};
 use denorm::command::generic::bound::Bound;
@@ -122,4 +123,38 @@ fn the_files_and_posts_models_commands_leave_on_both_shards_the_documents_of_its
     let log: Vec<ModelEnvelope> = commands.into_iter().map(|c| legacy::to_model(&Envelope::new(c))).collect();
     assert!(log.iter().any(|e| fan_out_scan(&Bound::envelope(d, e.clone()).command).is_some()), "some fan-out is paged");
     check(d, &log, 3);
+}
+
+/// The same logs on an Elasticsearch shard, whose indexes of the model's
+/// kinds startup creates: realtime reads of what it wrote, fan-outs whose
+/// scans search what a refresh published and what it wrote since.
+#[test]
+fn both_models_commands_leave_on_an_elasticsearch_shard_the_documents_of_their_reference() {
+    let es = crate::common::elastic::elastic();
+    let rt = crate::common::rt();
+    let base = crate::common::elastic::prefix();
+    let shop = shop::model().interned();
+    let files = Domain::parse("files-and-posts.toml", include_str!("../../models/files-and-posts.toml")).unwrap().interned();
+    let mut commands = denorm::demo::seed(30, 6, 40, 3);
+    commands.extend(denorm::demo::user_renames(10, 4));
+    commands.push(Command::RenamePath { from: "/clinton/projects".into(), to: "/clinton/work".into() });
+    let files_log: Vec<ModelEnvelope> = commands.into_iter().map(|c| legacy::to_model(&Envelope::new(c))).collect();
+    let cases = [(shop, ShopLog::new(1).commands(shop, 200), Driver::Whole), (shop, ShopLog::new(2).commands(shop, 200), Driver::Paged), (files, files_log, Driver::Paged)];
+    for (i, (d, log, driver)) in cases.into_iter().enumerate() {
+        let reference = reference_of(d, &log);
+        let mut backend = es.backend(&rt, "model-log");
+        backend.prefix = format!("{base}-m{i}");
+        backend.model = Some(d);
+        crate::common::elastic::remove_when_done(&backend.prefix);
+        rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix, 1, &Default::default(), Some(d))).unwrap();
+        let mut shard = denorm::index::Backend::open_shard(&backend, 0).unwrap();
+        applied(shard.as_mut(), d, &log, 1, driver, 17);
+        shard.commit().unwrap();
+        let what = format!("elasticsearch, {} model, {driver:?}", d.name);
+        assert_same(shard.as_mut(), d, &reference, &log, &what);
+        let tail = log.len().saturating_sub(40);
+        applied(shard.as_mut(), d, &log[tail..], 1 + tail as u64, driver, 0);
+        shard.commit().unwrap();
+        assert_same(shard.as_mut(), d, &reference, &log, &format!("{what}, tail again"));
+    }
 }

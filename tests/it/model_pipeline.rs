@@ -1,7 +1,9 @@
 //! A declared model end to end on a real Kafka-protocol broker (tansu):
-//! `denorm produce --model` -> `denorm run --model` -> embedded index ->
-//! `denorm search KIND`, with the searches the model promises
-//! (`tests/fixtures/shop-searches.json`) giving the listed documents.
+//! `denorm produce --model` -> `denorm run --model` -> the embedded index,
+//! or the suite's Elasticsearch-API server (noida-db) -> `denorm search
+//! KIND`, with the searches the model promises
+//! (`tests/fixtures/shop-searches.json`) giving the listed documents, and
+//! `denorm verify --model` finding the index equal to the log.
 
 use crate::common::*;
 
@@ -67,8 +69,17 @@ pub(crate) fn assert_shop_searched(r: &Rig) {
 }
 
 #[test]
-fn a_models_commands_are_produced_applied_and_searched_through_the_pipeline() {
-    let r = Rig::new(3);
+fn a_models_commands_are_produced_applied_searched_and_verified_through_the_pipeline() {
+    through_the_pipeline(Rig::new(3));
+}
+
+#[test]
+fn a_models_commands_are_produced_applied_searched_and_verified_through_the_pipeline_on_elasticsearch() {
+    let _es = crate::common::elastic::elastic();
+    through_the_pipeline(Rig::elastic(3));
+}
+
+fn through_the_pipeline(r: Rig) {
     let (cfg, group, index) = (&r.cfg, r.group.as_str(), r.index.as_path());
     let with_model = |args: &[&str]| with_model(&r, args);
     let log = r.dir().join("shop.jsonl");
@@ -93,10 +104,58 @@ fn a_models_commands_are_produced_applied_and_searched_through_the_pipeline() {
     let (code, _, err) = output(cli(cfg, group, index).args(["search", "order"]));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--model"), "{err}");
+    // verify replays the log with the model and finds the index equal to
+    // it; without the model, it cannot decide (exit 2) and says which
+    // model the index holds.
+    let verify = |c: &mut std::process::Command| {
+        let (code, out, err) = output(c.args(["verify", "--json"]));
+        (code, serde_json::from_str::<serde_json::Value>(&out).unwrap_or(serde_json::Value::Null), err)
+    };
+    let (code, report, err) = verify(&mut with_model(&[]));
+    assert_eq!((code, &report["differences_total"]), (0, &serde_json::json!(0)), "{report}\n{err}");
+    assert!(report["checked"].as_u64().unwrap() >= 6, "{report}");
+    let (code, _, err) = verify(&mut cli(cfg, group, index));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("holds model shop"), "{err}");
+
     // An index written with a model refuses a worker without it.
     let status = worker.terminate();
     assert!(status.success(), "{status:?}");
+
+    // An order changed behind the pipeline's back is named by verify.
+    {
+        use denorm::command::generic::value::Value;
+        use denorm::index::open::{Access, Embedded, Location};
+        use denorm::index::{Doc, Kind, ModelKind};
+        let d = denorm::domain::Domain::load(std::path::Path::new(MODEL)).unwrap().interned();
+        let rt = rt();
+        let tuning = Embedded { model: Some(d), ..Embedded::with_memory(20 << 20) };
+        let backend = rt.block_on(Location::parse(index).unwrap().backend(&cfg.topic, Access::Existing, tuning)).unwrap();
+        let mut shard = backend.open_shard(denorm::command::partitioner::partition_of("c1", cfg.partitions)).unwrap();
+        let Some(Doc::Model(mut o1)) = shard.get(Kind::Model(ModelKind::of(d, "order").unwrap()), "o1").unwrap() else { panic!("no order o1") };
+        o1.fields.insert("status".into(), Value::Str("lost".into()));
+        shard.put(Doc::Model(o1)).unwrap();
+        shard.commit().unwrap();
+    }
+    let (code, report, err) = verify(&mut with_model(&[]));
+    assert_eq!((code, &report["differences_total"], &report["differences"][0]["id"]), (1, &serde_json::json!(1), &serde_json::json!("o1")), "{report}\n{err}");
     let (code, _, err) = output(cli(cfg, group, index).args(["run", "--metrics-addr", "127.0.0.1:0"]));
     assert_ne!(code, 0);
     assert!(err.contains("holds model shop"), "{err}");
+    // A rebuild, which builds the compiled-in kinds only, is refused
+    // before it builds anything: its cutover would leave the model's
+    // documents behind.
+    for c in [&mut cli(cfg, group, index), &mut with_model(&[])] {
+        let (code, _, err) = output(c.args(["rebuild", "--metrics-addr", "127.0.0.1:0"]));
+        assert_ne!(code, 0);
+        assert!(err.contains("holds model shop"), "{err}");
+    }
+    if crate::common::elastic::is_url(index) {
+        // Tenants' own indexes hold the compiled-in kinds only.
+        let (code, _, err) = output(with_model(&["run", "--metrics-addr", "127.0.0.1:0"]).env("DENORM_ES_DEDICATED_TENANTS", "acme"));
+        assert_ne!(code, 0);
+        assert!(err.contains("tenants with indexes of their own"), "{err}");
+    }
+    let (code, out, err) = output(&mut with_model(&["search", "order", "--term", "customer_id=c4"]));
+    assert_eq!((code, out.as_str()), (0, "o9\n"), "the index is as it was: {err}");
 }

@@ -92,7 +92,7 @@ fn log_with_redelivered_suffix_matches_the_model_on_elasticsearch() {
     let es = crate::common::elastic::elastic();
     let rt = crate::common::rt();
     let backend = es.backend(&rt, "scenario");
-    rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix, 1, &Default::default())).unwrap();
+    rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix, 1, &Default::default(), None)).unwrap();
     scenario(&backend);
 }
 
@@ -123,7 +123,7 @@ fn chaos_on_elasticsearch(name: &str, seeds: std::ops::Range<u64>, write_first: 
         let mut backend = es.backend(&rt, name);
         backend.prefix = format!("{base}-{name}-{seed}");
         backend.write_first = write_first;
-        rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix, 1, &Default::default())).unwrap();
+        rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix, 1, &Default::default(), None)).unwrap();
         let search = backend.search().unwrap();
         crate::common::chaos::two_overlapping_owners(&backend, seed, || {
             let mut docs = Vec::new();
@@ -140,7 +140,7 @@ fn own_elastic(name: &str) -> (crate::common::elastic::Elastic, tokio::runtime::
     let rt = crate::common::rt();
     let mut backend = es.backend(&rt, name);
     backend.prefix = format!("{}-{name}", crate::common::elastic::prefix());
-    rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix, 1, &Default::default())).unwrap();
+    rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix, 1, &Default::default(), None)).unwrap();
     (es, rt, backend)
 }
 

@@ -482,7 +482,7 @@ fn elasticsearch_dump_holds_a_page_of_bytes(sorted: bool) {
     let es = elastic::elastic();
     let rt = rt();
     let backend = es.backend(&rt, "t");
-    rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix, 1, &Default::default())).unwrap();
+    rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix, 1, &Default::default(), None)).unwrap();
     let (files, size) = (240, 512 << 10);
     let mut shard = backend.open_shard(0).unwrap();
     for i in 0..files {

@@ -63,6 +63,9 @@ pub struct ElasticBackend {
     /// a tenant's rebuild keeps its shards' checkpoints apart from the
     /// live ones of the same generation (empty: the live ones).
     pub meta_scope: String,
+    /// The declared model whose kinds the indexes hold beside the
+    /// compiled-in ones ([`names::kinds`]).
+    pub model: Option<&'static crate::domain::Domain>,
 }
 
 /// When a shard writes an upsert as a create without reading the document
@@ -107,7 +110,13 @@ impl ElasticBackend {
             configured: Placement::default(),
             placements: Default::default(),
             meta_scope: String::new(),
+            model: None,
         }
+    }
+
+    /// The kinds this backend's indexes hold.
+    pub fn kinds(&self) -> Vec<crate::index::Kind> {
+        names::kinds(self.model)
     }
 
     /// This backend writing generation `g` as placed by `placement` (a

@@ -26,7 +26,7 @@ pub const SERVING: [&str; 2] = ["index.refresh_interval", "index.number_of_repli
 /// Puts generation `g` (placed as `placement`: the tenants' own indexes
 /// too) on the bulk-load settings. Idempotent.
 pub async fn for_loading(client: &Elasticsearch, prefix: &str, g: u64, placement: &Placement) -> Result<(), ElasticError> {
-    let indexes = placement.all_indexes(prefix, g);
+    let indexes = placement.all_indexes(prefix, g, &KINDS);
     put(client, &indexes, json!({"index": {"refresh_interval": "-1", "number_of_replicas": 0}})).await
 }
 

@@ -151,14 +151,15 @@ pub async fn add_write_alias(client: &Elasticsearch, prefix: &str, kind: Kind, g
     Ok(())
 }
 
-/// Makes every write to generation `g` (placed as `placement`) searchable.
+/// Makes every write to generation `g` (placed as `placement`) of each of
+/// `kinds` searchable.
 /// The shared indexes' write aliases must exist (after a cutover they do
 /// not: the writer follows the new generation). A tenant's own may be
 /// missing while a rebuild of that tenant fences the live writers off
 /// them (see `crate::index::tenant_generations`): nothing of that tenant
 /// is written then, and the other tenants' commits are published.
-pub async fn refresh(client: &Elasticsearch, prefix: &str, g: u64, placement: &Placement) -> Result<(), ElasticError> {
-    let (shared, own): (Vec<String>, Vec<String>) = placement.write_aliases(prefix, g).into_iter().partition(|a| !names::is_tenants_own(a));
+pub async fn refresh(client: &Elasticsearch, prefix: &str, g: u64, placement: &Placement, kinds: &[Kind]) -> Result<(), ElasticError> {
+    let (shared, own): (Vec<String>, Vec<String>) = placement.write_aliases(prefix, g, kinds).into_iter().partition(|a| !names::is_tenants_own(a));
     for (names, fenced) in [(shared, false), (own, true)] {
         if names.is_empty() {
             continue;
@@ -219,13 +220,13 @@ pub async fn cut_over(client: &Elasticsearch, prefix: &str, (from, to): (u64, u6
 /// them) and its meta documents (`partitions` partition checkpoints with
 /// the parked keys they name, the log binding, the placement).
 pub async fn remove(client: &Elasticsearch, prefix: &str, g: u64, partitions: i32) -> Result<(), ElasticError> {
-    let names = super::placement::read(client, prefix, g).await?.all_indexes(prefix, g);
+    let names = super::placement::read(client, prefix, g).await?.all_indexes(prefix, g, &KINDS);
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let r = client.indices().delete(IndicesDeleteParts::Index(&refs)).ignore_unavailable(true).send().await?;
     json_or_status(&format!("deleting generation {g}"), r).await?;
     let partition_meta: Vec<String> = (0..partitions).map(|p| meta_id(g, &format!("p{p}"))).collect();
     remove_partition_meta(client, prefix, &partition_meta).await?;
-    for id in [meta_id(g, "log"), meta_id(g, super::names::SWEEP), meta_id(g, super::names::PLACEMENT)] {
+    for id in [meta_id(g, "log"), meta_id(g, super::names::SWEEP), meta_id(g, super::names::PLACEMENT), meta_id(g, super::names::MODEL)] {
         delete_meta(client, prefix, &id).await?;
     }
     Ok(())

@@ -66,7 +66,18 @@ pub fn alias(prefix: &str, kind: Kind) -> String {
     format!("{prefix}-{}", kind_name(kind))
 }
 
+/// The compiled-in kinds, which every index has.
 pub const KINDS: [Kind; 3] = [Kind::File, Kind::User, Kind::Post];
+
+/// The kinds of an index holding `model`'s documents: the compiled-in
+/// ones, then the model's, each an index of its own.
+pub fn kinds(model: Option<&'static crate::domain::Domain>) -> Vec<Kind> {
+    let declared = model.into_iter().flat_map(crate::index::ModelKind::all).map(Kind::Model);
+    KINDS.into_iter().chain(declared).collect()
+}
+
+/// The id of the meta document naming the model generation `g` holds.
+pub const MODEL: &str = "model";
 
 /// The concrete index of `kind` in generation `g`.
 pub fn concrete(prefix: &str, kind: Kind, g: u64) -> String {

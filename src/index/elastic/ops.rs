@@ -134,7 +134,7 @@ impl Backend for ElasticBackend {
     }
 
     fn search(&self) -> Result<Box<dyn SearchIndex>, IndexError> {
-        Ok(Box::new(super::search::ElasticSearch { client: self.client.clone(), prefix: self.prefix.clone(), runtime: self.runtime.clone(), generation: self.pinned }))
+        Ok(Box::new(super::search::ElasticSearch { client: self.client.clone(), prefix: self.prefix.clone(), runtime: self.runtime.clone(), generation: self.pinned, model: self.model }))
     }
     fn record(&self, name: &str) -> Result<Option<serde_json::Value>, IndexError> {
         Ok(self.runtime.block_on(super::meta::get_meta(&self.client, &self.prefix, name))?)

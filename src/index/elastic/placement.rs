@@ -252,15 +252,15 @@ impl Placement {
         std::iter::once(concrete(prefix, kind, g)).chain(own.map(|t| dedicated_concrete(prefix, t, kind, g, self.revision(t)))).collect()
     }
 
-    /// Every concrete index of generation `g`, of every kind.
-    pub fn all_indexes(&self, prefix: &str, g: u64) -> Vec<String> {
-        KINDS.iter().flat_map(|k| self.indexes(prefix, *k, g)).collect()
+    /// Every concrete index of generation `g`, of each of `kinds`.
+    pub fn all_indexes(&self, prefix: &str, g: u64, kinds: &[Kind]) -> Vec<String> {
+        kinds.iter().flat_map(|k| self.indexes(prefix, *k, g)).collect()
     }
 
-    /// Every write alias of generation `g`, of every kind.
-    pub fn write_aliases(&self, prefix: &str, g: u64) -> Vec<String> {
+    /// Every write alias of generation `g`, of each of `kinds`.
+    pub fn write_aliases(&self, prefix: &str, g: u64, kinds: &[Kind]) -> Vec<String> {
         let tenants = std::iter::once(None).chain(self.dedicated().map(Some));
-        tenants.flat_map(|t| KINDS.iter().map(move |k| self.write_target(prefix, *k, g, t))).collect()
+        tenants.flat_map(|t| kinds.iter().map(move |k| self.write_target(prefix, *k, g, t))).collect()
     }
 
     /// As recorded; the fields of moves only once a tenant has moved (a
@@ -513,7 +513,7 @@ mod tests {
         assert_eq!(p.write_target("denorm", Kind::Post, 0, None), "denorm-posts-g0");
         assert!(!p.is_dedicated(None));
         assert_eq!(p.indexes("denorm", Kind::User, 0), vec!["denorm-users-000001", "denorm-t-acme-users-000001"]);
-        assert_eq!(p.write_aliases("denorm", 1).len(), 6);
+        assert_eq!(p.write_aliases("denorm", 1, &KINDS).len(), 6);
         assert_eq!(Placement::from_json(&p.to_json()).unwrap(), p);
         assert_eq!(Placement::default().indexes("denorm", Kind::File, 0), vec!["denorm-files-000001"]);
         assert!(Placement::from_json(&json!({"dedicated": [1]})).is_err());

@@ -8,7 +8,8 @@ use tokio::runtime::Handle;
 
 use super::complete_json;
 use super::docs::{from_source, hits, is_deleted, of_tenant, recorded, PitScan, DUMP_PAGE_BYTES};
-use super::names::{alias, TENANT_FIELD};
+use super::names::{self, alias, TENANT_FIELD};
+use crate::index::filter::Filter;
 use crate::index::{AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, Recorded, SearchIndex};
 
 pub struct ElasticSearch {
@@ -18,6 +19,8 @@ pub struct ElasticSearch {
     /// Reads this generation's indexes (`None`: the current one, through
     /// the read aliases).
     pub generation: Option<u64>,
+    /// The declared model whose kinds are read beside the compiled-in ones.
+    pub model: Option<&'static crate::domain::Domain>,
 }
 
 /// The query of `denorm search files`.
@@ -135,7 +138,7 @@ const AUTHOR_PAGE: usize = 1000;
 impl ElasticSearch {
     /// A dump is for exact comparisons: makes every write searchable first.
     fn refresh_all(&self) -> Result<(), IndexError> {
-        let names = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.index_of(*k).map(|(i, _)| i)).collect::<Result<Vec<String>, _>>()?;
+        let names = names::kinds(self.model).iter().map(|k| self.index_of(*k).map(|(i, _)| i)).collect::<Result<Vec<String>, _>>()?;
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         self.runtime.block_on(async {
             let r = self.client.indices().refresh(elasticsearch::indices::IndicesRefreshParts::Index(&names)).send().await?;
@@ -292,7 +295,7 @@ impl SearchIndex for ElasticSearch {
     }
 
     fn tenants(&self, limit: usize) -> Result<Vec<String>, IndexError> {
-        let read = [Kind::File, Kind::User, Kind::Post].iter().map(|k| self.index_of(*k)).collect::<Result<Vec<Read>, _>>()?;
+        let read = names::kinds(self.model).iter().map(|k| self.index_of(*k)).collect::<Result<Vec<Read>, _>>()?;
         let names: Vec<&str> = read.iter().map(|(i, _)| i.as_str()).collect();
         let must_not: Vec<Value> = std::iter::once(is_deleted()).chain(read.iter().filter_map(|(_, h)| h.clone())).collect();
         let body =
@@ -307,7 +310,7 @@ impl SearchIndex for ElasticSearch {
 
     fn dump(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
         self.refresh_all()?;
-        for kind in [Kind::File, Kind::User, Kind::Post] {
+        for kind in names::kinds(self.model) {
             self.run(kind, json!({"bool": {"must_not": [is_deleted()]}}), 0, out)?;
         }
         Ok(())
@@ -315,7 +318,7 @@ impl SearchIndex for ElasticSearch {
 
     fn dump_tenant(&self, tenant: &str, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
         self.refresh_all()?;
-        for kind in [Kind::File, Kind::User, Kind::Post] {
+        for kind in names::kinds(self.model) {
             self.run(kind, json!({"bool": {"filter": [of_tenant(Some(tenant))], "must_not": [is_deleted()]}}), 0, out)?;
         }
         Ok(())
@@ -325,9 +328,37 @@ impl SearchIndex for ElasticSearch {
         self.dump_sorted_recorded(&mut |d, _| out(d))
     }
 
+    fn model_documents(&self, tenant: Option<&str>, kind: &str, filters: &[Filter]) -> Result<Vec<(String, String)>, IndexError> {
+        let Some(model) = self.model else { return Err(IndexError::Backend("a search of a model's kind needs --model".into())) };
+        let Some(k) = crate::index::ModelKind::of(model, kind) else { return Err(IndexError::Backend(format!("{kind:?} is not a kind of model {}", model.name))) };
+        let kind = Kind::Model(k);
+        let (index, hidden) = self.scanned_index(kind)?;
+        let query = without(json!({"bool": {"filter": [super::model::query(filters), of_tenant(tenant)], "must_not": [is_deleted()]}}), hidden);
+        let mut pit = self.runtime.block_on(PitScan::open(&self.client, &index, query, 1000))?.by_id().bounded(DUMP_PAGE_BYTES);
+        let mut out = Vec::new();
+        let result = (|| -> Result<(), IndexError> {
+            loop {
+                let page = self.runtime.block_on(pit.next_page())?;
+                if page.is_empty() {
+                    return Ok(());
+                }
+                for h in &page {
+                    if let Doc::Model(d) = from_source(kind, &h.source) {
+                        let source = crate::command::generic::value::document_json(d.unscoped_id(), &d.fields, &d.copies);
+                        out.push((d.unscoped_id().to_string(), source.to_string()));
+                    }
+                }
+            }
+        })();
+        self.runtime.block_on(pit.close());
+        result?;
+        out.sort();
+        Ok(out)
+    }
+
     fn dump_sorted_recorded(&self, out: &mut dyn FnMut(Doc, Recorded)) -> Result<(), IndexError> {
         self.refresh_all()?;
-        let mut kinds = [Kind::File, Kind::User, Kind::Post];
+        let mut kinds = names::kinds(self.model);
         kinds.sort_by_key(|k| k.as_str());
         for kind in kinds {
             let (index, hidden) = self.scanned_index(kind)?;

@@ -8,10 +8,13 @@ use elasticsearch::Elasticsearch;
 use serde_json::{json, Value};
 
 use super::mapping::{conflicts, mapping, meta_index_body, settings_conflicts, tombstone_fields};
-use super::names::{self, alias};
+use super::meta::{get_meta, put_meta_if};
+use super::names::{self, alias, meta_id};
 use super::placement::Placement;
 use super::{generations, json_or_status, ElasticError};
-use crate::index::Kind;
+use crate::domain::Domain;
+use crate::index::recorded_model::{self, Decision};
+use crate::index::{IndexError, Kind};
 
 /// The oldest Elasticsearch denorm runs against: the maintained 7.x
 /// release. (Its scans need point in time in `_shard_doc` order, 7.12 and
@@ -130,11 +133,24 @@ impl Missing {
 /// placement of the first generation if it is created now (see
 /// [`super::placement`]); an existing generation keeps its own, said in a
 /// warning when they differ.
-pub async fn ensure(client: &Elasticsearch, prefix: &str, meta_shards: u32, configured: &Placement) -> Result<(), ElasticError> {
+///
+/// `model`: the declared model whose kinds get indexes of their own beside
+/// the compiled-in ones, in the current generation; refused with tenants
+/// placed in indexes of their own, which hold the compiled-in kinds only.
+pub async fn ensure(client: &Elasticsearch, prefix: &str, meta_shards: u32, configured: &Placement, model: Option<&'static Domain>) -> Result<(), ElasticError> {
     let version = check_version(client).await?;
     tracing::info!(%version, "elasticsearch version");
     check_privileges(client, prefix, WORKER_PRIVILEGES).await?;
-    let missing = inspect(client, prefix).await?;
+    if let Some(d) = model {
+        let current = super::placement::read(client, prefix, generations::current(client, prefix).await?).await?;
+        if configured.dedicated().next().is_some() || current.dedicated().next().is_some() {
+            return Err(ElasticError::Config(format!(
+                "model {}: tenants with indexes of their own (DENORM_ES_DEDICATED_TENANTS) hold the compiled-in kinds only for now (docs/model.md, \"Status\")",
+                d.name
+            )));
+        }
+    }
+    let missing = inspect(client, prefix, &names::kinds(model)).await?;
     if !missing.meta {
         // A warning only: a failure to read the settings is not the
         // startup's concern.
@@ -160,6 +176,30 @@ pub async fn ensure(client: &Elasticsearch, prefix: &str, meta_shards: u32, conf
     create_missing(client, prefix, &missing, (meta_shards, configured)).await
 }
 
+/// What the current generation records of its model, decided for a
+/// handle of `model` ([`recorded_model::decide`]): refused before anything
+/// is created or read. `record`: a writer's, which records its model
+/// ([`record_model`]) in a generation whose log no writer has bound yet.
+pub async fn model_decision(client: &Elasticsearch, prefix: &str, model: Option<&Domain>, record: bool) -> Result<Decision, IndexError> {
+    let g = generations::current(client, prefix).await?;
+    let held = get_meta(client, prefix, &meta_id(g, names::MODEL)).await?;
+    let written = held.is_none() && model.is_some() && get_meta(client, prefix, &meta_id(g, "log")).await?.is_some();
+    recorded_model::decide(&format!("{prefix}-*"), g, held.as_ref(), model, written, record)
+}
+
+/// Records `ours` ([`Decision::Record`]) as the current generation's
+/// model; a record another writer made first must agree with it.
+pub async fn record_model(client: &Elasticsearch, prefix: &str, model: &Domain, ours: serde_json::Value) -> Result<(), IndexError> {
+    let g = generations::current(client, prefix).await?;
+    let id = meta_id(g, names::MODEL);
+    if put_meta_if(client, prefix, &id, ours, None).await?.is_none() {
+        let held = get_meta(client, prefix, &id).await?;
+        recorded_model::decide(&format!("{prefix}-*"), g, held.as_ref(), Some(model), false, false)?;
+    }
+    tracing::info!(model = %model.name, version = model.version, generation = g, "recorded the model the indexes hold");
+    Ok(())
+}
+
 /// The primary shards of the meta index (through an alias of that name
 /// too), `None` when its settings do not say.
 pub async fn meta_shards_of(client: &Elasticsearch, prefix: &str) -> Result<Option<u32>, ElasticError> {
@@ -172,11 +212,11 @@ pub async fn meta_shards_of(client: &Elasticsearch, prefix: &str) -> Result<Opti
     }))
 }
 
-/// Reads what exists and what is missing; refuses conflicting mappings and
-/// settings, and an index found without its read alias.
-pub async fn inspect(client: &Elasticsearch, prefix: &str) -> Result<Missing, ElasticError> {
+/// Reads what exists of `kinds` and what is missing; refuses conflicting
+/// mappings and settings, and an index found without its read alias.
+pub async fn inspect(client: &Elasticsearch, prefix: &str, kinds: &[Kind]) -> Result<Missing, ElasticError> {
     let mut missing = Missing::default();
-    for kind in [Kind::File, Kind::User, Kind::Post] {
+    for &kind in kinds {
         let alias = alias(prefix, kind);
         let current = generations::current_of(client, prefix, kind).await?;
         let Some((g, has_write_alias)) = current else {
@@ -200,7 +240,7 @@ pub async fn inspect(client: &Elasticsearch, prefix: &str) -> Result<Missing, El
                 missing.fields.push((index.clone(), fields));
             }
         }
-        if kind == Kind::File {
+        if kind == Kind::File || matches!(kind, Kind::Model(_)) {
             // The path analyzer is defined in the index's settings.
             let r = client.indices().get_settings(elasticsearch::indices::IndicesGetSettingsParts::Index(&[&alias])).send().await?;
             let found = json_or_status(&format!("reading the settings of {alias}"), r).await?;
@@ -232,7 +272,10 @@ async fn create_missing(client: &Elasticsearch, prefix: &str, missing: &Missing,
             tracing::info!(index = %index, shards = meta_shards, "created the meta index");
         }
     }
-    if !missing.indexes.is_empty() {
+    // A first generation, or a model's kinds added to the current one.
+    let first = missing.indexes.iter().any(|k| !matches!(k, Kind::Model(_)));
+    let g = if first { 0 } else { generations::current(client, prefix).await? };
+    if first {
         let placement = super::placement::record(client, prefix, 0, configured).await?;
         generations::create_dedicated(client, prefix, 0, &placement, true).await?;
     }
@@ -240,17 +283,17 @@ async fn create_missing(client: &Elasticsearch, prefix: &str, missing: &Missing,
         let alias = alias(prefix, *kind);
         // Of workers starting together, one creates it (with its aliases,
         // in the same request).
-        if generations::create(client, prefix, *kind, 0, true).await? {
+        if generations::create(client, prefix, *kind, g, true).await? {
             tracing::info!(alias = %alias, "created the first generation behind its alias");
             continue;
         }
         // It was there already: created by another worker just now, or an
         // index that lost its aliases, which writes must not bypass.
         if generations::current_of(client, prefix, *kind).await?.is_none() {
-            let index = names::concrete(prefix, *kind, 0);
+            let index = names::concrete(prefix, *kind, g);
             return Err(ElasticError::Config(format!(
                 "index {index} exists but the alias {alias} is not on it; add the aliases back ({alias} and {}) or delete the index",
-                names::write_alias(prefix, *kind, 0)
+                names::write_alias(prefix, *kind, g)
             )));
         }
     }

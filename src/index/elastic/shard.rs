@@ -185,7 +185,7 @@ impl ElasticShard {
     /// Refreshes the generation: every write sent so far is searchable.
     fn refresh(&mut self) -> Result<(), IndexError> {
         let started = Instant::now();
-        self.b.runtime.block_on(generations::refresh(&self.b.client, &self.b.prefix, self.generation, &self.placement))?;
+        self.b.runtime.block_on(generations::refresh(&self.b.client, &self.b.prefix, self.generation, &self.placement, &self.b.kinds()))?;
         self.b.record_refresh(self.generation, started);
         self.published(started);
         Ok(())
@@ -296,7 +296,7 @@ impl ElasticShard {
             return;
         }
         self.last_sweep = Some(std::time::Instant::now());
-        let targets = self.placement.write_aliases(&self.b.prefix, self.generation);
+        let targets = self.placement.write_aliases(&self.b.prefix, self.generation, &self.b.kinds());
         let r = self.b.runtime.block_on(async {
             if !tombstones::claim(&self.b.client, &self.b.prefix, self.generation, self.partition).await? {
                 return Ok(());

@@ -306,10 +306,10 @@ impl EmbeddedIndex {
     }
 
     /// Refuses a current generation written with another model than this
-    /// handle's, and records this handle's in one that has none yet: what a
-    /// worker checks as it starts.
-    pub fn check_current_model(&self) -> Result<(), IndexError> {
-        self.check_model(self.current_generation()?, true)
+    /// handle's; `record` (a writer, as it starts): records this handle's
+    /// in one that has none yet.
+    pub fn check_current_model(&self, record: bool) -> Result<(), IndexError> {
+        self.check_model(self.current_generation()?, record)
     }
 
     /// Refuses a generation written with another model than this handle's;
@@ -317,22 +317,11 @@ impl EmbeddedIndex {
     /// has none yet.
     fn check_model(&self, generation: u64, record: bool) -> Result<(), IndexError> {
         let name = format!("model-g{generation}");
-        let shown = |v: &serde_json::Value| format!("model {} version {} (fingerprint {})", v["name"].as_str().unwrap_or("?"), v["version"], v["fingerprint"].as_str().unwrap_or("?"));
-        let ours = self.model.map(|d| serde_json::json!({"name": d.name, "version": d.version, "fingerprint": d.fingerprint()}));
-        let refuse = |held: String, wanted: String| {
-            Err(IndexError::LogMismatch(format!(
-                "generation {generation} of the index at {} holds {held}, not {wanted}: a model is changed by a rebuild into a new generation (`denorm rebuild --model`, docs/model.md)",
-                self.root.display()
-            )))
-        };
-        match (self.record(&name)?, ours) {
-            (None, None) => Ok(()),
-            (Some(held), None) => refuse(shown(&held), "the compiled-in kinds alone (pass its --model)".into()),
-            (Some(held), Some(ours)) if held["fingerprint"] == ours["fingerprint"] => Ok(()),
-            (Some(held), Some(ours)) => refuse(shown(&held), shown(&ours)),
-            (None, Some(ours)) if !committed_shards(&self.generation_dir(generation))?.is_empty() => refuse("the compiled-in kinds alone".into(), shown(&ours)),
-            (None, Some(ours)) if record => self.save_record(&name, &ours),
-            (None, Some(ours)) => refuse("nothing written yet".into(), shown(&ours)),
+        let held = self.record(&name)?;
+        let written = held.is_none() && self.model.is_some() && !committed_shards(&self.generation_dir(generation))?.is_empty();
+        match crate::index::recorded_model::decide(&self.root.display().to_string(), generation, held.as_ref(), self.model, written, record)? {
+            crate::index::recorded_model::Decision::Agrees => Ok(()),
+            crate::index::recorded_model::Decision::Record(ours) => self.save_record(&name, &ours),
         }
     }
 

@@ -22,18 +22,6 @@ pub struct EmbeddedSearch {
 }
 
 impl EmbeddedSearch {
-    /// The documents of the model's `kind` in `tenant` that every filter
-    /// matches, in every shard, by id: each id with its JSON.
-    pub fn model_documents(&self, tenant: Option<&str>, kind: &str, filters: &[crate::index::filter::Filter]) -> Result<Vec<(String, String)>, IndexError> {
-        let Some(m) = self.f.model else { return Err(IndexError::Backend("a search of a model's kind needs --model".into())) };
-        let mut out = Vec::new();
-        for (_, reader) in &self.shards {
-            out.extend(m.matching(&reader.searcher(), tenant, kind, filters).map_err(|e| IndexError::Backend(e.to_string()))?);
-        }
-        out.sort();
-        Ok(out)
-    }
-
     pub(super) fn over(shards: Vec<(Index, IndexReader)>, model: Option<&'static crate::domain::Domain>) -> Self {
         EmbeddedSearch { shards, f: schema(model).1 }
     }
@@ -128,6 +116,16 @@ impl EmbeddedSearch {
 }
 
 impl SearchIndex for EmbeddedSearch {
+    fn model_documents(&self, tenant: Option<&str>, kind: &str, filters: &[crate::index::filter::Filter]) -> Result<Vec<(String, String)>, IndexError> {
+        let Some(m) = self.f.model else { return Err(IndexError::Backend("a search of a model's kind needs --model".into())) };
+        let mut out = Vec::new();
+        for (_, reader) in &self.shards {
+            out.extend(m.matching(&reader.searcher(), tenant, kind, filters).map_err(|e| IndexError::Backend(e.to_string()))?);
+        }
+        out.sort();
+        Ok(out)
+    }
+
     fn files(&self, q: &FileQuery, limit: usize, out: &mut dyn FnMut(FileDoc)) -> Result<(), IndexError> {
         self.matches(&|i| self.file_query(i, q), limit, &mut |_, d| {
             if let Doc::File(f) = d {

@@ -6,7 +6,7 @@ use denorm::command::Command;
 use denorm::index::Backend;
 
 fn search_index(server: &MockServer, rt: &tokio::runtime::Runtime) -> denorm::index::elastic::search::ElasticSearch {
-    denorm::index::elastic::search::ElasticSearch { client: config(server, &[]).client().unwrap(), prefix: "denorm".into(), runtime: rt.handle().clone(), generation: None }
+    denorm::index::elastic::search::ElasticSearch { client: config(server, &[]).client().unwrap(), prefix: "denorm".into(), runtime: rt.handle().clone(), generation: None, model: None }
 }
 
 fn searches(server: &MockServer, rt: &tokio::runtime::Runtime) -> Vec<Value> {

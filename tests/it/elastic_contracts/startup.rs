@@ -25,7 +25,7 @@ async fn creates_indexes_behind_aliases_with_the_mapping() {
         .await;
     mount_meta_writes(&server).await;
     let client = config(&server, &[]).client().unwrap();
-    setup::ensure(&client, "denorm", 1, &Default::default()).await.unwrap();
+    setup::ensure(&client, "denorm", 1, &Default::default(), None).await.unwrap();
     let received = server.received_requests().await.unwrap();
     // The first generation's placement is recorded, before its indexes:
     // every tenant shared.
@@ -62,7 +62,7 @@ async fn a_user_without_the_privileges_a_worker_needs_is_refused_at_startup() {
         .mount(&server)
         .await;
     let client = config(&server, &[(env::API_KEY_ENCODED, "a2lkOnMzY3JldA==")]).client().unwrap();
-    let err = setup::ensure(&client, "denorm", 1, &Default::default()).await.unwrap_err();
+    let err = setup::ensure(&client, "denorm", 1, &Default::default(), None).await.unwrap_err();
     assert!(err.to_string().contains("the Elasticsearch user denorm lacks maintenance on denorm-*"), "{err}");
     assert!(!err.is_retryable());
     let asked: Value = serde_json::from_slice(&server.received_requests().await.unwrap().iter().find(|r| r.url.path() == "/_security/user/_has_privileges").unwrap().body).unwrap();
@@ -87,7 +87,7 @@ async fn the_worker_role_starts_against_existing_indexes_without_create_or_manag
         .mount(&server)
         .await;
     let client = config(&server, &[]).client().unwrap();
-    setup::ensure(&client, "denorm", 1, &Default::default()).await.unwrap();
+    setup::ensure(&client, "denorm", 1, &Default::default(), None).await.unwrap();
     let reqs = server.received_requests().await.unwrap();
     let asked: Vec<Value> = reqs.iter().filter(|r| r.url.path() == "/_security/user/_has_privileges").map(|r| serde_json::from_slice(&r.body).unwrap()).collect();
     assert_eq!(asked.len(), 1, "nothing to create: manage is not asked for");
@@ -104,7 +104,7 @@ async fn the_worker_role_starts_against_existing_indexes_without_create_or_manag
         .respond_with(recorded::has_privileges("worker", &[("monitor", true)], "denorm-*", &[("manage", false)]))
         .mount(&server)
         .await;
-    let err = setup::ensure(&config(&server, &[]).client().unwrap(), "denorm", 1, &Default::default()).await.unwrap_err();
+    let err = setup::ensure(&config(&server, &[]).client().unwrap(), "denorm", 1, &Default::default(), None).await.unwrap_err();
     assert!(err.to_string().contains("lacks manage on denorm-*"), "{err}");
     server.verify().await;
 }
@@ -165,7 +165,7 @@ async fn an_index_from_before_tombstones_gets_their_fields_added() {
         .await;
     Mock::given(method("PUT")).and(path("/denorm-meta")).respond_with(recorded::resource_already_exists("denorm-meta")).mount(&server).await;
     let client = config(&server, &[]).client().unwrap();
-    setup::ensure(&client, "denorm", 1, &Default::default()).await.unwrap();
+    setup::ensure(&client, "denorm", 1, &Default::default(), None).await.unwrap();
     let puts: Vec<Value> =
         server.received_requests().await.unwrap().iter().filter(|r| r.url.path().ends_with("/_mapping") && r.method.as_str() == "PUT").map(|r| serde_json::from_slice(&r.body).unwrap()).collect();
     assert_eq!(puts.len(), 3);
@@ -187,7 +187,7 @@ async fn an_existing_index_without_its_alias_is_refused_not_used() {
     Mock::given(method("PUT")).and(path("/denorm-meta")).respond_with(recorded::resource_already_exists("denorm-meta")).mount(&server).await;
     mount_meta_writes(&server).await;
     let client = config(&server, &[]).client().unwrap();
-    let err = setup::ensure(&client, "denorm", 1, &Default::default()).await.unwrap_err();
+    let err = setup::ensure(&client, "denorm", 1, &Default::default(), None).await.unwrap_err();
     assert!(err.to_string().contains("index denorm-files-000001 exists but the alias denorm-files is not on it"), "{err}");
     assert!(!err.is_retryable());
 }
@@ -213,7 +213,7 @@ async fn refuses_an_index_whose_path_analyzer_differs() {
         .mount(&server)
         .await;
     let client = config(&server, &[]).client().unwrap();
-    let err = setup::ensure(&client, "denorm", 1, &Default::default()).await.unwrap_err();
+    let err = setup::ensure(&client, "denorm", 1, &Default::default(), None).await.unwrap_err();
     assert!(err.to_string().contains("setting index.analysis.tokenizer.denorm_path_tree.delimiter is \\, denorm needs /"), "{err}");
     assert!(!err.is_retryable());
 }
@@ -229,7 +229,7 @@ async fn accepts_a_matching_mapping_and_refuses_a_conflicting_one() {
     wrong["properties"]["path"] = json!({"type": "text"});
     mount_existing(&server, Kind::File, wrong).await;
     let client = config(&server, &[]).client().unwrap();
-    let err = setup::ensure(&client, "denorm", 1, &Default::default()).await.unwrap_err();
+    let err = setup::ensure(&client, "denorm", 1, &Default::default(), None).await.unwrap_err();
     match &err {
         ElasticError::MappingConflict { index, field, expected, found } => {
             assert_eq!((index.as_str(), field.as_str(), expected.as_str(), found.as_str()), ("denorm-files-000001", "path", "keyword", "text"));
