@@ -6,7 +6,8 @@
 #     (aiokafka's zstd, lz4 and snappy codecs), confluent-kafka
 #     (librdkafka's own Python client, for the SCRAM users of the transport
 #     tests) and jsonschema (the model file's JSON Schema checked);
-#   - JavaScript: avsc + kafkajs (npm), for the machine's Node.js;
+#   - JavaScript: avsc + kafkajs (npm), for the machine's Node.js, with
+#     smol-toml (a model file's ordering keys, for its producer);
 #   - Java: Apache Avro's reference implementation (Debian's libavro-java),
 #     compiled against with the machine's javac.
 # Prints the cache directory. tests/it/interop.rs reads it from
@@ -14,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="${DENORM_INTEROP:-$HOME/.cache/denorm/interop}"
-FASTAVRO=1.13.1 AIOKAFKA=0.14.0 CRAMJAM=2.14.0 CONFLUENT_KAFKA=2.16.1 JSONSCHEMA=4.23.0 AVSC=5.7.9 KAFKAJS=2.2.4
+FASTAVRO=1.13.1 AIOKAFKA=0.14.0 CRAMJAM=2.14.0 CONFLUENT_KAFKA=2.16.1 JSONSCHEMA=4.23.0 AVSC=5.7.9 KAFKAJS=2.2.4 SMOL_TOML=1.9.1
 mkdir -p "$ROOT"
 
 stamp="$ROOT/py/.fastavro-$FASTAVRO-aiokafka-$AIOKAFKA-cramjam-$CRAMJAM-confluent-kafka-$CONFLUENT_KAFKA-jsonschema-$JSONSCHEMA"
@@ -26,13 +27,13 @@ if [ ! -e "$stamp" ]; then
   touch "$stamp"
 fi
 
-stamp="$ROOT/node/.avsc-$AVSC-kafkajs-$KAFKAJS"
+stamp="$ROOT/node/.avsc-$AVSC-kafkajs-$KAFKAJS-smol-toml-$SMOL_TOML"
 if [ ! -e "$stamp" ]; then
-  echo "installing avsc $AVSC and kafkajs $KAFKAJS into $ROOT/node" >&2
+  echo "installing avsc $AVSC, kafkajs $KAFKAJS and smol-toml $SMOL_TOML into $ROOT/node" >&2
   rm -rf "$ROOT/node"
   mkdir -p "$ROOT/node"
   (cd "$ROOT/node" && echo '{"private":true}' > package.json \
-    && npm install --silent --no-audit --no-fund "avsc@$AVSC" "kafkajs@$KAFKAJS" >&2 2>/dev/null)
+    && npm install --silent --no-audit --no-fund "avsc@$AVSC" "kafkajs@$KAFKAJS" "smol-toml@$SMOL_TOML" >&2 2>/dev/null)
   touch "$stamp"
 fi
 

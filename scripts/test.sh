@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs once per machine, cached
 # under $HOME/.cache/denorm (the tansu broker; fastavro, aiokafka, avsc,
-# kafkajs and Java's Avro for the interop tests; helm-python-sdk,
+# kafkajs, smol-toml and Java's Avro for the interop tests; helm-python-sdk,
 # kubernetes-validate and checkov for the chart; noida-db, an independent
 # Elasticsearch-API server), starts one Elasticsearch-API server for the
 # run (each test starts a tansu of its own), and runs every test with

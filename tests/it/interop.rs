@@ -374,6 +374,16 @@ fn a_models_commands_pass_both_ways(script: impl Fn() -> Proc) {
 /// finds.
 #[test]
 fn a_python_producer_of_a_model_is_applied_and_searched() {
+    a_producer_of_a_model_is_applied_and_searched(python_script("model_commands.py"), "model_commands.py");
+}
+
+/// The same with avsc and kafkajs.
+#[test]
+fn a_javascript_producer_of_a_model_is_applied_and_searched() {
+    a_producer_of_a_model_is_applied_and_searched(node_script("model_commands.js"), "model_commands.js");
+}
+
+fn a_producer_of_a_model_is_applied_and_searched(mut script: Proc, name: &str) {
     use crate::model_pipeline::{assert_shop_searched, shop_log, shop_log_messages, MODEL};
     use std::io::Write;
     use std::process::Stdio;
@@ -383,18 +393,11 @@ fn a_python_producer_of_a_model_is_applied_and_searched() {
     let schema = r.dir().join("shop.avsc");
     std::fs::write(&schema, stdout_of(denorm().args(["schema", "--model", MODEL]))).unwrap();
     let text = shop_log();
-    let mut child = python_script("model_commands.py")
-        .arg("produce")
-        .args([schema.as_os_str(), MODEL.as_ref()])
-        .args([&r.cfg.brokers, &r.cfg.topic])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        script.arg("produce").args([schema.as_os_str(), MODEL.as_ref()]).args([&r.cfg.brokers, &r.cfg.topic]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "model_commands.py produce failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{name} produce failed:\n{}", String::from_utf8_lossy(&out.stderr));
     let deliveries = json_lines(&String::from_utf8(out.stdout).unwrap());
     assert_eq!(deliveries.len(), shop_log_messages(&text));
     // The product tree is keyed by its top segment, orders by their customer.
