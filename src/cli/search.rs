@@ -113,11 +113,19 @@ struct KindSearch {
     /// '{"nested":{"list":"lines","all":[{"term":{"field":"sku","value":"a-1"}}]}}'; repeatable
     #[arg(long, value_name = "JSON")]
     filter: Vec<String>,
+    /// FIELD: the matches counted by each value of FIELD (a keyword, ref, date, boolean,
+    /// integer, path or keywords field, a copy's field, a text's exact value `name.raw`), the
+    /// largest group first; --limit counts groups
+    #[arg(long, value_name = "FIELD")]
+    group_by: Option<String>,
+    /// With --group-by: the ids shown of each group (0: all)
+    #[arg(long, default_value_t = 3, requires = "group_by")]
+    per_group: usize,
     /// Most results (0: all)
     #[arg(long, default_value_t = 20)]
     limit: usize,
     /// One JSON object per line: the document as the index holds it (its fields, nested lists
-    /// and copies)
+    /// and copies); with --group-by, a group ({"value", "count", "ids"})
     #[arg(long)]
     json: bool,
 }
@@ -153,8 +161,22 @@ fn kind_search(cli: &Cli, a: &SearchArgs, args: &[String], runtime: tokio::runti
     let filters = q.filters()?;
     filters.iter().try_for_each(|f| f.check(model, declared)).map_err(UsageError)?;
     let search = super::location(cli)?.search(runtime, Some(model)).map_err(|e| UsageError(e.to_string()))?;
+    if let Some(field) = &q.group_by {
+        denorm::index::group::check(model, declared, field).map_err(UsageError)?;
+    }
     let docs = search.model_documents(a.tenant.as_deref(), kind, &filters).map_err(|e| UsageError(e.to_string()))?;
     let limit = if q.limit == 0 { usize::MAX } else { q.limit };
+    if let Some(field) = &q.group_by {
+        for g in denorm::index::group::group(&docs, field, q.per_group).into_iter().take(limit) {
+            if q.json {
+                emit(serde_json::to_string(&g).expect("json"));
+                continue;
+            }
+            emit(format!("{} ({})", g.value.as_str().map_or_else(|| g.value.to_string(), str::to_string), g.count));
+            g.ids.iter().for_each(|id| emit(format!("    {id}")));
+        }
+        return Ok(());
+    }
     for (id, source) in docs.into_iter().take(limit) {
         emit(if q.json { source } else { id });
     }

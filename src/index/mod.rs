@@ -10,6 +10,7 @@ pub mod elastic;
 pub mod embedded;
 pub mod filter;
 pub mod generations;
+pub mod group;
 pub mod memory;
 pub mod model_doc;
 pub mod open;

@@ -66,6 +66,35 @@ pub(crate) fn assert_shop_searched(r: &Rig) {
     assert_eq!((o9.len(), &o9[0]["id"], &o9[0]["customer"]["name"], &o9[0]["customer"]["plan"]), (1, &"o9".into(), &"Di".into(), &"team".into()), "{out}");
     let (_, out, _) = output(&mut with_model(r, &["search", "order", "--term", "customer_id=c3"]));
     assert_eq!(out, "", "o9 left c3");
+    assert_grouped(r);
+}
+
+/// A search grouped by a copied field holds, for each value, the
+/// documents a search of that value finds, and every document once.
+fn assert_grouped(r: &Rig) {
+    let ids = |args: &[&str]| {
+        let (code, out, err) = output(&mut with_model(r, args));
+        assert_eq!(code, 0, "{args:?}: {err}");
+        out.lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    let (code, out, err) = output(&mut with_model(r, &["search", "order", "--group-by", "customer.plan", "--per-group", "0", "--limit", "0", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let groups = json_lines(&out);
+    assert!(groups.len() >= 3, "{out}");
+    let mut counts: Vec<u64> = groups.iter().map(|g| g["count"].as_u64().unwrap()).collect();
+    assert!(counts.windows(2).all(|w| w[0] >= w[1]), "the largest group first: {out}");
+    for g in &groups {
+        let plan = g["value"].as_str().unwrap();
+        let found: Vec<String> = g["ids"].as_array().unwrap().iter().map(|i| i.as_str().unwrap().to_string()).collect();
+        assert_eq!(found, ids(&["search", "order", "--term", &format!("customer.plan={plan}"), "--limit", "0"]), "{plan}");
+    }
+    counts.sort();
+    assert_eq!(counts.iter().sum::<u64>() as usize, ids(&["search", "order", "--limit", "0"]).len(), "{out}");
+    let (code, out, _) = output(&mut with_model(r, &["search", "order", "--group-by", "customer.plan", "--per-group", "1", "--limit", "1"]));
+    assert_eq!((code, out.lines().count()), (0, 2), "one group, one id: {out}");
+    let (code, _, err) = output(&mut with_model(r, &["search", "order", "--group-by", "total"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("float"), "{err}");
 }
 
 #[test]
