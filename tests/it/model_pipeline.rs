@@ -168,6 +168,27 @@ fn through_the_pipeline(r: Rig) {
     }
     let (code, report, err) = verify(&mut with_model(&[]));
     assert_eq!((code, &report["differences_total"], &report["differences"][0]["id"]), (1, &serde_json::json!(1), &serde_json::json!("o1")), "{report}\n{err}");
+    // A verify of the order's key finds it, one of another key does not;
+    // so does a full sample; of two members, the one whose partitions
+    // hold its key does.
+    let found = |extra: &[&str]| {
+        let (code, out, err) = output(with_model(&["verify", "--json"]).args(extra));
+        let report = serde_json::from_str::<serde_json::Value>(&out).unwrap_or(serde_json::Value::Null);
+        assert!(code == 0 || code == 1, "{extra:?}: {err}");
+        let ids: Vec<String> = report["differences"].as_array().unwrap().iter().map(|d| d["id"].as_str().unwrap().to_string()).collect();
+        (code, ids)
+    };
+    assert_eq!(found(&["--keys", "c1"]), (1, vec!["o1".to_string()]));
+    assert_eq!(found(&["--keys", "c2,/garden"]), (0, vec![]));
+    assert_eq!(found(&["--sample", "100"]), (1, vec!["o1".to_string()]));
+    let holder = denorm::members::Members::new(2, 0).unwrap();
+    let c1 = denorm::command::partitioner::partition_of("c1", cfg.partitions);
+    for member in 0..2u32 {
+        let scratch = r.dir().join(format!("model-scratch-{member}"));
+        let (code, ids) = found(&["--members", "2", "--member", &member.to_string(), "--run", "model-job", "--scratch-dir", scratch.to_str().unwrap()]);
+        let holds = (member == 0) == holder.owns(c1);
+        assert_eq!((code, ids.len()), if holds { (1, 1) } else { (0, 0) }, "member {member}");
+    }
     let (code, _, err) = output(cli(cfg, group, index).args(["run", "--metrics-addr", "127.0.0.1:0"]));
     assert_ne!(code, 0);
     assert!(err.contains("holds model shop"), "{err}");
