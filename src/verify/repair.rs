@@ -98,7 +98,9 @@ fn command_for(expected: Option<&Doc>, actual: Option<&Doc>) -> Result<Command, 
         (None, Some(Doc::File(f))) => Command::DeleteFile { id: f.id.clone(), path: f.full_path() },
         (None, Some(Doc::Post(p))) => Command::DeletePost { id: p.id.clone(), user_id: p.user.id.clone() },
         (None, Some(Doc::User(u))) => Command::DeleteUser { id: u.id.clone() },
-        (Some(Doc::Model(_)), _) | (None, Some(Doc::Model(_))) => return Err("a model's documents are not repaired by denorm verify --repair yet: rebuild the index (docs/model.md)"),
+        (Some(Doc::Model(_)), _) | (None, Some(Doc::Model(_))) => {
+            return Err("a model's documents are not repaired by denorm verify --repair yet: send the document's upsert (or delete) again, then verify (docs/model.md, \"Status\")")
+        }
         (None, None) => return Err("neither side has the document"),
     })
 }

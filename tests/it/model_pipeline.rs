@@ -181,6 +181,12 @@ fn through_the_pipeline(r: Rig) {
     assert_eq!(found(&["--keys", "c1"]), (1, vec!["o1".to_string()]));
     assert_eq!(found(&["--keys", "c2,/garden"]), (0, vec![]));
     assert_eq!(found(&["--sample", "100"]), (1, vec!["o1".to_string()]));
+    // A repair of a model's document is not made yet, and says so.
+    let (code, out, err) = output(&mut with_model(&["verify", "--json", "--repair"]));
+    let report = serde_json::from_str::<serde_json::Value>(&out).unwrap_or(serde_json::Value::Null);
+    let not = &report["repair"]["not_repaired"][0];
+    assert_eq!((code, &not["id"]), (1, &serde_json::json!("o1")), "{report}\n{err}");
+    assert!(not["reason"].as_str().unwrap().contains("not repaired by denorm verify --repair yet"), "{report}");
     let holder = denorm::members::Members::new(2, 0).unwrap();
     let c1 = denorm::command::partitioner::partition_of("c1", cfg.partitions);
     for member in 0..2u32 {
