@@ -198,6 +198,13 @@ fn through_the_pipeline(r: Rig) {
     let (code, _, err) = output(cli(cfg, group, index).args(["run", "--metrics-addr", "127.0.0.1:0"]));
     assert_ne!(code, 0);
     assert!(err.contains("holds model shop"), "{err}");
+    // So is a tenant delete, which deletes the compiled-in kinds only.
+    let (code, _, err) = output(&mut with_model(&["tenant", "delete", "acme", "--yes"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not those of model shop"), "{err}");
+    let (code, _, err) = output(cli(cfg, group, index).args(["tenant", "delete", "acme", "--yes"]));
+    assert_ne!(code, 0);
+    assert!(err.contains("holds model shop"), "{err}");
     // A rebuild, which builds the compiled-in kinds only, is refused
     // before it builds anything: its cutover would leave the model's
     // documents behind.
