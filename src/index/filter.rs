@@ -24,12 +24,12 @@ pub enum Filter {
 }
 
 /// Fields a filter may name, each with its type.
-type Named = Vec<(String, FieldType)>;
+pub(crate) type Named = Vec<(String, FieldType)>;
 
 /// The fields a filter of `scope` may name, each with its type: a kind's
 /// own, its copies' (`customer.plan`), a path's ancestors (`path.tree`)
 /// and a text's exact value (`name.raw`) as keywords.
-fn searchable(d: &Domain, kind: &Kind) -> Named {
+pub(crate) fn searchable(d: &Domain, kind: &Kind) -> Named {
     let mut out = Vec::new();
     let mut add = |prefix: &str, f: &Field| {
         let name = format!("{prefix}{}", f.name);

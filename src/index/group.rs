@@ -27,25 +27,14 @@ pub struct Group {
 /// list whose every item is a value), a copy's (`customer.plan`) or a
 /// text's exact value (`name.raw`). Analyzed text and floats are refused.
 pub fn check(d: &Domain, kind: &Kind, field: &str) -> Result<(), String> {
-    let (copy, name) = match field.split_once('.') {
-        Some((c, n)) if kind.copies.iter().any(|x| x.name == c) => (Some(c), n),
-        _ => (None, field),
-    };
-    let (name, raw) = match name.strip_suffix(".raw") {
-        Some(n) => (n, true),
-        None => (name, false),
-    };
-    let declared = match copy {
-        Some(c) => kind.copies.iter().find(|x| x.name == c).filter(|x| x.fields.iter().any(|f| f == name)).and_then(|x| d.kind(&x.owner)).and_then(|o| o.field(name)),
-        None => kind.field(name),
-    };
-    let Some(f) = declared else { return Err(format!("{} has no field {field:?} to group by", kind.name)) };
-    match (&f.ty, raw) {
-        (FieldType::Text { exact: true, .. }, true) => Ok(()),
-        (FieldType::Text { .. }, _) => Err(format!("{}.{field} is analyzed text: group by its exact value ({field}.raw, with exact = true in the model)", kind.name)),
-        (FieldType::Float, false) => Err(format!("{}.{field} is a float: a group-by reads whole values", kind.name)),
-        (_, false) => Ok(()),
-        (_, true) => Err(format!("{} has no field {field:?} to group by", kind.name)),
+    // What a filter may name ([`super::filter::searchable`]), but a
+    // path's ancestors, which a document does not hold as a value.
+    let declared = super::filter::searchable(d, kind).into_iter().find(|(n, _)| n == field && !n.ends_with(".tree"));
+    match declared.map(|(_, ty)| ty) {
+        None => Err(format!("{} has no field {field:?} to group by", kind.name)),
+        Some(FieldType::Text { .. }) => Err(format!("{}.{field} is analyzed text: group by its exact value ({field}.raw, with exact = true in the model)", kind.name)),
+        Some(FieldType::Float) => Err(format!("{}.{field} is a float: a group-by reads whole values", kind.name)),
+        Some(_) => Ok(()),
     }
 }
 

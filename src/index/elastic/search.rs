@@ -200,6 +200,23 @@ impl ElasticSearch {
         }
     }
 
+    /// Every match of `query` in `index` (comma-separated), in id order,
+    /// through a point in time a page of [`DUMP_PAGE_BYTES`] at a time.
+    fn scan_by_id(&self, index: &str, query: Value, out: &mut dyn FnMut(&super::docs::Hit)) -> Result<(), IndexError> {
+        let mut pit = self.runtime.block_on(PitScan::open(&self.client, index, query, 1000))?.by_id().bounded(DUMP_PAGE_BYTES);
+        let result = (|| -> Result<(), IndexError> {
+            loop {
+                let page = self.runtime.block_on(pit.next_page())?;
+                if page.is_empty() {
+                    return Ok(());
+                }
+                page.iter().for_each(&mut *out);
+            }
+        })();
+        self.runtime.block_on(pit.close());
+        result
+    }
+
     fn run(&self, kind: Kind, query: Value, limit: usize, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
         if limit == 0 || limit > MAX_RESULT_WINDOW {
             let (index, hidden) = self.scanned_index(kind)?;
@@ -334,25 +351,13 @@ impl SearchIndex for ElasticSearch {
         let kind = Kind::Model(k);
         let (index, hidden) = self.scanned_index(kind)?;
         let query = without(json!({"bool": {"filter": [super::model::query(filters), of_tenant(tenant)], "must_not": [is_deleted()]}}), hidden);
-        let mut pit = self.runtime.block_on(PitScan::open(&self.client, &index, query, 1000))?.by_id().bounded(DUMP_PAGE_BYTES);
         let mut out = Vec::new();
-        let result = (|| -> Result<(), IndexError> {
-            loop {
-                let page = self.runtime.block_on(pit.next_page())?;
-                if page.is_empty() {
-                    return Ok(());
-                }
-                for h in &page {
-                    if let Doc::Model(d) = from_source(kind, &h.source) {
-                        let source = crate::command::generic::value::document_json(d.unscoped_id(), &d.fields, &d.copies);
-                        out.push((d.unscoped_id().to_string(), source.to_string()));
-                    }
-                }
+        self.scan_by_id(&index, query, &mut |h| {
+            if let Doc::Model(d) = from_source(kind, &h.source) {
+                let source = crate::command::generic::value::document_json(d.unscoped_id(), &d.fields, &d.copies);
+                out.push((d.unscoped_id().to_string(), source.to_string()));
             }
-        })();
-        self.runtime.block_on(pit.close());
-        result?;
-        out.sort();
+        })?;
         Ok(out)
     }
 
@@ -369,18 +374,7 @@ impl SearchIndex for ElasticSearch {
             let mut tenant: Option<String> = None;
             loop {
                 let query = without(json!({"bool": {"filter": [of_tenant(tenant.as_deref())], "must_not": [is_deleted()]}}), hidden.clone());
-                let mut pit = self.runtime.block_on(PitScan::open(&self.client, &index, query, 1000))?.by_id().bounded(DUMP_PAGE_BYTES);
-                let result = (|| -> Result<(), IndexError> {
-                    loop {
-                        let page = self.runtime.block_on(pit.next_page())?;
-                        if page.is_empty() {
-                            return Ok(());
-                        }
-                        page.iter().for_each(|h| out(from_source(kind, &h.source), recorded(&h.source)));
-                    }
-                })();
-                self.runtime.block_on(pit.close());
-                result?;
+                self.scan_by_id(&index, query, &mut |h| out(from_source(kind, &h.source), recorded(&h.source)))?;
                 match self.next_tenant(&index, tenant.as_deref())? {
                     Some(t) => tenant = Some(t),
                     None => break,
