@@ -19,9 +19,21 @@ pub struct Model {
     users: BTreeMap<String, UserDoc>,
     /// post id -> (user id, copied author name, title, body)
     posts: BTreeMap<String, (String, String, String, String)>,
+    /// A declared model's documents, when the log carries its commands.
+    generic: Option<generic::ModelReference>,
 }
 
 impl Model {
+    /// A model of a log that carries `domain`'s commands too.
+    pub fn with_domain(domain: &crate::domain::Domain) -> Self {
+        Model { generic: Some(generic::ModelReference::new(domain.clone())), ..Model::default() }
+    }
+
+    /// The declared model's documents ([`Model::with_domain`]).
+    pub fn generic(&self) -> Option<&generic::ModelReference> {
+        self.generic.as_ref()
+    }
+
     pub fn apply(&mut self, c: &Command) {
         match c {
             Command::UpsertFile { id, path, contents, .. } => {
@@ -60,7 +72,11 @@ impl Model {
                 self.users.remove(id);
             }
             // A declared model's meaning is `generic::ModelReference`'s.
-            Command::Model(_) => {}
+            Command::Model(b) => {
+                if let Some(g) = &mut self.generic {
+                    g.apply(&crate::command::generic::ModelEnvelope::new(b.command.clone(), b.tenant.clone()));
+                }
+            }
         }
     }
 
@@ -135,9 +151,18 @@ pub struct Moves {
 /// set aside for good, which the log alone does not name) and a replayed
 /// move chunk are not modelled (an error).
 pub fn serialized(logs: &[Vec<(i64, crate::codec::Decoded)>]) -> Result<(Model, Moves), String> {
+    serialized_with(logs, None)
+}
+
+/// [`serialized`] of logs that carry the commands of `domain` too (read
+/// with a codec of it): [`Model::generic`] holds their documents.
+pub fn serialized_with(logs: &[Vec<(i64, crate::codec::Decoded)>], domain: Option<&'static crate::domain::Domain>) -> Result<(Model, Moves), String> {
     use crate::codec::Decoded;
     use crate::command::control::Action;
-    let codec = crate::codec::Codec::new();
+    let codec = match domain {
+        Some(d) => crate::codec::Codec::new().with_model(d),
+        None => crate::codec::Codec::new(),
+    };
     // Per partition, the origins of the commands an operator replayed.
     let replayed: Vec<std::collections::BTreeSet<i64>> = logs
         .iter()
@@ -151,7 +176,7 @@ pub fn serialized(logs: &[Vec<(i64, crate::codec::Decoded)>]) -> Result<(Model, 
         })
         .collect();
     let mut applied_replays = std::collections::BTreeSet::new();
-    let mut m = Model::default();
+    let mut m = domain.map(Model::with_domain).unwrap_or_default();
     let mut cursor = vec![0usize; logs.len()];
     // The files each move took out of its source, by the move's position.
     let mut left: BTreeMap<(i32, i64), Vec<MovedFile>> = BTreeMap::new();

@@ -20,6 +20,7 @@ mod log_identity;
 mod membership;
 mod meta_shards;
 mod model_apply;
+mod model_consistency;
 mod model_pipeline;
 mod model_schema;
 mod model_search;

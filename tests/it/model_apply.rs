@@ -12,7 +12,7 @@ use denorm::command::{tenant, Command, Envelope};
 use denorm::domain::Domain;
 use denorm::index::embedded::EmbeddedIndex;
 use denorm::index::memory::MemoryShard;
-use denorm::index::{Doc, Kind, ModelKind, Shard};
+use denorm::index::{Doc, Kind, ModelKind, SearchIndex, Shard};
 use denorm::model::generic::{DocKey, ModelReference};
 
 use crate::common::shop::{self, ShopLog};
@@ -97,6 +97,20 @@ fn check(d: &'static Domain, log: &[ModelEnvelope], seed: u64) {
         // Read back from what tantivy stored.
         let mut shard = index.open_shard(0, 20 << 20).unwrap();
         assert_same(&mut shard, d, &reference, log, &format!("embedded, reopened, {driver:?}, seed {seed}"));
+        // A dump of the index gives each document once, and its nested
+        // objects within it.
+        let mut dumped = std::collections::BTreeMap::new();
+        index
+            .search()
+            .unwrap()
+            .dump(&mut |doc| {
+                let Doc::Model(m) = doc else { panic!("{doc:?}") };
+                let key = DocKey { tenant: tenant::of(&m.id).map(str::to_string), kind: m.kind.as_str().to_string(), id: tenant::unscoped(&m.id).to_string() };
+                assert!(dumped.insert(key, (m.fields, m.copies)).is_none(), "dumped twice");
+            })
+            .unwrap();
+        let expected: std::collections::BTreeMap<_, _> = reference.docs().iter().map(|(k, s)| (k.clone(), (s.fields.clone(), s.copies.clone()))).collect();
+        assert!(dumped == expected, "embedded, dumped, {driver:?}, seed {seed}: {} documents, {} expected", dumped.len(), expected.len());
         applied(&mut shard, d, &log[tail..], 1 + tail as u64, driver, 0);
         assert_same(&mut shard, d, &reference, log, &format!("embedded, tail again, {driver:?}, seed {seed}"));
     }

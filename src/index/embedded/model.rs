@@ -179,6 +179,11 @@ impl ModelSchema {
         !kind.nested.is_empty()
     }
 
+    /// Whether `t` is an object of a nested list, not a document.
+    pub(super) fn is_nested_object(&self, t: &TantivyDocument) -> bool {
+        t.get_first(self.parent).is_some()
+    }
+
     /// The stored JSON of a model document.
     pub(super) fn source_of<'t>(&self, t: &'t TantivyDocument) -> Option<&'t str> {
         t.get_first(self.source).and_then(|v| v.as_str())

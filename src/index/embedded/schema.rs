@@ -188,6 +188,12 @@ impl Fields {
         t
     }
 
+    /// Whether `t` is an object of a model's nested list (a part of its
+    /// parent's document, not a document).
+    pub(super) fn is_nested_object(&self, t: &TantivyDocument) -> bool {
+        self.model.is_some_and(|m| m.is_nested_object(t))
+    }
+
     pub(super) fn doc_of(&self, t: &TantivyDocument) -> Result<Doc, IndexError> {
         let s = |f: Field| t.get_first(f).and_then(|v| v.as_str()).unwrap_or("").to_string();
         let pos = t.get_first(self.pos).and_then(|v| v.as_u64()).unwrap_or(0);

@@ -182,7 +182,10 @@ impl SearchIndex for EmbeddedSearch {
     fn dump(&self, out: &mut dyn FnMut(Doc)) -> Result<(), IndexError> {
         for (_, reader) in &self.shards {
             stream(&reader.searcher(), &AllQuery, &mut |store, doc| {
-                out(self.f.doc_of(&store.get(doc)?)?);
+                let t = store.get(doc)?;
+                if !self.f.is_nested_object(&t) {
+                    out(self.f.doc_of(&t)?);
+                }
                 Ok(())
             })?;
         }
