@@ -141,7 +141,7 @@ pub async fn run(cli: &Cli, a: &DlqArgs) -> anyhow::Result<()> {
                     println!("{}", shown(e));
                 }
             } else {
-                print_table(&distinct);
+                print_table(&distinct, &mut std::io::stdout());
             }
         }
         Action::Clear(c) if !c.letters.is_empty() => drop_letters(cli, &topic, letters, c).await?,
@@ -213,8 +213,9 @@ async fn drop_letters(cli: &Cli, topic: &str, open: Vec<Entry>, c: &ClearArgs) -
     Ok(())
 }
 
-fn print_table(letters: &[Entry]) {
-    println!("{:<14} {:<18} {:<12} {:<24} {:<14} {:>8} {:<24} detail", "letter", "reason", "tenant", "key", "origin", "attempts", "dead-lettered (UTC)");
+/// The letters as a table on `out`.
+fn print_table(letters: &[Entry], out: &mut dyn std::io::Write) {
+    let _ = writeln!(out, "{:<14} {:<18} {:<12} {:<24} {:<14} {:>8} {:<24} detail", "letter", "reason", "tenant", "key", "origin", "attempts", "dead-lettered (UTC)");
     for e in letters {
         let at = format_millis(e.dead_lettered_at);
         let detail = match &e.parked_behind {
@@ -222,7 +223,8 @@ fn print_table(letters: &[Entry]) {
             None => e.detail.clone(),
         };
         let (tenant, key) = tenant::split(&e.key);
-        println!(
+        let _ = writeln!(
+            out,
             "{:<14} {:<18} {:<12} {:<24} {:<14} {:>8} {:<24} {}",
             format!("{}@{}", e.dlq_partition, e.dlq_offset),
             e.reason,
@@ -287,7 +289,11 @@ async fn operate(cli: &Cli, topic: &str, letters: Vec<Entry>, drops: &[Marker], 
     } else {
         let parked: BTreeSet<&str> = still.iter().map(|e| e.key.as_str()).collect();
         eprintln!("done, but {} dead letters of {} keys are open again (failed again, or new commands arrived meanwhile):", still.len(), parked.len());
-        print_table(&still);
+        // With --json, stdout holds the report alone.
+        match o.filter.json {
+            true => print_table(&still, &mut std::io::stderr()),
+            false => print_table(&still, &mut std::io::stdout()),
+        }
     }
     Ok(())
 }

@@ -210,6 +210,11 @@ impl Codec {
         self
     }
 
+    /// The model whose commands it reads too ([`Codec::with_model`]).
+    pub fn model(&self) -> Option<&'static crate::domain::Domain> {
+        self.model.as_ref().map(|(_, d)| *d)
+    }
+
     /// Also decodes schema-registry framing, resolving ids with `registry`
     /// (its requests run on `runtime`; decode from outside the runtime).
     pub fn with_registry(mut self, registry: std::sync::Arc<registry::Registry>, runtime: tokio::runtime::Handle) -> Self {

@@ -84,10 +84,10 @@ pub fn shown_key(key: &[u8]) -> String {
 /// One input of the `admit` fuzz target (`fuzz/`): its first byte says how
 /// many of the next bytes are the key, the rest is the payload. Whatever
 /// is admitted must re-encode and decode to itself; a payload that is
-/// UTF-8 goes through the JSONL parser too. Panics where a property fails;
-/// returns whether the input was admitted. Here rather than in `fuzz/`, so
-/// that it compiles with the crate and the suite runs it on the fuzzer's
-/// seeds.
+/// UTF-8 goes through the JSONL parser too (the model's, when `c` reads a
+/// model's commands). Panics where a property fails; returns whether the
+/// input was admitted. Here rather than in `fuzz/`, so that it compiles
+/// with the crate and the suite runs it on the fuzzer's seeds.
 pub fn fuzz_input(c: &Codec, data: &[u8]) -> bool {
     let (key, payload) = match data.split_first() {
         Some((&n, rest)) => rest.split_at((n as usize).min(rest.len())),
@@ -102,6 +102,14 @@ pub fn fuzz_input(c: &Codec, data: &[u8]) -> bool {
     }
     if let Ok(line) = std::str::from_utf8(payload) {
         let _ = crate::command::jsonl::parse_line(1, line);
+        if let Some(d) = c.model() {
+            // What the parser accepts (checked against the model) reads
+            // back from its own line as itself.
+            if let Ok(Some(e)) = crate::command::generic::jsonl::parse_line(d, 1, line) {
+                let again = crate::command::generic::jsonl::parse_line(d, 1, &crate::command::generic::jsonl::line(d, &e)).unwrap().unwrap();
+                assert_eq!((&again.tenant, &again.command), (&e.tenant, &e.command));
+            }
+        }
     }
     admitted.is_ok()
 }

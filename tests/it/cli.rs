@@ -215,4 +215,26 @@ fn write_fuzz_corpus() {
         assert!(denorm::worker::admit::fuzz_input(&codec, &std::fs::read(path).unwrap()), "seed {} is refused", path.display());
     }
     assert!(written.len() >= 11, "{} seeds", written.len());
+    // The commands of both shipped models, each admitted by a worker of its
+    // model: the shop's example log, and the compiled-in seeds read as
+    // commands of files-and-posts.
+    let model = |file: &str| denorm::domain::Domain::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join(file)).unwrap().interned();
+    let (shop, files) = (model("shop.toml"), model("files-and-posts.toml"));
+    let shop_log = denorm::command::generic::jsonl::parse_all(shop, include_str!("../../models/shop-example.jsonl").as_bytes()).unwrap();
+    let legacy: Vec<_> = denorm::demo::seed(3, 2, 2, 1).into_iter().map(|c| denorm::command::generic::legacy::to_model(&denorm::command::Envelope::new(c))).collect();
+    for (name, d, log) in [("shop", shop, shop_log), ("files-and-posts", files, legacy)] {
+        let codec = denorm::codec::Codec::new().with_model(d);
+        assert!(log.len() >= 5, "{name}: {} commands", log.len());
+        for (i, e) in log.into_iter().enumerate() {
+            let envelope = denorm::command::generic::bound::Bound::envelope(d, e);
+            let key = envelope.command.key().as_bytes().to_vec();
+            let mut bytes = vec![key.len() as u8];
+            bytes.extend(&key);
+            bytes.extend(codec.encode(&envelope));
+            let path = write(format!("{name}{i}"), bytes);
+            assert!(denorm::worker::admit::fuzz_input(&codec, &std::fs::read(&path).unwrap()), "seed {} is refused by a worker of model {name}", path.display());
+            // A worker without the model does not take it.
+            assert!(!denorm::worker::admit::fuzz_input(&denorm::codec::Codec::new(), &std::fs::read(&path).unwrap()), "seed {} is admitted without its model", path.display());
+        }
+    }
 }

@@ -222,3 +222,76 @@ fn through_the_pipeline(r: Rig) {
     let (code, out, err) = output(&mut with_model(&["search", "order", "--term", "customer_id=c4"]));
     assert_eq!((code, out.as_str()), (0, "o9\n"), "the index is as it was: {err}");
 }
+
+#[test]
+fn a_models_commands_parked_behind_a_poison_are_letters_and_reprocessed_through_the_model() {
+    parked_and_reprocessed(Rig::new(3));
+}
+
+#[test]
+fn a_models_commands_parked_behind_a_poison_are_letters_and_reprocessed_through_the_model_on_elasticsearch() {
+    let _es = crate::common::elastic::elastic();
+    parked_and_reprocessed(Rig::elastic(3));
+}
+
+/// A poison keyed by a customer parks the key: the model's commands behind
+/// it wait as letters, listed by `denorm dlq`; once the poison is cleared
+/// and the key reprocessed, they are applied through the model in their
+/// order, and the index equals the log.
+fn parked_and_reprocessed(r: Rig) {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let (cfg, group) = (&r.cfg, r.group.as_str());
+    let worker = r.worker(&["--model", MODEL, "--on-abort", "park"]);
+    let poison = rt().block_on(async {
+        let p: FutureProducer = cfg.client_config().create().unwrap();
+        let partition = denorm::command::partitioner::partition_of("c1", cfg.partitions);
+        let d = p.send(FutureRecord::to(&cfg.topic).key("c1").payload(&b"a poison: not an avro message".to_vec()).partition(partition), std::time::Duration::from_secs(30)).await.unwrap();
+        (d.partition, d.offset)
+    });
+    let log = r.dir().join("parked.jsonl");
+    std::fs::write(
+        &log,
+        [
+            r#"{"op":"upsert","kind":"customer","id":"c1","fields":{"name":"Ann","plan":"free","since":"2026-01-01"}}"#,
+            r#"{"op":"upsert","kind":"order","id":"o1","fields":{"customer_id":"c1","placed":"2026-12-01","status":"open","total":3,"lines":[{"sku":"a-1","quantity":2,"price":1.5}]}}"#,
+            r#"{"op":"patch","kind":"customer","id":"c1","set":{"name":"Ann Lee"}}"#,
+            r#"{"op":"upsert","kind":"customer","id":"c2","fields":{"name":"Bob","plan":"gold","since":"2026-01-02"}}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let (code, _, err) = output(with_model(&r, &["produce", "--jsonl"]).arg(&log));
+    assert_eq!(code, 0, "{err}");
+    wait_applied_by(cfg, group, 5, &[&worker]);
+    let search = |args: &[&str]| {
+        let (code, out, err) = output(&mut with_model(&r, args));
+        assert_eq!(code, 0, "{args:?}: {err}");
+        out
+    };
+    assert_eq!(search(&["search", "customer", "--term", "plan=gold"]), "c2\n", "another key is applied");
+    assert_eq!(search(&["search", "order"]), "", "the parked key's order waits");
+
+    let (code, out, err) = r.run(&["dlq", "list", "--key", "c1", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let letters = json_lines(&out);
+    let reasons: Vec<&str> = letters.iter().map(|l| l["reason"].as_str().unwrap()).collect();
+    assert_eq!(reasons, ["not_single_object", "parked", "parked", "parked"], "{out}");
+    let first = &letters[0];
+    assert_eq!((first["origin_partition"].as_i64(), first["origin_offset"].as_i64()), (Some(poison.0 as i64), Some(poison.1)), "{first}");
+    let letter = format!("{}@{}", first["dlq_partition"], first["dlq_offset"]);
+    let (code, _, err) = r.run(&["dlq", "clear", "--key", "c1", "--letter", &letter, "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = r.run(&["dlq", "reprocess", "--key", "c1", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let report = json_lines(&out).pop().unwrap_or_else(|| panic!("no report: {err}"));
+    assert_eq!(report["still_open"], 0, "{out}\n{err}\n{}", worker.log());
+    wait_applied_by(cfg, group, r.topic_end() as usize, &[&worker]);
+    let (code, out, err) = output(&mut with_model(&r, &["search", "order", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let orders = json_lines(&out);
+    assert_eq!((orders.len(), &orders[0]["id"], &orders[0]["customer"]["name"]), (1, &"o1".into(), &"Ann Lee".into()), "applied in their order: {out}\n{}", worker.log());
+    assert_eq!(r.dlq_count()["total"], 0);
+    let (code, out, err) = output(&mut with_model(&r, &["verify", "--json"]));
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(worker.terminate().success());
+}
