@@ -11,18 +11,34 @@
 //! verify sends the repair of a missing document only for a partition
 //! that has not moved since its snapshot (docs/verify.md).
 
-use crate::command::{Command, Repair};
-use crate::index::{IndexError, Kind, Shard};
+use std::borrow::Cow;
 
-/// The one document an upsert or delete writes: its kind and id (none for
-/// a rename).
-pub fn document(cmd: &Command) -> Option<(Kind, &str)> {
+use crate::command::generic::Op;
+use crate::command::{tenant, Command, Repair};
+use crate::index::{IndexError, Kind, ModelKind, Shard};
+
+/// The one document an upsert or delete writes: its kind and id, scoped to
+/// its tenant (none for a rename, a patch).
+pub fn document(cmd: &Command) -> Option<(Kind, Cow<'_, str>)> {
     match cmd {
-        Command::UpsertFile { id, .. } | Command::DeleteFile { id, .. } => Some((Kind::File, id)),
-        Command::UpsertUser { id, .. } | Command::DeleteUser { id } => Some((Kind::User, id)),
-        Command::UpsertPost { id, .. } | Command::DeletePost { id, .. } => Some((Kind::Post, id)),
+        Command::UpsertFile { id, .. } | Command::DeleteFile { id, .. } => Some((Kind::File, Cow::Borrowed(id))),
+        Command::UpsertUser { id, .. } | Command::DeleteUser { id } => Some((Kind::User, Cow::Borrowed(id))),
+        Command::UpsertPost { id, .. } | Command::DeletePost { id, .. } => Some((Kind::Post, Cow::Borrowed(id))),
+        Command::Model(b) => match &b.command.op {
+            Op::Upsert { id, .. } | Op::Delete { id, .. } => Some((Kind::Model(ModelKind::of(b.domain, &b.command.kind)?), Cow::Owned(tenant::scope(b.tenant.as_deref(), id)))),
+            Op::Patch { .. } | Op::RenamePrefix { .. } => None,
+        },
         // Not repaired (`repairable`).
-        Command::RenamePath { .. } | Command::Model(_) => None,
+        Command::RenamePath { .. } => None,
+    }
+}
+
+/// Whether `cmd` deletes its document.
+fn deletes(cmd: &Command) -> bool {
+    match cmd {
+        Command::DeleteFile { .. } | Command::DeletePost { .. } | Command::DeleteUser { .. } => true,
+        Command::Model(b) => matches!(b.command.op, Op::Delete { .. }),
+        _ => false,
     }
 }
 
@@ -69,12 +85,12 @@ pub fn repair_guard<S: Shard + ?Sized>(shard: &mut S, cmd: &Command, repair: Rep
     // The position of the document, or of the tombstone its delete left
     // (Elasticsearch); another partition's document reads as newer than
     // anything here.
-    let at = shard.position(kind, id)?;
+    let at = shard.position(kind, &id)?;
     if matches!(at, Some(at) if at > pos && at != u64::MAX) {
         return Ok(RepairGuard::Superseded);
     }
-    if shard.get(kind, id)?.is_none() {
-        let upsert = !matches!(cmd, Command::DeleteFile { .. } | Command::DeletePost { .. } | Command::DeleteUser { .. });
+    if shard.get(kind, &id)?.is_none() {
+        let upsert = !deletes(cmd);
         return Ok(if upsert && repair.seen == Some(true) {
             RepairGuard::Refuse(format!("{what} {id:?} was deleted after the verify found it at offset {since} or before: the repair would bring it back, and is not applied (verify again)"))
         } else {

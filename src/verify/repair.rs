@@ -9,15 +9,18 @@
 //! `crate::apply::repair_refusal`); a replay of the log applies it the
 //! same way. Within a key, files and posts come before the user: a post's
 //! upsert takes its author's name from the user document, and the user's
-//! upsert then renames the posts that do not carry its name.
+//! upsert then renames the posts that do not carry its name; a declared
+//! model's owners come after their dependents alike.
 
 use std::collections::BTreeSet;
 
 use serde::Serialize;
 
 use super::compare::{Difference, Positions, Problem};
-use crate::command::{Command, Envelope, Repair};
-use crate::index::Doc;
+use crate::command::generic::bound::Bound;
+use crate::command::generic::{ModelCommand, Op, Value};
+use crate::command::{tenant, Command, Envelope, Repair};
+use crate::index::{Doc, ModelDoc};
 
 /// A difference no command can repair, or not now.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -98,17 +101,35 @@ fn command_for(expected: Option<&Doc>, actual: Option<&Doc>) -> Result<Command, 
         (None, Some(Doc::File(f))) => Command::DeleteFile { id: f.id.clone(), path: f.full_path() },
         (None, Some(Doc::Post(p))) => Command::DeletePost { id: p.id.clone(), user_id: p.user.id.clone() },
         (None, Some(Doc::User(u))) => Command::DeleteUser { id: u.id.clone() },
-        (Some(Doc::Model(_)), _) | (None, Some(Doc::Model(_))) => {
-            return Err("a model's documents are not repaired by denorm verify --repair yet: send the document's upsert (or delete) again, then verify (docs/model.md, \"Status\")")
+        (Some(Doc::Model(m)), _) => model_command(m, |id| Op::Upsert { id, fields: m.fields.clone(), previous: None })?,
+        (None, Some(Doc::Model(m))) => {
+            let at = m.kind.decl().key_field().map(|f| match m.fields.get(f) {
+                Some(Value::Str(v)) => Ok(v.clone()),
+                _ => Err("the live document has no key field: its delete cannot name its key"),
+            });
+            model_command(m, |id| Op::Delete { id, at: at.transpose().ok().flatten() })?
         }
         (None, None) => return Err("neither side has the document"),
     })
 }
 
-/// Where a kind's repairs go within a key (see the module's comment).
+/// The command of a model's document `m` (`op` of its unscoped id), in its
+/// tenant, if it is a valid one.
+fn model_command(m: &ModelDoc, op: impl FnOnce(String) -> Op) -> Result<Command, &'static str> {
+    let domain = m.kind.domain();
+    let tenant = tenant::of(&m.id).map(str::to_string);
+    let b = Bound::new(domain, tenant, ModelCommand { kind: m.kind.as_str().to_string(), op: op(tenant::unscoped(&m.id).to_string()) });
+    b.validate().map_err(|_| "the document is not one a command of its model can write (a field the model does not declare, or one missing): `denorm rebuild` restores it")?;
+    Ok(Command::Model(Box::new(b)))
+}
+
+/// Where a kind's repairs go within a key (see the module's comment): an
+/// owner's upsert rewrites the copies of its dependents, so it comes
+/// after theirs.
 fn rank(c: &Command) -> u8 {
     match c {
         Command::UpsertUser { .. } => 1,
+        Command::Model(b) => u8::from(b.domain.kinds.iter().any(|k| k.copies.iter().any(|c| c.owner == b.command.kind))),
         _ => 0,
     }
 }
@@ -255,5 +276,42 @@ mod tests {
         assert!(matches!(&plan.commands[..], [e] if matches!(&e.command, Command::UpsertFile { id, .. } if id == "f2")), "{:?}", plan.commands);
         assert_eq!(plan.not_repaired.len(), 1);
         assert!(plan.not_repaired[0].id == "f1" && plan.not_repaired[0].reason.contains("denorm rebuild"), "{:?}", plan.not_repaired);
+    }
+
+    /// A declared model's documents: the replay's version upserted, a
+    /// stray deleted under its key field's value, in their tenant; within
+    /// a key the owner's upsert comes after its dependents'.
+    #[test]
+    fn a_models_documents_are_repaired_by_its_own_commands_owners_last() {
+        use crate::command::generic::{Object, Op, Value};
+        use crate::index::ModelKind;
+        let d = crate::domain::Domain::parse("shop.toml", include_str!("../../models/shop.toml")).unwrap().interned();
+        let fields = |pairs: &[(&str, &str)]| -> Object { pairs.iter().map(|(k, v)| (k.to_string(), Value::Str(v.to_string()))).collect() };
+        let doc = |kind: &str, id: &str, f: Object| Doc::Model(Box::new(ModelDoc::new(ModelKind::of(d, kind).unwrap(), tenant::scope(Some("acme"), id), f, Default::default(), 3)));
+        let customer = doc("customer", "c1", fields(&[("name", "Ann"), ("plan", "gold"), ("since", "2026-01-01")]));
+        let mut ticket = fields(&[("customer_id", "c1"), ("subject", "Late")]);
+        ticket.insert("open".into(), Value::Bool(true));
+        let ticket = doc("ticket", "t1", ticket);
+        let diffs =
+            vec![diff(Problem::Differs, 1, Some(customer.clone()), Some(customer.clone())), diff(Problem::Unexpected, 1, None, Some(ticket.clone())), diff(Problem::Missing, 1, Some(ticket), None)];
+        let at: Positions = (0..4).map(|p| (p, 5)).collect();
+        let plan = plan(&diffs, &at, &|_| false);
+        assert!(plan.not_repaired.is_empty(), "{:?}", plan.not_repaired);
+        let got: Vec<(&str, &str, Option<&str>, &str)> = plan
+            .commands
+            .iter()
+            .map(|e| {
+                let Command::Model(b) = &e.command else { panic!("{e:?}") };
+                assert!(crate::apply::repairable(&e.command), "{e:?}");
+                let (id, at) = match &b.command.op {
+                    Op::Upsert { id, .. } => (id.as_str(), None),
+                    Op::Delete { id, at } => (id.as_str(), at.as_deref()),
+                    other => panic!("{other:?}"),
+                };
+                (b.command.kind.as_str(), id, at, b.tenant.as_deref().unwrap())
+            })
+            .collect();
+        assert_eq!(got, [("ticket", "t1", Some("c1"), "acme"), ("ticket", "t1", None, "acme"), ("customer", "c1", None, "acme")]);
+        assert!(plan.commands.iter().all(|e| e.command.key() == tenant::scope(Some("acme"), "c1")));
     }
 }

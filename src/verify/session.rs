@@ -184,7 +184,10 @@ impl Session {
         let moved = super::moved_past(&self.kafka, partitions, &report.at, &[&now])?;
         let plan = repair::plan(&report.outcome.differences, &report.at, &|p| moved.contains(&p));
         let beyond = report.outcome.differences_total - report.outcome.differences.len();
-        let producer = crate::produce::Producer::new(&self.kafka).map_err(|e| VerifyError::Repair(e.to_string()))?;
+        let mut producer = crate::produce::Producer::new(&self.kafka).map_err(|e| VerifyError::Repair(e.to_string()))?;
+        if let Some(d) = self.model {
+            producer = producer.with_model(d);
+        }
         let mut sent = Vec::new();
         for e in &plan.commands {
             let at = self.runtime.block_on(producer.send_envelope(e)).map_err(|e| VerifyError::Repair(e.to_string()))?;

@@ -15,7 +15,8 @@
 //!   the same documents, positions included;
 //! - corruptions planted behind the pipeline's back, chosen by the seed (a
 //!   changed field, a copy gone stale, a deleted document and a stray one),
-//!   are each named by `verify`, and nothing else.
+//!   are each named by `verify`, and nothing else; `verify --repair` sends
+//!   the command that restores each, and the index is the log's again.
 //!
 //! Seeds: `DENORM_MODEL_CONSISTENCY_SEEDS` (default 1 per backend),
 //! starting at `DENORM_MODEL_CONSISTENCY_SEED` (default 1); each seed is
@@ -256,7 +257,21 @@ fn fooled(r: &Rig, d: &'static Domain, live: &BTreeMap<DocKey, ModelDoc>, seed: 
         .collect();
     let want: BTreeSet<(String, String, String)> =
         [(&changed, "differs"), (&stale, "differs"), (&lost, "missing"), (&stray, "unexpected")].into_iter().map(|(m, p)| (m.kind.as_str().to_string(), m.id.clone(), p.to_string())).collect();
-    assert_eq!((code, named), (1, want), "seed {seed}: {report}");
+    assert_eq!((code, named), (1, want.clone()), "seed {seed}: {report}");
+
+    // Repaired through the log: an upsert of each changed, stale or lost
+    // document and the delete of the stray, applied by a worker; the index
+    // is the log's again.
+    let worker = r.worker(&["--model", MODEL]);
+    let (code, out, err) = output(&mut with_model(r, &["verify", "--json", "--rounds", "1", "--repair"]));
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let sent: BTreeSet<(String, String)> = report["repair"]["sent"].as_array().unwrap().iter().map(|x| (s(&x["id"]), s(&x["command"]))).collect();
+    let commands: BTreeSet<(String, String)> = want.iter().map(|(_, id, p)| (id.clone(), if p == "unexpected" { "delete" } else { "upsert" }.to_string())).collect();
+    assert_eq!((code, sent), (0, commands), "seed {seed}: {report}\n{err}\n{}", worker.log());
+    assert!(worker.terminate().success());
+    let (code, out, err) = output(&mut with_model(r, &["verify", "--json", "--rounds", "1"]));
+    assert_eq!(code, 0, "after the repairs: {out}\n{err}");
+    assert!(held(&model_docs(&r.index, d, |k| std::env::var(k).ok())) == held(live), "seed {seed}: the repaired index is not the live one before the corruptions");
 }
 
 fn seeds() -> std::ops::Range<u64> {

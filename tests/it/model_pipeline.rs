@@ -181,12 +181,6 @@ fn through_the_pipeline(r: Rig) {
     assert_eq!(found(&["--keys", "c1"]), (1, vec!["o1".to_string()]));
     assert_eq!(found(&["--keys", "c2,/garden"]), (0, vec![]));
     assert_eq!(found(&["--sample", "100"]), (1, vec!["o1".to_string()]));
-    // A repair of a model's document is not made yet, and says so.
-    let (code, out, err) = output(&mut with_model(&["verify", "--json", "--repair"]));
-    let report = serde_json::from_str::<serde_json::Value>(&out).unwrap_or(serde_json::Value::Null);
-    let not = &report["repair"]["not_repaired"][0];
-    assert_eq!((code, &not["id"]), (1, &serde_json::json!("o1")), "{report}\n{err}");
-    assert!(not["reason"].as_str().unwrap().contains("not repaired by denorm verify --repair yet"), "{report}");
     let holder = denorm::members::Members::new(2, 0).unwrap();
     let c1 = denorm::command::partitioner::partition_of("c1", cfg.partitions);
     for member in 0..2u32 {
@@ -195,6 +189,19 @@ fn through_the_pipeline(r: Rig) {
         let holds = (member == 0) == holder.owns(c1);
         assert_eq!((code, ids.len()), if holds { (1, 1) } else { (0, 0) }, "member {member}");
     }
+    // A repair sends the order's upsert through the log; a worker applies
+    // it, and the index equals the log again.
+    let worker = Worker::start(cfg, group, index, &["--model", MODEL]);
+    let (code, out, err) = output(&mut with_model(&["verify", "--json", "--repair"]));
+    let report = serde_json::from_str::<serde_json::Value>(&out).unwrap_or(serde_json::Value::Null);
+    let sent = &report["repair"]["sent"];
+    assert_eq!((code, &sent[0]["id"], &sent[0]["command"], sent.as_array().map(Vec::len)), (0, &serde_json::json!("o1"), &serde_json::json!("upsert"), Some(1)), "{report}\n{err}\n{}", worker.log());
+    assert_eq!(report["repair"]["after"]["differences_total"], 0, "{report}");
+    let (code, report, err) = verify(&mut with_model(&[]));
+    assert_eq!((code, &report["differences_total"]), (0, &serde_json::json!(0)), "{report}\n{err}");
+    let (code, out, _) = output(&mut with_model(&["search", "order", "--term", "status=lost"]));
+    assert_eq!((code, out.as_str()), (0, ""), "o1 is restored");
+    assert!(worker.terminate().success());
     let (code, _, err) = output(cli(cfg, group, index).args(["run", "--metrics-addr", "127.0.0.1:0"]));
     assert_ne!(code, 0);
     assert!(err.contains("holds model shop"), "{err}");
