@@ -42,7 +42,7 @@ use crate::model_pipeline::{with_model, MODEL};
 
 const PARTITIONS: i32 = 4;
 const PRODUCERS: u64 = 3;
-const BATCHES: usize = 4;
+const BATCHES: usize = 3;
 const PER_BATCH: usize = 30;
 const KILLS: usize = 3;
 
