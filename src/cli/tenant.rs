@@ -32,7 +32,8 @@ enum Action {
     },
     /// Remove every document of the tenant through the log: waits until the group (--group) has
     /// applied what the topic holds now, reads the tenant's documents from the index, sends a
-    /// delete_post, delete_file or delete_user for each under its own key, waits until they are
+    /// delete_post, delete_file or delete_user for each under its own key (with --model, also
+    /// each document of the model: its kind's delete), waits until they are
     /// applied and checks that none is left (exit 1 if some are: written by a command sent
     /// meanwhile). A replay or a rebuild removes them again. Stop the tenant's producers first
     Delete {
@@ -55,11 +56,14 @@ struct Removed {
     files: u64,
     users: u64,
     posts: u64,
+    /// A declared model's documents, by kind (`--model`).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    model: std::collections::BTreeMap<&'static str, u64>,
 }
 
 impl Removed {
     fn total(&self) -> u64 {
-        self.files + self.users + self.posts
+        self.files + self.users + self.posts + self.model.values().sum::<u64>()
     }
 }
 
@@ -70,6 +74,8 @@ struct Deletes {
     first: Vec<Command>,
     users: Vec<Command>,
     removed: Removed,
+    /// Documents no delete of their model can name (no key field).
+    unwritable: Vec<String>,
 }
 
 impl Deletes {
@@ -87,10 +93,15 @@ impl Deletes {
                 self.removed.users += 1;
                 self.users.push(Command::DeleteUser { id: u.id });
             }
-            // The listing reads the compiled-in kinds only: a model's
-            // tenants are not deleted by `denorm tenant delete` yet
-            // (docs/model.md, "Status").
-            Doc::Model(_) => {}
+            // A declared model's document: its kind's delete under the
+            // key it is held by.
+            Doc::Model(m) => {
+                *self.removed.model.entry(m.kind.as_str()).or_default() += 1;
+                match m.delete() {
+                    Ok(c) => self.first.push(c),
+                    Err(e) => self.unwritable.push(format!("{} {}: {e}", m.kind.as_str(), m.unscoped_id())),
+                }
+            }
         }
     }
 
@@ -122,9 +133,10 @@ pub async fn run(cli: &Cli, a: &TenantArgs) -> anyhow::Result<()> {
 /// read, off the runtime's threads).
 async fn deletes_of(cli: &Cli, tenant: &str) -> anyhow::Result<Deletes> {
     let location = super::location(cli)?;
+    let model = cli.domain()?;
     let (tenant, runtime) = (tenant.to_string(), tokio::runtime::Handle::current());
     tokio::task::spawn_blocking(move || -> anyhow::Result<Deletes> {
-        let search = location.search(runtime, None).map_err(|e| UsageError(e.to_string()))?;
+        let search = location.search(runtime, model).map_err(|e| UsageError(e.to_string()))?;
         let mut deletes = Deletes::default();
         search.dump_tenant(&tenant, &mut |d| deletes.add(d)).with_context(|| format!("reading the documents of tenant {tenant}"))?;
         Ok(deletes)
@@ -135,12 +147,11 @@ async fn deletes_of(cli: &Cli, tenant: &str) -> anyhow::Result<Deletes> {
 async fn delete(cli: &Cli, tenant: &str, yes: bool, wait: Duration) -> anyhow::Result<()> {
     let kafka = cli.kafka();
     let group = cli.group.clone();
-    // Refused before anything is sent: a model's documents would be left
-    // behind, and the delete reported done.
-    if let Some(d) = cli.domain()? {
-        return Err(UsageError(format!("tenant delete removes the compiled-in kinds' documents only for now, not those of model {} (docs/model.md, \"Status\")", d.name)).into());
-    }
-    super::location(cli)?.backend(&kafka.topic, Access::Existing, Embedded::with_memory(15 << 20)).await.map_err(|e| UsageError(e.to_string()))?;
+    // Opened with the model given (or none): an index holding another is
+    // refused before anything is sent, as its documents would be left
+    // behind and the delete reported done.
+    let model = cli.domain()?;
+    super::location(cli)?.backend(&kafka.topic, Access::Existing, Embedded { model, ..Embedded::with_memory(15 << 20) }).await.map_err(|e| UsageError(e.to_string()))?;
     // What the topic holds now is applied first: the index then has every
     // document of the tenant that a command sent before this one created.
     let (k, g) = (kafka.clone(), group.clone());
@@ -152,13 +163,21 @@ async fn delete(cli: &Cli, tenant: &str, yes: bool, wait: Duration) -> anyhow::R
         denorm::kafka::wait_for_deliveries(&k, &g, &last, wait).with_context(|| format!("group {g} had not applied the topic's commands after {} s: nothing was sent", wait.as_secs()))
     })
     .await??;
-    let (commands, removed) = deletes_of(cli, tenant).await?.commands();
+    let deletes = deletes_of(cli, tenant).await?;
+    if let Some(first) = deletes.unwritable.first() {
+        return Err(UsageError(format!("nothing was sent: {} documents of tenant {tenant} cannot be named by a delete of their model, first {first}", deletes.unwritable.len())).into());
+    }
+    let (commands, removed) = deletes.commands();
     let n = commands.len();
     if !yes {
-        eprintln!("tenant {tenant}: {} files, {} users, {} posts", removed.files, removed.users, removed.posts);
+        let models: String = removed.model.iter().map(|(k, n)| format!(", {n} {k}")).collect();
+        eprintln!("tenant {tenant}: {} files, {} users, {} posts{models}", removed.files, removed.users, removed.posts);
         return Err(UsageError(format!("nothing was sent: add --yes to delete the {n} documents of tenant {tenant} through the log")).into());
     }
-    let producer = denorm::produce::Producer::new(&kafka)?;
+    let mut producer = denorm::produce::Producer::new(&kafka)?;
+    if let Some(d) = model {
+        producer = producer.with_model(d);
+    }
     let bar = super::progress(n as u64, "deletes sent");
     let deliveries = producer.send_all(commands, 10_000, |done| bar.set_position(done as u64)).await.context("sending the deletes")?;
     bar.finish_and_clear();

@@ -10,7 +10,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::command::generic::{Object, Value};
+use crate::command::generic::bound::Bound;
+use crate::command::generic::value::Invalid;
+use crate::command::generic::{ModelCommand, Object, Op, Value};
 use crate::command::{path, tenant};
 use crate::domain::{self, Domain};
 
@@ -108,6 +110,30 @@ impl ModelDoc {
     /// The id as its producer wrote it.
     pub fn unscoped_id(&self) -> &str {
         tenant::unscoped(&self.id)
+    }
+
+    /// The upsert that writes this document as it is (its copies are the
+    /// owner's when the upsert is applied), in its tenant.
+    pub fn upsert(&self) -> Result<crate::command::Command, Invalid> {
+        self.command(Op::Upsert { id: self.unscoped_id().to_string(), fields: self.fields.clone(), previous: None })
+    }
+
+    /// Its delete, under its key field's value (the key it is held by).
+    pub fn delete(&self) -> Result<crate::command::Command, Invalid> {
+        let at = match self.kind.decl().key_field() {
+            None => None,
+            Some(f) => match self.fields.get(f) {
+                Some(Value::Str(v)) => Some(v.clone()),
+                _ => return Err(Invalid { field: format!("fields.{f}"), reason: "the document has no key field".into() }),
+            },
+        };
+        self.command(Op::Delete { id: self.unscoped_id().to_string(), at })
+    }
+
+    fn command(&self, op: Op) -> Result<crate::command::Command, Invalid> {
+        let b = Bound::new(self.kind.domain(), self.tenant().map(str::to_string), ModelCommand { kind: self.kind.as_str().to_string(), op });
+        b.validate()?;
+        Ok(crate::command::Command::Model(Box::new(b)))
     }
 
     fn names(&self, field: &str, value: &str) -> bool {

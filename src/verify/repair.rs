@@ -17,10 +17,8 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use super::compare::{Difference, Positions, Problem};
-use crate::command::generic::bound::Bound;
-use crate::command::generic::{ModelCommand, Op, Value};
-use crate::command::{tenant, Command, Envelope, Repair};
-use crate::index::{Doc, ModelDoc};
+use crate::command::{Command, Envelope, Repair};
+use crate::index::Doc;
 
 /// A difference no command can repair, or not now.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -101,27 +99,14 @@ fn command_for(expected: Option<&Doc>, actual: Option<&Doc>) -> Result<Command, 
         (None, Some(Doc::File(f))) => Command::DeleteFile { id: f.id.clone(), path: f.full_path() },
         (None, Some(Doc::Post(p))) => Command::DeletePost { id: p.id.clone(), user_id: p.user.id.clone() },
         (None, Some(Doc::User(u))) => Command::DeleteUser { id: u.id.clone() },
-        (Some(Doc::Model(m)), _) => model_command(m, |id| Op::Upsert { id, fields: m.fields.clone(), previous: None })?,
-        (None, Some(Doc::Model(m))) => {
-            let at = m.kind.decl().key_field().map(|f| match m.fields.get(f) {
-                Some(Value::Str(v)) => Ok(v.clone()),
-                _ => Err("the live document has no key field: its delete cannot name its key"),
-            });
-            model_command(m, |id| Op::Delete { id, at: at.transpose().ok().flatten() })?
-        }
+        (Some(Doc::Model(m)), _) => m.upsert().map_err(|_| NOT_A_COMMAND)?,
+        (None, Some(Doc::Model(m))) => m.delete().map_err(|_| NOT_A_COMMAND)?,
         (None, None) => return Err("neither side has the document"),
     })
 }
 
-/// The command of a model's document `m` (`op` of its unscoped id), in its
-/// tenant, if it is a valid one.
-fn model_command(m: &ModelDoc, op: impl FnOnce(String) -> Op) -> Result<Command, &'static str> {
-    let domain = m.kind.domain();
-    let tenant = tenant::of(&m.id).map(str::to_string);
-    let b = Bound::new(domain, tenant, ModelCommand { kind: m.kind.as_str().to_string(), op: op(tenant::unscoped(&m.id).to_string()) });
-    b.validate().map_err(|_| "the document is not one a command of its model can write (a field the model does not declare, or one missing): `denorm rebuild` restores it")?;
-    Ok(Command::Model(Box::new(b)))
-}
+/// Why a model's document is not repaired by a command of its model.
+const NOT_A_COMMAND: &str = "the document is not one a command of its model can write (a field the model does not declare, or one missing): `denorm rebuild` restores it";
 
 /// Where a kind's repairs go within a key (see the module's comment): an
 /// owner's upsert rewrites the copies of its dependents, so it comes
@@ -284,7 +269,8 @@ mod tests {
     #[test]
     fn a_models_documents_are_repaired_by_its_own_commands_owners_last() {
         use crate::command::generic::{Object, Op, Value};
-        use crate::index::ModelKind;
+        use crate::command::tenant;
+        use crate::index::{ModelDoc, ModelKind};
         let d = crate::domain::Domain::parse("shop.toml", include_str!("../../models/shop.toml")).unwrap().interned();
         let fields = |pairs: &[(&str, &str)]| -> Object { pairs.iter().map(|(k, v)| (k.to_string(), Value::Str(v.to_string()))).collect() };
         let doc = |kind: &str, id: &str, f: Object| Doc::Model(Box::new(ModelDoc::new(ModelKind::of(d, kind).unwrap(), tenant::scope(Some("acme"), id), f, Default::default(), 3)));

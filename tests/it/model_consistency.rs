@@ -16,7 +16,9 @@
 //! - corruptions planted behind the pipeline's back, chosen by the seed (a
 //!   changed field, a copy gone stale, a deleted document and a stray one),
 //!   are each named by `verify`, and nothing else; `verify --repair` sends
-//!   the command that restores each, and the index is the log's again.
+//!   the command that restores each, and the index is the log's again;
+//! - `denorm tenant delete` removes one tenant's documents through the log,
+//!   and every other tenant's stay.
 //!
 //! Seeds: `DENORM_MODEL_CONSISTENCY_SEEDS` (default 1 per backend),
 //! starting at `DENORM_MODEL_CONSISTENCY_SEED` (default 1); each seed is
@@ -272,6 +274,23 @@ fn fooled(r: &Rig, d: &'static Domain, live: &BTreeMap<DocKey, ModelDoc>, seed: 
     let (code, out, err) = output(&mut with_model(r, &["verify", "--json", "--rounds", "1"]));
     assert_eq!(code, 0, "after the repairs: {out}\n{err}");
     assert!(held(&model_docs(&r.index, d, |k| std::env::var(k).ok())) == held(live), "seed {seed}: the repaired index is not the live one before the corruptions");
+
+    // A tenant deleted through the log: its documents go, every other
+    // tenant's stay, and the index is the log's.
+    let worker = r.worker(&["--model", MODEL]);
+    let (code, out, err) = output(&mut with_model(r, &["tenant", "delete", "globex", "--yes"]));
+    assert_eq!(code, 0, "{out}\n{err}\n{}", worker.log());
+    let report = json_lines(&out).pop().unwrap();
+    let globex = |k: &DocKey| k.tenant.as_deref() == Some("globex");
+    let counted: u64 = report["deleted"]["model"].as_object().map_or(0, |m| m.values().map(|v| v.as_u64().unwrap()).sum());
+    assert_eq!((counted, &report["left"]), (live.keys().filter(|k| globex(k)).count() as u64, &serde_json::json!(0)), "{report}");
+    assert!(counted > 0, "tenant globex has no documents");
+    assert!(worker.terminate().success());
+    let after = model_docs(&r.index, d, |k| std::env::var(k).ok());
+    let others: BTreeMap<DocKey, Held> = held(live).into_iter().filter(|(k, _)| !globex(k)).collect();
+    assert!(held(&after) == others, "seed {seed}: after the tenant's delete: {}", first_difference(&others, &held(&after), &[].to_vec()));
+    let (code, out, err) = output(&mut with_model(r, &["verify", "--json", "--rounds", "1"]));
+    assert_eq!(code, 0, "after the tenant's delete: {out}\n{err}");
 }
 
 fn seeds() -> std::ops::Range<u64> {

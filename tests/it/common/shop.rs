@@ -3,9 +3,11 @@
 //! and tickets that copy their customer; products in a category tree,
 //! renamed by prefix; owner changes of orders and products. Each command
 //! is valid, names the document's key as it is now, and an owner change
-//! carries the key it leaves. A deleted document keeps its key: written
-//! again under another, it changes owner in the explicit form, as the
-//! protocol asks (docs/cross-key.md, "Owner changes").
+//! carries the key it leaves. A document keeps the key a command named it
+//! under, even deleted or never written (a patch or a delete of an unknown
+//! id names one): written again under another, it changes owner in the
+//! explicit form, as the protocol asks (docs/cross-key.md, "Owner
+//! changes"), and a replay orders the two keys' commands as they were sent.
 
 use std::collections::BTreeMap;
 
@@ -134,6 +136,7 @@ impl ShopLog {
             46..=53 => {
                 let id = self.id("o", 8);
                 let at = key(self, "order", &id).unwrap_or_else(|| "c0".into());
+                self.keys.insert((tenant.clone(), "order", id.clone()), at.clone());
                 let mut set = Object::new();
                 set.insert("status".into(), s(["shipped", "open", "returned"][self.rng.random_range(0..3)]));
                 if self.rng.random_bool(0.4) {
@@ -144,6 +147,7 @@ impl ShopLog {
             54..=57 => {
                 let id = self.id("o", 8);
                 let at = key(self, "order", &id).unwrap_or_else(|| "c1".into());
+                self.keys.insert((tenant.clone(), "order", id.clone()), at.clone());
                 c("order", Op::Delete { id, at: Some(at) })
             }
             58..=65 => {
@@ -160,6 +164,7 @@ impl ShopLog {
             66..=69 => {
                 let id = self.id("t", 4);
                 let at = key(self, "ticket", &id).unwrap_or_else(|| "c2".into());
+                self.keys.insert((tenant.clone(), "ticket", id.clone()), at.clone());
                 let mut set = Object::new();
                 set.insert("open".into(), Value::Bool(self.rng.random_bool(0.5)));
                 c("ticket", Op::Patch { id, at: Some(at), set })
@@ -182,6 +187,7 @@ impl ShopLog {
             85..=89 => {
                 let id = self.id("p", 6);
                 let at = key(self, "product", &id).unwrap_or_else(|| "/garden/tools/p-1".into());
+                self.keys.insert((tenant.clone(), "product", id.clone()), at.clone());
                 let mut set = Object::new();
                 set.insert("stock".into(), Value::Int(self.rng.random_range(0..9)));
                 c("product", Op::Patch { id, at: Some(at), set })
@@ -189,6 +195,7 @@ impl ShopLog {
             90..=92 => {
                 let id = self.id("p", 6);
                 let at = key(self, "product", &id).unwrap_or_else(|| "/home/kit/p-2".into());
+                self.keys.insert((tenant.clone(), "product", id.clone()), at.clone());
                 c("product", Op::Delete { id, at: Some(at) })
             }
             _ => {
