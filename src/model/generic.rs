@@ -50,8 +50,14 @@ impl ModelReference {
 
     /// Applies a command checked against the model.
     pub fn apply(&mut self, e: &ModelEnvelope) {
-        let ModelCommand { kind, op } = &e.command;
-        let key = |id: &String| DocKey { tenant: e.tenant.clone(), kind: kind.clone(), id: id.clone() };
+        self.apply_command(&e.tenant, &e.command);
+    }
+
+    /// Applies `command` of `tenant` (all that [`ModelReference::apply`]
+    /// reads of an envelope).
+    pub fn apply_command(&mut self, tenant: &Option<String>, command: &ModelCommand) {
+        let ModelCommand { kind, op } = command;
+        let key = |id: &String| DocKey { tenant: tenant.clone(), kind: kind.clone(), id: id.clone() };
         match op {
             Op::Upsert { id, fields, .. } => self.write(key(id), fields.clone()),
             Op::Patch { id, set, .. } => {
@@ -65,7 +71,7 @@ impl ModelReference {
             }
             Op::RenamePrefix { from, to } => {
                 let Some(field) = self.domain.kind(kind).and_then(|k| k.fields.iter().find(|f| f.ty == FieldType::Path)).map(|f| f.name.clone()) else { return };
-                for (_, doc) in self.docs.iter_mut().filter(|(k, _)| k.tenant == e.tenant && &k.kind == kind) {
+                for (_, doc) in self.docs.iter_mut().filter(|(k, _)| k.tenant == *tenant && &k.kind == kind) {
                     if let Some(Value::Str(p)) = doc.fields.get_mut(&field) {
                         if let Some(new) = path::renamed(p, from, to) {
                             *p = new;

@@ -74,7 +74,7 @@ impl Model {
             // A declared model's meaning is `generic::ModelReference`'s.
             Command::Model(b) => {
                 if let Some(g) = &mut self.generic {
-                    g.apply(&crate::command::generic::ModelEnvelope::new(b.command.clone(), b.tenant.clone()));
+                    g.apply_command(&b.tenant, &b.command);
                 }
             }
         }

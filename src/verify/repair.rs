@@ -114,7 +114,7 @@ const NOT_A_COMMAND: &str = "the document is not one a command of its model can 
 fn rank(c: &Command) -> u8 {
     match c {
         Command::UpsertUser { .. } => 1,
-        Command::Model(b) => u8::from(b.domain.kinds.iter().any(|k| k.copies.iter().any(|c| c.owner == b.command.kind))),
+        Command::Model(b) => u8::from(b.dependent_kinds() > 0),
         _ => 0,
     }
 }

@@ -286,7 +286,7 @@ fn fooled(r: &Rig, d: &'static Domain, live: &BTreeMap<DocKey, ModelDoc>, seed: 
     assert!(worker.terminate().success());
     let after = model_docs(&r.index, d, |k| std::env::var(k).ok());
     let others: BTreeMap<DocKey, Held> = held(live).into_iter().filter(|(k, _)| !globex(k)).collect();
-    assert!(held(&after) == others, "seed {seed}: after the tenant's delete: {}", first_difference(&others, &held(&after), &[].to_vec()));
+    assert!(held(&after) == others, "seed {seed}: after the tenant's delete: {}", first_difference(&others, &held(&after), &Vec::new()));
     progress("tenant deleted");
     let (code, out, err) = output(&mut with_model(r, &["verify", "--json", "--rounds", "1"]));
     assert_eq!(code, 0, "after the tenant's delete: {out}\n{err}");
