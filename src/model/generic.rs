@@ -123,5 +123,7 @@ impl ModelReference {
     }
 }
 
+pub mod legacy;
+
 #[cfg(test)]
 mod tests;

@@ -29,6 +29,7 @@ mod pipeline;
 mod placements;
 mod progress;
 mod rebuild;
+mod recorded_topic;
 mod registry_contracts;
 mod scenarios;
 mod signing;

@@ -1,8 +1,8 @@
+use super::legacy as legacy_docs;
 use super::*;
 use crate::command::generic::jsonl::parse_all;
 use crate::command::generic::legacy;
-use crate::command::{tenant, Command, Envelope};
-use crate::index::{Author, Doc, FileDoc, Kind, PostDoc, UserDoc};
+use crate::command::{Command, Envelope};
 
 fn load(file: &str, text: &str) -> Domain {
     Domain::parse(file, text).unwrap()
@@ -123,33 +123,6 @@ fn legacy_log(rng: &mut Rng, n: usize) -> Vec<Envelope> {
         .collect()
 }
 
-/// The reference's documents as the compiled-in index documents.
-fn as_compiled_in(r: &ModelReference) -> Vec<Doc> {
-    let mut out = BTreeMap::new();
-    for (k, d) in r.docs() {
-        let t = k.tenant.as_deref();
-        let f = |name: &str| match d.fields.get(name) {
-            Some(Value::Str(v)) => v.clone(),
-            other => panic!("{k:?} {name}: {other:?}"),
-        };
-        let id = tenant::scope(t, &k.id);
-        let doc = match k.kind.as_str() {
-            "file" => (Kind::File, Doc::File(FileDoc::at(&id, &tenant::scope(t, &f("path")), &f("contents"), 0))),
-            "user" => (Kind::User, Doc::User(UserDoc { id: id.clone(), name: f("name"), email: f("email"), dob: f("dob"), pos: 0 })),
-            "post" => {
-                let name = match d.copies["user"].get("name") {
-                    Some(Value::Str(n)) => n.clone(),
-                    _ => String::new(),
-                };
-                (Kind::Post, Doc::Post(PostDoc { id: id.clone(), title: f("title"), body: f("body"), user: Author { id: tenant::scope(t, &f("user_id")), name }, pos: 0 }))
-            }
-            other => panic!("kind {other}"),
-        };
-        out.insert((doc.0, id), doc.1);
-    }
-    out.into_values().collect()
-}
-
 #[test]
 fn the_files_and_posts_model_means_what_the_compiled_in_commands_mean() {
     let d = load("files-and-posts.toml", include_str!("../../../models/files-and-posts.toml"));
@@ -169,6 +142,6 @@ fn the_files_and_posts_model_means_what_the_compiled_in_commands_mean() {
             }
             generic.apply(&m);
         }
-        assert_eq!(as_compiled_in(&generic), compiled_in.docs(), "round {round}: {log:#?}");
+        assert_eq!(legacy_docs::as_compiled_in(&generic), compiled_in.docs(), "round {round}: {log:#?}");
     }
 }
