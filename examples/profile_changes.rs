@@ -6,8 +6,11 @@
 //! Prints the rate of each; run it under `perf record` for a profile
 //! (docs/benchmark.md, "Where a profile change's time goes").
 //!
+//! With `model` after them, the same commands are sent as commands of
+//! `models/files-and-posts.toml` and applied by the generic code.
+//!
 //! ```sh
-//! cargo run --release --example profile_changes [-- USERS [BATCH]]
+//! cargo run --release --example profile_changes [-- USERS [BATCH [model]]]
 //! ```
 
 #[global_allocator]
@@ -16,7 +19,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::Instant;
 
 use denorm::apply::{apply, FanOut, DEFAULT_PAGE_SIZE};
-use denorm::command::Command;
+use denorm::command::generic::{bound::Bound, legacy};
+use denorm::command::{Command, Envelope};
+use denorm::domain::Domain;
 use denorm::index::embedded::EmbeddedIndex;
 use denorm::index::{Checkpoint, Shard};
 
@@ -45,17 +50,30 @@ fn run(shard: &mut dyn Shard, log: &[Command], start: usize, batch: usize) -> f6
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("a number")).collect();
-    let users = args.first().copied().unwrap_or(20_000);
-    let batch = args.get(1).copied().unwrap_or(2_000).max(1);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let number = |i: usize, default: usize| args.get(i).map_or(default, |a| a.parse().expect("a number"));
+    let (users, batch) = (number(0, 20_000), number(1, 2_000).max(1));
+    let model =
+        (args.get(2).map(String::as_str) == Some("model")).then(|| Domain::parse("files-and-posts.toml", include_str!("../models/files-and-posts.toml")).expect("the shipped model").interned());
+    let sent = |commands: Vec<Command>| match model {
+        None => commands,
+        Some(d) => commands
+            .into_iter()
+            .map(|c| {
+                let m = legacy::to_model(&Envelope::new(c));
+                Command::Model(Box::new(Bound::new(d, m.tenant, m.command)))
+            })
+            .collect(),
+    };
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let index = EmbeddedIndex::open(dir.path(), "profile-changes").expect("the index");
+    let index = EmbeddedIndex::open(dir.path(), "profile-changes").expect("the index").with_model(model);
+    index.check_current_model(true).expect("the model recorded");
     let mut shard = index.open_shard(0, 64 << 20).expect("the shard");
-    let load: Vec<Command> = (0..users).flat_map(|i| std::iter::once(user(i, 0)).chain((0..5).map(move |j| post(i, j, 0)))).collect();
+    let load = sent((0..users).flat_map(|i| std::iter::once(user(i, 0)).chain((0..5).map(move |j| post(i, j, 0)))).collect());
     let loaded = run(&mut shard, &load, 0, batch);
-    let updates: Vec<Command> = (0..users).flat_map(|i| (0..5).map(move |j| post(i, j, 1))).collect();
+    let updates = sent((0..users).flat_map(|i| (0..5).map(move |j| post(i, j, 1))).collect());
     let single = run(&mut shard, &updates, load.len(), batch);
-    let changes: Vec<Command> = (0..users).map(|i| user(i, 1)).collect();
+    let changes = sent((0..users).map(|i| user(i, 1)).collect());
     let profiles = run(&mut shard, &changes, load.len() + updates.len(), batch);
     println!("load of {} commands: {loaded:.0}/s", load.len());
     println!("{} post upserts: {single:.0}/s", updates.len());

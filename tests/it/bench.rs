@@ -229,6 +229,13 @@ fn profiles_measured(r: &serde_json::Value, users: u64, positive: &dyn Fn(&serde
     assert_eq!(m["commands"], users * 21);
     let (rate, ratio, base) = (positive(&m["rate"], "mixed rate"), positive(&m["ratio"], "mixed ratio"), positive(&m["baseline_rate"], "mixed baseline"));
     assert!((ratio - rate / base).abs() < 1e-9, "mixed log: {ratio} != {rate} / {base}");
+    // The same profile changes through the files-and-posts model, beside
+    // its own post upserts and the compiled-in phase's figures.
+    let g = &r["model_profile_changes"];
+    assert_eq!((&g["model"], &g["users"]), (&"files_and_posts".into(), &users.into()), "{g}");
+    let (rate, ratio, single) = (positive(&g["rate"], "model profile rate"), positive(&g["ratio"], "model profile ratio"), positive(&g["single_document_rate"], "model post upserts"));
+    assert!((ratio - rate / single).abs() < 1e-9, "model profile changes: {ratio} != {rate} / {single}");
+    assert_eq!((&g["compiled_in_rate"], &g["compiled_in_single_document_rate"]), (&p["rate"], &p["single_document_rate"]), "{g}");
 }
 
 /// The verify phase: a whole verify of at least `documents`, clean (the

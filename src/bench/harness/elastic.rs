@@ -85,6 +85,7 @@ pub(super) async fn run(b: &Bench<'_>, url: &str, es: &ElasticBackend, producer:
     results.insert("single_document".into(), json!({"commands": a.docs, "seconds": took.as_secs_f64(), "rate": rate, "raw_bulk_rate": raw_updates, "ratio": rate / raw_updates, "cpu": cpu}));
     // 3. Profile changes (small fan-outs) and a mixed log.
     let worker = b.profiles_phase(worker, &group, &index, producer, &mut rows, &mut results).await?;
+    b.model_profiles_phase(run_id, Some(url), &mut rows, &mut results).await?;
 
     // 3. Directory renames against `_update_by_query`.
     for &size in &a.renames {

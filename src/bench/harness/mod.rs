@@ -8,6 +8,7 @@ mod elastic;
 mod head_of_line;
 mod key_concurrency;
 mod latency;
+mod model_profiles;
 mod profiles;
 mod reapply;
 mod table;
@@ -176,7 +177,7 @@ async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
         Some(url) => Some(elastic::backend(url, &run_id, &kafka.topic)?),
         None => None,
     };
-    let b = Bench { launch, a, kafka, work: work.clone(), timeout: Duration::from_secs(a.timeout_secs), exe: std::env::current_exe()?, es };
+    let b = Bench { launch, a, kafka, work: work.clone(), timeout: Duration::from_secs(a.timeout_secs), exe: std::env::current_exe()?, es, model: None };
     eprintln!("denorm bench: broker {}, topic {} ({} partitions), work directory {}", b.kafka.brokers, b.kafka.topic, a.partitions, work.display());
     let producer = Producer::new(&b.kafka)?;
     if let (Some(url), Some(es)) = (&a.elasticsearch, &b.es) {
@@ -250,6 +251,7 @@ async fn phases(launch: &Launch, a: &BenchArgs) -> anyhow::Result<()> {
     );
     // 3. Profile changes (small fan-outs) and a mixed log.
     let worker = b.profiles_phase(worker, &group, &index_dir, &producer, &mut rows, &mut results).await?;
+    b.model_profiles_phase(&run_id, None, &mut rows, &mut results).await?;
 
     // 3. Directory renames, with the worker's memory.
     let mut renames = Vec::new();
@@ -437,6 +439,8 @@ struct Bench<'a> {
     /// The Elasticsearch the phases run against (`--elasticsearch`); the
     /// embedded index when `None`.
     es: Option<denorm::index::elastic::backend::ElasticBackend>,
+    /// The model file its workers run (`--model`), if any.
+    model: Option<PathBuf>,
 }
 
 impl Bench<'_> {
@@ -552,8 +556,14 @@ impl Bench<'_> {
     /// indexes under a prefix of their own on Elasticsearch (they belong to
     /// one topic). Returns it and its index argument.
     async fn own_partition<'b>(&'b self, tag: &str, run_id: &str, es_url: Option<&str>) -> anyhow::Result<(Bench<'b>, PathBuf)> {
+        self.own_topic(tag, run_id, es_url, 1, None).await
+    }
+
+    /// [`Bench::own_partition`] with `partitions`, its workers running
+    /// `model`.
+    async fn own_topic<'b>(&'b self, tag: &str, run_id: &str, es_url: Option<&str>, partitions: i32, model: Option<&Path>) -> anyhow::Result<(Bench<'b>, PathBuf)> {
         let mut kafka = self.kafka.clone();
-        (kafka.topic, kafka.partitions) = (format!("denorm.bench.{run_id}.{tag}"), 1);
+        (kafka.topic, kafka.partitions) = (format!("denorm.bench.{run_id}.{tag}"), partitions);
         kafka.ensure_topic().await?;
         let (es, index) = match (&self.es, es_url) {
             (Some(es), Some(url)) => {
@@ -562,7 +572,7 @@ impl Bench<'_> {
             }
             _ => (None, self.work.join(format!("index-{tag}"))),
         };
-        Ok((Bench { kafka, es, work: self.work.clone(), exe: self.exe.clone(), ..*self }, index))
+        Ok((Bench { kafka, es, work: self.work.clone(), exe: self.exe.clone(), model: model.map(Path::to_path_buf), ..*self }, index))
     }
 
     /// The embedded index at `index`, to read checkpoints from (`None` on

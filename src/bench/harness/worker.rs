@@ -137,6 +137,10 @@ impl Bench<'_> {
         if let Some(es) = &self.es {
             cmd.env(denorm::index::elastic::config::env::PREFIX, &es.prefix);
         }
+        cmd.env_remove("DENORM_MODEL");
+        if let Some(m) = &self.model {
+            cmd.arg("--model").arg(m);
+        }
         cmd
     }
 }
