@@ -82,6 +82,18 @@ pub fn fan_out_scan(cmd: &Command) -> Option<Scan> {
     }
 }
 
+/// The scans of an owner's dependents that applying `cmd` runs, to read
+/// them ahead together with other commands' (`Shard::prefetch_scans`): a
+/// profile change's, and a declared model's owner upsert's or patch's, of
+/// every kind that copies from the owner.
+pub fn dependents_scans(cmd: &Command) -> Vec<Scan> {
+    match cmd {
+        Command::Model(b) => model::dependents_scans(b),
+        Command::UpsertUser { .. } => fan_out_scan(cmd).into_iter().collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The new version of a document a fan-out command at `pos` scanned, if it
 /// changes.
 pub fn fan_out_rule(cmd: &Command, pos: u64, doc: &Doc) -> Option<Doc> {

@@ -106,6 +106,19 @@ pub(super) fn fan_out_scan(b: &Bound) -> Option<Scan> {
     }
 }
 
+/// The scans of the dependents of the owner that `b` upserts or patches,
+/// of every kind that copies from it ([`super::dependents_scans`]). A
+/// patch's carry the fields it sets: whose dependents they read is what
+/// reading them ahead needs.
+pub(super) fn dependents_scans(b: &Bound) -> Vec<Scan> {
+    let (id, fields) = match &b.command.op {
+        Op::Upsert { id, fields, .. } => (id, fields),
+        Op::Patch { id, set, .. } => (id, set),
+        _ => return Vec::new(),
+    };
+    dependents(b, id, fields).into_iter().map(Scan::Model).collect()
+}
+
 /// The new version of a document [`fan_out_scan`]'s scan read, if it
 /// changes.
 pub(super) fn fan_out_rule(b: &Bound, pos: u64, doc: &Doc) -> Option<Doc> {

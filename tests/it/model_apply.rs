@@ -45,7 +45,7 @@ fn applied(shard: &mut dyn Shard, d: &'static Domain, log: &[ModelEnvelope], fir
 
 /// Every document the reference holds, and every id the log names that it
 /// does not, read from `shard`.
-fn assert_same(shard: &mut dyn Shard, d: &'static Domain, reference: &ModelReference, log: &[ModelEnvelope], what: &str) {
+pub(crate) fn assert_same(shard: &mut dyn Shard, d: &'static Domain, reference: &ModelReference, log: &[ModelEnvelope], what: &str) {
     let mut keys: std::collections::BTreeSet<DocKey> = reference.docs().keys().cloned().collect();
     for e in log {
         if let Some(id) = e.command.op.id() {
@@ -67,7 +67,7 @@ fn assert_same(shard: &mut dyn Shard, d: &'static Domain, reference: &ModelRefer
     assert!(found > 10, "{what}: only {found} documents: the log is too thin to test anything");
 }
 
-fn reference_of(d: &Domain, log: &[ModelEnvelope]) -> ModelReference {
+pub(crate) fn reference_of(d: &Domain, log: &[ModelEnvelope]) -> ModelReference {
     let mut r = ModelReference::new(d.clone());
     for e in log {
         r.apply(e);
@@ -171,4 +171,45 @@ fn both_models_commands_leave_on_an_elasticsearch_shard_the_documents_of_their_r
         shard.commit().unwrap();
         assert_same(shard.as_mut(), d, &reference, &log, &format!("{what}, tail again"));
     }
+}
+
+fn files_and_posts() -> &'static Domain {
+    Domain::parse("files-and-posts.toml", include_str!("../../models/files-and-posts.toml")).unwrap().interned()
+}
+
+/// `c` as the same command of the files-and-posts model `d`.
+pub(crate) fn as_files_and_posts(d: &'static Domain, c: &Command) -> Command {
+    let m = legacy::to_model(&Envelope::new(c.clone()));
+    Command::Model(Box::new(Bound::new(d, m.tenant, m.command)))
+}
+
+/// The documents of `shard` equal the reference of the compiled-in `log`
+/// read as the files-and-posts model's commands.
+pub(crate) fn assert_files_and_posts_reference(shard: &mut dyn Shard, d: &'static Domain, log: &[Command], what: &str) {
+    let log: Vec<ModelEnvelope> = log.iter().map(|c| legacy::to_model(&Envelope::new(c.clone()))).collect();
+    assert_same(shard, d, &reference_of(d, &log), &log, what);
+}
+
+/// The read-ahead contract (`tests/it/common/read_ahead.rs`) with the
+/// model's commands: a window of its owners' upserts whose dependents
+/// were read ahead together, with writes of their keys in between.
+#[test]
+fn a_models_owner_upserts_read_ahead_give_its_reference_on_both_backends() {
+    let d = files_and_posts();
+    let dir = tempfile::tempdir().unwrap();
+    let embedded = denorm::index::embedded::EmbeddedBackend::new(EmbeddedIndex::open(dir.path(), "ahead").unwrap().with_model(Some(d)), 20 << 20);
+    let log = crate::common::read_ahead::profile_changes_read_ahead_as(&embedded, &mut || {}, &|c| as_files_and_posts(d, c));
+    let mut shard = denorm::index::Backend::open_shard(&embedded, 0).unwrap();
+    assert_files_and_posts_reference(shard.as_mut(), d, &log, "embedded");
+
+    let es = crate::common::elastic::elastic();
+    let rt = crate::common::rt();
+    let mut backend = es.backend(&rt, "model-ahead");
+    backend.prefix = format!("{}-ahead", crate::common::elastic::prefix());
+    backend.model = Some(d);
+    crate::common::elastic::remove_when_done(&backend.prefix);
+    rt.block_on(denorm::index::elastic::setup::ensure(&backend.client, &backend.prefix, 1, &Default::default(), Some(d))).unwrap();
+    let log = crate::common::read_ahead::profile_changes_read_ahead_as(&backend, &mut || {}, &|c| as_files_and_posts(d, c));
+    let mut shard = denorm::index::Backend::open_shard(&backend, 0).unwrap();
+    assert_files_and_posts_reference(shard.as_mut(), d, &log, "elasticsearch");
 }

@@ -127,10 +127,10 @@ pub fn scan_query(scan: &Scan) -> (Kind, Value) {
 }
 
 /// The query of many owners' dependents at once (`super::dependents`):
-/// the posts of any of `user_ids` (unscoped ids of `tenant`), whatever
-/// author name they carry; each owner's scan tests its own.
-pub fn dependents_query(tenant: Option<&str>, user_ids: &[&str]) -> Value {
-    json!({"bool": {"filter": [{"terms": {"user.id": user_ids}}, of_tenant(tenant)], "must_not": [is_deleted()]}})
+/// the documents whose `via` names any of `owners` (unscoped ids of
+/// `tenant`), whatever copy they carry; each owner's scan tests its own.
+pub fn dependents_query(tenant: Option<&str>, via: &str, owners: &[&str]) -> Value {
+    json!({"bool": {"filter": [{"terms": {via: owners}}, of_tenant(tenant)], "must_not": [is_deleted()]}})
 }
 
 /// A fan-out's scan read whole when it began (`ElasticShard::small_scan`):

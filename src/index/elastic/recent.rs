@@ -91,7 +91,7 @@ impl Recent {
         }
     }
 
-    /// `hits`: all the dependents of the owner `key` that a search found,
+    /// `hits`: all the dependents of the owner `key` ([`ahead_slot`]) that a search found,
     /// made while this record held every write since the last refresh
     /// began. Kept up to [`MAX_AHEAD`] hits, until the writes are dropped.
     pub(super) fn read_ahead(&mut self, key: String, hits: Vec<Hit>) {
@@ -112,7 +112,7 @@ impl Recent {
     /// The dependents of `scan`'s owner read ahead, if they were: what a
     /// search would have found then, before `scan`'s own test.
     pub(super) fn ahead_of(&self, scan: &Scan) -> Option<&[Hit]> {
-        self.ahead.get(scan.key()).map(Vec::as_slice)
+        self.ahead.get(&ahead_slot(scan)?).map(Vec::as_slice)
     }
 
     fn forget_ahead(&mut self) {
@@ -159,6 +159,20 @@ impl Recent {
         self.forget_ahead();
         self.overflowed = false;
         self.since = self.since.max(started);
+    }
+}
+
+/// Under what the dependents of `scan`'s owner are read ahead: a scan of
+/// an owner's dependents names its owner (a post's user, scoped to its
+/// tenant; a model's dependents by the kind, the field naming the owner and
+/// the owner), any other scan none.
+pub(super) fn ahead_slot(scan: &Scan) -> Option<String> {
+    match scan {
+        Scan::PostsOfUserNotNamed { user_id, .. } => Some(user_id.clone()),
+        Scan::Model(m @ crate::index::ModelScan::Dependents { owner, target, .. }) => {
+            Some(format!("{}\u{1e}{}\u{1e}{}", target.kind.as_str(), target.via, crate::command::tenant::scope(m.tenant(), owner)))
+        }
+        _ => None,
     }
 }
 

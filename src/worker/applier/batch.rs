@@ -427,7 +427,7 @@ impl Applier {
         for m in messages {
             if let Ok(Admitted::Command(e)) = admit(&self.shared.codec, m.key(), m.payload(), self.shared.cfg.max_message_bytes) {
                 reads.extend(crate::apply::reads(&e.command));
-                scans.extend(crate::apply::fan_out_scan(&e.command));
+                scans.extend(crate::apply::dependents_scans(&e.command));
             }
         }
         if let Err(e) = shard.prefetch(&reads) {

@@ -5,7 +5,9 @@
 //! change of the same user, a user created in the window). Each change
 //! rewrites exactly its owner's posts as they are by then. Run on the
 //! stateful test store of `tests/it/elastic_contracts/` (which also counts
-//! the searches) and on both backends of the suite (`tests/it/scenarios.rs`).
+//! the searches) and on both backends of the suite (`tests/it/scenarios.rs`),
+//! with the compiled-in commands and with the same commands of
+//! `models/files-and-posts.toml` (`tests/it/model_apply.rs`).
 
 use denorm::apply::{apply, fan_out_rest, fan_out_scan, FanOut};
 use denorm::command::Command;
@@ -41,6 +43,12 @@ fn run(shard: &mut Box<dyn Shard + Send>, c: &Command, pos: u64) {
 /// then the window. The caller compares the index with the model of the
 /// log.
 pub fn profile_changes_read_ahead(b: &dyn Backend, before_window: &mut dyn FnMut()) -> Vec<Command> {
+    profile_changes_read_ahead_as(b, before_window, &|c| c.clone())
+}
+
+/// [`profile_changes_read_ahead`], each command applied as `sent` makes it
+/// (the same command of a model); returns the log as compiled-in commands.
+pub fn profile_changes_read_ahead_as(b: &dyn Backend, before_window: &mut dyn FnMut(), sent: &dyn Fn(&Command) -> Command) -> Vec<Command> {
     let mut log = Vec::new();
     for u in 0..8 {
         log.push(user(&format!("u{u}"), "Old"));
@@ -50,12 +58,12 @@ pub fn profile_changes_read_ahead(b: &dyn Backend, before_window: &mut dyn FnMut
     }
     let mut shard = b.open_shard(0).unwrap();
     for (pos, c) in log.iter().enumerate() {
-        run(&mut shard, c, pos as u64);
+        run(&mut shard, &sent(c), pos as u64);
     }
     shard.commit().unwrap();
     // A fan-out after the commit: its refresh makes the writes searchable.
     let first = user("u0", "First");
-    run(&mut shard, &first, log.len() as u64);
+    run(&mut shard, &sent(&first), log.len() as u64);
     log.push(first);
     let window = vec![
         user("u1", "New1"),
@@ -74,13 +82,15 @@ pub fn profile_changes_read_ahead(b: &dyn Backend, before_window: &mut dyn FnMut
         user("u6", "New6"),
         user("u7", "New7"),
     ];
-    let scans: Vec<_> = window.iter().filter_map(fan_out_scan).collect();
+    let window: Vec<(Command, Command)> = window.into_iter().map(|c| (sent(&c), c)).collect();
+    let scans: Vec<_> = window.iter().filter_map(|(c, _)| fan_out_scan(c)).collect();
+    assert_eq!(scans.len(), 10, "every profile change of the window is a fan-out the worker reads ahead");
     before_window();
     shard.prefetch_scans(&scans).unwrap();
-    for (i, c) in window.iter().enumerate() {
+    for (i, (c, logical)) in window.iter().enumerate() {
         let pos = log.len() as u64;
         run(&mut shard, c, pos);
-        log.push(c.clone());
+        log.push(logical.clone());
         if i == 6 {
             // A commit published by a refresh: what was read ahead is
             // dropped with the writes it was kept beside.
