@@ -417,10 +417,19 @@ fn letters_of_large_commands_are_written_and_reprocessed() {
     assert_eq!(letters.len(), 2, "{out}");
     assert!(letters[0]["bytes"].as_u64().unwrap() > 1_000_000 && letters[0]["payload_omitted"].is_null(), "{}", letters[0]);
     assert!(letters[1]["bytes"].as_u64() == Some(0) && letters[1]["payload_omitted"].as_u64().unwrap() > 600_000, "{}", letters[1]);
+    // Reprocessed while the index still refuses them: open again, and
+    // with --json stdout holds the report alone (the table goes to stderr).
+    let (code, out, err) = r.run(&["dlq", "reprocess", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("stdout is not the report alone: {e}: {out}"));
+    assert_eq!(report["still_open"], 2, "{out}\n{err}");
+    assert!(err.contains("open again") && err.contains("/big"), "the letters still open are listed on stderr: {err}");
     r.off_fault("index.reject");
     let (code, out, err) = r.run(&["dlq", "reprocess", "--json"]);
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("1 letter(s) without their command"), "{err}");
+    // Both letters of the failed reprocess were written by the worker
+    // whose message limit is 500,000 bytes: without their command.
+    assert!(err.contains("2 letter(s) without their command"), "{err}");
     assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["still_open"], 0, "{out}\n{err}");
     assert_eq!(file_ids(&r.index), BTreeSet::from([s("b1"), s("b2")]));
 }
