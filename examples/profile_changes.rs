@@ -19,7 +19,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::Instant;
 
 use denorm::apply::{apply, FanOut, DEFAULT_PAGE_SIZE};
-use denorm::command::generic::{bound::Bound, legacy};
+use denorm::command::generic::legacy;
 use denorm::command::{Command, Envelope};
 use denorm::domain::Domain;
 use denorm::index::embedded::EmbeddedIndex;
@@ -57,13 +57,7 @@ fn main() {
         (args.get(2).map(String::as_str) == Some("model")).then(|| Domain::parse("files-and-posts.toml", include_str!("../models/files-and-posts.toml")).expect("the shipped model").interned());
     let sent = |commands: Vec<Command>| match model {
         None => commands,
-        Some(d) => commands
-            .into_iter()
-            .map(|c| {
-                let m = legacy::to_model(&Envelope::new(c));
-                Command::Model(Box::new(Bound::new(d, m.tenant, m.command)))
-            })
-            .collect(),
+        Some(d) => commands.into_iter().map(|c| legacy::command_of(d, &Envelope::new(c))).collect(),
     };
     let dir = tempfile::tempdir().expect("a temporary directory");
     let index = EmbeddedIndex::open(dir.path(), "profile-changes").expect("the index").with_model(model);

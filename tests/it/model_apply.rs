@@ -179,8 +179,7 @@ fn files_and_posts() -> &'static Domain {
 
 /// `c` as the same command of the files-and-posts model `d`.
 pub(crate) fn as_files_and_posts(d: &'static Domain, c: &Command) -> Command {
-    let m = legacy::to_model(&Envelope::new(c.clone()));
-    Command::Model(Box::new(Bound::new(d, m.tenant, m.command)))
+    legacy::command_of(d, &Envelope::new(c.clone()))
 }
 
 /// The documents of `shard` equal the reference of the compiled-in `log`

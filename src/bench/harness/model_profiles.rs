@@ -11,7 +11,6 @@ use serde_json::{json, Map, Value};
 use super::profiles::{post_updates, profile_changes, users_with_posts, POSTS_PER_USER};
 use super::table::{per_sec, phase, Row};
 use super::Bench;
-use denorm::command::generic::bound::Bound;
 use denorm::command::generic::legacy;
 use denorm::command::{Command, Envelope};
 use denorm::domain::Domain;
@@ -22,13 +21,7 @@ const MODEL: &str = include_str!("../../../models/files-and-posts.toml");
 
 /// `commands` as the same commands of `model`.
 fn as_model(model: &'static Domain, commands: Vec<Command>) -> Vec<Command> {
-    commands
-        .into_iter()
-        .map(|c| {
-            let m = legacy::to_model(&Envelope::new(c));
-            Command::Model(Box::new(Bound::new(model, m.tenant, m.command)))
-        })
-        .collect()
+    commands.into_iter().map(|c| legacy::command_of(model, &Envelope::new(c))).collect()
 }
 
 impl Bench<'_> {

@@ -13,6 +13,13 @@ use crate::command::{Command, Envelope};
 /// The name of the model the compiled-in commands belong to.
 pub const MODEL: &str = "files_and_posts";
 
+/// A compiled-in command as the same command of `domain` (the model
+/// `files_and_posts`), bound to it: what a producer of that model sends.
+pub fn command_of(domain: &'static crate::domain::Domain, e: &Envelope) -> Command {
+    let m = to_model(e);
+    Command::Model(Box::new(super::bound::Bound::new(domain, m.tenant, m.command)))
+}
+
 /// A compiled-in command as a command of `files_and_posts`, in its
 /// tenant, as its producer wrote it (ids and paths unscoped).
 pub fn to_model(e: &Envelope) -> ModelEnvelope {
