@@ -21,7 +21,6 @@ use std::time::Instant;
 use denorm::apply::{apply, FanOut, DEFAULT_PAGE_SIZE};
 use denorm::command::generic::legacy;
 use denorm::command::{Command, Envelope};
-use denorm::domain::Domain;
 use denorm::index::embedded::EmbeddedIndex;
 use denorm::index::{Checkpoint, Shard};
 
@@ -53,8 +52,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let number = |i: usize, default: usize| args.get(i).map_or(default, |a| a.parse().expect("a number"));
     let (users, batch) = (number(0, 20_000), number(1, 2_000).max(1));
-    let model =
-        (args.get(2).map(String::as_str) == Some("model")).then(|| Domain::parse("files-and-posts.toml", include_str!("../models/files-and-posts.toml")).expect("the shipped model").interned());
+    let model = (args.get(2).map(String::as_str) == Some("model")).then(legacy::domain);
     let sent = |commands: Vec<Command>| match model {
         None => commands,
         Some(d) => commands.into_iter().map(|c| legacy::command_of(d, &Envelope::new(c))).collect(),

@@ -129,7 +129,7 @@ fn the_shop_models_commands_leave_on_both_shards_the_documents_of_its_reference(
 /// whose copies one kind carries, a fan-out the worker pages.
 #[test]
 fn the_files_and_posts_models_commands_leave_on_both_shards_the_documents_of_its_reference() {
-    let d = Domain::parse("files-and-posts.toml", include_str!("../../models/files-and-posts.toml")).unwrap().interned();
+    let d = legacy::domain();
     let mut commands = denorm::demo::seed(60, 8, 80, 3);
     commands.extend(denorm::demo::user_renames(20, 4));
     commands.push(Command::RenamePath { from: "/clinton/projects".into(), to: "/clinton/work".into() });
@@ -148,7 +148,7 @@ fn both_models_commands_leave_on_an_elasticsearch_shard_the_documents_of_their_r
     let rt = crate::common::rt();
     let base = crate::common::elastic::prefix();
     let shop = shop::model().interned();
-    let files = Domain::parse("files-and-posts.toml", include_str!("../../models/files-and-posts.toml")).unwrap().interned();
+    let files = legacy::domain();
     let mut commands = denorm::demo::seed(30, 6, 40, 3);
     commands.extend(denorm::demo::user_renames(10, 4));
     commands.push(Command::RenamePath { from: "/clinton/projects".into(), to: "/clinton/work".into() });
@@ -173,10 +173,6 @@ fn both_models_commands_leave_on_an_elasticsearch_shard_the_documents_of_their_r
     }
 }
 
-fn files_and_posts() -> &'static Domain {
-    Domain::parse("files-and-posts.toml", include_str!("../../models/files-and-posts.toml")).unwrap().interned()
-}
-
 /// `c` as the same command of the files-and-posts model `d`.
 pub(crate) fn as_files_and_posts(d: &'static Domain, c: &Command) -> Command {
     legacy::command_of(d, &Envelope::new(c.clone()))
@@ -194,7 +190,7 @@ pub(crate) fn assert_files_and_posts_reference(shard: &mut dyn Shard, d: &'stati
 /// were read ahead together, with writes of their keys in between.
 #[test]
 fn a_models_owner_upserts_read_ahead_give_its_reference_on_both_backends() {
-    let d = files_and_posts();
+    let d = legacy::domain();
     let dir = tempfile::tempdir().unwrap();
     let embedded = denorm::index::embedded::EmbeddedBackend::new(EmbeddedIndex::open(dir.path(), "ahead").unwrap().with_model(Some(d)), 20 << 20);
     let log = crate::common::read_ahead::profile_changes_read_ahead_as(&embedded, &mut || {}, &|c| as_files_and_posts(d, c));

@@ -27,10 +27,6 @@ fn recorded() -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-fn files_and_posts() -> denorm::domain::Domain {
-    denorm::domain::Domain::parse("files-and-posts.toml", include_str!("../../models/files-and-posts.toml")).unwrap()
-}
-
 #[test]
 fn every_recorded_message_decodes_as_the_schema_version_it_was_written_with() {
     let codec = denorm::codec::Codec::new();
@@ -65,7 +61,7 @@ fn replayed(r: Rig) {
     // The compiled-in reference of the log.
     assert_matches_model_of_logs(&logs, &r.index);
     // The model's reference of the same log, partition by partition.
-    let mut model = ModelReference::new(files_and_posts());
+    let mut model = ModelReference::new(legacy::domain().clone());
     for (_, d) in logs.iter().flatten() {
         let Decoded::Command(e) = d else { panic!("not a command: {d:?}") };
         model.apply(&legacy::to_model(e));

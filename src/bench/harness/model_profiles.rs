@@ -16,9 +16,6 @@ use denorm::command::{Command, Envelope};
 use denorm::domain::Domain;
 use denorm::produce::Producer;
 
-/// The model the phase runs, as shipped.
-const MODEL: &str = include_str!("../../../models/files-and-posts.toml");
-
 /// `commands` as the same commands of `model`.
 fn as_model(model: &'static Domain, commands: Vec<Command>) -> Vec<Command> {
     commands.into_iter().map(|c| legacy::command_of(model, &Envelope::new(c))).collect()
@@ -34,8 +31,8 @@ impl Bench<'_> {
             return Ok(());
         }
         let file = self.work.join("files-and-posts.toml");
-        std::fs::write(&file, MODEL)?;
-        let model = Domain::parse("files-and-posts.toml", MODEL)?.interned();
+        std::fs::write(&file, legacy::TEXT)?;
+        let model = legacy::domain();
         let (b, index) = self.own_topic("model", run_id, es_url, self.a.partitions, Some(&file)).await?;
         let group = format!("denorm-bench-{run_id}-model");
         let producer = Producer::new(&b.kafka)?.with_model(model);
@@ -82,7 +79,7 @@ mod tests {
 
     #[test]
     fn the_phase_sends_the_compiled_in_phases_commands_as_the_models_under_the_same_keys() {
-        let model = Domain::parse("files-and-posts.toml", MODEL).unwrap().interned();
+        let model = legacy::domain();
         let load = users_with_posts(3);
         let sent = as_model(model, load.clone());
         assert_eq!(sent.len(), load.len());

@@ -13,6 +13,15 @@ use crate::command::{Command, Envelope};
 /// The name of the model the compiled-in commands belong to.
 pub const MODEL: &str = "files_and_posts";
 
+/// The text of `models/files-and-posts.toml`, as shipped.
+pub const TEXT: &str = include_str!("../../../models/files-and-posts.toml");
+
+/// The shipped model of the compiled-in domain ([`TEXT`]), read once.
+pub fn domain() -> &'static crate::domain::Domain {
+    static DOMAIN: std::sync::OnceLock<&'static crate::domain::Domain> = std::sync::OnceLock::new();
+    DOMAIN.get_or_init(|| crate::domain::Domain::parse("files-and-posts.toml", TEXT).expect("the shipped model is valid").interned())
+}
+
 /// A compiled-in command as the same command of `domain` (the model
 /// `files_and_posts`), bound to it: what a producer of that model sends.
 pub fn command_of(domain: &'static crate::domain::Domain, e: &Envelope) -> Command {

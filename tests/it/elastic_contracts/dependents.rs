@@ -42,7 +42,7 @@ fn a_window_of_a_models_owner_upserts_reads_their_dependents_in_one_search() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (server, _scans) = scans_server(&rt);
     let mut b = backend(&server, &rt);
-    let d = denorm::domain::Domain::parse("files-and-posts.toml", include_str!("../../../models/files-and-posts.toml")).unwrap().interned();
+    let d = denorm::command::generic::legacy::domain();
     b.model = Some(d);
     let mut before = 0;
     let log = crate::common::read_ahead::profile_changes_read_ahead_as(&b, &mut || before = index_searches(&server, &rt), &|c| crate::model_apply::as_files_and_posts(d, c));
