@@ -26,15 +26,24 @@ use crate::command::moves::MoveIn;
 use crate::index::progress::Received;
 use crate::index::{Doc, FileDoc};
 
-/// Whether a take-over may be applied whose documents left their
-/// partition at `departure` (a cross-key rename's offset, or an owner
-/// change's delete half), given the last offset that partition's shard has
-/// applied: once everything before the departure is. Live, that is so when
-/// the take-over arrives; a replay or rebuild waits for it, so the
-/// documents change hands in the order they did live (see
-/// docs/cross-key.md).
+/// Whether a move's take-over (its first chunk) may be applied whose
+/// files left their partition at `departure` (the cross-key rename's
+/// offset), given the last offset that partition's shard has applied: once
+/// everything before the rename is (the source marks the rename itself
+/// applied only after writing the chunks). Live, that is so when the
+/// take-over arrives; a replay or rebuild waits for it, so the documents
+/// change hands in the order they did live (see docs/cross-key.md).
 pub fn departed(applied: Option<u64>, departure: i64) -> bool {
     departure <= 0 || applied.is_some_and(|a| a as i64 >= departure - 1)
+}
+
+/// Whether an owner change's upsert may take its document over, given the
+/// last offset applied by the partition it leaves: once that partition
+/// has applied the delete half at `delete` itself. Before, the delete
+/// could still land where the document's new key writes it (Elasticsearch,
+/// where partitions share documents).
+pub fn delete_half_applied(applied: Option<u64>, delete: i64) -> bool {
+    applied.is_some_and(|a| a as i64 >= delete)
 }
 
 /// What a destination does with a chunk, given what it has completed and
@@ -84,6 +93,14 @@ mod tests {
         assert!(departed(Some(10), 10) && departed(Some(500), 10));
         // Nothing comes before the first message of a log.
         assert!(departed(None, 0));
+    }
+
+    #[test]
+    fn an_owner_change_waits_until_its_delete_half_itself_is_applied() {
+        assert!(!delete_half_applied(None, 10) && !delete_half_applied(None, 0), "nothing applied yet");
+        assert!(!delete_half_applied(Some(9), 10), "everything before the delete half, not the delete");
+        assert!(delete_half_applied(Some(10), 10) && delete_half_applied(Some(500), 10));
+        assert!(delete_half_applied(Some(0), 0));
     }
 
     #[test]

@@ -47,3 +47,29 @@ fn a_failed_comparison_reports_the_dead_letters_the_progress_the_workers_logs_an
     assert_eq!(logs, 1, "the worker's log kept in {dir}");
     assert!(std::path::Path::new(dir).join("report.txt").exists());
 }
+
+/// The report opens an index the way its workers did: a worker of a
+/// declared model, on Elasticsearch under a prefix of its own (as a replay
+/// into a fresh index is), has its shards' progress read through its model
+/// and prefix.
+#[test]
+fn the_report_reads_the_progress_of_a_models_workers_under_their_own_prefix() {
+    let r = Rig::elastic(2);
+    let prefix = unique("dt");
+    crate::common::elastic::remove_when_done(&prefix);
+    let env = [(denorm::index::elastic::config::env::PREFIX, std::ffi::OsStr::new(&prefix))];
+    let worker = Worker::start_env(&r.cfg, &r.group, &r.index, &["--model", crate::model_pipeline::MODEL], &env);
+    let log = r.dir().join("c1.jsonl");
+    std::fs::write(&log, r#"{"op":"upsert","kind":"customer","id":"c1","fields":{"name":"Ann","plan":"free","since":"2026-01-01"}}"#).unwrap();
+    let (code, _, err) = output(crate::model_pipeline::with_model(&r, &["produce", "--jsonl"]).arg(&log));
+    assert_eq!(code, 0, "{err}");
+    wait_applied_by(&r.cfg, &r.group, 1, &[&worker]);
+    let failed = std::panic::catch_unwind(|| panic!("a check of this test failed"));
+    assert!(failed.is_err());
+    let report = forensics::last_report().expect("the failure printed a report");
+    assert!(!report.contains("progress not read"), "{report}");
+    let c1 = denorm::command::partitioner::partition_of("c1", 2);
+    let section = report.split("--- topic ").find(|s| s.contains(&format!("(prefix {prefix})"))).unwrap_or_else(|| panic!("no section of the prefix {prefix}:\n{report}"));
+    let row = section.lines().find(|l| l.split_whitespace().next() == Some(&c1.to_string())).unwrap_or_else(|| panic!("no row of partition {c1}:\n{section}"));
+    assert_eq!(row.split_whitespace().nth(3), Some("0"), "the checkpoint of partition {c1} at the customer's offset: {row}");
+}

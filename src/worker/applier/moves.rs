@@ -202,12 +202,14 @@ impl Applier {
     ///
     /// `itself`: the departure is a command of the key the documents leave
     /// that comes after all of that key's commands they depend on (an
-    /// owner change's delete half). Once it is recorded applied, so are
-    /// they (a key's commands apply in order), whatever another key's
-    /// fan-out before it in that partition holds back (issue 45: the
-    /// upsert waited for the source's checkpoint, which stays below a
-    /// fan-out held in its lane). A move's rename is not: its source marks
-    /// it applied only after the destination's take-over may have begun.
+    /// owner change's delete half), and is waited for itself: applied later
+    /// than the take-over, it would delete the document where its new key
+    /// put it, on Elasticsearch. Once it is recorded applied, so are the
+    /// key's earlier commands (a key's commands apply in order), whatever
+    /// another key's fan-out before it in that partition holds back (its
+    /// lane keeps the checkpoint below). A move's rename is waited for up
+    /// to the offset before it: its source marks it applied only after the
+    /// destination's take-over may have begun.
     pub(super) fn await_departure(&self, shard: &mut dyn Shard, departure: crate::command::LogPosition, offset: i64, what: &str, itself: bool) -> Step<Awaited> {
         let (from, partition) = (departure.partition, self.partition);
         // This partition's own log orders it.
@@ -222,15 +224,21 @@ impl Applier {
         let ready = || -> Result<(bool, Option<u64>), IndexError> {
             let applied = self.shared.backend.applied(&[from])?.remove(&from).unwrap_or_default();
             let checkpoint = applied.checkpoint.map(|c| c.offset);
-            Ok((crate::moves::departed(checkpoint, departure.offset) || itself && applied.contains(departure.offset), checkpoint))
+            let done = match itself {
+                true => crate::moves::delete_half_applied(checkpoint, departure.offset) || applied.contains(departure.offset),
+                false => crate::moves::departed(checkpoint, departure.offset),
+            };
+            Ok((done, checkpoint))
         };
+        // The last offset the source must apply.
+        let upto = if itself { departure.offset } else { departure.offset - 1 };
         let (done, mut seen) = ready()?;
         if done {
             return Ok(Awaited::Departed);
         }
         self.commit_before(shard)?;
         counter!(m::TAKEOVER_WAITS_TOTAL).increment(1);
-        let target = (from, departure.offset - 1);
+        let target = (from, upto);
         self.shared.awaited.lock().expect("awaited lock").push(target);
         self.shared.awaiting.fetch_add(1, Ordering::SeqCst);
         let waiting = gauge!(m::TAKEOVERS_WAITING, "partition" => partition.to_string());
@@ -258,9 +266,8 @@ impl Applier {
                 let applied = seen.map_or_else(|| "nothing".to_string(), |c| format!("up to offset {c}"));
                 let since = if live { "" } else { " without progress" };
                 return Polled::Done(Ok(Awaited::TimedOut(format!(
-                    "{what} waited {} s{since} for partition {from} to be applied up to offset {} (its departure), past --wait-limit-secs; partition {from} is applied {applied}",
+                    "{what} waited {} s{since} for partition {from} to be applied up to offset {upto} (its departure), past --wait-limit-secs; partition {from} is applied {applied}",
                     started.elapsed().as_secs(),
-                    departure.offset - 1
                 ))));
             }
             if said.elapsed() >= Duration::from_secs(60) {

@@ -27,9 +27,21 @@ use denorm::kafka::KafkaConfig;
 /// A worker's captured log lines (shared with its reader thread).
 pub type Lines = Arc<(Mutex<Vec<String>>, Condvar)>;
 
+/// A topic, group and index a test uses, with what opening the index
+/// takes: the model its workers run (`--model`), and the Elasticsearch
+/// prefix they were given in their environment.
+#[derive(Clone)]
+struct Watched {
+    cfg: KafkaConfig,
+    group: String,
+    index: PathBuf,
+    model: Option<PathBuf>,
+    prefix: Option<String>,
+}
+
 #[derive(Default)]
 struct Scene {
-    rigs: Vec<(KafkaConfig, String, PathBuf)>,
+    rigs: Vec<Watched>,
     workers: Vec<(u32, String, Lines)>,
     differences: Vec<String>,
 }
@@ -52,9 +64,19 @@ fn with_scene(f: impl FnOnce(&mut Scene)) {
 
 /// Watches the topic, group and index of a rig or worker.
 pub fn watch(cfg: &KafkaConfig, group: &str, index: &Path) {
+    watch_worker(cfg, group, index, &[], &[]);
+}
+
+/// [`watch`] for a worker started with `args` and `env`: the model it runs
+/// and its Elasticsearch prefix open the index for the report.
+pub fn watch_worker(cfg: &KafkaConfig, group: &str, index: &Path, args: &[&str], env: &[(&str, &std::ffi::OsStr)]) {
+    let model = args.iter().position(|a| *a == "--model").and_then(|i| args.get(i + 1)).map(PathBuf::from);
+    let prefix = env.iter().find(|(k, _)| *k == denorm::index::elastic::config::env::PREFIX).map(|(_, v)| v.to_string_lossy().into_owned());
     with_scene(|s| {
-        if !s.rigs.iter().any(|(c, g, i)| c.topic == cfg.topic && g == group && i == index) {
-            s.rigs.push((cfg.clone(), group.to_string(), index.to_path_buf()));
+        let same = |w: &Watched| w.cfg.topic == cfg.topic && w.group == group && w.index == index && w.prefix == prefix;
+        match s.rigs.iter_mut().find(|w| same(w)) {
+            Some(w) => w.model = w.model.take().or(model),
+            None => s.rigs.push(Watched { cfg: cfg.clone(), group: group.to_string(), index: index.to_path_buf(), model, prefix }),
         }
     });
 }
@@ -128,10 +150,11 @@ fn report(test: &str) -> String {
     for d in &differences {
         let _ = write!(out, "\n--- differences\n{d}");
     }
-    for (cfg, group, index) in &rigs {
-        let _ = write!(out, "\n--- topic {} group {group} index {}", cfg.topic, index.display());
-        out.push_str(&partitions(cfg, group, index));
-        out.push_str(&letters(cfg, &dir));
+    for w in &rigs {
+        let prefix = w.prefix.as_ref().map(|p| format!(" (prefix {p})")).unwrap_or_default();
+        let _ = write!(out, "\n--- topic {} group {} index {}{prefix}", w.cfg.topic, w.group, w.index.display());
+        out.push_str(&partitions(w));
+        out.push_str(&letters(&w.cfg, &dir));
     }
     for (n, (pid, what, lines)) in workers.iter().enumerate() {
         let text = lines.0.lock().unwrap_or_else(|e| e.into_inner()).join("\n");
@@ -151,13 +174,26 @@ fn report(test: &str) -> String {
 }
 
 /// Per partition: committed offset, end, the shard's checkpoint and done-above record.
-fn partitions(cfg: &KafkaConfig, group: &str, index: &Path) -> String {
+fn partitions(w: &Watched) -> String {
+    let (cfg, group) = (&w.cfg, &w.group);
     let lag = denorm::kafka::group_lag(cfg, group);
     let parts: Vec<i32> = (0..cfg.partitions).collect();
+    let model = match &w.model {
+        Some(m) => match denorm::domain::Domain::load(m) {
+            Ok(d) => Some(d.interned()),
+            Err(e) => return format!("\n    (the model {} not read: {e})", m.display()),
+        },
+        None => None,
+    };
+    let env = |k: &str| match (k, &w.prefix) {
+        (denorm::index::elastic::config::env::PREFIX, Some(p)) => Some(p.clone()),
+        _ => std::env::var(k).ok(),
+    };
     let applied = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string()).and_then(|rt| {
         rt.block_on(async {
-            let location = Location::parse(index).map_err(|e| e.to_string())?;
-            let backend = location.backend(&cfg.topic, Access::Existing, Embedded::with_memory(15_000_000)).await.map_err(|e| e.to_string())?;
+            let location = Location::parse_with(&w.index, env).map_err(|e| e.to_string())?;
+            let tuning = Embedded { model, ..Embedded::with_memory(15_000_000) };
+            let backend = location.backend(&cfg.topic, Access::Existing, tuning).await.map_err(|e| e.to_string())?;
             let b = backend.clone();
             tokio::task::spawn_blocking(move || b.applied(&parts)).await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
         })

@@ -97,13 +97,18 @@ impl Rig {
     }
 
     pub fn on(broker: Broker, partitions: i32) -> Rig {
+        let r = Rig::unwatched(broker, partitions);
+        forensics::watch(&r.cfg, &r.group, &r.index);
+        r
+    }
+
+    /// A rig on the embedded index, not yet watched by the failure report.
+    fn unwatched(broker: Broker, partitions: i32) -> Rig {
         let cfg = topic(&broker, partitions);
         let dir = tempfile::tempdir().unwrap();
         let faults = dir.path().join("faults");
         std::fs::create_dir_all(&faults).unwrap();
-        let r = Rig { broker, cfg, group: unique("g"), index: dir.path().join("index"), faults, dir, _es: None };
-        forensics::watch(&r.cfg, &r.group, &r.index);
-        r
+        Rig { broker, cfg, group: unique("g"), index: dir.path().join("index"), faults, dir, _es: None }
     }
 
     /// On the test's broker, with the Elasticsearch-API server of the suite
@@ -115,7 +120,7 @@ impl Rig {
     /// [`Rig::elastic`] on `broker`.
     pub fn elastic_on(broker: Broker, partitions: i32) -> Rig {
         let es = elastic::elastic();
-        let mut r = Rig::on(broker, partitions);
+        let mut r = Rig::unwatched(broker, partitions);
         r.index = PathBuf::from(&es.url);
         r._es = Some(es);
         forensics::watch(&r.cfg, &r.group, &r.index);
@@ -385,7 +390,7 @@ impl Worker {
         let stderr = child.stderr.take().unwrap();
         let pid = child.id();
         let lines: Arc<(Mutex<Vec<String>>, Condvar)> = Arc::default();
-        forensics::watch(cfg, group, index);
+        forensics::watch_worker(cfg, group, index, extra, env);
         forensics::keep_log(pid, format!("denorm run {}", extra.join(" ")), lines.clone());
         let l = lines.clone();
         let reader = std::thread::spawn(move || {

@@ -280,6 +280,30 @@ fn an_owner_change_waits_for_its_delete_half_not_for_the_sources_checkpoint() {
     run.stop();
 }
 
+/// An owner change's upsert waits until the partition its document leaves
+/// has applied the delete half itself, not only what comes before it. On
+/// Elasticsearch, where partitions share documents, a take-over before its
+/// delete half let that delete land on the taken-over document's place
+/// later (a replay lost an order that moved twice, c1 -> c2 -> c0). The
+/// source's checkpoint is 6, the delete half at 7.
+#[test]
+fn an_owner_change_waits_for_its_delete_half_itself_not_only_what_comes_before_it() {
+    let r = Rig::of(2, |c| c.commit_quiet = Duration::from_millis(20));
+    r.source_applied(1, 6, crate::index::progress::DoneAbove::default());
+    let user = (0..).map(|i| format!("u{i}")).find(|u| crate::command::partitioner::partition_of(u, 2) == 0).unwrap();
+    let mut e = Envelope::new(Command::UpsertPost { id: "p".into(), user_id: user.clone(), title: "t".into(), body: "b".into(), previous_user_id: Some("old".into()) });
+    e.after = Some(crate::command::LogPosition { partition: 1, offset: 7 });
+    let at = r.append(&user, r.codec.encode(&e));
+    let run = r.start();
+    eventually("the upsert waits for partition 1", || r.shared.awaiting.load(Ordering::SeqCst) == 1);
+    assert!(r.docs().is_empty(), "taken over before the source applied its delete half: {:?}", r.docs());
+    r.source_applied(1, 7, crate::index::progress::DoneAbove::default());
+    run.wait_next(at + 1);
+    assert!(r.docs().iter().any(|(id, _)| id == "p"));
+    assert_eq!(r.shared.awaiting.load(Ordering::SeqCst), 0);
+    run.stop();
+}
+
 /// A chunk that names the source of the move in flight but another
 /// destination (any producer can write one) is not part of that move: it
 /// is dead-lettered, its files are not written, and the move completes.
