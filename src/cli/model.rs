@@ -17,8 +17,9 @@ pub struct ModelArgs {
 #[derive(Debug, Subcommand)]
 enum Action {
     /// Read and check a model file (TOML): every name, type, reference, ordering key, copy
-    /// and limit. Prints each kind with its key, fields, copies and nested lists, and the
-    /// model's fingerprint (what an index records of it). Exit status 2 with the file, line,
+    /// and limit, and the earlier versions it names (`earlier`). Prints each kind with its key,
+    /// fields, copies and nested lists, the model's fingerprint (what an index records of it)
+    /// and those of the earlier versions whose commands it reads. Exit status 2 with the file, line,
     /// column and field of the first error
     Check {
         /// The model file (models/ holds the shipped ones)
@@ -36,6 +37,9 @@ pub fn run(a: &ModelArgs) -> anyhow::Result<()> {
 /// What a model declares, a kind a paragraph.
 fn shown(d: &Domain) -> String {
     let mut out = format!("model {} version {} ({} kinds), fingerprint {}\n", d.name, d.version, d.kinds.len(), d.fingerprint());
+    for e in &d.earlier {
+        out.push_str(&format!("reads the commands of version {} too, fingerprint {}\n", e.version, e.fingerprint()));
+    }
     for k in &d.kinds {
         let key = match &k.key {
             OrderingKey::Id => "its id".to_string(),

@@ -80,6 +80,12 @@ pub struct RebuildArgs {
     /// out of DENORM_ES_DEDICATED_TENANTS first). See docs/tenants.md
     #[arg(long, requires = "tenant")]
     to_shared: bool,
+    /// Rebuild into the model given with --model (or into the compiled-in kinds alone, without
+    /// one) although the live generation holds another: the new generation holds the new model,
+    /// and at the cutover the live workers of the old one stop, to be started again with the new
+    /// --model. Without it such a rebuild is refused before it builds anything. See docs/model.md
+    #[arg(long, conflicts_with_all = ["status", "abandon", "tenant"])]
+    change_model: bool,
     #[command(flatten)]
     cross_key: super::CrossKeyArgs,
 }
@@ -94,7 +100,8 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     if let Some(t) = &a.tenant {
         return tenant_rebuild(cli, a, t, manage).await;
     }
-    let index = super::location(cli)?.generations(&kafka.topic, manage, (a.index_memory_mb as usize) << 20).await.map_err(super::open_error)?;
+    let model = cli.domain()?;
+    let index = super::location(cli)?.generations(&kafka.topic, manage, (a.index_memory_mb as usize) << 20, model).await.map_err(super::open_error)?;
     if a.status {
         let (k, json) = (kafka.clone(), a.json);
         return tokio::task::spawn_blocking(move || show_status(&k, index.as_ref(), json)).await?;
@@ -114,8 +121,8 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
         })
         .await?;
     }
-    let (k, group, keep_old, addr, waits, any_partitioner, accept_gaps, accept_owner_conflicts) =
-        (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.cross_key.no_takeover_waits, a.cross_key.any_partitioner, a.accept_gaps, a.accept_owner_conflicts);
+    let (k, group, keep_old, addr, waits, any_partitioner, accept_gaps, accept_owner_conflicts, change_model) =
+        (kafka.clone(), cli.group.clone(), a.keep_old, a.metrics_addr, !a.cross_key.no_takeover_waits, a.cross_key.any_partitioner, a.accept_gaps, a.accept_owner_conflicts, a.change_model);
     let verify = a.verify.then_some(denorm::rebuild::CutoverCheck { force: a.force, wait: Duration::from_secs(a.verify_wait_secs) });
     let handle = denorm::metrics::install().map_err(anyhow::Error::msg).context("installing the metrics recorder")?;
     let health = Arc::new(Health::default());
@@ -127,8 +134,23 @@ pub async fn run(cli: &Cli, a: &RebuildArgs) -> anyhow::Result<()> {
     super::topics::check_lifetime(&kafka, "command topic").await?;
     dlq.ensure_topic().await.context("cannot reach or create the dead-letter topic")?;
     tokio::task::spawn_blocking(move || {
-        let r =
-            Rebuild { kafka: k, index: index.as_ref(), group, partitions, keep_old, takeover_waits: waits, any_partitioner, accept_gaps, accept_owner_conflicts, verify, health, runtime: rt, members };
+        let r = Rebuild {
+            kafka: k,
+            index: index.as_ref(),
+            group,
+            partitions,
+            keep_old,
+            takeover_waits: waits,
+            any_partitioner,
+            accept_gaps,
+            accept_owner_conflicts,
+            verify,
+            health,
+            runtime: rt,
+            members,
+            model,
+            change_model,
+        };
         rebuild(r)
     })
     .await?
@@ -145,6 +167,9 @@ async fn tenant_rebuild(cli: &Cli, a: &RebuildArgs, tenant: &str, manage: bool) 
             UsageError("--tenant rebuilds one tenant's own Elasticsearch indexes: the embedded index keeps every tenant in one placement, and `denorm rebuild` rebuilds them all".into()).into()
         );
     };
+    if !a.abandon && cli.model.is_some() {
+        return Err(UsageError(denorm::rebuild::tenant::NO_MODEL.into()).into());
+    }
     let partitions = kafka.topic_partitions()?.ok_or_else(|| UsageError(format!("topic {} does not exist", kafka.topic)))?;
     if a.abandon {
         return tokio::task::spawn_blocking(move || {
@@ -215,7 +240,11 @@ fn with_progress(run: impl FnOnce(&mut dyn FnMut(&Tick)) -> Result<denorm::rebui
         | RebuildError::TenantOtherLog { .. }
         | RebuildError::TenantDuringRebuild { .. }
         | RebuildError::DuringTenantRebuild { .. }
-        | RebuildError::TenantCutOver { .. }) => anyhow::Error::new(UsageError(e.to_string())),
+        | RebuildError::TenantCutOver { .. }
+        | RebuildError::ModelChange { .. }
+        | RebuildError::UnreadCommands { .. }
+        | RebuildError::TenantModel
+        | RebuildError::VerifyModelChange { .. }) => anyhow::Error::new(UsageError(e.to_string())),
         e => anyhow::Error::new(e),
     });
     bar.finish_and_clear();

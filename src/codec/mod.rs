@@ -128,6 +128,9 @@ pub struct Codec {
     registry: Option<(std::sync::Arc<registry::Registry>, tokio::runtime::Handle)>,
     /// A declared model's commands (`--model`), beside the compiled-in ones.
     model: Option<(model::ModelCodec, &'static crate::domain::Domain)>,
+    /// The codecs of the model's earlier versions, whose commands the topic
+    /// may still hold: read with their schema, bound to the model.
+    earlier: Vec<model::ModelCodec>,
 }
 
 /// A message of the command topic: a command, or an operator's control
@@ -200,6 +203,7 @@ impl Codec {
             known,
             registry: None,
             model: None,
+            earlier: Vec::new(),
         }
     }
 
@@ -207,6 +211,7 @@ impl Codec {
     /// (`denorm schema --model`).
     pub fn with_model(mut self, model: &'static crate::domain::Domain) -> Self {
         self.model = Some((model::ModelCodec::new(model.clone()), model));
+        self.earlier = model.earlier.iter().map(|e| model::ModelCodec::new(e.clone())).collect();
         self
     }
 
@@ -258,8 +263,12 @@ impl Codec {
             return self.decode_registry_framed(bytes);
         }
         let (fp, datum) = single_object(bytes)?;
-        if let Some((codec, domain)) = self.model.as_ref().filter(|(c, _)| c.writes(&fp)) {
-            return Ok(Decoded::Command(crate::command::generic::bound::Bound::envelope(domain, codec.decode(bytes)?)));
+        if let Some((codec, domain)) = &self.model {
+            // A command of an earlier version is checked against this one
+            // as it is bound, as any command is.
+            if let Some(codec) = std::iter::once(codec).chain(&self.earlier).find(|c| c.writes(&fp)) {
+                return Ok(Decoded::Command(crate::command::generic::bound::Bound::envelope(domain, codec.decode(bytes)?)));
+            }
         }
         let known = self.known.get(&fp).ok_or_else(|| DecodeError::UnknownFingerprint(hex(&fp)))?;
         decode_datum(&known.schema, known.family, datum)

@@ -71,7 +71,18 @@ pub(super) fn parse(file: &str, text: &str) -> Result<Domain, ModelError> {
     for kind in &kinds {
         owner_keyed_by_id(&src, &raw, kind, &kinds)?;
     }
-    Ok(Domain { name: raw.name.into_inner(), version: raw.version.into_inner(), kinds })
+    if raw.earlier.len() > limits::EARLIER {
+        return Err(src.error(0..0, "earlier", format!("{} earlier versions; a model reads at most {}", raw.earlier.len(), limits::EARLIER)));
+    }
+    let earlier_files = raw
+        .earlier
+        .iter()
+        .map(|f| {
+            let (line, column) = position(text, f.span().start);
+            super::earlier::Declared { path: f.get_ref().clone(), line, column }
+        })
+        .collect();
+    Ok(Domain { name: raw.name.into_inner(), version: raw.version.into_inner(), kinds, source: text.to_string(), earlier: Vec::new(), earlier_files })
 }
 
 /// A name of the model, a kind, a field, a copy or a list: lowercase ASCII

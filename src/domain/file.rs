@@ -15,6 +15,9 @@ use toml::Spanned;
 pub(super) struct File {
     pub name: Spanned<String>,
     pub version: Spanned<u32>,
+    /// Files of earlier versions, relative to this one's directory.
+    #[serde(default)]
+    pub earlier: Vec<Spanned<String>>,
     #[serde(default)]
     pub kinds: BTreeMap<Spanned<String>, Spanned<KindFile>>,
 }

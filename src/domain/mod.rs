@@ -10,6 +10,7 @@
 //! crate.
 
 mod check;
+mod earlier;
 mod file;
 #[cfg(test)]
 mod tests;
@@ -32,18 +33,44 @@ pub mod limits {
     pub const NESTED: usize = 16;
     /// A name's length (kinds, fields, copies, lists, the model's).
     pub const NAME: usize = 64;
+    /// Earlier versions a model reads the commands of.
+    pub const EARLIER: usize = 16;
 }
 
 /// Names a model cannot give a field: what every document has already.
 pub const RESERVED: &[&str] = &["id", "kind", "tenant", "pos"];
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// Two domains are equal when they declare the same thing, however their
+/// files are written.
+#[derive(Debug, Clone, Serialize)]
 pub struct Domain {
     pub name: String,
     pub version: u32,
     /// By name.
     pub kinds: Vec<Kind>,
+    /// The text of the file it was read from, which an index records with
+    /// the model so that any process can read a generation's kinds again
+    /// (not part of the fingerprint).
+    #[serde(skip)]
+    pub source: String,
+    /// The earlier versions of the model whose commands the topic may
+    /// still hold (`earlier = [...]`, loaded by [`Domain::load`]): read
+    /// with their own schema, then checked against this one (not part of
+    /// the fingerprint: the index does not depend on them).
+    #[serde(skip)]
+    pub earlier: Vec<Domain>,
+    /// The files `earlier` names, as written, with their place in the file.
+    #[serde(skip)]
+    pub(crate) earlier_files: Vec<earlier::Declared>,
 }
+
+impl PartialEq for Domain {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.name, self.version, &self.kinds) == (&other.name, other.version, &other.kinds)
+    }
+}
+
+impl Eq for Domain {}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Kind {
@@ -206,12 +233,11 @@ impl std::error::Error for ModelError {}
 impl Domain {
     /// Reads and checks a model file.
     pub fn load(path: &Path) -> Result<Domain, ModelError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ModelError { file: shown.clone(), line: 0, column: 0, field: String::new(), message: format!("cannot read the model file: {e}") })?;
-        Domain::parse(&shown, &text)
+        earlier::load(path, 0)
     }
 
-    /// Checks a model file's text; `file` names it in errors.
+    /// Checks a model file's text; `file` names it in errors. The earlier
+    /// versions it names are not loaded (see [`Domain::load`]).
     pub fn parse(file: &str, text: &str) -> Result<Domain, ModelError> {
         check::parse(file, text)
     }
@@ -225,7 +251,7 @@ impl Domain {
     /// loaded.
     pub fn interned(self) -> &'static Domain {
         static MODELS: std::sync::Mutex<Vec<(String, &'static Domain)>> = std::sync::Mutex::new(Vec::new());
-        let fingerprint = self.fingerprint();
+        let fingerprint = std::iter::once(self.fingerprint()).chain(self.earlier.iter().map(Domain::fingerprint)).collect::<Vec<_>>().join("+");
         let mut models = MODELS.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, d)) = models.iter().find(|(f, _)| *f == fingerprint) {
             return d;

@@ -183,3 +183,55 @@ fn an_unreadable_file_is_named() {
     assert_eq!(e.to_string().split(": ").next(), Some("/nonexistent/shop.toml"));
     assert!(e.message.contains("cannot read the model file"), "{e}");
 }
+
+/// Version 2 of the shop model, naming version 1 (`shop.toml` in the same
+/// directory) as earlier; `change` edits its text.
+fn shop_v2(change: impl Fn(String) -> String) -> String {
+    let v1 = include_str!("../../models/shop.toml");
+    let v2 = v1.replacen("version = 1\n", "version = 2\nearlier = [\"shop.toml\"]\n", 1);
+    let v2 = v2.replace("fields.note = { type = \"text\", optional = true }\n", "fields.note = { type = \"text\", optional = true }\nfields.channel = { type = \"keyword\", optional = true }\n");
+    change(format!("{v2}\n[kinds.supplier]\nkey = \"id\"\nfields.name = \"keyword\"\n"))
+}
+
+fn load_v2(dir: &Path, text: &str) -> Result<Domain, ModelError> {
+    std::fs::write(dir.join("shop.toml"), include_str!("../../models/shop.toml")).unwrap();
+    std::fs::write(dir.join("shop-v2.toml"), text).unwrap();
+    Domain::load(&dir.join("shop-v2.toml"))
+}
+
+#[test]
+fn a_model_loads_the_earlier_versions_it_names_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let v2 = load_v2(dir.path(), &shop_v2(|t| t)).unwrap();
+    let v1 = shipped("shop.toml");
+    assert_eq!(v2.earlier.iter().map(Domain::fingerprint).collect::<Vec<_>>(), [v1.fingerprint()]);
+    assert_eq!(v2, Domain::parse("v2", &shop_v2(|t| t)).unwrap(), "earlier versions are not part of what a model declares");
+    assert!(Domain::parse("v2", &shop_v2(|t| t)).unwrap().earlier.is_empty(), "parse loads no file");
+    // Version 3 names version 2 only, and reads version 1 through it.
+    let v3 = shop_v2(|t| t).replace("version = 2\nearlier = [\"shop.toml\"]", "version = 3\nearlier = [\"shop-v2.toml\"]");
+    std::fs::write(dir.path().join("shop-v3.toml"), v3).unwrap();
+    let v3 = Domain::load(&dir.path().join("shop-v3.toml")).unwrap();
+    assert_eq!(v3.earlier.iter().map(|d| d.version).collect::<Vec<_>>(), [2, 1]);
+}
+
+#[test]
+fn an_earlier_version_whose_commands_would_not_read_as_this_ones_is_refused_naming_why() {
+    let dir = tempfile::tempdir().unwrap();
+    for (change, why) in [
+        (
+            &(|t: String| t.replace("fields.channel = { type = \"keyword\", optional = true }", "fields.channel = \"keyword\"")) as &dyn Fn(String) -> String,
+            "kinds.order.fields.channel is required here, but upserts of version 1 may lack it",
+        ),
+        (&|t: String| t.replace("fields.total = \"float\"", "fields.total = \"integer\""), "kinds.order.fields.total is of type float in version 1 and integer here"),
+        (&|t: String| t.replace("fields.note = { type = \"text\", optional = true }\n", ""), "version 1 declares kinds.order.fields.note, which this version does not"),
+        (&|t: String| t.replace("version = 2", "version = 1"), "an earlier version is version 1, not below this one's 1"),
+        (&|t: String| t.replacen("name = \"shop\"", "name = \"store\"", 1), "an earlier version is of model shop, not store"),
+        (&|t: String| t.replace("[kinds.order.nested.lines]", "[kinds.order.nested.items]"), "version 1 declares kinds.order.nested.lines"),
+    ] {
+        let e = load_v2(dir.path(), &change(shop_v2(|t| t))).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (5, "earlier"), "the line of `earlier`: {e}");
+        assert!(e.message.contains(why), "{e}");
+    }
+    let e = load_v2(dir.path(), &shop_v2(|t| t.replace("earlier = [\"shop.toml\"]", "earlier = [\"shop-v0.toml\"]"))).unwrap_err();
+    assert!(e.to_string().contains("shop-v0.toml") && e.to_string().contains("cannot read"), "{e}");
+}

@@ -10,7 +10,9 @@ pub trait Backend: Send + Sync {
     /// Records the partition count of the topic the index is built from, or
     /// checks it against the one recorded: a topic whose partitions were
     /// added moves keys between partitions, and so between shards
-    /// ([`IndexError::LogMismatch`]).
+    /// ([`IndexError::LogMismatch`]). The current generation must hold this
+    /// handle's model too: after a rebuild's change of model, a worker of
+    /// the old one is refused the new generation.
     fn bind_log(&self, partitions: i32) -> Result<(), IndexError>;
     /// The durable checkpoint of each of `partitions`' shards that has one,
     /// read without taking the writer (a worker positions its consumer there

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use super::elastic::{backend::ElasticBackend, bulk_load, generations, meta, names, placement, ElasticError};
 use super::embedded::{EmbeddedBackend, EmbeddedIndex};
-use super::{Backend, Checkpoint, IndexError};
+use super::{Backend, Checkpoint, IndexError, Kind};
 use crate::retry::Polled;
 
 /// The rebuild in progress (`<index>/REBUILD`, or the meta document
@@ -160,8 +160,14 @@ pub trait Generations: Send + Sync {
     fn recorded_partitions(&self) -> Result<Option<i32>, IndexError>;
     /// The checkpoints of generation `g`'s shards (of `partitions`).
     fn checkpoints_in(&self, g: u64, partitions: i32) -> Result<BTreeMap<i32, Checkpoint>, IndexError>;
-    /// Makes generation `g` ready to be written (created when missing).
+    /// Makes generation `g` ready to be written (created when missing),
+    /// recording the model its writers hold ([`Generations::writer`]); one
+    /// recorded already (a resumed rebuild) must be that model.
     fn prepare(&self, g: u64) -> Result<(), IndexError>;
+    /// What generation `g` records of its model
+    /// ([`crate::index::recorded_model::record_of`]; `None`: the compiled-in
+    /// kinds alone).
+    fn model_record(&self, g: u64) -> Result<Option<serde_json::Value>, IndexError>;
     /// A backend whose shard writers work on generation `g`.
     fn writer(&self, g: u64) -> Arc<dyn Backend>;
     /// Records the log `to` was built from (this topic, `partitions`), makes
@@ -205,6 +211,11 @@ fn member_record(member: u32) -> String {
     format!("{STATE}-member-{member}")
 }
 
+/// The embedded index's record of generation `g`'s model.
+fn model_record_name(g: u64) -> String {
+    format!("model-g{g}")
+}
+
 /// Generations of the embedded index (`<index>/CURRENT`, `generations/N/`).
 pub struct EmbeddedGenerations {
     pub index: EmbeddedIndex,
@@ -237,8 +248,16 @@ impl Generations for EmbeddedGenerations {
     fn checkpoints_in(&self, g: u64, _partitions: i32) -> Result<BTreeMap<i32, Checkpoint>, IndexError> {
         self.index.checkpoints_in(g)
     }
-    fn prepare(&self, _g: u64) -> Result<(), IndexError> {
-        Ok(()) // shard directories are created as they are opened
+    /// Shard directories are created as they are opened; until one is, a
+    /// record of the generation's model is what a rebuild given up left.
+    fn prepare(&self, g: u64) -> Result<(), IndexError> {
+        if !self.index.generation_dir(g).exists() {
+            self.index.clear_record(&model_record_name(g))?;
+        }
+        self.index.check_model(g, true)
+    }
+    fn model_record(&self, g: u64) -> Result<Option<serde_json::Value>, IndexError> {
+        self.index.record(&model_record_name(g))
     }
     fn writer(&self, g: u64) -> Arc<dyn Backend> {
         let mut backend = EmbeddedBackend::new(self.index.clone(), self.budget);
@@ -270,6 +289,7 @@ impl Generations for EmbeddedGenerations {
             }
         }
         std::fs::remove_dir_all(&dir).map_err(|e| IndexError::Io(std::io::Error::new(e.kind(), format!("deleting {}: {e}", dir.display()))))?;
+        self.index.clear_record(&model_record_name(g))?;
         info!(generation = g, "old generation deleted");
         Ok(())
     }
@@ -296,6 +316,22 @@ impl ElasticGenerations {
     fn meta(&self, id: &str) -> Result<Option<serde_json::Value>, IndexError> {
         let b = &self.backend;
         self.block(meta::get_meta(&b.client, &b.prefix, id))
+    }
+
+    fn block_index<T>(&self, f: impl std::future::Future<Output = Result<T, IndexError>>) -> Result<T, IndexError> {
+        self.backend.runtime.block_on(f)
+    }
+
+    /// The kinds generation `g` holds: the compiled-in ones and those of
+    /// the model it records, read from its record unless it is this
+    /// handle's.
+    fn kinds_of(&self, g: u64) -> Result<Vec<Kind>, IndexError> {
+        let model = match self.model_record(g)? {
+            None => None,
+            Some(held) if crate::index::recorded_model::holds(Some(&held), self.backend.model) => self.backend.model,
+            Some(held) => Some(crate::index::recorded_model::domain_of(g, &held)?),
+        };
+        Ok(names::kinds(model))
     }
 
     fn put_meta(&self, id: &str, body: serde_json::Value) -> Result<(), IndexError> {
@@ -346,11 +382,33 @@ impl Generations for ElasticGenerations {
         if let Some(line) = placement::differs(&b.configured, &placement, g) {
             warn!("{line}");
         }
+        if let (Some(d), Some(t)) = (b.model, placement.dedicated().next()) {
+            return Err(IndexError::Rejected(format!(
+                "model {}: tenants with indexes of their own ({t} in generation {g}) hold the compiled-in kinds only for now (docs/model.md, \"Status\")",
+                d.name
+            )));
+        }
         self.block(generations::create_dedicated(&b.client, &b.prefix, g, &placement, false))?;
-        for kind in names::KINDS {
+        let kinds = names::kinds(b.model);
+        for &kind in &kinds {
             self.block(generations::create(&b.client, &b.prefix, kind, g, false))?;
         }
-        self.block(bulk_load::for_loading(&b.client, &b.prefix, g, &placement))
+        self.block(bulk_load::for_loading(&b.client, &b.prefix, g, &placement, &kinds))?;
+        // After its indexes: a record of a generation whose indexes do not
+        // exist would outlive a rebuild given up before it created them.
+        match b.model {
+            Some(d) => self.block_index(crate::index::elastic::setup::record_model(&b.client, &b.prefix, g, d)),
+            None => match self.model_record(g)? {
+                Some(held) => Err(IndexError::LogMismatch(format!(
+                    "generation {g}, which a rebuild that did not finish was building, holds {}, not the compiled-in kinds alone: resume it with its --model, or `denorm rebuild --abandon` it",
+                    crate::index::recorded_model::named(Some(&held))
+                ))),
+                None => Ok(()),
+            },
+        }
+    }
+    fn model_record(&self, g: u64) -> Result<Option<serde_json::Value>, IndexError> {
+        self.meta(&names::meta_id(g, names::MODEL))
     }
     fn writer(&self, g: u64) -> Arc<dyn Backend> {
         let mut backend = self.backend.clone();
@@ -365,10 +423,12 @@ impl Generations for ElasticGenerations {
         // Read afresh: a tenant's rebuild may have changed a revision.
         let was = self.block(placement::read(&b.client, &b.prefix, from))?;
         let will = self.block(placement::read(&b.client, &b.prefix, to))?;
-        self.block(bulk_load::restore(&b.client, &b.prefix, from, to, &will))?;
+        let (kinds_from, kinds_to) = (self.kinds_of(from)?, self.kinds_of(to)?);
+        let kinds = generations::CutoverKinds { from: &kinds_from, to: &kinds_to };
+        self.block(bulk_load::restore(&b.client, &b.prefix, (from, to), &will, &kinds))?;
         self.put_meta(&names::meta_id(to, "log"), serde_json::json!({"topic": b.topic, "partitions": partitions}))?;
-        self.block(generations::refresh(&b.client, &b.prefix, to, &will, &names::KINDS))?;
-        self.block(generations::cut_over(&b.client, &b.prefix, (from, to), (&was, &will)))
+        self.block(generations::refresh(&b.client, &b.prefix, to, &will, &kinds_to))?;
+        self.block(generations::cut_over(&b.client, &b.prefix, (from, to), (&was, &will), &kinds))
     }
     /// At once: the cutover removed `g`'s write aliases, so no writer can
     /// reach its indexes any more.
@@ -394,8 +454,9 @@ impl Generations for ElasticGenerations {
     fn remove(&self, g: u64, partitions: i32) -> Result<(), IndexError> {
         let recorded = self.meta(&names::meta_id(g, "log"))?.and_then(|v| v["partitions"].as_i64());
         let partitions = recorded.map_or(partitions, |n| n as i32);
+        let kinds = self.kinds_of(g)?;
         let b = &self.backend;
-        self.block(generations::remove(&b.client, &b.prefix, g, partitions))?;
+        self.block(generations::remove(&b.client, &b.prefix, g, partitions, &kinds))?;
         info!(generation = g, "old generation deleted");
         Ok(())
     }

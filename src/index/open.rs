@@ -118,8 +118,9 @@ impl Location {
                 let decision = setup::model_decision(&client, &es.prefix, tuning.model, access == Access::Apply).await.map_err(|e| self.failed(e))?;
                 if access == Access::Apply {
                     setup::ensure(&client, &es.prefix, es.meta_shards, &Placement::new(es.dedicated.clone()), tuning.model).await.map_err(|e| self.failed(e))?;
-                    if let (Decision::Record(ours), Some(model)) = (decision, tuning.model) {
-                        setup::record_model(&client, &es.prefix, model, ours).await.map_err(|e| self.failed(e))?;
+                    if let (Decision::Record(_), Some(model)) = (decision, tuning.model) {
+                        let g = super::elastic::generations::current(&client, &es.prefix).await.map_err(|e| self.failed(e))?;
+                        setup::record_model(&client, &es.prefix, g, model).await.map_err(|e| self.failed(e))?;
                     }
                     tracing::info!(url = %es.url, prefix = %es.prefix, "elasticsearch indexes ready");
                 }
@@ -148,27 +149,24 @@ impl Location {
 
     /// The index's generations (`denorm rebuild`). `manage`: it will create
     /// a generation and cut over, so Elasticsearch's indexes are set up and
-    /// the credentials' privileges to manage them checked first.
-    ///
-    /// An index holding a declared model is refused: a rebuild builds the
-    /// compiled-in kinds only, and its cutover would leave the model's
-    /// documents behind.
-    pub async fn generations(&self, topic: &str, manage: bool, memory: usize) -> Result<Arc<dyn Generations>, OpenError> {
+    /// the credentials' privileges to manage them checked first. `model`:
+    /// what the generation a rebuild builds holds (the live one may hold
+    /// another: the rebuild decides, [`Generations::model_record`]).
+    pub async fn generations(&self, topic: &str, manage: bool, memory: usize, model: Option<&'static crate::domain::Domain>) -> Result<Arc<dyn Generations>, OpenError> {
         Ok(match self {
             Location::Elastic(es) => {
                 let client = es.client().map_err(|e| self.failed(e))?;
-                setup::model_decision(&client, &es.prefix, None, false).await.map_err(|e| self.failed(e))?;
                 if manage {
                     setup::ensure(&client, &es.prefix, es.meta_shards, &Placement::new(es.dedicated.clone()), None).await.map_err(|e| self.failed(e))?;
                     setup::check_privileges(&client, &es.prefix, setup::MANAGE_PRIVILEGES).await.map_err(|e| self.failed(e))?;
                 }
                 let mut backend = ElasticBackend::new(client, &es.prefix, topic, Handle::current());
                 backend.configured = Placement::new(es.dedicated.clone());
+                backend.model = model;
                 Arc::new(ElasticGenerations::new(backend))
             }
             Location::Embedded(dir) => {
-                let index = EmbeddedIndex::open_for_rebuild(dir, topic).map_err(|e| self.failed(e))?;
-                index.check_current_model(false).map_err(|e| self.failed(e))?;
+                let index = EmbeddedIndex::open_for_rebuild(dir, topic).map_err(|e| self.failed(e))?.with_model(model);
                 Arc::new(EmbeddedGenerations { index, budget: memory })
             }
         })

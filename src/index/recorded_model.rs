@@ -10,9 +10,55 @@ use super::IndexError;
 use crate::domain::Domain;
 
 /// What a generation records of `model`: its name, version and
-/// fingerprint, the last deciding.
+/// fingerprint, the last deciding, and the text of its file, which
+/// [`domain_of`] reads back.
 pub fn record_of(model: &Domain) -> Value {
-    json!({"name": model.name, "version": model.version, "fingerprint": model.fingerprint()})
+    let earlier: Vec<Value> = model.earlier.iter().map(|e| json!({"version": e.version, "fingerprint": e.fingerprint()})).collect();
+    json!({"name": model.name, "version": model.version, "fingerprint": model.fingerprint(), "text": model.source, "earlier": earlier})
+}
+
+/// The versions whose commands a log written for the generation
+/// recording `held` may hold, which `model` must read (itself or its
+/// `earlier`): the versions named, or `None` when it reads them all.
+pub fn unread_versions(held: &Value, model: &Domain) -> Option<String> {
+    let reads: Vec<String> = std::iter::once(model).chain(&model.earlier).map(Domain::fingerprint).collect();
+    let versions = std::iter::once(held).chain(held["earlier"].as_array().into_iter().flatten());
+    let unread: Vec<String> = versions
+        .filter(|v| !reads.iter().any(|f| Some(f.as_str()) == v["fingerprint"].as_str()))
+        .map(|v| format!("version {} (fingerprint {})", v["version"], v["fingerprint"].as_str().unwrap_or("?")))
+        .collect();
+    (!unread.is_empty()).then(|| unread.join(", "))
+}
+
+/// The model a generation's record (`held`) names, read from the text it
+/// keeps: what a process that was not given it needs to name the
+/// generation's kinds (a rebuild's cutover from a generation of another
+/// model, the deletion of an old generation). Its fingerprint must be the
+/// recorded one.
+pub fn domain_of(generation: u64, held: &Value) -> Result<&'static Domain, IndexError> {
+    let corrupt = |why: String| IndexError::Corrupt(format!("the model generation {generation} records ({}): {why}", shown(held)));
+    let text = held["text"].as_str().ok_or_else(|| corrupt("the record keeps no text of the model (written by an earlier version of denorm)".into()))?;
+    let d = Domain::parse(&format!("the record of generation {generation}"), text).map_err(|e| corrupt(e.to_string()))?;
+    if d.fingerprint() != held["fingerprint"].as_str().unwrap_or_default() {
+        return Err(corrupt(format!("its text has the fingerprint {}", d.fingerprint())));
+    }
+    Ok(d.interned())
+}
+
+/// Whether the generation recording `held` holds `ours` (both `None`: the
+/// compiled-in kinds alone).
+pub fn holds(held: Option<&Value>, ours: Option<&Domain>) -> bool {
+    match (held, ours) {
+        (None, None) => true,
+        (Some(h), Some(d)) => h["fingerprint"].as_str() == Some(d.fingerprint().as_str()),
+        _ => false,
+    }
+}
+
+/// How a record is named to an operator: `model shop version 1`, or the
+/// compiled-in kinds.
+pub fn named(held: Option<&Value>) -> String {
+    held.map_or_else(|| "the compiled-in kinds alone".to_string(), shown)
 }
 
 fn shown(v: &Value) -> String {
@@ -36,7 +82,7 @@ pub enum Decision {
 pub fn decide(at: &str, generation: u64, held: Option<&Value>, ours: Option<&Domain>, written: bool, record: bool) -> Result<Decision, IndexError> {
     let refuse = |held: String, wanted: String| {
         Err(IndexError::LogMismatch(format!(
-            "generation {generation} of the index at {at} holds {held}, not {wanted}: a model is changed by a rebuild into a new generation, which `denorm rebuild` does not do for a model yet (docs/model.md, \"Status\")"
+            "generation {generation} of the index at {at} holds {held}, not {wanted}: a model is changed by a rebuild into a new generation (`denorm rebuild --model M --change-model`), whose workers then run with the new --model (docs/model.md, \"Changing a model\")"
         )))
     };
     let ours = ours.map(record_of);
@@ -77,5 +123,22 @@ mod tests {
         let mut other = held.clone();
         other["fingerprint"] = json!("0");
         assert!(refused(decide(Some(&other), Some(&d), true, true)).contains("fingerprint 0"));
+    }
+
+    #[test]
+    fn a_generations_model_is_read_back_from_its_record_and_must_match_its_fingerprint() {
+        let d = shop();
+        let held = record_of(&d);
+        assert_eq!(domain_of(3, &held).unwrap().fingerprint(), d.fingerprint());
+        assert!(holds(Some(&held), Some(&d)) && holds(None, None) && !holds(Some(&held), None) && !holds(None, Some(&d)));
+        let mut forged = held.clone();
+        forged["text"] = json!(d.source.replace("version = 1", "version = 2"));
+        let why = domain_of(3, &forged).unwrap_err().to_string();
+        assert!(why.contains("generation 3") && why.contains("has the fingerprint"), "{why}");
+        let mut old = held.clone();
+        old.as_object_mut().unwrap().remove("text");
+        assert!(domain_of(3, &old).unwrap_err().to_string().contains("no text"));
+        assert_eq!(named(None), "the compiled-in kinds alone");
+        assert!(named(Some(&held)).starts_with("model shop version 1"));
     }
 }

@@ -390,6 +390,11 @@ impl Generations for TenantGenerations {
         let b = &self.backend;
         self.block(meta::delete_meta(&b.client, &b.prefix, &self.record_name(name)))
     }
+    /// A tenant's revisions hold what their generation holds.
+    fn model_record(&self, _revision: u64) -> Result<Option<Value>, IndexError> {
+        let b = &self.backend;
+        self.block(meta::get_meta(&b.client, &b.prefix, &names::meta_id(self.shared, names::MODEL)))
+    }
     fn recorded_topic(&self) -> Result<String, IndexError> {
         let b = &self.backend;
         let log = self.block(meta::get_meta(&b.client, &b.prefix, &names::meta_id(self.shared, "log")))?;

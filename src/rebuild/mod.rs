@@ -121,6 +121,30 @@ pub enum RebuildError {
         documents.join("; ")
     )]
     Differs { generation: u64, total: usize, documents: Vec<String> },
+    /// A rebuild with another model than the live generation's, not asked
+    /// to change it.
+    #[error(
+        "the live generation {generation} holds {live}, and this rebuild would build {new}: a change of model. Pass \
+         --change-model to rebuild into it (at the cutover the live workers of the old model stop; start them again with \
+         the new --model), or give the rebuild the live generation's model; see docs/model.md, \"Changing a model\""
+    )]
+    ModelChange { generation: u64, live: String, new: String },
+    /// A change of model whose new model cannot read the commands the
+    /// topic holds of the old one.
+    #[error(
+        "the live generation {generation} holds {live}, and the topic holds its commands, written with its schema: {}. Name \
+         the file of each under `earlier` in the new model's file, which then reads their commands as its own; see \
+         docs/model.md, \"Changing a model\"",
+        match unread { Some(v) => format!("{new} reads none of {v}"), None => "a rebuild without --model would dead-letter them".into() }
+    )]
+    UnreadCommands { generation: u64, live: String, new: String, unread: Option<String> },
+    /// `--verify` of a change of model: the generations' documents follow
+    /// two models.
+    #[error("--verify compares the new generation with the live one document by document, but the live one holds {live} and the new one {new}: a change of model is verified after its cutover with `denorm verify --model`")]
+    VerifyModelChange { live: String, new: String },
+    /// `rebuild --tenant` of an index holding a model.
+    #[error("{}", tenant::NO_MODEL)]
+    TenantModel,
     /// `--verify` could not compare the generations.
     #[error("comparing the new generation with the live one before the cutover")]
     Verify(#[source] crate::verify::VerifyError),
@@ -188,6 +212,11 @@ pub struct Rebuild<'a> {
     pub runtime: tokio::runtime::Handle,
     /// Which of the rebuild's processes this is.
     pub members: Members,
+    /// The model the new generation holds (`None`: the compiled-in kinds
+    /// alone); the index's generations handle was opened with it.
+    pub model: Option<&'static crate::domain::Domain>,
+    /// `--change-model`: the live generation may hold another model.
+    pub change_model: bool,
 }
 
 /// How `--verify` checks a rebuild before its cutover.
@@ -260,8 +289,16 @@ pub(super) fn retention_gaps(topic: &str, marks: &[(i64, i64)], accept_gaps: boo
 /// `run_group`: it replays `of` as the live workers decided (below), and
 /// writes none of the operators' requests (dead-letter markers) the live
 /// run carried out again.
-pub(super) fn replay_config(index: &dyn Generations, kafka: &KafkaConfig, run_group: &str, (takeover_waits, any_partitioner): (bool, bool), of: ReplayOf) -> Result<WorkerConfig, RebuildError> {
+pub(super) fn replay_config(
+    index: &dyn Generations,
+    kafka: &KafkaConfig,
+    run_group: &str,
+    (takeover_waits, any_partitioner): (bool, bool),
+    of: ReplayOf,
+    model: Option<&'static crate::domain::Domain>,
+) -> Result<WorkerConfig, RebuildError> {
     let mut cfg = WorkerConfig::new(kafka.clone(), run_group.to_string());
+    cfg.model = model;
     cfg.takeover_waits = takeover_waits;
     cfg.any_partitioner = any_partitioner;
     replay_as_recorded(index, &mut cfg)?;
@@ -293,10 +330,40 @@ pub(super) fn replay_as_recorded(index: &dyn Generations, cfg: &mut WorkerConfig
     Ok(())
 }
 
+/// A rebuild into `model` of an index whose live generation `current`
+/// holds another is a change of model: done only when asked
+/// (`change_model`), and not compared with the live generation
+/// (`verify`), whose documents follow the other model.
+fn check_model(index: &dyn Generations, current: u64, model: Option<&'static crate::domain::Domain>, change_model: bool, verify: bool) -> Result<(), RebuildError> {
+    use crate::index::recorded_model::{holds, named, record_of};
+    let held = index.model_record(current)?;
+    if holds(held.as_ref(), model) {
+        return Ok(());
+    }
+    let (live, new) = (named(held.as_ref()), named(model.map(record_of).as_ref()));
+    if !change_model {
+        return Err(RebuildError::ModelChange { generation: current, live, new });
+    }
+    if let Some(h) = &held {
+        let unread = match model {
+            Some(d) => crate::index::recorded_model::unread_versions(h, d),
+            None => None,
+        };
+        if model.is_none() || unread.is_some() {
+            return Err(RebuildError::UnreadCommands { generation: current, live, new, unread });
+        }
+    }
+    if verify {
+        return Err(RebuildError::VerifyModelChange { live, new });
+    }
+    warn!(generation = current, live = %live, new = %new, "changing the model: the new generation holds the new one; at the cutover the live workers of the old one stop, to be started again with the new --model");
+    Ok(())
+}
+
 /// Rebuilds (or resumes rebuilding) the next generation and cuts over to it;
 /// `progress` sees each turn of the progress poll. Blocking.
 pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, RebuildError> {
-    let Rebuild { kafka, index, group, partitions, keep_old, takeover_waits, any_partitioner, accept_gaps, accept_owner_conflicts, verify, health, runtime: rt, members: m } = r;
+    let Rebuild { kafka, index, group, partitions, keep_old, takeover_waits, any_partitioner, accept_gaps, accept_owner_conflicts, verify, health, runtime: rt, members: m, model, change_model } = r;
     let group = group.as_str();
     let started = Instant::now();
     let consumer: BaseConsumer = kafka.consumer_config().create().map_err(KafkaSetupError::from)?;
@@ -319,6 +386,7 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
         }
     }
     let current = index.current()?;
+    check_model(index, current, model, change_model, verify.is_some())?;
     let tenants = || -> Result<Option<RebuildError>, RebuildError> { Ok(index.tenant_rebuilds()?.first().map(|t| RebuildError::DuringTenantRebuild { tenant: t.clone() })) };
     let mut verified = None;
     let mut state = match m.leads() {
@@ -344,7 +412,7 @@ pub fn run(r: Rebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, Rebu
             1 => format!("{}-{}", state.group, &uuid::Uuid::new_v4().simple().to_string()[..8]),
             _ => state.group.clone(),
         };
-        let mut cfg = replay_config(index, &kafka, &run_group, (takeover_waits, any_partitioner), ReplayOf::Rebuild { accept_gaps })?;
+        let mut cfg = replay_config(index, &kafka, &run_group, (takeover_waits, any_partitioner), ReplayOf::Rebuild { accept_gaps }, model)?;
         if m.count > 1 {
             cfg.instance_id = Some(format!("member-{}", m.me));
         }

@@ -42,6 +42,7 @@ fn the_json_schema_accepts_the_shipped_models_and_refuses_malformed_ones_as_the_
         files.insert(shipped.to_string(), std::fs::read_to_string(repo().join("models").join(shipped)).unwrap());
     }
     files.insert("base".into(), BASE.into());
+    files.insert("with earlier".into(), BASE.replacen("version = 1", "version = 2\nearlier = [\"m-v1.toml\"]", 1));
     let malformed: &[(&str, &str, &str)] = &[
         ("unknown type", "fields.plan = \"keyword\"", "fields.plan = \"keywrd\""),
         ("unknown option", "fields.plan = \"keyword\"", "fields.plan = { tyep = \"keyword\" }"),
@@ -56,6 +57,7 @@ fn the_json_schema_accepts_the_shipped_models_and_refuses_malformed_ones_as_the_
         ("unknown kind option", "[kinds.order]\n", "[kinds.order]\nbroken = true\n"),
         ("no key", "key = \"id\"\n", ""),
         ("empty nested list", "[kinds.order]\n", "[kinds.order.nested.lines]\n[kinds.order]\n"),
+        ("earlier not a list", "version = 1", "version = 2\nearlier = \"m-v1.toml\""),
     ];
     // Only the loader sees these: they need the other declarations.
     let semantic: &[(&str, &str, &str)] = &[
@@ -69,7 +71,7 @@ fn the_json_schema_accepts_the_shipped_models_and_refuses_malformed_ones_as_the_
         files.insert(name.to_string(), text);
     }
     let verdicts = schema_verdicts(&files);
-    for shipped in ["files-and-posts.toml", "shop.toml", "base"] {
+    for shipped in ["files-and-posts.toml", "shop.toml", "base", "with earlier"] {
         assert_eq!(verdicts[shipped], None, "the schema refuses {shipped}");
         assert!(Domain::parse(shipped, &files[shipped]).is_ok());
     }
@@ -98,6 +100,7 @@ fn the_json_schemas_bounds_and_names_are_the_loaders() {
         ("copies", &kind["copies"]["maxProperties"], limits::COPIES),
         ("copied fields", &copy["maxItems"], limits::COPIED_FIELDS),
         ("nested lists", &kind["nested"]["maxProperties"], limits::NESTED),
+        ("earlier versions", &s["properties"]["earlier"]["maxItems"], limits::EARLIER),
     ] {
         assert_eq!(got.as_u64(), Some(want as u64), "the schema's bound on {what}");
     }

@@ -47,7 +47,7 @@ fn file_counter(index: &std::path::Path) -> Box<dyn FnMut() -> usize + Send> {
 
 /// The generations of the rig's index, on either backend (`rt` runs the
 /// Elasticsearch requests).
-fn generations_of(r: &Rig, rt: &tokio::runtime::Runtime) -> Box<dyn Generations> {
+pub(crate) fn generations_of(r: &Rig, rt: &tokio::runtime::Runtime) -> Box<dyn Generations> {
     if r.is_elastic() {
         return Box::new(ElasticGenerations::new(elastic::backend(&r.index.to_string_lossy(), rt, &r.cfg.topic)));
     }

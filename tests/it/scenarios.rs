@@ -355,7 +355,9 @@ fn the_read_alias_hides_deleted_documents_on_elasticsearch() {
         for kind in [denorm::index::Kind::File, denorm::index::Kind::User, denorm::index::Kind::Post] {
             denorm::index::elastic::generations::create(&b.client, &b.prefix, kind, 1, false).await.unwrap();
         }
-        denorm::index::elastic::generations::cut_over(&b.client, &b.prefix, (0, 1), (&Default::default(), &Default::default())).await.unwrap();
+        let kinds = denorm::index::elastic::names::kinds(None);
+        let kinds = denorm::index::elastic::generations::CutoverKinds { from: &kinds, to: &kinds };
+        denorm::index::elastic::generations::cut_over(&b.client, &b.prefix, (0, 1), (&Default::default(), &Default::default()), &kinds).await.unwrap();
     });
     // A backend that reads the current generation afresh.
     let b = {

@@ -82,3 +82,22 @@ fn other_schemas_and_cut_messages_are_refused() {
     assert_eq!(codec.decode(&longer), Err(DecodeError::TrailingBytes(1)));
     assert!(matches!(codec.decode(&bytes[..6]), Err(DecodeError::TooShort(6))));
 }
+
+#[test]
+fn a_command_of_an_earlier_version_is_read_with_its_schema_and_bound_to_the_model() {
+    use crate::command::{Command, Envelope};
+    let dir = tempfile::tempdir().unwrap();
+    let v1 = include_str!("../../../models/shop.toml");
+    std::fs::write(dir.path().join("shop.toml"), v1).unwrap();
+    let v2 = v1.replacen("version = 1\n", "version = 2\nearlier = [\"shop.toml\"]\n", 1) + "\n[kinds.supplier]\nkey = \"id\"\nfields.name = \"keyword\"\n";
+    std::fs::write(dir.path().join("shop-v2.toml"), v2).unwrap();
+    let v2 = Domain::load(&dir.path().join("shop-v2.toml")).unwrap().interned();
+    let old = shop();
+    let written = &parse_all(old.domain(), include_str!("../../../models/shop.jsonl").as_bytes()).unwrap()[1];
+    let bytes = old.encode(written);
+    let Ok(Envelope { command: Command::Model(bound), .. }) = crate::codec::Codec::new().with_model(v2).decode(&bytes) else { panic!("not read as a command of the model") };
+    assert!(std::ptr::eq(bound.domain, v2) && bound.validate().is_ok(), "{bound:?}");
+    assert_eq!(bound.command, written.command);
+    let without = Domain::parse("shop-v2.toml", &std::fs::read_to_string(dir.path().join("shop-v2.toml")).unwrap()).unwrap().interned();
+    assert!(matches!(crate::codec::Codec::new().with_model(without).decode(&bytes), Err(DecodeError::UnknownFingerprint(_))));
+}

@@ -15,18 +15,19 @@ use elasticsearch::indices::{IndicesGetSettingsParts, IndicesPutSettingsParts};
 use elasticsearch::Elasticsearch;
 use serde_json::{json, Value};
 
-use super::names::{concrete, KINDS};
+use super::names::concrete;
 use super::placement::Placement;
 use super::{json_or_status, ElasticError};
+use crate::index::Kind;
 
 /// The settings a bulk load changes, as `GET _settings?flat_settings`
 /// names them.
 pub const SERVING: [&str; 2] = ["index.refresh_interval", "index.number_of_replicas"];
 
-/// Puts generation `g` (placed as `placement`: the tenants' own indexes
-/// too) on the bulk-load settings. Idempotent.
-pub async fn for_loading(client: &Elasticsearch, prefix: &str, g: u64, placement: &Placement) -> Result<(), ElasticError> {
-    let indexes = placement.all_indexes(prefix, g, &KINDS);
+/// Puts generation `g`'s indexes of `kinds` (placed as `placement`: the
+/// tenants' own indexes too) on the bulk-load settings. Idempotent.
+pub async fn for_loading(client: &Elasticsearch, prefix: &str, g: u64, placement: &Placement, kinds: &[Kind]) -> Result<(), ElasticError> {
+    let indexes = placement.all_indexes(prefix, g, kinds);
     put(client, &indexes, json!({"index": {"refresh_interval": "-1", "number_of_replicas": 0}})).await
 }
 
@@ -37,11 +38,11 @@ async fn put(client: &Elasticsearch, indexes: &[String], body: Value) -> Result<
     Ok(())
 }
 
-/// Per kind, the [`SERVING`] settings generation `g`'s shared index has
-/// (a setting absent: the cluster's default).
+/// Per compiled-in kind, the [`SERVING`] settings generation `g`'s shared
+/// index has (a setting absent: the cluster's default).
 pub async fn serving(client: &Elasticsearch, prefix: &str, g: u64) -> Result<Vec<BTreeMap<String, String>>, ElasticError> {
     let mut out = Vec::new();
-    for kind in KINDS {
+    for kind in super::names::KINDS {
         out.push(serving_of(client, &concrete(prefix, kind, g)).await?);
     }
     Ok(out)
@@ -62,15 +63,20 @@ fn of(answer: &Value, index: &str) -> BTreeMap<String, String> {
 }
 
 /// Copies generation `from`'s [`SERVING`] settings (its shared indexes')
-/// onto every index of generation `to` (placed as `placement`) and reads
-/// them back: an error names what did not take.
-pub async fn restore(client: &Elasticsearch, prefix: &str, from: u64, to: u64, placement: &Placement) -> Result<(), ElasticError> {
-    let want = serving(client, prefix, from).await?;
-    for (kind, settings) in KINDS.iter().zip(&want) {
+/// onto every index of generation `to` (placed as `placement`) of `kinds`
+/// and reads them back: an error names what did not take. A kind `from`
+/// does not have (a model's new kind) gets the settings of `from`'s files.
+pub async fn restore(client: &Elasticsearch, prefix: &str, (from, to): (u64, u64), placement: &Placement, kinds: &super::generations::CutoverKinds<'_>) -> Result<(), ElasticError> {
+    let mut want = Vec::new();
+    for &kind in kinds.to {
+        let template = kinds.from.iter().copied().find(|k| super::names::kind_name(*k) == super::names::kind_name(kind)).unwrap_or(Kind::File);
+        want.push(serving_of(client, &concrete(prefix, template, from)).await?);
+    }
+    for (kind, settings) in kinds.to.iter().zip(&want) {
         let body: serde_json::Map<String, Value> = SERVING.iter().map(|s| (s.to_string(), settings.get(*s).map_or(Value::Null, |v| json!(v)))).collect();
         put(client, &placement.indexes(prefix, *kind, to), Value::Object(body)).await?;
     }
-    for (kind, want) in KINDS.iter().zip(&want) {
+    for (kind, want) in kinds.to.iter().zip(&want) {
         for index in placement.indexes(prefix, *kind, to) {
             let got = serving_of(client, &index).await?;
             if want != &got {

@@ -171,24 +171,44 @@ pub async fn refresh(client: &Elasticsearch, prefix: &str, g: u64, placement: &P
     Ok(())
 }
 
+/// The kinds of two generations, `from` and `to`: which both have, which
+/// only `from` has (its model's kinds that `to`'s model dropped), and
+/// which only `to` has.
+pub struct CutoverKinds<'a> {
+    pub from: &'a [Kind],
+    pub to: &'a [Kind],
+}
+
+impl CutoverKinds<'_> {
+    fn has(kinds: &[Kind], kind: Kind) -> bool {
+        kinds.iter().any(|k| names::kind_name(*k) == names::kind_name(kind))
+    }
+}
+
 /// The actions of the cutover from generation `from` (placed as
 /// `placed.0`) to `to` (placed as `placed.1`): every read alias moves, and
 /// `from`'s write aliases go. `found`: the aliases of `from`'s shared
 /// indexes, whose tenants' filtered aliases move too
 /// ([`super::tenants::moved`]), unless the tenant has indexes of its own in
 /// `to`, which carry its alias. A tenant whose own indexes `to` does not
-/// keep gets its filtered alias on the shared ones.
-pub fn cutover_actions(prefix: &str, (from, to): (u64, u64), found: &Value, placed: (&Placement, &Placement)) -> Value {
+/// keep gets its filtered alias on the shared ones. A kind only `from`
+/// has loses its read alias (searches of it are refused as of a kind the
+/// index does not have); a kind only `to` has gets one.
+pub fn cutover_actions(prefix: &str, (from, to): (u64, u64), found: &Value, placed: (&Placement, &Placement), kinds: &CutoverKinds<'_>) -> Value {
     let (was, will) = placed;
     let mut actions = Vec::new();
-    for kind in KINDS {
-        let read = alias(prefix, kind);
-        actions.push(json!({ "remove": { "index": concrete(prefix, kind, from), "alias": read } }));
+    for &kind in kinds.from {
+        actions.push(json!({ "remove": { "index": concrete(prefix, kind, from), "alias": alias(prefix, kind) } }));
+        actions.push(json!({ "remove": { "index": concrete(prefix, kind, from), "alias": write_alias(prefix, kind, from) } }));
+    }
+    for &kind in kinds.to {
         let mut add = super::mapping::read_alias();
         add["index"] = json!(concrete(prefix, kind, to));
-        add["alias"] = json!(read);
+        add["alias"] = json!(alias(prefix, kind));
         actions.push(json!({ "add": add }));
-        actions.push(json!({ "remove": { "index": concrete(prefix, kind, from), "alias": write_alias(prefix, kind, from) } }));
+        if !CutoverKinds::has(kinds.from, kind) {
+            continue;
+        }
         let moved = super::tenants::moved(found, prefix, kind, &concrete(prefix, kind, from), &concrete(prefix, kind, to));
         let own: Vec<String> = will.dedicated().map(|t| super::tenants::alias_name(prefix, t, kind)).collect();
         actions.extend(moved.into_iter().filter(|a| a["add"]["alias"].as_str().is_none_or(|name| !own.contains(&name.to_string()))));
@@ -202,13 +222,13 @@ pub fn cutover_actions(prefix: &str, (from, to): (u64, u64), found: &Value, plac
 
 /// Switches searches and live workers from generation `from` to `to`: one
 /// `_aliases` request, which Elasticsearch applies atomically.
-pub async fn cut_over(client: &Elasticsearch, prefix: &str, (from, to): (u64, u64), placed: (&Placement, &Placement)) -> Result<(), ElasticError> {
+pub async fn cut_over(client: &Elasticsearch, prefix: &str, (from, to): (u64, u64), placed: (&Placement, &Placement), kinds: &CutoverKinds<'_>) -> Result<(), ElasticError> {
     let mut found = json!({});
-    for kind in KINDS {
+    for &kind in kinds.from {
         let index = concrete(prefix, kind, from);
         found[&index] = aliases_of(client, &index).await?[&index].clone();
     }
-    let r = client.indices().update_aliases().body(cutover_actions(prefix, (from, to), &found, placed)).send().await?;
+    let r = client.indices().update_aliases().body(cutover_actions(prefix, (from, to), &found, placed, kinds)).send().await?;
     let v = json_or_status(&format!("moving the aliases from generation {from} to {to}"), r).await?;
     if v["acknowledged"] != json!(true) {
         return Err(ElasticError::Transport(format!("the alias swap was not acknowledged: {v}")));
@@ -216,11 +236,12 @@ pub async fn cut_over(client: &Elasticsearch, prefix: &str, (from, to): (u64, u6
     Ok(())
 }
 
-/// Deletes generation `g`: its concrete indexes (the tenants' own among
-/// them) and its meta documents (`partitions` partition checkpoints with
-/// the parked keys they name, the log binding, the placement).
-pub async fn remove(client: &Elasticsearch, prefix: &str, g: u64, partitions: i32) -> Result<(), ElasticError> {
-    let names = super::placement::read(client, prefix, g).await?.all_indexes(prefix, g, &KINDS);
+/// Deletes generation `g`: its concrete indexes of `kinds` (the tenants'
+/// own among them) and its meta documents (`partitions` partition
+/// checkpoints with the parked keys they name, the log binding, the
+/// placement, the model).
+pub async fn remove(client: &Elasticsearch, prefix: &str, g: u64, partitions: i32, kinds: &[Kind]) -> Result<(), ElasticError> {
+    let names = super::placement::read(client, prefix, g).await?.all_indexes(prefix, g, kinds);
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let r = client.indices().delete(IndicesDeleteParts::Index(&refs)).ignore_unavailable(true).send().await?;
     json_or_status(&format!("deleting generation {g}"), r).await?;

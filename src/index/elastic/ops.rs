@@ -27,6 +27,7 @@ impl Backend for ElasticBackend {
             // A rebuild's generation: its log is recorded at its cutover.
             return Ok(());
         }
+        self.runtime.block_on(super::setup::model_decision(&self.client, &self.prefix, self.model, false))?;
         let index = self.meta_index();
         let id = names::meta_id(self.generation()?, "log");
         loop {

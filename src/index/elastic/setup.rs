@@ -187,12 +187,12 @@ pub async fn model_decision(client: &Elasticsearch, prefix: &str, model: Option<
     recorded_model::decide(&format!("{prefix}-*"), g, held.as_ref(), model, written, record)
 }
 
-/// Records `ours` ([`Decision::Record`]) as the current generation's
-/// model; a record another writer made first must agree with it.
-pub async fn record_model(client: &Elasticsearch, prefix: &str, model: &Domain, ours: serde_json::Value) -> Result<(), IndexError> {
-    let g = generations::current(client, prefix).await?;
+/// Records `model` as generation `g`'s ([`Decision::Record`] for the
+/// current one, a rebuild's new one); a record another writer made first
+/// must agree with it.
+pub async fn record_model(client: &Elasticsearch, prefix: &str, g: u64, model: &Domain) -> Result<(), IndexError> {
     let id = meta_id(g, names::MODEL);
-    if put_meta_if(client, prefix, &id, ours, None).await?.is_none() {
+    if put_meta_if(client, prefix, &id, recorded_model::record_of(model), None).await?.is_none() {
         let held = get_meta(client, prefix, &id).await?;
         recorded_model::decide(&format!("{prefix}-*"), g, held.as_ref(), Some(model), false, false)?;
     }

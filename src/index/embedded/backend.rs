@@ -34,7 +34,10 @@ impl Backend for EmbeddedBackend {
             // A rebuild's generation: the log it is built from is recorded at
             // its cutover.
             Some(_) => Ok(()),
-            None => self.index.bind_log(partitions),
+            None => {
+                self.index.check_current_model(false)?;
+                self.index.bind_log(partitions)
+            }
         }
     }
     fn checkpoints(&self, partitions: &[i32]) -> Result<HashMap<i32, Checkpoint>, IndexError> {

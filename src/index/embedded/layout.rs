@@ -315,7 +315,7 @@ impl EmbeddedIndex {
     /// Refuses a generation written with another model than this handle's;
     /// `record`: a writer's, which records its model in a generation that
     /// has none yet.
-    fn check_model(&self, generation: u64, record: bool) -> Result<(), IndexError> {
+    pub fn check_model(&self, generation: u64, record: bool) -> Result<(), IndexError> {
         let name = format!("model-g{generation}");
         let held = self.record(&name)?;
         let written = held.is_none() && self.model.is_some() && !committed_shards(&self.generation_dir(generation))?.is_empty();

@@ -67,21 +67,35 @@ pub fn remove_when_done(prefix: &str) {
 /// Deletes every index under `prefixes` on `url`, by name (Elasticsearch
 /// refuses wildcard deletes by default: action.destructive_requires_name).
 fn remove_indexes(url: &str, prefixes: &[String]) -> Result<(), String> {
-    use elasticsearch::cat::CatIndicesParts;
     use elasticsearch::indices::IndicesDeleteParts;
     let client = ElasticConfig::from_env(url).map_err(|e| e.to_string())?.client().map_err(|e| e.to_string())?;
     super::rt().block_on(async {
         for p in prefixes {
-            let pattern = format!("{p}*");
-            let r = client.cat().indices(CatIndicesParts::Index(&[&pattern])).format("json").h(&["index"]).send().await.map_err(|e| e.to_string())?;
-            let listed: serde_json::Value = r.json().await.map_err(|e| e.to_string())?;
-            let names: Vec<&str> = listed.as_array().into_iter().flatten().filter_map(|i| i["index"].as_str()).collect();
+            let names = listed(&client, p).await?;
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
             for chunk in names.chunks(50) {
                 client.indices().delete(IndicesDeleteParts::Index(chunk)).send().await.map_err(|e| e.to_string())?;
             }
         }
         Ok(())
     })
+}
+
+/// The names of the indexes under `prefix`.
+async fn listed(client: &elasticsearch::Elasticsearch, prefix: &str) -> Result<Vec<String>, String> {
+    use elasticsearch::cat::CatIndicesParts;
+    let pattern = format!("{prefix}*");
+    let r = client.cat().indices(CatIndicesParts::Index(&[&pattern])).format("json").h(&["index"]).send().await.map_err(|e| e.to_string())?;
+    let listed: serde_json::Value = r.json().await.map_err(|e| e.to_string())?;
+    Ok(listed.as_array().into_iter().flatten().filter_map(|i| i["index"].as_str().map(str::to_string)).collect())
+}
+
+/// The names of the indexes under this process's prefix at `url`.
+pub fn indexes(url: &str) -> Vec<String> {
+    let client = ElasticConfig::from_env(url).unwrap().client().unwrap();
+    let mut names = super::rt().block_on(listed(&client, &prefix())).unwrap();
+    names.sort();
+    names
 }
 
 impl Drop for Elastic {

@@ -185,6 +185,7 @@ fn the_old_generation_and_its_meta_documents_are_deleted_and_the_state_survives_
             .mount(server)
             .await;
         Mock::given(method("GET")).and(path("/denorm-meta/_doc/log")).respond_with(recorded::get_doc_in("denorm-meta", "log", 0, json!({"topic": "t", "partitions": 2}))).mount(server).await;
+        mount_no_models(server).await;
         Mock::given(method("DELETE")).and(path("/denorm-files-000001,denorm-users-000001,denorm-posts-000001")).respond_with(ok(json!({"acknowledged": true}))).mount(server).await;
         // p0 names its parked keys (review F12), deleted with it; p1 has
         // no meta document.
@@ -233,6 +234,15 @@ async fn mount_settings(server: &MockServer, replicas: &str) {
         Mock::given(method("GET")).and(path(format!("/{new}/_settings/{names}"))).respond_with(ok(json!({ new.clone(): {"settings": {"index.number_of_replicas": replicas}}}))).mount(server).await;
     }
     Mock::given(method("PUT")).and(path("/denorm-files-000002,denorm-users-000002,denorm-posts-000002/_settings")).respond_with(ok(json!({"acknowledged": true}))).mount(server).await;
+    mount_no_models(server).await;
+}
+
+/// Generations 0 and 1 record no model: they hold the compiled-in kinds
+/// alone.
+async fn mount_no_models(server: &MockServer) {
+    for id in ["model", "g1-model"] {
+        Mock::given(method("GET")).and(path(format!("/denorm-meta/_doc/{id}"))).respond_with(recorded::doc_missing("denorm-meta", id)).mount(server).await;
+    }
 }
 
 /// A generation whose bulk-load settings did not take back the live

@@ -11,9 +11,10 @@ fn get_log(found: Option<Value>) -> ResponseTemplate {
 }
 
 /// The log document is absent at the first read; the create is answered
-/// `created`; later reads find `found`.
+/// `created`; later reads find `found`. The generation records no model.
 fn mount_log_document(rt: &tokio::runtime::Runtime, server: &MockServer, created: ResponseTemplate, found: Value) {
     rt.block_on(async {
+        Mock::given(method("GET")).and(path("/denorm-meta/_doc/model")).respond_with(recorded::doc_missing("denorm-meta", "model")).mount(server).await;
         Mock::given(method("GET")).and(path("/denorm-meta/_doc/log")).respond_with(get_log(None)).up_to_n_times(1).mount(server).await;
         Mock::given(method("POST")).and(path("/denorm-meta/_create/log")).respond_with(created).mount(server).await;
         Mock::given(method("GET")).and(path("/denorm-meta/_doc/log")).respond_with(get_log(Some(found))).mount(server).await;
