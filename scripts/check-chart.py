@@ -258,6 +258,17 @@ def check_invariants(name, values, docs):
     for cm in by_kind.get("ConfigMap", []):
         if "denorm.json" in cm.get("data", {}):
             json.loads(cm["data"]["denorm.json"])
+    model = values.get("model", {}).get("file")
+    for _, d in docs:
+        if d["kind"] not in ("Deployment", "StatefulSet", "Job", "CronJob"):
+            continue
+        c = pod_spec(d)["containers"][0]
+        given = {e["name"]: e.get("value") for e in c["env"]}.get("DENORM_MODEL")
+        own = values.get("jobs", {}).get("rebuild", {}).get("modelFile") if c["args"][0] == "rebuild" else None
+        file = own or model
+        want = f"/etc/denorm/model/{file}" if file and c["args"][0] != "topics" else None
+        if given != want:
+            fail(f"{name}: {d['kind']} {d['metadata']['name']} ({c['args'][0]}) has DENORM_MODEL={given!r}, not {want!r}")
     rebuild = values.get("jobs", {}).get("rebuild", {})
     for job in by_kind.get("Job", []):
         c = pod_spec(job)["containers"][0]
@@ -379,17 +390,30 @@ def boot(name, docs, brokers, workdir):
     topic = f"chart-{uuid.uuid4().hex[:12]}"
 
     secrets = os.environ.get("DENORM_TEST_SECRETS")
+    # The rendered ConfigMaps, written out as the kubelet mounts them.
+    configmaps = workdir / "configmaps"
+    for _, d in docs:
+        if d["kind"] == "ConfigMap":
+            for key, text in d.get("data", {}).items():
+                (configmaps / d["metadata"]["name"]).mkdir(parents=True, exist_ok=True)
+                (configmaps / d["metadata"]["name"] / key).write_text(text)
 
     def local(doc, value):
-        """A path in a mounted Secret, as the local copy of the Secret."""
-        if not secrets:
-            return value
+        """A path in a mounted Secret or ConfigMap, as its local copy."""
         pod = pod_spec(doc)
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
         for m in pod["containers"][0].get("volumeMounts", []):
+            if not value.startswith(m["mountPath"] + "/"):
+                continue
+            rest = value[len(m["mountPath"]) + 1:]
             secret = volumes.get(m["name"], {}).get("secret")
-            if secret and value.startswith(m["mountPath"] + "/"):
-                return str(pathlib.Path(secrets) / secret["secretName"] / value[len(m["mountPath"]) + 1:])
+            configmap = volumes.get(m["name"], {}).get("configMap")
+            if secret and secrets:
+                return str(pathlib.Path(secrets) / secret["secretName"] / rest)
+            if configmap:
+                if not (configmaps / configmap["name"] / rest).exists():
+                    fail(f"{name}: {value} is in ConfigMap {configmap['name']}, which does not hold {rest}")
+                return str(configmaps / configmap["name"] / rest)
         return value
 
     def env_of(doc, command):
@@ -433,6 +457,8 @@ def boot(name, docs, brokers, workdir):
         text = log.read()
         if code != 0:
             return fail(f"{name}: the worker exited {code} on SIGTERM:\n{text[-3000:]}")
+        if "DENORM_MODEL" in container_env(workload, "run") and "applying the model's commands" not in text:
+            fail(f"{name}: the worker was given a model and did not apply it:\n{text[-3000:]}")
         if workload["kind"] == "StatefulSet" and "static group membership" not in text:
             fail(f"{name}: the worker did not use its pod name as instance id:\n{text[-3000:]}")
         print(f"{name}: the rendered topics hook and worker ran against the test broker: ready, then a clean SIGTERM stop")
@@ -474,6 +500,13 @@ def run_checkov(manifest_dir):
 # --- Values the chart must refuse ----------------------------------------------
 
 MUST_FAIL = [
+    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "jobs": {"rebuild": {"enabled": True, "verify": True, "changeModel": True}}}, "refused with jobs.rebuild.changeModel"),
+    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "jobs": {"rebuild": {"modelFile": "shop-v2.toml"}}}, "holds no model to change"),
+    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "model": {"file": "shop.toml", "files": {"shop.toml": "x"}}, "jobs": {"rebuild": {"modelFile": "shop-v2.toml"}}}, "jobs.rebuild.modelFile shop-v2.toml is not a file of model.files (shop.toml)"),
+    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "model": {"file": "shop.toml"}}, "model.file needs its file"),
+    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "model": {"file": "shop.toml", "files": {"shop-v1.toml": "x"}}}, "model.file shop.toml is not a file of model.files (shop-v1.toml)"),
+    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "model": {"files": {"shop.toml": "x"}}}, "model.files without model.file"),
+    ({"kafka": {"brokers": "k:9092"}, "elasticsearch": {"url": "http://es:9200"}, "model": {"file": "shop.toml", "files": {"shop.toml": "x"}, "existingConfigMap": "m"}}, "set one"),
     ({"kafka": {"brokers": ""}, "elasticsearch": {"url": "http://es:9200"}}, "kafka.brokers is required"),
     ({"kafka": {"brokers": "k:9092"}}, "elasticsearch.url is required"),
     ({"backend": "embedded", "kafka": {"brokers": "k:9092"}, "autoscaling": {"enabled": True}}, "autoscaling needs backend elasticsearch"),

@@ -84,7 +84,7 @@ pub struct RebuildArgs {
     /// one) although the live generation holds another: the new generation holds the new model,
     /// and at the cutover the live workers of the old one stop, to be started again with the new
     /// --model. Without it such a rebuild is refused before it builds anything. See docs/model.md
-    #[arg(long, conflicts_with_all = ["status", "abandon", "tenant"])]
+    #[arg(long, env = "DENORM_REBUILD_CHANGE_MODEL", conflicts_with_all = ["status", "abandon", "tenant"])]
     change_model: bool,
     #[command(flatten)]
     cross_key: super::CrossKeyArgs,

@@ -101,6 +101,32 @@ app.kubernetes.io/component: worker
 {{- if lt (int64 $mib) (int64 $need) }}
 {{- fail (printf "worker.spillVolumeSize %s is below worker.spillMb (%d) times kafka.partitions (%d), %dMi: one worker may own every partition, and past its emptyDir's size the kubelet evicts the pod" $spill (.Values.worker.spillMb | int64) (.Values.kafka.partitions | int64) $need) }}
 {{- end }}
+{{- if and .Values.jobs.rebuild.changeModel .Values.jobs.rebuild.verify }}
+{{- fail "jobs.rebuild.verify compares documents of one model and is refused with jobs.rebuild.changeModel: verify after the cutover (jobs.verify)" }}
+{{- end }}
+{{- if and .Values.jobs.rebuild.modelFile (not .Values.model.file) }}
+{{- fail "jobs.rebuild.modelFile changes the model of an index written with one (model.file): the index of the compiled-in kinds alone holds no model to change" }}
+{{- end }}
+{{- if and .Values.jobs.rebuild.modelFile .Values.model.files (not (hasKey .Values.model.files .Values.jobs.rebuild.modelFile)) }}
+{{- fail (printf "jobs.rebuild.modelFile %s is not a file of model.files (%s)" .Values.jobs.rebuild.modelFile (keys .Values.model.files | sortAlpha | join ", ")) }}
+{{- end }}
+{{- with .Values.model }}
+{{- if and .file (not .files) (not .existingConfigMap) }}
+{{- fail "model.file needs its file: in model.files (--set-file) or in the ConfigMap named by model.existingConfigMap" }}
+{{- end }}
+{{- if and .files .existingConfigMap }}
+{{- fail "model.files and model.existingConfigMap both give the model's files: set one" }}
+{{- end }}
+{{- if and .files (not .file) }}
+{{- fail "model.files without model.file: name the file of model.files the processes run with (--model)" }}
+{{- end }}
+{{- if and .files .file (not (hasKey .files .file)) }}
+{{- fail (printf "model.file %s is not a file of model.files (%s)" .file (keys .files | sortAlpha | join ", ")) }}
+{{- end }}
+{{- if and .file (or (contains "/" .file) (hasPrefix "." .file)) }}
+{{- fail (printf "model.file %s is a file name of model.files or the ConfigMap, not a path" .file) }}
+{{- end }}
+{{- end }}
 {{- range $k, $v := .Values.kafka.options }}
 {{- if or (contains "password" $k) (contains "secret" $k) (hasSuffix ".pem" $k) }}
 {{- fail (printf "kafka.options.%s looks like a secret: put it in the Secret named by kafka.existingSecret" $k) }}
@@ -138,6 +164,27 @@ app.kubernetes.io/component: worker
 {{- $own = (index .root.Values.jobs .role).kafkaSecret | default "" }}
 {{- end }}
 {{- default .root.Values.kafka.existingSecret $own }}
+{{- end }}
+
+{{/* The ConfigMap of the model's files, for every role but the topics Job
+     (which reads no command): model.existingConfigMap, else the chart's
+     own of model.files; none without model.file. */}}
+{{- define "denorm.modelConfigMap" -}}
+{{- if include "denorm.modelFile" . }}
+{{- default (printf "%s-model" (include "denorm.fullname" .root)) .root.Values.model.existingConfigMap }}
+{{- end }}
+{{- end }}
+
+{{/* The model file a role runs with: the rebuild Job's own
+     jobs.rebuild.modelFile (a change of model), else model.file. */}}
+{{- define "denorm.modelFile" -}}
+{{- if ne .role "topics" }}
+{{- $own := "" }}
+{{- if eq .role "rebuild" }}
+{{- $own = .root.Values.jobs.rebuild.modelFile | default "" }}
+{{- end }}
+{{- default .root.Values.model.file $own }}
+{{- end }}
 {{- end }}
 
 {{/* The Elasticsearch credential's Secret of a role: none for the topics
@@ -221,6 +268,10 @@ app.kubernetes.io/component: worker
   value: /var/run/secrets/denorm/elasticsearch-ca/ca.crt
 {{- end }}
 {{- end }}
+{{- if include "denorm.modelConfigMap" . }}
+- name: DENORM_MODEL
+  value: /etc/denorm/model/{{ include "denorm.modelFile" . }}
+{{- end }}
 {{- with .root.Values.worker.schemaRegistryUrl }}
 - name: DENORM_SCHEMA_REGISTRY_URL
   value: {{ . | quote }}
@@ -235,6 +286,11 @@ app.kubernetes.io/component: worker
 {{- $signing := include "denorm.signingSecret" . }}
 - name: tmp
   mountPath: /tmp
+{{- if include "denorm.modelConfigMap" . }}
+- name: model
+  mountPath: /etc/denorm/model
+  readOnly: true
+{{- end }}
 {{- if $kafka }}
 - name: kafka-options
   mountPath: /var/run/secrets/denorm/kafka
@@ -269,6 +325,12 @@ app.kubernetes.io/component: worker
 - name: tmp
   emptyDir:
     sizeLimit: 64Mi
+{{- with include "denorm.modelConfigMap" . }}
+- name: model
+  configMap:
+    name: {{ . }}
+    defaultMode: 0444
+{{- end }}
 {{- if $kafka }}
 - name: kafka-options
   secret:
