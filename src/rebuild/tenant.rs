@@ -34,11 +34,11 @@ pub struct TenantRebuild<'a> {
     pub runtime: tokio::runtime::Handle,
 }
 
-/// Rebuilds (or resumes rebuilding) the tenant's next revision and cuts
-/// the tenant over to it. Blocking.
 /// Why a model's index is not rebuilt one tenant at a time.
 pub const NO_MODEL: &str = "--tenant rebuilds a tenant's own indexes, which hold the compiled-in kinds only for now: an index holding a model is rebuilt whole (docs/model.md, \"Status\")";
 
+/// Rebuilds (or resumes rebuilding) the tenant's next revision and cuts
+/// the tenant over to it. Blocking.
 pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, RebuildError> {
     let TenantRebuild { kafka, index, group, partitions, keep_old, takeover_waits, any_partitioner, health, runtime } = r;
     let started = Instant::now();
