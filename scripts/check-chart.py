@@ -333,6 +333,8 @@ def check_members(name, what, spec, c, prefix, members):
     index = env.get(f"{prefix}_MEMBER", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
     if (spec.get("completionMode"), spec.get("completions"), spec.get("parallelism")) != ("Indexed", members, members):
         fail(f"{name}: the {what} has {members} member(s) but runs completionMode {spec.get('completionMode')}, completions {spec.get('completions')}, parallelism {spec.get('parallelism')}")
+    if members == 1 and f"{prefix}_MEMBERS" not in env and f"{prefix}_MEMBER" not in env:
+        return  # one process: the command's default
     if env.get(f"{prefix}_MEMBERS", {}).get("value") != str(members) or "job-completion-index" not in index:
         fail(f"{name}: the {what}'s pods are not told {prefix}_MEMBERS={members} and their index: {env}")
 

@@ -16,7 +16,8 @@ use denorm::rebuild::{Rebuild, RebuildError, Tick};
 
 #[derive(Debug, Args)]
 pub struct RebuildArgs {
-    /// Print the index's generations and the state of a rebuild in progress, and exit
+    /// Print the index's generations, the model each holds, and the state of a rebuild in
+    /// progress, and exit
     #[arg(long)]
     status: bool,
     /// With --status: print JSON
@@ -290,10 +291,18 @@ fn rebuild(r: Rebuild<'_>) -> anyhow::Result<()> {
 
 fn show_status(kafka: &KafkaConfig, index: &dyn Generations, json: bool) -> anyhow::Result<()> {
     let s = denorm::rebuild::status(kafka, index)?;
+    // What each generation holds: a model's name, version and fingerprint,
+    // or nothing (the compiled-in kinds alone).
+    let mut models = serde_json::Map::new();
+    for &g in s.generations.iter().chain(s.rebuild.as_ref().map(|(g, _)| g)) {
+        let held = index.model_record(g)?.map(|r| serde_json::json!({"name": r["name"], "version": r["version"], "fingerprint": r["fingerprint"]}));
+        models.insert(g.to_string(), held.unwrap_or(serde_json::Value::Null));
+    }
     if json {
         let v = serde_json::json!({
             "current": s.current,
             "generations": s.generations,
+            "models": models,
             "current_applied": s.current_applied,
             "end": s.end,
             "rebuild": s.rebuild.map(|(g, applied)| serde_json::json!({"generation": g, "applied": applied})),
@@ -304,6 +313,9 @@ fn show_status(kafka: &KafkaConfig, index: &dyn Generations, json: bool) -> anyh
     }
     println!("current generation: {} ({} of {} commands applied)", s.current, s.current_applied, s.end);
     println!("generations: {:?}", s.generations);
+    for (g, held) in &models {
+        println!("generation {g} holds {}", denorm::index::recorded_model::named(Some(held).filter(|h| !h.is_null())));
+    }
     match s.rebuild {
         Some((g, applied)) => println!("rebuild in progress: generation {g}, {applied} of {} commands applied (run `denorm rebuild` to resume it)", s.end),
         None => println!("no rebuild in progress"),

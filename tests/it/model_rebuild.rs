@@ -55,6 +55,16 @@ fn verified(r: &Rig, model: &std::path::Path) -> (i32, serde_json::Value, String
     (code, serde_json::from_str(&out).unwrap_or(serde_json::Value::Null), err)
 }
 
+/// The version of the model generation `g` holds, as `rebuild --status`
+/// shows it.
+fn held_by(r: &Rig, g: u64) -> serde_json::Value {
+    let (code, out, err) = r.run(&["rebuild", "--status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status["models"][g.to_string()]["name"], "shop", "{status}");
+    status["models"][g.to_string()]["version"].clone()
+}
+
 /// The index names under this process's prefix on the rig's server, or
 /// the generations of the embedded index.
 fn stored(r: &Rig) -> Vec<String> {
@@ -85,6 +95,7 @@ fn a_models_index_is_rebuilt_and_its_model_changed(r: Rig) {
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains(": equal"), "{out}");
     assert_eq!(generations.current().unwrap(), 1);
+    assert_eq!(held_by(&r, 1), serde_json::json!(1), "rebuild --status names the model of generation 1");
     assert_shop_searched(&r);
     produce_lines(&r, v1, "late.jsonl", &[r#"{"op":"upsert","kind":"order","id":"o10","fields":{"customer_id":"c1","placed":"2026-12-02","status":"new","total":3}}"#]);
     sent += 1;
@@ -117,6 +128,7 @@ fn a_models_index_is_rebuilt_and_its_model_changed(r: Rig) {
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(err.contains("changing the model"), "{err}");
     assert_eq!(generations.current().unwrap(), 2);
+    assert_eq!(held_by(&r, 2), serde_json::json!(2));
 
     // The worker of version 1 stops, naming the models; one of version 2
     // takes the log on.
