@@ -45,7 +45,8 @@ fn a_failed_comparison_reports_the_dead_letters_the_progress_the_workers_logs_an
     let dir = report.split("(files in ").nth(1).and_then(|r| r.split(')').next()).expect("the report names its directory");
     let logs = std::fs::read_dir(dir).unwrap().filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("worker-")).count();
     assert_eq!(logs, 1, "the worker's log kept in {dir}");
-    assert!(std::path::Path::new(dir).join("report.txt").exists());
+    let kept = std::fs::read_to_string(std::path::Path::new(dir).join("report.txt")).unwrap();
+    assert!(kept.starts_with("--- panicked at ") && kept.contains("tests/it/"), "report.txt names the failed assertion and where: {}", &kept[..kept.len().min(600)]);
 }
 
 /// The report opens an index the way its workers did: a worker of a

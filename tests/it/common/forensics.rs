@@ -9,7 +9,8 @@
 //! - per partition: the shard's checkpoint and done-above record and the
 //!   group's committed offset and end;
 //! - the first differing documents of a model comparison, with the
-//!   positions of the commands that wrote their key.
+//!   positions of the commands that wrote their key;
+//! - in report.txt, the panic: the assertion that failed, and where.
 //!
 //! The report never panics (a panic in a panic hook aborts the process):
 //! each part that cannot be read says why instead.
@@ -123,9 +124,10 @@ fn install() {
             return;
         }
         let test = std::thread::current().name().unwrap_or("test").replace("::", "-");
+        let panic = info.to_string();
         // On a thread of its own: the panicking one may be inside a
         // runtime, where another cannot start.
-        let text = std::thread::spawn(move || report(&test)).join().unwrap_or_else(|_| "(the failure report itself failed)".into());
+        let text = std::thread::spawn(move || report(&test, &panic)).join().unwrap_or_else(|_| "(the failure report itself failed)".into());
         eprintln!("{text}");
         *LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
     }));
@@ -136,7 +138,9 @@ fn artifacts(test: &str) -> PathBuf {
     base.join(format!("{test}-{}", std::process::id()))
 }
 
-fn report(test: &str) -> String {
+/// The report of `test`, which failed with `panic` (the assertion and
+/// where, its first 4,000 characters also in report.txt).
+fn report(test: &str, panic: &str) -> String {
     let (rigs, workers, differences) = {
         let s = SCENE.lock().unwrap_or_else(|e| e.into_inner());
         match &*s {
@@ -169,7 +173,8 @@ fn report(test: &str) -> String {
             let _ = write!(out, "\n    ... {} more in the file", notable.len() - 30);
         }
     }
-    let _ = std::fs::write(dir.join("report.txt"), &out);
+    let shown: String = panic.chars().take(4000).collect();
+    let _ = std::fs::write(dir.join("report.txt"), format!("--- {shown}\n{out}"));
     out
 }
 
