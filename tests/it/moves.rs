@@ -368,8 +368,14 @@ fn a_rebuild_into_a_new_generation_gives_the_same_documents_after_moves_on(r: Ri
     before.sort_by_key(key);
     after.sort_by_key(key);
     assert_eq!(before, after, "the rebuilt generation differs; {}", explained());
+    // Each move's documents twice, the live run's and the rebuild's, but
+    // on Elasticsearch, whose partitions share documents, a destination of
+    // another partition may take the files over from the live run's chunk
+    // before its source scans them: that source has nothing to resend.
+    // Both moves within one partition are always resent.
     let resent = chunks(&r.cfg).len();
-    assert_eq!(resent, 8, "each move's documents twice: the live run's and the rebuild's; {}", explained());
+    let expected = if r.is_elastic() { 6..=8 } else { 8..=8 };
+    assert!(expected.contains(&resent), "{resent} moves' chunks, not {expected:?}; {}", explained());
     assert!(live.metric("denorm_moves_total", &[("side", "destination"), ("outcome", "duplicate")]) >= 1.0, "{}", live.log());
 }
 
