@@ -13,7 +13,7 @@ mod check;
 mod earlier;
 mod file;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::fmt;
 use std::path::Path;

@@ -9,6 +9,10 @@ use crate::common::*;
 
 pub(crate) const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/shop.toml");
 
+/// Version 2 of the shop model, which reads version 1's commands
+/// (`earlier`, relative to the fixture).
+pub(crate) const SHOP_V2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/shop-v2.toml");
+
 #[derive(serde::Deserialize)]
 struct Search {
     kind: String,

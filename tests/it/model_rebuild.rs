@@ -7,22 +7,19 @@
 use std::time::Duration;
 
 use crate::common::*;
-use crate::model_pipeline::{assert_shop_searched, shop_log, shop_log_messages, with_model, MODEL};
+use crate::model_pipeline::{assert_shop_searched, shop_log, shop_log_messages, with_model, MODEL, SHOP_V2};
 use crate::rebuild::generations_of;
 
-/// Version 2 of the shop model: orders gain an optional sales channel,
-/// and a kind of its own holds suppliers. It reads the commands of
-/// version 1 (`models/shop.toml`) when it names it under `earlier`.
+/// Version 2 of the shop model (`tests/fixtures/shop-v2.toml`): orders
+/// gain an optional sales channel, and a kind of its own holds suppliers.
+/// It reads the commands of version 1 (`models/shop.toml`) when it names
+/// it under `earlier`.
 fn shop_v2(earlier: bool) -> String {
-    let v1 = std::fs::read_to_string(MODEL).unwrap();
-    let note = "fields.note = { type = \"text\", optional = true }\n";
-    assert!(v1.contains("version = 1\n") && v1.contains(note), "models/shop.toml changed: update this test's version 2");
-    let version = match earlier {
-        true => format!("version = 2\nearlier = [{MODEL:?}]\n"),
-        false => "version = 2\n".into(),
-    };
-    let v2 = v1.replace("version = 1\n", &version).replace(note, &format!("{note}fields.channel = {{ type = \"keyword\", optional = true }}\n"));
-    format!("{v2}\n[kinds.supplier]\nkey = \"id\"\nfields.name = \"keyword\"\n")
+    let v2 = std::fs::read_to_string(SHOP_V2).unwrap();
+    match earlier {
+        true => v2.replace("\"../../models/shop.toml\"", &format!("{MODEL:?}")),
+        false => v2.replace("earlier = [\"../../models/shop.toml\"]\n", ""),
+    }
 }
 
 /// `denorm` with the model file `model`, on the rig's broker, group and

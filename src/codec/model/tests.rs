@@ -89,7 +89,7 @@ fn a_command_of_an_earlier_version_is_read_with_its_schema_and_bound_to_the_mode
     let dir = tempfile::tempdir().unwrap();
     let v1 = include_str!("../../../models/shop.toml");
     std::fs::write(dir.path().join("shop.toml"), v1).unwrap();
-    let v2 = v1.replacen("version = 1\n", "version = 2\nearlier = [\"shop.toml\"]\n", 1) + "\n[kinds.supplier]\nkey = \"id\"\nfields.name = \"keyword\"\n";
+    let v2 = crate::domain::tests::shop_v2(|t| t);
     std::fs::write(dir.path().join("shop-v2.toml"), v2).unwrap();
     let v2 = Domain::load(&dir.path().join("shop-v2.toml")).unwrap().interned();
     let old = shop();
