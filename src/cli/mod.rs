@@ -337,7 +337,8 @@ pub struct CrossKeyArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct RegistryArgs {
     /// Confluent Schema Registry URL. `run` then also accepts messages in its framing (magic
-    /// byte 0 + schema id); `produce` writes that framing. Credentials from
+    /// byte 0 + schema id); `produce` writes that framing, registering schemas/command.avsc or,
+    /// with --model, the model's schema under the subject. Credentials from
     /// DENORM_SCHEMA_REGISTRY_USERNAME and _PASSWORD (or _PASSWORD_FILE); a CA certificate
     /// from DENORM_SCHEMA_REGISTRY_CA_CERT
     #[arg(long = "schema-registry", value_name = "URL", env = "DENORM_SCHEMA_REGISTRY_URL")]

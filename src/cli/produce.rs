@@ -194,17 +194,18 @@ pub async fn run(cli: &Cli, a: &ProduceArgs) -> anyhow::Result<()> {
     let commands = in_tenant(commands, a.tenant.as_deref())?;
     let kafka = cli.kafka();
     kafka.ensure_topic().await.context("cannot reach or create the topic")?;
+    let producer = match model {
+        Some(d) => Producer::new(&kafka)?.with_model(d),
+        None => Producer::new(&kafka)?,
+    };
     let producer = match a.registry.registry()? {
-        None => match model {
-            Some(d) => Producer::new(&kafka)?.with_model(d),
-            None => Producer::new(&kafka)?,
-        },
-        Some(_) if model.is_some() => return Err(UsageError("--model with --schema-registry: a model's commands are written in single-object encoding only for now".into()).into()),
+        None => producer,
         Some(r) => {
             let subject = a.subject.clone().unwrap_or_else(|| denorm::codec::registry::value_subject(&kafka.topic));
-            let p = Producer::with_registry(&kafka, &r, &subject, !a.no_register_schema).await.with_context(|| format!("getting the schema id of subject {subject:?} from {}", r.url()))?;
+            let p = producer.with_registry(&r, &subject, !a.no_register_schema).await.with_context(|| format!("getting the schema id of subject {subject:?} from {}", r.url()))?;
             if let denorm::produce::Framing::Registry(id) = p.framing() {
-                eprintln!("schema-registry framing: subject {subject}, schema id {id}");
+                let of = model.map_or_else(|| "schemas/command.avsc".to_string(), |d| format!("model {} version {}", d.name, d.version));
+                eprintln!("schema-registry framing: subject {subject}, schema id {id} ({of})");
             }
             p
         }

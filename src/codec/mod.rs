@@ -215,6 +215,12 @@ impl Codec {
         self
     }
 
+    /// The Avro schema of the model's commands, as `denorm schema --model`
+    /// prints it.
+    pub fn model_schema_text(&self) -> Option<&str> {
+        self.model.as_ref().map(|(c, _)| c.schema_text())
+    }
+
     /// The model whose commands it reads too ([`Codec::with_model`]).
     pub fn model(&self) -> Option<&'static crate::domain::Domain> {
         self.model.as_ref().map(|(_, d)| *d)
@@ -241,9 +247,13 @@ impl Codec {
         encode_value(&self.current, self.current_fingerprint, to_value(&self.current, envelope))
     }
 
-    /// The binary Avro datum of `envelope` under the current schema, without
-    /// any framing.
+    /// The binary Avro datum of `envelope` under the current schema (a
+    /// model's command: its model's), without any framing.
     pub fn datum(&self, envelope: &Envelope) -> Vec<u8> {
+        if let Some(m) = crate::command::generic::bound::Bound::model_envelope(envelope) {
+            let (codec, _) = self.model.as_ref().expect("a model's command is encoded by a codec of its model (`Codec::with_model`)");
+            return codec.datum(&m);
+        }
         apache_avro::to_avro_datum(&self.current, to_value(&self.current, envelope)).expect("value matches its schema")
     }
 
@@ -263,12 +273,8 @@ impl Codec {
             return self.decode_registry_framed(bytes);
         }
         let (fp, datum) = single_object(bytes)?;
-        if let Some((codec, domain)) = &self.model {
-            // A command of an earlier version is checked against this one
-            // as it is bound, as any command is.
-            if let Some(codec) = std::iter::once(codec).chain(&self.earlier).find(|c| c.writes(&fp)) {
-                return Ok(Decoded::Command(crate::command::generic::bound::Bound::envelope(domain, codec.decode(bytes)?)));
-            }
+        if let Some(command) = self.model_command(&fp, datum) {
+            return command;
         }
         let known = self.known.get(&fp).ok_or_else(|| DecodeError::UnknownFingerprint(hex(&fp)))?;
         decode_datum(&known.schema, known.family, datum)
@@ -289,7 +295,30 @@ impl Codec {
             e if e.is_retryable() => DecodeError::RegistryUnavailable(e.to_string()),
             e => DecodeError::UnknownSchemaId { id, detail: e.to_string() },
         })?;
-        decode_datum(&writer, Family::Command, &bytes[5..])
+        if let Some(command) = self.model_command(&writer.fingerprint, &bytes[5..]) {
+            return command;
+        }
+        if let Some(model) = model_schema_name(&writer.schema) {
+            let reads = match &self.model {
+                Some((codec, d)) => {
+                    let versions: Vec<String> = std::iter::once(codec).chain(&self.earlier).map(|c| format!("version {} ({})", c.domain().version, c.fingerprint())).collect();
+                    format!("this worker reads model {} {}", d.name, versions.join(", "))
+                }
+                None => "this worker runs without --model".to_string(),
+            };
+            return Err(DecodeError::UnknownSchemaId { id, detail: format!("the commands of model {model} (schema fingerprint {}), and {reads}", hex(&writer.fingerprint)) });
+        }
+        decode_datum(&writer.schema, Family::Command, &bytes[5..])
+    }
+
+    /// A datum written with the schema of fingerprint `fp`, when that is
+    /// the model's or an earlier version's: decoded and bound to the model
+    /// (a command of an earlier version is checked against this one as it
+    /// is bound, as any command is).
+    fn model_command(&self, fp: &[u8; 8], datum: &[u8]) -> Option<Result<Decoded, DecodeError>> {
+        let (codec, domain) = self.model.as_ref()?;
+        let codec = std::iter::once(codec).chain(&self.earlier).find(|c| c.writes(fp))?;
+        Some(codec.decode_datum(datum).map(|m| Decoded::Command(crate::command::generic::bound::Bound::envelope(domain, m))))
     }
 
     /// Encodes an operator control message.
@@ -366,6 +395,13 @@ fn single_object(bytes: &[u8]) -> Result<([u8; 8], &[u8]), DecodeError> {
         return Err(DecodeError::BadMarker(bytes[0], bytes[1]));
     }
     Ok((bytes[2..10].try_into().expect("8 bytes"), &bytes[10..]))
+}
+
+/// The model whose commands `schema` is, by its name
+/// (`denorm.model.<model>.Command`, as `denorm schema --model` writes).
+fn model_schema_name(schema: &Schema) -> Option<&str> {
+    let Schema::Record(r) = schema else { return None };
+    r.name.namespace.as_deref()?.strip_prefix("denorm.model.").filter(|_| r.name.name == "Command")
 }
 
 /// Reads all of `datum` as one binary datum written with `writer`.

@@ -107,11 +107,20 @@ impl RegistryConfig {
     }
 }
 
+/// A writer schema resolved from the registry.
+#[derive(Debug)]
+pub struct Writer {
+    pub schema: Schema,
+    /// CRC-64-AVRO of its Parsing Canonical Form (little-endian): the
+    /// fingerprint the same schema has in single-object encoding.
+    pub fingerprint: [u8; 8],
+}
+
 /// A registry client with a cache of resolved schema ids.
 pub struct Registry {
     cfg: RegistryConfig,
     http: reqwest::Client,
-    cache: Mutex<HashMap<u32, Arc<Schema>>>,
+    cache: Mutex<HashMap<u32, Arc<Writer>>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -169,7 +178,7 @@ impl Registry {
     }
 
     /// The writer schema of `id`, from the cache or the registry.
-    pub async fn schema(&self, id: u32) -> Result<Arc<Schema>, RegistryError> {
+    pub async fn schema(&self, id: u32) -> Result<Arc<Writer>, RegistryError> {
         if let Some(s) = self.cache.lock().expect("cache lock").get(&id) {
             return Ok(s.clone());
         }
@@ -199,14 +208,16 @@ impl Registry {
             return Err(bad(format!("is a {t} schema, not Avro")));
         }
         let text = body.get("schema").and_then(|s| s.as_str()).ok_or_else(|| bad("the registry's answer has no \"schema\"".into()))?;
-        let schema = Arc::new(Schema::parse_str(text).map_err(|e| bad(format!("not a valid Avro schema: {e}")))?);
+        let schema = Schema::parse_str(text).map_err(|e| bad(format!("not a valid Avro schema: {e}")))?;
         if let Some(name) = recursive_record(&schema) {
             // A datum of it may nest without bound, and Avro decoding
             // recurses: a deep one would overflow the applier's stack.
             return Err(bad(format!("is recursive (record {name} contains itself), which no command schema is: refused")));
         }
-        self.cache.lock().expect("cache lock").insert(id, schema.clone());
-        Ok(schema)
+        let fingerprint = super::canonical::fingerprint(text).map_err(|e| bad(format!("no canonical form: {e}")))?;
+        let writer = Arc::new(Writer { schema, fingerprint });
+        self.cache.lock().expect("cache lock").insert(id, writer.clone());
+        Ok(writer)
     }
 
     /// The id of `schema` under `subject`: looked up, and registered when
@@ -233,7 +244,7 @@ impl Registry {
     }
 
     /// [`Registry::schema`] from a thread outside the async runtime.
-    pub fn schema_blocking(&self, runtime: &tokio::runtime::Handle, id: u32) -> Result<Arc<Schema>, RegistryError> {
+    pub fn schema_blocking(&self, runtime: &tokio::runtime::Handle, id: u32) -> Result<Arc<Writer>, RegistryError> {
         if let Some(s) = self.cache.lock().expect("cache lock").get(&id) {
             return Ok(s.clone());
         }

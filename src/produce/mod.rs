@@ -26,6 +26,11 @@ pub enum ProduceError {
     /// apply it in time: the commands after it were not sent.
     #[error(transparent)]
     Barrier(Box<BarrierMissed>),
+    /// A command of the other family than the schema registered for the
+    /// producer's registry framing (a compiled-in command on a model's
+    /// subject, or the reverse).
+    #[error("{0}")]
+    Framing(String),
 }
 
 /// A barrier's command was sent but not applied at its source in time.
@@ -45,7 +50,7 @@ impl ProduceError {
         match self {
             ProduceError::Kafka(_) => true,
             ProduceError::Registry(e) => e.is_retryable(),
-            ProduceError::Invalid(_) => false,
+            ProduceError::Invalid(_) | ProduceError::Framing(_) => false,
             ProduceError::Barrier(_) => true,
         }
     }
@@ -105,21 +110,22 @@ impl Producer {
         Ok(Producer { inner: c.create()?, topic: cfg.topic.clone(), codec: Codec::new(), framing: Framing::SingleObject })
     }
 
-    /// A producer writing schema-registry framing: the current schema's id
-    /// under `subject` is looked up, and registered first when `register`
-    /// is set and the registry does not have it.
-    pub async fn with_registry(cfg: &KafkaConfig, registry: &Registry, subject: &str, register: bool) -> Result<Self, ProduceError> {
-        let id = registry.id_for(subject, crate::codec::CURRENT_SCHEMA, register).await?;
-        let mut p = Producer::new(cfg)?;
-        p.framing = Framing::Registry(id);
-        Ok(p)
-    }
-
     /// Also writes the commands of `model`, in single-object encoding with
-    /// its schema.
+    /// its schema (set it before [`Producer::with_registry`]).
     pub fn with_model(mut self, model: &'static crate::domain::Domain) -> Self {
         self.codec = Codec::new().with_model(model);
         self
+    }
+
+    /// Writes schema-registry framing: the id of the schema it writes (the
+    /// model's with [`Producer::with_model`], else `schemas/command.avsc`)
+    /// under `subject` is looked up, and registered first when `register`
+    /// is set and the registry does not have it. The commands it sends are
+    /// then of that schema only.
+    pub async fn with_registry(mut self, registry: &Registry, subject: &str, register: bool) -> Result<Self, ProduceError> {
+        let schema = self.codec.model_schema_text().unwrap_or(crate::codec::CURRENT_SCHEMA);
+        self.framing = Framing::Registry(registry.id_for(subject, schema, register).await?);
+        Ok(self)
     }
 
     pub fn framing(&self) -> Framing {
@@ -127,10 +133,21 @@ impl Producer {
     }
 
     /// The message bytes of `e` in this producer's framing.
-    pub fn payload(&self, e: &Envelope) -> Vec<u8> {
+    pub fn payload(&self, e: &Envelope) -> Result<Vec<u8>, ProduceError> {
         match self.framing {
-            Framing::SingleObject => self.codec.encode(e),
-            Framing::Registry(id) => crate::codec::registry::frame(id, &self.codec.datum(e)),
+            Framing::SingleObject => Ok(self.codec.encode(e)),
+            Framing::Registry(id) => {
+                let model = crate::command::generic::bound::Bound::model_envelope(e).is_some();
+                match self.codec.model() {
+                    Some(d) if !model => {
+                        Err(ProduceError::Framing(format!("a compiled-in command ({}) on a producer of model {}'s schema-registry framing: its schema id is the model's", e.command.key(), d.name)))
+                    }
+                    None if model => {
+                        Err(ProduceError::Framing(format!("a model's command ({}) on a producer of the compiled-in schema's registry framing: give the producer the model", e.command.key())))
+                    }
+                    _ => Ok(crate::codec::registry::frame(id, &self.codec.datum(e))),
+                }
+            }
         }
     }
 
@@ -150,7 +167,7 @@ impl Producer {
     /// Hands the command to the client (in call order, which is log order per
     /// key) and returns the future of its acknowledgement.
     async fn enqueue(&self, e: &Envelope) -> Result<impl std::future::Future<Output = Result<LogPosition, ProduceError>>, ProduceError> {
-        let payload = self.payload(e);
+        let payload = self.payload(e)?;
         let key = e.command.key();
         loop {
             // No Kafka headers: the envelope carries the id and the type, and
@@ -336,5 +353,29 @@ fn barrier(commands: &[Command], i: usize) -> Option<Barrier> {
             Some(Barrier { description: format!("the {} of {:?} under {:?}, before it goes to {:?},", delete.kind(), delete_id(delete), delete.key(), next.key()), destination: None })
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_framing_writes_only_the_family_of_the_schema_it_registered() {
+        let files = crate::command::generic::legacy::domain();
+        let compiled = Envelope::new(Command::DeleteUser { id: "u1".into() });
+        let model = Envelope::new(crate::command::generic::legacy::command_of(files, &compiled));
+        let cfg = KafkaConfig::new("127.0.0.1:9", "t");
+        let mut plain = Producer::new(&cfg).unwrap();
+        let mut of_model = Producer::new(&cfg).unwrap().with_model(files);
+        // Single-object framing names its schema in every message: both families.
+        assert!(of_model.payload(&compiled).is_ok() && of_model.payload(&model).is_ok());
+        plain.framing = Framing::Registry(41);
+        of_model.framing = Framing::Registry(51);
+        assert_eq!(plain.payload(&compiled).unwrap(), crate::codec::registry::frame(41, &Codec::new().datum(&compiled)));
+        assert_eq!(of_model.payload(&model).unwrap(), crate::codec::registry::frame(51, &Codec::new().with_model(files).datum(&model)));
+        let e = of_model.payload(&compiled).unwrap_err();
+        assert!(matches!(e, ProduceError::Framing(_)) && e.to_string().contains("model files_and_posts"), "{e}");
+        assert!(matches!(plain.payload(&model), Err(ProduceError::Framing(_))));
     }
 }

@@ -214,3 +214,107 @@ fn an_unavailable_registry_degrades_the_worker_and_dead_letters_nothing() {
     let (code, out, err) = r.run(&["search", "files", "--under", "/up", "--json"]);
     assert_eq!((code, json_lines(&out).len()), (0, 1), "{err}");
 }
+
+/// The Avro schema of a model's commands, as `denorm schema --model`
+/// prints it and a producer registers it.
+fn model_schema(d: &'static denorm::domain::Domain) -> String {
+    Codec::new().with_model(d).model_schema_text().unwrap().to_string()
+}
+
+fn load(path: &str) -> &'static denorm::domain::Domain {
+    denorm::domain::Domain::load(std::path::Path::new(path)).unwrap().interned()
+}
+
+#[tokio::test]
+async fn a_models_registry_framed_commands_are_read_with_its_own_and_its_earlier_versions_schemas() {
+    use crate::model_pipeline::{MODEL, SHOP_V2};
+    let (v1, v2) = (load(MODEL), load(SHOP_V2));
+    let other = denorm::command::generic::legacy::domain();
+    let server = MockServer::start().await;
+    for (id, d) in [(51, v1), (52, v2), (53, other)] {
+        Mock::given(method("GET")).and(path(format!("/schemas/ids/{id}"))).respond_with(answer(200, serde_json::json!({ "schema": model_schema(d) }))).mount(&server).await;
+    }
+    let r = Arc::new(registry(&server, &[]));
+    let line = denorm::command::generic::jsonl::parse_all(v1, include_str!("../../models/shop.jsonl").as_bytes()).unwrap().remove(1);
+    let written = Envelope::new(Command::Model(Box::new(denorm::command::generic::bound::Bound::new(v1, line.tenant.clone(), line.command.clone()))));
+    let datum = Codec::new().with_model(v1).datum(&written);
+    let foreign = Codec::new().with_model(other).datum(&Envelope::new(denorm::command::generic::legacy::command_of(other, &Envelope::new(Command::DeleteUser { id: "u1".into() }))));
+    let (v1_codec, v2_codec, plain) = (
+        Codec::new().with_model(v1).with_registry(r.clone(), tokio::runtime::Handle::current()),
+        Codec::new().with_model(v2).with_registry(r.clone(), tokio::runtime::Handle::current()),
+        Codec::new().with_registry(r.clone(), tokio::runtime::Handle::current()),
+    );
+    let decoded = tokio::task::spawn_blocking(move || {
+        let mine = v1_codec.decode(&frame(51, &datum));
+        let earlier = v2_codec.decode(&frame(51, &datum));
+        let newer = v1_codec.decode(&frame(52, &datum));
+        let foreign = v1_codec.decode(&frame(53, &foreign));
+        let without = plain.decode(&frame(51, &datum));
+        (mine, earlier, newer, foreign, without)
+    })
+    .await
+    .unwrap();
+    let (mine, earlier, newer, foreign, without) = decoded;
+    let bound = |e: Result<Envelope, DecodeError>| match e {
+        Ok(Envelope { command: Command::Model(b), .. }) => b,
+        other => panic!("not a command of the model: {other:?}"),
+    };
+    let mine = bound(mine);
+    assert!(std::ptr::eq(mine.domain, v1) && mine.validate().is_ok() && mine.command == line.command, "{mine:?}");
+    // Version 1's schema id, read by a worker of version 2: bound to version 2.
+    let earlier = bound(earlier);
+    assert!(std::ptr::eq(earlier.domain, v2) && earlier.validate().is_ok() && earlier.command == line.command, "{earlier:?}");
+    let unknown = |e: Result<Envelope, DecodeError>, id: u32, says: &[&str]| match e {
+        Err(DecodeError::UnknownSchemaId { id: got, detail }) if got == id => assert!(says.iter().all(|s| detail.contains(s)), "{detail}"),
+        other => panic!("schema id {id}: {other:?}"),
+    };
+    // A later version, another model, and a worker without a model are told apart, each named.
+    unknown(newer, 52, &["the commands of model shop", "this worker reads model shop version 1"]);
+    unknown(foreign, 53, &["the commands of model files_and_posts", "this worker reads model shop version 1"]);
+    unknown(without, 51, &["the commands of model shop", "without --model"]);
+}
+
+#[test]
+fn a_models_commands_are_registered_produced_in_registry_framing_applied_and_searched() {
+    use crate::model_pipeline::{assert_shop_searched, shop_log, shop_log_messages, with_model, MODEL};
+    let rt = rt();
+    let r = Rig::new(3);
+    let (shop, other) = (model_schema(load(MODEL)), model_schema(denorm::command::generic::legacy::domain()));
+    let server = rt.block_on(async {
+        let server = MockServer::start().await;
+        let subject = format!("/subjects/{}-value", r.cfg.topic);
+        Mock::given(method("POST")).and(path(subject.as_str())).respond_with(error(404, 40401, "Subject not found.")).mount(&server).await;
+        // What is registered is the model's schema, once.
+        Mock::given(method("POST"))
+            .and(path(format!("{subject}/versions")))
+            .and(body_json(serde_json::json!({ "schema": shop })))
+            .respond_with(answer(200, serde_json::json!({"id": 51})))
+            .expect(1)
+            .mount(&server)
+            .await;
+        Mock::given(method("GET")).and(path("/schemas/ids/51")).respond_with(answer(200, serde_json::json!({ "schema": shop }))).mount(&server).await;
+        Mock::given(method("GET")).and(path("/schemas/ids/53")).respond_with(answer(200, serde_json::json!({ "schema": other }))).mount(&server).await;
+        server
+    });
+    let url = server.uri();
+    let log = r.dir().join("shop.jsonl");
+    let text = shop_log();
+    std::fs::write(&log, &text).unwrap();
+    let w = r.worker(&["--model", MODEL, "--schema-registry", &url]);
+    let (code, _, err) = output(with_model(&r, &["produce", "--wait", "120", "--schema-registry", &url, "--jsonl"]).arg(&log));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains(&format!("subject {}-value, schema id 51 (model shop version 1)", r.cfg.topic)), "{err}");
+    // A registry-framed message of another model's schema.
+    let files = denorm::command::generic::legacy::domain();
+    let datum = Codec::new().with_model(files).datum(&Envelope::new(denorm::command::generic::legacy::command_of(files, &Envelope::new(Command::DeleteUser { id: "u1".into() }))));
+    send_raw(&r.cfg, &[(Some("u1"), frame(53, &datum))]);
+    wait_applied(&r.cfg, &r.group, shop_log_messages(&text) + 1);
+    assert_shop_searched(&r);
+    let (code, out, err) = r.run(&["dlq", "list", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let letters = json_lines(&out);
+    assert_eq!(letters.len(), 1, "{out}");
+    assert_eq!(letters[0]["reason"], "unknown_schema");
+    assert!(letters[0]["detail"].as_str().unwrap().contains("schema id 53: the commands of model files_and_posts"), "{out}");
+    drop(w);
+}

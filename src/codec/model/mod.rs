@@ -51,14 +51,26 @@ impl ModelCodec {
         hex(&self.fingerprint)
     }
 
-    /// Whether a single-object message of fingerprint `fp` is this
-    /// model's.
+    /// Whether the schema of fingerprint `fp` is this model's: a
+    /// single-object message's, or the canonical fingerprint of a schema
+    /// registry's writer schema.
     pub fn writes(&self, fp: &[u8; 8]) -> bool {
         *fp == self.fingerprint
     }
 
-    /// Encodes a command checked against the model.
+    /// Encodes a command checked against the model, in single-object
+    /// encoding.
     pub fn encode(&self, e: &ModelEnvelope) -> Vec<u8> {
+        encode_value(&self.schema, self.fingerprint, self.value(e))
+    }
+
+    /// The binary Avro datum of a checked command, without any framing (a
+    /// schema registry's framing wraps it).
+    pub fn datum(&self, e: &ModelEnvelope) -> Vec<u8> {
+        apache_avro::to_avro_datum(&self.schema, self.value(e)).expect("a checked command matches its model's schema")
+    }
+
+    fn value(&self, e: &ModelEnvelope) -> Avro {
         let k = self.domain.kinds.iter().position(|k| k.name == e.command.kind).expect("a checked command's kind");
         let kind = &self.domain.kinds[k];
         let key = kind.key_field();
@@ -89,7 +101,7 @@ impl ModelCodec {
         let index = self.branches.iter().position(|b| *b == (k, branch)).expect("every kind's operations are branches");
         let mut record = head_values(&self.schema, &e.command_id, e.issued_at, e.tenant.as_ref(), e.after, e.repair);
         record.push(("payload".into(), Avro::Union(index as u32, Box::new(Avro::Record(fields)))));
-        encode_value(&self.schema, self.fingerprint, Avro::Record(record))
+        Avro::Record(record)
     }
 
     /// Decodes a command written with this model's schema. The command is
@@ -99,6 +111,12 @@ impl ModelCodec {
         if fp != self.fingerprint {
             return Err(DecodeError::UnknownFingerprint(hex(&fp)));
         }
+        self.decode_datum(datum)
+    }
+
+    /// Decodes one binary datum (all of `datum`) written with this model's
+    /// schema; as [`ModelCodec::decode`].
+    pub fn decode_datum(&self, datum: &[u8]) -> Result<ModelEnvelope, DecodeError> {
         let shape = |m: String| DecodeError::Shape(m);
         let Avro::Record(fields) = read_datum(&self.schema, datum)? else { return Err(shape("not a record".into())) };
         let mut fields: HashMap<String, Avro> = fields.into_iter().collect();
