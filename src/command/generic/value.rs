@@ -189,19 +189,21 @@ pub fn from_json(at: &str, f: &Field, j: &Json) -> Result<Value, Invalid> {
 /// declare them.
 pub fn object_from_json(at: &str, fields: &[Field], lists: &[Nested], j: &Json) -> Result<Object, Invalid> {
     let Json::Object(m) = j else { return Err(Invalid::new(at, "is missing or not an object")) };
-    let mut out = Object::new();
-    for (name, v) in m {
-        let here = format!("{at}.{name}");
-        let value = if let Some(list) = lists.iter().find(|l| &l.name == name) {
-            let Json::Array(items) = v else { return Err(Invalid::new(here, "is not a list of objects")) };
-            Value::Objects(items.iter().enumerate().map(|(i, o)| object_from_json(&format!("{here}[{i}]"), &list.fields, &[], o)).collect::<Result<_, _>>()?)
-        } else {
-            let f = fields.iter().find(|f| &f.name == name).ok_or_else(|| Invalid::new(here.as_str(), "is not a field of the kind"))?;
-            from_json(&here, f, v)?
-        };
-        out.insert(name.clone(), value);
+    m.iter().map(|(name, v)| Ok((name.clone(), member_from_json(at, fields, lists, name, v)?))).collect()
+}
+
+/// The member `name` of an object at `at`, read as `fields` and `lists`
+/// declare it. Its path is formatted for an error only: a document read
+/// back from an index reads every member.
+fn member_from_json(at: &str, fields: &[Field], lists: &[Nested], name: &str, v: &Json) -> Result<Value, Invalid> {
+    let here = || format!("{at}.{name}");
+    if let Some(list) = lists.iter().find(|l| l.name == name) {
+        let Json::Array(items) = v else { return Err(Invalid::new(here(), "is not a list of objects")) };
+        return Ok(Value::Objects(items.iter().enumerate().map(|(i, o)| object_from_json(&format!("{}[{i}]", here()), &list.fields, &[], o)).collect::<Result<_, _>>()?));
     }
-    Ok(out)
+    let f = fields.iter().find(|f| f.name == name).ok_or_else(|| Invalid::new(here(), "is not a field of the kind"))?;
+    // Read at "", an error's path is what lies below the member ("[2]").
+    from_json("", f, v).map_err(|e| Invalid { field: format!("{}{}", here(), e.field), ..e })
 }
 
 /// The JSON a value is written as in a JSONL line.
@@ -232,12 +234,67 @@ pub fn document_json(id: &str, fields: &Object, copies: &BTreeMap<String, Object
     Json::Object(out)
 }
 
+/// [`document_json`] as text, written without building the JSON tree
+/// (what the embedded index stores for each document it writes).
+pub fn document_json_text(id: &str, fields: &Object, copies: &BTreeMap<String, Object>) -> String {
+    serde_json::to_string(&DocumentJson { id, fields, copies }).expect("a model document serializes")
+}
+
+struct DocumentJson<'a> {
+    id: &'a str,
+    fields: &'a Object,
+    copies: &'a BTreeMap<String, Object>,
+}
+
+/// A member of [`DocumentJson`]: its members are sorted by name, and a
+/// copy's name, then `id`, stands over a field of the same name, as in
+/// [`document_json`].
+enum Member<'a> {
+    Field(&'a Value),
+    Copy(&'a Object),
+    Id(&'a str),
+}
+
+impl serde::Serialize for DocumentJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut members: BTreeMap<&str, Member<'_>> = self.fields.iter().map(|(k, v)| (k.as_str(), Member::Field(v))).collect();
+        members.extend(self.copies.iter().map(|(k, o)| (k.as_str(), Member::Copy(o))));
+        members.insert("id", Member::Id(self.id));
+        s.collect_map(members)
+    }
+}
+
+impl serde::Serialize for Member<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Member::Field(v) => v.serialize(s),
+            Member::Copy(o) => s.collect_map(o.iter()),
+            Member::Id(id) => s.serialize_str(id),
+        }
+    }
+}
+
+/// A value as [`to_json`] gives it.
+impl serde::Serialize for Value {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::Str(v) => s.serialize_str(v),
+            Value::Int(i) => s.serialize_i64(*i),
+            Value::Float(x) if x.is_finite() => s.serialize_f64(*x),
+            Value::Float(_) => s.serialize_unit(),
+            Value::Bool(b) => s.serialize_bool(*b),
+            Value::List(items) => s.collect_seq(items),
+            Value::Objects(objects) => s.collect_seq(objects),
+        }
+    }
+}
+
 /// A model document's JSON ([`document_json`]) read back: its id, its
 /// fields and nested lists, and its copies. Members `store` names are the
 /// store's own bookkeeping, passed over.
 pub fn document_from_json(d: &Domain, kind: &Kind, j: &Json, store: &dyn Fn(&str) -> bool) -> Result<(String, Object, BTreeMap<String, Object>), Invalid> {
     let Json::Object(m) = j else { return Err(Invalid::new(&kind.name, "is not a JSON object")) };
-    let (mut id, mut fields, mut copies) = (None, serde_json::Map::new(), BTreeMap::new());
+    let (mut id, mut fields, mut copies) = (None, Object::new(), BTreeMap::new());
     for (name, v) in m {
         if name == "id" {
             id = v.as_str().map(str::to_string);
@@ -246,11 +303,11 @@ pub fn document_from_json(d: &Domain, kind: &Kind, j: &Json, store: &dyn Fn(&str
             let copied: Vec<Field> = owner.fields.iter().filter(|f| c.fields.contains(&f.name)).cloned().collect();
             copies.insert(name.clone(), object_from_json(name, &copied, &[], v)?);
         } else if !store(name) {
-            fields.insert(name.clone(), v.clone());
+            fields.insert(name.clone(), member_from_json(&kind.name, &kind.fields, &kind.nested, name, v)?);
         }
     }
     let id = id.ok_or_else(|| Invalid::new("id", "is missing or not a string"))?;
-    Ok((id, object_from_json(&kind.name, &kind.fields, &kind.nested, &Json::Object(fields))?, copies))
+    Ok((id, fields, copies))
 }
 
 #[cfg(test)]
@@ -291,8 +348,37 @@ mod tests {
         assert!(from_json("f", &field(FieldType::Boolean), &serde_json::json!("true")).is_err());
         let e = from_json("fields.tags", &field(FieldType::Keywords), &serde_json::json!(["a", 1])).unwrap_err();
         assert_eq!(e.field, "fields.tags[1]");
+        // Within an object, an error names the member's whole path.
+        let tags = Field { name: "tags".into(), ..field(FieldType::Keywords) };
+        let e = object_from_json("fields", std::slice::from_ref(&tags), &[], &serde_json::json!({"tags": ["a", 1]})).unwrap_err();
+        assert_eq!((e.field.as_str(), e.reason.as_str()), ("fields.tags[1]", "is not a string"));
+        let e = object_from_json("fields", &[tags], &[], &serde_json::json!({"tags": 3})).unwrap_err();
+        assert_eq!(e.field, "fields.tags");
         assert!(from_json("f", &field(FieldType::Path), &serde_json::json!("relative/p")).is_err());
         assert!(from_json("f", &field(FieldType::Ref { kind: "user".into() }), &serde_json::json!("")).is_err());
+    }
+
+    #[test]
+    fn a_documents_json_text_is_its_json_tree_written_out() {
+        let o = |pairs: &[(&str, Value)]| -> Object { pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect() };
+        let line = o(&[("sku", Value::Str("a-1 \"quoted\" é".into())), ("qty", Value::Int(-3)), ("price", Value::Float(2.5))]);
+        let fields = o(&[
+            ("title", Value::Str("t\n".into())),
+            ("n", Value::Int(i64::MAX)),
+            ("x", Value::Float(1e300)),
+            ("tiny", Value::Float(-1.25e-7)),
+            ("whole", Value::Float(3.0)),
+            ("ok", Value::Bool(false)),
+            ("tags", Value::List(vec!["b".into(), "a".into()])),
+            ("none", Value::List(Vec::new())),
+            ("lines", Value::Objects(vec![line.clone(), Object::new()])),
+            ("user", Value::Str("a field a copy's name stands over".into())),
+            ("id", Value::Str("a field the id stands over".into())),
+        ]);
+        let copies: BTreeMap<String, Object> = [("user".to_string(), o(&[("name", Value::Str("Ann".into()))])), ("empty".to_string(), Object::new())].into_iter().collect();
+        for (id, fields, copies) in [("p-1", &fields, &copies), ("", &Object::new(), &BTreeMap::new()), ("l", &line, &BTreeMap::new())] {
+            assert_eq!(document_json_text(id, fields, copies), document_json(id, fields, copies).to_string());
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! naming the parent), so that a nested match is one object's: the
 //! equivalent of Elasticsearch's `nested`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
 use tantivy::collector::DocSetCollector;
@@ -51,7 +51,10 @@ pub struct ModelSchema {
     parent: Field,
     /// The document as JSON.
     source: Field,
+    /// Every field by its full name (`order.customer.name`), for searches.
     fields: BTreeMap<String, (Field, Holds)>,
+    /// Each kind's fields by their names, for writing documents.
+    kinds: HashMap<String, KindSlots>,
 }
 
 /// What [`ModelSchema::declare`] adds to the shards' schema builder.
@@ -59,6 +62,25 @@ pub(super) struct Declared {
     parent: Field,
     source: Field,
     fields: BTreeMap<String, (Field, Holds)>,
+}
+
+/// A kind's fields, found by name without formatting their full names:
+/// its own, and those of each copy and nested list.
+struct KindSlots {
+    /// The kind's term ([`marked`]).
+    marked: String,
+    own: HashMap<String, Slot>,
+    /// By copy or nested list name.
+    within: HashMap<String, HashMap<String, Slot>>,
+}
+
+/// A field and those that index its value again: a text's exact value,
+/// a path's ancestors.
+#[derive(Clone, Copy)]
+struct Slot {
+    field: Field,
+    raw: Option<Field>,
+    tree: Option<Field>,
 }
 
 /// The shards' fields a model's documents share.
@@ -119,7 +141,18 @@ impl ModelSchema {
 
     pub(super) fn finish(domain: &'static Domain, schema: Schema, shared: Shared, declared: Declared) -> Self {
         let Declared { parent, source, fields } = declared;
-        ModelSchema { domain, schema, key: shared.key, kind: shared.kind, id: shared.id, parent, source, fields }
+        let slot = |name: String| fields.get(&name).map(|&(field, _)| Slot { field, raw: fields.get(&format!("{name}.raw")).map(|f| f.0), tree: fields.get(&format!("{name}.tree")).map(|f| f.0) });
+        let slots = |prefix: String, names: &mut dyn Iterator<Item = &String>| -> HashMap<String, Slot> { names.filter_map(|n| slot(format!("{prefix}.{n}")).map(|s| (n.clone(), s))).collect() };
+        let kinds = domain
+            .kinds
+            .iter()
+            .map(|k| {
+                let mut within: HashMap<String, HashMap<String, Slot>> = k.copies.iter().map(|c| (c.name.clone(), slots(format!("{}.{}", k.name, c.name), &mut c.fields.iter()))).collect();
+                within.extend(k.nested.iter().map(|n| (n.name.clone(), slots(format!("{}.{}", k.name, n.name), &mut n.fields.iter().map(|f| &f.name)))));
+                (k.name.clone(), KindSlots { marked: marked(&k.name), own: slots(k.name.clone(), &mut k.fields.iter().map(|f| &f.name)), within })
+            })
+            .collect();
+        ModelSchema { domain, schema, key: shared.key, kind: shared.kind, id: shared.id, parent, source, fields, kinds }
     }
 
     pub fn schema(&self) -> Schema {
@@ -135,31 +168,38 @@ impl ModelSchema {
     /// object of its nested lists. Delete them all by [`Self::key_term`]
     /// and the parent term ([`Self::parent_term`]) before a rewrite.
     pub fn documents(&self, tenant: Option<&str>, kind: &str, id: &str, fields: &Object, copies: &BTreeMap<String, Object>) -> Vec<TantivyDocument> {
-        let key = doc_key_of(&marked(kind), &tenant::scope(tenant, id));
+        let slots = self.kinds.get(kind).expect("a model document is of a kind of its model");
+        let scoped = tenant::scope(tenant, id);
+        let key = doc_key_of(&slots.marked, &scoped);
         let mut own = TantivyDocument::new();
         own.add_text(self.key, &key);
-        own.add_text(self.kind, tenant::scope(tenant, &marked(kind)));
-        own.add_text(self.id, tenant::scope(tenant, id));
-        own.add_text(self.source, value::document_json(id, fields, copies).to_string());
-        let mut out = Vec::new();
+        own.add_text(self.kind, tenant::scope(tenant, &slots.marked));
+        own.add_text(self.id, scoped);
+        own.add_text(self.source, value::document_json_text(id, fields, copies));
+        let mut out = vec![own];
         for (name, v) in fields {
             match v {
                 Value::Objects(objects) => {
+                    let within = slots.within.get(name);
+                    let marked = tenant::scope(tenant, &marked(&format!("{kind}.{name}")));
                     for o in objects {
                         let mut child = TantivyDocument::new();
-                        child.add_text(self.kind, tenant::scope(tenant, &marked(&format!("{kind}.{name}"))));
+                        child.add_text(self.kind, &marked);
                         child.add_text(self.parent, &key);
-                        self.add_all(&mut child, &format!("{kind}.{name}"), o);
+                        Self::add_all(&mut child, within, o);
                         out.push(child);
                     }
                 }
-                _ => self.add(&mut own, &format!("{kind}.{name}"), v),
+                _ => {
+                    if let Some(slot) = slots.own.get(name) {
+                        Self::add(&mut out[0], slot, v);
+                    }
+                }
             }
         }
         for (copy, o) in copies {
-            self.add_all(&mut own, &format!("{kind}.{copy}"), o);
+            Self::add_all(&mut out[0], slots.within.get(copy), o);
         }
-        out.insert(0, own);
         out
     }
 
@@ -194,21 +234,24 @@ impl ModelSchema {
         self.fields.get(name).map(|(f, _)| *f)
     }
 
-    fn add_all(&self, t: &mut TantivyDocument, prefix: &str, o: &Object) {
+    fn add_all(t: &mut TantivyDocument, slots: Option<&HashMap<String, Slot>>, o: &Object) {
+        let Some(slots) = slots else { return };
         for (name, v) in o {
-            self.add(t, &format!("{prefix}.{name}"), v);
+            if let Some(slot) = slots.get(name) {
+                Self::add(t, slot, v);
+            }
         }
     }
 
-    fn add(&self, t: &mut TantivyDocument, name: &str, v: &Value) {
-        let Some(&(field, _)) = self.fields.get(name) else { return };
+    fn add(t: &mut TantivyDocument, slot: &Slot, v: &Value) {
+        let field = slot.field;
         match v {
             Value::Str(s) => {
                 t.add_text(field, s);
-                if let Some(&(raw, _)) = self.fields.get(&format!("{name}.raw")) {
+                if let Some(raw) = slot.raw {
                     t.add_text(raw, s);
                 }
-                if let Some(&(tree, _)) = self.fields.get(&format!("{name}.tree")) {
+                if let Some(tree) = slot.tree {
                     for a in path::tree(s) {
                         t.add_text(tree, a);
                     }
