@@ -219,7 +219,7 @@ fn recopied(d: &ModelDoc, copy: &str, values: Object, pos: u64) -> Option<Doc> {
     }
     let mut copies = d.copies.clone();
     copies.insert(copy.to_string(), values);
-    Some(Doc::Model(Box::new(ModelDoc { copies, pos, ..d.clone() })))
+    Some(Doc::Model(Box::new(ModelDoc { kind: d.kind, id: d.id.clone(), key: d.key.clone(), fields: d.fields.clone(), copies, pos })))
 }
 
 /// The rule of a scan of [`dependents`].
