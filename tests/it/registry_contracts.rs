@@ -146,6 +146,16 @@ async fn recorded_registry(topic: &str) -> MockServer {
     server
 }
 
+/// The dead letters are one `unknown_schema` whose detail says `says`.
+fn assert_one_unknown_schema(r: &Rig, says: &str) {
+    let (code, out, err) = r.run(&["dlq", "list", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let letters = json_lines(&out);
+    assert_eq!(letters.len(), 1, "{out}");
+    assert_eq!(letters[0]["reason"], "unknown_schema");
+    assert!(letters[0]["detail"].as_str().unwrap().contains(says), "{out}");
+}
+
 #[test]
 fn registry_framed_commands_are_applied_and_an_unknown_id_is_dead_lettered() {
     let rt = rt();
@@ -177,12 +187,7 @@ fn registry_framed_commands_are_applied_and_an_unknown_id_is_dead_lettered() {
     let mut paths: Vec<String> = json_lines(&out).iter().map(|f| format!("{}/{}", f["path"].as_str().unwrap(), f["name"].as_str().unwrap())).collect();
     paths.sort();
     assert_eq!(paths, vec!["/reg/b/one.txt", "/reg/b/two.txt"]);
-    let (code, out, err) = r.run(&["dlq", "list", "--json"]);
-    assert_eq!(code, 0, "{err}");
-    let letters = json_lines(&out);
-    assert_eq!(letters.len(), 1, "{out}");
-    assert_eq!(letters[0]["reason"], "unknown_schema");
-    assert!(letters[0]["detail"].as_str().unwrap().contains("schema id 99"), "{out}");
+    assert_one_unknown_schema(&r, "schema id 99");
     // Id 41 was asked for once: resolved ids are cached.
     let asked = rt.block_on(server.received_requests()).unwrap().iter().filter(|q| q.url.path() == "/schemas/ids/41").count();
     assert_eq!(asked, 1);
@@ -310,11 +315,6 @@ fn a_models_commands_are_registered_produced_in_registry_framing_applied_and_sea
     send_raw(&r.cfg, &[(Some("u1"), frame(53, &datum))]);
     wait_applied(&r.cfg, &r.group, shop_log_messages(&text) + 1);
     assert_shop_searched(&r);
-    let (code, out, err) = r.run(&["dlq", "list", "--json"]);
-    assert_eq!(code, 0, "{err}");
-    let letters = json_lines(&out);
-    assert_eq!(letters.len(), 1, "{out}");
-    assert_eq!(letters[0]["reason"], "unknown_schema");
-    assert!(letters[0]["detail"].as_str().unwrap().contains("schema id 53: the commands of model files_and_posts"), "{out}");
+    assert_one_unknown_schema(&r, "schema id 53: the commands of model files_and_posts");
     drop(w);
 }
