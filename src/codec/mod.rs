@@ -295,7 +295,7 @@ impl Codec {
             e if e.is_retryable() => DecodeError::RegistryUnavailable(e.to_string()),
             e => DecodeError::UnknownSchemaId { id, detail: e.to_string() },
         })?;
-        if let Some(command) = self.model_command(&writer.fingerprint, &bytes[5..]) {
+        if let Some(command) = writer.fingerprint.and_then(|fp| self.model_command(&fp, &bytes[5..])) {
             return command;
         }
         if let Some(model) = model_schema_name(&writer.schema) {
@@ -306,7 +306,8 @@ impl Codec {
                 }
                 None => "this worker runs without --model".to_string(),
             };
-            return Err(DecodeError::UnknownSchemaId { id, detail: format!("the commands of model {model} (schema fingerprint {}), and {reads}", hex(&writer.fingerprint)) });
+            let fingerprint = writer.fingerprint.map_or_else(|| "without a canonical form".to_string(), |fp| format!("schema fingerprint {}", hex(&fp)));
+            return Err(DecodeError::UnknownSchemaId { id, detail: format!("the commands of model {model} ({fingerprint}), and {reads}") });
         }
         decode_datum(&writer.schema, Family::Command, &bytes[5..])
     }
