@@ -47,9 +47,10 @@ pub(super) fn replay_config(
     Ok(cfg)
 }
 
-/// The replay decides as the live workers did (review of verify, F20):
-/// with the settings they recorded in the index (abort policy, message
-/// size limit, schema registry, partitioner rule, attempts). An index no
+/// The replay decides as the live workers did, so that the new
+/// generation holds what the live one holds: with the settings they
+/// recorded in the index (abort policy, message size limit, schema
+/// registry, partitioner rule, attempts). An index no
 /// worker of this version has recorded them in is built with the defaults
 /// and the flags given, said in a warning.
 fn replay_as_recorded(index: &dyn Generations, cfg: &mut WorkerConfig) -> Result<(), RebuildError> {
