@@ -281,9 +281,17 @@ async fn a_models_registry_framed_commands_are_read_with_its_own_and_its_earlier
 
 #[test]
 fn a_models_commands_are_registered_produced_in_registry_framing_applied_and_searched() {
+    registered_produced_applied_and_searched(Rig::new(3));
+}
+
+#[test]
+fn a_models_commands_are_registered_produced_in_registry_framing_applied_and_searched_on_elasticsearch() {
+    registered_produced_applied_and_searched(Rig::elastic(3));
+}
+
+fn registered_produced_applied_and_searched(r: Rig) {
     use crate::model_pipeline::{assert_shop_searched, shop_log, shop_log_messages, with_model, MODEL};
     let rt = rt();
-    let r = Rig::new(3);
     let (shop, other) = (model_schema(load(MODEL)), model_schema(denorm::command::generic::legacy::domain()));
     let server = rt.block_on(async {
         let server = MockServer::start().await;
