@@ -6,6 +6,12 @@ fn shipped(name: &str) -> Domain {
     Domain::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join(name)).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The shop model shipped in `models/shop.toml`, which the unit tests of
+/// every layer use.
+pub(crate) fn shop() -> Domain {
+    shipped("shop.toml")
+}
+
 #[test]
 fn the_shipped_files_and_posts_model_declares_todays_domain() {
     let d = shipped("files-and-posts.toml");

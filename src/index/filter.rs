@@ -83,7 +83,7 @@ mod tests {
 
     #[test]
     fn a_filter_names_the_kinds_fields_with_their_types() {
-        let d = Domain::parse("shop.toml", include_str!("../../models/shop.toml")).unwrap();
+        let d = crate::domain::tests::shop();
         let (order, product) = (d.kind("order").unwrap(), d.kind("product").unwrap());
         let term = |field: &str| Filter::Term { field: field.into(), value: "x".into() };
         for ok in [term("status"), term("customer.plan"), term("customer.name.raw"), Filter::Above { field: "total".into(), gt: 1.0 }] {

@@ -93,7 +93,7 @@ mod tests {
 
     #[test]
     fn a_group_by_reads_a_field_of_whole_values() {
-        let d = Domain::parse("shop.toml", include_str!("../../models/shop.toml")).unwrap();
+        let d = crate::domain::tests::shop();
         let order = d.kind("order").unwrap();
         for ok in ["status", "customer_id", "placed", "customer.plan", "customer.name.raw"] {
             assert_eq!(check(&d, order, ok), Ok(()), "{ok}");

@@ -102,7 +102,7 @@ mod tests {
     use super::*;
 
     fn shop() -> Domain {
-        Domain::parse("shop.toml", include_str!("../../models/shop.toml")).unwrap()
+        crate::domain::tests::shop()
     }
 
     #[test]

@@ -271,7 +271,7 @@ mod tests {
         use crate::command::generic::{Object, Op, Value};
         use crate::command::tenant;
         use crate::index::{ModelDoc, ModelKind};
-        let d = crate::domain::Domain::parse("shop.toml", include_str!("../../models/shop.toml")).unwrap().interned();
+        let d = crate::domain::tests::shop().interned();
         let fields = |pairs: &[(&str, &str)]| -> Object { pairs.iter().map(|(k, v)| (k.to_string(), Value::Str(v.to_string()))).collect() };
         let doc = |kind: &str, id: &str, f: Object| Doc::Model(Box::new(ModelDoc::new(ModelKind::of(d, kind).unwrap(), tenant::scope(Some("acme"), id), f, Default::default(), 3)));
         let customer = doc("customer", "c1", fields(&[("name", "Ann"), ("plan", "gold"), ("since", "2026-01-01")]));

@@ -3,7 +3,7 @@ use super::*;
 use crate::domain::Domain;
 
 fn shop() -> Domain {
-    Domain::parse("shop.toml", include_str!("../../../models/shop.toml")).unwrap()
+    crate::domain::tests::shop()
 }
 
 /// One line of each operation, of kinds keyed each way.
