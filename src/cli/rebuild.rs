@@ -73,8 +73,8 @@ pub struct RebuildArgs {
     /// DENORM_ES_DEDICATED_TENANTS when the current generation was created): its commands are
     /// replayed into a new revision while every tenant is served and updated, then that tenant
     /// is cut over (with --abandon: give such a rebuild up). A tenant in the shared indexes
-    /// that DENORM_ES_DEDICATED_TENANTS names now moves into indexes of its own this way.
-    /// See docs/tenants.md
+    /// that DENORM_ES_DEDICATED_TENANTS names now moves into indexes of its own this way. Run
+    /// with the --model the generation holds, if it holds one. See docs/tenants.md
     #[arg(long, value_parser = super::parse_tenant, conflicts_with_all = ["status", "verify", "accept_gaps", "accept_owner_conflicts"])]
     tenant: Option<String>,
     /// With --tenant: move the tenant from its own indexes into the shared ones, alone (take it
@@ -163,14 +163,11 @@ async fn tenant_rebuild(cli: &Cli, a: &RebuildArgs, tenant: &str, manage: bool) 
         return Err(UsageError("--tenant rebuilds with one process (--members 1)".into()).into());
     }
     let kafka = cli.kafka();
-    let Some(index) = super::location(cli)?.tenant_generations(&kafka.topic, tenant, manage, a.to_shared).await.map_err(super::open_error)? else {
+    let Some(index) = super::location(cli)?.tenant_generations(&kafka.topic, tenant, (manage, a.to_shared), cli.domain()?).await.map_err(super::open_error)? else {
         return Err(
             UsageError("--tenant rebuilds one tenant's own Elasticsearch indexes: the embedded index keeps every tenant in one placement, and `denorm rebuild` rebuilds them all".into()).into()
         );
     };
-    if !a.abandon && cli.model.is_some() {
-        return Err(UsageError(denorm::rebuild::tenant::NO_MODEL.into()).into());
-    }
     let partitions = kafka.topic_partitions()?.ok_or_else(|| UsageError(format!("topic {} does not exist", kafka.topic)))?;
     if a.abandon {
         return tokio::task::spawn_blocking(move || {
@@ -244,7 +241,6 @@ fn with_progress(run: impl FnOnce(&mut dyn FnMut(&Tick)) -> Result<denorm::rebui
         | RebuildError::TenantCutOver { .. }
         | RebuildError::ModelChange { .. }
         | RebuildError::UnreadCommands { .. }
-        | RebuildError::TenantModel
         | RebuildError::VerifyModelChange { .. }) => anyhow::Error::new(UsageError(e.to_string())),
         e => anyhow::Error::new(e),
     });

@@ -382,14 +382,8 @@ impl Generations for ElasticGenerations {
         if let Some(line) = placement::differs(&b.configured, &placement, g) {
             warn!("{line}");
         }
-        if let (Some(d), Some(t)) = (b.model, placement.dedicated().next()) {
-            return Err(IndexError::Rejected(format!(
-                "model {}: tenants with indexes of their own ({t} in generation {g}) hold the compiled-in kinds only for now (docs/model.md, \"Status\")",
-                d.name
-            )));
-        }
-        self.block(generations::create_dedicated(&b.client, &b.prefix, g, &placement, false))?;
         let kinds = names::kinds(b.model);
+        self.block(generations::create_dedicated(&b.client, &b.prefix, g, &placement, false, &kinds))?;
         for &kind in &kinds {
             self.block(generations::create(&b.client, &b.prefix, kind, g, false))?;
         }

@@ -174,8 +174,15 @@ impl Location {
 
     /// One tenant's own indexes on Elasticsearch, revision by revision
     /// (`denorm rebuild --tenant`). `manage`: it will create indexes and
-    /// move aliases. `None` on the embedded index, which has one placement.
-    pub async fn tenant_generations(&self, topic: &str, tenant: &str, manage: bool, to_shared: bool) -> Result<Option<TenantGenerations>, OpenError> {
+    /// move aliases. `model`: the one the generation holds (refused
+    /// otherwise). `None` on the embedded index, which has one placement.
+    pub async fn tenant_generations(
+        &self,
+        topic: &str,
+        tenant: &str,
+        (manage, to_shared): (bool, bool),
+        model: Option<&'static crate::domain::Domain>,
+    ) -> Result<Option<TenantGenerations>, OpenError> {
         let Location::Elastic(es) = self else { return Ok(None) };
         let client = es.client().map_err(|e| self.failed(e))?;
         if manage {
@@ -183,6 +190,7 @@ impl Location {
             setup::check_privileges(&client, &es.prefix, setup::MANAGE_PRIVILEGES).await.map_err(|e| self.failed(e))?;
         }
         let mut backend = ElasticBackend::new(client, &es.prefix, topic, Handle::current());
+        backend.model = model;
         // What decides whether a tenant in the shared indexes moves.
         backend.configured = Placement::new(es.dedicated.clone());
         let tenant = tenant.to_string();

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use elasticsearch::indices::IndicesDeleteParts;
 use serde_json::{json, Value};
 
-use super::elastic::names::{self, dedicated_concrete, dedicated_write_alias, KINDS};
+use super::elastic::names::{self, dedicated_concrete, dedicated_write_alias};
 use super::elastic::placement::{self, Placement};
 use super::elastic::{backend::ElasticBackend, generations, json_or_status, meta, ElasticError};
 use super::generations::Generations;
@@ -87,14 +87,23 @@ pub struct TenantGenerations {
 
 impl TenantGenerations {
     /// The tenant's own indexes in the current generation; refused when
-    /// the tenant has none (it is in the shared indexes) and the
-    /// configuration does not name it, or when it is to move `to_shared`
-    /// and cannot.
+    /// the generation holds another model than the backend's, when the
+    /// tenant has none (it is in the shared indexes) and the configuration
+    /// does not name it, or when it is to move `to_shared` and cannot.
     pub fn new(mut backend: ElasticBackend, tenant: &str, to_shared: bool) -> Result<Self, IndexError> {
         crate::command::tenant::validate(tenant).map_err(|e| IndexError::Rejected(e.to_string()))?;
         backend.conflicts.get_or_insert_with(Default::default);
         let shared = backend.generation()?;
         let mut this = TenantGenerations { backend, tenant: tenant.to_string(), shared, entering: false, leaving: false };
+        let held = this.model_record(shared)?;
+        if !super::recorded_model::holds(held.as_ref(), this.backend.model) {
+            use super::recorded_model::{named, record_of};
+            return Err(IndexError::Rejected(format!(
+                "generation {shared} holds {}, not {}: a tenant's rebuild keeps its generation's model, so give it that --model (a change of model rebuilds every tenant: `denorm rebuild --change-model`)",
+                named(held.as_ref()),
+                named(this.backend.model.map(record_of).as_ref())
+            )));
+        }
         let placed = this.placement()?;
         this.entering = placed.is_entering(tenant);
         this.leaving = placed.is_leaving(tenant);
@@ -129,6 +138,12 @@ impl TenantGenerations {
 
     fn block<T>(&self, f: impl std::future::Future<Output = Result<T, ElasticError>>) -> Result<T, IndexError> {
         Ok(self.backend.runtime.block_on(f)?)
+    }
+
+    /// The kinds the tenant's indexes hold: the generation's, whose model
+    /// the backend was opened with ([`TenantGenerations::new`] checks).
+    fn kinds(&self) -> Vec<Kind> {
+        self.backend.kinds()
     }
 
     /// The shared generation's placement, as recorded now.
@@ -232,7 +247,7 @@ impl TenantGenerations {
     /// left after [`DELETE_ROUNDS`] is an error, not a document left.
     fn delete_in_shared(&self) -> Result<(), IndexError> {
         let b = &self.backend;
-        let names: Vec<String> = KINDS.iter().map(|k| names::concrete(&b.prefix, *k, self.shared)).collect();
+        let names: Vec<String> = self.kinds().iter().map(|k| names::concrete(&b.prefix, *k, self.shared)).collect();
         let t = self.tenant.as_str();
         let what = format!("deleting tenant {t}'s documents from the shared indexes");
         let mut deleted = 0;
@@ -277,7 +292,7 @@ impl TenantGenerations {
         }
         let placed = self.update_placement(|p| (!p.is_leaving(t)).then(|| p.leaving(t)))?;
         let mut actions = Vec::new();
-        for kind in KINDS {
+        for kind in self.kinds() {
             let shared = names::concrete(&b.prefix, kind, self.shared);
             actions.push(placement::shared_read_action(&b.prefix, kind, self.shared, &placed.shared_read_alias()));
             actions.push(json!({"add": {"index": shared, "alias": placement::shared_rebuild_alias(&b.prefix, t, kind, self.shared, rev)}}));
@@ -293,7 +308,7 @@ impl TenantGenerations {
         self.delete_in_shared()?;
         let placed = self.update_placement(|p| p.is_leaving(t).then(|| p.not_leaving(t)))?;
         let mut actions = Vec::new();
-        for kind in KINDS {
+        for kind in self.kinds() {
             let shared = names::concrete(&b.prefix, kind, self.shared);
             actions.push(placement::shared_read_action(&b.prefix, kind, self.shared, &placed.shared_read_alias()));
             let rebuild = placement::shared_rebuild_alias(&b.prefix, t, kind, self.shared, Self::rev(rev));
@@ -347,7 +362,7 @@ impl TenantGenerations {
     /// taken off (`action`) in one request.
     fn live_write_aliases(&self, action: &str, rev: u64, what: &str) -> Result<(), IndexError> {
         let (prefix, t, g) = (self.backend.prefix.as_str(), self.tenant.as_str(), self.shared);
-        let actions = KINDS.iter().map(|k| json!({ action: {"index": dedicated_concrete(prefix, t, *k, g, Self::rev(rev)), "alias": dedicated_write_alias(prefix, t, *k, g)} })).collect();
+        let actions = self.kinds().iter().map(|k| json!({ action: {"index": dedicated_concrete(prefix, t, *k, g, Self::rev(rev)), "alias": dedicated_write_alias(prefix, t, *k, g)} })).collect();
         self.update_aliases(actions, what)
     }
 
@@ -419,7 +434,7 @@ impl Generations for TenantGenerations {
             return self.prepare_leaving(Self::rev(g));
         }
         let b = &self.backend;
-        for kind in KINDS {
+        for kind in self.kinds() {
             let index = dedicated_concrete(&b.prefix, &self.tenant, kind, self.shared, Self::rev(g));
             let body = placement::rebuild_body(&b.prefix, &self.tenant, kind, self.shared, Self::rev(g));
             if self.block(generations::create_index(&b.client, &index, body))? {
@@ -441,24 +456,24 @@ impl Generations for TenantGenerations {
         let (prefix, t, g) = (b.prefix.as_str(), self.tenant.as_str(), self.shared);
         // What the rebuild wrote: the shared indexes for a tenant moving
         // into them.
-        let all: Vec<String> = KINDS.iter().map(|k| if self.leaving { names::concrete(prefix, *k, g) } else { dedicated_concrete(prefix, t, *k, g, Self::rev(to)) }).collect();
+        let all: Vec<String> = self.kinds().iter().map(|k| if self.leaving { names::concrete(prefix, *k, g) } else { dedicated_concrete(prefix, t, *k, g, Self::rev(to)) }).collect();
         self.block(refresh(&b.client, &all, "refreshing a tenant's rebuilt indexes"))?;
         let placed = self.placement()?;
         let actions = if placed.is_leaving(t) {
-            placement::leaving_cutover_actions(prefix, t, g, (Self::rev(from), Self::rev(to)), &placed.left(t, Self::rev(to)).shared_read_alias())
+            placement::leaving_cutover_actions(prefix, t, g, (Self::rev(from), Self::rev(to)), &placed.left(t, Self::rev(to)).shared_read_alias(), &self.kinds())
         } else if placed.is_entering(t) {
             // The tenant's filtered aliases on the shared indexes, where
             // `denorm tenant alias` put them.
             let mut filtered = Vec::new();
-            for kind in KINDS {
+            for kind in self.kinds() {
                 let name = names::tenant_alias(prefix, t, kind);
                 if self.block(generations::indexes_of_alias(&b.client, &name))?.contains(&names::concrete(prefix, kind, g)) {
                     filtered.push(name);
                 }
             }
-            placement::entering_cutover_actions(prefix, t, g, Self::rev(to), &placed.entered(t).shared_read_alias(), &filtered)
+            placement::entering_cutover_actions(prefix, t, g, Self::rev(to), (&placed.entered(t).shared_read_alias(), &filtered), &self.kinds())
         } else {
-            placement::revision_cutover_actions(prefix, t, g, (Self::rev(from), Self::rev(to)))
+            placement::revision_cutover_actions(prefix, t, g, (Self::rev(from), Self::rev(to)), &self.kinds())
         };
         self.update_aliases(actions, &format!("cutting tenant {t} over to revision {to} of its indexes"))?;
         if crate::faults::active("rebuild.tenant-aliases").is_some() {
@@ -475,7 +490,7 @@ impl Generations for TenantGenerations {
     /// Deletes revision `g`'s indexes and its rebuild's checkpoints.
     fn remove(&self, g: u64, partitions: i32) -> Result<(), IndexError> {
         let b = &self.backend;
-        let names: Vec<String> = KINDS.iter().map(|k| dedicated_concrete(&b.prefix, &self.tenant, *k, self.shared, Self::rev(g))).collect();
+        let names: Vec<String> = self.kinds().iter().map(|k| dedicated_concrete(&b.prefix, &self.tenant, *k, self.shared, Self::rev(g))).collect();
         self.block(async {
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
             let r = b.client.indices().delete(IndicesDeleteParts::Index(&refs)).ignore_unavailable(true).send().await?;

@@ -145,9 +145,6 @@ pub enum RebuildError {
     /// two models.
     #[error("--verify compares the new generation with the live one document by document, but the live one holds {live} and the new one {new}: a change of model is verified after its cutover with `denorm verify --model`")]
     VerifyModelChange { live: String, new: String },
-    /// `rebuild --tenant` of an index holding a model.
-    #[error("{}", tenant::NO_MODEL)]
-    TenantModel,
     /// `--verify` could not compare the generations.
     #[error("comparing the new generation with the live one before the cutover")]
     Verify(#[source] crate::verify::VerifyError),

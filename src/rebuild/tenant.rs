@@ -34,9 +34,6 @@ pub struct TenantRebuild<'a> {
     pub runtime: tokio::runtime::Handle,
 }
 
-/// Why a model's index is not rebuilt one tenant at a time.
-pub const NO_MODEL: &str = "--tenant rebuilds a tenant's own indexes, which hold the compiled-in kinds only for now: an index holding a model is rebuilt whole (docs/model.md, \"Status\")";
-
 /// Rebuilds (or resumes rebuilding) the tenant's next revision and cuts
 /// the tenant over to it. Blocking.
 pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done, RebuildError> {
@@ -55,9 +52,6 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
         return Err(RebuildError::PartitionsAdded { topic: kafka.topic.clone(), partitions, recorded });
     }
     let current = index.current()?;
-    if index.model_record(current)?.is_some() {
-        return Err(RebuildError::TenantModel);
-    }
     let whole =
         || -> Result<Option<RebuildError>, RebuildError> { Ok(crate::index::Backend::record(&index.backend, "rebuild")?.map(|_| RebuildError::TenantDuringRebuild { tenant: index.tenant.clone() })) };
     let mut state = super::begin_alone(index, (&kafka.topic, partitions, &group, 1), whole)?;
@@ -81,7 +75,7 @@ pub fn run(r: TenantRebuild<'_>, mut progress: impl FnMut(&Tick)) -> Result<Done
     index.prepare(target)?;
     let run_group = format!("{}-{}", state.group, &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let keys = KeySample { tenant: Some(index.tenant.clone()), ..Default::default() };
-    let cfg = super::replay_config(index, &kafka, &run_group, (takeover_waits, any_partitioner), ReplayOf::Tenant { keys: Arc::new(keys) }, None)?;
+    let cfg = super::replay_config(index, &kafka, &run_group, (takeover_waits, any_partitioner), ReplayOf::Tenant { keys: Arc::new(keys) }, index.backend.model)?;
     info!(tenant = %index.tenant, revision = target, group = %run_group, "rebuilding a tenant's own indexes into a new revision");
     // Caught up with the live workers, the rebuild fences them off the
     // tenant's indexes, its worker running: from then on they apply

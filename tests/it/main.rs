@@ -22,6 +22,7 @@ mod meta_shards;
 mod model_apply;
 mod model_consistency;
 mod model_pipeline;
+mod model_placements;
 mod model_rebuild;
 mod model_schema;
 mod model_search;

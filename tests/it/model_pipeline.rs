@@ -53,35 +53,46 @@ pub(crate) fn with_model(r: &Rig, args: &[&str]) -> std::process::Command {
 /// Every search of the fixture gives its documents, and the owner change
 /// of [`shop_log`] left o9 with c4 and its copy, nothing under c3.
 pub(crate) fn assert_shop_searched(r: &Rig) {
+    assert_shop_searched_as(r, &[]);
+}
+
+/// [`assert_shop_searched`], each search given `scope` (a tenant's:
+/// `--tenant T`, or `--default-tenant`).
+pub(crate) fn assert_shop_searched_as(r: &Rig, scope: &[&str]) {
+    // The scope right after `search`, before the kind.
+    let search = |args: &[&str]| output(&mut with_model(r, &[&args[..1], scope, &args[1..]].concat()));
     let searches: Vec<Search> = serde_json::from_str(include_str!("../fixtures/shop-searches.json")).unwrap();
     for s in &searches {
         let mut args = vec!["search".to_string(), s.kind.clone(), "--limit".into(), "0".into()];
         for f in &s.filters {
             args.extend(["--filter".to_string(), f.to_string()]);
         }
-        let (code, out, err) = output(&mut with_model(r, &args.iter().map(String::as_str).collect::<Vec<_>>()));
-        assert_eq!(code, 0, "{args:?}: {err}");
+        let (code, out, err) = search(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(code, 0, "{args:?} {scope:?}: {err}");
         let ids: Vec<&str> = out.lines().collect();
-        assert_eq!(ids, s.ids, "{args:?}");
+        assert_eq!(ids, s.ids, "{args:?} {scope:?}");
     }
-    let (code, out, err) = output(&mut with_model(r, &["search", "order", "--term", "customer_id=c4", "--json"]));
+    let (code, out, err) = search(&["search", "order", "--term", "customer_id=c4", "--json"]);
     assert_eq!(code, 0, "{err}");
     let o9 = json_lines(&out);
-    assert_eq!((o9.len(), &o9[0]["id"], &o9[0]["customer"]["name"], &o9[0]["customer"]["plan"]), (1, &"o9".into(), &"Di".into(), &"team".into()), "{out}");
-    let (_, out, _) = output(&mut with_model(r, &["search", "order", "--term", "customer_id=c3"]));
-    assert_eq!(out, "", "o9 left c3");
-    assert_grouped(r);
+    assert_eq!((o9.len(), &o9[0]["id"], &o9[0]["customer"]["name"], &o9[0]["customer"]["plan"]), (1, &"o9".into(), &"Di".into(), &"team".into()), "{scope:?}: {out}");
+    let (_, out, _) = search(&["search", "order", "--term", "customer_id=c3"]);
+    assert_eq!(out, "", "o9 left c3 ({scope:?})");
+    assert_grouped(&search);
 }
+
+/// What a command run gives: its exit code, stdout and stderr.
+type Ran = (i32, String, String);
 
 /// A search grouped by a copied field holds, for each value, the
 /// documents a search of that value finds, and every document once.
-fn assert_grouped(r: &Rig) {
+fn assert_grouped(search: &dyn Fn(&[&str]) -> Ran) {
     let ids = |args: &[&str]| {
-        let (code, out, err) = output(&mut with_model(r, args));
+        let (code, out, err) = search(args);
         assert_eq!(code, 0, "{args:?}: {err}");
         out.lines().map(str::to_string).collect::<Vec<_>>()
     };
-    let (code, out, err) = output(&mut with_model(r, &["search", "order", "--group-by", "customer.plan", "--per-group", "0", "--limit", "0", "--json"]));
+    let (code, out, err) = search(&["search", "order", "--group-by", "customer.plan", "--per-group", "0", "--limit", "0", "--json"]);
     assert_eq!(code, 0, "{err}");
     let groups = json_lines(&out);
     assert!(groups.len() >= 3, "{out}");
@@ -94,9 +105,9 @@ fn assert_grouped(r: &Rig) {
     }
     counts.sort();
     assert_eq!(counts.iter().sum::<u64>() as usize, ids(&["search", "order", "--limit", "0"]).len(), "{out}");
-    let (code, out, _) = output(&mut with_model(r, &["search", "order", "--group-by", "customer.plan", "--per-group", "1", "--limit", "1"]));
+    let (code, out, _) = search(&["search", "order", "--group-by", "customer.plan", "--per-group", "1", "--limit", "1"]);
     assert_eq!((code, out.lines().count()), (0, 2), "one group, one id: {out}");
-    let (code, _, err) = output(&mut with_model(r, &["search", "order", "--group-by", "total"]));
+    let (code, _, err) = search(&["search", "order", "--group-by", "total"]);
     assert_eq!(code, 2);
     assert!(err.contains("float"), "{err}");
 }
@@ -222,12 +233,6 @@ fn through_the_pipeline(r: Rig) {
     let (code, _, err) = output(cli(cfg, group, index).args(["rebuild", "--metrics-addr", "127.0.0.1:0"]));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("holds model shop") && err.contains("--change-model"), "{err}");
-    if crate::common::elastic::is_url(index) {
-        // Tenants' own indexes hold the compiled-in kinds only.
-        let (code, _, err) = output(with_model(&["run", "--metrics-addr", "127.0.0.1:0"]).env("DENORM_ES_DEDICATED_TENANTS", "acme"));
-        assert_ne!(code, 0);
-        assert!(err.contains("tenants with indexes of their own"), "{err}");
-    }
     let (code, out, err) = output(&mut with_model(&["search", "order", "--term", "customer_id=c4"]));
     assert_eq!((code, out.as_str()), (0, "o9\n"), "the index is as it was: {err}");
 }

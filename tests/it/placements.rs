@@ -12,10 +12,10 @@ use crate::common::*;
 use crate::tenants::{lines_file, search};
 use denorm::command::Command;
 
-const DEDICATED: &str = "DENORM_ES_DEDICATED_TENANTS";
+pub(crate) const DEDICATED: &str = "DENORM_ES_DEDICATED_TENANTS";
 
 /// `GET <url>/<path>` as JSON, with its status.
-fn get(url: &str, path: &str) -> (u16, serde_json::Value) {
+pub(crate) fn get(url: &str, path: &str) -> (u16, serde_json::Value) {
     rt().block_on(async {
         let r = reqwest::get(format!("{url}/{path}")).await.unwrap();
         let status = r.status().as_u16();
@@ -25,7 +25,7 @@ fn get(url: &str, path: &str) -> (u16, serde_json::Value) {
 
 /// The documents of `tenant` in `index` (a concrete index or an alias):
 /// their count, or `None` when the index does not exist.
-fn count_of(url: &str, index: &str, tenant: &str) -> Option<u64> {
+pub(crate) fn count_of(url: &str, index: &str, tenant: &str) -> Option<u64> {
     let (status, v) = get(url, &format!("{index}/_count?q=tenant:{tenant}"));
     match status {
         404 => None,
@@ -193,12 +193,13 @@ fn a_tenants_own_index_with_a_conflicting_mapping_is_refused_at_startup_on_elast
     assert!(log.contains(&format!("mapping conflict in {index}: field (dynamic) is true (the default), denorm needs strict")), "{log}");
 }
 
-/// Changes file `id` of `tenant`'s own indexes behind the pipeline's back
-/// (through its alias: one index, routed by `_id`).
-fn corrupt_own(r: &Rig, tenant: &str, id: &str, contents: &str) {
-    let alias = format!("{}-t-{tenant}-files", crate::common::elastic::prefix());
+/// Changes document `id` of `kind` (its index's name: `files`, `order`)
+/// in `tenant`'s own indexes behind the pipeline's back, setting `doc`'s
+/// fields (through its alias: one index, routed by `_id`).
+pub(crate) fn corrupt_own(r: &Rig, (tenant, kind): (&str, &str), id: &str, doc: serde_json::Value) {
+    let alias = format!("{}-t-{tenant}-{kind}", crate::common::elastic::prefix());
     let url = format!("{}/{alias}/_update/{tenant}%1F{id}?refresh=true", r.index.display());
-    let status = rt().block_on(async { reqwest::Client::new().post(&url).json(&serde_json::json!({"doc": {"contents": contents}})).send().await.unwrap().status() });
+    let status = rt().block_on(async { reqwest::Client::new().post(&url).json(&serde_json::json!({ "doc": doc })).send().await.unwrap().status() });
     assert!(status.is_success(), "{url}: {status}");
 }
 
@@ -215,7 +216,7 @@ fn corrupt_own(r: &Rig, tenant: &str, id: &str, contents: &str) {
 fn a_tenant_is_rebuilt_alone_while_every_tenant_is_served_and_updated_on_elasticsearch() {
     let (r, w) = acme_dedicated_with_three_tenants();
     let (url, prefix) = (r.index.display().to_string(), crate::common::elastic::prefix());
-    corrupt_own(&r, "acme", "f1", "changed behind the pipeline's back");
+    corrupt_own(&r, ("acme", "files"), "f1", serde_json::json!({"contents": "changed behind the pipeline's back"}));
     crate::verify::corrupt(&r, "globex\u{1f}f1", "globex\u{1f}/docs", "changed behind the pipeline's back");
 
     // Refused: a tenant in the shared indexes; the embedded index.

@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 
 use super::mapping::create_body;
 use super::meta::delete_meta;
-use super::names::{self, alias, concrete, dedicated_concrete, generation_of, meta_id, write_alias, KINDS};
+use super::names::{self, alias, concrete, dedicated_concrete, generation_of, meta_id, write_alias};
 use super::placement::Placement;
 use super::{json_or_status, ElasticError};
 use crate::index::Kind;
@@ -112,11 +112,11 @@ pub async fn create(client: &Elasticsearch, prefix: &str, kind: Kind, g: u64, wi
     Ok(created)
 }
 
-/// Creates the tenants' own indexes of generation `g` (those that exist
-/// are left as they are).
-pub async fn create_dedicated(client: &Elasticsearch, prefix: &str, g: u64, placement: &Placement, with_read_aliases: bool) -> Result<(), ElasticError> {
+/// Creates the tenants' own indexes of generation `g`, of each of `kinds`
+/// (those that exist are left as they are).
+pub async fn create_dedicated(client: &Elasticsearch, prefix: &str, g: u64, placement: &Placement, with_read_aliases: bool, kinds: &[Kind]) -> Result<(), ElasticError> {
     for t in placement.dedicated() {
-        for kind in KINDS {
+        for &kind in kinds {
             let index = dedicated_concrete(prefix, t, kind, g, placement.revision(t));
             if create_index(client, &index, super::placement::create_body(prefix, t, kind, g, with_read_aliases)).await? {
                 tracing::info!(index = %index, tenant = t, generation = g, "created a tenant's own index");
@@ -193,7 +193,8 @@ impl CutoverKinds<'_> {
 /// `to`, which carry its alias. A tenant whose own indexes `to` does not
 /// keep gets its filtered alias on the shared ones. A kind only `from`
 /// has loses its read alias (searches of it are refused as of a kind the
-/// index does not have); a kind only `to` has gets one.
+/// index does not have); a kind only `to` has gets one, and a filtered
+/// alias for each tenant with one of files.
 pub fn cutover_actions(prefix: &str, (from, to): (u64, u64), found: &Value, placed: (&Placement, &Placement), kinds: &CutoverKinds<'_>) -> Value {
     let (was, will) = placed;
     let mut actions = Vec::new();
@@ -206,17 +207,22 @@ pub fn cutover_actions(prefix: &str, (from, to): (u64, u64), found: &Value, plac
         add["index"] = json!(concrete(prefix, kind, to));
         add["alias"] = json!(alias(prefix, kind));
         actions.push(json!({ "add": add }));
-        if !CutoverKinds::has(kinds.from, kind) {
-            continue;
+        if CutoverKinds::has(kinds.from, kind) {
+            let moved = super::tenants::moved(found, prefix, kind, &concrete(prefix, kind, from), &concrete(prefix, kind, to));
+            let own: Vec<String> = will.dedicated().map(|t| super::tenants::alias_name(prefix, t, kind)).collect();
+            actions.extend(moved.into_iter().filter(|a| a["add"]["alias"].as_str().is_none_or(|name| !own.contains(&name.to_string()))));
+        } else {
+            // A kind new in `to`: each tenant with a filtered alias of
+            // files gets one of it.
+            for t in super::tenants::aliased(found, prefix, &concrete(prefix, Kind::File, from)).into_iter().filter(|t| !will.is_dedicated(Some(t))) {
+                actions.push(super::tenants::alias_action(&concrete(prefix, kind, to), &super::tenants::alias_name(prefix, &t, kind), &t));
+            }
         }
-        let moved = super::tenants::moved(found, prefix, kind, &concrete(prefix, kind, from), &concrete(prefix, kind, to));
-        let own: Vec<String> = will.dedicated().map(|t| super::tenants::alias_name(prefix, t, kind)).collect();
-        actions.extend(moved.into_iter().filter(|a| a["add"]["alias"].as_str().is_none_or(|name| !own.contains(&name.to_string()))));
         for t in was.dedicated().filter(|t| !will.is_dedicated(Some(t))) {
             actions.push(super::tenants::alias_action(&concrete(prefix, kind, to), &super::tenants::alias_name(prefix, t, kind), t));
         }
     }
-    actions.extend(was.cutover_actions(will, prefix, from, to));
+    actions.extend(was.cutover_actions(will, prefix, (from, to), (kinds.from, kinds.to)));
     json!({ "actions": actions })
 }
 
@@ -263,18 +269,30 @@ pub async fn remove_partition_meta(client: &Elasticsearch, prefix: &str, ids: &[
     Ok(())
 }
 
-/// Puts `tenant`'s filtered aliases on the current generation's indexes
-/// (again: an alias that exists is replaced). Returns their names. A
-/// tenant with indexes of its own has them already.
+/// The kinds generation `g` holds: the compiled-in ones and those of the
+/// model it records, read from its record.
+pub async fn recorded_kinds(client: &Elasticsearch, prefix: &str, g: u64) -> Result<Vec<Kind>, ElasticError> {
+    let model = match super::meta::get_meta(client, prefix, &meta_id(g, names::MODEL)).await? {
+        Some(held) => Some(crate::index::recorded_model::domain_of(g, &held).map_err(|e| ElasticError::Config(e.to_string()))?),
+        None => None,
+    };
+    Ok(names::kinds(model))
+}
+
+/// Puts `tenant`'s filtered aliases on the current generation's indexes,
+/// of every kind it holds (again: an alias that exists is replaced).
+/// Returns their names. A tenant with indexes of its own has them
+/// already.
 pub async fn add_tenant_aliases(client: &Elasticsearch, prefix: &str, tenant: &str) -> Result<Vec<String>, ElasticError> {
     crate::command::tenant::validate(tenant).map_err(|e| ElasticError::Config(e.to_string()))?;
     let g = current(client, prefix).await?;
+    let kinds = recorded_kinds(client, prefix, g).await?;
     if super::placement::read(client, prefix, g).await?.is_dedicated(Some(tenant)) {
-        return Ok(KINDS.iter().map(|k| super::tenants::alias_name(prefix, tenant, *k)).collect());
+        return Ok(kinds.iter().map(|k| super::tenants::alias_name(prefix, tenant, *k)).collect());
     }
     let mut actions = Vec::new();
     let mut names = Vec::new();
-    for kind in KINDS {
+    for kind in kinds {
         let index = match read_generation(client, prefix, kind).await? {
             Some((g, _)) => concrete(prefix, kind, g),
             None => return Err(ElasticError::Config(format!("alias {} does not exist yet: start a worker first, which creates the indexes", alias(prefix, kind)))),
@@ -304,5 +322,30 @@ mod tests {
         assert_eq!(generation_of("denorm", Kind::File, "denorm-files-000000"), None);
         assert_eq!(generation_of("denorm", Kind::File, "denorm-filesx-000001"), None);
         assert_eq!(generation_of("denorm", Kind::File, "denorm-users-000001"), None);
+    }
+
+    /// A change of model into one with more kinds: each new kind gets its
+    /// read alias, and a filtered alias for every tenant that has one of
+    /// files, or leaves its own indexes; a tenant in indexes of its own
+    /// gets its own aliases on them instead.
+    #[test]
+    fn a_cutover_into_a_model_gives_its_new_kinds_the_read_alias_and_each_tenants_filtered_alias() {
+        let d = crate::domain::tests::shop().interned();
+        let with_model = names::kinds(Some(d));
+        let found = json!({"denorm-files-000001": {"aliases": {"denorm-files": {}, "denorm-t-acme-files": {"filter": {}}, "denorm-t-initech-files": {"filter": {}}}}});
+        let (was, will) = (Placement::new(["globex", "hooli"]), Placement::new(["hooli", "initech"]));
+        let v = cutover_actions("denorm", (0, 1), &found, (&was, &will), &CutoverKinds { from: &names::KINDS, to: &with_model });
+        let on_order: Vec<String> = v["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a.get("add"))
+            .filter(|a| a["index"] == "denorm-order-000002")
+            .map(|a| format!("{} {}", a["alias"].as_str().unwrap(), a["routing"].as_str().unwrap_or("-")))
+            .collect();
+        assert_eq!(on_order, ["denorm-order -", "denorm-t-acme-order acme", "denorm-t-globex-order globex"]);
+        let own: Vec<&Value> = v["actions"].as_array().unwrap().iter().filter(|a| a["add"]["index"] == "denorm-t-hooli-order-000002").collect();
+        assert_eq!(own.len(), 2, "the generation's read alias and hooli's own: {own:?}");
+        assert!(v["actions"].as_array().unwrap().iter().all(|a| a["add"]["index"] != "denorm-t-globex-order-000002"), "globex's own indexes are not in generation 1");
     }
 }

@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 
 use super::mapping::{mapping, settings};
 use super::meta::{get_meta, put_meta_if};
-use super::names::{alias, concrete, dedicated_concrete, dedicated_write_alias, meta_id, rebuild_alias, tenant_alias, write_alias, KINDS, PLACEMENT};
+use super::names::{alias, concrete, dedicated_concrete, dedicated_write_alias, meta_id, rebuild_alias, tenant_alias, write_alias, PLACEMENT};
 use super::ElasticError;
 use crate::index::Kind;
 
@@ -257,9 +257,13 @@ impl Placement {
         kinds.iter().flat_map(|k| self.indexes(prefix, *k, g)).collect()
     }
 
-    /// Every write alias of generation `g`, of each of `kinds`.
+    /// Every write alias of generation `g`, of each of `kinds`: those of
+    /// a tenant's rebuild too, whether the tenant has indexes of its own
+    /// yet or not (a move into them, before its fence), so that its
+    /// writers' refreshes cover what they write.
     pub fn write_aliases(&self, prefix: &str, g: u64, kinds: &[Kind]) -> Vec<String> {
-        let tenants = std::iter::once(None).chain(self.dedicated().map(Some));
+        let building = self.building.as_ref().map(|(t, _)| t.as_str()).filter(|t| !self.dedicated.contains(*t));
+        let tenants = std::iter::once(None).chain(self.dedicated().map(Some)).chain(building.map(Some));
         tenants.flat_map(|t| kinds.iter().map(move |k| self.write_target(prefix, *k, g, t))).collect()
     }
 
@@ -295,10 +299,11 @@ impl Placement {
     /// as `self`) to `to` (placed as `next`) on the tenants' own indexes:
     /// `from`'s lose their aliases, `to`'s get the read aliases. The
     /// shared indexes' actions are [`super::generations::cutover_actions`].
-    pub fn cutover_actions(&self, next: &Placement, prefix: &str, from: u64, to: u64) -> Vec<Value> {
+    /// `kinds`: those of `from`, then those of `to`.
+    pub fn cutover_actions(&self, next: &Placement, prefix: &str, (from, to): (u64, u64), kinds: (&[Kind], &[Kind])) -> Vec<Value> {
         let mut out = Vec::new();
         for t in self.dedicated() {
-            for kind in KINDS {
+            for &kind in kinds.0 {
                 let index = dedicated_concrete(prefix, t, kind, from, self.revision(t));
                 for name in [alias(prefix, kind), tenant_alias(prefix, t, kind), dedicated_write_alias(prefix, t, kind, from)] {
                     out.push(json!({"remove": {"index": index, "alias": name}}));
@@ -306,7 +311,7 @@ impl Placement {
             }
         }
         for t in next.dedicated() {
-            for kind in KINDS {
+            for &kind in kinds.1 {
                 let index = dedicated_concrete(prefix, t, kind, to, next.revision(t));
                 for (name, def) in read_aliases(prefix, t, kind) {
                     let mut add = def;
@@ -332,10 +337,10 @@ pub fn read_aliases(prefix: &str, tenant: &str, kind: Kind) -> [(String, Value);
 /// its own indexes in generation `g` to revision `to` (the live writers
 /// fenced off `from` already, see `crate::index::tenant_generations`): the
 /// read alias and the tenant's move, the live write alias goes on `to`,
-/// and the rebuild's alias goes.
-pub fn revision_cutover_actions(prefix: &str, tenant: &str, g: u64, (from, to): (u32, u32)) -> Vec<Value> {
+/// and the rebuild's alias goes; of each of `kinds`.
+pub fn revision_cutover_actions(prefix: &str, tenant: &str, g: u64, (from, to): (u32, u32), kinds: &[Kind]) -> Vec<Value> {
     let mut actions = Vec::new();
-    for kind in KINDS {
+    for &kind in kinds {
         let old = dedicated_concrete(prefix, tenant, kind, g, from);
         for name in [alias(prefix, kind), tenant_alias(prefix, tenant, kind)] {
             actions.push(json!({"remove": {"index": old, "alias": name}}));
@@ -368,10 +373,11 @@ fn onto_rebuilt(prefix: &str, tenant: &str, kind: Kind, g: u64, rev: u32) -> Vec
 /// the read aliases and the live write alias, the rebuild's alias goes,
 /// the shared indexes' read alias becomes `shared_read` (hiding the
 /// tenant), and the tenant's filtered alias leaves the shared indexes
-/// where `filtered` (the names found on them) says it is.
-pub fn entering_cutover_actions(prefix: &str, tenant: &str, g: u64, rev: u32, shared_read: &Value, filtered: &[String]) -> Vec<Value> {
+/// where `filtered` (the names found on them) says it is; of each of
+/// `kinds`.
+pub fn entering_cutover_actions(prefix: &str, tenant: &str, g: u64, rev: u32, (shared_read, filtered): (&Value, &[String]), kinds: &[Kind]) -> Vec<Value> {
     let mut actions = Vec::new();
-    for kind in KINDS {
+    for &kind in kinds {
         let shared = concrete(prefix, kind, g);
         let name = tenant_alias(prefix, tenant, kind);
         if filtered.contains(&name) {
@@ -388,10 +394,10 @@ pub fn entering_cutover_actions(prefix: &str, tenant: &str, g: u64, rev: u32, sh
 /// wrote it (the live writers fenced already): its own indexes lose the
 /// read aliases, the shared indexes' read alias becomes `shared_read`
 /// (showing the tenant), the tenant's filtered alias goes on them, and the
-/// rebuild's alias of revision `to` goes.
-pub fn leaving_cutover_actions(prefix: &str, tenant: &str, g: u64, (from, to): (u32, u32), shared_read: &Value) -> Vec<Value> {
+/// rebuild's alias of revision `to` goes; of each of `kinds`.
+pub fn leaving_cutover_actions(prefix: &str, tenant: &str, g: u64, (from, to): (u32, u32), shared_read: &Value, kinds: &[Kind]) -> Vec<Value> {
     let mut actions = Vec::new();
-    for kind in KINDS {
+    for &kind in kinds {
         let (shared, own) = (concrete(prefix, kind, g), dedicated_concrete(prefix, tenant, kind, g, from));
         for name in [alias(prefix, kind), tenant_alias(prefix, tenant, kind)] {
             actions.push(json!({"remove": {"index": own, "alias": name}}));
@@ -503,6 +509,7 @@ pub fn differs(configured: &Placement, current: &Placement, g: u64) -> Option<St
 
 #[cfg(test)]
 mod tests {
+    use super::super::names::KINDS;
     use super::*;
 
     #[test]
@@ -531,7 +538,7 @@ mod tests {
     fn a_cutover_takes_the_aliases_off_the_old_tenants_indexes_and_puts_them_on_the_new() {
         let from = Placement::new(["acme"]);
         let to = Placement::new(["globex"]);
-        let actions = from.cutover_actions(&to, "denorm", 0, 1);
+        let actions = from.cutover_actions(&to, "denorm", (0, 1), (&KINDS, &KINDS));
         let files: Vec<&Value> = actions.iter().filter(|a| a.to_string().contains("-files")).collect();
         assert_eq!(
             files,
@@ -550,6 +557,36 @@ mod tests {
         assert!(create_body("denorm", "acme", Kind::File, 1, false)["aliases"].get("denorm-files").is_none());
     }
 
+    /// A model's kinds have a tenant's own indexes like the compiled-in
+    /// ones: a cutover into a generation holding a model puts their
+    /// aliases on the tenant's own indexes of them, and a cutover out of
+    /// it takes them off.
+    #[test]
+    fn a_tenants_own_indexes_of_a_models_kinds_are_cut_over_like_the_compiled_in_ones() {
+        let d = crate::domain::tests::shop().interned();
+        let with_model = super::super::names::kinds(Some(d));
+        let order = Kind::Model(crate::index::ModelKind::of(d, "order").unwrap());
+        let on_order = |actions: &[Value]| -> Vec<String> {
+            actions
+                .iter()
+                .filter(|a| a.to_string().contains("-order"))
+                .map(|a| a.as_object().unwrap().iter().map(|(op, b)| format!("{op} {} {}", b["alias"].as_str().unwrap(), b["index"].as_str().unwrap())).collect())
+                .collect()
+        };
+        let into = Placement::new(["acme"]).cutover_actions(&Placement::new(["acme"]), "denorm", (0, 1), (&KINDS, &with_model));
+        assert_eq!(on_order(&into), ["add denorm-order denorm-t-acme-order-000002", "add denorm-t-acme-order denorm-t-acme-order-000002"]);
+        let out = Placement::new(["acme"]).cutover_actions(&Placement::default(), "denorm", (1, 2), (&with_model, &KINDS));
+        assert_eq!(
+            on_order(&out),
+            ["remove denorm-order denorm-t-acme-order-000002", "remove denorm-t-acme-order denorm-t-acme-order-000002", "remove denorm-t-acme-order-g1 denorm-t-acme-order-000002"]
+        );
+        let revision = revision_cutover_actions("denorm", "acme", 1, (0, 1), &with_model);
+        assert_eq!(revision.len(), 6 * with_model.len());
+        assert!(on_order(&revision).contains(&"add denorm-t-acme-order-g1 denorm-t-acme-order-000002-r1".to_string()), "{revision:?}");
+        assert_eq!(Placement::new(["acme"]).write_target("denorm", order, 1, Some("acme")), "denorm-t-acme-order-g1");
+        assert_eq!(Placement::new(["acme"]).write_aliases("denorm", 1, &with_model).len(), 2 * with_model.len());
+    }
+
     /// The actions on files' aliases, as `op alias index`.
     fn of_files(actions: &[Value]) -> Vec<String> {
         actions
@@ -564,7 +601,7 @@ mod tests {
 
     #[test]
     fn a_tenants_rebuild_cuts_its_aliases_over_from_one_revision_to_the_next() {
-        let actions = revision_cutover_actions("denorm", "acme", 1, (0, 1));
+        let actions = revision_cutover_actions("denorm", "acme", 1, (0, 1), &KINDS);
         let files = of_files(&actions);
         assert_eq!(
             files,
@@ -591,6 +628,13 @@ mod tests {
         assert_eq!((shared.moves(), fenced.moves()), (0, 1));
         assert_eq!(Placement::from_json(&fenced.to_json()).unwrap(), fenced);
         assert_eq!(Placement::from_json(&json!({"dedicated": ["acme"]})).unwrap(), shared, "recorded before moves");
+        // Its rebuild's writers refresh what they write, before it is
+        // dedicated as well as after.
+        for placed in [&shared, &fenced] {
+            let aliases = placed.building("globex", 1).write_aliases("denorm", 0, &KINDS);
+            assert!(aliases.contains(&"denorm-t-globex-files-g0-r1".to_string()), "{aliases:?}");
+            assert_eq!(aliases.len(), 9, "{aliases:?}");
+        }
         // Searched in the shared indexes until its cutover.
         assert_eq!(fenced.searched("denorm", Kind::File, 0), vec!["denorm-files-000001", "denorm-t-acme-files-000001"]);
         assert_eq!(fenced.shared_read_alias(), crate::index::elastic::mapping::read_alias());
@@ -612,7 +656,7 @@ mod tests {
         assert!(back.same_tenants(&shared) && back.revision("globex") == 0 && back.moves() == 2);
         assert_eq!(back.shared_read_alias(), crate::index::elastic::mapping::read_alias());
 
-        let actions = entering_cutover_actions("denorm", "globex", 0, 1, &moved.shared_read_alias(), &["denorm-t-globex-files".into()]);
+        let actions = entering_cutover_actions("denorm", "globex", 0, 1, (&moved.shared_read_alias(), &["denorm-t-globex-files".into()]), &KINDS);
         let files = of_files(&actions);
         assert_eq!(
             files,
@@ -649,7 +693,7 @@ mod tests {
         assert!(!left.is_dedicated(Some("acme")) && !left.is_leaving("acme") && left.moves() == 1 && left.revision("acme") == 1);
         assert_eq!(left.shared_read_alias(), crate::index::elastic::mapping::read_alias());
         assert_eq!(leaving.not_leaving("acme"), own);
-        let files = of_files(&leaving_cutover_actions("denorm", "acme", 0, (0, 1), &left.shared_read_alias()));
+        let files = of_files(&leaving_cutover_actions("denorm", "acme", 0, (0, 1), &left.shared_read_alias(), &KINDS));
         assert_eq!(
             files,
             [

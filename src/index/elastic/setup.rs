@@ -135,21 +135,12 @@ impl Missing {
 /// warning when they differ.
 ///
 /// `model`: the declared model whose kinds get indexes of their own beside
-/// the compiled-in ones, in the current generation; refused with tenants
-/// placed in indexes of their own, which hold the compiled-in kinds only.
+/// the compiled-in ones, in the current generation (the tenants placed in
+/// indexes of their own get theirs of them too).
 pub async fn ensure(client: &Elasticsearch, prefix: &str, meta_shards: u32, configured: &Placement, model: Option<&'static Domain>) -> Result<(), ElasticError> {
     let version = check_version(client).await?;
     tracing::info!(%version, "elasticsearch version");
     check_privileges(client, prefix, WORKER_PRIVILEGES).await?;
-    if let Some(d) = model {
-        let current = super::placement::read(client, prefix, generations::current(client, prefix).await?).await?;
-        if configured.dedicated().next().is_some() || current.dedicated().next().is_some() {
-            return Err(ElasticError::Config(format!(
-                "model {}: tenants with indexes of their own (DENORM_ES_DEDICATED_TENANTS) hold the compiled-in kinds only for now (docs/model.md, \"Status\")",
-                d.name
-            )));
-        }
-    }
     let missing = inspect(client, prefix, &names::kinds(model)).await?;
     if !missing.meta {
         // A warning only: a failure to read the settings is not the
@@ -263,8 +254,9 @@ pub async fn inspect(client: &Elasticsearch, prefix: &str, kinds: &[Kind]) -> Re
 
 /// Creates what [`inspect`] found missing. The meta index first, then a
 /// first generation's placement (`configured`, or what another worker
-/// starting together recorded) and the tenants' own indexes, then the
-/// shared ones: once those exist, so does the rest.
+/// starting together recorded) and the tenants' own indexes (of a
+/// model's kinds added to the current generation too), then the shared
+/// ones: once those exist, so does the rest.
 async fn create_missing(client: &Elasticsearch, prefix: &str, missing: &Missing, (meta_shards, configured): (u32, &Placement)) -> Result<(), ElasticError> {
     if missing.meta {
         let index = names::meta_index(prefix);
@@ -275,10 +267,11 @@ async fn create_missing(client: &Elasticsearch, prefix: &str, missing: &Missing,
     // A first generation, or a model's kinds added to the current one.
     let first = missing.indexes.iter().any(|k| !matches!(k, Kind::Model(_)));
     let g = if first { 0 } else { generations::current(client, prefix).await? };
-    if first {
-        let placement = super::placement::record(client, prefix, 0, configured).await?;
-        generations::create_dedicated(client, prefix, 0, &placement, true).await?;
-    }
+    // The tenants' own indexes of the kinds the shared ones gain.
+    let placement = if first { super::placement::record(client, prefix, 0, configured).await? } else { super::placement::read(client, prefix, g).await? };
+    let models = missing.indexes.iter().copied().filter(|k| matches!(k, Kind::Model(_)));
+    let own: Vec<Kind> = if first { names::KINDS.into_iter().chain(models).collect() } else { models.collect() };
+    generations::create_dedicated(client, prefix, g, &placement, true, &own).await?;
     for kind in &missing.indexes {
         let alias = alias(prefix, *kind);
         // Of workers starting together, one creates it (with its aliases,

@@ -44,6 +44,15 @@ pub fn moved(found: &Value, prefix: &str, kind: Kind, index: &str, to: &str) -> 
         .concat()
 }
 
+/// The tenants with a filtered alias on `index` of files (in `found`, as
+/// [`moved`] reads it).
+pub fn aliased(found: &Value, prefix: &str, index: &str) -> Vec<String> {
+    let start = format!("{prefix}{}", super::names::TENANT_MARK);
+    let end = format!("-{}", kind_name(Kind::File));
+    let names = found[index]["aliases"].as_object().into_iter().flatten().map(|(name, _)| name);
+    names.filter_map(|name| name.strip_prefix(&start)?.strip_suffix(&end).map(String::from)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,6 +73,8 @@ mod tests {
             "denorm-t-acme-files": {"filter": {"term": {"tenant": "acme"}}, "index_routing": "acme", "search_routing": "acme"},
             "other-alias": {}
         }}});
+        assert_eq!(aliased(&found, "denorm", "denorm-files-000001"), ["acme"]);
+        assert!(aliased(&found, "denorm", "denorm-posts-000001").is_empty());
         let moved = moved(&found, "denorm", Kind::File, "denorm-files-000001", "denorm-files-000002");
         assert_eq!(
             moved,
