@@ -268,10 +268,13 @@ async fn create_missing(client: &Elasticsearch, prefix: &str, missing: &Missing,
     let first = missing.indexes.iter().any(|k| !matches!(k, Kind::Model(_)));
     let g = if first { 0 } else { generations::current(client, prefix).await? };
     // The tenants' own indexes of the kinds the shared ones gain.
-    let placement = if first { super::placement::record(client, prefix, 0, configured).await? } else { super::placement::read(client, prefix, g).await? };
-    let models = missing.indexes.iter().copied().filter(|k| matches!(k, Kind::Model(_)));
-    let own: Vec<Kind> = if first { names::KINDS.into_iter().chain(models).collect() } else { models.collect() };
-    generations::create_dedicated(client, prefix, g, &placement, true, &own).await?;
+    let models: Vec<Kind> = missing.indexes.iter().copied().filter(|k| matches!(k, Kind::Model(_))).collect();
+    if first {
+        let placement = super::placement::record(client, prefix, 0, configured).await?;
+        generations::create_dedicated(client, prefix, 0, &placement, true, &[&names::KINDS[..], &models].concat()).await?;
+    } else if !models.is_empty() {
+        generations::create_dedicated(client, prefix, g, &super::placement::read(client, prefix, g).await?, true, &models).await?;
+    }
     for kind in &missing.indexes {
         let alias = alias(prefix, *kind);
         // Of workers starting together, one creates it (with its aliases,
