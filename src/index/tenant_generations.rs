@@ -99,7 +99,7 @@ impl TenantGenerations {
         if !super::recorded_model::holds(held.as_ref(), this.backend.model) {
             use super::recorded_model::{named, record_of};
             return Err(IndexError::Rejected(format!(
-                "generation {shared} holds {}, not {}: a tenant's rebuild keeps its generation's model, so give it that --model (a change of model rebuilds every tenant: `denorm rebuild --change-model`)",
+                "generation {shared} holds {}, not {}: a tenant's rebuild keeps its generation's model, so run it with that model's --model, or without --model for the compiled-in kinds alone (a change of model rebuilds every tenant: `denorm rebuild --change-model`)",
                 named(held.as_ref()),
                 named(this.backend.model.map(record_of).as_ref())
             )));

@@ -8,7 +8,7 @@ use std::ffi::OsStr;
 
 use crate::common::*;
 use crate::model_pipeline::{assert_shop_searched_as, shop_log, shop_log_messages, with_model, MODEL};
-use crate::placements::{corrupt_own, count_of, get, DEDICATED};
+use crate::placements::{corrupt_own, count_of, shown_through, DEDICATED};
 
 /// [`shop_log`] as `tenant`'s commands.
 fn tenants_log(tenant: &str) -> String {
@@ -29,16 +29,6 @@ fn ids(r: &Rig, scope: &[&str], args: &[&str]) -> Vec<String> {
     let (code, out, err) = output(&mut with_model(r, &all));
     assert_eq!(code, 0, "{all:?}: {err}");
     out.lines().map(String::from).collect()
-}
-
-/// How many documents the alias `alias` shows (tombstones hidden), all of
-/// them `tenant`'s.
-fn shown_through(url: &str, alias: &str, tenant: &str) -> usize {
-    let (status, v) = get(url, &format!("{alias}/_search?size=100"));
-    assert_eq!(status, 200, "{alias}: {v}");
-    let hits = v["hits"]["hits"].as_array().unwrap();
-    assert!(hits.iter().all(|h| h["_source"]["tenant"] == tenant), "{alias} shows another tenant's: {v}");
-    hits.len()
 }
 
 /// `denorm verify --model` is clean, of `args`' scope.
@@ -116,7 +106,7 @@ fn a_models_tenant_has_its_own_indexes_is_rebuilt_alone_and_moves_between_placem
     assert_eq!((code, &report["differences"][0]["id"]), (1, &serde_json::json!("o1")), "{report}");
     let (code, _, err) = output(cli(&r.cfg, &r.group, &r.index).args(["rebuild", "--metrics-addr", "127.0.0.1:0", "--tenant", "acme"]));
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("holds model shop") && err.contains("give it that --model"), "a tenant's rebuild keeps the generation's model: {err}");
+    assert!(err.contains("holds model shop") && err.contains("run it with that model's --model"), "a tenant's rebuild keeps the generation's model: {err}");
     let (code, _, err) = rebuild_tenant(&r, "acme", &["acme"]);
     assert_eq!(code, 0, "{err}\n{}", worker.log());
     assert_eq!(ids(&r, &["--tenant", "acme"], &["order", "--term", "status=lost"]), Vec::<String>::new());

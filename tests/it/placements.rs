@@ -15,7 +15,7 @@ use denorm::command::Command;
 pub(crate) const DEDICATED: &str = "DENORM_ES_DEDICATED_TENANTS";
 
 /// `GET <url>/<path>` as JSON, with its status.
-pub(crate) fn get(url: &str, path: &str) -> (u16, serde_json::Value) {
+fn get(url: &str, path: &str) -> (u16, serde_json::Value) {
     rt().block_on(async {
         let r = reqwest::get(format!("{url}/{path}")).await.unwrap();
         let status = r.status().as_u16();
@@ -34,8 +34,9 @@ pub(crate) fn count_of(url: &str, index: &str, tenant: &str) -> Option<u64> {
     }
 }
 
-/// The files a tenant's own alias returns: all of them that tenant's.
-fn files_through_alias(url: &str, alias: &str, tenant: &str) -> usize {
+/// How many documents the alias `alias` shows (tombstones hidden), all of
+/// them `tenant`'s.
+pub(crate) fn shown_through(url: &str, alias: &str, tenant: &str) -> usize {
     let (status, v) = get(url, &format!("{alias}/_search?size=100"));
     assert_eq!(status, 200, "{alias}: {v}");
     let hits = v["hits"]["hits"].as_array().unwrap();
@@ -115,7 +116,7 @@ fn a_dedicated_tenant_lives_in_its_own_indexes_and_moves_by_a_rebuild_on_elastic
     assert_eq!(count_of(&url, &shared(1), "globex"), Some(5));
     assert_eq!(count_of(&url, &own("globex", 1), "globex"), None, "globex is shared");
     assert_eq!(count_of(&url, &format!("{prefix}-t-acme-posts-000001"), "acme"), Some(2));
-    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-acme-files"), "acme"), 5);
+    assert_eq!(shown_through(&url, &format!("{prefix}-t-acme-files"), "acme"), 5);
     each_tenant_finds_its_files(&r, "acme in its own indexes");
     verify_is_clean(&r, &["--tenant", "acme"], 8);
     verify_is_clean(&r, &[], 24);
@@ -153,8 +154,8 @@ fn a_dedicated_tenant_lives_in_its_own_indexes_and_moves_by_a_rebuild_on_elastic
     assert_eq!(count_of(&url, &own("globex", 2), "globex"), Some(6), "globex moved to its own indexes");
     assert_eq!(count_of(&url, &shared(2), "globex"), Some(0));
     // Each tenant's alias reads it where it is now.
-    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-acme-files"), "acme"), 6);
-    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-globex-files"), "globex"), 6);
+    assert_eq!(shown_through(&url, &format!("{prefix}-t-acme-files"), "acme"), 6);
+    assert_eq!(shown_through(&url, &format!("{prefix}-t-globex-files"), "globex"), 6);
     each_tenant_finds_its_files(&r, "after the move");
     assert_eq!(search(&r, None, &["files", "--text", "later"]).len(), 30, "the default tenant was updated during the rebuild");
     verify_is_clean(&r, &[], 24 + 30 + 2);
@@ -296,7 +297,7 @@ fn a_tenant_is_rebuilt_alone_while_every_tenant_is_served_and_updated_on_elastic
     let (own, rebuilt_own) = (format!("{prefix}-t-acme-files-000001"), format!("{prefix}-t-acme-files-000001-r1"));
     assert_eq!(count_of(&url, &own, "acme"), None, "the replaced revision is deleted");
     assert_eq!(count_of(&url, &rebuilt_own, "acme"), Some(5 + 20 + 1 + 1 + 1));
-    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-acme-files"), "acme"), 28);
+    assert_eq!(shown_through(&url, &format!("{prefix}-t-acme-files"), "acme"), 28);
     assert_eq!(search(&r, Some("acme"), &["files", "--under", "/caught"]).len(), 1, "acme's file applied live between the catch-up and the fence");
     let renamed = search(&r, Some("acme"), &["files", "--dir", "/docs/e1"]);
     assert_eq!(renamed.len(), 2, "acme's rename during the rebuild: {renamed:?}");
@@ -455,7 +456,7 @@ fn a_shared_tenant_moves_into_its_own_indexes_alone_while_every_tenant_is_served
     assert_matches_topic_model(&r.cfg, &r.index);
     assert_eq!(count_of(&url, &shared, "globex"), Some(0), "globex's documents in the shared indexes are deleted");
     assert_eq!(count_of(&url, &own, "globex"), Some(5 + 1 + 1 + 1));
-    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-globex-files"), "globex"), 8);
+    assert_eq!(shown_through(&url, &format!("{prefix}-t-globex-files"), "globex"), 8);
     let (_, aliases) = get(&url, &format!("_alias/{prefix}-t-globex-files"));
     assert_eq!(aliases.as_object().unwrap().keys().collect::<Vec<_>>(), [&own], "globex's alias is on its own index only: {aliases}");
     let (_, read) = get(&url, &format!("_alias/{prefix}-files"));
@@ -527,7 +528,7 @@ fn a_dedicated_tenant_moves_into_the_shared_indexes_alone_on_elasticsearch() {
     // acme's documents once, in its own indexes.
     let child = acme_leaving_held(&r, &shared);
     each_tenant_finds_its_files(&r, "acme rebuilt into the shared indexes, not cut over");
-    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-acme-files"), "acme"), 5);
+    assert_eq!(shown_through(&url, &format!("{prefix}-t-acme-files"), "acme"), 5);
     // A file of acme sent while fenced waits for the cutover.
     let fenced = r.dir().join("fenced.jsonl");
     std::fs::write(&fenced, r#"{"op":"upsert_file","id":"h1","path":"/docs/e0/h1.txt","contents":"fenced words","tenant":"acme"}"#).unwrap();
@@ -544,7 +545,7 @@ fn a_dedicated_tenant_moves_into_the_shared_indexes_alone_on_elasticsearch() {
     assert_matches_topic_model(&r.cfg, &r.index);
     assert_eq!(count_of(&url, &shared, "acme"), Some(5 + 1 + 1), "acme's documents are in the shared indexes");
     assert_eq!(count_of(&url, &own, "acme"), None, "acme's own indexes are deleted");
-    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-acme-files"), "acme"), 7);
+    assert_eq!(shown_through(&url, &format!("{prefix}-t-acme-files"), "acme"), 7);
     let (_, aliases) = get(&url, &format!("_alias/{prefix}-t-acme-files"));
     assert_eq!(aliases.as_object().unwrap().keys().collect::<Vec<_>>(), [&shared], "acme's alias is on the shared index only: {aliases}");
     each_tenant_finds_its_files(&r, "after acme moved into the shared indexes");
@@ -580,7 +581,7 @@ fn a_move_into_the_shared_indexes_given_up_leaves_the_tenant_in_its_own_on_elast
     produce_after(&r, &w, "acme");
     assert_eq!(count_of(&url, &shared, "acme"), Some(0), "what the move wrote into the shared indexes is deleted");
     assert_eq!(count_of(&url, &own, "acme"), Some(6));
-    assert_eq!(files_through_alias(&url, &format!("{prefix}-t-acme-files"), "acme"), 6);
+    assert_eq!(shown_through(&url, &format!("{prefix}-t-acme-files"), "acme"), 6);
     let (_, read) = get(&url, &format!("_alias/{prefix}-files"));
     assert!(!read[&shared]["aliases"][format!("{prefix}-files")]["filter"].to_string().contains("acme"), "the shared read alias hides acme no more: {read}");
     each_tenant_finds_its_files(&r, "after the move into the shared indexes was given up");
