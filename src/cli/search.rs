@@ -115,10 +115,12 @@ struct KindSearch {
     filter: Vec<String>,
     /// FIELD: the matches counted by each value of FIELD (a keyword, ref, date, boolean,
     /// integer, path or keywords field, a copy's field, a text's exact value `name.raw`), the
-    /// largest group first; --limit counts groups
+    /// largest group first, ties in the order of their values; --limit counts groups. On
+    /// Elasticsearch a terms aggregation counts them, but for a date, --per-group 0 or above 100,
+    /// or more than 10,000 groups: those count every match
     #[arg(long, value_name = "FIELD")]
     group_by: Option<String>,
-    /// With --group-by: the ids shown of each group (0: all)
+    /// With --group-by: the ids shown of each group, in id order (0: all)
     #[arg(long, default_value_t = 3, requires = "group_by")]
     per_group: usize,
     /// Most results (0: all)
@@ -162,12 +164,9 @@ fn kind_search(cli: &Cli, a: &SearchArgs, args: &[String], runtime: tokio::runti
     filters.iter().try_for_each(|f| f.check(model, declared)).map_err(UsageError)?;
     let search = super::location(cli)?.search(runtime, Some(model)).map_err(|e| UsageError(e.to_string()))?;
     if let Some(field) = &q.group_by {
-        denorm::index::group::check(model, declared, field).map_err(UsageError)?;
-    }
-    let docs = search.model_documents(a.tenant.as_deref(), kind, &filters).map_err(|e| UsageError(e.to_string()))?;
-    let limit = if q.limit == 0 { usize::MAX } else { q.limit };
-    if let Some(field) = &q.group_by {
-        for g in denorm::index::group::group(&docs, field, q.per_group).into_iter().take(limit) {
+        let ty = denorm::index::group::check(model, declared, field).map_err(UsageError)?;
+        let by = denorm::index::group::GroupBy { field: field.clone(), ty, limit: q.limit, per_group: q.per_group };
+        for g in search.model_groups(a.tenant.as_deref(), kind, &filters, &by).map_err(|e| UsageError(e.to_string()))? {
             if q.json {
                 emit(serde_json::to_string(&g).expect("json"));
                 continue;
@@ -177,7 +176,7 @@ fn kind_search(cli: &Cli, a: &SearchArgs, args: &[String], runtime: tokio::runti
         }
         return Ok(());
     }
-    for (id, source) in docs.into_iter().take(limit) {
+    for (id, source) in search.model_documents(a.tenant.as_deref(), kind, &filters, q.limit).map_err(|e| UsageError(e.to_string()))? {
         emit(if q.json { source } else { id });
     }
     Ok(())

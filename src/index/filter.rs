@@ -12,7 +12,8 @@ use crate::domain::{Domain, Field, FieldType, Kind};
 pub enum Filter {
     /// The whole value: a keyword, a ref, a path or one of its ancestors
     /// (`path.tree`), a date as written, a text's exact value
-    /// (`<field>.raw`), a keywords item, a boolean as `true` or `false`.
+    /// (`<field>.raw`), a keywords item, a boolean as `true` or `false`,
+    /// an integer or a float as its number.
     Term { field: String, value: String },
     /// Analyzed text: every word of `text`, analyzed as the field is.
     Match { field: String, text: String },
@@ -60,7 +61,12 @@ impl Filter {
     fn check_in(&self, fields: &[(String, FieldType)], scope: &str, nested: &dyn Fn(&str) -> Option<Named>) -> Result<(), String> {
         let ty = |field: &str| fields.iter().find(|(n, _)| n == field).map(|(_, t)| t).ok_or_else(|| format!("{scope} has no field {field:?}"));
         match self {
-            Filter::Term { field, .. } => ty(field).map(|_| ()),
+            Filter::Term { field, value } => match ty(field)? {
+                FieldType::Boolean if value != "true" && value != "false" => Err(format!("{scope}.{field} is a boolean: a term of it is true or false, not {value:?}")),
+                FieldType::Integer if value.parse::<i64>().is_err() => Err(format!("{scope}.{field} is an integer: {value:?} is not one")),
+                FieldType::Float if value.parse::<f64>().map_or(true, |v| !v.is_finite()) => Err(format!("{scope}.{field} is a float: {value:?} is not a number")),
+                _ => Ok(()),
+            },
             Filter::Match { field, .. } => match ty(field)? {
                 FieldType::Text { .. } => Ok(()),
                 _ => Err(format!("{scope}.{field} is not a text field: a match reads text (a term reads a whole value)")),
@@ -97,6 +103,11 @@ mod tests {
         assert!(refused(term("sku"), order).contains("order has no field \"sku\""));
         assert!(refused(Filter::Above { field: "status".into(), gt: 1.0 }, order).contains("not an integer or float"));
         assert!(refused(Filter::Match { field: "status".into(), text: "x".into() }, order).contains("not a text field"));
+        let valued = |field: &str, value: &str| Filter::Term { field: field.into(), value: value.into() };
+        assert_eq!(nested(vec![valued("quantity", "-3"), valued("price", "2.5")]).check(&d, order), Ok(()), "a term of a number");
+        assert!(refused(nested(vec![valued("quantity", "2.5")]), order).contains("is an integer"));
+        assert!(refused(valued("total", "NaN"), order).contains("is a float"));
+        assert!(refused(valued("open", "yes"), d.kind("ticket").unwrap()).contains("true or false"));
         assert!(refused(nested(vec![term("status")]), order).contains("order.lines has no field \"status\""));
         assert!(refused(Filter::Nested { list: "items".into(), all: vec![] }, order).contains("no nested list \"items\""));
     }

@@ -93,9 +93,15 @@ pub trait SearchIndex {
         Ok(())
     }
     /// The documents of the declared model's `kind` of `tenant` that every
-    /// filter matches, as (id, source), in id order (docs/model.md,
-    /// "Searches").
-    fn model_documents(&self, tenant: Option<&str>, kind: &str, filters: &[crate::index::filter::Filter]) -> Result<Vec<(String, String)>, IndexError>;
+    /// filter matches, as (id, source), in id order, the first `limit` (0:
+    /// all; docs/model.md, "Searches").
+    fn model_documents(&self, tenant: Option<&str>, kind: &str, filters: &[crate::index::filter::Filter], limit: usize) -> Result<Vec<(String, String)>, IndexError>;
+    /// The matches of [`SearchIndex::model_documents`] grouped `by` a
+    /// field ([`crate::index::group`]). This default counts every match's
+    /// document; a backend that aggregates answers the same.
+    fn model_groups(&self, tenant: Option<&str>, kind: &str, filters: &[crate::index::filter::Filter], by: &crate::index::group::GroupBy) -> Result<Vec<crate::index::group::Group>, IndexError> {
+        Ok(crate::index::group::group(&self.model_documents(tenant, kind, filters, 0)?, by))
+    }
     /// [`SearchIndex::dump_sorted`], each document with what the backend
     /// records beside its fields. This default records nothing more.
     fn dump_sorted_recorded(&self, out: &mut dyn FnMut(Doc, Recorded)) -> Result<(), IndexError> {

@@ -30,6 +30,10 @@ pub(crate) fn shop_log() -> String {
         r#"{"op":"upsert","kind":"customer","id":"c4","fields":{"name":"Di","plan":"team","since":"2026-03-02"}}"#,
         r#"{"op":"upsert","kind":"order","id":"o9","fields":{"customer_id":"c3","placed":"2026-12-01","status":"held","total":1}}"#,
         r#"{"op":"upsert","kind":"order","id":"o9","previous_customer_id":"c3","fields":{"customer_id":"c4","placed":"2026-12-01","status":"held","total":1}}"#,
+        // Groups of booleans and of integers on both backends.
+        r#"{"op":"upsert","kind":"ticket","id":"t2","fields":{"customer_id":"c3","subject":"A billing question","open":false}}"#,
+        r#"{"op":"upsert","kind":"product","id":"p8","fields":{"path":"/home/chair","title":"Oak chair","price":40,"stock":10,"tags":["wood"]}}"#,
+        r#"{"op":"upsert","kind":"product","id":"p9","fields":{"path":"/home/table","title":"Oak table","price":90,"stock":9,"tags":["wood"]}}"#,
     ] {
         text.push_str(line);
         text.push('\n');
@@ -104,12 +108,54 @@ fn assert_grouped(search: &dyn Fn(&[&str]) -> Ran) {
         assert_eq!(found, ids(&["search", "order", "--term", &format!("customer.plan={plan}"), "--limit", "0"]), "{plan}");
     }
     counts.sort();
-    assert_eq!(counts.iter().sum::<u64>() as usize, ids(&["search", "order", "--limit", "0"]).len(), "{out}");
+    let every = ids(&["search", "order", "--limit", "0"]);
+    assert_eq!(counts.iter().sum::<u64>() as usize, every.len(), "{out}");
+    assert_eq!(ids(&["search", "order", "--limit", "2"]), every[..2], "the first in id order");
     let (code, out, _) = search(&["search", "order", "--group-by", "customer.plan", "--per-group", "1", "--limit", "1"]);
     assert_eq!((code, out.lines().count()), (0, 2), "one group, one id: {out}");
+    for (kind, field) in [("order", "customer.plan"), ("order", "status"), ("ticket", "open"), ("product", "stock"), ("product", "tags"), ("customer", "name.raw")] {
+        assert_groups_agree(search, kind, field);
+    }
     let (code, _, err) = search(&["search", "order", "--group-by", "total"]);
     assert_eq!(code, 2);
     assert!(err.contains("float"), "{err}");
+}
+
+/// `kind`'s groups by `field` are the same read from every match (every
+/// id of each group) as aggregated (on Elasticsearch, at most 100 ids a
+/// group): each value's ids are what a term search of it finds, the
+/// largest group first, ties in the order of their values.
+fn assert_groups_agree(search: &dyn Fn(&[&str]) -> Ran, kind: &str, field: &str) {
+    let groups = |per_group: &str, limit: &str| {
+        let (code, out, err) = search(&["search", kind, "--group-by", field, "--per-group", per_group, "--limit", limit, "--json"]);
+        assert_eq!(code, 0, "{kind} by {field}: {err}");
+        json_lines(&out)
+    };
+    let every = groups("0", "0");
+    assert!(every.len() >= 2, "{kind} by {field}: {every:?}");
+    assert_eq!(groups("100", "0"), every, "{kind} by {field}: aggregated as counted");
+    assert_eq!(groups("100", "1"), every[..1], "{kind} by {field}: the largest group");
+    let first: Vec<serde_json::Value> = every.iter().map(|g| serde_json::json!({"value": g["value"], "count": g["count"], "ids": g["ids"].as_array().unwrap()[..1]})).collect();
+    assert_eq!(groups("1", "0"), first, "{kind} by {field}: each group's first id");
+    for pair in every.windows(2) {
+        let (a, b) = (pair[0]["count"].as_u64().unwrap(), pair[1]["count"].as_u64().unwrap());
+        let in_order = match (&pair[0]["value"], &pair[1]["value"]) {
+            (serde_json::Value::Number(x), serde_json::Value::Number(y)) => x.as_f64() < y.as_f64(),
+            (serde_json::Value::Bool(x), serde_json::Value::Bool(y)) => !x & y,
+            (serde_json::Value::String(x), serde_json::Value::String(y)) => x < y,
+            other => panic!("{kind} by {field}: values of two types {other:?}"),
+        };
+        assert!(a > b || (a == b && in_order), "{kind} by {field}: {pair:?}");
+    }
+    for g in &every {
+        let value = g["value"].as_str().map_or_else(|| g["value"].to_string(), str::to_string);
+        let filter = serde_json::json!({"term": {"field": field, "value": value}}).to_string();
+        let (code, out, err) = search(&["search", kind, "--filter", &filter, "--limit", "0"]);
+        assert_eq!(code, 0, "{err}");
+        let found: Vec<&str> = out.lines().collect();
+        let ids: Vec<&str> = g["ids"].as_array().unwrap().iter().map(|i| i.as_str().unwrap()).collect();
+        assert_eq!((ids.as_slice(), g["count"].as_u64().unwrap() as usize), (found.as_slice(), found.len()), "{kind} by {field}: {g}");
+    }
 }
 
 #[test]

@@ -27,6 +27,7 @@ mod dependents;
 pub mod docs;
 mod fanout;
 pub mod generations;
+pub mod grouped;
 pub mod mapping;
 pub mod meta;
 pub mod model;

@@ -10,6 +10,7 @@ use super::complete_json;
 use super::docs::{from_source, hits, is_deleted, of_tenant, recorded, PitScan, DUMP_PAGE_BYTES};
 use super::names::{self, alias, TENANT_FIELD};
 use crate::index::filter::Filter;
+use crate::index::group::{Group, GroupBy};
 use crate::index::{AuthorGroup, Doc, FileDoc, FileQuery, IndexError, Kind, PostDoc, PostQuery, Recorded, SearchIndex};
 
 pub struct ElasticSearch {
@@ -200,18 +201,37 @@ impl ElasticSearch {
         }
     }
 
+    /// A search of the model's `kind` of `tenant` matching every filter:
+    /// its kind, the index it reads and its query.
+    fn model_search(&self, tenant: Option<&str>, kind: &str, filters: &[Filter]) -> Result<(Kind, String, Value), IndexError> {
+        let Some(model) = self.model else { return Err(IndexError::Backend("a search of a model's kind needs --model".into())) };
+        let Some(k) = crate::index::ModelKind::of(model, kind) else { return Err(IndexError::Backend(format!("{kind:?} is not a kind of model {}", model.name))) };
+        let kind = Kind::Model(k);
+        let (index, hidden) = self.scanned_index(kind)?;
+        Ok((kind, index, without(json!({"bool": {"filter": [super::model::query(filters), of_tenant(tenant)], "must_not": [is_deleted()]}}), hidden)))
+    }
+
     /// Every match of `query` in `index` (comma-separated), in id order,
     /// through a point in time a page of [`DUMP_PAGE_BYTES`] at a time.
     fn scan_by_id(&self, index: &str, query: Value, out: &mut dyn FnMut(&super::docs::Hit)) -> Result<(), IndexError> {
-        let mut pit = self.runtime.block_on(PitScan::open(&self.client, index, query, 1000))?.by_id().bounded(DUMP_PAGE_BYTES);
+        self.scan_by_id_first(index, query, 0, out)
+    }
+
+    /// [`ElasticSearch::scan_by_id`] of the first `limit` matches (0: all).
+    fn scan_by_id_first(&self, index: &str, query: Value, limit: usize, out: &mut dyn FnMut(&super::docs::Hit)) -> Result<(), IndexError> {
+        let page = if limit == 0 { 1000 } else { limit.min(1000) };
+        let mut pit = self.runtime.block_on(PitScan::open(&self.client, index, query, page))?.by_id().bounded(DUMP_PAGE_BYTES);
+        let mut left = if limit == 0 { usize::MAX } else { limit };
         let result = (|| -> Result<(), IndexError> {
-            loop {
+            while left > 0 {
                 let page = self.runtime.block_on(pit.next_page())?;
                 if page.is_empty() {
                     return Ok(());
                 }
-                page.iter().for_each(&mut *out);
+                page.iter().take(left).for_each(&mut *out);
+                left = left.saturating_sub(page.len());
             }
+            Ok(())
         })();
         self.runtime.block_on(pit.close());
         result
@@ -345,20 +365,32 @@ impl SearchIndex for ElasticSearch {
         self.dump_sorted_recorded(&mut |d, _| out(d))
     }
 
-    fn model_documents(&self, tenant: Option<&str>, kind: &str, filters: &[Filter]) -> Result<Vec<(String, String)>, IndexError> {
-        let Some(model) = self.model else { return Err(IndexError::Backend("a search of a model's kind needs --model".into())) };
-        let Some(k) = crate::index::ModelKind::of(model, kind) else { return Err(IndexError::Backend(format!("{kind:?} is not a kind of model {}", model.name))) };
-        let kind = Kind::Model(k);
-        let (index, hidden) = self.scanned_index(kind)?;
-        let query = without(json!({"bool": {"filter": [super::model::query(filters), of_tenant(tenant)], "must_not": [is_deleted()]}}), hidden);
+    fn model_documents(&self, tenant: Option<&str>, kind: &str, filters: &[Filter], limit: usize) -> Result<Vec<(String, String)>, IndexError> {
+        let (kind, index, query) = self.model_search(tenant, kind, filters)?;
         let mut out = Vec::new();
-        self.scan_by_id(&index, query, &mut |h| {
+        self.scan_by_id_first(&index, query, limit, &mut |h| {
             if let Doc::Model(d) = from_source(kind, &h.source) {
                 let source = crate::command::generic::value::document_json(d.unscoped_id(), &d.fields, &d.copies);
                 out.push((d.unscoped_id().to_string(), source.to_string()));
             }
         })?;
         Ok(out)
+    }
+
+    fn model_groups(&self, tenant: Option<&str>, kind: &str, filters: &[Filter], by: &GroupBy) -> Result<Vec<Group>, IndexError> {
+        let Some(size) = super::grouped::size(by) else {
+            return Ok(crate::index::group::group(&self.model_documents(tenant, kind, filters, 0)?, by));
+        };
+        let (_, index, query) = self.model_search(tenant, kind, filters)?;
+        let v = self.runtime.block_on(async {
+            let r = self.client.search(SearchParts::Index(&[&index])).allow_partial_search_results(false).body(super::grouped::body(query, by, size)).send().await?;
+            complete_json(&format!("grouping {kind} documents of {index} by {}", by.field), r).await
+        })?;
+        match super::grouped::parse(&v, by) {
+            Some(groups) => Ok(groups),
+            // More groups than one aggregation returns: every match.
+            None => Ok(crate::index::group::group(&self.model_documents(tenant, kind, filters, 0)?, by)),
+        }
     }
 
     fn dump_sorted_recorded(&self, out: &mut dyn FnMut(Doc, Recorded)) -> Result<(), IndexError> {

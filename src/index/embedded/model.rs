@@ -308,6 +308,15 @@ impl ModelSchema {
                 let (fd, holds) = self.field(&format!("{scope}.{field}"))?;
                 match holds {
                     Holds::Bool => Box::new(TermQuery::new(Term::from_field_bool(fd, value == "true"), IndexRecordOption::Basic)),
+                    // A checked filter's number ([`Filter::check`]).
+                    Holds::I64 => Box::new(TermQuery::new(
+                        Term::from_field_i64(fd, value.parse().map_err(|_| tantivy::TantivyError::InvalidArgument(format!("{field}: {value:?} is not an integer")))?),
+                        IndexRecordOption::Basic,
+                    )),
+                    Holds::F64 => Box::new(TermQuery::new(
+                        Term::from_field_f64(fd, value.parse().map_err(|_| tantivy::TantivyError::InvalidArgument(format!("{field}: {value:?} is not a number")))?),
+                        IndexRecordOption::Basic,
+                    )),
                     _ => self.term(fd, value),
                 }
             }

@@ -116,13 +116,16 @@ impl EmbeddedSearch {
 }
 
 impl SearchIndex for EmbeddedSearch {
-    fn model_documents(&self, tenant: Option<&str>, kind: &str, filters: &[crate::index::filter::Filter]) -> Result<Vec<(String, String)>, IndexError> {
+    fn model_documents(&self, tenant: Option<&str>, kind: &str, filters: &[crate::index::filter::Filter], limit: usize) -> Result<Vec<(String, String)>, IndexError> {
         let Some(m) = self.f.model else { return Err(IndexError::Backend("a search of a model's kind needs --model".into())) };
         let mut out = Vec::new();
         for (_, reader) in &self.shards {
             out.extend(m.matching(&reader.searcher(), tenant, kind, filters).map_err(|e| IndexError::Backend(e.to_string()))?);
         }
         out.sort();
+        if limit > 0 {
+            out.truncate(limit);
+        }
         Ok(out)
     }
 

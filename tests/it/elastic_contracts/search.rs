@@ -149,3 +149,40 @@ fn every_author_pages_through_a_composite_aggregation_ordered_by_best_score() {
     assert_eq!(searches.len(), 2);
     assert_eq!(searches[1]["aggs"]["authors"]["composite"]["after"], json!({"author": "author 00999"}));
 }
+
+/// A grouped search of a model's kind is one `terms` aggregation, its
+/// groups the server's buckets (a boolean's keyed 0 and 1, as
+/// Elasticsearch keys them): no document is read, through a point in
+/// time or otherwise. A date's groups are counted from the matches.
+#[test]
+fn a_grouped_search_of_a_models_kind_is_one_terms_aggregation() {
+    use denorm::domain::FieldType;
+    use denorm::index::group::GroupBy;
+    use denorm::index::SearchIndex;
+    let d = Double::new();
+    let (rt, server) = (&d.rt, &d.server);
+    let bucket = |key: u64, as_string: &str, n: u64, ids: &[&str]| json!({"key": key, "key_as_string": as_string, "doc_count": n, "top": {"hits": {"hits": ids.iter().map(|i| json!({"_source": {"id": i}})).collect::<Vec<_>>()}}});
+    let buckets = vec![bucket(1, "true", 2, &["t1", "t4"]), bucket(0, "false", 1, &["t2"])];
+    rt.block_on(async {
+        let mut v = recorded::search_response(None, vec![]);
+        v["aggregations"] = json!({"groups": {"buckets": buckets, "sum_other_doc_count": 0, "doc_count_error_upper_bound": 0}});
+        // No generation yet: the read aliases are searched.
+        Mock::given(method("GET")).respond_with(ResponseTemplate::new(404).set_body_json(json!({"error": "alias missing", "status": 404}))).mount(server).await;
+        Mock::given(method("POST")).and(path("/denorm-ticket/_search")).respond_with(ResponseTemplate::new(200).set_body_json(v)).mount(server).await;
+    });
+    let shop = denorm::domain::Domain::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/shop.toml")).unwrap().interned();
+    let search = denorm::index::elastic::search::ElasticSearch { model: Some(shop), ..search_index(server, rt) };
+    let by = GroupBy { field: "open".into(), ty: FieldType::Boolean, limit: 0, per_group: 2 };
+    let groups = search.model_groups(Some("acme"), "ticket", &[], &by).unwrap();
+    assert_eq!(groups.iter().map(|g| (g.value.clone(), g.count, g.ids.clone())).collect::<Vec<_>>(), [(json!(true), 2, vec!["t1".to_string(), "t4".into()]), (json!(false), 1, vec!["t2".into()])]);
+    let requests = rt.block_on(server.received_requests()).unwrap();
+    assert!(requests.iter().all(|r| !r.url.path().contains("_pit")), "no document read");
+    let searches = searches(server, rt);
+    assert_eq!(searches.len(), 1, "{searches:?}");
+    assert_eq!((&searches[0]["size"], &searches[0]["aggs"]["groups"]["terms"]["field"]), (&json!(0), &json!("open")));
+    assert!(searches[0]["query"].to_string().contains("acme"), "the tenant's documents: {}", searches[0]["query"]);
+
+    let by_date = GroupBy { field: "since".into(), ty: FieldType::Date, limit: 0, per_group: 2 };
+    let _ = search.model_groups(None, "customer", &[], &by_date);
+    assert!(rt.block_on(server.received_requests()).unwrap().iter().any(|r| r.url.path().ends_with("/_pit")), "a date's groups read the matches");
+}
