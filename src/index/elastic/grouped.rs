@@ -16,7 +16,9 @@ use serde_json::{json, Value};
 use crate::domain::FieldType;
 use crate::index::group::{Group, GroupBy};
 
-use super::search::MAX_INNER_RESULT_WINDOW;
+/// Elasticsearch's default `index.max_inner_result_window`: the most
+/// `top_hits` per bucket.
+pub const MAX_INNER_RESULT_WINDOW: usize = 100;
 
 /// The most groups one aggregation is asked for (Elasticsearch's
 /// `search.max_buckets` is 65,536).

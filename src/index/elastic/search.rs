@@ -8,6 +8,7 @@ use tokio::runtime::Handle;
 
 use super::complete_json;
 use super::docs::{from_source, hits, is_deleted, of_tenant, recorded, PitScan, DUMP_PAGE_BYTES};
+pub use super::grouped::MAX_INNER_RESULT_WINDOW;
 use super::names::{self, alias, TENANT_FIELD};
 use crate::index::filter::Filter;
 use crate::index::group::{Group, GroupBy};
@@ -128,10 +129,6 @@ fn without(query: Value, hidden: Option<Value>) -> Value {
 /// Elasticsearch's default `index.max_result_window`: `from + size` of one
 /// search may not exceed it.
 pub const MAX_RESULT_WINDOW: usize = 10_000;
-
-/// Elasticsearch's default `index.max_inner_result_window`: the most
-/// `top_hits` per bucket.
-pub const MAX_INNER_RESULT_WINDOW: usize = 100;
 
 /// Authors per page of the composite aggregation of "all authors".
 const AUTHOR_PAGE: usize = 1000;
