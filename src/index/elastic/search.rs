@@ -375,19 +375,15 @@ impl SearchIndex for ElasticSearch {
     }
 
     fn model_groups(&self, tenant: Option<&str>, kind: &str, filters: &[Filter], by: &GroupBy) -> Result<Vec<Group>, IndexError> {
-        let Some(size) = super::grouped::size(by) else {
-            return Ok(crate::index::group::group(&self.model_documents(tenant, kind, filters, 0)?, by));
-        };
+        // What one aggregation does not answer: counted from every match.
+        let counted = || Ok(crate::index::group::group(&self.model_documents(tenant, kind, filters, 0)?, by));
+        let Some(size) = super::grouped::size(by) else { return counted() };
         let (_, index, query) = self.model_search(tenant, kind, filters)?;
         let v = self.runtime.block_on(async {
             let r = self.client.search(SearchParts::Index(&[&index])).allow_partial_search_results(false).body(super::grouped::body(query, by, size)).send().await?;
             complete_json(&format!("grouping {kind} documents of {index} by {}", by.field), r).await
         })?;
-        match super::grouped::parse(&v, by) {
-            Some(groups) => Ok(groups),
-            // More groups than one aggregation returns: every match.
-            None => Ok(crate::index::group::group(&self.model_documents(tenant, kind, filters, 0)?, by)),
-        }
+        super::grouped::parse(&v, by).map_or_else(counted, Ok)
     }
 
     fn dump_sorted_recorded(&self, out: &mut dyn FnMut(Doc, Recorded)) -> Result<(), IndexError> {

@@ -306,17 +306,13 @@ impl ModelSchema {
         Ok(match f {
             Filter::Term { field, value } => {
                 let (fd, holds) = self.field(&format!("{scope}.{field}"))?;
+                // A checked filter's value is of its field's type ([`Filter::check`]).
+                let unchecked = || tantivy::TantivyError::InvalidArgument(format!("{field}: {value:?} is not of the field's type"));
+                let exact = |t: Term| -> Box<dyn Query> { Box::new(TermQuery::new(t, IndexRecordOption::Basic)) };
                 match holds {
-                    Holds::Bool => Box::new(TermQuery::new(Term::from_field_bool(fd, value == "true"), IndexRecordOption::Basic)),
-                    // A checked filter's number ([`Filter::check`]).
-                    Holds::I64 => Box::new(TermQuery::new(
-                        Term::from_field_i64(fd, value.parse().map_err(|_| tantivy::TantivyError::InvalidArgument(format!("{field}: {value:?} is not an integer")))?),
-                        IndexRecordOption::Basic,
-                    )),
-                    Holds::F64 => Box::new(TermQuery::new(
-                        Term::from_field_f64(fd, value.parse().map_err(|_| tantivy::TantivyError::InvalidArgument(format!("{field}: {value:?} is not a number")))?),
-                        IndexRecordOption::Basic,
-                    )),
+                    Holds::Bool => exact(Term::from_field_bool(fd, value == "true")),
+                    Holds::I64 => exact(Term::from_field_i64(fd, value.parse().map_err(|_| unchecked())?)),
+                    Holds::F64 => exact(Term::from_field_f64(fd, value.parse().map_err(|_| unchecked())?)),
                     _ => self.term(fd, value),
                 }
             }
